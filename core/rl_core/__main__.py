@@ -1,0 +1,3 @@
+from rl_core.cli.main import main
+
+raise SystemExit(main())

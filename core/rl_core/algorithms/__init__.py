@@ -1,0 +1,1 @@
+"""Built-in algorithms (filled by the algorithm library)."""

@@ -1,0 +1,1 @@
+"""Registers the built-in estimators and policy losses through the public hooks."""

@@ -1,0 +1,132 @@
+"""What a backend's factory hands back: the engine protocols the loop drives.
+
+A rollout card's factory is called as ``factory(config, context)`` and a
+train card's as ``factory(role, config, context)`` inside a worker process,
+where ``config`` is the whole normalised :class:`rl_core.config.RunConfig`
+and ``context`` the :class:`WorkerContext` of that process. The placement
+layer (:mod:`rl_core.cluster`) has already initialised ``torch.distributed``
+when ``world_size > 1`` (gloo on CPU, NCCL on GPU) and seeded every RNG.
+
+Batches arriving at a worker are that rank's shard: the controller splits
+the global batch across data-parallel ranks before calling.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Protocol, runtime_checkable
+
+import attrs
+import torch
+
+from rl_core.batch import Batch
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+@attrs.frozen(kw_only=True)
+class WorkerContext:
+    """Where a worker runs: its rank, the world, its device and base seed."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: str = "cpu"
+    seed: int = 0
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.device)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+@attrs.frozen(kw_only=True)
+class SamplingParams:
+    """Generation settings, mapped by each engine onto its own parameters.
+
+    ``top_k <= 0`` and ``top_p == 1`` disable those filters. ``greedy`` makes
+    every engine decode deterministically (temperature ignored).
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 128
+    greedy: bool = False
+    seed: int | None = None
+    logprobs: bool = False
+    stop: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """A generation engine living in a worker.
+
+    ``generate`` takes a batch with ``input_ids`` and ``attention_mask`` of
+    shape ``[B, P]`` (prompts left-padded; non-tensor fields ride along) and
+    returns ``B * params.n`` rows, the n samples of a prompt adjacent, with:
+
+    - ``prompts`` [B*n, P], ``responses`` [B*n, R] where R is exactly
+      ``params.max_new_tokens`` (right-padded with the pad token);
+    - ``input_ids``, ``attention_mask``, ``position_ids`` [B*n, P+R];
+    - ``response_mask`` [B*n, R]: 1 up to and including the EOS token;
+    - ``rollout_log_probs`` [B*n, R] when ``params.logprobs`` (0 on padding);
+    - every non-tensor field repeated n times.
+    """
+
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch: ...
+
+    def load_weights(self, weights: NamedTensors) -> None:
+        """Replace the engine's weights in place from HF-named tensors."""
+
+    def sleep(self) -> None:
+        """Release accelerator memory for training (a no-op where unsupported)."""
+
+    def wake_up(self) -> None:
+        """Take the memory back before the next generation."""
+
+    def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class TrainEngine(Protocol):
+    """One role (actor, critic or ref) of a train backend, living in a worker.
+
+    Input batches carry ``input_ids``, ``attention_mask``, ``position_ids``,
+    ``responses``, ``response_mask`` and, for updates, the fields the loss
+    needs (``old_log_probs``, ``advantages``, ``ref_log_prob``, ``values``,
+    ``returns``). The losses come from :mod:`rl_core.algorithms`; engines
+    do the forward / backward passes, sharding and optimisation.
+    """
+
+    role: str
+
+    def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{"log_probs": [b, R], "entropy": [b, R] (if asked)}`` for the response tokens."""
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Critic values ``[b, R]`` for the response tokens (critic role only)."""
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One PPO update (all epochs and mini-batches) of this role; returns metrics."""
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (unsharded) HF-named weights, on every rank, one tensor at a time."""
+
+    def save_checkpoint(self, path: str) -> None:
+        """Save model, optimizer, scheduler and RNG state (sharded is fine) under ``path``."""
+
+    def load_checkpoint(self, path: str) -> None: ...
+
+    def save_hf(self, path: str) -> None:
+        """Write the model as a normal HF folder (rank 0 writes; all ranks must call)."""
+
+    def shutdown(self) -> None: ...
+
+
+def engine_metrics_prefix(role: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Prefix a role's metric names: ``{"loss": 1}`` -> ``{"actor/loss": 1}``."""
+    return {k if "/" in k else f"{role}/{k}": v for k, v in metrics.items()}

@@ -1,0 +1,199 @@
+"""Cards: what a plugin registers.
+
+A card is a small frozen record the resolver can read without importing any
+heavy engine. It carries a name, a lazy factory (``"module:attr"`` dotted path
+or a callable; heavy imports happen inside it) and the capabilities the
+resolver checks a config against.
+
+Every card kind shares :class:`CardBase`; the plugin manager fills in
+``provider`` (distribution name and version) when the card is registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, ClassVar
+
+import attrs
+
+DEVICES = frozenset({"cpu", "cuda"})
+PARALLELISM = frozenset({"dp", "fsdp", "tp", "pp", "sp"})
+ROLES = frozenset({"actor", "critic", "ref"})
+
+
+def _frozenset(value: Any) -> frozenset:
+    if isinstance(value, str):
+        return frozenset({value})
+    return frozenset(value)
+
+
+def _opt_frozenset(value: Any) -> frozenset | None:
+    return None if value is None else _frozenset(value)
+
+
+def load_object(ref: str | Callable) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the object.
+
+    A callable is returned unchanged, so cards may hold either a dotted path
+    (preferred: nothing is imported until the object is needed) or the object.
+    """
+    if not isinstance(ref, str):
+        return ref
+    module_name, sep, attr_path = ref.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"factory reference {ref!r} must look like 'package.module:attribute'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@attrs.frozen(kw_only=True)
+class Provider:
+    """Who registered a card: the distribution (or 'builtin'/'local') and its version."""
+
+    distribution: str
+    version: str = ""
+    entry_point: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version}".strip()
+
+
+@attrs.frozen(kw_only=True)
+class CardBase:
+    kind: ClassVar[str] = "card"
+
+    name: str = attrs.field()
+    factory: str | Callable = attrs.field()
+    description: str = ""
+    provider: Provider | None = attrs.field(default=None, eq=False)
+
+    @name.validator
+    def _check_name(self, _attr, value):
+        if not isinstance(value, str) or not value or not value.replace("_", "").replace("-", "").replace(".", "").isalnum():
+            raise ValueError(f"card name {value!r} must be a non-empty identifier (letters, digits, '_', '-', '.')")
+
+    def load(self) -> Any:
+        """Import and return the factory object (heavy imports happen here)."""
+        return load_object(self.factory)
+
+    def capabilities(self) -> dict[str, Any]:
+        """The declared capabilities as plain JSON-able data (for `rlcore plugins`)."""
+        skip = {"name", "factory", "description", "provider", "checks"}
+        out = {}
+        for field in attrs.fields(type(self)):
+            if field.name in skip:
+                continue
+            value = getattr(self, field.name)
+            if isinstance(value, frozenset):
+                value = sorted(value)
+            out[field.name] = value
+        return out
+
+
+@attrs.frozen(kw_only=True)
+class RolloutCard(CardBase):
+    """A rollout (generation) engine.
+
+    ``factory`` is called as ``factory(config, context)`` inside a worker and
+    returns an object following :class:`rl_core.backends.RolloutEngine`.
+    ``checks`` are light callables ``check(run_config) -> list[Problem]`` for
+    engine-specific constraints (e.g. head sizes the CPU kernels support);
+    they must not import the engine.
+    """
+
+    kind: ClassVar[str] = "rollout"
+
+    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
+    max_tp: int | None = 1
+    weight_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
+    colocate: bool = True
+    logprobs: bool = True
+    architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
+    engine: str | None = None
+    engine_versions: str | None = None
+    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen(kw_only=True)
+class TrainCard(CardBase):
+    """A training backend providing actor / critic / ref roles.
+
+    ``factory`` is called as ``factory(role, config, context)`` inside a worker
+    and returns an object following :class:`rl_core.backends.TrainEngine`.
+    """
+
+    kind: ClassVar[str] = "train"
+
+    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
+    parallelism: frozenset[str] = attrs.field(default=frozenset({"dp"}), converter=_frozenset)
+    roles: frozenset[str] = attrs.field(default=ROLES, converter=_frozenset)
+    export_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
+    architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
+    engine: str | None = None
+    engine_versions: str | None = None
+    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen(kw_only=True)
+class EstimatorCard(CardBase):
+    """An advantage estimator.
+
+    ``factory`` resolves to a function with the common estimator signature
+    (see :mod:`rl_core.algorithms.advantages`).
+    """
+
+    kind: ClassVar[str] = "estimator"
+
+    needs_critic: bool = False
+    needs_groups: bool = False
+    needs_greedy_baseline: bool = False
+    level: str = attrs.field(default="token", validator=attrs.validators.in_(("token", "sequence")))
+
+
+@attrs.frozen(kw_only=True)
+class PolicyLossCard(CardBase):
+    """A policy-gradient loss (see :mod:`rl_core.algorithms.policy_loss`)."""
+
+    kind: ClassVar[str] = "policy_loss"
+
+    level: str = attrs.field(default="token", validator=attrs.validators.in_(("token", "sequence")))
+
+
+@attrs.frozen(kw_only=True)
+class RewardCard(CardBase):
+    """A reward function.
+
+    ``factory`` resolves to ``score(*, data_source, solution_str, ground_truth,
+    extra_info, **kwargs) -> float | dict`` (per sample), or, with
+    ``batched=True``, to a function taking lists of those and returning a list.
+    ``data_sources`` lists the ``data_source`` values this reward scores by
+    default when the config does not name a reward.
+    """
+
+    kind: ClassVar[str] = "reward"
+
+    fields: frozenset[str] = attrs.field(default=frozenset({"ground_truth"}), converter=_frozenset)
+    batched: bool = False
+    device: str = attrs.field(default="cpu", validator=attrs.validators.in_(("cpu", "cuda")))
+    data_sources: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
+
+
+@attrs.frozen(kw_only=True)
+class ConverterCard(CardBase):
+    """Bridges a train backend's exported weight format to one a rollout accepts.
+
+    ``factory`` resolves to ``convert(named_tensors_iter, model_config) -> iter``.
+    """
+
+    kind: ClassVar[str] = "converter"
+
+    source: str
+    target: str
+
+
+CARD_TYPES: dict[str, type[CardBase]] = {
+    cls.kind: cls
+    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, ConverterCard)
+}

@@ -1,0 +1,58 @@
+"""Hook specifications for rl-core plugins (pluggy project ``rl_core``).
+
+Every hook receives ``register`` and calls it once per thing it provides,
+with a card from :mod:`rl_core.cards`. Built-in backends register through
+these same hooks; nothing in core special-cases a backend by name.
+
+A plugin module (the target of an ``rl_core`` entry point) looks like::
+
+    from rl_core import hookimpl
+    from rl_core.cards import RewardCard
+
+    @hookimpl
+    def rl_core_register_rewards(register):
+        register(RewardCard(name="my_reward", factory="my_pkg.scoring:score"))
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pluggy
+
+PROJECT = "rl_core"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+Register = Callable[[object], None]
+
+
+@hookspec
+def rl_core_register_rollout_backends(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RolloutCard` s (generation engines)."""
+
+
+@hookspec
+def rl_core_register_train_backends(register: Register) -> None:
+    """Register :class:`~rl_core.cards.TrainCard` s (actor / critic / ref trainers)."""
+
+
+@hookspec
+def rl_core_register_rewards(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RewardCard` s (reward functions)."""
+
+
+@hookspec
+def rl_core_register_advantage_estimators(register: Register) -> None:
+    """Register :class:`~rl_core.cards.EstimatorCard` s (advantage estimators)."""
+
+
+@hookspec
+def rl_core_register_policy_losses(register: Register) -> None:
+    """Register :class:`~rl_core.cards.PolicyLossCard` s (policy-gradient losses)."""
+
+
+@hookspec
+def rl_core_register_weight_converters(register: Register) -> None:
+    """Register :class:`~rl_core.cards.ConverterCard` s (weight-format bridges)."""

@@ -1,0 +1,254 @@
+"""Plugin manager: loads the ``rl_core`` entry-point group and fills the card registry.
+
+- Every entry point in the ``rl_core`` group is imported once; a module that
+  fails to import (or whose hooks raise) is recorded as a :class:`PluginError`
+  naming the distribution, its version, the entry point and the exception,
+  and every other plugin stays usable.
+- ``check_pending()`` runs after loading, so a misspelt hook name is an error
+  rather than a silently ignored function.
+- ``RL_CORE_PLUGINS`` (allow list) and ``RL_CORE_BLOCK_PLUGINS`` (block list)
+  take comma-separated entry-point or distribution names. The core's own
+  entry points (built-ins) load unless blocked explicitly.
+- Two providers of one (kind, name) is an error that names both; the name is
+  then unusable until one of them is removed or blocked.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import traceback
+from types import ModuleType
+from typing import Any, Iterable
+
+import attrs
+import pluggy
+
+from rl_core import hookspecs
+from rl_core.cards import CARD_TYPES, CardBase, Provider
+
+ENTRY_POINT_GROUP = "rl_core"
+CORE_DISTRIBUTION = "rl-core"
+ALLOW_ENV = "RL_CORE_PLUGINS"
+BLOCK_ENV = "RL_CORE_BLOCK_PLUGINS"
+
+# hook name -> card kind it registers
+HOOK_KINDS = {
+    "rl_core_register_rollout_backends": "rollout",
+    "rl_core_register_train_backends": "train",
+    "rl_core_register_rewards": "reward",
+    "rl_core_register_advantage_estimators": "estimator",
+    "rl_core_register_policy_losses": "policy_loss",
+    "rl_core_register_weight_converters": "converter",
+}
+
+# Where names that are not installed usually come from (hints for error messages
+# only; nothing here changes behaviour).
+KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
+    "rollout": {"vllm": "rl-rollout-vllm", "sglang": "rl-rollout-sglang"},
+    "train": {"fsdp": "rl-train-fsdp", "megatron": "rl-train-megatron"},
+    "reward": {
+        "gsm8k": "rl-reward-rule",
+        "math": "rl-reward-rule",
+        "format": "rl-reward-rule",
+        "reasoning_gym": "rl-reward-rule",
+    },
+}
+
+
+@attrs.frozen
+class PluginError:
+    """A plugin that could not be loaded (or whose hooks failed)."""
+
+    distribution: str
+    version: str
+    entry_point: str
+    error: str
+    traceback: str = attrs.field(default="", repr=False)
+
+    def describe(self) -> str:
+        return (
+            f"plugin {self.entry_point!r} from distribution {self.distribution} {self.version} "
+            f"failed to load: {self.error}"
+        )
+
+
+@attrs.frozen
+class Conflict:
+    kind: str
+    name: str
+    providers: tuple[Provider, ...]
+
+    def describe(self) -> str:
+        who = " and ".join(f"{p} (entry point {p.entry_point!r})" for p in self.providers)
+        return (
+            f"{self.kind} {self.name!r} is registered twice: by {who}; "
+            f"uninstall one, or block one with {BLOCK_ENV}=<entry point or distribution>"
+        )
+
+
+class UnknownCardError(LookupError):
+    """Raised by :meth:`Registry.get` for a name nobody registered."""
+
+
+@attrs.define
+class Registry:
+    """Name -> card tables, one per kind, plus everything that went wrong loading them."""
+
+    cards: dict[str, dict[str, CardBase]] = attrs.field(factory=lambda: {k: {} for k in CARD_TYPES})
+    errors: list[PluginError] = attrs.field(factory=list)
+    conflicts: list[Conflict] = attrs.field(factory=list)
+    plugins: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.cards[kind])
+
+    def conflict(self, kind: str, name: str) -> Conflict | None:
+        return next((c for c in self.conflicts if c.kind == kind and c.name == name), None)
+
+    def get(self, kind: str, name: str) -> CardBase:
+        conflict = self.conflict(kind, name)
+        if conflict is not None:
+            raise UnknownCardError(conflict.describe())
+        try:
+            return self.cards[kind][name]
+        except KeyError:
+            raise UnknownCardError(self.missing_message(kind, name)) from None
+
+    def missing_message(self, kind: str, name: str) -> str:
+        known = ", ".join(self.names(kind)) or "none"
+        msg = f"no {kind} named {name!r} is installed (installed: {known})"
+        dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
+        if dist:
+            msg += f"; it is provided by the distribution {dist}: pip install {dist}"
+        if self.errors:
+            broken = ", ".join(sorted({e.distribution for e in self.errors}))
+            msg += f" (note: these plugins failed to load and may provide it: {broken})"
+        return msg
+
+    def add(self, card: CardBase, provider: Provider) -> None:
+        if not isinstance(card, CardBase):
+            raise TypeError(f"register() expects a card from rl_core.cards, got {type(card).__name__}")
+        card = attrs.evolve(card, provider=provider)
+        table = self.cards[card.kind]
+        existing = self.conflict(card.kind, card.name)
+        if existing is not None:
+            self.conflicts[self.conflicts.index(existing)] = attrs.evolve(
+                existing, providers=existing.providers + (provider,)
+            )
+            return
+        if card.name in table:
+            self.conflicts.append(Conflict(card.kind, card.name, (table.pop(card.name).provider, provider)))
+            return
+        table[card.name] = card
+
+
+def _split_env(name: str) -> set[str]:
+    return {part.strip() for part in os.environ.get(name, "").split(",") if part.strip()}
+
+
+def _selected(ep_name: str, dist_name: str) -> bool:
+    block = _split_env(BLOCK_ENV)
+    if ep_name in block or dist_name in block:
+        return False
+    if dist_name == CORE_DISTRIBUTION:
+        return True
+    allow = _split_env(ALLOW_ENV)
+    if not allow:
+        return True
+    return ep_name in allow or dist_name in allow
+
+
+class PluginManager:
+    """A typed wrapper over ``pluggy.PluginManager`` that builds a :class:`Registry`."""
+
+    def __init__(self) -> None:
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._providers: dict[str, Provider] = {}
+        self.errors: list[PluginError] = []
+
+    def register_module(self, module: ModuleType | object, provider: Provider) -> None:
+        """Register a plugin object (module or instance) under ``provider``."""
+        name = provider.entry_point or getattr(module, "__name__", repr(module))
+        try:
+            self._pm.register(module, name=name)
+            self._pm.check_pending()
+        except Exception as exc:  # pluggy.PluginValidationError and friends
+            if self._pm.is_registered(module):
+                self._pm.unregister(module)
+            self.errors.append(_error(provider, exc))
+            return
+        self._providers[name] = provider
+
+    def load_entrypoints(self, group: str = ENTRY_POINT_GROUP) -> None:
+        seen: set[tuple[str, str]] = set()
+        for ep in md.entry_points(group=group):
+            dist = ep.dist
+            dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
+            version = dist.version if dist is not None else ""
+            key = (dist_name, ep.name)
+            if key in seen:  # the same distribution found twice on sys.path
+                continue
+            seen.add(key)
+            if not _selected(ep.name, dist_name):
+                continue
+            provider = Provider(distribution=dist_name, version=version, entry_point=ep.name)
+            try:
+                module = ep.load()
+            except BaseException as exc:  # noqa: BLE001 - a plugin may raise anything, even SystemExit
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.errors.append(_error(provider, exc))
+                continue
+            self.register_module(module, provider)
+
+    def build_registry(self) -> Registry:
+        registry = Registry(errors=list(self.errors))
+        for name, provider in self._providers.items():
+            registry.plugins.append(
+                {
+                    "entry_point": name,
+                    "distribution": provider.distribution,
+                    "version": provider.version,
+                    "hooks": sorted(
+                        h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls())
+                    ),
+                }
+            )
+        for hook_name in HOOK_KINDS:
+            for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+                provider = self._providers.get(impl.plugin_name, Provider(distribution="<unknown>"))
+                try:
+                    impl.function(register=lambda card, _p=provider: registry.add(card, _p))
+                except Exception as exc:  # noqa: BLE001
+                    registry.errors.append(_error(provider, exc, hook=hook_name))
+        return registry
+
+
+def _error(provider: Provider, exc: BaseException, hook: str = "") -> PluginError:
+    what = f"{type(exc).__name__}: {exc}"
+    if hook:
+        what = f"{hook} raised {what}"
+    return PluginError(
+        distribution=provider.distribution,
+        version=provider.version,
+        entry_point=provider.entry_point,
+        error=what,
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+_REGISTRY: Registry | None = None
+
+
+def get_registry(*, reload: bool = False, extra: Iterable[tuple[object, Provider]] = ()) -> Registry:
+    """The process-wide registry, loaded from entry points on first use."""
+    global _REGISTRY
+    if _REGISTRY is None or reload or extra:
+        pm = PluginManager()
+        pm.load_entrypoints()
+        for module, provider in extra:
+            pm.register_module(module, provider)
+        _REGISTRY = pm.build_registry()
+    return _REGISTRY

@@ -1,0 +1,1 @@
+"""Rollout engines that ship with the core."""

@@ -1,0 +1,1 @@
+"""Registers the built-in `hf` rollout backend."""
