@@ -79,7 +79,7 @@ class OptimConfig:
 @attrs.frozen(kw_only=True)
 class RolloutConfig:
     name: str = "hf"
-    n: int = 1
+    n: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1

@@ -1,0 +1,77 @@
+"""`rlcore check CONFIG [key=value ...]`: resolve and normalise without touching a device."""
+
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+from rl_core.cli.plugins_cmd import print_load_problems
+from rl_core.config.load import config_to_dict, load_config
+from rl_core.plugins import get_registry
+from rl_core.problems import errors
+from rl_core.resolver import resolve
+
+
+def add_config_args(p) -> None:
+    p.add_argument("config", nargs="?", help="YAML config file (omit to use the built-in defaults)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. rollout.n=8")
+
+
+def split_config_args(args) -> tuple[str | None, list[str]]:
+    """Allow `rlcore check a.b=1` (no file): a first argument with '=' is an override."""
+    config, overrides = args.config, list(args.overrides)
+    if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
+        overrides.insert(0, config)
+        config = None
+    return config, overrides
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check", help="resolve a config: print the stack, per-rank sizes and every problem")
+    add_config_args(p)
+    p.add_argument("--quiet", action="store_true", help="print problems only")
+    p.set_defaults(func=run)
+
+
+def print_plan(stack, out=sys.stdout) -> None:
+    print("stack:", file=out)
+    for label, card in (
+        ("rollout", stack.rollout),
+        ("train", stack.train),
+        ("estimator", stack.estimator),
+        ("policy loss", stack.policy_loss),
+        ("reward", stack.reward),
+        ("weight converter", stack.converter),
+    ):
+        if card is not None:
+            print(f"  {label:<17} {card.name:<20} ({card.provider})", file=out)
+    if stack.reward is None:
+        custom = stack.config.reward.custom
+        how = f"custom function {custom.name} in {custom.path}" if custom.path else "by each sample's data_source"
+        print(f"  {'reward':<17} {how}", file=out)
+    print("sizes:", file=out)
+    for label, value in stack.sizes.table():
+        print(f"  {label:<33} {value}", file=out)
+
+
+def run(args) -> int:
+    path, overrides = split_config_args(args)
+    config = load_config(path, overrides)
+    registry = get_registry()
+    stack, problems = resolve(config, registry)
+    if stack is not None and not args.quiet:
+        print("# resolved config")
+        print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())
+        print()
+        print_plan(stack)
+    print_load_problems(registry)
+    for p in problems:
+        label = "error" if p.severity == "error" else "warning"
+        print(f"{label}: " + p.render(), file=sys.stderr)
+    if errors(problems):
+        n = len(errors(problems))
+        print(f"\n{n} problem{'s' if n > 1 else ''}: fix {'them' if n > 1 else 'it'} and run rlcore check again", file=sys.stderr)
+        return 1
+    print("ok: the config resolves", file=sys.stderr)
+    return 0

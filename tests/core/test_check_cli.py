@@ -1,0 +1,48 @@
+"""`rlcore check` on bad configs: one clear problem each, naming the key and a fix, exit 1, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_core.cli.main import main
+
+GOOD = ["model.path=Qwen/Qwen2.5-0.5B", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",
+        "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"]
+
+BAD = {
+    # name: (overrides, key the problem must name, words the message or fix must contain)
+    "typo'd key": (["rollout.temprature=0.7"], "rollout.temprature", "did you mean 'temperature'"),
+    "wrong type": (["actor.ppo_epochs=two"], "actor.ppo_epochs", "expected int"),
+    "rollout tp does not divide gpus": (["trainer.n_gpus_per_node=4", "rollout.tensor_model_parallel_size=3"], "rollout.tensor_model_parallel_size", "4 % 3 = 1"),
+    "batch x n not divisible by dp": (["trainer.n_gpus_per_node=3", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=4"], "data.train_batch_size", "8 % 3 = 2"),
+    "mini-batch larger than batch": (["actor.ppo_mini_batch_size=16"], "actor.ppo_mini_batch_size", "larger than"),
+    "micro-batch does not divide per-rank mini": (["actor.ppo_micro_batch_size_per_gpu=3"], "actor.ppo_micro_batch_size_per_gpu", "16 % 3 = 1"),
+    "gae without a critic": (["algorithm.adv_estimator=gae", "critic.enable=false"], "critic.enable", "needs a critic"),
+    "grpo with n = 1": (["rollout.n=1"], "rollout.n", "needs rollout.n > 1"),
+    "backend not installed": (["rollout.name=sglang"], "rollout.name", "pip install rl-rollout-sglang"),
+    "zero size": (["data.train_batch_size=0"], "data.train_batch_size", "positive"),
+    "negative size": (["rollout.n=-2"], "rollout.n", "positive"),
+    "value outside allowed set": (["trainer.device=tpu"], "trainer.device", "auto, cpu, cuda"),
+}
+
+
+def test_the_good_config_resolves(capsys):
+    assert main(["check", *GOOD]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "sequences per train rank" in out and "train_batch_size: 8" in out
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_gives_one_clear_problem(case, capsys):
+    overrides, key, words = BAD[case]
+    code = main(["check", *GOOD, *overrides])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    problem_lines = [line for line in err.splitlines() if line.startswith(("error: ", "  ")) and ": " in line and not line.startswith(("    why", "    fix", "      fix", "      why"))]
+    named = [line for line in problem_lines if key in line.split(":")[1 if line.startswith("error") else 0]]
+    assert named, err
+    assert words in err, err
+    assert "fix:" in err
+    # one problem, not a cascade
+    assert err.count("fix:") == 1, err
