@@ -1,0 +1,280 @@
+"""Metric logging to several backends at once: console, jsonl, tensorboard, wandb.
+
+``Tracker(["console", "jsonl"], output_dir, project, experiment, config)``
+fans each ``log(metrics, step)`` out to the named backends. ``jsonl`` is the
+run's own record (``<output_dir>/metrics.jsonl``, one object per step,
+flushed each step): ``rlcore plot`` reads it, and on resume
+:meth:`Tracker.truncate_after` drops the rows a crashed run wrote after the
+checkpoint it resumes from, so the file again describes one run.
+
+The key metrics (shown on the console line and the progress bar, and grouped
+by ``rlcore plot``) are recognised by name with :data:`METRIC_GROUPS`, which
+accepts verl's names (``critic/score/mean``, ``response_length/mean``,
+``timing_s/step``, ...) as well as plain ones.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from typing import Any, Callable, Mapping
+
+logger = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+# group -> (regex over metric names, short label). Order is display order.
+METRIC_GROUPS: dict[str, tuple[str, str]] = {
+    "reward": (r"^(?!val|timing|perf).*(reward|score)", "reward"),
+    "validation": (r"^val", "val"),
+    "response_length": (r"^(?!timing|perf).*(response_len|resp_len)", "len"),
+    "kl": (r"(^|[/_])kl($|[/_])|kl_loss|ppo_kl", "kl"),
+    "entropy": (r"entropy", "ent"),
+    "grad_norm": (r"grad_norm", "gnorm"),
+    "lr": (r"(^|/)lr$|learning_rate", "lr"),
+    "step_time": (r"timing_s/step$|step_time|time_per_step", "s/step"),
+}
+
+
+def find_key_metric(names: list[str] | Mapping[str, Any], group: str) -> str | None:
+    """The single metric of ``group`` to show in compact displays (a ``mean`` if there is one)."""
+    pattern = re.compile(METRIC_GROUPS[group][0])
+    hits = [n for n in names if pattern.search(n)]
+    if not hits:
+        return None
+    for suffix in ("/mean", "_mean", "mean"):
+        for n in hits:
+            if n.endswith(suffix):
+                return n
+    return min(hits, key=len)
+
+
+def key_metrics(metrics: Mapping[str, float], groups: tuple[str, ...] | None = None) -> dict[str, float]:
+    """``{short label: value}`` for the key metric of each group present in ``metrics``."""
+    out = {}
+    for group in groups or tuple(METRIC_GROUPS):
+        name = find_key_metric(metrics, group)
+        if name is not None:
+            out[METRIC_GROUPS[group][1]] = metrics[name]
+    return out
+
+
+def _to_float(name: str, value: Any) -> float:
+    if hasattr(value, "item"):  # torch / numpy scalars
+        value = value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__} {value!r}") from None
+
+
+def format_metric(v: float) -> str:
+    """A short human form of a metric value (3 significant digits, or scientific when tiny/huge)."""
+    if v != v or v == 0:
+        return f"{v:g}"
+    return f"{v:.3g}" if abs(v) >= 1e-3 and abs(v) < 1e4 else f"{v:.2e}"
+
+
+# ----------------------------------------------------------------- backends
+class ConsoleLogger:
+    """One compact line per step with the key metrics (all metrics if none is recognised)."""
+
+    def __init__(self, print_fn: Callable[[str], Any] = print, **_: Any) -> None:
+        self.print_fn = print_fn
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        shown = key_metrics(metrics) or dict(list(metrics.items())[:8])
+        self.print_fn(f"step {step} | " + " | ".join(f"{k} {format_metric(v)}" for k, v in shown.items()))
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlLogger:
+    """Appends ``{"step": ..., "time": ..., **metrics}`` to ``<output_dir>/metrics.jsonl``.
+
+    Non-finite values are written as ``null`` so the file stays strict JSON.
+    """
+
+    def __init__(self, output_dir: str, **_: Any) -> None:
+        os.makedirs(output_dir, exist_ok=True)
+        self.path = os.path.join(output_dir, METRICS_FILE)
+        self._f = open(self.path, "a")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        row = {"step": step, "time": time.time()}
+        row.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+
+    def truncate_after(self, step: int) -> int:
+        self._f.close()
+        dropped = truncate_jsonl(self.path, step)
+        self._f = open(self.path, "a")
+        return dropped
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class TensorboardLogger:
+    """``torch.utils.tensorboard.SummaryWriter`` in ``<output_dir>/tensorboard``."""
+
+    def __init__(self, output_dir: str, config_dict: dict | None = None, **_: Any) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            raise ImportError(f"the tensorboard logger needs `pip install tensorboard` ({e})") from None
+        self._cls = SummaryWriter
+        self.log_dir = os.path.join(output_dir, "tensorboard")
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+        if config_dict:
+            self.writer.add_text("config", "```\n" + json.dumps(config_dict, indent=1, default=str) + "\n```", 0)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for k, v in metrics.items():
+            self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def truncate_after(self, step: int) -> int:
+        """Reopen with ``purge_step=step + 1``: tensorboard hides events after ``step``."""
+        self.writer.close()
+        self.writer = self._cls(log_dir=self.log_dir, purge_step=step + 1)
+        return 0
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger:
+    """Weights & Biases; ``WANDB_MODE=offline`` logs without a network."""
+
+    def __init__(self, output_dir: str, project: str, experiment: str, config_dict: dict | None = None, **_: Any) -> None:
+        try:
+            import wandb
+        except ImportError:
+            raise ImportError(
+                "trainer.loggers includes 'wandb' but wandb is not installed: `pip install wandb` "
+                "(set WANDB_MODE=offline to log without a network), or remove 'wandb' from trainer.loggers"
+            ) from None
+        self.run = wandb.init(project=project, name=experiment, config=config_dict or {}, dir=output_dir)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+BACKENDS: dict[str, type] = {
+    "console": ConsoleLogger,
+    "jsonl": JsonlLogger,
+    "tensorboard": TensorboardLogger,
+    "wandb": WandbLogger,
+}
+
+
+# ------------------------------------------------------------------ tracker
+class Tracker:
+    """Logs each step's metrics to every backend named in ``loggers``."""
+
+    def __init__(
+        self,
+        loggers: list[str],
+        output_dir: str,
+        project: str = "rl-core",
+        experiment: str = "run",
+        config_dict: dict | None = None,
+        print_fn: Callable[[str], Any] = print,
+    ) -> None:
+        if isinstance(loggers, str):
+            loggers = [loggers]
+        unknown = [n for n in loggers if n not in BACKENDS]
+        if unknown:
+            raise ValueError(f"trainer.loggers has unknown logger(s) {unknown}; allowed: {sorted(BACKENDS)}")
+        self.output_dir = os.fspath(output_dir)
+        self.backends: dict[str, Any] = {}
+        try:
+            for name in dict.fromkeys(loggers):
+                self.backends[name] = BACKENDS[name](
+                    output_dir=self.output_dir,
+                    project=project,
+                    experiment=experiment,
+                    config_dict=config_dict,
+                    print_fn=print_fn,
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Log ``{name: number}`` at ``step`` (tensors and numpy scalars are converted)."""
+        clean = {str(k): _to_float(k, v) for k, v in metrics.items()}
+        for b in self.backends.values():
+            b.log(clean, int(step))
+
+    def truncate_after(self, step: int) -> int:
+        """Drop what backends logged after ``step`` (resume); returns the jsonl rows dropped."""
+        dropped = 0
+        for b in self.backends.values():
+            if hasattr(b, "truncate_after"):
+                dropped += b.truncate_after(int(step))
+        return dropped
+
+    def close(self) -> None:
+        for b in self.backends.values():
+            try:
+                b.close()
+            except Exception as e:  # closing must not hide the error that got us here
+                logger.warning("closing logger %s failed: %s", type(b).__name__, e)
+        self.backends = {}
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# -------------------------------------------------------------------- files
+def read_jsonl_metrics(path: str) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl; a torn last line (a crash mid-write) is skipped with a warning."""
+    rows = []
+    with open(path) as f:
+        lines = f.readlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            if i == len(lines) - 1:
+                logger.warning("%s: skipping a torn last line (the run stopped mid-write)", path)
+                continue
+            raise ValueError(f"{path}, line {i + 1}: not valid JSON: {line[:80]!r}") from None
+        if not isinstance(row, dict) or "step" not in row:
+            raise ValueError(f"{path}, line {i + 1}: expected an object with a 'step' key, got {line[:80]!r}")
+        rows.append(row)
+    return rows
+
+
+def truncate_jsonl(path: str, step: int) -> int:
+    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped."""
+    if not os.path.exists(path):
+        return 0
+    rows = read_jsonl_metrics(path)
+    kept = [r for r in rows if r["step"] <= step]
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        for r in kept:
+            f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if len(rows) != len(kept):
+        logger.info("%s: dropped %d row(s) logged after step %d", path, len(rows) - len(kept), step)
+    return len(rows) - len(kept)
