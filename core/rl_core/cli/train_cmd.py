@@ -1,6 +1,65 @@
-"""`rlcore train`: placeholder until the loop lands."""
+"""`rlcore train CONFIG [key=value ...] [--dry-run]`."""
+
+from __future__ import annotations
+
+import sys
+
+import attrs
+
+from rl_core.cli.check_cmd import add_config_args, print_plan, split_config_args
+from rl_core.cli.main import UserError
+from rl_core.cli.plugins_cmd import print_load_problems
+from rl_core.config.load import load_config
+from rl_core.plugins import get_registry
+from rl_core.problems import errors
+from rl_core.resolver import resolve
+
+BUILTIN_PREFIX = "builtin:"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("train", help="train (not yet available)")
-    p.set_defaults(func=lambda args: 1)
+    p = sub.add_parser("train", help="train a model (resumes automatically from the latest checkpoint)")
+    add_config_args(p)
+    p.add_argument("--dry-run", action="store_true", help="resolve and normalise, build nothing heavy, print the plan")
+    p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.set_defaults(func=run)
+
+
+def materialise_builtin_model(config):
+    """``model.path: builtin:smollm2`` -> the offline model, converted once into a cache folder."""
+    path = config.model.path
+    if not path.startswith(BUILTIN_PREFIX):
+        return config
+    from rl_core.models import ensure_builtin_model
+
+    local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
+    return attrs.evolve(config, model=attrs.evolve(config.model, path=str(local)))
+
+
+def run(args) -> int:
+    path, overrides = split_config_args(args)
+    if path is None and not overrides:
+        raise UserError("name a config, e.g. `rlcore train examples/quickstart.yaml` (add key=value overrides after it)")
+    config = load_config(path, overrides)
+    if not args.dry_run:
+        config = materialise_builtin_model(config)
+    registry = get_registry()
+    stack, problems = resolve(config, registry)
+    print_load_problems(registry)
+    for p in problems:
+        print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=sys.stderr)
+    if errors(problems):
+        print(f"\n{len(errors(problems))} problem(s): nothing was started", file=sys.stderr)
+        return 1
+    print_plan(stack)
+    from rl_core.trainer.loop import describe_plan, train
+
+    print(describe_plan(stack))
+    if args.dry_run:
+        print("dry run: nothing was built", file=sys.stderr)
+        return 0
+    final = train(stack, progress=False if args.no_progress else None)
+    keys = ("reward/mean", "val/accuracy", "val/reward_mean")
+    summary = ", ".join(f"{k}={final[k]:.4g}" for k in keys if k in final)
+    print(f"done: {stack.config.trainer.output_dir}" + (f" ({summary})" if summary else ""))
+    return 0

@@ -1,0 +1,192 @@
+"""Worker placement: the only layer a Ray mode replaces.
+
+:class:`LocalCluster` runs one :class:`~rl_core.worker.HybridWorker` per
+rank on this machine: in the controller's own process when there is one
+rank (easy to debug, no start-up cost), else in spawned processes joined by
+``torch.distributed`` (gloo on CPU, NCCL on GPU). The controller calls
+:meth:`call` with one argument tuple per rank and gets one result per rank.
+
+A worker that raises sends its traceback back and the call raises
+:class:`WorkerError` naming the rank; a worker process that dies (OOM
+killer, segfault) is detected within a second and named with its exit code,
+instead of leaving the controller waiting forever.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from typing import Any, Sequence
+
+from rl_core.backends import WorkerContext
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _device_for(device: str, local_rank: int) -> str:
+    return f"cuda:{local_rank}" if device == "cuda" else "cpu"
+
+
+def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        if context.device.startswith("cuda"):
+            torch.cuda.set_device(context.torch_device)
+        dist.init_process_group(
+            "nccl" if context.device.startswith("cuda") else "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=context.rank,
+            world_size=context.world_size,
+        )
+        from rl_core.worker import HybridWorker
+
+        worker = HybridWorker(stack, context)
+        conn.send(("ok", None))
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        return
+    while True:
+        try:
+            method, args = conn.recv()
+        except EOFError:
+            break
+        if method == "__stop__":
+            try:
+                worker.shutdown()
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+            finally:
+                conn.send(("ok", None))
+            break
+        try:
+            conn.send(("ok", getattr(worker, method)(*args)))
+        except BaseException as exc:  # noqa: BLE001
+            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+class LocalCluster:
+    """One worker per rank on this machine (in-process for a single rank)."""
+
+    def __init__(self, stack, *, spawn: bool | None = None) -> None:
+        config = stack.config
+        self.world_size = stack.sizes.world_size
+        self.device = stack.sizes.device
+        self.stack = stack
+        spawn = self.world_size > 1 if spawn is None else spawn
+        if self.world_size > 1 and not spawn:
+            raise ValueError("several ranks need spawned processes")
+        threads = config.trainer.torch_threads
+        if threads is None and self.device == "cpu" and self.world_size > 1:
+            threads = max(1, (os.cpu_count() or 1) // self.world_size)
+        self._procs: list[mp.Process] = []
+        self._conns: list[Any] = []
+        self._local = None
+        contexts = [
+            WorkerContext(rank=r, world_size=self.world_size, local_rank=r, device=_device_for(self.device, r), seed=config.trainer.seed)
+            for r in range(self.world_size)
+        ]
+        if not spawn:
+            import torch
+
+            from rl_core.worker import HybridWorker
+
+            if threads:
+                torch.set_num_threads(threads)
+            if self.device == "cuda":
+                torch.cuda.set_device(0)
+            self._local = HybridWorker(stack, contexts[0])
+            return
+        ctx = mp.get_context("spawn")
+        port = free_port()
+        for context in contexts:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(child, stack, context, port, threads), daemon=True, name=f"rl-core-worker-{context.rank}")
+            proc.start()
+            self._procs.append(proc)
+            self._conns.append(parent)
+        self._gather("start")
+
+    # ------------------------------------------------------------------ calls
+    def call(self, method: str, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
+        """Call ``method`` on every rank; ``per_rank_args[r]`` or ``same_args`` for all."""
+        args = list(per_rank_args) if per_rank_args is not None else [same_args] * self.world_size
+        if len(args) != self.world_size:
+            raise ValueError(f"{method}: got arguments for {len(args)} ranks, the cluster has {self.world_size}")
+        if self._local is not None:
+            return [getattr(self._local, method)(*args[0])]
+        for conn, a in zip(self._conns, args):
+            conn.send((method, a))
+        return self._gather(method)
+
+    def _gather(self, method: str) -> list[Any]:
+        results: list[Any] = [None] * len(self._conns)
+        pending = set(range(len(self._conns)))
+        errors: list[str] = []
+        while pending:
+            for rank in sorted(pending):
+                conn, proc = self._conns[rank], self._procs[rank]
+                if conn.poll(0.2):
+                    status, value = conn.recv()
+                    pending.discard(rank)
+                    if status == "ok":
+                        results[rank] = value
+                    else:
+                        errors.append(f"rank {rank} failed in {method}: {value}")
+                elif not proc.is_alive() and not conn.poll(0):
+                    pending.discard(rank)
+                    errors.append(
+                        f"rank {rank} died during {method} with exit code {proc.exitcode}"
+                        + (" (killed: often the OOM killer; lower micro-batch sizes)" if proc.exitcode and proc.exitcode < 0 else "")
+                    )
+            if errors and pending:
+                # a rank failed: the others may wait forever in a collective
+                self.close(force=True)
+                break
+        if errors:
+            raise WorkerError("\n".join(errors))
+        return results
+
+    def close(self, force: bool = False) -> None:
+        if self._local is not None:
+            self._local.shutdown()
+            self._local = None
+            return
+        if not force:
+            for conn, proc in zip(self._conns, self._procs):
+                if proc.is_alive():
+                    try:
+                        conn.send(("__stop__", ()))
+                    except (BrokenPipeError, OSError):
+                        pass
+            for conn, proc in zip(self._conns, self._procs):
+                if conn.poll(30):
+                    try:
+                        conn.recv()
+                    except EOFError:
+                        pass
+        for proc in self._procs:
+            proc.join(timeout=0 if force else 10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        self._procs, self._conns = [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(force=exc[0] is not None)

@@ -1,0 +1,292 @@
+"""The single-controller loop.
+
+::
+
+    prompts --rollout--> responses --reward--> scores
+            --old / ref log-probs, values--> --estimator--> advantages
+            --critic / actor update--> new weights --weight sync--> rollout
+
+The controller holds the loop and the data; workers (:mod:`rl_core.worker`)
+hold the models, placed by :mod:`rl_core.cluster`. Every stage is timed
+(``timing_s/<stage>``) and logged; checkpoints are atomic and resumed
+automatically.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import yaml
+
+from rl_core.algorithms.advantages import compute_advantage, group_index
+from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
+from rl_core.backends import SamplingParams
+from rl_core.batch import Batch
+from rl_core.config.load import config_to_dict
+from rl_core.resolver import Stack
+from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, save_rng_state
+from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
+from rl_core.trainer.progress import ProgressBar
+from rl_core.trainer.tracking import Tracker
+
+TRAINER_STATE = "trainer_state.pt"
+
+
+class Trainer:
+    def __init__(self, stack: Stack, *, cluster=None, progress: bool | None = None) -> None:
+        from rl_core.data.dataset import build_loaders
+        from rl_core.modeling import load_tokenizer
+        from rl_core.rewards.manager import RewardManager
+
+        self.stack = stack
+        self.config = cfg = stack.config
+        self.sizes = stack.sizes
+        os.makedirs(cfg.trainer.output_dir, exist_ok=True)
+        with open(os.path.join(cfg.trainer.output_dir, "config.yaml"), "w") as f:
+            yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
+        self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer)
+        self.data_info = data_info
+        self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
+        self.reward = RewardManager(cfg.reward)
+        self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
+        self.ckpt = CheckpointManager(os.path.join(cfg.trainer.output_dir, "checkpoints"), keep_last=cfg.trainer.max_ckpt_to_keep)
+        self.tracker = Tracker(
+            cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
+        )
+        self.progress_enabled = progress
+        if cluster is None:
+            from rl_core.cluster import LocalCluster
+
+            cluster = LocalCluster(stack)
+        self.cluster = cluster
+        self.cluster.call("set_total_steps", same_args=(self.total_steps,))
+        self.step = 0
+
+    # --------------------------------------------------------------- dispatch
+    def _train_call(self, method: str, batch: Batch, *extra: Any) -> list[Any]:
+        """Split ``batch`` over the data-parallel ranks and call ``method`` on each."""
+        shards = batch.chunk(self.sizes.train_dp)
+        per_rank = self._expand_dp([(s, *extra) for s in shards])
+        return self._collect_dp(self.cluster.call(method, per_rank))
+
+    def _expand_dp(self, per_dp: list[tuple]) -> list[tuple]:
+        reps = self.sizes.world_size // self.sizes.train_dp
+        return [a for a in per_dp for _ in range(reps)]
+
+    def _collect_dp(self, results: list[Any]) -> list[Any]:
+        reps = self.sizes.world_size // self.sizes.train_dp
+        return results[::reps]
+
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        replicas, tp = self.sizes.rollout_replicas, self.sizes.rollout_tp
+        padded, pad = prompts.pad_to_divisor(replicas)
+        shards = padded.chunk(replicas)
+        results = self.cluster.call("generate", [(shards[r // tp], params) for r in range(self.sizes.world_size)])
+        out = Batch.concat(results[::tp])
+        return out.unpad(pad * params.n)
+
+    def _cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts, dim=0)
+
+    # ------------------------------------------------------------------- step
+    def sampling(self, *, greedy: bool = False, step: int = 0) -> SamplingParams:
+        r = self.config.rollout
+        return SamplingParams(
+            n=1 if greedy else r.n,
+            temperature=r.val_temperature if greedy else r.temperature,
+            top_p=1.0 if greedy else r.top_p,
+            top_k=-1 if greedy else r.top_k,
+            max_new_tokens=self.config.data.max_response_length,
+            greedy=greedy or not r.do_sample,
+            seed=self.config.trainer.seed * 1_000_003 + step,
+            logprobs=r.calculate_log_probs and not greedy,
+            stop=tuple(r.stop),
+        )
+
+    def decode_responses(self, batch: Batch) -> list[str]:
+        out = []
+        for ids, mask in zip(batch["responses"], batch["response_mask"]):
+            out.append(self.tokenizer.decode(ids[mask.bool()].tolist(), skip_special_tokens=True))
+        return out
+
+    def score(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        from rl_core.rewards.manager import scores_to_token_level
+
+        batch["response_text"] = self.decode_responses(batch)
+        scores, metrics, _extra = self.reward.score(batch)
+        batch["token_level_scores"] = scores_to_token_level(scores, batch["response_mask"])
+        return scores, metrics
+
+    def train_step(self, prompts: Batch, step: int) -> dict[str, float]:
+        cfg = self.config
+        t: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        with timed(t, "step"):
+            with timed(t, "gen"):
+                batch = self.generate(prompts, self.sampling(step=step))
+            with timed(t, "reward"):
+                scores, reward_metrics = self.score(batch)
+                metrics.update(reward_metrics)
+            if self.stack.estimator.needs_greedy_baseline:
+                with timed(t, "gen_baseline"):
+                    greedy = self.generate(prompts, self.sampling(greedy=True, step=step))
+                    base_scores, _ = self.score(greedy)
+                baseline = base_scores.repeat_interleave(cfg.rollout.n)
+            else:
+                baseline = None
+            with timed(t, "old_log_prob"):
+                parts = self._train_call("compute_log_prob", batch, cfg.rollout.temperature, True)
+                batch["old_log_probs"] = self._cat([p["log_probs"] for p in parts])
+                entropy = self._cat([p["entropy"] for p in parts])
+                mask = batch["response_mask"].float()
+                metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
+            if cfg.ref.enable:
+                with timed(t, "ref"):
+                    batch["ref_log_prob"] = self._cat(self._train_call("compute_ref_log_prob", batch, cfg.rollout.temperature))
+            if cfg.critic.enable:
+                with timed(t, "values"):
+                    batch["values"] = self._cat(self._train_call("compute_values", batch))
+            with timed(t, "adv"):
+                if self.kl_ctrl is not None:
+                    rewards, kl_metrics = apply_kl_penalty(
+                        batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
+                        self.kl_ctrl, cfg.algorithm.kl_penalty,
+                    )
+                    metrics.update(kl_metrics)
+                else:
+                    rewards = batch["token_level_scores"]
+                batch["token_level_rewards"] = rewards
+                adv, returns = compute_advantage(
+                    cfg.algorithm.adv_estimator,
+                    token_level_rewards=rewards,
+                    response_mask=batch["response_mask"],
+                    index=group_index(batch["uid"]),
+                    values=batch["values"] if cfg.critic.enable else None,
+                    gamma=cfg.algorithm.gamma,
+                    lam=cfg.algorithm.lam,
+                    baseline_rewards=baseline,
+                    options={"norm_adv_by_std": cfg.algorithm.norm_adv_by_std_in_grpo, **cfg.algorithm.options},
+                )
+                batch["advantages"], batch["returns"] = adv, returns
+            if cfg.critic.enable:
+                with timed(t, "update_critic"):
+                    metrics.update(mean_of(self._train_call("update_critic", batch)))
+            with timed(t, "update_actor"):
+                metrics.update(mean_of(self._train_call("update_actor", batch)))
+            with timed(t, "sync_weights"):
+                self.cluster.call("sync_weights")
+        metrics.update(batch_metrics(batch, cfg.data.max_response_length))
+        metrics.update(throughput(batch, t["timing_s/step"], self.sizes.world_size))
+        metrics.update(t)
+        metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
+        return metrics
+
+    # ------------------------------------------------------------- validation
+    def validate(self) -> dict[str, float]:
+        if self.val_loader is None:
+            return {}
+        t: dict[str, float] = {}
+        scores_all, lengths = [], []
+        with timed(t, "validate"):
+            for prompts in self.val_loader.iterate_once():
+                batch = self.generate(prompts, self.sampling(greedy=True))
+                scores, _ = self.score(batch)
+                scores_all.append(scores)
+                lengths.append(batch["response_mask"].sum(-1).float())
+        scores = torch.cat(scores_all)
+        return {
+            "val/reward_mean": scores.float().mean().item(),
+            "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
+            "val/response_length_mean": torch.cat(lengths).mean().item(),
+            "val/samples": float(scores.numel()),
+            **t,
+        }
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, step: int) -> str:
+        tmp = self.ckpt.begin(step)
+        self.cluster.call("save_checkpoint", same_args=(tmp,))
+        state = {
+            "step": step,
+            "data": self.train_loader.state_dict(),
+            "rng": save_rng_state(),
+            "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
+        }
+        torch.save(state, os.path.join(tmp, TRAINER_STATE))
+        return self.ckpt.commit(step)
+
+    def maybe_resume(self) -> int:
+        if not self.config.trainer.resume:
+            return 0
+        latest = self.ckpt.latest()
+        if latest is None:
+            return 0
+        step, path = latest
+        self.cluster.call("load_checkpoint", same_args=(path,))
+        state = torch.load(os.path.join(path, TRAINER_STATE), weights_only=False)
+        self.train_loader.load_state_dict(state["data"])
+        load_rng_state(state["rng"])
+        if self.kl_ctrl is not None and state.get("kl_coef") is not None:
+            self.kl_ctrl.value = state["kl_coef"]
+        self.cluster.call("sync_weights")
+        self.tracker.truncate_after(step)
+        print(f"resumed from {path} (step {step})", flush=True)
+        return step
+
+    # -------------------------------------------------------------------- fit
+    def fit(self) -> dict[str, float]:
+        cfg = self.config.trainer
+        self.step = start = self.maybe_resume()
+        last: dict[str, float] = {}
+        if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
+            val = self.validate()
+            self.tracker.log(val, step=0)
+            last.update(val)
+        bar = ProgressBar(self.total_steps, initial=start, enable=self.progress_enabled)
+        try:
+            for step in range(start + 1, self.total_steps + 1):
+                prompts = self.train_loader.next_batch()
+                metrics = self.train_step(prompts, step)
+                if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or step == self.total_steps):
+                    metrics.update(self.validate())
+                if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps):
+                    with timed(metrics, "save_checkpoint"):
+                        self.save_checkpoint(step)
+                self.step = step
+                self.tracker.log(metrics, step=step)
+                bar.update(step, metrics)
+                last = metrics
+            self.cluster.call("save_hf", same_args=(os.path.join(self.config.trainer.output_dir, "hf_final"),))
+        finally:
+            bar.close()
+            self.tracker.close()
+        return last
+
+    def close(self) -> None:
+        self.reward.close()
+        self.cluster.close()
+
+
+def train(stack: Stack, **kwargs) -> dict[str, float]:
+    trainer = Trainer(stack, **kwargs)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def describe_plan(stack: Stack) -> str:
+    """What `rlcore train --dry-run` prints after the resolved sizes."""
+    cfg = stack.config
+    lines = [
+        f"output dir: {cfg.trainer.output_dir}",
+        f"steps: {cfg.trainer.total_training_steps or f'{cfg.trainer.total_epochs} epoch(s) of the training set'}",
+        f"checkpoints: every {cfg.trainer.save_freq} steps" if cfg.trainer.save_freq > 0 else "checkpoints: only at the end (hf_final)",
+        f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
+        f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}, rollout {stack.rollout.name}",
+    ]
+    return "\n".join(lines)
+

@@ -1,0 +1,120 @@
+"""The hybrid worker: one process's actor, reference, critic and rollout engines.
+
+Colocated, as in verl's hybrid engine: each worker holds the train backend's
+roles and a rollout engine, and weight sync is an in-memory copy from the
+actor to the rollout engine of the same process. The placement layer
+(:mod:`rl_core.cluster`) creates one worker per rank and calls its methods;
+nothing here knows whether it runs in-process, in a spawned process or in a
+Ray actor.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefix
+from rl_core.batch import Batch
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class HybridWorker:
+    def __init__(self, stack, context: WorkerContext) -> None:
+        self.stack = stack
+        self.context = context
+        config = stack.config
+        seed_everything(config.trainer.seed + context.rank)
+        make_train = stack.train.load()
+        self.actor = make_train("actor", config, context)
+        self.ref = make_train("ref", config, context) if config.ref.enable else None
+        self.critic = make_train("critic", config, context) if config.critic.enable else None
+        self.rollout = stack.rollout.load()(config, context)
+        self._convert = stack.converter.load() if stack.converter is not None else None
+        self._sleeping = False
+
+    # ----------------------------------------------------------------- rollout
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        if self._sleeping:
+            self.rollout.wake_up()
+            self._sleeping = False
+        if params.seed is not None:
+            params = _with_seed(params, params.seed + 7919 * self.context.rank)
+        out = self.rollout.generate(batch, params)
+        if self.stack.config.rollout.enable_sleep and self.context.device != "cpu":
+            self.rollout.sleep()
+            self._sleeping = True
+        return out
+
+    def sync_weights(self) -> float:
+        """Load the actor's current weights into the rollout engine; returns seconds."""
+        start = time.perf_counter()
+        weights = self.actor.named_weights()
+        if self._convert is not None:
+            weights = self._convert(weights, self.stack.config)
+        if self._sleeping:
+            self.rollout.wake_up()
+            self._sleeping = False
+        self.rollout.load_weights(weights)
+        return time.perf_counter() - start
+
+    # ------------------------------------------------------------------- roles
+    def compute_log_prob(self, batch: Batch, temperature: float, with_entropy: bool) -> dict[str, torch.Tensor]:
+        return self.actor.compute_log_prob(batch, temperature=temperature, with_entropy=with_entropy)
+
+    def compute_ref_log_prob(self, batch: Batch, temperature: float) -> torch.Tensor:
+        return self.ref.compute_log_prob(batch, temperature=temperature)["log_probs"]
+
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        return self.critic.compute_values(batch)
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        return engine_metrics_prefix("actor", self.actor.update(batch))
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        return engine_metrics_prefix("critic", self.critic.update(batch))
+
+    def set_total_steps(self, total: int) -> None:
+        for engine in self._train_engines():
+            setter = getattr(engine, "set_total_steps", None)
+            if setter is not None:
+                setter(total)
+
+    # ------------------------------------------------------------- persistence
+    def save_checkpoint(self, path: str) -> None:
+        for name, engine in self._named_trainables():
+            engine.save_checkpoint(f"{path}/{name}")
+
+    def load_checkpoint(self, path: str) -> None:
+        for name, engine in self._named_trainables():
+            engine.load_checkpoint(f"{path}/{name}")
+
+    def save_hf(self, path: str) -> None:
+        self.actor.save_hf(path)
+
+    def shutdown(self) -> None:
+        for engine in [*self._train_engines(), self.rollout]:
+            closer = getattr(engine, "shutdown", None)
+            if closer is not None:
+                closer()
+
+    # ---------------------------------------------------------------- helpers
+    def _train_engines(self) -> list[Any]:
+        return [e for e in (self.actor, self.ref, self.critic) if e is not None]
+
+    def _named_trainables(self) -> list[tuple[str, Any]]:
+        return [(n, e) for n, e in (("actor", self.actor), ("critic", self.critic)) if e is not None]
+
+
+def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
+    import attrs
+
+    return attrs.evolve(params, seed=seed)
