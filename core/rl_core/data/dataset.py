@@ -1,0 +1,372 @@
+"""Prompt data: rows in verl's format -> tokenized prompts -> resumable batches.
+
+A row (one line of a jsonl file, one record of a parquet file, or generated)::
+
+    {"data_source": "openai/gsm8k",
+     "prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
+     "reward_model": {"style": "rule", "ground_truth": "72"},
+     "extra_info": {...}}                                  # optional
+
+:class:`PromptDataset` renders each prompt (the tokenizer's chat template with
+``add_generation_prompt=True``, or the contents joined by newlines when
+``apply_chat_template`` is false), tokenizes it and drops prompts longer than
+``max_prompt_length`` (counted in ``num_dropped``). :class:`PromptLoader`
+cuts it into :class:`~rl_core.batch.Batch` es (left-padded ``input_ids`` /
+``attention_mask`` plus ``data_source``, ``ground_truth``, ``extra_info``,
+``prompt_text``, ``uid``) in a seeded order per epoch; its ``state_dict()``
+resumes at exactly the next batch an uninterrupted run would have produced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from rl_core.batch import Batch
+
+logger = logging.getLogger(__name__)
+
+GENERATORS = ("reasoning_gym",)
+
+
+class DataError(ValueError):
+    """Prompt data that cannot be read or used as configured."""
+
+
+# --------------------------------------------------------------------- rows
+def validate_row(row: Any, where: str, prompt_key: str) -> dict[str, Any]:
+    """Check one row and return it in canonical form; errors say ``where`` (file, row index)."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be an object, got {type(row).__name__}")
+    if prompt_key not in row:
+        raise DataError(
+            f"{where}: no {prompt_key!r} key (it has {sorted(row)}); each row needs a chat message list "
+            f"under {prompt_key!r}, or set data.prompt_key to the key that holds it"
+        )
+    prompt = row[prompt_key]
+    if isinstance(prompt, np.ndarray):
+        prompt = prompt.tolist()
+    ok = (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
+    )
+    if not ok:
+        raise DataError(
+            f"{where}: {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str}} messages, "
+            f"got {json.dumps(prompt, default=str)[:120]}"
+        )
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+        raise DataError(
+            f"{where}: no ground truth; a row needs reward_model.ground_truth "
+            f"(e.g. \"reward_model\": {{\"style\": \"rule\", \"ground_truth\": \"42\"}})"
+        )
+    source = row.get("data_source")
+    if not isinstance(source, str) or not source:
+        raise DataError(f"{where}: no 'data_source' string; the reward function is chosen by it (e.g. \"openai/gsm8k\")")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise DataError(f"{where}: 'extra_info' must be an object, got {type(extra).__name__}")
+    return {
+        "data_source": source,
+        "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
+        "ground_truth": rm["ground_truth"],
+        "extra_info": extra,
+    }
+
+
+def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
+    """Read and validate the rows of a ``.jsonl`` or ``.parquet`` file.
+
+    Returns canonical rows ``{data_source, prompt, ground_truth, extra_info}``.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DataError(f"data file {path} does not exist; check data.train_files / data.val_files")
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        raw = pq.read_table(path).to_pylist()
+    elif path.endswith((".jsonl", ".json")):
+        raw = []
+        with open(path) as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    raw.append(json.loads(line))
+                except ValueError as e:
+                    raise DataError(f"{path}, line {i + 1}: not valid JSON ({e})") from None
+    else:
+        raise DataError(f"data file {path}: unknown format; use .jsonl (one JSON object per line) or .parquet")
+    if not raw:
+        raise DataError(f"data file {path} has no rows")
+    return [validate_row(r, f"{path}, row {i}", prompt_key) for i, r in enumerate(raw)]
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples -> lists and other non-JSON values -> str, recursively (reasoning-gym metadata holds tuples)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _reasoning_gym_rows(name: str, size: int, seed: int, kwargs: dict, system_prompt: str | None) -> list[dict]:
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise DataError("data generator 'reasoning_gym' needs `pip install reasoning-gym`") from None
+    try:
+        ds = reasoning_gym.create_dataset(name, size=size, seed=seed, **kwargs)
+    except Exception as e:  # unknown dataset name or bad kwargs
+        raise DataError(f"reasoning_gym.create_dataset({name!r}, size={size}, seed={seed}, **{kwargs}) failed: {e}") from None
+    rows = []
+    for i in range(len(ds)):
+        entry = ds[i]
+        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+            {"role": "user", "content": entry["question"]}
+        ]
+        rows.append(
+            {
+                "data_source": f"reasoning_gym/{name}",
+                "prompt": prompt,
+                "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
+                "extra_info": {
+                    "dataset": name,
+                    "size": size,
+                    "seed": seed,
+                    "kwargs": _jsonable(kwargs),
+                    "index": i,
+                    "entry": _jsonable(entry),
+                },
+            }
+        )
+    return rows
+
+
+def generate_rows(gen: Any, prompt_key: str = "prompt") -> list[dict[str, Any]]:
+    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig` (``name`` in :data:`GENERATORS`)."""
+    if gen.name not in GENERATORS:
+        raise DataError(f"data generator name {gen.name!r} is unknown; allowed: {list(GENERATORS)}")
+    if not gen.dataset:
+        raise DataError("data generator 'reasoning_gym' needs `dataset`, e.g. basic_arithmetic or gsm_symbolic")
+    if gen.size < 1:
+        raise DataError(f"data generator size must be >= 1, got {gen.size}")
+    try:
+        from rl_core.data.convert import generate_reasoning_gym_rows as make
+    except ImportError:
+        make = _reasoning_gym_rows
+    raw = make(gen.dataset, gen.size, gen.seed, dict(gen.kwargs), gen.system_prompt)
+    where = f"reasoning_gym/{gen.dataset}"
+    return [validate_row(r, f"{where}, row {i}", "prompt") for i, r in enumerate(raw)]
+
+
+# ------------------------------------------------------------------ dataset
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool) -> str:
+    """The prompt text the model sees: chat template + generation prompt, or the contents joined."""
+    if not apply_chat_template:
+        return "\n".join(m["content"] for m in messages)
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
+            "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer"
+        )
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+class PromptDataset:
+    """Tokenized prompts; items are dicts with ``input_ids`` (list of int) and the row's fields.
+
+    ``filter_overlong=True`` drops prompts longer than ``max_prompt_length``
+    tokens (``num_dropped`` counts them); ``False`` makes one an error.
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[dict[str, Any]],
+        tokenizer: Any,
+        *,
+        max_prompt_length: int,
+        filter_overlong: bool = True,
+        apply_chat_template: bool = True,
+        source: str = "data",
+    ) -> None:
+        if max_prompt_length < 1:
+            raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
+        self.source = source
+        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template) for r in rows]
+        # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
+        ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []
+        self.items: list[dict[str, Any]] = []
+        self.num_dropped = 0
+        for i, (row, text, tok) in enumerate(zip(rows, texts, ids)):
+            if len(tok) > max_prompt_length:
+                if not filter_overlong:
+                    raise DataError(
+                        f"{source}, row {i}: the prompt has {len(tok)} tokens > data.max_prompt_length="
+                        f"{max_prompt_length}; raise max_prompt_length or set data.filter_overlong_prompts=true"
+                    )
+                self.num_dropped += 1
+                continue
+            self.items.append({**row, "prompt_text": text, "input_ids": list(tok)})
+        if self.num_dropped:
+            logger.warning(
+                "%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
+                source, self.num_dropped, len(rows), max_prompt_length,
+            )
+        if not self.items:
+            raise DataError(
+                f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
+                f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items[i]
+
+
+def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> PromptDataset:
+    """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`.
+
+    Files and a generator may both be given (rows are concatenated, files
+    first). ``val_max_samples`` keeps the first N validation prompts.
+    """
+    if split not in ("train", "val"):
+        raise DataError(f"split must be 'train' or 'val', got {split!r}")
+    files = list(data.train_files if split == "train" else data.val_files)
+    gen = data.train_generator if split == "train" else data.val_generator
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        rows.extend(read_rows(path, data.prompt_key))
+    if gen is not None and gen.name:
+        rows.extend(generate_rows(gen))
+    if not rows:
+        raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
+    source = ", ".join(files + ([f"reasoning_gym/{gen.dataset}"] if gen is not None and gen.name else []))
+    ds = PromptDataset(
+        rows,
+        tokenizer,
+        max_prompt_length=data.max_prompt_length,
+        filter_overlong=data.filter_overlong_prompts,
+        apply_chat_template=data.apply_chat_template,
+        source=source,
+    )
+    if split == "val" and data.val_max_samples is not None:
+        ds.items = ds.items[: data.val_max_samples]
+    return ds
+
+
+# ------------------------------------------------------------------- loader
+def pad_token_id_of(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its eos id; an error if it has neither."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        v = getattr(tokenizer, attr, None)
+        if isinstance(v, int):
+            return v
+    raise DataError("the tokenizer has neither a pad token nor an eos token; set tokenizer.pad_token before loading data")
+
+
+def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[str]) -> Batch:
+    """A :class:`Batch` of prompts left-padded to the longest one."""
+    width = max(len(it["input_ids"]) for it in items)
+    input_ids = torch.full((len(items), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    for r, it in enumerate(items):
+        n = len(it["input_ids"])
+        input_ids[r, width - n :] = torch.tensor(it["input_ids"], dtype=torch.long)
+        mask[r, width - n :] = 1
+    non = {k: [it[k] for it in items] for k in ("data_source", "ground_truth", "extra_info", "prompt_text")}
+    non["uid"] = list(uids)
+    return Batch({"input_ids": input_ids, "attention_mask": mask}, non)
+
+
+class PromptLoader:
+    """Batches of a :class:`PromptDataset`, epoch after epoch, resumable at any batch.
+
+    Epoch ``e``'s order is a permutation drawn from ``seed`` and ``e`` only
+    (or the file order when ``shuffle`` is false), so a resumed loader needs
+    nothing but ``{"epoch", "index"}`` to continue exactly where it stopped.
+    Iterating yields the rest of the current epoch; :meth:`next_batch` crosses
+    epoch boundaries. Each prompt's ``uid`` is ``e<epoch>-i<dataset index>``.
+    """
+
+    def __init__(
+        self,
+        dataset: PromptDataset,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        pad_token_id: int = 0,
+    ) -> None:
+        if batch_size < 1:
+            raise DataError(f"batch size must be >= 1, got {batch_size}")
+        if drop_last and len(dataset) < batch_size:
+            raise DataError(
+                f"{dataset.source}: {len(dataset)} prompts (after filtering) are fewer than one batch of "
+                f"{batch_size}; lower data.train_batch_size or add data"
+            )
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.pad_token_id = pad_token_id
+        self.epoch = 0
+        self.index = 0  # prompts of this epoch's order already handed out
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """Dataset indices in epoch ``epoch``'s order."""
+        n = len(self.dataset)
+        if not self.shuffle:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, epoch]).permutation(n)
+
+    def next_batch(self) -> Batch:
+        """The next batch, moving on to the next epoch when this one is used up."""
+        n = len(self.dataset)
+        idx = self.order(self.epoch)[self.index : self.index + self.batch_size]
+        epoch = self.epoch
+        self.index += len(idx)
+        left = n - self.index
+        if left == 0 or (self.drop_last and left < self.batch_size):
+            self.epoch, self.index = self.epoch + 1, 0
+        batch = collate([self.dataset[int(i)] for i in idx], self.pad_token_id, [f"e{epoch}-i{int(i)}" for i in idx])
+        batch.meta["epoch"] = epoch
+        return batch
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch = self.epoch
+        while self.epoch == epoch:
+            yield self.next_batch()
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the next batch starts: ``{"epoch", "index", "num_prompts"}``."""
+        return {"epoch": self.epoch, "index": self.index, "num_prompts": len(self.dataset)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continue from a :meth:`state_dict`; the dataset must be the same size as then."""
+        try:
+            epoch, index = int(state["epoch"]), int(state["index"])
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"loader state must have integer 'epoch' and 'index', got {state!r}") from None
+        n = len(self.dataset)
+        if "num_prompts" in state and state["num_prompts"] != n:
+            raise DataError(
+                f"the checkpoint's data loader saw {state['num_prompts']} prompts but {self.dataset.source} now has {n}; "
+                "the data (or max_prompt_length / filtering) changed, so the resumed order would differ"
+            )
+        if epoch < 0 or not 0 <= index <= n:
+            raise DataError(f"loader state epoch={epoch}, index={index} is out of range for {n} prompts")
+        self.epoch, self.index = epoch, index

@@ -1,0 +1,223 @@
+"""Prompt data: reading jsonl/parquet, validation errors, filtering, generation, resumable loading."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from rl_core.config.schema import DataConfig, GeneratorConfig
+from rl_core.data.dataset import (
+    DataError,
+    PromptDataset,
+    PromptLoader,
+    generate_rows,
+    load_prompt_dataset,
+    pad_token_id_of,
+    read_rows,
+    validate_row,
+)
+
+from .conftest import make_tiny_tokenizer
+
+
+def _row(i, words=1, **over):
+    row = {
+        "data_source": "toy",
+        "prompt": [{"role": "system", "content": "be brief ."}, {"role": "user", "content": "what is " + " plus ".join([str(i)] * words) + " ?"}],
+        "reward_model": {"style": "rule", "ground_truth": str(i * words)},
+        "extra_info": {"index": i},
+    }
+    row.update(over)
+    return row
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _write_parquet(path, rows):
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def test_jsonl_and_parquet_read_the_same_rows(tmp_path):
+    rows = [_row(i) for i in range(5)]
+    a = read_rows(_write_jsonl(tmp_path / "a.jsonl", rows))
+    b = read_rows(_write_parquet(tmp_path / "b.parquet", rows))
+    assert a == b
+    assert a[3] == {
+        "data_source": "toy",
+        "prompt": rows[3]["prompt"],
+        "ground_truth": "3",
+        "extra_info": {"index": 3},
+    }
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"question": "hi"}, r"row 2: no 'prompt' key .*data.prompt_key"),
+        ({"prompt": "what is 2 ?"}, r"row 2: 'prompt' must be a non-empty list of \{'role': str, 'content': str\}"),
+        ({"prompt": [{"role": "user"}]}, r"row 2: 'prompt' must be a non-empty list"),
+        ({"reward_model": {"style": "rule"}}, r"row 2: no ground truth; a row needs reward_model.ground_truth"),
+        ({"data_source": None}, r"row 2: no 'data_source'"),
+    ],
+)
+def test_malformed_row_error_names_file_and_row(tmp_path, bad, message):
+    rows = [_row(0), _row(1), {**_row(2), **bad}]
+    if "question" in bad:
+        del rows[2]["prompt"]
+    path = _write_jsonl(tmp_path / "bad.jsonl", rows)
+    with pytest.raises(DataError, match=message) as e:
+        read_rows(path)
+    assert str(e.value).startswith(f"{path}, row 2")
+
+
+def test_unreadable_files_are_named(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        read_rows(str(tmp_path / "missing.jsonl"))
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match="unknown format; use .jsonl"):
+        read_rows(str(tmp_path / "x.csv"))
+    (tmp_path / "torn.jsonl").write_text(json.dumps(_row(0)) + "\n{oops\n")
+    with pytest.raises(DataError, match=r"torn.jsonl, line 2: not valid JSON"):
+        read_rows(str(tmp_path / "torn.jsonl"))
+
+
+def test_chat_template_tokenize_and_filter_overlong(tmp_path, tiny_tokenizer, caplog):
+    rows = read_rows(_write_jsonl(tmp_path / "d.jsonl", [_row(i, words=1 + i % 4) for i in range(12)]))
+    full = PromptDataset(rows, tiny_tokenizer, max_prompt_length=1000)
+    lengths = [len(it["input_ids"]) for it in full]
+    assert full.num_dropped == 0 and len(full) == 12
+    text = full[0]["prompt_text"]
+    assert text.startswith("<|im_start|>system\nbe brief .<|im_end|>") and text.endswith("<|im_start|>assistant\n")
+    assert full[0]["input_ids"] == tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    limit = sorted(lengths)[5]
+    with caplog.at_level("WARNING"):
+        short = PromptDataset(rows, tiny_tokenizer, max_prompt_length=limit, source="d.jsonl")
+    expected_dropped = sum(n > limit for n in lengths)
+    assert 0 < expected_dropped < 12
+    assert short.num_dropped == expected_dropped and len(short) == 12 - expected_dropped
+    assert all(len(it["input_ids"]) <= limit for it in short)
+    assert f"dropped {expected_dropped} of 12 prompts" in caplog.text
+
+    with pytest.raises(DataError, match=r"d.jsonl, row \d+: the prompt has \d+ tokens > data.max_prompt_length"):
+        PromptDataset(rows, tiny_tokenizer, max_prompt_length=limit, filter_overlong=False, source="d.jsonl")
+    with pytest.raises(DataError, match="no prompts left"):
+        PromptDataset(rows, tiny_tokenizer, max_prompt_length=2)
+
+
+def test_raw_text_and_missing_chat_template(tmp_path, tiny_tokenizer):
+    rows = [read_rows(_write_jsonl(tmp_path / "d.jsonl", [_row(7)]))[0]]
+    raw = PromptDataset(rows, tiny_tokenizer, max_prompt_length=100, apply_chat_template=False)
+    assert raw[0]["prompt_text"] == "be brief .\nwhat is 7 ?"
+    with pytest.raises(DataError, match="no chat template; set data.apply_chat_template=false"):
+        PromptDataset(rows, make_tiny_tokenizer(chat_template=None), max_prompt_length=100)
+
+
+def test_load_prompt_dataset_from_config(tmp_path, tiny_tokenizer):
+    j = _write_jsonl(tmp_path / "a.jsonl", [_row(i) for i in range(4)])
+    p = _write_parquet(tmp_path / "b.parquet", [_row(i) for i in range(4, 10)])
+    cfg = DataConfig(train_files=[j, p], val_files=[p], val_max_samples=3, max_prompt_length=64)
+    train = load_prompt_dataset(cfg, tiny_tokenizer, "train")
+    assert [it["extra_info"]["index"] for it in train] == list(range(10))
+    assert len(load_prompt_dataset(cfg, tiny_tokenizer, "val")) == 3
+    with pytest.raises(DataError, match="no val data: set data.val_files or data.val_generator"):
+        load_prompt_dataset(DataConfig(train_files=[j]), tiny_tokenizer, "val")
+
+
+def test_reasoning_gym_rows_carry_what_scoring_needs():
+    import reasoning_gym
+
+    gen = GeneratorConfig(
+        name="reasoning_gym", dataset="basic_arithmetic", size=6, seed=3,
+        kwargs={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, system_prompt="Answer with the final number only.",
+    )
+    rows = generate_rows(gen)
+    assert len(rows) == 6
+    r = rows[4]
+    assert r["data_source"] == "reasoning_gym/basic_arithmetic"
+    assert r["prompt"][0] == {"role": "system", "content": "Answer with the final number only."}
+    assert r["prompt"][1]["role"] == "user"
+    json.dumps(r)  # json-able throughout
+    info = r["extra_info"]
+    ds = reasoning_gym.create_dataset(info["dataset"], size=info["size"], seed=info["seed"], **info["kwargs"])
+    entry = ds[info["index"]]
+    assert entry["question"] == r["prompt"][1]["content"]
+    assert ds.score_answer(r["ground_truth"], entry) == 1.0
+    with pytest.raises(DataError, match=r"allowed: \['reasoning_gym'\]"):
+        generate_rows(GeneratorConfig(name="nope", dataset="x"))
+    with pytest.raises(DataError, match="create_dataset\\('no_such_dataset'"):
+        generate_rows(GeneratorConfig(name="reasoning_gym", dataset="no_such_dataset", size=2))
+
+
+def _dataset(tok, n):
+    return PromptDataset([validate_row(_row(i, words=1 + i % 3), "t", "prompt") for i in range(n)], tok, max_prompt_length=100)
+
+
+def test_batches_are_left_padded_with_uids(tiny_tokenizer):
+    ds = _dataset(tiny_tokenizer, 6)
+    loader = PromptLoader(ds, batch_size=3, shuffle=False, pad_token_id=pad_token_id_of(tiny_tokenizer))
+    b = loader.next_batch()
+    assert len(b) == 3 and list(b["uid"]) == ["e0-i0", "e0-i1", "e0-i2"]
+    lens = [len(ds[i]["input_ids"]) for i in range(3)]
+    width = max(lens)
+    assert b["input_ids"].shape == (3, width) and b["input_ids"].dtype == torch.long
+    for r, n in enumerate(lens):
+        assert b["attention_mask"][r].tolist() == [0] * (width - n) + [1] * n
+        assert b["input_ids"][r, : width - n].tolist() == [tiny_tokenizer.pad_token_id] * (width - n)
+        assert b["input_ids"][r, width - n :].tolist() == ds[r]["input_ids"]
+    assert list(b["ground_truth"]) == ["0", "2", "6"]
+    assert b["prompt_text"][1] == ds[1]["prompt_text"] and b["data_source"][0] == "toy"
+
+
+def _uids(batches):
+    return [list(b["uid"]) for b in batches]
+
+
+def test_loader_resume_equals_uninterrupted_across_epochs(tiny_tokenizer):
+    ds = _dataset(tiny_tokenizer, 10)  # 3 batches of 3 per epoch, 1 prompt dropped each epoch
+    ref = PromptLoader(ds, batch_size=3, shuffle=True, seed=7)
+    assert len(ref) == 3
+    straight = [ref.next_batch() for _ in range(8)]
+    epochs = [b.meta["epoch"] for b in straight]
+    assert epochs == [0, 0, 0, 1, 1, 1, 2, 2]
+    # orders are seeded per epoch: different epochs, different orders; no prompt twice in an epoch
+    e0 = sum(_uids(straight[:3]), [])
+    e1 = sum(_uids(straight[3:6]), [])
+    assert len(set(e0)) == 9 and [u[3:] for u in e0] != [u[3:] for u in e1]
+
+    for stop in (2, 3, 4):  # in the middle of epoch 0, at its end, just after the boundary
+        first = PromptLoader(ds, batch_size=3, shuffle=True, seed=7)
+        got = [first.next_batch() for _ in range(stop)]
+        state = json.loads(json.dumps(first.state_dict()))  # as it travels in a checkpoint
+        resumed = PromptLoader(ds, batch_size=3, shuffle=True, seed=7)
+        resumed.load_state_dict(state)
+        got += [resumed.next_batch() for _ in range(8 - stop)]
+        assert _uids(got) == _uids(straight), f"resume after {stop} batches"
+        assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(got, straight))
+
+
+def test_iteration_is_one_epoch_and_resumes_mid_epoch(tiny_tokenizer):
+    ds = _dataset(tiny_tokenizer, 7)
+    loader = PromptLoader(ds, batch_size=2, shuffle=False, drop_last=False)
+    assert len(loader) == 4
+    assert [len(b) for b in loader] == [2, 2, 2, 1]
+    assert loader.state_dict()["epoch"] == 1
+    loader.load_state_dict({"epoch": 0, "index": 4})
+    assert _uids(list(loader)) == [["e0-i4", "e0-i5"], ["e0-i6"]]
+
+
+def test_loader_errors(tiny_tokenizer):
+    ds = _dataset(tiny_tokenizer, 4)
+    with pytest.raises(DataError, match="fewer than one batch of 8; lower data.train_batch_size"):
+        PromptLoader(ds, batch_size=8)
+    loader = PromptLoader(ds, batch_size=2)
+    with pytest.raises(DataError, match="saw 5 prompts but .* now has 4"):
+        loader.load_state_dict({"epoch": 0, "index": 2, "num_prompts": 5})
+    with pytest.raises(DataError, match="integer 'epoch' and 'index'"):
+        loader.load_state_dict({"step": 3})
