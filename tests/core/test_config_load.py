@@ -52,6 +52,8 @@ def test_all_problems_reported_together():
 def test_verl_keys_are_translated():
     cfg = load_config(None, ["actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.default_local_dir=/tmp/x"])
     assert cfg.rollout.n == 5 and cfg.actor.ppo_mini_batch_size == 4 and cfg.trainer.output_dir == "/tmp/x"
+    cfg = load_config(None, ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.rollout.response_length=64", "actor_rollout_ref.actor.grad_clip=0.5"])
+    assert cfg.train.name == "megatron" and cfg.data.max_response_length == 64 and cfg.actor.optim.grad_clip == 0.5
 
 
 def test_verl_yaml_layout_is_translated(tmp_path):

@@ -22,6 +22,19 @@ import yaml
 from rl_core.config.schema import RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 
+VERL_KEYS = {
+    "actor_rollout_ref.actor.strategy": "train.name",
+    "actor_rollout_ref.actor.policy_loss.loss_mode": "actor.policy_loss",
+    "actor_rollout_ref.actor.grad_clip": "actor.optim.grad_clip",
+    "actor_rollout_ref.rollout.val_kwargs.temperature": "rollout.val_temperature",
+    "actor_rollout_ref.rollout.val_kwargs.n": "rollout.val_n",
+    "actor_rollout_ref.rollout.response_length": "data.max_response_length",
+    "critic.grad_clip": "critic.optim.grad_clip",
+    "trainer.max_actor_ckpt_to_keep": "trainer.max_ckpt_to_keep",
+    "trainer.default_local_dir": "trainer.output_dir",
+    "trainer.logger": "trainer.loggers",
+    "rollout.response_length": "data.max_response_length",
+}
 VERL_PREFIXES = {
     "actor_rollout_ref.actor.": "actor.",
     "actor_rollout_ref.rollout.": "rollout.",
@@ -29,13 +42,12 @@ VERL_PREFIXES = {
     "actor_rollout_ref.model.": "model.",
     "reward_model.": "reward.",
     "custom_reward_function.": "reward.custom.",
-    "trainer.default_local_dir": "trainer.output_dir",
-    "trainer.logger": "trainer.loggers",
-    "rollout.response_length": "data.max_response_length",
 }
 
 
 def translate_verl_key(key: str) -> str:
+    if key in VERL_KEYS:
+        return VERL_KEYS[key]
     for old, new in VERL_PREFIXES.items():
         if key == old or key.startswith(old):
             return new + key[len(old):]
