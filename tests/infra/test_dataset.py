@@ -221,3 +221,22 @@ def test_loader_errors(tiny_tokenizer):
         loader.load_state_dict({"epoch": 0, "index": 2, "num_prompts": 5})
     with pytest.raises(DataError, match="integer 'epoch' and 'index'"):
         loader.load_state_dict({"step": 3})
+
+
+def test_build_loaders_and_validation_pass(tmp_path, tiny_tokenizer):
+    from rl_core.data.dataset import build_loaders
+
+    j = _write_jsonl(tmp_path / "train.jsonl", [_row(i) for i in range(9)])
+    v = _write_jsonl(tmp_path / "val.jsonl", [_row(i, words=1 + i) for i in range(5)])
+    cfg = DataConfig(train_files=[j], val_files=[v], train_batch_size=4, val_batch_size=2, max_prompt_length=22)
+    train, val, info = build_loaders(cfg, tiny_tokenizer, seed=3)
+    assert len(train) == 2 and train.seed == 3 and train.shuffle
+    dropped = info["val_dropped"]
+    assert dropped > 0 and info == {"train_prompts": 9, "train_dropped": 0, "val_prompts": 5 - dropped, "val_dropped": dropped}
+    train.next_batch()
+    before = train.state_dict()
+    passes = [[u for b in val.iterate_once() for u in b["uid"]] for _ in range(2)]
+    assert passes[0] == passes[1] == [f"e0-i{i}" for i in range(5 - dropped)]  # all of it, every time
+    assert train.state_dict() == before and val.state_dict()["index"] == 0
+    _, none, _ = build_loaders(DataConfig(train_files=[j], train_batch_size=4), tiny_tokenizer)
+    assert none is None

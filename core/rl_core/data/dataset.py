@@ -351,6 +351,16 @@ class PromptLoader:
         while self.epoch == epoch:
             yield self.next_batch()
 
+    def iterate_once(self) -> Iterator[Batch]:
+        """One full pass in epoch 0's order, leaving the resumable position alone (validation)."""
+        order = self.order(0)
+        stop = len(self) * self.batch_size if self.drop_last else len(order)
+        for start in range(0, stop, self.batch_size):
+            idx = order[start : start + self.batch_size]
+            batch = collate([self.dataset[int(i)] for i in idx], self.pad_token_id, [f"e0-i{int(i)}" for i in idx])
+            batch.meta["epoch"] = 0
+            yield batch
+
     def state_dict(self) -> dict[str, int]:
         """Where the next batch starts: ``{"epoch", "index", "num_prompts"}``."""
         return {"epoch": self.epoch, "index": self.index, "num_prompts": len(self.dataset)}
@@ -370,3 +380,32 @@ class PromptLoader:
         if epoch < 0 or not 0 <= index <= n:
             raise DataError(f"loader state epoch={epoch}, index={index} is out of range for {n} prompts")
         self.epoch, self.index = epoch, index
+
+
+def build_loaders(data: Any, tokenizer: Any, seed: int = 0) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+    """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`.
+
+    The train loader shuffles with ``data.seed`` (``seed`` when that is None)
+    and drops the last partial batch; the validation loader (None without
+    validation data) keeps file order and every prompt, in batches of
+    ``data.val_batch_size`` (all at once when None). The dict counts prompts
+    kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
+    ``val_dropped``.
+    """
+    pad = pad_token_id_of(tokenizer)
+    train = load_prompt_dataset(data, tokenizer, "train")
+    train_loader = PromptLoader(
+        train,
+        data.train_batch_size,
+        shuffle=data.shuffle,
+        seed=data.seed if data.seed is not None else seed,
+        drop_last=True,
+        pad_token_id=pad,
+    )
+    info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
+    val_loader = None
+    if data.val_files or (data.val_generator is not None and data.val_generator.name):
+        val = load_prompt_dataset(data, tokenizer, "val")
+        val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
+        info.update(val_prompts=len(val), val_dropped=val.num_dropped)
+    return train_loader, val_loader, info

@@ -30,8 +30,8 @@ METRICS_FILE = "metrics.jsonl"
 # group -> (regex over metric names, short label). Order is display order.
 METRIC_GROUPS: dict[str, tuple[str, str]] = {
     "reward": (r"^(?!val|timing|perf).*(reward|score)", "reward"),
-    "validation": (r"^val", "val"),
-    "response_length": (r"^(?!timing|perf).*(response_len|resp_len)", "len"),
+    "validation": (r"^val(?!.*(timing|response_len|samples))", "val"),
+    "response_length": (r"^(?!val|timing|perf).*(response_len|resp_len)", "len"),
     "kl": (r"(^|[/_])kl($|[/_])|kl_loss|ppo_kl", "kl"),
     "entropy": (r"entropy", "ent"),
     "grad_norm": (r"grad_norm", "gnorm"),
@@ -46,6 +46,9 @@ def find_key_metric(names: list[str] | Mapping[str, Any], group: str) -> str | N
     hits = [n for n in names if pattern.search(n)]
     if not hits:
         return None
+    if group == "validation":  # accuracy says more than a mean reward
+        acc = [n for n in hits if "acc" in n]
+        hits = acc or hits
     for suffix in ("/mean", "_mean", "mean"):
         for n in hits:
             if n.endswith(suffix):
