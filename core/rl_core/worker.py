@@ -40,6 +40,8 @@ class HybridWorker:
         self.rollout = stack.rollout.load()(config, context)
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
+        # Start from the actor's exact weights (random-init models, dtype casts, ...).
+        self.sync_weights()
 
     # ----------------------------------------------------------------- rollout
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
