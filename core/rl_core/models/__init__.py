@@ -1,0 +1,30 @@
+"""Models that rl-core can make without a network (``model.path: builtin:<name>``).
+
+``ensure_builtin_model("smollm2")`` converts once into a cache folder
+(``$RL_CORE_CACHE/models/<name>``, default ``~/.cache/rl-core/models/<name>``)
+and returns it; later calls return the folder at once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BUILTIN_MODELS = ("smollm2",)
+
+
+def cache_dir() -> Path:
+    """Where built-in models are kept: ``$RL_CORE_CACHE``, else ``$XDG_CACHE_HOME/rl-core``, else ``~/.cache/rl-core``."""
+    if os.environ.get("RL_CORE_CACHE"):
+        return Path(os.environ["RL_CORE_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rl-core"
+
+
+def ensure_builtin_model(name: str, out_dir: str | os.PathLike | None = None) -> Path:
+    """A local HF folder for built-in model ``name``, converting it on first use."""
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown built-in model {name!r}; allowed: {list(BUILTIN_MODELS)} (e.g. model.path=builtin:smollm2)")
+    from rl_core.models.smollm2 import convert_smollm2
+
+    return convert_smollm2(out_dir or cache_dir() / "models" / name)
