@@ -1,4 +1,8 @@
-"""A tiny ChatML tokenizer built in-process (no downloads) for the data tests."""
+"""A tiny ChatML tokenizer for the data tests (no downloads).
+
+The project's :func:`rl_core.testing.tiny_model.make_tiny_model_dir` is used
+when it is importable; otherwise a word-level tokenizer is built here.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,19 @@ def make_tiny_tokenizer(chat_template: str | None = CHATML):
     return fast
 
 
+@pytest.fixture(scope="session")
+def _tiny_tokenizer_dir(tmp_path_factory):
+    try:
+        from rl_core.testing.tiny_model import make_tiny_model_dir
+    except ImportError:
+        return None
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))
+
+
 @pytest.fixture
-def tiny_tokenizer():
-    return make_tiny_tokenizer()
+def tiny_tokenizer(_tiny_tokenizer_dir):
+    if _tiny_tokenizer_dir is None:
+        return make_tiny_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_tiny_tokenizer_dir)

@@ -19,9 +19,6 @@ from rl_core.data.dataset import (
     validate_row,
 )
 
-from .conftest import make_tiny_tokenizer
-
-
 def _row(i, words=1, **over):
     row = {
         "data_source": "toy",
@@ -113,16 +110,17 @@ def test_chat_template_tokenize_and_filter_overlong(tmp_path, tiny_tokenizer, ca
 
 def test_raw_text_and_missing_chat_template(tmp_path, tiny_tokenizer):
     rows = [read_rows(_write_jsonl(tmp_path / "d.jsonl", [_row(7)]))[0]]
-    raw = PromptDataset(rows, tiny_tokenizer, max_prompt_length=100, apply_chat_template=False)
+    raw = PromptDataset(rows, tiny_tokenizer, max_prompt_length=1000, apply_chat_template=False)
     assert raw[0]["prompt_text"] == "be brief .\nwhat is 7 ?"
+    tiny_tokenizer.chat_template = None
     with pytest.raises(DataError, match="no chat template; set data.apply_chat_template=false"):
-        PromptDataset(rows, make_tiny_tokenizer(chat_template=None), max_prompt_length=100)
+        PromptDataset(rows, tiny_tokenizer, max_prompt_length=100)
 
 
 def test_load_prompt_dataset_from_config(tmp_path, tiny_tokenizer):
     j = _write_jsonl(tmp_path / "a.jsonl", [_row(i) for i in range(4)])
     p = _write_parquet(tmp_path / "b.parquet", [_row(i) for i in range(4, 10)])
-    cfg = DataConfig(train_files=[j, p], val_files=[p], val_max_samples=3, max_prompt_length=64)
+    cfg = DataConfig(train_files=[j, p], val_files=[p], val_max_samples=3, max_prompt_length=1000)
     train = load_prompt_dataset(cfg, tiny_tokenizer, "train")
     assert [it["extra_info"]["index"] for it in train] == list(range(10))
     assert len(load_prompt_dataset(cfg, tiny_tokenizer, "val")) == 3
@@ -156,7 +154,7 @@ def test_reasoning_gym_rows_carry_what_scoring_needs():
 
 
 def _dataset(tok, n):
-    return PromptDataset([validate_row(_row(i, words=1 + i % 3), "t", "prompt") for i in range(n)], tok, max_prompt_length=100)
+    return PromptDataset([validate_row(_row(i, words=1 + i % 3), "t", "prompt") for i in range(n)], tok, max_prompt_length=1000)
 
 
 def test_batches_are_left_padded_with_uids(tiny_tokenizer):
@@ -228,15 +226,17 @@ def test_build_loaders_and_validation_pass(tmp_path, tiny_tokenizer):
 
     j = _write_jsonl(tmp_path / "train.jsonl", [_row(i) for i in range(9)])
     v = _write_jsonl(tmp_path / "val.jsonl", [_row(i, words=1 + i) for i in range(5)])
-    cfg = DataConfig(train_files=[j], val_files=[v], train_batch_size=4, val_batch_size=2, max_prompt_length=22)
+    val_lengths = [len(it["input_ids"]) for it in PromptDataset(read_rows(v), tiny_tokenizer, max_prompt_length=10**6)]
+    limit = sorted(val_lengths)[2]  # every train prompt (one word) fits; the 2 longest val prompts do not
+    cfg = DataConfig(train_files=[j], val_files=[v], train_batch_size=4, val_batch_size=2, max_prompt_length=limit)
     train, val, info = build_loaders(cfg, tiny_tokenizer, seed=3)
     assert len(train) == 2 and train.seed == 3 and train.shuffle
     dropped = info["val_dropped"]
-    assert dropped > 0 and info == {"train_prompts": 9, "train_dropped": 0, "val_prompts": 5 - dropped, "val_dropped": dropped}
+    assert dropped == 2 and info == {"train_prompts": 9, "train_dropped": 0, "val_prompts": 5 - dropped, "val_dropped": dropped}
     train.next_batch()
     before = train.state_dict()
     passes = [[u for b in val.iterate_once() for u in b["uid"]] for _ in range(2)]
     assert passes[0] == passes[1] == [f"e0-i{i}" for i in range(5 - dropped)]  # all of it, every time
     assert train.state_dict() == before and val.state_dict()["index"] == 0
-    _, none, _ = build_loaders(DataConfig(train_files=[j], train_batch_size=4), tiny_tokenizer)
+    _, none, _ = build_loaders(DataConfig(train_files=[j], train_batch_size=4, max_prompt_length=limit), tiny_tokenizer)
     assert none is None
