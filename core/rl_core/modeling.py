@@ -1,0 +1,296 @@
+"""Hugging Face helpers shared by the built-in rollout and the train backends.
+
+- loading a model / tokenizer from a local folder with errors that name the
+  config key and the path (and how to get an offline model);
+- position ids from a left-padded attention mask;
+- per-token log-probs (and entropy) of the response tokens, from one forward
+  pass, in micro-batches.
+
+Log-prob convention, used by every engine in the project so their numbers
+can be compared: the log-prob of response token ``t`` is
+``log_softmax(logits_{t-1} / temperature)[token_t]`` computed in float32
+from the *unfiltered* logits (no top-k / top-p), with ``temperature = 1``
+for greedy decoding. Positions come from :func:`position_ids_from_mask`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelPathError(FileNotFoundError):
+    """A model or tokenizer path that does not exist or is not an HF folder."""
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}") from None
+
+
+def check_model_path(path: str | Path | None, *, key: str = "model.path") -> Path:
+    """``path`` as a :class:`Path` if it is a folder with a ``config.json``, else a clear error."""
+    if not path:
+        raise ModelPathError(f"{key} is not set; point it at a Hugging Face model folder ({OFFLINE_MODEL_HINT})")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelPathError(
+            f"{key}={str(path)!r} does not exist (this machine has no model hub access, so it must be a local folder); {OFFLINE_MODEL_HINT}"
+        )
+    if not p.is_dir() or not (p / "config.json").is_file():
+        raise ModelPathError(f"{key}={str(path)!r} is not a Hugging Face model folder (no config.json in it); {OFFLINE_MODEL_HINT}")
+    return p
+
+
+def load_hf_config(path: str | Path, *, override: Mapping[str, Any] | None = None, trust_remote_code: bool = False, key: str = "model.path"):
+    from transformers import AutoConfig
+
+    p = check_model_path(path, key=key)
+    cfg = AutoConfig.from_pretrained(str(p), trust_remote_code=trust_remote_code)
+    for name, value in (override or {}).items():
+        setattr(cfg, name, value)
+    return cfg
+
+
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False, key: str = "model.tokenizer_path"):
+    """The tokenizer at ``path`` (left padding; pad token falls back to EOS)."""
+    from transformers import AutoTokenizer
+
+    if not path or not Path(path).expanduser().is_dir():
+        raise ModelPathError(f"{key}={str(path)!r} is not a folder holding a tokenizer; {OFFLINE_MODEL_HINT}")
+    tok = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), trust_remote_code=trust_remote_code)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None and tok.eos_token_id is not None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _quiet_load(fn, *args, **kwargs):
+    """Call a ``from_pretrained`` without transformers' progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def load_causal_lm(
+    path: str | Path,
+    *,
+    dtype: str | torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    random_init: bool = False,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
+    seed: int = 0,
+    key: str = "model.path",
+):
+    """``AutoModelForCausalLM`` from a local folder (or random weights from its config).
+
+    Weights that the checkpoint lacks (and ``random_init`` models) are
+    initialised under ``seed`` with the global RNG state restored afterwards,
+    so every rank of a sharded run builds the same model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
+    dtype = torch_dtype(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if random_init:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+        else:
+            model = _quiet_load(
+                AutoModelForCausalLM.from_pretrained, str(path), config=cfg, dtype=dtype, trust_remote_code=trust_remote_code
+            )
+    return model.to(device)
+
+
+def load_value_model(
+    path: str | Path,
+    *,
+    dtype: str | torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    random_init: bool = False,
+    override_config: Mapping[str, Any] | None = None,
+    trust_remote_code: bool = False,
+    seed: int = 0,
+    key: str = "critic.model_path",
+):
+    """A critic: the LM backbone plus a scalar value head.
+
+    This is ``AutoModelForTokenClassification`` with ``num_labels=1`` (as in
+    verl): loading a causal-LM checkpoint keeps its backbone, drops
+    ``lm_head`` and initialises the head (``score``) under ``seed``.
+    Dropout on the head is switched off (``classifier_dropout=0``) so values
+    are deterministic. ``save_pretrained`` gives a normal HF folder
+    (``*ForTokenClassification``).
+    """
+    from transformers import AutoModelForTokenClassification
+
+    override = {"num_labels": 1, "classifier_dropout": 0.0, **(override_config or {})}
+    cfg = load_hf_config(path, override=override, trust_remote_code=trust_remote_code, key=key)
+    dtype = torch_dtype(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            if random_init:
+                model = AutoModelForTokenClassification.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+            else:
+                model = _quiet_load(
+                    AutoModelForTokenClassification.from_pretrained,
+                    str(path),
+                    config=cfg,
+                    dtype=dtype,
+                    trust_remote_code=trust_remote_code,
+                )
+        except ValueError as exc:
+            if "Unrecognized configuration class" in str(exc):
+                raise ValueError(
+                    f"{key}={str(path)!r}: architecture {getattr(cfg, 'architectures', None)} has no "
+                    f"AutoModelForTokenClassification class in transformers, which the critic uses as LM backbone + value head"
+                ) from exc
+            raise
+    return model.to(device)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of an HF model (classes named in ``_no_split_modules``)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"{type(model).__name__} does not declare _no_split_modules; cannot find its decoder layers")
+    return [m for m in model.modules() if type(m).__name__ in names]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``cumsum(mask) - 1`` clamped at 0: real tokens get 0, 1, 2, ... whatever the left padding."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    fwd = getattr(model, "forward", None)
+    try:
+        return name in inspect.signature(fwd).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)[labels]`` in float32 without materialising the log-softmax.
+
+    ``logits [..., V]``, ``labels [...]`` -> ``[...]``.
+    """
+    logits = logits.float()
+    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last dim (from :mod:`rl_core.algorithms.entropy`)."""
+    from rl_core.algorithms.entropy import entropy_from_logits as _entropy
+
+    return _entropy(logits.float())
+
+
+def response_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+) -> torch.Tensor:
+    """Logits ``[b, R, V]`` that predict the last ``R`` tokens of ``input_ids``.
+
+    Uses ``logits_to_keep`` where the model supports it so the LM head runs
+    on the response positions only.
+    """
+    R = response_length
+    kwargs: dict[str, Any] = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    if _accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = R + 1
+    logits = model(**kwargs).logits
+    return logits[:, -R - 1 : -1]
+
+
+def forward_response(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    responses: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses``.
+
+    Gradients flow when called with grad enabled (the update path). Padded
+    response positions hold whatever the model gives; callers mask them.
+    """
+    R = responses.shape[-1]
+    logits = response_logits(model, input_ids, attention_mask, position_ids, R).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_probs = log_probs_from_logits(logits, responses)
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    return log_probs, entropy
+
+
+@torch.no_grad()
+def compute_response_log_probs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    responses: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    micro_batch_size: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`forward_response` over micro-batches of ``micro_batch_size`` rows, no grad."""
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    size = micro_batch_size or input_ids.shape[0]
+    lps, ents = [], []
+    for s in range(0, input_ids.shape[0], size):
+        sl = slice(s, s + size)
+        lp, ent = forward_response(
+            model, input_ids[sl], attention_mask[sl], position_ids[sl], responses[sl], temperature=temperature, with_entropy=with_entropy
+        )
+        lps.append(lp)
+        if ent is not None:
+            ents.append(ent)
+    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
+
+
+def forward_values(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+) -> torch.Tensor:
+    """Critic values ``[b, R]``: the head's output at the position *before* each response token.
+
+    (The value of the state in which response token ``t`` is chosen, as in
+    verl.) Float32.
+    """
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+    R = response_length
+    return out[:, -R - 1 : -1, 0].float()

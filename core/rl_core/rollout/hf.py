@@ -1,0 +1,307 @@
+"""The built-in ``hf`` rollout: generation with a plain ``transformers`` model.
+
+A reference backend: slow next to vLLM / SGLang, but it runs wherever
+transformers runs (CPU included), needs nothing else, and its numbers are
+the easiest to check.
+
+Decoding is our own loop over the model's forward pass with its KV cache
+(``DynamicCache``), not ``model.generate``. Reasons:
+
+- the sampled distribution is exactly ``SamplingParams`` and nothing else:
+  ``generate`` would merge in the defaults of a model folder's
+  ``generation_config.json`` (repetition penalties, top-k 50, ...), which an
+  RL loop must not inherit silently;
+- the reported log-prob is computed from the very logits the token was
+  sampled from, and positions are ``cumsum(mask) - 1`` as in the trainer
+  (:mod:`rl_core.modeling`), so rollout and trainer log-probs agree to
+  float rounding;
+- a seed drives a private ``torch.Generator``: the global RNG is untouched
+  and the same seed gives the same samples.
+
+Sampling: ``greedy`` or ``temperature <= 0`` decodes with argmax (log-probs
+then use temperature 1); otherwise logits are divided by the temperature,
+filtered by top-k then top-p (nucleus), and sampled. ``rollout_log_probs``
+are ``log_softmax(logits / temperature)`` of the sampled token **before**
+top-k / top-p filtering: what a plain forward pass of the trainer computes,
+so the two can be compared (vLLM reports the same quantity).
+
+A response ends at the first EOS token (any id in the model's
+``generation_config.eos_token_id``, the config's or the tokenizer's) or at
+the token that completes one of ``SamplingParams.stop``; that token is
+included in ``response_mask`` and everything after it is the pad token.
+
+Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each incoming
+tensor into the existing parameter (``copy_`` converts dtype / device in one
+step, no intermediate tensor); a tensor that already *is* the parameter's
+storage is skipped. With ``rollout.engine_kwargs={"share_weights": True}``
+on a colocated single process, an incoming tensor of the same device and
+dtype is adopted instead of copied (zero-copy: the engine then reads the
+trainer's live parameters, so it always generates with the latest weights;
+off by default because it keeps the caller's tensors alive).
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any, Iterable
+
+import torch
+
+from rl_core.backends import SamplingParams, WorkerContext
+from rl_core.batch import Batch
+from rl_core.modeling import load_causal_lm, load_tokenizer, position_ids_from_mask, torch_dtype
+
+
+_GENERATED = frozenset(
+    {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"}
+)
+
+
+class HFRolloutEngine:
+    """Follows :class:`rl_core.backends.RolloutEngine`."""
+
+    def __init__(self, config, context: WorkerContext, *, model: torch.nn.Module | None = None, tokenizer: Any = None) -> None:
+        self.config = config
+        self.context = context
+        self.device = context.torch_device
+        mcfg = config.model
+        self.model = model if model is not None else load_causal_lm(
+            mcfg.path,
+            dtype=torch_dtype(mcfg.dtype),
+            device=self.device,
+            random_init=mcfg.random_init,
+            override_config=mcfg.override_config,
+            trust_remote_code=mcfg.trust_remote_code,
+            seed=context.seed,
+        )
+        self.model.eval()
+        self.model.requires_grad_(False)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(
+            mcfg.tokenizer_path or mcfg.path, trust_remote_code=mcfg.trust_remote_code, key="model.tokenizer_path" if mcfg.tokenizer_path else "model.path"
+        )
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = getattr(self.model.generation_config, "pad_token_id", None) if getattr(self.model, "generation_config", None) else None
+        if pad is None:
+            pad = self.eos_ids[0] if self.eos_ids else 0
+        self.pad_id = int(pad)
+        self.max_prompt_length = config.data.max_prompt_length
+        self.generation_batch_size = config.rollout.generation_batch_size
+        self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
+        self._offloaded = False
+
+    # ------------------------------------------------------------- generation
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        if "input_ids" not in batch.tensors or "attention_mask" not in batch.tensors:
+            raise ValueError(f"generate needs 'input_ids' and 'attention_mask' in the batch; it has {sorted(batch.tensors.keys())}")
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams needs n >= 1 and max_new_tokens >= 1, got n={params.n}, max_new_tokens={params.max_new_tokens}")
+        if self._offloaded:
+            self.wake_up()
+        input_ids = batch.tensors["input_ids"]
+        attention_mask = batch.tensors["attention_mask"]
+        self._check_prompts(input_ids, attention_mask)
+        n, R = params.n, params.max_new_tokens
+        greedy = params.greedy or params.temperature <= 0
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(int(params.seed))
+        per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
+        stop = tuple(s for s in params.stop if s)
+
+        responses, lengths, log_probs = [], [], []
+        for start in range(0, len(batch), per_chunk):
+            ids = input_ids[start : start + per_chunk].to(self.device).repeat_interleave(n, dim=0)
+            mask = attention_mask[start : start + per_chunk].to(self.device).repeat_interleave(n, dim=0)
+            r, length, lp = self._decode(ids, mask, R, greedy=greedy, params=params, generator=generator, stop=stop)
+            responses.append(r.cpu())
+            lengths.append(length.cpu())
+            if params.logprobs:
+                log_probs.append(lp.cpu())
+        responses_t = torch.cat(responses)
+        lengths_t = torch.cat(lengths)
+
+        prompts = input_ids.repeat_interleave(n, dim=0)
+        prompt_mask = attention_mask.repeat_interleave(n, dim=0)
+        response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(prompt_mask.dtype)
+        prompt_pos = position_ids_from_mask(prompt_mask)
+        response_pos = prompt_pos[:, -1:] + torch.arange(1, R + 1, dtype=prompt_pos.dtype).unsqueeze(0)
+        extra = {k: v for k, v in batch.tensors.items() if k not in _GENERATED}
+        repeated = Batch(extra, batch.non_tensors, batch.meta, batch_size=len(batch)).repeat(n)
+        tensors = dict(repeated.tensors.items())
+        tensors.update(
+            prompts=prompts,
+            responses=responses_t,
+            input_ids=torch.cat([prompts, responses_t], dim=1),
+            attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
+            position_ids=torch.cat([prompt_pos, response_pos], dim=1),
+            response_mask=response_mask,
+        )
+        if params.logprobs:
+            tensors["rollout_log_probs"] = torch.cat(log_probs) * response_mask
+        return Batch(tensors, repeated.non_tensors, dict(batch.meta), batch_size=len(batch) * n)
+
+    def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
+            raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [B, P]")
+        if self.max_prompt_length is None:
+            return
+        lengths = attention_mask.sum(-1)
+        over = (lengths > self.max_prompt_length).nonzero().flatten()
+        if len(over):
+            i = int(over[0])
+            more = f" ({len(over)} prompts in this batch are too long)" if len(over) > 1 else ""
+            raise ValueError(
+                f"prompt {i} of the batch has {int(lengths[i])} tokens, more than data.max_prompt_length={self.max_prompt_length}{more}; "
+                f"raise data.max_prompt_length or keep data.filter_overlong_prompts=true"
+            )
+
+    @torch.no_grad()
+    def _decode(self, ids, mask, R, *, greedy, params, generator, stop):
+        b = ids.shape[0]
+        model = self.model
+        pos = position_ids_from_mask(mask)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1].float()
+        del out
+        next_pos = pos[:, -1] + 1
+        responses = torch.full((b, R), self.pad_id, dtype=ids.dtype, device=ids.device)
+        log_probs = torch.zeros((b, R), dtype=torch.float32, device=ids.device) if params.logprobs else None
+        lengths = torch.full((b,), R, dtype=torch.long, device=ids.device)
+        done = torch.zeros(b, dtype=torch.bool, device=ids.device)
+        eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
+        temperature = 1.0 if greedy else float(params.temperature)
+        ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
+        for t in range(R):
+            token, lp = _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=log_probs is not None)
+            token = torch.where(done, torch.full_like(token, self.pad_id), token)
+            responses[:, t] = token
+            if log_probs is not None:
+                log_probs[:, t] = torch.where(done, torch.zeros_like(lp), lp)
+            finished = ~done & torch.isin(token, eos)
+            if stop:
+                finished |= ~done & self._stop_hit(responses, t, stop)
+            lengths = torch.where(finished, torch.full_like(lengths, t + 1), lengths)
+            done |= finished
+            if t == R - 1 or bool(done.all()):
+                break
+            mask = torch.cat([mask, ones], dim=1)
+            out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[:, -1].float()
+            del out
+            next_pos = next_pos + 1
+        return responses, lengths, log_probs
+
+    def _stop_hit(self, responses: torch.Tensor, t: int, stop: tuple[str, ...]) -> torch.Tensor:
+        """Rows whose response text ends with a stop string completed by token ``t``."""
+        window = 2 * max(len(s) for s in stop) + 2  # tokens; generous (a token can be a partial character)
+        lo = max(0, t + 1 - window)
+        hit = torch.zeros(responses.shape[0], dtype=torch.bool, device=responses.device)
+        for i in range(responses.shape[0]):
+            text = self.tokenizer.decode(responses[i, lo : t + 1].tolist(), skip_special_tokens=False)
+            before = self.tokenizer.decode(responses[i, lo:t].tolist(), skip_special_tokens=False) if t > lo else ""
+            hit[i] = any(s in text and s not in before for s in stop)
+        return hit
+
+    # ------------------------------------------------------------ weight sync
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named tensors into the existing parameters (see the module docstring).
+
+        Every parameter must be provided once (tied weights: under either
+        name). An unknown name or a wrong shape raises; tensors before it
+        have already been written.
+        """
+        if self._offloaded:
+            self.wake_up()
+        targets = dict(self.model.state_dict(keep_vars=True))
+        written: set[int] = set()
+        for name, src in weights:
+            dst = targets.get(name)
+            if dst is None:
+                known = ", ".join(list(targets)[:4])
+                raise KeyError(
+                    f"load_weights: unexpected weight {name!r}: the rollout model ({type(self.model).__name__}) has no tensor of that name "
+                    f"(its names look like {known}, ...); is the trainer's model the same architecture?"
+                )
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(f"load_weights: weight {name!r} has shape {tuple(src.shape)} but the rollout model's is {tuple(dst.shape)}")
+            written.add(id(dst))
+            if src.data_ptr() == dst.data_ptr() and src.dtype == dst.dtype and src.device == dst.device:
+                continue
+            if self.share_weights and src.device == dst.device and src.dtype == dst.dtype and src.is_contiguous():
+                dst.data = src.detach()
+            else:
+                dst.data.copy_(src, non_blocking=True)
+        missing = [n for n, t in targets.items() if id(t) not in written]
+        if missing:
+            shown = ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else "")
+            raise ValueError(f"load_weights: {len(missing)} of the rollout model's weights were not provided: {shown}")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------- memory
+    def sleep(self) -> None:
+        """On CUDA move the weights to host memory and release the cache; a no-op on CPU."""
+        if self.device.type != "cuda" or self._offloaded:
+            return
+        self.model.to("cpu")
+        self._offloaded = True
+        torch.cuda.empty_cache()
+
+    def wake_up(self) -> None:
+        if not self._offloaded:
+            return
+        self.model.to(self.device)
+        self._offloaded = False
+
+    def shutdown(self) -> None:
+        self.model = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids: list[int] = []
+    sources = [getattr(getattr(model, "generation_config", None), "eos_token_id", None), getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id]
+    for src in sources:
+        for i in src if isinstance(src, (list, tuple)) else [src]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def _sample(logits: torch.Tensor, *, greedy: bool, temperature: float, top_k: int, top_p: float, generator, want_log_prob: bool):
+    """``(token [b], log_prob [b] or None)`` from float32 ``logits [b, V]`` (see the module docstring)."""
+    scaled = logits if temperature == 1.0 else logits / temperature
+    if greedy:
+        token = scaled.argmax(dim=-1)
+    else:
+        filtered = scaled
+        vocab = filtered.shape[-1]
+        if top_k is not None and 0 < top_k < vocab:
+            kth = torch.topk(filtered, top_k, dim=-1).values[:, -1:]
+            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+        if top_p is not None and top_p < 1.0:
+            sorted_logits, order = torch.sort(filtered, dim=-1, descending=True)
+            probs = torch.softmax(sorted_logits, dim=-1)
+            before = probs.cumsum(dim=-1) - probs  # mass of the better tokens
+            drop_sorted = before >= top_p  # the best token always stays
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            filtered = filtered.masked_fill(drop, float("-inf"))
+        probs = torch.softmax(filtered, dim=-1)
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    log_prob = None
+    if want_log_prob:
+        log_prob = scaled.gather(-1, token.unsqueeze(1)).squeeze(1) - torch.logsumexp(scaled, dim=-1)
+    return token, log_prob
+
+
+def factory(config, context: WorkerContext) -> HFRolloutEngine:
+    """The ``hf`` card's factory: ``factory(config, context) -> RolloutEngine``."""
+    return HFRolloutEngine(config, context)
