@@ -1,0 +1,137 @@
+"""The full actor and critic losses, composed from the pieces, for train backends.
+
+A train backend (FSDP, Megatron, ...) runs the forward pass, then calls
+:func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch
+and back-propagates the result, so the algorithm lives here, once:
+
+    actor loss = policy_loss                              (cfg.policy_loss, from the registry)
+               - entropy_coeff * agg(entropy)             (when entropy_coeff != 0)
+               + kl_loss_coef  * agg(kl(log_prob, ref))   (when use_kl_loss; GRPO's KL term)
+
+All three terms use ``cfg.loss_agg_mode``. Scaling for gradient accumulation
+(e.g. multiplying by micro / mini batch size) is the backend's job.
+
+Metric values are **detached 0-d float32 tensors** (no host sync per
+micro-batch); names follow verl's: ``actor/pg_loss``, ``actor/pg_clipfrac``,
+``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (dual-clip only),
+``actor/entropy`` (when ``entropy`` is given), ``actor/kl_loss`` and
+``actor/kl_coef`` (when ``use_kl_loss``); ``critic/vf_loss``,
+``critic/vf_clipfrac``, ``critic/vpred_mean``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torch import Tensor
+
+from rl_core.algorithms.aggregation import agg_loss
+from rl_core.algorithms.kl import kl_penalty
+from rl_core.algorithms.masked import masked_mean
+from rl_core.algorithms.value_loss import value_loss
+
+# policy-loss metric name -> logged name
+_PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipfrac_lower": "actor/pg_clipfrac_lower"}
+
+
+def get_policy_loss(name: str, registry: Any = None) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    """The policy-loss function registered as ``name`` (built-in or third-party)."""
+    if registry is None:
+        from rl_core.plugins import get_registry
+
+        registry = get_registry()
+    return registry.get("policy_loss", name).load()
+
+
+def compute_actor_loss(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    entropy: Tensor | None = None,
+    ref_log_prob: Tensor | None = None,
+    cfg: Any,
+    registry: Any = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Actor loss for one micro-batch (see the module docstring for the formula).
+
+    Args:
+        log_prob, old_log_prob, advantages, response_mask: ``[B, T]``.
+        entropy: ``[B, T]`` per-token entropy of the current policy (e.g.
+            :func:`rl_core.algorithms.entropy.entropy_from_logits`); required
+            when ``cfg.entropy_coeff != 0``, logged when given.
+        ref_log_prob: ``[B, T]``; required when ``cfg.use_kl_loss``.
+        cfg: :class:`rl_core.config.schema.ActorConfig` (fields read:
+            ``policy_loss``, ``loss_agg_mode``, ``clip_ratio``,
+            ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``,
+            ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
+            ``kl_loss_type``; ``policy_loss_options`` if the config has it).
+        registry: defaults to :func:`rl_core.plugins.get_registry`.
+
+    Returns:
+        (0-d float32 loss, metrics).
+    """
+    mode = cfg.loss_agg_mode
+    pg_fn = get_policy_loss(cfg.policy_loss, registry)
+    pg_loss, pg_metrics = pg_fn(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=mode,
+        clip_ratio=cfg.clip_ratio,
+        clip_ratio_low=cfg.clip_ratio_low,
+        clip_ratio_high=cfg.clip_ratio_high,
+        clip_ratio_c=cfg.clip_ratio_c,
+        options=getattr(cfg, "policy_loss_options", None),
+    )
+    metrics: dict[str, Tensor] = {"actor/pg_loss": pg_loss.detach()}
+    for key, value in pg_metrics.items():
+        metrics[_PG_METRICS.get(key, f"actor/{key}")] = value
+    loss = pg_loss
+
+    if cfg.entropy_coeff != 0 and entropy is None:
+        raise ValueError(f"actor.entropy_coeff={cfg.entropy_coeff} needs the per-token `entropy` of the policy")
+    if entropy is not None:
+        entropy_term = agg_loss(entropy, response_mask, mode)
+        metrics["actor/entropy"] = entropy_term.detach()
+        if cfg.entropy_coeff != 0:
+            loss = loss - cfg.entropy_coeff * entropy_term
+
+    if cfg.use_kl_loss:
+        if ref_log_prob is None:
+            raise ValueError("actor.use_kl_loss=True needs `ref_log_prob` (enable the reference model)")
+        kld = kl_penalty(log_prob, ref_log_prob.detach(), cfg.kl_loss_type)
+        kl_term = agg_loss(kld, response_mask, mode)
+        loss = loss + cfg.kl_loss_coef * kl_term
+        metrics["actor/kl_loss"] = kl_term.detach()
+        metrics["actor/kl_coef"] = kl_term.new_tensor(float(cfg.kl_loss_coef))
+    return loss, metrics
+
+
+def compute_critic_loss(
+    *,
+    vpreds: Tensor,
+    values: Tensor,
+    returns: Tensor,
+    response_mask: Tensor,
+    cfg: Any,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Critic loss for one micro-batch: :func:`rl_core.algorithms.value_loss.value_loss`
+    with ``cfg.cliprange_value`` and ``cfg.loss_agg_mode``
+    (:class:`rl_core.config.schema.CriticConfig`). All tensors ``[B, T]``.
+    """
+    loss, vm = value_loss(
+        vpreds=vpreds,
+        values=values,
+        returns=returns,
+        response_mask=response_mask,
+        cliprange_value=cfg.cliprange_value,
+        loss_agg_mode=cfg.loss_agg_mode,
+    )
+    return loss, {
+        "critic/vf_loss": loss.detach(),
+        "critic/vf_clipfrac": vm["vf_clipfrac"],
+        "critic/vpred_mean": masked_mean(vpreds.detach(), response_mask),
+    }

@@ -1,0 +1,405 @@
+"""Advantage estimators: one keyword-only signature for all of them.
+
+Every estimator is called as::
+
+    advantages, returns = fn(
+        token_level_rewards=...,   # Tensor[B, T] float (reward on the last valid token, KL penalty per token, ...)
+        response_mask=...,         # Tensor[B, T] bool/int/float; non-zero = a response token that counts
+        index=None,                # Tensor[B] int64 group ids: the n samples of one prompt share an id
+        values=None,               # Tensor[B, T] critic values (GAE)
+        gamma=1.0, lam=1.0,        # discount, GAE lambda
+        baseline_rewards=None,     # Tensor[B] reward of the greedy response (ReMax)
+        options=None,              # Mapping of estimator-specific knobs
+    )
+
+and returns ``advantages`` and ``returns``, both ``Tensor[B, T]``. Inputs an
+estimator does not use are ignored, so the loop calls every estimator (built-in
+or third-party) the same way through :func:`compute_advantage`.
+
+Conventions shared by all built-ins:
+
+- **dtype**: inputs may be bf16/fp16/fp32; arithmetic is fp32 and the outputs
+  are always **float32** (advantages are tiny tensors; bf16 would round them).
+- **masks**: a masked position is treated as absent. Its reward and value are
+  never read (NaN there is fine), and both outputs are exactly 0 there. For
+  token-level recursions (GAE, reward-to-go) masked positions *inside* a
+  response (e.g. tool output in a multi-turn rollout) are skipped: the next
+  valid token's value / return is carried across the gap.
+- **sequence score** of a response = sum of its valid token rewards.
+- **groups** (``index``): a group of size 1 has no baseline to compare with,
+  so GRPO / RLOO / REINFORCE++-baseline give it advantage **0** (that prompt
+  adds no gradient). A group whose rewards are all equal gets 0 as well,
+  exactly, not NaN and not rounding noise.
+- **returns** for the critic-free estimators are the undiscounted reward-to-go
+  (for an outcome reward on the last token: the score on every token); the
+  critic never reads them, metrics do.
+- Outputs carry no gradient (the body runs under ``torch.no_grad``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterable, Mapping
+
+import torch
+from torch import Tensor
+
+from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_whiten, zero_masked
+
+GRPO_EPS = 1e-6  # added to the group std (DeepSeekMath / verl use the same order of magnitude)
+
+
+# ---------------------------------------------------------------- helpers
+def group_index(uids: Iterable[Hashable], device: torch.device | str | None = None) -> Tensor:
+    """Map per-sample group keys (e.g. the batch's ``uid`` strings) to ``Tensor[B] int64`` ids.
+
+    Ids are assigned in order of first appearance: ``["b", "a", "b"] -> [0, 1, 0]``.
+    """
+    ids: dict[Hashable, int] = {}
+    out = [ids.setdefault(u, len(ids)) for u in uids]
+    return torch.tensor(out, dtype=torch.int64, device=device)
+
+
+def _prepare(token_level_rewards: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+    if token_level_rewards.dim() != 2:
+        raise ValueError(f"token_level_rewards must be [B, T], got shape {tuple(token_level_rewards.shape)}")
+    check_same_shape("token_level_rewards", token_level_rewards, response_mask)
+    mask = bool_mask(response_mask)
+    return zero_masked(token_level_rewards, mask).to(torch.float32), mask
+
+
+def _check_index(index: Tensor | None, batch: int, name: str, device: torch.device) -> Tensor:
+    if index is None:
+        raise ValueError(
+            f"{name} needs `index` (Tensor[B] int64 group ids, the n samples of a prompt sharing one id); "
+            "use rollout.n > 1 and pass rl_core.algorithms.advantages.group_index(batch['uid'])"
+        )
+    if not isinstance(index, Tensor):
+        index = group_index(index)
+    if index.dim() != 1 or index.shape[0] != batch:
+        raise ValueError(f"index must be [B]=[{batch}], got shape {tuple(index.shape)}")
+    if index.dtype.is_floating_point or index.dtype == torch.bool:
+        raise ValueError(f"index must hold integer group ids, got dtype {index.dtype}")
+    return index.to(device=device, dtype=torch.int64)
+
+
+def _check_values(values: Tensor | None, mask: Tensor, name: str) -> Tensor:
+    if values is None:
+        raise ValueError(f"{name} needs `values` (Tensor[B, T] from a critic); enable the critic")
+    check_same_shape("values", values, mask)
+    return zero_masked(values, mask).to(torch.float32)
+
+
+def _sequence_scores(rewards: Tensor) -> Tensor:
+    """``[B, T]`` rewards (already zero at masked positions) -> ``[B]`` scores."""
+    return rewards.sum(dim=-1)
+
+
+def _group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
+    """Per-row statistics of the row's group, each ``[B]`` float32.
+
+    Keys: ``count``, ``sum``, ``mean``, ``std`` (unbiased; 0 for a group of
+    one), ``constant`` (bool: every score in the group is equal).
+    """
+    _, inv = torch.unique(index, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    zeros = scores.new_zeros(n_groups)
+    count = zeros.index_add(0, inv, torch.ones_like(scores))
+    total = zeros.index_add(0, inv, scores)
+    mean = total / count
+    dev = scores - mean[inv]
+    var = zeros.index_add(0, inv, dev * dev) / (count - 1).clamp_min(1)
+    gmax = zeros.scatter_reduce(0, inv, scores, reduce="amax", include_self=False)
+    gmin = zeros.scatter_reduce(0, inv, scores, reduce="amin", include_self=False)
+    return {
+        "count": count[inv],
+        "sum": total[inv],
+        "mean": mean[inv],
+        "std": var.sqrt()[inv],
+        "constant": (gmax == gmin)[inv],
+    }
+
+
+def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
+    """Discounted return ``G_t = r_t + gamma * G_{t'}`` with ``t'`` the next *valid* token.
+
+    Shapes: ``rewards`` ``[B, T]`` (any float), ``mask`` ``[B, T]`` -> ``[B, T]``
+    float32, 0 at masked positions. Masked rewards are ignored and masked
+    positions do not count as time steps (gaps are skipped).
+    """
+    r, m = _prepare(rewards, mask)
+    if gamma == 1.0:  # no discount: a reversed cumulative sum (gaps hold zeros)
+        out = r.flip(-1).cumsum(-1).flip(-1)
+        return torch.where(m, out, torch.zeros_like(out))
+    running = r.new_zeros(r.shape[0])
+    out = torch.zeros_like(r)
+    for t in reversed(range(r.shape[1])):
+        step = r[:, t] + gamma * running
+        running = torch.where(m[:, t], step, running)
+        out[:, t] = torch.where(m[:, t], step, torch.zeros_like(step))
+    return out
+
+
+def _broadcast(per_seq: Tensor, mask: Tensor) -> Tensor:
+    """``[B]`` -> ``[B, T]`` on valid tokens, exact 0 elsewhere."""
+    out = per_seq.unsqueeze(-1).expand(mask.shape)
+    return torch.where(mask, out, torch.zeros_like(out))
+
+
+def _opt(options: Mapping[str, Any] | None, key: str, default: Any) -> Any:
+    return default if options is None else options.get(key, default)
+
+
+# ------------------------------------------------------------- estimators
+@torch.no_grad()
+def gae(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation (Schulman et al. 2015, "High-Dimensional
+    Continuous Control Using Generalized Advantage Estimation"), as used by PPO.
+
+    ``delta_t = r_t + gamma * V_{t+1} - V_t``; ``A_t = delta_t + gamma * lam * A_{t+1}``;
+    ``returns_t = A_t + V_t`` (the critic's target). ``V`` after the last valid
+    token is 0 (the response ended: terminal state).
+
+    Shapes: rewards, mask, values ``[B, T]`` -> advantages, returns ``[B, T]`` float32.
+    Uses ``values``, ``gamma``, ``lam``; ignores ``index`` and ``baseline_rewards``.
+
+    Options: ``whiten`` (default False): normalise the advantages over all
+    valid tokens of the batch (mean 0, std 1); ``returns`` are computed before.
+
+    Departures: masked positions inside a response are skipped (``t+1`` is the
+    next *valid* token), so their rewards and values are never read. verl
+    always whitens GAE advantages; here it is opt-in so that, by default,
+    ``advantages == returns - values`` holds exactly.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    v = _check_values(values, mask, "gae")
+    batch, length = rewards.shape
+    next_value = rewards.new_zeros(batch)
+    last_adv = rewards.new_zeros(batch)
+    adv = torch.zeros_like(rewards)
+    for t in reversed(range(length)):
+        m = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - v[:, t]
+        a_t = delta + gamma * lam * last_adv
+        last_adv = torch.where(m, a_t, last_adv)
+        next_value = torch.where(m, v[:, t], next_value)
+        adv[:, t] = torch.where(m, a_t, torch.zeros_like(a_t))
+    returns = torch.where(mask, adv + v, torch.zeros_like(adv))
+    if _opt(options, "whiten", False):
+        adv = masked_whiten(adv, mask)
+    return adv, returns
+
+
+@torch.no_grad()
+def grpo(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Group-relative advantages (GRPO, Shao et al. 2024, "DeepSeekMath", outcome supervision).
+
+    For response ``i`` of a group with scores ``r``: ``A_i = (r_i - mean(r)) / (std(r) + eps)``,
+    broadcast over the response's valid tokens.
+
+    Options: ``norm_adv_by_std`` (default True). False gives ``A_i = r_i - mean(r)``:
+    Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"), which
+    drops the std division because it up-weights prompts that are nearly
+    always (or never) solved; pair it with ``loss_agg_mode="seq-mean-token-sum-norm"``.
+    ``epsilon`` (default 1e-6).
+
+    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
+    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
+
+    Departures: ``std`` is the unbiased (n - 1) sample std. A group of size
+    1 gets advantage 0 (verl uses mean 0 / std 1 there, i.e. the raw score);
+    a group with all-equal scores gets exactly 0.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    idx = _check_index(index, rewards.shape[0], "grpo", rewards.device)
+    scores = _sequence_scores(rewards)
+    stats = _group_stats(scores, idx)
+    centred = scores - stats["mean"]
+    if _opt(options, "norm_adv_by_std", True):
+        centred = centred / (stats["std"] + float(_opt(options, "epsilon", GRPO_EPS)))
+    no_signal = (stats["count"] < 2) | stats["constant"]
+    per_seq = torch.where(no_signal, torch.zeros_like(centred), centred)
+    return _broadcast(per_seq, mask), reward_to_go(rewards, mask)
+
+
+@torch.no_grad()
+def rloo(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics: Revisiting
+    REINFORCE Style Optimization for Learning from Human Feedback in LLMs").
+
+    ``A_i = r_i - (sum_{j != i} r_j) / (n - 1)`` over the ``n`` responses of a
+    group (the baseline is the mean score of the *other* samples), broadcast
+    over the valid tokens.
+
+    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
+    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
+
+    Departures: a group of size 1 has no other sample, so its advantage is 0;
+    the paper assumes k >= 2. The paper's per-token KL penalty in the reward
+    is applied upstream by :func:`rl_core.algorithms.kl.apply_kl_penalty`.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    idx = _check_index(index, rewards.shape[0], "rloo", rewards.device)
+    scores = _sequence_scores(rewards)
+    stats = _group_stats(scores, idx)
+    n = stats["count"]
+    baseline = (stats["sum"] - scores) / (n - 1).clamp_min(1)
+    no_signal = (n < 2) | stats["constant"]
+    per_seq = torch.where(no_signal, torch.zeros_like(scores), scores - baseline)
+    return _broadcast(per_seq, mask), reward_to_go(rewards, mask)
+
+
+@torch.no_grad()
+def reinforce_plus_plus(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning LLMs").
+
+    ``returns_t`` = discounted reward-to-go of the token rewards (which carry
+    the per-token KL penalty when ``use_kl_in_reward``); advantages are the
+    returns normalised over **all valid tokens of the batch** (global
+    mean 0, std 1; unbiased variance, ``eps=1e-8`` inside the sqrt).
+
+    Shapes: rewards, mask ``[B, T]`` -> ``[B, T]`` float32.
+    Uses ``gamma``; ignores ``index``, ``values``, ``lam``, ``baseline_rewards``.
+
+    Departures: the normalisation is over the local batch (the one passed
+    in), not a global batch across data-parallel ranks.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    returns = reward_to_go(rewards, mask, gamma)
+    return masked_whiten(returns, mask), returns
+
+
+@torch.no_grad()
+def reinforce_plus_plus_baseline(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++-baseline (Hu 2025, REINFORCE++ paper, v2+): subtract the group
+    mean score, broadcast over tokens, then normalise over all valid tokens of
+    the batch (mean 0, std 1). Group-mean subtraction removes the prompt's
+    difficulty; the batch-level std keeps GRPO's per-group std out.
+
+    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
+    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
+
+    Departures: a group of size 1 (or of equal scores) is centred to 0 before
+    the batch normalisation, where verl keeps the raw score (mean 0 for a
+    singleton). After normalisation those tokens are ``-mean/std`` like any
+    other 0, not necessarily 0 themselves.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    idx = _check_index(index, rewards.shape[0], "reinforce_plus_plus_baseline", rewards.device)
+    scores = _sequence_scores(rewards)
+    stats = _group_stats(scores, idx)
+    no_signal = (stats["count"] < 2) | stats["constant"]
+    centred = torch.where(no_signal, torch.zeros_like(scores), scores - stats["mean"])
+    return masked_whiten(_broadcast(centred, mask), mask), reward_to_go(rewards, mask)
+
+
+@torch.no_grad()
+def remax(
+    *,
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    index: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    baseline_rewards: Tensor | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient Reinforcement
+    Learning Method for Aligning Large Language Models").
+
+    ``A_t = G_t - r(x, y_greedy)``: the (undiscounted) reward-to-go minus the
+    reward of the greedy response to the same prompt (``baseline_rewards``).
+
+    Shapes: rewards, mask ``[B, T]``, baseline_rewards ``[B]`` -> ``[B, T]`` float32.
+    Uses ``baseline_rewards``; ignores ``index``, ``values``, ``gamma``, ``lam``.
+
+    Departures: the paper subtracts the baseline from the sequence reward;
+    with token rewards (e.g. a KL penalty per token) we subtract it from the
+    reward-to-go at each token, which is the same for an outcome-only reward.
+    """
+    rewards, mask = _prepare(token_level_rewards, response_mask)
+    if baseline_rewards is None:
+        raise ValueError("remax needs `baseline_rewards` (Tensor[B]: the reward of the greedy response per sample)")
+    if baseline_rewards.dim() != 1 or baseline_rewards.shape[0] != rewards.shape[0]:
+        raise ValueError(f"baseline_rewards must be [B]=[{rewards.shape[0]}], got shape {tuple(baseline_rewards.shape)}")
+    returns = reward_to_go(rewards, mask)
+    adv = returns - baseline_rewards.to(device=rewards.device, dtype=torch.float32).unsqueeze(-1)
+    return torch.where(mask, adv, torch.zeros_like(adv)), returns
+
+
+# ------------------------------------------------------------ dispatch
+def compute_advantage(name: str, *, registry: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    """Run the estimator registered as ``name`` (built-in or third-party) with ``kwargs``.
+
+    ``kwargs`` are the common estimator arguments (module docstring). Before
+    calling, the card's declared needs are checked, so a missing input is a
+    clear error for any estimator: ``needs_critic`` -> ``values``,
+    ``needs_groups`` -> ``index``, ``needs_greedy_baseline`` ->
+    ``baseline_rewards``. ``registry`` defaults to
+    :func:`rl_core.plugins.get_registry`.
+    """
+    if registry is None:
+        from rl_core.plugins import get_registry
+
+        registry = get_registry()
+    card = registry.get("estimator", name)
+    needs = (
+        ("needs_critic", "values", "a critic's values"),
+        ("needs_groups", "index", "group ids (rollout.n > 1)"),
+        ("needs_greedy_baseline", "baseline_rewards", "the greedy response's reward"),
+    )
+    for flag, arg, what in needs:
+        if getattr(card, flag, False) and kwargs.get(arg) is None:
+            raise ValueError(f"advantage estimator {name!r} ({card.provider or 'unregistered'}) needs `{arg}`: {what}")
+    fn = card.load()
+    return fn(**kwargs)

@@ -1,0 +1,146 @@
+"""KL estimators, KL-coefficient controllers and the KL-in-reward penalty.
+
+Per-token estimators of KL(pi_theta || pi_ref) from samples of pi_theta,
+following John Schulman, "Approximating KL Divergence" (2020 blog post).
+With ``d = log_prob - ref_log_prob`` (``log_prob`` of the sampled token):
+
+=====================  ==================================  ======================
+kind                   value per token                     note
+=====================  ==================================  ======================
+``k1`` / ``kl``        ``d``                               unbiased, high variance, can be < 0
+``abs``                ``|d|``                             biased, >= 0
+``k2`` / ``mse``       ``d**2 / 2``                        biased, low variance, >= 0
+``k3`` / ``low_var_kl`` ``exp(-d) - 1 + d``, clamped       unbiased, low variance, >= 0
+                       to ``[-10, 10]``
+=====================  ==================================  ======================
+
+Departures: ``k3`` clamps ``d`` to ``[-20, 20]`` before ``exp`` and the result
+to ``[-10, 10]`` (as verl does) for stability with a stale reference, which
+biases it for very large divergences.
+
+Two ways the loop uses KL:
+
+- *in the reward* (PPO-RLHF, Ziegler et al. 2019; REINFORCE++; RLOO):
+  :func:`apply_kl_penalty` subtracts ``beta * kl`` from the token rewards, with
+  ``beta`` from a :class:`FixedKLController` or :class:`AdaptiveKLController`;
+- *as a loss* (GRPO): ``rl_core.algorithms.actor_loss`` adds
+  ``kl_loss_coef * agg(kl_penalty(log_prob, ref_log_prob, kl_loss_type))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_mean, zero_masked
+
+KL_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+K3_CLAMP = 10.0
+LOG_RATIO_CLAMP = 20.0
+
+
+def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl") -> Tensor:
+    """Per-token KL estimate between the policy and the reference.
+
+    Shapes: ``log_prob``, ``ref_log_prob`` ``[...]`` (any float dtype) -> ``[...]``
+    float32 (differentiable w.r.t. ``log_prob``; ``ref_log_prob`` is treated as
+    a constant by the caller). Masking is the caller's job (every position is
+    computed).
+    """
+    if kind not in KL_KINDS:
+        raise ValueError(f"KL kind {kind!r} is not supported; use one of {', '.join(repr(k) for k in KL_KINDS)}")
+    if tuple(log_prob.shape) != tuple(ref_log_prob.shape):
+        raise ValueError(f"log_prob {tuple(log_prob.shape)} and ref_log_prob {tuple(ref_log_prob.shape)} differ in shape")
+    d = log_prob.float() - ref_log_prob.float()
+    if kind in ("k1", "kl"):
+        return d
+    if kind == "abs":
+        return d.abs()
+    if kind in ("k2", "mse"):
+        return 0.5 * d.square()
+    # k3: with r = pi_ref / pi = exp(-d), KL ~= r - 1 - log r = exp(-d) - 1 + d
+    neg_d = (-d).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return (torch.exp(neg_d) - 1.0 - neg_d).clamp(-K3_CLAMP, K3_CLAMP)
+
+
+class FixedKLController:
+    """A constant KL coefficient ``value``; :meth:`update` does nothing."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """No-op (kept for the common controller interface)."""
+
+    def __repr__(self) -> str:
+        return f"FixedKLController(value={self.value})"
+
+
+class AdaptiveKLController:
+    """Proportional controller of the KL coefficient (Ziegler et al. 2019,
+    "Fine-Tuning Language Models from Human Preferences", section 2.2).
+
+    ``e = clip(current_kl / target_kl - 1, -0.2, 0.2)``;
+    ``value *= 1 + e * n_steps / horizon``. ``n_steps`` is the number of
+    samples (sequences) the ``current_kl`` was measured on.
+    """
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
+        if target_kl <= 0 or horizon <= 0:
+            raise ValueError(f"AdaptiveKLController needs target_kl > 0 and horizon > 0, got {target_kl}, {horizon}")
+        self.value = float(init_kl_coef)
+        self.target = float(target_kl)
+        self.horizon = int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+    def __repr__(self) -> str:
+        return f"AdaptiveKLController(value={self.value}, target={self.target}, horizon={self.horizon})"
+
+
+def kl_controller_from_config(cfg: Any) -> FixedKLController | AdaptiveKLController:
+    """Build a controller from :class:`rl_core.config.schema.KLControlConfig`."""
+    if cfg.type == "fixed":
+        return FixedKLController(cfg.kl_coef)
+    if cfg.type == "adaptive":
+        return AdaptiveKLController(cfg.kl_coef, cfg.target_kl, cfg.horizon)
+    raise ValueError(f"algorithm.kl_ctrl.type={cfg.type!r} is not supported; use 'fixed' or 'adaptive'")
+
+
+@torch.no_grad()
+def apply_kl_penalty(
+    token_level_scores: Tensor,
+    old_log_prob: Tensor,
+    ref_log_prob: Tensor,
+    response_mask: Tensor,
+    kl_ctrl: FixedKLController | AdaptiveKLController,
+    kind: str = "kl",
+    *,
+    update: bool = True,
+) -> tuple[Tensor, dict[str, float]]:
+    """KL in the reward: ``token_level_rewards = scores - beta * kl`` on valid tokens.
+
+    Shapes: all tensors ``[B, T]`` -> token_level_rewards ``[B, T]`` float32
+    (exactly 0 at masked positions).
+
+    ``beta = kl_ctrl.value`` *before* the update. The measured KL is the mean
+    over sequences of each sequence's mean token KL; with ``update=True``
+    (default, as verl) the controller is then updated with it and
+    ``n_steps = B``. Metrics (floats): ``actor/reward_kl_penalty`` (the measured
+    KL), ``actor/reward_kl_penalty_coeff`` (``beta``).
+    """
+    check_same_shape("token_level_scores", token_level_scores, response_mask)
+    mask = bool_mask(response_mask)
+    kld = zero_masked(kl_penalty(old_log_prob, ref_log_prob, kind), mask)  # [B, T]
+    beta = float(kl_ctrl.value)
+    rewards = zero_masked(token_level_scores.float() - beta * kld, mask)
+    per_seq = masked_mean(kld, mask, dim=-1)  # [B]
+    has_tokens = mask.any(dim=-1)
+    current_kl = float(masked_mean(per_seq, has_tokens)) if has_tokens.any() else 0.0
+    if update:
+        kl_ctrl.update(current_kl, n_steps=int(token_level_scores.shape[0]))
+    return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}

@@ -1,0 +1,200 @@
+"""Policy-gradient losses: one keyword-only signature for all of them.
+
+Every loss is called as::
+
+    loss, metrics = fn(
+        old_log_prob=...,   # Tensor[B, T] log pi_old(a_t | s_t) (the behaviour policy; no grad)
+        log_prob=...,       # Tensor[B, T] log pi_theta(a_t | s_t) (with grad)
+        advantages=...,     # Tensor[B, T]
+        response_mask=...,  # Tensor[B, T]
+        loss_agg_mode="token-mean",   # see rl_core.algorithms.aggregation
+        clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,   # eps; low/high default to clip_ratio
+        clip_ratio_c=3.0,   # dual-clip constant (> 1)
+        options=None,       # Mapping of loss-specific knobs
+    )
+
+``loss`` is a 0-d float32 tensor to minimise. ``metrics`` maps names to
+**detached 0-d float32 tensors** (no host sync inside the loss; call
+``float()`` when logging):
+
+- ``clipfrac``: fraction of valid tokens where the clipped term was the one used;
+- ``ppo_kl``: mean over valid tokens of ``log pi_old - log pi_theta``, the k1
+  estimate of KL(pi_old || pi_theta) (Schulman, "Approximating KL Divergence", 2020);
+- ``clipfrac_lower`` (``dual_clip`` only): fraction of valid tokens with
+  negative advantage where the dual-clip bound ``-A * clip_ratio_c`` was used.
+
+Inputs may be bf16; arithmetic is fp32. Masked positions are never read
+(NaN there is fine). The log-ratio is clamped to ``[-20, 20]`` before
+``exp`` so a stale token cannot overflow (verl does the same).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from rl_core.algorithms.aggregation import agg_loss, check_loss_agg_mode
+from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_mean, zero_masked
+
+LOG_RATIO_CLAMP = 20.0
+
+
+def _clip_range(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
+    low = clip_ratio if low is None else low
+    high = clip_ratio if high is None else high
+    if low < 0 or high < 0:
+        raise ValueError(f"clip ratios must be >= 0, got clip_ratio_low={low}, clip_ratio_high={high}")
+    return float(low), float(high)
+
+
+def _prepare(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, response_mask: Tensor, mode: str):
+    check_loss_agg_mode(mode)
+    if response_mask.dim() != 2:
+        raise ValueError(f"response_mask must be [B, T], got shape {tuple(response_mask.shape)}")
+    for name, x in (("old_log_prob", old_log_prob), ("log_prob", log_prob), ("advantages", advantages)):
+        check_same_shape(name, x, response_mask)
+    mask = bool_mask(response_mask)
+    log_ratio = zero_masked(log_prob.float() - old_log_prob.float(), mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    adv = zero_masked(advantages.detach(), mask).float()
+    return mask, log_ratio, adv
+
+
+def _clipped_surrogate(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """PPO's pessimistic surrogate as a loss: ``max(-A r, -A clip(r, 1-low, 1+high))`` and the clip flag."""
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def ppo_clip(
+    *,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7).
+
+    ``r_t = exp(log_prob - old_log_prob)``; per token
+    ``L_t = max(-A_t r_t, -A_t clip(r_t, 1 - eps_low, 1 + eps_high))``, then
+    aggregated by ``loss_agg_mode``.
+
+    Separate ``clip_ratio_low`` / ``clip_ratio_high`` give DAPO's clip-higher
+    (Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System
+    at Scale": eps_low=0.2, eps_high=0.28); both default to ``clip_ratio``.
+    ``clip_ratio_c`` is ignored (see :func:`dual_clip`).
+
+    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
+
+    Departures: PPO maximises the objective; this returns its negation to
+    minimise. The paper's value-loss and entropy terms are separate
+    (:mod:`rl_core.algorithms.actor_loss`).
+    """
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    loss_mat, was_clipped = _clipped_surrogate(torch.exp(log_ratio), adv, low, high)
+    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    metrics = {
+        "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return loss, metrics
+
+
+def dual_clip(
+    *,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with
+    Deep Reinforcement Learning", section 3.3).
+
+    As :func:`ppo_clip`, plus, for tokens with ``A_t < 0``, the loss is capped at
+    ``-A_t * c`` (``c = clip_ratio_c > 1``): ``L_t = min(L_t^ppo, -A_t c)``.
+    When the ratio is huge and the advantage negative, PPO's loss grows without
+    bound; the cap bounds that token's gradient to 0.
+
+    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``,
+    ``clipfrac_lower``, ``ppo_kl``).
+    """
+    if not clip_ratio_c > 1.0:
+        raise ValueError(f"dual_clip needs clip_ratio_c > 1 (the paper uses 3), got {clip_ratio_c}")
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    ppo_mat, was_clipped = _clipped_surrogate(torch.exp(log_ratio), adv, low, high)
+    cap = -adv * clip_ratio_c
+    negative = adv < 0
+    capped = negative & (ppo_mat > cap)
+    loss_mat = torch.where(negative, torch.minimum(ppo_mat, cap), ppo_mat)
+    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    metrics = {
+        "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
+        "clipfrac_lower": masked_mean(capped.float(), mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return loss, metrics
+
+
+def gspo(
+    *,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Group Sequence Policy Optimization (Zheng et al. 2025, "Group Sequence Policy
+    Optimization", Qwen team): the importance ratio is per *sequence*,
+    ``s_i = exp(mean_t(log_prob - old_log_prob))`` over the valid tokens
+    (the length-normalised sequence likelihood ratio), and is clipped per
+    sequence.
+
+    Implemented in the paper's GSPO-token form: every token gets
+    ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``, whose value is ``s_i`` and whose
+    gradient is ``s_i * grad log pi(y_t)``; then the PPO clipped surrogate per
+    token. With advantages constant along a sequence and
+    ``loss_agg_mode="seq-mean-token-mean"`` this is exactly sequence-level
+    GSPO; per-token advantages are allowed.
+
+    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
+
+    Departures / settings: the paper uses tiny clip ranges (left 3e-4, right
+    4e-4 in v2), not PPO's 0.2: set ``actor.clip_ratio_low`` / ``clip_ratio_high``.
+    The paper aggregates with ``seq-mean-token-mean``; ``loss_agg_mode`` is
+    honoured as given (verl forces seq-mean-token-mean). ``clip_ratio_c`` is
+    ignored.
+    """
+    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    lengths = mask.sum(dim=-1).clamp_min(1).to(torch.float32)  # [B]
+    seq_log_ratio = (log_ratio.sum(dim=-1) / lengths).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B]
+    lp = zero_masked(log_prob.float(), mask)
+    token_log_ratio = lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)  # value: log s_i
+    loss_mat, was_clipped = _clipped_surrogate(torch.exp(token_log_ratio), adv, low, high)
+    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    metrics = {
+        "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
+        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+    }
+    return loss, metrics

@@ -1,0 +1,255 @@
+"""Advantage estimators against values worked out by hand."""
+
+import math
+
+import pytest
+import torch
+
+from rl_core.algorithms import advantages as A
+
+from ._helpers import NAN, close, t
+
+SQRT2 = math.sqrt(2.0)
+
+
+# ----------------------------------------------------------------------- gae
+def test_gae_by_hand():
+    # gamma = 0.9, lam = 0.8, so gamma * lam = 0.72; V after the last valid token is 0.
+    # row 0: r = [0, 0, 1], V = [0.5, 0.6, 0.7], all valid
+    #   t=2: delta = 1 + 0.9*0   - 0.7 = 0.3        A2 = 0.3
+    #   t=1: delta = 0 + 0.9*0.7 - 0.6 = 0.03       A1 = 0.03 + 0.72*0.3   = 0.246
+    #   t=0: delta = 0 + 0.9*0.6 - 0.5 = 0.04       A0 = 0.04 + 0.72*0.246 = 0.21712
+    #   returns = A + V = [0.71712, 0.846, 1.0]
+    # row 1: mask [1, 1, 0] (right padding; garbage reward 99 and NaN value there)
+    #   t=1: delta = 1 - 0.4 = 0.6                  A1 = 0.6
+    #   t=0: delta = 0 + 0.9*0.4 - 0.2 = 0.16       A0 = 0.16 + 0.72*0.6 = 0.592
+    #   returns = [0.792, 1.0, 0]
+    # row 2: mask [1, 0, 1] (a gap, e.g. tool output): t=1 is skipped
+    #   t=2: delta = 1 - 0.7 = 0.3                  A2 = 0.3
+    #   t=0: delta = 0 + 0.9*0.7 - 0.5 = 0.13       A0 = 0.13 + 0.72*0.3 = 0.346
+    #   returns = [0.846, 0, 1.0]
+    rewards = t([[0, 0, 1], [0, 1, 99], [0, 5, 1]])
+    values = t([[0.5, 0.6, 0.7], [0.2, 0.4, NAN], [0.5, 9.0, 0.7]])
+    mask = t([[1, 1, 1], [1, 1, 0], [1, 0, 1]])
+    adv, ret = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8)
+    close(adv, [[0.21712, 0.246, 0.3], [0.592, 0.6, 0], [0.346, 0, 0.3]])
+    close(ret, [[0.71712, 0.846, 1.0], [0.792, 1.0, 0], [0.846, 0, 1.0]])
+    assert adv.dtype == ret.dtype == torch.float32
+    assert adv[1, 2].item() == 0.0 and adv[2, 1].item() == 0.0  # exactly zero where masked
+
+
+def test_gae_whiten_option():
+    # A = [0.21712, 0.246, 0.3]: mean 0.25437; whitening gives mean 0, unbiased std 1
+    rewards, values, mask = t([[0, 0, 1]]), t([[0.5, 0.6, 0.7]]), t([[1, 1, 1]])
+    adv, ret = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8,
+                     options={"whiten": True})
+    close(adv.mean(), 0.0)
+    close(adv.std(), 1.0, atol=1e-4)
+    close(ret, [[0.71712, 0.846, 1.0]])  # returns come from the un-whitened advantages
+
+
+def test_gae_needs_values():
+    with pytest.raises(ValueError, match="values"):
+        A.gae(token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
+
+
+def test_gae_bf16_inputs():
+    # 0, 0.5, 1 are exact in bf16: gamma = lam = 1, r = [0, 1], V = [0.5, 0.5]
+    #   t=1: A1 = 1 - 0.5 = 0.5;  t=0: delta = 0 + 0.5 - 0.5 = 0, A0 = 0 + 0.5 = 0.5
+    adv, ret = A.gae(token_level_rewards=t([[0, 1]], torch.bfloat16), response_mask=t([[1, 1]]),
+                     values=t([[0.5, 0.5]], torch.bfloat16))
+    assert adv.dtype == torch.float32
+    close(adv, [[0.5, 0.5]])
+    close(ret, [[1.0, 1.0]])
+
+
+# ---------------------------------------------------------------------- grpo
+# Outcome rewards on each row's last valid token; 7.0 / NaN are garbage at masked positions.
+# group 0: scores [1, 0, 0.5]; group 1: [2, 0]; group 2: singleton [3]; group 3: all equal [0.1, 0.1]
+GROUP_REWARDS = t([
+    [0, 0, 1], [0, 0, 7], [0.5, NAN, 7],
+    [0, 2, 0], [0, 0, 0],
+    [0, 0, 3],
+    [0, 0.1, 7], [0, 0.1, 7],
+])
+GROUP_MASK = t([
+    [1, 1, 1], [1, 1, 0], [1, 0, 0],
+    [1, 1, 1], [1, 1, 1],
+    [1, 1, 1],
+    [1, 1, 0], [1, 1, 0],
+])
+GROUP_INDEX = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3])
+
+
+def _per_seq(adv, mask):
+    """The (constant) advantage of each row, checking it is constant and 0 where masked."""
+    m = mask.bool()
+    assert torch.all(adv[~m] == 0)
+    first = adv[:, 0]
+    assert torch.allclose(torch.where(m, adv, first[:, None]), first[:, None].expand_as(adv))
+    return first
+
+
+def test_grpo_by_hand():
+    # group 0: mean = 0.5, unbiased std = sqrt((0.25 + 0.25 + 0) / 2) = 0.5
+    #          A = [0.5, -0.5, 0] / (0.5 + 1e-6) = [1, -1, 0]
+    # group 1: mean = 1, std = sqrt((1 + 1) / 1) = sqrt(2); A = [1, -1] / sqrt(2)
+    # group 2: size 1 -> 0 (documented: no baseline, no signal)
+    # group 3: all equal -> exactly 0
+    adv, ret = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    per_seq = _per_seq(adv, GROUP_MASK)
+    close(per_seq, [1, -1, 0, 1 / SQRT2, -1 / SQRT2, 0, 0, 0], atol=1e-5)
+    assert per_seq[5].item() == 0.0 and per_seq[6].item() == 0.0 and per_seq[7].item() == 0.0
+    assert not torch.isnan(adv).any() and not torch.isnan(ret).any()
+    # returns: undiscounted reward-to-go, 0 at masked positions
+    close(ret[0], [1, 1, 1])
+    close(ret[2], [0.5, 0, 0])
+    close(ret[3], [2, 2, 0])
+
+
+def test_dr_grpo_by_hand():
+    # norm_adv_by_std=False: A = score - group mean
+    # group 0: [0.5, -0.5, 0]; group 1: [1, -1]; singleton 0; all-equal 0
+    adv, _ = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX,
+                    options={"norm_adv_by_std": False})
+    close(_per_seq(adv, GROUP_MASK), [0.5, -0.5, 0, 1, -1, 0, 0, 0])
+
+
+def test_all_equal_group_with_float_noise_is_exactly_zero():
+    # In float32, 0.9 + 0.9 + 0.9 = 2.7000003 and / 3 = 0.90000004 != 0.9: the deviations are
+    # ~6e-8 and the std ~7e-8, so a naive (r - mean) / (std + 1e-6) would give ~0.056, not 0.
+    rewards = t([[0.9], [0.9], [0.9]])
+    kwargs = dict(token_level_rewards=rewards, response_mask=t([[1], [1], [1]]), index=torch.tensor([4, 4, 4]))
+    for fn in (A.grpo, A.rloo, A.reinforce_plus_plus_baseline):
+        adv, _ = fn(**kwargs)
+        assert torch.equal(adv, torch.zeros(3, 1)), fn.__name__
+
+
+def test_grpo_bf16_matches_fp32():
+    # every score here is exact in bf16 (0, 0.5, 1, 2, 3); the 0.1 group is not, but it is all-equal.
+    mask = GROUP_MASK.bool()
+    rewards = torch.where(mask, GROUP_REWARDS, torch.zeros(()))
+    a32, _ = A.grpo(token_level_rewards=rewards, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    a16, _ = A.grpo(token_level_rewards=rewards.bfloat16(), response_mask=GROUP_MASK.bfloat16(), index=GROUP_INDEX)
+    assert a16.dtype == torch.float32
+    torch.testing.assert_close(a16, a32)
+
+
+def test_grpo_needs_index_and_checks_shapes():
+    with pytest.raises(ValueError, match="index"):
+        A.grpo(token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
+    with pytest.raises(ValueError, match=r"index must be \[B\]"):
+        A.grpo(token_level_rewards=t([[1.0], [0.0]]), response_mask=t([[1.0], [1.0]]), index=torch.tensor([0]))
+    with pytest.raises(ValueError, match="response_mask"):
+        A.grpo(token_level_rewards=t([[1.0, 0.0]]), response_mask=t([[1.0]]), index=torch.tensor([0]))
+
+
+def test_group_index_from_uids():
+    assert A.group_index(["b", "a", "b", "c"]).tolist() == [0, 1, 0, 2]
+    assert A.group_index(["b", "a", "b"]).dtype == torch.int64
+    # estimators also accept a plain sequence of keys
+    adv, _ = A.grpo(token_level_rewards=t([[1.0], [0.0]]), response_mask=t([[1], [1]]), index=["u", "u"])
+    close(adv, [[1 / SQRT2], [-1 / SQRT2]])
+
+
+# ---------------------------------------------------------------------- rloo
+def test_rloo_by_hand():
+    # A_i = r_i - mean of the others
+    # group 0 [1, 0, 0.5]: 1 - (0 + 0.5)/2 = 0.75;  0 - (1 + 0.5)/2 = -0.75;  0.5 - (1 + 0)/2 = 0
+    # group 1 [2, 0]:      2 - 0 = 2;  0 - 2 = -2
+    # group 2 singleton -> 0;  group 3 all equal -> 0
+    adv, ret = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    close(_per_seq(adv, GROUP_MASK), [0.75, -0.75, 0, 2, -2, 0, 0, 0])
+    assert not torch.isnan(ret).any()
+
+
+def test_rloo_bf16():
+    adv, _ = A.rloo(token_level_rewards=t([[1.0], [0.0], [0.5]], torch.bfloat16), response_mask=t([[1], [1], [1]]),
+                    index=torch.tensor([0, 0, 0]))
+    assert adv.dtype == torch.float32
+    close(adv, [[0.75], [-0.75], [0.0]])
+
+
+# --------------------------------------------------------- reinforce++ (+baseline)
+def test_reinforce_plus_plus_by_hand():
+    # gamma = 0.5
+    # row 0: r = [1, 0, 2]:            G2 = 2, G1 = 0 + 0.5*2 = 1, G0 = 1 + 0.5*1 = 1.5
+    # row 1: r = [0, 4, pad]:          G1 = 4, G0 = 0 + 0.5*4 = 2
+    # valid returns [1.5, 1, 2, 2, 4]: mean 10.5/5 = 2.1
+    # deviations [-0.6, -1.1, -0.1, -0.1, 1.9], squares sum 0.36+1.21+0.01+0.01+3.61 = 5.2
+    # unbiased var 5.2/4 = 1.3, std = sqrt(1.3 + 1e-8) = 1.1401754
+    rewards = t([[1, 0, 2], [0, 4, NAN]])
+    mask = t([[1, 1, 1], [1, 1, 0]])
+    adv, ret = A.reinforce_plus_plus(token_level_rewards=rewards, response_mask=mask, gamma=0.5)
+    s = math.sqrt(1.3)
+    close(ret, [[1.5, 1, 2], [2, 4, 0]])
+    close(adv, [[-0.6 / s, -1.1 / s, -0.1 / s], [-0.1 / s, 1.9 / s, 0]])
+    assert adv[1, 2].item() == 0.0
+
+
+def test_reinforce_plus_plus_baseline_by_hand():
+    # groups [0, 0], [1, 1], [2] with scores [1, 0], [3, 1], [5] (row 4 is a singleton, padded)
+    # centred: [0.5, -0.5], [1, -1], [0] (singleton -> 0)
+    # broadcast to tokens (9 valid): .5 .5 -.5 -.5 1 1 -1 -1 0 -> mean 0, sum of squares 5
+    # unbiased var = 5/8 = 0.625, std = 0.7905694
+    rewards = t([[0, 1], [0, 0], [0, 3], [1, 0], [5, 8]])
+    mask = t([[1, 1], [1, 1], [1, 1], [1, 1], [1, 0]])
+    index = torch.tensor([0, 0, 1, 1, 2])
+    adv, ret = A.reinforce_plus_plus_baseline(token_level_rewards=rewards, response_mask=mask, index=index)
+    s = math.sqrt(0.625)
+    close(adv, [[0.5 / s] * 2, [-0.5 / s] * 2, [1 / s] * 2, [-1 / s] * 2, [0, 0]])
+    close(ret, [[1, 1], [0, 0], [3, 3], [1, 0], [5, 0]])
+
+
+# --------------------------------------------------------------------- remax
+def test_remax_by_hand():
+    # row 0: r = [0, 0, 1], greedy reward 0.5:  G = [1, 1, 1]     -> A = [0.5, 0.5, 0.5]
+    # row 1: r = [0.1, 0.2, pad], greedy 0.3:   G = [0.3, 0.2, 0] -> A = [0.0, -0.1, 0]
+    rewards = t([[0, 0, 1], [0.1, 0.2, 9]])
+    mask = t([[1, 1, 1], [1, 1, 0]])
+    adv, ret = A.remax(token_level_rewards=rewards, response_mask=mask, baseline_rewards=t([0.5, 0.3]))
+    close(adv, [[0.5, 0.5, 0.5], [0.0, -0.1, 0]])
+    close(ret, [[1, 1, 1], [0.3, 0.2, 0]])
+    assert adv[1, 2].item() == 0.0
+    with pytest.raises(ValueError, match="baseline_rewards"):
+        A.remax(token_level_rewards=rewards, response_mask=mask)
+
+
+def test_remax_bf16():
+    adv, _ = A.remax(token_level_rewards=t([[0, 1]], torch.bfloat16), response_mask=t([[1, 1]]),
+                     baseline_rewards=t([0.5], torch.bfloat16))
+    assert adv.dtype == torch.float32
+    close(adv, [[0.5, 0.5]])
+
+
+# ------------------------------------------------------------ reward-to-go
+def test_reward_to_go_discounted_skips_gaps():
+    # gamma 0.5, mask [1, 0, 1, 1], r = [1, 100, 0, 4]: G3 = 4, G2 = 0 + 0.5*4 = 2, (t=1 skipped), G0 = 1 + 0.5*2 = 2
+    g = A.reward_to_go(t([[1, 100, 0, 4]]), t([[1, 0, 1, 1]]), gamma=0.5)
+    close(g, [[2, 0, 2, 4]])
+    # gamma 1: G = [5, 0, 4, 4]
+    close(A.reward_to_go(t([[1, 100, 0, 4]]), t([[1, 0, 1, 1]])), [[5, 0, 4, 4]])
+
+
+# ---------------------------------------------------------- compute_advantage
+def test_compute_advantage_dispatches_through_the_registry():
+    adv, _ = A.compute_advantage("rloo", token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK,
+                                 index=GROUP_INDEX, gamma=1.0, lam=1.0, options=None)
+    expected, _ = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    torch.testing.assert_close(adv, expected)
+
+
+@pytest.mark.parametrize(
+    "name, missing",
+    [("gae", "values"), ("grpo", "index"), ("rloo", "index"), ("remax", "baseline_rewards")],
+)
+def test_compute_advantage_checks_declared_needs(name, missing):
+    with pytest.raises(ValueError, match=missing):
+        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
+
+
+def test_compute_advantage_unknown_name_lists_installed():
+    from rl_core.plugins import UnknownCardError
+
+    with pytest.raises(UnknownCardError, match="grpo"):
+        A.compute_advantage("no_such_estimator", token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
