@@ -143,10 +143,16 @@ def test_reasoning_gym_rows_carry_what_scoring_needs():
     assert r["prompt"][1]["role"] == "user"
     json.dumps(r)  # json-able throughout
     info = r["extra_info"]
-    ds = reasoning_gym.create_dataset(info["dataset"], size=info["size"], seed=info["seed"], **info["kwargs"])
+    # what the reasoning_gym scorer does offline: rebuild the dataset from the stored config, or use the entry
+    config = json.loads(info["config"])
+    assert config == {**gen.kwargs, "seed": 3, "size": 6}
+    ds = reasoning_gym.create_dataset(info["dataset"], **config)
     entry = ds[info["index"]]
-    assert entry["question"] == r["prompt"][1]["content"]
+    assert entry["question"] == r["prompt"][1]["content"] == info["question"]
     assert ds.score_answer(r["ground_truth"], entry) == 1.0
+    stored = json.loads(info["entry"])
+    assert stored["question"] == entry["question"] and ds.score_answer(r["ground_truth"], stored) == 1.0
+    assert ds.score_answer(str(int(r["ground_truth"]) + 1), stored) == 0.0
     with pytest.raises(DataError, match=r"allowed: \['reasoning_gym'\]"):
         generate_rows(GeneratorConfig(name="nope", dataset="x"))
     with pytest.raises(DataError, match="create_dataset\\('no_such_dataset'"):
@@ -240,3 +246,15 @@ def test_build_loaders_and_validation_pass(tmp_path, tiny_tokenizer):
     assert train.state_dict() == before and val.state_dict()["index"] == 0
     _, none, _ = build_loaders(DataConfig(train_files=[j], train_batch_size=4, max_prompt_length=limit), tiny_tokenizer)
     assert none is None
+
+
+def test_generated_rows_score_with_the_reasoning_gym_reward():
+    rgym = pytest.importorskip("rl_reward_rule.rgym", reason="the reasoning_gym scorer lives in rl-reward-rule")
+    rows = generate_rows(GeneratorConfig(name="reasoning_gym", dataset="basic_arithmetic", size=4, seed=1))
+    for r in rows:
+        kw = dict(data_source=r["data_source"], ground_truth=r["ground_truth"], extra_info=r["extra_info"])
+        assert rgym.score(solution_str=f"<answer>{r['ground_truth']}</answer>", **kw)["score"] == 1.0
+        assert rgym.score(solution_str="<answer>nonsense</answer>", **kw)["score"] < 1.0
+        # without the stored entry the scorer regenerates it from config + index
+        no_entry = {**r["extra_info"], "entry": None}
+        assert rgym.score(solution_str=r["ground_truth"], **{**kw, "extra_info": no_entry})["score"] == 1.0

@@ -110,12 +110,22 @@ def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
     return [validate_row(r, f"{path}, row {i}", prompt_key) for i, r in enumerate(raw)]
 
 
-def _jsonable(value: Any) -> Any:
-    """Tuples -> lists and other non-JSON values -> str, recursively (reasoning-gym metadata holds tuples)."""
-    return json.loads(json.dumps(value, default=str))
+def _json_or_none(value: Any) -> str | None:
+    """``value`` as JSON text (tuples become lists), or None when it holds non-JSON objects."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _reasoning_gym_rows(name: str, size: int, seed: int, kwargs: dict, system_prompt: str | None) -> list[dict]:
+    """reasoning-gym rows in the format the ``reasoning_gym`` reward reads (``rl_reward_rule.rgym``).
+
+    ``extra_info``: ``dataset``, ``index``, ``question``, ``entry`` (JSON of
+    the item, None if it is not JSON-able) and ``config`` (JSON of kwargs +
+    seed + size: the scorer regenerates the item from it and ``index`` when
+    ``entry`` is None).
+    """
     try:
         import reasoning_gym
     except ImportError:
@@ -124,6 +134,9 @@ def _reasoning_gym_rows(name: str, size: int, seed: int, kwargs: dict, system_pr
         ds = reasoning_gym.create_dataset(name, size=size, seed=seed, **kwargs)
     except Exception as e:  # unknown dataset name or bad kwargs
         raise DataError(f"reasoning_gym.create_dataset({name!r}, size={size}, seed={seed}, **{kwargs}) failed: {e}") from None
+    config = _json_or_none({**kwargs, "seed": seed, "size": size})
+    if config is None:
+        raise DataError(f"data generator kwargs for {name!r} must be JSON-able (numbers, strings, lists, dicts), got {kwargs!r}")
     rows = []
     for i in range(len(ds)):
         entry = ds[i]
@@ -137,11 +150,10 @@ def _reasoning_gym_rows(name: str, size: int, seed: int, kwargs: dict, system_pr
                 "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
                 "extra_info": {
                     "dataset": name,
-                    "size": size,
-                    "seed": seed,
-                    "kwargs": _jsonable(kwargs),
                     "index": i,
-                    "entry": _jsonable(entry),
+                    "question": entry["question"],
+                    "entry": _json_or_none(entry),
+                    "config": config,
                 },
             }
         )
