@@ -113,6 +113,7 @@ class ActorConfig:
     ppo_epochs: int = 1
     shuffle: bool = False
     policy_loss: str = "ppo_clip"
+    policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
