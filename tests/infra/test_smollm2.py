@@ -55,6 +55,10 @@ def test_convert_load_and_generate(tmp_path, capsys):
     assert main(["model", "smollm2", "--out", str(out)]) == 0
     assert "already holds the model" in capsys.readouterr().err
     assert os.stat(out / "model.safetensors").st_mtime_ns == stamp
+    from rl_core.models import ensure_builtin_model
+
+    assert ensure_builtin_model("smollm2", out) == out
+    assert os.stat(out / "model.safetensors").st_mtime_ns == stamp
 
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -66,3 +70,10 @@ def test_convert_load_and_generate(tmp_path, capsys):
     gen = model.generate(**ids, max_new_tokens=12, do_sample=False)
     answer = tok.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
+
+
+def test_ensure_builtin_model_rejects_unknown_names(tmp_path):
+    from rl_core.models import ensure_builtin_model
+
+    with pytest.raises(ModelConversionError, match=r"unknown built-in model 'gpt5'; allowed: \['smollm2'\]"):
+        ensure_builtin_model("gpt5", tmp_path)

@@ -8,6 +8,7 @@ and returns it; later calls return the folder at once.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 BUILTIN_MODELS = ("smollm2",)
@@ -22,9 +23,12 @@ def cache_dir() -> Path:
 
 
 def ensure_builtin_model(name: str, out_dir: str | os.PathLike | None = None) -> Path:
-    """A local HF folder for built-in model ``name``, converting it on first use."""
-    if name not in BUILTIN_MODELS:
-        raise ValueError(f"unknown built-in model {name!r}; allowed: {list(BUILTIN_MODELS)} (e.g. model.path=builtin:smollm2)")
-    from rl_core.models.smollm2 import convert_smollm2
+    """A local HF folder for built-in model ``name``, converting it on first use (progress on stderr)."""
+    from rl_core.models.smollm2 import ModelConversionError, convert_smollm2, is_complete_model_dir
 
-    return convert_smollm2(out_dir or cache_dir() / "models" / name)
+    if name not in BUILTIN_MODELS:
+        raise ModelConversionError(f"unknown built-in model {name!r}; allowed: {list(BUILTIN_MODELS)} (e.g. model.path=builtin:smollm2)")
+    out = Path(out_dir or cache_dir() / "models" / name)
+    if is_complete_model_dir(out):
+        return out.resolve()
+    return convert_smollm2(out, log=lambda m: print(f"builtin:{name}: {m}", file=sys.stderr, flush=True))

@@ -84,9 +84,16 @@ def format_metric(v: float) -> str:
 
 # ----------------------------------------------------------------- backends
 class ConsoleLogger:
-    """One compact line per step with the key metrics (all metrics if none is recognised)."""
+    """One compact line per step with the key metrics (all metrics if none is recognised).
 
-    def __init__(self, print_fn: Callable[[str], Any] = print, **_: Any) -> None:
+    Printed with ``tqdm.write`` by default, so a live progress bar stays intact.
+    """
+
+    def __init__(self, print_fn: Callable[[str], Any] | None = None, **_: Any) -> None:
+        if print_fn is None:
+            from tqdm import tqdm
+
+            print_fn = tqdm.write
         self.print_fn = print_fn
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -192,7 +199,7 @@ class Tracker:
         project: str = "rl-core",
         experiment: str = "run",
         config_dict: dict | None = None,
-        print_fn: Callable[[str], Any] = print,
+        print_fn: Callable[[str], Any] | None = None,
     ) -> None:
         if isinstance(loggers, str):
             loggers = [loggers]
