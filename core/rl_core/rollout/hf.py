@@ -261,8 +261,8 @@ class HFRolloutEngine:
 
     def shutdown(self) -> None:
         self.model = None
-        gc.collect()
         if self.device.type == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()
 
 

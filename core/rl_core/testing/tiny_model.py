@@ -171,19 +171,19 @@ def make_tiny_model_dir(
     return path
 
 
-def bigram_weights(model_dir: str | Path, successor: Mapping[int, int], *, scale: float = 1.0) -> dict[str, torch.Tensor]:
+def bigram_weights(model_dir: str | Path, successor: Mapping[int, int], *, scale: float = 2.0) -> dict[str, torch.Tensor]:
     """HF-named weights that make a tiny untied llama a deterministic bigram model.
 
     All attention output and MLP down projections are zeroed, so the residual
     stream at every position is the current token's embedding; with the final
-    norm weight set to ones and row ``successor[c]`` of ``lm_head`` set to the
-    normalised embedding of ``c``, the logit of ``successor[c]`` after token
-    ``c`` is ``scale * hidden`` while every other logit is a dot product of
-    two nearly unrelated random vectors (about ``scale * sqrt(hidden)``); with
-    ``hidden=64`` the gap is dozens of nats, so both greedy decoding and
-    temperature-1 sampling follow the table. Tokens without a successor get a
-    row of zeros as their lm_head row and are never the argmax after a token
-    in the table.
+    norm weight set to ones, row ``t`` of ``lm_head`` is ``scale`` times the
+    sum of the normalised embeddings of the tokens ``c`` with
+    ``successor[c] == t``. After token ``c`` the logit of ``successor[c]`` is
+    then about ``scale * hidden`` (128 with the defaults) while every other
+    logit is a sum of dot products of nearly unrelated random vectors (about
+    ``scale * sqrt(hidden)`` each): with ``hidden=64`` the gap is dozens of
+    nats, so greedy decoding and temperature-1 sampling both follow the
+    table. Rows of tokens that succeed nothing are zero.
     """
     from safetensors.torch import load_file
 
@@ -195,12 +195,9 @@ def bigram_weights(model_dir: str | Path, successor: Mapping[int, int], *, scale
     emb = sd["model.embed_tokens.weight"]
     eps = cfg.get("rms_norm_eps", 1e-6)
     normed = emb * torch.rsqrt(emb.pow(2).mean(-1, keepdim=True) + eps)
-    values = set(successor.values())
-    if len(values) != len(successor):
-        raise ValueError("each token may be the successor of one token only (lm_head rows are per successor)")
     lm_head = torch.zeros_like(sd["lm_head.weight"])
     for cur, nxt in successor.items():
-        lm_head[nxt] = normed[cur] * scale
+        lm_head[nxt] += normed[cur] * scale
     out = {}
     for name, t in sd.items():
         if name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):

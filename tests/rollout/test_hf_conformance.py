@@ -1,0 +1,26 @@
+"""The built-in `hf` rollout against the shared rollout conformance suite."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_core.backends import WorkerContext
+from rl_core.rollout.hf import factory
+from rl_core.testing.rollout_conformance import RolloutConformance
+
+
+class TestHFRolloutLlama(RolloutConformance):
+    """fp32 transformers: log-probs agree with a plain forward pass to 1e-5."""
+
+    logprob_atol = 1e-5
+    arch = "llama"
+
+    def make_engine(self, model_dir, config):
+        torch.set_num_threads(1)
+        return factory(config, WorkerContext())
+
+
+class TestHFRolloutQwen2(TestHFRolloutLlama):
+    """Tied embeddings and attention biases (the bigram tests skip: they need an untied head)."""
+
+    arch = "qwen2"
