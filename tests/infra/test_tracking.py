@@ -1,7 +1,6 @@
 """Tracker backends: jsonl records and truncation, tensorboard events, console line, errors."""
 
 import json
-import math
 
 import numpy as np
 import pytest
