@@ -331,20 +331,33 @@ class VLLMRollout:
         if llm is None:
             return
         self.llm = None
+        client = getattr(llm.llm_engine, "engine_core", None)
         try:
-            engine_core = getattr(llm.llm_engine, "engine_core", None)
-            if engine_core is not None and hasattr(engine_core, "shutdown"):
-                engine_core.shutdown()
-        except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
-            log.debug("vLLM engine shutdown raised %s", exc)
-        del llm
-        gc.collect()
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+            if self._owns_dist:
+                # vLLM created its own (single-rank) process group: its normal teardown
+                # (which destroys every torch.distributed group) lets another engine start here.
+                client.shutdown()
+            else:
+                # Under rl-core's process group (external launcher) vLLM's teardown would
+                # destroy rl-core's default group too: stop the executor and scheduler, then
+                # destroy only vLLM's own sub-groups (and their shared-memory queues).
+                finalizer = getattr(client, "_finalizer", None)
+                if finalizer is not None:
+                    finalizer.detach()
+                core = getattr(client, "engine_core", None)
+                for part in (getattr(core, "model_executor", None), getattr(core, "scheduler", None)):
+                    if part is not None:
+                        part.shutdown()
+                from vllm.distributed import parallel_state as ps
 
-        destroy_model_parallel()
-        if self._owns_dist:
-            # vLLM created the (single-rank) process group; rl-core's group stays.
-            destroy_distributed_environment()
+                ps.destroy_model_parallel()
+                if ps._WORLD is not None:  # what destroy_distributed_environment does, minus the default group
+                    ps._WORLD.destroy()
+                    ps._WORLD = None
+        except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
+            log.warning("vLLM engine shutdown raised %s: %s", type(exc).__name__, exc)
+        del llm, client
+        gc.collect()
         if self.device_type == "cuda":
             torch.cuda.empty_cache()
 
