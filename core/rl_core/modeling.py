@@ -77,14 +77,21 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False, key: st
 
 
 def _quiet_load(fn, *args, **kwargs):
-    """Call a ``from_pretrained`` without transformers' progress bars."""
+    """Call a ``from_pretrained`` without transformers' progress bars and load reports.
+
+    (The critic's value head is missing from a causal-LM checkpoint by
+    design; transformers would print a warning table about it.)
+    """
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         return fn(*args, **kwargs)
     finally:
+        hf_logging.set_verbosity(verbosity)
         if enabled:
             hf_logging.enable_progress_bar()
 

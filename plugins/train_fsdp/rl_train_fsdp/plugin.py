@@ -1,0 +1,23 @@
+"""Registers the ``fsdp`` train backend (imports nothing heavy)."""
+
+from __future__ import annotations
+
+from rl_core import hookimpl
+from rl_core.cards import TrainCard
+
+FSDP_CARD = TrainCard(
+    name="fsdp",
+    factory="rl_train_fsdp.engine:build_engine",
+    description="torch FSDP2 (fully_shard) data-parallel sharding of any HF causal LM; bf16 mixed precision on GPU",
+    devices={"cpu", "cuda"},
+    parallelism={"dp", "fsdp"},
+    roles={"actor", "critic", "ref"},
+    export_formats={"hf"},
+    engine="torch",
+    engine_versions=">=2.6",
+)
+
+
+@hookimpl
+def rl_core_register_train_backends(register):
+    register(FSDP_CARD)

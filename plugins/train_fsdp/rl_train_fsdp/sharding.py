@@ -1,0 +1,110 @@
+"""FSDP2 plumbing: shard a model, gather its weights, clip gradients, reduce numbers.
+
+With a default process group the model is sharded with
+``torch.distributed.fsdp.fully_shard`` over a 1-D device mesh of all ranks:
+each transformer block (the classes in the model's ``_no_split_modules``)
+is its own FSDP unit, the root module holds the rest (embeddings, final
+norm, LM / value head; tied embeddings stay in one unit). Without a process
+group the model stays a plain module: same code path, same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+from rl_core.modeling import decoder_layers
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_and_world() -> tuple[int, int]:
+    if is_distributed():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard_model(model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """``fully_shard`` every decoder layer and the root; ``param_dtype`` turns on mixed precision.
+
+    Mixed precision (``MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)``):
+    the sharded parameters and the optimizer stay float32, forward and
+    backward run in ``param_dtype``, gradients are reduced in float32.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    world = dist.get_world_size()
+    mesh = init_device_mesh(device.type, (world,))
+    kwargs: dict = {"mesh": mesh}
+    if param_dtype is not None and param_dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) parameter; a collective when sharded."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        return t.full_tensor()
+    return t.detach()
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def iter_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """HF-named full tensors, one at a time, identical on every rank.
+
+    Names are the model's ``state_dict`` names; a tensor tied under two
+    names (``lm_head.weight`` = ``model.embed_tokens.weight``) is yielded
+    once under the first, as HF checkpoints store it. Every rank must drain
+    the iterator (each sharded tensor is an all-gather). Unsharded models
+    yield detached views of their parameters (no copy).
+    """
+    seen: set[int] = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        yield name, full_tensor(t)
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
+    """Total L2 norm of the gradients (over all shards); clips them to ``max_norm`` if it is > 0."""
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    limit = float(max_norm) if max_norm is not None and max_norm > 0 else math.inf
+    norm = torch.nn.utils.clip_grad_norm_(grads, max_norm=limit)
+    norm = full_tensor(norm)
+    return float(norm)
+
+
+def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """A reduced copy of ``value`` over all ranks (``sum``, ``max``, ``min`` or ``avg``); unchanged without a group."""
+    if not is_distributed():
+        return value
+    out = value.detach().clone()
+    ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
+    dist.all_reduce(out, op=ops[op])
+    if op == "avg":
+        out = out / dist.get_world_size()
+    return out
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
