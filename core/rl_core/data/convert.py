@@ -1,0 +1,284 @@
+"""Build prompt rows in verl's format: GSM8K from its jsonl, reasoning-gym sets generated offline.
+
+A row (the same shape verl's ``examples/data_preprocess`` scripts write)::
+
+    {"data_source":  "openai/gsm8k",
+     "prompt":       [{"role": "user", "content": "<question> Let's think step by step ..."}],
+     "ability":      "math",
+     "reward_model": {"style": "rule", "ground_truth": "72"},
+     "extra_info":   {"split": "train", "index": 0, "answer": "<reference solution>", "question": "<question>"}}
+
+reasoning-gym rows use ``data_source = "reasoning_gym/<name>"`` and the
+``extra_info`` that the ``reasoning_gym`` reward of rl-reward-rule reads
+(``dataset``, ``index``, ``split``, ``question``, ``entry`` = the generated
+item as JSON (:func:`encode_entry`: tuples, sets and datetimes are tagged so
+they come back as themselves) or None, ``config`` = JSON of the creation
+kwargs with seed and size) so it can call the dataset's ``score_answer`` with no network and
+no shared state.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from typing import Any, Iterable
+
+GSM8K_SOURCE = "openai/gsm8k"
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+REASONING_GYM_PREFIX = "reasoning_gym"
+
+
+class DataConvertError(ValueError):
+    """Input that cannot be converted; the message names the file / row / name and the fix."""
+
+
+# --------------------------------------------------------------------- GSM8K
+def gsm8k_final_answer(solution: str) -> str:
+    """The number after the last ``####`` of a GSM8K reference solution, separators removed."""
+    if "####" not in solution:
+        raise ValueError("the answer has no '####' line with the final number")
+    final = solution.rsplit("####", 1)[1].strip()
+    final = final.replace(",", "").replace("$", "").strip().rstrip(".")
+    if not final:
+        raise ValueError("the '####' line is empty")
+    return final
+
+
+def gsm8k_row(question: str, answer: str, index: int, split: str) -> dict[str, Any]:
+    """One verl-format row from a GSM8K ``{"question", "answer"}`` record."""
+    return {
+        "data_source": GSM8K_SOURCE,
+        "prompt": [{"role": "user", "content": question + " " + GSM8K_INSTRUCTION}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": gsm8k_final_answer(answer)},
+        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+    }
+
+
+def _infer_split(path: str) -> str:
+    stem = os.path.basename(path).split(".")[0].lower()
+    for split in ("train", "test", "validation", "val"):
+        if split in stem:
+            return split
+    return "train"
+
+
+def gsm8k_rows_from_jsonl(path: str | os.PathLike, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows for every record of a GSM8K jsonl file (``split`` defaults to the one in the file name)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise DataConvertError(f"{path}: no such file; pass the GSM8K jsonl with --src (e.g. ../shared/data/gsm8k/train.jsonl)")
+    split = split or _infer_split(path)
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {line_no}"
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataConvertError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from None
+            if not isinstance(record, dict):
+                raise DataConvertError(f"{where}: expected a JSON object with 'question' and 'answer', got {type(record).__name__}")
+            missing = [k for k in ("question", "answer") if not isinstance(record.get(k), str)]
+            if missing:
+                raise DataConvertError(
+                    f"{where}: no {' / '.join(repr(k) for k in missing)} string (keys: {sorted(record)}); "
+                    "GSM8K rows need 'question' and 'answer' (the solution ending in '#### <number>')"
+                )
+            try:
+                rows.append(gsm8k_row(record["question"], record["answer"], len(rows), split))
+            except ValueError as exc:
+                raise DataConvertError(f"{where}: {exc}; GSM8K answers end with '#### <number>'") from None
+    if not rows:
+        raise DataConvertError(f"{path}: the file has no rows")
+    return rows
+
+
+# ------------------------------------------------------------ reasoning-gym
+# Items are stored as JSON that keeps the Python types their score_answer may
+# compare against: tuples (ARC grids are tuples of tuples), sets, dicts with
+# non-string keys and datetime values are tagged as one-key objects.
+_TAGS = ("__tuple__", "__set__", "__frozenset__", "__items__", "__datetime__", "__date__", "__time__", "__timedelta__")
+
+
+def _tag(value: Any) -> Any:
+    import datetime as dt
+
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, list):
+        return [_tag(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [_tag(v) for v in value]}
+    if isinstance(value, frozenset):
+        return {"__frozenset__": [_tag(v) for v in value]}
+    if isinstance(value, set):
+        return {"__set__": [_tag(v) for v in value]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and not (len(value) == 1 and next(iter(value)) in _TAGS):
+            return {k: _tag(v) for k, v in value.items()}
+        return {"__items__": [[_tag(k), _tag(v)] for k, v in value.items()]}
+    if isinstance(value, dt.datetime):
+        return {"__datetime__": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"__date__": value.isoformat()}
+    if isinstance(value, dt.time):
+        return {"__time__": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        return {"__timedelta__": value.total_seconds()}
+    raise TypeError(f"cannot store a {type(value).__name__} as JSON")
+
+
+def _untag(obj: dict) -> Any:
+    import datetime as dt
+
+    if len(obj) != 1:
+        return obj
+    (key, value), = obj.items()
+    if key == "__tuple__":
+        return tuple(value)
+    if key == "__set__":
+        return set(value)
+    if key == "__frozenset__":
+        return frozenset(value)
+    if key == "__items__":
+        return {(tuple(k) if isinstance(k, list) else k): v for k, v in value}
+    if key == "__datetime__":
+        return dt.datetime.fromisoformat(value)
+    if key == "__date__":
+        return dt.date.fromisoformat(value)
+    if key == "__time__":
+        return dt.time.fromisoformat(value)
+    if key == "__timedelta__":
+        return dt.timedelta(seconds=value)
+    return obj
+
+
+def encode_entry(entry: Any) -> str | None:
+    """A generated item as JSON that keeps tuples, sets, non-string keys and datetimes; None if impossible."""
+    try:
+        return json.dumps(_tag(entry))
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_entry(text: str) -> Any:
+    """Inverse of :func:`encode_entry` (plain JSON decodes as plain JSON)."""
+    return json.loads(text, object_hook=_untag)
+
+
+def _json_or_none(value: Any) -> str | None:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _import_reasoning_gym():
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise DataConvertError("reasoning-gym is not installed; pip install reasoning-gym") from None
+    return reasoning_gym
+
+
+def reasoning_gym_datasets() -> list[str]:
+    """Names of the datasets the installed reasoning-gym can generate."""
+    _import_reasoning_gym()
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def generate_reasoning_gym_rows(
+    name: str,
+    size: int,
+    seed: int,
+    kwargs: dict[str, Any] | None = None,
+    system_prompt: str | None = None,
+    split: str = "train",
+) -> list[dict[str, Any]]:
+    """Generate ``size`` reasoning-gym items of dataset ``name`` as verl-format rows.
+
+    ``kwargs`` are the dataset's config options (e.g. ``{"max_terms": 2}``);
+    ``system_prompt``, if given, becomes a system message before the
+    question. The ground truth is the item's ``answer``.
+    """
+    rg = _import_reasoning_gym()
+    from reasoning_gym.factory import DATASETS
+
+    if name not in DATASETS:
+        close = difflib.get_close_matches(name, list(DATASETS), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise DataConvertError(
+            f"reasoning-gym has no dataset {name!r}{hint}; pick one of the {len(DATASETS)} installed, "
+            "e.g. basic_arithmetic, chain_sum, gsm_symbolic"
+        )
+    if size < 1:
+        raise DataConvertError(f"--size must be >= 1, got {size}")
+    kwargs = dict(kwargs or {})
+    for reserved in ("seed", "size"):
+        if reserved in kwargs:
+            raise DataConvertError(f"give {reserved} with --{reserved}, not inside --kwargs")
+    config = _json_or_none({**kwargs, "seed": seed, "size": size})
+    if config is None:
+        raise DataConvertError(f"reasoning-gym kwargs for {name!r} must be JSON (numbers, strings, lists, objects): {kwargs!r}")
+    try:
+        ds = rg.create_dataset(name, size=size, seed=seed, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - bad kwargs: the library's own message
+        raise DataConvertError(f"reasoning-gym could not create {name!r} with {kwargs}: {type(exc).__name__}: {exc}") from None
+    source = f"{REASONING_GYM_PREFIX}/{name}"
+    rows = []
+    for i in range(len(ds)):
+        entry = ds[i]
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        messages.append({"role": "user", "content": entry["question"]})
+        rows.append(
+            {
+                "data_source": source,
+                "prompt": messages,
+                "ability": "reasoning",
+                "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
+                "extra_info": {
+                    "split": split,
+                    "index": i,
+                    "dataset": name,
+                    "question": entry["question"],
+                    "entry": encode_entry(entry),
+                    "config": config,
+                },
+            }
+        )
+    return rows
+
+
+# ------------------------------------------------------------------ parquet
+def write_parquet(rows: Iterable[dict[str, Any]], out: str | os.PathLike) -> int:
+    """Write rows to a parquet file (parent folders are created); returns the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(rows)
+    out = os.fspath(out)
+    if not out.endswith(".parquet"):
+        raise DataConvertError(f"--out {out}: give a file name ending in .parquet")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = out + ".tmp"
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    os.replace(tmp, out)
+    return len(rows)
+
+
+def read_parquet(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a parquet file as plain Python dicts / lists."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(os.fspath(path)).to_pylist()
+
+
+def convert_gsm8k(src: str | os.PathLike, out: str | os.PathLike, split: str | None = None) -> int:
+    """GSM8K jsonl -> verl-format parquet; returns the number of rows written."""
+    return write_parquet(gsm8k_rows_from_jsonl(src, split), out)

@@ -1,0 +1,181 @@
+"""Loading and calling one scorer, shared by the in-process path and the pool workers.
+
+Standard library only: worker processes import this module and nothing heavy.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import math
+import numbers
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+
+class RewardConfigError(ValueError):
+    """The reward section of the config cannot be used (missing file, function, reward name...)."""
+
+
+class Sample(NamedTuple):
+    """What a scorer needs to score one response (picklable, small)."""
+
+    index: int
+    data_source: Any
+    solution_str: str
+    ground_truth: Any
+    extra_info: Any
+    response_length: int | None = None
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """Where a scorer function comes from; picklable so workers can load it themselves.
+
+    Exactly one of ``ref`` (a ``"module:attr"`` path or a picklable callable,
+    from a reward card) or ``path`` + ``func_name`` (a user's Python file) is set.
+    """
+
+    label: str
+    ref: Any = None
+    path: str | None = None
+    func_name: str | None = None
+    batched: bool = False
+
+
+def load_custom_function(path: str, func_name: str) -> Callable:
+    """Import ``func_name`` from the Python file at ``path`` (verl's ``custom_reward_function``)."""
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(full):
+        where = "is a directory" if os.path.isdir(full) else "does not exist"
+        raise RewardConfigError(
+            f"reward.custom.path: {path!r} {where} (resolved to {full}, working directory {os.getcwd()}); "
+            f"give the path of a .py file that defines {func_name!r}"
+        )
+    module_name = "_rl_core_custom_reward_" + hashlib.sha1(full.encode()).hexdigest()[:12]
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, full)
+        if spec is None or spec.loader is None:
+            raise RewardConfigError(f"reward.custom.path: {path!r} cannot be imported as Python (use a .py file)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as exc:
+            del sys.modules[module_name]
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise RewardConfigError(
+                f"reward.custom.path: importing {path!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    if not hasattr(module, func_name):
+        defined = sorted(
+            n for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module_name
+        )
+        raise RewardConfigError(
+            f"reward.custom.name: {path!r} defines no {func_name!r}; "
+            f"functions it defines: {', '.join(defined) or 'none'}"
+        )
+    fn = getattr(module, func_name)
+    if not callable(fn):
+        raise RewardConfigError(
+            f"reward.custom.name: {func_name!r} in {path!r} is a {type(fn).__name__}, not a function"
+        )
+    return fn
+
+
+_LOADED: dict[ScorerSpec, Callable] = {}
+
+
+def load_scorer(spec: ScorerSpec) -> Callable:
+    """The scorer function for ``spec`` (imported once per process)."""
+    fn = _LOADED.get(spec)
+    if fn is None:
+        if spec.path is not None:
+            fn = load_custom_function(spec.path, spec.func_name or "compute_score")
+        else:
+            from rl_core.cards import load_object
+
+            fn = load_object(spec.ref)
+            if not callable(fn):
+                raise RewardConfigError(f"reward {spec.label!r}: its factory {spec.ref!r} is not callable")
+        _LOADED[spec] = fn
+    return fn
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts(fn: Callable, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_KEYWORD or p.name == name for p in params)
+
+
+def _accepts_safe(fn: Callable, name: str) -> bool:
+    try:
+        return _accepts(fn, name)
+    except TypeError:  # unhashable callable
+        return False
+
+
+def call_scorer(fn: Callable, sample: Sample, kwargs: dict[str, Any]) -> Any:
+    """Call a per-sample scorer with verl's keyword arguments plus ``kwargs``.
+
+    ``response_length`` (tokens) is passed only to scorers that accept it
+    (a parameter of that name, or ``**kwargs``), so verl-style functions
+    with a fixed signature keep working.
+    """
+    call = dict(kwargs)
+    if sample.response_length is not None and _accepts_safe(fn, "response_length"):
+        call.setdefault("response_length", sample.response_length)
+    return fn(
+        data_source=sample.data_source,
+        solution_str=sample.solution_str,
+        ground_truth=sample.ground_truth,
+        extra_info=sample.extra_info,
+        **call,
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, numbers.Real):  # int, float, bool, Fraction, numpy floats
+        return float(value)
+    item = getattr(value, "item", None)  # numpy / torch scalars, without importing either
+    if callable(item):
+        try:
+            value = item()
+        except Exception:  # noqa: BLE001 - not a one-element value
+            return None
+        if isinstance(value, numbers.Real):
+            return float(value)
+    return None
+
+
+def normalize_result(result: Any) -> tuple[float, dict[str, Any]]:
+    """``(score, extras)`` from a scorer's return value (a number or a dict with ``"score"``)."""
+    extras: dict[str, Any] = {}
+    value = result
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise TypeError(f"the scorer returned a dict without a 'score' key (keys: {sorted(map(str, result))})")
+        value = result["score"]
+        extras = {k: v for k, v in result.items() if k != "score"}
+    score = _number(value)
+    if score is None:
+        raise TypeError(f"the scorer returned {type(value).__name__} {value!r:.80}, expected a number or a dict with 'score'")
+    if not math.isfinite(score):
+        raise ValueError(f"the scorer returned a non-finite score {score}")
+    return score, extras
+
+
+def numeric(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (bools count), else None."""
+    n = _number(value)
+    return n if n is not None and math.isfinite(n) else None
