@@ -40,6 +40,19 @@ class Stack:
     warnings: tuple[Problem, ...] = ()
 
 
+def first_per_key(problems: list[Problem]) -> list[Problem]:
+    """Keep the first error per config key: later ones are usually its consequences."""
+    seen: set[str] = set()
+    out = []
+    for p in problems:
+        if p.severity == "error":
+            if p.key in seen:
+                continue
+            seen.add(p.key)
+        out.append(p)
+    return out
+
+
 def _lookup(registry: Registry, kind: str, name: str, key: str, problems: list[Problem]):
     try:
         return registry.get(kind, name)
@@ -260,6 +273,7 @@ def resolve(config: RunConfig, registry: Registry | None = None) -> tuple[Stack 
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
     _run_card_checks(config, cards, problems)
+    problems = first_per_key(problems)
 
     if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss):
         return None, problems

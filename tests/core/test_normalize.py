@@ -73,7 +73,7 @@ def test_micro_batch_error_shows_arithmetic_and_nearest_values():
 
 def test_batch_not_divisible_by_dp_suggests_a_valid_size():
     # 5 x 1 = 5 sequences over 2 ranks: 5 % 2 = 1; the next valid batch is 6.
-    _, sizes, problems = _norm("trainer.n_gpus_per_node=2", "data.train_batch_size=5", "actor.ppo_mini_batch_size=5", "actor.ppo_micro_batch_size_per_gpu=1")
+    _, sizes, problems = _norm("trainer.n_gpus_per_node=2", "data.train_batch_size=5", "rollout.n=1", "actor.ppo_mini_batch_size=5", "actor.ppo_micro_batch_size_per_gpu=1")
     keys = {p.key for p in problems}
     assert "data.train_batch_size" in keys
     p = next(p for p in problems if "data-parallel" in p.what)

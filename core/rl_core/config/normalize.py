@@ -251,15 +251,6 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     replicas = world // rtp
     prompts = d.train_batch_size
     seqs = prompts * r.n
-    if prompts % replicas:
-        problems.append(
-            Problem(
-                key="data.train_batch_size",
-                what=f"{prompts} prompts cannot be spread evenly over {replicas} rollout replicas ({world} devices / rollout TP {rtp}; {prompts} % {replicas} = {prompts % replicas})",
-                fix=f"nearest valid data.train_batch_size: {', '.join(map(str, nearest_divisible(prompts, replicas)))}",
-            )
-        )
-        size_ok = False
     if seqs % dp:
         problems.append(
             Problem(
@@ -269,6 +260,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
             )
         )
         size_ok = False
+    if not size_ok:  # one root cause at a time: mini-batch checks would repeat it
+        return config, None, problems
     actor_sizes = _mini_micro(problems, "actor", prompts_per_step=prompts, n=r.n, dp=dp, mini=a.ppo_mini_batch_size, micro=a.ppo_micro_batch_size_per_gpu)
     critic_sizes = None
     if critic_on:
@@ -288,7 +281,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         rollout_replicas=replicas,
         prompts_per_step=prompts,
         sequences_per_step=seqs,
-        sequences_per_rollout_replica=seqs // replicas,
+        sequences_per_rollout_replica=-(-prompts // replicas) * r.n,  # the last replica may get fewer (padded)
         sequences_per_train_rank=seqs // dp,
         actor_mini_batches=actor_sizes[0],
         actor_mini_batch_per_rank=actor_sizes[1],
