@@ -153,10 +153,11 @@ def test_reasoning_gym_rows_carry_what_scoring_needs():
     stored = json.loads(info["entry"])
     assert stored["question"] == entry["question"] and ds.score_answer(r["ground_truth"], stored) == 1.0
     assert ds.score_answer(str(int(r["ground_truth"]) + 1), stored) == 0.0
-    with pytest.raises(DataError, match=r"allowed: \['reasoning_gym'\]"):
+    assert info["split"] == "train" and generate_rows(gen, "val")[0]["extra_info"]["split"] == "val"
+    with pytest.raises(DataError, match=r"data.train_generator.name 'nope' is unknown; allowed: \['reasoning_gym'\]"):
         generate_rows(GeneratorConfig(name="nope", dataset="x"))
-    with pytest.raises(DataError, match="create_dataset\\('no_such_dataset'"):
-        generate_rows(GeneratorConfig(name="reasoning_gym", dataset="no_such_dataset", size=2))
+    with pytest.raises(DataError, match="data.val_generator: reasoning-gym has no dataset 'no_such_dataset'"):
+        generate_rows(GeneratorConfig(name="reasoning_gym", dataset="no_such_dataset", size=2), "val")
 
 
 def _dataset(tok, n):

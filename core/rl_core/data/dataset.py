@@ -110,69 +110,23 @@ def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
     return [validate_row(r, f"{path}, row {i}", prompt_key) for i, r in enumerate(raw)]
 
 
-def _json_or_none(value: Any) -> str | None:
-    """``value`` as JSON text (tuples become lists), or None when it holds non-JSON objects."""
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return None
+def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
+    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig` (``name`` in :data:`GENERATORS`).
 
-
-def _reasoning_gym_rows(name: str, size: int, seed: int, kwargs: dict, system_prompt: str | None) -> list[dict]:
-    """reasoning-gym rows in the format the ``reasoning_gym`` reward reads (``rl_reward_rule.rgym``).
-
-    ``extra_info``: ``dataset``, ``index``, ``question``, ``entry`` (JSON of
-    the item, None if it is not JSON-able) and ``config`` (JSON of kwargs +
-    seed + size: the scorer regenerates the item from it and ``index`` when
-    ``entry`` is None).
+    ``reasoning_gym`` rows come from :func:`rl_core.data.convert.generate_reasoning_gym_rows`
+    (the format the ``reasoning_gym`` reward reads); ``split`` is recorded in their extra_info.
     """
-    try:
-        import reasoning_gym
-    except ImportError:
-        raise DataError("data generator 'reasoning_gym' needs `pip install reasoning-gym`") from None
-    try:
-        ds = reasoning_gym.create_dataset(name, size=size, seed=seed, **kwargs)
-    except Exception as e:  # unknown dataset name or bad kwargs
-        raise DataError(f"reasoning_gym.create_dataset({name!r}, size={size}, seed={seed}, **{kwargs}) failed: {e}") from None
-    config = _json_or_none({**kwargs, "seed": seed, "size": size})
-    if config is None:
-        raise DataError(f"data generator kwargs for {name!r} must be JSON-able (numbers, strings, lists, dicts), got {kwargs!r}")
-    rows = []
-    for i in range(len(ds)):
-        entry = ds[i]
-        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": entry["question"]}
-        ]
-        rows.append(
-            {
-                "data_source": f"reasoning_gym/{name}",
-                "prompt": prompt,
-                "reward_model": {"style": "rule", "ground_truth": str(entry["answer"])},
-                "extra_info": {
-                    "dataset": name,
-                    "index": i,
-                    "question": entry["question"],
-                    "entry": _json_or_none(entry),
-                    "config": config,
-                },
-            }
-        )
-    return rows
-
-
-def generate_rows(gen: Any, prompt_key: str = "prompt") -> list[dict[str, Any]]:
-    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig` (``name`` in :data:`GENERATORS`)."""
+    key = f"data.{split}_generator"
     if gen.name not in GENERATORS:
-        raise DataError(f"data generator name {gen.name!r} is unknown; allowed: {list(GENERATORS)}")
+        raise DataError(f"{key}.name {gen.name!r} is unknown; allowed: {list(GENERATORS)}")
     if not gen.dataset:
-        raise DataError("data generator 'reasoning_gym' needs `dataset`, e.g. basic_arithmetic or gsm_symbolic")
-    if gen.size < 1:
-        raise DataError(f"data generator size must be >= 1, got {gen.size}")
+        raise DataError(f"{key}.dataset is empty; name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic")
+    from rl_core.data.convert import DataConvertError, generate_reasoning_gym_rows
+
     try:
-        from rl_core.data.convert import generate_reasoning_gym_rows as make
-    except ImportError:
-        make = _reasoning_gym_rows
-    raw = make(gen.dataset, gen.size, gen.seed, dict(gen.kwargs), gen.system_prompt)
+        raw = generate_reasoning_gym_rows(gen.dataset, gen.size, gen.seed, dict(gen.kwargs), gen.system_prompt, split=split)
+    except DataConvertError as e:
+        raise DataError(f"{key}: {e}") from None
     where = f"reasoning_gym/{gen.dataset}"
     return [validate_row(r, f"{where}, row {i}", "prompt") for i, r in enumerate(raw)]
 
@@ -257,7 +211,7 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> Prom
     for path in files:
         rows.extend(read_rows(path, data.prompt_key))
     if gen is not None and gen.name:
-        rows.extend(generate_rows(gen))
+        rows.extend(generate_rows(gen, split))
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
     source = ", ".join(files + ([f"reasoning_gym/{gen.dataset}"] if gen is not None and gen.name else []))
