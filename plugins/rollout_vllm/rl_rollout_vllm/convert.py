@@ -43,16 +43,29 @@ def unpadded_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> l
     return [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
 
 
-def check_prompt_lengths(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int) -> None:
+def check_prompt_lengths(
+    prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int, max_prompt_length: int | None = None
+) -> None:
     """Raise naming the first bad sample when a prompt cannot be generated from.
 
-    A prompt of ``L`` tokens needs ``L + max_new_tokens <= max_model_len``:
-    vLLM rejects a longer prompt outright and silently cuts a response short
-    when only the sum is too long; both are reported here, with the numbers.
+    - longer than ``data.max_prompt_length`` (the run's contract, as the
+      ``hf`` backend enforces it);
+    - ``L + max_new_tokens > max_model_len``: vLLM rejects a prompt longer
+      than its max model length outright and silently cuts a response short
+      when only the sum is too long; both are reported here, with the numbers.
     """
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
+    if max_prompt_length is not None:
+        bad = [i for i, p in enumerate(prompts) if len(p) > max_prompt_length]
+        if bad:
+            i = bad[0]
+            more = f" ({len(bad)} prompts of this batch are too long)" if len(bad) > 1 else ""
+            raise ValueError(
+                f"prompt {i} of the batch has {len(prompts[i])} tokens, more than data.max_prompt_length={max_prompt_length}{more}; "
+                "raise data.max_prompt_length or keep data.filter_overlong_prompts=true"
+            )
     bad = [i for i, p in enumerate(prompts) if len(p) + max_new_tokens > max_model_len]
     if not bad:
         return
@@ -68,7 +81,7 @@ def check_prompt_lengths(prompts: Sequence[Sequence[int]], max_new_tokens: int, 
         )
     raise ValueError(
         f"{what}{more}; raise rollout.engine_kwargs.max_model_len (default: data.max_prompt_length + "
-        f"data.max_response_length), or keep data.filter_overlong_prompts=true"
+        "data.max_response_length) or lower max_new_tokens"
     )
 
 

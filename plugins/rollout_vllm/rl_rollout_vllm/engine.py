@@ -9,32 +9,49 @@ Generation
     Prompts arrive left-padded; the padding is stripped and token ids go to
     vLLM as ``TokensPrompt`` (no re-tokenisation). ``SamplingParams`` maps as
     n -> n, temperature, top_p, top_k (``<= 0`` -> off), max_new_tokens ->
-    max_tokens, stop, seed; ``greedy`` (or temperature 0) -> temperature 0.
+    max_tokens, stop, seed; ``greedy`` (or temperature 0) -> temperature 0,
+    one request per prompt whose answer fills the n rows (vLLM refuses n > 1
+    when greedy; greedy samples are identical anyway).
     A seed gives prompt ``i`` the seed ``seed + i * n`` (vLLM adds the
     sample's index), so no two samples of a batch share a random stream.
+    A prompt longer than ``data.max_prompt_length``, or one that leaves fewer
+    than ``max_new_tokens`` positions below the engine's max model length, is
+    an error naming the sample and the lengths
+    (:func:`rl_rollout_vllm.convert.check_prompt_lengths`); an empty
+    generation is kept with an all-zero mask and reported
+    (:func:`rl_rollout_vllm.convert.build_rollout_batch`).
 
 Log-probs
-    The engine is built with ``logprobs_mode="processed_logprobs"`` and asks
-    ``logprobs=0``: vLLM then reports, for each sampled token, the log-prob
-    after temperature scaling, i.e. ``log_softmax(logits / temperature)``,
-    the quantity a trainer's forward pass computes (and the ``hf`` backend
-    reports). vLLM's default ``raw_logprobs`` ignores the temperature. Two
-    departures: with top-k / top-p filtering on, vLLM renormalises over the
-    kept tokens (the distribution it really sampled from), so the values
-    are >= the trainer's (a warning says so once); greedy decoding reports
-    ``log_softmax(logits)`` (temperature 1), as the ``hf`` backend does.
+    ``rollout_log_probs`` are ``log_softmax(logits / temperature)`` of each
+    sampled token over the **whole vocabulary**, before top-k / top-p
+    filtering: what the trainer's forward pass computes and what the ``hf``
+    backend reports. Greedy decoding reports ``log_softmax(logits)``
+    (temperature 1). vLLM 0.32 has no mode for this: ``raw_logprobs`` (its
+    default) ignores the temperature and ``processed_logprobs`` is
+    renormalised over the tokens top-k / top-p keep. So the engine runs with
+    ``raw_logprobs`` and this adapter wraps the model runner's top-k / top-p
+    sampler so that it hands back the full-vocabulary log-softmax of the
+    temperature-scaled logits it receives (:func:`_install_full_vocab_logprobs`;
+    V1 model runner, which the adapter selects with
+    ``VLLM_USE_V2_MODEL_RUNNER=0``). Setting
+    ``rollout.engine_kwargs.logprobs_mode`` turns the wrapper off and gives
+    vLLM's own semantics.
 
 Weight sync (:meth:`VLLMRollout.load_weights`)
     HF-named tensors go straight into ``reload_weights`` of the model
     runner (``llm.collective_rpc``), in buckets of at most
     ``rollout.engine_kwargs.weight_sync_bucket_mb`` MiB (default 256) that
     never split a transformer layer (see :mod:`rl_rollout_vllm.weights`).
-    Nothing is written to disk. Peak extra memory during a sync: the bucket
-    being sent (references to the caller's tensors, so only what the caller
-    materialised for it: <= bucket size + one layer) plus one layer that
-    vLLM materialises while it processes it. ``weight_sync_bucket_mb=0``
-    sends everything in one call over the caller's iterator, streamed (peak:
-    about one layer). The prefix cache is reset after every sync.
+    Nothing is written to disk and nothing is serialised. Each name and
+    shape is checked against the model before its bucket is sent, and every
+    tensor of the checkpoint must arrive. Peak extra memory during a sync:
+    the bucket being collected (references to the caller's tensors: at most
+    the bucket size plus one layer of whatever the caller materialised for
+    them) plus one layer that vLLM materialises while it processes it.
+    ``weight_sync_bucket_mb=0`` sends everything in one call over the
+    caller's iterator, streamed (peak: about one layer; but an invalid
+    tensor then fails inside vLLM's reload, and the engine needs a full sync
+    before it can generate again). The prefix cache is reset after every sync.
 
 Memory and colocation
     GPU: ``gpu_memory_utilization`` is passed through and, with
@@ -45,12 +62,13 @@ Memory and colocation
     follows a sync). CPU: the KV cache has ``VLLM_CPU_KVCACHE_SPACE`` GiB
     (default 1); sleep / wake-up do nothing (logged once).
 
-Tensor parallelism
-    With ``torch.distributed`` already initialised by rl-core (several ranks)
-    the engine uses vLLM's ``external_launcher`` executor: each rank is one
-    vLLM worker, consecutive ranks form a TP group (as rl-core hands the same
-    prompts to the ranks of a group), and every rank of a group must sample
-    with the same seed, which the group's first rank decides.
+Tensor parallelism and several ranks
+    When rl-core runs several ranks (``torch.distributed`` initialised by
+    the placement layer), the engine uses vLLM's ``external_launcher``
+    executor: each rank is one vLLM worker, consecutive ranks form a TP
+    group (rl-core hands the same prompts to the ranks of a group), and all
+    ranks of a group sample with the seed the group's first rank decides.
+    Tested on CPU (gloo) with 2 ranks, TP 1 and 2.
 
 Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 (``max_model_len``, ``max_num_seqs``, ``enable_prefix_caching``,
@@ -65,7 +83,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -82,27 +100,17 @@ DEFAULT_BUCKET_MB = 256
 
 _RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace")
 
+# Engines alive in this process, and whether vLLM (not rl-core) created the
+# torch.distributed group they share: only the last engine may tear it down.
+_PROCESS = {"engines": 0, "vllm_owns_group": False}
+
 
 def configure_environment(device: str) -> None:
     """Environment vLLM reads at engine creation (only where the user set nothing)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the log-prob wrapper targets the V1 sampler
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
-
-def _checkpoint_names(path: str) -> set[str] | None:
-    """Tensor names in a local model folder's safetensors files (headers only)."""
-    folder = Path(os.path.expanduser(path))
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    if not files:
-        return None
-    from safetensors import safe_open
-
-    names: set[str] = set()
-    for f in files:
-        with safe_open(str(f), framework="pt") as fh:
-            names.update(fh.keys())
-    return names
 
 
 class VLLMRollout:
@@ -123,20 +131,37 @@ class VLLMRollout:
         extra = dict(r.engine_kwargs or {})
         self.bucket_bytes = int(float(extra.pop("weight_sync_bucket_mb", DEFAULT_BUCKET_MB)) * 2**20)
         self.sleep_level = int(extra.pop("sleep_level", 1))
+        self.full_vocab_logprobs = "logprobs_mode" not in extra
         self.tp = int(r.tensor_model_parallel_size)
         self.sleep_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
         self.generation_batch_size = r.generation_batch_size
+        self.max_prompt_length = config.data.max_prompt_length
         self._asleep = False
         self._noted: set[str] = set()
 
         import torch.distributed as dist
 
-        self._owns_dist = not (dist.is_available() and dist.is_initialized())
+        group_exists = dist.is_available() and dist.is_initialized()
+        self.external = context.world_size > 1 or self.tp > 1
+        if self.external and not group_exists:
+            raise RuntimeError(
+                f"rank {context.rank} of {context.world_size} (rollout TP {self.tp}) has no torch.distributed group; "
+                "rl-core's placement layer creates it before building the engine"
+            )
         kwargs = self._llm_kwargs(extra)
         self.llm = self._create_llm(kwargs)
+        if not group_exists:
+            _PROCESS["vllm_owns_group"] = True
+        _PROCESS["engines"] += 1
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.pad_id = self._pad_id()
-        self._expected_names = None if config.model.random_init else _checkpoint_names(config.model.path)
+        if self.full_vocab_logprobs and not all(self.llm.collective_rpc(_install_full_vocab_logprobs)):
+            self.full_vocab_logprobs = False
+            log.warning(
+                "could not wrap this vLLM's sampler: rollout log-probs are vLLM's raw_logprobs "
+                "(log_softmax(logits), temperature ignored), not log_softmax(logits / temperature)"
+            )
+        self._shapes, self._required = _model_tensors(config)
 
     # ----------------------------------------------------------------- set-up
     def _llm_kwargs(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +175,7 @@ class VLLMRollout:
             seed=self.context.seed,
             tensor_parallel_size=self.tp,
             max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length,
-            logprobs_mode="processed_logprobs",
+            logprobs_mode="raw_logprobs",
             disable_log_stats=True,
         )
         if m.override_config:
@@ -162,7 +187,7 @@ class VLLMRollout:
         else:
             kwargs["gpu_memory_utilization"] = cfg.rollout.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.sleep_enabled
-        if not self._owns_dist:
+        if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"
             os.environ.setdefault("RANK", str(self.context.rank))
@@ -213,15 +238,8 @@ class VLLMRollout:
             raise ValueError(f"SamplingParams needs n >= 1 and max_new_tokens >= 1, got n={params.n}, max_new_tokens={params.max_new_tokens}")
         self._wake_if_asleep()
         prompts = unpadded_prompts(batch.tensors["input_ids"], batch.tensors["attention_mask"])
-        check_prompt_lengths(prompts, params.max_new_tokens, self.max_model_len)
+        check_prompt_lengths(prompts, params.max_new_tokens, self.max_model_len, self.max_prompt_length)
         greedy = params.greedy or params.temperature <= 0
-        if params.logprobs and not greedy and (params.top_p < 1.0 or 0 < params.top_k):
-            self._note_once(
-                "filtered-logprobs",
-                "rollout log-probs with top_k=%s / top_p=%s are vLLM's renormalised (filtered) distribution, "
-                "not log_softmax(logits / temperature) over the whole vocabulary as the trainer computes",
-                params.top_k, params.top_p, level=logging.WARNING,
-            )
         seed = self._agreed_seed(params.seed)
         from vllm.inputs import TokensPrompt
 
@@ -233,14 +251,16 @@ class VLLMRollout:
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False)
             for out in outputs:
                 for comp in sorted(out.outputs, key=lambda c: c.index):
-                    samples.append(Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))
+                    sample = Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
+                    # vLLM refuses n > 1 with greedy decoding: one request, its answer n times.
+                    samples.extend([sample] * (params.n if greedy else 1))
         return build_rollout_batch(batch, samples, params, self.pad_id)
 
     def _sampling_params(self, params: SamplingParams, greedy: bool, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
 
         return VSamplingParams(
-            n=params.n,
+            n=1 if greedy else params.n,
             temperature=0.0 if greedy else float(params.temperature),
             top_p=1.0 if greedy else float(params.top_p),
             top_k=0 if greedy or params.top_k <= 0 else int(params.top_k),
@@ -270,35 +290,49 @@ class VLLMRollout:
         sent: set[str] = set()
         nbytes = 0
 
-        def record(items):
+        def checked(items) -> Iterator[tuple[str, torch.Tensor]]:
             nonlocal nbytes
             for name, tensor in items:
+                self._check_tensor(name, tensor)
                 sent.add(name)
                 nbytes += tensor.numel() * tensor.element_size()
                 yield name, tensor
 
         calls = 0
         if self.bucket_bytes <= 0:
-            self._reload(record(weights))
+            self._reload(checked(weights))
             calls = 1
         else:
-            quiet = _quiet_loggers(_RELOAD_LOGGERS)  # every bucket leaves the other layers "not loaded"
+            quiet = _QuietLoggers(_RELOAD_LOGGERS)  # every bucket leaves the other layers "not loaded"
             try:
-                for bucket in buckets(record(weights), self.bucket_bytes):
+                for bucket in buckets(checked(weights), self.bucket_bytes):
                     self._reload(iter(bucket))
                     calls += 1
                     del bucket
             finally:
                 quiet.restore()
         self.llm.reset_prefix_cache()
-        if self._expected_names is not None:
-            missing = sorted(self._expected_names - sent)
+        if self._required is not None:
+            missing = sorted(self._required - sent)
             if missing:
                 shown = ", ".join(missing[:6]) + (", ..." if len(missing) > 6 else "")
                 raise ValueError(f"load_weights: {len(missing)} of the model's checkpoint tensors were not provided: {shown}")
         if self.device_type == "cuda":
             torch.cuda.synchronize()
         log.info("weight sync: %d tensors, %.1f MiB in %d call(s), %.2f s", len(sent), nbytes / 2**20, calls, time.perf_counter() - start)
+
+    def _check_tensor(self, name: str, tensor: torch.Tensor) -> None:
+        if self._shapes is None:
+            return
+        want = self._shapes.get(name)
+        if want is None:
+            known = ", ".join(list(self._shapes)[:4])
+            raise ValueError(
+                f"load_weights: unexpected weight {name!r}: the rollout model has no tensor of that name "
+                f"(its names look like {known}, ...); is the trainer's model the same architecture?"
+            )
+        if tuple(tensor.shape) != want:
+            raise ValueError(f"load_weights: weight {name!r} has shape {tuple(tensor.shape)} but the rollout model's is {want}")
 
     def _reload(self, iterator) -> None:
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=iterator, is_checkpoint_format=True))
@@ -331,16 +365,18 @@ class VLLMRollout:
         if llm is None:
             return
         self.llm = None
+        _PROCESS["engines"] -= 1
+        last = _PROCESS["engines"] == 0
         client = getattr(llm.llm_engine, "engine_core", None)
         try:
-            if self._owns_dist:
-                # vLLM created its own (single-rank) process group: its normal teardown
-                # (which destroys every torch.distributed group) lets another engine start here.
+            if last and _PROCESS["vllm_owns_group"]:
+                # vLLM created the (single-rank) process group: its own teardown, which
+                # destroys every torch.distributed group, lets a new engine start here.
+                _PROCESS["vllm_owns_group"] = False
                 client.shutdown()
             else:
-                # Under rl-core's process group (external launcher) vLLM's teardown would
-                # destroy rl-core's default group too: stop the executor and scheduler, then
-                # destroy only vLLM's own sub-groups (and their shared-memory queues).
+                # Other engines still use the groups, or they belong to rl-core (whose
+                # default group vLLM's teardown would destroy): stop this engine only.
                 finalizer = getattr(client, "_finalizer", None)
                 if finalizer is not None:
                     finalizer.detach()
@@ -348,18 +384,88 @@ class VLLMRollout:
                 for part in (getattr(core, "model_executor", None), getattr(core, "scheduler", None)):
                     if part is not None:
                         part.shutdown()
-                from vllm.distributed import parallel_state as ps
+                if last:
+                    # rl-core's group: destroy vLLM's sub-groups (and their shared-memory
+                    # queues) as destroy_distributed_environment would, minus the default group.
+                    from vllm.distributed import parallel_state as ps
 
-                ps.destroy_model_parallel()
-                if ps._WORLD is not None:  # what destroy_distributed_environment does, minus the default group
-                    ps._WORLD.destroy()
-                    ps._WORLD = None
+                    ps.destroy_model_parallel()
+                    if ps._WORLD is not None:
+                        ps._WORLD.destroy()
+                        ps._WORLD = None
         except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
             log.warning("vLLM engine shutdown raised %s: %s", type(exc).__name__, exc)
         del llm, client
         gc.collect()
         if self.device_type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _install_full_vocab_logprobs(worker) -> bool:
+    """Make the V1 sampler report full-vocabulary log-probs of the temperature-scaled logits.
+
+    Runs inside the vLLM worker (``collective_rpc``). vLLM's sampler hands the
+    temperature-scaled logits to its top-k / top-p sampler, which returns
+    ``(tokens, processed_logprobs or None)``; the sampler then reports those
+    processed log-probs instead of the raw ones when they are not None. The
+    wrapper computes ``log_softmax`` of the logits it receives (after
+    temperature, before filtering) and returns them in that slot. Greedy-only
+    steps never reach it and report raw ``log_softmax(logits)``.
+    """
+    runner = getattr(worker, "model_runner", None)
+    sampler = getattr(runner, "sampler", None)
+    inner_sampler = getattr(sampler, "topk_topp_sampler", None)
+    if inner_sampler is None or not callable(getattr(inner_sampler, "forward", None)):
+        return False
+    if getattr(inner_sampler, "_rl_full_vocab_logprobs", False):
+        return True
+    inner = inner_sampler.forward
+
+    def forward(logits, generators, k, p):
+        full = logits.log_softmax(dim=-1, dtype=torch.float32)  # before the in-place top-k / top-p masking
+        tokens, _ = inner(logits, generators, k, p)
+        return tokens, full
+
+    inner_sampler.forward = forward
+    inner_sampler._rl_full_vocab_logprobs = True
+    return True
+
+
+def _model_tensors(config) -> tuple[dict[str, tuple[int, ...]] | None, set[str] | None]:
+    """``(HF name -> shape of every tensor, names a sync must provide)`` for the configured model.
+
+    Shapes come from the model built on the meta device (no memory, no
+    weights), so tied aliases such as ``lm_head.weight`` are known; the
+    required names are those in the folder's safetensors files (headers only).
+    Either is None when it cannot be had, and that check is skipped.
+    """
+    m = config.model
+    shapes = None
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        hf_cfg = AutoConfig.from_pretrained(m.path, trust_remote_code=m.trust_remote_code)
+        for key, value in (m.override_config or {}).items():
+            setattr(hf_cfg, key, value)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf_cfg, trust_remote_code=m.trust_remote_code)
+        shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        del model
+    except Exception as exc:  # noqa: BLE001 - validation is a convenience, never a reason not to run
+        log.info("weight sync: names and shapes will not be checked (%s: %s)", type(exc).__name__, exc)
+    required = None
+    folder = Path(os.path.expanduser(m.path))
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() and not m.random_init else []
+    if files:
+        from safetensors import safe_open
+
+        required = set()
+        for f in files:
+            with safe_open(str(f), framework="pt") as fh:
+                required.update(fh.keys())
+        if shapes is not None:
+            required &= set(shapes)
+    return shapes, required
 
 
 def _rng_state() -> tuple:
@@ -386,7 +492,7 @@ def _sampled_log_probs(comp) -> list[float]:
     return [float(comp.logprobs[pos][tok].logprob) for pos, tok in enumerate(comp.token_ids)]
 
 
-class _quiet_loggers:
+class _QuietLoggers:
     """Raise the level of some loggers to ERROR until :meth:`restore`."""
 
     def __init__(self, names: Iterable[str]) -> None:
