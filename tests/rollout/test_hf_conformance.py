@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from rl_core.backends import WorkerContext
 from rl_core.rollout.hf import factory
 from rl_core.testing.rollout_conformance import RolloutConformance
@@ -16,7 +14,6 @@ class TestHFRolloutLlama(RolloutConformance):
     arch = "llama"
 
     def make_engine(self, model_dir, config):
-        torch.set_num_threads(1)
         return factory(config, WorkerContext())
 
 

@@ -21,6 +21,7 @@ terminated in every case, so a failing test never hangs.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -29,6 +30,24 @@ import time
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the block with ``torch.set_num_threads(n)`` (``None``: unchanged), then restore.
+
+    Tiny test models gain nothing from intra-op threads, and on a busy
+    2-core machine two threads per process make every step 10x slower.
+    """
+    import torch
+
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 class DistributedError(RuntimeError):

@@ -40,7 +40,13 @@ import torch
 from rl_core.backends import RolloutEngine, SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.testing.tiny_model import EOS_ID, PAD_ID, bigram_weights, make_tiny_model_dir
+from rl_core.testing.distributed import torch_threads as _threads
+from rl_core.testing.tiny_model import (
+    EOS_ID,
+    PAD_ID,
+    bigram_weights,
+    make_tiny_model_dir,
+)
 
 PROMPTS = ("What is 2+3?", "hi", "Count: 1, 2, 3,", "abc")
 
@@ -87,9 +93,9 @@ def reference_model(model_dir: str | Path, state_dict: dict[str, torch.Tensor] |
 def reference_log_probs(model, out: Batch, temperature: float = 1.0) -> torch.Tensor:
     """``log_softmax(logits / T)`` of each response token from one full forward pass ``[B, R]``."""
     R = out.tensors["responses"].shape[1]
-    logits = model(
-        input_ids=out.tensors["input_ids"], attention_mask=out.tensors["attention_mask"], position_ids=out.tensors["position_ids"]
-    ).logits[:, -R - 1 : -1].float()
+    mask = out.tensors["attention_mask"]
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # independent of the engine's position_ids
+    logits = model(input_ids=out.tensors["input_ids"], attention_mask=mask, position_ids=positions).logits[:, -R - 1 : -1].float()
     return torch.log_softmax(logits / temperature, dim=-1).gather(-1, out.tensors["responses"].unsqueeze(-1)).squeeze(-1)
 
 
@@ -109,6 +115,7 @@ class RolloutConformance:
     """Base class: subclass it in a ``Test*`` class and implement :meth:`make_engine`."""
 
     logprob_atol: float = 1e-5
+    torch_threads: int | None = 1
     arch: str = "llama"
     hidden: int = 64
     heads: int = 4
@@ -130,6 +137,12 @@ class RolloutConformance:
         )
 
     # --------------------------------------------------------------- fixtures
+    @pytest.fixture(scope="class", autouse=True)
+    def _torch_threads(self):
+        """``torch_threads`` intra-op threads in this process while the class runs (None: leave as is)."""
+        with _threads(self.torch_threads):
+            yield
+
     @pytest.fixture(scope="class")
     def model_dir(self, tmp_path_factory) -> Path:
         return make_tiny_model_dir(

@@ -62,6 +62,7 @@ from rl_core.config.schema import (
     TrainerConfig,
 )
 from rl_core.testing.distributed import run_distributed
+from rl_core.testing.distributed import torch_threads as _threads
 from rl_core.testing.rollout_conformance import prompt_batch, reference_model
 from rl_core.testing.tiny_model import PAD_ID, make_tiny_model_dir
 
@@ -263,6 +264,7 @@ class TrainConformance:
     rollout_factory: str | None = "rl_core.rollout.hf:factory"
     arch: str = "qwen2"
     logprob_atol: float = 1e-5
+    torch_threads: int | None = 1
     sync_atol: float = 1e-4
     update_rtol: float = 1e-5
     dist_world_size: int = 2
@@ -272,6 +274,12 @@ class TrainConformance:
         return default_config(model_dir, **overrides)
 
     # --------------------------------------------------------------- fixtures
+    @pytest.fixture(scope="class", autouse=True)
+    def _torch_threads(self):
+        """``torch_threads`` intra-op threads in this process while the class runs (None: leave as is)."""
+        with _threads(self.torch_threads):
+            yield
+
     @pytest.fixture(scope="class")
     def model_dir(self, tmp_path_factory) -> Path:
         return make_tiny_model_dir(tmp_path_factory.mktemp("train_model"), self.arch, seed=0)

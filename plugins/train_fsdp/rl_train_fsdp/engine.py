@@ -41,11 +41,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.modeling import (
@@ -57,6 +57,7 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
+
 from rl_train_fsdp import sharding
 from rl_train_fsdp.schedule import LRSchedule
 
@@ -242,10 +243,16 @@ class FSDPEngine:
         for i, sl in enumerate(self._micro_slices(rows, micro)):
             x = self._inputs(batch, sl)
             with self._autocast():
-                v = forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1])
+                v = self._values(x)
             if i < n_real:
                 out.append(v.float().cpu())
         return torch.cat(out)
+
+    def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        with warnings.catch_warnings():
+            # FSDP2 warns that the token-classification output is a view; nothing here writes to it in place.
+            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+            return forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1])
 
     # ---------------------------------------------------------------- update
     def set_total_steps(self, total: int) -> None:
@@ -372,7 +379,7 @@ class FSDPEngine:
                 if self.role == "critic":
                     from rl_core.algorithms.actor_loss import compute_critic_loss
 
-                    vpreds = forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1])
+                    vpreds = self._values(x)
                     loss, metrics = compute_critic_loss(
                         vpreds=vpreds, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg
                     )
@@ -442,7 +449,7 @@ class FSDPEngine:
         ranks); ``path/extra_rank{r}.pt`` the scheduler and RNG state.
         """
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
         root = Path(path)
         if self.rank == 0:

@@ -15,7 +15,6 @@ from typing import Iterator
 
 import torch
 import torch.distributed as dist
-
 from rl_core.modeling import decoder_layers
 
 

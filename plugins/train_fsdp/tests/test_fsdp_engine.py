@@ -1,0 +1,205 @@
+"""fsdp engine behaviour beyond the shared conformance suite."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+import torch
+from rl_core.backends import WorkerContext
+from rl_core.testing.distributed import run_distributed, torch_threads
+from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
+from rl_train_fsdp.engine import build_engine
+from rl_train_fsdp.schedule import LRSchedule
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("fsdp_model"), "qwen2")
+
+
+@pytest.fixture(scope="module")
+def step(model_dir):
+    return make_step_batch(model_dir)
+
+
+def _cfg(model_dir, **model):
+    cfg = default_config(model_dir)
+    return attrs.evolve(cfg, model=attrs.evolve(cfg.model, **model)) if model else cfg
+
+
+# ------------------------------------------------------------------ the card
+def test_card_is_registered_and_truthful():
+    from rl_core.plugins import get_registry
+
+    card = get_registry(reload=True).get("train", "fsdp")
+    assert card.provider.distribution == "rl-train-fsdp"
+    assert card.devices == {"cpu", "cuda"}
+    assert card.parallelism == {"dp", "fsdp"}
+    assert card.roles == {"actor", "critic", "ref"}
+    assert card.export_formats == {"hf"}
+    assert card.load() is build_engine
+
+
+# ----------------------------------------------------------- plain module
+def test_unsharded_named_weights_are_views_and_tied_once(model_dir):
+    engine = build_engine("actor", _cfg(model_dir), WorkerContext())
+    params = dict(engine.model.named_parameters())
+    names = []
+    for name, t in engine.named_weights():
+        names.append(name)
+        assert t.data_ptr() == params[name].data_ptr(), f"{name} was copied"
+        assert not t.requires_grad
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names  # qwen2 ties them
+    assert len(names) == len(params)
+
+
+def test_gradient_checkpointing_gives_the_same_update(model_dir, step):
+    shard = single_rank_order(step, 2, 2)
+    plain = build_engine("actor", _cfg(model_dir), WorkerContext()).update(shard)
+    ckpt = build_engine("actor", _cfg(model_dir, enable_gradient_checkpointing=True), WorkerContext()).update(shard)
+    for key in ("loss", "grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+        assert ckpt[key] == pytest.approx(plain[key], rel=1e-6, abs=1e-7), key
+
+
+def test_bf16_autocast_unsharded_keeps_fp32_master_weights(model_dir, step):
+    shard = single_rank_order(step, 2, 2)
+    fp32 = build_engine("actor", _cfg(model_dir), WorkerContext())
+    bf16 = build_engine("actor", _cfg(model_dir, dtype="bfloat16"), WorkerContext())
+    lp32 = fp32.compute_log_prob(shard)["log_probs"]
+    lp16 = bf16.compute_log_prob(shard)["log_probs"]
+    assert lp16.dtype == torch.float32
+    mask = shard.tensors["response_mask"].bool()
+    assert 0 < (lp16 - lp32)[mask].abs().max() < 0.1  # bf16 compute: close, not equal
+    m32, m16 = fp32.update(shard), bf16.update(shard)
+    assert m16["loss"] == pytest.approx(m32["loss"], rel=2e-2, abs=2e-3)
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}
+    ref = build_engine("ref", _cfg(model_dir, dtype="bfloat16"), WorkerContext())
+    assert {p.dtype for p in ref.model.parameters()} == {torch.bfloat16}  # the ref never trains: no fp32 copy
+
+
+def test_checkpoint_roundtrip_in_process(model_dir, step, tmp_path):
+    shard = single_rank_order(step, 2, 2)
+    a = build_engine("actor", _cfg(model_dir), WorkerContext())
+    a.update(shard)
+    a.save_checkpoint(str(tmp_path / "ck"))
+    saved = a.local_state_dict()
+    after_save = a.update(shard)
+    b = build_engine("actor", _cfg(model_dir), WorkerContext())
+    b.load_checkpoint(str(tmp_path / "ck"))
+    loaded = b.local_state_dict()
+    for name, t in saved["model"].items():
+        assert torch.equal(loaded["model"][name], t), name
+    for pid, st in saved["optim"]["state"].items():
+        for key, t in st.items():
+            assert torch.equal(loaded["optim"]["state"][pid][key], t), (pid, key)
+    assert loaded["scheduler"]["last_epoch"] == saved["scheduler"]["last_epoch"] == 1
+    assert b.update(shard) == after_save
+
+
+def test_load_checkpoint_missing_path(model_dir, tmp_path):
+    a = build_engine("actor", _cfg(model_dir), WorkerContext())
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        a.load_checkpoint(str(tmp_path / "nothing"))
+
+
+# ---------------------------------------------------------------- errors
+def test_roles_reject_the_wrong_calls(model_dir, step):
+    ref = build_engine("ref", _cfg(model_dir), WorkerContext())
+    with pytest.raises(RuntimeError, match="ref role does not train"):
+        ref.update(step)
+    critic = build_engine("critic", _cfg(model_dir), WorkerContext())
+    with pytest.raises(RuntimeError, match="compute_values"):
+        critic.compute_log_prob(step)
+    actor = build_engine("actor", _cfg(model_dir), WorkerContext())
+    with pytest.raises(RuntimeError, match="critic role"):
+        actor.compute_values(step)
+
+
+def test_update_needs_the_loss_fields(model_dir, step):
+    actor = build_engine("actor", _cfg(model_dir), WorkerContext())
+    with pytest.raises(KeyError, match="advantages"):
+        actor.update(step.select("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "old_log_probs", "ref_log_prob"))
+
+
+def test_mini_batch_count_not_dividing_the_shard(model_dir, step):
+    actor = build_engine("actor", _cfg(model_dir), WorkerContext())
+    with pytest.raises(ValueError, match=r"7 sequences cannot be split into 2 mini-batches .* 7 % 2 = 1"):
+        actor.update(step.index(list(range(7))))
+
+
+def test_world_size_without_process_group_is_an_error(model_dir):
+    with pytest.raises(RuntimeError, match="not initialised"):
+        build_engine("actor", _cfg(model_dir), WorkerContext(rank=0, world_size=2))
+
+
+def test_random_init_still_needs_a_config(tmp_path, model_dir):
+    cfg = _cfg(model_dir, random_init=True, path=str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="rlcore model smollm2"):
+        build_engine("actor", cfg, WorkerContext())
+    engine = build_engine("actor", _cfg(model_dir, random_init=True), WorkerContext())
+    assert sum(1 for _ in engine.named_weights()) > 0
+
+
+# -------------------------------------------------------------- schedule
+def test_schedule_values_by_hand():
+    from rl_core.config.schema import OptimConfig
+
+    lin = LRSchedule(OptimConfig(lr_warmup_steps_ratio=0.25, lr_scheduler="linear", min_lr_ratio=0.0), total_steps=8)
+    # warmup int(0.25 * 8) = 2 steps: 1/2, 2/2; then linear from 1 at k=2 to 0 at k=8: 1 - (k - 2) / 6
+    assert [lin(k) for k in range(8)] == pytest.approx([0.5, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+    const = LRSchedule(OptimConfig(lr_warmup_steps=3))
+    assert [const(k) for k in range(5)] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0])
+    cos = LRSchedule(OptimConfig(lr_scheduler="cosine"), total_steps=None)
+    assert cos(0) == 1.0
+    with pytest.raises(ValueError, match="set_total_steps"):
+        cos(1)
+
+
+def test_set_total_steps_validates(model_dir):
+    actor = build_engine("actor", _cfg(model_dir), WorkerContext())
+    with pytest.raises(ValueError, match="positive"):
+        actor.set_total_steps(0)
+    actor.set_total_steps(10)
+    assert actor._schedule.total_steps == 10
+
+
+# ------------------------------------------------------- bf16 + sharded
+def _bf16_sharded(rank, world, model_dir):
+    step = make_step_batch(model_dir)
+    cfg = _cfg(model_dir, dtype="bfloat16", enable_gradient_checkpointing=True)
+    actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world))
+    shard = rank_shard(step, rank, world)
+    lp = actor.compute_log_prob(shard)["log_probs"]
+    metrics = actor.update(shard)
+    dtypes = {p.dtype for p in actor.model.parameters()}
+    weights = {n: t.clone() for n, t in actor.named_weights()}
+    return {"lp": lp, "metrics": metrics, "dtypes": dtypes, "weights": weights}
+
+
+@pytest.mark.dist
+def test_bf16_mixed_precision_sharded(model_dir, step):
+    """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 params and grad reduction) with gradient checkpointing."""
+    outs = run_distributed(_bf16_sharded, 2, model_dir)
+    fp32 = build_engine("actor", _cfg(model_dir), WorkerContext())
+    mask = step.tensors["response_mask"].bool()
+    lp32 = fp32.compute_log_prob(step)["log_probs"]
+    lp16 = torch.cat([o["lp"] for o in outs])
+    assert 0 < (lp16 - lp32)[mask].abs().max() < 0.1
+    m32 = fp32.update(single_rank_order(step, 2, 2))
+    for o in outs:
+        assert o["dtypes"] == {torch.float32}
+        assert math.isfinite(o["metrics"]["grad_norm"])
+        assert o["metrics"]["loss"] == pytest.approx(m32["loss"], rel=2e-2, abs=2e-3)
+        assert o["metrics"]["grad_norm"] == pytest.approx(m32["grad_norm"], rel=5e-2)
+    for name, w in outs[0]["weights"].items():
+        assert torch.equal(outs[1]["weights"][name], w)
+        assert w.dtype == torch.float32
