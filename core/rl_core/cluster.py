@@ -37,6 +37,15 @@ def _device_for(device: str, local_rank: int) -> str:
     return f"cuda:{local_rank}" if device == "cuda" else "cpu"
 
 
+def _describe(exc: BaseException) -> str:
+    """A user error's message alone; anything else with the worker's traceback."""
+    from rl_core.problems import UserError
+
+    if isinstance(exc, UserError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
 def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | None) -> None:
     import torch
     import torch.distributed as dist
@@ -57,7 +66,7 @@ def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | 
         worker = HybridWorker(stack, context)
         conn.send(("ok", None))
     except BaseException as exc:  # noqa: BLE001
-        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        conn.send(("error", _describe(exc)))
         return
     while True:
         try:
@@ -75,7 +84,7 @@ def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | 
         try:
             conn.send(("ok", getattr(worker, method)(*args)))
         except BaseException as exc:  # noqa: BLE001
-            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            conn.send(("error", _describe(exc)))
 
 
 class LocalCluster:

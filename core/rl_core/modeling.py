@@ -21,12 +21,14 @@ from typing import Any, Mapping
 
 import torch
 
+from rl_core.problems import UserError
+
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelPathError(FileNotFoundError):
+class ModelPathError(UserError, FileNotFoundError):
     """A model or tokenizer path that does not exist or is not an HF folder."""
 
 

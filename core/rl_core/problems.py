@@ -30,7 +30,16 @@ class Problem:
         return text
 
 
-class ConfigError(ValueError):
+class UserError(Exception):
+    """An error caused by the user's input (config, data, files, checkpoints).
+
+    The CLI prints these as one clear message, without a traceback (set
+    ``RL_CORE_DEBUG=1`` to see it). Library modules subclass it for their own
+    input errors.
+    """
+
+
+class ConfigError(UserError, ValueError):
     """Raised with one or more problems when a config cannot be used."""
 
     def __init__(self, problems: Iterable[Problem]):

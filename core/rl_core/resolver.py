@@ -16,7 +16,14 @@ import attrs
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from rl_core.cards import ConverterCard, EstimatorCard, PolicyLossCard, RewardCard, RolloutCard, TrainCard
+from rl_core.cards import (
+    ConverterCard,
+    EstimatorCard,
+    PolicyLossCard,
+    RewardCard,
+    RolloutCard,
+    TrainCard,
+)
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
 from rl_core.plugins import Registry, UnknownCardError, get_registry
@@ -205,7 +212,7 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
                 Problem(
                     key="critic.enable",
                     what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
-                    fix=f"set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
+                    fix="set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
                 )
             )
         elif train is not None and "critic" not in train.roles:

@@ -6,7 +6,6 @@ import types
 import attrs
 import pytest
 import torch
-
 from rl_core import hookimpl
 from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 from rl_core.algorithms.advantages import compute_advantage

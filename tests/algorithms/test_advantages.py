@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from rl_core.algorithms import advantages as A
 
 from ._helpers import NAN, close, t

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from rl_core.algorithms.aggregation import LOSS_AGG_MODES, agg_loss
 
 from ._helpers import NAN, close, t

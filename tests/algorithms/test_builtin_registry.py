@@ -3,7 +3,6 @@
 import inspect
 
 import pytest
-
 from rl_core.plugins import get_registry
 
 ESTIMATORS = {

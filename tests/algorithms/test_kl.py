@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from rl_core.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from rl_core.algorithms.policy_loss import dual_clip, gspo, ppo_clip
 
 from ._helpers import NAN, close, t

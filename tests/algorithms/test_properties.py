@@ -8,7 +8,6 @@ import torch
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in rl-core's [test] extra")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
 from rl_core.algorithms import advantages as A  # noqa: E402
 from rl_core.algorithms.aggregation import LOSS_AGG_MODES, agg_loss  # noqa: E402
 from rl_core.algorithms.policy_loss import dual_clip, gspo, ppo_clip  # noqa: E402

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from rl_core.algorithms.entropy import entropy_from_logits, logprobs_from_logits
 from rl_core.algorithms.value_loss import value_loss
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rl_core.cli.main import main
 
 GOOD = ["model.path=Qwen/Qwen2.5-0.5B", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rl_core.config.load import load_config
 from rl_core.problems import ConfigError
 

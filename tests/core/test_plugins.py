@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import types
 from pathlib import Path
 
 import pytest
-
 from rl_core import hookimpl
 from rl_core.cards import EstimatorCard, Provider, RewardCard
 from rl_core.plugins import PluginManager
+
 from tests.conftest import REPO, pip_install_target, run_rlcore
 
 FIXTURES = REPO / "tests" / "fixtures"

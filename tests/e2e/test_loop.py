@@ -7,11 +7,11 @@ import math
 import attrs
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from rl_core.config.load import load_config
 from rl_core.resolver import resolve
 from rl_core.trainer.loop import Trainer
+from safetensors.torch import load_file
+
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")

@@ -7,7 +7,6 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from rl_core.trainer.checkpoint import (
     LATEST_FILE,
     MARKER,

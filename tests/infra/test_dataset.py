@@ -6,7 +6,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-
 from rl_core.config.schema import DataConfig, GeneratorConfig
 from rl_core.data.dataset import (
     DataError,
@@ -18,6 +17,7 @@ from rl_core.data.dataset import (
     read_rows,
     validate_row,
 )
+
 
 def _row(i, words=1, **over):
     row = {

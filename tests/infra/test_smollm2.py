@@ -5,7 +5,6 @@ import json
 import os
 
 import pytest
-
 from rl_core.cli.main import main
 from rl_core.models.smollm2 import MARKER, ModelConversionError, convert_smollm2, find_smollm2_gguf
 

@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import (
     Tracker,

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from rl_core.cli import data_cmd
 from rl_core.data.convert import decode_entry, encode_entry, gsm8k_final_answer, read_parquet
 

@@ -6,7 +6,6 @@ import textwrap
 
 import pytest
 import torch
-
 from rl_core.batch import Batch
 from rl_core.cards import Provider, RewardCard
 from rl_core.config.schema import CustomRewardConfig, RewardConfig

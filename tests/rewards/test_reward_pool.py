@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from rl_core.batch import Batch
 from rl_core.config.schema import CustomRewardConfig, RewardConfig
 from rl_core.plugins import Registry
@@ -144,7 +143,6 @@ def test_close_stops_every_worker(scorer_file):
 
 def test_registered_cards_and_token_lengths_in_the_pool():
     import torch
-
     from rl_core.cards import Provider, RewardCard
 
     registry = Registry()

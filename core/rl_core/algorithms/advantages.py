@@ -43,7 +43,12 @@ from typing import Any, Hashable, Iterable, Mapping
 import torch
 from torch import Tensor
 
-from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_whiten, zero_masked
+from rl_core.algorithms.masked import (
+    bool_mask,
+    check_same_shape,
+    masked_whiten,
+    zero_masked,
+)
 
 GRPO_EPS = 1e-6  # added to the group std (DeepSeekMath / verl use the same order of magnitude)
 

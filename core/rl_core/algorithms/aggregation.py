@@ -41,7 +41,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rl_core.algorithms.masked import bool_mask, check_same_shape, mask_weights, zero_masked
+from rl_core.algorithms.masked import (
+    bool_mask,
+    check_same_shape,
+    mask_weights,
+    zero_masked,
+)
 
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",

@@ -34,7 +34,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_mean, zero_masked
+from rl_core.algorithms.masked import (
+    bool_mask,
+    check_same_shape,
+    masked_mean,
+    zero_masked,
+)
 
 KL_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
 K3_CLAMP = 10.0

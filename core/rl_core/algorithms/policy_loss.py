@@ -36,7 +36,12 @@ import torch
 from torch import Tensor
 
 from rl_core.algorithms.aggregation import agg_loss, check_loss_agg_mode
-from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_mean, zero_masked
+from rl_core.algorithms.masked import (
+    bool_mask,
+    check_same_shape,
+    masked_mean,
+    zero_masked,
+)
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -11,7 +11,12 @@ import torch
 from torch import Tensor
 
 from rl_core.algorithms.aggregation import agg_loss, check_loss_agg_mode
-from rl_core.algorithms.masked import bool_mask, check_same_shape, masked_mean, zero_masked
+from rl_core.algorithms.masked import (
+    bool_mask,
+    check_same_shape,
+    masked_mean,
+    zero_masked,
+)
 
 
 def value_loss(

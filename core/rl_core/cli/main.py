@@ -14,13 +14,10 @@ import os
 import sys
 
 from rl_core import __version__
-from rl_core.problems import ConfigError
+from rl_core.cluster import WorkerError
+from rl_core.problems import ConfigError, UserError
 
 SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot")
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed without a traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # overrides may come after flags: `rlcore train run.yaml --dry-run rollout.n=8`
+    if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in exc.problems:
             print("  " + p.render().replace("\n", "\n  "), file=sys.stderr)
         return 1
-    except (UserError, FileNotFoundError) as exc:
+    except (UserError, FileNotFoundError, WorkerError) as exc:
         if os.environ.get("RL_CORE_DEBUG"):
             raise
         print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_core.trainer.tracking import METRIC_GROUPS, METRICS_FILE, find_key_metric, read_jsonl_metrics
+from rl_core.problems import UserError
+from rl_core.trainer.tracking import (
+    METRIC_GROUPS,
+    METRICS_FILE,
+    find_key_metric,
+    read_jsonl_metrics,
+)
 
 MAX_CURVES = 8
 # a group's own PNG may show more than its key metrics: the whole timing breakdown, for instance
@@ -31,7 +37,7 @@ TITLES = {
 }
 
 
-class PlotError(ValueError):
+class PlotError(UserError, ValueError):
     """A run directory whose metrics cannot be plotted."""
 
 

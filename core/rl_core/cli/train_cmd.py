@@ -7,11 +7,10 @@ import sys
 import attrs
 
 from rl_core.cli.check_cmd import add_config_args, print_plan, split_config_args
-from rl_core.cli.main import UserError
 from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
-from rl_core.problems import errors
+from rl_core.problems import UserError, errors
 from rl_core.resolver import resolve
 
 BUILTIN_PREFIX = "builtin:"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import attrs
 
 from rl_core.config.schema import RunConfig
-from rl_core.problems import Problem, nearest_divisible, nearest_divisors
+from rl_core.problems import Problem, nearest_divisors
 
 
 @attrs.frozen(kw_only=True)

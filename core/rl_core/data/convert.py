@@ -24,12 +24,14 @@ import json
 import os
 from typing import Any, Iterable
 
+from rl_core.problems import UserError
+
 GSM8K_SOURCE = "openai/gsm8k"
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 REASONING_GYM_PREFIX = "reasoning_gym"
 
 
-class DataConvertError(ValueError):
+class DataConvertError(UserError, ValueError):
     """Input that cannot be converted; the message names the file / row / name and the fix."""
 
 

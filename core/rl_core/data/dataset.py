@@ -28,13 +28,14 @@ import numpy as np
 import torch
 
 from rl_core.batch import Batch
+from rl_core.problems import UserError
 
 logger = logging.getLogger(__name__)
 
 GENERATORS = ("reasoning_gym",)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Prompt data that cannot be read or used as configured."""
 
 

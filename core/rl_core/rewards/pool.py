@@ -40,9 +40,15 @@ import time
 import traceback
 import weakref
 from multiprocessing import connection
-from typing import Any, Iterable, NamedTuple
+from typing import Iterable, NamedTuple
 
-from rl_core.rewards.scoring import Sample, ScorerSpec, call_scorer, load_scorer, normalize_result
+from rl_core.rewards.scoring import (
+    Sample,
+    ScorerSpec,
+    call_scorer,
+    load_scorer,
+    normalize_result,
+)
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 _IDLE = -1.0

@@ -49,8 +49,12 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
-from rl_core.modeling import load_causal_lm, load_tokenizer, position_ids_from_mask, torch_dtype
-
+from rl_core.modeling import (
+    load_causal_lm,
+    load_tokenizer,
+    position_ids_from_mask,
+    torch_dtype,
+)
 
 _GENERATED = frozenset(
     {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"}

@@ -136,7 +136,8 @@ def run_distributed(
                     try:
                         status, value = conn.recv()
                     except EOFError:
-                        status, value = "error", f"rank {rank} closed its pipe without a result (exit code {proc.exitcode})"
+                        proc.join(timeout=2)
+                        status, value = "error", f"process died with exit code {proc.exitcode} and no result (killed? segfault? os._exit?)"
                     pending.discard(rank)
                     if status == "ok":
                         results[rank] = pickle.loads(value)
@@ -144,7 +145,7 @@ def run_distributed(
                         errors[rank] = value
                 elif not proc.is_alive() and not conn.poll(0):
                     pending.discard(rank)
-                    errors[rank] = f"process died with exit code {proc.exitcode} and no result (killed? segfault?)"
+                    errors[rank] = f"process died with exit code {proc.exitcode} and no result (killed? segfault? os._exit?)"
             if errors and pending:
                 # A failed rank usually leaves the others blocked in a collective: give them a moment, then stop them.
                 grace = time.monotonic() + 2.0

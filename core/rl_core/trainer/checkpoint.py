@@ -47,6 +47,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from rl_core.problems import UserError
+
 logger = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
@@ -55,7 +57,7 @@ _STEP_RE = re.compile(r"^global_step_(\d+)$")
 _TMP_RE = re.compile(r"^\.tmp_global_step_(\d+)_(.+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be written or read as asked."""
 
 

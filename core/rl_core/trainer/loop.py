@@ -47,7 +47,7 @@ class Trainer:
         with open(os.path.join(cfg.trainer.output_dir, "config.yaml"), "w") as f:
             yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer)
+        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager(cfg.reward)
@@ -252,12 +252,13 @@ class Trainer:
                 metrics = self.train_step(prompts, step)
                 if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or step == self.total_steps):
                     metrics.update(self.validate())
-                if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps):
-                    with timed(metrics, "save_checkpoint"):
-                        self.save_checkpoint(step)
-                self.step = step
+                # Log before saving: a crash between the two resumes from the previous
+                # checkpoint, which truncates this row away; the reverse order would lose it.
                 self.tracker.log(metrics, step=step)
                 bar.update(step, metrics)
+                if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps):
+                    self.save_checkpoint(step)
+                self.step = step
                 last = metrics
             self.cluster.call("save_hf", same_args=(os.path.join(self.config.trainer.output_dir, "hf_final"),))
         finally:

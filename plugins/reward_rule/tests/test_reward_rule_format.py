@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rl_reward_rule.format_reward import matches_format, overlong_penalty, score
 
 GOOD = "<think>15 + 3 = 18</think>\n<answer>18</answer>"

@@ -8,7 +8,6 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from rl_reward_rule import gsm8k
 
 REPO = Path(__file__).resolve().parents[3]

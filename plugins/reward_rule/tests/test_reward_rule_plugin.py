@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from rl_core.batch import Batch
 from rl_core.config.schema import RewardConfig
 from rl_core.plugins import get_registry

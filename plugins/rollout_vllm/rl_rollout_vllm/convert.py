@@ -11,7 +11,6 @@ from typing import Sequence
 
 import attrs
 import torch
-
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 

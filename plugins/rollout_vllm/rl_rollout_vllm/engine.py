@@ -86,9 +86,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
-
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
+
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 from rl_rollout_vllm.weights import buckets
 

@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 from types import SimpleNamespace
 
-import attrs
 import pytest
 import torch
 

@@ -6,7 +6,6 @@ import logging
 
 import pytest
 import torch
-
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_rollout_vllm.convert import EMPTY_META_KEY, Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts

@@ -9,7 +9,6 @@ import sys
 import types
 
 import pytest
-
 import rl_core.resolver as resolver
 from rl_core import hookimpl
 from rl_core.cards import Provider, TrainCard
