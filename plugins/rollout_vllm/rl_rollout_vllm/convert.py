@@ -13,6 +13,7 @@ import attrs
 import torch
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
+from rl_core.problems import UserError
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,10 @@ GENERATED = frozenset(
 )
 #: ``batch.meta`` key with the number of empty generations in the output.
 EMPTY_META_KEY = "rollout/empty_responses"
+
+
+class PromptLengthError(UserError, ValueError):
+    """A prompt the engine cannot generate from (empty, or too long); the message names it."""
 
 
 @attrs.frozen
@@ -55,13 +60,13 @@ def check_prompt_lengths(
     """
     for i, p in enumerate(prompts):
         if len(p) == 0:
-            raise ValueError(f"prompt {i} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
+            raise PromptLengthError(f"prompt {i} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
     if max_prompt_length is not None:
         bad = [i for i, p in enumerate(prompts) if len(p) > max_prompt_length]
         if bad:
             i = bad[0]
             more = f" ({len(bad)} prompts of this batch are too long)" if len(bad) > 1 else ""
-            raise ValueError(
+            raise PromptLengthError(
                 f"prompt {i} of the batch has {len(prompts[i])} tokens, more than data.max_prompt_length={max_prompt_length}{more}; "
                 "raise data.max_prompt_length or keep data.filter_overlong_prompts=true"
             )
@@ -78,7 +83,7 @@ def check_prompt_lengths(
             f"prompt {i} of the batch has {length} tokens; with max_new_tokens={max_new_tokens} it needs "
             f"{length + max_new_tokens} positions, more than the vLLM engine's max model length {max_model_len}"
         )
-    raise ValueError(
+    raise PromptLengthError(
         f"{what}{more}; raise rollout.engine_kwargs.max_model_len (default: data.max_prompt_length + "
         "data.max_response_length) or lower max_new_tokens"
     )

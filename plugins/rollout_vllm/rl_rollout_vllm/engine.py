@@ -311,6 +311,7 @@ class VLLMRollout:
                     del bucket
             finally:
                 quiet.restore()
+        self.llm.collective_rpc(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
         if self._required is not None:
             missing = sorted(self._required - sent)
@@ -428,6 +429,32 @@ def _install_full_vocab_logprobs(worker) -> bool:
 
     inner_sampler.forward = forward
     inner_sampler._rl_full_vocab_logprobs = True
+    return True
+
+
+def _refresh_tied_lm_head(worker) -> bool:
+    """Re-derive a tied ``lm_head``'s kernel state after a weight reload (runs in the worker).
+
+    With tied embeddings vLLM's ``lm_head`` is its own module sharing the
+    embedding's weight; a reload skips ``lm_head.weight`` (the checkpoint has
+    none), so the layer-wise reload never reprocesses that module, and on CPU
+    its matmul keeps using the weight it prepacked at start-up. Reprocessing
+    it from the (already updated) shared weight fixes that; on GPU the
+    unquantized method has nothing to redo.
+    """
+    runner = getattr(worker, "model_runner", None)
+    model = runner.get_model() if runner is not None and hasattr(runner, "get_model") else None
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or head is embed:
+        return False
+    weight, shared = getattr(head, "weight", None), getattr(embed, "weight", None)
+    if weight is None or shared is None or weight.data_ptr() != shared.data_ptr():
+        return False
+    method = getattr(head, "quant_method", None)
+    if method is None or not hasattr(method, "process_weights_after_loading"):
+        return False
+    method.process_weights_after_loading(head)
     return True
 
 
