@@ -191,7 +191,16 @@ def _shard(step: Batch, config: RunConfig, rank: int, world: int, mimic_world: i
 
 
 def run_step(
-    rank: int, world: int, factory: str, rollout_factory: str | None, config: RunConfig, step: Batch, prompts: Batch, workdir: str, mimic_world: int = 2
+    rank: int,
+    world: int,
+    factory: str,
+    rollout_factory: str | None,
+    config: RunConfig,
+    step: Batch,
+    prompts: Batch,
+    workdir: str,
+    mimic_world: int = 2,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Everything the suite checks on one rank; runs in-process (world 1, no process group) or spawned.
 
@@ -199,7 +208,7 @@ def run_step(
     ``mimic_world`` ranks (:func:`single_rank_order`).
     """
     make = load_object(factory)
-    ctx = WorkerContext(rank=rank, world_size=world, device="cpu", seed=config.trainer.seed)
+    ctx = WorkerContext(rank=rank, world_size=world, device=device, seed=config.trainer.seed)
     shard = _shard(step, config, rank, world, mimic_world)
     out: dict[str, Any] = {}
 
@@ -242,10 +251,12 @@ def run_step(
     return out
 
 
-def run_resume(rank: int, world: int, factory: str, config: RunConfig, step: Batch, workdir: str, mimic_world: int = 2) -> dict[str, Any]:
+def run_resume(
+    rank: int, world: int, factory: str, config: RunConfig, step: Batch, workdir: str, mimic_world: int = 2, device: str = "cpu"
+) -> dict[str, Any]:
     """Fresh processes: load the checkpoint :func:`run_step` saved and take the next update."""
     make = load_object(factory)
-    ctx = WorkerContext(rank=rank, world_size=world, device="cpu", seed=config.trainer.seed)
+    ctx = WorkerContext(rank=rank, world_size=world, device=device, seed=config.trainer.seed)
     shard = _shard(step, config, rank, world, mimic_world)
     actor = make("actor", config, ctx)
     actor.load_checkpoint(str(Path(workdir) / "ckpt" / "actor"))

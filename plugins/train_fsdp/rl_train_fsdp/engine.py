@@ -460,7 +460,8 @@ class FSDPEngine:
             state = {"model": model_sd, "optim": optim_sd}
         else:
             state = {"model": get_model_state_dict(self.model)}
-        dcp.save(state, checkpoint_id=str(root / "dcp"))
+        with _quiet_dcp():
+            dcp.save(state, checkpoint_id=str(root / "dcp"))
         extra = {
             "role": self.role,
             "world_size": self.world_size,
@@ -481,11 +482,13 @@ class FSDPEngine:
         if self.optimizer is not None:
             model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
             state = {"model": model_sd, "optim": optim_sd}
-            dcp.load(state, checkpoint_id=str(root / "dcp"))
+            with _quiet_dcp():
+                dcp.load(state, checkpoint_id=str(root / "dcp"))
             set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         else:
             state = {"model": get_model_state_dict(self.model)}
-            dcp.load(state, checkpoint_id=str(root / "dcp"))
+            with _quiet_dcp():
+                dcp.load(state, checkpoint_id=str(root / "dcp"))
             set_model_state_dict(self.model, state["model"])
         extra_path = root / f"extra_rank{self.rank}.pt"
         if not extra_path.is_file():  # resumed on more ranks than saved: take rank 0's scheduler, keep fresh RNG
@@ -520,6 +523,14 @@ class FSDPEngine:
         self.model = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _quiet_dcp():
+    """DCP warns that it 'assumes a single process' when there is no process group: that is the intent here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def _to_local(obj: Any) -> Any:

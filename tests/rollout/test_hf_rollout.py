@@ -1,0 +1,103 @@
+"""hf rollout specifics beyond the conformance suite: card, errors, copies, chunking."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+
+from rl_core.backends import SamplingParams, WorkerContext
+from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+from rl_core.rollout.hf import HFRolloutEngine, factory
+from rl_core.testing.distributed import torch_threads
+from rl_core.testing.rollout_conformance import prompt_batch
+from rl_core.testing.tiny_model import make_tiny_model_dir
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("hf_rollout"), "llama")
+
+
+def _config(model_dir, **rollout):
+    return RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=32), rollout=RolloutConfig(**rollout))
+
+
+def test_card_is_registered_and_truthful():
+    from rl_core.plugins import get_registry
+
+    card = get_registry(reload=True).get("rollout", "hf")
+    assert card.provider.distribution == "rl-core"
+    assert card.devices == {"cpu", "cuda"} and card.max_tp == 1
+    assert card.weight_formats == {"hf"} and card.logprobs and card.colocate
+    assert card.load() is factory
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        factory(_config(tmp_path / "absent"), WorkerContext())
+    assert str(tmp_path / "absent") in str(err.value) and "rlcore model smollm2" in str(err.value)
+
+
+def test_load_weights_copies_by_default(model_dir):
+    engine = factory(_config(model_dir), WorkerContext())
+    src = {n: p.detach().clone() + 1.0 for n, p in engine.model.named_parameters()}
+    engine.load_weights(src.items())
+    for name, p in engine.model.named_parameters():
+        assert torch.equal(p, src[name]) and p.data_ptr() != src[name].data_ptr()
+
+
+def test_share_weights_adopts_same_device_tensors(model_dir):
+    engine = factory(_config(model_dir, engine_kwargs={"share_weights": True}), WorkerContext())
+    src = {n: p.detach().clone() * 2 for n, p in engine.model.named_parameters()}
+    engine.load_weights(src.items())
+    for name, p in engine.model.named_parameters():
+        assert p.data_ptr() == src[name].data_ptr(), name  # zero-copy
+    half = {n: t.to(torch.bfloat16) for n, t in src.items()}
+    engine.load_weights(half.items())  # another dtype: copied and converted
+    for name, p in engine.model.named_parameters():
+        assert p.dtype == torch.float32 and p.data_ptr() == src[name].data_ptr()
+
+
+def test_missing_weights_are_named(model_dir):
+    engine = factory(_config(model_dir), WorkerContext())
+    some = [(n, p.detach()) for n, p in engine.model.named_parameters() if "layers.1." not in n]
+    with pytest.raises(ValueError, match=r"not provided: model\.layers\.1\."):
+        engine.load_weights(some)
+
+
+def test_chunks_follow_generation_batch_size(model_dir, monkeypatch):
+    engine = factory(_config(model_dir, generation_batch_size=4), WorkerContext())
+    sizes = []
+    real = HFRolloutEngine._decode
+
+    def spy(self, ids, *args, **kwargs):
+        sizes.append(ids.shape[0])
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(HFRolloutEngine, "_decode", spy)
+    out = engine.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=3, greedy=True))
+    assert sizes == [4, 4] and len(out) == 8  # 4 prompts x n=2, 4 sequences (2 prompts) per call
+
+
+def test_bad_sampling_params(model_dir):
+    engine = factory(_config(model_dir), WorkerContext())
+    with pytest.raises(ValueError, match="n >= 1"):
+        engine.generate(prompt_batch(model_dir), SamplingParams(n=0))
+    with pytest.raises(ValueError, match="input_ids"):
+        engine.generate(prompt_batch(model_dir).select("attention_mask"), SamplingParams())
+
+
+def test_seeded_sampling_leaves_the_global_rng_alone(model_dir):
+    engine = factory(_config(model_dir), WorkerContext())
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    engine.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=4, seed=9))
+    assert torch.equal(torch.rand(3), expected)
