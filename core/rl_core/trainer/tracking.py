@@ -32,7 +32,7 @@ METRIC_GROUPS: dict[str, tuple[str, str]] = {
     "reward": (r"^(?!val|timing|perf).*(reward|score)", "reward"),
     "validation": (r"^val(?!.*(timing|response_len|samples))", "val"),
     "response_length": (r"^(?!val|timing|perf).*(response_len|resp_len)", "len"),
-    "kl": (r"(^|[/_])kl($|[/_])|kl_loss|ppo_kl", "kl"),
+    "kl": (r"^(?!reward/)(.*([/_]|^)kl($|[/_])|.*kl_loss|.*ppo_kl)", "kl"),
     "entropy": (r"entropy", "ent"),
     "grad_norm": (r"grad_norm", "gnorm"),
     "lr": (r"(^|/)lr$|learning_rate", "lr"),
