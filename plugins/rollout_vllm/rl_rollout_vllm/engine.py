@@ -138,6 +138,7 @@ class VLLMRollout:
         self.max_prompt_length = config.data.max_prompt_length
         self._asleep = False
         self._noted: set[str] = set()
+        self._shm_prefix: str | None = None
 
         import torch.distributed as dist
 
@@ -203,9 +204,12 @@ class VLLMRollout:
         set_threads = torch.set_num_threads
         rng = _rng_state()
         start = time.perf_counter()
+        restore_launcher = self._name_shared_memory() if self.external and self.device_type == "cpu" else None
         try:
             llm = LLM(**kwargs)
         finally:
+            if restore_launcher is not None:
+                restore_launcher()
             # In-process, vLLM seeds the global RNGs with its engine seed (the same on
             # every rank); the worker's own RNG streams must go on as they were.
             _set_rng_state(rng)
@@ -217,6 +221,38 @@ class VLLMRollout:
                 torch.set_num_threads(threads)
         log.info("vLLM engine ready in %.1f s (%s, tp=%d, max_model_len=%s)", time.perf_counter() - start, self.context.device, self.tp, kwargs.get("max_model_len"))
         return llm
+
+    def _name_shared_memory(self):
+        """Give this job's CPU TP shared-memory segments a name no other job uses.
+
+        vLLM's CPU communicator names its ``/dev/shm`` segments after the
+        distributed init method, which the external launcher fixes to
+        ``env://``: every job on a machine would then use the same names, and
+        segments a finished job leaves behind make the next start fail
+        (``create shm in SHMManager failed. errno: 17``). The init method is
+        not otherwise used when the process group exists, so it carries a
+        name rank 0 draws and broadcasts. Returns the function that undoes the patch.
+        """
+        import secrets
+
+        import torch.distributed as dist
+        from vllm.v1.executor.uniproc_executor import ExecutorWithExternalLauncher
+
+        name = [f"rlvllm{secrets.token_hex(6)}" if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(name, src=0)
+        self._shm_prefix = name[0]
+        original = ExecutorWithExternalLauncher.__dict__["_distributed_args"]
+
+        def _distributed_args(executor):
+            _, rank, local_rank = original(executor)
+            return f"tcp://127.0.0.1:{self._shm_prefix}", rank, local_rank
+
+        ExecutorWithExternalLauncher._distributed_args = _distributed_args
+
+        def restore():
+            ExecutorWithExternalLauncher._distributed_args = original
+
+        return restore
 
     def _pad_id(self) -> int:
         tok = self.llm.get_tokenizer()
@@ -396,6 +432,10 @@ class VLLMRollout:
                         ps._WORLD = None
         except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
             log.warning("vLLM engine shutdown raised %s: %s", type(exc).__name__, exc)
+        if self._shm_prefix:
+            # vLLM leaves its CPU communicator's segments in /dev/shm; the names are this job's own.
+            for leftover in Path("/dev/shm").glob(f"{self._shm_prefix}-*"):
+                leftover.unlink(missing_ok=True)
         del llm, client
         gc.collect()
         if self.device_type == "cuda":
