@@ -8,6 +8,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+from rl_core.problems import UserError
 from rl_core.rollout.hf import HFRolloutEngine, factory
 from rl_core.testing.distributed import torch_threads
 from rl_core.testing.rollout_conformance import prompt_batch
@@ -92,6 +93,10 @@ def test_bad_sampling_params(model_dir):
         engine.generate(prompt_batch(model_dir), SamplingParams(n=0))
     with pytest.raises(ValueError, match="input_ids"):
         engine.generate(prompt_batch(model_dir).select("attention_mask"), SamplingParams())
+    batch = prompt_batch(model_dir)
+    batch.tensors["attention_mask"][2] = 0
+    with pytest.raises(UserError, match="prompt 2 of the batch is empty"):
+        engine.generate(batch, SamplingParams())
 
 
 def test_seeded_sampling_leaves_the_global_rng_alone(model_dir):

@@ -55,6 +55,12 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
+from rl_core.problems import UserError
+
+
+class PromptLengthError(UserError, ValueError):
+    """A prompt longer than ``data.max_prompt_length`` (or an empty one)."""
+
 
 _GENERATED = frozenset(
     {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"}
@@ -150,14 +156,17 @@ class HFRolloutEngine:
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
             raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [B, P]")
+        lengths = attention_mask.sum(-1)
+        empty = (lengths == 0).nonzero().flatten()
+        if len(empty):
+            raise PromptLengthError(f"prompt {int(empty[0])} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
         if self.max_prompt_length is None:
             return
-        lengths = attention_mask.sum(-1)
         over = (lengths > self.max_prompt_length).nonzero().flatten()
         if len(over):
             i = int(over[0])
             more = f" ({len(over)} prompts in this batch are too long)" if len(over) > 1 else ""
-            raise ValueError(
+            raise PromptLengthError(
                 f"prompt {i} of the batch has {int(lengths[i])} tokens, more than data.max_prompt_length={self.max_prompt_length}{more}; "
                 f"raise data.max_prompt_length or keep data.filter_overlong_prompts=true"
             )

@@ -58,23 +58,28 @@ from rl_core.modeling import (
     torch_dtype,
 )
 
+from rl_core.problems import UserError
 from rl_train_fsdp import sharding
 from rl_train_fsdp.schedule import LRSchedule
 
 ROLES = ("actor", "critic", "ref")
 
 
+class TrainSizeError(UserError, ValueError):
+    """Batch sizes that do not fit together, or an unknown role: a config problem."""
+
+
 def build_engine(role: str, config, context: WorkerContext) -> "FSDPEngine":
     """The ``fsdp`` card's factory: ``build_engine(role, config, context) -> TrainEngine``."""
     if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
+        raise TrainSizeError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
     return FSDPEngine(role, config, context)
 
 
 class FSDPEngine:
     def __init__(self, role: str, config, context: WorkerContext) -> None:
         if role not in ROLES:
-            raise ValueError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
+            raise TrainSizeError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
         self.role = role
         self.config = config
         self.context = context
@@ -278,20 +283,20 @@ class FSDPEngine:
         mini_prompts, micro, epochs = self._mini_micro_epochs()
         tbs = self.config.data.train_batch_size
         if not mini_prompts or tbs % mini_prompts or mini_prompts > tbs:
-            raise ValueError(
+            raise TrainSizeError(
                 f"data.train_batch_size={tbs} prompts must be a multiple of {section}.ppo_mini_batch_size={mini_prompts} "
                 f"({tbs} % {mini_prompts} = {tbs % mini_prompts if mini_prompts else 'n/a'})"
             )
         n_mini = tbs // mini_prompts
         if rows % n_mini:
-            raise ValueError(
+            raise TrainSizeError(
                 f"{self.role} update: this rank's {rows} sequences cannot be split into {n_mini} mini-batches "
                 f"(data.train_batch_size={tbs} / {section}.ppo_mini_batch_size={mini_prompts} = {n_mini}; {rows} % {n_mini} = {rows % n_mini})"
             )
         mini_rows = rows // n_mini
         if micro <= 0 or mini_rows % micro:
             divisors = [d for d in range(1, mini_rows + 1) if mini_rows % d == 0]
-            raise ValueError(
+            raise TrainSizeError(
                 f"{section}.ppo_micro_batch_size_per_gpu={micro} does not divide the per-rank mini-batch: "
                 f"{rows} sequences on this rank / {n_mini} mini-batches = {mini_rows} sequences, {mini_rows} % {micro} = {mini_rows % micro if micro > 0 else 'n/a'}; "
                 f"valid values: {', '.join(map(str, divisors))}"
@@ -314,7 +319,7 @@ class FSDPEngine:
             lo = int(sharding.all_reduce(torch.tensor(rows, device=self.device), "min").item())
             hi = int(sharding.all_reduce(torch.tensor(rows, device=self.device), "max").item())
             if lo != hi:
-                raise ValueError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
+                raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
         n_mini, mini_rows, micro, epochs = self._split_sizes(rows)
         cfg = self._role_cfg()
         temperature = batch.meta.get("temperature", self.config.rollout.temperature)

@@ -22,6 +22,11 @@ from __future__ import annotations
 import math
 
 from rl_core.config.schema import OptimConfig
+from rl_core.problems import UserError
+
+
+class ScheduleError(UserError, ValueError):
+    """An LR schedule that cannot be computed from the config."""
 
 
 class LRSchedule:
@@ -34,7 +39,7 @@ class LRSchedule:
 
     def _need_total(self, why: str) -> int:
         if not self.total_steps:
-            raise ValueError(
+            raise ScheduleError(
                 f"{self.section}: {why} needs the total number of training steps; call engine.set_total_steps(n) "
                 f"(the trainer does) or set trainer.total_training_steps"
             )
@@ -62,4 +67,4 @@ class LRSchedule:
             return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
         if kind == "linear":
             return floor + (1.0 - floor) * (1.0 - progress)
-        raise ValueError(f"{self.section}.lr_scheduler={kind!r} is not supported; use constant, cosine or linear")
+        raise ScheduleError(f"{self.section}.lr_scheduler={kind!r} is not supported; use constant, cosine or linear")
