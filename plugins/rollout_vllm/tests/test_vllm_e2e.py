@@ -114,7 +114,6 @@ def test_two_step_grpo_vllm_fsdp_two_ranks(tmp_path):
 def test_rollout_log_probs_match_the_fsdp_actor_after_sync(tmp_path):
     """In-process loop: after an update and a weight sync, vLLM's log-probs equal the FSDP actor's."""
     import attrs
-
     from rl_core.config.load import load_config
     from rl_core.resolver import resolve
     from rl_core.trainer.loop import Trainer
