@@ -157,7 +157,6 @@ class Stage:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
-
     import transformers
 
     device_name = args.device
@@ -174,7 +173,6 @@ def main(argv=None) -> int:
         torch.set_num_threads(1 if args.tiny else max(1, (os.cpu_count() or 1) // int(os.environ.get("WORLD_SIZE", 1))))
 
     rank, world, local = init_distributed(device_name)
-    import attrs
 
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_core.batch import Batch

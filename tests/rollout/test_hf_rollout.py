@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import torch
-
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import UserError

@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-
 from rl_core.testing.distributed import DistributedError, run_distributed
 
 

@@ -284,7 +284,7 @@ class RolloutConformance:
         return engine
 
     def test_eos_ends_the_response(self, fresh_engine, model_dir):
-        a, b, c = char_id("a"), char_id("b"), char_id("c")
+        a, b, _c = char_id("a"), char_id("b"), char_id("c")
         R = 6
         chain_c = [char_id(ch) for ch in "cdefghijkl"]
         successor = {a: char_id("x"), char_id("x"): char_id("y"), char_id("y"): EOS_ID, b: EOS_ID}

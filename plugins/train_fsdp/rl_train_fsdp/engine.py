@@ -57,8 +57,8 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
-
 from rl_core.problems import UserError
+
 from rl_train_fsdp import sharding
 from rl_train_fsdp.schedule import LRSchedule
 
