@@ -84,6 +84,14 @@ class HybridWorker:
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("critic", self.critic.update(batch))
 
+    def peak_memory_gb(self) -> float | None:
+        """Peak accelerator memory since the last call (None on CPU); resets the peak."""
+        if not self.context.device.startswith("cuda"):
+            return None
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+
     def set_total_steps(self, total: int) -> None:
         for engine in self._train_engines():
             setter = getattr(engine, "set_total_steps", None)

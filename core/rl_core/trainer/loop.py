@@ -181,6 +181,9 @@ class Trainer:
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput(batch, t["timing_s/step"], self.sizes.world_size))
         metrics.update(t)
+        peaks = [p for p in self.cluster.call("peak_memory_gb") if p is not None]
+        if peaks:
+            metrics["perf/max_memory_allocated_gb"] = max(peaks)
         metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
         return metrics
 
