@@ -309,7 +309,7 @@ class RewardManager:
                 spec = next(spec for spec, samples in groups.items() if any(s.index == i for s in samples))
                 o = outcomes[i]
                 raise self._error(spec, i, sources[i] if sources is not None else None, o.error, o.detail)
-        scores = torch.zeros(n, dtype=torch.float32)
+        values = [0.0] * n
         extras: list[dict[str, Any]] = [{} for _ in range(n)]
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -319,7 +319,7 @@ class RewardManager:
             if o is None:  # pragma: no cover - every sample gets an outcome
                 o = Outcome(ERROR, error="not scored")
             if o.status == OK:
-                scores[i] = o.score
+                values[i] = o.score
                 extras[i] = dict(o.extras or {})
                 for key, value in extras[i].items():
                     v = numeric(value)
@@ -332,6 +332,7 @@ class RewardManager:
             else:
                 errors += 1
                 extras[i] = {"reward_error": o.error}
+        scores = torch.tensor(values, dtype=torch.float32)
         metrics = {"reward/timeouts": float(timeouts), "reward/errors": float(errors)}
         metrics.update({f"reward/{k}_mean": sums[k] / counts[k] for k in sorted(sums)})
         return scores, metrics, extras

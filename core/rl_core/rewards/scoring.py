@@ -145,6 +145,10 @@ def call_scorer(fn: Callable, sample: Sample, kwargs: dict[str, Any]) -> Any:
 
 
 def _number(value: Any) -> float | None:
+    if type(value) in (float, int, bool):  # the common case, without the ABC check
+        return float(value)
+    if value is None or isinstance(value, str):
+        return None
     if isinstance(value, numbers.Real):  # int, float, bool, Fraction, numpy floats
         return float(value)
     item = getattr(value, "item", None)  # numpy / torch scalars, without importing either
