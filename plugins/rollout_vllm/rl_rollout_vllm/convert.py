@@ -13,7 +13,7 @@ import attrs
 import torch
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
-from rl_core.problems import UserError
+from rl_core.rollout.hf import PromptLengthError as _CorePromptLengthError
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,12 @@ GENERATED = frozenset(
 EMPTY_META_KEY = "rollout/empty_responses"
 
 
-class PromptLengthError(UserError, ValueError):
-    """A prompt the engine cannot generate from (empty, or too long); the message names it."""
+class PromptLengthError(_CorePromptLengthError):
+    """A prompt the engine cannot generate from: empty, longer than ``data.max_prompt_length``,
+    or too long for the vLLM engine's max model length (the message names it).
+
+    A subclass of the ``hf`` backend's error, so callers catch both with one class.
+    """
 
 
 @attrs.frozen
