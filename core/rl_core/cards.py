@@ -133,6 +133,9 @@ class TrainCard(CardBase):
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
+    # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
+    # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
+    on_policy_without_old_log_probs: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

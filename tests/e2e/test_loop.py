@@ -63,3 +63,35 @@ def test_two_step_job(tmp_path, nprocs, estimator):
     changed = [k for k in before if k in after and not torch.equal(before[k], after[k])]
     assert changed, "no weight changed after two updates"
     assert gap < 1e-4, f"rollout log-probs differ from the actor's by {gap} after sync"
+
+
+def test_on_policy_update_skips_the_old_log_prob_pass_with_the_same_result(tmp_path):
+    """One mini-batch, one epoch: old == current, so skipping the extra forward pass changes nothing."""
+    rows = {}
+    for recompute in (True, False):
+        cfg_path = write_tiny_run(tmp_path / str(recompute), steps=1, actor__ppo_mini_batch_size=4, actor__recompute_old_log_prob=recompute)
+        stack, problems = resolve(load_config(cfg_path))
+        assert stack is not None, [p.render() for p in problems]
+        trainer = Trainer(stack, progress=False)
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        (rows[recompute],) = read_metrics(tmp_path / str(recompute) / "out")
+    assert "timing_s/old_log_prob" in rows[True] and "timing_s/old_log_prob" not in rows[False]
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "reward/mean"):
+        assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-5, abs=1e-7), key
+    assert rows[True]["actor/pg_clipfrac"] == rows[False]["actor/pg_clipfrac"] == 0.0
+
+
+def test_on_policy_is_the_default_only_when_it_holds(tmp_path):
+    from rl_core.trainer.loop import needs_old_log_prob_pass
+
+    def plan(**extra):
+        stack, problems = resolve(load_config(write_tiny_run(tmp_path / str(len(list(tmp_path.iterdir()))), **extra)))
+        assert stack is not None, [p.render() for p in problems]
+        return needs_old_log_prob_pass(stack)
+
+    assert plan(actor__ppo_mini_batch_size=4) is False  # 4 prompts, one mini-batch, one epoch
+    assert plan(actor__ppo_mini_batch_size=2) is True  # two optimizer steps: the second is off-policy
+    assert plan(actor__ppo_mini_batch_size=4, actor__ppo_epochs=2) is True

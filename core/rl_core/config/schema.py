@@ -112,6 +112,8 @@ class ActorConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     ppo_epochs: int = 1
     shuffle: bool = False
+    # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
+    recompute_old_log_prob: bool | None = None
     policy_loss: str = "ppo_clip"
     policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
     clip_ratio: float = 0.2

@@ -64,6 +64,7 @@ class Trainer:
         self.cluster = cluster
         self.cluster.call("set_total_steps", same_args=(self.total_steps,))
         self.step = 0
+        self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: str, batch: Batch, *extra: Any) -> list[Any]:
@@ -137,12 +138,13 @@ class Trainer:
                 baseline = base_scores.repeat_interleave(cfg.rollout.n)
             else:
                 baseline = None
-            with timed(t, "old_log_prob"):
-                parts = self._train_call("compute_log_prob", batch, cfg.rollout.temperature, True)
-                batch["old_log_probs"] = self._cat([p["log_probs"] for p in parts])
-                entropy = self._cat([p["entropy"] for p in parts])
-                mask = batch["response_mask"].float()
-                metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
+            if self.recompute_old_log_prob:
+                with timed(t, "old_log_prob"):
+                    parts = self._train_call("compute_log_prob", batch, cfg.rollout.temperature, True)
+                    batch["old_log_probs"] = self._cat([p["log_probs"] for p in parts])
+                    entropy = self._cat([p["entropy"] for p in parts])
+                    mask = batch["response_mask"].float()
+                    metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
             if cfg.ref.enable:
                 with timed(t, "ref"):
                     batch["ref_log_prob"] = self._cat(self._train_call("compute_ref_log_prob", batch, cfg.rollout.temperature))
@@ -274,6 +276,20 @@ class Trainer:
         self.cluster.close()
 
 
+def needs_old_log_prob_pass(stack: Stack) -> bool:
+    """Whether the step runs a separate forward pass for the old policy's log-probs.
+
+    On-policy updates (one mini-batch, one epoch) have old == current, so a
+    backend that declares ``on_policy_without_old_log_probs`` takes them from
+    its own update forward pass; KL-in-reward still needs them up front.
+    """
+    cfg = stack.config
+    if cfg.actor.recompute_old_log_prob is not None:
+        return cfg.actor.recompute_old_log_prob
+    on_policy = stack.sizes.actor_mini_batches == 1 and cfg.actor.ppo_epochs == 1
+    return not (on_policy and stack.train.on_policy_without_old_log_probs and not cfg.algorithm.use_kl_in_reward)
+
+
 def train(stack: Stack, **kwargs) -> dict[str, float]:
     trainer = Trainer(stack, **kwargs)
     try:
@@ -291,6 +307,7 @@ def describe_plan(stack: Stack) -> str:
         f"checkpoints: every {cfg.trainer.save_freq} steps" if cfg.trainer.save_freq > 0 else "checkpoints: only at the end (hf_final)",
         f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}, rollout {stack.rollout.name}",
+        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
     ]
     return "\n".join(lines)
 

@@ -321,6 +321,11 @@ class FSDPEngine:
             if lo != hi:
                 raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
         n_mini, mini_rows, micro, epochs = self._split_sizes(rows)
+        if self.role == "actor" and "old_log_probs" not in batch.tensors.keys() and (n_mini > 1 or epochs > 1):
+            raise TrainSizeError(
+                f"actor update without 'old_log_probs' is only valid on-policy (one mini-batch, one epoch), "
+                f"got {n_mini} mini-batches x {epochs} epochs: compute old log-probs first"
+            )
         cfg = self._role_cfg()
         temperature = batch.meta.get("temperature", self.config.rollout.temperature)
         temperature = 1.0 if temperature is None or temperature <= 0 else float(temperature)
@@ -364,11 +369,15 @@ class FSDPEngine:
 
     def _mini_batch_step(self, mini: Batch, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
         mode = cfg.loss_agg_mode
-        extra = ("values", "returns") if self.role == "critic" else ("old_log_probs", "advantages")
+        # On-policy (one mini-batch, one epoch; checked in update): without 'old_log_probs' the
+        # old policy is the current one, so old = log_prob.detach() and the ratio is exactly 1.
+        # This saves the controller a forward pass; entropy then comes from this forward.
+        on_policy = self.role == "actor" and "old_log_probs" not in mini.tensors.keys()
+        extra = ("values", "returns") if self.role == "critic" else (("advantages",) if on_policy else ("old_log_probs", "advantages"))
         use_kl = self.role == "actor" and cfg.use_kl_loss
         if use_kl:
             extra = extra + ("ref_log_prob",)
-        want_entropy = self.role == "actor" and cfg.entropy_coeff != 0
+        want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
         mask_all = mini.tensors["response_mask"] if "response_mask" in mini.tensors.keys() else None
         if mask_all is None:
             raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
@@ -396,7 +405,7 @@ class FSDPEngine:
                     )
                     loss, metrics = compute_actor_loss(
                         log_prob=log_prob,
-                        old_log_prob=x["old_log_probs"],
+                        old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
                         advantages=x["advantages"],
                         response_mask=x["response_mask"],
                         entropy=entropy,

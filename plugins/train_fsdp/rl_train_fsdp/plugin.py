@@ -13,6 +13,7 @@ FSDP_CARD = TrainCard(
     parallelism={"dp", "fsdp"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
+    on_policy_without_old_log_probs=True,
     engine="torch",
     engine_versions=">=2.6",
 )
