@@ -245,18 +245,27 @@ def forward_response(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses``.
 
-    Gradients flow when called with grad enabled (the update path). Padded
-    response positions hold whatever the model gives; callers mask them.
+    Gradients flow when called with grad enabled (the update path); with
+    ``entropy_grad=False`` the entropy is a detached metric (no autograd graph
+    over the vocabulary). Padded response positions hold whatever the model
+    gives; callers mask them.
     """
     R = responses.shape[-1]
     logits = response_logits(model, input_ids, attention_mask, position_ids, R).float()
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = log_probs_from_logits(logits, responses)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        if entropy_grad:
+            entropy = entropy_from_logits(logits)
+        else:
+            with torch.no_grad():
+                entropy = entropy_from_logits(logits.detach())
     return log_probs, entropy
 
 

@@ -401,7 +401,8 @@ class FSDPEngine:
                     from rl_core.algorithms.actor_loss import compute_actor_loss
 
                     log_prob, entropy = forward_response(
-                        self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"], temperature=temperature, with_entropy=want_entropy
+                        self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"], temperature=temperature, with_entropy=want_entropy,
+                        entropy_grad=cfg.entropy_coeff != 0,
                     )
                     loss, metrics = compute_actor_loss(
                         log_prob=log_prob,
