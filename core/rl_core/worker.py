@@ -49,7 +49,9 @@ class HybridWorker:
             self.rollout.wake_up()
             self._sleeping = False
         if params.seed is not None:
-            params = _with_seed(params, params.seed + 7919 * self.context.rank)
+            # one stream per rollout replica: the ranks of a TP group must sample alike
+            replica = self.context.rank // self.stack.sizes.rollout_tp
+            params = _with_seed(params, params.seed + 7919 * replica)
         out = self.rollout.generate(batch, params)
         if self.stack.config.rollout.enable_sleep and self.context.device != "cpu":
             self.rollout.sleep()

@@ -86,7 +86,14 @@ class Trainer:
         padded, pad = prompts.pad_to_divisor(replicas)
         shards = padded.chunk(replicas)
         results = self.cluster.call("generate", [(shards[r // tp], params) for r in range(self.sizes.world_size)])
-        out = Batch.concat(results[::tp])
+        results = results[::tp]
+        out = Batch.concat(results)
+        # engines report counters (e.g. rollout/empty_responses) in meta: sum them over replicas
+        out.meta = {k: v for k, v in out.meta.items() if not k.startswith("rollout/")}
+        for part in results:
+            for k, v in part.meta.items():
+                if k.startswith("rollout/"):
+                    out.meta[k] = out.meta.get(k, 0) + v
         return out.unpad(pad * params.n)
 
     def _cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
@@ -180,6 +187,7 @@ class Trainer:
                 metrics.update(mean_of(self._train_call("update_actor", batch)))
             with timed(t, "sync_weights"):
                 self.cluster.call("sync_weights")
+        metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith("rollout/")})
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput(batch, t["timing_s/step"], self.sizes.world_size))
         metrics.update(t)
