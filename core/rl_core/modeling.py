@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from rl_core.problems import UserError
+from rl_core.rollout.output import position_ids_from_mask  # noqa: F401  (re-exported)
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
@@ -184,11 +185,6 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     if not names:
         raise ValueError(f"{type(model).__name__} does not declare _no_split_modules; cannot find its decoder layers")
     return [m for m in model.modules() if type(m).__name__ in names]
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """``cumsum(mask) - 1`` clamped at 0: real tokens get 0, 1, 2, ... whatever the left padding."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def _accepts(model: torch.nn.Module, name: str) -> bool:

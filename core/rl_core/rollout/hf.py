@@ -56,15 +56,13 @@ from rl_core.modeling import (
     torch_dtype,
 )
 from rl_core.problems import UserError
+from rl_core.rollout.output import rollout_batch
 
 
 class PromptLengthError(UserError, ValueError):
     """A prompt longer than ``data.max_prompt_length`` (or an empty one)."""
 
 
-_GENERATED = frozenset(
-    {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"}
-)
 
 
 class HFRolloutEngine:
@@ -133,25 +131,8 @@ class HFRolloutEngine:
         responses_t = torch.cat(responses)
         lengths_t = torch.cat(lengths)
 
-        prompts = input_ids.repeat_interleave(n, dim=0)
-        prompt_mask = attention_mask.repeat_interleave(n, dim=0)
-        response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(prompt_mask.dtype)
-        prompt_pos = position_ids_from_mask(prompt_mask)
-        response_pos = prompt_pos[:, -1:] + torch.arange(1, R + 1, dtype=prompt_pos.dtype).unsqueeze(0)
-        extra = {k: v for k, v in batch.tensors.items() if k not in _GENERATED}
-        repeated = Batch(extra, batch.non_tensors, batch.meta, batch_size=len(batch)).repeat(n)
-        tensors = dict(repeated.tensors.items())
-        tensors.update(
-            prompts=prompts,
-            responses=responses_t,
-            input_ids=torch.cat([prompts, responses_t], dim=1),
-            attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
-            position_ids=torch.cat([prompt_pos, response_pos], dim=1),
-            response_mask=response_mask,
-        )
-        if params.logprobs:
-            tensors["rollout_log_probs"] = torch.cat(log_probs) * response_mask
-        return Batch(tensors, repeated.non_tensors, dict(batch.meta), batch_size=len(batch) * n)
+        response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
+        return rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
 
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:

@@ -14,13 +14,10 @@ import torch
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.rollout.hf import PromptLengthError as _CorePromptLengthError
+from rl_core.rollout.output import rollout_batch
 
 log = logging.getLogger(__name__)
 
-#: Fields ``generate`` writes; any other tensor field of the input rides along.
-GENERATED = frozenset(
-    {"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"}
-)
 #: ``batch.meta`` key with the number of empty generations in the output.
 EMPTY_META_KEY = "rollout/empty_responses"
 
@@ -137,23 +134,4 @@ def build_rollout_batch(batch: Batch, samples: Sequence[Sample], params: Samplin
             len(empty), rows, shown, ", ..." if len(empty) > 5 else "", EMPTY_META_KEY,
         )
 
-    prompts = input_ids.repeat_interleave(n, dim=0)
-    pmask = prompt_mask.repeat_interleave(n, dim=0)
-    prompt_pos = (pmask.long().cumsum(-1) - 1).clamp(min=0)
-    response_pos = prompt_pos[:, -1:] + torch.arange(1, R + 1, dtype=prompt_pos.dtype).unsqueeze(0)
-
-    extra = {k: v for k, v in batch.tensors.items() if k not in GENERATED}
-    repeated = Batch(extra, batch.non_tensors, batch.meta, batch_size=len(batch)).repeat(n)
-    tensors = dict(repeated.tensors.items())
-    tensors.update(
-        prompts=prompts,
-        responses=responses,
-        input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=torch.cat([pmask, response_mask], dim=1),
-        position_ids=torch.cat([prompt_pos, response_pos], dim=1),
-        response_mask=response_mask,
-    )
-    if log_probs is not None:
-        tensors["rollout_log_probs"] = log_probs
-    meta = {**batch.meta, EMPTY_META_KEY: len(empty)}
-    return Batch(tensors, repeated.non_tensors, meta, batch_size=rows)
+    return rollout_batch(batch, n, responses, response_mask, log_probs, meta={EMPTY_META_KEY: len(empty)})
