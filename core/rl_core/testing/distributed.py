@@ -88,6 +88,12 @@ def _rank_main(conn, fn, rank: int, world_size: int, port: int, backend: str, th
         conn.close()
 
 
+def _died(proc) -> str:
+    """What to say of a rank that ended without sending a result."""
+    proc.join(timeout=2)
+    return f"process died with exit code {proc.exitcode} and no result (killed? segfault? os._exit?)"
+
+
 def run_distributed(
     fn: Callable[..., Any],
     world_size: int,
@@ -136,8 +142,7 @@ def run_distributed(
                     try:
                         status, value = conn.recv()
                     except EOFError:
-                        proc.join(timeout=2)
-                        status, value = "error", f"process died with exit code {proc.exitcode} and no result (killed? segfault? os._exit?)"
+                        status, value = "error", _died(proc)
                     pending.discard(rank)
                     if status == "ok":
                         results[rank] = pickle.loads(value)
@@ -145,7 +150,7 @@ def run_distributed(
                         errors[rank] = value
                 elif not proc.is_alive() and not conn.poll(0):
                     pending.discard(rank)
-                    errors[rank] = f"process died with exit code {proc.exitcode} and no result (killed? segfault? os._exit?)"
+                    errors[rank] = _died(proc)
             if errors and pending:
                 # A failed rank usually leaves the others blocked in a collective: give them a moment, then stop them.
                 grace = time.monotonic() + 2.0
@@ -155,7 +160,7 @@ def run_distributed(
                             try:
                                 status, value = conns[rank].recv()
                             except EOFError:
-                                status, value = "error", "closed its pipe without a result"
+                                status, value = "error", _died(procs[rank])
                             pending.discard(rank)
                             if status != "ok":
                                 errors[rank] = value
