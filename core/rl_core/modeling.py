@@ -23,6 +23,7 @@ import torch
 
 from rl_core.problems import UserError
 from rl_core.rollout.output import position_ids_from_mask  # noqa: F401  (re-exported)
+from rl_core.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
@@ -218,18 +219,36 @@ def response_logits(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     response_length: int,
+    *,
+    share_prompts: bool = False,
 ) -> torch.Tensor:
     """Logits ``[b, R, V]`` that predict the last ``R`` tokens of ``input_ids``.
 
     Uses ``logits_to_keep`` where the model supports it so the LM head runs
-    on the response positions only.
+    on the response positions only. With ``share_prompts``, consecutive rows
+    with the same prompt run it once (:mod:`rl_core.shared_prompt`) where the
+    model allows it; the result is the same up to float rounding.
     """
     R = response_length
+    if share_prompts and R < input_ids.shape[1] and can_share_prompts(model):
+        groups = prompt_groups(input_ids, attention_mask, input_ids.shape[1] - R)
+        if int(groups[-1]) + 1 < input_ids.shape[0]:  # some prompt has two or more rows
+            return shared_prompt_logits(model, input_ids, attention_mask, position_ids, R, groups)
     kwargs: dict[str, Any] = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     if _accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = R + 1
     logits = model(**kwargs).logits
     return logits[:, -R - 1 : -1]
+
+
+def response_columns_in_use(attention_mask: torch.Tensor, response_length: int) -> int:
+    """How many leading response columns hold a real token in some row (at least 1).
+
+    Batches are padded to ``max_response_length``; once responses get short,
+    most of that width is padding in every row and need not be computed.
+    """
+    used = attention_mask[:, -response_length:].bool().any(0).nonzero()
+    return int(used.max()) + 1 if used.numel() else 1
 
 
 def forward_response(
@@ -242,16 +261,27 @@ def forward_response(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = True,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses``.
 
     Gradients flow when called with grad enabled (the update path); with
     ``entropy_grad=False`` the entropy is a detached metric (no autograd graph
     over the vocabulary). Padded response positions hold whatever the model
-    gives; callers mask them.
+    gives; callers mask them. Trailing response columns that are padding in
+    every row (``attention_mask`` 0) are not computed at all: they hold 0.
     """
     R = responses.shape[-1]
-    logits = response_logits(model, input_ids, attention_mask, position_ids, R).float()
+    used = response_columns_in_use(attention_mask, R)
+    if used < R:
+        cut = R - used
+        lp, ent = forward_response(
+            model, input_ids[:, :-cut], attention_mask[:, :-cut], position_ids[:, :-cut], responses[:, :used],
+            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=share_prompts,
+        )
+        pad = torch.nn.functional.pad
+        return pad(lp, (0, cut)), (pad(ent, (0, cut)) if ent is not None else None)
+    logits = response_logits(model, input_ids, attention_mask, position_ids, R, share_prompts=share_prompts).float()
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = log_probs_from_logits(logits, responses)
@@ -276,6 +306,7 @@ def compute_response_log_probs(
     temperature: float = 1.0,
     micro_batch_size: int | None = None,
     with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`forward_response` over micro-batches of ``micro_batch_size`` rows, no grad."""
     if position_ids is None:
@@ -285,7 +316,14 @@ def compute_response_log_probs(
     for s in range(0, input_ids.shape[0], size):
         sl = slice(s, s + size)
         lp, ent = forward_response(
-            model, input_ids[sl], attention_mask[sl], position_ids[sl], responses[sl], temperature=temperature, with_entropy=with_entropy
+            model,
+            input_ids[sl],
+            attention_mask[sl],
+            position_ids[sl],
+            responses[sl],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            share_prompts=share_prompts,
         )
         lps.append(lp)
         if ent is not None:

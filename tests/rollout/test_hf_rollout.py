@@ -82,7 +82,7 @@ def test_chunks_follow_generation_batch_size(model_dir, monkeypatch):
 
     monkeypatch.setattr(HFRolloutEngine, "_decode", spy)
     out = engine.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=3, greedy=True))
-    assert sizes == [4, 4] and len(out) == 8  # 4 prompts x n=2, 4 sequences (2 prompts) per call
+    assert sizes == [2, 2] and len(out) == 8  # 4 prompts x n=2, 4 sequences (2 prompts, each decoded twice) per call
 
 
 def test_bad_sampling_params(model_dir):
@@ -104,3 +104,23 @@ def test_seeded_sampling_leaves_the_global_rng_alone(model_dir):
     torch.manual_seed(123)
     engine.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=4, seed=9))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_prompt_prefilled_once_per_group_gives_the_same_responses(model_dir):
+    """n samples of a prompt share one prefill; greedy output equals n separate copies of the prompt."""
+    engine = factory(_config(model_dir), WorkerContext())
+    batch = prompt_batch(model_dir)
+    prefill_rows = []
+    handle = engine.model.register_forward_pre_hook(lambda mod, args, kwargs: prefill_rows.append(kwargs["input_ids"].shape), with_kwargs=True)
+    try:
+        grouped = engine.generate(batch, SamplingParams(n=3, max_new_tokens=4, greedy=True, logprobs=True))
+    finally:
+        handle.remove()
+    assert prefill_rows[0] == batch.tensors["input_ids"].shape  # one prefill row per prompt
+    assert all(shape[0] == 3 * len(batch) and shape[1] == 1 for shape in prefill_rows[1:])
+    repeated = batch.tensors["input_ids"].repeat_interleave(3, 0), batch.tensors["attention_mask"].repeat_interleave(3, 0)
+    from rl_core.batch import Batch
+
+    copies = engine.generate(Batch({"input_ids": repeated[0], "attention_mask": repeated[1]}), SamplingParams(n=1, max_new_tokens=4, greedy=True, logprobs=True))
+    assert torch.equal(grouped.tensors["responses"], copies.tensors["responses"])
+    torch.testing.assert_close(grouped.tensors["rollout_log_probs"], copies.tensors["rollout_log_probs"], rtol=0, atol=1e-5)

@@ -38,6 +38,11 @@ on a colocated single process, an incoming tensor of the same device and
 dtype is adopted instead of copied (zero-copy: the engine then reads the
 trainer's live parameters, so it always generates with the latest weights;
 off by default because it keeps the caller's tensors alive).
+
+Speed: the ``n`` samples of a prompt share one prefill (its KV cache is
+repeated), and on CPU the engine decodes with transformers' ``eager``
+attention, ~20% faster there than ``sdpa`` for one-token steps
+(``rollout.engine_kwargs={"attn_implementation": ...}`` overrides it).
 """
 
 from __future__ import annotations
@@ -84,6 +89,9 @@ class HFRolloutEngine:
         )
         self.model.eval()
         self.model.requires_grad_(False)
+        attn = config.rollout.engine_kwargs.get("attn_implementation", "eager" if self.device.type == "cpu" else None)
+        if attn and hasattr(self.model, "set_attn_implementation"):
+            self.model.set_attn_implementation(attn)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(
             mcfg.tokenizer_path or mcfg.path, trust_remote_code=mcfg.trust_remote_code, key="model.tokenizer_path" if mcfg.tokenizer_path else "model.path"
         )
@@ -121,9 +129,9 @@ class HFRolloutEngine:
 
         responses, lengths, log_probs = [], [], []
         for start in range(0, len(batch), per_chunk):
-            ids = input_ids[start : start + per_chunk].to(self.device).repeat_interleave(n, dim=0)
-            mask = attention_mask[start : start + per_chunk].to(self.device).repeat_interleave(n, dim=0)
-            r, length, lp = self._decode(ids, mask, R, greedy=greedy, params=params, generator=generator, stop=stop)
+            ids = input_ids[start : start + per_chunk].to(self.device)
+            mask = attention_mask[start : start + per_chunk].to(self.device)
+            r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop)
             responses.append(r.cpu())
             lengths.append(length.cpu())
             if params.logprobs:
@@ -153,14 +161,18 @@ class HFRolloutEngine:
             )
 
     @torch.no_grad()
-    def _decode(self, ids, mask, R, *, greedy, params, generator, stop):
-        b = ids.shape[0]
+    def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop):
+        """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated."""
         model = self.model
         pos = position_ids_from_mask(mask)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         logits = out.logits[:, -1].float()
         del out
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            ids, mask, pos, logits = (t.repeat_interleave(n, dim=0) for t in (ids, mask, pos, logits))
+        b = ids.shape[0]
         next_pos = pos[:, -1] + 1
         responses = torch.full((b, R), self.pad_id, dtype=ids.dtype, device=ids.device)
         log_probs = torch.zeros((b, R), dtype=torch.float32, device=ids.device) if params.logprobs else None

@@ -93,6 +93,8 @@ class FSDPEngine:
         if sharding.is_distributed() and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = sharding.is_distributed()
+        # one prompt forward per group of responses; not under FSDP (see rl_core.shared_prompt)
+        self.share_prompts = bool(config.model.share_prompt_forward) and not self.sharded
         mcfg = config.model
         self.compute_dtype = torch_dtype(mcfg.dtype)
         self.trainable = role != "ref"
@@ -221,9 +223,7 @@ class FSDPEngine:
         for i, sl in enumerate(self._micro_slices(rows, self._inference_micro())):
             x = self._inputs(batch, sl)
             with self._autocast():
-                lp, ent = forward_response(
-                    self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"], temperature=temperature, with_entropy=with_entropy
-                )
+                lp, ent = self._forward_response(x, temperature, with_entropy)
             if i < n_real:
                 lps.append(lp.float().cpu())
                 if with_entropy:
@@ -232,6 +232,12 @@ class FSDPEngine:
         if with_entropy:
             out["entropy"] = torch.cat(ents)
         return out
+
+    def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
+        return forward_response(
+            self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"],
+            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=self.share_prompts,
+        )
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -400,10 +406,7 @@ class FSDPEngine:
                 else:
                     from rl_core.algorithms.actor_loss import compute_actor_loss
 
-                    log_prob, entropy = forward_response(
-                        self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"], temperature=temperature, with_entropy=want_entropy,
-                        entropy_grad=cfg.entropy_coeff != 0,
-                    )
+                    log_prob, entropy = self._forward_response(x, temperature, want_entropy, entropy_grad=cfg.entropy_coeff != 0)
                     loss, metrics = compute_actor_loss(
                         log_prob=log_prob,
                         old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],

@@ -1,0 +1,87 @@
+"""Forward passes that run each distinct prompt once for its whole group of responses.
+
+GRPO samples ``n`` responses per prompt, and the rows of a rollout batch keep
+those groups together. A plain forward over ``[prompt | response]`` runs the
+prompt ``n`` times; here the prompt runs once per group (with its KV cache),
+the cache is repeated for the group's rows, and only the responses run per
+row. Autograd flows through the cache, so the update path gets the same
+gradients as the plain forward (tests compare both, values and gradients);
+the compute saved is ``(n - 1) / n`` of the prompt tokens.
+
+Used when it is sound: a causal LM whose ``forward`` takes ``past_key_values``
+and ``position_ids``, gradient checkpointing off (transformers drops the cache
+under it), and at least one group of two or more rows. Callers keep a plain
+path for everything else (FSDP-sharded modules included: a module used twice
+in one forward is not something every FSDP version reduces correctly).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+
+def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """Group index ``[b]`` of each row: consecutive rows with the same prompt tokens and mask share one."""
+    ids = input_ids[:, :prompt_length]
+    mask = attention_mask[:, :prompt_length]
+    if ids.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=ids.device)
+    new = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+    if ids.shape[0] > 1:
+        same = (ids[1:] == ids[:-1]).all(-1) & (mask[1:] == mask[:-1]).all(-1)
+        new[1:] = ~same
+    return new.long().cumsum(0) - 1
+
+
+def can_share_prompts(model: torch.nn.Module) -> bool:
+    if getattr(model, "is_gradient_checkpointing", False):
+        return False
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "past_key_values" in params and "position_ids" in params
+
+
+def shared_prompt_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    groups: torch.Tensor,
+) -> torch.Tensor:
+    """Logits ``[b, R, V]`` predicting the last ``R`` tokens, the prompt run once per group.
+
+    ``groups`` comes from :func:`prompt_groups` (rows of a group are
+    consecutive and have identical prompt ids and mask).
+    """
+    R = response_length
+    P = input_ids.shape[1] - R
+    if P < 1 or R < 1:
+        raise ValueError(f"shared_prompt_logits needs a prompt and a response; got {P} prompt and {R} response columns")
+    first = torch.ones_like(groups, dtype=torch.bool)
+    first[1:] = groups[1:] != groups[:-1]
+    heads = first.nonzero().flatten()
+    out = model(
+        input_ids=input_ids[heads, :P],
+        attention_mask=attention_mask[heads, :P],
+        position_ids=position_ids[heads, :P],
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = out.past_key_values
+    first_logits = out.logits[:, -1:][groups]  # predicts response token 0
+    if R == 1:
+        return first_logits
+    cache.batch_select_indices(groups)
+    rest = model(
+        input_ids=input_ids[:, P:-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=position_ids[:, P:-1],
+        past_key_values=cache,
+        use_cache=True,
+    ).logits  # predicts response tokens 1 .. R-1
+    return torch.cat([first_logits.to(rest.dtype), rest], dim=1)
