@@ -93,8 +93,10 @@ class FSDPEngine:
         if sharding.is_distributed() and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = sharding.is_distributed()
-        # one prompt forward per group of responses; not under FSDP (see rl_core.shared_prompt)
-        self.share_prompts = bool(config.model.share_prompt_forward) and not self.sharded
+        # one prompt forward per group of responses; not under FSDP (see rl_core.shared_prompt);
+        # by default on CPU only: on an H100 it measured no faster (bench/results/shared_prompt_h100.md)
+        share = config.model.share_prompt_forward
+        self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded
         mcfg = config.model
         self.compute_dtype = torch_dtype(mcfg.dtype)
         self.trainable = role != "ref"

@@ -70,6 +70,33 @@ def test_gradient_checkpointing_gives_the_same_update(model_dir, step):
         assert ckpt[key] == pytest.approx(plain[key], rel=1e-6, abs=1e-7), key
 
 
+def _grouped(batch):
+    """Rows 2k+1 get row 2k's prompt, so the batch has groups of two responses per prompt (as GRPO's do)."""
+    from rl_core.modeling import position_ids_from_mask
+    from rl_core.shared_prompt import prompt_groups
+
+    t = batch.tensors
+    R = t["responses"].shape[1]
+    P = t["input_ids"].shape[1] - R
+    for key in ("input_ids", "attention_mask"):
+        v = t[key].clone()
+        v[1::2, :P] = v[0::2, :P]
+        t[key] = v
+    t["position_ids"] = position_ids_from_mask(t["attention_mask"])
+    assert int(prompt_groups(t["input_ids"], t["attention_mask"], P)[-1]) + 1 == len(batch) // 2
+    return batch
+
+
+def test_shared_prompt_forward_is_on_for_cpu_by_default_and_gives_the_same_update(model_dir, step):
+    shard = _grouped(single_rank_order(step, 2, 2))
+    auto = build_engine("actor", _cfg(model_dir), WorkerContext())
+    off = build_engine("actor", _cfg(model_dir, share_prompt_forward=False), WorkerContext())
+    assert auto.share_prompts and not off.share_prompts  # default (null): on for CPU training
+    a, b = auto.update(shard), off.update(shard)
+    for key in ("loss", "grad_norm", "actor/pg_loss", "actor/entropy"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+
+
 def test_bf16_autocast_unsharded_keeps_fp32_master_weights(model_dir, step):
     shard = single_rank_order(step, 2, 2)
     fp32 = build_engine("actor", _cfg(model_dir), WorkerContext())
