@@ -100,6 +100,19 @@ def _quiet_load(fn, *args, **kwargs):
             hf_logging.enable_progress_bar()
 
 
+def _build(auto_cls, path, *, dtype, device, random_init, override_config, trust_remote_code, seed, key):
+    """``auto_cls`` from a local folder (or random weights from its config), seeded, RNG restored."""
+    cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
+    dtype = torch_dtype(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if random_init:
+            model = auto_cls.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+        else:
+            model = _quiet_load(auto_cls.from_pretrained, str(path), config=cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+    return model.to(device)
+
+
 def load_causal_lm(
     path: str | Path,
     *,
@@ -119,17 +132,10 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
-    cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
-    dtype = torch_dtype(dtype)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if random_init:
-            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
-        else:
-            model = _quiet_load(
-                AutoModelForCausalLM.from_pretrained, str(path), config=cfg, dtype=dtype, trust_remote_code=trust_remote_code
-            )
-    return model.to(device)
+    return _build(
+        AutoModelForCausalLM, path, dtype=dtype, device=device, random_init=random_init,
+        override_config=override_config, trust_remote_code=trust_remote_code, seed=seed, key=key,
+    )
 
 
 def load_value_model(
@@ -155,29 +161,19 @@ def load_value_model(
     from transformers import AutoModelForTokenClassification
 
     override = {"num_labels": 1, "classifier_dropout": 0.0, **(override_config or {})}
-    cfg = load_hf_config(path, override=override, trust_remote_code=trust_remote_code, key=key)
-    dtype = torch_dtype(dtype)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        try:
-            if random_init:
-                model = AutoModelForTokenClassification.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
-            else:
-                model = _quiet_load(
-                    AutoModelForTokenClassification.from_pretrained,
-                    str(path),
-                    config=cfg,
-                    dtype=dtype,
-                    trust_remote_code=trust_remote_code,
-                )
-        except ValueError as exc:
-            if "Unrecognized configuration class" in str(exc):
-                raise ValueError(
-                    f"{key}={str(path)!r}: architecture {getattr(cfg, 'architectures', None)} has no "
-                    f"AutoModelForTokenClassification class in transformers, which the critic uses as LM backbone + value head"
-                ) from exc
-            raise
-    return model.to(device)
+    try:
+        return _build(
+            AutoModelForTokenClassification, path, dtype=dtype, device=device, random_init=random_init,
+            override_config=override, trust_remote_code=trust_remote_code, seed=seed, key=key,
+        )
+    except ValueError as exc:
+        if "Unrecognized configuration class" in str(exc):
+            architectures = getattr(load_hf_config(path, trust_remote_code=trust_remote_code, key=key), "architectures", None)
+            raise ValueError(
+                f"{key}={str(path)!r}: architecture {architectures} has no "
+                f"AutoModelForTokenClassification class in transformers, which the critic uses as LM backbone + value head"
+            ) from exc
+        raise
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -82,6 +82,11 @@ def _positive(problems: list[Problem], key: str, value: int | float | None, *, a
     return True
 
 
+def _nearest_valid(key: str, value: int, total: int) -> str:
+    """The fix line for a size that must divide ``total``: the divisors nearest to ``value``."""
+    return f"nearest valid {key}: {', '.join(map(str, nearest_divisors(value, total)))}"
+
+
 def _mini_micro(
     problems: list[Problem], section: str, *, prompts_per_step: int, n: int, dp: int, mini: int, micro: int
 ) -> tuple[int, int, int, int] | None:
@@ -101,7 +106,7 @@ def _mini_micro(
             Problem(
                 key=f"{section}.ppo_mini_batch_size",
                 what=f"data.train_batch_size={prompts_per_step} is not divisible by {section}.ppo_mini_batch_size={mini} ({prompts_per_step} % {mini} = {prompts_per_step % mini})",
-                fix=f"nearest valid {section}.ppo_mini_batch_size: {', '.join(map(str, nearest_divisors(mini, prompts_per_step)))}",
+                fix=_nearest_valid(f"{section}.ppo_mini_batch_size", mini, prompts_per_step),
             )
         )
         ok = False
@@ -126,7 +131,7 @@ def _mini_micro(
                     f"micro-batch of {micro} sequences does not divide the per-rank mini-batch: "
                     f"{mini} prompts x n={n} / {dp} ranks = {per_rank} sequences ({per_rank} % {micro} = {per_rank % micro})"
                 ),
-                fix=f"nearest valid {section}.ppo_micro_batch_size_per_gpu: {', '.join(map(str, nearest_divisors(micro, per_rank)))}",
+                fix=_nearest_valid(f"{section}.ppo_micro_batch_size_per_gpu", micro, per_rank),
             )
         )
         return None
@@ -232,7 +237,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
             Problem(
                 key="rollout.tensor_model_parallel_size",
                 what=f"rollout TP {rtp} does not divide the {world} devices (trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}; {world} % {rtp} = {world % rtp})",
-                fix=f"nearest valid rollout.tensor_model_parallel_size: {', '.join(map(str, nearest_divisors(rtp, world)))}",
+                fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, world),
             )
         )
         size_ok = False

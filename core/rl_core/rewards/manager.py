@@ -243,17 +243,7 @@ class RewardManager:
 
     def _score_in_process(self, spec: ScorerSpec, kwargs: dict, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
-        out: dict[int, Outcome] = {}
-        for s in samples:
-            try:
-                score, extras = normalize_result(call_scorer(fn, s, kwargs))
-            except Exception as exc:  # noqa: BLE001
-                if raise_now:
-                    raise self._error(spec, s.index, s.data_source, f"{type(exc).__name__}: {exc}") from exc
-                out[s.index] = Outcome(ERROR, error=f"{type(exc).__name__}: {exc}")
-                continue
-            out[s.index] = Outcome(OK, score, extras)
-        return out
+        return self._outcomes(spec, samples, (lambda s=s: call_scorer(fn, s, kwargs) for s in samples), raise_now)
 
     def _score_batched(self, spec: ScorerSpec, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
@@ -274,10 +264,14 @@ class RewardManager:
             if raise_now:
                 raise self._error(spec, first.index, first.data_source, err) from exc
             return {s.index: Outcome(ERROR, error=err) for s in samples}
+        return self._outcomes(spec, samples, (lambda r=r: r for r in results), raise_now)
+
+    def _outcomes(self, spec: ScorerSpec, samples: list[Sample], results, raise_now: bool) -> dict[int, Outcome]:
+        """One Outcome per sample; ``results`` yields a thunk per sample that returns its raw result or raises."""
         out: dict[int, Outcome] = {}
         for s, result in zip(samples, results):
             try:
-                score, extras = normalize_result(result)
+                score, extras = normalize_result(result())
             except Exception as exc:  # noqa: BLE001
                 if raise_now:
                     raise self._error(spec, s.index, s.data_source, f"{type(exc).__name__}: {exc}") from exc
