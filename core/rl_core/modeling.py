@@ -132,10 +132,34 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
-    return _build(
+    model = _build(
         AutoModelForCausalLM, path, dtype=dtype, device=device, random_init=random_init,
         override_config=override_config, trust_remote_code=trust_remote_code, seed=seed, key=key,
     )
+    contiguous_lm_head_input(model)
+    return model
+
+
+def _contiguous_first_arg(module: torch.nn.Module, args: tuple) -> tuple | None:
+    if args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
+        return (args[0].contiguous(), *args[1:])
+    return None
+
+
+def contiguous_lm_head_input(model: torch.nn.Module) -> None:
+    """Make the LM head's input contiguous (a forward pre-hook; idempotent).
+
+    transformers slices the hidden states for ``logits_to_keep``
+    (``hidden[:, -k:, :]``, not contiguous), and a linear layer on a
+    non-contiguous 3-D input takes a batched-matmul path on CPU that
+    materialises the weight per row: ~1 s instead of ~10 ms for SmolLM2's
+    49k x 576 head (torch 2.13). A copy of the slice costs next to nothing.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or getattr(head, "_rl_core_contiguous_input", False):
+        return
+    head.register_forward_pre_hook(_contiguous_first_arg)
+    head._rl_core_contiguous_input = True
 
 
 def load_value_model(

@@ -124,3 +124,18 @@ def test_prompt_prefilled_once_per_group_gives_the_same_responses(model_dir):
     copies = engine.generate(Batch({"input_ids": repeated[0], "attention_mask": repeated[1]}), SamplingParams(n=1, max_new_tokens=4, greedy=True, logprobs=True))
     assert torch.equal(grouped.tensors["responses"], copies.tensors["responses"])
     torch.testing.assert_close(grouped.tensors["rollout_log_probs"], copies.tensors["rollout_log_probs"], rtol=0, atol=1e-5)
+
+
+def test_inverse_cdf_sampler_follows_the_distribution():
+    from rl_core.rollout.hf import _inverse_cdf_sample
+
+    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([_inverse_cdf_sample(probs, g) for _ in range(20000)])
+    freq = torch.bincount(draws[:, 0], minlength=5).float() / len(draws)
+    assert freq[1] == 0 and freq[4] == 0  # zero-probability tokens never come up
+    torch.testing.assert_close(freq, probs[0], rtol=0, atol=0.015)
+    assert (draws[:, 1] == 4).all()
+    again = torch.stack([_inverse_cdf_sample(probs, torch.Generator().manual_seed(0)) for _ in range(3)])
+    first = torch.stack([_inverse_cdf_sample(probs, torch.Generator().manual_seed(0)) for _ in range(3)])
+    assert torch.equal(again, first)
