@@ -100,9 +100,8 @@ def _quiet_load(fn, *args, **kwargs):
             hf_logging.enable_progress_bar()
 
 
-def _build(auto_cls, path, *, dtype, device, random_init, override_config, trust_remote_code, seed, key):
-    """``auto_cls`` from a local folder (or random weights from its config), seeded, RNG restored."""
-    cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
+def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code, seed):
+    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored."""
     dtype = torch_dtype(dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -132,9 +131,9 @@ def load_causal_lm(
     """
     from transformers import AutoModelForCausalLM
 
+    cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
     model = _build(
-        AutoModelForCausalLM, path, dtype=dtype, device=device, random_init=random_init,
-        override_config=override_config, trust_remote_code=trust_remote_code, seed=seed, key=key,
+        AutoModelForCausalLM, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed
     )
     contiguous_lm_head_input(model)
     return model
@@ -185,16 +184,15 @@ def load_value_model(
     from transformers import AutoModelForTokenClassification
 
     override = {"num_labels": 1, "classifier_dropout": 0.0, **(override_config or {})}
+    cfg = load_hf_config(path, override=override, trust_remote_code=trust_remote_code, key=key)
     try:
         return _build(
-            AutoModelForTokenClassification, path, dtype=dtype, device=device, random_init=random_init,
-            override_config=override, trust_remote_code=trust_remote_code, seed=seed, key=key,
+            AutoModelForTokenClassification, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed
         )
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc):
-            architectures = getattr(load_hf_config(path, trust_remote_code=trust_remote_code, key=key), "architectures", None)
             raise ValueError(
-                f"{key}={str(path)!r}: architecture {architectures} has no "
+                f"{key}={str(path)!r}: architecture {getattr(cfg, 'architectures', None)} has no "
                 f"AutoModelForTokenClassification class in transformers, which the critic uses as LM backbone + value head"
             ) from exc
         raise
@@ -292,16 +290,11 @@ def forward_response(
     every row (``attention_mask`` 0) are not computed at all: they hold 0.
     """
     R = responses.shape[-1]
-    used = response_columns_in_use(attention_mask, R)
-    if used < R:
-        cut = R - used
-        lp, ent = forward_response(
-            model, input_ids[:, :-cut], attention_mask[:, :-cut], position_ids[:, :-cut], responses[:, :used],
-            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=share_prompts,
-        )
-        pad = torch.nn.functional.pad
-        return pad(lp, (0, cut)), (pad(ent, (0, cut)) if ent is not None else None)
-    logits = response_logits(model, input_ids, attention_mask, position_ids, R, share_prompts=share_prompts).float()
+    cut = R - response_columns_in_use(attention_mask, R)
+    if cut:
+        input_ids, attention_mask, position_ids = (t[:, :-cut] for t in (input_ids, attention_mask, position_ids))
+        responses = responses[:, :-cut]
+    logits = response_logits(model, input_ids, attention_mask, position_ids, R - cut, share_prompts=share_prompts).float()
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = log_probs_from_logits(logits, responses)
@@ -312,6 +305,9 @@ def forward_response(
         else:
             with torch.no_grad():
                 entropy = entropy_from_logits(logits.detach())
+    if cut:  # the trimmed columns hold 0
+        log_probs = torch.nn.functional.pad(log_probs, (0, cut))
+        entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
     return log_probs, entropy
 
 

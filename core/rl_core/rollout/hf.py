@@ -68,8 +68,6 @@ class PromptLengthError(UserError, ValueError):
     """A prompt longer than ``data.max_prompt_length`` (or an empty one)."""
 
 
-
-
 class HFRolloutEngine:
     """Follows :class:`rl_core.backends.RolloutEngine`."""
 
