@@ -207,6 +207,22 @@ class TrainerConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RayConfig:
+    """Used when ``trainer.placement=ray`` (docs/ray.md)."""
+
+    # null: the cluster in $RAY_ADDRESS (set by `ray job submit`), else start a local one;
+    # "auto": the cluster started on this machine with `ray start`; or "host:port" of the head
+    address: str | None = None
+    runtime_env: dict[str, Any] = field(factory=dict)  # passed to ray.init as is: env_vars, pip, working_dir, ...
+    namespace: str = "rl-core"
+    cpus_per_worker: float = 1.0  # CPUs each worker reserves (its placement-group bundle)
+    num_cpus: int | None = None  # a local start only: CPUs Ray may use (null: all)
+    dashboard_host: str = "127.0.0.1"  # a local start only; 0.0.0.0 opens the dashboard to the network
+    collective_timeout_s: float = 600.0  # torch.distributed timeout of the workers' group
+    start_timeout_s: float = 300.0  # waiting for the cluster to have room for every worker
+
+
+@attrs.frozen(kw_only=True)
 class RunConfig:
     data: DataConfig = field(factory=DataConfig)
     model: ModelConfig = field(factory=ModelConfig)
@@ -218,3 +234,4 @@ class RunConfig:
     algorithm: AlgorithmConfig = field(factory=AlgorithmConfig)
     reward: RewardConfig = field(factory=RewardConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
+    ray: RayConfig = field(factory=RayConfig)
