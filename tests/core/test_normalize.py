@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
+from rl_core.problems import ConfigError
 
 
 def _norm(*overrides, needs_critic=False):
@@ -89,7 +91,14 @@ def test_fills_clip_ratios_and_log_prob_micro_batch():
 @pytest.mark.parametrize("key", ["data.train_batch_size", "rollout.n", "actor.ppo_micro_batch_size_per_gpu", "trainer.n_gpus_per_node"])
 @pytest.mark.parametrize("value", [0, -4])
 def test_non_positive_sizes(key, value):
-    _, sizes, problems = _norm(f"{key}={value}")
+    # load_config refuses them (the schema's rules); normalize checks the same rules for configs built in code
+    with pytest.raises(ConfigError) as exc:
+        _norm(f"{key}={value}")
+    assert [p.key for p in exc.value.problems] == [key] and "positive" in exc.value.problems[0].what
+    cfg = load_config(None, ["model.path=Qwen/Qwen2.5-0.5B", "trainer.device=cuda"])
+    section, name = key.split(".")
+    cfg = attrs.evolve(cfg, **{section: attrs.evolve(getattr(cfg, section), **{name: value})})
+    _, sizes, problems = normalize(cfg)
     assert sizes is None
     assert [p.key for p in problems] == [key]
     assert "positive" in problems[0].what

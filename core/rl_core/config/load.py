@@ -1,8 +1,14 @@
 """Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
 
-Every problem is collected (unknown keys with a "did you mean", wrong types
-naming the key and the expected type, values outside an allowed set), then
-raised together as one :class:`~rl_core.problems.ConfigError`.
+Every problem is collected (duplicate YAML keys, unknown keys with a "did you
+mean", wrong types naming the key and the expected type, values outside their
+range or allowed set, NaN / inf: :mod:`rl_core.config.rules`), then raised
+together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
+``rlcore train --dry-run`` and ``rlcore train`` refuse the same configs.
+
+:func:`config_to_dict` masks values whose keys look like credentials
+(:func:`mask_secrets`): the printed config, the saved ``config.yaml`` and the
+trackers' copies never hold them.
 
 verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
 ``actor.X``, ``actor_rollout_ref.rollout.X`` to ``rollout.X`` and so on
@@ -11,6 +17,7 @@ verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from pathlib import Path
@@ -19,6 +26,7 @@ from typing import Any, Iterable, Mapping
 import attrs
 import yaml
 
+from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 
@@ -59,14 +67,51 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError([Problem(key=str(path), what="config file does not exist", fix="check the path, or run `rlcore check` with no file to see the defaults")])
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(key=str(path), what=f"cannot be read: {exc}", fix="check the file's permissions and that it is UTF-8 text")]) from None
+    try:
+        duplicates = duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([Problem(key=str(path), what=f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}", fix="fix the YAML syntax")]) from None
+    if duplicates:
+        raise ConfigError(
+            [
+                Problem(
+                    key=key,
+                    what=f"appears {len(lines)} times in {path} (lines {', '.join(map(str, lines))}); YAML would silently keep only the last",
+                    fix=f"keep one {key!r} (merge the two into one section if it is a section)",
+                )
+                for key, lines in duplicates.items()
+            ]
+        )
     if not isinstance(data, dict):
         raise ConfigError([Problem(key=str(path), what=f"must hold a mapping of sections, got {type(data).__name__}", fix="start the file with sections such as `data:` and `rollout:`")])
     return data
+
+
+def duplicate_keys(node: yaml.Node | None, prefix: str = "") -> dict[str, list[int]]:
+    """``{dotted key: [line, ...]}`` for every key that a YAML mapping (at any depth) holds twice."""
+    out: dict[str, list[int]] = {}
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+            dotted = f"{prefix}.{name}" if prefix else str(name)
+            if name is not None and name != "<<":
+                if name in seen:
+                    out.setdefault(dotted, [seen[name]]).append(key_node.start_mark.line + 1)
+                else:
+                    seen[name] = key_node.start_mark.line + 1
+            for k, v in duplicate_keys(value_node, dotted).items():
+                out.setdefault(k, []).extend(x for x in v if x not in out.get(k, []))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out.update(duplicate_keys(item, f"{prefix}[{i}]"))
+    return out
 
 
 def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
@@ -279,10 +324,54 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), *
     tree, problems = parse_overrides(overrides)
     data = merge(_translate_tree(data), tree)
     config = structure(RunConfig, data, "", problems)
+    seen = {p.key for p in problems}
+    problems.extend(p for p in check_config(config) if p.key not in seen)
     if problems:
         raise ConfigError(problems)
     return config
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
-    return attrs.asdict(config, recurse=True)
+# --------------------------------------------------------------------- secrets
+MASK = "***"
+_SECRET_WORDS = {"key", "token", "secret", "secrets", "password", "passwd", "pwd", "apikey", "credential", "credentials", "auth"}
+
+
+def looks_secret(name: str) -> bool:
+    """Whether a key's name looks like a credential: a word of it is key, token, secret, password, ..."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(name)).lower())
+    return any(w in _SECRET_WORDS for w in words) or "password" in str(name).lower() or "secret" in str(name).lower()
+
+
+def mask_secrets(value: Any) -> Any:
+    """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``.
+
+    Only non-empty scalars are masked (``max_tokens: 512`` is a number and stays).
+    """
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if looks_secret(k) and isinstance(v, str) and v:
+                out[k] = MASK
+            else:
+                out[k] = mask_secrets(v)
+        return out
+    if isinstance(value, list):
+        return [mask_secrets(v) for v in value]
+    return value
+
+
+def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Mask inside free-form dicts (kwargs, options, ...); schema fields such as data.prompt_key are not secrets."""
+    for f in attrs.fields(type(config)):
+        value = getattr(config, f.name)
+        if attrs.has(type(value)):
+            data[f.name] = _mask_config(value, data[f.name])
+        elif isinstance(data.get(f.name), dict):
+            data[f.name] = mask_secrets(data[f.name])
+    return data
+
+
+def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
+    """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
+    data = attrs.asdict(config, recurse=True)
+    return _mask_config(config, data) if mask else data

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import attrs
 
+from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
 from rl_core.problems import Problem, nearest_divisors
 
@@ -71,15 +72,6 @@ def resolve_device(requested: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _positive(problems: list[Problem], key: str, value: int | float | None, *, allow_none: bool = False) -> bool:
-    if value is None and allow_none:
-        return True
-    if value is None or value <= 0:
-        problems.append(Problem(key=key, what=f"must be a positive number, got {value!r}", fix=f"set {key} to a value > 0"))
-        return False
-    return True
 
 
 def _nearest_valid(key: str, value: int, total: int) -> str:
@@ -154,45 +146,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     problems: list[Problem] = []
     d, r, a, c, t = config.data, config.rollout, config.actor, config.critic, config.trainer
 
-    positives = {
-        "data.train_batch_size": d.train_batch_size,
-        "data.max_prompt_length": d.max_prompt_length,
-        "data.max_response_length": d.max_response_length,
-        "rollout.n": r.n,
-        "rollout.tensor_model_parallel_size": r.tensor_model_parallel_size,
-        "train.tensor_model_parallel_size": config.train.tensor_model_parallel_size,
-        "train.pipeline_model_parallel_size": config.train.pipeline_model_parallel_size,
-        "train.sequence_parallel_size": config.train.sequence_parallel_size,
-        "actor.ppo_mini_batch_size": a.ppo_mini_batch_size,
-        "actor.ppo_micro_batch_size_per_gpu": a.ppo_micro_batch_size_per_gpu,
-        "actor.ppo_epochs": a.ppo_epochs,
-        "actor.optim.lr": a.optim.lr,
-        "trainer.nnodes": t.nnodes,
-        "trainer.n_gpus_per_node": t.n_gpus_per_node,
-        "trainer.total_epochs": t.total_epochs,
-    }
-    optional_positives = {
-        "data.val_batch_size": d.val_batch_size,
-        "trainer.total_training_steps": t.total_training_steps,
-        "actor.log_prob_micro_batch_size_per_gpu": a.log_prob_micro_batch_size_per_gpu,
-        "rollout.log_prob_micro_batch_size_per_gpu": r.log_prob_micro_batch_size_per_gpu,
-        "rollout.generation_batch_size": r.generation_batch_size,
-        "ref.log_prob_micro_batch_size_per_gpu": config.ref.log_prob_micro_batch_size_per_gpu,
-        "critic.ppo_mini_batch_size": c.ppo_mini_batch_size,
-        "critic.ppo_micro_batch_size_per_gpu": c.ppo_micro_batch_size_per_gpu,
-        "critic.ppo_epochs": c.ppo_epochs,
-    }
-    ok = all([_positive(problems, k, v) for k, v in positives.items()])
-    ok = all([_positive(problems, k, v, allow_none=True) for k, v in optional_positives.items()]) and ok
-    if not 0 < r.gpu_memory_utilization <= 1:
-        problems.append(Problem(key="rollout.gpu_memory_utilization", what=f"must be in (0, 1], got {r.gpu_memory_utilization}", fix="a fraction such as 0.5"))
-    if r.temperature < 0:
-        problems.append(Problem(key="rollout.temperature", what=f"must be >= 0, got {r.temperature}", fix="use 1.0 for sampling, 0 for greedy"))
-    if not 0 < r.top_p <= 1:
-        problems.append(Problem(key="rollout.top_p", what=f"must be in (0, 1], got {r.top_p}", fix="use 1.0 to disable nucleus sampling"))
-    if t.save_freq == 0 or t.test_freq == 0:
-        key = "trainer.save_freq" if t.save_freq == 0 else "trainer.test_freq"
-        problems.append(Problem(key=key, what="0 is ambiguous", fix=f"set {key} to a positive number of steps, or -1 to disable"))
+    # Value ranges are the schema's rules (checked at load; again here for configs built in code).
+    problems.extend(check_config(config))
+    ok = not problems
 
     # Fill derived defaults (frozen config: evolve).
     device = resolve_device(t.device)

@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
+
 field = attrs.field
 
 
@@ -21,13 +23,61 @@ def _opt(default=None, **kw):
     return attrs.field(default=default, **kw)
 
 
+def num(default, **bounds):
+    """A number with bounds (``ge``, ``gt``, ``le``, ``lt``, ``also``, ``hint``): see :class:`Range`."""
+    return attrs.field(default=default, metadata={RULE: Range(**bounds)})
+
+
+def pos(default, hint: str = ""):
+    """A positive integer (>= 1); None stays allowed where the type says so."""
+    return attrs.field(default=default, metadata={RULE: Range(ge=1, hint=hint)})
+
+
+def frac(default, *, open_low: bool = False, hint: str = ""):
+    """A fraction in [0, 1] (or (0, 1] with ``open_low``)."""
+    bounds = {"gt": 0} if open_low else {"ge": 0}
+    return attrs.field(default=default, metadata={RULE: Range(le=1, hint=hint, **bounds)})
+
+
+def choice(default, options, hint: str = ""):
+    """One of ``options`` (a tuple, or a callable returning one: read lazily)."""
+    return attrs.field(default=default, metadata={RULE: OneOf(options, hint=hint)})
+
+
+def text(default, hint: str = ""):
+    """A string that must not be empty."""
+    return attrs.field(default=default, metadata={RULE: NonEmpty(hint=hint)})
+
+
+def _kl_kinds() -> tuple[str, ...]:
+    from rl_core.algorithms.kl import KL_KINDS
+
+    return KL_KINDS
+
+
+def _loss_agg_modes() -> tuple[str, ...]:
+    from rl_core.algorithms.aggregation import LOSS_AGG_MODES
+
+    return LOSS_AGG_MODES
+
+
+def _generators() -> tuple[str, ...]:
+    return ("reasoning_gym",)
+
+
+def _loggers() -> tuple[str, ...]:
+    from rl_core.trainer.tracking import BACKENDS
+
+    return tuple(BACKENDS)
+
+
 @attrs.frozen(kw_only=True)
 class GeneratorConfig:
     """A dataset generated offline at start-up (e.g. reasoning-gym), instead of files."""
 
-    name: str = ""  # e.g. "reasoning_gym"
+    name: str = field(default="", metadata={RULE: OneOf(lambda: ("", *_generators()), hint="'' for no generator")})  # e.g. "reasoning_gym"
     dataset: str = ""  # e.g. "basic_arithmetic"
-    size: int = 1000
+    size: int = pos(1000)
     seed: int = 0
     kwargs: dict[str, Any] = field(factory=dict)
     system_prompt: str | None = None
@@ -39,12 +89,12 @@ class DataConfig:
     val_files: list[str] = field(factory=list)
     train_generator: GeneratorConfig | None = None
     val_generator: GeneratorConfig | None = None
-    prompt_key: str = "prompt"
-    max_prompt_length: int = 512
-    max_response_length: int = 512
-    train_batch_size: int = 8
-    val_batch_size: int | None = None
-    val_max_samples: int | None = None
+    prompt_key: str = text("prompt", hint="the row key that holds the chat messages")
+    max_prompt_length: int = pos(512, hint="tokens")
+    max_response_length: int = pos(512, hint="tokens")
+    train_batch_size: int = pos(8, hint="prompts per step")
+    val_batch_size: int | None = pos(None)
+    val_max_samples: int | None = pos(None)
     shuffle: bool = True
     seed: int | None = None
     filter_overlong_prompts: bool = True
@@ -68,66 +118,66 @@ class ModelConfig:
 
 @attrs.frozen(kw_only=True)
 class OptimConfig:
-    lr: float = 1e-6
-    weight_decay: float = 0.01
-    betas: list[float] = field(factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    lr_warmup_steps: int = 0
-    lr_warmup_steps_ratio: float = 0.0
-    lr_scheduler: str = field(default="constant", validator=attrs.validators.in_(("constant", "cosine", "linear")))
-    min_lr_ratio: float = 0.0
-    grad_clip: float = 1.0
+    lr: float = num(1e-6, gt=0, hint="e.g. 1e-6 for a 0.5B model, 1e-5 for a small one")
+    weight_decay: float = num(0.01, ge=0, hint="0 turns it off")
+    betas: list[float] = field(factory=lambda: [0.9, 0.999], metadata={RULE: Length(2, Range(ge=0, lt=1, hint="e.g. 0.9"), example="[0.9, 0.999]")})
+    eps: float = num(1e-8, gt=0, hint="e.g. 1e-8")
+    lr_warmup_steps: int = num(0, ge=0, also=(-1,), hint="0 for none; -1 to use lr_warmup_steps_ratio")
+    lr_warmup_steps_ratio: float = frac(0.0, hint="a fraction of the total steps")
+    lr_scheduler: str = choice("constant", ("constant", "cosine", "linear"))
+    min_lr_ratio: float = frac(0.0, hint="the final lr as a fraction of lr")
+    grad_clip: float = num(1.0, ge=0, hint="the max gradient norm; 0 turns clipping off")
 
 
 @attrs.frozen(kw_only=True)
 class RolloutConfig:
     name: str = "hf"
-    n: int = 4
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    n: int = pos(4, hint="samples per prompt")
+    temperature: float = num(1.0, ge=0, hint="1.0 samples from the model; 0 only with do_sample=false")
+    top_p: float = frac(1.0, open_low=True, hint="1.0 turns nucleus sampling off")
+    top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     do_sample: bool = True
-    tensor_model_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.5
-    log_prob_micro_batch_size_per_gpu: int | None = None
-    generation_batch_size: int | None = None  # sequences generated per engine call (None: all at once)
+    tensor_model_parallel_size: int = pos(1)
+    gpu_memory_utilization: float = frac(0.5, open_low=True, hint="the fraction of device memory the rollout engine may take, e.g. 0.5")
+    log_prob_micro_batch_size_per_gpu: int | None = pos(None)
+    generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)
     calculate_log_probs: bool = False
     enable_sleep: bool = True
     stop: list[str] = field(factory=list)
-    val_temperature: float = 0.0
-    val_n: int = 1
+    val_temperature: float = num(0.0, ge=0, hint="0 is greedy")
+    val_n: int = pos(1, hint="samples per validation prompt")
     engine_kwargs: dict[str, Any] = field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
 class TrainBackendConfig:
     name: str = "fsdp"
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    sequence_parallel_size: int = 1
+    tensor_model_parallel_size: int = pos(1)
+    pipeline_model_parallel_size: int = pos(1)
+    sequence_parallel_size: int = pos(1)
     options: dict[str, Any] = field(factory=dict)  # backend-specific knobs, passed through
 
 
 @attrs.frozen(kw_only=True)
 class ActorConfig:
-    ppo_mini_batch_size: int = 8  # prompts
-    ppo_micro_batch_size_per_gpu: int = 4  # sequences
-    log_prob_micro_batch_size_per_gpu: int | None = None
-    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = pos(8, hint="prompts per optimizer step")  # prompts
+    ppo_micro_batch_size_per_gpu: int = pos(4, hint="sequences per forward/backward")  # sequences
+    log_prob_micro_batch_size_per_gpu: int | None = pos(None)
+    ppo_epochs: int = pos(1)
     shuffle: bool = False
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
     policy_loss: str = "ppo_clip"
     policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float = 3.0
-    loss_agg_mode: str = "token-mean"
+    clip_ratio: float = num(0.2, gt=0, lt=1, hint="0.2 is usual")
+    clip_ratio_low: float | None = num(None, gt=0, lt=1, hint="0.2 is usual")
+    clip_ratio_high: float | None = num(None, gt=0, hint="0.2 is usual, 0.28 for DAPO's clip-higher")
+    clip_ratio_c: float = num(3.0, gt=1, hint="the dual-clip bound on negative advantages; 3.0 is usual")
+    loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
+    kl_loss_coef: float = num(0.001, ge=0, hint="0.001 is usual")
+    kl_loss_type: str = choice("low_var_kl", _kl_kinds)
     optim: OptimConfig = field(factory=OptimConfig)
 
 
@@ -135,36 +185,36 @@ class ActorConfig:
 class CriticConfig:
     enable: bool | None = None  # None: on when the estimator needs a critic
     model_path: str | None = None  # None: the actor's model
-    ppo_mini_batch_size: int | None = None  # None: the actor's
-    ppo_micro_batch_size_per_gpu: int | None = None
-    ppo_epochs: int | None = None
-    cliprange_value: float = 0.5
-    loss_agg_mode: str = "token-mean"
+    ppo_mini_batch_size: int | None = pos(None)  # None: the actor's
+    ppo_micro_batch_size_per_gpu: int | None = pos(None)
+    ppo_epochs: int | None = pos(None)
+    cliprange_value: float = num(0.5, gt=0, hint="0.5 is usual")
+    loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
     optim: OptimConfig = field(factory=lambda: OptimConfig(lr=1e-5))
 
 
 @attrs.frozen(kw_only=True)
 class RefConfig:
     enable: bool | None = None  # None: on when a KL term is used
-    log_prob_micro_batch_size_per_gpu: int | None = None
+    log_prob_micro_batch_size_per_gpu: int | None = pos(None)
 
 
 @attrs.frozen(kw_only=True)
 class KLControlConfig:
-    type: str = field(default="fixed", validator=attrs.validators.in_(("fixed", "adaptive")))
-    kl_coef: float = 0.001
-    target_kl: float = 0.1
-    horizon: int = 10000
+    type: str = choice("fixed", ("fixed", "adaptive"))
+    kl_coef: float = num(0.001, ge=0, hint="0.001 is usual")
+    target_kl: float = num(0.1, gt=0, hint="e.g. 0.1")
+    horizon: int = pos(10000)
 
 
 @attrs.frozen(kw_only=True)
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: float = frac(1.0, hint="the discount; 1.0 is usual for LLMs")
+    lam: float = frac(1.0, hint="the GAE lambda; 1.0 or 0.95 are usual")
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
-    kl_penalty: str = "kl"
+    kl_penalty: str = choice("kl", _kl_kinds)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
     options: dict[str, Any] = field(factory=dict)
 
@@ -172,38 +222,38 @@ class AlgorithmConfig:
 @attrs.frozen(kw_only=True)
 class CustomRewardConfig:
     path: str | None = None
-    name: str = "compute_score"
+    name: str = text("compute_score", hint="the function in reward.custom.path")
 
 
 @attrs.frozen(kw_only=True)
 class RewardConfig:
     name: str | None = None  # None: pick by each sample's data_source
     custom: CustomRewardConfig = field(factory=CustomRewardConfig)
-    num_workers: int = 0  # 0: score in-process; >0: a process pool
-    timeout_s: float = 10.0
-    on_error: str = field(default="raise", validator=attrs.validators.in_(("raise", "skip")))
+    num_workers: int = num(0, ge=0, hint="0 scores in-process")  # 0: score in-process; >0: a process pool
+    timeout_s: float = num(10.0, gt=0, hint="seconds per sample, e.g. 10")
+    on_error: str = choice("raise", ("raise", "skip"))
     kwargs: dict[str, Any] = field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
 class TrainerConfig:
-    device: str = field(default="auto", validator=attrs.validators.in_(("auto", "cpu", "cuda")))
-    nnodes: int = 1
-    n_gpus_per_node: int = 1  # on CPU: worker processes
-    placement: str = field(default="local", validator=attrs.validators.in_(("local", "ray")))
-    total_epochs: int = 1
-    total_training_steps: int | None = None
-    save_freq: int = -1
-    test_freq: int = -1
+    device: str = choice("auto", ("auto", "cpu", "cuda"))
+    nnodes: int = pos(1)
+    n_gpus_per_node: int = pos(1)  # on CPU: worker processes
+    placement: str = choice("local", ("local", "ray"))
+    total_epochs: int = pos(1)
+    total_training_steps: int | None = pos(None)
+    save_freq: int = num(-1, ge=1, also=(-1,), hint="steps between checkpoints; -1 for only the final model")
+    test_freq: int = num(-1, ge=1, also=(-1,), hint="steps between validations; -1 for none")
     val_before_train: bool = True
-    max_ckpt_to_keep: int | None = 2
+    max_ckpt_to_keep: int | None = pos(2, hint="null keeps every checkpoint")
     resume: bool = True
-    loggers: list[str] = field(factory=lambda: ["console", "jsonl"])
-    project_name: str = "rl-core"
-    experiment_name: str = "run"
-    output_dir: str = "outputs/run"
+    loggers: list[str] = field(factory=lambda: ["console", "jsonl"], metadata={RULE: Each(OneOf(_loggers))})
+    project_name: str = text("rl-core")
+    experiment_name: str = text("run")
+    output_dir: str = text("outputs/run", hint="a folder for checkpoints and metrics, e.g. outputs/run")
     seed: int = 0
-    torch_threads: int | None = None
+    torch_threads: int | None = pos(None)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,244 @@
+"""Declarative value rules for config fields, checked once at load time.
+
+A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``,
+written with the helpers :func:`num`, :func:`choice`, :func:`text`, ... in
+:mod:`rl_core.config.schema`). :func:`check_values` walks a
+:class:`~rl_core.config.schema.RunConfig` and returns one
+:class:`~rl_core.problems.Problem` per key that breaks its rule: the key, the
+value, what is allowed and the nearest valid value. Every float (also inside
+lists) must be finite, whether or not the field has a rule. Rules that tie two
+keys together (``temperature`` 0 while sampling, ...) are the functions in
+:data:`CROSS_RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from typing import Any, Callable, Iterable, Sequence
+
+import attrs
+
+from rl_core.problems import Problem, did_you_mean
+
+RULE = "rl_core_rule"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+@attrs.frozen
+class Range:
+    """A number within bounds; ``also`` lists extra allowed values (e.g. -1 meaning "off")."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    also: tuple = ()
+    hint: str = ""  # what the value means, appended to the fix
+
+    def allowed(self) -> str:
+        parts = []
+        if self.gt is not None:
+            parts.append(f"> {_fmt(self.gt)}")
+        if self.ge is not None:
+            parts.append(f">= {_fmt(self.ge)}")
+        if self.lt is not None:
+            parts.append(f"< {_fmt(self.lt)}")
+        if self.le is not None:
+            parts.append(f"<= {_fmt(self.le)}")
+        text = " and ".join(parts) or "any number"
+        if (self.gt == 0 or self.ge == 1) and self.le is None and self.lt is None:
+            text = f"a positive number ({text})"
+        if self.also:
+            text += " or " + " or ".join(_fmt(a) for a in self.also)
+        return text
+
+    def ok(self, v: float) -> bool:
+        if v in self.also:
+            return True
+        return not (
+            (self.ge is not None and v < self.ge)
+            or (self.gt is not None and v <= self.gt)
+            or (self.le is not None and v > self.le)
+            or (self.lt is not None and v >= self.lt)
+        )
+
+    def nearest(self, v: float, is_int: bool) -> Any:
+        if self.gt is not None and v <= self.gt:
+            return self.gt + 1 if is_int else None  # no nearest for an open float bound; the hint says
+        if self.ge is not None and v < self.ge:
+            return int(self.ge) if is_int else self.ge
+        if self.le is not None and v > self.le:
+            return int(self.le) if is_int else self.le
+        if self.lt is not None and v >= self.lt:
+            return self.lt - 1 if is_int else None
+        return None
+
+    def check(self, key: str, value: Any) -> Problem | None:
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if self.ok(value):
+            return None
+        near = self.nearest(value, isinstance(value, int))
+        fix = f"set {key} to {self.allowed()}"
+        if near is not None:
+            fix += f"; nearest valid value: {_fmt(near)}"
+        if self.hint:
+            fix += f" ({self.hint})"
+        return Problem(key=key, what=f"{_fmt(value)} is out of range: must be {self.allowed()}", fix=fix)
+
+
+@attrs.frozen
+class OneOf:
+    """A value from a fixed set; ``options`` may be a callable (read lazily, e.g. from an algorithms table)."""
+
+    options: Any
+    hint: str = ""
+
+    def values(self) -> tuple:
+        opts = self.options() if callable(self.options) else self.options
+        return tuple(opts)
+
+    def check(self, key: str, value: Any) -> Problem | None:
+        if value is None:
+            return None
+        opts = self.values()
+        if value in opts:
+            return None
+        fix = f"use one of: {', '.join(map(str, opts))}"
+        if self.hint:
+            fix += f" ({self.hint})"
+        return Problem(key=key, what=f"{value!r} is not allowed{did_you_mean(str(value), [str(o) for o in opts])}", fix=fix)
+
+
+@attrs.frozen
+class NonEmpty:
+    """A string (or list) that must not be empty / blank."""
+
+    hint: str = ""
+
+    def check(self, key: str, value: Any) -> Problem | None:
+        if value is None or (isinstance(value, str) and value.strip()) or (isinstance(value, (list, tuple)) and value):
+            return None
+        return Problem(key=key, what=f"must not be empty, got {value!r}", fix=f"set {key}" + (f" ({self.hint})" if self.hint else ""))
+
+
+@attrs.frozen
+class Length:
+    """A list of exactly ``n`` items, each checked with ``item`` (a rule, optional)."""
+
+    n: int
+    item: Any = None
+    example: str = ""
+
+    def check(self, key: str, value: Any) -> Problem | None:
+        if value is None:
+            return None
+        if len(value) != self.n:
+            fix = f"give {key} exactly {self.n} values" + (f", e.g. {self.example}" if self.example else "")
+            return Problem(key=key, what=f"must have {self.n} values, got {len(value)}: {value!r}", fix=fix)
+        return Each(self.item).check(key, value) if self.item is not None else None
+
+
+@attrs.frozen
+class Each:
+    """Every item of a list passes ``item``; the first failure is reported (as ``key[i]``)."""
+
+    item: Any
+
+    def check(self, key: str, value: Any) -> Problem | None:
+        for i, v in enumerate(value or ()):
+            p = self.item.check(f"{key}[{i}]", v)
+            if p is not None:
+                return p
+        return None
+
+
+# ------------------------------------------------------------------- walking
+def _floats(value: Any) -> Iterable[tuple[str, float]]:
+    if isinstance(value, float):
+        yield "", value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            for sub, f in _floats(v):
+                yield f"[{i}]{sub}", f
+
+
+def _is_float_typed(tp: Any) -> bool:
+    if tp is float:
+        return True
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType, list):
+        return any(_is_float_typed(a) for a in typing.get_args(tp))
+    return False
+
+
+def check_values(obj: Any, prefix: str = "") -> list[Problem]:
+    """One problem per field of ``obj`` (an attrs config, walked recursively) that breaks its rule."""
+    problems: list[Problem] = []
+    hints = typing.get_type_hints(type(obj))
+    for f in attrs.fields(type(obj)):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        value = getattr(obj, f.name)
+        if attrs.has(type(value)):
+            problems.extend(check_values(value, key))
+            continue
+        if _is_float_typed(hints.get(f.name)):
+            bad = [(sub, v) for sub, v in _floats(value) if not math.isfinite(v)]
+            if bad:
+                sub, v = bad[0]
+                rule = f.metadata.get(RULE)
+                allowed = f"; allowed: {rule.allowed()}" if isinstance(rule, Range) else ""
+                problems.append(Problem(key=key + sub, what=f"{v} is not a finite number", fix=f"set {key + sub} to a finite number{allowed}"))
+                continue
+        rules = f.metadata.get(RULE)
+        for rule in rules if isinstance(rules, tuple) else (rules,) if rules is not None else ():
+            p = rule.check(key, value)
+            if p is not None:
+                problems.append(p)
+                break
+    return problems
+
+
+# --------------------------------------------------------------- cross-field
+def _greedy_sampling(cfg: Any) -> Problem | None:
+    r = cfg.rollout
+    if r.do_sample and r.temperature == 0:
+        return Problem(
+            key="rollout.temperature",
+            what="0 with rollout.do_sample=true samples greedily: every response to a prompt is the same",
+            why="GRPO-style estimators compare the n samples of a prompt; identical samples have zero advantage and nothing is learned",
+            fix="set rollout.temperature to 1.0 (nearest valid: any value > 0), or rollout.do_sample=false if greedy decoding is what you want",
+        )
+    return None
+
+
+def _generators(cfg: Any) -> list[Problem]:
+    out = []
+    for split in ("train", "val"):
+        gen = getattr(cfg.data, f"{split}_generator")
+        if gen is not None and gen.name and not gen.dataset:
+            out.append(Problem(key=f"data.{split}_generator.dataset", what="is empty", fix="name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic"))
+    return out
+
+
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators)
+
+
+def check_config(cfg: Any) -> list[Problem]:
+    """Every value rule and cross-key rule of a RunConfig; at most one problem per key."""
+    problems = check_values(cfg)
+    seen = {p.key for p in problems}
+    for rule in CROSS_RULES:
+        found = rule(cfg)
+        for p in found if isinstance(found, list) else [found] if found is not None else []:
+            if p.key not in seen:
+                seen.add(p.key)
+                problems.append(p)
+    return problems
