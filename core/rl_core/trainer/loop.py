@@ -58,9 +58,9 @@ class Trainer:
         )
         self.progress_enabled = progress
         if cluster is None:
-            from rl_core.cluster import LocalCluster
+            from rl_core.placement import make_cluster
 
-            cluster = LocalCluster(stack)
+            cluster = make_cluster(stack)  # trainer.placement: local processes, or Ray actors
         self.cluster = cluster
         self.cluster.call("set_total_steps", same_args=(self.total_steps,))
         self.step = 0

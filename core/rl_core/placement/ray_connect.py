@@ -1,0 +1,84 @@
+"""Reaching Ray: import it with a clear message, start a local instance or join a cluster.
+
+``ray.address`` decides (docs/ray.md):
+
+- null: the cluster in ``$RAY_ADDRESS`` (``ray job submit`` sets it for the
+  job's driver), else a new local Ray instance on this machine, with
+  ``ray.num_cpus`` CPUs and the dashboard bound to ``ray.dashboard_host``
+  (127.0.0.1 unless configured: the dashboard can run code, so it is not
+  opened to the network by default);
+- ``auto``: the cluster started on this machine with ``ray start``;
+- ``host:port``: the head node's GCS address (``ray start --head --port``).
+
+``ray.runtime_env`` goes to ``ray.init`` as it is (``env_vars``, ``pip``,
+``working_dir``, ...), so every worker of the job gets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from rl_core.problems import UserError
+
+
+class RayUnavailable(UserError):
+    """Ray is not installed, or the cluster named by ray.address cannot be reached."""
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable(
+            "trainer.placement=ray needs Ray on this machine and on every node of the cluster: "
+            "pip install 'ray==2.60.*' (or set trainer.placement=local to run without Ray)"
+        ) from exc
+    return ray
+
+
+def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
+    """Join (or start) the Ray cluster ``ray_config`` names; True when this call connected.
+
+    False means Ray was already initialised in this process (a notebook, a
+    test, a caller of the library): that connection is used and left open.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    address = ray_config.address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict = {"namespace": ray_config.namespace, "logging_level": log_level}
+    if ray_config.runtime_env:
+        kwargs["runtime_env"] = dict(ray_config.runtime_env)
+    if address:
+        kwargs["address"] = address
+    else:
+        kwargs.update(num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
+    try:
+        ray.init(**kwargs)
+    except ConnectionError as exc:
+        raise RayUnavailable(
+            f"cannot reach the Ray cluster at ray.address={address!r}: {exc}\n"
+            "fix: start it first (`ray start --head` on the head node, docs/ray.md), or pass the head's "
+            "address as ray.address=HOST:PORT, or leave ray.address unset to start a local Ray instance"
+        ) from None
+    return True
+
+
+def alive_nodes() -> list[dict]:
+    """``ray.nodes()`` entries of the nodes that are up, the head first, then by address."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return sorted(nodes, key=lambda n: ("node:__internal_head__" not in n.get("Resources", {}), n.get("NodeManagerAddress", ""), n["NodeID"]))
+
+
+def describe_resources() -> str:
+    """What the cluster has, node by node: for errors that say it lacks room."""
+    lines = []
+    for n in alive_nodes():
+        res = n.get("Resources", {})
+        lines.append(
+            f"  node {n.get('NodeManagerAddress')} ({n['NodeID'][:8]}): {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU"
+        )
+    return "\n".join(lines) or "  (no node is up)"
