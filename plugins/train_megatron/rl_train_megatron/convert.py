@@ -1,0 +1,238 @@
+"""Weight conversion between Hugging Face (Llama / Qwen2) names and megatron-core ``GPTModel`` shards.
+
+Three layers of names, all plain ``{name: tensor}`` mappings:
+
+- **HF**: ``model.layers.3.self_attn.q_proj.weight``, ... (``score.*`` for the critic).
+- **full Megatron** (:func:`hf_to_full` / :func:`full_to_hf`): Megatron's
+  parameter names with *global* layer numbers and whole (unsharded) tensors:
+  q, k, v fused per query group into ``linear_qkv`` (rows ``[q heads of the
+  group, k, v]`` for each group), gate and up stacked into ``linear_fc1``.
+- **shards** (:func:`split_for_rank` / :func:`merge_tp`): one rank's slice
+  for TP rank ``t`` and PP stage ``p``, with the *local* layer numbers that
+  rank's ``GPTModel`` uses. Column-parallel weights (``linear_qkv``,
+  ``linear_fc1``, embeddings, LM head) are split on rows, row-parallel ones
+  (``linear_proj``, ``linear_fc2``) on columns, norms and the value head are
+  whole on every rank. TP splits ``linear_qkv`` by query groups and
+  ``linear_fc1`` into matching gate and up halves.
+
+Every step is an exact copy (no arithmetic), so HF -> shards -> HF gives back
+every tensor bit for bit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+import torch
+
+from rl_train_megatron.model import ModelShape
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+# per-layer names: Megatron suffix -> HF suffix (for the one-to-one ones)
+_SIMPLE = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+    "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+}
+_ROW_SPLIT = ("embedding.word_embeddings.weight", "output_layer.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight")
+_COL_SPLIT = ("linear_proj.weight", "linear_fc2.weight")
+
+
+class ConversionError(ValueError):
+    """Weights that do not match the model's shape (missing, extra or mis-shaped tensors)."""
+
+
+# ---------------------------------------------------------------- HF <-> full
+def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, torch.Tensor]:
+    """HF-named tensors -> whole Megatron tensors with global layer numbers."""
+    need = set(expected_hf_names(shape))
+    missing, extra = need - set(hf), set(hf) - need - {"lm_head.weight"}
+    if missing or extra:
+        raise ConversionError(f"HF weights do not match the model: missing {sorted(missing)[:6]}, unexpected {sorted(extra)[:6]}")
+    out: dict[str, torch.Tensor] = {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"]}
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        q = f"decoder.layers.{i}."
+        for mc, h in _SIMPLE.items():
+            out[q + mc] = hf[p + h]
+        for kind in ("weight",) + (("bias",) if shape.qkv_bias else ()):
+            out[q + f"self_attention.linear_qkv.{kind}"] = fuse_qkv(
+                hf[p + f"self_attn.q_proj.{kind}"], hf[p + f"self_attn.k_proj.{kind}"], hf[p + f"self_attn.v_proj.{kind}"], shape
+            )
+        out[q + "mlp.linear_fc1.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0)
+    out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
+    if shape.critic:
+        for name in score_names(shape):
+            out["value_head." + name.split(".", 1)[1]] = hf[name]
+    elif not shape.tied:
+        out["output_layer.weight"] = hf["lm_head.weight"]
+    return out
+
+
+def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape) -> list[tuple[str, torch.Tensor]]:
+    """One whole Megatron tensor -> its HF-named tensor(s)."""
+    if name == "embedding.word_embeddings.weight":
+        return [("model.embed_tokens.weight", t)]
+    if name == "decoder.final_layernorm.weight":
+        return [("model.norm.weight", t)]
+    if name == "output_layer.weight":
+        return [("lm_head.weight", t)]
+    if name.startswith("value_head."):
+        return [("score." + name.split(".", 1)[1], t)]
+    m = _LAYER.match(name)
+    if not m:
+        raise ConversionError(f"no HF name for Megatron parameter {name!r}")
+    p, suffix = f"model.layers.{m.group(1)}.", m.group(2)
+    if suffix in _SIMPLE:
+        return [(p + _SIMPLE[suffix], t)]
+    if suffix.startswith("self_attention.linear_qkv."):
+        kind = suffix.rsplit(".", 1)[1]
+        q, k, v = split_qkv(t, shape)
+        return [(p + f"self_attn.q_proj.{kind}", q), (p + f"self_attn.k_proj.{kind}", k), (p + f"self_attn.v_proj.{kind}", v)]
+    if suffix == "mlp.linear_fc1.weight":
+        gate, up = t.chunk(2, 0)
+        return [(p + "mlp.gate_proj.weight", gate), (p + "mlp.up_proj.weight", up)]
+    raise ConversionError(f"no HF name for Megatron parameter {name!r}")
+
+
+def expected_hf_names(shape: ModelShape) -> list[str]:
+    names = ["model.embed_tokens.weight"]
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        names += [p + h for h in _SIMPLE.values()]
+        names += [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
+        if shape.qkv_bias:
+            names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+        names += [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
+    names.append("model.norm.weight")
+    if shape.critic:
+        names += score_names(shape)
+    elif not shape.tied:
+        names.append("lm_head.weight")
+    return names
+
+
+def score_names(shape: ModelShape) -> list[str]:
+    return ["score.weight"] + (["score.bias"] if shape.score_bias else [])
+
+
+def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: ModelShape) -> torch.Tensor:
+    """q ``[H*d, ...]``, k, v ``[G*d, ...]`` -> ``[G * (H/G + 2) * d, ...]``, grouped as Megatron reads it."""
+    g, d = shape.kv_heads, shape.head_dim
+    rest = q.shape[1:]
+    qg = q.reshape(g, (shape.heads // g) * d, *rest)
+    return torch.cat([qg, k.reshape(g, d, *rest), v.reshape(g, d, *rest)], 1).reshape(g * shape.group_rows, *rest)
+
+
+def split_qkv(t: torch.Tensor, shape: ModelShape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`fuse_qkv` (works on any whole number of groups)."""
+    d, per = shape.head_dim, shape.heads // shape.kv_heads
+    rest = t.shape[1:]
+    grouped = t.reshape(-1, shape.group_rows, *rest)
+    q, k, v = grouped.split([per * d, d, d], 1)
+    return q.reshape(-1, *rest).contiguous(), k.reshape(-1, *rest).contiguous(), v.reshape(-1, *rest).contiguous()
+
+
+# ------------------------------------------------------------ full <-> shards
+def split_dim(name: str) -> int | None:
+    """The dimension TP splits ``name`` along (None: the tensor is whole on every TP rank)."""
+    if name.endswith(_ROW_SPLIT):
+        return 0
+    if name.endswith(_COL_SPLIT):
+        return 1
+    return None
+
+
+def tp_slice(name: str, t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    """TP rank ``rank``'s slice of a whole Megatron tensor."""
+    dim = split_dim(name)
+    if dim is None or tp == 1:
+        return t
+    if name.endswith("linear_fc1.weight"):  # gate and up halves, each split the same way
+        gate, up = t.chunk(2, 0)
+        return torch.cat([gate.chunk(tp, 0)[rank], up.chunk(tp, 0)[rank]], 0)
+    return t.chunk(tp, dim)[rank]
+
+
+def merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
+    """Inverse of :func:`tp_slice`: the TP ranks' slices (in rank order) -> the whole tensor."""
+    dim = split_dim(name)
+    if dim is None or len(shards) == 1:
+        return shards[0]
+    if name.endswith("linear_fc1.weight"):
+        halves = [s.chunk(2, 0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], 0)
+    return torch.cat(shards, dim)
+
+
+def stage_layers(shape: ModelShape, pp: int, pp_rank: int) -> range:
+    """The global layer numbers on pipeline stage ``pp_rank`` (equal shares, in order)."""
+    per = shape.layers // pp
+    return range(pp_rank * per, (pp_rank + 1) * per)
+
+
+def global_name(local: str, offset: int) -> str:
+    m = _LAYER.match(local)
+    return f"decoder.layers.{int(m.group(1)) + offset}.{m.group(2)}" if m else local
+
+
+def local_name(name: str, offset: int) -> str:
+    m = _LAYER.match(name)
+    return f"decoder.layers.{int(m.group(1)) - offset}.{m.group(2)}" if m else name
+
+
+def on_stage(name: str, shape: ModelShape, pp: int, pp_rank: int) -> bool:
+    """Whether pipeline stage ``pp_rank`` holds the whole-model parameter ``name``."""
+    m = _LAYER.match(name)
+    if m:
+        return int(m.group(1)) in stage_layers(shape, pp, pp_rank)
+    if name.startswith("embedding."):
+        return pp_rank == 0 or (shape.tied and pp_rank == pp - 1)
+    return pp_rank == pp - 1  # final norm, LM head, value head
+
+
+def split_for_rank(full: Mapping[str, torch.Tensor], shape: ModelShape, tp: int, tp_rank: int, pp: int = 1, pp_rank: int = 0) -> dict[str, torch.Tensor]:
+    """One rank's local state: the parameters of its stage, sliced for its TP rank, local layer numbers.
+
+    With PP > 1 and tied embeddings the last stage holds the embedding as
+    ``output_layer.weight`` (its LM head), as megatron-core lays it out.
+    """
+    offset = stage_layers(shape, pp, pp_rank).start
+    out = {}
+    for name, t in full.items():
+        if not on_stage(name, shape, pp, pp_rank):
+            continue
+        local = local_name(name, offset)
+        if name.startswith("embedding.") and pp > 1 and pp_rank == pp - 1 and pp_rank != 0:
+            local = "output_layer.weight"
+        out[local] = tp_slice(name, t, tp, tp_rank).clone()
+    return out
+
+
+def merge_ranks(per_rank: Mapping[tuple[int, int], Mapping[str, torch.Tensor]], shape: ModelShape, tp: int, pp: int) -> dict[str, torch.Tensor]:
+    """``{(tp_rank, pp_rank): local state}`` for every rank -> whole Megatron tensors (global layer numbers)."""
+    full: dict[str, torch.Tensor] = {}
+    for p in range(pp):
+        offset = stage_layers(shape, pp, p).start
+        for local in per_rank[(0, p)]:
+            name = global_name(local, offset)
+            if local == "output_layer.weight" and shape.tied:
+                continue  # the tied copy of the embedding (PP > 1)
+            full[name] = merge_tp(name, [per_rank[(t, p)][local] for t in range(tp)])
+    return full
+
+
+def full_to_hf_dict(full: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in full.items():
+        out.update(full_to_hf(name, t, shape))
+    return out
+
+
+def iter_hf(items: Iterable[tuple[str, torch.Tensor]], shape: ModelShape):
+    for name, t in items:
+        yield from full_to_hf(name, t, shape)

@@ -1,0 +1,91 @@
+"""CPU stand-ins for megatron-core's CUDA-only calls (megatron-core 0.16.1), used only without a GPU.
+
+megatron-core assumes a GPU in a few places the Megatron engine reaches:
+
+- ``tensor_parallel.random``: attention runs its dropout inside
+  ``get_cuda_rng_tracker().fork()``, which saves and restores
+  ``torch.cuda`` RNG states. On CPU the tracker is replaced by one whose
+  ``fork()`` leaves the (CPU) generator alone: the engine builds its models
+  with dropout 0, so no random numbers are drawn there.
+- ``parallel_state``'s global memory buffer (the attention-score matmul
+  writes into it) allocates on ``torch.cuda.current_device()``: replaced by
+  one that allocates on the CPU.
+- ``RotaryEmbedding`` moves ``inv_freq`` to ``torch.cuda.current_device()``
+  and ``FusedScaleMaskSoftmax`` builds its causal mask with
+  ``device="cuda"`` when none is given: the engine never calls either
+  (it computes rotary angles from the batch's position ids and always passes
+  a padding-aware causal mask, see :mod:`rl_train_megatron.model`), so
+  nothing is patched for them.
+- Megatron's optimizers and ``clip_grads`` assert CUDA tensors: the engine
+  uses ``torch.optim.AdamW`` and its own gradient-norm code instead.
+
+:func:`install` is called after ``parallel_state.initialize_model_parallel``
+when the engine's device is the CPU; it checks that the names it replaces
+exist (feature detection, not a version check) and says which is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+class CPURNGTracker:
+    """``CudaRNGStatesTracker``'s interface with no CUDA state: ``fork()`` is a plain context."""
+
+    def __init__(self) -> None:
+        self.states_: dict[str, torch.Tensor] = {}
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def reset(self) -> None:
+        self.states_ = {}
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return dict(self.states_)
+
+    def set_states(self, states) -> None:
+        self.states_ = dict(states)
+
+    def add(self, name: str, seed: int) -> None:
+        self.states_[name] = torch.tensor([seed])
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng"):
+        yield
+
+
+class CPUMemoryBuffer:
+    """``parallel_state``'s ``GlobalMemoryBuffer`` allocating on the CPU."""
+
+    def __init__(self) -> None:
+        self.buffer: dict = {}
+
+    def get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):
+        need = 1
+        for s in tensor_shape:
+            need *= int(s)
+        buf = self.buffer.get((name, dtype))
+        if buf is None or buf.numel() < need:
+            buf = self.buffer[(name, dtype)] = torch.empty(need, dtype=dtype)
+        return buf[:need].view(*tensor_shape)
+
+
+def install() -> None:
+    """Replace the CUDA-only RNG tracker and memory buffer of megatron-core with CPU ones (idempotent)."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import random as mp_random
+
+    for module, attr in ((mp_random, "_CUDA_RNG_STATE_TRACKER"), (mp_random, "_CUDA_RNG_STATE_TRACKER_INITIALIZED"), (parallel_state, "_GLOBAL_MEMORY_BUFFER")):
+        if not hasattr(module, attr):
+            raise RuntimeError(
+                f"megatron-core has no {module.__name__}.{attr}: the CPU shims of rl-train-megatron were written for "
+                "megatron-core 0.16.1; install that version (pip install megatron-core==0.16.1) or run on a GPU"
+            )
+    if not isinstance(mp_random._CUDA_RNG_STATE_TRACKER, CPURNGTracker):
+        mp_random._CUDA_RNG_STATE_TRACKER = CPURNGTracker()
+        mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+    if not isinstance(parallel_state._GLOBAL_MEMORY_BUFFER, CPUMemoryBuffer):
+        parallel_state._GLOBAL_MEMORY_BUFFER = CPUMemoryBuffer()

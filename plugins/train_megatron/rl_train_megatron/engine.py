@@ -1,0 +1,375 @@
+"""The Megatron train engine: one role (actor, critic or ref) of one worker process.
+
+``build_engine(role, config, context)`` is the ``megatron`` card's factory.
+The engine follows :class:`rl_core.backends.TrainEngine`.
+
+Parallelism
+    ``train.tensor_model_parallel_size`` (TP) ranks hold one model replica
+    (megatron-core Column/RowParallelLinear, vocabulary-parallel embedding
+    and LM head); data parallelism runs over ``world / TP`` replicas, with
+    the gradient all-reduced over the data-parallel group after each
+    mini-batch. Ranks of a TP group get the same shard of the step (the
+    controller's dispatch, :mod:`rl_train_megatron.parallel`) and return
+    identical results. Pipeline parallelism: the conversion handles PP
+    stages (:mod:`rl_train_megatron.convert`), the engine does not run a
+    pipeline schedule yet and refuses PP > 1 with a clear error.
+
+Models
+    Built from the HF config (:mod:`rl_train_megatron.model`); weights from
+    the HF checkpoint (or ``model.random_init`` under ``trainer.seed``, the
+    same on every rank), converted and sliced for this rank. The critic is the
+    backbone plus a scalar ``value_head`` (HF ``*ForTokenClassification``'s
+    ``score``), as in the fsdp backend.
+
+Numbers
+    Parameters, AdamW state, log-probs, entropies, values and losses are
+    float32. ``model.dtype=bfloat16`` / ``float16`` computes under
+    ``torch.autocast`` on a GPU; on the CPU the engine computes in float32.
+    Log-probs / entropy come from each TP rank's vocabulary slice
+    (:func:`rl_train_megatron.model.vocab_parallel_log_probs`).
+
+Batches, losses and the LR schedule are the fsdp backend's (this class
+extends :class:`rl_train_fsdp.engine.FSDPEngine` and replaces the model,
+forward passes, gradient reduction, weights and checkpoints): losses from
+:func:`rl_core.algorithms.actor_loss.compute_actor_loss` /
+``compute_critic_loss``, weighted by the global (data-parallel) token count
+of each mini-batch, so results do not depend on TP, DP or micro-batching.
+
+Optimizer
+    ``torch.optim.AdamW`` over this rank's parameter shards, on CPU and GPU
+    (megatron-core's optimizers and ``clip_grads`` assert CUDA tensors);
+    the gradient norm is taken over the whole model (TP-sharded tensors
+    summed over the TP group, replicated ones counted once) and clipped
+    as ``torch.nn.utils.clip_grad_norm_`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from rl_core.backends import WorkerContext
+from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, response_columns_in_use, torch_dtype
+from rl_core.problems import UserError
+from rl_core.trainer.checkpoint import load_rng_state, save_rng_state
+from rl_train_fsdp.engine import FSDPEngine, TrainSizeError
+from rl_train_fsdp.schedule import LRSchedule
+
+from rl_train_megatron import convert, parallel
+from rl_train_megatron import model as mmodel
+from rl_train_megatron.weights import gather_hf_weights, write_hf_folder
+
+ROLES = ("actor", "critic", "ref")
+MANIFEST = "megatron.json"
+
+
+class CheckpointMismatchError(UserError, RuntimeError):
+    """A checkpoint written with another role or parallel layout."""
+
+
+def build_engine(role: str, config, context: WorkerContext) -> "MegatronEngine":
+    """The ``megatron`` card's factory: ``build_engine(role, config, context) -> TrainEngine``."""
+    if role not in ROLES:
+        raise TrainSizeError(f"unknown role {role!r}: the megatron train backend provides {', '.join(ROLES)}")
+    return MegatronEngine(role, config, context)
+
+
+class MegatronEngine(FSDPEngine):
+    def __init__(self, role: str, config, context: WorkerContext) -> None:  # noqa: PLR0915 - one linear set-up
+        if role not in ROLES:
+            raise TrainSizeError(f"unknown role {role!r}: the megatron train backend provides {', '.join(ROLES)}")
+        self.role, self.config, self.context = role, config, context
+        self.device = context.torch_device
+        tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
+        if pp > 1:
+            raise UserError(
+                f"train.pipeline_model_parallel_size={pp}: the megatron backend converts weights for pipeline stages but does not "
+                "run a pipeline schedule yet; set train.pipeline_model_parallel_size=1 (use TP and data parallelism)"
+            )
+        mcfg = config.model
+        if role == "critic":
+            path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")
+        else:
+            path, key = mcfg.path, "model.path"
+        check_model_path(path, key=key)
+        loader = load_value_model if role == "critic" else load_causal_lm
+        hf = loader(
+            path, dtype=torch.float32, device="cpu", random_init=mcfg.random_init, override_config=mcfg.override_config,
+            trust_remote_code=mcfg.trust_remote_code, seed=config.trainer.seed, key=key,
+        )
+        self.hf_config, self.hf_class = hf.config, type(hf)
+        self.generation_config = getattr(hf, "generation_config", None)
+        self.shape = mmodel.model_shape(hf.config, critic=role == "critic", key=key)
+        mmodel.check_divisible(self.shape, tp, pp)
+        if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
+        self.topo = parallel.acquire(tp, pp, self.device)
+        self._released = False
+        self.rank, self.world_size = self.topo.rank, self.topo.world
+        if context.world_size > 1 and self.world_size != context.world_size:
+            raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
+        self.sharded = self.world_size > 1
+        self.share_prompts = False
+        self.trainable = role != "ref"
+        self.compute_dtype = torch_dtype(mcfg.dtype)
+        self.mixed_precision = self.device.type == "cuda" and self.compute_dtype != torch.float32
+
+        full = convert.hf_to_full(hf.state_dict(), self.shape)
+        del hf
+        local = convert.split_for_rank(full, self.shape, tp, self.topo.tp_rank, pp, self.topo.pp_rank)
+        del full
+        model = mmodel.build_model(self.shape, self.hf_config, tp, pp)
+        load_local_state(model, local)
+        if not self.trainable:
+            model.requires_grad_(False)
+        self.model = model.to(self.device)
+        self.model.eval()
+
+        self.optimizer = None
+        self._schedule: LRSchedule | None = None
+        self._scheduler = None
+        if self.trainable:
+            ocfg = self._role_cfg().optim
+            self.optimizer = torch.optim.AdamW(
+                [p for p in self.model.parameters() if p.requires_grad], lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps, weight_decay=ocfg.weight_decay
+            )
+            self._schedule = LRSchedule(ocfg, config.trainer.total_training_steps, section=f"{role}.optim")
+
+    # -------------------------------------------------------------- forward
+    def _autocast(self):
+        if self.mixed_precision:
+            return torch.autocast(device_type="cuda", dtype=self.compute_dtype)
+        return contextlib.nullcontext()
+
+    def _trim(self, x: dict[str, torch.Tensor], R: int) -> tuple[dict[str, torch.Tensor], int]:
+        """Drop trailing response columns that are padding in every row (they hold 0 in the results)."""
+        cut = R - response_columns_in_use(x["attention_mask"], R)
+        if not cut:
+            return x, 0
+        y = dict(x)
+        for k in ("input_ids", "attention_mask", "position_ids"):
+            y[k] = x[k][:, :-cut]
+        y["responses"] = x["responses"][:, :-cut]
+        return y, cut
+
+    def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
+        R = x["responses"].shape[1]
+        y, cut = self._trim(x, R)
+        hidden = mmodel.response_hidden(self.model, y["input_ids"], y["attention_mask"], y["position_ids"], R - cut)
+        logits = mmodel.local_logits(self.model, hidden)
+        if temperature != 1.0:
+            logits = logits / temperature
+        lp, ent = mmodel.vocab_parallel_log_probs(logits, y["responses"], with_entropy=with_entropy, entropy_grad=entropy_grad, group=parallel.tp_group())
+        if cut:
+            lp = torch.nn.functional.pad(lp, (0, cut))
+            ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
+        return lp, ent
+
+    def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        R = x["responses"].shape[1]
+        hidden = mmodel.response_hidden(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], R)
+        return mmodel.values(self.model, hidden)
+
+    # --------------------------------------------------------------- update
+    def _mini_batch_step(self, mini, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
+        from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
+
+        mode = cfg.loss_agg_mode
+        on_policy = self.role == "actor" and "old_log_probs" not in mini.tensors.keys()
+        extra = ("values", "returns") if self.role == "critic" else (("advantages",) if on_policy else ("old_log_probs", "advantages"))
+        use_kl = self.role == "actor" and cfg.use_kl_loss
+        if use_kl:
+            extra = extra + ("ref_log_prob",)
+        want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
+        if "response_mask" not in mini.tensors.keys():
+            raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
+        dp = parallel.dp_group()
+        global_den = float(parallel.all_reduce(self._count(mini.tensors["response_mask"], mode).to(self.device), "sum", dp))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        metric_sums: dict[str, torch.Tensor] = {}
+        n_micro = 0
+        for s in range(0, len(mini), micro):
+            x = self._inputs(mini, slice(s, s + micro), extra)
+            with self._autocast():
+                if self.role == "critic":
+                    loss, metrics = compute_critic_loss(
+                        vpreds=self._values(x), values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg
+                    )
+                else:
+                    log_prob, entropy = self._forward_response(x, temperature, want_entropy, entropy_grad=cfg.entropy_coeff != 0)
+                    loss, metrics = compute_actor_loss(
+                        log_prob=log_prob,
+                        old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
+                        advantages=x["advantages"],
+                        response_mask=x["response_mask"],
+                        entropy=entropy,
+                        ref_log_prob=x.get("ref_log_prob"),
+                        cfg=cfg,
+                    )
+            share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
+            (loss * share).backward()  # summed over data-parallel ranks below: the global mini-batch's gradient
+            loss_sum += loss.detach().to(torch.float64) * share
+            for name, value in metrics.items():
+                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+            n_micro += 1
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        reduce_grads(params, dp)
+        grad_norm = self._clip_grad_norm(self._role_cfg().optim.grad_clip)
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total = float(parallel.all_reduce(loss_sum, "sum", dp))
+        names = sorted(metric_sums)
+        metrics_out: dict[str, float] = {}
+        if names:
+            stacked = parallel.all_reduce(torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device), "avg", dp)
+            metrics_out = {n: float(v) for n, v in zip(names, stacked.tolist())}
+        return loss_total, grad_norm, metrics_out
+
+    def _clip_grad_norm(self, max_norm: float | None) -> float:
+        """Whole-model L2 norm of the gradients; clips them to ``max_norm`` (> 0) as ``clip_grad_norm_`` does."""
+        sq = torch.zeros((), dtype=torch.float32, device=self.device)
+        grads = []
+        for name, p in self.model.named_parameters():
+            if p.grad is None:
+                continue
+            grads.append(p.grad)
+            if convert.split_dim(name) is not None or self.topo.tp_rank == 0:
+                sq += p.grad.detach().float().pow(2).sum()
+        sq = parallel.all_reduce(sq, "sum", parallel.mp_group())
+        norm = float(sq.sqrt())
+        if grads and math.isfinite(norm) and max_norm is not None and max_norm > 0:
+            coef = min(1.0, max_norm / (norm + 1e-6))
+            torch._foreach_mul_(grads, coef)
+        return norm
+
+    # -------------------------------------------------------------- weights
+    def _global_params(self) -> list[tuple[str, torch.Tensor]]:
+        offset = convert.stage_layers(self.shape, self.topo.pp, self.topo.pp_rank).start
+        return [(convert.global_name(n, offset), p.detach()) for n, p in self.model.named_parameters()]
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named float32 tensors on every rank, gathered over TP in buckets (every rank must drain it).
+
+        With TP 1 the tensors that need no re-layout are detached views of the
+        parameters (copy them to keep them past the next update).
+        """
+        bucket_mb = float(self.config.train.options.get("weight_bucket_mb", 256))
+        return gather_hf_weights(self._global_params(), self.shape, parallel.tp_group(), bucket_bytes=int(bucket_mb * 2**20))
+
+    def save_hf(self, path: str) -> None:
+        """A normal HF folder at ``path`` (rank 0 writes; every rank must call)."""
+        state = {}
+        for name, t in self.named_weights():
+            if self.rank == 0:
+                state[name] = t.detach().to("cpu", copy=True).contiguous()
+        if self.rank == 0:
+            write_hf_folder(Path(path), state, self.hf_config, self.hf_class, self.generation_config, self.config)
+        parallel.barrier()
+
+    # ----------------------------------------------------------- checkpoint
+    def _layout(self) -> dict[str, Any]:
+        t = self.topo
+        return {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world}
+
+    def save_checkpoint(self, path: str) -> None:
+        """Per rank ``path/rank{r}.pt`` (plain tensors and numbers: loads with ``weights_only=True``) + ``megatron.json``.
+
+        Each file holds this rank's parameter shards, its AdamW state, the LR
+        scheduler's counters and the RNG state; ``megatron.json`` the layout
+        (role, TP, PP, DP) that :meth:`load_checkpoint` checks.
+        """
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        state = self.local_state_dict()
+        state["rng"] = save_rng_state()
+        torch.save(state, root / f"rank{self.rank}.pt")
+        if self.rank == 0:
+            (root / MANIFEST).write_text(json.dumps(self._layout(), indent=1))
+        parallel.barrier()
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (same role and layout; bit-identical)."""
+        root = Path(path)
+        if not (root / MANIFEST).is_file():
+            raise FileNotFoundError(f"{self.role}: no Megatron checkpoint at {str(root)!r} (expected {MANIFEST} written by save_checkpoint)")
+        saved = json.loads((root / MANIFEST).read_text())
+        if saved != self._layout():
+            raise CheckpointMismatchError(
+                f"{self.role}: the checkpoint at {str(root)!r} was written with {saved}, this run has {self._layout()}; "
+                "resume with the same train.tensor_model_parallel_size, pipeline size and number of processes"
+            )
+        state = torch.load(root / f"rank{self.rank}.pt", weights_only=True, map_location=self.device)
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(state["model"][name])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optim"])
+            total = self._schedule.total_steps
+            self.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None] * len(self.optimizer.param_groups)})
+            if total:
+                self._schedule.total_steps = total
+        load_rng_state(state["rng"])
+        parallel.barrier()
+
+    def local_state_dict(self) -> dict[str, Any]:
+        """This rank's parameter shards, AdamW state and scheduler counters (copies, plain data)."""
+        out: dict[str, Any] = {"model": {n: p.detach().clone() for n, p in self.model.named_parameters()}}
+        if self.optimizer is not None:
+            out["optim"] = _clone(self.optimizer.state_dict())
+            sched = self.scheduler.state_dict()
+            sched.pop("lr_lambdas", None)  # the schedule object itself comes from the config
+            out["scheduler"] = sched
+        return out
+
+    def shutdown(self) -> None:
+        self.optimizer = None
+        self._scheduler = None
+        self.model = None
+        if not getattr(self, "_released", True):
+            self._released = True
+            parallel.release()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def load_local_state(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's converted tensors into the model's parameters; every parameter exactly once."""
+    params = dict(model.named_parameters())
+    missing, extra = set(params) - set(local), set(local) - set(params)
+    if missing or extra:
+        raise convert.ConversionError(f"converted weights do not fit the Megatron model: missing {sorted(missing)[:6]}, unexpected {sorted(extra)[:6]}")
+    with torch.no_grad():
+        for name, p in params.items():
+            if p.shape != local[name].shape:
+                raise convert.ConversionError(f"{name}: converted shape {tuple(local[name].shape)} != model shape {tuple(p.shape)}")
+            p.copy_(local[name])
+
+
+def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
+    """Sum the gradients over the data-parallel group, one flat buffer per dtype."""
+    if not params or dist.get_world_size(group) == 1:
+        return
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    grads = [p.grad for p in params]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat, group=group)
+    for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        g.copy_(new)
+
+
+def _clone(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone(v) for v in obj)
+    return obj

@@ -1,0 +1,257 @@
+"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 config, and its forward passes.
+
+:func:`model_shape` reads what the conversion and the model need from the
+HF config (and rejects what they cannot express, naming the field);
+:func:`build_model` makes this rank's ``GPTModel`` (local layer spec: torch
+RMSNorm, Megatron Column/RowParallelLinear, ``DotProductAttention``) with
+fp32 parameters on the CPU, no initialisation (weights come from
+:mod:`rl_train_megatron.convert`).
+
+The forward pass (:func:`response_hidden`) calls the model's embedding,
+decoder and head itself instead of ``GPTModel.forward``, for two reasons:
+
+- rotary angles come from the batch's ``position_ids`` (left-padded prompts
+  start at position 0, as in transformers), not from the column index;
+- the attention mask is causal *and* hides padding keys, built here as a
+  boolean ``[b, 1, s, s]`` tensor (True = masked), so megatron never builds
+  its CUDA causal mask.
+
+Log-probs and entropy (:func:`vocab_parallel_log_probs`) are computed from
+each TP rank's slice of the vocabulary with all-reduces of ``[b, R]``
+tensors: full-vocabulary logits are never gathered.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.nn.functional as F
+from rl_core.problems import UserError
+
+CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+MODEL_TYPES = ("llama", "qwen2")
+
+
+class UnsupportedModelError(UserError, ValueError):
+    """A model config the Megatron converter cannot express."""
+
+
+@attrs.frozen(kw_only=True)
+class ModelShape:
+    """What the HF <-> Megatron conversion needs to know about a model."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    tied: bool
+    qkv_bias: bool
+    eps: float
+    max_positions: int
+    critic: bool = False
+    score_bias: bool = True
+
+    @property
+    def group_rows(self) -> int:
+        """Rows of one query group in Megatron's fused QKV weight: its q heads, one k, one v."""
+        return (self.heads // self.kv_heads + 2) * self.head_dim
+
+
+def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> ModelShape:
+    """The :class:`ModelShape` of a Llama / Qwen2 config; a clear error for anything else."""
+    mtype = getattr(hf_config, "model_type", None)
+    if mtype not in MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"{key}: model_type {mtype!r} ({getattr(hf_config, 'architectures', None)}) cannot be converted to Megatron; "
+            f"the megatron train backend converts {', '.join(CAUSAL_LM_ARCHITECTURES)} (use train.name=fsdp for other models)"
+        )
+    if getattr(hf_config, "hidden_act", "silu") != "silu":
+        raise UnsupportedModelError(f"{key}: hidden_act={hf_config.hidden_act!r}; the Megatron conversion supports SwiGLU (silu) MLPs only")
+    if getattr(hf_config, "mlp_bias", False):
+        raise UnsupportedModelError(f"{key}: mlp_bias=true is not supported by the Megatron conversion (set train.name=fsdp)")
+    if mtype == "llama" and getattr(hf_config, "attention_bias", False):
+        raise UnsupportedModelError(f"{key}: attention_bias=true (o_proj bias) is not supported by the Megatron conversion (set train.name=fsdp)")
+    if mtype == "qwen2" and getattr(hf_config, "use_sliding_window", False):
+        raise UnsupportedModelError(f"{key}: use_sliding_window=true is not supported by the Megatron backend (set train.name=fsdp)")
+    heads = hf_config.num_attention_heads
+    return ModelShape(
+        layers=hf_config.num_hidden_layers,
+        hidden=hf_config.hidden_size,
+        heads=heads,
+        kv_heads=getattr(hf_config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
+        ffn=hf_config.intermediate_size,
+        vocab=hf_config.vocab_size,
+        tied=bool(getattr(hf_config, "tie_word_embeddings", False)) and not critic,
+        qkv_bias=mtype == "qwen2",
+        eps=float(hf_config.rms_norm_eps),
+        max_positions=int(getattr(hf_config, "max_position_embeddings", 4096)),
+        critic=critic,
+        score_bias=bool(getattr(hf_config, "token_classification_bias", True)),
+    )
+
+
+def check_divisible(shape: ModelShape, tp: int, pp: int) -> None:
+    """TP must divide the heads, KV heads, FFN width and vocabulary; PP the layers (clear errors)."""
+    key = "train.tensor_model_parallel_size"
+    for what, n in (("attention heads", shape.heads), ("key/value heads", shape.kv_heads), ("intermediate_size", shape.ffn), ("vocab_size", shape.vocab)):
+        if n % tp:
+            raise UserError(f"{key}={tp} does not divide the model's {what} ({n} % {tp} = {n % tp}); pick a TP that divides {n}")
+    if shape.layers % pp:
+        raise UserError(
+            f"train.pipeline_model_parallel_size={pp} does not divide the model's {shape.layers} layers "
+            f"({shape.layers} % {pp} = {shape.layers % pp}); pick a PP that divides {shape.layers}"
+        )
+
+
+def rotary_inv_freq(hf_config) -> torch.Tensor:
+    """The rotary inverse frequencies transformers uses for this config (any rope type with no attention scaling)."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    rope = LlamaRotaryEmbedding(hf_config)
+    if float(getattr(rope, "attention_scaling", 1.0)) != 1.0:
+        raise UnsupportedModelError(
+            f"model.path: rope type {getattr(rope, 'rope_type', '?')!r} scales attention ({rope.attention_scaling}); not supported by the Megatron backend"
+        )
+    return rope.inv_freq.detach().float().clone()
+
+
+def transformer_config(shape: ModelShape, tp: int, pp: int):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=shape.layers,
+        hidden_size=shape.hidden,
+        num_attention_heads=shape.heads,
+        num_query_groups=shape.kv_heads,
+        kv_channels=shape.head_dim,
+        ffn_hidden_size=shape.ffn,
+        normalization="RMSNorm",
+        layernorm_epsilon=shape.eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=shape.qkv_bias,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        pipeline_dtype=torch.float32,
+        params_dtype=torch.float32,
+        use_cpu_initialization=True,
+        perform_initialization=False,
+    )
+
+
+def build_model(shape: ModelShape, hf_config, tp: int, pp: int) -> torch.nn.Module:
+    """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head."""
+    from megatron.core import parallel_state as mpu
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    check_divisible(shape, tp, pp)
+    config = transformer_config(shape, tp, pp)
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=shape.vocab,
+        max_sequence_length=shape.max_positions,
+        pre_process=mpu.is_pipeline_first_stage(),
+        post_process=mpu.is_pipeline_last_stage(),
+        parallel_output=True,
+        share_embeddings_and_output_weights=shape.tied,
+        position_embedding_type="rope",
+    )
+    model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
+    if shape.critic and model.post_process:
+        del model.output_layer
+        model.value_head = torch.nn.Linear(shape.hidden, 1, bias=shape.score_bias)
+    return model
+
+
+# ------------------------------------------------------------------- forward
+def attention_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``[b, s]`` padding mask (1 = token) -> ``[b, 1, s, s]`` bool, True where a query may not look."""
+    s = mask.shape[1]
+    causal = torch.ones(s, s, dtype=torch.bool, device=mask.device).triu(1)
+    return causal[None, None] | ~mask.bool()[:, None, None, :]
+
+
+def rotary_angles(model, position_ids: torch.Tensor) -> torch.Tensor:
+    """``[s, b, 1, head_dim]`` rotary angles at the given positions (non-interleaved halves, as transformers)."""
+    inv = model.rotary_pos_emb.inv_freq.to(position_ids.device)
+    freqs = position_ids.float()[..., None] * inv  # [b, s, d/2]
+    return torch.cat((freqs, freqs), dim=-1).transpose(0, 1)[:, :, None, :]
+
+
+def response_hidden(model, input_ids, attention, position_ids, response_length: int) -> torch.Tensor:
+    """Final hidden states ``[R, b, h]`` at the positions that predict the last ``R`` tokens (one stage, PP 1)."""
+    x = model.embedding(input_ids=input_ids, position_ids=position_ids)
+    h = model.decoder(hidden_states=x, attention_mask=attention_mask(attention), rotary_pos_emb=rotary_angles(model, position_ids))
+    R = response_length
+    return h[-R - 1 : -1]
+
+
+def local_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """``[b, R, V / TP]``: this TP rank's slice of the vocabulary, float32."""
+    weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else None
+    logits, _ = model.output_layer(hidden, weight=weight)
+    return logits.transpose(0, 1).float()
+
+
+def values(model, hidden: torch.Tensor) -> torch.Tensor:
+    """Critic values ``[b, R]`` from the value head."""
+    return model.value_head(hidden).squeeze(-1).transpose(0, 1).float()
+
+
+def vocab_parallel_log_probs(
+    logits: torch.Tensor, labels: torch.Tensor, *, with_entropy: bool = False, entropy_grad: bool = True, group=None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log softmax(logits)[labels]`` and the entropy, from this TP rank's vocabulary slice.
+
+    ``logits [b, R, V / TP]`` (rank ``r`` holds ids ``r * V/TP ...``),
+    ``labels [b, R]`` -> ``[b, R]`` each. Three all-reduces of ``[b, R]``
+    (max, sum of exps, picked logit; one more for the entropy); gradients
+    flow through the sums (megatron's reduce-from-TP region: all-reduce
+    forward, identity backward). With one TP rank this is the plain formula.
+    """
+    from megatron.core import parallel_state as mpu
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as tp_sum
+
+    group = group if group is not None else mpu.get_tensor_model_parallel_group()
+    world = torch.distributed.get_world_size(group)
+    rank = torch.distributed.get_rank(group)
+    local_v = logits.shape[-1]
+    start = rank * local_v
+    m = logits.detach().max(-1).values
+    if world > 1:
+        torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX, group=group)
+    shifted = logits - m.unsqueeze(-1)
+    exp = shifted.exp()
+    sum_exp = exp.sum(-1)
+    mine = (labels >= start) & (labels < start + local_v)
+    picked = shifted.gather(-1, (labels - start).clamp(0, local_v - 1).unsqueeze(-1)).squeeze(-1) * mine
+    if world > 1:
+        sum_exp, picked = tp_sum(sum_exp, group), tp_sum(picked, group)
+    log_z = sum_exp.log()
+    log_probs = picked - log_z
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            expected = ((exp / sum_exp.unsqueeze(-1)) * shifted).sum(-1)
+            if world > 1:
+                expected = tp_sum(expected, group)
+            entropy = log_z - expected
+        if not entropy_grad:
+            entropy = entropy.detach()
+    return log_probs, entropy

@@ -1,0 +1,147 @@
+"""Process groups for the Megatron engine: TP x PP model-parallel groups, data parallelism over the rest.
+
+Rank layout (``order="tp-pp-dp"`` in ``parallel_state.initialize_model_parallel``):
+the ``TP * PP`` ranks of one model replica are consecutive, TP fastest, so
+rank ``r`` has ``tp_rank = r % TP``, ``pp_rank = (r // TP) % PP`` and
+``dp_rank = r // (TP * PP)``. That is how the controller dispatches a step
+(:meth:`rl_core.trainer.loop.Trainer._train_call` gives the same data-parallel
+shard to the ``world / train_dp`` consecutive ranks of a replica).
+
+megatron-core needs ``torch.distributed``: with no process group (one
+process, e.g. tests or a one-rank run) :func:`acquire` starts a one-rank gloo
+group in memory and :func:`release` tears it down when the last engine of
+the process shuts down, so nothing outside the engine sees it.
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.distributed as dist
+from rl_core.problems import UserError
+
+
+class ParallelSizeError(UserError, ValueError):
+    """TP x PP that does not fit the number of worker processes or the model."""
+
+
+@attrs.frozen
+class Topology:
+    tp: int
+    pp: int
+    dp: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    rank: int
+    world: int
+
+
+_STATE = {"users": 0, "own_group": False, "sizes": None}
+
+
+def acquire(tp: int, pp: int, device: torch.device) -> Topology:
+    """Set up (once per process) the default group and megatron's parallel state; returns this rank's place."""
+    from megatron.core import parallel_state as mpu
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        _STATE["own_group"] = True
+    world = dist.get_world_size()
+    if world % (tp * pp):
+        raise ParallelSizeError(
+            f"train.tensor_model_parallel_size={tp} x train.pipeline_model_parallel_size={pp} = {tp * pp} does not divide "
+            f"the {world} worker processes ({world} % {tp * pp} = {world % (tp * pp)}); choose TP x PP among the divisors of {world}"
+        )
+    if mpu.model_parallel_is_initialized():
+        if _STATE["sizes"] != (tp, pp):
+            raise ParallelSizeError(f"megatron parallel state is already set up with TP x PP = {_STATE['sizes']}, this engine asks for {(tp, pp)}")
+    else:
+        mpu.initialize_model_parallel(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, order="tp-pp-dp", create_gloo_process_groups=False
+        )
+        _STATE["sizes"] = (tp, pp)
+        if device.type == "cuda":
+            from megatron.core import tensor_parallel
+
+            tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    if device.type == "cpu":
+        from rl_train_megatron import cpu_shims
+
+        cpu_shims.install()
+    _STATE["users"] += 1
+    return current()
+
+
+def current() -> Topology:
+    from megatron.core import parallel_state as mpu
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    return Topology(
+        tp=mpu.get_tensor_model_parallel_world_size(),
+        pp=mpu.get_pipeline_model_parallel_world_size(),
+        dp=mpu.get_data_parallel_world_size(),
+        tp_rank=mpu.get_tensor_model_parallel_rank(),
+        pp_rank=mpu.get_pipeline_model_parallel_rank(),
+        dp_rank=mpu.get_data_parallel_rank(),
+        rank=rank,
+        world=world,
+    )
+
+
+def release() -> None:
+    """One engine fewer; the last one tears the parallel state (and a group :func:`acquire` made) down."""
+    from megatron.core import parallel_state as mpu
+
+    _STATE["users"] = max(0, _STATE["users"] - 1)
+    if _STATE["users"]:
+        return
+    mpu.destroy_model_parallel()
+    _STATE["sizes"] = None
+    if _STATE["own_group"] and dist.is_initialized():
+        dist.destroy_process_group()
+        _STATE["own_group"] = False
+
+
+def tp_group():
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_tensor_model_parallel_group()
+
+
+def pp_group():
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_pipeline_model_parallel_group()
+
+
+def dp_group():
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_data_parallel_group()
+
+
+def mp_group():
+    """The TP x PP ranks of this model replica."""
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_model_parallel_group()
+
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def all_reduce(value: torch.Tensor, op: str = "sum", group=None) -> torch.Tensor:
+    """A reduced copy of ``value`` over ``group`` (default: every rank); ``avg`` divides by its size."""
+    out = value.detach().clone()
+    if dist.get_world_size(group) == 1:
+        return out
+    dist.all_reduce(out, op=_OPS["sum" if op == "avg" else op], group=group)
+    if op == "avg":
+        out = out / dist.get_world_size(group)
+    return out
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
