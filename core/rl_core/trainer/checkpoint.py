@@ -9,10 +9,21 @@ Layout under ``root`` (verl's names, so its users recognise them)::
       .tmp_global_step_30_4711/  being written (or left behind by a crash)
 
 A checkpoint is written into a temporary directory inside ``root``, then a
-``COMPLETE`` marker (a small json manifest: step, time, files) is written, then
-the directory is renamed into place with one ``os.replace``. A crash at any
-moment therefore leaves either the old set of complete checkpoints or the new
-one, plus debris that :meth:`CheckpointManager.latest` ignores with a warning.
+``COMPLETE`` marker (a small json manifest: step, time, every file with its
+size and sha256) is written, then the directory is renamed into place with one
+``os.replace``. A crash at any moment therefore leaves either the old set of
+complete checkpoints or the new one, plus debris that
+:meth:`CheckpointManager.latest` ignores with a warning. Before a resume,
+``latest(verify=True)`` checks every file against the manifest (missing,
+truncated, changed or unexpected files) and falls back to the previous
+complete checkpoint with a warning that names the damaged directory.
+
+Safety: the files of ours hold tensors and plain data only and are read with
+:func:`safe_load` (``torch.load(weights_only=True)``), so a checkpoint copied
+in from elsewhere cannot run code on resume. torch's distributed-checkpoint
+metadata (``.metadata``, a pickle that torch itself reads with
+``pickle.load``) is trusted input; :func:`check_dcp_metadata` refuses one that
+names anything but torch's checkpoint classes before torch reads it.
 
 Several writers (e.g. one per rank) share one temporary directory::
 
@@ -34,14 +45,18 @@ the dict they use loads with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +105,29 @@ def _list_files(root: str) -> list[str]:
         for name in files:
             out.append(os.path.relpath(os.path.join(dirpath, name), root))
     return sorted(out)
+
+
+def file_digest(path: str) -> dict[str, Any]:
+    """``{"size": bytes, "sha256": hex}`` of one file (read in 8 MiB blocks)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(8 << 20)
+            if not block:
+                break
+            h.update(block)
+            size += len(block)
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def _digests(root: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Digests of ``names`` under ``root``, several files at once (hashlib releases the GIL)."""
+    if not names:
+        return {}
+    workers = max(1, min(8, os.cpu_count() or 1, len(names)))
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(zip(names, pool.map(lambda n: file_digest(os.path.join(root, n)), names)))
 
 
 class CheckpointManager:
@@ -145,7 +183,8 @@ class CheckpointManager:
         tmp = self.tmp_dir(step, token)
         if not os.path.isdir(tmp):
             raise CheckpointError(f"cannot commit step {step}: {tmp} does not exist; call begin({step}) first")
-        manifest = {"step": int(step), "time": time.time(), "files": _list_files(tmp)}
+        files = _list_files(tmp)
+        manifest = {"step": int(step), "time": time.time(), "files": files, "digests": _digests(tmp, files)}
         if extra:
             manifest["extra"] = extra
         try:
@@ -214,14 +253,61 @@ class CheckpointManager:
         found, _ = self._scan()
         return found
 
-    def latest(self) -> tuple[int, str] | None:
-        """The newest complete checkpoint, or None; half-written ones are skipped with a warning."""
+    def verify(self, path: str) -> str | None:
+        """Why the checkpoint at ``path`` cannot be used (missing, truncated, changed or extra files), or None.
+
+        Every file is checked against the sizes and sha256 digests of its
+        manifest. A manifest without digests (written by an older rl-core)
+        is accepted after a size-free existence check, with a warning.
+        """
+        man = self.manifest(path)
+        if man is None:
+            return f"no readable {MARKER} manifest"
+        listed = man.get("files")
+        digests = man.get("digests")
+        if not isinstance(listed, list):
+            return f"its {MARKER} manifest lists no files"
+        present = [f for f in _list_files(path) if f != MARKER]
+        missing = sorted(set(listed) - set(present))
+        if missing:
+            return f"missing file(s) {missing[:5]}"
+        extra = sorted(set(present) - set(listed))
+        if extra:
+            return f"file(s) not written by the run: {extra[:5]}"
+        if not isinstance(digests, dict):
+            warnings.warn(f"checkpoint {path} has no file digests (an older rl-core wrote it): its contents are not verified", stacklevel=3)
+            return None
+        for name in listed:
+            want = digests.get(name)
+            if not isinstance(want, dict):
+                return f"its manifest has no digest for {name}"
+            full = os.path.join(path, name)
+            if os.path.getsize(full) != want.get("size"):
+                return f"{name} has {os.path.getsize(full)} bytes, the manifest says {want.get('size')} (truncated or overwritten)"
+        actual = _digests(path, listed)
+        for name in listed:
+            if actual[name]["sha256"] != digests[name].get("sha256"):
+                return f"{name} does not match its sha256 in the manifest (corrupted or changed)"
+        return None
+
+    def latest(self, verify: bool = False) -> tuple[int, str] | None:
+        """The newest complete checkpoint, or None; half-written ones are skipped with a warning.
+
+        ``verify=True`` (before a resume) also checks each candidate's files
+        against its manifest, newest first, and skips a damaged one with a
+        warning that names it, falling back to the previous complete one.
+        """
         found, debris = self._scan()
         for path, why in debris:
-            msg = f"ignoring incomplete checkpoint {path} ({why})"
-            warnings.warn(msg, stacklevel=2)
-            logger.warning(msg)
-        return found[-1] if found else None
+            _warn(f"ignoring incomplete checkpoint {path} ({why})")
+        if not verify:
+            return found[-1] if found else None
+        for step, path in reversed(found):
+            why = self.verify(path)
+            if why is None:
+                return step, path
+            _warn(f"checkpoint {path} is damaged ({why}); falling back to the previous complete checkpoint")
+        return None
 
     def _scan(self) -> tuple[list[tuple[int, str]], list[tuple[str, str]]]:
         if not os.path.isdir(self.root):
@@ -244,6 +330,71 @@ class CheckpointManager:
                 debris.append((path, "a temporary directory: a save was interrupted or is under way"))
         found.sort()
         return found, debris
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(msg, stacklevel=3)
+    logger.warning(msg)
+
+
+# ------------------------------------------------------------- safe loading
+def safe_load(path: str) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU: tensors and plain data only, never code.
+
+    A file that holds anything else (a pickled object, possibly planted to
+    run code on resume) is refused with a :class:`CheckpointError` naming it.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {path} is missing") from None
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"refused to load {path}: it is not a checkpoint file of tensors and plain data ({first[:200]}). "
+            "rl-core loads checkpoints with torch.load(weights_only=True) and never runs code from them; "
+            "if you did not put this file there, delete the checkpoint directory"
+        ) from None
+
+
+# what torch.distributed.checkpoint's .metadata pickle may name (torch 2.x)
+_DCP_MODULE_PREFIX = "torch.distributed.checkpoint."
+_DCP_ALLOWED = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+                ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PureWindowsPath")}
+
+
+class _DCPMetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = (
+            module.startswith(_DCP_MODULE_PREFIX)
+            or (module, name) in _DCP_ALLOWED
+            or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))
+        )
+        if not allowed:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which torch's checkpoint metadata never holds")
+        return super().find_class(module, name)
+
+
+def check_dcp_metadata(dcp_dir: str) -> None:
+    """Refuse a torch distributed-checkpoint folder whose ``.metadata`` pickle names anything unexpected.
+
+    torch reads ``.metadata`` with plain ``pickle.load`` (trusted input). This
+    reads it first with an unpickler that allows only torch's checkpoint
+    metadata classes, ``torch.Size``, dtypes and paths, so a planted pickle
+    raises :class:`CheckpointError` before torch would run it.
+    """
+    path = os.path.join(dcp_dir, ".metadata")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint folder {dcp_dir} has no .metadata file") from None
+    try:
+        _DCPMetadataUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001 - whatever the pickle does, it is refused
+        raise CheckpointError(
+            f"refused to load {path}: {exc}; if you did not put this file there, delete the checkpoint directory"
+        ) from None
 
 
 # --------------------------------------------------------------------- RNG

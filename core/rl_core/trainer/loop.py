@@ -26,7 +26,7 @@ from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
 from rl_core.resolver import Stack
-from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, save_rng_state
+from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, safe_load, save_rng_state
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import Tracker
@@ -234,12 +234,12 @@ class Trainer:
     def maybe_resume(self) -> int:
         if not self.config.trainer.resume:
             return 0
-        latest = self.ckpt.latest()
+        latest = self.ckpt.latest(verify=True)
         if latest is None:
             return 0
         step, path = latest
+        state = safe_load(os.path.join(path, TRAINER_STATE))  # before any engine reads the folder
         self.cluster.call("load_checkpoint", same_args=(path,))
-        state = torch.load(os.path.join(path, TRAINER_STATE), weights_only=False)
         self.train_loader.load_state_dict(state["data"])
         load_rng_state(state["rng"])
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:

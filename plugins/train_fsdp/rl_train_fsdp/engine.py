@@ -58,6 +58,7 @@ from rl_core.modeling import (
     torch_dtype,
 )
 from rl_core.problems import UserError
+from rl_core.trainer.checkpoint import check_dcp_metadata, safe_load
 
 from rl_train_fsdp import sharding
 from rl_train_fsdp.schedule import LRSchedule
@@ -466,7 +467,9 @@ class FSDPEngine:
         """Sharded model + optimizer state (torch.distributed.checkpoint), scheduler and RNG per rank.
 
         ``path/dcp/`` holds the DCP checkpoint (loadable on another number of
-        ranks); ``path/extra_rank{r}.pt`` the scheduler and RNG state.
+        ranks); ``path/extra_rank{r}.pt`` the scheduler and RNG state as
+        tensors and plain data (the schedule itself is rebuilt from the
+        config, not pickled), read back with ``weights_only=True``.
         """
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
@@ -485,7 +488,7 @@ class FSDPEngine:
         extra = {
             "role": self.role,
             "world_size": self.world_size,
-            "scheduler": self.scheduler.state_dict() if self.optimizer is not None else None,
+            "scheduler": _plain_scheduler_state(self.scheduler) if self.optimizer is not None else None,
             "rng": _rng_state(self.device),
         }
         torch.save(extra, root / f"extra_rank{self.rank}.pt")
@@ -499,6 +502,7 @@ class FSDPEngine:
         root = Path(path)
         if not (root / "dcp").is_dir():
             raise FileNotFoundError(f"{self.role}: no checkpoint at {str(root)!r} (expected {str(root / 'dcp')!r} written by save_checkpoint)")
+        check_dcp_metadata(str(root / "dcp"))  # torch unpickles it: refuse anything but its own classes first
         if self.optimizer is not None:
             model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
             state = {"model": model_sd, "optim": optim_sd}
@@ -515,10 +519,10 @@ class FSDPEngine:
             extra_path, restore_rng = root / "extra_rank0.pt", False
         else:
             restore_rng = True
-        extra = torch.load(extra_path, weights_only=False)
+        extra = safe_load(str(extra_path))
         if self.optimizer is not None and extra.get("scheduler") is not None:
             total = self._schedule.total_steps
-            self.scheduler.load_state_dict(extra["scheduler"])
+            self.scheduler.load_state_dict({**extra["scheduler"], "lr_lambdas": [None] * len(self.optimizer.param_groups)})
             if total:  # a total given to this run wins over the saved one
                 self._schedule.total_steps = total
         if restore_rng:
@@ -561,6 +565,11 @@ def _to_local(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_local(v) for v in obj)
     return obj
+
+
+def _plain_scheduler_state(scheduler) -> dict[str, Any]:
+    """The ``LambdaLR`` state without ``lr_lambdas`` (the schedule object, rebuilt from the config on load)."""
+    return {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""What the reliability tests tried and how it went, for the summary table.
+
+Each test calls :func:`record` once per case it tries (``ok`` = the case was
+handled as it must be); :func:`table` renders the counts. The conftest prints
+the table at the end of the session and, when ``RL_CORE_RELIABILITY_TABLE`` names
+a file, writes it there (``python -m tests.reliability.report`` does that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+# row -> (what "tried" means, what "ok" means)
+ROWS: dict[str, tuple[str, str]] = {
+    "configs": ("config mutations tried", "rejected clearly (no traceback)"),
+    "data": ("data faults tried", "handled (clear error naming the file/row, or dropped with a count)"),
+    "kills": ("kill -9 runs (controller / worker)", "resumed with metrics identical to an uninterrupted run"),
+    "disk": ("full disk / read-only output dir at save time", "clear error, previous checkpoint intact"),
+    "nan": ("NaN / inf injections", "caught (step stopped, stage/role/tensor named, no hf_final)"),
+    "malicious": ("malicious or damaged checkpoints", "refused or skipped (no code run)"),
+    "rendezvous": ("listening sockets of a 2-rank run", "bound to 127.0.0.1 only"),
+    "user_errors": ("user mistakes at the CLI", "a message without traceback"),
+}
+
+_counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+_failures: dict[str, list[str]] = defaultdict(list)
+
+
+def record(row: str, case: str, ok: bool) -> bool:
+    if row not in ROWS:
+        raise KeyError(f"unknown tally row {row!r}; known: {sorted(ROWS)}")
+    _counts[row][0] += 1
+    _counts[row][1] += bool(ok)
+    if not ok:
+        _failures[row].append(case)
+    return ok
+
+
+def counts() -> dict[str, tuple[int, int]]:
+    return {k: (v[0], v[1]) for k, v in _counts.items()}
+
+
+def table() -> str:
+    lines = ["| what | tried | ok | ok means |", "|---|---:|---:|---|"]
+    for row, (tried_label, ok_label) in ROWS.items():
+        tried, ok = _counts.get(row, (0, 0))
+        lines.append(f"| {tried_label} | {tried} | {ok} | {ok_label} |")
+    for row, cases in _failures.items():
+        lines.append(f"\nnot ok ({row}): " + "; ".join(cases[:20]))
+    return "\n".join(lines)
+
+
+def dump(path: str) -> None:
+    with open(path, "w") as f:
+        f.write(table() + "\n")
+    with open(path + ".json", "w") as f:
+        json.dump({"counts": counts(), "failures": dict(_failures)}, f, indent=1)
+
+
+def maybe_dump() -> None:
+    path = os.environ.get("RL_CORE_RELIABILITY_TABLE")
+    if path:
+        dump(path)
