@@ -14,6 +14,7 @@ from rl_core.plugins import PluginManager
 from tests.conftest import REPO, pip_install_target, run_rlcore
 
 FIXTURES = REPO / "tests" / "fixtures"
+TINY_DATA = f"data.train_files={FIXTURES / 'data' / 'tiny_gsm8k.jsonl'}"  # `check` reads the data's first rows
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_third_party_plugin_is_listed_with_its_distribution(site):
 
 def test_third_party_names_resolve_in_a_config(site):
     res = run_rlcore(
-        "check", "model.path=Qwen/Qwen2.5-0.5B", "reward.name=exact_match", "algorithm.adv_estimator=mean_baseline", "rollout.n=1",
+        "check", "model.path=Qwen/Qwen2.5-0.5B", TINY_DATA, "reward.name=exact_match", "algorithm.adv_estimator=mean_baseline", "rollout.n=1",
         pythonpath=[site], env={"RL_CORE_BLOCK_PLUGINS": "broken_plugin"},
     )
     assert res.returncode == 0, res.stderr
@@ -62,7 +63,7 @@ def test_broken_plugin_is_named_and_the_rest_still_listed(site):
 
 
 def test_broken_plugin_is_named_by_check_which_still_resolves(site):
-    res = run_rlcore("check", "model.path=Qwen/Qwen2.5-0.5B", "reward.name=exact_match", pythonpath=[site])
+    res = run_rlcore("check", "model.path=Qwen/Qwen2.5-0.5B", TINY_DATA, "reward.name=exact_match", pythonpath=[site])
     assert "rl-broken-plugin 0.0.7" in res.stderr and "broken_plugin" in res.stderr and "ImportError" in res.stderr
     assert "exact_match" in res.stdout
     assert "Traceback" not in res.stdout + res.stderr

@@ -59,7 +59,7 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     config = load_config(path, overrides)
     registry = get_registry()
-    stack, problems = resolve(config, registry)
+    stack, problems = resolve(config, registry, world=True)
     if stack is not None and not args.quiet:
         print("# resolved config")
         print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())

@@ -43,7 +43,7 @@ def run(args) -> int:
     if not args.dry_run:
         config = materialise_builtin_model(config)
     registry = get_registry()
-    stack, problems = resolve(config, registry)
+    stack, problems = resolve(config, registry, world=True)
     print_load_problems(registry)
     for p in problems:
         print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=sys.stderr)

@@ -1,0 +1,243 @@
+"""Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
+
+:func:`world_problems` returns problems (and warnings) for a config whose
+values already passed the schema's rules:
+
+- data: every file exists, parses, and its first rows pass the row validation
+  (:func:`rl_core.data.dataset.validate_row`); a generator's package is
+  installed and a two-row sample generates; some training data is configured;
+- reward: the custom file imports and its function accepts the scorer's
+  arguments plus ``reward.kwargs``; a named reward's function accepts them too;
+  without a named reward, the first rows' ``data_source`` has a scorer;
+- loggers: the packages behind ``tensorboard`` / ``wandb`` are installed;
+- device: ``cuda`` needs a visible GPU (and enough of them); worker processes
+  beyond the CPU cores are a warning; ``output_dir`` can be created.
+
+Nothing here loads a model or a tokenizer, or starts a process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import json
+import os
+from typing import Any, Callable
+
+from rl_core.problems import Problem
+
+FIRST_ROWS = 8  # rows of each data file checked
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
+GENERATOR_PACKAGES = {"reasoning_gym": ("reasoning_gym", "reasoning-gym")}
+SCORER_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------ data
+def first_rows(path: str, n: int = FIRST_ROWS) -> list[Any]:
+    """The first ``n`` raw rows of a .jsonl / .parquet file (reads no more than it needs)."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(path) as f:
+            for batch in f.iter_batches(batch_size=n):
+                return batch.to_pylist()
+        return []
+    rows = []
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError(f"line {i + 1} is not valid JSON ({e})") from None
+            if len(rows) >= n:
+                break
+    return rows
+
+
+def _file_problems(key: str, path: str, prompt_key: str) -> tuple[list[Problem], list[dict]]:
+    from rl_core.data.dataset import DataError, validate_row
+
+    if not os.path.exists(path):
+        return [Problem(key=key, what=f"data file {path!r} does not exist (working directory {os.getcwd()})", fix=f"point {key} at a .jsonl or .parquet file; `rlcore data gsm8k ...` makes one")], []
+    if os.path.isdir(path):
+        return [Problem(key=key, what=f"{path!r} is a folder, not a data file", fix=f"list the .jsonl / .parquet files in {key}")], []
+    if not path.endswith((".parquet", ".jsonl", ".json")):
+        return [Problem(key=key, what=f"{path!r}: unknown format", fix="use .jsonl (one JSON object per line) or .parquet")], []
+    try:
+        raw = first_rows(path)
+    except Exception as exc:  # noqa: BLE001 - any reader error is the file's problem
+        return [Problem(key=key, what=f"{path!r} cannot be read: {type(exc).__name__}: {exc}", fix="check the file (is it complete, and in the format its extension says?)")], []
+    if not raw:
+        return [Problem(key=key, what=f"{path!r} has no rows", fix="give a file with at least one row")], []
+    rows = []
+    for i, row in enumerate(raw):
+        try:
+            rows.append(validate_row(row, f"{path}, row {i}", prompt_key))
+        except DataError as exc:
+            return [Problem(key=key, what=str(exc), fix="fix the rows (see `rlcore data --help` for converters to verl's row format)")], rows
+    return [], rows
+
+
+def _generator_problems(key: str, gen: Any, split: str) -> tuple[list[Problem], list[dict]]:
+    module, pip_name = GENERATOR_PACKAGES.get(gen.name, (gen.name, gen.name))
+    if not _installed(module):
+        return [Problem(key=f"{key}.name", what=f"generator {gen.name!r} needs the package {pip_name}, which is not installed", fix=f"pip install {pip_name}")], []
+    from rl_core.data.dataset import DataError, generate_rows
+
+    sample = type(gen)(**{**{a: getattr(gen, a) for a in ("name", "dataset", "seed", "kwargs", "system_prompt")}, "size": min(2, gen.size)})
+    try:
+        return [], generate_rows(sample, split)
+    except DataError as exc:
+        return [Problem(key=f"{key}.dataset", what=str(exc).replace(f"data.{split}_generator: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
+    except Exception as exc:  # noqa: BLE001 - the generator's own error about its options
+        return [Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []
+
+
+def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
+    """Problems with the train / val data, and the first rows read (for the reward checks)."""
+    d = config.data
+    problems: list[Problem] = []
+    rows: list[dict] = []
+    for split in ("train", "val"):
+        files = getattr(d, f"{split}_files")
+        for i, path in enumerate(files):
+            key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
+            found, got = _file_problems(key, str(path), d.prompt_key)
+            problems += found
+            rows += got
+        gen = getattr(d, f"{split}_generator")
+        if gen is not None and gen.name and gen.dataset:
+            found, got = _generator_problems(f"data.{split}_generator", gen, split)
+            problems += found
+            rows += got
+    if not d.train_files and (d.train_generator is None or not d.train_generator.name):
+        problems.append(Problem(key="data.train_files", what="no training data: neither data.train_files nor data.train_generator is set", fix="set data.train_files=[train.parquet] (`rlcore data ...` makes one), or a data.train_generator"))
+    return problems, rows
+
+
+# ---------------------------------------------------------------------- reward
+def signature_problem(fn: Callable, kwargs: dict[str, Any], key: str, label: str, names=SCORER_ARGS) -> Problem | None:
+    """A problem when ``fn`` cannot be called with the scorer's keyword arguments plus ``kwargs``."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # builtins and C functions: nothing to check
+    try:
+        sig.bind(**{n: None for n in names}, **kwargs)
+    except TypeError as exc:
+        extra = f" plus reward.kwargs {sorted(kwargs)}" if kwargs else ""
+        return Problem(
+            key=key,
+            what=f"{label} cannot be called as the scorer calls it ({', '.join(names)}{extra}): {exc}",
+            fix=f"give it the signature ({', '.join(names)}, **kwargs), or fix reward.kwargs",
+        )
+    return None
+
+
+def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Problem]:
+    from rl_core.rewards.scoring import RewardConfigError, load_custom_function
+
+    r = config.reward
+    if r.custom.path:
+        if r.name:
+            return [Problem(key="reward.name", what=f"{r.name!r} and reward.custom.path={r.custom.path!r} are both set", fix="set one: a registered reward, or your own function (reward.name=null)")]
+        try:
+            fn = load_custom_function(r.custom.path, r.custom.name)
+        except RewardConfigError as exc:
+            key, _, what = str(exc).partition(": ")
+            key = key if key in ("reward.custom.name", "reward.custom.path") else "reward.custom.path"
+            return [Problem(key=key, what=what or str(exc), fix=f"point reward.custom.path at a .py file that imports cleanly and defines {r.custom.name!r}")]
+        p = signature_problem(fn, dict(r.kwargs), "reward.custom.name", f"{r.custom.name}() in {r.custom.path}")
+        return [p] if p else []
+    cards = registry.cards["reward"]
+    if r.name:
+        card = cards.get(r.name)
+        if card is None:
+            return []  # the resolver reports unknown names
+        return _card_problems(card, dict(r.kwargs))
+    problems: list[Problem] = []
+    from rl_core.rewards.manager import match_data_source
+
+    for source in dict.fromkeys(row["data_source"] for row in rows):
+        try:
+            card = match_data_source(list(cards.values()), source)
+        except RewardConfigError as exc:
+            problems.append(Problem(key="reward.name", what=str(exc), fix="set reward.name to choose one"))
+            break
+        if card is None:
+            installed = ", ".join(sorted(cards)) or "(none installed)"
+            problems.append(Problem(key="reward.name", what=f"no installed reward scores data_source {source!r} (from the data's first rows)", fix=f"set reward.name to one of: {installed}; or reward.custom.path to your own function"))
+            break
+        problems += _card_problems(card, dict(r.kwargs))
+    return problems[:1]
+
+
+def _card_problems(card: Any, kwargs: dict) -> list[Problem]:
+    from rl_core.cards import load_object
+
+    try:
+        fn = load_object(card.factory)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not raised
+        return [Problem(key="reward.name", what=f"reward {card.name!r} from {card.provider} cannot be loaded: {type(exc).__name__}: {exc}", fix="reinstall the plugin that provides it, or report this to its authors")]
+    names = ("data_sources", "solution_strs", "ground_truths", "extra_infos") if card.batched else SCORER_ARGS
+    p = signature_problem(fn, kwargs, "reward.kwargs", f"reward {card.name!r}", names)
+    return [p] if p else []
+
+
+# ---------------------------------------------------------------- environment
+def logger_problems(config: Any) -> list[Problem]:
+    out = []
+    for name in config.trainer.loggers:
+        module, pip_name = LOGGER_PACKAGES.get(name, (None, None))
+        if module and not _installed(module):
+            out.append(Problem(key="trainer.loggers", what=f"logger {name!r} needs the package {pip_name}, which is not installed", fix=f"pip install {pip_name}, or remove {name!r} from trainer.loggers"))
+    return out[:1]
+
+
+def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:
+    t = config.trainer
+    out: list[Problem] = []
+    world = t.nnodes * t.n_gpus_per_node
+    if t.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            out.append(Problem(key="trainer.device", what="is 'cuda' but no CUDA GPU is visible to torch" + ("" if torch.version.cuda else f" (torch {torch.__version__} is a CPU build)"), fix="set trainer.device=cpu (or auto), or run on a machine with a GPU and a CUDA build of torch"))
+        elif t.nnodes == 1 and torch.cuda.device_count() < t.n_gpus_per_node:
+            n = torch.cuda.device_count()
+            out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but this machine has {n} GPU(s)", fix=f"set trainer.n_gpus_per_node to at most {n}; nearest valid value: {n}"))
+    cores = cpu_count or os.cpu_count() or 1
+    if t.device == "cpu" and world > cores:
+        out.append(Problem(key="trainer.n_gpus_per_node", severity="warning", what=f"{world} worker processes on {cores} CPU cores: they compete for the cores and each step is slower", fix=f"set trainer.n_gpus_per_node to at most {cores}"))
+    busy = (world if t.device == "cpu" else 0) + config.reward.num_workers
+    if config.reward.num_workers and busy > cores:
+        out.append(Problem(key="reward.num_workers", severity="warning", what=f"{config.reward.num_workers} reward workers{f' + {world} training processes' if t.device == 'cpu' else ''} on {cores} CPU cores", fix=f"set reward.num_workers to at most {max(1, cores - (world if t.device == 'cpu' else 0))}"))
+    return out
+
+
+def output_problems(config: Any) -> list[Problem]:
+    out_dir = os.path.abspath(os.path.expanduser(config.trainer.output_dir))
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        return [Problem(key="trainer.output_dir", what=f"{config.trainer.output_dir!r} is a file, not a folder", fix="point trainer.output_dir at a folder (it is created if missing)")]
+    parent = out_dir
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK):
+        return [Problem(key="trainer.output_dir", what=f"{config.trainer.output_dir!r} cannot be written ({parent} is not writable)", fix="point trainer.output_dir at a writable folder")]
+    return []
+
+
+def world_problems(config: Any, registry: Any) -> list[Problem]:
+    """Every world check, in the order a user would fix them."""
+    data, rows = data_problems(config)
+    return list(itertools.chain(data, reward_problems(config, registry, rows), logger_problems(config), device_problems(config), output_problems(config)))
