@@ -36,6 +36,10 @@ class UnsupportedModelError(UserError, ValueError):
     """A model config the Megatron converter cannot express."""
 
 
+class ParallelSizeError(UserError, ValueError):
+    """TP x PP that does not fit the number of worker processes or the model."""
+
+
 @attrs.frozen(kw_only=True)
 class ModelShape:
     """What the HF <-> Megatron conversion needs to know about a model."""
@@ -99,9 +103,9 @@ def check_divisible(shape: ModelShape, tp: int, pp: int) -> None:
     key = "train.tensor_model_parallel_size"
     for what, n in (("attention heads", shape.heads), ("key/value heads", shape.kv_heads), ("intermediate_size", shape.ffn), ("vocab_size", shape.vocab)):
         if n % tp:
-            raise UserError(f"{key}={tp} does not divide the model's {what} ({n} % {tp} = {n % tp}); pick a TP that divides {n}")
+            raise ParallelSizeError(f"{key}={tp} does not divide the model's {what} ({n} % {tp} = {n % tp}); pick a TP that divides {n}")
     if shape.layers % pp:
-        raise UserError(
+        raise ParallelSizeError(
             f"train.pipeline_model_parallel_size={pp} does not divide the model's {shape.layers} layers "
             f"({shape.layers} % {pp} = {shape.layers % pp}); pick a PP that divides {shape.layers}"
         )

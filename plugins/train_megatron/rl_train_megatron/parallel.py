@@ -18,11 +18,8 @@ from __future__ import annotations
 import attrs
 import torch
 import torch.distributed as dist
-from rl_core.problems import UserError
 
-
-class ParallelSizeError(UserError, ValueError):
-    """TP x PP that does not fit the number of worker processes or the model."""
+from rl_train_megatron.model import ParallelSizeError
 
 
 @attrs.frozen
