@@ -6,6 +6,12 @@ rank (easy to debug, no start-up cost), else in spawned processes joined by
 ``torch.distributed`` (gloo on CPU, NCCL on GPU). The controller calls
 :meth:`call` with one argument tuple per rank and gets one result per rank.
 
+Rendezvous opens nothing to the network: the ranks meet through a
+``torch.distributed`` FileStore in a private temporary folder (a TCPStore
+master listens on every interface), and gloo / NCCL bind their own sockets
+to the loopback interface (``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``,
+unless you set them).
+
 A worker that raises sends its traceback back and the call raises
 :class:`WorkerError` naming the rank; a worker process that dies (OOM
 killer, segfault) is detected within a second and named with its exit code,
@@ -16,7 +22,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import socket
+import tempfile
 import traceback
 from typing import Any, Sequence
 
@@ -27,10 +35,22 @@ class WorkerError(RuntimeError):
     pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def loopback_interface() -> str:
+    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        names = []
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
+def local_rendezvous_env() -> dict[str, str]:
+    """Environment for the worker processes: collective libraries bind to the loopback interface only."""
+    lo = loopback_interface()
+    return {k: os.environ.get(k, lo) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
 
 
 def _device_for(device: str, local_rank: int) -> str:
@@ -46,7 +66,8 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | None) -> None:
+def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str]) -> None:
+    os.environ.update(env)
     import torch
     import torch.distributed as dist
 
@@ -57,7 +78,7 @@ def _worker_main(conn, stack, context: WorkerContext, port: int, threads: int | 
             torch.cuda.set_device(context.torch_device)
         dist.init_process_group(
             "nccl" if context.device.startswith("cuda") else "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
+            init_method=f"file://{store_file}",
             rank=context.rank,
             world_size=context.world_size,
         )
@@ -104,6 +125,7 @@ class LocalCluster:
         self._procs: list[mp.Process] = []
         self._conns: list[Any] = []
         self._local = None
+        self._store_dir: str | None = None
         contexts = [
             WorkerContext(rank=r, world_size=self.world_size, local_rank=r, device=_device_for(self.device, r), seed=config.trainer.seed)
             for r in range(self.world_size)
@@ -120,10 +142,12 @@ class LocalCluster:
             self._local = HybridWorker(stack, contexts[0])
             return
         ctx = mp.get_context("spawn")
-        port = free_port()
+        self._store_dir = tempfile.mkdtemp(prefix="rl-core-rendezvous-")  # 0700: only this user
+        store_file = os.path.join(self._store_dir, "store")
+        env = local_rendezvous_env()
         for context in contexts:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child, stack, context, port, threads), daemon=True, name=f"rl-core-worker-{context.rank}")
+            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env), daemon=True, name=f"rl-core-worker-{context.rank}")
             proc.start()
             self._procs.append(proc)
             self._conns.append(parent)
@@ -193,6 +217,9 @@ class LocalCluster:
                 proc.kill()
                 proc.join(5)
         self._procs, self._conns = [], []
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
 
     def __enter__(self):
         return self
