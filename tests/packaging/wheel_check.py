@@ -11,7 +11,8 @@ apply the same rules:
 - the wheel's name and version are the pyproject's, and its license file is in it.
 
 ``python tests/packaging/wheel_check.py --wheels DIR`` checks the wheels in DIR
-(one per distribution) and exits 1 naming every problem.
+(one per distribution) and exits 1 naming every problem; ``--build-requires``
+prints what the distributions' builds need.
 """
 
 from __future__ import annotations
@@ -125,9 +126,15 @@ def find_built(outdir: Path, project: dict) -> tuple[Path, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wheels", type=Path, required=True, help="folder with one built wheel and sdist per distribution")
     ap.add_argument("--repo", type=Path, default=REPO, help="source tree (default: this checkout)")
+    ap.add_argument("--wheels", type=Path, help="folder with one built wheel and sdist per distribution")
+    ap.add_argument("--build-requires", action="store_true", help="print the union of the distributions' [build-system] requires, one a line")
     args = ap.parse_args(argv)
+    if args.build_requires:
+        print("\n".join(sorted({r for d in distribution_dirs(args.repo) for r in project_table(d)["build-system"]["requires"]})))
+        return 0
+    if args.wheels is None:
+        ap.error("--wheels DIR is required")
     problems = []
     for dist_dir in distribution_dirs(args.repo):
         try:
