@@ -32,11 +32,15 @@ def _batch():
 
 
 def test_actor_loss_policy_only():
-    loss, m = compute_actor_loss(**_batch(), cfg=ActorConfig())
+    loss, m = compute_actor_loss(**_batch(), cfg=ActorConfig(policy_loss="ppo_clip"))
     close(loss, 0.15)
     close(m["actor/pg_loss"], 0.15)
     close(m["actor/pg_clipfrac"], 0.5)
     assert set(m) == {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"}
+    # verl's default ("vanilla") adds the dual clip; no ratio here exceeds clip_ratio_c = 3
+    loss, m = compute_actor_loss(**_batch(), cfg=ActorConfig())
+    close(loss, 0.15)
+    assert set(m) == {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
 
 def test_actor_loss_with_entropy_and_kl():

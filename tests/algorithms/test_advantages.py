@@ -30,11 +30,21 @@ def test_gae_by_hand():
     rewards = t([[0, 0, 1], [0, 1, 99], [0, 5, 1]])
     values = t([[0.5, 0.6, 0.7], [0.2, 0.4, NAN], [0.5, 9.0, 0.7]])
     mask = t([[1, 1, 1], [1, 1, 0], [1, 0, 1]])
-    adv, ret = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8)
+    # the estimator itself; verl's default whitening is checked in test_gae_whitens_by_default
+    adv, ret = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8,
+                     options={"whiten": False})
     close(adv, [[0.21712, 0.246, 0.3], [0.592, 0.6, 0], [0.346, 0, 0.3]])
     close(ret, [[0.71712, 0.846, 1.0], [0.792, 1.0, 0], [0.846, 0, 1.0]])
     assert adv.dtype == ret.dtype == torch.float32
     assert adv[1, 2].item() == 0.0 and adv[2, 1].item() == 0.0  # exactly zero where masked
+
+
+def test_gae_whitens_by_default():
+    rewards, values, mask = t([[0, 0, 1]]), t([[0.5, 0.6, 0.7]]), t([[1, 1, 1]])
+    plain, _ = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8)
+    whitened, _ = A.gae(token_level_rewards=rewards, response_mask=mask, values=values, gamma=0.9, lam=0.8,
+                        options={"whiten": True})
+    torch.testing.assert_close(plain, whitened)
 
 
 def test_gae_whiten_option():
@@ -56,7 +66,7 @@ def test_gae_bf16_inputs():
     # 0, 0.5, 1 are exact in bf16: gamma = lam = 1, r = [0, 1], V = [0.5, 0.5]
     #   t=1: A1 = 1 - 0.5 = 0.5;  t=0: delta = 0 + 0.5 - 0.5 = 0, A0 = 0 + 0.5 = 0.5
     adv, ret = A.gae(token_level_rewards=t([[0, 1]], torch.bfloat16), response_mask=t([[1, 1]]),
-                     values=t([[0.5, 0.5]], torch.bfloat16))
+                     values=t([[0.5, 0.5]], torch.bfloat16), options={"whiten": False})
     assert adv.dtype == torch.float32
     close(adv, [[0.5, 0.5]])
     close(ret, [[1.0, 1.0]])
@@ -93,9 +103,10 @@ def test_grpo_by_hand():
     # group 0: mean = 0.5, unbiased std = sqrt((0.25 + 0.25 + 0) / 2) = 0.5
     #          A = [0.5, -0.5, 0] / (0.5 + 1e-6) = [1, -1, 0]
     # group 1: mean = 1, std = sqrt((1 + 1) / 1) = sqrt(2); A = [1, -1] / sqrt(2)
-    # group 2: size 1 -> 0 (documented: no baseline, no signal)
+    # group 2: size 1 -> 0 with zero_singleton_groups (verl's raw score: test_grpo_verl_defaults)
     # group 3: all equal -> exactly 0
-    adv, ret = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    adv, ret = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX,
+                      options={"zero_singleton_groups": True, "returns": "reward_to_go"})
     per_seq = _per_seq(adv, GROUP_MASK)
     close(per_seq, [1, -1, 0, 1 / SQRT2, -1 / SQRT2, 0, 0, 0], atol=1e-5)
     assert per_seq[5].item() == 0.0 and per_seq[6].item() == 0.0 and per_seq[7].item() == 0.0
@@ -106,11 +117,21 @@ def test_grpo_by_hand():
     close(ret[3], [2, 2, 0])
 
 
+def test_grpo_verl_defaults():
+    # verl: a group of one has mean 0 and std 1, so A = 3 / (1 + 1e-6); returns are the advantages
+    adv, ret = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    per_seq = _per_seq(adv, GROUP_MASK)
+    close(per_seq, [1, -1, 0, 1 / SQRT2, -1 / SQRT2, 3 / (1 + 1e-6), 0, 0], atol=1e-5)
+    assert torch.equal(ret, adv)
+    with pytest.raises(ValueError, match="returns"):
+        A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX, options={"returns": "nope"})
+
+
 def test_dr_grpo_by_hand():
     # norm_adv_by_std=False: A = score - group mean
     # group 0: [0.5, -0.5, 0]; group 1: [1, -1]; singleton 0; all-equal 0
     adv, _ = A.grpo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX,
-                    options={"norm_adv_by_std": False})
+                    options={"norm_adv_by_std": False, "zero_singleton_groups": True})
     close(_per_seq(adv, GROUP_MASK), [0.5, -0.5, 0, 1, -1, 0, 0, 0])
 
 
@@ -156,9 +177,12 @@ def test_rloo_by_hand():
     # A_i = r_i - mean of the others
     # group 0 [1, 0, 0.5]: 1 - (0 + 0.5)/2 = 0.75;  0 - (1 + 0.5)/2 = -0.75;  0.5 - (1 + 0)/2 = 0
     # group 1 [2, 0]:      2 - 0 = 2;  0 - 2 = -2
-    # group 2 singleton -> 0;  group 3 all equal -> 0
-    adv, ret = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    # group 2 singleton -> 0 (zero_singleton_groups; verl keeps the raw score 3);  group 3 all equal -> 0
+    adv, ret = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX,
+                      options={"zero_singleton_groups": True, "returns": "reward_to_go"})
     close(_per_seq(adv, GROUP_MASK), [0.75, -0.75, 0, 2, -2, 0, 0, 0])
+    verl, _ = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
+    close(_per_seq(verl, GROUP_MASK), [0.75, -0.75, 0, 2, -2, 3, 0, 0])
     assert not torch.isnan(ret).any()
 
 
@@ -194,7 +218,8 @@ def test_reinforce_plus_plus_baseline_by_hand():
     rewards = t([[0, 1], [0, 0], [0, 3], [1, 0], [5, 8]])
     mask = t([[1, 1], [1, 1], [1, 1], [1, 1], [1, 0]])
     index = torch.tensor([0, 0, 1, 1, 2])
-    adv, ret = A.reinforce_plus_plus_baseline(token_level_rewards=rewards, response_mask=mask, index=index)
+    adv, ret = A.reinforce_plus_plus_baseline(token_level_rewards=rewards, response_mask=mask, index=index,
+                                              options={"zero_singleton_groups": True, "returns": "reward_to_go"})
     s = math.sqrt(0.625)
     close(adv, [[0.5 / s] * 2, [-0.5 / s] * 2, [1 / s] * 2, [-1 / s] * 2, [0, 0]])
     close(ret, [[1, 1], [0, 0], [3, 3], [1, 0], [5, 0]])

@@ -14,11 +14,22 @@ ESTIMATORS = {
     "reinforce_plus_plus_baseline": (False, True, False, "sequence"),
     "remax": (False, False, True, "token"),
 }
-POLICY_LOSSES = {"ppo_clip": "token", "dual_clip": "token", "gspo": "sequence"}
+POLICY_LOSSES = {
+    "ppo_clip": "token", "dual_clip": "token", "vanilla": "token", "gspo": "sequence", "gpg": "token", "dro": "token",
+    "cispo": "token", "sapo": "token", "geo_mean": "sequence", "dppo_tv": "token", "dppo_kl": "token",
+    "clip_cov": "token", "kl_cov": "token",
+}
+# estimators registered from other modules (same signature)
+MORE_ESTIMATORS = {
+    "opo": "rl_core.algorithms.group_baselines:opo",
+    "grpo_passk": "rl_core.algorithms.group_baselines:grpo_passk",
+    "gpg": "rl_core.algorithms.group_baselines:gpg",
+    "grpo_vectorized": "rl_core.algorithms.advantages:grpo",
+}
 
 ESTIMATOR_PARAMS = ["token_level_rewards", "response_mask", "index", "values", "gamma", "lam", "baseline_rewards", "options"]
 POLICY_LOSS_PARAMS = ["old_log_prob", "log_prob", "advantages", "response_mask", "loss_agg_mode", "clip_ratio",
-                      "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "options"]
+                      "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "options", "rollout_is_weights"]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +51,14 @@ def test_estimator_cards(registry, name):
     params = inspect.signature(card.load()).parameters
     assert list(params) == ESTIMATOR_PARAMS
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+
+
+@pytest.mark.parametrize("name", sorted(MORE_ESTIMATORS))
+def test_more_estimator_cards(registry, name):
+    card = registry.get("estimator", name)
+    assert card.needs_groups and card.factory == MORE_ESTIMATORS[name]
+    params = inspect.signature(card.load()).parameters
+    assert list(params) == ESTIMATOR_PARAMS
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))

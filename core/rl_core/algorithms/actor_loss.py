@@ -4,7 +4,7 @@ A train backend (FSDP, Megatron, ...) runs the forward pass, then calls
 :func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch
 and back-propagates the result, so the algorithm lives here, once:
 
-    actor loss = policy_loss                              (cfg.policy_loss, from the registry)
+    actor loss = policy_loss(..., rollout_is_weights)     (cfg.policy_loss, from the registry)
                - entropy_coeff * agg(entropy)             (when entropy_coeff != 0)
                + kl_loss_coef  * agg(kl(log_prob, ref))   (when use_kl_loss; GRPO's KL term)
 
@@ -51,6 +51,7 @@ def compute_actor_loss(
     response_mask: Tensor,
     entropy: Tensor | None = None,
     ref_log_prob: Tensor | None = None,
+    rollout_is_weights: Tensor | None = None,
     cfg: Any,
     registry: Any = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -62,11 +63,17 @@ def compute_actor_loss(
             :func:`rl_core.algorithms.entropy.entropy_from_logits`); required
             when ``cfg.entropy_coeff != 0``, logged when given.
         ref_log_prob: ``[B, T]``; required when ``cfg.use_kl_loss``.
+        rollout_is_weights: ``[B, T]`` rollout-correction weights
+            (:mod:`rl_core.algorithms.rollout_correction`); multiply the policy
+            loss per token (not the entropy / KL terms, as verl). Passed to the
+            policy loss only when given, so losses without the argument work
+            when rollout correction is off.
         cfg: :class:`rl_core.config.schema.ActorConfig` (fields read:
             ``policy_loss``, ``loss_agg_mode``, ``clip_ratio``,
             ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``,
             ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
-            ``kl_loss_type``; ``policy_loss_options`` if the config has it).
+            ``kl_loss_type``; ``policy_loss_options`` and ``loss_scale_factor``
+            if the config has them).
         registry: defaults to :func:`rl_core.plugins.get_registry`.
 
     Returns:
@@ -74,6 +81,11 @@ def compute_actor_loss(
     """
     mode = cfg.loss_agg_mode
     pg_fn = get_policy_loss(cfg.policy_loss, registry)
+    options = dict(getattr(cfg, "policy_loss_options", None) or {})
+    norm_length = getattr(cfg, "loss_scale_factor", None)
+    if norm_length is not None:
+        options.setdefault("norm_length", norm_length)
+    extra = {} if rollout_is_weights is None else {"rollout_is_weights": rollout_is_weights}
     pg_loss, pg_metrics = pg_fn(
         old_log_prob=old_log_prob,
         log_prob=log_prob,
@@ -84,7 +96,8 @@ def compute_actor_loss(
         clip_ratio_low=cfg.clip_ratio_low,
         clip_ratio_high=cfg.clip_ratio_high,
         clip_ratio_c=cfg.clip_ratio_c,
-        options=getattr(cfg, "policy_loss_options", None),
+        options=options,
+        **extra,
     )
     metrics: dict[str, Tensor] = {"actor/pg_loss": pg_loss.detach()}
     for key, value in pg_metrics.items():
@@ -94,7 +107,7 @@ def compute_actor_loss(
     if cfg.entropy_coeff != 0 and entropy is None:
         raise ValueError(f"actor.entropy_coeff={cfg.entropy_coeff} needs the per-token `entropy` of the policy")
     if entropy is not None:
-        entropy_term = agg_loss(entropy, response_mask, mode)
+        entropy_term = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
         metrics["actor/entropy"] = entropy_term.detach()
         if cfg.entropy_coeff != 0:
             loss = loss - cfg.entropy_coeff * entropy_term
@@ -103,7 +116,7 @@ def compute_actor_loss(
         if ref_log_prob is None:
             raise ValueError("actor.use_kl_loss=True needs `ref_log_prob` (enable the reference model)")
         kld = kl_penalty(log_prob, ref_log_prob.detach(), cfg.kl_loss_type)
-        kl_term = agg_loss(kld, response_mask, mode)
+        kl_term = agg_loss(kld, response_mask, mode, norm_length=norm_length)
         loss = loss + cfg.kl_loss_coef * kl_term
         metrics["actor/kl_loss"] = kl_term.detach()
         metrics["actor/kl_coef"] = kl_term.new_tensor(float(cfg.kl_loss_coef))

@@ -26,13 +26,23 @@ Conventions shared by all built-ins:
   response (e.g. tool output in a multi-turn rollout) are skipped: the next
   valid token's value / return is carried across the gap.
 - **sequence score** of a response = sum of its valid token rewards.
-- **groups** (``index``): a group of size 1 has no baseline to compare with,
-  so GRPO / RLOO / REINFORCE++-baseline give it advantage **0** (that prompt
-  adds no gradient). A group whose rewards are all equal gets 0 as well,
-  exactly, not NaN and not rounding noise.
-- **returns** for the critic-free estimators are the undiscounted reward-to-go
-  (for an outcome reward on the last token: the score on every token); the
-  critic never reads them, metrics do.
+- **groups** (``index``): as in verl, a group of size 1 is compared with a
+  baseline of 0 (GRPO: mean 0, std 1), so its advantage is its raw score.
+  Option ``zero_singleton_groups=True`` gives it 0 instead: one sample has no
+  baseline, so its score says nothing about this response versus the
+  prompt's others, and a raw score of e.g. 1 would weigh as much as a
+  clearly better-than-average response. A group whose rewards are all equal
+  gets exactly 0 (verl computes ``(r - mean) / (0 + eps)``, which turns the
+  last-bit rounding of ``mean`` into advantages of order 1e-7/1e-6 = 0.1:
+  a bug, so here it is 0 exactly).
+- **returns** for the critic-free group estimators (GRPO, RLOO,
+  REINFORCE++-baseline, OPO, GRPO pass@k, GPG) are the advantages, as in verl;
+  option ``returns="reward_to_go"`` gives the undiscounted reward-to-go
+  instead (the score on every token for an outcome reward), which is what a
+  "return" means and makes ``returns_*`` metrics comparable across estimators.
+  The critic never reads them, metrics do.
+- **masked positions** are 0 in both outputs; verl leaves carried values at
+  gaps and padding for some estimators (never read by a loss).
 - Outputs carry no gradient (the body runs under ``torch.no_grad``).
 """
 
@@ -154,6 +164,29 @@ def _opt(options: Mapping[str, Any] | None, key: str, default: Any) -> Any:
     return default if options is None else options.get(key, default)
 
 
+def _no_signal(stats: dict[str, Tensor], options: Mapping[str, Any] | None) -> Tensor:
+    """``[B]`` bool: rows whose advantage is 0 exactly (all-equal groups; groups of one if asked)."""
+    constant = stats["constant"] & (stats["count"] >= 2)
+    if _opt(options, "zero_singleton_groups", False):
+        return constant | (stats["count"] < 2)
+    return constant
+
+
+def _group_outputs(per_seq: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> tuple[Tensor, Tensor]:
+    """``[B]`` advantages -> (advantages, returns) ``[B, T]``; returns per the ``returns`` option."""
+    adv = _broadcast(per_seq, mask)
+    return adv, _group_returns(adv, rewards, mask, options)
+
+
+def _group_returns(adv: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> Tensor:
+    kind = _opt(options, "returns", "advantages")
+    if kind == "advantages":
+        return adv.clone()
+    if kind == "reward_to_go":
+        return reward_to_go(rewards, mask)
+    raise ValueError(f"algorithm.options.returns={kind!r} is not supported; use 'advantages' (verl) or 'reward_to_go'")
+
+
 # ------------------------------------------------------------- estimators
 @torch.no_grad()
 def gae(
@@ -177,13 +210,14 @@ def gae(
     Shapes: rewards, mask, values ``[B, T]`` -> advantages, returns ``[B, T]`` float32.
     Uses ``values``, ``gamma``, ``lam``; ignores ``index`` and ``baseline_rewards``.
 
-    Options: ``whiten`` (default False): normalise the advantages over all
-    valid tokens of the batch (mean 0, std 1); ``returns`` are computed before.
+    Options: ``whiten`` (default True, as verl, which always whitens):
+    normalise the advantages over all valid tokens of the batch (mean 0,
+    std 1); ``returns`` are computed before. ``whiten=False`` keeps
+    ``advantages == returns - values`` exactly (the paper's estimator).
 
     Departures: masked positions inside a response are skipped (``t+1`` is the
-    next *valid* token), so their rewards and values are never read. verl
-    always whitens GAE advantages; here it is opt-in so that, by default,
-    ``advantages == returns - values`` holds exactly.
+    next *valid* token), so their rewards and values are never read (verl
+    does the same).
     """
     rewards, mask = _prepare(token_level_rewards, response_mask)
     v = _check_values(values, mask, "gae")
@@ -199,7 +233,7 @@ def gae(
         next_value = torch.where(m, v[:, t], next_value)
         adv[:, t] = torch.where(m, a_t, torch.zeros_like(a_t))
     returns = torch.where(mask, adv + v, torch.zeros_like(adv))
-    if _opt(options, "whiten", False):
+    if _opt(options, "whiten", True):
         adv = masked_whiten(adv, mask)
     return adv, returns
 
@@ -230,20 +264,21 @@ def grpo(
     Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
     Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
 
-    Departures: ``std`` is the unbiased (n - 1) sample std. A group of size
-    1 gets advantage 0 (verl uses mean 0 / std 1 there, i.e. the raw score);
-    a group with all-equal scores gets exactly 0.
+    ``std`` is the unbiased (n - 1) sample std. Groups of one, all-equal
+    groups, ``zero_singleton_groups`` and ``returns``: module docstring.
     """
     rewards, mask = _prepare(token_level_rewards, response_mask)
     idx = _check_index(index, rewards.shape[0], "grpo", rewards.device)
     scores = _sequence_scores(rewards)
     stats = _group_stats(scores, idx)
-    centred = scores - stats["mean"]
+    single = stats["count"] < 2
+    mean = torch.where(single, torch.zeros_like(scores), stats["mean"])
+    std = torch.where(single, torch.ones_like(scores), stats["std"])
+    centred = scores - mean
     if _opt(options, "norm_adv_by_std", True):
-        centred = centred / (stats["std"] + float(_opt(options, "epsilon", GRPO_EPS)))
-    no_signal = (stats["count"] < 2) | stats["constant"]
-    per_seq = torch.where(no_signal, torch.zeros_like(centred), centred)
-    return _broadcast(per_seq, mask), reward_to_go(rewards, mask)
+        centred = centred / (std + float(_opt(options, "epsilon", GRPO_EPS)))
+    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(centred), centred)
+    return _group_outputs(per_seq, rewards, mask, options)
 
 
 @torch.no_grad()
@@ -268,19 +303,19 @@ def rloo(
     Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
     Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
 
-    Departures: a group of size 1 has no other sample, so its advantage is 0;
-    the paper assumes k >= 2. The paper's per-token KL penalty in the reward
-    is applied upstream by :func:`rl_core.algorithms.kl.apply_kl_penalty`.
+    Departures: the paper assumes k >= 2; a group of size 1 keeps its raw
+    score as verl does (``zero_singleton_groups``: module docstring). The
+    paper's per-token KL penalty in the reward is applied upstream by
+    :func:`rl_core.algorithms.kl.apply_kl_penalty`.
     """
     rewards, mask = _prepare(token_level_rewards, response_mask)
     idx = _check_index(index, rewards.shape[0], "rloo", rewards.device)
     scores = _sequence_scores(rewards)
     stats = _group_stats(scores, idx)
     n = stats["count"]
-    baseline = (stats["sum"] - scores) / (n - 1).clamp_min(1)
-    no_signal = (n < 2) | stats["constant"]
-    per_seq = torch.where(no_signal, torch.zeros_like(scores), scores - baseline)
-    return _broadcast(per_seq, mask), reward_to_go(rewards, mask)
+    baseline = torch.where(n < 2, torch.zeros_like(scores), (stats["sum"] - scores) / (n - 1).clamp_min(1))
+    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(scores), scores - baseline)
+    return _group_outputs(per_seq, rewards, mask, options)
 
 
 @torch.no_grad()
@@ -333,18 +368,19 @@ def reinforce_plus_plus_baseline(
     Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
     Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
 
-    Departures: a group of size 1 (or of equal scores) is centred to 0 before
-    the batch normalisation, where verl keeps the raw score (mean 0 for a
-    singleton). After normalisation those tokens are ``-mean/std`` like any
-    other 0, not necessarily 0 themselves.
+    A group of size 1 keeps its raw score (mean 0, as verl) unless
+    ``zero_singleton_groups``; an all-equal group is centred to exactly 0.
+    After normalisation those tokens are ``-mean/std`` like any other 0, not
+    necessarily 0 themselves. ``returns``: module docstring.
     """
     rewards, mask = _prepare(token_level_rewards, response_mask)
     idx = _check_index(index, rewards.shape[0], "reinforce_plus_plus_baseline", rewards.device)
     scores = _sequence_scores(rewards)
     stats = _group_stats(scores, idx)
-    no_signal = (stats["count"] < 2) | stats["constant"]
-    centred = torch.where(no_signal, torch.zeros_like(scores), scores - stats["mean"])
-    return masked_whiten(_broadcast(centred, mask), mask), reward_to_go(rewards, mask)
+    mean = torch.where(stats["count"] < 2, torch.zeros_like(scores), stats["mean"])
+    centred = torch.where(_no_signal(stats, options), torch.zeros_like(scores), scores - mean)
+    adv = masked_whiten(_broadcast(centred, mask), mask)
+    return adv, _group_returns(adv, rewards, mask, options)
 
 
 @torch.no_grad()

@@ -15,6 +15,8 @@ mode                        loss
 ``seq-mean-token-sum-norm`` mean over sequences of (token sum / T), T the max
                             response length: a constant, so no length bias
                             (Dr. GRPO)
+``token-sum``               sum of valid token losses, no normaliser (verl's
+                            ``token-sum``: the loss scale grows with the batch)
 ==========================  ===================================================
 
 Departures / choices:
@@ -26,14 +28,15 @@ Departures / choices:
 - ``seq-mean-token-sum-norm`` divides by ``norm_length`` (default: the padded
   width ``T`` of ``loss_mat``). For the Dr. GRPO behaviour ``T`` must be the
   same every step: pass ``norm_length=data.max_response_length`` when batches
-  are padded to the longest response only. verl's version divides the *sum*
-  over sequences by ``T`` (no ``1/B``); ours is that divided by the number of
-  sequences, i.e. a batch-size-independent learning-rate scale.
+  are padded to the longest response only (verl's ``loss_scale_factor``).
+  As in verl 0.9.1 the result is the mean over sequences of ``token sum / T``.
+- ``seq-mean-token-mean`` divides each sequence's sum by its token count;
+  verl adds ``1e-8`` to that count (a relative difference below 1e-8).
 - ``denominator`` replaces the local normaliser (token count for
   ``token-mean``, sequence count for the ``seq-mean-*`` modes) so a backend
   that splits a mini-batch into micro-batches (and ranks) can divide by the
   global count and sum the micro-batch losses. It is a number or a 0-d
-  tensor, taken as given.
+  tensor, taken as given. ``token-sum`` has no normaliser and ignores it.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ LOSS_AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
+    "token-sum",
 )
 
 
@@ -97,6 +101,8 @@ def agg_loss(
     weighted = zero_masked(loss_mat, mask) * w  # [B, T]; NaN at masked positions cannot leak
     if mode == "token-mean":
         return _divide(weighted.sum(), w.sum() if denominator is None else denominator)
+    if mode == "token-sum":
+        return weighted.sum()
 
     seq_valid = bool_mask(mask).any(dim=-1)  # [B]
     n_seq = seq_valid.sum().to(torch.float32) if denominator is None else denominator

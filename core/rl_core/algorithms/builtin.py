@@ -18,7 +18,10 @@ from rl_core import hookimpl
 from rl_core.cards import EstimatorCard, PolicyLossCard
 
 _ADV = "rl_core.algorithms.advantages"
+_GB = "rl_core.algorithms.group_baselines"
 _PG = "rl_core.algorithms.policy_loss"
+_PG2 = "rl_core.algorithms.policy_loss_pg"
+_COV = "rl_core.algorithms.policy_loss_cov"
 
 
 @hookimpl
@@ -48,6 +51,27 @@ def rl_core_register_advantage_estimators(register):
         name="remax", factory=f"{_ADV}:remax", needs_greedy_baseline=True, level="token",
         description="return minus the greedy response's reward (ReMax, Li et al. 2023)",
     ))
+    register(EstimatorCard(
+        name="opo", factory=f"{_GB}:opo", needs_groups=True, level="sequence",
+        description="score minus the group's length-weighted mean score (OPO, Hao et al. 2025)",
+    ))
+    register(EstimatorCard(
+        name="grpo_passk", factory=f"{_GB}:grpo_passk", needs_groups=True, level="sequence",
+        description="only each group's best response gets r_max - r_second (pass@k training, Chen et al. 2025)",
+    ))
+    register(EstimatorCard(
+        name="gpg", factory=f"{_GB}:gpg", needs_groups=True, level="sequence",
+        description="group-mean baseline scaled by batch size / non-zero scores (GPG, Chu et al. 2025)",
+    ))
+    # verl's vectorised implementations (grpo's computes grpo's numbers; rloo's differs on groups of one)
+    register(EstimatorCard(
+        name="grpo_vectorized", factory=f"{_ADV}:grpo", needs_groups=True, level="sequence",
+        description="verl's name for its vectorised grpo: the same estimator as grpo",
+    ))
+    register(EstimatorCard(
+        name="rloo_vectorized", factory=f"{_GB}:rloo_vectorized", needs_groups=True, level="sequence",
+        description="verl's vectorised rloo: rloo, but a group of one gets 0 (as verl's version does)",
+    ))
 
 
 @hookimpl
@@ -59,6 +83,28 @@ def rl_core_register_policy_losses(register):
     register(PolicyLossCard(
         name="dual_clip", factory=f"{_PG}:dual_clip", level="token",
         description="dual-clip PPO: caps the loss of negative-advantage tokens at -A*clip_ratio_c (Ye et al. 2020)",
+    ))
+    register(PolicyLossCard(
+        name="vanilla", factory=f"{_PG}:dual_clip", level="token",
+        description="verl's default: PPO clip plus the dual clip on negative advantages (clip_ratio_c)",
+    ))
+    for name, doc in (
+        ("gpg", "plain policy gradient -A log pi, no ratio (GPG, Chu et al. 2025)"),
+        ("dro", "policy gradient with a quadratic log-ratio penalty (needs policy_loss_options.dro_beta)"),
+        ("cispo", "clipped, stop-gradient importance weight times A log pi (CISPO, MiniMax 2025)"),
+        ("sapo", "smooth sigmoid gate instead of a hard clip (SAPO, Qwen 2025)"),
+        ("geo_mean", "geometric mean of clipped token ratios per sequence (GMPO, Zhao et al. 2025)"),
+        ("dppo_tv", "keep tokens whose probability moved less than a TV threshold (DPPO-Binary-TV)"),
+        ("dppo_kl", "keep tokens whose binary KL stayed under a threshold (DPPO-Binary-KL)"),
+    ):
+        register(PolicyLossCard(name=name, factory=f"{_PG2}:{name}", level="sequence" if name == "geo_mean" else "token", description=doc))
+    register(PolicyLossCard(
+        name="clip_cov", factory=f"{_COV}:clip_cov", level="token",
+        description="drop the gradient of a few high-covariance tokens (Clip-Cov, Cui et al. 2025)",
+    ))
+    register(PolicyLossCard(
+        name="kl_cov", factory=f"{_COV}:kl_cov", level="token",
+        description="|log r| penalty on the highest-covariance tokens (KL-Cov, Cui et al. 2025)",
     ))
     register(PolicyLossCard(
         name="gspo", factory=f"{_PG}:gspo", level="sequence",

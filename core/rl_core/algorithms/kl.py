@@ -14,6 +14,12 @@ kind                   value per token                     note
                        to ``[-10, 10]``
 =====================  ==================================  ======================
 
+Straight-through kinds (verl's names): ``k1+``, ``kl+``, ``abs+``, ``k3+``,
+``low_var_kl+`` have the base estimator's *value* and the *gradient* of ``k2``
+(``d * grad d``). k1's and k3's expectations are the KL, but their expected
+gradients are not the KL's gradient; k2's expected gradient is (Schulman's
+post; verl's ``kl_penalty``). ``k2+`` / ``mse+`` are plain ``k2``.
+
 Departures: ``k3`` clamps ``d`` to ``[-20, 20]`` before ``exp`` and the result
 to ``[-10, 10]`` (as verl does) for stability with a stale reference, which
 biases it for very large divergences.
@@ -41,7 +47,8 @@ from rl_core.algorithms.masked import (
     zero_masked,
 )
 
-KL_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+_BASE_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+KL_KINDS: tuple[str, ...] = _BASE_KINDS + tuple(f"{k}+" for k in _BASE_KINDS)
 K3_CLAMP = 10.0
 LOG_RATIO_CLAMP = 20.0
 
@@ -58,6 +65,16 @@ def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl")
         raise ValueError(f"KL kind {kind!r} is not supported; use one of {', '.join(repr(k) for k in KL_KINDS)}")
     if tuple(log_prob.shape) != tuple(ref_log_prob.shape):
         raise ValueError(f"log_prob {tuple(log_prob.shape)} and ref_log_prob {tuple(ref_log_prob.shape)} differ in shape")
+    if kind.endswith("+"):
+        base = _kl_forward(log_prob, ref_log_prob, kind[:-1])
+        if kind[:-1] in ("k2", "mse"):
+            return base
+        k2 = _kl_forward(log_prob, ref_log_prob, "k2")
+        return k2 - k2.detach() + base.detach()  # value: base; gradient: k2's
+    return _kl_forward(log_prob, ref_log_prob, kind)
+
+
+def _kl_forward(log_prob: Tensor, ref_log_prob: Tensor, kind: str) -> Tensor:
     d = log_prob.float() - ref_log_prob.float()
     if kind in ("k1", "kl"):
         return d

@@ -11,6 +11,7 @@ Every loss is called as::
         clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,   # eps; low/high default to clip_ratio
         clip_ratio_c=3.0,   # dual-clip constant (> 1)
         options=None,       # Mapping of loss-specific knobs
+        rollout_is_weights=None,  # Tensor[B, T] detached rollout-correction weights
     )
 
 ``loss`` is a 0-d float32 tensor to minimise. ``metrics`` maps names to
@@ -26,6 +27,17 @@ Every loss is called as::
 Inputs may be bf16; arithmetic is fp32. Masked positions are never read
 (NaN there is fine). The log-ratio is clamped to ``[-20, 20]`` before
 ``exp`` so a stale token cannot overflow (verl does the same).
+
+``rollout_is_weights`` (:mod:`rl_core.algorithms.rollout_correction`) multiply
+the per-token loss before aggregation, as in verl. ``options["norm_length"]``
+is the constant of ``seq-mean-token-sum-norm`` (verl's
+``actor.loss_scale_factor``; default the padded width).
+
+Names: ``vanilla`` is verl's default, PPO with the dual clip on negative
+advantages (:func:`dual_clip`); ``ppo_clip`` is PPO without it (Schulman et
+al. 2017 as written). Other losses: :mod:`rl_core.algorithms.policy_loss_pg`
+(gpg, dro, cispo, sapo, geo_mean, dppo_tv, dppo_kl) and
+:mod:`rl_core.algorithms.policy_loss_cov` (clip_cov, kl_cov).
 """
 
 from __future__ import annotations
@@ -44,6 +56,7 @@ from rl_core.algorithms.masked import (
 )
 
 LOG_RATIO_CLAMP = 20.0
+GSPO_LOG_RATIO_MAX = 10.0
 
 
 def _clip_range(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
@@ -66,6 +79,21 @@ def _prepare(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, respons
     return mask, log_ratio, adv
 
 
+def finish_loss(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    rollout_is_weights: Tensor | None,
+    options: Mapping[str, Any] | None,
+) -> Tensor:
+    """Multiply by the rollout IS weights (if any), then aggregate with ``mode``."""
+    if rollout_is_weights is not None:
+        check_same_shape("rollout_is_weights", rollout_is_weights, mask)
+        loss_mat = loss_mat * zero_masked(rollout_is_weights.detach(), mask)
+    norm_length = None if options is None else options.get("norm_length")
+    return agg_loss(loss_mat, mask, mode, norm_length=norm_length)
+
+
 def _clipped_surrogate(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
     """PPO's pessimistic surrogate as a loss: ``max(-A r, -A clip(r, 1-low, 1+high))`` and the clip flag."""
     unclipped = -adv * ratio
@@ -85,6 +113,7 @@ def ppo_clip(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
     options: Mapping[str, Any] | None = None,
+    rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7).
 
@@ -95,7 +124,9 @@ def ppo_clip(
     Separate ``clip_ratio_low`` / ``clip_ratio_high`` give DAPO's clip-higher
     (Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System
     at Scale": eps_low=0.2, eps_high=0.28); both default to ``clip_ratio``.
-    ``clip_ratio_c`` is ignored (see :func:`dual_clip`).
+    ``clip_ratio_c`` is ignored (see :func:`dual_clip`; verl's default
+    ``vanilla`` is the dual clip, which bounds the loss of a negative-advantage
+    token whose ratio blew up).
 
     Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
 
@@ -106,7 +137,7 @@ def ppo_clip(
     low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
     mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     loss_mat, was_clipped = _clipped_surrogate(torch.exp(log_ratio), adv, low, high)
-    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
     metrics = {
         "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
@@ -126,6 +157,7 @@ def dual_clip(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
     options: Mapping[str, Any] | None = None,
+    rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with
     Deep Reinforcement Learning", section 3.3).
@@ -133,7 +165,8 @@ def dual_clip(
     As :func:`ppo_clip`, plus, for tokens with ``A_t < 0``, the loss is capped at
     ``-A_t * c`` (``c = clip_ratio_c > 1``): ``L_t = min(L_t^ppo, -A_t c)``.
     When the ratio is huge and the advantage negative, PPO's loss grows without
-    bound; the cap bounds that token's gradient to 0.
+    bound; the cap bounds that token's gradient to 0. Registered as ``vanilla``
+    too (verl's name and default).
 
     Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``,
     ``clipfrac_lower``, ``ppo_kl``).
@@ -147,7 +180,7 @@ def dual_clip(
     negative = adv < 0
     capped = negative & (ppo_mat > cap)
     loss_mat = torch.where(negative, torch.minimum(ppo_mat, cap), ppo_mat)
-    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
     metrics = {
         "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
         "clipfrac_lower": masked_mean(capped.float(), mask).detach(),
@@ -168,6 +201,7 @@ def gspo(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
     options: Mapping[str, Any] | None = None,
+    rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Group Sequence Policy Optimization (Zheng et al. 2025, "Group Sequence Policy
     Optimization", Qwen team): the importance ratio is per *sequence*,
@@ -187,19 +221,21 @@ def gspo(
     Departures / settings: the paper uses tiny clip ranges (left 3e-4, right
     4e-4 in v2), not PPO's 0.2: set ``actor.clip_ratio_low`` / ``clip_ratio_high``.
     The paper aggregates with ``seq-mean-token-mean``; ``loss_agg_mode`` is
-    honoured as given (verl forces seq-mean-token-mean). ``clip_ratio_c`` is
-    ignored.
+    honoured as given (as verl 0.9.1). As verl, the per-token log-ratios are
+    not clamped before the sequence mean, and the token log-ratio is clamped
+    at 10 from above (its gradient is 0 beyond). ``clip_ratio_c`` is ignored.
     """
     low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    raw_log_ratio = zero_masked(log_prob.float() - old_log_prob.float(), mask)
     lengths = mask.sum(dim=-1).clamp_min(1).to(torch.float32)  # [B]
-    seq_log_ratio = (log_ratio.sum(dim=-1) / lengths).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B]
+    seq_log_ratio = raw_log_ratio.sum(dim=-1) / lengths  # [B]
     lp = zero_masked(log_prob.float(), mask)
-    token_log_ratio = lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)  # value: log s_i
+    token_log_ratio = (lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp(max=GSPO_LOG_RATIO_MAX)
     loss_mat, was_clipped = _clipped_surrogate(torch.exp(token_log_ratio), adv, low, high)
-    loss = agg_loss(loss_mat, mask, loss_agg_mode)
+    loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
     metrics = {
         "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
-        "ppo_kl": masked_mean(-log_ratio, mask).detach(),
+        "ppo_kl": masked_mean(-raw_log_ratio, mask).detach(),
     }
     return loss, metrics

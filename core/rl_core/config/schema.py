@@ -167,8 +167,9 @@ class ActorConfig:
     shuffle: bool = False
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
-    policy_loss: str = "ppo_clip"
+    policy_loss: str = "vanilla"  # verl's default: PPO clip + dual clip (clip_ratio_c); "ppo_clip" has no dual clip
     policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
+    loss_scale_factor: int | None = pos(None, hint="the constant T of seq-mean-token-sum-norm; null: the padded width")
     clip_ratio: float = num(0.2, gt=0, lt=1, hint="0.2 is usual")
     clip_ratio_low: float | None = num(None, gt=0, lt=1, hint="0.2 is usual")
     clip_ratio_high: float | None = num(None, gt=0, hint="0.2 is usual, 0.28 for DAPO's clip-higher")
@@ -208,6 +209,21 @@ class KLControlConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RolloutCorrectionConfig:
+    """verl's ``algorithm.rollout_correction``: importance weights / rejection computed from the
+    rollout engine's log-probs against the old policy's (:mod:`rl_core.algorithms.rollout_correction`).
+    Needs ``rollout.calculate_log_probs=true``; metrics are logged whenever both log-probs exist."""
+
+    rollout_is: str | None = choice(None, ("token", "sequence"), hint="null: no weights")
+    rollout_is_threshold: float | str = 2.0  # a number truncates (TIS); "lower_upper" masks (IcePop)
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None  # comma-separated rejection criteria, e.g. "token_k1,seq_mean_k3"
+    rollout_rs_threshold: float | str | None = None
+    bypass_mode: bool = choice(False, (False,), hint="bypass mode (rollout log-probs as old log-probs) is not implemented")
+    loss_type: str = choice("ppo_clip", ("ppo_clip",), hint="only used by bypass mode, which is not implemented")
+
+
+@attrs.frozen(kw_only=True)
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
     gamma: float = frac(1.0, hint="the discount; 1.0 is usual for LLMs")
@@ -216,6 +232,7 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = choice("kl", _kl_kinds)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
+    rollout_correction: RolloutCorrectionConfig = field(factory=RolloutCorrectionConfig)
     options: dict[str, Any] = field(factory=dict)
 
 

@@ -1,0 +1,287 @@
+"""Rollout correction: importance weights and rejection masks for the gap between the
+rollout engine's policy and the trainer's (verl's ``algorithm.rollout_correction``).
+
+A rollout engine (vLLM, SGLang, even the ``hf`` rollout in bf16) samples from
+``pi_rollout``, numerically not the trainer's ``pi_old``. With the engine's per-token
+log-probs (``rollout.calculate_log_probs=true``), ``log rho_t = log pi_old - log pi_rollout``
+corrects the policy gradient (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings
+You Off-Policy RL Training"; Liu et al. 2025, "When Speed Kills Stability"):
+
+- **importance weights** (``rollout_is``): ``"token"``: ``w_t = rho_t``; ``"sequence"``:
+  ``w = prod_t rho_t`` on every token of the response. ``rollout_is_threshold`` ``u``
+  (a number, or a string holding one) **truncates**: ``w <- min(w, u)`` (TIS);
+  ``"l_u"`` (e.g. ``"0.5_5.0"``) **masks**: ``w <- 0`` outside ``[l, u]`` (IcePop).
+  ``rollout_is_batch_normalize`` rescales the weights to mean 1 over the batch (tokens
+  or sequences). Weights carry no gradient and multiply the per-token policy loss.
+- **rejection** (``rollout_rs``): comma-separated criteria, each dropping tokens or whole
+  responses from the response mask: ``token_k{1,2,3}``, ``seq_sum_k{1,2,3}``,
+  ``seq_mean_k{1,2,3}``, ``seq_max_k{2,3}`` with ``k1 = -log rho``,
+  ``k2 = (log rho)^2 / 2``, ``k3 = rho - 1 - log rho``; ``rollout_rs_threshold``: one
+  value per criterion (or one for all), ``"l_u"`` ratio bounds for k1 (a single ``u``
+  means ``[1/u, u]``), an upper bound for k2 / k3.
+
+All of it follows verl 0.9.1's ``rollout_corr_helper`` (same formulas, same
+``exp(+-20)`` safety clamp, same metric names under ``rollout_corr/``), checked against
+numbers verl computed (tests/algorithms/test_verl_parity.py). Added metrics:
+``rollout_corr/log_prob_abs_diff_mean`` / ``_max`` (``|log pi_rollout - log pi_old|`` over
+valid tokens). Not produced: verl's per-criterion statistics of the rejection
+statistic (``rollout_rs_<opt>_mean/max/min/std/...``); the masked fractions are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rl_core.algorithms.masked import masked_mean, masked_sum
+
+SAFETY_BOUND = 20.0
+IS_LEVELS = ("token", "sequence")
+RS_OPTIONS = (
+    "token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3",
+)
+
+
+def _number(spec: Any, what: str) -> float:
+    try:
+        return float(spec)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}={spec!r} is not a number") from None
+
+
+def parse_is_threshold(spec: float | str) -> tuple[float, float | None]:
+    """``2.0`` / ``"2.0"`` -> ``(2.0, None)`` (truncate); ``"0.5_5.0"`` -> ``(5.0, 0.5)`` (mask)."""
+    if isinstance(spec, bool) or spec is None:
+        raise ValueError(f"algorithm.rollout_correction.rollout_is_threshold={spec!r}: use a number (truncate) or 'lower_upper' (mask)")
+    lower = None
+    if isinstance(spec, str) and "_" in spec.strip():
+        lo, hi = spec.strip().split("_", 1)
+        lower, upper = _number(lo, "rollout_is_threshold lower bound"), _number(hi, "rollout_is_threshold upper bound")
+    else:
+        upper = _number(spec.strip() if isinstance(spec, str) else spec, "rollout_is_threshold")
+    if not upper > 0 or (lower is not None and not (0 < lower <= upper)):
+        raise ValueError(f"algorithm.rollout_correction.rollout_is_threshold={spec!r}: bounds must satisfy 0 < lower <= upper")
+    return upper, lower
+
+
+def parse_rs(options: str, spec: float | str | None) -> dict[str, tuple[float | None, float]]:
+    """Criteria and thresholds -> ``{option: (lower or None, upper)}`` (k1 bounds are ratios)."""
+    names = []
+    for name in (o.strip() for o in str(options).split(",")):
+        if name and name not in names:
+            if name not in RS_OPTIONS:
+                raise ValueError(f"algorithm.rollout_correction.rollout_rs option {name!r} is not supported; use some of {', '.join(RS_OPTIONS)}")
+            names.append(name)
+    if not names:
+        raise ValueError("algorithm.rollout_correction.rollout_rs names no criterion")
+    if spec is None:
+        raise ValueError("algorithm.rollout_correction.rollout_rs needs rollout_rs_threshold")
+    specs = [s.strip() for s in str(spec).split(",") if s.strip()] if isinstance(spec, str) else [str(spec)]
+    if len(specs) == 1:
+        specs = specs * len(names)
+    if len(specs) != len(names):
+        raise ValueError(f"rollout_rs_threshold has {len(specs)} values for {len(names)} rollout_rs criteria; give one or one per criterion")
+    out: dict[str, tuple[float | None, float]] = {}
+    for name, s in zip(names, specs):
+        if name.endswith("k1"):
+            lo, hi = s.split("_", 1) if "_" in s else (str(1.0 / _number(s, "rollout_rs_threshold")), s)
+            lower, upper = _number(lo, "rollout_rs_threshold"), _number(hi, "rollout_rs_threshold")
+            if not (0 < lower <= upper):
+                raise ValueError(f"rollout_rs_threshold {s!r} for {name}: need 0 < lower <= upper")
+            out[name] = (lower, upper)
+        else:
+            if "_" in s:
+                raise ValueError(f"rollout_rs_threshold {s!r} for {name}: k2/k3 criteria take one upper bound")
+            upper = _number(s, "rollout_rs_threshold")
+            if not upper > 0:
+                raise ValueError(f"rollout_rs_threshold {s!r} for {name} must be positive")
+            out[name] = (None, upper)
+    return out
+
+
+def _masked_max(x: Tensor, mask: Tensor) -> float:
+    return float(x.masked_fill(~mask, float("-inf")).max())
+
+
+def _masked_min(x: Tensor, mask: Tensor) -> float:
+    return float(x.masked_fill(~mask, float("inf")).min())
+
+
+def is_weights(
+    log_ratio: Tensor, mask: Tensor, level: str = "token", threshold: float | str = 2.0, batch_normalize: bool = False
+) -> tuple[Tensor, dict[str, float]]:
+    """Importance weights ``[B, T]`` (0 on masked tokens, detached) and their metrics (no prefix).
+
+    ``log_ratio = log pi_old - log pi_rollout``, ``mask`` bool ``[B, T]``. Metrics:
+    ``rollout_is_mean/max/min/std``, ``rollout_is_ratio_fraction_high/low`` (the fraction
+    truncated / below ``1/u``, or outside the mask bounds), ``rollout_is_eff_sample_size``,
+    ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``,
+    ``rollout_is_oob_ratio`` (mask mode), ``rollout_is_batch_norm_factor``.
+    """
+    if level not in IS_LEVELS:
+        raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use 'token', 'sequence' or null")
+    upper, lower = parse_is_threshold(threshold)
+    log_ratio = torch.where(mask, log_ratio.float(), torch.zeros_like(log_ratio, dtype=torch.float32))
+    fmask = mask.float()
+    if level == "token":
+        metric_log_ratio = log_ratio
+        raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    else:
+        metric_log_ratio = log_ratio.sum(dim=-1, keepdim=True)
+        raw = torch.exp(metric_log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
+    raw = raw * fmask
+    if lower is None:
+        weights = raw.clamp(max=upper)
+    else:
+        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    low_bound = 1.0 / upper if lower is None else lower
+    m: dict[str, float] = {}
+    if level == "sequence":
+        m["rollout_is_max"] = math.exp(min(float(metric_log_ratio.max()), SAFETY_BOUND))
+        m["rollout_is_min"] = math.exp(float(metric_log_ratio.min()))
+        m["rollout_is_mean"] = float(masked_mean(weights, mask))
+        m["rollout_is_ratio_fraction_high"] = float((metric_log_ratio > math.log(upper)).float().mean())
+        m["rollout_is_ratio_fraction_low"] = float((metric_log_ratio < math.log(low_bound)).float().mean())
+    else:
+        m["rollout_is_mean"] = float(masked_mean(weights, mask))
+        m["rollout_is_ratio_fraction_high"] = float(masked_mean((raw > upper).float(), mask))
+        m["rollout_is_ratio_fraction_low"] = float(masked_mean((raw < low_bound).float(), mask))
+        m["rollout_is_max"] = _masked_max(weights, mask)
+        m["rollout_is_min"] = _masked_min(weights, mask)
+    bounded = weights.clamp(min=0.0, max=upper)
+    mean_b = masked_mean(bounded, mask)
+    if int(mask.sum()) > 1:
+        m["rollout_is_std"] = math.sqrt(max(float(masked_mean(bounded.square(), mask) - mean_b.square()), 0.0))
+    else:
+        m["rollout_is_std"] = 0.0
+    m["rollout_is_eff_sample_size"] = 1.0 / float(masked_mean((bounded / (mean_b + 1e-8)).square(), mask))
+    seq_mean = masked_mean(weights, mask, dim=-1)
+    m["rollout_is_seq_mean"] = float(seq_mean.mean())
+    m["rollout_is_seq_std"] = float(seq_mean.std()) if seq_mean.numel() > 1 else 0.0
+    m["rollout_is_seq_max"] = float(seq_mean.max())
+    m["rollout_is_seq_min"] = float(seq_mean.min())
+    m["rollout_is_seq_max_deviation"] = float((seq_mean - 1.0).abs().max())
+    raw_seq_mean = masked_mean(raw, mask, dim=-1)
+    m["rollout_is_seq_fraction_high"] = float((raw_seq_mean > upper).float().mean())
+    m["rollout_is_seq_fraction_low"] = float((raw_seq_mean < low_bound).float().mean())
+    if lower is not None:
+        m["rollout_is_oob_ratio"] = float(masked_mean(((raw < lower) | (raw > upper)).float(), mask))
+    weights = weights.detach()
+    if batch_normalize:
+        if level == "token":
+            mean_w = masked_mean(weights, mask)
+        else:
+            seq_valid = mask.any(dim=-1).float()
+            mean_w = (masked_mean(weights, mask, dim=-1) * seq_valid).sum() / seq_valid.sum().clamp_min(1e-8)
+        if float(mean_w) > 1e-8:
+            weights = weights / mean_w
+            m["rollout_is_batch_norm_factor"] = float(mean_w)
+        else:
+            m["rollout_is_batch_norm_factor"] = 1.0
+    return weights, m
+
+
+def rejection_mask(log_ratio: Tensor, mask: Tensor, options: str, threshold: float | str | None) -> tuple[Tensor, dict[str, float]]:
+    """The response mask with rejected tokens / responses removed (bool ``[B, T]``) and metrics:
+    ``rollout_rs_masked_fraction``, ``rollout_rs_seq_masked_fraction`` and, per criterion,
+    ``rollout_rs_<opt>_masked_fraction`` / ``_seq_masked_fraction``."""
+    specs = parse_rs(options, threshold)
+    lr = log_ratio.float().clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    token = {"k1": -lr, "k2": 0.5 * lr.square(), "k3": torch.exp(lr) - 1.0 - lr}
+    seq_valid = mask.any(dim=-1)
+    keep_all = torch.ones_like(mask)
+    m: dict[str, float] = {}
+    for name, (lower, upper) in specs.items():
+        level, k = name.rsplit("_", 1)
+        stat = token[k]
+        if level == "seq_sum":
+            stat = masked_sum(stat, mask, dim=-1).unsqueeze(-1)
+        elif level == "seq_mean":
+            stat = masked_mean(stat, mask, dim=-1).unsqueeze(-1)
+        elif level == "seq_max":
+            mx = stat.masked_fill(~mask, float("-inf")).max(dim=-1, keepdim=True).values
+            stat = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+        if lower is not None:  # k1: bounds on -log rho, given as ratios
+            keep = (stat >= math.log(lower)) & (stat <= math.log(upper))
+        else:
+            keep = stat <= upper
+        keep = keep.expand_as(mask)
+        keep_all = keep_all & keep
+        m[f"rollout_rs_{name}_masked_fraction"] = float(masked_mean((~keep).float(), mask))
+        seq_keep = ~((~keep) & mask).any(dim=-1)
+        m[f"rollout_rs_{name}_seq_masked_fraction"] = (
+            float(((~seq_keep) & seq_valid).float().sum() / seq_valid.float().sum()) if seq_valid.any() else 0.0
+        )
+    m["rollout_rs_masked_fraction"] = float(masked_mean((~keep_all).float(), mask))
+    m["rollout_rs_seq_masked_fraction"] = float(((~keep_all) & mask).any(dim=-1).float().mean())
+    return mask & keep_all, m
+
+
+def offpolicy_metrics(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor) -> dict[str, float]:
+    """verl's diagnostics of the gap (no prefix): ``kl`` (k1 of KL(rollout || old)), ``k3_kl``,
+    ``training_ppl`` / ``rollout_ppl`` (+ ``_log_ppl``), ``log_ppl_diff`` (+ ``abs``, ``max``,
+    ``min``), ``ppl_ratio``, ``chi2_token``, ``chi2_seq``; and ours:
+    ``log_prob_abs_diff_mean`` / ``_max``."""
+    old, roll = old_log_prob.float(), rollout_log_prob.float()
+    m: dict[str, float] = {}
+    mean_old = masked_mean(old, mask, dim=-1)
+    mean_roll = masked_mean(roll, mask, dim=-1)
+    m["training_ppl"] = float(torch.exp(-mean_old).mean())
+    m["training_log_ppl"] = float((-mean_old).mean())
+    m["kl"] = float(masked_mean(roll - old, mask))
+    log_ratio = old - roll
+    m["k3_kl"] = float(masked_mean(torch.exp(log_ratio) - log_ratio - 1, mask))
+    m["rollout_ppl"] = float(torch.exp(-mean_roll).mean())
+    m["rollout_log_ppl"] = float((-mean_roll).mean())
+    diff = mean_roll - mean_old
+    m["log_ppl_diff"] = float(diff.mean())
+    m["log_ppl_abs_diff"] = float(diff.abs().mean())
+    m["log_ppl_diff_max"] = float(diff.max())
+    m["log_ppl_diff_min"] = float(diff.min())
+    m["ppl_ratio"] = float(torch.exp(diff).mean())
+    safe = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    m["chi2_token"] = float(masked_mean(torch.exp(safe).square(), mask) - 1.0)
+    seq_sum = masked_sum(log_ratio, mask, dim=-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    m["chi2_seq"] = float(torch.exp(2.0 * seq_sum).mean() - 1.0)
+    absdiff = (roll - old).abs()
+    m["log_prob_abs_diff_mean"] = float(masked_mean(absdiff, mask))
+    m["log_prob_abs_diff_max"] = _masked_max(absdiff, mask)
+    return m
+
+
+def rollout_correction(
+    old_log_prob: Tensor,
+    rollout_log_prob: Tensor,
+    response_mask: Tensor,
+    cfg: Any,
+) -> tuple[Tensor | None, Tensor, dict[str, float]]:
+    """Weights (or None when ``cfg.rollout_is`` is None), the response mask after rejection
+    (same dtype as given) and ``rollout_corr/``-prefixed metrics.
+
+    ``cfg`` has verl's fields: ``rollout_is``, ``rollout_is_threshold``,
+    ``rollout_is_batch_normalize``, ``rollout_rs``, ``rollout_rs_threshold``
+    (:class:`rl_core.config.schema.RolloutCorrectionConfig`). Shapes: ``[B, T]``.
+    """
+    for name, x in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
+        if tuple(x.shape) != tuple(response_mask.shape):
+            raise ValueError(f"{name} has shape {tuple(x.shape)} but response_mask has {tuple(response_mask.shape)}")
+    mask = response_mask.bool()
+    if not mask.any():
+        raise ValueError("rollout correction needs at least one valid response token")
+    log_ratio = old_log_prob.float() - rollout_log_prob.float()
+    metrics: dict[str, float] = {}
+    weights = None
+    if cfg.rollout_is is not None:
+        weights, wm = is_weights(log_ratio, mask, cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
+        metrics.update(wm)
+    new_mask = response_mask
+    if cfg.rollout_rs is not None:
+        kept, rm = rejection_mask(log_ratio, mask, cfg.rollout_rs, cfg.rollout_rs_threshold)
+        new_mask = kept.to(response_mask.dtype)
+        metrics.update(rm)
+    metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, mask))
+    return weights, new_mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
