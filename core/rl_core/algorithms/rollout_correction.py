@@ -285,3 +285,43 @@ def rollout_correction(
         metrics.update(rm)
     metrics.update(offpolicy_metrics(old_log_prob, rollout_log_prob, mask))
     return weights, new_mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
+
+
+def correction_on(config: Any) -> bool:
+    """Whether a run config asks for importance weights or rejection (needs old and rollout log-probs)."""
+    rc = config.algorithm.rollout_correction
+    return rc.rollout_is is not None or rc.rollout_rs is not None
+
+
+def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
+    """Problems (:class:`rl_core.problems.Problem`) with ``algorithm.rollout_correction`` in a run config.
+
+    ``rollout_logprobs``: whether the rollout backend's card says it returns log-probs
+    (None: unknown, not checked).
+    """
+    from rl_core.problems import Problem
+
+    rc = config.algorithm.rollout_correction
+    key = "algorithm.rollout_correction"
+    problems = []
+    if not correction_on(config):
+        return problems
+    if not config.rollout.calculate_log_probs:
+        problems.append(Problem(
+            key="rollout.calculate_log_probs",
+            what=f"{key} needs the rollout engine's per-token log-probs, but rollout.calculate_log_probs=false",
+            fix="set rollout.calculate_log_probs=true, or set rollout_is and rollout_rs to null",
+        ))
+    if rollout_logprobs is False:
+        problems.append(Problem(
+            key="rollout.name", what=f"rollout backend {config.rollout.name!r} does not return log-probs, which {key} needs",
+            fix="pick a rollout backend with log-probs (hf, vllm) or turn rollout correction off",
+        ))
+    try:
+        if rc.rollout_is is not None:
+            parse_is_threshold(rc.rollout_is_threshold)
+        if rc.rollout_rs is not None:
+            parse_rs(rc.rollout_rs, rc.rollout_rs_threshold)
+    except ValueError as exc:
+        problems.append(Problem(key=key, what=str(exc), fix="see docs/config.md, 'Rollout correction'"))
+    return problems

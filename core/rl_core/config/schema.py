@@ -215,10 +215,11 @@ class RolloutCorrectionConfig:
     Needs ``rollout.calculate_log_probs=true``; metrics are logged whenever both log-probs exist."""
 
     rollout_is: str | None = choice(None, ("token", "sequence"), hint="null: no weights")
-    rollout_is_threshold: float | str = 2.0  # a number truncates (TIS); "lower_upper" masks (IcePop)
+    # str first: "5_0.5" must stay a string (Python's float() reads "_" as a digit separator)
+    rollout_is_threshold: str | float = 2.0  # a number truncates (TIS); "lower_upper" masks (IcePop)
     rollout_is_batch_normalize: bool = False
     rollout_rs: str | None = None  # comma-separated rejection criteria, e.g. "token_k1,seq_mean_k3"
-    rollout_rs_threshold: float | str | None = None
+    rollout_rs_threshold: str | float | None = None
     bypass_mode: bool = choice(False, (False,), hint="bypass mode (rollout log-probs as old log-probs) is not implemented")
     loss_type: str = choice("ppo_clip", ("ppo_clip",), hint="only used by bypass mode, which is not implemented")
 

@@ -20,11 +20,13 @@ from typing import Any
 import torch
 import yaml
 
+from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.advantages import compute_advantage, group_index
 from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
+from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
 from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, safe_load, save_rng_state
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
@@ -42,6 +44,9 @@ class Trainer:
 
         self.stack = stack
         self.config = cfg = stack.config
+        problems = rollout_corr.config_problems(cfg, getattr(stack.rollout, "logprobs", None))
+        if problems:  # algorithm.rollout_correction without the rollout's log-probs
+            raise ConfigError(problems)
         self.sizes = stack.sizes
         os.makedirs(cfg.trainer.output_dir, exist_ok=True)
         with open(os.path.join(cfg.trainer.output_dir, "config.yaml"), "w") as f:
@@ -168,6 +173,15 @@ class Trainer:
                 else:
                     rewards = batch["token_level_scores"]
                 batch["token_level_rewards"] = rewards
+                if "rollout_log_probs" in batch.tensors.keys() and "old_log_probs" in batch.tensors.keys():
+                    # verl's rollout correction: IS weights for the policy loss, rejection in the mask
+                    weights, new_mask, rc_metrics = rollout_corr.rollout_correction(
+                        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], cfg.algorithm.rollout_correction
+                    )
+                    batch["response_mask"] = new_mask
+                    if weights is not None:
+                        batch["rollout_is_weights"] = weights
+                    metrics.update(rc_metrics)
                 adv, returns = compute_advantage(
                     cfg.algorithm.adv_estimator,
                     token_level_rewards=rewards,
@@ -292,6 +306,8 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
     its own update forward pass; KL-in-reward still needs them up front.
     """
     cfg = stack.config
+    if rollout_corr.correction_on(cfg):  # the IS weights compare the rollout's log-probs with pi_old's
+        return True
     if cfg.actor.recompute_old_log_prob is not None:
         return cfg.actor.recompute_old_log_prob
     on_policy = stack.sizes.actor_mini_batches == 1 and cfg.actor.ppo_epochs == 1

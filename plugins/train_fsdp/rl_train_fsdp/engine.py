@@ -386,6 +386,8 @@ class FSDPEngine:
         use_kl = self.role == "actor" and cfg.use_kl_loss
         if use_kl:
             extra = extra + ("ref_log_prob",)
+        if self.role == "actor" and "rollout_is_weights" in mini.tensors.keys():
+            extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
         want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
         mask_all = mini.tensors["response_mask"] if "response_mask" in mini.tensors.keys() else None
         if mask_all is None:
@@ -417,9 +419,12 @@ class FSDPEngine:
                         response_mask=x["response_mask"],
                         entropy=entropy,
                         ref_log_prob=x.get("ref_log_prob"),
+                        rollout_is_weights=x.get("rollout_is_weights"),
                         cfg=cfg,
                     )
             share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
+            if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
+                share = 1.0
             # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
             (loss * (share * self.world_size)).backward()
             loss_sum += loss.detach().to(torch.float64) * share
