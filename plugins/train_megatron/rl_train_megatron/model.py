@@ -227,7 +227,9 @@ def vocab_parallel_log_probs(
     ``labels [b, R]`` -> ``[b, R]`` each. Three all-reduces of ``[b, R]``
     (max, sum of exps, picked logit; one more for the entropy); gradients
     flow through the sums (megatron's reduce-from-TP region: all-reduce
-    forward, identity backward). With one TP rank this is the plain formula.
+    forward, identity backward), which is right because every term after a
+    reduction is computed identically on all TP ranks. With one TP rank this
+    is the plain formula.
     """
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as tp_sum
@@ -252,10 +254,12 @@ def vocab_parallel_log_probs(
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
-            expected = ((exp / sum_exp.unsqueeze(-1)) * shifted).sum(-1)
+            # sum_v p_v * s_v = (sum_v e^s_v * s_v) / Z with both sums all-reduced first: everything after the
+            # all-reduces is the same on every rank, which the identity backward of the reduction assumes
+            weighted = (exp * shifted).sum(-1)
             if world > 1:
-                expected = tp_sum(expected, group)
-            entropy = log_z - expected
+                weighted = tp_sum(weighted, group)
+            entropy = log_z - weighted / sum_exp
         if not entropy_grad:
             entropy = entropy.detach()
     return log_probs, entropy
