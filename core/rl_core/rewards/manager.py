@@ -36,6 +36,7 @@ import torch
 
 from rl_core.batch import Batch
 from rl_core.cards import RewardCard
+from rl_core.problems import UserError
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome, ScorerPool
 from rl_core.rewards.scoring import (
     RewardConfigError,
@@ -51,8 +52,8 @@ from rl_core.rewards.scoring import (
 __all__ = ["RewardManager", "RewardConfigError", "RewardError", "scores_to_token_level", "match_data_source"]
 
 
-class RewardError(RuntimeError):
-    """A scorer failed on a sample while ``reward.on_error == "raise"``."""
+class RewardError(UserError, RuntimeError):
+    """A scorer failed on a sample while ``reward.on_error == "raise"`` (the user's scorer or data: no traceback of ours)."""
 
     def __init__(self, message: str, *, index: int, data_source: Any, reward: str, detail: str = "") -> None:
         super().__init__(message)

@@ -1,6 +1,7 @@
 """Loading and calling one scorer, shared by the in-process path and the pool workers.
 
-Standard library only: worker processes import this module and nothing heavy.
+Standard library only (plus :mod:`rl_core.problems`, which needs attrs): worker
+processes import this module and nothing heavy.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
+from rl_core.problems import UserError
 
-class RewardConfigError(ValueError):
+
+class RewardConfigError(UserError, ValueError):
     """The reward section of the config cannot be used (missing file, function, reward name...)."""
 
 

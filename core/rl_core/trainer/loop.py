@@ -29,6 +29,7 @@ from rl_core.config.load import config_to_dict
 from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
 from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, safe_load, save_rng_state
+from rl_core.trainer.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import Tracker
@@ -77,6 +78,14 @@ class Trainer:
         shards = batch.chunk(self.sizes.train_dp)
         per_rank = self._expand_dp([(s, *extra) for s in shards])
         return self._collect_dp(self.cluster.call(method, per_rank))
+
+    def _checked_cat(self, parts: list[torch.Tensor], mask: torch.Tensor, *, stage: str, role: str, tensor: str) -> torch.Tensor:
+        """Concatenate per-rank results, stopping on a NaN / inf (named with the rank that sent it)."""
+        reps = self.sizes.world_size // self.sizes.train_dp
+        out = torch.cat(parts, dim=0)
+        row_ranks = [i * reps for i, p in enumerate(parts) for _ in range(len(p))]
+        check_finite(out, stage=stage, role=role, tensor=tensor, mask=mask, row_ranks=row_ranks)
+        return out
 
     def _expand_dp(self, per_dp: list[tuple]) -> list[tuple]:
         reps = self.sizes.world_size // self.sizes.train_dp
@@ -140,8 +149,12 @@ class Trainer:
         with timed(t, "step"):
             with timed(t, "gen"):
                 batch = self.generate(prompts, self.sampling(step=step))
+                mask = batch["response_mask"]
+                if "rollout_log_probs" in batch:
+                    check_finite(batch["rollout_log_probs"], stage="gen", role="rollout", tensor="rollout log-probs", mask=mask)
             with timed(t, "reward"):
                 scores, reward_metrics = self.score(batch)
+                check_finite(scores, stage="reward", role="reward", tensor="reward scores")
                 metrics.update(reward_metrics)
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):
@@ -153,16 +166,21 @@ class Trainer:
             if self.recompute_old_log_prob:
                 with timed(t, "old_log_prob"):
                     parts = self._train_call("compute_log_prob", batch, cfg.rollout.temperature, True)
-                    batch["old_log_probs"] = self._cat([p["log_probs"] for p in parts])
+                    batch["old_log_probs"] = self._checked_cat(
+                        [p["log_probs"] for p in parts], mask, stage="old_log_prob", role="actor", tensor="log-probs"
+                    )
                     entropy = self._cat([p["entropy"] for p in parts])
                     mask = batch["response_mask"].float()
                     metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
             if cfg.ref.enable:
                 with timed(t, "ref"):
-                    batch["ref_log_prob"] = self._cat(self._train_call("compute_ref_log_prob", batch, cfg.rollout.temperature))
+                    batch["ref_log_prob"] = self._checked_cat(
+                        self._train_call("compute_ref_log_prob", batch, cfg.rollout.temperature), mask,
+                        stage="ref", role="ref", tensor="reference log-probs",
+                    )
             if cfg.critic.enable:
                 with timed(t, "values"):
-                    batch["values"] = self._cat(self._train_call("compute_values", batch))
+                    batch["values"] = self._checked_cat(self._train_call("compute_values", batch), mask, stage="values", role="critic", tensor="values")
             with timed(t, "adv"):
                 if self.kl_ctrl is not None:
                     rewards, kl_metrics = apply_kl_penalty(
@@ -193,12 +211,15 @@ class Trainer:
                     baseline_rewards=baseline,
                     options={"norm_adv_by_std": cfg.algorithm.norm_adv_by_std_in_grpo, **cfg.algorithm.options},
                 )
+                check_finite(rewards, stage="adv", role="controller", tensor="token-level rewards", mask=mask)
+                check_finite(adv, stage="adv", role="controller", tensor="advantages", mask=mask)
+                check_finite(returns, stage="adv", role="controller", tensor="returns", mask=mask)
                 batch["advantages"], batch["returns"] = adv, returns
             if cfg.critic.enable:
                 with timed(t, "update_critic"):
-                    metrics.update(mean_of(self._train_call("update_critic", batch)))
+                    metrics.update(_guard_update("critic", self._train_call("update_critic", batch)))
             with timed(t, "update_actor"):
-                metrics.update(mean_of(self._train_call("update_actor", batch)))
+                metrics.update(_guard_update("actor", self._train_call("update_actor", batch)))
             with timed(t, "sync_weights"):
                 self.cluster.call("sync_weights")
         metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith("rollout/")})
@@ -276,7 +297,15 @@ class Trainer:
         try:
             for step in range(start + 1, self.total_steps + 1):
                 prompts = self.train_loader.next_batch()
-                metrics = self.train_step(prompts, step)
+                try:
+                    metrics = self.train_step(prompts, step)
+                except NonFiniteError as exc:
+                    last_ckpt = self.ckpt.latest()
+                    where = f"a rerun resumes from the last checkpoint, {last_ckpt[1]}" if last_ckpt else "there is no checkpoint yet, so a rerun starts over"
+                    raise NonFiniteError(
+                        f"step {step}: {exc}. Nothing of step {step} was saved and no hf_final was written; {where}.",
+                        stage=exc.stage, role=exc.role, rank=exc.rank, tensor=exc.tensor,
+                    ) from None
                 if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or step == self.total_steps):
                     metrics.update(self.validate())
                 # Log before saving: a crash between the two resumes from the previous
@@ -296,6 +325,16 @@ class Trainer:
     def close(self) -> None:
         self.reward.close()
         self.cluster.close()
+
+
+def _guard_update(role: str, per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """A backend's update metrics, averaged; a non-finite loss stops the step (backends without their own guard)."""
+    for rank, metrics in enumerate(per_rank):
+        for key in (f"{role}/loss", f"{role}/grad_norm"):
+            value = metrics.get(key)
+            if value is not None:
+                check_finite(torch.tensor([float(value)]), stage=f"update_{role}", role=role, tensor=key.split("/")[1], rank=rank)
+    return mean_of(per_rank)
 
 
 def needs_old_log_prob_pass(stack: Stack) -> bool:

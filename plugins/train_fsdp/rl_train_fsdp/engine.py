@@ -59,6 +59,7 @@ from rl_core.modeling import (
 )
 from rl_core.problems import UserError
 from rl_core.trainer.checkpoint import check_dcp_metadata, safe_load
+from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
 
 from rl_train_fsdp import sharding
 from rl_train_fsdp.schedule import LRSchedule
@@ -344,7 +345,6 @@ class FSDPEngine:
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         losses, norms = [], []
-        skipped = 0
         for epoch in range(epochs):
             if getattr(cfg, "shuffle", False):
                 gen = torch.Generator().manual_seed(self.config.trainer.seed + 1000 * scheduler.last_epoch + epoch)
@@ -355,10 +355,7 @@ class FSDPEngine:
                 idx = order[k * mini_rows : (k + 1) * mini_rows]
                 loss, norm, metrics = self._mini_batch_step(batch.index(idx), micro, cfg, temperature)
                 losses.append(loss)
-                if math.isfinite(norm):
-                    norms.append(norm)
-                else:
-                    skipped += 1
+                norms.append(norm)
                 for name, value in metrics.items():
                     sums[name] = sums.get(name, 0.0) + value
                     counts[name] = counts.get(name, 0) + 1
@@ -366,8 +363,6 @@ class FSDPEngine:
         self.model.eval()
         out = {name: sums[name] / counts[name] for name in sums}
         out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"), lr=lr)
-        if skipped:
-            out["skipped_steps"] = float(skipped)
         return out
 
     def _count(self, mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -432,10 +427,18 @@ class FSDPEngine:
                 metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
             n_micro += 1
         grad_norm = sharding.clip_grad_norm(list(self.model.parameters()), self._role_cfg().optim.grad_clip)
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_total = float(sharding.all_reduce(loss_sum, "sum"))
+        # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike
+        stage = f"update_{self.role}"
+        if not math.isfinite(loss_total):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor="loss", detail=f"loss = {loss_total}")
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor="gradient norm", detail=f"grad_norm = {grad_norm}")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._check_weights(stage)
         names = sorted(metric_sums)
         if names:
             stacked = torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device)
@@ -444,6 +447,23 @@ class FSDPEngine:
         else:
             metrics_out = {}
         return loss_total, grad_norm, metrics_out
+
+    def _check_weights(self, stage: str) -> None:
+        """After an optimizer step: stop (on every rank) if any weight became NaN / inf.
+
+        The weights in memory are lost then; the run stops, and the last checkpoint (written
+        before this step) is what a rerun resumes from.
+        """
+        bad = first_non_finite_parameter(self.model)
+        flag = torch.tensor(0.0 if bad is None else 1.0, device=self.device)
+        if self.sharded:
+            flag = sharding.all_reduce(flag, "sum")
+        if float(flag) == 0:
+            return
+        raise non_finite_error(
+            stage=stage, role=self.role, rank=self.rank, tensor=f"weight {bad}" if bad else "weights (on another rank)",
+            detail="after the optimizer step",
+        )
 
     # ------------------------------------------------------------- weights
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
