@@ -56,7 +56,8 @@ import torch.distributed as dist
 from rl_core.backends import WorkerContext
 from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, response_columns_in_use, torch_dtype
 from rl_core.problems import UserError
-from rl_core.trainer.checkpoint import load_rng_state, save_rng_state
+from rl_core.trainer.checkpoint import load_rng_state, safe_load, save_rng_state
+from rl_core.trainer.guard import non_finite_error
 from rl_train_fsdp.engine import FSDPEngine, TrainSizeError
 from rl_train_fsdp.schedule import LRSchedule
 
@@ -185,6 +186,8 @@ class MegatronEngine(FSDPEngine):
         use_kl = self.role == "actor" and cfg.use_kl_loss
         if use_kl:
             extra = extra + ("ref_log_prob",)
+        if self.role == "actor" and "rollout_is_weights" in mini.tensors.keys():
+            extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
         want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
         if "response_mask" not in mini.tensors.keys():
             raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
@@ -210,9 +213,12 @@ class MegatronEngine(FSDPEngine):
                         response_mask=x["response_mask"],
                         entropy=entropy,
                         ref_log_prob=x.get("ref_log_prob"),
+                        rollout_is_weights=x.get("rollout_is_weights"),
                         cfg=cfg,
                     )
             share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
+            if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
+                share = 1.0
             (loss * share).backward()  # summed over data-parallel ranks below: the global mini-batch's gradient
             loss_sum += loss.detach().to(torch.float64) * share
             for name, value in metrics.items():
@@ -221,10 +227,16 @@ class MegatronEngine(FSDPEngine):
         params = [p for p in self.model.parameters() if p.grad is not None]
         reduce_grads(params, dp)
         grad_norm = self._clip_grad_norm(self._role_cfg().optim.grad_clip)
-        if math.isfinite(grad_norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         loss_total = float(parallel.all_reduce(loss_sum, "sum", dp))
+        # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike
+        stage = f"update_{self.role}"
+        for what, value in (("loss", loss_total), ("gradient norm", grad_norm)):
+            if not math.isfinite(value):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor=what, detail=f"{what} = {value}")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._check_weights(stage)
         names = sorted(metric_sums)
         metrics_out: dict[str, float] = {}
         if names:
@@ -305,7 +317,7 @@ class MegatronEngine(FSDPEngine):
                 f"{self.role}: the checkpoint at {str(root)!r} was written with {saved}, this run has {self._layout()}; "
                 "resume with the same train.tensor_model_parallel_size, pipeline size and number of processes"
             )
-        state = torch.load(root / f"rank{self.rank}.pt", weights_only=True, map_location=self.device)
+        state = safe_load(str(root / f"rank{self.rank}.pt"))
         with torch.no_grad():
             for name, p in self.model.named_parameters():
                 p.copy_(state["model"][name])
