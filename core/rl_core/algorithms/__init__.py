@@ -5,7 +5,11 @@ module                          what
 ==============================  ==============================================
 ``advantages``                  estimators (gae, grpo, rloo, reinforce++,
                                 reinforce++-baseline, remax), ``compute_advantage``
-``policy_loss``                 ppo_clip, dual_clip, gspo
+``group_baselines``             opo, grpo_passk, gpg, rloo_vectorized
+``policy_loss``                 ppo_clip, dual_clip (= verl's vanilla), gspo
+``policy_loss_pg``              gpg, dro, cispo, sapo, geo_mean, dppo_tv, dppo_kl
+``policy_loss_cov``             clip_cov, kl_cov
+``rollout_correction``          rollout IS weights, rejection, mismatch metrics
 ``aggregation``                 ``agg_loss`` and the loss_agg_mode values
 ``kl``                          KL estimators, KL controllers, KL-in-reward
 ``value_loss``                  clipped critic loss
