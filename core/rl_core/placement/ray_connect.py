@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from rl_core.problems import UserError
 
@@ -51,6 +52,7 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
     if ray_config.runtime_env:
         kwargs["runtime_env"] = dict(ray_config.runtime_env)
     if address:
+        _check_reachable(address)
         kwargs["address"] = address
     else:
         kwargs.update(num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
@@ -63,6 +65,24 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
             "address as ray.address=HOST:PORT, or leave ray.address unset to start a local Ray instance"
         ) from None
     return True
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """A ``host:port`` nobody listens on fails here at once: ``ray.init`` would retry it forever."""
+    if address == "auto" or "://" in address or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except ValueError:
+        raise RayUnavailable(f"ray.address={address!r} is not HOST:PORT (e.g. 10.0.0.1:6379), 'auto', or unset") from None
+    except OSError as exc:
+        raise RayUnavailable(
+            f"cannot reach the Ray cluster at ray.address={address!r}: nothing answers on {host}:{port} ({exc})\n"
+            "fix: start the head first (`ray start --head --port PORT`, docs/ray.md) and give its address, "
+            "or leave ray.address unset to start a local Ray instance"
+        ) from None
 
 
 def alive_nodes() -> list[dict]:

@@ -1,0 +1,173 @@
+"""A worker group on Ray: one actor per rank in a resource pool, joined by torch.distributed.
+
+:class:`RayWorkerGroup` places the actors (:class:`~rl_core.placement.ray_worker.RankWorker`,
+one per bundle of a :class:`~rl_core.placement.ray_pools.ResourcePool`), learns
+where each landed, and forms the ``torch.distributed`` group among them:
+gloo on CPU, NCCL on GPU, the master at rank 0's node on a port free there,
+the timeout ``collective_timeout_s``. :class:`~rl_core.placement.ray_cluster.RayCluster`
+builds the hybrid workers on top; ``rlcore doctor --cluster`` runs its probes
+on a bare group.
+
+Every wait goes through :meth:`RayWorkerGroup.wait`: the first rank that
+fails or dies (killed, OOM, segfault: Ray reports the actor dead within about
+a second; a lost node after Ray's health checks) stops every actor of the
+group, and the :class:`~rl_core.cluster.WorkerError` names the role, the
+rank, its node and what happened. Nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from rl_core.cluster import WorkerError
+from rl_core.placement.ray_connect import import_ray
+from rl_core.placement.ray_pools import ResourcePool
+from rl_core.placement.ray_worker import RankFailure, RankWorker
+
+GRACE_S = 2.0  # after one rank fails, how long the others may take to report their own error
+
+
+class RayWorkerGroup:
+    def __init__(
+        self,
+        pool: ResourcePool,
+        *,
+        collective_timeout_s: float,
+        start_timeout_s: float,
+        threads: int | None = None,
+        after_failure: str = "",
+    ) -> None:
+        """Place and start the actors, then form their process group (Ray must be initialised)."""
+        ray = import_ray()
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.pool = pool
+        self.role = pool.name
+        self.world_size = pool.world_size
+        self.after_failure = after_failure
+        self.actors: list[Any] = []
+        self.placement: list[dict[str, Any]] = []
+        try:
+            slots = pool.create(start_timeout_s)
+            actor_cls = ray.remote(RankWorker)
+            for slot in slots:
+                options = {
+                    "num_cpus": pool.cpus_per_worker,
+                    "num_gpus": 1 if pool.device == "cuda" else 0,
+                    "scheduling_strategy": PlacementGroupSchedulingStrategy(slot.group, placement_group_bundle_index=slot.bundle_index),
+                    "max_restarts": 0,
+                    "max_task_retries": 0,
+                }
+                self.actors.append(actor_cls.options(**options).remote(self.role, slot.rank, self.world_size, slot.local_rank, threads))
+            self.placement = self.wait([a.where.remote() for a in self.actors], "start (placing the actors)")
+            if self.world_size > 1:
+                port = self.wait([self.actors[0].free_port.remote()], "start (finding a port)", ranks=[0])[0]
+                backend = "nccl" if pool.device == "cuda" else "gloo"
+                master = self.placement[0]["ip"]
+                self.wait([a.init_group.remote(master, port, backend, collective_timeout_s) for a in self.actors], "start (process group)")
+        except BaseException:
+            self.close(force=True)
+            raise
+
+    # ------------------------------------------------------------------ calls
+    def call_actors(self, method: str, per_rank_args: Sequence[tuple], what: str | None = None) -> list[Any]:
+        """``RankWorker.method(*per_rank_args[r])`` on every rank, results in rank order."""
+        if not self.actors:
+            raise WorkerError(f"{what or method}: the Ray workers of {self.role} were stopped (an earlier failure, or close())")
+        return self.wait([getattr(a, method).remote(*args) for a, args in zip(self.actors, per_rank_args)], what or method)
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """``fn(info, *args)`` on every rank (a top-level function): checks and probes."""
+        return self.call_actors("run", [(fn, args)] * self.world_size, getattr(fn, "__name__", "run"))
+
+    def describe(self) -> str:
+        lines = [f"ray: {self.world_size} worker(s) [{self.role}] in {len(self.pool.groups)} placement group(s)"]
+        for p in self.placement:
+            gpus = f" gpu {','.join(p['gpu_ids'])}" if p.get("gpu_ids") else ""
+            lines.append(f"  rank {p['rank']} -> node {p['ip']} ({p['node_id'][:8]}, {p['hostname']}) pid {p['pid']}{gpus}")
+        return "\n".join(lines)
+
+    def where(self, rank: int) -> str:
+        if rank < len(self.placement):
+            p = self.placement[rank]
+            return f"node {p['ip']} ({p['node_id'][:8]}, {p['hostname']}, pid {p['pid']})"
+        return "a node not known yet"
+
+    # ---------------------------------------------------------------- waiting
+    def wait(self, refs: list, method: str, ranks: list[int] | None = None) -> list[Any]:
+        """Every ref's result in order; on any failure stop the group and raise one WorkerError."""
+        import ray
+
+        ranks = list(range(len(refs))) if ranks is None else ranks
+        results: list[Any] = [None] * len(refs)
+        pending = {ref: (i, rank) for i, (ref, rank) in enumerate(zip(refs, ranks))}
+        errors: list[tuple[int, str]] = []
+        failed_at = None
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+            for ref in ready:
+                i, rank = pending.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - every Ray failure becomes one clear error
+                    errors.append((rank, self._failure_text(rank, method, exc)))
+            if errors and failed_at is None:
+                failed_at = time.monotonic()
+            if errors and pending and time.monotonic() - failed_at > GRACE_S:
+                break  # the others are likely blocked in a collective with the failed rank
+        if errors:
+            self.close(force=True)
+            errors.sort(key=lambda e: (" died during " not in e[1], e[0]))
+            stopped = sorted(rank for _, rank in pending.values())
+            tail = f"\nranks {stopped} were stopped after that." if stopped else ""
+            raise WorkerError("\n".join(text for _, text in errors) + tail + self.after_failure)
+        return results
+
+    def _failure_text(self, rank: int, method: str, exc: BaseException) -> str:
+        import ray.exceptions as rex
+
+        who = f"rank {rank} [{self.role}] on {self.where(rank)}"
+        cause = getattr(exc, "cause", None)
+        if isinstance(exc, rex.RayTaskError) and isinstance(cause, RankFailure):
+            return f"{who} failed in {method}: {cause}"
+        if isinstance(exc, rex.OutOfMemoryError):
+            return f"{who} died during {method}: killed by Ray's memory monitor (out of memory); lower the micro-batch sizes"
+        if isinstance(exc, rex.RayActorError):
+            return f"{who} died during {method}: {death_reason(exc)}"
+        return f"{who} failed in {method}: {type(exc).__name__}: {exc}"
+
+    # ---------------------------------------------------------------- closing
+    def close(self, force: bool = False) -> None:
+        """Stop every actor (politely unless ``force``) and free the pool's bundles. Idempotent."""
+        import ray
+
+        actors, self.actors = self.actors, []
+        if not ray.is_initialized():
+            return
+        if actors and not force:
+            try:
+                ray.get([a.stop.remote() for a in actors], timeout=30)
+            except Exception:  # noqa: BLE001 - stopping anyway
+                pass
+        for a in actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        self.pool.remove()
+
+
+def death_reason(exc: BaseException) -> str:
+    """The useful part of Ray's actor-died message: how the process ended, and the usual causes."""
+    text = str(exc)
+    for marker in ("Worker exit detail:", "The actor is dead because"):
+        at = text.find(marker)
+        if at >= 0:
+            reason = " ".join(text[at:].split())
+            break
+    else:
+        reason = " ".join(text.split())
+    if len(reason) > 600:
+        reason = reason[:600] + " ..."
+    return reason + " (a killed or crashed worker process: out of memory, a segfault, or a node that went away)"
