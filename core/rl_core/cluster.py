@@ -57,11 +57,18 @@ def _device_for(device: str, local_rank: int) -> str:
     return f"cuda:{local_rank}" if device == "cuda" else "cpu"
 
 
+def _is_disk_or_permission_error(exc: BaseException) -> bool:
+    """A full disk or a folder the user cannot write: their environment, not our bug (no traceback)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
+
+
 def _describe(exc: BaseException) -> str:
     """A user error's message alone; anything else with the worker's traceback."""
     from rl_core.problems import UserError
 
-    if isinstance(exc, UserError):
+    if isinstance(exc, UserError) or _is_disk_or_permission_error(exc):
         return f"{type(exc).__name__}: {exc}"
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 

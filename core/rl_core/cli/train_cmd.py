@@ -21,6 +21,11 @@ def add_parser(sub) -> None:
     add_config_args(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and normalise, build nothing heavy, print the plan")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    p.add_argument(
+        "--resume-anyway",
+        action="store_true",
+        help="resume the checkpoint in trainer.output_dir even though it was written under a different config",
+    )
     p.set_defaults(func=run)
 
 
@@ -57,7 +62,7 @@ def run(args) -> int:
     if args.dry_run:
         print("dry run: nothing was built", file=sys.stderr)
         return 0
-    final = train(stack, progress=False if args.no_progress else None)
+    final = train(stack, progress=False if args.no_progress else None, resume_anyway=args.resume_anyway)
     keys = ("reward/mean", "val/accuracy", "val/reward_mean")
     summary = ", ".join(f"{k}={final[k]:.4g}" for k in keys if k in final)
     print(f"done: {stack.config.trainer.output_dir}" + (f" ({summary})" if summary else ""))

@@ -33,6 +33,8 @@ from rl_core.problems import UserError
 logger = logging.getLogger(__name__)
 
 GENERATORS = ("reasoning_gym",)
+# chat roles a prompt may use (what HF chat templates know; "tool" for tool results)
+ROLES = ("system", "user", "assistant", "tool")
 
 
 class DataError(UserError, ValueError):
@@ -62,6 +64,13 @@ def validate_row(row: Any, where: str, prompt_key: str) -> dict[str, Any]:
             f"{where}: {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str}} messages, "
             f"got {json.dumps(prompt, default=str)[:120]}"
         )
+    bad_roles = sorted({m["role"] for m in prompt} - set(ROLES))
+    if bad_roles:
+        raise DataError(
+            f"{where}: unknown chat role(s) {bad_roles} in {prompt_key!r}; a message's role must be one of {list(ROLES)}"
+        )
+    if not any(m["content"].strip() for m in prompt):
+        raise DataError(f"{where}: every message in {prompt_key!r} is empty; a prompt needs some text")
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         raise DataError(
@@ -90,25 +99,43 @@ def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"data file {path} does not exist; check data.train_files / data.val_files")
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        raw = pq.read_table(path).to_pylist()
-    elif path.endswith((".jsonl", ".json")):
-        raw = []
-        with open(path) as f:
-            for i, line in enumerate(f):
-                if not line.strip():
-                    continue
-                try:
-                    raw.append(json.loads(line))
-                except ValueError as e:
-                    raise DataError(f"{path}, line {i + 1}: not valid JSON ({e})") from None
-    else:
+    if not path.endswith((".parquet", ".jsonl", ".json")):
         raise DataError(f"data file {path}: unknown format; use .jsonl (one JSON object per line) or .parquet")
+    try:
+        raw = _read_raw(path)
+    except DataError:
+        raise
+    except UnicodeDecodeError as e:
+        raise DataError(f"data file {path} is not UTF-8 text ({e}); write .jsonl files as UTF-8") from None
+    except OSError as e:  # permissions, a directory, an unreadable disk
+        raise DataError(f"data file {path} cannot be read: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow raises its own types for a damaged file
+        if not path.endswith(".parquet"):
+            raise
+        raise DataError(
+            f"data file {path} is not a readable parquet file ({type(e).__name__}: {str(e).strip()[:200]}); "
+            "it may be truncated or not parquet at all: write it again (e.g. `rlcore data ... --out FILE.parquet`)"
+        ) from None
     if not raw:
         raise DataError(f"data file {path} has no rows")
     return [validate_row(r, f"{path}, row {i}", prompt_key) for i, r in enumerate(raw)]
+
+
+def _read_raw(path: str) -> list[Any]:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    raw = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                raw.append(json.loads(line))
+            except ValueError as e:
+                raise DataError(f"{path}, line {i + 1}: not valid JSON ({e})") from None
+    return raw
 
 
 def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
@@ -133,8 +160,12 @@ def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ dataset
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool) -> str:
-    """The prompt text the model sees: chat template + generation prompt, or the contents joined."""
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt") -> str:
+    """The prompt text the model sees: chat template + generation prompt, or the contents joined.
+
+    A template that rejects the messages (many raise on a role they do not
+    know, or on roles out of order) is a :class:`DataError` naming ``where``.
+    """
     if not apply_chat_template:
         return "\n".join(m["content"] for m in messages)
     if not getattr(tokenizer, "chat_template", None):
@@ -142,7 +173,14 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
             f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
             "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer"
         )
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    try:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, or whatever the template raises
+        roles = [m["role"] for m in messages]
+        raise DataError(
+            f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
+            "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false"
+        ) from None
 
 
 class PromptDataset:
@@ -161,11 +199,13 @@ class PromptDataset:
         filter_overlong: bool = True,
         apply_chat_template: bool = True,
         source: str = "data",
+        origins: Sequence[str] | None = None,
     ) -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
-        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template) for r in rows]
+        where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
+        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w) for r, w in zip(rows, where)]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
         ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []
         self.items: list[dict[str, Any]] = []
@@ -174,7 +214,7 @@ class PromptDataset:
             if len(tok) > max_prompt_length:
                 if not filter_overlong:
                     raise DataError(
-                        f"{source}, row {i}: the prompt has {len(tok)} tokens > data.max_prompt_length="
+                        f"{where[i]}: the prompt has {len(tok)} tokens > data.max_prompt_length="
                         f"{max_prompt_length}; raise max_prompt_length or set data.filter_overlong_prompts=true"
                     )
                 self.num_dropped += 1
@@ -209,10 +249,15 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> Prom
     files = list(data.train_files if split == "train" else data.val_files)
     gen = data.train_generator if split == "train" else data.val_generator
     rows: list[dict[str, Any]] = []
+    origins: list[str] = []
     for path in files:
-        rows.extend(read_rows(path, data.prompt_key))
+        got = read_rows(path, data.prompt_key)
+        rows.extend(got)
+        origins.extend(f"{path}, row {i}" for i in range(len(got)))
     if gen is not None and gen.name:
-        rows.extend(generate_rows(gen, split))
+        got = generate_rows(gen, split)
+        rows.extend(got)
+        origins.extend(f"reasoning_gym/{gen.dataset}, row {i}" for i in range(len(got)))
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
     source = ", ".join(files + ([f"reasoning_gym/{gen.dataset}"] if gen is not None and gen.name else []))
@@ -223,6 +268,7 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> Prom
         filter_overlong=data.filter_overlong_prompts,
         apply_chat_template=data.apply_chat_template,
         source=source,
+        origins=origins,
     )
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]

@@ -15,10 +15,10 @@ automatically.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
-import yaml
 
 from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.advantages import compute_advantage, group_index
@@ -28,9 +28,10 @@ from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
 from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
-from rl_core.trainer.checkpoint import CheckpointManager, load_rng_state, safe_load, save_rng_state
+from rl_core.trainer.checkpoint import CheckpointError, CheckpointManager, load_rng_state, safe_load, save_rng_state
 from rl_core.trainer.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
+from rl_core.trainer.outputs import check_previous_run, ensure_writable, write_config
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import Tracker
 
@@ -38,7 +39,7 @@ TRAINER_STATE = "trainer_state.pt"
 
 
 class Trainer:
-    def __init__(self, stack: Stack, *, cluster=None, progress: bool | None = None) -> None:
+    def __init__(self, stack: Stack, *, cluster=None, progress: bool | None = None, resume_anyway: bool = False) -> None:
         from rl_core.data.dataset import build_loaders
         from rl_core.modeling import load_tokenizer
         from rl_core.rewards.manager import RewardManager
@@ -49,16 +50,22 @@ class Trainer:
         if problems:  # algorithm.rollout_correction without the rollout's log-probs
             raise ConfigError(problems)
         self.sizes = stack.sizes
-        os.makedirs(cfg.trainer.output_dir, exist_ok=True)
-        with open(os.path.join(cfg.trainer.output_dir, "config.yaml"), "w") as f:
-            yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
+        # the output folder first: writable, and not holding a checkpoint of another config
+        # (config.yaml itself is written by fit(), once everything below was built)
+        ensure_writable(cfg.trainer.output_dir)
+        self.ckpt = CheckpointManager(os.path.join(cfg.trainer.output_dir, "checkpoints"), keep_last=cfg.trainer.max_ckpt_to_keep)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # debris is reported when resuming
+            has_checkpoint = self.ckpt.latest() is not None
+        self.config_diff = check_previous_run(
+            cfg.trainer.output_dir, config_to_dict(cfg), has_checkpoint=has_checkpoint, resume=cfg.trainer.resume, resume_anyway=resume_anyway
+        )
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager(cfg.reward)
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
-        self.ckpt = CheckpointManager(os.path.join(cfg.trainer.output_dir, "checkpoints"), keep_last=cfg.trainer.max_ckpt_to_keep)
         self.tracker = Tracker(
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
         )
@@ -255,16 +262,27 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> str:
-        tmp = self.ckpt.begin(step)
-        self.cluster.call("save_checkpoint", same_args=(tmp,))
-        state = {
-            "step": step,
-            "data": self.train_loader.state_dict(),
-            "rng": save_rng_state(),
-            "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
-        }
-        torch.save(state, os.path.join(tmp, TRAINER_STATE))
-        return self.ckpt.commit(step)
+        """Write checkpoint ``step``; a full disk or a read-only folder is a clear error that leaves the last one intact."""
+        try:
+            tmp = self.ckpt.begin(step)
+            self.cluster.call("save_checkpoint", same_args=(tmp,))
+            state = {
+                "step": step,
+                "data": self.train_loader.state_dict(),
+                "rng": save_rng_state(),
+                "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
+            }
+            torch.save(state, os.path.join(tmp, TRAINER_STATE))
+            return self.ckpt.commit(step)
+        except OSError as exc:
+            self.ckpt.abort(step)
+            previous = self.ckpt.latest()
+            raise CheckpointError(
+                f"could not write the checkpoint of step {step} under {self.ckpt.root}: {exc.strerror or exc}"
+                f"{f' ({exc.filename})' if exc.filename else ''}. "
+                + (f"The previous checkpoint, {previous[1]}, is intact and a rerun resumes from it" if previous else "No checkpoint was written yet")
+                + "; free disk space or fix the folder's permissions first"
+            ) from None
 
     def maybe_resume(self) -> int:
         if not self.config.trainer.resume:
@@ -280,7 +298,6 @@ class Trainer:
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:
             self.kl_ctrl.value = state["kl_coef"]
         self.cluster.call("sync_weights")
-        self.tracker.truncate_after(step)
         print(f"resumed from {path} (step {step})", flush=True)
         return step
 
@@ -288,6 +305,12 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg = self.config.trainer
         self.step = start = self.maybe_resume()
+        # metrics.jsonl describes this run only: rows after the resumed step (all of them on a fresh
+        # start, e.g. after a crash before the first checkpoint) belong to a run that is gone
+        self.tracker.truncate_after(start if start > 0 else -1)
+        if self.config_diff and start > 0:
+            print("resuming under a changed config (--resume-anyway):\n  " + "\n  ".join(self.config_diff), flush=True)
+        write_config(cfg.output_dir, config_to_dict(self.config))  # everything is validated and built by now
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
             val = self.validate()
@@ -316,11 +339,21 @@ class Trainer:
                     self.save_checkpoint(step)
                 self.step = step
                 last = metrics
-            self.cluster.call("save_hf", same_args=(os.path.join(self.config.trainer.output_dir, "hf_final"),))
+            self._save_final()
         finally:
             bar.close()
             self.tracker.close()
         return last
+
+    def _save_final(self) -> None:
+        path = os.path.join(self.config.trainer.output_dir, "hf_final")
+        try:
+            self.cluster.call("save_hf", same_args=(path,))
+        except OSError as exc:
+            raise CheckpointError(
+                f"could not write the final model to {path}: {exc.strerror or exc}; free disk space or fix the folder's "
+                "permissions, then rerun: it resumes from the last checkpoint and writes hf_final again"
+            ) from None
 
     def close(self) -> None:
         self.reward.close()

@@ -23,6 +23,8 @@ import re
 import time
 from typing import Any, Callable, Mapping
 
+from rl_core.problems import UserError
+
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -82,6 +84,10 @@ def format_metric(v: float) -> str:
     return f"{v:.3g}" if abs(v) >= 1e-3 and abs(v) < 1e4 else f"{v:.2e}"
 
 
+class LoggerError(UserError, ImportError, ValueError):
+    """A logger named in trainer.loggers cannot be set up (not installed, or its start failed)."""
+
+
 # ----------------------------------------------------------------- backends
 class ConsoleLogger:
     """One compact line per step with the key metrics (all metrics if none is recognised).
@@ -138,7 +144,10 @@ class TensorboardLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            raise ImportError(f"the tensorboard logger needs `pip install tensorboard` ({e})") from None
+            raise LoggerError(
+                f"trainer.loggers includes 'tensorboard' but it cannot be imported ({e}): `pip install tensorboard`, "
+                "or remove 'tensorboard' from trainer.loggers"
+            ) from None
         self._cls = SummaryWriter
         self.log_dir = os.path.join(output_dir, "tensorboard")
         self.writer = SummaryWriter(log_dir=self.log_dir)
@@ -167,11 +176,17 @@ class WandbLogger:
         try:
             import wandb
         except ImportError:
-            raise ImportError(
+            raise LoggerError(
                 "trainer.loggers includes 'wandb' but wandb is not installed: `pip install wandb` "
                 "(set WANDB_MODE=offline to log without a network), or remove 'wandb' from trainer.loggers"
             ) from None
-        self.run = wandb.init(project=project, name=experiment, config=config_dict or {}, dir=output_dir)
+        try:
+            self.run = wandb.init(project=project, name=experiment, config=config_dict or {}, dir=output_dir)
+        except Exception as e:  # noqa: BLE001 - no network, no login, a bad project name...
+            raise LoggerError(
+                f"trainer.loggers: wandb.init failed ({type(e).__name__}: {e}); run `wandb login`, set WANDB_MODE=offline, "
+                "or remove 'wandb' from trainer.loggers"
+            ) from None
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(metrics, step=step)
@@ -205,7 +220,7 @@ class Tracker:
             loggers = [loggers]
         unknown = [n for n in loggers if n not in BACKENDS]
         if unknown:
-            raise ValueError(f"trainer.loggers has unknown logger(s) {unknown}; allowed: {sorted(BACKENDS)}")
+            raise LoggerError(f"trainer.loggers has unknown logger(s) {unknown}; allowed: {sorted(BACKENDS)}")
         self.output_dir = os.fspath(output_dir)
         self.backends: dict[str, Any] = {}
         try:
@@ -217,6 +232,9 @@ class Tracker:
                     config_dict=config_dict,
                     print_fn=print_fn,
                 )
+        except OSError as e:
+            self.close()
+            raise LoggerError(f"trainer.loggers: cannot open the log files in {self.output_dir}: {e.strerror or e}") from None
         except BaseException:
             self.close()
             raise
