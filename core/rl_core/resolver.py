@@ -104,18 +104,19 @@ def engine_version_problem(card: RolloutCard | TrainCard, key: str) -> Problem |
     if not card.engine_versions:
         return None
     try:
-        spec = SpecifierSet(card.engine_versions)
+        # "||" separates alternatives (e.g. "==0.26.*||==0.32.*": two tested releases, nothing between)
+        specs = [SpecifierSet(part.strip()) for part in card.engine_versions.split("||")]
     except InvalidSpecifier:
         return Problem(key=key, what=f"plugin {card.provider} declares an invalid engine version range {card.engine_versions!r}", fix="report this to the plugin's authors")
     dist, version = found
-    if Version(version) in spec:
+    if any(Version(version) in spec for spec in specs):
         return None
     severity = "warning" if os.environ.get(ALLOW_UNTESTED_ENV) else "error"
     return Problem(
         key=key,
         what=f"installed {dist} {version} is outside the versions {card.name!r} was tested with ({card.engine_versions})",
         why="engine APIs change between releases; an untested version fails in ways that are hard to trace",
-        fix=f"pip install '{dist}{card.engine_versions}', or set {ALLOW_UNTESTED_ENV}=1 to try it anyway",
+        fix=" or ".join(f"pip install '{dist}{spec}'" for spec in specs) + f", or set {ALLOW_UNTESTED_ENV}=1 to try it anyway",
         severity=severity,
     )
 

@@ -137,6 +137,9 @@ class VLLMRollout:
         self.generation_batch_size = r.generation_batch_size
         self.max_prompt_length = config.data.max_prompt_length
         self._asleep = False
+        # GPU only: what the last sleep freed and how long sleep / wake-up / weight sync took, reported in the
+        # next generation's meta (``rollout/*`` counters reach the step's metrics, summed over replicas).
+        self._memory_stats: dict[str, float] = {}
         self._noted: set[str] = set()
         self._shm_prefix: str | None = None
 
@@ -290,7 +293,10 @@ class VLLMRollout:
                     sample = Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
                     # vLLM refuses n > 1 with greedy decoding: one request, its answer n times.
                     samples.extend([sample] * (params.n if greedy else 1))
-        return build_rollout_batch(batch, samples, params, self.pad_id)
+        out = build_rollout_batch(batch, samples, params, self.pad_id)
+        out.meta.update(self._memory_stats)
+        self._memory_stats = {}
+        return out
 
     def _sampling_params(self, params: SamplingParams, greedy: bool, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
@@ -356,7 +362,9 @@ class VLLMRollout:
                 raise ValueError(f"load_weights: {len(missing)} of the model's checkpoint tensors were not provided: {shown}")
         if self.device_type == "cuda":
             torch.cuda.synchronize()
-        log.info("weight sync: %d tensors, %.1f MiB in %d call(s), %.2f s", len(sent), nbytes / 2**20, calls, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self._memory_stats.update({"rollout/weight_sync_s": elapsed, "rollout/weight_sync_gib": nbytes / 2**30, "rollout/weight_sync_calls": calls})
+        log.info("weight sync: %d tensors, %.1f MiB in %d call(s), %.2f s", len(sent), nbytes / 2**20, calls, elapsed)
 
     def _check_tensor(self, name: str, tensor: torch.Tensor) -> None:
         if self._shapes is None:
@@ -383,7 +391,11 @@ class VLLMRollout:
             self._note_once("no-sleep", "rollout.enable_sleep=false: the vLLM engine keeps its GPU memory between generations")
             return
         if not self._asleep:
+            free_before = torch.cuda.mem_get_info(self.context.torch_device)[0]
+            start = time.perf_counter()
             self.llm.sleep(level=self.sleep_level)
+            self._memory_stats["rollout/sleep_s"] = time.perf_counter() - start
+            self._memory_stats["rollout/sleep_freed_gib"] = (torch.cuda.mem_get_info(self.context.torch_device)[0] - free_before) / 2**30
             self._asleep = True
 
     def wake_up(self) -> None:
@@ -394,7 +406,12 @@ class VLLMRollout:
 
     def _wake_if_asleep(self) -> None:
         if self._asleep:
+            start = time.perf_counter()
+            # The colocated trainer's freed blocks stay in torch's cache, out of the engine's reach
+            # (measured on an H100: wake-up of a 38 GiB KV cache ran out of memory after a 62 GiB update).
+            torch.cuda.empty_cache()
             self.llm.wake_up()
+            self._memory_stats["rollout/wake_s"] = time.perf_counter() - start
             self._asleep = False
 
     def shutdown(self) -> None:

