@@ -24,11 +24,10 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"needs the vLLM engine (pip install 'rl-rollout-vllm[gpu]'): {type(exc).__name__}: {exc}", allow_module_level=True)
 
+import test_vllm_conformance as cpu_suite  # noqa: E402  (a module, so its CPU classes are not collected here)
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
 from rl_core.testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
-
-import test_vllm_conformance as cpu_suite  # noqa: E402  (a module, so its CPU classes are not collected here)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.gpu]
 
