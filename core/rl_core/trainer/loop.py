@@ -380,6 +380,8 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
     cfg = stack.config
     if rollout_corr.correction_on(cfg):  # the IS weights compare the rollout's log-probs with pi_old's
         return True
+    if cfg.rollout.calculate_log_probs:  # asked for to measure the rollout / trainer mismatch (rollout_corr/*)
+        return True
     if cfg.actor.recompute_old_log_prob is not None:
         return cfg.actor.recompute_old_log_prob
     on_policy = stack.sizes.actor_mini_batches == 1 and cfg.actor.ppo_epochs == 1
