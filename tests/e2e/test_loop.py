@@ -95,3 +95,5 @@ def test_on_policy_is_the_default_only_when_it_holds(tmp_path):
     assert plan(actor__ppo_mini_batch_size=4) is False  # 4 prompts, one mini-batch, one epoch
     assert plan(actor__ppo_mini_batch_size=2) is True  # two optimizer steps: the second is off-policy
     assert plan(actor__ppo_mini_batch_size=4, actor__ppo_epochs=2) is True
+    # the rollout's log-probs are asked for to compare with pi_old's (rollout_corr/log_prob_abs_diff_*)
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True) is True
