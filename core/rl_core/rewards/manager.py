@@ -20,7 +20,9 @@ With ``reward.num_workers > 0`` per-sample scorers run in a
 :class:`~rl_core.rewards.pool.ScorerPool`: a sample whose scorer runs longer
 than ``reward.timeout_s`` scores 0 and counts in ``reward/timeouts``, its
 worker is killed and replaced, and the batch goes on. In-process scoring
-(``num_workers=0``) has no timeout. A scorer that raises stops the batch with
+(``num_workers=0``) stops a scorer after ``reward.timeout_s`` too (a timer
+signal, see :func:`~rl_core.rewards.scoring.call_with_timeout`), with the
+same outcome. A scorer that raises stops the batch with
 a :class:`RewardError` naming the sample, or with ``reward.on_error="skip"``
 scores 0 and counts in ``reward/errors``. Batched cards (``batched=True``)
 are always called in-process, once per batch.
@@ -42,7 +44,9 @@ from rl_core.rewards.scoring import (
     RewardConfigError,
     Sample,
     ScorerSpec,
+    ScorerTimeout,
     call_scorer,
+    call_with_timeout,
     load_custom_function,
     load_scorer,
     normalize_result,
@@ -244,7 +248,9 @@ class RewardManager:
 
     def _score_in_process(self, spec: ScorerSpec, kwargs: dict, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
-        return self._outcomes(spec, samples, (lambda s=s: call_scorer(fn, s, kwargs) for s in samples), raise_now)
+        timeout = self.cfg.timeout_s
+        calls = (lambda s=s: call_with_timeout(lambda: call_scorer(fn, s, kwargs), timeout) for s in samples)
+        return self._outcomes(spec, samples, calls, raise_now)
 
     def _score_batched(self, spec: ScorerSpec, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
@@ -273,6 +279,9 @@ class RewardManager:
         for s, result in zip(samples, results):
             try:
                 score, extras = normalize_result(result())
+            except ScorerTimeout as exc:  # scores 0 and counts in reward/timeouts, like the pool's
+                out[s.index] = Outcome(TIMEOUT, error=str(exc))
+                continue
             except Exception as exc:  # noqa: BLE001
                 if raise_now:
                     raise self._error(spec, s.index, s.data_source, f"{type(exc).__name__}: {exc}") from exc

@@ -147,6 +147,51 @@ def call_scorer(fn: Callable, sample: Sample, kwargs: dict[str, Any]) -> Any:
     )
 
 
+class ScorerTimeout(Exception):
+    """A scorer ran past ``reward.timeout_s`` in this process."""
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
+    """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds (in-process scoring).
+
+    In the main thread a ``SIGALRM`` timer interrupts the scorer (Python code
+    only: C code that never returns to the interpreter, such as one giant
+    regex match, is not interrupted; ``reward.num_workers > 0`` kills such a
+    worker instead). Elsewhere the call runs in a daemon thread that is
+    abandoned when it overstays.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def _expired(signum, frame):
+            raise ScorerTimeout(f"the scorer ran longer than reward.timeout_s={timeout_s:g} s")
+
+        previous = signal.signal(signal.SIGALRM, _expired)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True, name="rl-core-scorer")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise ScorerTimeout(f"the scorer ran longer than reward.timeout_s={timeout_s:g} s (left running in a background thread)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _number(value: Any) -> float | None:
     if type(value) in (float, int, bool):  # the common case, without the ABC check
         return float(value)

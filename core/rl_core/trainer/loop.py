@@ -14,6 +14,7 @@ automatically.
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Any
@@ -36,6 +37,10 @@ from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import Tracker
 
 TRAINER_STATE = "trainer_state.pt"
+# warn when the advantages have been all zero for this many steps in a row (nothing is learned)
+ZERO_ADVANTAGE_STEPS = 3
+
+logger = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -78,6 +83,7 @@ class Trainer:
         self.cluster.call("set_total_steps", same_args=(self.total_steps,))
         self.step = 0
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
+        self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: str, batch: Batch, *extra: Any) -> list[Any]:
@@ -163,6 +169,7 @@ class Trainer:
                 scores, reward_metrics = self.score(batch)
                 check_finite(scores, stage="reward", role="reward", tensor="reward scores")
                 metrics.update(reward_metrics)
+                metrics.update(self._reward_health(step, len(scores), reward_metrics))
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):
                     greedy = self.generate(prompts, self.sampling(greedy=True, step=step))
@@ -222,6 +229,7 @@ class Trainer:
                 check_finite(adv, stage="adv", role="controller", tensor="advantages", mask=mask)
                 check_finite(returns, stage="adv", role="controller", tensor="returns", mask=mask)
                 batch["advantages"], batch["returns"] = adv, returns
+                metrics.update(self._advantage_health(step, adv, mask))
             if cfg.critic.enable:
                 with timed(t, "update_critic"):
                     metrics.update(_guard_update("critic", self._train_call("update_critic", batch)))
@@ -238,6 +246,32 @@ class Trainer:
             metrics["perf/max_memory_allocated_gb"] = max(peaks)
         metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
         return metrics
+
+    # ---------------------------------------------------------------- health
+    def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
+        """``reward/all_failed`` (1 when no sample of the step got a real score), with a loud warning."""
+        failed = int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
+        if n and failed >= n:
+            logger.warning(
+                "step %d: every one of the %d rewards failed (%d timeouts, %d errors) and scored 0: this step learns "
+                "nothing; check the reward function (reward.on_error=raise shows the first error) or raise reward.timeout_s",
+                step, n, int(reward_metrics.get("reward/timeouts", 0)), int(reward_metrics.get("reward/errors", 0)),
+            )
+            return {"reward/all_failed": 1.0}
+        return {"reward/all_failed": 0.0}
+
+    def _advantage_health(self, step: int, adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """``critic/advantages_all_zero``; warns once they have been all zero for ZERO_ADVANTAGE_STEPS steps."""
+        zero = not bool((adv[mask.bool()] != 0).any())
+        self.zero_adv_steps = self.zero_adv_steps + 1 if zero else 0
+        if self.zero_adv_steps >= ZERO_ADVANTAGE_STEPS:
+            logger.warning(
+                "step %d: the advantages have been all zero for %d steps in a row: nothing is learned "
+                "(every response of a group gets the same reward: too easy or too hard prompts, a constant reward, "
+                "or rollout.n=1 with a group estimator)",
+                step, self.zero_adv_steps,
+            )
+        return {"critic/advantages_all_zero": float(zero)}
 
     # ------------------------------------------------------------- validation
     def validate(self) -> dict[str, float]:
