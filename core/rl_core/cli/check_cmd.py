@@ -53,6 +53,21 @@ def print_plan(stack, out=sys.stdout) -> None:
     print("sizes:", file=out)
     for label, value in stack.sizes.table():
         print(f"  {label:<33} {value}", file=out)
+    print_memory(stack, out)
+
+
+def print_memory(stack, out=sys.stdout) -> None:
+    """The per-device memory estimate (rl_core.memory); a warning on stderr when it does not fit."""
+    from rl_core.memory import estimate
+
+    est = estimate(stack.config, stack.sizes)
+    if est is None:
+        print(f"memory estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally); point model.path at a local folder to get one", file=out)
+        return
+    for line in est.lines():
+        print(line, file=out)
+    if est.fits is False:
+        print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
 
 
 def run(args) -> int:

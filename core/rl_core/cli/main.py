@@ -17,7 +17,7 @@ from rl_core import __version__
 from rl_core.cluster import WorkerError
 from rl_core.problems import ConfigError, UserError
 
-SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot")
+SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

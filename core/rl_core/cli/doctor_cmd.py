@@ -1,0 +1,221 @@
+"""`rlcore doctor [--nprocs N] [--json] [--cluster]`: what this machine has, and whether its collectives work.
+
+Prints the versions of Python, torch (with CUDA / NCCL), transformers and the other libraries rl-core
+uses; every installed plugin and the engine each backend needs (with load errors); the devices and their
+memory; whether gloo (and NCCL, with GPUs) initialise; and an all-reduce across N local processes with
+its latency (a 4-byte tensor) and bus bandwidth (a 64 MiB tensor, ``2 (N-1) / N x bytes / time``, as
+nccl-tests reports it). Exits 1 when a plugin fails to load or a collective fails.
+
+``--cluster`` hands over to the Ray cluster check (``rl_core.cli.doctor_cluster``) when Ray mode is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+LIBRARIES = ("rl-core", "torch", "transformers", "accelerate", "tensordict", "pluggy", "attrs", "numpy", "pyarrow", "safetensors", "tokenizers", "ray")
+LATENCY_BYTES = 4
+BANDWIDTH_BYTES = 64 * 2**20
+REPEATS = 10
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("doctor", help="versions, plugins, devices, and a local all-reduce test (latency, bandwidth)")
+    p.add_argument("--nprocs", type=int, default=None, metavar="N", help="processes for the all-reduce test (default: the GPUs, or 2 on CPU)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-collectives", action="store_true", help="skip the process-group and all-reduce tests")
+    p.add_argument("--cluster", action="store_true", help="check a Ray cluster instead (needs Ray mode installed)")
+    p.add_argument("--address", default=None, help="with --cluster: the Ray cluster's address (default: $RAY_ADDRESS, else the local one)")
+    p.set_defaults(func=run)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, Any]:
+    import torch
+
+    out: dict[str, Any] = {"python": f"{platform.python_version()} ({sys.executable})", "platform": platform.platform()}
+    for lib in LIBRARIES:
+        out[lib] = _version(lib) or "not installed"
+    out["torch CUDA"] = torch.version.cuda or "none (CPU build)"
+    if torch.cuda.is_available():
+        try:
+            out["NCCL"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as exc:  # noqa: BLE001
+            out["NCCL"] = f"unavailable ({exc})"
+        out["cuDNN"] = str(torch.backends.cudnn.version())
+    return out
+
+
+def plugins() -> dict[str, Any]:
+    from rl_core.cards import CARD_TYPES
+    from rl_core.plugins import get_registry
+
+    reg = get_registry()
+    engines = []
+    for kind in ("rollout", "train"):
+        for name in reg.names(kind):
+            card = reg.cards[kind][name]
+            dists = [d.strip() for d in (card.engine or "").split("|") if d.strip()]
+            found = next(((d, v) for d in dists if (v := _version(d))), None)
+            engines.append({
+                "backend": f"{kind} {name}",
+                "provider": str(card.provider or ""),
+                "engine": f"{found[0]} {found[1]}" if found else ("built in" if not dists else f"{' or '.join(dists)}: not installed"),
+                "tested": card.engine_versions or "",
+            })
+    return {
+        "plugins": [f"{p.get('distribution', '?')} {p.get('version', '')} ({p.get('entry_point', '')})" if isinstance(p, dict) else str(p) for p in reg.plugins],
+        "cards": {kind: reg.names(kind) for kind in CARD_TYPES},
+        "engines": engines,
+        "errors": [e.describe() for e in reg.errors] + [c.describe() for c in reg.conflicts],
+    }
+
+
+def devices() -> dict[str, Any]:
+    import torch
+
+    from rl_core.memory import device_memory
+
+    ram = device_memory("cpu")
+    out: dict[str, Any] = {"cpu": f"{os.cpu_count()} cores, {ram / 2**30:.1f} GiB RAM" if ram else f"{os.cpu_count()} cores"}
+    gpus = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            free, total = torch.cuda.mem_get_info(i)
+            gpus.append(f"cuda:{i} {props.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} GiB free), compute capability {props.major}.{props.minor}")
+    out["gpus"] = gpus or ["none visible to torch"]
+    return out
+
+
+def _allreduce_rank(rank: int, world: int, device: str) -> dict[str, float]:
+    """Runs in each spawned process (the process group is already up): all-reduce latency and bandwidth."""
+    import torch
+    import torch.distributed as dist
+
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
+
+    def timed(numel: int) -> float:
+        x = torch.ones(numel, dtype=torch.float32, device=dev)
+        dist.all_reduce(x)  # warm-up (connection set-up)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times = []
+        for _ in range(REPEATS):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        assert float(x[0]) == float(world) ** (REPEATS + 1), "all-reduce gave a wrong sum"
+        return statistics.median(times)
+
+    lat = timed(LATENCY_BYTES // 4)
+    big = timed(BANDWIDTH_BYTES // 4)
+    return {"latency_s": lat, "time_s": big, "busbw": 2 * (world - 1) / world * BANDWIDTH_BYTES / big if world > 1 else 0.0}
+
+
+def collectives(nprocs: int) -> list[dict[str, Any]]:
+    import torch
+
+    from rl_core.testing.distributed import run_distributed
+
+    results = []
+    backends = [("gloo", "cpu")] + ([("nccl", "cuda")] if torch.cuda.is_available() and torch.distributed.is_nccl_available() else [])
+    for backend, device in backends:
+        n = min(nprocs, torch.cuda.device_count()) if device == "cuda" else nprocs
+        start = time.perf_counter()
+        try:
+            per_rank = run_distributed(_allreduce_rank, n, device, backend=backend, timeout=180.0)
+        except Exception as exc:  # noqa: BLE001 - a failing collective is the finding
+            results.append({"backend": backend, "processes": n, "ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"})
+            continue
+        results.append({
+            "backend": backend,
+            "processes": n,
+            "ok": True,
+            "wall_s": time.perf_counter() - start,
+            "latency_ms": max(r["latency_s"] for r in per_rank) * 1e3,
+            "busbw_GBps": min(r["busbw"] for r in per_rank) / 1e9,
+            "bytes": BANDWIDTH_BYTES,
+        })
+    if not torch.cuda.is_available():
+        results.append({"backend": "nccl", "ok": None, "error": "skipped: no GPU"})
+    return results
+
+
+def _print(report: dict[str, Any]) -> None:
+    print("rl-core doctor")
+    print("versions:")
+    for k, v in report["versions"].items():
+        print(f"  {k:<14} {v}")
+    p = report["plugins"]
+    print("plugins:")
+    for name in p["plugins"]:
+        print(f"  {name}")
+    print("backends and their engines:")
+    for e in p["engines"]:
+        tested = f" (tested: {e['tested']})" if e["tested"] else ""
+        print(f"  {e['backend']:<16} {e['engine']}{tested}  [{e['provider']}]")
+    for err in p["errors"]:
+        print(f"  error: {err}")
+    print("devices:")
+    print(f"  cpu            {report['devices']['cpu']}")
+    for g in report["devices"]["gpus"]:
+        print(f"  gpu            {g}")
+    if "collectives" in report:
+        print("collectives (all-reduce across local processes):")
+        for c in report["collectives"]:
+            if c.get("ok"):
+                print(f"  {c['backend']:<5} ok, {c['processes']} processes: latency {c['latency_ms']:.3f} ms (4 B), "
+                      f"bus bandwidth {c['busbw_GBps']:.2f} GB/s ({c['bytes'] // 2**20} MiB); {c['wall_s']:.1f} s incl. start-up")
+            elif c.get("ok") is None:
+                print(f"  {c['backend']:<5} {c['error']}")
+            else:
+                print(f"  {c['backend']:<5} FAILED ({c.get('processes', '?')} processes): {c['error']}")
+
+
+def run(args) -> int:
+    if args.cluster:
+        try:
+            cluster = importlib.import_module("rl_core.cli.doctor_cluster")
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("rl_core.cli.doctor_cluster", "ray"):
+                raise
+            print("error: Ray mode is not installed (no rl_core.cli.doctor_cluster" + (", no ray" if exc.name == "ray" else "") + "); `rlcore doctor` without --cluster checks this machine", file=sys.stderr)
+            return 1
+        fn = getattr(cluster, "run", None) or cluster.main
+        return int(fn(args) or 0)
+    if args.nprocs is not None and args.nprocs < 1:
+        from rl_core.problems import UserError
+
+        raise UserError(f"--nprocs must be >= 1, got {args.nprocs}")
+    import torch
+
+    report: dict[str, Any] = {"versions": versions(), "plugins": plugins(), "devices": devices()}
+    if not args.no_collectives:
+        n = args.nprocs or (torch.cuda.device_count() if torch.cuda.is_available() else 2)
+        report["collectives"] = collectives(n)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _print(report)
+    failed = report["plugins"]["errors"] or any(c.get("ok") is False for c in report.get("collectives", []))
+    return 1 if failed else 0

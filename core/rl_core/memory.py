@@ -1,0 +1,287 @@
+"""A memory estimate per device (per rank) before anything is built: what `rlcore check` and `--dry-run` print.
+
+Terms, in bytes per rank (``P`` parameters, ``c`` bytes of the compute dtype, ``S`` ranks sharing the
+train states; FSDP shards over every rank of a multi-process run):
+
+- model states: actor parameters ``4P/S`` (float32 master weights, as the FSDP backend keeps them),
+  gradients ``4P/S`` (only during the update: they are freed after each optimizer step), AdamW's two
+  moments ``8P/S``; a frozen reference model ``cP/S``; a critic like the actor;
+- mixed precision without sharding (``torch.autocast``): the low-precision copy of the weights that
+  autocast caches during a forward with grad, ``cP``;
+- rollout: the HF engine holds its own full copy of the weights (``cP``) plus the KV cache of the
+  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
+  an engine with a memory fraction (vLLM, SGLang) takes ``rollout.gpu_memory_utilization`` of the GPU
+  and releases it while training (``enable_sleep``);
+- activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
+  bytes (the tensors a llama-style block keeps for backward under autocast; float32 norms), or only the
+  layer inputs (``4h``) plus one layer's worth with gradient checkpointing; prompts count once per group
+  of ``n`` when ``share_prompt_forward`` is on (CPU default);
+- logits of one micro-batch over the response: ``micro x R x V`` elements, held as the lm-head output
+  (``c``) and its float32 copy (4), plus the float32 temporaries of logsumexp and the entropy (8; the
+  entropy is computed in the update and the old-log-prob pass) and, in the update, the float32
+  gradient (4): ``c + 16`` bytes per element in the update, ``c + 12`` in the log-prob pass.
+
+Phases: ``rollout`` (states + rollout weights + KV cache), ``log-probs`` (states + the inference
+logits), ``update`` (states + gradients + autocast cache + activations + logits). On a CPU run the
+process itself (Python, torch, transformers: :data:`CPU_RUNTIME_GB`, measured) counts too and every
+rank's peak shares the machine's RAM. Sequence lengths are the configured maxima, so the estimate is
+an upper bound for data with shorter prompts. ``bench/memory_estimate.py`` measures a run's real
+peak next to it (``bench/results/memory_estimate_*.md``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+import attrs
+
+GB = 2**30
+CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+FRACTION_ENGINES = ("vllm", "sglang")  # rollout engines that reserve rollout.gpu_memory_utilization of the GPU
+
+# Shapes of models a config may name without a local folder (from their published config.json files).
+KNOWN_SHAPES: dict[str, dict[str, Any]] = {
+    "smollm2": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "tie_word_embeddings": True, "model_type": "llama"},
+    "qwen/qwen2.5-0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                          "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True, "model_type": "qwen2"},
+}
+KNOWN_SHAPES["qwen/qwen2.5-0.5b-instruct"] = KNOWN_SHAPES["qwen/qwen2.5-0.5b"]
+
+
+@attrs.frozen(kw_only=True)
+class ModelShape:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qkv_bias: bool
+    source: str
+
+    @property
+    def params(self) -> int:
+        h, hd = self.hidden, self.head_dim
+        q, kv = self.heads * hd, self.kv_heads * hd
+        attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
+        layer = attn + 3 * h * self.intermediate + 2 * h
+        return self.vocab * h * (1 if self.tied else 2) + self.layers * layer + h
+
+
+def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
+    heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    return ModelShape(
+        hidden=hidden,
+        intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
+        layers=int(cfg["num_hidden_layers"]),
+        heads=heads,
+        kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab=int(cfg["vocab_size"]),
+        tied=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
+        source=source,
+    )
+
+
+def _hub_config(name: str) -> str | None:
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    hits = sorted(glob.glob(os.path.join(hub, "models--" + name.replace("/", "--"), "snapshots", "*", "config.json")))
+    return hits[-1] if hits else None
+
+
+def model_shape(path: str, override: dict[str, Any] | None = None) -> ModelShape | None:
+    """The model's shape from its config.json (local folder, built-in cache, HF cache), or a known shape; None if unknown."""
+    candidates = []
+    if path.startswith("builtin:"):
+        from rl_core.models import cache_dir
+
+        name = path.split(":", 1)[1]
+        candidates.append(str(cache_dir() / "models" / name / "config.json"))
+        known = name
+    else:
+        candidates.append(os.path.join(os.path.expanduser(path), "config.json"))
+        candidates.append(_hub_config(path) or "")
+        known = path.lower()
+    for cand in candidates:
+        if cand and os.path.isfile(cand):
+            try:
+                cfg = json.loads(open(cand).read())
+                cfg = cfg.get("text_config", cfg) if "num_hidden_layers" not in cfg else cfg
+                return shape_from_config({**cfg, **(override or {})}, cand)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    if known in KNOWN_SHAPES:
+        return shape_from_config({**KNOWN_SHAPES[known], **(override or {})}, f"known shape of {known}")
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Estimate:
+    """Bytes per rank: the terms and each phase's peak; ``available`` is the device memory (RAM on CPU)."""
+
+    device: str
+    shape: ModelShape
+    terms: dict[str, float]
+    phases: dict[str, float]
+    available: float | None
+    ranks_sharing: int  # ranks whose peaks add up against ``available`` (CPU: all local ranks; GPU: 1)
+    advice: tuple[str, ...]
+
+    @property
+    def peak(self) -> float:
+        return max(self.phases.values())
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.available is None else self.peak * self.ranks_sharing <= self.available
+
+    def lines(self) -> list[str]:
+        g = lambda b: f"{b / GB:6.2f} GB"  # noqa: E731
+        where = "per process (RAM)" if self.device == "cpu" else "per GPU"
+        out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
+        out += [f"  {k:<33} {g(v)}" for k, v in self.terms.items() if v]
+        out += [f"  peak in {k:<25} {g(v)}" for k, v in self.phases.items()]
+        if self.available is not None:
+            need = self.peak * self.ranks_sharing
+            label = f"{self.ranks_sharing} processes x peak" if self.ranks_sharing > 1 else "peak"
+            verdict = "fits" if self.fits else "does NOT fit"
+            out.append(f"  {label} {need / GB:.2f} GB vs {self.available / GB:.1f} GB {'RAM' if self.device == 'cpu' else 'device memory'}: {verdict}")
+        out += [f"  to fit: {a}" for a in self.advice]
+        return out
+
+
+def device_memory(device: str) -> float | None:
+    if device == "cpu":
+        try:
+            return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return float(torch.cuda.get_device_properties(0).total_memory)
+    except Exception:  # noqa: BLE001 - no device: no comparison
+        pass
+    return None
+
+
+def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
+    return c * (5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate) + 16 * shape.hidden
+
+
+def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: ModelShape | None = None) -> Estimate | None:
+    """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown."""
+    shape = shape or model_shape(config.model.path, config.model.override_config)
+    if shape is None:
+        return None
+    m, d, r, a = config.model, config.data, config.rollout, config.actor
+    device = sizes.device
+    P = shape.params
+    c = DTYPE_BYTES.get(m.dtype, 4)
+    S = sizes.world_size if sizes.world_size > 1 else 1
+    sharded = S > 1
+    mixed = c < 4
+    R = d.max_response_length
+    prompt = d.max_prompt_length
+    n = r.n
+    share = (device == "cpu" if m.share_prompt_forward is None else m.share_prompt_forward) and not sharded
+
+    t: dict[str, float] = {}
+    t["actor parameters (fp32)"] = 4 * P / S
+    t["actor AdamW state"] = 8 * P / S
+    if config.ref.enable:
+        t["reference parameters"] = c * P / S
+    if config.critic.enable:
+        t["critic parameters + AdamW"] = 12 * P / S
+    fraction_engine = r.name in FRACTION_ENGINES and device != "cpu"
+    gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
+    kv = gen_batch * (prompt + R) * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
+    if fraction_engine:
+        avail = available if available is not None else device_memory(device)
+        t["rollout engine (memory fraction)"] = r.gpu_memory_utilization * (avail or 0)
+    else:
+        t["rollout weights"] = c * P / max(1, sizes.rollout_tp)
+        t["rollout KV cache"] = kv / max(1, sizes.rollout_tp)
+    micro = sizes.actor_micro_batch_per_rank
+    tokens = (micro / n * prompt + micro * R) if share else micro * (prompt + R)
+    per_tl = activation_bytes_per_token_layer(shape, c)
+    if m.enable_gradient_checkpointing:
+        act = tokens * (shape.layers * 4 * shape.hidden + per_tl)
+    else:
+        act = tokens * shape.layers * per_tl
+    t["actor gradients (update)"] = 4 * P / S
+    if mixed and not sharded:
+        t["autocast weight copy (update)"] = c * P
+    elif mixed:
+        t["gathered layers (update)"] = 2 * c * P / shape.layers
+    t[f"activations (update, {'with' if m.enable_gradient_checkpointing else 'no'} checkpointing)"] = act
+    t["logits (update)"] = micro * R * shape.vocab * (c + 16)
+    lp_micro = a.log_prob_micro_batch_size_per_gpu or micro
+    t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
+    if config.critic.enable:
+        t["critic gradients + activations (update)"] = 4 * P / S + act
+
+    runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
+    states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0)
+    rollout_held = t.get("rollout weights", 0)  # the HF engine keeps its weights through training
+    if fraction_engine and not r.enable_sleep:
+        rollout_held = t["rollout engine (memory fraction)"]
+    rollout_peak = t.get("rollout engine (memory fraction)", 0) + t.get("rollout weights", 0) + t.get("rollout KV cache", 0)
+    phases = {
+        "rollout": runtime + states + rollout_peak,
+        "log-probs": runtime + states + rollout_held + t["logits (log-probs)"],
+        "update": runtime + states + rollout_held + t["actor gradients (update)"] + t.get("autocast weight copy (update)", 0)
+        + t.get("gathered layers (update)", 0) + act + t["logits (update)"],
+    }
+    if config.critic.enable:
+        phases["critic update"] = runtime + states + rollout_held + t["critic gradients + activations (update)"]
+    if runtime:
+        t = {"process runtime (python, torch, ...)": runtime, **t}
+    available = available if available is not None else device_memory(device)
+    ranks = sizes.world_size if device == "cpu" else 1
+    est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=())
+    if est.fits is False:
+        est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)))
+    return est
+
+
+def _val_batch(config: Any) -> int:
+    if not config.data.val_files and (config.data.val_generator is None or not config.data.val_generator.name):
+        return 0
+    if config.data.val_batch_size:
+        return config.data.val_batch_size * config.rollout.val_n
+    size = config.data.val_generator.size if config.data.val_generator is not None and config.data.val_generator.name else 0
+    return (config.data.val_max_samples or size or 0) * config.rollout.val_n
+
+
+def advice(config: Any, sizes: Any, est: Estimate) -> list[str]:
+    """What to change, for the phase that peaks highest."""
+    phase = max(est.phases, key=est.phases.get)
+    out = []
+    if phase in ("update", "critic update"):
+        if sizes.actor_micro_batch_per_rank > 1:
+            out.append(f"lower actor.ppo_micro_batch_size_per_gpu (now {sizes.actor_micro_batch_per_rank}; activations and logits scale with it)")
+        if not config.model.enable_gradient_checkpointing:
+            out.append("set model.enable_gradient_checkpointing=true (keeps only each layer's input)")
+    if phase == "log-probs":
+        out.append("lower actor.log_prob_micro_batch_size_per_gpu")
+    if phase == "rollout":
+        if config.rollout.name in FRACTION_ENGINES:
+            out.append("lower rollout.gpu_memory_utilization")
+        else:
+            out.append("set rollout.generation_batch_size (sequences decoded at once; the KV cache scales with it)")
+    out.append("more GPUs / processes (trainer.n_gpus_per_node): FSDP shards parameters, gradients and optimizer state")
+    out.append("offload parameters / optimizer state to CPU, or tensor parallelism (train.tensor_model_parallel_size with a backend that has it, e.g. megatron)")
+    if config.model.dtype == "float32" and sizes.device != "cpu":
+        out.append("model.dtype=bfloat16 (halves activations and the rollout's weights)")
+    return out

@@ -1,0 +1,106 @@
+"""The memory estimate (rl_core.memory): parameter counts, hand-worked terms, and what check prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+from rl_core.config.load import load_config
+from rl_core.memory import GB, estimate, model_shape, shape_from_config
+from rl_core.resolver import resolve
+from rl_core.testing.tiny_model import make_tiny_model_dir, tiny_config
+
+TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+
+
+def test_parameter_count_of_known_models():
+    # published counts: Qwen2.5-0.5B 494,032,768 (qkv biases, tied embeddings); SmolLM2-135M 134,515,008
+    assert model_shape("Qwen/Qwen2.5-0.5B-Instruct").params == 494_032_768
+    assert model_shape("builtin:smollm2").params == 134_515_008
+
+
+@pytest.mark.parametrize("arch,tied", [("llama", False), ("qwen2", True), ("llama", True)])
+def test_parameter_count_matches_a_real_model(arch, tied):
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_config(arch, hidden=64, layers=3, heads=4, kv_heads=2, tie_word_embeddings=tied)
+    model = AutoModelForCausalLM.from_config(cfg)
+    shape = shape_from_config(cfg.to_dict(), "tiny")
+    assert shape.params == sum(p.numel() for p in model.parameters())
+
+
+def _stack(tmp_path, *overrides):
+    model = make_tiny_model_dir(tmp_path / "model")
+    cfg = load_config(None, [f"model.path={model}", f"data.train_files=[{TINY_DATA}]", "trainer.device=cpu", "data.train_batch_size=4",
+                             "rollout.n=2", "actor.ppo_mini_batch_size=4", "data.max_prompt_length=24", "data.max_response_length=8", *overrides])
+    stack, problems = resolve(cfg)
+    assert stack is not None, problems
+    return stack
+
+
+def test_terms_hand_worked(tmp_path):
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4", "model.dtype=float32", "model.share_prompt_forward=false")
+    shape = model_shape(stack.config.model.path)
+    # the tiny llama: hidden 64, 2 layers, 4 heads (head_dim 16), 2 kv heads, intermediate 128, vocab 264, untied
+    # embed + lm head 2 x 264 x 64 = 33792; per layer q 64x64 + k,v 2 x 64x32 + o 64x64 + mlp 3 x 64x128 + norms 128
+    # = 4096 + 4096 + 4096 + 24576 + 128 = 36992; 2 layers + final norm 64 -> 33792 + 73984 + 64 = 107840
+    assert shape.params == 107_840
+    est = estimate(stack.config, stack.sizes, available=64 * GB)
+    P = 107_840
+    assert est.terms["actor parameters (fp32)"] == 4 * P
+    assert est.terms["actor AdamW state"] == 8 * P
+    assert est.terms["actor gradients (update)"] == 4 * P
+    assert est.terms["rollout weights"] == 4 * P  # float32 rollout copy
+    # KV: 8 sequences x (24 + 8) tokens x 2 layers x 2 (k, v) x 2 kv heads x 16 dims x 4 bytes = 131072
+    assert est.terms["rollout KV cache"] == 8 * 32 * 2 * 2 * 2 * 16 * 4
+    # activations: 4 seqs x 32 tokens x 2 layers x (4 x (5 x 64 + 2 x 2 x 16 + 3 x 128) + 16 x 64) bytes
+    assert est.terms["activations (update, no checkpointing)"] == 4 * 32 * 2 * (4 * (320 + 64 + 384) + 1024)
+    # logits: 4 seqs x 8 response tokens x 264 vocab x (4 + 16) bytes
+    assert est.terms["logits (update)"] == 4 * 8 * 264 * 20
+    runtime = est.terms["process runtime (python, torch, ...)"]
+    # update = runtime + params and AdamW (12P) + gradients (4P) + the rollout copy (4P) + activations + logits
+    assert est.phases["update"] == pytest.approx(runtime + 12 * P + 4 * P + 4 * P + est.terms["activations (update, no checkpointing)"] + est.terms["logits (update)"])
+    assert est.fits is True and est.advice == ()
+
+
+def test_checkpointing_and_micro_batch_shrink_the_update(tmp_path):
+    base = _stack(tmp_path / "a", "actor.ppo_micro_batch_size_per_gpu=8")
+    ckpt = _stack(tmp_path / "b", "actor.ppo_micro_batch_size_per_gpu=8", "model.enable_gradient_checkpointing=true")
+    small = _stack(tmp_path / "c", "actor.ppo_micro_batch_size_per_gpu=2")
+    e0, e1, e2 = (estimate(s.config, s.sizes, available=64 * GB) for s in (base, ckpt, small))
+    act = lambda e: next(v for k, v in e.terms.items() if k.startswith("activations"))  # noqa: E731
+    assert act(e1) < act(e0)
+    assert act(e2) == pytest.approx(act(e0) / 4)
+    assert e2.terms["logits (update)"] == e0.terms["logits (update)"] / 4
+    assert e1.phases["update"] < e0.phases["update"] and e2.phases["update"] < e0.phases["update"]
+
+
+def test_does_not_fit_says_what_to_change(tmp_path):
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=8")
+    est = estimate(stack.config, stack.sizes, available=1e6)  # 1 MB of RAM
+    assert est.fits is False
+    text = "\n".join(est.lines())
+    assert "does NOT fit" in text and "actor.ppo_micro_batch_size_per_gpu" in text and "enable_gradient_checkpointing" in text
+    # CPU ranks share the RAM: two processes need twice the peak
+    two = attrs.evolve(stack.sizes, world_size=2)
+    assert estimate(stack.config, two, available=64 * GB).ranks_sharing == 2
+
+
+def test_fraction_engine_on_gpu_takes_its_share(tmp_path):
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4", "rollout.gpu_memory_utilization=0.4")
+    cfg = attrs.evolve(stack.config, rollout=attrs.evolve(stack.config.rollout, name="vllm"))
+    est = estimate(cfg, attrs.evolve(stack.sizes, device="cuda"), available=80 * GB)
+    assert est.terms["rollout engine (memory fraction)"] == pytest.approx(0.4 * 80 * GB)
+    assert "process runtime (python, torch, ...)" not in est.terms  # allocator memory only on GPU
+
+
+def test_check_prints_the_estimate(tmp_path, capsys):
+    from rl_core.cli.main import main
+
+    model = make_tiny_model_dir(tmp_path / "model")
+    code = main(["check", f"model.path={model}", f"data.train_files=[{TINY_DATA}]", "trainer.device=cpu", "data.train_batch_size=4",
+                 "rollout.n=2", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "memory estimate, per process (RAM)" in out and "peak in update" in out and "peak in rollout" in out and ": fits" in out

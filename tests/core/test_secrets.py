@@ -1,0 +1,52 @@
+"""Credential-like config values are masked wherever the config is printed or saved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rl_core.cli.main import main
+from rl_core.config.load import MASK, config_to_dict, load_config, looks_secret, mask_secrets
+
+TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+SECRETS = ["reward.kwargs={api_key: sk-live-123, judge: {password: hunter2}, max_tokens: 64, timeout: 5}",
+           "rollout.engine_kwargs={hf_token: hf_abc, seed: 3}", "algorithm.options={clientSecret: s3cr3t}"]
+
+
+def test_names_that_look_like_credentials():
+    for name in ("api_key", "apiKey", "OPENAI_API_KEY", "hf_token", "token", "password", "db_password", "clientSecret", "key", "auth"):
+        assert looks_secret(name), name
+    for name in ("max_tokens", "monkey", "keyword", "prompt", "tokenizer_path", "seed"):
+        assert not looks_secret(name), name
+
+
+def test_config_to_dict_masks_free_form_values_only():
+    cfg = load_config(None, SECRETS)
+    d = config_to_dict(cfg)
+    assert d["reward"]["kwargs"] == {"api_key": MASK, "judge": {"password": MASK}, "max_tokens": 64, "timeout": 5}
+    assert d["rollout"]["engine_kwargs"] == {"hf_token": MASK, "seed": 3}
+    assert d["algorithm"]["options"] == {"clientSecret": MASK}
+    assert d["data"]["prompt_key"] == "prompt"  # a schema field, not a credential
+    # the run itself keeps the real values; unmasked on request
+    assert cfg.reward.kwargs["api_key"] == "sk-live-123"
+    assert config_to_dict(cfg, mask=False)["reward"]["kwargs"]["api_key"] == "sk-live-123"
+    assert mask_secrets([{"token": ""}, {"token": "x"}]) == [{"token": ""}, {"token": MASK}]
+
+
+def test_check_never_prints_them(capsys):
+    code = main(["check", "model.path=Qwen/Qwen2.5-0.5B", f"data.train_files=[{TINY_DATA}]", "trainer.device=cpu", "data.train_batch_size=4",
+                 "rollout.n=2", "actor.ppo_mini_batch_size=4", *SECRETS])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    for secret in ("sk-live-123", "hunter2", "hf_abc", "s3cr3t"):
+        assert secret not in out.out + out.err
+    assert "api_key: '***'" in out.out
+
+
+def test_the_saved_and_tracked_config_is_masked():
+    # the trainer writes config_to_dict(cfg) to output_dir/config.yaml and hands the same dict to the trackers
+    import inspect
+
+    from rl_core.trainer import loop
+
+    src = inspect.getsource(loop.Trainer.__init__)
+    assert src.count("config_to_dict(cfg)") == 2 and "mask=False" not in src
