@@ -6,7 +6,7 @@ Runs ``rlcore train CONFIG overrides trainer.total_training_steps=STEPS`` in a c
 output folder, no progress bar) after converting a built-in model in another process, so the
 conversion's memory is not counted. Measures:
 
-- CPU runs: the child's peak RSS (``getrusage(RUSAGE_CHILDREN).ru_maxrss``; one rank in-process);
+- CPU runs: the training process's peak RSS (``os.wait4``'s ``ru_maxrss``; one rank runs in-process);
 - GPU runs: the largest ``perf/max_memory_allocated_gb`` the trainer logged (torch's
   ``max_memory_allocated``, reset each step) and the child's peak RSS.
 
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -62,12 +61,16 @@ def main() -> int:
         subprocess.run([sys.executable, "-c", f"from rl_core.models import ensure_builtin_model as e; e({path.split(':', 1)[1]!r})"], check=True)
 
     start = time.time()
-    proc = subprocess.run([sys.executable, "-m", "rl_core", "train", args.config, *overrides, "--no-progress"], capture_output=True, text=True)
+    log = os.path.join(run_dir, "train.log")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "rl_core", "train", args.config, *overrides, "--no-progress"], stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage (not the converter's)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.time() - start
     if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        sys.stderr.write(open(log).read()[-6000:])
         return proc.returncode
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kB on Linux
+    rss = usage.ru_maxrss * 1024  # kB on Linux
     gpu = None
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if os.path.exists(metrics):

@@ -8,8 +8,9 @@ train states; FSDP shards over every rank of a multi-process run):
   moments ``8P/S``; a frozen reference model ``cP/S``; a critic like the actor;
 - mixed precision without sharding (``torch.autocast``): the low-precision copy of the weights that
   autocast caches during a forward with grad, ``cP``;
-- rollout: the HF engine holds its own full copy of the weights (``cP``) plus the KV cache of the
-  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
+- rollout: the HF engine holds its own full copy of the weights (``cP``; moved to host memory between
+  rollouts on a GPU with ``enable_sleep``) plus the KV cache of the sequences it decodes at once
+  (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
   an engine with a memory fraction (vLLM, SGLang) takes ``rollout.gpu_memory_utilization`` of the GPU
   and releases it while training (``enable_sleep``);
 - activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
@@ -233,7 +234,8 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
     states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0)
-    rollout_held = t.get("rollout weights", 0)  # the HF engine keeps its weights through training
+    # the HF engine keeps its weights through training, except on a GPU with enable_sleep (moved to host memory)
+    rollout_held = 0.0 if (device != "cpu" and r.enable_sleep) else t.get("rollout weights", 0)
     if fraction_engine and not r.enable_sleep:
         rollout_held = t["rollout engine (memory fraction)"]
     rollout_peak = t.get("rollout engine (memory fraction)", 0) + t.get("rollout weights", 0) + t.get("rollout KV cache", 0)

@@ -105,7 +105,7 @@ class DataConfig:
 class ModelConfig:
     path: str = ""
     tokenizer_path: str | None = None
-    dtype: str = field(default="float32", validator=attrs.validators.in_(("float32", "bfloat16", "float16")))
+    dtype: str = choice("float32", ("float32", "bfloat16", "float16"))
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
     # run each distinct prompt once for its group of n responses in train-side forwards (unsharded models only);
@@ -282,12 +282,12 @@ class RayConfig:
     # "auto": the cluster started on this machine with `ray start`; or "host:port" of the head
     address: str | None = None
     runtime_env: dict[str, Any] = field(factory=dict)  # passed to ray.init as is: env_vars, pip, working_dir, ...
-    namespace: str = "rl-core"
-    cpus_per_worker: float = 1.0  # CPUs each worker reserves (its placement-group bundle)
-    num_cpus: int | None = None  # a local start only: CPUs Ray may use (null: all)
+    namespace: str = text("rl-core")
+    cpus_per_worker: float = num(1.0, gt=0, hint="CPUs per worker, e.g. 1")  # CPUs each worker reserves (its placement-group bundle)
+    num_cpus: int | None = pos(None, hint="null: all")  # a local start only: CPUs Ray may use (null: all)
     dashboard_host: str = "127.0.0.1"  # a local start only; 0.0.0.0 opens the dashboard to the network
-    collective_timeout_s: float = 600.0  # torch.distributed timeout of the workers' group
-    start_timeout_s: float = 300.0  # waiting for the cluster to have room for every worker
+    collective_timeout_s: float = num(600.0, gt=0, hint="seconds, e.g. 600")  # torch.distributed timeout of the workers' group
+    start_timeout_s: float = num(300.0, gt=0, hint="seconds, e.g. 300")  # waiting for the cluster to have room for every worker
 
 
 @attrs.frozen(kw_only=True)
