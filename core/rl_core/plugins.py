@@ -8,7 +8,9 @@
   rather than a silently ignored function.
 - ``RL_CORE_PLUGINS`` (allow list) and ``RL_CORE_BLOCK_PLUGINS`` (block list)
   take comma-separated entry-point or distribution names. The core's own
-  entry points (built-ins) load unless blocked explicitly.
+  entry points (built-ins) load unless blocked explicitly. A name that a
+  skipped plugin would have provided is reported as blocked (not as "not
+  installed"), and a list entry that names no installed plugin is a warning.
 - Two providers of one (kind, name) is an error that names both; the name is
   then unusable until one of them is removed or blocked.
 """
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import logging
 import os
 import traceback
 from types import ModuleType
@@ -31,6 +34,8 @@ ENTRY_POINT_GROUP = "rl_core"
 CORE_DISTRIBUTION = "rl-core"
 ALLOW_ENV = "RL_CORE_PLUGINS"
 BLOCK_ENV = "RL_CORE_BLOCK_PLUGINS"
+
+logger = logging.getLogger(__name__)
 
 # hook name -> card kind it registers
 HOOK_KINDS = {
@@ -99,6 +104,9 @@ class Registry:
     errors: list[PluginError] = attrs.field(factory=list)
     conflicts: list[Conflict] = attrs.field(factory=list)
     plugins: list[dict[str, Any]] = attrs.field(factory=list)
+    # entry points installed but not loaded: (distribution, entry point, why), e.g. blocked by RL_CORE_BLOCK_PLUGINS
+    skipped: list[tuple[str, str, str]] = attrs.field(factory=list)
+    warnings: list[str] = attrs.field(factory=list)
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.cards[kind])
@@ -119,8 +127,15 @@ class Registry:
         known = ", ".join(self.names(kind)) or "none"
         msg = f"no {kind} named {name!r} is installed (installed: {known})"
         dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
+        skipped = {d: why for d, _, why in self.skipped}
+        if dist and dist in skipped:
+            return (
+                f"{kind} {name!r} is provided by the distribution {dist}, which is installed but was not loaded: {skipped[dist]}"
+            )
         if dist:
             msg += f"; it is provided by the distribution {dist}: pip install {dist}"
+        if self.skipped:
+            msg += "; installed but not loaded: " + ", ".join(f"{d} ({why})" for d, _, why in self.skipped)
         if self.errors:
             broken = ", ".join(sorted({e.distribution for e in self.errors}))
             msg += f" (note: these plugins failed to load and may provide it: {broken})"
@@ -148,15 +163,20 @@ def _split_env(name: str) -> set[str]:
 
 
 def _selected(ep_name: str, dist_name: str) -> bool:
+    return _skip_reason(ep_name, dist_name) is None
+
+
+def _skip_reason(ep_name: str, dist_name: str) -> str | None:
+    """Why the allow / block lists skip this entry point, or None when it loads."""
     block = _split_env(BLOCK_ENV)
     if ep_name in block or dist_name in block:
-        return False
+        return f"blocked by {BLOCK_ENV}={os.environ.get(BLOCK_ENV, '')}"
     if dist_name == CORE_DISTRIBUTION:
-        return True
+        return None
     allow = _split_env(ALLOW_ENV)
-    if not allow:
-        return True
-    return ep_name in allow or dist_name in allow
+    if not allow or ep_name in allow or dist_name in allow:
+        return None
+    return f"not in the allow list {ALLOW_ENV}={os.environ.get(ALLOW_ENV, '')}"
 
 
 class PluginManager:
@@ -167,6 +187,8 @@ class PluginManager:
         self._pm.add_hookspecs(hookspecs)
         self._providers: dict[str, Provider] = {}
         self.errors: list[PluginError] = []
+        self.skipped: list[tuple[str, str, str]] = []
+        self.warnings: list[str] = []
 
     def register_module(self, module: ModuleType | object, provider: Provider) -> None:
         """Register a plugin object (module or instance) under ``provider``."""
@@ -183,6 +205,7 @@ class PluginManager:
 
     def load_entrypoints(self, group: str = ENTRY_POINT_GROUP) -> None:
         seen: set[tuple[str, str]] = set()
+        known: set[str] = set()
         for ep in md.entry_points(group=group):
             dist = ep.dist
             dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
@@ -191,7 +214,10 @@ class PluginManager:
             if key in seen:  # the same distribution found twice on sys.path
                 continue
             seen.add(key)
-            if not _selected(ep.name, dist_name):
+            known.update(key)
+            why = _skip_reason(ep.name, dist_name)
+            if why is not None:
+                self.skipped.append((dist_name, ep.name, why))
                 continue
             provider = Provider(distribution=dist_name, version=version, entry_point=ep.name)
             try:
@@ -202,9 +228,14 @@ class PluginManager:
                 self.errors.append(_error(provider, exc))
                 continue
             self.register_module(module, provider)
+        for env in (ALLOW_ENV, BLOCK_ENV):
+            for name in sorted(_split_env(env) - known):
+                msg = f"{env} names {name!r}, which is no installed rl_core plugin (entry point or distribution); installed: {', '.join(sorted(known)) or 'none'}"
+                self.warnings.append(msg)
+                logger.warning(msg)
 
     def build_registry(self) -> Registry:
-        registry = Registry(errors=list(self.errors))
+        registry = Registry(errors=list(self.errors), skipped=list(self.skipped), warnings=list(self.warnings))
         for name, provider in self._providers.items():
             registry.plugins.append(
                 {
