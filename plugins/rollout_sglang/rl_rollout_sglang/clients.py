@@ -1,0 +1,154 @@
+"""The two ways to reach SGLang: the in-process ``sglang.Engine`` (default) or a running server.
+
+Both expose the same small surface the adapter uses: ``generate``,
+``begin_weight_update`` / ``update_weights_from_tensor`` / ``end_weight_update``,
+``flush_cache``, ``release_memory_occupation`` / ``resume_memory_occupation``,
+``context_length`` and ``shutdown``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class EngineStartError(RuntimeError):
+    """SGLang did not start; the message holds SGLang's own error and the arguments it was given."""
+
+
+class InProcessClient:
+    """``sglang.Engine`` owned by this process (its scheduler runs in child processes)."""
+
+    def __init__(self, engine_args: dict[str, Any]) -> None:
+        import sglang
+
+        start = time.perf_counter()
+        try:
+            self.engine = sglang.Engine(**engine_args)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the arguments, chained
+            shown = ", ".join(f"{k}={v!r}" for k, v in engine_args.items())
+            raise EngineStartError(
+                f"the SGLang engine failed to start: {type(exc).__name__}: {exc}\n  sglang.Engine({shown})\n"
+                "fix the argument it names (rollout.engine_kwargs passes any sglang.Engine argument), "
+                "or run with rollout.engine_kwargs.log_level=info to see SGLang's start-up log"
+            ) from exc
+        log.info("SGLang engine ready in %.1f s", time.perf_counter() - start)
+
+    @property
+    def context_length(self) -> int:
+        return int(self.engine.tokenizer_manager.model_config.context_len)
+
+    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool) -> list[dict[str, Any]]:
+        return self.engine.generate(input_ids=input_ids, sampling_params=sampling, return_logprob=return_logprob)
+
+    def begin_weight_update(self):
+        return self.engine.begin_weight_update()
+
+    def end_weight_update(self):
+        return self.engine.end_weight_update()
+
+    def update_weights_from_tensor(self, named_tensors, flush_cache: bool):
+        return self.engine.update_weights_from_tensor(named_tensors=named_tensors, flush_cache=flush_cache)
+
+    def flush_cache(self):
+        return self.engine.flush_cache()
+
+    def release_memory_occupation(self):
+        return self.engine.release_memory_occupation()
+
+    def resume_memory_occupation(self):
+        return self.engine.resume_memory_occupation()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+class ServerClient:
+    """An SGLang server that is already running (``python -m sglang.launch_server``), over HTTP.
+
+    Weight sync sends tensors the way SGLang's own HTTP API takes them: each
+    tensor is shared through the operating system (``torch.multiprocessing``
+    handles, base64-encoded), so the server must run on the same machine as
+    this worker. Nothing is started or stopped here.
+    """
+
+    def __init__(self, url: str, timeout: float = 600.0, tp_size: int = 1) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.tp_size = tp_size
+        try:
+            info = self._get("/server_info")
+        except EngineStartError:
+            raise
+        self.info = info[0] if isinstance(info, list) and info else info
+        self.tp_size = int(self.info.get("tp_size", tp_size)) if isinstance(self.info, dict) else tp_size
+
+    @property
+    def context_length(self) -> int:
+        model = self._get("/model_info")
+        for source in (model, self.info):
+            if isinstance(source, dict):
+                for key in ("context_length", "context_len", "max_req_input_len"):
+                    if source.get(key):
+                        return int(source[key])
+        raise RuntimeError(f"the SGLang server at {self.url} reports no context length; set rollout.engine_kwargs.context_length")
+
+    def _request(self, path: str, payload: dict[str, Any] | None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"}, method="GET" if data is None else "POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:2000]
+            raise RuntimeError(f"SGLang server {self.url}{path} answered HTTP {exc.code}: {detail}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise EngineStartError(
+                f"cannot reach the SGLang server at {self.url} ({path}): {exc}; start it "
+                "(python -m sglang.launch_server --model-path ...) or fix rollout.engine_kwargs.server_url"
+            ) from exc
+        text = body.decode(errors="replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def _get(self, path: str) -> Any:
+        return self._request(path, None)
+
+    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool) -> list[dict[str, Any]]:
+        out = self._request("/generate", {"input_ids": input_ids, "sampling_params": sampling, "return_logprob": return_logprob})
+        return out if isinstance(out, list) else [out]
+
+    def begin_weight_update(self):
+        return self._request("/begin_weight_update", {})
+
+    def end_weight_update(self):
+        return self._request("/end_weight_update", {})
+
+    def update_weights_from_tensor(self, named_tensors, flush_cache: bool):
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        payload = base64.b64encode(MultiprocessingSerializer.serialize(list(named_tensors))).decode()
+        return self._request(
+            "/update_weights_from_tensor", {"serialized_named_tensors": [payload] * self.tp_size, "flush_cache": flush_cache}
+        )
+
+    def flush_cache(self):
+        return self._request("/flush_cache", {})
+
+    def release_memory_occupation(self):
+        return self._request("/release_memory_occupation", {})
+
+    def resume_memory_occupation(self):
+        return self._request("/resume_memory_occupation", {})
+
+    def shutdown(self) -> None:
+        """The server belongs to whoever started it: nothing to do."""

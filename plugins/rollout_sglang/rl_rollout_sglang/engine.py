@@ -1,0 +1,322 @@
+"""The ``sglang`` rollout engine: :class:`SGLangRollout` over ``sglang.Engine`` or a running server.
+
+One adapter per worker process, created by :func:`build` (the card's factory).
+
+Engine
+    By default the offline ``sglang.Engine`` is started in the worker (no
+    server; SGLang runs its scheduler in child processes of the worker). With
+    ``rollout.engine_kwargs.server_url`` the adapter talks to an SGLang server
+    that is already running instead (:class:`rl_rollout_sglang.clients.ServerClient`;
+    same machine, for weight sync). Every other ``rollout.engine_kwargs`` key
+    goes to ``sglang.Engine`` unchanged. The adapter's defaults:
+    ``model_path``, ``dtype`` (``model.dtype``), ``tp_size``
+    (``rollout.tensor_model_parallel_size``), ``context_length``
+    (``data.max_prompt_length + data.max_response_length``),
+    ``random_seed`` (the worker's seed), ``skip_tokenizer_init=True`` (token
+    ids in and out), ``mem_fraction_static``: ``rollout.gpu_memory_utilization``
+    on GPU, 0.05 of host memory on CPU; on CPU also ``device="cpu"`` and
+    ``disable_overlap_schedule=True``; on GPU ``enable_memory_saver`` when
+    ``rollout.enable_sleep``. An engine that fails to start raises
+    :class:`~rl_rollout_sglang.clients.EngineStartError` with SGLang's message
+    and the arguments.
+
+Generation
+    Prompts arrive left-padded; padding is stripped and token ids are sent as
+    ``input_ids``. Every sample is one request (a prompt's n samples share its
+    prefix through SGLang's radix cache), so sample ``j`` of prompt ``i`` can
+    get the seed ``seed + i * n + j``. ``SamplingParams`` maps to temperature,
+    top_p, top_k (``<= 0``: off), max_new_tokens and ``sampling_seed``;
+    greedy (or temperature 0) is temperature 0, one request per prompt, its
+    answer repeated n times. Stop strings are applied by the adapter (the
+    response ends with the token that completes the stop string), since the
+    engine runs without a tokenizer. ``rollout.generation_batch_size`` bounds
+    the sequences per engine call. Seeds: SGLang honours them on GPU with
+    ``engine_kwargs.enable_deterministic_inference=true`` and, through this
+    distribution's SGLang plugin, on CPU (:mod:`rl_rollout_sglang.sglang_quirks`).
+
+Log-probs
+    ``return_logprob=True``: SGLang reports ``log(softmax(logits / T))`` of each
+    sampled token over the whole vocabulary, before top-k / top-p filtering
+    (its ``pytorch`` and ``flashinfer`` samplers), and ``log_softmax(logits)``
+    when greedy: what the trainer's forward pass computes.
+
+Weight sync (:meth:`SGLangRollout.load_weights`)
+    HF-named tensors go to ``update_weights_from_tensor`` in buckets of at most
+    ``rollout.engine_kwargs.weight_sync_bucket_mb`` MiB (default 256), inside
+    one ``begin_weight_update()`` / ``end_weight_update()`` session, then the
+    radix cache is flushed. Names and shapes are checked against the model
+    before a bucket is sent. On CPU the tensors reach the scheduler process
+    through shared memory (each bucket is copied once: peak extra memory one
+    bucket); on GPU through CUDA IPC handles (no copy).
+
+Tensor parallelism
+    The first rank of each TP group (consecutive ranks) starts the engine with
+    ``tp_size`` = the group size; SGLang runs the TP workers itself (on GPU
+    from the rank's device on, on CPU each on its own cores via
+    ``SGLANG_CPU_OMP_THREADS_BIND``). The group's other ranks hold no engine:
+    their ``generate`` returns an all-masked placeholder that the loop drops
+    (it keeps each group's first rank's result) and their ``load_weights``
+    only drains the iterator (the trainer's gathers stay collective).
+
+Memory
+    GPU with ``rollout.enable_sleep``: ``sleep`` = ``release_memory_occupation()``
+    (weights and KV cache leave the GPU), ``wake_up`` = ``resume_memory_occupation()``.
+    CPU: both do nothing (logged once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterable, Iterator
+
+import torch
+from rl_core.backends import SamplingParams, WorkerContext
+from rl_core.batch import Batch
+from rl_core.rollout.output import rollout_batch
+
+from rl_rollout_sglang import sglang_quirks
+from rl_rollout_sglang.convert import (
+    EMPTY_META_KEY,
+    Sample,
+    build_rollout_batch,
+    check_prompt_lengths,
+    cut_at_stop,
+    parse_output,
+    request_seeds,
+    sampling_params,
+    unpadded_prompts,
+)
+from rl_rollout_sglang.weights import buckets, check_tensor, model_shapes
+
+log = logging.getLogger(__name__)
+
+#: Default of ``rollout.engine_kwargs.weight_sync_bucket_mb``.
+DEFAULT_BUCKET_MB = 256
+#: Host-memory fraction SGLang may use for its KV cache on CPU (``gpu_memory_utilization`` is about GPUs).
+CPU_MEM_FRACTION = 0.05
+#: ``rollout.engine_kwargs`` keys the adapter reads itself; every other key goes to ``sglang.Engine``.
+ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s")
+
+
+class SGLangRollout:
+    """Follows :class:`rl_core.backends.RolloutEngine` (see the module docstring).
+
+    ``client`` (tests, embedding): an already-built client to use instead of
+    starting one; it is not shut down by :meth:`shutdown`.
+    """
+
+    def __init__(self, config, context: WorkerContext, client=None) -> None:
+        self.config = config
+        self.context = context
+        r = config.rollout
+        self.device_type = torch.device(context.device).type
+        extra = dict(r.engine_kwargs or {})
+        adapter = {k: extra.pop(k) for k in ADAPTER_KEYS if k in extra}
+        self.bucket_bytes = int(float(adapter.get("weight_sync_bucket_mb", DEFAULT_BUCKET_MB)) * 2**20)
+        self.tp = int(r.tensor_model_parallel_size)
+        self.leader = context.rank % self.tp == 0
+        self.release_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
+        self.generation_batch_size = r.generation_batch_size
+        self.max_prompt_length = config.data.max_prompt_length
+        self._released = False
+        self._noted: set[str] = set()
+        self._tokenizer = None
+        self._owns_client = client is None
+        self.server = bool(adapter.get("server_url"))
+        if client is not None:
+            self.client = client
+        elif not self.leader:
+            self.client = None
+        elif self.server:
+            from rl_rollout_sglang.clients import ServerClient
+
+            self.client = ServerClient(adapter["server_url"], timeout=float(adapter.get("server_timeout_s", 600)), tp_size=self.tp)
+        else:
+            from rl_rollout_sglang.clients import InProcessClient
+
+            self.client = InProcessClient(self.engine_args(extra))
+        context_len = extra.get("context_length")
+        if context_len is None and self.client is not None:
+            context_len = self.client.context_length
+        self.context_len = int(context_len or config.data.max_prompt_length + config.data.max_response_length)
+        self.pad_id = self._pad_id()
+        self._shapes = model_shapes(config) if self.leader else None
+
+    # ----------------------------------------------------------------- set-up
+    def engine_args(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The ``sglang.Engine`` arguments for this worker (``extra`` wins over the defaults)."""
+        cfg, m = self.config, self.config.model
+        args: dict[str, Any] = dict(
+            model_path=m.path,
+            tokenizer_path=m.tokenizer_path or m.path,
+            dtype=m.dtype,
+            trust_remote_code=m.trust_remote_code,
+            tp_size=self.tp,
+            random_seed=int(self.context.seed),
+            context_length=cfg.data.max_prompt_length + cfg.data.max_response_length,
+            skip_tokenizer_init=True,
+            log_level="error",
+        )
+        if m.override_config:
+            args["json_model_override_args"] = json.dumps(dict(m.override_config))
+        if m.random_init:
+            args["load_format"] = "dummy"  # random weights; the first sync brings the actor's
+        if self.device_type == "cpu":
+            sglang_quirks.configure_cpu_environment(self.tp)
+            args.update(device="cpu", disable_overlap_schedule=True, mem_fraction_static=CPU_MEM_FRACTION)
+        else:
+            args.update(
+                device="cuda",
+                base_gpu_id=int(self.context.local_rank),
+                mem_fraction_static=float(cfg.rollout.gpu_memory_utilization),
+                enable_memory_saver=self.release_enabled,
+            )
+        args.update(extra)
+        return args
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer()
+        for value in (getattr(tok, "pad_token_id", None), getattr(tok, "eos_token_id", None)):
+            if value is not None:
+                return int(value)
+        return 0
+
+    def tokenizer(self):
+        """The model's tokenizer (pad id, stop strings), loaded on first use; None when there is none locally."""
+        if self._tokenizer is None:
+            m = self.config.model
+            try:
+                from rl_core.modeling import load_tokenizer
+
+                self._tokenizer = load_tokenizer(m.tokenizer_path or m.path, trust_remote_code=m.trust_remote_code)
+            except Exception as exc:  # noqa: BLE001 - only stop strings need it; they say so
+                self._note_once("no-tokenizer", "no tokenizer at %r (%s): pad id 0, stop strings unavailable", m.tokenizer_path or m.path, exc, level=logging.WARNING)
+                self._tokenizer = False
+        return self._tokenizer or None
+
+    def _note_once(self, key: str, message: str, *args: Any, level: int = logging.INFO) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            log.log(level, message, *args)
+
+    # ------------------------------------------------------------- generation
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        keys = set(batch.tensors.keys())
+        if not {"input_ids", "attention_mask"} <= keys:
+            raise ValueError(f"generate needs 'input_ids' and 'attention_mask' in the batch; it has {sorted(keys)}")
+        if params.n < 1 or params.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams needs n >= 1 and max_new_tokens >= 1, got n={params.n}, max_new_tokens={params.max_new_tokens}")
+        if getattr(self, "_closed", False):
+            raise RuntimeError("generate called after shutdown()")
+        self._resume_if_released()
+        prompts = unpadded_prompts(batch.tensors["input_ids"], batch.tensors["attention_mask"])
+        check_prompt_lengths(prompts, params.max_new_tokens, self.context_len, self.max_prompt_length)
+        if self.client is None:
+            return self._placeholder(batch, params)
+        greedy = params.greedy or params.temperature <= 0
+        per_prompt = 1 if greedy else params.n
+        if params.seed is not None and not greedy and self.device_type == "cuda":
+            self._note_once("gpu-seed", "SGLang honours per-request seeds on GPU only with rollout.engine_kwargs.enable_deterministic_inference=true")
+        seeds = request_seeds(len(prompts), per_prompt, None if greedy else params.seed)
+        requests = [(prompts[i], sampling_params(params, seeds[i * per_prompt + j])) for i in range(len(prompts)) for j in range(per_prompt)]
+        per_call = len(requests) if not self.generation_batch_size else max(1, int(self.generation_batch_size))
+        want_lp = bool(params.logprobs) or self.server
+        samples: list[Sample] = []
+        for start in range(0, len(requests), per_call):
+            chunk = requests[start : start + per_call]
+            outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp)
+            if len(outs) != len(chunk):
+                raise RuntimeError(f"SGLang answered {len(outs)} of {len(chunk)} requests")
+            samples.extend(parse_output(o, want_lp) for o in outs)
+        if not params.logprobs:
+            samples = [Sample(s.token_ids, None, s.finish_reason) for s in samples]
+        if params.stop:
+            tok = self.tokenizer()
+            if tok is None:
+                raise ValueError("stop strings need the model's tokenizer, and none was found at model.tokenizer_path / model.path")
+            samples = [cut_at_stop(s, params.stop, lambda ids: tok.decode(ids, skip_special_tokens=False)) for s in samples]
+        if greedy and params.n > 1:
+            samples = [s for s in samples for _ in range(params.n)]
+        return build_rollout_batch(batch, samples, params, self.pad_id)
+
+    def _placeholder(self, batch: Batch, params: SamplingParams) -> Batch:
+        """What a non-leading rank of a TP group returns: all padding, dropped by the loop."""
+        rows, R = len(batch) * params.n, params.max_new_tokens
+        responses = torch.full((rows, R), self.pad_id, dtype=batch.tensors["input_ids"].dtype)
+        mask = torch.zeros((rows, R), dtype=batch.tensors["attention_mask"].dtype)
+        lps = torch.zeros((rows, R), dtype=torch.float32) if params.logprobs else None
+        return rollout_batch(batch, params.n, responses, mask, lps, meta={EMPTY_META_KEY: 0})
+
+    # ------------------------------------------------------------ weight sync
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load HF-named tensors in buckets inside one weight-update session, then flush the cache."""
+        self._resume_if_released()
+        if self.client is None:  # a non-leading TP rank: the leader's engine gets the weights
+            for _ in weights:
+                pass
+            return
+        sent = 0
+
+        def checked(items) -> Iterator[tuple[str, torch.Tensor]]:
+            nonlocal sent
+            for name, tensor in items:
+                check_tensor(self._shapes, name, tensor)
+                sent += 1
+                yield name, tensor
+
+        with sglang_quirks.weight_update_session(self.client):
+            for bucket in buckets(checked(weights), self.bucket_bytes):
+                payload = [(name, self._transportable(t)) for name, t in bucket]
+                result = self.client.update_weights_from_tensor(payload, flush_cache=False)
+                sglang_quirks.check_result(result, "update_weights_from_tensor")
+                del payload, bucket
+        sglang_quirks.check_result(self.client.flush_cache(), "flush_cache")
+        log.info("weight sync: %d tensors in buckets of %.0f MiB", sent, self.bucket_bytes / 2**20)
+
+    def _transportable(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A tensor safe to share with SGLang's scheduler process.
+
+        CPU tensors are shared by moving their storage into shared memory, which
+        would change the caller's tensor in place: send a copy. CUDA tensors go
+        by IPC handle, no copy.
+        """
+        t = tensor.detach()
+        return t.contiguous() if t.is_cuda else t.clone(memory_format=torch.contiguous_format)
+
+    # ------------------------------------------------------------- memory
+    def sleep(self) -> None:
+        if not self.release_enabled:
+            why = "on CPU there is no accelerator memory to release" if self.device_type == "cpu" else "rollout.enable_sleep=false"
+            self._note_once("no-release", "SGLang keeps its memory between generations (%s): sleep() / wake_up() do nothing", why)
+            return
+        if self.client is not None and not self._released:
+            sglang_quirks.check_result(self.client.release_memory_occupation(), "release_memory_occupation")
+            self._released = True
+
+    def wake_up(self) -> None:
+        if not self.release_enabled:
+            self.sleep()  # the same one-time note
+            return
+        self._resume_if_released()
+
+    def _resume_if_released(self) -> None:
+        if self._released:
+            sglang_quirks.check_result(self.client.resume_memory_occupation(), "resume_memory_occupation")
+            self._released = False
+
+    def shutdown(self) -> None:
+        client, self.client = getattr(self, "client", None), None
+        self.leader = False  # nothing is generated after shutdown
+        self._closed = True
+        if client is not None and self._owns_client:
+            try:
+                client.shutdown()
+            except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
+                log.warning("SGLang shutdown raised %s: %s", type(exc).__name__, exc)
+
+
+def build(config, context: WorkerContext) -> SGLangRollout:
+    """The ``sglang`` card's factory: ``build(config, context) -> RolloutEngine``."""
+    return SGLangRollout(config, context)
+

@@ -1,0 +1,189 @@
+"""Workarounds for SGLang 0.5.23's quirks, in one place (features detected, versions never parsed).
+
+What SGLang needs that its documentation does not say, and what this adapter
+does about it:
+
+CPU engine selection
+    The CPU model runner is chosen by the environment variable
+    ``SGLANG_USE_CPU_ENGINE=1`` in addition to ``device="cpu"``; with TP > 1 on
+    CPU every TP worker needs its own cores, given as
+    ``SGLANG_CPU_OMP_THREADS_BIND="0|1"`` (one ``|``-separated core list per
+    rank). :func:`configure_cpu_environment` sets both where the user has not.
+
+Seeded sampling on CPU
+    A request's ``sampling_seed`` is honoured only with
+    ``enable_deterministic_inference``, which SGLang allows only on GPU
+    attention backends: on CPU every seed is silently ignored and sampling
+    follows the scheduler process's global RNG. SGLang's sampler already
+    implements seeded sampling for its ``pytorch`` backend (a hash of seed and
+    position drives Gumbel-max sampling, :func:`sglang.srt.layers.sampler.multinomial_with_seed`);
+    only ``SamplingBatchInfo.from_schedule_batch`` leaves the seeds out. This
+    distribution registers an SGLang *general plugin* (entry point group
+    ``sglang.srt.plugins``, loaded by SGLang in every one of its processes)
+    that, when ``RL_SGLANG_SEEDED_SAMPLING=1`` (set by the engine adapter on
+    CPU only), adds the requests' seeds to the batch after SGLang built it
+    (:func:`sglang_plugin`). Seeded sampling hashes (seed, position, token) with
+    ``torch.ops.sgl_kernel.murmur_hash32_cpu`` on CPU, a kernel of the CUDA-only
+    ``sglang-kernel`` wheel; where that op is missing the plugin swaps in
+    :func:`hash32`, a torch-native 32-bit hash of the same inputs. The plugin
+    changes nothing when the variable is unset, nothing when SGLang already
+    filled the seeds, and keeps the kernel where it exists.
+
+Weight-update sessions
+    0.5.23 requires ``update_weights_from_tensor`` calls to be bracketed by
+    ``begin_weight_update()`` / ``end_weight_update()`` (the end call also
+    finalises quantized weights). :func:`weight_update_session` brackets when
+    the engine has those methods and does not when it lacks them.
+
+Multiprocessing start method
+    The engine starts its scheduler and detokenizer with the ``spawn`` start
+    method, which re-imports ``__main__``: scripts must guard their entry
+    point with ``if __name__ == "__main__":`` (``rlcore train`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+#: Set to ``1`` in the environment SGLang's processes inherit to add request seeds on CPU.
+SEEDED_SAMPLING_ENV = "RL_SGLANG_SEEDED_SAMPLING"
+_SEED_HOOK_TARGET = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
+_HASH_HOOK_TARGET = "sglang.srt.layers.sampler.murmur_hash32"
+_M32 = 0xFFFFFFFF
+
+
+def configure_cpu_environment(tp: int, first_core: int = 0) -> dict[str, str]:
+    """Environment the CPU engine reads (only keys the user has not set); returns what was set."""
+    wanted = {"SGLANG_USE_CPU_ENGINE": "1", SEEDED_SAMPLING_ENV: "1"}
+    if tp > 1:
+        cores = os.cpu_count() or tp
+        per_rank = max(1, cores // tp)
+        groups = []
+        for r in range(tp):
+            start = first_core + r * per_rank
+            groups.append(str(start) if per_rank == 1 else f"{start}-{start + per_rank - 1}")
+        wanted["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(groups)
+    done = {}
+    for key, value in wanted.items():
+        if key not in os.environ:
+            os.environ[key] = value
+            done[key] = value
+    return done
+
+
+@contextlib.contextmanager
+def weight_update_session(client) -> Iterator[None]:
+    """``begin_weight_update()`` ... ``end_weight_update()`` around a sync, where the engine has them."""
+    bracket = callable(getattr(client, "begin_weight_update", None)) and callable(getattr(client, "end_weight_update", None))
+    if bracket:
+        client.begin_weight_update()
+    try:
+        yield
+    finally:
+        if bracket:
+            client.end_weight_update()
+
+
+def check_result(result: Any, what: str) -> None:
+    """Raise with SGLang's message when a control call reports failure.
+
+    Control calls answer ``(success, message)``, an object with ``success`` /
+    ``message``, a dict with those keys, or ``None`` (no report).
+    """
+    if result is None:
+        return
+    if isinstance(result, tuple) and len(result) >= 1:
+        ok, message = result[0], (result[1] if len(result) > 1 else "")
+    elif isinstance(result, dict):
+        ok, message = result.get("success", True), result.get("message", "")
+    else:
+        ok, message = getattr(result, "success", True), getattr(result, "message", "")
+    if not ok:
+        raise RuntimeError(f"SGLang {what} failed: {message}")
+
+
+# ----------------------------------------------------------- the SGLang plugin
+def _add_request_seeds(result, *args, **kwargs):
+    """AFTER hook of ``SamplingBatchInfo.from_schedule_batch``: the requests' seeds, where SGLang left them out."""
+    if result is None or getattr(result, "sampling_seed", "absent") is not None:
+        return result
+    batch = next((a for a in (*args, *kwargs.values()) if hasattr(a, "reqs")), None)
+    if batch is None:
+        return result
+    seeds = [getattr(r.sampling_params, "sampling_seed", None) for r in batch.reqs]
+    if all(s is None for s in seeds):
+        return result
+    import torch
+
+    # A request without a seed next to seeded ones (never sent by rl-rollout-sglang) gets a random one.
+    values = [s if s is not None else random.getrandbits(62) for s in seeds]
+    result.sampling_seed = torch.tensor(values, dtype=torch.int64, device=result.temperatures.device)
+    return result
+
+
+def _mul32(a, c: int):
+    """``a * c mod 2**32`` for an int64 tensor ``a`` in [0, 2**32) (split so nothing overflows int64)."""
+    return (a * (c & 0xFFFF) + (((a * (c >> 16)) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(h):
+    """MurmurHash3's 32-bit finaliser on an int64 tensor in [0, 2**32)."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def hash32(seed, positions, col_indices):
+    """Torch-native stand-in for SGLang's ``murmur_hash32``: ``[n, m]`` values in [0, 2**32).
+
+    Row ``i``, column ``j`` hashes (``seed[i]``, ``positions[i]``, ``col_indices[j]``):
+    equal inputs give equal values, so a seeded request samples the same tokens
+    every time; the values differ from SGLang's CUDA kernel's (sampling on CPU is
+    reproducible on CPU, not across devices).
+    """
+    import torch
+
+    s = seed.to(torch.int64)
+    lo, hi = s & _M32, (s >> 32) & _M32
+    row = _fmix32(lo ^ _fmix32(hi ^ _mul32(positions.to(torch.int64) & _M32, 0x9E3779B1)))
+    col = _fmix32(_mul32(col_indices.to(torch.int64) & _M32, 0x27D4EB2F) ^ 0x165667B1)
+    return _fmix32(row[:, None] ^ col[None, :])
+
+
+def _cpu_hash_kernel_missing() -> bool:
+    import torch
+
+    try:
+        import sgl_kernel  # noqa: F401
+    except Exception:  # noqa: BLE001 - absent or broken: no kernel either way
+        return True
+    return not hasattr(torch.ops.sgl_kernel, "murmur_hash32_cpu")
+
+
+def sglang_plugin() -> None:
+    """SGLang general plugin (entry point ``sglang.srt.plugins``): seeded sampling on CPU.
+
+    Inert unless ``RL_SGLANG_SEEDED_SAMPLING=1``; see the module docstring.
+    """
+    if os.environ.get(SEEDED_SAMPLING_ENV) != "1":
+        return
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+    except ImportError as exc:  # another SGLang layout: leave it alone, seeds stay ignored
+        log.warning("rl-rollout-sglang: seeded sampling on CPU is unavailable (%s)", exc)
+        return
+    if "sampling_seed" not in getattr(SamplingBatchInfo, "__dataclass_fields__", {}):
+        log.warning("rl-rollout-sglang: this SGLang's SamplingBatchInfo has no sampling_seed; seeds are ignored on CPU")
+        return
+    HookRegistry.register(_SEED_HOOK_TARGET, _add_request_seeds, HookType.AFTER)
+    if _cpu_hash_kernel_missing():
+        HookRegistry.register(_HASH_HOOK_TARGET, hash32, HookType.REPLACE)
