@@ -10,9 +10,12 @@ Parallelism
     the gradient all-reduced over the data-parallel group after each
     mini-batch. Ranks of a TP group get the same shard of the step (the
     controller's dispatch, :mod:`rl_train_megatron.parallel`) and return
-    identical results. Pipeline parallelism: the conversion handles PP
-    stages (:mod:`rl_train_megatron.convert`), the engine does not run a
-    pipeline schedule yet and refuses PP > 1 with a clear error.
+    identical results. ``train.pipeline_model_parallel_size`` (PP) stages
+    each hold an equal share of the layers; micro-batches go through the
+    stages one at a time (:mod:`rl_train_megatron.pipeline`: no overlap
+    between stages), and the last stage's results are broadcast to all.
+    With tied embeddings the last stage holds a copy of the embedding as its
+    LM head; the two copies' gradients are summed before each step.
 
 Models
     Built from the HF config (:mod:`rl_train_megatron.model`); weights from
@@ -63,7 +66,8 @@ from rl_train_fsdp.schedule import LRSchedule
 
 from rl_train_megatron import convert, parallel
 from rl_train_megatron import model as mmodel
-from rl_train_megatron.weights import gather_hf_weights, write_hf_folder
+from rl_train_megatron.pipeline import Pipe
+from rl_train_megatron.weights import gather_hf_weights, stage_layout, write_hf_folder
 
 ROLES = ("actor", "critic", "ref")
 MANIFEST = "megatron.json"
@@ -87,11 +91,6 @@ class MegatronEngine(FSDPEngine):
         self.role, self.config, self.context = role, config, context
         self.device = context.torch_device
         tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
-        if pp > 1:
-            raise UserError(
-                f"train.pipeline_model_parallel_size={pp}: the megatron backend converts weights for pipeline stages but does not "
-                "run a pipeline schedule yet; set train.pipeline_model_parallel_size=1 (use TP and data parallelism)"
-            )
         mcfg = config.model
         if role == "critic":
             path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")
@@ -115,6 +114,8 @@ class MegatronEngine(FSDPEngine):
         if context.world_size > 1 and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = self.world_size > 1
+        self.pipe = Pipe(parallel.pp_group(), pp, self.topo.pp_rank)
+        self._stage_layout = None
         self.share_prompts = False
         self.trainable = role != "ref"
         self.compute_dtype = torch_dtype(mcfg.dtype)
@@ -158,11 +159,22 @@ class MegatronEngine(FSDPEngine):
         y["responses"] = x["responses"][:, :-cut]
         return y, cut
 
-    def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
-        R = x["responses"].shape[1]
-        y, cut = self._trim(x, R)
-        hidden = mmodel.response_hidden(self.model, y["input_ids"], y["attention_mask"], y["position_ids"], R - cut)
-        logits = mmodel.local_logits(self.model, hidden)
+    # Every forward runs this rank's pipeline stage (:meth:`_run_stage`); the heads (log-probs, values) run on the
+    # last stage. Inference results are broadcast from the last stage; the update back-propagates stage by stage.
+    def _run_stage(self, y: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(input hidden leaf or None, this stage's output [s, b, h])``; sends the output on to the next stage."""
+        h_in = None
+        if not self.pipe.is_first:
+            b, s = y["input_ids"].shape
+            h_in = self.pipe.recv_forward((s, b, self.shape.hidden), self.device)
+        h = mmodel.stage_hidden(self.model, y["input_ids"], y["attention_mask"], y["position_ids"], h_in)
+        if not self.pipe.is_last:
+            self.pipe.send_forward(h)
+        return h_in, h
+
+    def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int):
+        R = y["responses"].shape[1]
+        logits = mmodel.local_logits(self.model, h[-R - 1 : -1])
         if temperature != 1.0:
             logits = logits / temperature
         lp, ent = mmodel.vocab_parallel_log_probs(logits, y["responses"], with_entropy=with_entropy, entropy_grad=entropy_grad, group=parallel.tp_group())
@@ -171,15 +183,57 @@ class MegatronEngine(FSDPEngine):
             ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
         return lp, ent
 
+    def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
+        """Inference: ``(log_probs, entropy or None)`` ``[b, R]`` on every stage."""
+        y, cut = self._trim(x, x["responses"].shape[1])
+        _, h = self._run_stage(y)
+        lp = ent = None
+        if self.pipe.is_last:
+            lp, ent = self._log_probs_head(h, y, temperature, with_entropy, entropy_grad, cut)
+        shape = tuple(x["responses"].shape)
+        lp = self.pipe.from_last(lp, shape, self.device)
+        if with_entropy:
+            ent = self.pipe.from_last(ent, shape, self.device)
+        return lp, ent
+
     def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Inference: critic values ``[b, R]`` on every stage."""
         R = x["responses"].shape[1]
-        hidden = mmodel.response_hidden(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], R)
-        return mmodel.values(self.model, hidden)
+        _, h = self._run_stage(x)
+        v = mmodel.values(self.model, h[-R - 1 : -1]) if self.pipe.is_last else None
+        return self.pipe.from_last(v, tuple(x["responses"].shape), self.device)
 
     # --------------------------------------------------------------- update
-    def _mini_batch_step(self, mini, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
+    def _micro_loss(self, x, cfg, temperature: float, on_policy: bool, want_entropy: bool):
+        """This micro-batch's stage forward; on the last stage also the role's loss. ``(h_in, h, loss, metrics)``."""
         from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 
+        if self.role == "critic":
+            y, cut = x, 0
+        else:
+            y, cut = self._trim(x, x["responses"].shape[1])
+        h_in, h = self._run_stage(y)
+        if not self.pipe.is_last:
+            return h_in, h, None, {}
+        if self.role == "critic":
+            R = x["responses"].shape[1]
+            vpreds = mmodel.values(self.model, h[-R - 1 : -1])
+            loss, metrics = compute_critic_loss(vpreds=vpreds, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg)
+            return h_in, h, loss, metrics
+        log_prob, entropy = self._log_probs_head(h, y, temperature, want_entropy, cfg.entropy_coeff != 0, cut)
+        loss, metrics = compute_actor_loss(
+            log_prob=log_prob,
+            old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
+            advantages=x["advantages"],
+            response_mask=x["response_mask"],
+            entropy=entropy,
+            ref_log_prob=x.get("ref_log_prob"),
+            rollout_is_weights=x.get("rollout_is_weights"),
+            cfg=cfg,
+        )
+        return h_in, h, loss, metrics
+
+    def _mini_batch_step(self, mini, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
         mode = cfg.loss_agg_mode
         on_policy = self.role == "actor" and "old_log_probs" not in mini.tensors.keys()
         extra = ("values", "returns") if self.role == "critic" else (("advantages",) if on_policy else ("old_log_probs", "advantages"))
@@ -200,34 +254,30 @@ class MegatronEngine(FSDPEngine):
         for s in range(0, len(mini), micro):
             x = self._inputs(mini, slice(s, s + micro), extra)
             with self._autocast():
-                if self.role == "critic":
-                    loss, metrics = compute_critic_loss(
-                        vpreds=self._values(x), values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg
-                    )
-                else:
-                    log_prob, entropy = self._forward_response(x, temperature, want_entropy, entropy_grad=cfg.entropy_coeff != 0)
-                    loss, metrics = compute_actor_loss(
-                        log_prob=log_prob,
-                        old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
-                        advantages=x["advantages"],
-                        response_mask=x["response_mask"],
-                        entropy=entropy,
-                        ref_log_prob=x.get("ref_log_prob"),
-                        rollout_is_weights=x.get("rollout_is_weights"),
-                        cfg=cfg,
-                    )
-            share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
-            if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
-                share = 1.0
-            (loss * share).backward()  # summed over data-parallel ranks below: the global mini-batch's gradient
-            loss_sum += loss.detach().to(torch.float64) * share
-            for name, value in metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+                h_in, h, loss, metrics = self._micro_loss(x, cfg, temperature, on_policy, want_entropy)
+            if loss is not None:  # the last stage
+                share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
+                if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
+                    share = 1.0
+                (loss * share).backward()  # summed over data-parallel ranks below: the global mini-batch's gradient
+                loss_sum += loss.detach().to(torch.float64) * share
+                for name, value in metrics.items():
+                    metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+            else:
+                h.backward(self.pipe.recv_backward(h))
+            if h_in is not None:
+                self.pipe.send_backward(h_in.grad)
             n_micro += 1
+        self._reduce_tied_embedding_grads()
         params = [p for p in self.model.parameters() if p.grad is not None]
         reduce_grads(params, dp)
         grad_norm = self._clip_grad_norm(self._role_cfg().optim.grad_clip)
-        loss_total = float(parallel.all_reduce(loss_sum, "sum", dp))
+        names = sorted(metric_sums)
+        metrics_out: dict[str, float] = {}
+        if names:
+            stacked = parallel.all_reduce(torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device), "avg", dp)
+            metrics_out = {n: float(v) for n, v in zip(names, stacked.tolist())}
+        loss_total, metrics_out = self.pipe.object_from_last((float(parallel.all_reduce(loss_sum, "sum", dp)), metrics_out))
         # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike
         stage = f"update_{self.role}"
         for what, value in (("loss", loss_total), ("gradient norm", grad_norm)):
@@ -237,22 +287,36 @@ class MegatronEngine(FSDPEngine):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self._check_weights(stage)
-        names = sorted(metric_sums)
-        metrics_out: dict[str, float] = {}
-        if names:
-            stacked = parallel.all_reduce(torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device), "avg", dp)
-            metrics_out = {n: float(v) for n, v in zip(names, stacked.tolist())}
         return loss_total, grad_norm, metrics_out
 
+    def _tied_copy(self, name: str) -> bool:
+        """The last stage's copy of the tied embedding (PP > 1): the same weight as the first stage's."""
+        return self.shape.tied and self.topo.pp > 1 and not self.model.pre_process and name == "output_layer.weight"
+
+    def _reduce_tied_embedding_grads(self) -> None:
+        """PP > 1 with tied embeddings: first and last stage add up their gradients of the shared weight."""
+        from megatron.core import parallel_state as mpu
+
+        if not (self.shape.tied and self.topo.pp > 1 and mpu.is_rank_in_embedding_group()):
+            return
+        weight = self.model.shared_embedding_or_output_weight()
+        if weight.grad is None:
+            weight.grad = torch.zeros_like(weight)
+        dist.all_reduce(weight.grad, group=mpu.get_embedding_group())
+
     def _clip_grad_norm(self, max_norm: float | None) -> float:
-        """Whole-model L2 norm of the gradients; clips them to ``max_norm`` (> 0) as ``clip_grad_norm_`` does."""
+        """Whole-model L2 norm of the gradients; clips them to ``max_norm`` (> 0) as ``clip_grad_norm_`` does.
+
+        TP-sharded tensors count on every TP rank, replicated ones on TP rank 0,
+        the tied embedding once (on the first stage); summed over TP x PP.
+        """
         sq = torch.zeros((), dtype=torch.float32, device=self.device)
         grads = []
         for name, p in self.model.named_parameters():
             if p.grad is None:
                 continue
             grads.append(p.grad)
-            if convert.split_dim(name) is not None or self.topo.tp_rank == 0:
+            if (convert.split_dim(name) is not None or self.topo.tp_rank == 0) and not self._tied_copy(name):
                 sq += p.grad.detach().float().pow(2).sum()
         sq = parallel.all_reduce(sq, "sum", parallel.mp_group())
         norm = float(sq.sqrt())
@@ -264,16 +328,22 @@ class MegatronEngine(FSDPEngine):
     # -------------------------------------------------------------- weights
     def _global_params(self) -> list[tuple[str, torch.Tensor]]:
         offset = convert.stage_layers(self.shape, self.topo.pp, self.topo.pp_rank).start
-        return [(convert.global_name(n, offset), p.detach()) for n, p in self.model.named_parameters()]
+        return [(convert.global_name(n, offset), p.detach()) for n, p in self.model.named_parameters() if not self._tied_copy(n)]
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full HF-named float32 tensors on every rank, gathered over TP in buckets (every rank must drain it).
+        """Full HF-named float32 tensors on every rank, in buckets: broadcast over PP, all-gathered over TP.
 
-        With TP 1 the tensors that need no re-layout are detached views of the
-        parameters (copy them to keep them past the next update).
+        Every rank must drain it. With TP 1 and PP 1 the tensors that need no
+        re-layout are detached views of the parameters (copy them to keep them
+        past the next update).
         """
         bucket_mb = float(self.config.train.options.get("weight_bucket_mb", 256))
-        return gather_hf_weights(self._global_params(), self.shape, parallel.tp_group(), bucket_bytes=int(bucket_mb * 2**20))
+        params = self._global_params()
+        if self._stage_layout is None:
+            self._stage_layout = stage_layout(params, parallel.pp_group())
+        return gather_hf_weights(
+            params, self.shape, parallel.tp_group(), pp_group=parallel.pp_group(), layout=self._stage_layout, bucket_bytes=int(bucket_mb * 2**20)
+        )
 
     def save_hf(self, path: str) -> None:
         """A normal HF folder at ``path`` (rank 0 writes; every rank must call)."""

@@ -173,7 +173,9 @@ def build_model(shape: ModelShape, hf_config, tp: int, pp: int) -> torch.nn.Modu
         pre_process=mpu.is_pipeline_first_stage(),
         post_process=mpu.is_pipeline_last_stage(),
         parallel_output=True,
-        share_embeddings_and_output_weights=shape.tied,
+        # PP > 1: the last stage's LM head is a copy of the tied embedding (loaded from the same tensor, gradients
+        # summed over the embedding group by the engine); megatron's own tying would move it to CUDA at build time
+        share_embeddings_and_output_weights=shape.tied and pp == 1,
         position_embedding_type="rope",
     )
     model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
@@ -198,12 +200,23 @@ def rotary_angles(model, position_ids: torch.Tensor) -> torch.Tensor:
     return torch.cat((freqs, freqs), dim=-1).transpose(0, 1)[:, :, None, :]
 
 
+def stage_hidden(model, input_ids, attention, position_ids, hidden_in: torch.Tensor | None = None) -> torch.Tensor:
+    """This pipeline stage's output ``[s, b, h]``: from the tokens on the first stage, else from ``hidden_in``.
+
+    The last stage's output has been through the final norm.
+    """
+    if model.pre_process:
+        x = model.embedding(input_ids=input_ids, position_ids=position_ids)
+    else:
+        model.decoder.set_input_tensor(hidden_in)
+        x = None
+    return model.decoder(hidden_states=x, attention_mask=attention_mask(attention), rotary_pos_emb=rotary_angles(model, position_ids))
+
+
 def response_hidden(model, input_ids, attention, position_ids, response_length: int) -> torch.Tensor:
     """Final hidden states ``[R, b, h]`` at the positions that predict the last ``R`` tokens (one stage, PP 1)."""
-    x = model.embedding(input_ids=input_ids, position_ids=position_ids)
-    h = model.decoder(hidden_states=x, attention_mask=attention_mask(attention), rotary_pos_emb=rotary_angles(model, position_ids))
     R = response_length
-    return h[-R - 1 : -1]
+    return stage_hidden(model, input_ids, attention, position_ids)[-R - 1 : -1]
 
 
 def local_logits(model, hidden: torch.Tensor) -> torch.Tensor:

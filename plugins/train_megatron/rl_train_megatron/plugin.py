@@ -72,9 +72,9 @@ def check_parallel_sizes(config) -> list[Problem]:
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:build_engine",
-    description="megatron-core GPT models from HF Llama / Qwen2 configs; tensor parallelism (vocab-parallel log-probs) x data parallelism",
+    description="megatron-core GPT models from HF Llama / Qwen2 configs; tensor (vocab-parallel log-probs) x pipeline x data parallelism",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "tp"},
+    parallelism={"dp", "tp", "pp"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     architectures=ARCHITECTURES,

@@ -22,37 +22,82 @@ from rl_train_megatron import convert
 from rl_train_megatron.model import ModelShape
 
 
+def stage_layout(params: list[tuple[str, torch.Tensor]], pp_group) -> list[list[tuple[str, tuple[int, ...], torch.dtype]]]:
+    """Every pipeline stage's ``(global name, local shape, dtype)`` list, in stage order (one object all-gather)."""
+    mine = [(name, tuple(t.shape), t.dtype) for name, t in params]
+    if pp_group is None or dist.get_world_size(pp_group) == 1:
+        return [mine]
+    out: list = [None] * dist.get_world_size(pp_group)
+    dist.all_gather_object(out, mine, group=pp_group)
+    return out
+
+
 def gather_hf_weights(
-    params: list[tuple[str, torch.Tensor]], shape: ModelShape, tp_group, *, bucket_bytes: int = 256 * 2**20
+    params: list[tuple[str, torch.Tensor]],
+    shape: ModelShape,
+    tp_group,
+    *,
+    pp_group=None,
+    layout: list | None = None,
+    bucket_bytes: int = 256 * 2**20,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(global Megatron name, local shard)`` pairs -> whole HF-named tensors, bucketed TP all-gathers."""
+    """This rank's ``(global Megatron name, local shard)`` pairs -> every stage's whole HF-named tensors.
+
+    Stage by stage (``layout`` from :func:`stage_layout`), in buckets: the
+    owning stage broadcasts its shards over the PP group, then the TP group
+    all-gathers them; one broadcast and one all-gather per bucket.
+    """
     tp = dist.get_world_size(tp_group) if tp_group is not None else 1
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, t in params:
-        bucket.append((name, t))
-        size += t.numel() * t.element_size()
-        if size >= bucket_bytes:
-            yield from _flush(bucket, shape, tp, tp_group)
-            bucket, size = [], 0
-    if bucket:
-        yield from _flush(bucket, shape, tp, tp_group)
+    pp = dist.get_world_size(pp_group) if pp_group is not None else 1
+    stage = dist.get_rank(pp_group) if pp > 1 else 0
+    layout = layout or [[(n, tuple(t.shape), t.dtype) for n, t in params]]
+    local = dict(params)
+    for p, entries in enumerate(layout):
+        bucket: list = []
+        size = 0
+        for entry in entries:
+            bucket.append(entry)
+            size += _numel(entry[1]) * 4
+            if size >= bucket_bytes:
+                yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp)
+                bucket, size = [], 0
+        if bucket:
+            yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp)
 
 
-def _flush(bucket, shape: ModelShape, tp: int, group) -> Iterator[tuple[str, torch.Tensor]]:
-    if tp == 1:
-        for name, t in bucket:
-            yield from convert.full_to_hf(name, t, shape)
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_stage: int, pp: int) -> Iterator[tuple[str, torch.Tensor]]:
+    if tp == 1 and pp == 1:
+        for name, _, _ in bucket:
+            yield from convert.full_to_hf(name, local[name].detach(), shape)
         return
-    flat = torch.cat([t.reshape(-1).float() for _, t in bucket])
-    parts = [torch.empty_like(flat) for _ in range(tp)]
-    dist.all_gather(parts, flat, group=group)
+    if local is not None:
+        flat = torch.cat([local[name].detach().reshape(-1).float() for name, _, _ in bucket])
+    else:
+        flat = torch.empty(sum(_numel(s) for _, s, _ in bucket), dtype=torch.float32, device=_device(pp_group))
+    if pp > 1:
+        dist.broadcast(flat, dist.get_global_rank(pp_group, src_stage), group=pp_group)
+    parts = [flat]
+    if tp > 1:
+        parts = [torch.empty_like(flat) for _ in range(tp)]
+        dist.all_gather(parts, flat, group=tp_group)
     offset = 0
-    for name, t in bucket:
-        n = t.numel()
-        shards = [p[offset : offset + n].view(t.shape) for p in parts]
+    for name, shp, dtype in bucket:
+        n = _numel(shp)
+        shards = [part[offset : offset + n].view(shp) for part in parts]
         offset += n
-        yield from convert.full_to_hf(name, convert.merge_tp(name, shards).to(t.dtype), shape)
+        yield from convert.full_to_hf(name, convert.merge_tp(name, shards).to(dtype), shape)
+
+
+def _device(group) -> torch.device:
+    """Where collectives of ``group`` run: CUDA for NCCL, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
 
 
 def write_hf_folder(path: Path, state: dict[str, torch.Tensor], hf_config, hf_class, generation_config, config) -> None:

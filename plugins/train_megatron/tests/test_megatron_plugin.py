@@ -65,6 +65,7 @@ def engines(monkeypatch):
 def _model(tmp_path, *, arch="Qwen2ForCausalLM", heads=2, kv=2, layers=2) -> str:
     cfg = {"architectures": [arch], "hidden_size": 64 * heads, "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
            "intermediate_size": 256, "vocab_size": 264}
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return str(tmp_path)
 
@@ -82,7 +83,7 @@ def _resolve(model_path, *more):
 
 
 def test_card_declares_tp_and_the_architectures_it_converts():
-    assert MEGATRON_CARD.name == "megatron" and {"tp", "dp"} <= MEGATRON_CARD.parallelism
+    assert MEGATRON_CARD.name == "megatron" and {"tp", "pp", "dp"} <= MEGATRON_CARD.parallelism
     assert MEGATRON_CARD.architectures == {"LlamaForCausalLM", "Qwen2ForCausalLM"}
     assert MEGATRON_CARD.engine == "megatron-core" and check_parallel_sizes in MEGATRON_CARD.checks
 
@@ -125,14 +126,14 @@ def test_tp_not_dividing_the_kv_heads_is_one_problem(tmp_path, engines):
     assert "key/value heads" in errs[0].what
 
 
-def test_pp_is_not_offered_and_a_pp_not_dividing_layers_is_reported(tmp_path, engines):
+def test_pp2_resolves_and_a_pp_not_dividing_the_layers_is_one_problem(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path / "even", layers=2), "train.tensor_model_parallel_size=1", "train.pipeline_model_parallel_size=2")
+    assert stack is not None and stack.sizes.train_model_parallel == 2, [p.render() for p in problems]
     stack, problems = _resolve(_model(tmp_path, layers=3), "train.tensor_model_parallel_size=1", "train.pipeline_model_parallel_size=2")
     errs = errors(problems)
     assert stack is None and len(errs) == 1, [p.render() for p in problems]
-    assert errs[0].key == "train.pipeline_model_parallel_size" and "does not support PP" in errs[0].what
-    cfg = load_config(overrides=_overrides(_model(tmp_path, layers=3), "train.tensor_model_parallel_size=1", "train.pipeline_model_parallel_size=2"))
-    (p,) = check_parallel_sizes(cfg)
-    assert "Megatron PP 2 does not divide the model's 3 layers" in p.what and "1, 3" in p.fix
+    assert errs[0].key == "train.pipeline_model_parallel_size"
+    assert "Megatron PP 2 does not divide the model's 3 layers (3 % 2 = 1)" in errs[0].what and "1, 3" in errs[0].fix
 
 
 def test_an_architecture_it_cannot_convert_is_one_problem(tmp_path, engines):

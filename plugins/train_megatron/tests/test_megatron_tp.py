@@ -1,6 +1,6 @@
-"""Tensor parallelism on 2 CPU processes (gloo): TP 2 against TP 1 and transformers, and a TP 2 checkpoint resume.
+"""Model parallelism on 2 CPU processes (gloo): TP 2 and PP 2 against one process and transformers, and checkpoint resumes.
 
-Both TP ranks get the whole step (TP 2 x DP 1), as the controller dispatches it.
+Both ranks of a TP 2 (or PP 2) replica get the whole step (data parallel 1), as the controller dispatches it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from rl_core.testing.train_conformance import default_config, make_step_batch  #
 pytestmark = pytest.mark.megatron
 
 
-def _config(model_dir, tp: int):
+def _config(model_dir, tp: int, pp: int = 1):
     cfg = default_config(model_dir)
-    return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp))
+    return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp))
 
 
 def _weights(engine) -> dict[str, torch.Tensor]:
@@ -77,11 +77,13 @@ def tp1(model_dir, step, tmp_path_factory):
     return run_tp(0, 1, _config(model_dir, 1), step, str(tmp_path_factory.mktemp("tp1")))
 
 
-@pytest.fixture(scope="module")
-def tp2(model_dir, step, tmp_path_factory):
-    work = tmp_path_factory.mktemp("tp2")
-    outs = run_distributed(run_tp, 2, _config(model_dir, 2), step, str(work), timeout=400)
-    resumed = run_distributed(run_resume, 2, _config(model_dir, 2), step, str(work), timeout=400)
+@pytest.fixture(scope="module", params=[(2, 1), (1, 2)], ids=["tp2", "pp2"])
+def tp2(request, model_dir, step, tmp_path_factory):
+    """TP 2 x PP 1, then TP 1 x PP 2 (one layer per stage; tied embeddings on both stages)."""
+    tp, pp = request.param
+    work = tmp_path_factory.mktemp(f"tp{tp}pp{pp}")
+    outs = run_distributed(run_tp, 2, _config(model_dir, tp, pp), step, str(work), timeout=400)
+    resumed = run_distributed(run_resume, 2, _config(model_dir, tp, pp), step, str(work), timeout=400)
     return outs, resumed
 
 
@@ -90,7 +92,7 @@ def _close(a: float, b: float, what: str) -> None:
 
 
 @pytest.mark.dist
-def test_tp2_weights_round_trip_exactly_through_the_sharded_model(tp2, model_dir):
+def test_weights_round_trip_exactly_through_the_sharded_model(tp2, model_dir):
     hf = {k: v for k, v in reference_model(model_dir).state_dict().items() if k != "lm_head.weight"}  # tied
     for rank, out in enumerate(tp2[0]):
         assert set(out["init_weights"]) == set(hf), rank
@@ -99,7 +101,7 @@ def test_tp2_weights_round_trip_exactly_through_the_sharded_model(tp2, model_dir
 
 
 @pytest.mark.dist
-def test_tp2_log_probs_and_entropy_match_transformers(tp2, step, model_dir):
+def test_log_probs_and_entropy_match_transformers(tp2, step, model_dir):
     ref = reference_model(model_dir)
     t = step.tensors
     R = t["responses"].shape[1]
@@ -115,7 +117,7 @@ def test_tp2_log_probs_and_entropy_match_transformers(tp2, step, model_dir):
 
 
 @pytest.mark.dist
-def test_tp2_update_equals_tp1(tp2, tp1):
+def test_update_equals_one_process(tp2, tp1):
     for out in tp2[0]:
         for key in ("loss", "grad_norm", "lr", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
             _close(out["metrics"][key], tp1["metrics"][key], key)
@@ -130,14 +132,14 @@ def test_tp2_update_equals_tp1(tp2, tp1):
 
 
 @pytest.mark.dist
-def test_tp2_weights_are_identical_on_both_ranks(tp2):
+def test_weights_are_identical_on_both_ranks(tp2):
     a, b = tp2[0][0]["weights"], tp2[0][1]["weights"]
     assert list(a) == list(b)
     assert all(torch.equal(a[n], b[n]) for n in a)
 
 
 @pytest.mark.dist
-def test_tp2_checkpoint_resume_is_bit_identical(tp2):
+def test_checkpoint_resume_is_bit_identical(tp2):
     for rank, (before, after) in enumerate(zip(*tp2)):
         for name, w in before["weights"].items():
             assert torch.equal(after["loaded"][name], w), f"rank {rank}: {name}"
