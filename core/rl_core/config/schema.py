@@ -112,6 +112,9 @@ class ModelConfig:
     # null = on for CPU training (measured faster there), off on GPU (measured no faster on an H100)
     share_prompt_forward: bool | None = None
     random_init: bool = False  # build from the config at `path` with random weights (throughput work)
+    # train-side log-probs / entropy: the LM head in chunks of this many tokens (rl_core.logprobs), never the
+    # full-vocab float32 logits of a micro-batch; 0 = off (plain); null = 2048 on GPU, off on CPU
+    logprob_chunk_size: int | None = num(None, ge=0, hint="tokens per chunk, e.g. 2048; 0 turns chunking off")
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
 
@@ -164,6 +167,10 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: int = pos(4, hint="sequences per forward/backward")  # sequences
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     ppo_epochs: int = pos(1)
+    # verl's dynamic batch size: micro-batches formed by a token budget (prompt + response tokens) per forward
+    # instead of ppo_micro_batch_size_per_gpu sequences; the same gradients (each micro-batch is weighted by its tokens)
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = pos(16384, hint="tokens per micro-batch with use_dynamic_bsz, e.g. 16384")
     shuffle: bool = False
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None

@@ -48,9 +48,11 @@ from typing import Any, Iterator
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
+from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
+from rl_core.logprobs import forward_response_chunked
+from rl_core.micro_batches import token_budget_groups
 from rl_core.modeling import (
     check_model_path,
-    forward_response,
     forward_values,
     load_causal_lm,
     load_value_model,
@@ -238,10 +240,31 @@ class FSDPEngine:
         return out
 
     def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
-        return forward_response(
+        # the LM head in chunks of tokens (rl_core.logprobs): no full-vocab float32 logits; model.logprob_chunk_size
+        chunk = self.config.model.logprob_chunk_size
+        chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
+        return forward_response_chunked(
             self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"],
             temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=self.share_prompts,
+            chunk_size=chunk,
         )
+
+    def _update_micro_batches(self, mini: Batch, micro: int) -> Iterator[tuple[slice | torch.Tensor, bool]]:
+        """``(rows, real)`` per micro-batch of a mini-batch: ``micro`` rows each, or by a token budget.
+
+        With ``actor.use_dynamic_bsz`` (actor role) consecutive rows fill ``actor.ppo_max_token_len_per_gpu``
+        tokens (rl_core.micro_batches); ranks then may differ in their count, so a rank with fewer repeats its
+        last micro-batch with ``real=False`` (weight 0: the FSDP collectives still match).
+        """
+        a = self.config.actor
+        if self.role != "actor" or not a.use_dynamic_bsz:
+            for s in range(0, len(mini), micro):
+                yield slice(s, s + micro), True
+            return
+        groups = token_budget_groups(mini.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
+        count = int(sharding.all_reduce(torch.tensor(len(groups), device=self.device), "max").item()) if self.sharded else len(groups)
+        for i in range(count):
+            yield torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -393,8 +416,8 @@ class FSDPEngine:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         metric_sums: dict[str, torch.Tensor] = {}
         n_micro = 0
-        for s in range(0, len(mini), micro):
-            x = self._inputs(mini, slice(s, s + micro), extra)
+        for rows, real in self._update_micro_batches(mini, micro):
+            x = self._inputs(mini, rows, extra)
             with self._autocast():
                 if self.role == "critic":
                     from rl_core.algorithms.actor_loss import compute_critic_loss
@@ -420,8 +443,12 @@ class FSDPEngine:
             share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
             if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
                 share = 1.0
+            if not real:  # a repeat that only keeps this rank's collectives in step (use_dynamic_bsz)
+                share = 0.0
             # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
             (loss * (share * self.world_size)).backward()
+            if not real:
+                continue
             loss_sum += loss.detach().to(torch.float64) * share
             for name, value in metrics.items():
                 metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)

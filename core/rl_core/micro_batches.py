@@ -1,0 +1,42 @@
+"""Micro-batches formed by a token budget (verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``).
+
+With fixed micro-batches of ``k`` sequences every forward has the same number
+of rows whatever their lengths; with a token budget each micro-batch takes
+consecutive rows while their real tokens (``attention_mask`` sum: prompt plus
+response) fit the budget, so short sequences travel in larger micro-batches.
+Rows stay in order (GRPO groups stay together, which the shared-prompt forward
+uses). The train engines weight every micro-batch's loss by its share of the
+mini-batch's tokens or sequences, so any split gives the same gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_core.problems import UserError
+
+
+class TokenBudgetError(UserError, ValueError):
+    """One sequence longer than the token budget."""
+
+
+def token_budget_groups(lengths: torch.Tensor | list[int], budget: int, *, key: str = "actor.ppo_max_token_len_per_gpu") -> list[list[int]]:
+    """Row indices per micro-batch: consecutive rows whose ``lengths`` sum to at most ``budget``."""
+    if budget < 1:
+        raise TokenBudgetError(f"{key}={budget}: the token budget must be at least 1")
+    lengths = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+    longest = max(lengths, default=0)
+    if longest > budget:
+        raise TokenBudgetError(
+            f"{key}={budget} is smaller than one sequence of this batch ({longest} tokens, prompt + response); "
+            f"set it to at least data.max_prompt_length + data.max_response_length"
+        )
+    groups: list[list[int]] = []
+    used = budget + 1
+    for i, n in enumerate(lengths):
+        if used + n > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
+        used += n
+    return groups
