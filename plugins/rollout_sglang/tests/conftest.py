@@ -44,6 +44,7 @@ def _install_stand_ins() -> Path | None:
     sys.path.append(str(folder))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(folder)) if p)
     os.environ.setdefault("RL_SGLANG_STUB_CALL_LOG", str(folder / "calls.log"))
+    os.environ["RL_SGLANG_STAND_IN_DIR"] = str(folder)
     return folder
 
 
