@@ -31,19 +31,28 @@ SHIMS = Path(__file__).resolve().parent / "cpu_shims"
 STAND_INS = ("sgl_kernel", "torchvision")
 
 
+def _is_stand_in(name: str) -> bool:
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.origin is not None and Path(spec.origin).resolve().is_relative_to(SHIMS)
+
+
 def _install_stand_ins() -> Path | None:
     if importlib.util.find_spec("sglang") is None:
         return None
-    missing = [name for name in STAND_INS if importlib.util.find_spec(name) is None]
-    if not missing:
-        return None
-    folder = Path(tempfile.mkdtemp(prefix="rl_sglang_shims_"))
-    (folder / "_rl_import_stub.py").symlink_to(SHIMS / "_rl_import_stub.py")
-    for name in missing:
-        (folder / name).symlink_to(SHIMS / name, target_is_directory=True)
-    sys.path.append(str(folder))
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(folder)) if p)
-    os.environ.setdefault("RL_SGLANG_STUB_CALL_LOG", str(folder / "calls.log"))
+    if all(_is_stand_in(name) for name in STAND_INS):  # already on the path (e.g. tox's PYTHONPATH)
+        folder = SHIMS
+    else:
+        missing = [name for name in STAND_INS if importlib.util.find_spec(name) is None]
+        if not missing:
+            return None
+        folder = Path(tempfile.mkdtemp(prefix="rl_sglang_shims_"))
+        (folder / "_rl_import_stub.py").symlink_to(SHIMS / "_rl_import_stub.py")
+        for name in missing:
+            (folder / name).symlink_to(SHIMS / name, target_is_directory=True)
+        sys.path.append(str(folder))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(folder)) if p)
+    log_dir = Path(tempfile.mkdtemp(prefix="rl_sglang_stand_in_calls_"))
+    os.environ.setdefault("RL_SGLANG_STUB_CALL_LOG", str(log_dir / "calls.log"))
     os.environ["RL_SGLANG_STAND_IN_DIR"] = str(folder)
     return folder
 
