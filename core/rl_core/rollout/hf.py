@@ -43,11 +43,19 @@ Speed: the ``n`` samples of a prompt share one prefill (its KV cache is
 repeated), and on CPU the engine decodes with transformers' ``eager``
 attention, ~20% faster there than ``sdpa`` for one-token steps
 (``rollout.engine_kwargs={"attn_implementation": ...}`` overrides it).
+On CUDA, Llama-family models decode with a static KV cache and a decode step
+captured in a CUDA graph (:mod:`rl_core.rollout.static_decode`; the same
+tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
+``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
+above is the faster one), ``cuda_graph`` (default true), ``check_every``
+(steps between all-finished checks, default 16). Stop strings use the plain
+loop.
 """
 
 from __future__ import annotations
 
 import gc
+import warnings
 from typing import Any, Iterable
 
 import torch
@@ -62,6 +70,7 @@ from rl_core.modeling import (
 )
 from rl_core.problems import UserError
 from rl_core.rollout.output import rollout_batch
+from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
 
 
 class PromptLengthError(UserError, ValueError):
@@ -104,6 +113,18 @@ class HFRolloutEngine:
         self.generation_batch_size = config.rollout.generation_batch_size
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
         self._offloaded = False
+        self.static = self._static_decoder(config.rollout.engine_kwargs)
+
+    def _static_decoder(self, kwargs) -> StaticDecoder | None:
+        wanted = kwargs.get("static_decode", None)
+        if wanted is False or (wanted is None and self.device.type != "cuda"):
+            return None
+        reason = unsupported_reason(self.model)
+        if reason:
+            if wanted:
+                warnings.warn(f"rollout.engine_kwargs.static_decode=true but {reason}: the hf rollout uses its plain decode loop", stacklevel=3)
+            return None
+        return StaticDecoder(self.model, cuda_graph=bool(kwargs.get("cuda_graph", True)), check_every=int(kwargs.get("check_every", 16)))
 
     # ------------------------------------------------------------- generation
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
@@ -161,6 +182,14 @@ class HFRolloutEngine:
     @torch.no_grad()
     def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop):
         """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated."""
+        if self.static is not None and not stop:
+            temperature = 1.0 if greedy else float(params.temperature)
+            eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
+
+            def sample(logits):
+                return _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=params.logprobs)
+
+            return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
         pos = position_ids_from_mask(mask)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -239,6 +268,8 @@ class HFRolloutEngine:
                 continue
             if self.share_weights and src.device == dst.device and src.dtype == dst.dtype and src.is_contiguous():
                 dst.data = src.detach()
+                if self.static is not None:  # captured graphs read the old storage
+                    self.static.reset()
             else:
                 dst.data.copy_(src, non_blocking=True)
         missing = [n for n, t in targets.items() if id(t) not in written]
@@ -255,6 +286,8 @@ class HFRolloutEngine:
             return
         self.model.to("cpu")
         self._offloaded = True
+        if self.static is not None:  # its graphs and caches point at device memory being released
+            self.static.reset()
         torch.cuda.empty_cache()
 
     def wake_up(self) -> None:
@@ -262,6 +295,8 @@ class HFRolloutEngine:
             return
         self.model.to(self.device)
         self._offloaded = False
+        if self.static is not None:
+            self.static.reset()
 
     def shutdown(self) -> None:
         self.model = None
