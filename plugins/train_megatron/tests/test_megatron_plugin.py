@@ -103,7 +103,10 @@ def test_rlcore_check_accepts_vllm_with_megatron_tp2(tmp_path, engines, capsys):
     if "vllm" not in installed.names("rollout") or "megatron" not in installed.names("train"):
         pytest.skip("needs rl-rollout-vllm and rl-train-megatron installed (the CLI reads installed plugins)")
     data = REPO / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
-    code = main(["check", *_overrides(_model(tmp_path), "rollout.name=vllm", "rollout.tensor_model_parallel_size=2", f"data.train_files={data}")])
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n")
+    overrides = _overrides(_model(tmp_path), "rollout.name=vllm", "rollout.tensor_model_parallel_size=2", f"data.train_files={data}", f"reward.custom.path={reward}")
+    code = main(["check", *overrides])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "2 / 2 (tp*pp) = 1" in out.out
