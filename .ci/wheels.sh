@@ -88,6 +88,7 @@ for name in names:
 out = subprocess.run([str(venv / "bin" / "rlcore"), "plugins", "--json"], capture_output=True, text=True)
 assert out.returncode == 0, out.stdout + out.stderr
 report = json.loads(out.stdout)
+Path("plugins.json").write_text(out.stdout)
 assert not report["errors"] and not report["conflicts"], report
 loaded = {p["distribution"].replace("-", "_") for p in report["plugins"]}
 assert set(names) <= loaded, f"installed but not loaded: {sorted(set(names) - loaded)}"
@@ -96,6 +97,8 @@ print("[wheels] rlcore plugins: " + ", ".join(f"{c['kind']} {c['name']} ({c['dis
 PY
 "$VENV/bin/rlcore" check quickstart.yaml >check.log 2>&1 || { cat check.log; exit 1; }
 grep '^ok:' check.log
+# the cards' engine ranges (what `rlcore check` accepts) admit what the engine extras install
+(cd "$SRC" && RL_CORE_PLUGINS_JSON=$RUN/plugins.json "$PY" -m pytest -q -p no:cacheprovider tests/packaging/test_engine_cards.py)
 
 "$VPY" - <<'PY'
 import json
