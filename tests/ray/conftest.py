@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +59,10 @@ class TwoNodeCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, **RAY_ENV, "PYTHONUNBUFFERED": "1"}
         ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
-        common = ["--block", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        # a private temp dir (short: Ray's socket paths live under it): the head records its address there,
+        # not in /tmp/ray where a later bare `ray.init()` elsewhere on the machine would find it
+        self.temp_dir = tempfile.mkdtemp(prefix="rlray", dir="/tmp")
+        common = ["--block", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={self.temp_dir}"]
         self.head_log = root / "head.log"
         self.node_log = root / "node.log"
         self.head = subprocess.Popen(
@@ -91,6 +95,7 @@ class TwoNodeCluster:
         for proc in (self.node, self.head):
             if proc is not None:
                 _stop(proc)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

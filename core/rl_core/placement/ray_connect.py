@@ -7,7 +7,8 @@
   ``ray.num_cpus`` CPUs and the dashboard bound to ``ray.dashboard_host``
   (127.0.0.1 unless configured: the dashboard can run code, so it is not
   opened to the network by default);
-- ``auto``: the cluster started on this machine with ``ray start``;
+- ``auto``: the cluster started on this machine with ``ray start`` (a
+  recorded head that no longer answers is an error at once, not a wait);
 - ``host:port``: the head node's GCS address (``ray start --head --port``).
 
 ``ray.runtime_env`` goes to ``ray.init`` as it is (``env_vars``, ``pip``,
@@ -52,10 +53,12 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
     if ray_config.runtime_env:
         kwargs["runtime_env"] = dict(ray_config.runtime_env)
     if address:
-        _check_reachable(address)
+        _check_reachable(_resolve_auto(address) if address == "auto" else address)
         kwargs["address"] = address
     else:
-        kwargs.update(num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
+        # "local": a new instance even when a cluster `ray start` made earlier is recorded on this machine
+        # (a stale record makes a bare ray.init() wait forever for a head that is gone)
+        kwargs.update(address="local", num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
     try:
         ray.init(**kwargs)
     except ConnectionError as exc:
@@ -65,6 +68,22 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
             "address as ray.address=HOST:PORT, or leave ray.address unset to start a local Ray instance"
         ) from None
     return True
+
+
+def _resolve_auto(address: str) -> str:
+    """``auto`` -> the head address Ray recorded on this machine (``auto`` again if it cannot tell)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        return canonicalize_bootstrap_address_or_die(address)
+    except ConnectionError:
+        raise RayUnavailable(
+            "ray.address=auto, but no Ray cluster was started on this machine\n"
+            "fix: `ray start --head` first (docs/ray.md), give the head's address as ray.address=HOST:PORT, "
+            "or leave ray.address unset to start a local Ray instance"
+        ) from None
+    except Exception:  # noqa: BLE001 - a private helper: if it moved, let ray.init decide
+        return address
 
 
 def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
