@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from rl_core.plugins import UnknownCardError, get_registry
+
 from tests.reliability import tally
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin installed, to block it")

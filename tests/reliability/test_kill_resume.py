@@ -1,0 +1,131 @@
+"""kill -9 of the controller or of a worker at seeded random points; every resume ends with identical metrics.
+
+Runs start from a forkserver that has imported torch, transformers and
+rl-core once, so a killed-and-resumed run costs its steps, not its imports.
+A chain kills one output folder's run again and again (each kill lands after
+a random number of logged steps plus a random delay, so some land inside a
+step, some inside a checkpoint save), resumes it each time, and finally
+compares its metrics.jsonl with an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.reliability import tally
+from tests.reliability.runs import make_run, metrics_equal, read_metrics, set_config
+
+pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
+psutil = pytest.importorskip("psutil", reason="finds the worker processes to kill")
+
+PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
+STEPS = 6
+
+
+def _child(argv: list[str], log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from rl_core.cli.main import main
+
+    os._exit(main(argv))
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def _start(ctx, cfg: Path, log: Path, *extra: str):
+    p = ctx.Process(target=_child, args=(["train", str(cfg), "--no-progress", *extra], str(log)))
+    p.start()
+    return p
+
+
+def _rows(out: Path) -> int:
+    try:
+        return sum(1 for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def _run_to_end(ctx, cfg: Path, log: Path) -> None:
+    p = _start(ctx, cfg, log)
+    p.join(600)
+    assert p.exitcode == 0, log.read_text()[-3000:]
+
+
+def _setup(root: Path, nprocs: int, steps: int) -> Path:
+    cfg = make_run(root, nprocs=nprocs)
+    set_config(cfg, trainer__save_freq=1, trainer__total_training_steps=steps, trainer__max_ckpt_to_keep=2)
+    return cfg
+
+
+def _kill_chain(ctx, tmp: Path, *, seed: int, kills: int, nprocs: int, steps: int, target: str) -> tuple[int, bool, str]:
+    """Run, kill ``kills`` times (controller or a worker), resume to the end; (kills done, identical, detail)."""
+    rng = random.Random(seed)
+    ref_cfg = _setup(tmp / "ref", nprocs, steps)
+    _run_to_end(ctx, ref_cfg, tmp / "ref.log")
+    reference = read_metrics(tmp / "ref" / "out")
+    cfg = _setup(tmp / "run", nprocs, steps)
+    out = tmp / "run" / "out"
+    log = tmp / "run.log"
+    done = 0
+    while done < kills:
+        before = _rows(out)
+        p = _start(ctx, cfg, log)
+        wait_rows = min(steps - 1, before + rng.randint(0, 2))
+        deadline = time.monotonic() + 300
+        while _rows(out) < wait_rows and p.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if not p.is_alive():  # finished (or failed) before the kill
+            assert p.exitcode == 0, log.read_text()[-3000:]
+            break
+        victim = p.pid
+        if target == "worker":
+            workers = psutil.Process(p.pid).children()
+            workers = [w for w in workers if "rl-core-worker" in " ".join(w.cmdline()) or w.name().startswith("python")]
+            if workers:
+                victim = rng.choice(workers).pid
+        os.kill(victim, signal.SIGKILL)
+        p.join(120)
+        if p.is_alive():  # a worker was killed: the controller must notice and stop on its own
+            p.kill()
+            p.join()
+            return done, False, "the controller did not stop within 120 s after its worker was killed"
+        done += 1
+        for child in psutil.Process().children(recursive=True):  # orphaned workers of a killed controller
+            if child.pid != p.pid and "spawn_main" in " ".join(child.cmdline()) and "forkserver" not in " ".join(child.cmdline()):
+                child.kill()
+    _run_to_end(ctx, cfg, log)
+    same, detail = metrics_equal(reference, read_metrics(out))
+    return done, same, detail
+
+
+CHAINS = {
+    # name: (seed, kills, ranks, steps, what is killed)
+    "controller, seed 1": (1, 5, 1, STEPS, "controller"),
+    "controller, seed 2": (2, 4, 1, STEPS, "controller"),
+    "worker of a 2-rank run": (3, 2, 2, 3, "worker"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_kill_and_resume_gives_identical_metrics(ctx, tmp_path, chain):
+    seed, kills, nprocs, steps, target = CHAINS[chain]
+    done, same, detail = _kill_chain(ctx, tmp_path, seed=seed, kills=kills, nprocs=nprocs, steps=steps, target=target)
+    for i in range(done):
+        tally.record("kills", f"{chain}, kill {i + 1}", same)
+    assert done >= 1, "no kill landed before the run finished"
+    assert same, detail
