@@ -62,7 +62,7 @@ SGLANG_ROLLOUT = RolloutCard(
     colocate=True,
     logprobs=True,
     engine="sglang",
-    engine_versions=">=0.5.23,<0.6",
+    engine_versions="==0.5.23",
     checks=(check_engine_kwargs,),
 )
 

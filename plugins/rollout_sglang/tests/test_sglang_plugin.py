@@ -78,7 +78,7 @@ def test_card_declares_its_capabilities():
     assert card.name == "sglang" and card.factory == "rl_rollout_sglang.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
     assert card.colocate and card.logprobs and card.max_tp == 8
-    assert card.engine == "sglang" and card.engine_versions == ">=0.5.23,<0.6"
+    assert card.engine == "sglang" and card.engine_versions == "==0.5.23"
     assert check_engine_kwargs in card.checks
 
 
@@ -120,14 +120,14 @@ def test_tp_above_the_cards_maximum_is_one_problem(model_path, sglang_version):
 
 def test_engine_version_outside_the_range_is_one_problem(model_path, sglang_version, monkeypatch):
     monkeypatch.delenv(resolver.ALLOW_UNTESTED_ENV, raising=False)
-    sglang_version("0.6.1")
+    sglang_version("0.5.24")
     stack, problems = _resolve(model_path)
     assert stack is None
     errs = errors(problems)
     assert len(errs) == 1, [p.render() for p in problems]
     assert errs[0].key == "rollout.name"
-    assert "installed sglang 0.6.1 is outside the versions 'sglang' was tested with (>=0.5.23,<0.6)" in errs[0].what
-    assert "pip install 'sglang" in errs[0].fix and ">=0.5.23" in errs[0].fix and resolver.ALLOW_UNTESTED_ENV in errs[0].fix
+    assert "installed sglang 0.5.24 is outside the versions 'sglang' was tested with (==0.5.23)" in errs[0].what
+    assert "pip install 'sglang==0.5.23'" in errs[0].fix and resolver.ALLOW_UNTESTED_ENV in errs[0].fix
 
 
 def test_untested_version_is_a_warning_when_allowed(model_path, sglang_version, monkeypatch):
