@@ -29,6 +29,7 @@ attention, stop strings) use the plain loop.
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import torch
@@ -191,7 +192,12 @@ class StaticDecoder:
         st.pos.copy_(pos[rows, -1] + 1)
         st.slot.fill_(P)
         if self.cuda_graph and st.graph is None:
-            st.capture()
+            try:
+                st.capture()
+            except Exception as exc:  # noqa: BLE001 - an op that cannot be captured: run the same step eagerly
+                warnings.warn(f"static decode: CUDA graph capture failed ({type(exc).__name__}: {exc}); decoding without graphs", stacklevel=2)
+                self.cuda_graph = False
+                torch.cuda.synchronize(self.device)
         responses = torch.full((B, R), pad_id, dtype=ids.dtype, device=ids.device)
         log_probs = torch.zeros((B, R), dtype=torch.float32, device=ids.device) if want_log_probs else None
         lengths = torch.full((B,), R, dtype=torch.long, device=ids.device)
@@ -240,20 +246,22 @@ class _Step:
         slot = int(self.slot)
         keep_k = [k[:, :, slot].clone() for k in self.k]
         keep_v = [v[:, :, slot].clone() for v in self.v]
-        side = torch.cuda.Stream(self.dec.device)
-        side.wait_stream(torch.cuda.current_stream(self.dec.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
+        try:
+            side = torch.cuda.Stream(self.dec.device)
+            side.wait_stream(torch.cuda.current_stream(self.dec.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self.dec._decode_step(self)
+            torch.cuda.current_stream(self.dec.device).wait_stream(side)
+            if self.dec._pool is None:
+                self.dec._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.dec._pool):
                 self.dec._decode_step(self)
-        torch.cuda.current_stream(self.dec.device).wait_stream(side)
-        if self.dec._pool is None:
-            self.dec._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.dec._pool):
-            self.dec._decode_step(self)
-        for dst, src in zip((self.valid, self.pos, self.slot), saved):
-            dst.copy_(src)
-        for k, v, kk, vv in zip(self.k, self.v, keep_k, keep_v):
-            k[:, :, slot].copy_(kk)
-            v[:, :, slot].copy_(vv)
-        self.graph = graph
+            self.graph = graph
+        finally:  # the warm-up and the capture wrote one slot: put the prefill state back
+            for dst, src in zip((self.valid, self.pos, self.slot), saved):
+                dst.copy_(src)
+            for k, v, kk, vv in zip(self.k, self.v, keep_k, keep_v):
+                k[:, :, slot].copy_(kk)
+                v[:, :, slot].copy_(vv)
