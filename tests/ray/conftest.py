@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="needs Ray (pip install 'ray==2.60.*'): the tests start a real two-node cluster")
-
+NEEDS_RAY = "needs Ray (pip install 'ray==2.60.*'): the tests start a real two-node cluster"
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
@@ -100,6 +99,7 @@ class TwoNodeCluster:
 
 @pytest.fixture(scope="session")
 def two_node_cluster(tmp_path_factory):
+    pytest.importorskip("ray", reason=NEEDS_RAY)
     cluster = TwoNodeCluster(tmp_path_factory.mktemp("ray_cluster"))
     try:
         yield cluster
@@ -109,5 +109,6 @@ def two_node_cluster(tmp_path_factory):
 
 @pytest.fixture
 def ray_env(monkeypatch):
+    pytest.importorskip("ray", reason=NEEDS_RAY)
     for k, v in RAY_ENV.items():
         monkeypatch.setenv(k, v)

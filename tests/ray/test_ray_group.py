@@ -88,3 +88,13 @@ def test_unreachable_address_is_a_user_error(ray_env):
     with pytest.raises(RayUnavailable, match=r"cannot reach the Ray cluster at ray.address='127.0.0.1:\d+'"):
         connect(RayConfig(address=f"127.0.0.1:{port}"))
     assert not ray.is_initialized()
+
+
+def test_ray_mode_without_ray_says_how_to_install_it(monkeypatch):
+    import sys
+
+    from rl_core.placement.ray_connect import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does where Ray is not installed
+    with pytest.raises(RayUnavailable, match=r"trainer.placement=ray needs Ray .*pip install 'ray==2.60.\*'.*trainer.placement=local"):
+        import_ray()
