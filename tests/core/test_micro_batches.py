@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 import torch
@@ -89,7 +91,23 @@ def test_token_budget_micro_batches_give_the_same_update(model_dir, step, mode):
     )
     sizes = [len(g) for g in token_budget_groups(shard.tensors["attention_mask"][:4].sum(-1), budget)]
     assert len(set(sizes)) > 1 or sizes != [2, 2]  # really another split than the fixed one
+    mask = shard.tensors["response_mask"].bool()
+    a, b = fixed.compute_log_prob(shard, with_entropy=True), dyn.compute_log_prob(shard, with_entropy=True)
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(b[key][mask], a[key][mask], atol=1e-5, rtol=1e-5)
     _same_update(fixed, dyn, shard)
+
+
+def test_config_keys_are_validated(tmp_path, capsys):
+    from rl_core.cli.main import main
+
+    data = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+    args = ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files=[{data}]", "trainer.device=cpu", f"trainer.output_dir={tmp_path}",
+            "actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=0", "model.logprob_chunk_size=-1"]
+    assert main(["check", *args]) == 1
+    err = capsys.readouterr().err
+    assert "actor.ppo_max_token_len_per_gpu: 0 is out of range" in err
+    assert "model.logprob_chunk_size: -1 is out of range" in err
 
 
 def test_chunked_log_probs_give_the_same_log_probs_and_update(model_dir, step):
@@ -109,8 +127,9 @@ def _dyn_sharded(rank, world, model_dir, budget):
     cfg = _cfg(model_dir, actor=dict(use_dynamic_bsz=True, ppo_max_token_len_per_gpu=budget), logprob_chunk_size=4)
     actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world))
     shard = rank_shard(step, rank, world)
+    lp = actor.compute_log_prob(shard)["log_probs"]
     metrics = actor.update(shard)
-    return {"metrics": metrics, "weights": {n: t.clone() for n, t in actor.named_weights()}}
+    return {"lp": lp, "metrics": metrics, "weights": {n: t.clone() for n, t in actor.named_weights()}}
 
 
 @pytest.mark.dist
@@ -131,6 +150,9 @@ def test_token_budget_sharded_ranks_with_different_micro_batch_counts(model_dir,
     budget = next(b for b in range(int(lengths.max()), int(lengths.sum())) if counts(b)[0] != counts(b)[1])
     outs = run_distributed(_dyn_sharded, world, model_dir, budget)
     ref = build_engine("actor", _cfg(model_dir), WorkerContext())
+    mask = step.tensors["response_mask"].bool()
+    lp = torch.cat([o["lp"] for o in outs])
+    torch.testing.assert_close(lp[mask], ref.compute_log_prob(step)["log_probs"][mask], atol=1e-5, rtol=1e-5)
     m = ref.update(single_rank_order(step, world, n_mini))
     w = _weights(ref)
     for o in outs:

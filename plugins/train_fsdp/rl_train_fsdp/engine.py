@@ -225,12 +225,13 @@ class FSDPEngine:
         if rows == 0:
             raise ValueError("compute_log_prob got an empty batch")
         n_real = math.ceil(rows / self._inference_micro())
+        parts = self._token_budget_parts(batch) or [(sl, i < n_real) for i, sl in enumerate(self._micro_slices(rows, self._inference_micro()))]
         lps, ents = [], []
-        for i, sl in enumerate(self._micro_slices(rows, self._inference_micro())):
+        for sl, real in parts:
             x = self._inputs(batch, sl)
             with self._autocast():
                 lp, ent = self._forward_response(x, temperature, with_entropy)
-            if i < n_real:
+            if real:
                 lps.append(lp.float().cpu())
                 if with_entropy:
                     ents.append(ent.float().cpu())
@@ -249,22 +250,19 @@ class FSDPEngine:
             chunk_size=chunk,
         )
 
-    def _update_micro_batches(self, mini: Batch, micro: int) -> Iterator[tuple[slice | torch.Tensor, bool]]:
-        """``(rows, real)`` per micro-batch of a mini-batch: ``micro`` rows each, or by a token budget.
+    def _token_budget_parts(self, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
+        """``(rows, real)`` per micro-batch formed by a token budget, or None when ``actor.use_dynamic_bsz`` is off.
 
-        With ``actor.use_dynamic_bsz`` (actor role) consecutive rows fill ``actor.ppo_max_token_len_per_gpu``
+        Actor and ref (log-probs and update): consecutive rows fill ``actor.ppo_max_token_len_per_gpu``
         tokens (rl_core.micro_batches); ranks then may differ in their count, so a rank with fewer repeats its
-        last micro-batch with ``real=False`` (weight 0: the FSDP collectives still match).
+        last micro-batch with ``real=False`` (dropped, or weight 0 in the update: the FSDP collectives still match).
         """
         a = self.config.actor
-        if self.role != "actor" or not a.use_dynamic_bsz:
-            for s in range(0, len(mini), micro):
-                yield slice(s, s + micro), True
-            return
-        groups = token_budget_groups(mini.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
+        if self.role == "critic" or not a.use_dynamic_bsz:
+            return None
+        groups = token_budget_groups(batch.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
         count = int(sharding.all_reduce(torch.tensor(len(groups), device=self.device), "max").item()) if self.sharded else len(groups)
-        for i in range(count):
-            yield torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)
+        return [(torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)) for i in range(count)]
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -416,7 +414,8 @@ class FSDPEngine:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         metric_sums: dict[str, torch.Tensor] = {}
         n_micro = 0
-        for rows, real in self._update_micro_batches(mini, micro):
+        parts = self._token_budget_parts(mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
+        for rows, real in parts:
             x = self._inputs(mini, rows, extra)
             with self._autocast():
                 if self.role == "critic":
