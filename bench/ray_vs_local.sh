@@ -2,7 +2,8 @@
 # The reference GRPO job (examples/gsm8k_grpo.yaml, Qwen2.5-0.5B shape, random weights, 5 steps) with one rank
 # per GPU on a 2-GPU machine, twice: in-process placement (LocalCluster, spawned ranks, NCCL) and through Ray
 # (RayCluster: a local Ray instance started by the run, one actor per GPU). Writes both timing tables and the
-# per-step comparison to $OUT (default bench/results/ray_vs_local_2gpu.md).
+# per-step comparison to $REPORT (default bench/results/ray_vs_local_2gpu.md; copies, logs and metrics in $OUT
+# when that folder exists, as on the device machine).
 #
 #   bash bench/ray_vs_local.sh parts      # here (registry access): Ray 2.60 cp312 wheels -> .gpu/ray_p0, .gpu/ray_p1
 #   # on the GPU machine, one call per part (the 64 MiB carry limit):
@@ -19,10 +20,12 @@ RUN_ROOT=${RUN_ROOT:-/tmp/ray_vs_local}
 parts() {
     local whl=.gpu/ray_whl
     rm -rf "$whl" .gpu/ray_p0 .gpu/ray_p1 && mkdir -p "$whl" .gpu/ray_p0 .gpu/ray_p1
-    # the GPU image has filelock, packaging, pyyaml, requests (transformers needs them); the rest of Ray's closure:
+    # the GPU image has filelock, packaging, pyyaml, requests (transformers needs them); the rest of Ray's closure,
+    # and tensordict (rl-core needs it; the image has none):
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --dest "$whl" \
         --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-        ray==2.60.0 click msgpack protobuf jsonschema jsonschema-specifications referencing rpds-py
+        ray==2.60.0 click msgpack protobuf jsonschema jsonschema-specifications referencing rpds-py \
+        tensordict==0.15.3 pyvers==0.2.3 cloudpickle
     tar -C "$whl" -cf .gpu/ray_wheels.tar .
     split -b 50m -d .gpu/ray_wheels.tar .gpu/ray_part-
     mv .gpu/ray_part-00 .gpu/ray_p0/ && mv .gpu/ray_part-01 .gpu/ray_p1/
@@ -32,13 +35,13 @@ parts() {
 
 install() {
     export PYTHONPATH=/tmp/site_ray${PYTHONPATH:+:$PYTHONPATH}
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule
     if python3 -c 'import ray' 2>/dev/null; then return 0; fi
     mkdir -p /tmp/rayparts && cp .gpu/ray_p1/* /tmp/rayparts/
     cat /tmp/rayparts/ray_part-* > /tmp/ray_wheels.tar
     [ "$(sha256sum /tmp/ray_wheels.tar | cut -d' ' -f1)" = "$(cat /tmp/rayparts/ray_wheels.sha256)" ] || { echo "ray wheels: checksum mismatch (send .gpu/ray_p0 first)"; return 1; }
     rm -rf /tmp/ray_whl && mkdir -p /tmp/ray_whl && tar -C /tmp/ray_whl -xf /tmp/ray_wheels.tar
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_ray /tmp/ray_whl/*.whl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule
     python3 -c 'import ray, torch; print("ray", ray.__version__, "| torch", torch.__version__, "| gpus", torch.cuda.device_count())'
 }
 
@@ -46,9 +49,8 @@ run() {
     export PYTHONPATH=/tmp/site_ray${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 RAY_USAGE_STATS_ENABLED=0
     rm -rf "$RUN_ROOT" && mkdir -p "$RUN_ROOT"
-    local out=${OUT:-bench/results/ray_vs_local_2gpu.md} cfg args
+    local cfg args
     if [ "${SMOKE:-0}" = 1 ]; then
-        out=${OUT:-$RUN_ROOT/ray_vs_local_smoke.md}
         cfg=$(python3 -c "
 import sys; from pathlib import Path; sys.path.insert(0, '.')
 from tests.e2e.helpers import write_tiny_run
@@ -71,16 +73,23 @@ print(write_tiny_run(Path('$RUN_ROOT/tiny'), nprocs=2, steps=2))")
     python3 -m rl_core train "$cfg" --no-progress "${args[@]}" trainer.placement=local trainer.output_dir="$RUN_ROOT/local" 2>&1 | tee "$RUN_ROOT/local.log" | grep -v "^step " || true
     echo "== Ray placement (RayCluster, a local Ray instance)"
     python3 -m rl_core train "$cfg" --no-progress "${args[@]}" trainer.placement=ray "ray.runtime_env=$env_vars" trainer.output_dir="$RUN_ROOT/ray" 2>&1 | tee "$RUN_ROOT/ray.log" | grep -v "^step " || true
+    report
+}
+
+report() {
+    export PYTHONPATH=/tmp/site_ray${PYTHONPATH:+:$PYTHONPATH}
+    local out=${REPORT:-bench/results/ray_vs_local_2gpu.md}
+    [ "${SMOKE:-0}" = 1 ] && out=${REPORT:-$RUN_ROOT/ray_vs_local_smoke.md}
     {
         echo "# The reference GRPO job, one rank per GPU: in-process placement vs Ray"
         echo
-        python3 -c 'import torch, platform; print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else \"cpu\"} x {max(torch.cuda.device_count(), 1)}, torch {torch.__version__}, python {platform.python_version()}")'
+        python3 -c 'import torch, platform; gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"; print(f"device: {gpu} x {max(torch.cuda.device_count(), 1)}, torch {torch.__version__}, python {platform.python_version()}")'
         python3 -c 'import ray; print(f"ray {ray.__version__}")'
         echo; echo "command: bash bench/ray_vs_local.sh run ${RUN_ARGS:-}"; echo
         echo "## in-process (trainer.placement=local)"; echo
         python3 bench/timing_table.py "$RUN_ROOT/local/metrics.jsonl"
         echo; echo "## Ray (trainer.placement=ray)"; echo
-        grep -A3 "^ray: " "$RUN_ROOT/ray.log" | sed 's/^/    /' || true
+        grep -E "^(ray: |  rank [0-9]+ -> )" "$RUN_ROOT/ray.log" | sed 's/^/    /' || true
         echo
         python3 bench/timing_table.py "$RUN_ROOT/ray/metrics.jsonl"
         echo; echo "## per step"; echo
@@ -97,7 +106,11 @@ if len(local) > 1 and len(ray) > 1:
 EOF
     } > "$out"
     cat "$out"
+    if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then  # the device machine's folder that comes back
+        cp "$out" "$OUT/" && cp "$RUN_ROOT"/*.log "$OUT/"
+        cp "$RUN_ROOT/local/metrics.jsonl" "$OUT/local.metrics.jsonl" && cp "$RUN_ROOT/ray/metrics.jsonl" "$OUT/ray.metrics.jsonl"
+    fi
 }
 
-[ $# -gt 0 ] || { echo "usage: $0 parts|install|run ..."; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 parts|install|run|report ..."; exit 2; }
 for step in "$@"; do "$step"; done
