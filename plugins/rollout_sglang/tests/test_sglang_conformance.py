@@ -155,3 +155,17 @@ def test_engine_start_failure_names_the_error_and_the_arguments(tmp_path):
     assert "the SGLang engine failed to start" in msg
     assert f"model_path={str(tmp_path)!r}" in msg and "mem_fraction_static=0.05" in msg
     assert err.value.__cause__ is not None
+
+
+@pytest.mark.slow
+def test_tensor_parallel_2_on_cpu(shared):
+    """One rank, SGLang TP 2 (two scheduler processes, one core each): log-probs still match transformers."""
+    model_dir = shared[0]
+    adapter = SGLangRollout(_config(model_dir, tensor_model_parallel_size=2), WorkerContext())
+    try:
+        out = adapter.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=8, temperature=1.0, logprobs=True, seed=5))
+    finally:
+        adapter.shutdown()
+    ref = reference_log_probs(reference_model(model_dir), out, 1.0)
+    rm = out.tensors["response_mask"].bool()
+    torch.testing.assert_close(out.tensors["rollout_log_probs"][rm], ref[rm], atol=1e-3, rtol=0)
