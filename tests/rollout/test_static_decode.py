@@ -97,3 +97,33 @@ class TestStaticDecodeConformanceLlama(RolloutConformance):
 
 class TestStaticDecodeConformanceQwen2(TestStaticDecodeConformanceLlama):
     arch = "qwen2"
+
+
+# ------------------------------------------------------------------ CUDA (the lead's GPU runs)
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: CUDA graph capture")
+
+
+def _cuda_engine(model_dir, **kw):
+    cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
+    return factory(cfg, WorkerContext(device="cuda"))
+
+
+@cuda
+def test_cuda_graph_replays_the_eager_static_step_and_matches_the_plain_loop(model_dir):
+    batch = prompt_batch(model_dir, PROMPTS)
+    graph = _cuda_engine(model_dir)  # the default on CUDA: static cache + graph
+    assert graph.static is not None and graph.static.cuda_graph
+    eager = _cuda_engine(model_dir, cuda_graph=False)
+    plain = _cuda_engine(model_dir, static_decode=False)
+    for params in (SamplingParams(n=3, max_new_tokens=20, greedy=True, logprobs=True), SamplingParams(n=2, max_new_tokens=20, temperature=0.9, top_p=0.9, seed=4, logprobs=True)):
+        a, b, c = (e.generate(batch, params) for e in (graph, eager, plain))
+        assert any(st.graph is not None for st in graph.static._graphs.values()), "no graph was captured"
+        assert torch.equal(a.tensors["responses"], b.tensors["responses"])
+        torch.testing.assert_close(a.tensors["rollout_log_probs"], b.tensors["rollout_log_probs"], atol=1e-5, rtol=1e-5)
+        assert torch.equal(a.tensors["responses"], c.tensors["responses"])
+        mask = c.tensors["response_mask"].bool()
+        assert (a.tensors["rollout_log_probs"] - c.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
+    graph.sleep()
+    graph.wake_up()  # weights moved: graphs dropped and captured again
+    again = graph.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True, logprobs=True))
+    assert torch.equal(again.tensors["responses"], plain.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True)).tensors["responses"])
