@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -16,7 +17,8 @@ from rl_core.placement.ray_pools import PlacementError, ResourcePool
 def connected(two_node_cluster, ray_env):
     import ray
 
-    assert connect(RayConfig(address=two_node_cluster.address))
+    # ray.runtime_env goes to ray.init as it is: every worker of the job gets these variables
+    assert connect(RayConfig(address=two_node_cluster.address, runtime_env={"env_vars": {"RLCORE_RUNTIME_ENV_PROBE": "passed"}}))
     try:
         yield two_node_cluster
     finally:
@@ -29,7 +31,10 @@ def sum_of_ranks(info):
 
     x = torch.tensor([float(info["rank"] + 1)])
     dist.all_reduce(x)
-    return {"sum": x.item(), "node": info["node_id"], "rank": info["rank"], "world": dist.get_world_size(), "backend": dist.get_backend()}
+    return {
+        "sum": x.item(), "node": info["node_id"], "rank": info["rank"], "world": dist.get_world_size(), "backend": dist.get_backend(),
+        "env": os.environ.get("RLCORE_RUNTIME_ENV_PROBE"), "threads": torch.get_num_threads(),
+    }
 
 
 def rank_one_stalls(info, seconds):
@@ -58,6 +63,7 @@ def test_one_rank_per_node_in_a_gloo_group_whose_timeout_names_it(connected):
     assert [o["sum"] for o in out] == [3.0, 3.0]  # 1 + 2 on both ranks
     assert {o["world"] for o in out} == {2} and {o["backend"] for o in out} == {"gloo"}
     assert out[0]["node"] != out[1]["node"], "STRICT_SPREAD must put the ranks on different nodes"
+    assert [o["env"] for o in out] == ["passed", "passed"] and [o["threads"] for o in out] == [1, 1]
 
     # rank 1 never joins the next all-reduce: rank 0 times out after 3 s, and the group ends
     start = time.monotonic()
