@@ -1,6 +1,7 @@
 """``hf`` rollout decode throughput at batch 8-256 against the weights-read floor (issue 13, bench 1).
 
     python bench/decode_gpu.py                       # H100: 0.5B reference shape, batches 8..256, < 4 min
+    python bench/decode_gpu.py --batches 64 --modes graph,compile   # + torch.compile (a compilation per batch size)
     python bench/decode_gpu.py --shape 1.5b --batches 64
     SMOKE=1 python bench/decode_gpu.py               # CPU smoke run: a tiny model, seconds
 
@@ -10,6 +11,8 @@ tokens, temperature 1, as in the reference workload) it times ``HFRolloutEngine.
 - ``plain``: the transformers loop (``static_decode=false``);
 - ``static``: the static-cache loop without CUDA graphs;
 - ``graph``: the static-cache loop with the decode step in a CUDA graph (the GPU default);
+- ``compile`` (only with ``--modes``): ``graph`` with the step ``torch.compile``d first (one compilation per
+  batch size, not timed: it happens in the warm-up call);
 
 after one short warm-up call per mode (which also captures the graph). The floor: a decode step must read
 every weight once, so ``step >= weight bytes / HBM bandwidth`` (bandwidth measured here by a device copy)
@@ -109,7 +112,8 @@ def main() -> None:
     n = 8
     engines = {}
     for mode in args.modes.split(","):
-        kw = {"plain": {"static_decode": False}, "static": {"static_decode": True, "cuda_graph": False}, "graph": {"static_decode": True, "cuda_graph": True}}[mode]
+        kw = {"plain": {"static_decode": False}, "static": {"static_decode": True, "cuda_graph": False}, "graph": {"static_decode": True, "cuda_graph": True},
+              "compile": {"static_decode": True, "cuda_graph": True, "compile": True}}[mode]
         cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if dtype == torch.bfloat16 else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                         rollout=RolloutConfig(engine_kwargs=kw))
         eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=tok)
@@ -127,8 +131,13 @@ def main() -> None:
         for mode, eng in engines.items():
             if mode == "plain" and B > args.plain_max_batch:
                 continue
-            eng.generate(batch, SamplingParams(n=n, max_new_tokens=8, temperature=1.0, seed=0))  # warm-up (and capture)
-            t = _timed(lambda e=eng: e.generate(batch, SamplingParams(n=n, max_new_tokens=args.new, temperature=1.0, seed=1)), device)
+            try:
+                eng.generate(batch, SamplingParams(n=n, max_new_tokens=8, temperature=1.0, seed=0))  # warm-up (and capture)
+                t = _timed(lambda e=eng: e.generate(batch, SamplingParams(n=n, max_new_tokens=args.new, temperature=1.0, seed=1)), device)
+            except Exception as exc:  # noqa: BLE001 - report it and go on with the other modes
+                row[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"{mode} at batch {B} failed: {row[f'{mode}_error']}", flush=True)
+                continue
             made = int(_timed.last.tensors["response_mask"].sum())
             row[f"{mode}_s"] = t
             row[f"{mode}_tokens_per_s"] = made / t

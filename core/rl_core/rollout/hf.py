@@ -48,7 +48,8 @@ captured in a CUDA graph (:mod:`rl_core.rollout.static_decode`; the same
 tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
 ``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
 above is the faster one), ``cuda_graph`` (default true), ``check_every``
-(steps between all-finished checks, default 16). Stop strings use the plain
+(steps between all-finished checks, default 16), ``compile`` (``torch.compile``
+the decode step before capturing it; default false). Stop strings use the plain
 loop.
 """
 
@@ -124,7 +125,9 @@ class HFRolloutEngine:
             if wanted:
                 warnings.warn(f"rollout.engine_kwargs.static_decode=true but {reason}: the hf rollout uses its plain decode loop", stacklevel=3)
             return None
-        return StaticDecoder(self.model, cuda_graph=bool(kwargs.get("cuda_graph", True)), check_every=int(kwargs.get("check_every", 16)))
+        return StaticDecoder(
+            self.model, cuda_graph=bool(kwargs.get("cuda_graph", True)), check_every=int(kwargs.get("check_every", 16)), compile=bool(kwargs.get("compile", False))
+        )
 
     # ------------------------------------------------------------- generation
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:

@@ -65,7 +65,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class StaticDecoder:
     """Decode with a static cache; ``cuda_graph`` captures the decode step (CUDA only)."""
 
-    def __init__(self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16) -> None:
+    def __init__(self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the static decoder cannot run this model: {reason}")
@@ -82,6 +82,9 @@ class StaticDecoder:
         self.dtype = next(model.parameters()).dtype
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda"
         self.check_every = max(1, int(check_every)) if self.device.type == "cuda" else 1
+        # torch.compile fuses the step's elementwise work (norms, rotary, residuals); the graph then captures
+        # the compiled kernels. Off by default: it costs a compilation per batch bucket.
+        self._step_fn = torch.compile(self._decode_step, dynamic=False) if compile else self._decode_step
         self._graphs: dict[tuple[int, int], _Step] = {}
         self._pool = None
 
@@ -217,7 +220,7 @@ class StaticDecoder:
             if st.graph is not None:
                 st.graph.replay()
             else:
-                self._decode_step(st)
+                self._step_fn(st)
             st.pos += 1
             st.slot += 1
             logits = st.logits[:B]
@@ -251,13 +254,13 @@ class _Step:
             side.wait_stream(torch.cuda.current_stream(self.dec.device))
             with torch.cuda.stream(side):
                 for _ in range(2):
-                    self.dec._decode_step(self)
+                    self.dec._step_fn(self)
             torch.cuda.current_stream(self.dec.device).wait_stream(side)
             if self.dec._pool is None:
                 self.dec._pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.dec._pool):
-                self.dec._decode_step(self)
+                self.dec._step_fn(self)
             self.graph = graph
         finally:  # the warm-up and the capture wrote one slot: put the prefill state back
             for dst, src in zip((self.valid, self.pos, self.slot), saved):
