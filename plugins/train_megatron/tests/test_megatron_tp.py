@@ -153,3 +153,22 @@ def test_checkpoint_holds_only_plain_data(tp1, tmp_path_factory):
     state = torch.load(ckpt / "rank0.pt", weights_only=True)
     assert set(state) == {"model", "optim", "scheduler", "rng"}
     assert (ckpt / "megatron.json").is_file()
+
+
+def test_resuming_with_another_layout_is_a_clear_error(tp1, model_dir, tmp_path_factory):
+    import json
+    import shutil
+
+    from rl_train_megatron.engine import CheckpointMismatchError, build_engine
+
+    src = next(Path(tmp_path_factory.getbasetemp()).glob("tp1*/actor"))
+    dst = tmp_path_factory.mktemp("other_layout") / "actor"
+    shutil.copytree(src, dst)
+    layout = json.loads((dst / "megatron.json").read_text())
+    (dst / "megatron.json").write_text(json.dumps({**layout, "tp": 2, "world": 2}))
+    engine = build_engine("actor", _config(model_dir, 1), WorkerContext())
+    try:
+        with pytest.raises(CheckpointMismatchError, match="resume with the same train.tensor_model_parallel_size"):
+            engine.load_checkpoint(str(dst))
+    finally:
+        engine.shutdown()
