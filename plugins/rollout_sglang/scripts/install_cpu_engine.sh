@@ -25,7 +25,7 @@ if ! "$PY" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' && [[ "${RL_
 fi
 TORCH_VERSION=${RL_SGLANG_TORCH_VERSION:-2.13.0}
 SGLANG_VERSION=${RL_SGLANG_VERSION:-0.5.23}
-PIP=("$PY" -m pip install --disable-pip-version-check)
+PIP=("$PY" -m pip install --disable-pip-version-check --no-compile)  # no byte-compiling ~300 MB of Python: imports compile what they use
 [[ "${CI:-}" == "true" || -n "${RL_SGLANG_QUIET:-}" ]] && PIP+=(-q)
 
 # What sglang 0.5.23 declares, minus CUDA-only kernels and media packages, with its pins.
