@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def print_plan(stack, out=sys.stdout) -> None:
+def print_plan(stack, out=None) -> None:
+    out = out or sys.stdout  # looked up per call: a default bound at import outlives a replaced sys.stdout
     print("stack:", file=out)
     for label, card in (
         ("rollout", stack.rollout),
@@ -56,8 +57,9 @@ def print_plan(stack, out=sys.stdout) -> None:
     print_memory(stack, out)
 
 
-def print_memory(stack, out=sys.stdout) -> None:
+def print_memory(stack, out=None) -> None:
     """The per-device memory estimate (rl_core.memory); a warning on stderr when it does not fit."""
+    out = out or sys.stdout
     from rl_core.memory import estimate
 
     est = estimate(stack.config, stack.sizes)

@@ -43,7 +43,8 @@ def registry_report(registry: Registry) -> dict:
     }
 
 
-def print_load_problems(registry: Registry, file=sys.stderr) -> None:
+def print_load_problems(registry: Registry, file=None) -> None:
+    file = file or sys.stderr  # looked up per call: a default bound at import outlives a replaced sys.stderr
     for e in registry.errors:
         print(f"error: {e.describe()}", file=file)
     for c in registry.conflicts:
