@@ -46,6 +46,9 @@ ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
     ("rl-rollout-sglang", "gpu"): (
         EngineRecord("sglang", ("0.5.23",), "CPU: pytest plugins/rollout_sglang (scripts/install_cpu_engine.sh); sglang numbers every release 0.5.N"),
     ),
+    ("rl-core", "ray"): (
+        EngineRecord("ray", ("2.60.0",), "CPU: pytest tests/ray (local two-node cluster)", patches=True),
+    ),
     ("rl-train-megatron", None): (
         EngineRecord("megatron-core", ("0.16.1",), "CPU: pytest plugins/train_megatron (gloo, TP/PP)", patches=True),
     ),
@@ -69,6 +72,7 @@ KNOWN_RELEASES: dict[str, tuple[str, ...]] = {
         "0.29.0", "0.30.0", "0.31.0", "0.32.0",
     ),
     "sglang": ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"),
+    "ray": ("2.57.1", "2.58.0", "2.58.1", "2.59.0", "2.60.0"),
     "megatron-core": ("0.13.1", "0.14.0", "0.15.0", "0.15.1", "0.15.2", "0.15.3", "0.16.0", "0.16.1"),
 }
 

@@ -43,9 +43,12 @@ def admitted(engine_versions: str | None, version: str) -> bool:
 @pytest.mark.parametrize(("dist", "extra"), sorted(ENGINE_EXTRAS, key=str), ids=lambda v: str(v))
 def test_card_engine_range_admits_the_tested_versions(dist, extra):
     records = ENGINE_EXTRAS[(dist, extra)]
-    cards = [c for c in plugin_cards() if c["distribution"] == dist and c["capabilities"].get("engine")]
-    if not cards:
+    if not any(c["distribution"] == dist for c in plugin_cards()):
         pytest.skip(f"{dist} is not installed in this environment (.ci/wheels.sh checks it with every plugin installed)")
+    projects = {canonicalize_name(r.project) for r in records}
+    cards = [c for c in plugin_cards() if c["distribution"] == dist and projects & {canonicalize_name(e) for e in (c["capabilities"].get("engine") or "").split("|")}]
+    if not cards:
+        pytest.skip(f"no card of {dist} names {sorted(projects)} as its engine: the resolver does not check its version")
     checked = 0
     for card in cards:
         engines = {canonicalize_name(e) for e in card["capabilities"]["engine"].split("|")}

@@ -130,3 +130,9 @@ def test_core_keeps_heavy_parts_behind_extras(built):
     quickstart = {canonicalize_name(r.name) for r in extras["quickstart"]}
     assert {"reasoning-gym", "gguf", "accelerate", "tensorboard", "matplotlib"} <= quickstart
     assert {"pytest", "hypothesis"} <= {canonicalize_name(r.name) for r in extras["test"]}
+    # core extras that install an engine (ray) admit exactly the tested versions, like the plugins' extras
+    problems = []
+    for (dist, extra), records in ENGINE_EXTRAS.items():
+        if dist == "rl-core":
+            problems += extra_mismatches(extras.get(extra, []), records, f"rl-core[{extra}]")
+    assert problems == []
