@@ -54,7 +54,8 @@ def _set(d, path, value, rename=None):
 
 
 def _typo(name: str) -> str:
-    return name[:-2] + name[-1] + name[-2] if len(name) > 2 else name + "x"
+    swapped = name[:-2] + name[-1] + name[-2] if len(name) > 2 else name
+    return swapped if swapped != name else name + "x"
 
 
 def mutations(example: Path):

@@ -26,7 +26,8 @@ pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip
 psutil = pytest.importorskip("psutil", reason="finds the worker processes to kill")
 
 PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
-STEPS = 6
+STEPS = 4
+LOCAL = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
 def _child(argv: list[str], log: str) -> None:
@@ -70,6 +71,17 @@ def _setup(root: Path, nprocs: int, steps: int) -> Path:
     return cfg
 
 
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    out = set()
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.NoSuchProcess:
+            continue
+        out |= {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+    return out
+
+
 def _kill_chain(ctx, tmp: Path, *, seed: int, kills: int, nprocs: int, steps: int, target: str) -> tuple[int, bool, str]:
     """Run, kill ``kills`` times (controller or a worker), resume to the end; (kills done, identical, detail)."""
     rng = random.Random(seed)
@@ -84,6 +96,8 @@ def _kill_chain(ctx, tmp: Path, *, seed: int, kills: int, nprocs: int, steps: in
         before = _rows(out)
         p = _start(ctx, cfg, log)
         wait_rows = min(steps - 1, before + rng.randint(0, 2))
+        if target == "worker" and done == 0:
+            wait_rows = max(wait_rows, 1)  # the workers' process group is up (its sockets are checked below)
         deadline = time.monotonic() + 300
         while _rows(out) < wait_rows and p.is_alive() and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -93,10 +107,15 @@ def _kill_chain(ctx, tmp: Path, *, seed: int, kills: int, nprocs: int, steps: in
             break
         victim = p.pid
         if target == "worker":
-            workers = psutil.Process(p.pid).children()
-            workers = [w for w in workers if "rl-core-worker" in " ".join(w.cmdline()) or w.name().startswith("python")]
+            workers = [w for w in psutil.Process(p.pid).children() if w.name().startswith("python")]
             if workers:
                 victim = rng.choice(workers).pid
+                if done == 0:  # the rendezvous of a running 2-rank run: nothing listens beyond localhost
+                    sockets = _listening([p.pid, *(w.pid for w in workers)])
+                    exposed = sorted(x for x in sockets if x[0] not in LOCAL)
+                    tally.record("rendezvous", "2-rank run (controller + 2 workers)", bool(sockets) and not exposed)
+                    assert sockets, "no listening socket found: an exposed one would not be seen either"
+                    assert not exposed, f"sockets listening beyond localhost: {exposed}"
         os.kill(victim, signal.SIGKILL)
         p.join(120)
         if p.is_alive():  # a worker was killed: the controller must notice and stop on its own
