@@ -80,10 +80,20 @@ def test_unsupported_models_are_named():
     assert "gpt2" in unsupported_reason(Fake())
     with pytest.raises(ValueError, match="cannot run this model"):
         StaticDecoder(Fake())
+    from transformers import AutoModelForCausalLM, MistralConfig, Qwen2Config
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=50)
+    windowed = [MistralConfig(**small, sliding_window=64), Qwen2Config(**small, sliding_window=64, use_sliding_window=True)]
+    full = [MistralConfig(**small, sliding_window=None), Qwen2Config(**small, sliding_window=64)]  # qwen2 names a window it does not use
+    assert all(unsupported_reason(AutoModelForCausalLM.from_config(c)) == "sliding-window attention" for c in windowed)
+    assert all(unsupported_reason(AutoModelForCausalLM.from_config(c)) is None for c in full)
 
 
 class TestStaticDecodeConformanceLlama(RolloutConformance):
-    """The shared suite with the static decoder on (stop strings fall back to the plain loop)."""
+    """The shared suite with the static decoder on (stop strings fall back to the plain loop).
+
+    Llama only (its bigram tests check EOS handling); qwen2's biases and tied head are covered above.
+    """
 
     logprob_atol = 1e-5
     arch = "llama"
@@ -94,9 +104,6 @@ class TestStaticDecodeConformanceLlama(RolloutConformance):
         assert engine.static is not None
         return engine
 
-
-class TestStaticDecodeConformanceQwen2(TestStaticDecodeConformanceLlama):
-    arch = "qwen2"
 
 
 # ------------------------------------------------------------------ CUDA (the lead's GPU runs)

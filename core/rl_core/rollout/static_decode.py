@@ -44,7 +44,9 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     kind = getattr(cfg, "model_type", None)
     if kind not in ARCHS:
         return f"model_type {kind!r} is not one of {', '.join(ARCHS)}"
-    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+    # qwen2 / qwen3 name a window but use it only with use_sliding_window; mistral uses any window it names
+    windowed = getattr(cfg, "use_sliding_window", kind == "mistral")
+    if windowed and getattr(cfg, "sliding_window", None):
         return "sliding-window attention"
     body = getattr(model, "model", None)
     rot = getattr(body, "rotary_emb", None)
