@@ -29,7 +29,7 @@ REPEATS = 10
 
 def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="versions, plugins, devices, and a local all-reduce test (latency, bandwidth)")
-    p.add_argument("--nprocs", type=int, default=None, metavar="N", help="processes for the all-reduce test (default: the GPUs, or 2 on CPU)")
+    p.add_argument("--nprocs", type=int, default=None, metavar="N", help="processes for the all-reduce test (default: 2 for gloo, one per GPU for NCCL)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-collectives", action="store_true", help="skip the process-group and all-reduce tests")
     p.add_argument("--cluster", action="store_true", help="check a Ray cluster instead (needs Ray mode installed)")
@@ -132,7 +132,7 @@ def _allreduce_rank(rank: int, world: int, device: str) -> dict[str, float]:
     return {"latency_s": lat, "time_s": big, "busbw": 2 * (world - 1) / world * BANDWIDTH_BYTES / big if world > 1 else 0.0}
 
 
-def collectives(nprocs: int) -> list[dict[str, Any]]:
+def collectives(nprocs: int | None) -> list[dict[str, Any]]:
     import torch
 
     from rl_core.testing.distributed import run_distributed
@@ -140,7 +140,7 @@ def collectives(nprocs: int) -> list[dict[str, Any]]:
     results = []
     backends = [("gloo", "cpu")] + ([("nccl", "cuda")] if torch.cuda.is_available() and torch.distributed.is_nccl_available() else [])
     for backend, device in backends:
-        n = min(nprocs, torch.cuda.device_count()) if device == "cuda" else nprocs
+        n = min(nprocs or torch.cuda.device_count(), torch.cuda.device_count()) if device == "cuda" else (nprocs or 2)
         start = time.perf_counter()
         try:
             per_rank = run_distributed(_allreduce_rank, n, device, backend=backend, timeout=180.0)
@@ -184,8 +184,8 @@ def _print(report: dict[str, Any]) -> None:
         print("collectives (all-reduce across local processes):")
         for c in report["collectives"]:
             if c.get("ok"):
-                print(f"  {c['backend']:<5} ok, {c['processes']} processes: latency {c['latency_ms']:.3f} ms (4 B), "
-                      f"bus bandwidth {c['busbw_GBps']:.2f} GB/s ({c['bytes'] // 2**20} MiB); {c['wall_s']:.1f} s incl. start-up")
+                bw = f"bus bandwidth {c['busbw_GBps']:.2f} GB/s ({c['bytes'] // 2**20} MiB)" if c["processes"] > 1 else "no bandwidth with one process"
+                print(f"  {c['backend']:<5} ok, {c['processes']} process(es): latency {c['latency_ms']:.3f} ms (4 B), {bw}; {c['wall_s']:.1f} s incl. start-up")
             elif c.get("ok") is None:
                 print(f"  {c['backend']:<5} {c['error']}")
             else:
@@ -207,12 +207,10 @@ def run(args) -> int:
         from rl_core.problems import UserError
 
         raise UserError(f"--nprocs must be >= 1, got {args.nprocs}")
-    import torch
 
     report: dict[str, Any] = {"versions": versions(), "plugins": plugins(), "devices": devices()}
     if not args.no_collectives:
-        n = args.nprocs or (torch.cuda.device_count() if torch.cuda.is_available() else 2)
-        report["collectives"] = collectives(n)
+        report["collectives"] = collectives(args.nprocs)  # None: 2 gloo processes, one NCCL process per GPU
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
