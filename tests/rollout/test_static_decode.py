@@ -89,6 +89,31 @@ def test_unsupported_models_are_named():
     assert all(unsupported_reason(AutoModelForCausalLM.from_config(c)) is None for c in full)
 
 
+def test_capture_failures_fall_back_to_uncompiled_then_to_eager_steps(model_dir, monkeypatch):
+    """What the engine does on a GPU where torch.compile, then graph capture, fail: warn and decode all the same."""
+    from rl_core.rollout import static_decode
+
+    eng = _engine(model_dir, True)
+    dec = eng.static
+    dec.cuda_graph, dec.compiled = True, True  # as if on CUDA with engine_kwargs compile=true
+    dec._step_fn = lambda st: dec._decode_step(st)
+    tried = []
+
+    def failing_capture(self):
+        tried.append(dec.compiled)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(static_decode._Step, "capture", failing_capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    batch = prompt_batch(model_dir, PROMPTS)
+    params = SamplingParams(n=2, max_new_tokens=6, greedy=True)
+    with pytest.warns(UserWarning) as warned:
+        out = eng.generate(batch, params)
+    assert tried == [True, False] and not dec.cuda_graph and not dec.compiled
+    assert "torch.compile" in str(warned[0].message) and "decoding without graphs" in str(warned[1].message)
+    assert torch.equal(out.tensors["responses"], _engine(model_dir, False).generate(batch, params).tensors["responses"])
+
+
 class TestStaticDecodeConformanceLlama(RolloutConformance):
     """The shared suite with the static decoder on (stop strings fall back to the plain loop).
 

@@ -86,6 +86,7 @@ class StaticDecoder:
         self.check_every = max(1, int(check_every)) if self.device.type == "cuda" else 1
         # torch.compile fuses the step's elementwise work (norms, rotary, residuals); the graph then captures
         # the compiled kernels. Off by default: it costs a compilation per batch bucket.
+        self.compiled = bool(compile)
         self._step_fn = torch.compile(self._decode_step, dynamic=False) if compile else self._decode_step
         self._graphs: dict[tuple[int, int], _Step] = {}
         self._pool = None
@@ -159,6 +160,22 @@ class StaticDecoder:
             x = self._mlp(layer, self._attend(layer, x, q, st.k[i], st.v[i], bias))
         st.logits.copy_(self._logits(x)[:, 0])
 
+    def _capture(self, st: "_Step") -> None:
+        """Capture ``st``'s step; if that fails, without torch.compile, then without a graph (with a warning)."""
+        while True:
+            try:
+                st.capture()
+                return
+            except Exception as exc:  # noqa: BLE001 - an op that cannot be compiled or captured: fall back, never stop
+                torch.cuda.synchronize(self.device)
+                if self.compiled:
+                    warnings.warn(f"static decode: torch.compile of the decode step failed ({type(exc).__name__}: {exc}); capturing it uncompiled", stacklevel=3)
+                    self.compiled, self._step_fn = False, self._decode_step
+                    continue
+                warnings.warn(f"static decode: CUDA graph capture failed ({type(exc).__name__}: {exc}); decoding without graphs", stacklevel=3)
+                self.cuda_graph = False
+                return
+
     # -------------------------------------------------------- the buffers
     def _step_for(self, bucket: int, length: int) -> "_Step":
         key = (bucket, length)
@@ -197,12 +214,7 @@ class StaticDecoder:
         st.pos.copy_(pos[rows, -1] + 1)
         st.slot.fill_(P)
         if self.cuda_graph and st.graph is None:
-            try:
-                st.capture()
-            except Exception as exc:  # noqa: BLE001 - an op that cannot be captured: run the same step eagerly
-                warnings.warn(f"static decode: CUDA graph capture failed ({type(exc).__name__}: {exc}); decoding without graphs", stacklevel=2)
-                self.cuda_graph = False
-                torch.cuda.synchronize(self.device)
+            self._capture(st)
         responses = torch.full((B, R), pad_id, dtype=ids.dtype, device=ids.device)
         log_probs = torch.zeros((B, R), dtype=torch.float32, device=ids.device) if want_log_probs else None
         lengths = torch.full((B,), R, dtype=torch.long, device=ids.device)
