@@ -74,9 +74,9 @@ class RankWorker:
         import torch.distributed as dist
 
         self.backend, self.timeout_s = backend, timeout_s
-        if backend == "nccl":
-            torch.cuda.set_device(0)  # Ray shows each actor only its own GPU
         try:
+            if backend == "nccl":
+                torch.cuda.set_device(0)  # Ray shows each actor only its own GPU
             dist.init_process_group(
                 backend, init_method=f"tcp://{master_addr}:{port}", rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s)
             )
