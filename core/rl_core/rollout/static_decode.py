@@ -59,6 +59,18 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
+def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm with its float32 statistics in one ``F.rms_norm`` call (fewer kernels per step).
+
+    The same formula as transformers' Llama / Qwen2 ``RMSNorm`` (normalise in float32, cast back, scale);
+    other norm classes run as they are.
+    """
+    eps = getattr(norm, "variance_epsilon", None)
+    if eps is None or type(norm).__name__ not in ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"):
+        return norm(x)
+    return norm.weight * torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -102,9 +114,10 @@ class StaticDecoder:
         freqs = pos[..., None].float() * rot.inv_freq.float()
         emb = torch.cat((freqs, freqs), dim=-1)
         scale = getattr(rot, "attention_scaling", 1.0)
-        return (emb.cos() * scale).to(self.dtype).unsqueeze(1), (emb.sin() * scale).to(self.dtype).unsqueeze(1)
+        return (emb.cos() * scale).to(self.dtype).unsqueeze(2), (emb.sin() * scale).to(self.dtype).unsqueeze(2)  # [b, s, 1, d]
 
     def _qkv(self, layer, x: torch.Tensor, cos, sin):
+        """``q [b, h, s, d]``, ``k``, ``v [b, kv, s, d]``; the rotary embedding on q and k at once (one set of kernels)."""
         b, s, _ = x.shape
         attn = layer.self_attn
         q = attn.q_proj(x).view(b, s, -1, self.head_dim)
@@ -112,10 +125,10 @@ class StaticDecoder:
         v = attn.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         if getattr(attn, "q_norm", None) is not None:  # qwen3
             q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        return q, k, v
+        qk = torch.cat((q, k), dim=2)
+        qk = qk * cos + _rotate_half(qk) * sin
+        h = q.shape[2]
+        return qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2), v
 
     def _attend(self, layer, x, q, k_all, v_all, bias):
         """``bias [b, 1, s, S]`` additive; grouped heads attend to their kv head through a reshape (no copies)."""
@@ -127,10 +140,10 @@ class StaticDecoder:
         return x + layer.self_attn.o_proj(out)
 
     def _mlp(self, layer, x):
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        return x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body.norm(x)).float()
+        return self.head(_rms_norm(self.body.norm, x)).float()
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, write: Callable[[int, torch.Tensor, torch.Tensor], None]) -> torch.Tensor:
@@ -142,7 +155,7 @@ class StaticDecoder:
         allowed = causal[None] & mask.bool()[:, None, :]
         bias = torch.zeros(b, 1, P, P, dtype=x.dtype, device=ids.device).masked_fill_(~allowed[:, None], torch.finfo(x.dtype).min)
         for i, layer in enumerate(self.body.layers):
-            q, k, v = self._qkv(layer, layer.input_layernorm(x), cos, sin)
+            q, k, v = self._qkv(layer, _rms_norm(layer.input_layernorm, x), cos, sin)
             write(i, k, v)
             x = self._mlp(layer, self._attend(layer, x, q, k, v, bias))
         return self._logits(x[:, -1:])[:, 0]
@@ -154,7 +167,7 @@ class StaticDecoder:
         x = self.body.embed_tokens(st.token[:, None])
         cos, sin = self._rope(st.pos[:, None])
         for i, layer in enumerate(self.body.layers):
-            q, k, v = self._qkv(layer, layer.input_layernorm(x), cos, sin)
+            q, k, v = self._qkv(layer, _rms_norm(layer.input_layernorm, x), cos, sin)
             st.k[i].index_copy_(2, st.slot, k)
             st.v[i].index_copy_(2, st.slot, v)
             x = self._mlp(layer, self._attend(layer, x, q, st.k[i], st.v[i], bias))
