@@ -303,6 +303,7 @@ class HFRolloutEngine:
 
     def shutdown(self) -> None:
         self.model = None
+        self.static = None  # it holds the model and its caches too
         if self.device.type == "cuda":
             gc.collect()
             torch.cuda.empty_cache()
