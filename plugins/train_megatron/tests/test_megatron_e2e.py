@@ -1,7 +1,8 @@
 """GRPO through ``rlcore train`` with ``train.name=megatron``, TP 2 on 2 CPU processes.
 
 With the ``hf`` rollout (always) and with every other rollout plugin whose engine is importable here
-(vllm, sglang: their venvs run this file), weights synced from the TP shards into each rank's engine.
+(vllm, sglang: their venvs run this file), weights synced from the TP shards into each rank's engine:
+each step's rollout log-probs equal the Megatron actor's (``rollout_corr/log_prob_abs_diff_max``).
 Kill -9 after a checkpoint and rerun: the resumed run logs the same metrics as an uninterrupted one.
 """
 
@@ -67,7 +68,8 @@ def write_run(tmp: Path, rollout: str, *, steps: int, save_freq: int = -1) -> Pa
     cfg = {
         "model": {"path": str(model)},
         "data": {"train_files": [str(data)], "train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
-        "rollout": {"name": rollout, "n": 2, "temperature": 1.0},
+        # calculate_log_probs: the loop logs |rollout log-prob - actor log-prob| (rollout_corr/*): the sync check
+        "rollout": {"name": rollout, "n": 2, "temperature": 1.0, "calculate_log_probs": True},
         "train": {"name": "megatron", "tensor_model_parallel_size": 2},
         "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2, "optim": {"lr": 1e-3}},
         "algorithm": {"adv_estimator": "grpo"},
@@ -106,6 +108,9 @@ def _check_trained(tmp: Path, steps: int) -> list[dict]:
     for row in rows:
         for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/gen", "timing_s/sync_weights"):
             assert key in row and math.isfinite(row[key]), (key, row.get(key))
+        # the rollout engine sampled with the weights gathered from the TP shards (at start, then after each update):
+        # its log-probs of its own tokens equal the Megatron actor's
+        assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-3, row["rollout_corr/log_prob_abs_diff_max"]
     from safetensors.torch import load_file
 
     before, after = load_file(str(tmp / "model" / "model.safetensors")), load_file(str(tmp / "out" / "hf_final" / "model.safetensors"))
