@@ -18,14 +18,17 @@ Nothing here loads a model or a tokenizer, or starts a process.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import itertools
 import json
 import os
+import types
+import typing
 from typing import Any, Callable
 
-from rl_core.problems import Problem
+from rl_core.problems import Problem, did_you_mean
 
 FIRST_ROWS = 8  # rows of each data file checked
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
@@ -94,6 +97,9 @@ def _generator_problems(key: str, gen: Any, split: str) -> tuple[list[Problem], 
         return [Problem(key=f"{key}.name", what=f"generator {gen.name!r} needs the package {pip_name}, which is not installed", fix=f"pip install {pip_name}")], []
     from rl_core.data.dataset import DataError, generate_rows
 
+    typed = _generator_kwargs_problem(key, gen)
+    if typed is not None:
+        return [typed], []
     sample = type(gen)(**{**{a: getattr(gen, a) for a in ("name", "dataset", "seed", "kwargs", "system_prompt")}, "size": min(2, gen.size)})
     try:
         return [], generate_rows(sample, split)
@@ -101,6 +107,53 @@ def _generator_problems(key: str, gen: Any, split: str) -> tuple[list[Problem], 
         return [Problem(key=f"{key}.dataset", what=str(exc).replace(f"data.{split}_generator: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
     except Exception as exc:  # noqa: BLE001 - the generator's own error about its options
         return [Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any or tp is None:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return value in typing.get_args(tp)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict:
+        return isinstance(value, dict)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def _generator_kwargs_problem(key: str, gen: Any) -> Problem | None:
+    """reasoning-gym datasets declare their options as a typed dataclass: check names and types against it."""
+    if gen.name != "reasoning_gym" or not gen.kwargs:
+        return None
+    try:
+        from reasoning_gym.factory import DATASETS
+
+        _, cfg_cls = DATASETS[gen.dataset]
+        hints = typing.get_type_hints(cfg_cls)
+        names = [f.name for f in dataclasses.fields(cfg_cls)]
+    except Exception:  # noqa: BLE001 - unknown dataset (reported by the sample) or an unusual config class
+        return None
+    for name, value in gen.kwargs.items():
+        if name not in names:
+            return Problem(key=f"{key}.kwargs.{name}", what=f"{gen.dataset!r} has no option {name!r}{did_you_mean(str(name), names)}", fix=f"its options: {', '.join(n for n in names if n not in ('seed', 'size'))}")
+        tp = hints.get(name)
+        if tp is not None and not _type_ok(value, tp):
+            allowed = ", ".join(map(repr, typing.get_args(tp))) if typing.get_origin(tp) is typing.Literal else getattr(tp, "__name__", str(tp))
+            return Problem(key=f"{key}.kwargs.{name}", what=f"{value!r} ({type(value).__name__}) is not a valid {name} for {gen.dataset!r}", fix=f"give {key}.kwargs.{name} a value of type {allowed}")
+    return None
 
 
 def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
@@ -164,7 +217,7 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
         card = cards.get(r.name)
         if card is None:
             return []  # the resolver reports unknown names
-        return _card_problems(card, dict(r.kwargs))
+        return _card_problems(card, dict(r.kwargs), rows[0] if rows else None)
     problems: list[Problem] = []
     from rl_core.rewards.manager import match_data_source
 
@@ -178,11 +231,16 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
             installed = ", ".join(sorted(cards)) or "(none installed)"
             problems.append(Problem(key="reward.name", what=f"no installed reward scores data_source {source!r} (from the data's first rows)", fix=f"set reward.name to one of: {installed}; or reward.custom.path to your own function"))
             break
-        problems += _card_problems(card, dict(r.kwargs))
+        problems += _card_problems(card, dict(r.kwargs), next(row for row in rows if row["data_source"] == source))
     return problems[:1]
 
 
-def _card_problems(card: Any, kwargs: dict) -> list[Problem]:
+def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Problem]:
+    """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response.
+
+    Only registered rewards get the trial call (plugin code, meant to be cheap); a user's own function
+    may call a service, so it is only checked by signature.
+    """
     from rl_core.cards import load_object
 
     try:
@@ -191,7 +249,14 @@ def _card_problems(card: Any, kwargs: dict) -> list[Problem]:
         return [Problem(key="reward.name", what=f"reward {card.name!r} from {card.provider} cannot be loaded: {type(exc).__name__}: {exc}", fix="reinstall the plugin that provides it, or report this to its authors")]
     names = ("data_sources", "solution_strs", "ground_truths", "extra_infos") if card.batched else SCORER_ARGS
     p = signature_problem(fn, kwargs, "reward.kwargs", f"reward {card.name!r}", names)
-    return [p] if p else []
+    if p is not None or row is None or card.batched:
+        return [p] if p else []
+    try:
+        fn(data_source=row["data_source"], solution_str="", ground_truth=row["ground_truth"], extra_info=row.get("extra_info") or {}, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the scorer's complaint about its options is the finding
+        shown = f" with reward.kwargs={kwargs}" if kwargs else ""
+        return [Problem(key="reward.kwargs" if kwargs else "reward.name", what=f"reward {card.name!r} failed on a trial call{shown} (the data's first row, an empty response): {type(exc).__name__}: {exc}", fix="fix reward.kwargs (see the reward's documentation: `rlcore plugins`)")]
+    return []
 
 
 # ---------------------------------------------------------------- environment

@@ -118,6 +118,9 @@ CASES = {
     "reward kwargs the function does not take": ("reward.custom.name", lambda t: [f"reward.custom.path={_file(t, 'r.py', NO_KWARGS)}", "reward.kwargs={method: flexible}"]),
     "output_dir is a file": ("trainer.output_dir", lambda t: [f"trainer.output_dir={_file(t, 'out.txt', 'x')}"]),
     "lr inf in YAML": ("actor.optim.lr", lambda t: _file(t, "inf.yaml", "actor:\n  optim:\n    lr: .inf\n")),
+    "reward option the reward rejects": ("reward.kwargs", ["reward.name=gsm8k", "reward.kwargs={method: flexibel}"]),
+    "generator option of the wrong type": ("data.train_generator.kwargs.allow_parentheses", ["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic", "data.train_generator.kwargs={allow_parentheses: 'no'}"]),
+    "generator option misspelt": ("data.train_generator.kwargs.max_term", ["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic", "data.train_generator.kwargs={max_term: 3}"]),
     "data file is a folder": ("data.train_files", lambda t: [f"data.train_files=[{t}]"]),
 }
 
