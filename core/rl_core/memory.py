@@ -146,16 +146,16 @@ class Estimate:
         return None if self.available is None else self.peak * self.ranks_sharing <= self.available
 
     def lines(self) -> list[str]:
-        g = lambda b: f"{b / GB:6.2f} GB"  # noqa: E731
+        g = lambda b: f"{b / GB:6.2f} GiB"  # noqa: E731
         where = "per process (RAM)" if self.device == "cpu" else "per GPU"
         out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
-        out += [f"  {k:<33} {g(v)}" for k, v in self.terms.items() if v]
-        out += [f"  peak in {k:<25} {g(v)}" for k, v in self.phases.items()]
+        out += [f"  {k:<42} {g(v)}" for k, v in self.terms.items() if v]
+        out += [f"  peak in {k:<34} {g(v)}" for k, v in self.phases.items()]
         if self.available is not None:
             need = self.peak * self.ranks_sharing
             label = f"{self.ranks_sharing} processes x peak" if self.ranks_sharing > 1 else "peak"
             verdict = "fits" if self.fits else "does NOT fit"
-            out.append(f"  {label} {need / GB:.2f} GB vs {self.available / GB:.1f} GB {'RAM' if self.device == 'cpu' else 'device memory'}: {verdict}")
+            out.append(f"  {label} {need / GB:.2f} GiB vs {self.available / GB:.1f} GiB {'RAM' if self.device == 'cpu' else 'device memory'}: {verdict}")
         out += [f"  to fit: {a}" for a in self.advice]
         return out
 

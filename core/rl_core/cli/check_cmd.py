@@ -69,7 +69,7 @@ def print_memory(stack, out=None) -> None:
     for line in est.lines():
         print(line, file=out)
     if est.fits is False:
-        print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
+        print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GiB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
 
 
 def run(args) -> int:
