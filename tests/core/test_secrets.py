@@ -42,6 +42,20 @@ def test_check_never_prints_them(capsys):
     assert "api_key: '***'" in out.out
 
 
+def test_a_real_run_saves_the_config_masked_and_uses_the_real_value(tmp_path, capsys):
+    from tests.e2e.helpers import write_tiny_run
+
+    cfg = write_tiny_run(tmp_path, steps=1, reward__kwargs={"api_key": "sk-live-123"})
+    reward = tmp_path / "reward.py"  # the scorer sees the real key
+    reward.write_text(reward.read_text() + "\n\ndef checked(data_source, solution_str, ground_truth, extra_info=None, api_key=None, **kw):\n"
+                      "    assert api_key == 'sk-live-123'\n    return compute_score(data_source, solution_str, ground_truth, extra_info)\n")
+    assert main(["train", str(cfg), "reward.custom.name=checked", "--no-progress"]) == 0, capsys.readouterr().err
+    saved = (tmp_path / "out" / "config.yaml").read_text()
+    assert "api_key: '***'" in saved and "sk-live-123" not in saved
+    out = capsys.readouterr()
+    assert "sk-live-123" not in out.out + out.err
+
+
 def test_the_saved_and_tracked_config_is_masked():
     # the trainer writes config_to_dict(cfg) to output_dir/config.yaml and hands the same dict to the trackers
     import inspect
