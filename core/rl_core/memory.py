@@ -20,7 +20,9 @@ train states; FSDP shards over every rank of a multi-process run):
 - logits of one micro-batch over the response: ``micro x R x V`` elements, held as the lm-head output
   (``c``) and its float32 copy (4), plus the float32 temporaries of logsumexp and the entropy (8; the
   entropy is computed in the update and the old-log-prob pass) and, in the update, the float32
-  gradient (4): ``c + 16`` bytes per element in the update, ``c + 12`` in the log-prob pass.
+  gradient (4): ``c + 16`` bytes per element in the update, ``c + 12`` in the log-prob pass. With the
+  chunked LM head (``model.logprob_chunk_size``, on by default on a GPU) only one chunk of tokens has
+  logits at a time, forward or recomputed in backward: ``min(tokens, chunk) x V x (c + 12)``.
 
 Phases: ``rollout`` (states + rollout weights + KV cache), ``log-probs`` (states + the inference
 logits), ``update`` (states + gradients + autocast cache + activations + logits). On a CPU run the
@@ -226,9 +228,17 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     elif mixed:
         t["gathered layers (update)"] = 2 * c * P / shape.layers
     t[f"activations (update, {'with' if m.enable_gradient_checkpointing else 'no'} checkpointing)"] = act
-    t["logits (update)"] = micro * R * shape.vocab * (c + 16)
     lp_micro = a.log_prob_micro_batch_size_per_gpu or micro
-    t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
+    chunk = logprob_chunk(config, device)
+    if chunk:
+        # chunked LM head (rl_core.logprobs): one chunk of logits at a time, forward or recomputed in backward
+        t["logits (update, chunked)"] = min(micro * R, chunk) * shape.vocab * (c + 12)
+        t["logits (log-probs, chunked)"] = min(lp_micro * R, chunk) * shape.vocab * (c + 12)
+    else:
+        t["logits (update)"] = micro * R * shape.vocab * (c + 16)
+        t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
+    logits_update = t.get("logits (update)", t.get("logits (update, chunked)"))
+    logits_lp = t.get("logits (log-probs)", t.get("logits (log-probs, chunked)"))
     if config.critic.enable:
         t["critic gradients + activations (update)"] = 4 * P / S + act
 
@@ -241,9 +251,9 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     rollout_peak = t.get("rollout engine (memory fraction)", 0) + t.get("rollout weights", 0) + t.get("rollout KV cache", 0)
     phases = {
         "rollout": runtime + states + rollout_peak,
-        "log-probs": runtime + states + rollout_held + t["logits (log-probs)"],
+        "log-probs": runtime + states + rollout_held + logits_lp,
         "update": runtime + states + rollout_held + t["actor gradients (update)"] + t.get("autocast weight copy (update)", 0)
-        + t.get("gathered layers (update)", 0) + act + t["logits (update)"],
+        + t.get("gathered layers (update)", 0) + act + logits_update,
     }
     if config.critic.enable:
         phases["critic update"] = runtime + states + rollout_held + t["critic gradients + activations (update)"]
@@ -255,6 +265,16 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     if est.fits is False:
         est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)))
     return est
+
+
+def logprob_chunk(config: Any, device: str) -> int:
+    """Tokens per LM-head chunk in train-side forwards (0: off), as the train backend resolves ``model.logprob_chunk_size``."""
+    chunk = config.model.logprob_chunk_size
+    if chunk is None:
+        from rl_core.logprobs import DEFAULT_CHUNK
+
+        return 0 if device == "cpu" else DEFAULT_CHUNK
+    return int(chunk)
 
 
 def _val_batch(config: Any) -> int:

@@ -104,3 +104,21 @@ def test_check_prints_the_estimate(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "memory estimate, per process (RAM)" in out and "peak in update" in out and "peak in rollout" in out and ": fits" in out
+
+
+def test_chunked_lm_head_on_gpu_counts_one_chunk_of_logits(tmp_path):
+    # model.logprob_chunk_size: 16 tokens per chunk; a micro-batch of 4 x 8 = 32 response tokens
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4", "model.dtype=float32", "model.logprob_chunk_size=16")
+    gpu = attrs.evolve(stack.sizes, device="cuda")
+    est = estimate(stack.config, gpu, available=80 * GB)
+    # one chunk: 16 tokens x 264 vocab x (4 + 12) bytes, in the update and in the log-prob pass alike
+    assert est.terms["logits (update, chunked)"] == 16 * 264 * 16
+    assert est.terms["logits (log-probs, chunked)"] == 16 * 264 * 16
+    assert "logits (update)" not in est.terms
+    off = estimate(attrs.evolve(stack.config, model=attrs.evolve(stack.config.model, logprob_chunk_size=0)), gpu, available=80 * GB)
+    assert off.terms["logits (update)"] == 4 * 8 * 264 * 20
+    assert est.phases["update"] - off.phases["update"] == pytest.approx(16 * 264 * 16 - 4 * 8 * 264 * 20)
+    # unset: the train backend's default, 2048 tokens on a GPU (more than this micro-batch has), off on CPU
+    default = attrs.evolve(stack.config, model=attrs.evolve(stack.config.model, logprob_chunk_size=None))
+    assert estimate(default, gpu, available=80 * GB).terms["logits (update, chunked)"] == 32 * 264 * 16
+    assert "logits (update)" in estimate(default, stack.sizes, available=80 * GB).terms
