@@ -21,7 +21,8 @@ BAD = {
     "micro-batch does not divide per-rank mini": (["actor.ppo_micro_batch_size_per_gpu=3"], "actor.ppo_micro_batch_size_per_gpu", "16 % 3 = 1"),
     "gae without a critic": (["algorithm.adv_estimator=gae", "critic.enable=false"], "critic.enable", "needs a critic"),
     "grpo with n = 1": (["rollout.n=1"], "rollout.n", "needs rollout.n > 1"),
-    "backend not installed": (["rollout.name=sglang"], "rollout.name", "pip install rl-rollout-sglang"),
+    # a backend whose provider is known but not installed (every real one is in the dev install: a made-up entry)
+    "backend not installed": (["rollout.name=trtllm"], "rollout.name", "pip install rl-rollout-trtllm"),
     "zero size": (["data.train_batch_size=0"], "data.train_batch_size", "positive"),
     "negative size": (["rollout.n=-2"], "rollout.n", "positive"),
     "value outside allowed set": (["trainer.device=tpu"], "trainer.device", "auto, cpu, cuda"),
@@ -35,7 +36,10 @@ def test_the_good_config_resolves(capsys):
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_config_gives_one_clear_problem(case, capsys):
+def test_bad_config_gives_one_clear_problem(case, capsys, monkeypatch):
+    from rl_core import plugins
+
+    monkeypatch.setitem(plugins.KNOWN_PROVIDERS, "rollout", {**plugins.KNOWN_PROVIDERS["rollout"], "trtllm": "rl-rollout-trtllm"})
     overrides, key, words = BAD[case]
     code = main(["check", *GOOD, *overrides])
     err = capsys.readouterr().err
