@@ -281,6 +281,9 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, world: bool 
     converter = _check_weights(registry, rollout, train, problems)
     _check_architecture(config, cards, problems)
     _check_estimator(config, estimator, train, problems)
+    from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
+
+    problems.extend(rollout_correction_problems(config, rollout.logprobs if rollout is not None else None))
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 import torch
 from rl_core.algorithms.actor_loss import compute_actor_loss
@@ -53,9 +54,11 @@ def test_config_needs_rollout_log_probs(tmp_path):
     assert [p.key for p in problems] == ["rollout.calculate_log_probs"]
     bad = load_config(write_tiny_run(tmp_path, **{**IS_ON, "algorithm__rollout_correction__rollout_is_threshold": "5_0.5"}))
     assert "lower <= upper" in config_problems(bad)[0].what
-    stack, _ = resolve(cfg)
-    with pytest.raises(ConfigError, match="calculate_log_probs"):
-        Trainer(stack, progress=False)
+    stack, problems = resolve(cfg)  # `rlcore check` refuses it
+    assert stack is None and [p.key for p in problems if p.severity == "error"] == ["rollout.calculate_log_probs"]
+    good, _ = resolve(load_config(write_tiny_run(tmp_path / "good", **IS_ON)))
+    with pytest.raises(ConfigError, match="calculate_log_probs"):  # and so does the Trainer, for stacks built in code
+        Trainer(attrs.evolve(good, config=cfg), progress=False)
 
 
 @pytest.mark.dist
