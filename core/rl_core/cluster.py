@@ -20,12 +20,14 @@ instead of leaving the controller waiting forever.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
 import shutil
 import socket
 import tempfile
 import traceback
+import weakref
 from typing import Any, Sequence
 
 from rl_core.backends import WorkerContext
@@ -33,6 +35,15 @@ from rl_core.backends import WorkerContext
 
 class WorkerError(RuntimeError):
     pass
+
+
+def _kill_at_exit(ref) -> None:
+    """At interpreter exit: kill the workers of a cluster that was never closed (see LocalCluster's start)."""
+    cluster = ref()
+    for proc in getattr(cluster, "_procs", None) or []:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
 
 
 def loopback_interface() -> str:
@@ -152,12 +163,17 @@ class LocalCluster:
         self._store_dir = tempfile.mkdtemp(prefix="rl-core-rendezvous-")  # 0700: only this user
         store_file = os.path.join(self._store_dir, "store")
         env = local_rendezvous_env()
+        # Not daemonic: a worker's engine may start processes of its own (SGLang's scheduler does, and a daemonic
+        # process may not have children). So that an interpreter exit without close() cannot wait on them forever
+        # (multiprocessing joins non-daemonic children at exit), an exit hook registered after multiprocessing's
+        # own, hence run before it, kills whatever is still alive.
         for context in contexts:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env), daemon=True, name=f"rl-core-worker-{context.rank}")
+            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env), daemon=False, name=f"rl-core-worker-{context.rank}")
             proc.start()
             self._procs.append(proc)
             self._conns.append(parent)
+        atexit.register(_kill_at_exit, weakref.ref(self))
         self._gather("start")
 
     # ------------------------------------------------------------------ calls
@@ -197,6 +213,9 @@ class LocalCluster:
                 self.close(force=True)
                 break
         if errors:
+            if any(" died during " in e for e in errors):
+                # the others' failures follow from the death (a collective with a dead peer): first line only
+                errors = [e if " died during " in e else e.splitlines()[0] + " (after a peer died)" for e in errors]
             raise WorkerError("\n".join(errors))
         return results
 

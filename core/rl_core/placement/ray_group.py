@@ -119,6 +119,10 @@ class RayWorkerGroup:
         if errors:
             self.close(force=True)
             errors.sort(key=lambda e: (" died during " not in e[1], e[0]))
+            if any(" died during " in text for _, text in errors):
+                # the others' failures follow from the death (e.g. gloo's "connection reset by peer" in a collective):
+                # their first line only, never their traceback
+                errors = [(rank, text if " died during " in text else text.splitlines()[0] + " (after a peer died)") for rank, text in errors]
             stopped = sorted(rank for _, rank in pending.values())
             tail = f"\nranks {stopped} were stopped after that." if stopped else ""
             raise WorkerError("\n".join(text for _, text in errors) + tail + self.after_failure)

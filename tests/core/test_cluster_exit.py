@@ -1,0 +1,43 @@
+"""LocalCluster's workers are not daemonic (an engine inside may start processes of its own, as SGLang's does):
+an interpreter that exits without closing the cluster must still end, and take its workers with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.dist
+def test_exit_without_close_kills_the_workers(tmp_path):
+    pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from rl_core.cluster import LocalCluster
+        from rl_core.config.load import load_config
+        from rl_core.resolver import resolve
+        from tests.e2e.helpers import write_tiny_run
+
+        stack, problems = resolve(load_config(write_tiny_run(Path({str(tmp_path)!r}), nprocs=2)))
+        assert stack is not None, problems
+        cluster = LocalCluster(stack)
+        print(*[p.pid for p in cluster._procs], flush=True)
+        # no close(): the interpreter exits with the workers still waiting for calls
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        # a zombie already reaped by init is gone; one still running is the failure
+        assert Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0, f"worker {pid} outlived the controller"
