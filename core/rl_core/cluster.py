@@ -37,6 +37,17 @@ class WorkerError(RuntimeError):
     pass
 
 
+def after_a_death(errors: list[str]) -> list[str]:
+    """Failure texts of one call, each ``"rank R ... died during M: ..."`` or ``"... failed in M: ..."``.
+
+    When a rank died, the others' failures follow from it (a collective with a dead peer: gloo's "connection
+    reset by peer"): those keep their first line only, never their traceback.
+    """
+    if not any(" died during " in e for e in errors):
+        return errors
+    return [e if " died during " in e else e.splitlines()[0] + " (after a peer died)" for e in errors]
+
+
 def _kill_at_exit(ref) -> None:
     """At interpreter exit: kill the workers of a cluster that was never closed (see LocalCluster's start)."""
     cluster = ref()
@@ -213,10 +224,7 @@ class LocalCluster:
                 self.close(force=True)
                 break
         if errors:
-            if any(" died during " in e for e in errors):
-                # the others' failures follow from the death (a collective with a dead peer): first line only
-                errors = [e if " died during " in e else e.splitlines()[0] + " (after a peer died)" for e in errors]
-            raise WorkerError("\n".join(errors))
+            raise WorkerError("\n".join(after_a_death(errors)))
         return results
 
     def close(self, force: bool = False) -> None:

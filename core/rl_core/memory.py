@@ -232,13 +232,11 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     chunk = logprob_chunk(config, device)
     if chunk:
         # chunked LM head (rl_core.logprobs): one chunk of logits at a time, forward or recomputed in backward
-        t["logits (update, chunked)"] = min(micro * R, chunk) * shape.vocab * (c + 12)
-        t["logits (log-probs, chunked)"] = min(lp_micro * R, chunk) * shape.vocab * (c + 12)
+        logits_update = t["logits (update, chunked)"] = min(micro * R, chunk) * shape.vocab * (c + 12)
+        logits_lp = t["logits (log-probs, chunked)"] = min(lp_micro * R, chunk) * shape.vocab * (c + 12)
     else:
-        t["logits (update)"] = micro * R * shape.vocab * (c + 16)
-        t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
-    logits_update = t.get("logits (update)", t.get("logits (update, chunked)"))
-    logits_lp = t.get("logits (log-probs)", t.get("logits (log-probs, chunked)"))
+        logits_update = t["logits (update)"] = micro * R * shape.vocab * (c + 16)
+        logits_lp = t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
     if config.critic.enable:
         t["critic gradients + activations (update)"] = 4 * P / S + act
 

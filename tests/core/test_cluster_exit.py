@@ -41,3 +41,13 @@ def test_exit_without_close_kills_the_workers(tmp_path):
             continue
         # a zombie already reaped by init is gone; one still running is the failure
         assert Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0, f"worker {pid} outlived the controller"
+
+
+def test_after_a_death_keeps_the_dead_rank_whole_and_the_others_first_line():
+    from rl_core.cluster import after_a_death
+
+    dead = "rank 1 died during update with exit code -9 (killed: often the OOM killer; lower micro-batch sizes)"
+    reset = "rank 0 failed in update: RuntimeError: Connection reset by peer\nTraceback (most recent call last):\n  ..."
+    assert after_a_death([dead, reset]) == [dead, "rank 0 failed in update: RuntimeError: Connection reset by peer (after a peer died)"]
+    # no death: every failure keeps its traceback
+    assert after_a_death([reset]) == [reset]

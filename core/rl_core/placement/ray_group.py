@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from rl_core.cluster import WorkerError
+from rl_core.cluster import WorkerError, after_a_death
 from rl_core.placement.ray_connect import import_ray
 from rl_core.placement.ray_pools import ResourcePool
 from rl_core.placement.ray_worker import RankFailure, RankWorker
@@ -119,13 +119,9 @@ class RayWorkerGroup:
         if errors:
             self.close(force=True)
             errors.sort(key=lambda e: (" died during " not in e[1], e[0]))
-            if any(" died during " in text for _, text in errors):
-                # the others' failures follow from the death (e.g. gloo's "connection reset by peer" in a collective):
-                # their first line only, never their traceback
-                errors = [(rank, text if " died during " in text else text.splitlines()[0] + " (after a peer died)") for rank, text in errors]
             stopped = sorted(rank for _, rank in pending.values())
             tail = f"\nranks {stopped} were stopped after that." if stopped else ""
-            raise WorkerError("\n".join(text for _, text in errors) + tail + self.after_failure)
+            raise WorkerError("\n".join(after_a_death([text for _, text in errors])) + tail + self.after_failure)
         return results
 
     def _failure_text(self, rank: int, method: str, exc: BaseException) -> str:
