@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reference GRPO job (examples/gsm8k_grpo.yaml, Qwen2.5-0.5B shape, random weights, 5 steps) with one rank
+# The reference GRPO job (bench/reference/grpo_reference.yaml, Qwen2.5-0.5B shape, random weights, 5 steps) with one rank
 # per GPU on a 2-GPU machine, twice: in-process placement (LocalCluster, spawned ranks, NCCL) and through Ray
 # (RayCluster: a local Ray instance started by the run, one actor per GPU). Writes both timing tables and the
 # per-step comparison to $REPORT (default bench/results/ray_vs_local_2gpu.md; copies, logs and metrics in $OUT
@@ -60,10 +60,9 @@ print(write_tiny_run(Path('$RUN_ROOT/tiny'), nprocs=2, steps=2))")
     else
         local model=${MODEL:-.gpu/qwen05b-gpt2}
         [ -d "$model" ] || model=.gpu/qwen05b
-        cfg=examples/gsm8k_grpo.yaml
-        args=(model.path="$model" model.random_init=true
-              "data.train_files=[.gpu/gsm8k/train.parquet]" "data.val_files=[.gpu/gsm8k/test.parquet]"
-              trainer.device=cuda trainer.total_training_steps="$STEPS" trainer.test_freq=-1 trainer.val_before_train=false)
+        cfg=bench/reference/grpo_reference.yaml  # 8 prompts x 8 samples, 256 new tokens: 32 sequences per rank
+        args=(model.path="$model" model.random_init=true "data.train_files=[.gpu/gsm8k/train.parquet]"
+              trainer.device=cuda trainer.total_training_steps="$STEPS" actor.ppo_micro_batch_size_per_gpu=32)
     fi
     args+=(trainer.nnodes=1 trainer.n_gpus_per_node=2 trainer.save_freq=-1 "trainer.loggers=[console,jsonl]")
     # shellcheck disable=SC2206

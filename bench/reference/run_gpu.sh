@@ -14,6 +14,9 @@
 #   bash bench/reference/run_gpu.sh install grpo             # ~8 min
 #   bash bench/reference/run_gpu.sh install decode mfu       # bench/decode_gpu.py, bench/update_mfu_gpu.py
 #   bash bench/reference/run_gpu.sh install memory megatron  # needs .gpu/qwen05b (make_model.py --vocab 151936), .gpu/meg
+# Two GPUs (nvidia-h200-x2), no vLLM needed (carry .gpu/whl .gpu/meg .gpu/qwen05b-gpt2 .gpu/qwen05b .gpu/gsm8k):
+#   MEGATRON_TP=2 bash bench/reference/run_gpu.sh install_base doctor dp megatron megatron_grpo
+# and after the vLLM parts:  bash bench/reference/run_gpu.sh install vllm_tp2
 # Results go to $OUT (default /tmp/out): logs, metrics.jsonl per run, per-stage tables, TRL step times.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -26,14 +29,24 @@ install() {
     if ! python3 -c 'import vllm' 2>/dev/null; then
         cp .gpu/p6/* /tmp/parts/ 2>/dev/null
         bash plugins/rollout_vllm/scripts/gpu/install_parts.sh /tmp/parts /tmp/site 2>&1 | tee "$OUT/install.log" || return 1
+    fi
+    install_base
+}
+
+install_base() {  # everything but vLLM: TRL / tensordict wheels (.gpu/whl), megatron-core (.gpu/meg), rl-core editable
+    if ! python3 -c 'import tensordict' 2>/dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl || return 1
     fi
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp \
+    if [ -d .gpu/meg ] && ! python3 -c 'import megatron.core' 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/meg/megatron_core-*.whl || return 1
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/train_megatron \
         -e plugins/reward_rule -e plugins/rollout_vllm >"$OUT/pip_editable.log" 2>&1 || { cat "$OUT/pip_editable.log"; return 1; }
     python3 - <<'EOF' | tee "$OUT/versions.txt"
 import importlib.metadata as md, torch, platform
 print("gpu:", torch.cuda.get_device_name(), "| python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda)
-for d in ("vllm", "transformers", "trl", "tensordict", "rl-core", "rl-rollout-vllm", "rl-train-fsdp"):
+print("gpus:", torch.cuda.device_count())
+for d in ("vllm", "transformers", "trl", "tensordict", "megatron-core", "rl-core", "rl-rollout-vllm", "rl-train-fsdp", "rl-train-megatron"):
     try:
         print(f"{d} {md.version(d)}")
     except md.PackageNotFoundError:
@@ -94,12 +107,39 @@ memory() {  # rlcore check's memory estimate next to the measured peak (bench/me
     tail -12 "$OUT"/memory_*.md 2>/dev/null
 }
 
-megatron() {  # megatron-core wheel carried in .gpu/meg
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/meg/megatron_core-*.whl || return 1
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e plugins/train_megatron >/dev/null 2>&1
-    timeout 300 python3 bench/megatron_gpu.py --tp "${MEGATRON_TP:-1}" --out "$OUT/megatron_gpu.md" >"$OUT/megatron.log" 2>&1
-    echo "megatron exit $?"
-    cat "$OUT/megatron_gpu.md" 2>/dev/null
+megatron() {  # megatron-core wheel carried in .gpu/meg (installed by install_base)
+    local tp=${MEGATRON_TP:-1}
+    timeout 300 python3 bench/megatron_gpu.py --tp "$tp" --out "$OUT/megatron_gpu_tp$tp.md" >"$OUT/megatron_tp$tp.log" 2>&1
+    echo "megatron tp $tp exit $?"
+    cat "$OUT/megatron_gpu_tp$tp.md" 2>/dev/null
+}
+
+megatron_grpo() {  # the trainer's own path: rlcore train with train.name=megatron, TP 2 over both GPUs, 3 steps
+    # Qwen2.5-0.5B's own vocabulary (151936; GPT-2's 50257 is odd, so TP 2 cannot split it)
+    STEPS=3 grpo_run megatron_tp2 model.path=.gpu/qwen05b train.name=megatron train.tensor_model_parallel_size=2 \
+        trainer.n_gpus_per_node=2 data.train_batch_size=32 rollout.n=4 data.max_prompt_length=256 \
+        actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size_per_gpu=8
+}
+
+doctor() {  # rlcore doctor on the GPU machine (README)
+    timeout 120 python3 -m rl_core doctor >"$OUT/doctor.txt" 2>&1
+    echo "doctor exit $?"
+    cat "$OUT/doctor.txt"
+}
+
+dp() {  # data-parallel scaling of the reference step: 1 GPU, then 2 GPUs (NCCL, in-process placement)
+    grpo_run dp1 rollout.name=hf
+    # weak scaling: the same work per GPU (8 prompts x 8 samples each), twice the prompts in all
+    grpo_run dp2 rollout.name=hf trainer.n_gpus_per_node=2 data.train_batch_size=16 actor.ppo_mini_batch_size=16
+    # strong scaling: the 1-GPU job's batch split over 2 GPUs
+    grpo_run dp2_strong rollout.name=hf trainer.n_gpus_per_node=2 actor.ppo_micro_batch_size_per_gpu=32
+    python3 bench/scaling_table.py "$OUT"/grpo_dp1.metrics.jsonl "$OUT"/grpo_dp2.metrics.jsonl \
+        "$OUT"/grpo_dp2_strong.metrics.jsonl >"$OUT/dp_scaling.md" && cat "$OUT/dp_scaling.md"
+}
+
+vllm_tp2() {  # the reference job with vLLM TP 2 (one engine across both GPUs) and FSDP over the same 2 ranks
+    grpo_run vllm_tp2 rollout.name=vllm rollout.calculate_log_probs=true rollout.tensor_model_parallel_size=2 \
+        trainer.n_gpus_per_node=2 actor.ppo_micro_batch_size_per_gpu=32
 }
 
 for stage in "$@"; do
