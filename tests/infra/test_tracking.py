@@ -45,6 +45,20 @@ def test_truncate_after_drops_later_rows_and_a_torn_line(tmp_path):
         tr.log({"reward/mean": 0.99}, step=4)
     rows = read_jsonl_metrics(str(tmp_path / "metrics.jsonl"))
     assert [(r["step"], r["reward/mean"]) for r in rows] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.99)]
+    # the dropped rows were moved aside, not lost (the torn line is unreadable and stays out)
+    (aside,) = tmp_path.glob("metrics.dropped-*.jsonl")
+    assert [(r["step"], r["reward/mean"]) for r in read_jsonl_metrics(str(aside))] == [(4, 0.4), (5, 0.5)]
+
+
+def test_fresh_start_keeps_an_earlier_runs_metrics(tmp_path):
+    with Tracker(["jsonl"], str(tmp_path)) as tr:
+        tr.log({"reward/mean": 0.5}, step=1)
+    with Tracker(["jsonl"], str(tmp_path)) as tr:
+        assert tr.truncate_after(-1) == 1  # what the trainer does when it starts at step 0
+    assert read_jsonl_metrics(str(tmp_path / "metrics.jsonl")) == []
+    (aside,) = tmp_path.glob("metrics.dropped-*.jsonl")
+    assert [r["reward/mean"] for r in read_jsonl_metrics(str(aside))] == [0.5]
+    assert not list(tmp_path.glob("*.tmp*"))
 
 
 def test_tensorboard_writes_scalars_and_purges_after_resume(tmp_path):

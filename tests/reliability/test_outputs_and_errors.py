@@ -152,6 +152,20 @@ def test_changed_config_asks_before_resuming(finished_run, tmp_path):
     assert resumed, out2 + err2
 
 
+def test_resume_false_never_starts_over_on_a_run_with_checkpoints(finished_run, tmp_path):
+    """trainer.resume=false in a folder holding checkpoints is refused: a fresh start would rotate them away."""
+    cfg = copy_run(finished_run, tmp_path / "run")
+    out_dir = tmp_path / "run" / "out"
+    before = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+    code, out, err = cli("train", str(cfg), "--no-progress", "trainer.resume=false")
+    asked = _clear(code, err, "trainer.output_dir", "checkpoints", "trainer.resume=false", "another folder")
+    after = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+    untouched = after == before
+    tally.record("user_errors", "trainer.resume=false on a run with checkpoints", asked and untouched)
+    assert asked, err
+    assert untouched, sorted(set(after) ^ set(before))
+
+
 def test_failed_start_leaves_the_previous_config_alone(finished_run, tmp_path):
     cfg = copy_run(finished_run, tmp_path / "run")
     out_dir = tmp_path / "run" / "out"
@@ -173,3 +187,5 @@ def test_crash_before_the_first_checkpoint_leaves_no_duplicate_rows(tmp_path, ca
     assert code == 0, out + err
     rows = read_metrics(out_dir)
     assert [r["step"] for r in rows] == [1, 2] and rows[0]["time"] != 0
+    (aside,) = out_dir.glob("metrics.dropped-*.jsonl")  # the killed run's row, kept
+    assert [(r["step"], r["time"]) for r in map(json.loads, aside.read_text().splitlines())] == [(1, 0)]

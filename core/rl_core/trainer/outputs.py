@@ -6,7 +6,8 @@
   folder (its ``config.yaml``) with this one. When a checkpoint would be
   resumed under different settings it stops with the difference and the two
   ways on: resume anyway (``rlcore train ... --resume-anyway``) or a new
-  ``trainer.output_dir``. Keys that may change between a run and its resume
+  ``trainer.output_dir``. With ``trainer.resume=false`` a folder holding a
+  checkpoint is refused outright (a fresh start there would delete it). Keys that may change between a run and its resume
   (:data:`RESUMABLE_KEYS`: the number of steps, logging, checkpoint and
   validation frequencies) do not count.
 - :func:`write_config` writes ``config.yaml`` atomically; the trainer calls
@@ -112,7 +113,16 @@ def check_previous_run(output_dir: str, config: Mapping[str, Any], *, has_checkp
 
     Only a resume is refused (``resume`` on and a checkpoint present);
     ``resume_anyway`` accepts it. A folder without a checkpoint starts over.
+    With ``resume`` off, a folder holding a checkpoint is refused: starting
+    over there would rotate its checkpoints away and rewrite its metrics.
     """
+    if has_checkpoint and not resume:
+        raise OutputDirError(
+            f"trainer.output_dir={output_dir!r} holds the checkpoints of an earlier run, and trainer.resume=false would "
+            "start over in it, deleting them as new ones are saved and replacing its metrics. Choose one: start the new "
+            "run in another folder (trainer.output_dir=...), continue that run (trainer.resume=true, the default), or "
+            "move the folder away first."
+        )
     old = read_previous_config(output_dir)
     if old is None:
         return []

@@ -4,8 +4,9 @@
 fans each ``log(metrics, step)`` out to the named backends. ``jsonl`` is the
 run's own record (``<output_dir>/metrics.jsonl``, one object per step,
 flushed each step): ``rlcore plot`` reads it, and on resume
-:meth:`Tracker.truncate_after` drops the rows a crashed run wrote after the
-checkpoint it resumes from, so the file again describes one run.
+:meth:`Tracker.truncate_after` moves the rows a crashed run wrote after the
+checkpoint it resumes from to ``metrics.dropped-<time>.jsonl``, so the file
+again describes one run and nothing written is lost.
 
 The key metrics (shown on the console line and the progress bar, and grouped
 by ``rlcore plot``) are recognised by name with :data:`METRIC_GROUPS`, which
@@ -291,11 +292,27 @@ def read_jsonl_metrics(path: str) -> list[dict[str, Any]]:
 
 
 def truncate_jsonl(path: str, step: int) -> int:
-    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped."""
+    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped.
+
+    The dropped rows are not lost: they are first written to
+    ``metrics.dropped-<UTC time>.jsonl`` beside the file (a run restarted in
+    the folder of a finished run without checkpoints keeps that run's
+    metrics there).
+    """
     if not os.path.exists(path):
         return 0
     rows = read_jsonl_metrics(path)
     kept = [r for r in rows if r["step"] <= step]
+    if len(kept) < len(rows):
+        stem, ext = os.path.splitext(path)
+        aside = f"{stem}.dropped-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}{ext}"
+        with open(aside, "a") as f:
+            for r in rows:
+                if r["step"] > step:
+                    f.write(json.dumps(r) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        logger.warning("%s: %d row(s) logged after step %d moved to %s", path, len(rows) - len(kept), step, aside)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         for r in kept:
@@ -303,6 +320,4 @@ def truncate_jsonl(path: str, step: int) -> int:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    if len(rows) != len(kept):
-        logger.info("%s: dropped %d row(s) logged after step %d", path, len(rows) - len(kept), step)
     return len(rows) - len(kept)
