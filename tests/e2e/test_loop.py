@@ -69,7 +69,12 @@ def test_on_policy_update_skips_the_old_log_prob_pass_with_the_same_result(tmp_p
     """One mini-batch, one epoch: old == current, so skipping the extra forward pass changes nothing."""
     rows = {}
     for recompute in (True, False):
-        cfg_path = write_tiny_run(tmp_path / str(recompute), steps=1, actor__ppo_mini_batch_size=4, actor__recompute_old_log_prob=recompute)
+        # every row in the update (no zero-advantage skipping): on-policy, actor/entropy comes from the update's
+        # forward, and it must cover the same rows as the old-log-prob pass's to compare
+        cfg_path = write_tiny_run(
+            tmp_path / str(recompute), steps=1, actor__ppo_mini_batch_size=4, actor__recompute_old_log_prob=recompute,
+            actor__skip_zero_advantage_rows=False,
+        )
         stack, problems = resolve(load_config(cfg_path))
         assert stack is not None, [p.render() for p in problems]
         trainer = Trainer(stack, progress=False)

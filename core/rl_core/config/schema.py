@@ -174,6 +174,9 @@ class ActorConfig:
     shuffle: bool = False
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
+    # leave rows whose advantage is 0 everywhere (a group with equal rewards) out of the update's forward /
+    # backward: the same gradient for less compute (rl_core.algorithms.zero_advantage)
+    skip_zero_advantage_rows: bool = True
     policy_loss: str = "vanilla"  # verl's default: PPO clip + dual clip (clip_ratio_c); "ppo_clip" has no dual clip
     policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
     loss_scale_factor: int | None = pos(None, hint="the constant T of seq-mean-token-sum-norm; null: the padded width")

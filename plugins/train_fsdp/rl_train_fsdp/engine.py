@@ -47,6 +47,7 @@ from typing import Any, Iterator
 
 import torch
 from rl_core.backends import WorkerContext
+from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
@@ -140,12 +141,17 @@ class FSDPEngine:
         self._scheduler = None
         if self.trainable:
             ocfg = self._role_cfg().optim
+            # On CPU the default (per-parameter loop) AdamW took 0.96 s a step for a 135M model, the fused
+            # kernel 0.05 s (2 cores, torch 2.13); the same update up to rounding. Unsharded CPU only: the
+            # GPU paths keep torch's default (foreach), measured and tested as they are.
+            fused = {"fused": True} if self.device.type == "cpu" and not self.sharded else {}
             self.optimizer = torch.optim.AdamW(
                 [p for p in model.parameters() if p.requires_grad],
                 lr=ocfg.lr,
                 betas=tuple(ocfg.betas),
                 eps=ocfg.eps,
                 weight_decay=ocfg.weight_decay,
+                **fused,
             )
             self._schedule = LRSchedule(ocfg, config.trainer.total_training_steps, section=f"{role}.optim")
 
@@ -410,11 +416,16 @@ class FSDPEngine:
             raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
         global_den = sharding.all_reduce(self._count(mask_all, mode).to(self.device), "sum")
         global_den = float(global_den)
+        if self.role == "actor" and not self.sharded and can_skip_zero_advantage_rows(cfg):
+            # after the normaliser (global_den) is fixed: the same gradient, fewer rows to run
+            keep = rows_with_signal(mini.tensors["advantages"], mask_all)
+            if len(keep) < len(mini):
+                mini = mini.index(keep) if len(keep) else None
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         metric_sums: dict[str, torch.Tensor] = {}
         n_micro = 0
-        parts = self._token_budget_parts(mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
+        parts = [] if mini is None else self._token_budget_parts(mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
         for rows, real in parts:
             x = self._inputs(mini, rows, extra)
             with self._autocast():
@@ -452,6 +463,10 @@ class FSDPEngine:
             for name, value in metrics.items():
                 metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
             n_micro += 1
+        if not parts:  # every row skipped: a zero gradient, so AdamW still steps (momentum) as it would have
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)
         grad_norm = sharding.clip_grad_norm(list(self.model.parameters()), self._role_cfg().optim.grad_clip)
         loss_total = float(sharding.all_reduce(loss_sum, "sum"))
         # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike

@@ -230,3 +230,35 @@ def test_bf16_mixed_precision_sharded(model_dir, step):
     for name, w in outs[0]["weights"].items():
         assert torch.equal(outs[1]["weights"][name], w)
         assert w.dtype == torch.float32
+
+
+# ------------------------------------------------- zero-advantage rows
+def _pg_only(model_dir, skip: bool):
+    cfg = default_config(model_dir)
+    actor = attrs.evolve(cfg.actor, entropy_coeff=0.0, use_kl_loss=False, skip_zero_advantage_rows=skip)
+    return attrs.evolve(cfg, actor=actor)
+
+
+@pytest.mark.parametrize("zero_rows", [[0, 1, 4, 5], list(range(8))])
+def test_zero_advantage_rows_left_out_give_the_same_update(model_dir, step, zero_rows):
+    """Rows with A = 0 everywhere add 0 to the loss and the gradient: leaving them out of the forward changes
+    neither the loss (its token count still includes them) nor the weights after two mini-batches x 2 epochs,
+    also when every row is such a row (then AdamW steps on a zero gradient, as it would have)."""
+    shard = single_rank_order(step, 2, 2)
+    adv = shard.tensors["advantages"].clone()
+    adv[zero_rows] = 0.0
+    shard["advantages"] = adv
+    skip = build_engine("actor", _pg_only(model_dir, True), WorkerContext())
+    full = build_engine("actor", _pg_only(model_dir, False), WorkerContext())
+    rows_run = []
+    forward = skip._forward_response
+    skip._forward_response = lambda x, *a, **k: (rows_run.append(len(x["input_ids"])), forward(x, *a, **k))[1]
+    a, b = skip.update(shard), full.update(shard)
+    assert sum(rows_run) == 2 * (len(shard) - len(zero_rows))  # 2 epochs over the rows with a signal only
+    for key in ("loss", "grad_norm"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    if len(zero_rows) == len(shard):
+        assert a["loss"] == 0.0 and a["grad_norm"] == 0.0
+    wa, wb = dict(skip.named_weights()), dict(full.named_weights())
+    for name in wb:
+        torch.testing.assert_close(wa[name], wb[name], rtol=1e-5, atol=1e-6, msg=name)
