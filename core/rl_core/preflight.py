@@ -269,15 +269,29 @@ def logger_problems(config: Any) -> list[Problem]:
     return out[:1]
 
 
+def runs_elsewhere(config: Any) -> bool:
+    """True when the workers run on a Ray cluster's nodes, not on this machine.
+
+    ``trainer.placement=ray`` with ``ray.address`` set (``auto`` or a head's
+    address) or ``$RAY_ADDRESS`` (``ray job submit``), or more than one node:
+    this machine's GPUs say nothing about the workers' (the controller may run
+    on a CPU-only head). ``rlcore doctor --cluster`` checks the nodes.
+    """
+    t = config.trainer
+    if t.nnodes > 1:
+        return True
+    return t.placement == "ray" and bool(config.ray.address or os.environ.get("RAY_ADDRESS"))
+
+
 def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:
     t = config.trainer
     out: list[Problem] = []
     world = t.nnodes * t.n_gpus_per_node
-    if t.device == "cuda":
+    if t.device == "cuda" and not runs_elsewhere(config):
         import torch
 
         if not torch.cuda.is_available():
-            out.append(Problem(key="trainer.device", what="is 'cuda' but no CUDA GPU is visible to torch" + ("" if torch.version.cuda else f" (torch {torch.__version__} is a CPU build)"), fix="set trainer.device=cpu (or auto), or run on a machine with a GPU and a CUDA build of torch"))
+            out.append(Problem(key="trainer.device", what="is 'cuda' but no CUDA GPU is visible to torch" + ("" if torch.version.cuda else f" (torch {torch.__version__} is a CPU build)"), fix="set trainer.device=cpu (or auto), or run on a machine with a GPU and a CUDA build of torch; to check a config meant for another machine here, `rlcore check --skip-device-check`"))
         elif t.nnodes == 1 and torch.cuda.device_count() < t.n_gpus_per_node:
             n = torch.cuda.device_count()
             out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but this machine has {n} GPU(s)", fix=f"set trainer.n_gpus_per_node to at most {n}; nearest valid value: {n}"))
@@ -302,7 +316,15 @@ def output_problems(config: Any) -> list[Problem]:
     return []
 
 
-def world_problems(config: Any, registry: Any) -> list[Problem]:
-    """Every world check, in the order a user would fix them."""
+def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[Problem]:
+    """Every world check, in the order a user would fix them.
+
+    ``devices=False`` (``rlcore check --skip-device-check``) leaves out this
+    machine's GPUs and cores: for a config written here and run elsewhere.
+    """
     data, rows = data_problems(config)
-    return list(itertools.chain(data, reward_problems(config, registry, rows), logger_problems(config), device_problems(config), output_problems(config)))
+    checks = [data, reward_problems(config, registry, rows), logger_problems(config)]
+    if devices:
+        checks.append(device_problems(config))
+    checks.append(output_problems(config))
+    return list(itertools.chain.from_iterable(checks))

@@ -251,11 +251,14 @@ def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) ->
                 problems.append(Problem(key=f"{card.kind}.{card.name}", what=f"the check {getattr(check, '__name__', check)} from {card.provider} raised {type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
 
 
-def resolve(config: RunConfig, registry: Registry | None = None, *, world: bool = False) -> tuple[Stack | None, list[Problem]]:
+def resolve(
+    config: RunConfig, registry: Registry | None = None, *, world: bool = False, devices: bool = True
+) -> tuple[Stack | None, list[Problem]]:
     """Match the config's named backends and sizes; a Stack, or None plus problems.
 
     ``world=True`` (the CLI's check and train) also reads the world without heavy work:
-    data files, the reward function, logger packages, the device (:mod:`rl_core.preflight`).
+    data files, the reward function, logger packages, the device (:mod:`rl_core.preflight`);
+    ``devices=False`` leaves this machine's GPUs and cores out of it.
     """
     registry = registry or get_registry()
     problems: list[Problem] = []
@@ -291,7 +294,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, world: bool 
     if world:
         from rl_core.preflight import world_problems
 
-        problems.extend(world_problems(config, registry))
+        problems.extend(world_problems(config, registry, devices=devices))
     problems = first_per_key(problems)
 
     if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss):

@@ -54,3 +54,50 @@ def test_bad_config_gives_one_clear_problem(case, capsys, monkeypatch):
     assert "fix:" in err
     # one problem, not a cascade (warnings, e.g. worker processes vs CPU cores, may come with it)
     assert err.count("error: ") == 1, err
+
+
+def _no_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the 'no GPU here' checks cannot be seen")
+
+
+def test_gpu_config_checked_for_another_machine(capsys):
+    """A cuda config fails here, and passes with --skip-device-check (every other check still runs)."""
+    _no_gpu()
+    gpu = [*GOOD, "trainer.device=cuda", "trainer.n_gpus_per_node=8", "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
+           "actor.ppo_micro_batch_size_per_gpu=2"]
+    assert main(["check", "--quiet", *gpu]) == 1
+    err = capsys.readouterr().err
+    assert "trainer.device" in err and "--skip-device-check" in err
+    assert main(["check", "--quiet", "--skip-device-check", *gpu]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    # still checked: the sizes (8 GPUs x micro 2 against 16 x 4 / 8 = 8 sequences per rank: micro 3 does not divide)
+    assert main(["check", "--quiet", "--skip-device-check", *gpu, "actor.ppo_micro_batch_size_per_gpu=3"]) == 1
+    assert "actor.ppo_micro_batch_size_per_gpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "where, remote",
+    [
+        (["trainer.placement=ray", "ray.address=auto"], True),  # workers on the cluster's nodes
+        (["trainer.placement=ray", "ray.address=10.0.0.1:6379"], True),
+        (["trainer.nnodes=2"], True),
+        (["trainer.placement=ray"], False),  # a local Ray instance: this machine's GPUs are the workers'
+        (["trainer.placement=local"], False),
+    ],
+)
+def test_cluster_runs_are_not_checked_against_this_machines_gpus(where, remote, monkeypatch):
+    """The controller may run on a CPU-only head node: a cluster's GPUs are not this machine's."""
+    from rl_core.config.load import load_config
+    from rl_core.preflight import device_problems, runs_elsewhere
+
+    _no_gpu()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = load_config(None, [*GOOD, "trainer.device=cuda", *where])
+    assert runs_elsewhere(config) is remote
+    keys = [p.key for p in device_problems(config)]
+    assert keys == ([] if remote else ["trainer.device"])
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # what `ray job submit` sets
+    assert runs_elsewhere(config) is (remote or "trainer.placement=ray" in where)

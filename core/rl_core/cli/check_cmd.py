@@ -31,6 +31,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("check", help="resolve a config: print the stack, per-rank sizes and every problem")
     add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print problems only")
+    p.add_argument(
+        "--skip-device-check",
+        action="store_true",
+        help="check a config meant for another machine: leave out this machine's GPUs and CPU cores (everything else is checked)",
+    )
     p.set_defaults(func=run)
 
 
@@ -76,7 +81,7 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     config = load_config(path, overrides)
     registry = get_registry()
-    stack, problems = resolve(config, registry, world=True)
+    stack, problems = resolve(config, registry, world=True, devices=not args.skip_device_check)
     if stack is not None and not args.quiet:
         print("# resolved config")
         print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())
