@@ -31,11 +31,6 @@ def _batch() -> Batch:
     return Batch({"input_ids": ids, "attention_mask": mask, "index": torch.tensor([0, 1])}, {"uid": ["a", "b"]}, {"step": 3})
 
 
-def test_left_padding_is_stripped():
-    b = _batch()
-    assert unpadded_prompts(b["input_ids"], b["attention_mask"]) == [[5, 6], [7, 8, 9, 10]]
-
-
 def test_sampling_params_mapping():
     assert sampling_params(SamplingParams(max_new_tokens=5, temperature=0.7, top_p=0.9, top_k=20), 11) == {
         "max_new_tokens": 5, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "sampling_seed": 11,
@@ -78,48 +73,24 @@ def test_cut_at_stop_keeps_the_completing_token():
     assert cut_at_stop(s, (), decode) is s
 
 
-def test_output_rows_masks_and_positions():
+def test_binding_names_sglang_and_its_settings(caplog):
+    """The shared conversion (rl_core.rollout.samples, tested there) speaks of SGLang and its settings here."""
     b = _batch()
-    samples = [Sample([11, 2], [-0.5, -0.25]), Sample([12, 13, 14], [-1.0, -2.0, -3.0]), Sample([15], [-0.125]), Sample([16, 17, 2], [-1, -1, -1])]
-    out = build_rollout_batch(b, samples, SamplingParams(n=2, max_new_tokens=3, logprobs=True), PAD)
-    assert out["responses"].tolist() == [[11, 2, PAD], [12, 13, 14], [15, PAD, PAD], [16, 17, 2]]
-    assert out["response_mask"].tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]]
-    assert out["rollout_log_probs"].tolist() == [[-0.5, -0.25, 0.0], [-1.0, -2.0, -3.0], [-0.125, 0.0, 0.0], [-1.0, -1.0, -1.0]]
-    assert out["position_ids"][0].tolist() == [0, 0, 0, 1, 2, 3, 4]  # left-padded by 2
-    assert out["input_ids"][0].tolist() == [PAD, PAD, 5, 6, 11, 2, PAD]
-    assert out["index"].tolist() == [0, 0, 1, 1] and list(out["uid"]) == ["a", "a", "b", "b"]
-    assert out.meta == {"step": 3, EMPTY_META_KEY: 0}
-
-
-def test_empty_generation_is_kept_masked_and_reported(caplog):
-    samples = [Sample([11]), Sample([], None, "abort"), Sample([15]), Sample([16])]
-    with caplog.at_level(logging.WARNING, logger="rl_rollout_sglang.convert"):
-        out = build_rollout_batch(_batch(), samples, SamplingParams(n=2, max_new_tokens=2), PAD)
-    assert len(out) == 4 and out["response_mask"][1].tolist() == [0, 0] and out["responses"][1].tolist() == [PAD, PAD]
-    assert out.meta[EMPTY_META_KEY] == 1
-    assert "1 empty generation(s)" in caplog.text and "row 1 (prompt 0, finish_reason='abort')" in caplog.text
-
-
-def test_wrong_sample_count_length_or_log_probs_raise():
-    b = _batch()
-    with pytest.raises(ValueError, match="3 samples for 2 prompts x n=2 = 4"):
+    assert unpadded_prompts(b["input_ids"], b["attention_mask"]) == [[5, 6], [7, 8, 9, 10]]
+    with caplog.at_level(logging.WARNING):
+        out = build_rollout_batch(b, [Sample([11]), Sample([], None, "abort"), Sample([15]), Sample([16])], SamplingParams(n=2, max_new_tokens=2), PAD)
+    assert out["responses"][:, 0].tolist() == [11, PAD, 15, 16] and out.meta[EMPTY_META_KEY] == 1
+    assert "SGLang returned 1 empty generation(s)" in caplog.text
+    with pytest.raises(ValueError, match="SGLang returned 3 samples for 2 prompts x n=2 = 4"):
         build_rollout_batch(b, [Sample([1])] * 3, SamplingParams(n=2, max_new_tokens=2), PAD)
-    with pytest.raises(ValueError, match="sample 0 has 3 tokens, more than max_new_tokens=2"):
-        build_rollout_batch(b, [Sample([1, 2, 3])] * 4, SamplingParams(n=2, max_new_tokens=2), PAD)
-    with pytest.raises(ValueError, match="sample 0 has 2 tokens but no log-probs"):
-        build_rollout_batch(b, [Sample([1, 2])] * 4, SamplingParams(n=2, max_new_tokens=2, logprobs=True), PAD)
-
-
-def test_prompt_length_errors_name_the_sample_and_both_lengths():
     with pytest.raises(PromptLengthError) as err:
-        check_prompt_lengths([[1] * 3, [1] * 40, [1] * 50], max_new_tokens=4, context_len=1000, max_prompt_length=32)
-    msg = str(err.value)
-    assert "prompt 1 of the batch has 40 tokens, more than data.max_prompt_length=32" in msg and "2 prompts" in msg
-    with pytest.raises(ValueError, match=r"prompt 0 of the batch has 20 tokens; with max_new_tokens=8 it needs 28 positions, more than the SGLang engine's context length 24"):
         check_prompt_lengths([[1] * 20], max_new_tokens=8, context_len=24, max_prompt_length=None)
-    with pytest.raises(PromptLengthError, match="prompt 0 of the batch is empty"):
-        check_prompt_lengths([[]], max_new_tokens=1, context_len=24, max_prompt_length=None)
-    check_prompt_lengths([[1] * 16], max_new_tokens=8, context_len=24, max_prompt_length=16)  # exactly fits
+    assert str(err.value).startswith(
+        "prompt 0 of the batch has 20 tokens; with max_new_tokens=8 it needs 28 positions, more than the SGLang engine's context length 24; "
+        "raise rollout.engine_kwargs.context_length"
+    )
+    with pytest.raises(PromptLengthError, match="data.max_prompt_length=32"):
+        check_prompt_lengths([[1] * 40], max_new_tokens=4, context_len=1000, max_prompt_length=32)
 
 
 def test_buckets_are_bounded_and_keep_order():

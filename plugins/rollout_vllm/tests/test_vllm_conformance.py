@@ -101,7 +101,7 @@ class TestVLLMRolloutLlama(RolloutConformance):
             return outs
 
         monkeypatch.setattr(engine.llm, "generate", generate)
-        with caplog.at_level(logging.WARNING, logger="rl_rollout_vllm.convert"):
+        with caplog.at_level(logging.WARNING, logger="rl_core.rollout.samples"):
             out = engine.generate(prompts, SamplingParams(n=2, max_new_tokens=4, logprobs=True, seed=0))
         assert out.meta[EMPTY_META_KEY] == 1
         assert out.tensors["response_mask"][0].sum() == 0 and out.tensors["response_mask"][1:].sum(-1).min() >= 1
