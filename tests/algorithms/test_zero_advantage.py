@@ -5,7 +5,6 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
-
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.config.schema import ActorConfig
 

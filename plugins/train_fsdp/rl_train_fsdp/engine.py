@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-from rl_core.backends import WorkerContext
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
+from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
