@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from rl_core.testing.tiny_run import write_tiny_run
 
 try:
     import sglang  # noqa: F401
@@ -32,47 +32,16 @@ pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """Fraction of characters that are digits: random tiny models get a spread of rewards."""
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-'''
-
-
 def write_run(tmp: Path, *, steps: int = 2) -> Path:
-    from rl_core.testing.tiny_model import make_tiny_model_dir
-
-    model = make_tiny_model_dir(tmp / "model", "qwen2", hidden=64, layers=2, heads=4, kv_heads=2)  # tied embeddings
-    rows = [
-        {
-            "data_source": "tiny/digits",
-            "prompt": [{"role": "user", "content": f"{i % 7}+{(3 * i) % 5}="}],
-            "reward_model": {"style": "rule", "ground_truth": str(i % 7 + (3 * i) % 5)},
-            "extra_info": {"index": i},
-        }
-        for i in range(16)
-    ]
-    data = tmp / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "reward.py").write_text(REWARD)
-    cfg = {
-        "model": {"path": str(model)},
-        "data": {"train_files": [str(data)], "val_files": [str(data)], "train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8, "val_max_samples": 4},
-        "rollout": {"name": "sglang", "n": 2, "temperature": 1.0, "calculate_log_probs": True},
-        "train": {"name": "fsdp"},
-        "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2, "optim": {"lr": 1e-3}},
-        "algorithm": {"adv_estimator": "grpo"},
-        "reward": {"custom": {"path": str(tmp / "reward.py"), "name": "compute_score"}},
-        "trainer": {
-            "device": "cpu", "n_gpus_per_node": 1, "total_training_steps": steps, "output_dir": str(tmp / "out"),
-            "loggers": ["jsonl"], "test_freq": steps, "val_before_train": True, "save_freq": -1, "seed": 7,
-        },
-    }
-    path = tmp / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_tiny_run(
+        tmp,
+        steps=steps,
+        model=dict(arch="qwen2", hidden=64, layers=2, heads=4, kv_heads=2),  # tied embeddings
+        rollout__name="sglang",
+        rollout__calculate_log_probs=True,
+        trainer__test_freq=steps,
+        trainer__val_before_train=True,
+    )
 
 
 def test_two_step_grpo_sglang_fsdp(tmp_path):

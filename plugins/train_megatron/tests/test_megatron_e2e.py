@@ -20,19 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from rl_core.testing.tiny_run import write_tiny_run
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 pytestmark = [pytest.mark.megatron, pytest.mark.slow, pytest.mark.dist]
 
-REWARD = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """Fraction of characters that are digits: random tiny models get a spread of rewards."""
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-'''
 NON_TIMING = lambda row: {k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/"))}  # noqa: E731
 
 
@@ -49,39 +42,20 @@ def _engine_importable(rollout: str) -> str | None:
 
 
 def write_run(tmp: Path, rollout: str, *, steps: int, save_freq: int = -1) -> Path:
-    from rl_core.testing.tiny_model import make_tiny_model_dir
-
-    # head size 64 (vLLM's CPU kernels), 2 KV heads (TP 2), untied llama: the LM head is sharded too
-    model = make_tiny_model_dir(tmp / "model", "llama", hidden=128, layers=2, heads=2, kv_heads=2)
-    rows = [
-        {
-            "data_source": "tiny/digits",
-            "prompt": [{"role": "user", "content": f"{i % 7}+{(3 * i) % 5}="}],
-            "reward_model": {"style": "rule", "ground_truth": str(i % 7 + (3 * i) % 5)},
-            "extra_info": {"index": i},
-        }
-        for i in range(16)
-    ]
-    data = tmp / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "reward.py").write_text(REWARD)
-    cfg = {
-        "model": {"path": str(model)},
-        "data": {"train_files": [str(data)], "train_batch_size": 4, "max_prompt_length": 32, "max_response_length": 8},
+    return write_tiny_run(
+        tmp,
+        nprocs=2,
+        steps=steps,
+        # head size 64 (vLLM's CPU kernels), 2 KV heads (TP 2), untied llama: the LM head is sharded too
+        model=dict(arch="llama", hidden=128, layers=2, heads=2, kv_heads=2),
         # calculate_log_probs: the loop logs |rollout log-prob - actor log-prob| (rollout_corr/*): the sync check
-        "rollout": {"name": rollout, "n": 2, "temperature": 1.0, "calculate_log_probs": True},
-        "train": {"name": "megatron", "tensor_model_parallel_size": 2},
-        "actor": {"ppo_mini_batch_size": 2, "ppo_micro_batch_size_per_gpu": 2, "optim": {"lr": 1e-3}},
-        "algorithm": {"adv_estimator": "grpo"},
-        "reward": {"custom": {"path": str(tmp / "reward.py"), "name": "compute_score"}},
-        "trainer": {
-            "device": "cpu", "n_gpus_per_node": 2, "total_training_steps": steps, "output_dir": str(tmp / "out"),
-            "loggers": ["jsonl"], "test_freq": -1, "save_freq": save_freq, "seed": 7,
-        },
-    }
-    path = tmp / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+        rollout__name=rollout,
+        rollout__calculate_log_probs=True,
+        train__name="megatron",
+        train__tensor_model_parallel_size=2,
+        trainer__save_freq=save_freq,
+        trainer__val_before_train=False,
+    )
 
 
 def _train(cfg: Path) -> subprocess.Popen:
