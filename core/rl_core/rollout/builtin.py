@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from rl_core.cards import RolloutCard
 from rl_core.hookspecs import hookimpl
+from rl_core.problems import Problem
+from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+
+#: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
+HF_ENGINE_KEYS = ("attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile")
+
+
+def check_hf_engine_kwargs(config) -> list[Problem]:
+    """The ``hf`` rollout's keys are all known: anything else is a typo."""
+    return engine_kwargs_problems(dict(config.rollout.engine_kwargs or {}), HF_ENGINE_KEYS, engine="hf rollout")
+
 
 HF_ROLLOUT = RolloutCard(
     name="hf",
@@ -16,6 +27,7 @@ HF_ROLLOUT = RolloutCard(
     logprobs=True,
     engine="transformers",
     engine_versions=">=4.56",
+    checks=(check_hf_engine_kwargs,),
 )
 
 

@@ -87,6 +87,7 @@ from rl_rollout_sglang.convert import (
     sampling_params,
     unpadded_prompts,
 )
+from rl_rollout_sglang.plugin import ADAPTER_KEYS
 from rl_rollout_sglang.weights import buckets, check_tensor, model_shapes
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BUCKET_MB = 256
 #: Host-memory fraction SGLang may use for its KV cache on CPU (``gpu_memory_utilization`` is about GPUs).
 CPU_MEM_FRACTION = 0.05
-#: ``rollout.engine_kwargs`` keys the adapter reads itself; every other key goes to ``sglang.Engine``.
-ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s")
 
 
 class SGLangRollout:

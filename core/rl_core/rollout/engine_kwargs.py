@@ -1,0 +1,65 @@
+"""Checking ``rollout.engine_kwargs`` against what an engine accepts, before it starts.
+
+``rollout.engine_kwargs`` is passed through to the engine (vLLM's ``LLM``,
+``sglang.Engine``) after the plugin's own keys are taken out. A typo there
+used to surface minutes later, as the engine's ``TypeError`` on a GPU node;
+:func:`engine_kwargs_problems` names it in ``rlcore check``, with the closest
+accepted name, and refuses keys that rl-core sets from its own config (the
+engine would otherwise get two values that disagree).
+
+A rollout plugin calls it from a card check with the engine's accepted names
+(read from the installed engine, so they follow its version), its own keys
+and the engine arguments rl-core derives from the config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from rl_core.problems import Problem, did_you_mean
+
+PREFIX = "rollout.engine_kwargs"
+
+
+def engine_kwargs_problems(
+    given: Mapping[str, Any],
+    accepted: Iterable[str] | None,
+    *,
+    engine: str,
+    own: Iterable[str] = (),
+    from_config: Mapping[str, str] | None = None,
+) -> list[Problem]:
+    """One problem per key of ``given`` the engine would not take as meant.
+
+    - ``from_config``: engine argument -> the rl-core key it is set from
+      (``{"tensor_parallel_size": "rollout.tensor_model_parallel_size"}``):
+      refused, with that key as the fix;
+    - neither ``own`` (the plugin's keys) nor ``accepted`` (the engine's
+      argument names; ``None``: unknown, e.g. the engine is not installed
+      here, and nothing is refused on that ground): refused, with the closest
+      name.
+    """
+    from_config = dict(from_config or {})
+    own = set(own)
+    known = None if accepted is None else set(accepted) | own
+    problems: list[Problem] = []
+    for name in given:
+        if name in from_config:
+            problems.append(
+                Problem(
+                    key=f"{PREFIX}.{name}",
+                    what=f"is set by rl-core from {from_config[name]}",
+                    why=f"rl-core passes {name} to {engine} from its own config; two values would disagree",
+                    fix=f"set {from_config[name]} instead and remove {PREFIX}.{name}",
+                )
+            )
+        elif known is not None and name not in known:
+            problems.append(
+                Problem(
+                    key=f"{PREFIX}.{name}",
+                    what=f"is not an argument of the installed {engine}{did_you_mean(name, known)}",
+                    why=f"{PREFIX} is passed to {engine} as is; it would fail at start-up with a TypeError",
+                    fix=f"fix or remove {PREFIX}.{name} (the installed {engine}'s arguments are its engine arguments)",
+                )
+            )
+    return problems

@@ -1,0 +1,39 @@
+"""rl_core.rollout.engine_kwargs: rollout.engine_kwargs checked against an engine's arguments."""
+
+from __future__ import annotations
+
+from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+
+ACCEPTED = {"max_model_len", "enforce_eager", "seed"}
+FROM_CONFIG = {"seed": "trainer.seed"}
+
+
+def test_each_bad_key_is_one_problem_naming_the_fix():
+    given = {"max_modle_len": 64, "enforce_eager": True, "seed": 3, "bucket_mb": 1, "zzz": 0}
+    problems = engine_kwargs_problems(given, ACCEPTED, engine="Eng", own={"bucket_mb"}, from_config=FROM_CONFIG)
+    by_key = {p.key: p for p in problems}
+    assert list(by_key) == ["rollout.engine_kwargs.max_modle_len", "rollout.engine_kwargs.seed", "rollout.engine_kwargs.zzz"]
+    assert by_key["rollout.engine_kwargs.max_modle_len"].what == "is not an argument of the installed Eng (did you mean 'max_model_len'?)"
+    assert by_key["rollout.engine_kwargs.zzz"].what == "is not an argument of the installed Eng"
+    assert by_key["rollout.engine_kwargs.seed"].fix == "set trainer.seed instead and remove rollout.engine_kwargs.seed"
+    assert all(p.severity == "error" for p in problems)
+
+
+def test_unknown_engine_arguments_refuse_only_what_rl_core_sets():
+    problems = engine_kwargs_problems({"anything": 1, "seed": 2}, None, engine="Eng", from_config=FROM_CONFIG)
+    assert [p.key for p in problems] == ["rollout.engine_kwargs.seed"]
+    assert engine_kwargs_problems({}, ACCEPTED, engine="Eng") == []
+
+
+def test_hf_rollout_refuses_a_typo_in_rlcore_check(capsys):
+    from pathlib import Path
+
+    from rl_core.cli.main import main
+
+    data = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+    base = ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={data}", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",
+            "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"]
+    assert main(["check", "--quiet", *base, "rollout.engine_kwargs.static_decod=true"]) == 1
+    err = capsys.readouterr().err
+    assert "rollout.engine_kwargs.static_decod: is not an argument of the installed hf rollout (did you mean 'static_decode'?)" in err
+    assert main(["check", "--quiet", *base, "rollout.engine_kwargs.static_decode=false", "rollout.engine_kwargs.attn_implementation=sdpa"]) == 0
