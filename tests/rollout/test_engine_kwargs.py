@@ -37,3 +37,12 @@ def test_hf_rollout_refuses_a_typo_in_rlcore_check(capsys):
     err = capsys.readouterr().err
     assert "rollout.engine_kwargs.static_decod: is not an argument of the installed hf rollout (did you mean 'static_decode'?)" in err
     assert main(["check", "--quiet", *base, "rollout.engine_kwargs.static_decode=false", "rollout.engine_kwargs.attn_implementation=sdpa"]) == 0
+
+
+def test_bucket_size_must_be_a_positive_number():
+    from rl_core.rollout.engine_kwargs import bucket_size_problems
+
+    assert bucket_size_problems({}) == [] and bucket_size_problems({"weight_sync_bucket_mb": 0.5}) == []
+    for bad in (0, -1, True, "64"):
+        (p,) = bucket_size_problems({"weight_sync_bucket_mb": bad})
+        assert p.key == "rollout.engine_kwargs.weight_sync_bucket_mb" and f"got {bad!r}" in p.what

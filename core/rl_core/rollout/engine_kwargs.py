@@ -63,3 +63,17 @@ def engine_kwargs_problems(
                 )
             )
     return problems
+
+
+def bucket_size_problems(given: Mapping[str, Any], key: str = "weight_sync_bucket_mb") -> list[Problem]:
+    """The weight-sync bucket size (MiB) of a rollout plugin, when set, is a positive number."""
+    mb = given.get(key)
+    if mb is None or (not isinstance(mb, bool) and isinstance(mb, (int, float)) and mb > 0):
+        return []
+    return [
+        Problem(
+            key=f"{PREFIX}.{key}",
+            what=f"must be a positive number of MiB, got {mb!r}",
+            fix=f"e.g. {PREFIX}.{key}=256 (smaller: less peak memory, more calls)",
+        )
+    ]

