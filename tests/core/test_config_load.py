@@ -62,6 +62,16 @@ def test_verl_yaml_layout_is_translated(tmp_path):
     assert cfg.actor.ppo_epochs == 2 and cfg.rollout.temperature == 0.6
 
 
+def test_verl_ray_init_keys_are_translated(tmp_path):
+    f = tmp_path / "verl.yaml"
+    f.write_text("ray_kwargs:\n  ray_init:\n    num_cpus: 8\n    runtime_env: {env_vars: {A: '1'}}\n")
+    cfg = load_config(f, ["ray_kwargs.ray_init.address=auto"])
+    assert cfg.ray.num_cpus == 8 and cfg.ray.runtime_env == {"env_vars": {"A": "1"}} and cfg.ray.address == "auto"
+    assert load_config(None, ["ray_init.num_cpus=4"]).ray.num_cpus == 4  # older verl
+    (p,) = _problems("ray_kwargs.ray_init.num_gpus=2")  # no counterpart: named as ours
+    assert p.key == "ray.num_gpus"
+
+
 def test_missing_and_invalid_files(tmp_path):
     (p,) = _problems(path=tmp_path / "nope.yaml")
     assert "does not exist" in p.what

@@ -54,7 +54,13 @@ VERL_PREFIXES = {
     "actor_rollout_ref.model.": "model.",
     "reward_model.": "reward.",
     "custom_reward_function.": "reward.custom.",
+    "ray_kwargs.ray_init.": "ray.",  # address, runtime_env, num_cpus (verl >= 0.5)
+    "ray_init.": "ray.",  # older verl
 }
+
+
+#: verl's top-level sections that have no section of ours: their keys are translated one by one
+VERL_SECTIONS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init"})
 
 
 def translate_verl_key(key: str) -> str:
@@ -163,14 +169,14 @@ def _translate_tree(data: Mapping[str, Any]) -> dict[str, Any]:
     flat: list[tuple[str, Any]] = []
 
     def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping) and node and prefix.split(".")[0] in {"actor_rollout_ref", "reward_model", "custom_reward_function"}:
+        if isinstance(node, Mapping) and node and prefix.split(".")[0] in VERL_SECTIONS:
             for k, v in node.items():
                 walk(f"{prefix}.{k}", v)
         else:
             flat.append((prefix, node))
 
     for k, v in data.items():
-        if k in {"actor_rollout_ref", "reward_model", "custom_reward_function"}:
+        if k in VERL_SECTIONS:
             walk(k, v)
         else:
             out = merge(out, {k: v})
