@@ -113,6 +113,8 @@ class RolloutCard(CardBase):
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
+    # how to install the engine, shown when it is missing (default: pip install the engine at its tested version)
+    engine_install: str | None = None
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 
@@ -133,6 +135,7 @@ class TrainCard(CardBase):
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
+    engine_install: str | None = None  # as for RolloutCard
     # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
     # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
     on_policy_without_old_log_probs: bool = False

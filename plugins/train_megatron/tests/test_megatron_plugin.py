@@ -158,4 +158,4 @@ def test_missing_megatron_core_is_one_problem(tmp_path, monkeypatch):
     stack, problems = _resolve(_model(tmp_path))
     errs = errors(problems)
     assert stack is None and len(errs) == 1, [p.render() for p in problems]
-    assert "needs the engine megatron-core, which is not installed" in errs[0].what and "pip install megatron-core" in errs[0].fix
+    assert "needs the engine megatron-core, which is not installed" in errs[0].what and "pip install 'megatron-core>=0.16,<0.17'" in errs[0].fix
