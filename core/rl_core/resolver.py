@@ -238,6 +238,21 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
         problems.append(Problem(key="train.name", what=f"a KL term needs a reference model but train backend {train.name!r} has no ref role", fix="disable the KL term or pick another train backend"))
 
 
+def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
+    """Free-form algorithm.options / actor.policy_loss_options: every key read by the chosen function."""
+    if not config.algorithm.options and not config.actor.policy_loss_options:
+        return
+    from rl_core.algorithms.option_probe import option_problems
+
+    def load(card):
+        try:
+            return card.load() if card is not None else None
+        except Exception:  # noqa: BLE001 - a plugin that fails to load is reported by the loader
+            return None
+
+    problems.extend(option_problems(config, load(estimator), load(policy_loss)))
+
+
 def _check_reward(config: RunConfig, registry: Registry, problems: list[Problem]) -> RewardCard | None:
     custom = config.reward.custom
     if custom.path:
@@ -291,6 +306,7 @@ def resolve(
     converter = _check_weights(registry, rollout, train, problems)
     _check_architecture(config, cards, problems)
     _check_estimator(config, estimator, train, problems)
+    _check_options(config, estimator, policy_loss, problems)
     from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
 
     problems.extend(rollout_correction_problems(config, rollout.logprobs if rollout is not None else None))
