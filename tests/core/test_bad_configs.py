@@ -122,6 +122,12 @@ CASES = {
     "generator option of the wrong type": ("data.train_generator.kwargs.allow_parentheses", ["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic", "data.train_generator.kwargs={allow_parentheses: 'no'}"]),
     "generator option misspelt": ("data.train_generator.kwargs.max_term", ["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic", "data.train_generator.kwargs={max_term: 3}"]),
     "data file is a folder": ("data.train_files", lambda t: [f"data.train_files=[{t}]"]),
+    "hf rollout engine option misspelt": ("rollout.engine_kwargs.static_decod", ["rollout.engine_kwargs.static_decod=false"]),
+    "estimator option misspelt": ("algorithm.options.norm_adv_by_sd", ["algorithm.options.norm_adv_by_sd=false"]),
+    "option of another estimator": ("algorithm.options.whiten", ["algorithm.options.whiten=false"]),
+    "policy loss option of another loss": ("actor.policy_loss_options.clip_cov_ratio", ["actor.policy_loss_options.clip_cov_ratio=0.001"]),
+    "estimator option value refused": ("algorithm.options", ["algorithm.options.returns=to_go"]),
+    "verl ray init key with no counterpart": ("ray.num_gpus", ["ray_kwargs.ray_init.num_gpus=8"]),
 }
 
 
