@@ -313,6 +313,23 @@ def output_problems(config: Any) -> list[Problem]:
         parent = os.path.dirname(parent)
     if not os.access(parent, os.W_OK):
         return [Problem(key="trainer.output_dir", what=f"{config.trainer.output_dir!r} cannot be written ({parent} is not writable)", fix="point trainer.output_dir at a writable folder")]
+    if not config.trainer.resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
+        import warnings
+
+        from rl_core.trainer.checkpoint import CheckpointManager
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # half-written debris is reported by the run itself
+            latest = CheckpointManager(os.path.join(out_dir, "checkpoints")).latest()
+        if latest is not None:
+            return [
+                Problem(
+                    key="trainer.resume",
+                    what=f"is false but {config.trainer.output_dir!r} holds the checkpoints of an earlier run (latest: step {latest[0]})",
+                    why="a fresh start there would delete them as new ones are saved and replace the run's metrics",
+                    fix="start the new run in another folder (trainer.output_dir=...), continue that run (trainer.resume=true), or move the folder away",
+                )
+            ]
     return []
 
 

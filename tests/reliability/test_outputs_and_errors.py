@@ -158,7 +158,9 @@ def test_resume_false_never_starts_over_on_a_run_with_checkpoints(finished_run, 
     out_dir = tmp_path / "run" / "out"
     before = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
     code, out, err = cli("train", str(cfg), "--no-progress", "trainer.resume=false")
-    asked = _clear(code, err, "trainer.output_dir", "checkpoints", "trainer.resume=false", "another folder")
+    asked = _clear(code, err, "trainer.resume", "checkpoints", "another folder", "step 2")
+    code, out, check_err = cli("check", str(cfg), "trainer.resume=false")  # rlcore check says the same
+    asked = asked and _clear(code, check_err, "trainer.resume: is false", "step 2")
     after = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
     untouched = after == before
     tally.record("user_errors", "trainer.resume=false on a run with checkpoints", asked and untouched)
