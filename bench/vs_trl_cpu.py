@@ -17,7 +17,9 @@ Runs (``NAME``):
   (``dapo``: token sum over the batch / number of tokens), group std scaling, fp32. Gradient
   checkpointing is off (a 135M model does not need it; it would only slow TRL down).
 - ``rlcore-same``: rl-core with the same settings (``SAME`` below).
-- ``rlcore-quickstart``: ``examples/quickstart.yaml`` as shipped, on the same data files.
+- ``rlcore-quickstart``: ``examples/quickstart.yaml`` as shipped, on the same data files;
+  ``rlcore-quickstart-mb4`` the same with two optimizer steps per rollout (the default before issue 18).
+  With ``--stop-at-target`` (as the committed results ran) these end at their first evaluation >= 0.50.
 
 Each run writes ``OUT/runs/NAME-sSEED.json`` and is skipped when that file exists (``--force`` reruns
 it), so a crash loses one run at most; ``report`` merges whatever is there.
@@ -66,9 +68,9 @@ SAME = [
     "algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=true",
 ]
 RUNS = {"trl": "TRL GRPOTrainer", "rlcore-same": "rl-core, TRL's settings", "rlcore-quickstart": "rl-core quickstart defaults",
-        "rlcore-quickstart-mb8": "rl-core quickstart, one optimizer step per rollout"}
-# quickstart candidates: examples/quickstart.yaml plus these overrides
-QUICKSTART_VARIANTS = {"rlcore-quickstart": [], "rlcore-quickstart-mb8": ["actor.ppo_mini_batch_size=8"]}
+        "rlcore-quickstart-mb4": "rl-core quickstart, two optimizer steps per rollout (the previous default)"}
+# quickstart variants: examples/quickstart.yaml plus these overrides
+QUICKSTART_VARIANTS = {"rlcore-quickstart": [], "rlcore-quickstart-mb4": ["actor.ppo_mini_batch_size=4"]}
 
 
 # ----------------------------------------------------------------------------- data
