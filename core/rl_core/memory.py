@@ -8,9 +8,10 @@ train states; FSDP shards over every rank of a multi-process run):
   moments ``8P/S``; a frozen reference model ``cP/S``; a critic like the actor;
 - mixed precision without sharding (``torch.autocast``): the low-precision copy of the weights that
   autocast caches during a forward with grad, ``cP``;
-- rollout: the HF engine holds its own full copy of the weights (``cP``; moved to host memory between
-  rollouts on a GPU with ``enable_sleep``) plus the KV cache of the sequences it decodes at once
-  (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
+- rollout: the HF engine holds its own full copy of the weights (``cP``) plus the KV cache of the
+  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
+  on a GPU with ``enable_sleep`` it frees both between rollouts unless together they are at most
+  ``rollout.engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`);
   an engine with a memory fraction (vLLM, SGLang) takes ``rollout.gpu_memory_utilization`` of the GPU
   and releases it while training (``enable_sleep``);
 - activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
@@ -40,6 +41,8 @@ import os
 from typing import Any
 
 import attrs
+
+from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
@@ -242,8 +245,15 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
     states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0)
-    # the HF engine keeps its weights through training, except on a GPU with enable_sleep (moved to host memory)
-    rollout_held = 0.0 if (device != "cpu" and r.enable_sleep) else t.get("rollout weights", 0)
+    # the HF engine keeps its weights through training, except on a GPU with enable_sleep, where it frees them and
+    # its KV cache unless they are small next to the device (rl_core.rollout.sleep_policy)
+    rollout_held = t.get("rollout weights", 0)
+    if device != "cpu" and r.enable_sleep and not fraction_engine:
+        hf_held = rollout_held + t.get("rollout KV cache", 0)
+        total = available if available is not None else device_memory(device)
+        rollout_held = hf_held if keeps_through_sleep(hf_held, total, threshold_of(r.engine_kwargs)) else 0.0
+    elif device != "cpu" and r.enable_sleep:
+        rollout_held = 0.0
     if fraction_engine and not r.enable_sleep:
         rollout_held = t["rollout engine (memory fraction)"]
     rollout_peak = t.get("rollout engine (memory fraction)", 0) + t.get("rollout weights", 0) + t.get("rollout KV cache", 0)

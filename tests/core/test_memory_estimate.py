@@ -122,3 +122,18 @@ def test_chunked_lm_head_on_gpu_counts_one_chunk_of_logits(tmp_path):
     default = attrs.evolve(stack.config, model=attrs.evolve(stack.config.model, logprob_chunk_size=None))
     assert estimate(default, gpu, available=80 * GB).terms["logits (update, chunked)"] == 32 * 264 * 16
     assert "logits (update)" in estimate(default, stack.sizes, available=80 * GB).terms
+
+
+def test_hf_rollout_on_gpu_keeps_a_small_engine_through_sleep(tmp_path):
+    """rl_core.rollout.sleep_policy: held while weights + KV cache <= sleep_threshold x the device, else freed."""
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4")
+    gpu = attrs.evolve(stack.sizes, device="cuda")
+    small = estimate(stack.config, gpu, available=80 * GB)  # a tiny model next to 80 GB: kept
+    held = small.terms["rollout weights"] + small.terms["rollout KV cache"]
+    freed_cfg = attrs.evolve(stack.config, rollout=attrs.evolve(stack.config.rollout, engine_kwargs={"sleep_threshold": 0}))
+    freed = estimate(freed_cfg, gpu, available=80 * GB)
+    assert small.phases["update"] - freed.phases["update"] == pytest.approx(held)
+    assert small.phases["log-probs"] - freed.phases["log-probs"] == pytest.approx(held)
+    # a device so small that the engine is more than a tenth of it: freed, as with threshold 0
+    tight = estimate(stack.config, gpu, available=held * 5)
+    assert tight.phases["update"] == pytest.approx(estimate(freed_cfg, gpu, available=held * 5).phases["update"])

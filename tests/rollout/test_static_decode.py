@@ -143,7 +143,7 @@ def _cuda_engine(model_dir, **kw):
 @cuda
 def test_cuda_graph_replays_the_eager_static_step_and_matches_the_plain_loop(model_dir):
     batch = prompt_batch(model_dir, PROMPTS)
-    graph = _cuda_engine(model_dir)  # the default on CUDA: static cache + graph
+    graph = _cuda_engine(model_dir, sleep_threshold=0)  # the default on CUDA (static cache + graph); sleep always frees
     assert graph.static is not None and graph.static.cuda_graph
     eager = _cuda_engine(model_dir, cuda_graph=False)
     plain = _cuda_engine(model_dir, static_decode=False)
@@ -156,6 +156,63 @@ def test_cuda_graph_replays_the_eager_static_step_and_matches_the_plain_loop(mod
         mask = c.tensors["response_mask"].bool()
         assert (a.tensors["rollout_log_probs"] - c.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
     graph.sleep()
+    assert graph._offloaded and not graph.static._graphs
     graph.wake_up()  # weights moved: graphs dropped and captured again
     again = graph.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True, logprobs=True))
     assert torch.equal(again.tensors["responses"], plain.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True)).tensors["responses"])
+
+
+def test_packed_projections_are_views_that_a_weight_sync_writes_through(model_dir):
+    """rl_core.rollout.packed_weights: q / k / v (and gate / up) become row slices of one tensor; a copy into a
+    parameter lands in the packed tensor; new storage (model.to) is noticed and packed again."""
+    from rl_core.rollout.packed_weights import pack_layer, still_packed
+
+    eng = _engine(model_dir, True)
+    layer = eng.model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    x = torch.randn(3, attn.q_proj.in_features)
+    separate = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
+    gate_up = torch.cat([mlp.gate_proj(x), mlp.up_proj(x)], dim=-1)
+    pk = pack_layer(layer)
+    assert still_packed(layer, pk)
+    torch.testing.assert_close(torch.nn.functional.linear(x, pk.qkv_w, pk.qkv_b), separate, atol=0, rtol=0)
+    torch.testing.assert_close(torch.nn.functional.linear(x, pk.gu_w, pk.gu_b), gate_up, atol=0, rtol=0)
+    # what HFRolloutEngine.load_weights does: copy into the parameter's storage
+    new_k = torch.randn_like(attn.k_proj.weight)
+    attn.k_proj.weight.data.copy_(new_k)
+    q_rows = attn.q_proj.weight.shape[0]
+    assert torch.equal(pk.qkv_w[q_rows : q_rows + new_k.shape[0]], new_k)
+    eng.model.to(torch.float64)  # new storage for every parameter: the slices no longer hold
+    assert not still_packed(layer, pk)
+
+
+def test_a_repacked_model_drops_its_graphs_and_follows_the_new_weights(model_dir):
+    eng, plain = _engine(model_dir, True), _engine(model_dir, False)
+    batch = prompt_batch(model_dir, PROMPTS)
+    params = SamplingParams(n=2, max_new_tokens=6, greedy=True, logprobs=True)
+    eng.generate(batch, params)
+    first = eng.static._packs
+    assert first is not None and all(pk is not None for pk in first) and eng.static._graphs
+    # new weights with new storage (as a sleep / wake-up cycle gives them): repacked, caches dropped
+    new = {k: v + 0.01 * torch.randn_like(v) for k, v in plain.model.state_dict().items()}
+    plain.model.load_state_dict(new)
+    for name, p in eng.model.named_parameters():
+        p.data = new[name].clone()
+    eng.static._graphs[(99, 99)] = "stale"  # a stand-in for a graph over the old storage
+    out = eng.generate(batch, params)
+    assert eng.static._packs is not first and (99, 99) not in eng.static._graphs
+    assert torch.equal(out.tensors["responses"], plain.generate(batch, params).tensors["responses"])
+
+
+@cuda
+def test_a_small_engine_keeps_its_weights_and_graphs_through_sleep(model_dir):
+    """rl_core.rollout.sleep_policy: a tiny model is far below a tenth of the GPU, so sleep keeps it all."""
+    eng = _cuda_engine(model_dir)
+    batch = prompt_batch(model_dir, PROMPTS)
+    params = SamplingParams(n=2, max_new_tokens=8, greedy=True)
+    first = eng.generate(batch, params)
+    graphs = dict(eng.static._graphs)
+    eng.sleep()
+    assert not eng._offloaded and next(eng.model.parameters()).is_cuda and eng.static._graphs == graphs
+    eng.wake_up()
+    assert torch.equal(eng.generate(batch, params).tensors["responses"], first.tensors["responses"])

@@ -8,12 +8,25 @@ from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import engine_kwargs_problems
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
-HF_ENGINE_KEYS = ("attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile")
+HF_ENGINE_KEYS = (
+    "attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile", "pack_projections", "sleep_threshold",
+)
 
 
 def check_hf_engine_kwargs(config) -> list[Problem]:
-    """The ``hf`` rollout's keys are all known: anything else is a typo."""
-    return engine_kwargs_problems(dict(config.rollout.engine_kwargs or {}), HF_ENGINE_KEYS, engine="hf rollout")
+    """The ``hf`` rollout's keys are all known: anything else is a typo; ``sleep_threshold`` is a fraction."""
+    given = dict(config.rollout.engine_kwargs or {})
+    problems = engine_kwargs_problems(given, HF_ENGINE_KEYS, engine="hf rollout")
+    value = given.get("sleep_threshold")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1):
+        problems.append(
+            Problem(
+                key="rollout.engine_kwargs.sleep_threshold",
+                what=f"must be a fraction of the device's memory in [0, 1], got {value!r}",
+                fix="e.g. rollout.engine_kwargs.sleep_threshold=0.1 (0: free the engine's memory on every sleep)",
+            )
+        )
+    return problems
 
 
 HF_ROLLOUT = RolloutCard(

@@ -49,8 +49,14 @@ tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
 ``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
 above is the faster one), ``cuda_graph`` (default true), ``check_every``
 (steps between all-finished checks, default 16), ``compile`` (``torch.compile``
-the decode step before capturing it; default false). Stop strings use the plain
-loop.
+the decode step before capturing it; default false), ``pack_projections`` (q / k / v
+and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
+off with ``share_weights``). Stop strings use the plain loop.
+
+Sleep (``rollout.enable_sleep``, between rollouts on a GPU): the weights go to host
+memory and the caches are dropped, unless together they hold at most
+``engine_kwargs.sleep_threshold`` of the device's memory (default 0.1;
+:mod:`rl_core.rollout.sleep_policy`).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from rl_core.modeling import (
 )
 from rl_core.problems import UserError
 from rl_core.rollout.output import rollout_batch
+from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
 
 
@@ -113,6 +120,7 @@ class HFRolloutEngine:
         self.max_prompt_length = config.data.max_prompt_length
         self.generation_batch_size = config.rollout.generation_batch_size
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
+        self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
         self.static = self._static_decoder(config.rollout.engine_kwargs)
 
@@ -126,7 +134,11 @@ class HFRolloutEngine:
                 warnings.warn(f"rollout.engine_kwargs.static_decode=true but {reason}: the hf rollout uses its plain decode loop", stacklevel=3)
             return None
         return StaticDecoder(
-            self.model, cuda_graph=bool(kwargs.get("cuda_graph", True)), check_every=int(kwargs.get("check_every", 16)), compile=bool(kwargs.get("compile", False))
+            self.model,
+            cuda_graph=bool(kwargs.get("cuda_graph", True)),
+            check_every=int(kwargs.get("check_every", 16)),
+            compile=bool(kwargs.get("compile", False)),
+            pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
         )
 
     # ------------------------------------------------------------- generation
@@ -284,14 +296,25 @@ class HFRolloutEngine:
 
     # ------------------------------------------------------------- memory
     def sleep(self) -> None:
-        """On CUDA move the weights to host memory and release the cache; a no-op on CPU."""
+        """On CUDA move the weights to host memory and release the caches, unless they are small; a no-op on CPU.
+
+        Small: at most ``engine_kwargs.sleep_threshold`` of the device's memory together
+        (:mod:`rl_core.rollout.sleep_policy`); keeping them saves the copies and the graph captures.
+        """
         if self.device.type != "cuda" or self._offloaded:
+            return
+        if keeps_through_sleep(self.held_bytes(), torch.cuda.get_device_properties(self.device).total_memory, self.sleep_threshold):
             return
         self.model.to("cpu")
         self._offloaded = True
         if self.static is not None:  # its graphs and caches point at device memory being released
             self.static.reset()
         torch.cuda.empty_cache()
+
+    def held_bytes(self) -> int:
+        """Device memory this engine holds: its weights and the static decoder's caches."""
+        weights = sum(t.numel() * t.element_size() for t in self.model.state_dict().values() if t.device.type != "cpu")
+        return weights + (self.static.cache_bytes() if self.static is not None else 0)
 
     def wake_up(self) -> None:
         if not self._offloaded:

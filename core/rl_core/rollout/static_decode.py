@@ -34,6 +34,8 @@ from typing import Callable
 
 import torch
 
+from rl_core.rollout.packed_weights import LayerPack, pack_layer, still_packed
+
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 CACHE_ROUND = 128
 
@@ -79,7 +81,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class StaticDecoder:
     """Decode with a static cache; ``cuda_graph`` captures the decode step (CUDA only)."""
 
-    def __init__(self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False) -> None:
+    def __init__(
+        self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True
+    ) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"the static decoder cannot run this model: {reason}")
@@ -102,11 +106,29 @@ class StaticDecoder:
         self._step_fn = torch.compile(self._decode_step, dynamic=False) if compile else self._decode_step
         self._graphs: dict[tuple[int, int], _Step] = {}
         self._pool = None
+        # q / k / v and gate / up as one GEMM each (rl_core.rollout.packed_weights); off when the engine adopts
+        # the trainer's tensors (packing would copy them and the sharing would silently stop)
+        self.pack = bool(pack)
+        self._packs: list[LayerPack | None] | None = None
 
     def reset(self) -> None:
         """Drop captured graphs and caches (weights moved, memory wanted back)."""
         self._graphs.clear()
         self._pool = None
+
+    def _ensure_packed(self) -> None:
+        """Pack the projections, again if something gave them new storage (then the graphs read stale memory)."""
+        if not self.pack:
+            return
+        layers = self.body.layers
+        if self._packs is not None and all(pk is None or still_packed(layer, pk) for layer, pk in zip(layers, self._packs)):
+            return
+        self.reset()
+        self._packs = [pack_layer(layer) for layer in layers]
+
+    def cache_bytes(self) -> int:
+        """Device memory held by the static caches and buffers of every (batch bucket, cache length)."""
+        return sum(st.nbytes() for st in self._graphs.values())
 
     # ------------------------------------------------------------ the math
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,13 +138,21 @@ class StaticDecoder:
         scale = getattr(rot, "attention_scaling", 1.0)
         return (emb.cos() * scale).to(self.dtype).unsqueeze(2), (emb.sin() * scale).to(self.dtype).unsqueeze(2)  # [b, s, 1, d]
 
-    def _qkv(self, layer, x: torch.Tensor, cos, sin):
+    def _pack_of(self, i: int) -> LayerPack | None:
+        return self._packs[i] if self._packs is not None else None
+
+    def _qkv(self, i: int, layer, x: torch.Tensor, cos, sin):
         """``q [b, h, s, d]``, ``k``, ``v [b, kv, s, d]``; the rotary embedding on q and k at once (one set of kernels)."""
         b, s, _ = x.shape
         attn = layer.self_attn
-        q = attn.q_proj(x).view(b, s, -1, self.head_dim)
-        k = attn.k_proj(x).view(b, s, -1, self.head_dim)
-        v = attn.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        pk = self._pack_of(i)
+        if pk is not None:
+            q, k, v = torch.nn.functional.linear(x, pk.qkv_w, pk.qkv_b).split(pk.qkv_split, dim=-1)
+        else:
+            q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+        q = q.view(b, s, -1, self.head_dim)
+        k = k.view(b, s, -1, self.head_dim)
+        v = v.view(b, s, -1, self.head_dim).transpose(1, 2)
         if getattr(attn, "q_norm", None) is not None:  # qwen3
             q, k = attn.q_norm(q), attn.k_norm(k)
         qk = torch.cat((q, k), dim=2)
@@ -139,8 +169,14 @@ class StaticDecoder:
         out = out.reshape(b, h, s, d).transpose(1, 2).reshape(b, s, h * d)
         return x + layer.self_attn.o_proj(out)
 
-    def _mlp(self, layer, x):
-        return x + layer.mlp(_rms_norm(layer.post_attention_layernorm, x))
+    def _mlp(self, i: int, layer, x):
+        h = _rms_norm(layer.post_attention_layernorm, x)
+        pk = self._pack_of(i)
+        if pk is None or pk.gu_w is None:
+            return x + layer.mlp(h)
+        mlp = layer.mlp
+        gate, up = torch.nn.functional.linear(h, pk.gu_w, pk.gu_b).chunk(2, dim=-1)
+        return x + mlp.down_proj(mlp.act_fn(gate) * up)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(_rms_norm(self.body.norm, x)).float()
@@ -155,9 +191,9 @@ class StaticDecoder:
         allowed = causal[None] & mask.bool()[:, None, :]
         bias = torch.zeros(b, 1, P, P, dtype=x.dtype, device=ids.device).masked_fill_(~allowed[:, None], torch.finfo(x.dtype).min)
         for i, layer in enumerate(self.body.layers):
-            q, k, v = self._qkv(layer, _rms_norm(layer.input_layernorm, x), cos, sin)
+            q, k, v = self._qkv(i, layer, _rms_norm(layer.input_layernorm, x), cos, sin)
             write(i, k, v)
-            x = self._mlp(layer, self._attend(layer, x, q, k, v, bias))
+            x = self._mlp(i, layer, self._attend(layer, x, q, k, v, bias))
         return self._logits(x[:, -1:])[:, 0]
 
     def _decode_step(self, st: "_Step") -> None:
@@ -167,10 +203,10 @@ class StaticDecoder:
         x = self.body.embed_tokens(st.token[:, None])
         cos, sin = self._rope(st.pos[:, None])
         for i, layer in enumerate(self.body.layers):
-            q, k, v = self._qkv(layer, _rms_norm(layer.input_layernorm, x), cos, sin)
+            q, k, v = self._qkv(i, layer, _rms_norm(layer.input_layernorm, x), cos, sin)
             st.k[i].index_copy_(2, st.slot, k)
             st.v[i].index_copy_(2, st.slot, v)
-            x = self._mlp(layer, self._attend(layer, x, q, st.k[i], st.v[i], bias))
+            x = self._mlp(i, layer, self._attend(layer, x, q, st.k[i], st.v[i], bias))
         st.logits.copy_(self._logits(x)[:, 0])
 
     def _capture(self, st: "_Step") -> None:
@@ -209,6 +245,7 @@ class StaticDecoder:
         """
         from rl_core.rollout.output import position_ids_from_mask
 
+        self._ensure_packed()
         b0, P = ids.shape
         B = b0 * n
         bucket = 1 << (B - 1).bit_length()
@@ -269,6 +306,10 @@ class _Step:
         self.slot = torch.zeros(1, dtype=torch.long, device=dev)
         self.logits = torch.zeros(bucket, dec.head.weight.shape[0], dtype=torch.float32, device=dev)
         self.graph = None
+
+    def nbytes(self) -> int:
+        tensors = [*self.k, *self.v, self.valid, self.token, self.pos, self.slot, self.logits]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def capture(self) -> None:
         """Warm up on a side stream, then capture one decode step; the buffers are restored afterwards."""
