@@ -13,6 +13,8 @@ tokens, temperature 1, as in the reference workload) it times ``HFRolloutEngine.
 - ``graph``: the static-cache loop with the decode step in a CUDA graph (the GPU default);
 - ``compile`` (only with ``--modes``): ``graph`` with the step ``torch.compile``d first (one compilation per
   batch size, not timed: it happens in the warm-up call);
+- ``nopack`` (only with ``--modes``): ``graph`` with separate q / k / v and gate / up GEMMs
+  (``pack_projections=false``; packed is the default);
 
 after one short warm-up call per mode (which also captures the graph). The floor: a decode step must read
 every weight once, so ``step >= weight bytes / HBM bandwidth`` (bandwidth measured here by a device copy)
@@ -113,7 +115,8 @@ def main() -> None:
     engines = {}
     for mode in args.modes.split(","):
         kw = {"plain": {"static_decode": False}, "static": {"static_decode": True, "cuda_graph": False}, "graph": {"static_decode": True, "cuda_graph": True},
-              "compile": {"static_decode": True, "cuda_graph": True, "compile": True}}[mode]
+              "compile": {"static_decode": True, "cuda_graph": True, "compile": True},
+              "nopack": {"static_decode": True, "cuda_graph": True, "pack_projections": False}}[mode]
         cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if dtype == torch.bfloat16 else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                         rollout=RolloutConfig(engine_kwargs=kw))
         eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=tok)

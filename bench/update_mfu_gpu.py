@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=16 if smoke else 128)
     ap.add_argument("--response", type=int, default=16 if smoke else 256)
     ap.add_argument("--iters", type=int, default=2 if smoke else 3)
+    ap.add_argument("--plan", default=None, help="shape:micro,micro ... e.g. '0.5b:16,64 1.5b:8,16,32' (default: the committed rows)")
+    ap.add_argument("--compile", default="0", help="model.compile values to run, e.g. '0,1' (1: each decoder layer torch.compiled)")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
     dtype = "bfloat16" if device == "cuda" else "float32"
@@ -150,23 +152,26 @@ def main() -> None:
     if args.only in (None, "mfu"):
         # (shape, vocab, micro-batch sizes); chunked log-probs on (the GPU default) and, for 0.5B, off
         plan = [("tiny", 300, (4, 16))] if smoke else [("0.5b", 50257, (16, 64)), ("1.5b", 50257, (8, 16))]
-        for shape, vocab, micros in plan:
+        if args.plan:
+            plan = [(sh, 300 if sh == "tiny" else 50257, tuple(int(m) for m in ms.split(","))) for sh, ms in (x.split(":") for x in args.plan.split())]
+        for (shape, vocab, micros), compiled in [(p, c) for p in plan for c in (bool(int(v)) for v in args.compile.split(","))]:
             path = model_dir(root, shape, vocab)
             batch = step_batch(args.rows, args.prompt, args.response, vocab)
-            engine = build_engine("actor", run_config(path, rows=args.rows, prompt=args.prompt, response=args.response, micro=micros[0], dtype=dtype, chunk=2048, ckpt=False), ctx)
+            cfg = run_config(path, rows=args.rows, prompt=args.prompt, response=args.response, micro=micros[0], dtype=dtype, chunk=2048, ckpt=False)
+            engine = build_engine("actor", attrs.evolve(cfg, model=attrs.evolve(cfg.model, compile=compiled)), ctx)
             flops = model_flops(shape, vocab, args.rows, args.prompt, args.response)
             for micro in micros:
-                for chunk in ((2048, 0) if shape != "1.5b" else (2048,)):
+                for chunk in ((2048, 0) if shape != "1.5b" and not args.plan else (2048,)):
                     engine.config = attrs.evolve(engine.config, model=attrs.evolve(engine.config.model, logprob_chunk_size=chunk),
                                                  actor=attrs.evolve(engine.config.actor, ppo_micro_batch_size_per_gpu=micro))
                     try:
                         t, mem = measure(engine, batch, device, args.iters)
                     except torch.OutOfMemoryError:
-                        record({"kind": "mfu", "shape": shape, "micro": micro, "chunk": chunk, "error": "out of memory"})
+                        record({"kind": "mfu", "shape": shape, "micro": micro, "chunk": chunk, "compile": compiled, "error": "out of memory"})
                         torch.cuda.empty_cache()
                         continue
                     tokens = args.rows * (args.prompt + args.response)
-                    record({"kind": "mfu", "shape": shape, "vocab": vocab, "micro": micro, "chunk": chunk, "update_s": t, "tokens_per_s": tokens / t,
+                    record({"kind": "mfu", "shape": shape, "vocab": vocab, "micro": micro, "chunk": chunk, "compile": compiled, "update_s": t, "tokens_per_s": tokens / t,
                             "tflops": flops / t / 1e12, "mfu": flops / t / peak, "peak_gib": mem})
             del engine
             if device == "cuda":
@@ -200,14 +205,15 @@ def main() -> None:
     lines = [f"# actor update throughput / MFU: {info['device']}, {info['date']}", "",
              f"`{info['command']}`; torch {info['torch']}, transformers {info['transformers']}; measured bf16 matmul peak {peak / 1e12:.0f} TFLOP/s; "
              f"{args.rows} x ({args.prompt} + {args.response}) tokens per update", "",
-             "| shape | vocab | micro | log-prob chunk | update s | tokens/s | TFLOP/s | MFU | peak GiB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| shape | vocab | micro | log-prob chunk | compiled layers | update s | tokens/s | TFLOP/s | MFU | peak GiB |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows_out:
         if r["kind"] != "mfu":
             continue
+        comp = "yes" if r.get("compile") else "no"
         if "error" in r:
-            lines.append(f"| {r['shape']} | | {r['micro']} | {r['chunk']} | {r['error']} | | | | |")
+            lines.append(f"| {r['shape']} | | {r['micro']} | {r['chunk']} | {comp} | {r['error']} | | | | |")
         else:
-            lines.append(f"| {r['shape']} | {r['vocab']} | {r['micro']} | {r['chunk'] or 'off'} | {r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | "
+            lines.append(f"| {r['shape']} | {r['vocab']} | {r['micro']} | {r['chunk'] or 'off'} | {comp} | {r['update_s']:.3f} | {r['tokens_per_s']:,.0f} | "
                          f"{r['tflops']:.0f} | {100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} |")
     mem_rows = [r for r in rows_out if r["kind"] == "memory"]
     if mem_rows:

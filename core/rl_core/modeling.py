@@ -206,6 +206,25 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
+def compile_decoder_layers(model: torch.nn.Module) -> int:
+    """``torch.compile`` each decoder layer in place; returns how many (``model.compile``).
+
+    Per block, as torchtitan does: the norms, rotary embedding, activation and residual adds of a block
+    fuse into a few kernels in the forward and the backward, while the rest of the model (embeddings, the
+    chunked LM head, the loss) stays eager. The blocks share one compiled graph (same code, parameters as
+    inputs); sequence lengths vary between micro-batches, so shapes are compiled dynamic after the first
+    change. Works under FSDP2 (compile first, then shard) and gradient checkpointing.
+    """
+    import torch._dynamo
+
+    layers = decoder_layers(model)
+    # one entry per distinct shape kind and per block, well above the default of 8
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
 def _accepts(model: torch.nn.Module, name: str) -> bool:
     fwd = getattr(model, "forward", None)
     try:

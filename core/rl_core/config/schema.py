@@ -115,6 +115,8 @@ class ModelConfig:
     # train-side log-probs / entropy: the LM head in chunks of this many tokens (rl_core.logprobs), never the
     # full-vocab float32 logits of a micro-batch; 0 = off (plain); null = 2048 on GPU, off on CPU
     logprob_chunk_size: int | None = num(None, ge=0, hint="tokens per chunk, e.g. 2048; 0 turns chunking off")
+    # torch.compile each decoder layer of the train-side models (rl_core.modeling.compile_decoder_layers)
+    compile: bool = False
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
 

@@ -69,6 +69,19 @@ def check_parallel_sizes(config) -> list[Problem]:
     return problems
 
 
+def check_unsupported_options(config) -> list[Problem]:
+    """Train-side options of the HF models that the Megatron GPT model does not have."""
+    if not config.model.compile:
+        return []
+    return [
+        Problem(
+            key="model.compile",
+            what="is not supported by the megatron train backend (it compiles HF decoder layers, which Megatron does not run)",
+            fix="set model.compile=false with train.name=megatron, or use train.name=fsdp",
+        )
+    ]
+
+
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:build_engine",
@@ -81,7 +94,7 @@ MEGATRON_CARD = TrainCard(
     on_policy_without_old_log_probs=True,
     engine="megatron-core",
     engine_versions=">=0.16,<0.17",
-    checks=(check_parallel_sizes,),
+    checks=(check_parallel_sizes, check_unsupported_options),
 )
 
 
