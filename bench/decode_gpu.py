@@ -1,7 +1,7 @@
 """``hf`` rollout decode throughput at batch 8-256 against the weights-read floor (issue 13, bench 1).
 
     python bench/decode_gpu.py                       # H100: 0.5B reference shape, batches 8..256, < 4 min
-    python bench/decode_gpu.py --batches 64 --modes graph,compile   # + torch.compile (a compilation per batch size)
+    python bench/decode_gpu.py --batches 64 --modes graph,compile,compile_nopack
     python bench/decode_gpu.py --shape 1.5b --batches 64
     SMOKE=1 python bench/decode_gpu.py               # CPU smoke run: a tiny model, seconds
 
@@ -10,13 +10,13 @@ tokens, temperature 1, as in the reference workload) it times ``HFRolloutEngine.
 
 - ``plain``: the transformers loop (``static_decode=false``);
 - ``static``: the static-cache loop without CUDA graphs;
-- ``graph``: the static-cache loop with the decode step in a CUDA graph (the GPU default);
-- ``compile`` (only with ``--modes``): ``graph`` with the step ``torch.compile``d first (one compilation per
+- ``graph``: the static-cache loop with the decode step in a CUDA graph, not compiled;
+- ``compile``: ``graph`` with the step ``torch.compile``d first (the GPU default; one compilation per
   batch size, not timed: it happens in the warm-up call);
-- ``nopack`` (only with ``--modes``): ``graph`` with separate q / k / v and gate / up GEMMs
-  (``pack_projections=false``; packed is the default);
+- ``nopack`` / ``compile_nopack`` (only with ``--modes``): ``graph`` / ``compile`` with separate q / k / v and
+  gate / up GEMMs (``pack_projections=false``; packed is the default);
 
-after one short warm-up call per mode (which also captures the graph). The floor: a decode step must read
+after one warm-up call per mode at the timed length (which also compiles and captures the graph). The floor: a decode step must read
 every weight once, so ``step >= weight bytes / HBM bandwidth`` (bandwidth measured here by a device copy)
 and ``tokens/s <= B / step``. Also reports how many greedy tokens ``graph`` shares with ``plain`` (bf16:
 different kernels may flip near-ties). Writes ``$OUT/decode_gpu.{json,md}`` (``OUT`` default ``/tmp/out``).
@@ -94,8 +94,8 @@ def main() -> None:
     ap.add_argument("--batches", default="8,16" if smoke else "8,16,32,64,128,256")
     ap.add_argument("--prompt", type=int, default=16 if smoke else 128)
     ap.add_argument("--new", type=int, default=12 if smoke else 256)
-    ap.add_argument("--modes", default="plain,static,graph")
-    ap.add_argument("--plain-max-batch", type=int, default=256, help="skip the slow plain loop above this batch")
+    ap.add_argument("--modes", default="plain,static,graph,compile")
+    ap.add_argument("--plain-max-batch", type=int, default=256, help="skip the slow plain and static (no graph) loops above this batch")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() and not smoke else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -114,9 +114,11 @@ def main() -> None:
     n = 8
     engines = {}
     for mode in args.modes.split(","):
-        kw = {"plain": {"static_decode": False}, "static": {"static_decode": True, "cuda_graph": False}, "graph": {"static_decode": True, "cuda_graph": True},
+        kw = {"plain": {"static_decode": False}, "static": {"static_decode": True, "cuda_graph": False, "compile": False},
+              "graph": {"static_decode": True, "cuda_graph": True, "compile": False},
               "compile": {"static_decode": True, "cuda_graph": True, "compile": True},
-              "nopack": {"static_decode": True, "cuda_graph": True, "pack_projections": False}}[mode]
+              "nopack": {"static_decode": True, "cuda_graph": True, "compile": False, "pack_projections": False},
+              "compile_nopack": {"static_decode": True, "cuda_graph": True, "compile": True, "pack_projections": False}}[mode]
         cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if dtype == torch.bfloat16 else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                         rollout=RolloutConfig(engine_kwargs=kw))
         eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=tok)
@@ -132,10 +134,11 @@ def main() -> None:
         row = {"batch": B, "floor_tokens_per_s": B / floor_step}
         greedy = {}
         for mode, eng in engines.items():
-            if mode == "plain" and B > args.plain_max_batch:
+            if mode in ("plain", "static") and B > args.plain_max_batch:
                 continue
             try:
-                eng.generate(batch, SamplingParams(n=n, max_new_tokens=8, temperature=1.0, seed=0))  # warm-up (and capture)
+                # warm-up at the timed length (the same cache size: capture and compilation happen here, not in the timing)
+                eng.generate(batch, SamplingParams(n=n, max_new_tokens=8 if mode == "plain" else args.new, temperature=1.0, seed=0))
                 t = _timed(lambda e=eng: e.generate(batch, SamplingParams(n=n, max_new_tokens=args.new, temperature=1.0, seed=1)), device)
             except Exception as exc:  # noqa: BLE001 - report it and go on with the other modes
                 row[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--steps", type=int, default=1 if os.environ.get("SMOKE") else 2)
     ap.add_argument("--out", help="markdown file to write (default: print only)")
+    ap.add_argument("--keep-metrics", help="copy the run's metrics.jsonl here")
     args = ap.parse_args()
 
     run_dir = tempfile.mkdtemp(prefix="memest_")
@@ -73,6 +75,8 @@ def main() -> int:
     rss = usage.ru_maxrss * 1024  # kB on Linux
     gpu = None
     metrics = os.path.join(run_dir, "metrics.jsonl")
+    if args.keep_metrics and os.path.exists(metrics):
+        shutil.copyfile(metrics, args.keep_metrics)
     if os.path.exists(metrics):
         peaks = [json.loads(line).get("perf/max_memory_allocated_gb") for line in open(metrics) if line.strip()]
         peaks = [p for p in peaks if p is not None]

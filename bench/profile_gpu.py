@@ -90,7 +90,8 @@ def decode_case(args, device: str, mode: str):
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = build_model(args.decode_shape, args.vocab, device, dtype)
-    kw = {"graph": {}, "compile": {"compile": True}, "nopack": {"pack_projections": False}, "eager": {"cuda_graph": False}}[mode]
+    kw = {"graph": {"compile": False}, "compile": {"compile": True}, "nopack": {"compile": False, "pack_projections": False},
+          "eager": {"cuda_graph": False, "compile": False}}[mode]
     cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if device == "cuda" else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                     rollout=RolloutConfig(engine_kwargs={"static_decode": True, **kw}))
     eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=_Tok(args.vocab - 1))

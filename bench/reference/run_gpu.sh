@@ -73,9 +73,7 @@ grpo_run() {  # name, then key=value overrides
     python3 bench/timing_table.py "$dir/metrics.jsonl" >"$OUT/grpo_$name.md" 2>/dev/null && tail -3 "$OUT/grpo_$name.md"
 }
 
-grpo() {
-    grpo_run vllm rollout.name=vllm rollout.calculate_log_probs=true
-    grpo_run hf rollout.name=hf
+trl() {  # TRL's GRPOTrainer on the same workload, with (1) and without (0) gradient checkpointing
     for gc in 1 0; do
         timeout 300 python3 bench/reference/trl_grpo.py --model .gpu/qwen05b-gpt2 --data .gpu/gsm8k/train.parquet \
             --steps "$STEPS" --gradient-checkpointing $gc --out "$OUT/trl_gc$gc.json" >"$OUT/trl_gc$gc.log" 2>&1
@@ -83,28 +81,72 @@ grpo() {
     done
 }
 
-decode() {  # hf rollout decode throughput vs the weights-read floor (bench/decode_gpu.py)
-    timeout 300 python3 bench/decode_gpu.py >"$OUT/decode.log" 2>&1
+grpo() {
+    grpo_run vllm rollout.name=vllm rollout.calculate_log_probs=true
+    grpo_run hf rollout.name=hf
+    trl
+}
+
+grpo_hf() {  # the hf rows of the step table and TRL, in one call (no vLLM wheels needed)
+    grpo_run hf rollout.name=hf
+    trl
+}
+
+decode() {  # hf rollout decode throughput vs the weights-read floor (bench/decode_gpu.py); plain / static loops: earlier runs
+    timeout 300 python3 bench/decode_gpu.py --modes "${DECODE_MODES:-graph,compile,compile_nopack}" >"$OUT/decode.log" 2>&1
     echo "decode exit $?"
     cat "$OUT/decode_gpu.md" 2>/dev/null
 }
 
-mfu() {  # actor update throughput / MFU, and the GSM8K-shape update memory with chunked log-probs off / on
-    timeout 300 python3 bench/update_mfu_gpu.py >"$OUT/mfu.log" 2>&1
+mfu() {  # actor update throughput / MFU with and without compiled layers, and the GSM8K-shape update memory
+    timeout 360 python3 bench/update_mfu_gpu.py --plan "${MFU_PLAN:-0.5b:16,64 1.5b:16,32}" --compile 0,1 >"$OUT/mfu.log" 2>&1
     echo "mfu exit $?"
     cat "$OUT/update_mfu_gpu.md" 2>/dev/null
+}
+
+profile() {  # kernel-time breakdown of the decode step (graph, compiled) and of a 1.5B update (eager, compiled)
+    timeout 300 python3 bench/profile_gpu.py --decode-modes graph,compile --update-variants eager,compile --micro "${PROFILE_MICRO:-32}" >"$OUT/profile.log" 2>&1
+    echo "profile exit $?"
+}
+
+cuda_tests() {  # the CUDA-only tests of the hf rollout's static decoder and of the chunked log-probs
+    timeout 300 python3 -m pytest -p no:cacheprovider -q -rs tests/rollout/test_static_decode.py tests/core/test_logprobs.py \
+        -k "cuda or compiled or sleep" >"$OUT/cuda_tests.log" 2>&1
+    echo "cuda tests exit $?"
+    tail -5 "$OUT/cuda_tests.log"
+}
+
+pack() {  # at most 8 files come back: keep the tables, tar the logs
+    mkdir -p "$OUT/logs"
+    find "$OUT" -maxdepth 1 -type f ! -name '*.md' ! -name '*.json' ! -name 'doctor.txt' ! -name 'logs.tgz' -exec mv {} "$OUT/logs/" \;
+    tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
+    ls "$OUT"
 }
 
 memory() {  # rlcore check's memory estimate next to the measured peak (bench/memory_estimate.py)
     timeout 240 python3 bench/memory_estimate.py bench/reference/grpo_reference.yaml trainer.total_training_steps=2 \
         --out "$OUT/memory_reference.md" >"$OUT/memory_reference.log" 2>&1
     echo "memory reference exit $?"
+    gsm8k_memory
+    tail -12 "$OUT"/memory_*.md 2>/dev/null
+}
+
+gsm8k_memory() {  # examples/gsm8k_grpo.yaml on the 0.5B shape: estimate vs measured peak, NAME (default: gsm8k), overrides
+    local name=${1:-gsm8k}
+    shift
     timeout 300 python3 bench/memory_estimate.py examples/gsm8k_grpo.yaml model.path=.gpu/qwen05b model.random_init=true \
         "data.train_files=[.gpu/gsm8k/train.parquet]" "data.val_files=[.gpu/gsm8k/test.parquet]" trainer.test_freq=-1 \
-        trainer.save_freq=-1 trainer.val_before_train=false "trainer.loggers=[console,jsonl]" \
-        --out "$OUT/memory_gsm8k.md" >"$OUT/memory_gsm8k.log" 2>&1
-    echo "memory gsm8k exit $?"
-    tail -12 "$OUT"/memory_*.md 2>/dev/null
+        trainer.save_freq=-1 trainer.val_before_train=false "trainer.loggers=[console,jsonl]" "$@" --steps "${GSM8K_STEPS:-2}" \
+        --keep-metrics "$OUT/$name.metrics.jsonl" --out "$OUT/memory_$name.md" >"$OUT/memory_$name.log" 2>&1
+    echo "memory $name exit $?"
+}
+
+gsm8k_chunk() {  # the GSM8K example with chunked log-probs (the GPU default) and without: peaks and per-step metrics
+    GSM8K_STEPS=3 gsm8k_memory gsm8k
+    GSM8K_STEPS=3 gsm8k_memory gsm8k_plain model.logprob_chunk_size=0
+    python3 bench/compare_metrics.py "$OUT/gsm8k.metrics.jsonl" "$OUT/gsm8k_plain.metrics.jsonl" --names chunked plain \
+        --out "$OUT/gsm8k_chunk_vs_plain.md" | head -30
+    tail -4 "$OUT"/memory_gsm8k*.md
 }
 
 megatron() {  # megatron-core wheel carried in .gpu/meg (installed by install_base)

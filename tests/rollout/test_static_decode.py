@@ -216,3 +216,23 @@ def test_a_small_engine_keeps_its_weights_and_graphs_through_sleep(model_dir):
     assert not eng._offloaded and next(eng.model.parameters()).is_cuda and eng.static._graphs == graphs
     eng.wake_up()
     assert torch.equal(eng.generate(batch, params).tensors["responses"], first.tensors["responses"])
+
+
+def test_compiled_step_gives_the_plain_loop_tokens_at_two_cache_lengths(model_dir):
+    """engine_kwargs compile=true (the CUDA default) on CPU, where the compiled step runs without a graph; prompts
+    of two widths give two cache lengths (a dynamic dimension), and both decode as the plain loop does."""
+    def cfg(**kw):
+        return RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=400), rollout=RolloutConfig(engine_kwargs=kw))
+
+    eng, plain = factory(cfg(static_decode=True, compile=True), WorkerContext()), factory(cfg(static_decode=False), WorkerContext())
+    assert eng.static.compiled
+    params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0, seed=7, logprobs=True)
+    long = prompt_batch(model_dir, ["x " * 70])
+    assert 128 < long.tensors["input_ids"].shape[1] + 8 <= 256
+    for prompts in (PROMPTS, ["x " * 70]):
+        batch = prompt_batch(model_dir, prompts)
+        a, b = eng.generate(batch, params), plain.generate(batch, params)
+        assert torch.equal(a.tensors["responses"], b.tensors["responses"])
+        mask = b.tensors["response_mask"].bool()
+        assert (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
+    assert sorted(length for _, length in eng.static._graphs) == [128, 256]

@@ -49,7 +49,8 @@ tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
 ``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
 above is the faster one), ``cuda_graph`` (default true), ``check_every``
 (steps between all-finished checks, default 16), ``compile`` (``torch.compile``
-the decode step before capturing it; default false), ``pack_projections`` (q / k / v
+the decode step before capturing it; default: on for CUDA; a step that fails to compile
+is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
 and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
 off with ``share_weights``). Stop strings use the plain loop.
 
@@ -137,7 +138,7 @@ class HFRolloutEngine:
             self.model,
             cuda_graph=bool(kwargs.get("cuda_graph", True)),
             check_every=int(kwargs.get("check_every", 16)),
-            compile=bool(kwargs.get("compile", False)),
+            compile=bool(kwargs.get("compile", self.device.type == "cuda")),
             pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
         )
 
