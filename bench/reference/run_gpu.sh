@@ -110,7 +110,7 @@ profile() {  # kernel-time breakdown of the decode step (graph, compiled) and of
 }
 
 cuda_tests() {  # the CUDA-only tests of the hf rollout's static decoder and of the chunked log-probs
-    timeout 300 python3 -m pytest -p no:cacheprovider -q -rs tests/rollout/test_static_decode.py tests/core/test_logprobs.py \
+    timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -v -rs tests/rollout/test_static_decode.py tests/core/test_logprobs.py \
         -k "cuda or compiled or sleep" >"$OUT/cuda_tests.log" 2>&1
     echo "cuda tests exit $?"
     tail -5 "$OUT/cuda_tests.log"
@@ -132,9 +132,11 @@ memory() {  # rlcore check's memory estimate next to the measured peak (bench/me
 }
 
 gsm8k_memory() {  # examples/gsm8k_grpo.yaml on the 0.5B shape: estimate vs measured peak, NAME (default: gsm8k), overrides
+    # random weights score 0 on GSM8K, which would leave the update nothing to do: the coin reward keeps it at work
     local name=${1:-gsm8k}
     shift
     timeout 300 python3 bench/memory_estimate.py examples/gsm8k_grpo.yaml model.path=.gpu/qwen05b model.random_init=true \
+        reward.name=null reward.custom.path=bench/reference/coin_reward.py \
         "data.train_files=[.gpu/gsm8k/train.parquet]" "data.val_files=[.gpu/gsm8k/test.parquet]" trainer.test_freq=-1 \
         trainer.save_freq=-1 trainer.val_before_train=false "trainer.loggers=[console,jsonl]" "$@" --steps "${GSM8K_STEPS:-2}" \
         --keep-metrics "$OUT/$name.metrics.jsonl" --out "$OUT/memory_$name.md" >"$OUT/memory_$name.log" 2>&1

@@ -7,8 +7,8 @@
 Same workload as bench/reference/grpo_reference.yaml: the same model folder (random bf16 weights from its
 config), the same tokenizer and prompts (GSM8K rows whose chat-templated prompt has at most 128 tokens),
 8 prompts x 8 samples per step, 256 new tokens at temperature 1, beta 0, one optimizer step per
-generation, lr 1e-6; HF generation (no vLLM). The reward is a constant (rl-core's gsm8k scorer gives a
-random model 0 everywhere too), so no side spends time on scoring. Writes per-step wall times (CUDA
+generation, lr 1e-6; HF generation (no vLLM). The reward is a coin per response, fixed by its text
+(``coin_reward.py``, the same function rl-core's side scores with), so both sides run the whole update. Writes per-step wall times (CUDA
 synchronised) and the peak memory to ``--out`` as JSON.
 """
 
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 
 def prompts(data: str, tokenizer, max_len: int, limit: int) -> list[list[dict]]:
@@ -105,8 +107,12 @@ def main() -> None:
         seed=0,
     )
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from coin_reward import coin  # the reward rl-core's side uses (reward.custom.path in grpo_reference.yaml)
+
     def reward(completions, **kwargs):
-        return [0.0] * len(completions)
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [coin(t) for t in texts]
 
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tok, callbacks=[timer])
     if torch.cuda.is_available():
