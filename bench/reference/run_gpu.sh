@@ -110,7 +110,8 @@ profile() {  # kernel-time breakdown of the decode step (graph, compiled) and of
 }
 
 cuda_tests() {  # the CUDA-only tests of the hf rollout's static decoder and of the chunked log-probs
-    timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -v -rs tests/rollout/test_static_decode.py tests/core/test_logprobs.py \
+    # (on the H100 the 10 tests passed in 85 s, then the interpreter did not exit: hence the timeout; not investigated)
+    timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -p no:cacheprovider -v -rs tests/rollout/test_static_decode.py tests/core/test_logprobs.py \
         -k "cuda or compiled or sleep" >"$OUT/cuda_tests.log" 2>&1
     echo "cuda tests exit $?"
     tail -5 "$OUT/cuda_tests.log"
@@ -148,7 +149,7 @@ gsm8k_chunk() {  # the GSM8K example with chunked log-probs (the GPU default) an
     GSM8K_STEPS=3 gsm8k_memory gsm8k_plain model.logprob_chunk_size=0
     python3 bench/compare_metrics.py "$OUT/gsm8k.metrics.jsonl" "$OUT/gsm8k_plain.metrics.jsonl" --names chunked plain \
         --out "$OUT/gsm8k_chunk_vs_plain.md" | head -30
-    tail -4 "$OUT"/memory_gsm8k*.md
+    tail -n 4 "$OUT"/memory_gsm8k*.md
 }
 
 megatron() {  # megatron-core wheel carried in .gpu/meg (installed by install_base)
