@@ -110,6 +110,8 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
             init_method=f"file://{store_file}",
             rank=context.rank,
             world_size=context.world_size,
+            # the group's device, so barriers do not have to guess it (and warn)
+            device_id=context.torch_device if context.device.startswith("cuda") else None,
         )
         from rl_core.worker import HybridWorker
 

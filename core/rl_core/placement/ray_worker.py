@@ -78,7 +78,8 @@ class RankWorker:
             if backend == "nccl":
                 torch.cuda.set_device(0)  # Ray shows each actor only its own GPU
             dist.init_process_group(
-                backend, init_method=f"tcp://{master_addr}:{port}", rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s)
+                backend, init_method=f"tcp://{master_addr}:{port}", rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
+                device_id=torch.device("cuda", 0) if backend == "nccl" else None,
             )
         except Exception as exc:  # noqa: BLE001
             raise RankFailure(

@@ -72,7 +72,8 @@ def _rank_main(conn, fn, rank: int, world_size: int, port: int, backend: str, th
         if backend == "nccl":
             torch.cuda.set_device(rank)
         dist.init_process_group(
-            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout)
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout),
+            device_id=torch.device("cuda", rank) if backend == "nccl" else None,
         )
         try:
             result = fn(rank, world_size, *args)
