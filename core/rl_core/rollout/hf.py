@@ -63,6 +63,7 @@ memory and the caches are dropped, unless together they hold at most
 from __future__ import annotations
 
 import gc
+import itertools
 import warnings
 from typing import Any, Iterable
 
@@ -314,7 +315,8 @@ class HFRolloutEngine:
 
     def held_bytes(self) -> int:
         """Device memory this engine holds: its weights and the static decoder's caches."""
-        weights = sum(t.numel() * t.element_size() for t in self.model.state_dict().values() if t.device.type != "cpu")
+        tensors = itertools.chain(self.model.parameters(), self.model.buffers())  # tied weights once
+        weights = sum(t.numel() * t.element_size() for t in tensors if t.device.type != "cpu")
         return weights + (self.static.cache_bytes() if self.static is not None else 0)
 
     def wake_up(self) -> None:
