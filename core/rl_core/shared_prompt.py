@@ -8,8 +8,8 @@ row. Autograd flows through the cache, so the update path gets the same
 gradients as the plain forward (tests compare both, values and gradients);
 the compute saved is ``(n - 1) / n`` of the prompt tokens.
 
-Used when it is sound: a causal LM whose ``forward`` takes ``past_key_values``
-and ``position_ids``, gradient checkpointing off (transformers drops the cache
+Used when it is sound: a causal LM whose ``forward`` takes a KV cache
+(``cache``, or ``past_key_values`` before transformers 5.24: :mod:`rl_core.hf_cache`) and ``position_ids``, gradient checkpointing off (transformers drops the cache
 under it), and at least one group of two or more rows. Callers keep a plain
 path for everything else (FSDP-sharded modules included: a module used twice
 in one forward is not something every FSDP version reduces correctly).
@@ -20,6 +20,8 @@ from __future__ import annotations
 import inspect
 
 import torch
+
+from rl_core.hf_cache import cache_keyword, output_cache
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int) -> torch.Tensor:
@@ -42,7 +44,7 @@ def can_share_prompts(model: torch.nn.Module) -> bool:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
-    return "past_key_values" in params and "position_ids" in params
+    return cache_keyword(model) is not None and "position_ids" in params
 
 
 def shared_prompt_logits(
@@ -72,7 +74,7 @@ def shared_prompt_logits(
         use_cache=True,
         logits_to_keep=1,
     )
-    cache = out.past_key_values
+    cache = output_cache(out)
     first_logits = out.logits[:, -1:][groups]  # predicts response token 0
     if R == 1:
         return first_logits
@@ -81,7 +83,7 @@ def shared_prompt_logits(
         input_ids=input_ids[:, P:-1],
         attention_mask=attention_mask[:, :-1],
         position_ids=position_ids[:, P:-1],
-        past_key_values=cache,
         use_cache=True,
+        **{cache_keyword(model): cache},
     ).logits  # predicts response tokens 1 .. R-1
     return torch.cat([first_logits.to(rest.dtype), rest], dim=1)

@@ -194,10 +194,10 @@ def test_a_repacked_model_drops_its_graphs_and_follows_the_new_weights(model_dir
     first = eng.static._packs
     assert first is not None and all(pk is not None for pk in first) and eng.static._graphs
     # new weights with new storage (as a sleep / wake-up cycle gives them): repacked, caches dropped
-    new = {k: v + 0.01 * torch.randn_like(v) for k, v in plain.model.state_dict().items()}
-    plain.model.load_state_dict(new)
-    for name, p in eng.model.named_parameters():
-        p.data = new[name].clone()
+    new = {k: v + 0.01 * torch.randn_like(v) for k, v in plain.model.named_parameters()}  # tied weights once
+    for model in (plain.model, eng.model):
+        for name, p in model.named_parameters():
+            p.data = new[name].clone()
     eng.static._graphs[(99, 99)] = "stale"  # a stand-in for a graph over the old storage
     out = eng.generate(batch, params)
     assert eng.static._packs is not first and (99, 99) not in eng.static._graphs

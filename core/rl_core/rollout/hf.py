@@ -71,6 +71,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
+from rl_core.hf_cache import cache_keyword, output_cache
 from rl_core.modeling import (
     load_causal_lm,
     load_tokenizer,
@@ -210,7 +211,8 @@ class HFRolloutEngine:
         model = self.model
         pos = position_ids_from_mask(mask)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = output_cache(out)
+        cache_kw = cache_keyword(model) or "past_key_values"
         logits = out.logits[:, -1].float()
         del out
         if n > 1:
@@ -239,8 +241,8 @@ class HFRolloutEngine:
             if t == R - 1 or bool(done.all()):
                 break
             mask = torch.cat([mask, ones], dim=1)
-            out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1), past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=next_pos.unsqueeze(1), use_cache=True, **{cache_kw: cache})
+            cache = output_cache(out)
             logits = out.logits[:, -1].float()
             del out
             next_pos = next_pos + 1
