@@ -251,7 +251,9 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     if device != "cpu" and r.enable_sleep and not fraction_engine:
         hf_held = rollout_held + t.get("rollout KV cache", 0)
         total = available if available is not None else device_memory(device)
-        rollout_held = hf_held if keeps_through_sleep(hf_held, total, threshold_of(r.engine_kwargs)) else 0.0
+        # device unknown (a GPU config checked on a laptop): count the engine as kept, the larger of the two
+        kept = total is None or keeps_through_sleep(hf_held, total, threshold_of(r.engine_kwargs))
+        rollout_held = hf_held if kept else 0.0
     elif device != "cpu" and r.enable_sleep:
         rollout_held = 0.0
     if fraction_engine and not r.enable_sleep:
