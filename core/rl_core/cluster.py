@@ -95,7 +95,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str]) -> None:
+def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
     os.environ.update(env)
     import torch
     import torch.distributed as dist
@@ -105,17 +105,18 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
     try:
         if context.device.startswith("cuda"):
             torch.cuda.set_device(context.torch_device)
-        dist.init_process_group(
-            "nccl" if context.device.startswith("cuda") else "gloo",
-            init_method=f"file://{store_file}",
-            rank=context.rank,
-            world_size=context.world_size,
-            # the group's device, so barriers do not have to guess it (and warn)
-            device_id=context.torch_device if context.device.startswith("cuda") else None,
-        )
+        if context.world_size > 1:  # a single worker (a role's own pool of one) runs unsharded, as in-process
+            dist.init_process_group(
+                "nccl" if context.device.startswith("cuda") else "gloo",
+                init_method=f"file://{store_file}",
+                rank=context.rank,
+                world_size=context.world_size,
+                # the group's device, so barriers do not have to guess it (and warn)
+                device_id=context.torch_device if context.device.startswith("cuda") else None,
+            )
         from rl_core.worker import HybridWorker
 
-        worker = HybridWorker(stack, context)
+        worker = HybridWorker(stack, context, roles)
         conn.send(("ok", None))
     except BaseException as exc:  # noqa: BLE001
         conn.send(("error", _describe(exc)))
@@ -140,25 +141,39 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
 
 
 class LocalCluster:
-    """One worker per rank on this machine (in-process for a single rank)."""
+    """One worker per rank on this machine (in-process for a single rank).
 
-    def __init__(self, stack, *, spawn: bool | None = None) -> None:
+    ``roles`` / ``world_size`` / ``first_device``: a resource pool of its own
+    (:mod:`rl_core.placement.pools`): workers holding only ``roles``, on the
+    GPUs from ``cuda:first_device`` on, in processes of their own with their own
+    process group; ``processes`` is how many worker processes share this
+    machine's cores in all.
+    """
+
+    def __init__(
+        self, stack, *, spawn: bool | None = None, roles: tuple[str, ...] | None = None, world_size: int | None = None,
+        first_device: int = 0, processes: int | None = None,
+    ) -> None:
         config = stack.config
-        self.world_size = stack.sizes.world_size
+        self.world_size = stack.sizes.world_size if world_size is None else world_size
         self.device = stack.sizes.device
         self.stack = stack
+        self.roles = roles
         spawn = self.world_size > 1 if spawn is None else spawn
         if self.world_size > 1 and not spawn:
             raise ValueError("several ranks need spawned processes")
         threads = config.trainer.torch_threads
-        if threads is None and self.device == "cpu" and self.world_size > 1:
-            threads = max(1, (os.cpu_count() or 1) // self.world_size)
+        processes = processes or self.world_size
+        if threads is None and self.device == "cpu" and processes > 1:
+            threads = max(1, (os.cpu_count() or 1) // processes)
         self._procs: list[mp.Process] = []
         self._conns: list[Any] = []
         self._local = None
         self._store_dir: str | None = None
         contexts = [
-            WorkerContext(rank=r, world_size=self.world_size, local_rank=r, device=_device_for(self.device, r), seed=config.trainer.seed)
+            WorkerContext(
+                rank=r, world_size=self.world_size, local_rank=first_device + r, device=_device_for(self.device, first_device + r), seed=config.trainer.seed
+            )
             for r in range(self.world_size)
         ]
         if not spawn:
@@ -170,7 +185,7 @@ class LocalCluster:
                 torch.set_num_threads(threads)
             if self.device == "cuda":
                 torch.cuda.set_device(0)
-            self._local = HybridWorker(stack, contexts[0])
+            self._local = HybridWorker(stack, contexts[0], roles)
             return
         ctx = mp.get_context("spawn")
         self._store_dir = tempfile.mkdtemp(prefix="rl-core-rendezvous-")  # 0700: only this user
@@ -182,7 +197,8 @@ class LocalCluster:
         # own, hence run before it, kills whatever is still alive.
         for context in contexts:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env), daemon=False, name=f"rl-core-worker-{context.rank}")
+            name = f"rl-core-{'-'.join(roles)}-{context.rank}" if roles else f"rl-core-worker-{context.rank}"
+            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env, roles), daemon=False, name=name)
             proc.start()
             self._procs.append(proc)
             self._conns.append(parent)
@@ -214,11 +230,11 @@ class LocalCluster:
                     if status == "ok":
                         results[rank] = value
                     else:
-                        errors.append(f"rank {rank} failed in {method}: {value}")
+                        errors.append(f"{self._who}rank {rank} failed in {method}: {value}")
                 elif not proc.is_alive() and not conn.poll(0):
                     pending.discard(rank)
                     errors.append(
-                        f"rank {rank} died during {method} with exit code {proc.exitcode}"
+                        f"{self._who}rank {rank} died during {method} with exit code {proc.exitcode}"
                         + (" (killed: often the OOM killer; lower micro-batch sizes)" if proc.exitcode and proc.exitcode < 0 else "")
                     )
             if errors and pending:
@@ -228,6 +244,10 @@ class LocalCluster:
         if errors:
             raise WorkerError("\n".join(after_a_death(errors)))
         return results
+
+    @property
+    def _who(self) -> str:
+        return f"{'+'.join(self.roles)} pool " if self.roles else ""
 
     def close(self, force: bool = False) -> None:
         if self._local is not None:

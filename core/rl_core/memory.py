@@ -205,9 +205,10 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     t: dict[str, float] = {}
     t["actor parameters (fp32)"] = 4 * P / S
     t["actor AdamW state"] = 8 * P / S
-    if config.ref.enable:
+    pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
+    if config.ref.enable and "ref" not in pools:
         t["reference parameters"] = c * P / S
-    if config.critic.enable:
+    if config.critic.enable and "critic" not in pools:
         t["critic parameters + AdamW"] = 12 * P / S
     fraction_engine = r.name in FRACTION_ENGINES and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
@@ -241,7 +242,8 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
         logits_update = t["logits (update)"] = micro * R * shape.vocab * (c + 16)
         logits_lp = t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
     if config.critic.enable:
-        t["critic gradients + activations (update)"] = 4 * P / S + act
+        Sc = pools["critic"][1] if "critic" in pools else S
+        t["critic gradients + activations (update)"] = 4 * P / Sc + act
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
     states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0)
@@ -265,8 +267,15 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
         "update": runtime + states + rollout_held + t["actor gradients (update)"] + t.get("autocast weight copy (update)", 0)
         + t.get("gathered layers (update)", 0) + act + logits_update,
     }
-    if config.critic.enable:
+    if config.critic.enable and "critic" in pools:  # on the critic's own devices: its state and its update alone
+        Sc = pools["critic"][1]
+        t["critic parameters + AdamW (own devices)"] = 12 * P / Sc
+        phases["critic update (own devices)"] = runtime + t["critic parameters + AdamW (own devices)"] + t["critic gradients + activations (update)"]
+    elif config.critic.enable:
         phases["critic update"] = runtime + states + rollout_held + t["critic gradients + activations (update)"]
+    if config.ref.enable and "ref" in pools:
+        t["reference parameters (own devices)"] = c * P / pools["ref"][1]
+        phases["reference log-probs (own devices)"] = runtime + t["reference parameters (own devices)"] + logits_lp
     if runtime:
         t = {"process runtime (python, torch, ...)": runtime, **t}
     available = available if available is not None else device_memory(device)

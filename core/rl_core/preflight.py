@@ -286,15 +286,22 @@ def runs_elsewhere(config: Any) -> bool:
 def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:
     t = config.trainer
     out: list[Problem] = []
-    world = t.nnodes * t.n_gpus_per_node
+    # roles on devices of their own (critic / ref n_gpus_per_node) take more GPUs (processes on CPU) of this machine
+    pools = {role: getattr(config, role).n_gpus_per_node for role in ("critic", "ref") if getattr(config, role).n_gpus_per_node}
+    world = t.nnodes * t.n_gpus_per_node + sum(pools.values())
     if t.device == "cuda" and not runs_elsewhere(config):
         import torch
 
         if not torch.cuda.is_available():
             out.append(Problem(key="trainer.device", what="is 'cuda' but no CUDA GPU is visible to torch" + ("" if torch.version.cuda else f" (torch {torch.__version__} is a CPU build)"), fix="set trainer.device=cpu (or auto), or run on a machine with a GPU and a CUDA build of torch; to check a config meant for another machine here, `rlcore check --skip-device-check`"))
-        elif t.nnodes == 1 and torch.cuda.device_count() < t.n_gpus_per_node:
+        elif t.nnodes == 1 and torch.cuda.device_count() < t.n_gpus_per_node + sum(pools.values()):
             n = torch.cuda.device_count()
-            out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but this machine has {n} GPU(s)", fix=f"set trainer.n_gpus_per_node to at most {n}; nearest valid value: {n}"))
+            if pools:
+                shares = " + ".join([f"trainer.n_gpus_per_node={t.n_gpus_per_node}"] + [f"{r}.n_gpus_per_node={g}" for r, g in pools.items()])
+                out.append(Problem(key=f"{next(iter(pools))}.n_gpus_per_node", what=f"the run needs {shares} = {t.n_gpus_per_node + sum(pools.values())} GPUs but this machine has {n}",
+                                   fix="lower the pools' sizes, or leave the roles in the actor's workers (remove <role>.n_gpus_per_node)"))
+            else:
+                out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but this machine has {n} GPU(s)", fix=f"set trainer.n_gpus_per_node to at most {n}; nearest valid value: {n}"))
     cores = cpu_count or os.cpu_count() or 1
     if t.device == "cpu" and world > cores:
         out.append(Problem(key="trainer.n_gpus_per_node", severity="warning", what=f"{world} worker processes on {cores} CPU cores: they compete for the cores and each step is slower", fix=f"set trainer.n_gpus_per_node to at most {cores}"))

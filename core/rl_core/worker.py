@@ -2,7 +2,10 @@
 
 Colocated, as in verl's hybrid engine: each worker holds the train backend's
 roles and a rollout engine, and weight sync is an in-memory copy from the
-actor to the rollout engine of the same process. The placement layer
+actor to the rollout engine of the same process. A critic or reference model
+given devices of its own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``)
+lives in workers that hold only that role (:func:`worker_roles`,
+:mod:`rl_core.placement.pools`). The placement layer
 (:mod:`rl_core.cluster`) creates one worker per rank and calls its methods;
 nothing here knows whether it runs in-process, in a spawned process or in a
 Ray actor.
@@ -27,21 +30,41 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+#: the role a worker method serves: a role on workers of its own (rl_core.placement.pools) gets these calls
+ROLE_OF_METHOD = {"compute_values": "critic", "update_critic": "critic", "compute_ref_log_prob": "ref"}
+#: methods every worker of every pool runs (each for the roles it holds)
+EVERY_POOL = ("set_total_steps", "save_checkpoint", "load_checkpoint", "peak_memory_gb")
+
+
+def worker_roles(config, pool: str = "main") -> tuple[str, ...]:
+    """The roles the workers of ``pool`` hold: ``main`` (the actor, the rollout, and every enabled role without a
+    pool of its own, colocated as in verl's hybrid engine) or a role's own pool (``critic``, ``ref``)."""
+    if pool != "main":
+        return (pool,)
+    roles = ["actor", "rollout"]
+    for role in ("ref", "critic"):
+        section = getattr(config, role)
+        if section.enable and section.n_gpus_per_node is None:
+            roles.append(role)
+    return tuple(roles)
+
+
 class HybridWorker:
-    def __init__(self, stack, context: WorkerContext) -> None:
+    def __init__(self, stack, context: WorkerContext, roles: tuple[str, ...] | None = None) -> None:
         self.stack = stack
         self.context = context
         config = stack.config
+        self.roles = worker_roles(config) if roles is None else tuple(roles)
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()
-        self.actor = make_train("actor", config, context)
-        self.ref = make_train("ref", config, context) if config.ref.enable else None
-        self.critic = make_train("critic", config, context) if config.critic.enable else None
-        self.rollout = stack.rollout.load()(config, context)
+        self.actor = make_train("actor", config, context) if "actor" in self.roles else None
+        self.ref = make_train("ref", config, context) if "ref" in self.roles else None
+        self.critic = make_train("critic", config, context) if "critic" in self.roles else None
+        self.rollout = stack.rollout.load()(config, context) if "rollout" in self.roles else None
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
-        # Start from the actor's exact weights (random-init models, dtype casts, ...).
-        self.sync_weights()
+        if self.rollout is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
+            self.sync_weights()
 
     # ----------------------------------------------------------------- rollout
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
@@ -110,11 +133,12 @@ class HybridWorker:
             engine.load_checkpoint(f"{path}/{name}")
 
     def save_hf(self, path: str) -> None:
-        self.actor.save_hf(path)
+        if self.actor is not None:
+            self.actor.save_hf(path)
 
     def shutdown(self) -> None:
         for engine in [*self._train_engines(), self.rollout]:
-            closer = getattr(engine, "shutdown", None)
+            closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:
                 closer()
 

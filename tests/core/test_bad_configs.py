@@ -123,6 +123,7 @@ CASES = {
     "generator option misspelt": ("data.train_generator.kwargs.max_term", ["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic", "data.train_generator.kwargs={max_term: 3}"]),
     "data file is a folder": ("data.train_files", lambda t: [f"data.train_files=[{t}]"]),
     "hf rollout engine option misspelt": ("rollout.engine_kwargs.static_decod", ["rollout.engine_kwargs.static_decod=false"]),
+    "a pool of its own for a critic the run does not have": ("critic.n_gpus_per_node", ["critic.n_gpus_per_node=2", "critic.enable=false"]),
     "model.compile with the megatron backend": ("model.compile", ["train.name=megatron", "model.compile=true"]),
     "hf rollout sleep threshold above 1": ("rollout.engine_kwargs.sleep_threshold", ["rollout.engine_kwargs.sleep_threshold=5"]),
     "estimator option misspelt": ("algorithm.options.norm_adv_by_sd", ["algorithm.options.norm_adv_by_sd=false"]),

@@ -101,3 +101,18 @@ def test_cluster_runs_are_not_checked_against_this_machines_gpus(where, remote, 
     assert keys == ([] if remote else ["trainer.device"])
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # what `ray job submit` sets
     assert runs_elsewhere(config) is (remote or "trainer.placement=ray" in where)
+
+
+def test_pools_count_against_this_machines_gpus(monkeypatch):
+    """4 actor GPUs + a critic on 2 of its own need 6 GPUs here; a machine with 4 is told so, naming the pool."""
+    import torch
+    from rl_core.config.load import load_config
+    from rl_core.preflight import device_problems
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    config = load_config(None, [*GOOD, "trainer.device=cuda", "trainer.n_gpus_per_node=4"])
+    assert device_problems(config) == []
+    problems = device_problems(load_config(None, [*GOOD, "trainer.device=cuda", "trainer.n_gpus_per_node=4", "critic.n_gpus_per_node=2"]))
+    assert [p.key for p in problems] == ["critic.n_gpus_per_node"]
+    assert "trainer.n_gpus_per_node=4 + critic.n_gpus_per_node=2 = 6 GPUs but this machine has 4" in problems[0].render()

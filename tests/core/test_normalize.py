@@ -102,3 +102,34 @@ def test_non_positive_sizes(key, value):
     assert sizes is None
     assert [p.key for p in problems] == [key]
     assert "positive" in problems[0].what
+
+
+def test_a_critic_pool_of_its_own_sizes_the_critic_by_its_ranks():
+    # 4 actor GPUs, critic on 2 of its own: 16 prompts x 4 = 64 seqs; critic mini 16 prompts = 64 seqs / 2 ranks
+    # = 32 per critic rank, micro 8 -> 4 accumulation steps (the actor: 64 / 4 = 16 per rank, 2 steps of 8)
+    _, sizes, problems = _norm(
+        "trainer.n_gpus_per_node=4", "data.train_batch_size=16", "rollout.n=4", "actor.ppo_mini_batch_size=16",
+        "actor.ppo_micro_batch_size_per_gpu=8", "critic.n_gpus_per_node=2", needs_critic=True,
+    )
+    assert problems == []
+    assert sizes.pools == {"critic": (2, 2)} and sizes.ranks("critic") == (2, 2) and sizes.ranks("ref") == (4, 4)
+    assert sizes.actor_mini_batch_per_rank == 16 and sizes.actor_grad_accum == 2
+    assert sizes.critic_mini_batch_per_rank == 32 and sizes.critic_grad_accum == 4
+    assert sizes.devices == 6
+    assert ("critic workers (own pool)", "2 (2 data-parallel), 32 sequences each") in sizes.table()
+
+
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        (["critic.n_gpus_per_node=2", "critic.enable=false"], "critic.n_gpus_per_node", "has no critic"),
+        (["ref.nnodes=2"], "ref.nnodes", "ref.n_gpus_per_node is not set"),
+        (["actor.use_kl_loss=true", "ref.n_gpus_per_node=2", "ref.nnodes=2"], "ref.nnodes", "needs Ray"),
+        (["actor.use_kl_loss=true", "ref.n_gpus_per_node=3"], "ref.n_gpus_per_node", "cannot be split over the ref's 3"),
+    ],
+    ids=["pool-for-a-role-that-is-off", "nnodes-without-a-pool", "several-nodes-locally", "pool-not-dividing-the-step"],
+)
+def test_pool_problems_name_the_key(overrides, key, words):
+    _, sizes, problems = _norm("data.train_batch_size=8", "rollout.n=4", "actor.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size_per_gpu=4", *overrides)
+    assert sizes is None and [p.key for p in problems] == [key], [p.render() for p in problems]
+    assert words in problems[0].render()

@@ -4,24 +4,14 @@ token-budget micro-batches on gives the same metrics as the same job with them o
 from __future__ import annotations
 
 import pytest
-from rl_core.config.load import load_config
-from rl_core.resolver import resolve
-from rl_core.trainer.loop import Trainer
 
-from tests.e2e.helpers import read_metrics, write_tiny_run
+from tests.e2e.helpers import train_tiny
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
 
 
 def _run(tmp, **extra):
-    stack, problems = resolve(load_config(write_tiny_run(tmp, steps=2, **extra)))
-    assert stack is not None, [p.render() for p in problems]
-    trainer = Trainer(stack, progress=False)
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-    return read_metrics(tmp / "out")
+    return train_tiny(tmp, steps=2, **extra)
 
 
 def test_the_options_change_nothing_but_speed(tmp_path):

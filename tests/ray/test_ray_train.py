@@ -126,3 +126,33 @@ def test_killed_worker_ends_the_run_and_the_same_command_resumes(tmp_path, two_n
     resumed = re.search(r"resumed from \S+ \(step (\d+)\)", again.output)
     assert resumed and 1 <= int(resumed.group(1)) < STEPS, again.output
     _assert_same_metrics(reference, read_metrics(tmp_path / "out"))
+
+
+def _pools_placed(output: str) -> dict[str, str]:
+    """pool (``actor+rollout``, ``critic``) -> the node id prefix its rank 0 landed on, from the tables the run prints."""
+    found, pool = {}, None
+    for line in output.splitlines():
+        head = re.match(r"ray: \d+ worker\(s\) \[([\w+]+)\]", line)
+        if head:
+            pool = head.group(1)
+        rank0 = re.search(r"rank 0 -> node \S+ \((\w+), ", line)
+        if rank0 and pool:
+            found[pool] = rank0.group(1)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_critic_in_a_pool_of_its_own_on_the_other_node(tmp_path, two_node_cluster):
+    """PPO with the critic given a worker of its own (critic.n_gpus_per_node=1): on a node with one CPU each, the
+    actor's pool and the critic's land on different nodes, and the run equals the colocated in-process one."""
+    common = dict(estimator="gae", steps=2, trainer__torch_threads=1)
+    local = write_tiny_run(tmp_path / "local", **common)
+    out = subprocess.run([sys.executable, "-m", "rl_core", "train", str(local), "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cfg = write_tiny_run(tmp_path / "ray", **common, trainer__placement="ray", ray__address=two_node_cluster.address, critic__n_gpus_per_node=1)
+    run = Train(cfg, two_node_cluster.env)
+    assert run.finish() == 0, run.output
+    placed = _pools_placed(run.output)
+    assert set(placed) == {"actor+rollout", "critic"} and placed["actor+rollout"] != placed["critic"], run.output
+    _assert_same_metrics(read_metrics(tmp_path / "local" / "out"), read_metrics(tmp_path / "ray" / "out"))

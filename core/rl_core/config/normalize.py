@@ -45,6 +45,17 @@ class Sizes:
     critic_mini_batch_per_rank: int | None = None
     critic_micro_batch_per_rank: int | None = None
     critic_grad_accum: int | None = None
+    # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
+    pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+
+    @property
+    def devices(self) -> int:
+        """Devices (processes on CPU) of the whole run: the actor's workers and every role's own pool."""
+        return self.world_size + sum(workers for workers, _ in self.pools.values())
+
+    def ranks(self, role: str) -> tuple[int, int]:
+        """``(workers, data-parallel ranks)`` that run ``role``: its own pool's, or the actor's."""
+        return self.pools.get(role, (self.world_size, self.train_dp))
 
     def table(self) -> list[tuple[str, str]]:
         rows = [
@@ -58,6 +69,8 @@ class Sizes:
             ("actor mini-batch per rank", f"{self.actor_mini_batch_per_rank} sequences"),
             ("actor micro-batch per rank", f"{self.actor_micro_batch_per_rank} sequences x {self.actor_grad_accum} accumulation steps"),
         ]
+        for role, (workers, dp) in sorted(self.pools.items()):
+            rows.append((f"{role} workers (own pool)", f"{workers} ({dp} data-parallel), {self.sequences_per_step // dp} sequences each"))
         if self.critic_mini_batches is not None:
             rows += [
                 ("critic mini-batch per rank", f"{self.critic_mini_batch_per_rank} sequences"),
@@ -223,11 +236,15 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         size_ok = False
     if not size_ok:  # one root cause at a time: mini-batch checks would repeat it
         return config, None, problems
+    pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable)})
+    if pools is None:
+        return config, None, problems
     actor_sizes = _mini_micro(problems, "actor", prompts_per_step=prompts, n=r.n, dp=dp, mini=a.ppo_mini_batch_size, micro=a.ppo_micro_batch_size_per_gpu)
     critic_sizes = None
     if critic_on:
+        critic_dp = pools.get("critic", (world, dp))[1]
         critic_sizes = _mini_micro(
-            problems, "critic", prompts_per_step=prompts, n=r.n, dp=dp, mini=critic.ppo_mini_batch_size, micro=critic.ppo_micro_batch_size_per_gpu
+            problems, "critic", prompts_per_step=prompts, n=r.n, dp=critic_dp, mini=critic.ppo_mini_batch_size, micro=critic.ppo_micro_batch_size_per_gpu
         )
         if critic_sizes is None:
             size_ok = False
@@ -252,5 +269,41 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
         critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
         critic_grad_accum=critic_sizes[3] if critic_sizes else None,
+        pools=pools,
     )
     return config, sizes, problems
+
+
+def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on: dict[str, bool]) -> dict[str, tuple[int, int]] | None:
+    """``role -> (workers, data-parallel ranks)`` for the roles given workers of their own; None after a problem."""
+    pools: dict[str, tuple[int, int]] = {}
+    before = len(problems)
+    for role in ("critic", "ref"):
+        section = getattr(config, role)
+        if section.n_gpus_per_node is None:
+            if section.nnodes != 1:
+                problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes} but {role}.n_gpus_per_node is not set, so the {role} has no pool of its own",
+                                        fix=f"set {role}.n_gpus_per_node too, or leave {role}.nnodes at 1"))
+            continue
+        if not on[role]:
+            problems.append(Problem(key=f"{role}.n_gpus_per_node", what=f"gives the {role} workers of its own, but the run has no {role}",
+                                    fix=f"remove {role}.n_gpus_per_node, or set {role}.enable=true"))
+            continue
+        workers = section.nnodes * section.n_gpus_per_node
+        if section.nnodes > 1 and config.trainer.placement != "ray":
+            problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes}: a pool on several nodes needs Ray",
+                                    fix="set trainer.placement=ray (docs/ray.md)"))
+            continue
+        if workers % mp:
+            problems.append(Problem(key=f"{role}.n_gpus_per_node",
+                                    what=f"the {role}'s {workers} devices ({role}.nnodes={section.nnodes} x {role}.n_gpus_per_node={section.n_gpus_per_node}) are not divisible by train TP x PP = {mp}",
+                                    fix=f"give the {role} a multiple of {mp} devices"))
+            continue
+        pdp = workers // mp
+        if seqs % pdp:
+            problems.append(Problem(key=f"{role}.n_gpus_per_node",
+                                    what=f"a step's {seqs} sequences cannot be split over the {role}'s {pdp} data-parallel ranks ({seqs} % {pdp} = {seqs % pdp})",
+                                    fix=f"give the {role} a number of data-parallel ranks that divides {seqs}: {', '.join(map(str, nearest_divisors(pdp, seqs)))}"))
+            continue
+        pools[role] = (workers, pdp)
+    return None if len(problems) > before else pools

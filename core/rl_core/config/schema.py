@@ -204,12 +204,18 @@ class CriticConfig:
     cliprange_value: float = num(0.5, gt=0, hint="0.5 is usual")
     loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
     optim: OptimConfig = field(factory=lambda: OptimConfig(lr=1e-5))
+    # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
+    n_gpus_per_node: int | None = pos(None, hint="devices of the critic's own workers per node; null shares the actor's")
+    nnodes: int = pos(1)
 
 
 @attrs.frozen(kw_only=True)
 class RefConfig:
     enable: bool | None = None  # None: on when a KL term is used
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
+    # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
+    n_gpus_per_node: int | None = pos(None, hint="devices of the reference model's own workers per node; null shares the actor's")
+    nnodes: int = pos(1)
 
 
 @attrs.frozen(kw_only=True)

@@ -28,35 +28,33 @@ from rl_core.placement.ray_group import RayWorkerGroup
 from rl_core.placement.ray_pools import ResourcePool
 
 
-def roles_of(config) -> tuple[str, ...]:
-    """The roles one hybrid worker holds: they share its process and its device."""
-    roles = ["actor"]
-    if config.ref.enable:
-        roles.append("ref")
-    if config.critic.enable:
-        roles.append("critic")
-    roles.append("rollout")
-    return tuple(roles)
-
-
 class RayCluster:
-    """One hybrid worker per rank, each in its own Ray actor."""
+    """One hybrid worker per rank, each in its own Ray actor.
 
-    def __init__(self, stack, *, log_placement: bool = True) -> None:
+    ``pool``: ``main`` (the actor's workers, ``trainer.nnodes`` x ``trainer.n_gpus_per_node``) or a role with a
+    pool of its own (``critic``, ``ref``: ``<role>.nnodes`` x ``<role>.n_gpus_per_node``,
+    :mod:`rl_core.placement.pools`), whose workers hold ``roles`` only.
+    """
+
+    def __init__(self, stack, *, log_placement: bool = True, roles: tuple[str, ...] | None = None, pool: str = "main") -> None:
+        from rl_core.worker import worker_roles
+
         ray = import_ray()
         config = stack.config
         trainer, rcfg = config.trainer, config.ray
-        self.world_size = stack.sizes.world_size
+        roles = tuple(roles) if roles is not None else worker_roles(config, pool)
+        section = trainer if pool == "main" else getattr(config, pool)
+        self.world_size = stack.sizes.world_size if pool == "main" else stack.sizes.pools[pool][0]
         self.device = stack.sizes.device
         self.group: RayWorkerGroup | None = None
         self._owns_connection = connect(rcfg)
         try:
-            pool = ResourcePool(roles_of(config), trainer.nnodes, trainer.n_gpus_per_node, self.device, rcfg.cpus_per_worker)
+            pool_ = ResourcePool(roles, section.nnodes, section.n_gpus_per_node, self.device, rcfg.cpus_per_worker)
             threads = trainer.torch_threads
             if threads is None and self.device == "cpu":
                 threads = max(1, int(rcfg.cpus_per_worker))
             self.group = RayWorkerGroup(
-                pool,
+                pool_,
                 collective_timeout_s=rcfg.collective_timeout_s,
                 start_timeout_s=rcfg.start_timeout_s,
                 threads=threads,
@@ -69,7 +67,7 @@ class RayCluster:
                 print(self.group.describe(), flush=True)
             device = "cuda:0" if self.device == "cuda" else "cpu"  # Ray shows each actor only its own GPU
             stack_ref = ray.put(stack)
-            self.group.call_actors("start", [(stack_ref, device, trainer.seed)] * self.world_size, "start (building the workers)")
+            self.group.call_actors("start", [(stack_ref, device, trainer.seed, roles)] * self.world_size, "start (building the workers)")
         except BaseException:
             self.close(force=True)
             raise

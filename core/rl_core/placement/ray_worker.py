@@ -89,13 +89,13 @@ class RankWorker:
             ) from None
 
     # --------------------------------------------------------------- worker
-    def start(self, stack, device: str, seed: int) -> None:
+    def start(self, stack, device: str, seed: int, roles: tuple[str, ...] | None = None) -> None:
         from rl_core.backends import WorkerContext
         from rl_core.worker import HybridWorker
 
         context = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank, device=device, seed=seed)
         try:
-            self.worker = HybridWorker(stack, context)
+            self.worker = HybridWorker(stack, context, roles)
         except BaseException as exc:  # noqa: BLE001
             raise RankFailure(self._explain(exc, "start")) from None
 

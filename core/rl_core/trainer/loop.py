@@ -35,6 +35,7 @@ from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
 from rl_core.trainer.outputs import check_previous_run, ensure_writable, write_config
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.tracking import Tracker
+from rl_core.worker import ROLE_OF_METHOD
 
 TRAINER_STATE = "trainer_state.pt"
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
@@ -87,26 +88,29 @@ class Trainer:
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: str, batch: Batch, *extra: Any) -> list[Any]:
-        """Split ``batch`` over the data-parallel ranks and call ``method`` on each."""
-        shards = batch.chunk(self.sizes.train_dp)
-        per_rank = self._expand_dp([(s, *extra) for s in shards])
-        return self._collect_dp(self.cluster.call(method, per_rank))
+        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each.
+
+        The role's workers are the actor's, or its own pool's (``critic.n_gpus_per_node``, ...); the ranks of
+        a model-parallel group get the same shard, and one result per data-parallel rank comes back.
+        """
+        role = ROLE_OF_METHOD.get(method, "actor")
+        reps = self._model_parallel(role)
+        shards = batch.chunk(self.sizes.ranks(role)[1])
+        per_rank = [(s, *extra) for s in shards for _ in range(reps)]
+        return self.cluster.call(method, per_rank)[::reps]
+
+    def _model_parallel(self, role: str) -> int:
+        """Workers per data-parallel rank of ``role`` (train TP x PP)."""
+        workers, dp = self.sizes.ranks(role)
+        return workers // dp
 
     def _checked_cat(self, parts: list[torch.Tensor], mask: torch.Tensor, *, stage: str, role: str, tensor: str) -> torch.Tensor:
         """Concatenate per-rank results, stopping on a NaN / inf (named with the rank that sent it)."""
-        reps = self.sizes.world_size // self.sizes.train_dp
+        reps = self._model_parallel(role)
         out = torch.cat(parts, dim=0)
         row_ranks = [i * reps for i, p in enumerate(parts) for _ in range(len(p))]
         check_finite(out, stage=stage, role=role, tensor=tensor, mask=mask, row_ranks=row_ranks)
         return out
-
-    def _expand_dp(self, per_dp: list[tuple]) -> list[tuple]:
-        reps = self.sizes.world_size // self.sizes.train_dp
-        return [a for a in per_dp for _ in range(reps)]
-
-    def _collect_dp(self, results: list[Any]) -> list[Any]:
-        reps = self.sizes.world_size // self.sizes.train_dp
-        return results[::reps]
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         replicas, tp = self.sizes.rollout_replicas, self.sizes.rollout_tp
@@ -239,7 +243,7 @@ class Trainer:
                 self.cluster.call("sync_weights")
         metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith("rollout/")})
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))
-        metrics.update(throughput(batch, t["timing_s/step"], self.sizes.world_size))
+        metrics.update(throughput(batch, t["timing_s/step"], self.sizes.devices))
         metrics.update(t)
         peaks = [p for p in self.cluster.call("peak_memory_gb") if p is not None]
         if peaks:

@@ -1,0 +1,68 @@
+"""Roles on workers of their own: the critic or the reference model on devices apart from the actor's.
+
+By default every role lives in the actor's workers (verl's hybrid engine: actor, rollout, reference and
+critic share each rank's process and device). ``critic.n_gpus_per_node`` (and ``critic.nnodes`` on Ray)
+gives the critic a resource pool of its own, ``ref.n_gpus_per_node`` the reference model: workers that hold
+only that role, with their own process group, on GPUs after the actor's (local placement) or in their own
+Ray placement group. Nothing crosses between pools but batches through the controller, so the pools never
+share a collective; each pool saves its role's checkpoint under the step's folder as before.
+
+:class:`PooledCluster` keeps the placement interface (``call(method, per_rank_args)``, ``close()``) and
+routes each call to the pool of the role it serves (:data:`rl_core.worker.ROLE_OF_METHOD`); the controller
+splits a role's batch over that pool's data-parallel ranks (``Sizes.ranks(role)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from rl_core.worker import EVERY_POOL, ROLE_OF_METHOD, worker_roles
+
+
+class PooledCluster:
+    """The actor's cluster plus one cluster per role with a pool of its own."""
+
+    def __init__(self, clusters: dict[str, Any]) -> None:
+        self.clusters = clusters  # "main" first, then the roles' pools
+        self.main = clusters["main"]
+
+    @property
+    def world_size(self) -> int:
+        return self.main.world_size
+
+    def cluster_for(self, method: str):
+        return self.clusters.get(ROLE_OF_METHOD.get(method, "main"), self.main)
+
+    def call(self, method: str, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
+        if method in EVERY_POOL:
+            if per_rank_args is not None:
+                raise ValueError(f"{method} runs on every pool: pass same_args, not per-rank arguments")
+            return [r for c in self.clusters.values() for r in c.call(method, same_args=same_args)]
+        return self.cluster_for(method).call(method, per_rank_args, same_args=same_args)
+
+    def run_on_workers(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        return [r for c in self.clusters.values() for r in c.run_on_workers(fn, *args)]
+
+    def close(self, force: bool = False) -> None:
+        for cluster in reversed(list(self.clusters.values())):
+            cluster.close(force=force)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(force=exc[0] is not None)
+
+
+def make_pooled_cluster(stack, make: Callable[..., Any]) -> PooledCluster:
+    """``make(stack, roles=..., pool=...)`` builds one placement per pool (local processes or Ray actors)."""
+    clusters: dict[str, Any] = {}
+    try:
+        clusters["main"] = make(stack, roles=worker_roles(stack.config), pool="main")
+        for role in sorted(stack.sizes.pools):
+            clusters[role] = make(stack, roles=worker_roles(stack.config, role), pool=role)
+    except BaseException:
+        for cluster in reversed(list(clusters.values())):
+            cluster.close(force=True)
+        raise
+    return PooledCluster(clusters)
