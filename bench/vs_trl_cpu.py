@@ -199,28 +199,80 @@ def run_trl_subprocess(seed: int, work: Path, steps: int, eval_every: int, trl_p
     return data
 
 
-def trl_worker(args: argparse.Namespace) -> None:
-    """Runs inside the TRL venv: GRPOTrainer with the reference settings, greedy evaluation in a callback."""
-    import torch
-    import trl
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
+def trl_reward(completions, ground_truth, **_):
+    """TRL reward function: rl-reward-rule's ``gsm8k`` scorer (last number), as rl-core's run scores."""
     sys.path.insert(0, str(ROOT / "plugins" / "reward_rule"))
     from rl_reward_rule.gsm8k import score  # pure Python: the scorer rl-core's run uses
+
+    return [score(solution_str=c[0]["content"], ground_truth=g, method="flexible")["score"] for c, g in zip(completions, ground_truth)]
+
+
+def build_trl_trainer(seed: int, work: Path, steps: int, callbacks=(), reward=trl_reward):
+    """(trainer, tokenizer): TRL's ``GRPOTrainer`` with the reference settings on ``WORK/data/train-sSEED.jsonl``.
+
+    Runs inside the TRL venv; ``bench/vs_trl_update.py`` builds the same trainer.
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
 
     model_dir = os.path.expanduser(os.environ.get("RLCORE_SMOLLM2_DIR", "~/.cache/rl-core/models/smollm2"))
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    data = Path(args.work) / "data"
-    train = [{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"]} for r in _read_jsonl(data / f"train-s{args.seed}.jsonl")]
-    val = _read_jsonl(data / "val.jsonl")
+    data = Path(work) / "data"
+    train = [{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"]} for r in _read_jsonl(data / f"train-s{seed}.jsonl")]
+    config = GRPOConfig(
+        output_dir=f"/tmp/vs_trl_cpu_trl_s{seed}",
+        per_device_train_batch_size=PROMPTS * GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        max_completion_length=NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        max_grad_norm=1.0,
+        gradient_checkpointing=False,
+        bf16=False,
+        fp16=False,
+        use_cpu=True,
+        max_steps=steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,  # the file is already in the seed's order, the one rl-core reads too
+        seed=seed,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(train),
+                          processing_class=tok, callbacks=list(callbacks))
+    return trainer, tok
 
-    def reward(completions, ground_truth, **_):
-        return [score(solution_str=c[0]["content"], ground_truth=g, method="flexible")["score"] for c, g in zip(completions, ground_truth)]
+
+def trl_worker(args: argparse.Namespace) -> None:
+    """Runs inside the TRL venv: GRPOTrainer with the reference settings, greedy evaluation in a callback."""
+    import torch
+    import trl
+    from transformers import GenerationConfig, TrainerCallback
+
+    sys.path.insert(0, str(ROOT / "plugins" / "reward_rule"))
+    from rl_reward_rule.gsm8k import score  # pure Python: the scorer rl-core's run uses
+
+    trainer, tok = build_trl_trainer(args.seed, Path(args.work), args.steps)
+    val = _read_jsonl(Path(args.work) / "data" / "val.jsonl")
 
     texts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in val]
     golds = [r["reward_model"]["ground_truth"] for r in val]
@@ -279,41 +331,7 @@ def trl_worker(args: argparse.Namespace) -> None:
                 self.rewards.append(logs["reward"])
 
     clock = Clock()
-    config = GRPOConfig(
-        output_dir=f"/tmp/vs_trl_cpu_trl_s{args.seed}",
-        per_device_train_batch_size=PROMPTS * GROUP,
-        num_generations=GROUP,
-        gradient_accumulation_steps=1,
-        max_completion_length=NEW_TOKENS,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        num_iterations=1,
-        epsilon=0.2,
-        loss_type="dapo",
-        scale_rewards="group",
-        learning_rate=LR,
-        lr_scheduler_type="constant",
-        weight_decay=0.0,
-        adam_beta1=0.9,
-        adam_beta2=0.999,
-        adam_epsilon=1e-8,
-        max_grad_norm=1.0,
-        gradient_checkpointing=False,
-        bf16=False,
-        fp16=False,
-        use_cpu=True,
-        max_steps=args.steps,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        shuffle_dataset=False,  # the file is already in the seed's order, the one rl-core reads too
-        seed=args.seed,
-        disable_tqdm=True,
-    )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=Dataset.from_list(train),
-                          processing_class=tok, callbacks=[clock])
+    trainer.add_callback(clock)
     trainer.train()
     Path(args.result).write_text(json.dumps({
         "framework": f"trl {trl.__version__}", "torch": torch.__version__, "step_s": clock.step_s,
