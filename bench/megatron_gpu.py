@@ -22,7 +22,7 @@ The GPU machines have no megatron-core: send its cp312 wheel (``pip download
 --no-deps --only-binary=:all: --python-version 3.12 --platform
 manylinux_2_28_x86_64 megatron-core==0.16.1``), ``pip install --no-deps
 --target /tmp/site`` it there, and run with
-``PYTHONPATH=/tmp/site:core:plugins/train_fsdp:plugins/train_megatron``.
+``PYTHONPATH=/tmp/site:core:plugins/train_megatron``.
 """
 
 from __future__ import annotations

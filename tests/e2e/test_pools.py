@@ -21,13 +21,21 @@ def _run(tmp, **extra) -> list[dict]:
     return train_tiny(tmp, trainer__torch_threads=1, **extra)
 
 
-def _same(a: list[dict], b: list[dict], rel: float) -> None:
+def _same(a: list[dict], b: list[dict], rel: float, later_rel: float | None = None) -> None:
+    """Every metric of every step within ``rel``; from the second step on within ``later_rel`` (default ``rel``).
+
+    ``later_rel``: inputs that differ by rounding (log-probs from another split of the batch) give
+    gradients that differ by rounding, and AdamW turns an entry whose gradient is rounding noise into a
+    step of ~lr either way (rl_core.testing.adam_weights), so the next step's metrics differ by more
+    (relatively, and absolutely for metrics near 0 such as GRPO's pg_loss: abs 1e-6 then).
+    """
     assert [r["step"] for r in a] == [r["step"] for r in b]
-    for ra, rb in zip(a, b):
+    for i, (ra, rb) in enumerate(zip(a, b)):
         keys = {k for k in ra if not k.startswith(SKIP)}
         assert keys == {k for k in rb if not k.startswith(SKIP)}
         for k in keys:
-            assert rb[k] == pytest.approx(ra[k], rel=rel, abs=1e-7), (ra["step"], k)
+            first = i == 0 or later_rel is None
+            assert rb[k] == pytest.approx(ra[k], rel=rel if first else later_rel, abs=1e-7 if first else 1e-6), (ra["step"], k)
 
 
 @pytest.mark.dist
@@ -52,4 +60,4 @@ def test_reference_model_on_two_workers_of_its_own(tmp_path):
     colocated = _run(tmp_path / "colocated", **kl)
     apart = _run(tmp_path / "apart", ref__n_gpus_per_node=2, **kl)
     assert all(row["actor/kl_loss"] > 0 for row in colocated)  # the reference is used (2 optimizer steps a step)
-    _same(colocated, apart, rel=1e-5)
+    _same(colocated, apart, rel=1e-5, later_rel=1e-4)

@@ -61,6 +61,7 @@ from rl_core.config.schema import (
     RunConfig,
     TrainerConfig,
 )
+from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
 from rl_core.testing.distributed import run_distributed
 from rl_core.testing.distributed import torch_threads as _threads
 from rl_core.testing.rollout_conformance import prompt_batch, reference_model
@@ -422,10 +423,11 @@ class TrainConformance:
         self._close(m["grad_norm"], sum(norms) / len(norms), "grad_norm")
         assert m["lr"] == pytest.approx(a.optim.lr)  # warmup of 1 step: the first update runs at the full lr
         ref_weights = dict(model.state_dict())
+        initial = dict(reference_model(model_dir).state_dict())
         for name, w in single["actor_weights_1"].items():
-            if _zero_grad_in_exact_arithmetic(name):
+            if zero_grad_in_exact_arithmetic(name):
                 continue
-            torch.testing.assert_close(w, ref_weights[name], atol=1e-5, rtol=1e-4, msg=lambda s, n=name: f"{n}: {s}")
+            assert_adam_weights_close(w, ref_weights[name], initial[name], name=name, atol=1e-5, rtol=1e-4)
 
     def test_update_changes_the_weights(self, single, model_dir):
         ref = dict(reference_model(model_dir).state_dict())
@@ -459,18 +461,19 @@ class TrainConformance:
         torch.testing.assert_close(self._cat(dist, "ref_log_probs")[mask], lp[mask], atol=self.logprob_atol, rtol=0)
 
     @pytest.mark.dist
-    def test_dist_update_equals_single_process(self, dist, single):
+    def test_dist_update_equals_single_process(self, dist, single, model_dir):
         for d in dist:
             for key in ("loss", "grad_norm", "lr"):
                 self._close(d["actor_metrics"][key], single["actor_metrics"][key], f"actor {key}")
                 self._close(d["actor_metrics_2"][key], single["actor_metrics_2"][key], f"actor {key} (2nd update)")
             for key in ("loss", "grad_norm"):
                 self._close(d["critic_metrics"][key], single["critic_metrics"][key], f"critic {key}")
+        initial = dict(reference_model(model_dir).state_dict())
         for name, w in single["actor_weights_1"].items():
-            if _zero_grad_in_exact_arithmetic(name):
+            if zero_grad_in_exact_arithmetic(name):
                 continue
             for d in dist:
-                torch.testing.assert_close(d["actor_weights_1"][name], w, atol=2e-6, rtol=1e-5, msg=lambda s, n=name: f"{n}: {s}")
+                assert_adam_weights_close(d["actor_weights_1"][name], w, initial[name], name=name, atol=2e-6, rtol=1e-5)
 
     @pytest.mark.dist
     def test_dist_named_weights_identical_on_every_rank(self, dist):
@@ -552,17 +555,6 @@ class TrainConformance:
         # warmup (k + 1) / 2 for k < 2; then 0.1 + 0.9 * (1 + cos(pi * (k - 2) / 4)) / 2
         expected = [0.5e-3, 1e-3, 1e-3, 0.868198e-3, 0.55e-3, 0.231802e-3]
         assert lrs == pytest.approx(expected, rel=1e-5)
-
-
-def _zero_grad_in_exact_arithmetic(name: str) -> bool:
-    """Key biases: softmax ignores a shift shared by all keys, so their gradient is 0 up to rounding.
-
-    Adam divides that rounding noise by its own magnitude, so the update of
-    such a parameter is noise of size ~lr and differs between two correct
-    implementations; weight comparisons skip them (losses and grad norms
-    still cover them).
-    """
-    return name.endswith("k_proj.bias")
 
 
 def _assert_equal_state(a: Any, b: Any, where: str, path: str = "") -> None:

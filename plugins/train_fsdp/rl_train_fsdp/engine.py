@@ -2,7 +2,7 @@
 
 ``build_engine(role, config, context)`` is the ``fsdp`` card's factory. The
 engine follows :class:`rl_core.backends.TrainEngine` and adds
-:meth:`FSDPEngine.set_total_steps`.
+:meth:`FSDPEngine.set_total_steps` (from :class:`rl_core.train_engine.base.TrainEngineBase`).
 
 Models
     actor / ref: ``AutoModelForCausalLM``; critic: the LM backbone plus a
@@ -20,26 +20,20 @@ Precision
     the reference model, which never trains, is loaded in that dtype
     directly. Log-probs, entropies, values and losses are float32.
 
-Batch sizes (all per rank, in sequences; the engine gets its rank's shard
-of the whole step)
-    ``update`` splits the shard into ``data.train_batch_size //
-    <role>.ppo_mini_batch_size`` mini-batches (one optimizer step each),
-    every mini-batch into micro-batches of ``<role>.ppo_micro_batch_size_per_gpu``
-    sequences (gradient accumulation), and repeats that ``ppo_epochs`` times.
-    Each micro-batch's loss is weighted by its share of the *global*
-    mini-batch's tokens (``token-mean``) or sequences (``seq-mean-*``), summed
-    over ranks, so the gradient, the loss and the gradient norm do not depend
-    on how the batch is split over ranks and micro-batches.
-
-Learning rate
-    See :mod:`rl_train_fsdp.schedule`: the scheduler steps once per
-    ``update()`` call; ``set_total_steps(n)`` gives it the number of calls.
+Update, inference loops, LR schedule
+    :class:`rl_core.train_engine.base.TrainEngineBase` (mini- / micro-batches,
+    epochs, loss weighting over the global mini-batch, the numerical guard,
+    :mod:`rl_core.train_engine.lr_schedule`); this class adds the FSDP2
+    model, its forwards (shared-prompt and chunked LM head,
+    :mod:`rl_core.logprobs`), the mini-batch step (zero-advantage rows
+    skipped when unsharded, :mod:`rl_core.algorithms.zero_advantage`;
+    FSDP2's gradient averaging undone; ``clip_grad_norm_`` over the shards),
+    full-tensor weights and DCP checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import warnings
 from pathlib import Path
@@ -51,45 +45,24 @@ from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
-from rl_core.micro_batches import token_budget_groups
-from rl_core.modeling import (
-    check_model_path,
-    compile_decoder_layers,
-    forward_values,
-    load_causal_lm,
-    load_value_model,
-    position_ids_from_mask,
-    torch_dtype,
-)
-from rl_core.problems import UserError
+from rl_core.modeling import compile_decoder_layers, forward_values
+from rl_core.train_engine.base import TrainEngineBase
+from rl_core.train_engine.batch_sizes import TrainSizeError  # noqa: F401  (re-exported: rl_train_fsdp.engine.TrainSizeError)
 from rl_core.trainer.checkpoint import check_dcp_metadata, safe_load
-from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
 
 from rl_train_fsdp import sharding
-from rl_train_fsdp.schedule import LRSchedule
-
-ROLES = ("actor", "critic", "ref")
-
-
-class TrainSizeError(UserError, ValueError):
-    """Batch sizes that do not fit together, or an unknown role: a config problem."""
 
 
 def build_engine(role: str, config, context: WorkerContext) -> "FSDPEngine":
     """The ``fsdp`` card's factory: ``build_engine(role, config, context) -> TrainEngine``."""
-    if role not in ROLES:
-        raise TrainSizeError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
     return FSDPEngine(role, config, context)
 
 
-class FSDPEngine:
+class FSDPEngine(TrainEngineBase):
+    backend = "fsdp"
+
     def __init__(self, role: str, config, context: WorkerContext) -> None:
-        if role not in ROLES:
-            raise TrainSizeError(f"unknown role {role!r}: the fsdp train backend provides {', '.join(ROLES)}")
-        self.role = role
-        self.config = config
-        self.context = context
-        self.device = context.torch_device
+        super().__init__(role, config, context)
         self.rank, self.world_size = sharding.rank_and_world()
         if context.world_size > 1 and not sharding.is_distributed():
             raise RuntimeError(
@@ -104,25 +77,7 @@ class FSDPEngine:
         share = config.model.share_prompt_forward
         self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded
         mcfg = config.model
-        self.compute_dtype = torch_dtype(mcfg.dtype)
-        self.trainable = role != "ref"
-        if role == "critic":
-            path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")
-        else:
-            path, key = mcfg.path, "model.path"
-        check_model_path(path, key=key)  # random_init too: the config must be there
-        load_dtype = torch.float32 if self.trainable else self.compute_dtype
-        loader = load_value_model if role == "critic" else load_causal_lm
-        model = loader(
-            path,
-            dtype=load_dtype,
-            device="cpu",
-            random_init=mcfg.random_init,
-            override_config=mcfg.override_config,
-            trust_remote_code=mcfg.trust_remote_code,
-            seed=config.trainer.seed,
-            key=key,
-        )
+        model, _ = self._load_hf_model(torch.float32 if self.trainable else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
         if self.trainable and mcfg.enable_gradient_checkpointing:
@@ -132,124 +87,25 @@ class FSDPEngine:
         if not self.trainable:
             model.requires_grad_(False)
         self.mixed_precision = self.trainable and self.compute_dtype != torch.float32
+        # sharded: FSDP2's MixedPrecisionPolicy computes in compute_dtype; unsharded: torch.autocast
+        self.autocast_dtype = self.compute_dtype if self.mixed_precision and not self.sharded else None
         if self.sharded:
             model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None)
         else:
             model = model.to(self.device)
         self.model = model
         self.model.eval()
-
-        self.optimizer = None
-        self._schedule: LRSchedule | None = None
-        self._scheduler = None
         if self.trainable:
-            ocfg = self._role_cfg().optim
             # The fused AdamW kernel: the same update up to rounding. On CPU the default (per-parameter loop)
             # took 0.96 s a step for a 135M model, the fused kernel 0.05 s (2 cores, torch 2.13); on CUDA it
             # replaces foreach's several passes over the fp32 state (sharded too: DTensor parameters, as
             # torchtitan runs it). Not for sharded CPU runs (gloo tests keep torch's default there).
-            fused = {"fused": True} if self.device.type == "cuda" or not self.sharded else {}
-            self.optimizer = torch.optim.AdamW(
-                [p for p in model.parameters() if p.requires_grad],
-                lr=ocfg.lr,
-                betas=tuple(ocfg.betas),
-                eps=ocfg.eps,
-                weight_decay=ocfg.weight_decay,
-                **fused,
-            )
-            self._schedule = LRSchedule(ocfg, config.trainer.total_training_steps, section=f"{role}.optim")
+            self._init_optimizer(**({"fused": True} if self.device.type == "cuda" or not self.sharded else {}))
 
-    # ---------------------------------------------------------------- config
-    def _role_cfg(self):
-        return self.config.critic if self.role == "critic" else self.config.actor
+    def _all_reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        return sharding.all_reduce(value, op)
 
-    def _mini_micro_epochs(self) -> tuple[int, int, int]:
-        """(prompts per mini-batch, sequences per micro-batch, epochs) for this role."""
-        a, c = self.config.actor, self.config.critic
-        if self.role == "critic":
-            return (
-                c.ppo_mini_batch_size or a.ppo_mini_batch_size,
-                c.ppo_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
-                c.ppo_epochs or a.ppo_epochs,
-            )
-        return a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu, a.ppo_epochs
-
-    def _inference_micro(self) -> int:
-        a = self.config.actor
-        if self.role == "critic":
-            return self._mini_micro_epochs()[1]
-        if self.role == "ref":
-            return self.config.ref.log_prob_micro_batch_size_per_gpu or a.log_prob_micro_batch_size_per_gpu or self.config.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
-        return a.log_prob_micro_batch_size_per_gpu or self.config.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
-
-    def _autocast(self):
-        if self.mixed_precision and not self.sharded:
-            return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
-        return contextlib.nullcontext()
-
-    # ------------------------------------------------------------- inputs
-    def _inputs(self, batch: Batch, rows: slice | torch.Tensor, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
-        t = batch.tensors
-        for key in ("input_ids", "attention_mask", "responses"):
-            if key not in t.keys():
-                raise KeyError(f"{self.role}: the batch has no {key!r} (fields: {sorted(batch.keys())})")
-        out = {
-            "input_ids": t["input_ids"][rows],
-            "attention_mask": t["attention_mask"][rows],
-            "responses": t["responses"][rows],
-        }
-        out["position_ids"] = t["position_ids"][rows] if "position_ids" in t.keys() else position_ids_from_mask(out["attention_mask"])
-        if "response_mask" in t.keys():
-            out["response_mask"] = t["response_mask"][rows]
-        else:
-            out["response_mask"] = out["attention_mask"][:, -out["responses"].shape[1] :]
-        for key in extra:
-            if key not in t.keys():
-                raise KeyError(f"{self.role}.update needs {key!r} in the batch (fields: {sorted(batch.keys())})")
-            out[key] = t[key][rows]
-        return {k: v.to(self.device, non_blocking=True) for k, v in out.items()}
-
-    def _micro_slices(self, rows: int, micro: int) -> list[slice]:
-        """Micro-batch slices; every rank runs the same number of forwards (FSDP collectives must match).
-
-        A rank with fewer rows repeats its last slice; the extra results are dropped.
-        """
-        mine = math.ceil(rows / micro)
-        count = int(sharding.all_reduce(torch.tensor(mine, device=self.device), "max").item()) if self.sharded else mine
-        slices = [slice(s, min(s + micro, rows)) for s in range(0, rows, micro)]
-        return slices + [slices[-1]] * (count - mine)
-
-    # ------------------------------------------------------------- inference
-    @torch.no_grad()
-    def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches.
-
-        ``temperature <= 0`` (greedy) is taken as 1. Padded response
-        positions hold the model's value for the pad token: mask them.
-        """
-        if self.role == "critic":
-            raise RuntimeError("compute_log_prob is for the actor and ref roles; the critic has compute_values")
-        temperature = 1.0 if temperature is None or temperature <= 0 else float(temperature)
-        self.model.eval()
-        rows = len(batch)
-        if rows == 0:
-            raise ValueError("compute_log_prob got an empty batch")
-        n_real = math.ceil(rows / self._inference_micro())
-        parts = self._token_budget_parts(batch) or [(sl, i < n_real) for i, sl in enumerate(self._micro_slices(rows, self._inference_micro()))]
-        lps, ents = [], []
-        for sl, real in parts:
-            x = self._inputs(batch, sl)
-            with self._autocast():
-                lp, ent = self._forward_response(x, temperature, with_entropy)
-            if real:
-                lps.append(lp.float().cpu())
-                if with_entropy:
-                    ents.append(ent.float().cpu())
-        out = {"log_probs": torch.cat(lps)}
-        if with_entropy:
-            out["entropy"] = torch.cat(ents)
-        return out
-
+    # ------------------------------------------------------------- forwards
     def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
         # the LM head in chunks of tokens (rl_core.logprobs): no full-vocab float32 logits; model.logprob_chunk_size
         chunk = self.config.model.logprob_chunk_size
@@ -260,40 +116,6 @@ class FSDPEngine:
             chunk_size=chunk,
         )
 
-    def _token_budget_parts(self, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
-        """``(rows, real)`` per micro-batch formed by a token budget, or None when ``actor.use_dynamic_bsz`` is off.
-
-        Actor and ref (log-probs and update): consecutive rows fill ``actor.ppo_max_token_len_per_gpu``
-        tokens (rl_core.micro_batches); ranks then may differ in their count, so a rank with fewer repeats its
-        last micro-batch with ``real=False`` (dropped, or weight 0 in the update: the FSDP collectives still match).
-        """
-        a = self.config.actor
-        if self.role == "critic" or not a.use_dynamic_bsz:
-            return None
-        groups = token_budget_groups(batch.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
-        count = int(sharding.all_reduce(torch.tensor(len(groups), device=self.device), "max").item()) if self.sharded else len(groups)
-        return [(torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)) for i in range(count)]
-
-    @torch.no_grad()
-    def compute_values(self, batch: Batch) -> torch.Tensor:
-        """Critic values ``[b, R]`` (float32, CPU), in micro-batches of ``critic.ppo_micro_batch_size_per_gpu``."""
-        if self.role != "critic":
-            raise RuntimeError(f"compute_values is for the critic role, not {self.role!r}")
-        self.model.eval()
-        rows = len(batch)
-        if rows == 0:
-            raise ValueError("compute_values got an empty batch")
-        micro = self._inference_micro()
-        n_real = math.ceil(rows / micro)
-        out = []
-        for i, sl in enumerate(self._micro_slices(rows, micro)):
-            x = self._inputs(batch, sl)
-            with self._autocast():
-                v = self._values(x)
-            if i < n_real:
-                out.append(v.float().cpu())
-        return torch.cat(out)
-
     def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
         with warnings.catch_warnings():
             # FSDP2 warns that the token-classification output is a view; nothing here writes to it in place.
@@ -301,123 +123,10 @@ class FSDPEngine:
             return forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1])
 
     # ---------------------------------------------------------------- update
-    def set_total_steps(self, total: int) -> None:
-        """The number of ``update()`` calls the run will make (for warmup ratios and decay)."""
-        if total is None or int(total) <= 0:
-            raise ValueError(f"set_total_steps needs a positive number of steps, got {total!r}")
-        if self._schedule is None:
-            return
-        self._schedule.total_steps = int(total)
-        if self._scheduler is not None:  # re-evaluate the current lr under the new total
-            for group, base in zip(self.optimizer.param_groups, self._scheduler.base_lrs):
-                group["lr"] = base * self._schedule(self._scheduler.last_epoch)
-
-    @property
-    def scheduler(self):
-        if self._scheduler is None and self.optimizer is not None:
-            self._scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._schedule)
-        return self._scheduler
-
-    def _split_sizes(self, rows: int) -> tuple[int, int, int, int]:
-        """(mini-batches, rows per mini-batch, rows per micro-batch, epochs), with clear errors."""
-        section = "critic" if self.role == "critic" else "actor"
-        mini_prompts, micro, epochs = self._mini_micro_epochs()
-        tbs = self.config.data.train_batch_size
-        if not mini_prompts or tbs % mini_prompts or mini_prompts > tbs:
-            raise TrainSizeError(
-                f"data.train_batch_size={tbs} prompts must be a multiple of {section}.ppo_mini_batch_size={mini_prompts} "
-                f"({tbs} % {mini_prompts} = {tbs % mini_prompts if mini_prompts else 'n/a'})"
-            )
-        n_mini = tbs // mini_prompts
-        if rows % n_mini:
-            raise TrainSizeError(
-                f"{self.role} update: this rank's {rows} sequences cannot be split into {n_mini} mini-batches "
-                f"(data.train_batch_size={tbs} / {section}.ppo_mini_batch_size={mini_prompts} = {n_mini}; {rows} % {n_mini} = {rows % n_mini})"
-            )
-        mini_rows = rows // n_mini
-        if micro <= 0 or mini_rows % micro:
-            divisors = [d for d in range(1, mini_rows + 1) if mini_rows % d == 0]
-            raise TrainSizeError(
-                f"{section}.ppo_micro_batch_size_per_gpu={micro} does not divide the per-rank mini-batch: "
-                f"{rows} sequences on this rank / {n_mini} mini-batches = {mini_rows} sequences, {mini_rows} % {micro} = {mini_rows % micro if micro > 0 else 'n/a'}; "
-                f"valid values: {', '.join(map(str, divisors))}"
-            )
-        return n_mini, mini_rows, micro, epochs
-
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One PPO update of this role over ``batch`` (this rank's shard of the step); returns metrics.
-
-        Metrics: ``loss`` (the role's total loss on the global mini-batch,
-        averaged over mini-batches and epochs), ``grad_norm`` (before
-        clipping, averaged over optimizer steps), ``lr``, and the loss
-        functions' own metrics (``actor/pg_loss``, ``critic/vf_loss``, ...)
-        averaged over micro-batches and ranks.
-        """
-        if not self.trainable:
-            raise RuntimeError("the ref role does not train; update() is for the actor and critic")
-        rows = len(batch)
-        if self.sharded:  # every rank must agree, or the collectives below would hang
-            lo = int(sharding.all_reduce(torch.tensor(rows, device=self.device), "min").item())
-            hi = int(sharding.all_reduce(torch.tensor(rows, device=self.device), "max").item())
-            if lo != hi:
-                raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
-        n_mini, mini_rows, micro, epochs = self._split_sizes(rows)
-        if self.role == "actor" and "old_log_probs" not in batch.tensors.keys() and (n_mini > 1 or epochs > 1):
-            raise TrainSizeError(
-                f"actor update without 'old_log_probs' is only valid on-policy (one mini-batch, one epoch), "
-                f"got {n_mini} mini-batches x {epochs} epochs: compute old log-probs first"
-            )
-        cfg = self._role_cfg()
-        temperature = batch.meta.get("temperature", self.config.rollout.temperature)
-        temperature = 1.0 if temperature is None or temperature <= 0 else float(temperature)
-        scheduler = self.scheduler
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.model.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        losses, norms = [], []
-        for epoch in range(epochs):
-            if getattr(cfg, "shuffle", False):
-                gen = torch.Generator().manual_seed(self.config.trainer.seed + 1000 * scheduler.last_epoch + epoch)
-                order = torch.randperm(rows, generator=gen)
-            else:
-                order = torch.arange(rows)
-            for k in range(n_mini):
-                idx = order[k * mini_rows : (k + 1) * mini_rows]
-                loss, norm, metrics = self._mini_batch_step(batch.index(idx), micro, cfg, temperature)
-                losses.append(loss)
-                norms.append(norm)
-                for name, value in metrics.items():
-                    sums[name] = sums.get(name, 0.0) + value
-                    counts[name] = counts.get(name, 0) + 1
-        scheduler.step()
-        self.model.eval()
-        out = {name: sums[name] / counts[name] for name in sums}
-        out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"), lr=lr)
-        return out
-
-    def _count(self, mask: torch.Tensor, mode: str) -> torch.Tensor:
-        m = mask.bool()
-        if mode == "token-mean":
-            return m.sum().to(torch.float64)
-        return m.any(dim=-1).sum().to(torch.float64)
-
     def _mini_batch_step(self, mini: Batch, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
         mode = cfg.loss_agg_mode
-        # On-policy (one mini-batch, one epoch; checked in update): without 'old_log_probs' the
-        # old policy is the current one, so old = log_prob.detach() and the ratio is exactly 1.
-        # This saves the controller a forward pass; entropy then comes from this forward.
-        on_policy = self.role == "actor" and "old_log_probs" not in mini.tensors.keys()
-        extra = ("values", "returns") if self.role == "critic" else (("advantages",) if on_policy else ("old_log_probs", "advantages"))
-        use_kl = self.role == "actor" and cfg.use_kl_loss
-        if use_kl:
-            extra = extra + ("ref_log_prob",)
-        if self.role == "actor" and "rollout_is_weights" in mini.tensors.keys():
-            extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
-        want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
-        mask_all = mini.tensors["response_mask"] if "response_mask" in mini.tensors.keys() else None
-        if mask_all is None:
-            raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
+        on_policy, extra, want_entropy = self._loss_fields(mini, cfg)
+        mask_all = mini.tensors["response_mask"]
         global_den = sharding.all_reduce(self._count(mask_all, mode).to(self.device), "sum")
         global_den = float(global_den)
         if self.role == "actor" and not self.sharded and can_skip_zero_advantage_rows(cfg):
@@ -434,29 +143,11 @@ class FSDPEngine:
             x = self._inputs(mini, rows, extra)
             with self._autocast():
                 if self.role == "critic":
-                    from rl_core.algorithms.actor_loss import compute_critic_loss
-
-                    vpreds = self._values(x)
-                    loss, metrics = compute_critic_loss(
-                        vpreds=vpreds, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg
-                    )
+                    loss, metrics = self._critic_loss(x, self._values(x), cfg)
                 else:
-                    from rl_core.algorithms.actor_loss import compute_actor_loss
-
                     log_prob, entropy = self._forward_response(x, temperature, want_entropy, entropy_grad=cfg.entropy_coeff != 0)
-                    loss, metrics = compute_actor_loss(
-                        log_prob=log_prob,
-                        old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
-                        advantages=x["advantages"],
-                        response_mask=x["response_mask"],
-                        entropy=entropy,
-                        ref_log_prob=x.get("ref_log_prob"),
-                        rollout_is_weights=x.get("rollout_is_weights"),
-                        cfg=cfg,
-                    )
-            share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
-            if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
-                share = 1.0
+                    loss, metrics = self._actor_loss(x, log_prob, entropy, cfg, on_policy)
+            share = self._micro_share(x["response_mask"], mode, global_den)
             if not real:  # a repeat that only keeps this rank's collectives in step (use_dynamic_bsz)
                 share = 0.0
             # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
@@ -473,42 +164,8 @@ class FSDPEngine:
                     p.grad = torch.zeros_like(p)
         grad_norm = sharding.clip_grad_norm(list(self.model.parameters()), self._role_cfg().optim.grad_clip)
         loss_total = float(sharding.all_reduce(loss_sum, "sum"))
-        # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike
-        stage = f"update_{self.role}"
-        if not math.isfinite(loss_total):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor="loss", detail=f"loss = {loss_total}")
-        if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor="gradient norm", detail=f"grad_norm = {grad_norm}")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._check_weights(stage)
-        names = sorted(metric_sums)
-        if names:
-            stacked = torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device)
-            stacked = sharding.all_reduce(stacked, "avg")
-            metrics_out = {n: float(v) for n, v in zip(names, stacked.tolist())}
-        else:
-            metrics_out = {}
-        return loss_total, grad_norm, metrics_out
-
-    def _check_weights(self, stage: str) -> None:
-        """After an optimizer step: stop (on every rank) if any weight became NaN / inf.
-
-        The weights in memory are lost then; the run stops, and the last checkpoint (written
-        before this step) is what a rerun resumes from.
-        """
-        bad = first_non_finite_parameter(self.model)
-        flag = torch.tensor(0.0 if bad is None else 1.0, device=self.device)
-        if self.sharded:
-            flag = sharding.all_reduce(flag, "sum")
-        if float(flag) == 0:
-            return
-        raise non_finite_error(
-            stage=stage, role=self.role, rank=self.rank, tensor=f"weight {bad}" if bad else "weights (on another rank)",
-            detail="after the optimizer step",
-        )
+        self._optimizer_step(loss_total, grad_norm)
+        return loss_total, grad_norm, self._mean_metrics(metric_sums, n_micro, lambda t: sharding.all_reduce(t, "avg"))
 
     # ------------------------------------------------------------- weights
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -558,7 +215,7 @@ class FSDPEngine:
         extra = {
             "role": self.role,
             "world_size": self.world_size,
-            "scheduler": _plain_scheduler_state(self.scheduler) if self.optimizer is not None else None,
+            "scheduler": self._scheduler_state() if self.optimizer is not None else None,
             "rng": _rng_state(self.device),
         }
         torch.save(extra, root / f"extra_rank{self.rank}.pt")
@@ -591,10 +248,7 @@ class FSDPEngine:
             restore_rng = True
         extra = safe_load(str(extra_path))
         if self.optimizer is not None and extra.get("scheduler") is not None:
-            total = self._schedule.total_steps
-            self.scheduler.load_state_dict({**extra["scheduler"], "lr_lambdas": [None] * len(self.optimizer.param_groups)})
-            if total:  # a total given to this run wins over the saved one
-                self._schedule.total_steps = total
+            self._load_scheduler_state(extra["scheduler"])
         if restore_rng:
             _set_rng_state(extra["rng"], self.device)
         sharding.barrier()
@@ -610,13 +264,6 @@ class FSDPEngine:
             out["optim"] = _to_local(self.optimizer.state_dict())
             out["scheduler"] = self.scheduler.state_dict()
         return out
-
-    def shutdown(self) -> None:
-        self.optimizer = None
-        self._scheduler = None
-        self.model = None
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager
@@ -635,11 +282,6 @@ def _to_local(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_local(v) for v in obj)
     return obj
-
-
-def _plain_scheduler_state(scheduler) -> dict[str, Any]:
-    """The ``LambdaLR`` state without ``lr_lambdas`` (the schedule object, rebuilt from the config on load)."""
-    return {k: v for k, v in scheduler.state_dict().items() if k != "lr_lambdas"}
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:

@@ -31,10 +31,11 @@ Numbers
     Log-probs / entropy come from each TP rank's vocabulary slice
     (:func:`rl_train_megatron.model.vocab_parallel_log_probs`).
 
-Batches, losses and the LR schedule are the fsdp backend's (this class
-extends :class:`rl_train_fsdp.engine.FSDPEngine` and replaces the model,
-forward passes, gradient reduction, weights and checkpoints): losses from
-:func:`rl_core.algorithms.actor_loss.compute_actor_loss` /
+Batches, losses and the LR schedule come from the core
+(:class:`rl_core.train_engine.base.TrainEngineBase`, which the fsdp backend's
+engine extends too; this class adds the model, forward passes, the
+pipelined mini-batch step, gradient reduction, weights and checkpoints):
+losses from :func:`rl_core.algorithms.actor_loss.compute_actor_loss` /
 ``compute_critic_loss``, weighted by the global (data-parallel) token count
 of each mini-batch, so results do not depend on TP, DP or micro-batching.
 
@@ -48,7 +49,6 @@ Optimizer
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -57,19 +57,16 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 from rl_core.backends import WorkerContext
-from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, response_columns_in_use, torch_dtype
+from rl_core.modeling import response_columns_in_use
 from rl_core.problems import UserError
+from rl_core.train_engine.base import TrainEngineBase
 from rl_core.trainer.checkpoint import load_rng_state, safe_load, save_rng_state
-from rl_core.trainer.guard import non_finite_error
-from rl_train_fsdp.engine import FSDPEngine, TrainSizeError
-from rl_train_fsdp.schedule import LRSchedule
 
 from rl_train_megatron import convert, parallel
 from rl_train_megatron import model as mmodel
 from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout, write_hf_folder
 
-ROLES = ("actor", "critic", "ref")
 MANIFEST = "megatron.json"
 
 
@@ -79,29 +76,16 @@ class CheckpointMismatchError(UserError, RuntimeError):
 
 def build_engine(role: str, config, context: WorkerContext) -> "MegatronEngine":
     """The ``megatron`` card's factory: ``build_engine(role, config, context) -> TrainEngine``."""
-    if role not in ROLES:
-        raise TrainSizeError(f"unknown role {role!r}: the megatron train backend provides {', '.join(ROLES)}")
     return MegatronEngine(role, config, context)
 
 
-class MegatronEngine(FSDPEngine):
-    def __init__(self, role: str, config, context: WorkerContext) -> None:  # noqa: PLR0915 - one linear set-up
-        if role not in ROLES:
-            raise TrainSizeError(f"unknown role {role!r}: the megatron train backend provides {', '.join(ROLES)}")
-        self.role, self.config, self.context = role, config, context
-        self.device = context.torch_device
+class MegatronEngine(TrainEngineBase):
+    backend = "megatron"
+
+    def __init__(self, role: str, config, context: WorkerContext) -> None:
+        super().__init__(role, config, context)
         tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
-        mcfg = config.model
-        if role == "critic":
-            path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")
-        else:
-            path, key = mcfg.path, "model.path"
-        check_model_path(path, key=key)
-        loader = load_value_model if role == "critic" else load_causal_lm
-        hf = loader(
-            path, dtype=torch.float32, device="cpu", random_init=mcfg.random_init, override_config=mcfg.override_config,
-            trust_remote_code=mcfg.trust_remote_code, seed=config.trainer.seed, key=key,
-        )
+        hf, key = self._load_hf_model(torch.float32)
         self.hf_config, self.hf_class = hf.config, type(hf)
         self.generation_config = getattr(hf, "generation_config", None)
         self.shape = mmodel.model_shape(hf.config, critic=role == "critic", key=key)
@@ -116,10 +100,8 @@ class MegatronEngine(FSDPEngine):
         self.sharded = self.world_size > 1
         self.pipe = Pipe(parallel.pp_group(), pp, self.topo.pp_rank)
         self._stage_layout = None
-        self.share_prompts = False
-        self.trainable = role != "ref"
-        self.compute_dtype = torch_dtype(mcfg.dtype)
         self.mixed_precision = self.device.type == "cuda" and self.compute_dtype != torch.float32
+        self.autocast_dtype = self.compute_dtype if self.mixed_precision else None  # on the CPU: float32
 
         full = convert.hf_to_full(hf.state_dict(), self.shape)
         del hf
@@ -131,23 +113,13 @@ class MegatronEngine(FSDPEngine):
             model.requires_grad_(False)
         self.model = model.to(self.device)
         self.model.eval()
-
-        self.optimizer = None
-        self._schedule: LRSchedule | None = None
-        self._scheduler = None
         if self.trainable:
-            ocfg = self._role_cfg().optim
-            self.optimizer = torch.optim.AdamW(
-                [p for p in self.model.parameters() if p.requires_grad], lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps, weight_decay=ocfg.weight_decay
-            )
-            self._schedule = LRSchedule(ocfg, config.trainer.total_training_steps, section=f"{role}.optim")
+            self._init_optimizer()
+
+    def _all_reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        return parallel.all_reduce(value, op)
 
     # -------------------------------------------------------------- forward
-    def _autocast(self):
-        if self.mixed_precision:
-            return torch.autocast(device_type="cuda", dtype=self.compute_dtype)
-        return contextlib.nullcontext()
-
     def _trim(self, x: dict[str, torch.Tensor], R: int) -> tuple[dict[str, torch.Tensor], int]:
         """Drop trailing response columns that are padding in every row (they hold 0 in the results)."""
         cut = R - response_columns_in_use(x["attention_mask"], R)
@@ -206,8 +178,6 @@ class MegatronEngine(FSDPEngine):
     # --------------------------------------------------------------- update
     def _micro_loss(self, x, cfg, temperature: float, on_policy: bool, want_entropy: bool):
         """This micro-batch's stage forward; on the last stage also the role's loss. ``(h_in, h, loss, metrics)``."""
-        from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
-
         if self.role == "critic":
             y, cut = x, 0
         else:
@@ -217,34 +187,15 @@ class MegatronEngine(FSDPEngine):
             return h_in, h, None, {}
         if self.role == "critic":
             R = x["responses"].shape[1]
-            vpreds = mmodel.values(self.model, h[-R - 1 : -1])
-            loss, metrics = compute_critic_loss(vpreds=vpreds, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg)
+            loss, metrics = self._critic_loss(x, mmodel.values(self.model, h[-R - 1 : -1]), cfg)
             return h_in, h, loss, metrics
         log_prob, entropy = self._log_probs_head(h, y, temperature, want_entropy, cfg.entropy_coeff != 0, cut)
-        loss, metrics = compute_actor_loss(
-            log_prob=log_prob,
-            old_log_prob=log_prob.detach() if on_policy else x["old_log_probs"],
-            advantages=x["advantages"],
-            response_mask=x["response_mask"],
-            entropy=entropy,
-            ref_log_prob=x.get("ref_log_prob"),
-            rollout_is_weights=x.get("rollout_is_weights"),
-            cfg=cfg,
-        )
+        loss, metrics = self._actor_loss(x, log_prob, entropy, cfg, on_policy)
         return h_in, h, loss, metrics
 
     def _mini_batch_step(self, mini, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
         mode = cfg.loss_agg_mode
-        on_policy = self.role == "actor" and "old_log_probs" not in mini.tensors.keys()
-        extra = ("values", "returns") if self.role == "critic" else (("advantages",) if on_policy else ("old_log_probs", "advantages"))
-        use_kl = self.role == "actor" and cfg.use_kl_loss
-        if use_kl:
-            extra = extra + ("ref_log_prob",)
-        if self.role == "actor" and "rollout_is_weights" in mini.tensors.keys():
-            extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
-        want_entropy = self.role == "actor" and (cfg.entropy_coeff != 0 or on_policy)
-        if "response_mask" not in mini.tensors.keys():
-            raise KeyError(f"{self.role}.update needs 'response_mask' in the batch")
+        on_policy, extra, want_entropy = self._loss_fields(mini, cfg)
         dp = parallel.dp_group()
         global_den = float(parallel.all_reduce(self._count(mini.tensors["response_mask"], mode).to(self.device), "sum", dp))
         self.optimizer.zero_grad(set_to_none=True)
@@ -256,9 +207,7 @@ class MegatronEngine(FSDPEngine):
             with self._autocast():
                 h_in, h, loss, metrics = self._micro_loss(x, cfg, temperature, on_policy, want_entropy)
             if loss is not None:  # the last stage
-                share = float(self._count(x["response_mask"], mode)) / global_den if global_den > 0 else 0.0
-                if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
-                    share = 1.0
+                share = self._micro_share(x["response_mask"], mode, global_den)
                 (loss * share).backward()  # summed over data-parallel ranks below: the global mini-batch's gradient
                 loss_sum += loss.detach().to(torch.float64) * share
                 for name, value in metrics.items():
@@ -272,21 +221,9 @@ class MegatronEngine(FSDPEngine):
         params = [p for p in self.model.parameters() if p.grad is not None]
         reduce_grads(params, dp)
         grad_norm = self._clip_grad_norm(self._role_cfg().optim.grad_clip)
-        names = sorted(metric_sums)
-        metrics_out: dict[str, float] = {}
-        if names:
-            stacked = parallel.all_reduce(torch.stack([metric_sums[n] / n_micro for n in names]).to(self.device), "avg", dp)
-            metrics_out = {n: float(v) for n, v in zip(names, stacked.tolist())}
+        metrics_out = self._mean_metrics(metric_sums, n_micro, lambda t: parallel.all_reduce(t, "avg", dp))
         loss_total, metrics_out = self.pipe.object_from_last((float(parallel.all_reduce(loss_sum, "sum", dp)), metrics_out))
-        # the numerical guard (rl_core.trainer.guard): both numbers are global, so every rank stops alike
-        stage = f"update_{self.role}"
-        for what, value in (("loss", loss_total), ("gradient norm", grad_norm)):
-            if not math.isfinite(value):
-                self.optimizer.zero_grad(set_to_none=True)
-                raise non_finite_error(stage=stage, role=self.role, rank=self.rank, tensor=what, detail=f"{what} = {value}")
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._check_weights(stage)
+        self._optimizer_step(loss_total, grad_norm)  # both numbers are global: every rank stops alike
         return loss_total, grad_norm, metrics_out
 
     def _tied_copy(self, name: str) -> bool:
@@ -393,10 +330,7 @@ class MegatronEngine(FSDPEngine):
                 p.copy_(state["model"][name])
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state["optim"])
-            total = self._schedule.total_steps
-            self.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None] * len(self.optimizer.param_groups)})
-            if total:
-                self._schedule.total_steps = total
+            self._load_scheduler_state(state["scheduler"])
         load_rng_state(state["rng"])
         parallel.barrier()
 
@@ -405,20 +339,13 @@ class MegatronEngine(FSDPEngine):
         out: dict[str, Any] = {"model": {n: p.detach().clone() for n, p in self.model.named_parameters()}}
         if self.optimizer is not None:
             out["optim"] = _clone(self.optimizer.state_dict())
-            sched = self.scheduler.state_dict()
-            sched.pop("lr_lambdas", None)  # the schedule object itself comes from the config
-            out["scheduler"] = sched
+            out["scheduler"] = self._scheduler_state()  # the schedule object itself comes from the config
         return out
 
-    def shutdown(self) -> None:
-        self.optimizer = None
-        self._scheduler = None
-        self.model = None
+    def _release(self) -> None:
         if not getattr(self, "_released", True):
             self._released = True
             parallel.release()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 def load_local_state(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> None:

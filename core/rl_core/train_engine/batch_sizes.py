@@ -1,0 +1,77 @@
+"""How a train engine cuts its rank's shard of a step: mini-batches, micro-batches, epochs (config only, no torch).
+
+All sizes are per rank and in sequences, except ``ppo_mini_batch_size``
+(prompts per optimizer step, global): the step's ``data.train_batch_size``
+prompts make ``train_batch_size // ppo_mini_batch_size`` mini-batches, so a
+rank's shard of ``rows`` sequences splits into that many mini-batches of
+``rows / n_mini`` sequences, each cut into micro-batches of
+``ppo_micro_batch_size_per_gpu`` sequences. The critic falls back to the
+actor's value of every size it leaves unset. :func:`split_sizes` raises
+:class:`TrainSizeError` with the arithmetic when the numbers do not fit
+(``rlcore check`` reports the same problems before a run,
+:mod:`rl_core.config.normalize`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_core.problems import UserError
+
+
+class TrainSizeError(UserError, ValueError):
+    """Batch sizes that do not fit together, or an unknown role: a config problem."""
+
+
+def role_config(config: Any, role: str) -> Any:
+    """The role's section of the run config: ``critic`` for the critic, ``actor`` for actor and ref."""
+    return config.critic if role == "critic" else config.actor
+
+
+def mini_micro_epochs(config: Any, role: str) -> tuple[int, int, int]:
+    """(prompts per mini-batch, sequences per micro-batch, epochs) of ``role``'s update."""
+    a, c = config.actor, config.critic
+    if role == "critic":
+        return (
+            c.ppo_mini_batch_size or a.ppo_mini_batch_size,
+            c.ppo_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
+            c.ppo_epochs or a.ppo_epochs,
+        )
+    return a.ppo_mini_batch_size, a.ppo_micro_batch_size_per_gpu, a.ppo_epochs
+
+
+def inference_micro(config: Any, role: str) -> int:
+    """Sequences per micro-batch of ``compute_log_prob`` (actor, ref) or ``compute_values`` (critic)."""
+    a = config.actor
+    if role == "critic":
+        return mini_micro_epochs(config, role)[1]
+    if role == "ref":
+        return config.ref.log_prob_micro_batch_size_per_gpu or a.log_prob_micro_batch_size_per_gpu or config.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
+    return a.log_prob_micro_batch_size_per_gpu or config.rollout.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
+
+
+def split_sizes(config: Any, role: str, rows: int) -> tuple[int, int, int, int]:
+    """(mini-batches, rows per mini-batch, rows per micro-batch, epochs) of a shard of ``rows`` sequences, with clear errors."""
+    section = "critic" if role == "critic" else "actor"
+    mini_prompts, micro, epochs = mini_micro_epochs(config, role)
+    tbs = config.data.train_batch_size
+    if not mini_prompts or tbs % mini_prompts or mini_prompts > tbs:
+        raise TrainSizeError(
+            f"data.train_batch_size={tbs} prompts must be a multiple of {section}.ppo_mini_batch_size={mini_prompts} "
+            f"({tbs} % {mini_prompts} = {tbs % mini_prompts if mini_prompts else 'n/a'})"
+        )
+    n_mini = tbs // mini_prompts
+    if rows % n_mini:
+        raise TrainSizeError(
+            f"{role} update: this rank's {rows} sequences cannot be split into {n_mini} mini-batches "
+            f"(data.train_batch_size={tbs} / {section}.ppo_mini_batch_size={mini_prompts} = {n_mini}; {rows} % {n_mini} = {rows % n_mini})"
+        )
+    mini_rows = rows // n_mini
+    if micro <= 0 or mini_rows % micro:
+        divisors = [d for d in range(1, mini_rows + 1) if mini_rows % d == 0]
+        raise TrainSizeError(
+            f"{section}.ppo_micro_batch_size_per_gpu={micro} does not divide the per-rank mini-batch: "
+            f"{rows} sequences on this rank / {n_mini} mini-batches = {mini_rows} sequences, {mini_rows} % {micro} = {mini_rows % micro if micro > 0 else 'n/a'}; "
+            f"valid values: {', '.join(map(str, divisors))}"
+        )
+    return n_mini, mini_rows, micro, epochs

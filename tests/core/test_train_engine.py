@@ -1,0 +1,178 @@
+"""rl_core.train_engine: the LR schedule, the batch-size arithmetic, and the base class driven by a toy backend.
+
+The fsdp and megatron plugins run the base class through the train conformance suite; the toy
+engine here checks, with the core alone, what a backend gets from it: the mini-batch loop, loss
+weighting that makes micro-batching invisible, the LR schedule and the numerical guard.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+import torch
+from rl_core.backends import WorkerContext
+from rl_core.batch import Batch
+from rl_core.config.schema import ActorConfig, CriticConfig, DataConfig, ModelConfig, OptimConfig, RefConfig, RunConfig, TrainerConfig
+from rl_core.train_engine.base import TrainEngineBase
+from rl_core.train_engine.batch_sizes import TrainSizeError, inference_micro, mini_micro_epochs, split_sizes
+from rl_core.train_engine.lr_schedule import LRSchedule
+from rl_core.trainer.guard import NonFiniteError
+
+
+# -------------------------------------------------------------- schedule
+def test_schedule_values_by_hand():
+    lin = LRSchedule(OptimConfig(lr_warmup_steps_ratio=0.25, lr_scheduler="linear", min_lr_ratio=0.0), total_steps=8)
+    # warmup int(0.25 * 8) = 2 steps: 1/2, 2/2; then linear from 1 at k=2 to 0 at k=8: 1 - (k - 2) / 6
+    assert [lin(k) for k in range(8)] == pytest.approx([0.5, 1.0, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+    const = LRSchedule(OptimConfig(lr_warmup_steps=3))
+    assert [const(k) for k in range(5)] == pytest.approx([1 / 3, 2 / 3, 1.0, 1.0, 1.0])
+    cos = LRSchedule(OptimConfig(lr_scheduler="cosine"), total_steps=None)
+    assert cos(0) == 1.0
+    with pytest.raises(ValueError, match="set_total_steps"):
+        cos(1)
+
+
+# ----------------------------------------------------------- batch sizes
+def _config(*, micro: int = 1, critic: CriticConfig | None = None, **actor) -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(path="unused"),
+        data=DataConfig(train_batch_size=4),
+        actor=ActorConfig(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=micro, **actor),
+        critic=critic or CriticConfig(enable=True),
+        trainer=TrainerConfig(total_training_steps=4, seed=0),
+    )
+
+
+def test_critic_sizes_fall_back_to_the_actors():
+    cfg = _config(micro=2, ppo_epochs=3)
+    assert mini_micro_epochs(cfg, "critic") == mini_micro_epochs(cfg, "actor") == (2, 2, 3)
+    cfg = _config(micro=2, critic=CriticConfig(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=1, ppo_epochs=1))
+    assert mini_micro_epochs(cfg, "critic") == (4, 1, 1)
+
+
+def test_inference_micro_batch_precedence():
+    cfg = _config(micro=2)
+    assert [inference_micro(cfg, r) for r in ("actor", "ref", "critic")] == [2, 2, 2]
+    cfg = _config(micro=2, log_prob_micro_batch_size_per_gpu=3)
+    assert [inference_micro(cfg, r) for r in ("actor", "ref", "critic")] == [3, 3, 2]
+    cfg = attrs.evolve(cfg, ref=RefConfig(log_prob_micro_batch_size_per_gpu=5))
+    assert [inference_micro(cfg, r) for r in ("actor", "ref")] == [3, 5]
+
+
+def test_split_sizes_and_their_errors():
+    assert split_sizes(_config(micro=2), "actor", 8) == (2, 4, 2, 1)
+    with pytest.raises(TrainSizeError, match=r"7 sequences cannot be split into 2 mini-batches .* 7 % 2 = 1"):
+        split_sizes(_config(), "actor", 7)
+    with pytest.raises(TrainSizeError, match=r"actor.ppo_micro_batch_size_per_gpu=3 does not divide .* valid values: 1, 2, 4"):
+        split_sizes(_config(micro=3), "actor", 8)
+    with pytest.raises(TrainSizeError, match=r"critic.ppo_mini_batch_size=3 \(4 % 3 = 1\)"):
+        split_sizes(_config(critic=CriticConfig(ppo_mini_batch_size=3)), "critic", 8)
+
+
+# ------------------------------------------------------ the base, a toy backend
+class ToyCritic(TrainEngineBase):
+    """A critic whose 'model' is a per-token embedding of width 1: everything else is the base class's."""
+
+    backend = "toy"
+
+    def __init__(self, config: RunConfig, role: str = "critic") -> None:
+        super().__init__(role, config, WorkerContext())
+        self.rank, self.world_size, self.sharded = 0, 1, False
+        self.model = torch.nn.Embedding(16, 1)
+        with torch.no_grad():
+            self.model.weight.copy_(torch.linspace(-1, 1, 16).unsqueeze(-1))
+        self._init_optimizer()
+
+    def _all_reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        raise AssertionError("one rank: no collectives")
+
+    def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        R = x["responses"].shape[1]
+        return self.model(x["input_ids"][:, -R:]).squeeze(-1)
+
+    def _mini_batch_step(self, mini: Batch, micro: int, cfg, temperature: float):
+        mode = cfg.loss_agg_mode
+        _, extra, _ = self._loss_fields(mini, cfg)
+        global_den = float(self._count(mini.tensors["response_mask"], mode))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, metric_sums, n_micro = 0.0, {}, 0
+        for s in range(0, len(mini), micro):
+            x = self._inputs(mini, slice(s, s + micro), extra)
+            loss, metrics = self._critic_loss(x, self._values(x), cfg)
+            share = self._micro_share(x["response_mask"], mode, global_den)
+            (loss * share).backward()
+            loss_total += float(loss.detach()) * share
+            for name, value in metrics.items():
+                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+            n_micro += 1
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), math.inf))
+        self._optimizer_step(loss_total, grad_norm)
+        return loss_total, grad_norm, self._mean_metrics(metric_sums, n_micro, lambda t: t)
+
+
+def _critic_batch(rows: int = 8, R: int = 3) -> Batch:
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 16, (rows, 2), generator=g)
+    responses = torch.randint(0, 16, (rows, R), generator=g)
+    response_mask = (torch.arange(R) < torch.arange(rows).remainder(R).add(1).unsqueeze(-1)).long()  # 1..R real tokens
+    return Batch(
+        {
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": torch.cat([torch.ones(rows, 2, dtype=torch.long), response_mask], 1),
+            "responses": responses,
+            "response_mask": response_mask,
+            "values": 0.1 * torch.randn(rows, R, generator=g),
+            "returns": torch.randn(rows, R, generator=g),
+        },
+        {},
+        {},
+    )
+
+
+def _toy(micro: int, **optim) -> ToyCritic:
+    optim = {"lr": 0.1, "lr_warmup_steps": 2, **optim}
+    return ToyCritic(_config(critic=CriticConfig(ppo_micro_batch_size_per_gpu=micro, optim=OptimConfig(**optim))))
+
+
+def test_micro_batching_does_not_change_the_update():
+    """Each micro-batch's loss weighted by its share of the mini-batch's tokens: one micro-batch or four, one gradient."""
+    batch = _critic_batch()
+    whole, split = _toy(micro=4), _toy(micro=1)
+    for _ in range(2):
+        a, b = whole.update(batch), split.update(batch)
+        assert set(a) == set(b) >= {"loss", "grad_norm", "lr", "critic/vf_loss"}
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
+    torch.testing.assert_close(whole.model.weight, split.model.weight, rtol=1e-6, atol=1e-7)
+    assert [whole.update(batch)["lr"] for _ in range(2)] == pytest.approx([0.1, 0.1])  # warmup of 2 was 0.05, 0.1
+
+
+def test_warmup_and_a_later_total():
+    engine = _toy(micro=2, lr_scheduler="linear", min_lr_ratio=0.0, lr_warmup_steps=1)
+    batch = _critic_batch()
+    assert engine.update(batch)["lr"] == pytest.approx(0.1)  # warmup step 1 of 1
+    engine.set_total_steps(3)  # decay to 0 over updates 1..3
+    assert [engine.update(batch)["lr"] for _ in range(2)] == pytest.approx([0.1, 0.05])
+
+
+def test_a_non_finite_loss_stops_before_the_step():
+    engine = _toy(micro=2)
+    batch = _critic_batch()
+    returns = batch.tensors["returns"].clone()
+    returns[3, 0] = float("nan")
+    batch["returns"] = returns
+    before = engine.model.weight.detach().clone()
+    with pytest.raises(NonFiniteError, match="non-finite loss .* stage 'update_critic', role 'critic', rank 0"):
+        engine.update(batch)
+    assert torch.equal(engine.model.weight, before)
+
+
+def test_the_base_checks_roles_and_calls():
+    with pytest.raises(TrainSizeError, match="unknown role 'judge': the toy train backend provides actor, critic, ref"):
+        ToyCritic(_config(), role="judge")
+    engine = _toy(micro=2)
+    with pytest.raises(RuntimeError, match="compute_values"):
+        engine.compute_log_prob(_critic_batch())
+    values = engine.compute_values(_critic_batch(rows=5))
+    assert values.shape == (5, 3) and values.dtype == torch.float32
