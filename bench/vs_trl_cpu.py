@@ -76,9 +76,11 @@ QUICKSTART_VARIANTS = {"rlcore-quickstart": [], "rlcore-quickstart-mb4": ["actor
 # ----------------------------------------------------------------------------- data
 def write_data(work: Path, seeds: list[int]) -> None:
     """``WORK/data/val.jsonl`` and ``WORK/data/train-sSEED.jsonl`` (seed-1 items in an order drawn from SEED)."""
+    d = work / "data"
+    if (d / "val.jsonl").exists() and all((d / f"train-s{seed}.jsonl").exists() for seed in seeds):
+        return  # prepared (bench/vs_trl_sweep.py carries them to a machine without reasoning-gym)
     from rl_core.data.convert import generate_reasoning_gym_rows
 
-    d = work / "data"
     d.mkdir(parents=True, exist_ok=True)
     if not (d / "val.jsonl").exists():
         val = generate_reasoning_gym_rows("basic_arithmetic", VAL_SIZE, VAL_SEED, TASK, SYSTEM_PROMPT, split="val")
@@ -106,7 +108,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- rl-core
-def rlcore_overrides(name: str, seed: int, work: Path, steps: int, eval_every: int, run_dir: Path) -> list[str]:
+def rlcore_overrides(name: str, seed: int, work: Path, steps: int, eval_every: int, run_dir: Path, device: str = "cpu") -> list[str]:
     data = work / "data"
     common = [
         "data.train_generator=null", "data.val_generator=null",
@@ -115,18 +117,20 @@ def rlcore_overrides(name: str, seed: int, work: Path, steps: int, eval_every: i
         f"trainer.seed={seed}", f"trainer.test_freq={eval_every}", "trainer.save_freq=-1",
         "trainer.loggers=[jsonl]", f"trainer.output_dir={run_dir}", "trainer.val_before_train=true",
     ]
+    if device != "cpu":  # bench/vs_trl_sweep.py: many seeds at once on a GPU; the rollout keeps the CPU's plain decode loop
+        common += [f"trainer.device={device}", "rollout.engine_kwargs.static_decode=false"]
     if name == "rlcore-same":
         return SAME + common + [f"trainer.total_training_steps={steps}"]
     return QUICKSTART_VARIANTS[name] + common + ([f"trainer.total_training_steps={steps}"] if steps else [])
 
 
-def run_rlcore(name: str, seed: int, work: Path, out: Path, steps: int, eval_every: int, stop_at_target: bool) -> dict:
+def run_rlcore(name: str, seed: int, work: Path, out: Path, steps: int, eval_every: int, stop_at_target: bool, device: str = "cpu") -> dict:
     run_dir = work / "logs" / f"{name}-s{seed}"
     if run_dir.exists():
         import shutil
 
         shutil.rmtree(run_dir)  # a fresh run, never a resume of a crashed one
-    cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *rlcore_overrides(name, seed, work, steps, eval_every, run_dir), "--no-progress"]
+    cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *rlcore_overrides(name, seed, work, steps, eval_every, run_dir, device), "--no-progress"]
     log = work / "logs" / f"{name}-s{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -182,12 +186,12 @@ def _rlcore_evals(run_dir: Path) -> list[tuple[int, float, float]]:
 
 
 # ----------------------------------------------------------------------------- TRL
-def run_trl_subprocess(seed: int, work: Path, steps: int, eval_every: int, trl_python: str, stop_at_target: bool) -> dict:
+def run_trl_subprocess(seed: int, work: Path, steps: int, eval_every: int, trl_python: str, stop_at_target: bool, device: str = "cpu") -> dict:
     result = work / "logs" / f"trl-s{seed}.partial.json"
     log = work / "logs" / f"trl-s{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [trl_python, str(Path(__file__).resolve()), "_trl", "--seed", str(seed), "--work", str(work), "--steps", str(steps),
-           "--eval-every", str(eval_every), "--result", str(result)] + (["--stop-at-target"] if stop_at_target else [])
+           "--eval-every", str(eval_every), "--result", str(result), "--device", device] + (["--stop-at-target"] if stop_at_target else [])
     start = time.time()
     with open(log, "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -207,7 +211,7 @@ def trl_reward(completions, ground_truth, **_):
     return [score(solution_str=c[0]["content"], ground_truth=g, method="flexible")["score"] for c, g in zip(completions, ground_truth)]
 
 
-def build_trl_trainer(seed: int, work: Path, steps: int, callbacks=(), reward=trl_reward):
+def build_trl_trainer(seed: int, work: Path, steps: int, callbacks=(), reward=trl_reward, device: str = "cpu"):
     """(trainer, tokenizer): TRL's ``GRPOTrainer`` with the reference settings on ``WORK/data/train-sSEED.jsonl``.
 
     Runs inside the TRL venv; ``bench/vs_trl_update.py`` builds the same trainer.
@@ -248,7 +252,7 @@ def build_trl_trainer(seed: int, work: Path, steps: int, callbacks=(), reward=tr
         gradient_checkpointing=False,
         bf16=False,
         fp16=False,
-        use_cpu=True,
+        use_cpu=device == "cpu",
         max_steps=steps,
         logging_steps=1,
         report_to="none",
@@ -271,7 +275,7 @@ def trl_worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT / "plugins" / "reward_rule"))
     from rl_reward_rule.gsm8k import score  # pure Python: the scorer rl-core's run uses
 
-    trainer, tok = build_trl_trainer(args.seed, Path(args.work), args.steps)
+    trainer, tok = build_trl_trainer(args.seed, Path(args.work), args.steps, device=args.device)
     val = _read_jsonl(Path(args.work) / "data" / "val.jsonl")
 
     texts = [tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in val]
@@ -292,7 +296,7 @@ def trl_worker(args: argparse.Namespace) -> None:
         tok.padding_side = "left"
         correct = 0
         for i in range(0, len(texts), 50):
-            enc = tok(texts[i : i + 50], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = tok(texts[i : i + 50], return_tensors="pt", padding=True, add_special_tokens=False).to(m.device)
             gen = m.generate(**enc)
             outs = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
             correct += sum(score(solution_str=o, ground_truth=g, method="flexible")["score"] for o, g in zip(outs, golds[i : i + 50]))
@@ -352,12 +356,12 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> Path:
     steps = args.quickstart_steps if quickstart else args.steps
     print(f"[{time.strftime('%H:%M:%S')}] {name} seed {seed}: {steps or 'default'} steps", flush=True)
     if name == "trl":
-        result = run_trl_subprocess(seed, work, steps, args.eval_every, args.trl_python, False)  # TRL's whole curve is compared
+        result = run_trl_subprocess(seed, work, steps, args.eval_every, args.trl_python, False, args.device)  # TRL's whole curve is compared
     else:
-        result = run_rlcore(name, seed, work, out, steps, args.eval_every, args.stop_at_target and quickstart)
+        result = run_rlcore(name, seed, work, out, steps, args.eval_every, args.stop_at_target and quickstart, args.device)
     result["command"] = result["command"].replace(str(ROOT) + "/", "")
     result.update(name=name, seed=seed, eval_every=args.eval_every, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  host_cpus=os.cpu_count())
+                  host_cpus=os.cpu_count(), device=args.device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     reach = time_to(result["evals"], TARGET)
@@ -391,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--trl-python", default="/work/trl-venv/bin/python")
         p.add_argument("--stop-at-target", action="store_true", help="end a quickstart run at its first eval >= 0.50")
         p.add_argument("--force", action="store_true", help="rerun runs whose JSON exists")
+        p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both frameworks run (cuda: bench/vs_trl_sweep.py)")
 
     p = sub.add_parser("run", help="one framework, one seed")
     p.add_argument("name", choices=sorted(RUNS))
@@ -409,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-every", type=int, required=True)
     p.add_argument("--result", required=True)
     p.add_argument("--stop-at-target", action="store_true")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args(argv)
 
     if args.cmd == "_trl":

