@@ -14,6 +14,7 @@
 #   bash bench/reference/run_gpu.sh install grpo             # ~8 min
 #   bash bench/reference/run_gpu.sh install decode mfu       # bench/decode_gpu.py, bench/update_mfu_gpu.py
 #   bash bench/reference/run_gpu.sh install memory megatron  # needs .gpu/qwen05b (make_model.py --vocab 151936), .gpu/meg
+# No vLLM (carry .gpu/whl .gpu/meg .gpu/qwen05b-gpt2 .gpu/gsm8k):  bash bench/reference/run_gpu.sh install_base engines pack
 # Two GPUs (nvidia-h200-x2), no vLLM needed (carry .gpu/whl .gpu/meg .gpu/qwen05b-gpt2 .gpu/qwen05b .gpu/gsm8k):
 #   MEGATRON_TP=2 bash bench/reference/run_gpu.sh install_base doctor dp megatron megatron_grpo
 # and after the vLLM parts:  bash bench/reference/run_gpu.sh install vllm_tp2
@@ -164,6 +165,13 @@ megatron_grpo() {  # the trainer's own path: rlcore train with train.name=megatr
     STEPS=3 grpo_run megatron_tp2 model.path=.gpu/qwen05b train.name=megatron train.tensor_model_parallel_size=2 \
         trainer.n_gpus_per_node=2 data.train_batch_size=32 rollout.n=4 data.max_prompt_length=256 \
         actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size_per_gpu=8
+}
+
+engines() {  # both train engines on CUDA through the shared rl_core.train_engine (no vLLM, no TRL): the hf + fsdp
+    # reference job (10 steps, then hf_final), Megatron TP 1 in bf16 (bench/megatron_gpu.py), the CUDA-only tests
+    grpo_run hf rollout.name=hf
+    megatron
+    cuda_tests
 }
 
 doctor() {  # rlcore doctor on the GPU machine (README)

@@ -11,6 +11,9 @@ module              what
                     :class:`~rl_core.train_engine.batch_sizes.TrainSizeError`
 ``lr_schedule``     :class:`~rl_core.train_engine.lr_schedule.LRSchedule`: warmup,
                     then constant / cosine / linear decay
+``hf_export``       :func:`~rl_core.train_engine.hf_export.write_hf_folder`: the
+                    folder ``save_hf`` writes (config, generation config,
+                    safetensors shards, tokenizer)
 ==================  ==============================================================
 
 Importing the package imports nothing; ``base`` imports torch.

@@ -64,7 +64,7 @@ from rl_core.batch import Batch
 from rl_core.cards import ROLES
 from rl_core.micro_batches import token_budget_groups
 from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, position_ids_from_mask, torch_dtype
-from rl_core.train_engine.batch_sizes import TrainSizeError, inference_micro, mini_micro_epochs, role_config, split_sizes
+from rl_core.train_engine.batch_sizes import TrainSizeError, inference_micro, role_config, split_sizes
 from rl_core.train_engine.lr_schedule import LRSchedule
 from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
 

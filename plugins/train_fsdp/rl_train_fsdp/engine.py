@@ -34,7 +34,6 @@ Update, inference loops, LR schedule
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -48,6 +47,7 @@ from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import compile_decoder_layers, forward_values
 from rl_core.train_engine.base import TrainEngineBase
 from rl_core.train_engine.batch_sizes import TrainSizeError  # noqa: F401  (re-exported: rl_train_fsdp.engine.TrainSizeError)
+from rl_core.train_engine.hf_export import write_hf_folder
 from rl_core.trainer.checkpoint import check_dcp_metadata, safe_load
 
 from rl_train_fsdp import sharding
@@ -186,7 +186,7 @@ class FSDPEngine(TrainEngineBase):
             if self.rank == 0:
                 state[name] = t.detach().to("cpu", copy=True).contiguous()
         if self.rank == 0:
-            _write_hf_folder(Path(path), state, self.hf_config, self.hf_class, self.model, self.config)
+            write_hf_folder(Path(path), state, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config)
         sharding.barrier()
 
     # ----------------------------------------------------------- checkpoint
@@ -295,30 +295,3 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["cpu"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def _write_hf_folder(path: Path, state: dict[str, torch.Tensor], hf_config, hf_class, model, config) -> None:
-    """config.json (+ generation config, tokenizer) and safetensors shards, as ``save_pretrained`` writes them."""
-    import copy
-
-    from huggingface_hub import save_torch_state_dict
-
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = copy.deepcopy(hf_config)
-    cfg.architectures = [hf_class.__name__]  # not the FSDP wrapper class
-    cfg.save_pretrained(str(path))
-    gen = getattr(model, "generation_config", None)
-    if gen is not None and hf_class.__name__.endswith("ForCausalLM"):
-        try:
-            gen.save_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - an odd generation config must not lose the weights
-            pass
-    save_torch_state_dict(state, str(path), max_shard_size="5GB")
-    tok_dir = config.model.tokenizer_path or config.model.path
-    if tok_dir and os.path.isdir(tok_dir):
-        try:
-            from rl_core.modeling import load_tokenizer
-
-            load_tokenizer(tok_dir).save_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - a folder without a tokenizer is still a model
-            pass

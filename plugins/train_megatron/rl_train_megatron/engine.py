@@ -60,12 +60,13 @@ from rl_core.backends import WorkerContext
 from rl_core.modeling import response_columns_in_use
 from rl_core.problems import UserError
 from rl_core.train_engine.base import TrainEngineBase
+from rl_core.train_engine.hf_export import write_hf_folder
 from rl_core.trainer.checkpoint import load_rng_state, safe_load, save_rng_state
 
 from rl_train_megatron import convert, parallel
 from rl_train_megatron import model as mmodel
 from rl_train_megatron.pipeline import Pipe
-from rl_train_megatron.weights import gather_hf_weights, stage_layout, write_hf_folder
+from rl_train_megatron.weights import gather_hf_weights, stage_layout
 
 MANIFEST = "megatron.json"
 

@@ -1,4 +1,4 @@
-"""Megatron shards -> HF-named tensors (weight sync, export) and the HF folder writer.
+"""Megatron shards -> HF-named tensors (weight sync, export; the folder itself: rl_core.train_engine.hf_export).
 
 :func:`gather_hf_weights` walks this rank's parameters in order, packs them
 into flat buckets of about ``bucket_bytes``, all-gathers each bucket over the
@@ -10,9 +10,6 @@ TP group gets every tensor, so each rank's rollout engine can load them.
 
 from __future__ import annotations
 
-import copy
-import os
-from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -98,27 +95,3 @@ def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_st
 def _device(group) -> torch.device:
     """Where collectives of ``group`` run: CUDA for NCCL, else the CPU."""
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
-
-
-def write_hf_folder(path: Path, state: dict[str, torch.Tensor], hf_config, hf_class, generation_config, config) -> None:
-    """config.json, generation config, safetensors shards and the tokenizer, as ``save_pretrained`` writes them."""
-    from huggingface_hub import save_torch_state_dict
-
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = copy.deepcopy(hf_config)
-    cfg.architectures = [hf_class.__name__]
-    cfg.save_pretrained(str(path))
-    if generation_config is not None and hf_class.__name__.endswith("ForCausalLM"):
-        try:
-            generation_config.save_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - an odd generation config must not lose the weights
-            pass
-    save_torch_state_dict(state, str(path), max_shard_size="5GB")
-    tok_dir = config.model.tokenizer_path or config.model.path
-    if tok_dir and os.path.isdir(tok_dir):
-        try:
-            from rl_core.modeling import load_tokenizer
-
-            load_tokenizer(tok_dir).save_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - a folder without a tokenizer is still a model
-            pass
