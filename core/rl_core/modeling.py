@@ -40,6 +40,11 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     try:
         return DTYPES[name]
     except KeyError:
+        if name == "auto":
+            raise ValueError(
+                "model.dtype=auto is chosen for the machine when the config is normalised "
+                "(rl_core.config.normalize.normalize, or rl_core.precision.resolve_dtype); pass the normalised config"
+            ) from None
         raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}") from None
 
 

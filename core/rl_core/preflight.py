@@ -28,6 +28,7 @@ import types
 import typing
 from typing import Any, Callable
 
+from rl_core.precision import slow_low_precision
 from rl_core.problems import Problem, did_you_mean
 
 FIRST_ROWS = 8  # rows of each data file checked
@@ -302,6 +303,9 @@ def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:
                                    fix="lower the pools' sizes, or leave the roles in the actor's workers (remove <role>.n_gpus_per_node)"))
             else:
                 out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but this machine has {n} GPU(s)", fix=f"set trainer.n_gpus_per_node to at most {n}; nearest valid value: {n}"))
+    slow = None if runs_elsewhere(config) else slow_low_precision(config.model.dtype, t.device)
+    if slow:
+        out.append(Problem(key="model.dtype", severity="warning", what=slow, fix="set model.dtype=float32, or auto (bfloat16 where the hardware computes it, float32 elsewhere)"))
     cores = cpu_count or os.cpu_count() or 1
     if t.device == "cpu" and world > cores:
         out.append(Problem(key="trainer.n_gpus_per_node", severity="warning", what=f"{world} worker processes on {cores} CPU cores: they compete for the cores and each step is slower", fix=f"set trainer.n_gpus_per_node to at most {cores}"))

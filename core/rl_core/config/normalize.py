@@ -22,6 +22,7 @@ import attrs
 
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
+from rl_core.precision import resolve_dtype
 from rl_core.problems import Problem, nearest_divisors
 
 
@@ -191,8 +192,10 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         key = "actor.use_kl_loss" if a.use_kl_loss else "algorithm.use_kl_in_reward"
         problems.append(Problem(key="ref.enable", what=f"is false but {key}=true needs reference log-probs", fix=f"set ref.enable=true, or {key}=false"))
     data = attrs.evolve(d, seed=t.seed if d.seed is None else d.seed, val_batch_size=d.val_batch_size)
+    dtype, _why = resolve_dtype(config.model.dtype, device)
     config = attrs.evolve(
-        config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device)
+        config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device),
+        model=attrs.evolve(config.model, dtype=dtype),
     )
     if not ok:
         return config, None, problems

@@ -105,7 +105,8 @@ class DataConfig:
 class ModelConfig:
     path: str = ""
     tokenizer_path: str | None = None
-    dtype: str = choice("float32", ("float32", "bfloat16", "float16"))
+    # auto: bfloat16 where the hardware computes it (GPUs with bf16, CPUs with AVX512-BF16 / AMX), else float32 (rl_core.precision)
+    dtype: str = choice("float32", ("float32", "bfloat16", "float16", "auto"))
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
     # run each distinct prompt once for its group of n responses in train-side forwards (unsharded models only);

@@ -27,6 +27,7 @@ from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
+from rl_core.precision import precision_line
 from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
 from rl_core.trainer.checkpoint import CheckpointError, CheckpointManager, load_rng_state, safe_load, save_rng_state
@@ -444,6 +445,7 @@ def describe_plan(stack: Stack) -> str:
         f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}, rollout {stack.rollout.name}",
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
+        f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
     return "\n".join(lines)
 
