@@ -90,8 +90,14 @@ def devices() -> dict[str, Any]:
 
     from rl_core.memory import device_memory
 
+    from rl_core.precision import cpu_bf16_support, cpu_capability
+
     ram = device_memory("cpu")
     out: dict[str, Any] = {"cpu": f"{os.cpu_count()} cores, {ram / 2**30:.1f} GiB RAM" if ram else f"{os.cpu_count()} cores"}
+    bf16 = cpu_bf16_support()
+    out["cpu"] += f"; kernels for {cpu_capability()}, " + (
+        f"bfloat16 in hardware ({bf16})" if bf16 else "no bfloat16 hardware (model.dtype auto -> float32 on the CPU)"
+    )
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
