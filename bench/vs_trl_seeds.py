@@ -39,9 +39,15 @@ def load(folders: list[Path]) -> dict[str, dict[int, dict[int, float]]]:
     return runs
 
 
-def table(runs: dict[str, dict[int, dict[int, float]]]) -> str:
+def paired(runs: dict[str, dict[int, dict[int, float]]]) -> tuple[list[int], list[int]]:
+    """(seeds run by both frameworks, evaluation steps every one of those runs has)."""
     seeds = sorted(set(runs["trl"]) & set(runs["rlcore-same"]))
     steps = sorted(set.intersection(*(set(runs[n][s]) for n in runs for s in seeds)))
+    return seeds, steps
+
+
+def table(runs: dict[str, dict[int, dict[int, float]]]) -> str:
+    seeds, steps = paired(runs)
     lines = [
         f"Seeds run by both: {seeds} ({len(seeds)} pairs).", "",
         "| step | TRL mean | rl-core mean | rl-core - TRL | SE (seed spread) | diff / SE | binomial band (2 SE, n seeds) | rl-core ahead |",
@@ -72,8 +78,8 @@ def band3(p: float, k: int = 3) -> float:
 
 def triples(runs: dict[str, dict[int, dict[int, float]]]) -> str:
     """The 3-seed test on each disjoint triple of paired seeds, both ways round (see the module docstring)."""
-    seeds = sorted(set(runs["trl"]) & set(runs["rlcore-same"]))
-    steps = sorted(set.intersection(*(set(runs[n][s]) for n in runs for s in seeds)) - {0})
+    seeds, steps = paired(runs)
+    steps = [k for k in steps if k != 0]
     groups = [seeds[i : i + 3] for i in range(0, len(seeds) - 2, 3)]
 
     def holds(cand: str, ref: str, group: list[int]) -> list[int]:
@@ -110,8 +116,7 @@ def plot(runs: dict[str, dict[int, dict[int, float]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seeds = sorted(set(runs["trl"]) & set(runs["rlcore-same"]))
-    steps = sorted(set.intersection(*(set(runs[n][s]) for n in runs for s in seeds)))
+    seeds, steps = paired(runs)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     for name, label, color in (("trl", "TRL 1.16 GRPOTrainer", "tab:orange"), ("rlcore-same", "rl-core, TRL's settings", "tab:blue")):
         means = [statistics.fmean(runs[name][s][k] for s in seeds) for k in steps]

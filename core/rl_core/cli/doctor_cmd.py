@@ -89,7 +89,6 @@ def devices() -> dict[str, Any]:
     import torch
 
     from rl_core.memory import device_memory
-
     from rl_core.precision import cpu_bf16_support, cpu_capability
 
     ram = device_memory("cpu")

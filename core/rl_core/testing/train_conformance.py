@@ -385,7 +385,7 @@ class TrainConformance:
         assert single["values"].shape == mask.shape
         torch.testing.assert_close(single["values"][mask], ref[mask], atol=self.logprob_atol, rtol=0)
 
-    def test_update_matches_a_plain_pytorch_reference(self, single, config, step, model_dir):
+    def test_update_matches_a_plain_pytorch_reference(self, single, config, step, model_dir, reference):
         """Whole mini-batches at once, no sharding, no micro-batches: same loss, grad norm and weights."""
         from rl_core.algorithms.actor_loss import compute_actor_loss
         from rl_core.algorithms.entropy import entropy_from_logits
@@ -423,7 +423,7 @@ class TrainConformance:
         self._close(m["grad_norm"], sum(norms) / len(norms), "grad_norm")
         assert m["lr"] == pytest.approx(a.optim.lr)  # warmup of 1 step: the first update runs at the full lr
         ref_weights = dict(model.state_dict())
-        initial = dict(reference_model(model_dir).state_dict())
+        initial = dict(reference.state_dict())  # the class's untrained reference model: the weights both updates start from
         for name, w in single["actor_weights_1"].items():
             if zero_grad_in_exact_arithmetic(name):
                 continue
@@ -461,14 +461,14 @@ class TrainConformance:
         torch.testing.assert_close(self._cat(dist, "ref_log_probs")[mask], lp[mask], atol=self.logprob_atol, rtol=0)
 
     @pytest.mark.dist
-    def test_dist_update_equals_single_process(self, dist, single, model_dir):
+    def test_dist_update_equals_single_process(self, dist, single, reference):
         for d in dist:
             for key in ("loss", "grad_norm", "lr"):
                 self._close(d["actor_metrics"][key], single["actor_metrics"][key], f"actor {key}")
                 self._close(d["actor_metrics_2"][key], single["actor_metrics_2"][key], f"actor {key} (2nd update)")
             for key in ("loss", "grad_norm"):
                 self._close(d["critic_metrics"][key], single["critic_metrics"][key], f"critic {key}")
-        initial = dict(reference_model(model_dir).state_dict())
+        initial = dict(reference.state_dict())  # the class's untrained reference model: the weights both updates start from
         for name, w in single["actor_weights_1"].items():
             if zero_grad_in_exact_arithmetic(name):
                 continue
