@@ -27,6 +27,7 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
+from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 
@@ -188,25 +189,6 @@ def _translate_tree(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------- structuring
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is not None:
-        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
-        return f"{origin.__name__}[{args}]"
-    if tp is type(None):
-        return "null"
-    if tp is Any:
-        return "any"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _article(type_name: str) -> str:
-    words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
-    return words.get(type_name, f"a value of type {type_name}")
-
-
 class _Mismatch(Exception):
     pass
 
