@@ -8,7 +8,10 @@ mismatched versions fails in ways that are hard to read later. Then one worker
 per GPU (one per node on CPU nodes) joins a process group, NCCL on GPUs, gloo
 otherwise, exactly as training would, and an all-reduce reports latency and
 bandwidth (bus bandwidth as nccl-tests defines it: ``2 (n - 1) / n`` times
-the algorithm bandwidth), after checking the sum is right.
+the algorithm bandwidth), after checking the sum is right. Last, what listens
+where: every TCP socket the Ray processes of each node (and this driver) listen
+on, with the ones reachable from the network flagged
+(:mod:`rl_core.placement.listeners`).
 
 ``rl_core.cli.doctor_cmd`` calls :func:`run` for ``--cluster``; its flags come
 from :func:`add_arguments` (``--address``, ``--size-mb``, ``--json``).
@@ -70,8 +73,17 @@ def devices() -> dict[str, Any]:
 
 
 def node_report(info: dict[str, Any]) -> dict[str, Any]:
-    """Runs on each probe worker: where it is, what is installed, what it sees."""
-    return {**info, "versions": versions(), "devices": devices()}
+    """Runs on each probe worker: where it is, what is installed, what it sees, what Ray listens on there."""
+    from rl_core.placement.listeners import listening_sockets, ray_session_pids
+
+    return {**info, "versions": versions(), "devices": devices(), "listeners": listening_sockets(ray_session_pids())}
+
+
+def driver_listeners(owns_ray: bool) -> list[dict] | None:
+    """This process's listening sockets, and those of the Ray instance it started (if it did)."""
+    from rl_core.placement.listeners import descendants, listening_sockets
+
+    return listening_sockets(descendants(os.getpid()) if owns_ray else [os.getpid()])
 
 
 def allreduce_probe(info: dict[str, Any], size_bytes: int, iters: int = 5) -> dict[str, Any]:
@@ -148,6 +160,7 @@ def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 
         size_bytes = int((size_mb if size_mb is not None else (256 if device == "cuda" else 16)) * 2**20)
         reduce = group.run(allreduce_probe, size_bytes) if group.world_size > 1 else []
         backend = "nccl" if device == "cuda" else "gloo"
+        driver_sockets = driver_listeners(owns)
     finally:
         if group is not None:
             group.close()
@@ -155,7 +168,9 @@ def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 
             ray.shutdown()
     by_node: dict[str, dict[str, Any]] = {}
     for r in reports:
-        entry = by_node.setdefault(r["node_id"], {"ip": r["ip"], "hostname": r["hostname"], "versions": r["versions"], "devices": r["devices"], "workers": 0})
+        entry = by_node.setdefault(
+            r["node_id"], {"ip": r["ip"], "hostname": r["hostname"], "versions": r["versions"], "devices": r["devices"], "workers": 0, "listeners": r["listeners"]}
+        )
         entry["workers"] += 1
     head = {n["NodeID"] for n in nodes if "node:__internal_head__" in n.get("Resources", {})}
     missing = [f"{n.get('NodeManagerAddress')} ({n['NodeID'][:8]})" for n in nodes if n["NodeID"] not in by_node]
@@ -168,6 +183,7 @@ def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 
         "missing_nodes": missing,
         "version_disagreements": differ,
         "allreduce": None,
+        "driver_listeners": driver_sockets,
     }
     if reduce:
         n = len(reduce)
@@ -212,8 +228,21 @@ def render(result: dict[str, Any]) -> str:
             f"{'sum correct' if ar['correct'] else 'error: WRONG SUM'}; latency {ar['latency_ms']:.3f} ms; "
             f"{ar['bytes'] / 2**20:.0f} MiB in {ar['seconds'] * 1e3:.1f} ms = {ar['algbw_gb_s']:.2f} GB/s algorithm, {ar['busbw_gb_s']:.2f} GB/s bus bandwidth"
         )
+    lines += render_listeners(result)
     lines.append("ok" if result["ok"] else "problems found (see above)")
     return "\n".join(lines)
+
+
+def render_listeners(result: dict[str, Any]) -> list[str]:
+    from rl_core.placement.listeners import describe
+
+    lines = ["listening sockets (Ray processes per node; flagged ones are reachable from the network):"]
+    for node in result["nodes"]:
+        lines.append(f"  node {node['ip']} ({node['node_id'][:8]}):")
+        lines += describe(node.get("listeners"), indent="    ")
+    lines.append("  driver (this process" + (" and the Ray instance it started):" if result.get("driver_listeners") is not None else "):"))
+    lines += describe(result.get("driver_listeners"), indent="    ")
+    return lines
 
 
 def run(args) -> int:

@@ -6,7 +6,11 @@
   job's driver), else a new local Ray instance on this machine, with
   ``ray.num_cpus`` CPUs and the dashboard bound to ``ray.dashboard_host``
   (127.0.0.1 unless configured: the dashboard can run code, so it is not
-  opened to the network by default);
+  opened to the network by default). Every server of that instance (GCS,
+  raylet, object manager, agents, each worker's gRPC port) binds loopback
+  only (:mod:`~rl_core.placement.ray_loopback`), because Ray's servers are
+  unauthenticated when token auth is off; ``ray.node_ip_address`` opts into
+  another address, with a warning;
 - ``auto``: the cluster started on this machine with ``ray start`` (a
   recorded head that no longer answers is an error at once, not a wait);
 - ``host:port``: the head node's GCS address (``ray start --head --port``).
@@ -21,6 +25,7 @@ import logging
 import os
 import socket
 
+from rl_core.placement.ray_loopback import exposure_warnings, start_local
 from rl_core.problems import UserError
 
 
@@ -59,8 +64,14 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
         # "local": a new instance even when a cluster `ray start` made earlier is recorded on this machine
         # (a stale record makes a bare ray.init() wait forever for a head that is gone)
         kwargs.update(address="local", num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
+        for line in exposure_warnings(ray_config):
+            logging.getLogger("rl_core").warning(line)
+            print(f"warning: {line}", flush=True)
     try:
-        ray.init(**kwargs)
+        if address:
+            ray.init(**kwargs)
+        else:
+            start_local(ray, kwargs, ray_config.node_ip_address)
     except ConnectionError as exc:
         raise RayUnavailable(
             f"cannot reach the Ray cluster at ray.address={address!r}: {exc}\n"

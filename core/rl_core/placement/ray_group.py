@@ -3,8 +3,10 @@
 :class:`RayWorkerGroup` places the actors (:class:`~rl_core.placement.ray_worker.RankWorker`,
 one per bundle of a :class:`~rl_core.placement.ray_pools.ResourcePool`), learns
 where each landed, and forms the ``torch.distributed`` group among them:
-gloo on CPU, NCCL on GPU, the master at rank 0's node on a port free there,
-the timeout ``collective_timeout_s``. :class:`~rl_core.placement.ray_cluster.RayCluster`
+gloo on CPU, NCCL on GPU, the timeout ``collective_timeout_s``. When every rank is on one node (always
+so for a local Ray instance) they meet through a FileStore on that node and
+gloo / NCCL bind loopback, as the local placement does; across nodes the
+master is rank 0's node on a port free there. :class:`~rl_core.placement.ray_cluster.RayCluster`
 builds the hybrid workers on top; ``rlcore doctor --cluster`` runs its probes
 on a bare group.
 
@@ -62,10 +64,14 @@ class RayWorkerGroup:
                 self.actors.append(actor_cls.options(**options).remote(self.role, slot.rank, self.world_size, slot.local_rank, threads))
             self.placement = self.wait([a.where.remote() for a in self.actors], "start (placing the actors)")
             if self.world_size > 1:
-                port = self.wait([self.actors[0].free_port.remote()], "start (finding a port)", ranks=[0])[0]
                 backend = "nccl" if pool.device == "cuda" else "gloo"
-                master = self.placement[0]["ip"]
-                self.wait([a.init_group.remote(master, port, backend, collective_timeout_s) for a in self.actors], "start (process group)")
+                one_node = len({p["node_id"] for p in self.placement}) == 1
+                if one_node:  # a FileStore on that node and loopback sockets: nothing listens on the network
+                    init = self.wait([self.actors[0].store_file.remote()], "start (rendezvous file)", ranks=[0])[0]
+                else:  # rank 0's TCPStore, the only rendezvous other nodes can reach
+                    port = self.wait([self.actors[0].free_port.remote()], "start (finding a port)", ranks=[0])[0]
+                    init = f"tcp://{self.placement[0]['ip']}:{port}"
+                self.wait([a.init_group.remote(init, backend, collective_timeout_s, one_node) for a in self.actors], "start (process group)")
         except BaseException:
             self.close(force=True)
             raise

@@ -4,7 +4,8 @@
 wraps it with ``ray.remote`` (so importing this module needs no Ray). The
 actor is told its rank and world, joins the workers' ``torch.distributed``
 group (gloo on CPU, NCCL on GPU; the master is rank 0's node at a port rank 0
-found free there), then builds the same :class:`~rl_core.worker.HybridWorker`
+found free there; ranks that share one node meet through a FileStore there
+and bind loopback), then builds the same :class:`~rl_core.worker.HybridWorker`
 the local cluster builds, with the same :class:`~rl_core.backends.WorkerContext`.
 
 Errors travel back as :class:`RankFailure` with plain text: a user error's
@@ -69,22 +70,34 @@ class RankWorker:
             s.bind(("", 0))
             return s.getsockname()[1]
 
-    def init_group(self, master_addr: str, port: int, backend: str, timeout_s: float) -> None:
+    def store_file(self) -> str:
+        """A rendezvous file in a private folder on this node (ranks on one node meet there); removed at stop."""
+        import tempfile
+
+        self._store_dir = tempfile.mkdtemp(prefix="rlcore-rdzv-")
+        return "file://" + os.path.join(self._store_dir, "store")
+
+    def init_group(self, init_method: str, backend: str, timeout_s: float, loopback: bool = False) -> None:
+        """Join the group; ``loopback``: every rank is on this node, so gloo / NCCL bind the loopback interface."""
         import torch
         import torch.distributed as dist
 
+        from rl_core.cluster import local_rendezvous_env
+
         self.backend, self.timeout_s = backend, timeout_s
+        if loopback:
+            os.environ.update(local_rendezvous_env())
         try:
             if backend == "nccl":
                 torch.cuda.set_device(0)  # Ray shows each actor only its own GPU
             dist.init_process_group(
-                backend, init_method=f"tcp://{master_addr}:{port}", rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
+                backend, init_method=init_method, rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
                 device_id=torch.device("cuda", 0) if backend == "nccl" else None,
             )
         except Exception as exc:  # noqa: BLE001
             raise RankFailure(
-                f"rank {self.rank} could not join process group {GROUP_NAME!r} ({backend}, {self.world_size} ranks, master "
-                f"{master_addr}:{port}): {type(exc).__name__}: {exc}\nfix: the nodes must reach each other on that port "
+                f"rank {self.rank} could not join process group {GROUP_NAME!r} ({backend}, {self.world_size} ranks, rendezvous "
+                f"{init_method}): {type(exc).__name__}: {exc}\nfix: the nodes must reach each other on that port "
                 "(firewall, the interface Ray picked: set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME in ray.runtime_env.env_vars)"
             ) from None
 
@@ -122,6 +135,11 @@ class RankWorker:
             self.worker = None
             if dist.is_initialized():
                 dist.destroy_process_group()
+            store_dir = getattr(self, "_store_dir", None)
+            if store_dir:
+                import shutil
+
+                shutil.rmtree(store_dir, ignore_errors=True)
 
     # -------------------------------------------------------------- helpers
     def _explain(self, exc: BaseException, method: str) -> str:
