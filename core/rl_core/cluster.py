@@ -96,6 +96,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
+    from rl_core.trainer.stopping import ignore_stop_signals
+
+    ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
     os.environ.update(env)
     import torch
     import torch.distributed as dist

@@ -22,6 +22,11 @@ ROWS: dict[str, tuple[str, str]] = {
     "malicious": ("malicious or damaged checkpoints", "refused or skipped (no code run)"),
     "rendezvous": ("listening sockets of a 2-rank run", "bound to 127.0.0.1 only"),
     "user_errors": ("user mistakes at the CLI", "a message without traceback"),
+    "signals": ("SIGINT / SIGTERM to a running train", "one line, exit 130 / 143, workers stopped, the step saved or 'nothing was saved'"),
+    "ray_loopback": ("listening sockets of the run's local Ray instance", "every one on loopback"),
+    "reward_exits": ("reward functions that exit / kill their process", "contained, sample and function named, reward.on_error applied"),
+    "secrets": ("secret-shaped values under ordinary key names", "masked in printouts, config.yaml and logger configs"),
+    "check_probes": ("mistakes only a deeper rlcore check finds", "reported by rlcore check (not a traceback in train)"),
 }
 
 _counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -12,6 +12,7 @@ from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError, errors
 from rl_core.resolver import resolve
+from rl_core.trainer.stopping import Interrupted
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -62,7 +63,11 @@ def run(args) -> int:
     if args.dry_run:
         print("dry run: nothing was built", file=sys.stderr)
         return 0
-    final = train(stack, progress=False if args.no_progress else None, resume_anyway=args.resume_anyway)
+    try:
+        final = train(stack, progress=False if args.no_progress else None, resume_anyway=args.resume_anyway)
+    except Interrupted as exc:  # SIGINT / SIGTERM: one line, exit 128 + the signal's number (130, 143)
+        print(f"\n{exc.message or exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
     keys = ("reward/mean", "val/accuracy", "val/reward_mean")
     summary = ", ".join(f"{k}={final[k]:.4g}" for k in keys if k in final)
     print(f"done: {stack.config.trainer.output_dir}" + (f" ({summary})" if summary else ""))

@@ -35,6 +35,7 @@ from rl_core.trainer.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
 from rl_core.trainer.outputs import check_previous_run, ensure_writable, write_config
 from rl_core.trainer.progress import ProgressBar
+from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
 from rl_core.worker import ROLE_OF_METHOD
 
@@ -46,7 +47,9 @@ logger = logging.getLogger(__name__)
 
 
 class Trainer:
-    def __init__(self, stack: Stack, *, cluster=None, progress: bool | None = None, resume_anyway: bool = False) -> None:
+    def __init__(
+        self, stack: Stack, *, cluster=None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
+    ) -> None:
         from rl_core.data.dataset import build_loaders
         from rl_core.modeling import load_tokenizer
         from rl_core.rewards.manager import RewardManager
@@ -77,6 +80,7 @@ class Trainer:
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
         )
         self.progress_enabled = progress
+        self.stop = stop or StopSignals()  # not installed: a bare Trainer (tests, notebooks) keeps the caller's handlers
         if cluster is None:
             from rl_core.placement import make_cluster
 
@@ -313,7 +317,10 @@ class Trainer:
             }
             torch.save(state, os.path.join(tmp, TRAINER_STATE))
             return self.ckpt.commit(step)
-        except OSError as exc:
+        except BaseException as exc:
+            if not isinstance(exc, OSError):  # interrupted mid-save: no half-written folder stays behind
+                self.ckpt.abort(step)
+                raise
             self.ckpt.abort(step)
             previous = self.ckpt.latest()
             raise CheckpointError(
@@ -358,6 +365,7 @@ class Trainer:
         bar = ProgressBar(self.total_steps, initial=start, enable=self.progress_enabled)
         try:
             for step in range(start + 1, self.total_steps + 1):
+                self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch()
                 try:
                     metrics = self.train_step(prompts, step)
@@ -368,21 +376,47 @@ class Trainer:
                         f"step {step}: {exc}. Nothing of step {step} was saved and no hf_final was written; {where}.",
                         stage=exc.stage, role=exc.role, rank=exc.rank, tensor=exc.tensor,
                     ) from None
-                if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or step == self.total_steps):
+                stopping = self.stop.requested
+                if cfg.test_freq > 0 and not stopping and (step % cfg.test_freq == 0 or step == self.total_steps):
                     metrics.update(self.validate())
                 # Log before saving: a crash between the two resumes from the previous
                 # checkpoint, which truncates this row away; the reverse order would lose it.
                 self.tracker.log(metrics, step=step)
                 bar.update(step, metrics)
-                if cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps):
-                    self.save_checkpoint(step)
+                self.stop.graceful = False  # while saving, a signal stops at once (the save is then undone)
+                if stopping or (cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps)):
+                    saved = self.save_checkpoint(step)
                 self.step = step
                 last = metrics
+                if stopping:
+                    raise Interrupted(
+                        stopping,
+                        f"stopped by {signal_name(stopping)} after step {step} of {self.total_steps}: saved {saved}; "
+                        "run the same command to resume from it",
+                    )
+            self.stop.graceful = False
             self._save_final()
+        except Interrupted as exc:
+            if exc.message:
+                raise
+            raise Interrupted(exc.signum, self.interrupted_text(exc.signum)) from None
         finally:
+            self.stop.graceful = False
             bar.close()
             self.tracker.close()
         return last
+
+    def interrupted_text(self, signum: int) -> str:
+        """What a signal that stopped the run at once kept, and how to keep more next time."""
+        where = f"during step {self.step + 1}" if self.step < self.total_steps else "while writing the final model"
+        latest = self.ckpt.latest()
+        if latest is not None:
+            return f"stopped by {signal_name(signum)} {where}: the last checkpoint is {latest[1]} (step {latest[0]}); run the same command to resume from it"
+        return (
+            f"stopped by {signal_name(signum)} {where}: nothing was saved (no checkpoint yet), so a rerun starts over. "
+            "A single Ctrl-C / SIGTERM during training lets the step finish and saves a checkpoint; "
+            "set trainer.save_freq=N to also save one every N steps"
+        )
 
     def _save_final(self) -> None:
         path = os.path.join(self.config.trainer.output_dir, "hf_final")
@@ -394,9 +428,9 @@ class Trainer:
                 "permissions, then rerun: it resumes from the last checkpoint and writes hf_final again"
             ) from None
 
-    def close(self) -> None:
+    def close(self, force: bool = False) -> None:
         self.reward.close()
-        self.cluster.close()
+        self.cluster.close(force=force)
 
 
 def _guard_update(role: str, per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -428,11 +462,20 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
 
 
 def train(stack: Stack, **kwargs) -> dict[str, float]:
-    trainer = Trainer(stack, **kwargs)
-    try:
-        return trainer.fit()
-    finally:
-        trainer.close()
+    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.trainer.stopping.Interrupted` (module docstring there)."""
+    with StopSignals() as stop:
+        try:
+            trainer = Trainer(stack, stop=stop, **kwargs)
+        except Interrupted as exc:
+            raise Interrupted(exc.signum, f"stopped by {signal_name(exc.signum)} while starting: nothing was trained or saved") from None
+        stop.install()  # again: starting Ray replaces the SIGTERM handler
+        finished = False
+        try:
+            result = trainer.fit()
+            finished = True
+            return result
+        finally:
+            trainer.close(force=not finished)  # after a failure or a signal the workers may be mid-call: no waiting
 
 
 def describe_plan(stack: Stack) -> str:
