@@ -22,6 +22,7 @@ from rl_core.placement.listeners import _hex_to_ip, describe, is_loopback, liste
 from rl_core.placement.ray_loopback import exposure_warnings
 
 from tests.ray.conftest import NEEDS_RAY, RAY_ENV
+from tests.reliability import tally
 
 BRING_UP = r"""
 import json, os, sys
@@ -100,6 +101,8 @@ def test_the_runs_local_ray_instance_listens_on_loopback_only():
     # not vacuous: the GCS, the raylet, and the workers each listen on something
     assert "gcs_server" in names and "raylet" in names and any(n.startswith("ray::RankWorker") for n in names), describe(everything)
     exposed = [s for s in everything if not is_loopback(s["ip"])]
+    for s in everything:
+        tally.record("ray_loopback", f"{s['process']} port {s['port']}", is_loopback(s["ip"]))
     assert not exposed, "listening beyond loopback:\n" + "\n".join(describe(exposed))
     for w in workers:  # what doctor --cluster reports from the node's side agrees
         assert w["listeners"] and all(is_loopback(s["ip"]) for s in w["listeners"]), describe(w["listeners"])
