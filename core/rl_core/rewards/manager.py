@@ -45,6 +45,7 @@ from rl_core.rewards.scoring import (
     Sample,
     ScorerSpec,
     ScorerTimeout,
+    call_contained,
     call_scorer,
     call_with_timeout,
     load_custom_function,
@@ -249,18 +250,20 @@ class RewardManager:
     def _score_in_process(self, spec: ScorerSpec, kwargs: dict, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
         timeout = self.cfg.timeout_s
-        calls = (lambda s=s: call_with_timeout(lambda: call_scorer(fn, s, kwargs), timeout) for s in samples)
+        calls = (lambda s=s: call_with_timeout(lambda: call_contained(lambda: call_scorer(fn, s, kwargs)), timeout) for s in samples)
         return self._outcomes(spec, samples, calls, raise_now)
 
     def _score_batched(self, spec: ScorerSpec, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
         try:
-            results = fn(
-                data_sources=[s.data_source for s in samples],
-                solution_strs=[s.solution_str for s in samples],
-                ground_truths=[s.ground_truth for s in samples],
-                extra_infos=[s.extra_info for s in samples],
-                **self.kwargs,
+            results = call_contained(
+                lambda: fn(
+                    data_sources=[s.data_source for s in samples],
+                    solution_strs=[s.solution_str for s in samples],
+                    ground_truths=[s.ground_truth for s in samples],
+                    extra_infos=[s.extra_info for s in samples],
+                    **self.kwargs,
+                )
             )
             results = list(results)
             if len(results) != len(samples):

@@ -45,6 +45,7 @@ from typing import Iterable, NamedTuple
 from rl_core.rewards.scoring import (
     Sample,
     ScorerSpec,
+    call_contained,
     call_scorer,
     load_scorer,
     normalize_result,
@@ -130,7 +131,7 @@ def _worker_main(conn, state, flush_s: float) -> None:
             state[1] = time.monotonic()
             state[0] = float(sample.index)
             try:
-                score, extras = normalize_result(call_scorer(fn, sample, kwargs))
+                score, extras = normalize_result(call_contained(lambda: call_scorer(fn, sample, kwargs)))
                 results.append((sample.index, OK, score, extras, "", ""))
             except Exception as exc:  # noqa: BLE001 - reported, never kills the worker
                 results.append(

@@ -151,6 +151,45 @@ class ScorerTimeout(Exception):
     """A scorer ran past ``reward.timeout_s`` in this process."""
 
 
+class ScorerExit(Exception):
+    """A scorer tried to end the process (``sys.exit``, ``SystemExit``, ``os._exit``, ``KeyboardInterrupt``)."""
+
+
+class _ExitCalled(BaseException):
+    """Raised in place of ``os._exit`` while a scorer runs (a BaseException: the scorer's own ``except Exception`` passes it on)."""
+
+
+def _refuse_exit(code=0):
+    raise _ExitCalled(code)
+
+
+def call_contained(fn: Callable[[], Any]) -> Any:
+    """``fn()`` (a reward function's call), which may not end the run: its exit attempts become :class:`ScorerExit`.
+
+    ``sys.exit`` / ``SystemExit`` and ``KeyboardInterrupt`` are caught; ``os._exit`` is replaced for the duration
+    of the call (it would end the process without unwinding; in a pool worker the parent would also see the
+    death). A real Ctrl-C is not a scorer's: when Python's default SIGINT handler is active (no rl-core handler
+    installed), a ``KeyboardInterrupt`` passes through. Not containable in-process: ``os.kill`` of this process,
+    a crash in C code; ``reward.num_workers > 0`` runs scorers in processes of their own for those.
+    """
+    import signal
+
+    real_exit = os._exit
+    os._exit = _refuse_exit
+    try:
+        return fn()
+    except _ExitCalled as exc:
+        raise ScorerExit(f"the reward function called os._exit({exc.args[0]!r}); a reward function may not end the run") from None
+    except SystemExit as exc:
+        raise ScorerExit(f"the reward function raised SystemExit({exc.code!r}) (sys.exit); a reward function may not end the run") from None
+    except KeyboardInterrupt:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise
+        raise ScorerExit("the reward function raised KeyboardInterrupt; a reward function may not end the run") from None
+    finally:
+        os._exit = real_exit
+
+
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
     """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds (in-process scoring).
 
