@@ -25,8 +25,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
             pass
     if mode == "raise":
         raise KeyError("missing piece")
-    if mode == "die":
-        os._exit(7)
+    if mode == "die":  # a death Python cannot intercept (os._exit itself is contained: test_reward_exits.py)
+        import ctypes
+        ctypes.CDLL(None)._exit(7)
     return {"score": float(solution_str == ground_truth), "pid": os.getpid()}
 """
 
