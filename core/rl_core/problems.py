@@ -27,7 +27,9 @@ class Problem:
             text += f"\n    why: {self.why}"
         if self.fix:
             text += f"\n    fix: {self.fix}"
-        return text
+        from rl_core.secrets import mask_text  # a value echoed in a message may hold a secret (a URL's password)
+
+        return mask_text(text)
 
 
 class UserError(Exception):

@@ -16,6 +16,7 @@ import sys
 from rl_core import __version__
 from rl_core.cluster import WorkerError
 from rl_core.problems import ConfigError, UserError
+from rl_core.secrets import mask_text
 
 SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot", "doctor")
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError, WorkerError) as exc:
         if os.environ.get("RL_CORE_DEBUG"):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {mask_text(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

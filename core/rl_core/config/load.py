@@ -7,7 +7,8 @@ together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
 ``rlcore train --dry-run`` and ``rlcore train`` refuse the same configs.
 
 :func:`config_to_dict` masks values whose keys look like credentials
-(:func:`mask_secrets`): the printed config, the saved ``config.yaml`` and the
+(:func:`mask_secrets`), and secret-shaped parts of any string value
+(:func:`rl_core.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
 trackers' copies never hold them.
 
 verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
@@ -30,6 +31,7 @@ from rl_core.config.rules import check_config
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
+from rl_core.secrets import mask_text
 
 VERL_KEYS = {
     "actor_rollout_ref.actor.strategy": "train.name",
@@ -335,7 +337,8 @@ def looks_secret(name: str) -> bool:
 
 
 def mask_secrets(value: Any) -> Any:
-    """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``.
+    """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``,
+    and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``, ``sk-...``: rl_core.secrets).
 
     Only non-empty scalars are masked (``max_tokens: 512`` is a number and stays).
     """
@@ -349,7 +352,16 @@ def mask_secrets(value: Any) -> Any:
         return out
     if isinstance(value, list):
         return [mask_secrets(v) for v in value]
-    return value
+    return mask_text(value) if isinstance(value, str) else value
+
+
+def _mask_shapes(value: Any) -> Any:
+    """Every string of a dict / list tree with its secret-shaped parts masked (rl_core.secrets)."""
+    if isinstance(value, dict):
+        return {k: _mask_shapes(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mask_shapes(v) for v in value)
+    return mask_text(value) if isinstance(value, str) else value
 
 
 def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
@@ -366,4 +378,4 @@ def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
 def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
-    return _mask_config(config, data) if mask else data
+    return _mask_shapes(_mask_config(config, data)) if mask else data
