@@ -187,6 +187,24 @@ class RewardCard(CardBase):
 
 
 @attrs.frozen(kw_only=True)
+class RewardModelCard(CardBase):
+    """A model-based reward (a learned reward model, an LLM judge): ``reward_model.name``.
+
+    ``factory`` is called as ``factory(config, context)`` inside the worker that
+    holds the reward model (the actor's, or a pool of its own) and returns an
+    object following :class:`rl_core.rewards.model_role.ModelScorer`: it scores
+    :class:`~rl_core.rewards.model_role.ScoreRequest` s (texts, never the
+    policy's token ids). ``checks`` are light ``check(run_config) -> list[Problem]``
+    callables (``rlcore check``) that must not load the model.
+    """
+
+    kind: ClassVar[str] = "reward_model"
+
+    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
+    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen(kw_only=True)
 class ConverterCard(CardBase):
     """Bridges a train backend's exported weight format to one a rollout accepts.
 
@@ -201,5 +219,5 @@ class ConverterCard(CardBase):
 
 CARD_TYPES: dict[str, type[CardBase]] = {
     cls.kind: cls
-    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, ConverterCard)
+    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard)
 }

@@ -44,6 +44,11 @@ def rl_core_register_rewards(register: Register) -> None:
 
 
 @hookspec
+def rl_core_register_reward_models(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RewardModelCard` s (model-based rewards: reward models, judges)."""
+
+
+@hookspec
 def rl_core_register_advantage_estimators(register: Register) -> None:
     """Register :class:`~rl_core.cards.EstimatorCard` s (advantage estimators)."""
 

@@ -246,7 +246,11 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
         t["critic gradients + activations (update)"] = 4 * P / Sc + act
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
-    states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0)
+    rm = reward_model_terms(config, sizes, device)
+    rm_kept = rm.get("reward model weights (kept)", 0.0)  # colocated and not offloaded: held through every phase
+    if rm_kept:
+        t["reward model weights (kept)"] = rm_kept
+    states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0) + rm_kept
     # the HF engine keeps its weights through training, except on a GPU with enable_sleep, where it frees them and
     # its KV cache unless they are small next to the device (rl_core.rollout.sleep_policy)
     rollout_held = t.get("rollout weights", 0)
@@ -276,6 +280,16 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     if config.ref.enable and "ref" in pools:
         t["reference parameters (own devices)"] = c * P / pools["ref"][1]
         phases["reference log-probs (own devices)"] = runtime + t["reference parameters (own devices)"] + logits_lp
+    if rm:
+        work = rm["reward model forward (one micro-batch)"]
+        t["reward model forward (one micro-batch)"] = work
+        if "reward_model" in pools:
+            t["reward model weights (own devices)"] = rm["weights"]
+            phases["reward model (own devices)"] = runtime + rm["weights"] + work
+        else:
+            if not rm_kept:
+                t["reward model weights (on device while scoring)"] = rm["weights"]
+            phases["reward model"] = runtime + states - rm_kept + rollout_held + rm["weights"] + work
     if runtime:
         t = {"process runtime (python, torch, ...)": runtime, **t}
     available = available if available is not None else device_memory(device)
@@ -284,6 +298,35 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     if est.fits is False:
         est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)))
     return est
+
+
+def reward_model_terms(config: Any, sizes: Any, device: str) -> dict[str, float]:
+    """Bytes per rank of the reward model (``reward_model.enable``): ``weights``, one micro-batch's forward, and
+    ``reward model weights (kept)`` when it stays on the device (colocated without offload, or any CPU run).
+    Empty when off or its shape is unknown."""
+    rm = config.reward_model
+    if not rm.enable:
+        return {}
+    shape = model_shape(rm.model.path)
+    if shape is None:
+        return {}
+    c = DTYPE_BYTES.get(rm.model.dtype or config.model.dtype, 4)
+    pools = getattr(sizes, "pools", {}) or {}
+    holders = pools["reward_model"][0] if "reward_model" in pools else sizes.world_size
+    params = shape.params
+    if rm.name != "judge" and not shape.tied:
+        params -= shape.vocab * shape.hidden  # a classifier's head is one row, not the LM head
+    weights = c * params / (holders if rm.strategy == "fsdp" and holders > 1 else 1)
+    micro, length = rm.micro_batch_size_per_gpu, rm.max_length
+    # one layer's temporaries of an inference forward (hidden states, attention and MLP intermediates)
+    work = micro * length * c * (4 * shape.hidden + 2 * shape.intermediate)
+    if rm.name == "judge":  # its engine's KV cache for one micro-batch of prompts + answers
+        work += micro * (length + rm.judge.max_new_tokens) * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
+    out = {"weights": weights, "reward model forward (one micro-batch)": float(work)}
+    offloaded = rm.offload if rm.offload is not None else device != "cpu"
+    if "reward_model" not in pools and (device == "cpu" or not offloaded or rm.strategy == "fsdp"):
+        out["reward model weights (kept)"] = weights
+    return out
 
 
 def logprob_chunk(config: Any, device: str) -> int:

@@ -42,6 +42,7 @@ HOOK_KINDS = {
     "rl_core_register_rollout_backends": "rollout",
     "rl_core_register_train_backends": "train",
     "rl_core_register_rewards": "reward",
+    "rl_core_register_reward_models": "reward_model",
     "rl_core_register_advantage_estimators": "estimator",
     "rl_core_register_policy_losses": "policy_loss",
     "rl_core_register_weight_converters": "converter",

@@ -21,6 +21,7 @@ from rl_core.cards import (
     EstimatorCard,
     PolicyLossCard,
     RewardCard,
+    RewardModelCard,
     RolloutCard,
     TrainCard,
 )
@@ -45,6 +46,7 @@ class Stack:
     reward: RewardCard | None
     converter: ConverterCard | None
     warnings: tuple[Problem, ...] = ()
+    reward_model: RewardModelCard | None = None  # reward_model.enable: the model-based reward's card
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -297,6 +299,9 @@ def resolve(
     estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
     policy_loss = _lookup(registry, "policy_loss", config.actor.policy_loss, "actor.policy_loss", problems)
     reward = _check_reward(config, registry, problems)
+    from rl_core.rewards.model_checks import reward_model_card, reward_model_problems
+
+    reward_model = reward_model_card(config, registry, problems)
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic))
     problems.extend(size_problems)
@@ -314,13 +319,14 @@ def resolve(
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
     _run_card_checks(config, cards, problems)
+    problems.extend(reward_model_problems(config, registry, card=reward_model))
     if world:
         from rl_core.preflight import world_problems
 
         problems.extend(world_problems(config, registry, devices=devices))
     problems = first_per_key(problems)
 
-    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss):
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model is None):
         return None, problems
     stack = Stack(
         config=config,
@@ -332,5 +338,6 @@ def resolve(
         reward=reward,
         converter=converter,
         warnings=tuple(problems),
+        reward_model=reward_model,
     )
     return stack, problems

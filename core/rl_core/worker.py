@@ -31,7 +31,9 @@ def seed_everything(seed: int) -> None:
 
 
 #: the role a worker method serves: a role on workers of its own (rl_core.placement.pools) gets these calls
-ROLE_OF_METHOD = {"compute_values": "critic", "update_critic": "critic", "compute_ref_log_prob": "ref"}
+ROLE_OF_METHOD = {
+    "compute_values": "critic", "update_critic": "critic", "compute_ref_log_prob": "ref", "score_with_model": "reward_model",
+}
 #: methods every worker of every pool runs (each for the roles it holds)
 EVERY_POOL = ("set_total_steps", "save_checkpoint", "load_checkpoint", "peak_memory_gb")
 
@@ -42,7 +44,7 @@ def worker_roles(config, pool: str = "main") -> tuple[str, ...]:
     if pool != "main":
         return (pool,)
     roles = ["actor", "rollout"]
-    for role in ("ref", "critic"):
+    for role in ("ref", "critic", "reward_model"):
         section = getattr(config, role)
         if section.enable and section.n_gpus_per_node is None:
             roles.append(role)
@@ -61,6 +63,11 @@ class HybridWorker:
         self.ref = make_train("ref", config, context) if "ref" in self.roles else None
         self.critic = make_train("critic", config, context) if "critic" in self.roles else None
         self.rollout = stack.rollout.load()(config, context) if "rollout" in self.roles else None
+        self.reward_model = None
+        if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
+            from rl_core.rewards.model_role import RewardModelRole
+
+            self.reward_model = RewardModelRole(stack, context, colocated="actor" in self.roles)
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
         if self.rollout is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
@@ -103,6 +110,10 @@ class HybridWorker:
     def compute_values(self, batch: Batch) -> torch.Tensor:
         return self.critic.compute_values(batch)
 
+    def score_with_model(self, requests: list, rounds: int | None = None) -> list:
+        """The reward model's outcomes for this worker's share of the step's requests (texts, not token ids)."""
+        return self.reward_model.score(requests, rounds)
+
     def update_actor(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("actor", self.actor.update(batch))
 
@@ -137,7 +148,7 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
-        for engine in [*self._train_engines(), self.rollout]:
+        for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:
                 closer()

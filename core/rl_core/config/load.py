@@ -29,7 +29,7 @@ import yaml
 
 from rl_core.config.rules import check_config
 from rl_core.config.typenames import article as _article, type_name as _type_name
-from rl_core.config.schema import RunConfig
+from rl_core.config.schema import RewardModelConfig, RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.secrets import mask_text
 
@@ -62,6 +62,8 @@ VERL_PREFIXES = {
 }
 
 
+_REWARD_MODEL_FIELDS = frozenset(f.name for f in attrs.fields(RewardModelConfig))
+
 #: verl's top-level sections that have no section of ours: their keys are translated one by one
 VERL_SECTIONS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init"})
 
@@ -69,6 +71,9 @@ VERL_SECTIONS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_f
 def translate_verl_key(key: str) -> str:
     if key in VERL_KEYS:
         return VERL_KEYS[key]
+    parts = key.split(".")
+    if parts[0] == "reward_model" and len(parts) > 1 and parts[1] in _REWARD_MODEL_FIELDS:
+        return key  # our own reward_model section (verl's keys of these names mean the same)
     for old, new in VERL_PREFIXES.items():
         if key == old or key.startswith(old):
             return new + key[len(old):]

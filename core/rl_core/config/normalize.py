@@ -239,7 +239,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         size_ok = False
     if not size_ok:  # one root cause at a time: mini-batch checks would repeat it
         return config, None, problems
-    pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable)})
+    pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable), "reward_model": config.reward_model.enable})
     if pools is None:
         return config, None, problems
     actor_sizes = _mini_micro(problems, "actor", prompts_per_step=prompts, n=r.n, dp=dp, mini=a.ppo_mini_batch_size, micro=a.ppo_micro_batch_size_per_gpu)
@@ -281,7 +281,7 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
     """``role -> (workers, data-parallel ranks)`` for the roles given workers of their own; None after a problem."""
     pools: dict[str, tuple[int, int]] = {}
     before = len(problems)
-    for role in ("critic", "ref"):
+    for role in ("critic", "ref", "reward_model"):
         section = getattr(config, role)
         if section.n_gpus_per_node is None:
             if section.nnodes != 1:
@@ -293,6 +293,13 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
                                     fix=f"remove {role}.n_gpus_per_node, or set {role}.enable=true"))
             continue
         workers = section.nnodes * section.n_gpus_per_node
+        if role == "reward_model":  # no train TP / PP: every worker scores its own share of the requests
+            if section.nnodes > 1 and config.trainer.placement != "ray":
+                problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes}: a pool on several nodes needs Ray",
+                                        fix="set trainer.placement=ray (docs/ray.md)"))
+                continue
+            pools[role] = (workers, workers)
+            continue
         if section.nnodes > 1 and config.trainer.placement != "ray":
             problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes}: a pool on several nodes needs Ray",
                                     fix="set trainer.placement=ray (docs/ray.md)"))

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from rl_core.batch import Batch
 from rl_core.cards import RewardCard
 from rl_core.problems import UserError
+from rl_core.rewards.mixing import RewardWeights, source_metrics, weight_problems
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome, ScorerPool
 from rl_core.rewards.scoring import (
     RewardConfigError,
@@ -99,6 +100,10 @@ def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCa
     return ranked[0][1]
 
 
+#: ``model(rows) -> {row: Outcome}``: the reward model's part for rows of the batch (rl_core.rewards.model_role)
+ModelPart = Callable[[Sequence[int]], Mapping[int, Outcome]]
+
+
 def _spec_from_card(card: RewardCard) -> ScorerSpec:
     return ScorerSpec(label=card.name, ref=card.factory, batched=card.batched)
 
@@ -112,8 +117,15 @@ class RewardManager:
     available, else ``spawn``; never ``fork`` with torch loaded).
     """
 
-    def __init__(self, cfg: Any, registry: Any = None, *, start_method: str | None = None) -> None:
+    def __init__(self, cfg: Any, registry: Any = None, *, start_method: str | None = None, model_name: str | None = None) -> None:
         self.cfg = cfg
+        weights = getattr(cfg, "weights", None) or {}
+        problems = weight_problems(weights, model_name is not None)
+        if problems:
+            raise RewardConfigError("; ".join(f"{p.key}: {p.what} ({p.fix})" for p in problems))
+        # model_name: the reward model's card when reward_model.enable (its part is scored by the caller's ``model``)
+        self.model_name = model_name
+        self.weights = RewardWeights(weights, model_enabled=model_name is not None)
         if cfg.num_workers < 0:
             raise RewardConfigError(f"reward.num_workers must be >= 0, got {cfg.num_workers}")
         if not cfg.timeout_s > 0:
@@ -191,12 +203,15 @@ class RewardManager:
             self._pool = ScorerPool(self.cfg.num_workers, self.cfg.timeout_s, start_method=self._start_method)
         return self._pool
 
-    def score(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float], list[dict[str, Any]]]:
+    def score(self, batch: Batch, model: ModelPart | None = None) -> tuple[torch.Tensor, dict[str, float], list[dict[str, Any]]]:
         """``(scores[B] float32, metrics, extras)`` for the responses in ``batch``.
 
         ``batch`` needs the non-tensor field ``response_text`` and, unless a
         reward is named, ``data_source``; ``ground_truth`` and ``extra_info``
         are passed when present (a card may require them in its ``fields``).
+        ``model(rows) -> {row: Outcome}`` scores rows with the reward model
+        (the trainer's dispatch to the workers that hold it); ``reward.weights``
+        says which rows get which parts (:mod:`rl_core.rewards.mixing`).
         """
         n = len(batch)
         if "response_text" not in batch.non_tensors:
@@ -204,7 +219,15 @@ class RewardManager:
         texts = batch.non_tensors["response_text"]
         column = lambda key: batch.non_tensors[key] if key in batch.non_tensors else None  # noqa: E731
         sources, truths, infos = column("data_source"), column("ground_truth"), column("extra_info")
-        if sources is None and self._fixed is None:
+        weights = [self.weights.for_source(sources[i] if sources is not None else None) for i in range(n)]
+        rule_rows = [i for i in range(n) if "rule" in weights[i]]
+        model_rows = [i for i in range(n) if "model" in weights[i]]
+        if model_rows and model is None:
+            raise RewardConfigError(
+                f"reward.weights give {len(model_rows)} samples a model score but no reward model runs; "
+                "set reward_model.enable=true and reward_model.model.path, or weight only the rule part"
+            )
+        if rule_rows and sources is None and self._fixed is None:
             raise KeyError(
                 "the batch has no 'data_source' field to choose a reward by; add it to the data rows "
                 "or set reward.name"
@@ -215,7 +238,7 @@ class RewardManager:
 
         groups: dict[ScorerSpec, list[Sample]] = {}
         cards: dict[ScorerSpec, RewardCard | None] = {}
-        for i in range(n):
+        for i in rule_rows:
             ds = sources[i] if sources is not None else None
             spec, card = self.scorer_for(ds)
             cards[spec] = card
@@ -245,7 +268,8 @@ class RewardManager:
         else:
             for spec, kwargs, samples in pooled:
                 outcomes.update(self._score_in_process(spec, kwargs, samples, raise_now))
-        return self._collect(n, outcomes, groups, sources)
+        model_outcomes = model(model_rows) if model_rows else {}
+        return self._collect(n, outcomes, model_outcomes, weights, groups, sources)
 
     def _score_in_process(self, spec: ScorerSpec, kwargs: dict, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = load_scorer(spec)
@@ -308,40 +332,74 @@ class RewardManager:
             detail=detail,
         )
 
-    def _collect(self, n: int, outcomes: dict[int, Outcome], groups, sources) -> tuple[torch.Tensor, dict, list[dict]]:
+    def _collect(self, n: int, rule: dict[int, Outcome], model: dict[int, Outcome], weights, groups, sources) -> tuple[torch.Tensor, dict, list[dict]]:
         if self.cfg.on_error == "raise":
-            failed = sorted(i for i, o in outcomes.items() if o.status == ERROR)
+            failed = sorted(i for i, o in rule.items() if o.status == ERROR)
             if failed:
                 i = failed[0]
                 spec = next(spec for spec, samples in groups.items() if any(s.index == i for s in samples))
-                o = outcomes[i]
+                o = rule[i]
                 raise self._error(spec, i, sources[i] if sources is not None else None, o.error, o.detail)
+            failed = sorted(i for i, o in model.items() if o.status == ERROR)
+            if failed:
+                i = failed[0]
+                label = ScorerSpec(label=f"reward_model {self.model_name}")
+                raise self._error(label, i, sources[i] if sources is not None else None, model[i].error, model[i].detail)
         values = [0.0] * n
         extras: list[dict[str, Any]] = [{} for _ in range(n)]
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
+        parts: dict[str, dict[int, float]] = {"rule": {}, "model": {}}
+        failed_rows = [False] * n
         timeouts = errors = 0
+        model_counts = {"errors": 0, "timeouts": 0, "parse_failures": 0, "truncated": 0}
         for i in range(n):
-            o = outcomes.get(i)
-            if o is None:  # pragma: no cover - every sample gets an outcome
-                o = Outcome(ERROR, error="not scored")
-            if o.status == OK:
-                values[i] = o.score
-                extras[i] = dict(o.extras or {})
-                for key, value in extras[i].items():
-                    v = numeric(value)
-                    if v is not None:
-                        sums[key] = sums.get(key, 0.0) + v
-                        counts[key] = counts.get(key, 0) + 1
-            elif o.status == TIMEOUT:
-                timeouts += 1
-                extras[i] = {"reward_timeout": True, "reward_error": o.error}
+            got = {"rule": rule.get(i), "model": model.get(i)}
+            total, bad = 0.0, None
+            for part, w in weights[i].items():
+                o = got[part]
+                if o is None:  # pragma: no cover - every weighted part gets an outcome
+                    o = Outcome(ERROR, error=f"the {part} part was not scored")
+                if part == "model":
+                    for key in ("parse_failure", "truncated"):
+                        if (o.extras or {}).get(key):
+                            model_counts[key + ("s" if key == "parse_failure" else "")] += 1
+                    if o.status != OK:
+                        model_counts["timeouts" if o.status == TIMEOUT else "errors"] += 1
+                if o.status == OK:
+                    parts[part][i] = o.score
+                    total += w * o.score
+                    if part == "rule":
+                        extras[i].update(o.extras or {})
+                        for key, value in (o.extras or {}).items():
+                            v = numeric(value)
+                            if v is not None:
+                                sums[key] = sums.get(key, 0.0) + v
+                                counts[key] = counts.get(key, 0) + 1
+                    elif len(weights[i]) > 1 or o.extras:
+                        extras[i]["model_score"] = o.score
+                elif bad is None or (o.status == TIMEOUT and bad.status != TIMEOUT):
+                    bad = o
+            if bad is None:
+                values[i] = total
             else:
-                errors += 1
-                extras[i] = {"reward_error": o.error}
+                failed_rows[i] = True
+                if bad.status == TIMEOUT:
+                    timeouts += 1
+                    extras[i] = {"reward_timeout": True, "reward_error": bad.error}
+                else:
+                    errors += 1
+                    extras[i] = {"reward_error": bad.error}
         scores = torch.tensor(values, dtype=torch.float32)
         metrics = {"reward/timeouts": float(timeouts), "reward/errors": float(errors)}
         metrics.update({f"reward/{k}_mean": sums[k] / counts[k] for k in sorted(sums)})
+        if model:
+            metrics.update({f"reward/model/{k}": float(v) for k, v in model_counts.items()})
+            if parts["model"]:
+                metrics["reward/model/score_mean"] = sum(parts["model"].values()) / len(parts["model"])
+            if parts["rule"]:
+                metrics["reward/rule/score_mean"] = sum(parts["rule"].values()) / len(parts["rule"])
+        metrics.update(source_metrics(sources, values, {k: v for k, v in parts.items() if v}, failed_rows))
         return scores, metrics, extras
 
     # ---------------------------------------------------------- lifecycle

@@ -74,7 +74,7 @@ class Trainer:
         self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
-        self.reward = RewardManager(cfg.reward)
+        self.reward = RewardManager(cfg.reward, model_name=cfg.reward_model.name if cfg.reward_model.enable else None)
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
@@ -160,9 +160,29 @@ class Trainer:
         from rl_core.rewards.manager import scores_to_token_level
 
         batch["response_text"] = self.decode_responses(batch)
-        scores, metrics, _extra = self.reward.score(batch)
+        seconds: list[float] = []
+        model = (lambda rows: self._model_rewards(batch, rows, seconds)) if self.config.reward_model.enable else None
+        scores, metrics, _extra = self.reward.score(batch, model=model)
+        if seconds:
+            metrics["timing_s/reward_model"] = sum(seconds)
         batch["token_level_scores"] = scores_to_token_level(scores, batch["response_mask"])
         return scores, metrics
+
+    def _model_rewards(self, batch: Batch, rows, seconds: list[float]) -> dict[int, Any]:
+        """The reward model's outcomes for ``rows``: texts (decoded with the policy's tokenizer) go to the workers
+        that hold it, split evenly; each re-encodes them with the reward model's own tokenizer."""
+        import time
+
+        from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
+
+        start = time.perf_counter()
+        rm = self.config.reward_model
+        requests = requests_from_batch(batch, rows)
+        shares = split_requests(requests, self.sizes.ranks("reward_model")[0])
+        rounds = rounds_for(shares, rm.micro_batch_size_per_gpu) if rm.strategy == "fsdp" else None
+        results = self.cluster.call("score_with_model", [(share, rounds) for share in shares])
+        seconds.append(time.perf_counter() - start)
+        return {req.index: outcome for share, got in zip(shares, results) for req, outcome in zip(share, got)}
 
     def train_step(self, prompts: Batch, step: int) -> dict[str, float]:
         cfg = self.config
@@ -486,7 +506,8 @@ def describe_plan(stack: Stack) -> str:
         f"steps: {cfg.trainer.total_training_steps or f'{cfg.trainer.total_epochs} epoch(s) of the training set'}",
         f"checkpoints: every {cfg.trainer.save_freq} steps" if cfg.trainer.save_freq > 0 else "checkpoints: only at the end (hf_final)",
         f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
-        f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}, rollout {stack.rollout.name}",
+        f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}"
+        f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}, rollout {stack.rollout.name}",
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]

@@ -1,0 +1,93 @@
+"""Mixed rewards: the rule score and the model score, weighted per data source.
+
+``reward.weights`` maps data sources (exact names, or glob patterns such as ``"math/*"``; ``"*"`` for the
+rest; an exact name first, then the longest matching pattern) to the weights of the reward's parts::
+
+    reward:
+      weights:
+        gsm8k: {rule: 1.0, model: 0.2}
+        chat/*: {model: 1.0}
+
+A sample's reward is ``sum(weight * part score)``. A part weighted 0 (or left out) is not computed, so a
+chat data set needs no rule reward. A source that no entry matches uses the model's score alone when
+``reward_model.enable`` (verl: the reward model's score is the reward), else the rule's.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from typing import Any, Mapping, Sequence
+
+from rl_core.problems import Problem
+
+PARTS = ("rule", "model")
+
+
+def weight_problems(weights: Mapping[str, Any], model_enabled: bool) -> list[Problem]:
+    """``reward.weights`` entries that cannot be used (unknown parts, bad numbers, a model part with no model)."""
+    out: list[Problem] = []
+    for source, parts in (weights or {}).items():
+        key = f"reward.weights.{source}"
+        if not isinstance(parts, Mapping) or not parts:
+            out.append(Problem(key=key, what=f"must map parts to weights, got {parts!r}", fix=f"e.g. {key}={{rule: 1.0, model: 0.5}}"))
+            continue
+        for part, w in parts.items():
+            if part not in PARTS:
+                out.append(Problem(key=f"{key}.{part}", what=f"is not a part of the reward (parts: {', '.join(PARTS)})", fix=f"use {' or '.join(PARTS)}"))
+            elif isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                out.append(Problem(key=f"{key}.{part}", what=f"must be a finite number, got {w!r}", fix="e.g. 1.0 (0 leaves the part out)"))
+            elif part == "model" and w != 0 and not model_enabled:
+                out.append(Problem(key=f"{key}.model", what="weights a model score, but reward_model.enable is false",
+                                   fix="set reward_model.enable=true and reward_model.model.path, or drop the model weight"))
+    return out
+
+
+class RewardWeights:
+    """Which parts score a data source, and with which weights."""
+
+    def __init__(self, weights: Mapping[str, Mapping[str, float]] | None, *, model_enabled: bool) -> None:
+        self.table = {str(k): {p: float(w) for p, w in v.items()} for k, v in (weights or {}).items()}
+        self.default = {"model": 1.0} if model_enabled else {"rule": 1.0}
+        self._cache: dict[Any, dict[str, float]] = {}
+
+    def for_source(self, data_source: Any) -> dict[str, float]:
+        """``{part: weight}`` (parts weighted 0 left out) for samples of ``data_source``."""
+        try:
+            return self._cache[data_source]
+        except (KeyError, TypeError):
+            pass
+        chosen = self.default
+        name = data_source if isinstance(data_source, str) else None
+        if name is not None and name in self.table:
+            chosen = self.table[name]
+        elif name is not None:
+            hits = [(len(p), p) for p in self.table if any(c in p for c in "*?[") and fnmatch.fnmatchcase(name, p)]
+            if hits:
+                chosen = self.table[max(hits)[1]]
+        elif "*" in self.table:
+            chosen = self.table["*"]
+        out = {p: w for p, w in chosen.items() if w != 0}
+        try:
+            self._cache[data_source] = out
+        except TypeError:
+            pass
+        return out
+
+
+def source_metrics(sources: Sequence[Any] | None, totals: Sequence[float], parts: Mapping[str, Mapping[int, float]], failed: Sequence[bool]) -> dict[str, float]:
+    """``reward/<source>/mean`` (the mixed reward), ``reward/<source>/<part>_mean`` and ``reward/<source>/failed``."""
+    if sources is None:
+        return {}
+    rows: dict[str, list[int]] = {}
+    for i, s in enumerate(sources):
+        rows.setdefault(str(s), []).append(i)
+    out: dict[str, float] = {}
+    for source, idx in sorted(rows.items()):
+        out[f"reward/{source}/mean"] = sum(totals[i] for i in idx) / len(idx)
+        out[f"reward/{source}/failed"] = float(sum(failed[i] for i in idx))
+        for part, scores in parts.items():
+            got = [scores[i] for i in idx if i in scores]
+            if got:
+                out[f"reward/{source}/{part}_mean"] = sum(got) / len(got)
+    return out
