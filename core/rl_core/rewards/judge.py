@@ -132,6 +132,10 @@ class JudgeScorer:
                 for i in part:
                     outcomes[i] = Outcome(TIMEOUT, error=f"the judge ran longer than reward_model.judge.timeout_s={self.judge.timeout_s:g} s")
                 continue
+            except Exception as exc:  # noqa: BLE001 - the engine failed on this micro-batch: its samples' error
+                for i in part:
+                    outcomes[i] = Outcome(ERROR, error=f"the judge's engine {self.judge.engine!r} failed: {type(exc).__name__}: {exc}")
+                continue
             for i, answer in zip(part, answers):
                 outcomes[i] = self.parse(answer)
         return [o for o in outcomes]

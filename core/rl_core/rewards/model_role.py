@@ -30,6 +30,7 @@ __all__ = [
     "RewardModelRole",
     "ScoreRequest",
     "chat_of",
+    "in_process",
     "plain_prompt",
     "requests_from_batch",
     "rounds_for",
@@ -116,6 +117,16 @@ def split_requests(requests: Sequence[ScoreRequest], workers: int) -> list[list[
 def rounds_for(shares: Sequence[Sequence[Any]], micro_batch: int) -> int:
     """Micro-batch rounds every worker runs: enough for the largest share."""
     return max((math.ceil(len(s) / micro_batch) for s in shares), default=0)
+
+
+def in_process(scorer: ModelScorer, batch: Any):
+    """A ``model`` part for :meth:`RewardManager.score` that scores ``batch``'s rows with ``scorer`` in this process."""
+
+    def part(rows: Sequence[int]) -> dict[int, Outcome]:
+        requests = requests_from_batch(batch, rows)
+        return {r.index: o for r, o in zip(requests, scorer.score(requests))}
+
+    return part
 
 
 class RewardModelRole:
