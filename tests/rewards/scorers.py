@@ -36,3 +36,8 @@ def returns_nan(**kwargs):
 def batched(*, data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
     """A batched card: one call for all samples."""
     return [{"score": float(s == g), "batch_size": float(len(solution_strs))} for s, g in zip(solution_strs, ground_truths)]
+
+
+def text_length(*, data_source, solution_str, ground_truth, extra_info=None, **_):
+    """Characters in the response, over 10."""
+    return len(solution_str) / 10

@@ -59,7 +59,9 @@ def test_scores_metrics_and_extras_in_process(registry):
     scores, metrics, extras = RewardManager(RewardConfig(), registry).score(batch)
     assert scores.dtype == torch.float32 and scores.tolist() == [1.0, 0.0, 1.0, 0.0]
     # numeric keys -> reward/<key>_mean (bools count, strings do not); "score" is the reward itself
-    assert metrics == {"reward/timeouts": 0.0, "reward/errors": 0.0, "reward/hit_mean": 0.5, "reward/flag_mean": 1.0}
+    assert metrics == {"reward/timeouts": 0.0, "reward/errors": 0.0, "reward/hit_mean": 0.5, "reward/flag_mean": 1.0,
+                       # per data source: the reward, its rule part, the failed samples
+                       "reward/src/a/mean": 0.5, "reward/src/a/rule_mean": 0.5, "reward/src/a/failed": 0.0}
     assert extras[0] == {"hit": 1.0, "flag": True, "note": "text is not a metric"}
 
 
