@@ -53,9 +53,9 @@ def errors(problems: Iterable[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
 
-def did_you_mean(word: str, options: Iterable[str]) -> str:
+def did_you_mean(word: str, options: Iterable[str], *, cutoff: float = 0.6) -> str:
     """' (did you mean 'x'?)' when a close match exists, else ''."""
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=cutoff)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 

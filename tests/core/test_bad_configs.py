@@ -130,7 +130,7 @@ CASES = {
     "option of another estimator": ("algorithm.options.whiten", ["algorithm.options.whiten=false"]),
     "policy loss option of another loss": ("actor.policy_loss_options.clip_cov_ratio", ["actor.policy_loss_options.clip_cov_ratio=0.001"]),
     "estimator option value refused": ("algorithm.options", ["algorithm.options.returns=to_go"]),
-    "verl ray init key with no counterpart": ("ray.num_gpus", ["ray_kwargs.ray_init.num_gpus=8"]),
+    "verl ray init key with no counterpart": ("ray_kwargs.ray_init.num_gpus", ["ray_kwargs.ray_init.num_gpus=8"]),
 }
 
 

@@ -18,6 +18,7 @@ verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
 
 from __future__ import annotations
 
+import logging
 import re
 import types
 import typing
@@ -28,10 +29,14 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
+from rl_core.config.verl_profile import get_dotted, unset_defaults
+from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
-from rl_core.config.schema import RewardModelConfig, RunConfig
+from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.secrets import mask_text
+
+logger = logging.getLogger(__name__)
 
 VERL_KEYS = {
     "actor_rollout_ref.actor.strategy": "train.name",
@@ -133,21 +138,9 @@ def duplicate_keys(node: yaml.Node | None, prefix: str = "") -> dict[str, list[i
 
 
 def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
-    """``["a.b=1", "c=x"]`` -> nested dict; values parsed as YAML scalars / lists."""
-    tree: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            problems.append(Problem(key=item, what="is not a key=value override", fix="write overrides as dotted.key=value, e.g. rollout.n=8"))
-            continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        set_dotted(tree, translate_verl_key(key), value)
-    return tree, problems
+    """``["a.b=1", "c=x"]`` -> nested dict of rl-core keys (Hydra's grammar; verl's keys translated)."""
+    tr = translate(overrides=overrides)
+    return tr_tree({}, tr), tr.problems
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -171,28 +164,38 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _translate_tree(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Move verl-style top-level sections (actor_rollout_ref, ...) onto ours."""
-    out: dict[str, Any] = {}
-    flat: list[tuple[str, Any]] = []
+def translate(data: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()) -> Translation:
+    """A config file's keys, then the overrides in order, as rl-core's flat items (:mod:`rl_core.config.verl_translate`)."""
+    tr = Translation()
+    for key, value in flatten(data or {}):
+        translate_item(tr, key, key, value, fallback=translate_verl_key)
+    for text in overrides:
+        written, key, value, problem = parse_override(text)
+        if problem is not None:
+            tr.problems.append(problem)
+            continue
+        translate_item(tr, written, key, value, fallback=translate_verl_key)
+    return tr
 
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping) and node and prefix.split(".")[0] in VERL_SECTIONS:
-            for k, v in node.items():
-                walk(f"{prefix}.{k}", v)
-        else:
-            flat.append((prefix, node))
 
-    for k, v in data.items():
-        if k in VERL_SECTIONS:
-            walk(k, v)
+def tr_tree(base: Mapping[str, Any], tr: Translation) -> dict[str, Any]:
+    """``base`` with the translation's items set (``~key`` items deleted) in order."""
+    out = merge({}, base)
+    for key, value in tr.items:
+        if value is DELETE:
+            _del_dotted(out, key)
         else:
-            out = merge(out, {k: v})
-    for key, value in flat:
-        tmp: dict[str, Any] = {}
-        set_dotted(tmp, translate_verl_key(key), value)
-        out = merge(out, tmp)
+            set_dotted(out, key, value)
     return out
+
+
+def _del_dotted(tree: dict[str, Any], key: str) -> None:
+    parts = key.split(".")
+    node: Any = tree
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
 
 
 # ----------------------------------------------------------------- structuring
@@ -275,6 +278,16 @@ def _coerce_strict(value: Any, tp: Any, key: str, problems: list[Problem]) -> An
     raise _Mismatch
 
 
+#: how close a key must be spelled to one of ours to be called a typo of it (difflib's ratio); looser matches
+#: named keys of another meaning ("log_prob_max_token_len_per_gpu" -> "log_prob_micro_batch_size_per_gpu")
+TYPO_CUTOFF = 0.85
+
+
+def _typo(key: str, fields: Iterable[str]) -> str:
+    hint = did_you_mean(key, fields, cutoff=TYPO_CUTOFF)
+    return f": looks like a typo{hint}" if hint else ""
+
+
 def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
     """Build ``cls`` from ``data``, appending a problem for every bad key."""
     hints = typing.get_type_hints(cls)
@@ -287,7 +300,7 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
             problems.append(
                 Problem(
                     key=dotted,
-                    what=f"unknown key in {where}{did_you_mean(str(key), fields)}",
+                    what=f"unknown key in {where}" + _typo(str(key), fields),
                     fix=f"valid keys here: {', '.join(sorted(fields))}",
                 )
             )
@@ -315,19 +328,133 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
         return cls()
 
 
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None) -> RunConfig:
-    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem."""
+@attrs.frozen(kw_only=True)
+class Loaded:
+    """What :func:`load_report` found: the config (None when an error stops it), every problem, the profile."""
+
+    config: RunConfig | None
+    problems: list[Problem]
+    profile: str
+    profile_defaults: list[tuple[str, Any, Any]]  # (rl-core key, verl's value, rl-core's own) applied under the verl profile
+
+
+def load_report(
+    path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None,
+    config_path: str | None = None, config_name: str | None = None, profile: str | None = None,
+) -> Loaded:
+    """YAML file or ``--config-path`` / ``--config-name`` (optional) + overrides -> :class:`Loaded`; never raises ConfigError."""
+    problems: list[Problem] = []
     data: dict[str, Any] = dict(base or {})
+    selections: list[tuple[str, Any]] = []
+    verl_file = False
     if path is not None:
         data = merge(data, read_yaml(path))
-    tree, problems = parse_overrides(overrides)
-    data = merge(_translate_tree(data), tree)
-    config = structure(RunConfig, data, "", problems)
+    if config_name is not None:
+        extra, selections, found, verl_file = read_hydra_config(config_path, config_name)
+        problems += found
+        data = merge(data, extra)
+    tr = translate(data, [*(f"{k}={_hydra_value(v)}" for k, v in selections), *overrides])
+    problems += tr.problems
+    chosen = profile or tr.profile or ("verl" if (tr.verl_spelled or verl_file) else "rl-core")
+    if chosen not in ("verl", "rl-core"):
+        problems.append(Problem(key="profile", what=f"{chosen!r} is not a profile", fix="use profile=verl (verl's defaults) or profile=rl-core"))
+        chosen = "rl-core"
+    tree = tr_tree({}, tr)
+    tree = _engine_kwargs(tree, problems)
+    applied: list[tuple[str, Any, Any]] = []
+    if chosen == "verl":
+        own = config_to_dict(RunConfig(), mask=False)
+        for key, value in unset_defaults(tree):
+            applied.append((key, value, get_dotted(own, key)))
+            set_dotted(tree, key, value)
+    config = structure(RunConfig, tree, "", problems)
     seen = {p.key for p in problems}
     problems.extend(p for p in check_config(config) if p.key not in seen)
-    if problems:
-        raise ConfigError(problems)
-    return config
+    problems.extend(_ties(config, tr))
+    problems = [_as_written(p, tr.origin) for p in problems]
+    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None,
+    warnings: list[Problem] | None = None, **kw: Any,
+) -> RunConfig:
+    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem.
+
+    Warnings (verl keys ignored with a reason, ...) go to ``warnings`` when given, else to the log.
+    """
+    loaded = load_report(path, overrides, base=base, **kw)
+    errs = [p for p in loaded.problems if p.severity == "error"]
+    if errs:
+        raise ConfigError(errs)
+    for p in loaded.problems:
+        if warnings is not None:
+            warnings.append(p)
+        else:
+            logger.warning("%s", p.render())
+    return loaded.config
+
+
+def _hydra_value(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _engine_kwargs(tree: dict[str, Any], problems: list[Problem]) -> dict[str, Any]:
+    """verl's ``rollout.engine_kwargs.<engine>.*``: the chosen engine's part is its kwargs; the others are unused (as in verl)."""
+    kwargs = get_dotted(tree, "rollout.engine_kwargs")
+    if not isinstance(kwargs, dict) or not any(e in kwargs for e in ENGINES):
+        return tree
+    name = str(get_dotted(tree, "rollout.name") or RolloutConfig().name)
+    out = {k: v for k, v in kwargs.items() if k not in ENGINES}
+    for engine in ENGINES:
+        part = kwargs.get(engine)
+        if part is None:
+            continue
+        if engine == name and isinstance(part, dict):
+            out.update(part)
+        elif part:
+            problems.append(Problem(key=f"actor_rollout_ref.rollout.engine_kwargs.{engine}", what=f"ignored: arguments of the {engine} engine, and this run's rollout.name is {name!r} (verl passes on only the chosen engine's part too)", severity="warning"))
+    tree["rollout"]["engine_kwargs"] = out
+    return tree
+
+
+def _ties(config: RunConfig, tr: Translation) -> list[Problem]:
+    """verl keys that rl-core has one setting for: accepted when they agree with it."""
+    from rl_core.config.verl_keys import norm
+
+    out = []
+    flat = config_to_dict(config, mask=False)
+    for written, value, target, note in tr.ties:
+        have = get_dotted(flat, target)
+        want = norm(value)
+        if isinstance(want, str) and target == "train.name":
+            want = {"fsdp2": "fsdp", "dp": "fsdp", "dp_actor": "fsdp", "dp_ref": "fsdp", "dp_critic": "fsdp",
+                    "megatron_actor": "megatron", "megatron_ref": "megatron", "megatron_critic": "megatron"}.get(want, want)
+        if want is None or want == norm(have) or (isinstance(have, str) and str(want) == have):
+            continue
+        out.append(Problem(key=written, what=f"is {value!r} but rl-core's {target} is {have!r}: {note}",
+                           fix=f"give both the same value (set {target}={value!r}), or remove {written}"))
+    return out
+
+
+def _as_written(p: Problem, origin: Mapping[str, str]) -> Problem:
+    """A problem about a translated key names the key as the user wrote it, rl-core's name beside it."""
+    key = p.key
+    hit = next((k for k in sorted(origin, key=len, reverse=True) if key == k or key.startswith(k + ".") or key.startswith(k + "[")), None)
+    if hit is not None:
+        written = origin[hit] + key[len(hit):]
+    else:  # a section of ours named by keys below it (actor.engine from actor_rollout_ref.actor.engine.ep)
+        below = next((k for k in origin if k.startswith(key + ".")), None)
+        if below is None or not origin[below].endswith(below[len(key):]):
+            return p
+        written = origin[below][: len(origin[below]) - len(below) + len(key)]
+    what = p.what
+    if what.startswith("unknown key") and "looks like a typo" not in what:
+        what += f": not a typo of a key of ours; as a verl setting it is a verl feature rl-core does not have ({DOC_VERL} lists every verl key rl-core reads)"
+    return attrs.evolve(p, key=written, what=f"{what} (rl-core's {key})")
+
+
+DOC_VERL = "docs/migrating-from-verl.md"
 
 
 # --------------------------------------------------------------------- secrets

@@ -228,7 +228,18 @@ def _generators(cfg: Any) -> list[Problem]:
     return out
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators)
+def _clip_low(cfg: Any) -> Problem | None:
+    low, loss = cfg.actor.clip_ratio_low, cfg.actor.policy_loss
+    if low is not None and low >= 1 and loss != "cispo":
+        return Problem(
+            key="actor.clip_ratio_low",
+            what=f"{_fmt(low)} makes the lower clip bound 1 - {_fmt(low)} <= 0 for actor.policy_loss={loss!r}",
+            fix="set actor.clip_ratio_low below 1 (0.2 is usual); only cispo reads a larger value (verl's example uses 10)",
+        )
+    return None
+
+
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low)
 
 
 def check_config(cfg: Any) -> list[Problem]:

@@ -152,6 +152,10 @@ class RolloutConfig:
     stop: list[str] = field(factory=list)
     val_temperature: float = num(0.0, ge=0, hint="0 is greedy")
     val_n: int = pos(1, hint="samples per validation prompt")
+    # validation sampling (verl's rollout.val_kwargs): greedy unless val_do_sample
+    val_do_sample: bool = False
+    val_top_p: float = frac(1.0, open_low=True, hint="1.0 turns nucleus sampling off")
+    val_top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     engine_kwargs: dict[str, Any] = field(factory=dict)
 
 
@@ -184,7 +188,8 @@ class ActorConfig:
     policy_loss_options: dict[str, Any] = field(factory=dict)  # passed to the policy loss as `options`
     loss_scale_factor: int | None = pos(None, hint="the constant T of seq-mean-token-sum-norm; null: the padded width")
     clip_ratio: float = num(0.2, gt=0, lt=1, hint="0.2 is usual")
-    clip_ratio_low: float | None = num(None, gt=0, lt=1, hint="0.2 is usual")
+    # below 1 except for cispo, whose lower bound verl's example sets to 10 (the rules' _clip_low)
+    clip_ratio_low: float | None = num(None, gt=0, hint="0.2 is usual")
     clip_ratio_high: float | None = num(None, gt=0, hint="0.2 is usual, 0.28 for DAPO's clip-higher")
     clip_ratio_c: float = num(3.0, gt=1, hint="the dual-clip bound on negative advantages; 3.0 is usual")
     loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
@@ -335,6 +340,7 @@ class TrainerConfig:
     placement: str = choice("local", ("local", "ray"))
     total_epochs: int = pos(1)
     total_training_steps: int | None = pos(None)
+    log_val_generations: int = num(0, ge=0, hint="validation samples (response, score) written per validation to <output_dir>/val_generations.jsonl")
     save_freq: int = num(-1, ge=1, also=(-1,), hint="steps between checkpoints; -1 for only the final model")
     test_freq: int = num(-1, ge=1, also=(-1,), hint="steps between validations; -1 for none")
     val_before_train: bool = True

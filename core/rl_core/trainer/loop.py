@@ -19,6 +19,7 @@ import os
 import warnings
 from typing import Any
 
+import attrs
 import torch
 
 from rl_core.algorithms import rollout_correction as rollout_corr
@@ -149,6 +150,28 @@ class Trainer:
             logprobs=r.calculate_log_probs and not greedy,
             stop=tuple(r.stop),
         )
+
+    def validation_sampling(self) -> SamplingParams:
+        """rollout.val_*: val_n samples per prompt, greedy unless rollout.val_do_sample (verl's val_kwargs)."""
+        r = self.config.rollout
+        return attrs.evolve(
+            self.sampling(greedy=True), n=r.val_n, greedy=not r.val_do_sample,
+            temperature=r.val_temperature, top_p=r.val_top_p if r.val_do_sample else 1.0, top_k=r.val_top_k if r.val_do_sample else -1,
+        )
+
+    def _keep_val_generations(self, batch: Batch, scores: torch.Tensor) -> None:
+        """trainer.log_val_generations: append the first N validation samples to <output_dir>/val_generations.jsonl."""
+        n = self.config.trainer.log_val_generations
+        kept = getattr(self, "_val_kept", 0)
+        if n <= kept:
+            return
+        import json
+
+        texts = self.decode_responses(batch)[: n - kept]
+        with open(os.path.join(self.config.trainer.output_dir, "val_generations.jsonl"), "a") as f:
+            for i, text in enumerate(texts):
+                f.write(json.dumps({"response": text, "score": float(scores[i])}) + "\n")
+        self._val_kept = kept + len(texts)
 
     def decode_responses(self, batch: Batch) -> list[str]:
         out = []
@@ -308,10 +331,12 @@ class Trainer:
             return {}
         t: dict[str, float] = {}
         scores_all, lengths = [], []
+        self._val_kept = 0
         with timed(t, "validate"):
             for prompts in self.val_loader.iterate_once():
-                batch = self.generate(prompts, self.sampling(greedy=True))
+                batch = self.generate(prompts, self.validation_sampling())
                 scores, _ = self.score(batch)
+                self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
                 lengths.append(batch["response_mask"].sum(-1).float())
         scores = torch.cat(scores_all)

@@ -1,0 +1,422 @@
+"""verl's keys, one rule each: mapped onto rl-core's, accepted where the value is what rl-core always does,
+passed to the rollout engine, ignored with a warning (no effect on what is computed), or refused by name.
+
+A refusal says that the key is a verl feature rl-core does not have, the nearest rl-core setting, and the
+doc or issue that covers it. Nothing is accepted and then silently ignored: an ``ignore`` rule prints a
+warning in ``rlcore check`` and ``rlcore train``. ``docs/migrating-from-verl.md`` is generated from
+:data:`RULES` (``python -m rl_core.config.verl_doc``).
+
+Keys are verl's full dotted names (``actor_rollout_ref.actor.X``); ``*`` matches one or more key parts.
+The first matching rule wins; keys no rule names fall back to the section prefixes of
+:data:`rl_core.config.load.VERL_PREFIXES` and are then checked against rl-core's schema.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import attrs
+
+MAP, SAME, ENGINE, IGNORE, REFUSE, TIE = "map", "same", "engine", "ignore", "refuse", "tie"
+
+DOC = "docs/migrating-from-verl.md"
+OFFLOAD = "issue #32 (LoRA / offload)"
+ULYSSES = "issue #33 (sequence parallelism)"
+MULTI_TURN = "issue #29 (agentic rollouts)"
+REWARD_MODEL = "issue #30 (reward models)"
+MULTIMODAL = "rl-core trains text-only models (no issue yet; " + DOC + ")"
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    pattern: str
+    kind: str
+    target: str = ""  # MAP / TIE: rl-core's key; ENGINE: the engine keyword
+    ok: tuple = ()  # SAME: the values rl-core's behaviour equals (compared after bool / number normalising)
+    convert: Callable[[Any], Any] | None = None  # MAP: value -> rl-core's value
+    note: str = ""  # what rl-core does (SAME / IGNORE / MAP) or the feature it lacks (REFUSE)
+    nearest: str = ""  # REFUSE / SAME: the nearest rl-core setting
+    ref: str = DOC
+
+    def matches(self, key: str) -> bool:
+        return _regex(self.pattern).fullmatch(key) is not None
+
+
+_CACHE: dict[str, re.Pattern] = {}
+
+
+def _regex(pattern: str) -> re.Pattern:
+    if pattern not in _CACHE:
+        _CACHE[pattern] = re.compile(re.escape(pattern).replace(r"\*", r"[^=]+"))
+    return _CACHE[pattern]
+
+
+def norm(value: Any) -> Any:
+    """verl's values as Hydra hands them over: "True" -> True, "0" -> 0, "null" -> None."""
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in {"true", "false"}:
+            return low == "true"
+        if low in {"null", "none", "~"}:
+            return None
+        try:
+            f = float(low)
+            return int(f) if f.is_integer() else f
+        except ValueError:
+            return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _m(pattern, target, convert=None, note=""):
+    return Rule(pattern=pattern, kind=MAP, target=target, convert=convert, note=note)
+
+
+def _same(pattern, ok, note, nearest="", ref=DOC):
+    return Rule(pattern=pattern, kind=SAME, ok=tuple(ok), note=note, nearest=nearest, ref=ref)
+
+
+def _eng(pattern, kwarg, note=""):
+    return Rule(pattern=pattern, kind=ENGINE, target=kwarg, note=note)
+
+
+def _ign(pattern, note):
+    return Rule(pattern=pattern, kind=IGNORE, note=note)
+
+
+def _no(pattern, feature, nearest, ref=DOC):
+    return Rule(pattern=pattern, kind=REFUSE, note=feature, nearest=nearest, ref=ref)
+
+
+def _tie(pattern, target, note):
+    return Rule(pattern=pattern, kind=TIE, target=target, note=note)
+
+
+def _strategy(value: Any) -> Any:
+    v = str(value).lower()
+    return {"fsdp": "fsdp", "fsdp2": "fsdp", "dp": "fsdp", "megatron": "megatron"}.get(v, value)
+
+
+def _resume(value: Any) -> Any:
+    v = str(value).lower()
+    return {"auto": True, "disable": False}.get(v, value)
+
+
+def _loggers(value: Any) -> Any:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return ["console" if str(x) == "console" else str(x) for x in items]
+
+
+_ENGINES = ("fsdp", "fsdp2", "megatron", "dp")
+_DYN = "rl-core forms the log-prob passes' micro-batches like the update's (actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu)"
+_OFF = "offloading parameters / gradients / optimizer states to CPU"
+_PERF = "a speed / memory knob of verl's implementation; rl-core computes the same values its own way"
+
+#: per-role prefixes verl repeats: the actor's, the reference model's and the critic's settings
+_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+
+RULES: tuple[Rule, ...] = (
+    # ---------------------------------------------------------------- engine selection (Hydra groups)
+    _m("model_engine", "train.name", lambda v: {"dp": "fsdp", "megatron": "megatron"}.get(str(v), v),
+       note="verl's engine group: dp -> fsdp, megatron -> megatron; other engines (veomni, torchtitan, automodel) are refused"),
+    _m("actor@actor_rollout_ref.actor", "train.name",
+       lambda v: {"dp_actor": "fsdp", "megatron_actor": "megatron"}.get(str(v), v),
+       note="dp_actor -> fsdp, megatron_actor -> megatron"),
+    _m("actor_rollout_ref.actor.strategy", "train.name", _strategy, note="fsdp / fsdp2 -> fsdp (rl-core's FSDP is FSDP2), megatron"),
+    _tie("actor_rollout_ref.ref.strategy", "train.name", "the reference model runs on the actor's train backend"),
+    _tie("critic.strategy", "train.name", "the critic runs on the actor's train backend"),
+    _tie("ref@actor_rollout_ref.ref", "train.name", "the reference model runs on the actor's train backend"),
+    _tie("critic@critic", "train.name", "the critic runs on the actor's train backend"),
+    _ign("rollout@actor_rollout_ref.rollout", "verl's rollout config group; rl-core picks the engine by rollout.name"),
+    _m("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size"),
+    _m("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size"),
+    _same("actor_rollout_ref.actor.megatron.expert_model_parallel_size", [1], "Megatron expert parallelism (MoE layers)",
+          "train.name=fsdp shards an MoE model's experts with the rest of it"),
+    _same("actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", [1, None], "Megatron expert tensor parallelism (MoE layers)",
+          "train.tensor_model_parallel_size"),
+    _same("actor_rollout_ref.actor.megatron.context_parallel_size", [1], "Megatron context parallelism", "train.name=fsdp with a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
+    _same("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual (interleaved) pipeline stages",
+          "train.pipeline_model_parallel_size"),
+    _same("actor_rollout_ref.actor.megatron.sequence_parallel", [False], "Megatron sequence parallelism", "train.tensor_model_parallel_size"),
+    _tie("actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size", "the reference model uses the actor's parallel layout"),
+    _tie("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size", "the reference model uses the actor's parallel layout"),
+    _tie("critic.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size", "the critic uses the actor's parallel layout"),
+    _tie("critic.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size", "the critic uses the actor's parallel layout"),
+    _same("actor_rollout_ref.ref.megatron.expert_model_parallel_size", [1], "Megatron expert parallelism (MoE layers)", "train.name=fsdp"),
+    _same("actor_rollout_ref.ref.megatron.expert_tensor_parallel_size", [1, None], "Megatron expert tensor parallelism", "train.tensor_model_parallel_size"),
+    _same("actor_rollout_ref.ref.megatron.context_parallel_size", [1], "Megatron context parallelism", "train.name=fsdp", ULYSSES),
+    _same("actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual pipeline stages", "train.pipeline_model_parallel_size"),
+    *(_same(f"{r}.megatron.{k}_offload", [False], _OFF + " (Megatron)", "train.name=fsdp; a smaller micro-batch", OFFLOAD)
+      for r in _ROLES for k in ("param", "grad", "optimizer")),
+    *(_ign(f"{r}.megatron.{k}", "how verl converts HF weights for Megatron; rl-core converts Llama / Qwen2 weights itself (rl_train_megatron.convert)")
+      for r in _ROLES for k in ("use_mbridge", "vanilla_mbridge", "use_dist_checkpointing", "dist_checkpointing_path")),
+    *(_same(f"{r}.megatron.use_megatron_fsdp", [False], "Megatron-FSDP", "train.name=fsdp") for r in _ROLES),
+    *(_same(f"{r}.megatron.dtype", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16", "model.dtype") for r in _ROLES),
+    _ign("actor_rollout_ref.*.megatron.override_transformer_config.recompute_*",
+         "activation recomputation in Megatron: rl-core's Megatron backend keeps activations (same results, more memory; `rlcore check` prints the estimate)"),
+    _ign("actor_rollout_ref.*.megatron.override_transformer_config.*_fusion",
+         "a Megatron kernel-fusion switch (" + _PERF + ")"),
+    _ign("actor_rollout_ref.*.megatron.override_transformer_config.use_fused_*", "a Megatron kernel-fusion switch (" + _PERF + ")"),
+    _ign("actor_rollout_ref.*.megatron.override_transformer_config.{use_flash_attn,persist_layer_norm,deallocate_pipeline_outputs,moe_grouped_gemm}",
+         "a Megatron kernel switch (" + _PERF + ")"),
+    _no("actor_rollout_ref.*.megatron.override_transformer_config.moe_*", "Megatron MoE layers (rl-core's Megatron backend builds dense Llama / Qwen2 models)",
+        "train.name=fsdp for an MoE model"),
+    _no("actor_rollout_ref.*.megatron.override_transformer_config.*", "overriding Megatron's TransformerConfig",
+        "model.override_config (the HF config) and train.tensor_model_parallel_size / pipeline_model_parallel_size"),
+    _same("actor_rollout_ref.*.megatron.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),
+    _no("actor_rollout_ref.*.megatron.router_replay.*", "MoE router replay", "train.name=fsdp"),
+    _no("actor_rollout_ref.*.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
+    _no("critic.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
+    # ---------------------------------------------------------------- FSDP settings
+    *(_same(f"{r}.fsdp_config.{k}_offload", [False], _OFF, "a smaller micro-batch or actor.ppo_max_token_len_per_gpu", OFFLOAD)
+      for r in ("actor_rollout_ref.actor", "actor_rollout_ref.ref") for k in ("param", "optimizer")),
+    *(_same(f"critic.{s}.{k}_offload", [False], _OFF, "a smaller critic.ppo_micro_batch_size_per_gpu", OFFLOAD)
+      for s in ("fsdp", "model.fsdp_config") for k in ("param", "optimizer")),
+    _same("actor_rollout_ref.*.fsdp_config.offload_policy", [False], _OFF + " (FSDP2 CPUOffloadPolicy)", "a smaller micro-batch", OFFLOAD),
+    _same("actor_rollout_ref.*.fsdp_config.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
+    _same("actor_rollout_ref.*.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
+    _same("critic.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller critic.ppo_micro_batch_size_per_gpu", ULYSSES),
+    _same("actor_rollout_ref.*.fsdp_config.fsdp_size", [-1], "FSDP over a subset of the ranks (hybrid sharding)", "train.name=fsdp shards over all ranks"),
+    _ign("actor_rollout_ref.*.fsdp_config.reshard_after_forward", "FSDP2 resharding after forward (" + _PERF + "; rl-core reshards)"),
+    _ign("actor_rollout_ref.*.fsdp_config.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
+    _ign("actor_rollout_ref.*.fsdp_config.{forward_prefetch,use_orig_params,limit_all_gathers}", _PERF),
+    _ign("actor_rollout_ref.*.fsdp_config.wrap_policy.*", "FSDP wrapping (rl-core shards every decoder layer)"),
+    _same("actor_rollout_ref.*.fsdp_config.model_dtype", ["fp32", "float32", "bfloat16", "bf16"],
+          "FSDP parameters kept in half precision", "model.dtype"),
+    _same("actor_rollout_ref.*.fsdp_config.mixed_precision.param_dtype", ["bf16", "bfloat16"], "FSDP mixed precision other than bfloat16 parameters", "model.dtype"),
+    _same("actor_rollout_ref.*.fsdp_config.mixed_precision.{reduce_dtype,buffer_dtype}", ["fp32", "float32"], "FSDP mixed precision other than float32 reduction", "model.dtype"),
+    _no("actor_rollout_ref.*.fsdp_config.turbo_config.*", "verl's fsdp_turbo engine", "train.name=fsdp"),
+    _no("actor_rollout_ref.*.veomni.*", "verl's VeOmni engine", "train.name=fsdp or megatron"),
+    _no("actor_rollout_ref.*.torchtitan.*", "verl's torchtitan engine", "train.name=fsdp or megatron"),
+    _no("actor_rollout_ref.*.fsdp_config.*", "this FSDP setting", "train.name=fsdp (FSDP2 over all ranks, bf16 mixed precision on GPU)"),
+    _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
+    # ---------------------------------------------------------------- model
+    _same("actor_rollout_ref.model.use_remove_padding", [True, False],
+          "padding removal (sequence packing) is a speed knob: rl-core masks padding, so the values computed are the same either way"),
+    _same("critic.model.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),
+    _ign("actor_rollout_ref.model.use_fused_kernels", "verl's fused LM-head log-prob kernel; rl-core computes the log-probs in chunks (model.logprob_chunk_size) with the same values"),
+    _ign("actor_rollout_ref.model.fused_kernel_options.*", "options of verl's fused LM-head kernel (see use_fused_kernels)"),
+    _same("actor_rollout_ref.model.enable_activation_offload", [False], "activation offloading to CPU", "model.enable_gradient_checkpointing=true", OFFLOAD),
+    _same("actor_rollout_ref.model.use_shm", [False], "loading the model through shared memory", "model.path (a local folder)"),
+    _same("actor_rollout_ref.model.lora_rank", [0], "LoRA training", "none yet", OFFLOAD),
+    _no("actor_rollout_ref.model.lora_*", "LoRA training", "none yet", OFFLOAD),
+    _no("actor_rollout_ref.model.target_modules", "LoRA training", "none yet", OFFLOAD),
+    _no("actor_rollout_ref.model.mtp.*", "multi-token-prediction (MTP) heads", "none"),
+    _same("actor_rollout_ref.model.external_lib", [None], "importing a model library at start-up", "model.trust_remote_code"),
+    _m("actor_rollout_ref.model.enable_gradient_checkpointing", "model.enable_gradient_checkpointing"),
+    _tie("critic.model.enable_gradient_checkpointing", "model.enable_gradient_checkpointing", "the critic follows model.enable_gradient_checkpointing"),
+    _m("critic.model.path", "critic.model_path"),
+    _same("critic.model.tokenizer_path", [None], "a critic with a tokenizer of its own", "the actor's tokenizer is used"),
+    _tie("critic.model.trust_remote_code", "model.trust_remote_code", "the critic follows model.trust_remote_code"),
+    _m("actor_rollout_ref.model.override_config.*", "model.override_config.*"),
+    # ---------------------------------------------------------------- actor / ref / critic
+    _m("actor_rollout_ref.actor.clip_ratio_low", "actor.clip_ratio_low"),
+    _m("actor_rollout_ref.actor.policy_loss.loss_mode", "actor.policy_loss"),
+    _m("actor_rollout_ref.actor.policy_loss.*", "actor.policy_loss_options.*", note="knobs of single policy losses (SAPO's tau_pos / tau_neg, clip_cov_*, kl_cov_ratio, ppo_kl_coef, dro_beta)"),
+    *(_m(f"actor_rollout_ref.actor.{k}", f"actor.policy_loss_options.{k}") for k in ("tau_pos", "tau_neg")),
+    _m("actor_rollout_ref.actor.grad_clip", "actor.optim.grad_clip"),
+    _m("actor_rollout_ref.actor.optim.clip_grad", "actor.optim.grad_clip"),
+    _m("critic.grad_clip", "critic.optim.grad_clip"),
+    _m("critic.optim.clip_grad", "critic.optim.grad_clip"),
+    _same("actor_rollout_ref.actor.optim.optimizer", ["AdamW", "adamw", "adam"], "an optimizer other than AdamW", "actor.optim.*"),
+    _same("actor_rollout_ref.actor.optim.min_lr", [0, None], "an absolute minimum learning rate", "actor.optim.min_lr_ratio"),
+    _same("actor_rollout_ref.actor.optim.lr_warmup_init", [0, None], "a warm-up starting above 0", "actor.optim.lr_warmup_steps"),
+    _m("actor_rollout_ref.actor.optim.warmup_style", "actor.optim.lr_scheduler"),
+    _ign("actor_rollout_ref.actor.optim.override_optimizer_config.{optimizer_offload_fraction,overlap_cpu_optimizer_d2h_h2d,use_precision_aware_optimizer}",
+         "Megatron optimizer placement (" + _PERF + ")"),
+    _same("actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload", [False], "the optimizer on CPU", "a smaller micro-batch", OFFLOAD),
+    _no("actor_rollout_ref.actor.optim.override_optimizer_config.*", "overriding Megatron's optimizer config", "actor.optim.*"),
+    _ign("actor_rollout_ref.*.use_torch_compile", "torch.compile of verl's log-prob / entropy functions (" + _PERF + "; rl-core's model.compile compiles the decoder layers)"),
+    _ign("actor_rollout_ref.*.entropy_from_logits_with_chunking", "computing the entropy in chunks (" + _PERF + "; rl-core chunks with model.logprob_chunk_size)"),
+    _ign("actor_rollout_ref.*.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
+    _same("actor_rollout_ref.actor.checkpoint.save_contents", [["model", "optimizer", "extra"], ["model", "optimizer", "extra", "hf_model"]],
+          "choosing what a checkpoint holds: rl-core saves model, optimizer and trainer state, and the HF folder at the end", "trainer.save_freq"),
+    _same("actor_rollout_ref.actor.checkpoint.load_contents", [["model", "optimizer", "extra"]], "loading part of a checkpoint", "trainer.resume"),
+    _ign("actor_rollout_ref.actor.checkpoint.strict", "strict checkpoint loading: rl-core always checks a checkpoint against the model"),
+    _same("actor_rollout_ref.actor.pad_to_length", [None], "padding every batch to a fixed length", "none (rl-core pads to the batch's longest row)"),
+    _no("actor_rollout_ref.*.profiler.*", "verl's per-role profiler", "rlcore train's step timings (timing/* metrics)"),
+    _tie("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "actor.use_dynamic_bsz", _DYN),
+    _tie("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", "actor.ppo_max_token_len_per_gpu", _DYN),
+    _tie("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor.ppo_max_token_len_per_gpu", _DYN),
+    _tie("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "actor.use_dynamic_bsz", _DYN),
+    _tie("critic.use_dynamic_bsz", "actor.use_dynamic_bsz", "the critic's micro-batches follow the actor's setting"),
+    _ign("critic.ppo_max_token_len_per_gpu", "the critic's token budget: rl-core's critic uses critic.ppo_micro_batch_size_per_gpu sequences per micro-batch (same gradients)"),
+    _ign("critic.forward_max_token_len_per_gpu", "the critic's forward token budget (see critic.ppo_max_token_len_per_gpu)"),
+    _m("critic.model.override_config.*", "model.override_config.*"),
+    _tie("trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep", "one limit for every role's checkpoints (trainer.max_ckpt_to_keep)"),
+    _no("critic.model.*", "this critic model setting", "critic.model_path; the critic is built like the actor"),
+    _no("actor_rollout_ref.actor.router_replay.*", "MoE router replay", "none"),
+    # ---------------------------------------------------------------- rollout
+    _m("actor_rollout_ref.rollout.val_kwargs.temperature", "rollout.val_temperature"),
+    _m("actor_rollout_ref.rollout.val_kwargs.n", "rollout.val_n"),
+    _m("actor_rollout_ref.rollout.val_kwargs.top_p", "rollout.val_top_p"),
+    _m("actor_rollout_ref.rollout.val_kwargs.top_k", "rollout.val_top_k"),
+    _m("actor_rollout_ref.rollout.val_kwargs.do_sample", "rollout.val_do_sample"),
+    _m("actor_rollout_ref.rollout.response_length", "data.max_response_length"),
+    _tie("actor_rollout_ref.rollout.prompt_length", "data.max_prompt_length", "the rollout's prompt budget is data.max_prompt_length"),
+    _m("actor_rollout_ref.rollout.free_cache_engine", "rollout.enable_sleep", note="the engine frees its memory between rollouts"),
+    _eng("actor_rollout_ref.rollout.enable_chunked_prefill", "enable_chunked_prefill"),
+    _eng("actor_rollout_ref.rollout.max_num_batched_tokens", "max_num_batched_tokens"),
+    _eng("actor_rollout_ref.rollout.max_num_seqs", "max_num_seqs"),
+    _eng("actor_rollout_ref.rollout.max_model_len", "max_model_len"),
+    _eng("actor_rollout_ref.rollout.enforce_eager", "enforce_eager"),
+    _eng("actor_rollout_ref.rollout.enable_prefix_caching", "enable_prefix_caching"),
+    _eng("actor_rollout_ref.rollout.cudagraph_capture_sizes", "cudagraph_capture_sizes"),
+    _same("actor_rollout_ref.rollout.dtype", ["bfloat16", "bf16", "auto"], "a rollout engine dtype other than bfloat16 (rl-core's GPU engines run bf16)", "model.dtype"),
+    _same("actor_rollout_ref.rollout.load_format", ["dummy", "dummy_dtensor", "auto", "safetensors", "hf"], "loading the engine's weights in another format", "none (rl-core syncs the actor's weights)"),
+    _same("actor_rollout_ref.rollout.ignore_eos", [False], "generating past the end-of-sequence token", "none"),
+    _same("actor_rollout_ref.rollout.mode", ["async", "sync"], "a rollout mode other than verl's sync / async (rl-core's engines batch the step's prompts)"),
+    _same("actor_rollout_ref.rollout.data_parallel_size", [1], "data-parallel attention inside one rollout engine", "rollout.tensor_model_parallel_size (replicas = devices / TP)"),
+    _same("actor_rollout_ref.rollout.expert_parallel_size", [1], "expert parallelism in the rollout engine", "rollout.tensor_model_parallel_size"),
+    _same("actor_rollout_ref.rollout.pipeline_model_parallel_size", [1], "pipeline parallelism in the rollout engine", "rollout.tensor_model_parallel_size"),
+    _ign("actor_rollout_ref.rollout.checkpoint_engine.*", "how verl moves weights into the rollout engine (" + _PERF + "; rl-core syncs them in buckets itself)"),
+    _ign("actor_rollout_ref.rollout.multi_stage_wake_up", "waking the engine in stages (" + _PERF + ")"),
+    _ign("actor_rollout_ref.rollout.layered_summon", "gathering FSDP weights layer by layer for the sync (" + _PERF + ")"),
+    _same("actor_rollout_ref.rollout.enable_rollout_routing_replay", [False], "MoE routing replay", "none"),
+    _no("actor_rollout_ref.rollout.multi_turn.*", "multi-turn / tool-calling rollouts in verl's spelling", "the agent loop's own keys", MULTI_TURN),
+    _no("actor_rollout_ref.rollout.agent.*", "verl's agent loop", "the agent loop's own keys", MULTI_TURN),
+    _no("actor_rollout_ref.rollout.trace.*", "rollout tracing", "none"),
+    _m("actor_rollout_ref.rollout.engine_kwargs.*", "rollout.engine_kwargs.*", note="the chosen engine's part (engine_kwargs.vllm.* for vllm, .sglang.* for sglang) is passed to the engine"),
+    _no("actor_rollout_ref.rollout.profiler.*", "verl's rollout profiler", "rlcore train's timing/* metrics"),
+    _no("actor_rollout_ref.rollout.quantization*", "a quantized rollout model", "none"),
+    # ---------------------------------------------------------------- top level of actor_rollout_ref
+    _m("actor_rollout_ref.nccl_timeout", "ray.collective_timeout_s", note="the workers' torch.distributed timeout (seconds)"),
+    _same("actor_rollout_ref.hybrid_engine", [True], "actor and rollout on separate devices", "none (rl-core colocates them)"),
+    # ---------------------------------------------------------------- data
+    _same("data.truncation", ["error"],
+          "truncating over-long prompts", "data.filter_overlong_prompts=true (drops them), or raise data.max_prompt_length"),
+    _same("data.return_raw_chat", [True, False], "whether verl hands the rollout the chat messages or token ids: rl-core's rollout engines take the token ids of the chat-templated prompt either way"),
+    _same("data.return_raw_input_ids", [False], "tokenizing twice for a reward model", "reward_model.model.tokenizer_path", REWARD_MODEL),
+    _same("data.return_full_prompt", [False], "returning the templated prompt", "none (rl-core logs the prompts it renders)"),
+    _ign("data.filter_overlong_prompts_workers", "processes that filter the prompts (" + _PERF + ")"),
+    _ign("data.dataloader_num_workers", "data-loader processes (" + _PERF + "; rl-core tokenizes once at start-up)"),
+    _same("data.use_shm", [False], "shared-memory data loading", "none"),
+    _same("data.train_max_samples", [-1, None], "using only the first rows of the training set", "rlcore data (write a smaller file)"),
+    _m("data.val_max_samples", "data.val_max_samples", lambda v: None if norm(v) == -1 else v),
+    _same("data.tokenizer", [None], "a tokenizer other than the model's", "model.tokenizer_path"),
+    _same("data.reward_fn_key", ["data_source"], "choosing the reward by another row key", "reward.name"),
+    _same("data.validation_shuffle", [False], "shuffling the validation set", "none"),
+    _ign("data.image_key", "the row key of images: rl-core trains text-only models, and rows that hold images are refused when the data is read"),
+    _ign("data.video_key", "the row key of videos (see data.image_key)"),
+    _ign("data.audio_key", "the row key of audio (see data.image_key)"),
+    _same("data.image_patch_size", [14], "image inputs", "none", MULTIMODAL),
+    _same("data.return_multi_modal_inputs", [True, False], "image inputs", "none", MULTIMODAL),
+    _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
+    _no("data.apply_chat_template_kwargs.*", "passing options to the chat template (e.g. enable_thinking)", "data.apply_chat_template; a prompt already templated in the data"),
+    _no("data.custom_cls.*", "a custom dataset class (code named in the config)", "rlcore data (convert the data to rows)"),
+    _no("data.tool_config_path", "tool definitions for multi-turn rollouts", "the agent loop's own keys", MULTI_TURN),
+    _no("data.function_tool_path", "tool definitions for multi-turn rollouts", "the agent loop's own keys", MULTI_TURN),
+    _same("data.gen_batch_size", [None], "generating more prompts than a step uses (DAPO's dynamic sampling)", "data.train_batch_size"),
+    _no("data.datagen.*", "generating data with a custom class", "data.train_generator"),
+    _tie("data.trust_remote_code", "model.trust_remote_code", "the tokenizer / processor follow model.trust_remote_code"),
+    # ---------------------------------------------------------------- trainer
+    _m("trainer.resume_mode", "trainer.resume", _resume, note="auto -> true, disable -> false; resume_path is refused (rl-core resumes from trainer.output_dir)"),
+    _same("trainer.resume_from_path", [None], "resuming from a checkpoint outside the run's folder",
+          "trainer.output_dir (rl-core resumes from the latest complete checkpoint there)"),
+    _same("trainer.critic_warmup", [0], "training only the critic for the first steps", "none (rl-core updates the actor from the first step)"),
+    _same("trainer.balance_batch", [True, False],
+          "reordering a step's sequences so that every data-parallel rank gets about the same number of tokens: a speed knob, the values computed are the same"),
+    _m("trainer.log_val_generations", "trainer.log_val_generations"),
+    _m("trainer.max_actor_ckpt_to_keep", "trainer.max_ckpt_to_keep"),
+    _m("trainer.default_local_dir", "trainer.output_dir"),
+    _m("trainer.logger", "trainer.loggers", _loggers),
+    _same("trainer.use_legacy_worker_impl", ["auto", "disable", "enable"], "verl's worker implementation switch (rl-core has one)"),
+    _ign("trainer.ray_wait_register_center_timeout", "a timeout of verl's Ray start-up (rl-core's is ray.start_timeout_s)"),
+    _same("trainer.del_local_ckpt_after_load", [False], "deleting checkpoints after loading them", "trainer.max_ckpt_to_keep"),
+    _same("trainer.esi_redundant_time", [0], "elastic server expiry (ESI) saving", "trainer.save_freq"),
+    _same("trainer.remove_previous_ckpt_in_save", [False], "deleting the previous checkpoint when saving", "trainer.max_ckpt_to_keep=1"),
+    _same("trainer.val_only", [False], "a validation-only run", "none"),
+    _no("trainer.profile_steps", "verl's profiler", "rlcore train's timing/* metrics"),
+    _no("global_profiler.*", "verl's profiler", "rlcore train's timing/* metrics"),
+    _no("trainer.rollout_data_dir", "dumping rollouts to a folder", "trainer.log_val_generations; the jsonl logger"),
+    _no("trainer.validation_data_dir", "dumping validation generations to a folder", "trainer.log_val_generations"),
+    # ---------------------------------------------------------------- algorithm
+    _no("algorithm.filter_groups.*", "DAPO's dynamic sampling (dropping groups of equal rewards and sampling more)",
+        "actor.skip_zero_advantage_rows (leaves such groups out of the update)"),
+    _same("algorithm.use_pf_ppo", [False], "PF-PPO (reweighting samples by reward)", "none"),
+    _no("algorithm.pf_ppo.*", "PF-PPO", "none"),
+    _no("algorithm.gdpo_reward_keys", "GDPO's per-component rewards", "algorithm.adv_estimator"),
+    # ---------------------------------------------------------------- reward
+    *(_same(k, ["naive", "prime", "dapo"], "verl's batch reward manager (one call scores a list of samples)",
+            "a per-sample reward function; reward.num_workers scores in parallel processes")
+      for k in ("reward_model.reward_manager", "reward.reward_manager.name")),
+    _m("reward.num_workers", "reward.num_workers"),
+    _no("reward_model.reward_kwargs.overlong_buffer_cfg.*", "DAPO's overlong-response penalty", "a custom reward function (reward.custom.path)"),
+    _no("reward.reward_kwargs.overlong_buffer_cfg.*", "DAPO's overlong-response penalty", "a custom reward function (reward.custom.path)"),
+    _m("reward_model.reward_kwargs.*", "reward.kwargs.*"),
+    _m("reward.reward_kwargs.*", "reward.kwargs.*"),
+    _no("reward_model.launch_reward_fn_async", "scoring asynchronously with the next step's generation", "reward.num_workers"),
+    _no("reward_model.sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
+    _no("sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
+    _no("reward.reward_model.rollout.*", "a reward model served by a rollout engine", "reward_model.name=judge with reward_model.judge.engine", REWARD_MODEL),
+    _ign("reward_model.model.input_tokenizer", "rl-core decodes with the policy's tokenizer and encodes with reward_model.model.tokenizer_path (or the reward model's own)"),
+    _ign("reward_model.model.{use_remove_padding,external_lib}", "a speed knob of verl's reward-model worker"),
+    _ign("reward_model.{use_dynamic_bsz,forward_max_token_len_per_gpu}", "the reward model's micro-batches are reward_model.micro_batch_size_per_gpu sequences (same scores)"),
+    _ign("reward_model.model.fsdp_config.*", "FSDP settings of verl's reward-model worker (reward_model.strategy)"),
+    _no("reward_model.micro_batch_size", "a global reward-model micro-batch", "reward_model.micro_batch_size_per_gpu", REWARD_MODEL),
+    _m("reward.reward_model.*", "reward_model.*", note="newer verl's spelling of reward_model.*"),
+    _no("reward_model.*", "this reward-model setting", "reward_model.* (docs/config.md)", REWARD_MODEL),
+    _m("custom_reward_function.*", "reward.custom.*"),
+    _m("reward.custom_reward_function.*", "reward.custom.*"),
+    # ---------------------------------------------------------------- whole verl features
+    _no("distillation.*", "on-policy distillation from a teacher model", "none"),
+    _no("transfer_queue.*", "verl's transfer queue", "none"),
+    _no("ray_kwargs.timeline_json_file", "Ray timelines", "none"),
+    _ign("hydra.*", "Hydra's own settings (its output folder, logging, searchpath): rl-core writes to trainer.output_dir"),
+    _ign("ray_kwargs.ray_init.runtime_env.py_executable", "the Python that verl's Ray workers start with (rl-core's workers use the driver's; ray.runtime_env for the rest)"),
+    _m("ray_kwargs.ray_init.*", "ray.*"),
+    _m("ray_init.*", "ray.*"),
+)
+
+#: (key, value) pairs of keys rl-core shares with verl whose value names a verl feature rl-core lacks
+VALUES: dict[tuple[str, str], Rule] = {
+    ("trainer.device", "npu"): _no("trainer.device", "training on Ascend NPUs", "trainer.device=cuda (or cpu)"),
+    **{("actor_rollout_ref.rollout.name", e): _no("actor_rollout_ref.rollout.name", f"the {e} rollout engine", "rollout.name=vllm or sglang")
+       for e in ("trtllm", "hf_trtllm")},
+    **{(k, e): _no(k, f"verl's {e} train engine", "train.name=fsdp or megatron")
+       for k in ("model_engine", "actor@actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy")
+       for e in ("veomni", "torchtitan", "automodel", "mlite_actor", "fsdp_turbo", "veomni_actor", "torchtitan_actor")},
+}
+
+#: verl keys whose rl-core name is a different word of the same meaning: the only "did you mean" offered
+#: for an unknown verl-spelled key beyond the rules (never a near-spelled key of another meaning)
+SAME_MEANING: dict[str, str] = {
+    "micro_batch_size": "ppo_micro_batch_size_per_gpu (rl-core sizes micro-batches per rank)",
+    "ppo_micro_batch_size": "ppo_micro_batch_size_per_gpu (rl-core sizes micro-batches per rank)",
+    "log_prob_micro_batch_size": "log_prob_micro_batch_size_per_gpu (per rank)",
+    "max_ckpt_to_keep": "trainer.max_ckpt_to_keep",
+    "logger": "trainer.loggers",
+    "default_local_dir": "trainer.output_dir",
+    "val_kwargs": "rollout.val_temperature / val_n / val_top_p / val_top_k / val_do_sample",
+}
+
+
+def rule_for(key: str) -> Rule | None:
+    """The first rule whose pattern matches ``key`` (a verl key, ``+`` / ``~`` already stripped)."""
+    for rule in RULES:
+        if "{" in rule.pattern:
+            if any(r.matches(key) for r in _expand(rule)):
+                return rule
+        elif rule.matches(key):
+            return rule
+    return None
+
+
+def _expand(rule: Rule) -> list[Rule]:
+    m = re.search(r"\{([^}]*)\}", rule.pattern)
+    if m is None:
+        return [rule]
+    out = []
+    for alt in m.group(1).split(","):
+        out.extend(_expand(attrs.evolve(rule, pattern=rule.pattern[: m.start()] + alt + rule.pattern[m.end():])))
+    return out
+
+
+def star_target(rule: Rule, key: str) -> str:
+    """A MAP rule's target for ``key``, with the part ``*`` matched carried over."""
+    if not rule.target.endswith("*"):
+        return rule.target
+    head = rule.pattern[: rule.pattern.index("*")]
+    return rule.target[:-1] + key[len(head):]

@@ -1,0 +1,56 @@
+"""The verl profile: a config written in verl's spelling gets verl's defaults for what it leaves unset.
+
+A config is in verl's spelling when it uses a name only verl has (``actor_rollout_ref.*``,
+``reward_model.*``, ``model_engine=...``, a Hydra group ``x@y=...``) or names verl's own config file
+(``--config-name ppo_trainer``). ``profile=verl`` / ``profile=rl-core`` (an override, or a top-level
+``profile:`` in the YAML) chooses either way. :data:`VERL_DEFAULTS` holds verl's default for every rl-core
+key whose own default differs (verl 0.9's ``ppo_trainer.yaml``; ``tests/config/test_verl_profile.py``
+compares them with verl's generated config). ``rlcore check`` lists each one a config leaves unset.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: rl-core key -> verl's default, where rl-core's own default differs
+VERL_DEFAULTS: dict[str, Any] = {
+    "data.train_batch_size": 1024,
+    "data.filter_overlong_prompts": False,  # verl keeps them (and data.truncation=error refuses one)
+    "actor.ppo_mini_batch_size": 256,
+    "actor.optim.lr_warmup_steps": -1,  # -1: lr_warmup_steps_ratio decides (0.0)
+    "model.enable_gradient_checkpointing": True,
+    "rollout.n": 1,
+    "rollout.tensor_model_parallel_size": 2,
+    "rollout.calculate_log_probs": True,
+    "algorithm.adv_estimator": "gae",
+    "trainer.total_epochs": 30,
+    "trainer.max_ckpt_to_keep": None,  # keep every checkpoint
+    "trainer.loggers": ["console", "wandb"],
+    "trainer.project_name": "verl_examples",
+    "trainer.experiment_name": "gsm8k",
+    "trainer.n_gpus_per_node": 8,
+    "trainer.device": "cuda",
+    "reward.num_workers": 8,
+}
+#: verl's trainer.default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
+OUTPUT_DIR = "trainer.output_dir"
+
+
+def get_dotted(tree: dict[str, Any], key: str, missing: Any = None) -> Any:
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return missing
+        node = node[part]
+    return node
+
+
+def unset_defaults(tree: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(rl-core key, verl's value)`` for every profile default the config ``tree`` leaves unset."""
+    marker = object()
+    out = [(k, v) for k, v in VERL_DEFAULTS.items() if get_dotted(tree, k, marker) is marker]
+    if get_dotted(tree, OUTPUT_DIR, marker) is marker:
+        project = get_dotted(tree, "trainer.project_name", VERL_DEFAULTS["trainer.project_name"])
+        experiment = get_dotted(tree, "trainer.experiment_name", VERL_DEFAULTS["trainer.experiment_name"])
+        out.append((OUTPUT_DIR, f"checkpoints/{project}/{experiment}"))
+    return out

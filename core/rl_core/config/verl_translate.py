@@ -1,0 +1,250 @@
+"""verl's command line and config files onto rl-core's keys (rules: :mod:`rl_core.config.verl_keys`).
+
+* Overrides are parsed with hydra-core's override grammar, as verl's ``main_ppo`` reads them:
+  ``key=value``, ``+key=value``, ``++key=value``, ``~key`` (back to the default) and group selections
+  ``group@package=option`` (``actor@actor_rollout_ref.actor=megatron_actor``). Values are Hydra's:
+  ``[a,b]`` lists, quoted strings, ``null``.
+* ``--config-path`` / ``--config-name`` name a YAML file read with OmegaConf (interpolations resolved);
+  its Hydra ``defaults`` list may name the user's own files beside it and verl's ``ppo_trainer`` /
+  ``ppo_megatron_trainer``, which select the verl profile (:mod:`rl_core.config.verl_profile`).
+* Every problem names the key as the user wrote it, with rl-core's name beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from rl_core.config import verl_keys as vk
+from rl_core.problems import Problem
+
+#: verl's top-level names with no section of ours: a config that uses one is written in verl's spelling
+VERL_ONLY_ROOTS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler", "distillation"})
+#: rollout engines whose part of verl's rollout.engine_kwargs.<engine>.* is passed on
+ENGINES = ("vllm", "sglang", "trtllm")
+VERL_CONFIGS = {"ppo_trainer": {}, "ppo_megatron_trainer": {"train.name": "megatron"}}
+
+
+@attrs.define
+class Translation:
+    """What the translation produced: rl-core's flat items, problems, and where each rl-core key came from."""
+
+    items: list[tuple[str, Any]] = attrs.field(factory=list)  # (rl-core key, value); a value of DELETE removes
+    problems: list[Problem] = attrs.field(factory=list)
+    origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as written
+    ties: list[tuple[str, Any, str, str]] = attrs.field(factory=list)  # (key as written, value, rl-core key, note)
+    verl_spelled: bool = False
+    profile: str | None = None  # "verl" / "rl-core" when a config says so
+
+    def add(self, written: str, key: str, value: Any) -> None:
+        self.items.append((key, value))
+        if written != key:
+            self.origin[key] = written
+
+
+DELETE = object()
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``; an empty mapping stays a leaf."""
+    out: list[tuple[str, Any]] = []
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping) and v:
+            out.extend(flatten(v, key))
+        else:
+            out.append((key, v))
+    return out
+
+
+def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallback: Callable[[str], str]) -> None:
+    """One verl (or rl-core) key and its value -> rl-core items / problems in ``tr``."""
+    if key.split(".")[0] in VERL_ONLY_ROOTS or "@" in key:
+        tr.verl_spelled = True
+    if key == "profile":
+        tr.profile = str(value)
+        return
+    refused = vk.VALUES.get((key, str(vk.norm(value)).lower()))
+    if refused is not None:
+        tr.problems.append(refusal(written, value, refused))
+        return
+    rule = vk.rule_for(key)
+    if rule is not None and is_ours(key) and not (rule.kind == vk.MAP and rule.target == key):
+        rule = None  # a key of rl-core's own (trainer.device, ...) means what rl-core says
+    if rule is None:
+        tr.add(written, key if is_ours(key) else fallback(key), value)
+        return
+    if value is DELETE:
+        if rule.kind in (vk.MAP, vk.ENGINE):
+            tr.add(written, _target(rule, key), DELETE)
+        return
+    if rule.kind == vk.MAP:
+        tr.add(written, vk.star_target(rule, key), rule.convert(value) if rule.convert else value)
+    elif rule.kind == vk.ENGINE:
+        tr.add(written, f"rollout.engine_kwargs.{rule.target}", value)
+    elif rule.kind == vk.TIE:
+        tr.ties.append((written, value, rule.target, rule.note))
+    elif rule.kind == vk.SAME:
+        if not _accepted(value, rule.ok):
+            tr.problems.append(refusal(written, value, rule))
+    elif rule.kind == vk.IGNORE:
+        tr.problems.append(Problem(key=written, what=f"ignored: {rule.note}", severity="warning"))
+    else:
+        tr.problems.append(refusal(written, value, rule))
+
+
+def is_ours(key: str) -> bool:
+    """Whether ``key`` is one of rl-core's schema keys (or lies inside one of its free-form dict fields)."""
+    import typing
+
+    from rl_core.config.schema import RunConfig
+
+    cls: Any = RunConfig
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        fields = {f.name: f for f in attrs.fields(cls)}
+        if part not in fields:
+            return False
+        tp = typing.get_type_hints(cls)[part]
+        sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
+        if sections:
+            cls = sections[0]
+            continue
+        return i == len(parts) - 1 or typing.get_origin(tp) is dict or tp is dict
+    return False
+
+
+def _target(rule: vk.Rule, key: str) -> str:
+    return vk.star_target(rule, key) if rule.kind == vk.MAP else f"rollout.engine_kwargs.{rule.target}"
+
+
+def _accepted(value: Any, ok: tuple) -> bool:
+    v = vk.norm(value)
+    for o in ok:
+        if isinstance(o, list):
+            if isinstance(value, (list, tuple)) and sorted(map(str, value)) == sorted(map(str, o)):
+                return True
+        elif v == vk.norm(o) and type(v) is type(vk.norm(o)):
+            return True
+    return False
+
+
+def refusal(written: str, value: Any, rule: vk.Rule) -> Problem:
+    shown = f"={value!r}" if value is not None and rule.kind == vk.SAME else ""
+    what = f"{written}{shown}: {rule.note} is a verl feature rl-core does not have"
+    fix = f"nearest rl-core setting: {rule.nearest}" if rule.nearest else "remove the key"
+    if rule.kind == vk.SAME:
+        fix += f"; or remove the key / set it to {rule.ok[0]!r} (what rl-core does)"
+    return Problem(key=written, what=what.split(": ", 1)[1], fix=f"{fix}; see {rule.ref}")
+
+
+# ------------------------------------------------------------------ Hydra overrides
+_PARSER: Any = None  # hydra's OverridesParser, built once (building it costs ~10 ms)
+
+
+def parse_override(text: str) -> tuple[str, str, Any, Problem | None]:
+    """``(written key, bare key, value or DELETE, problem)`` of one override, by Hydra's grammar."""
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.errors import HydraException
+    except ImportError:  # hydra-core is a dependency; a broken install still gets key=value
+        key, sep, raw = text.partition("=")
+        if not sep:
+            return text, text, None, Problem(key=text, what="is not a key=value override", fix="write overrides as dotted.key=value, e.g. rollout.n=8")
+        import yaml
+
+        try:
+            return key, key.lstrip("+"), yaml.safe_load(raw) if raw.strip() else "", None
+        except yaml.YAMLError:
+            return key, key.lstrip("+"), raw, None
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = OverridesParser.create()
+    try:
+        o = _PARSER.parse_override(text)
+    except HydraException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot be parsed"
+        return text, text, None, Problem(key=text, what=f"is not a valid override (Hydra's grammar: {first})",
+                                         fix="write key=value, +key=value, ~key; quote values with spaces or brackets, e.g. 'key=[a,b]'")
+    key = o.key_or_group + (f"@{o.package}" if o.package else "")
+    written = ("~" if o.is_delete() else "++" if o.is_force_add() else "+" if o.is_add() else "") + key
+    if o.is_delete():
+        return written, key, DELETE, None
+    if o.is_sweep_override():
+        return written, key, None, Problem(key=written, what=f"{text!r} is a Hydra sweep (several values): rl-core runs one job",
+                                           fix=f"give one value, or a list in brackets, e.g. {key}=[a,b]")
+    return written, key, _plain(o.value()), None
+
+
+#: YAML's spellings of the special floats, which rl-core's overrides read before they used Hydra's grammar
+_YAML_FLOATS = {".nan": float("nan"), ".inf": float("inf"), "+.inf": float("inf"), "-.inf": float("-inf")}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str) and value.strip().lower() in _YAML_FLOATS:
+        return _YAML_FLOATS[value.strip().lower()]
+    return value
+
+
+# ------------------------------------------------------------------ --config-path / --config-name
+def read_hydra_config(config_path: str | None, config_name: str) -> tuple[dict[str, Any], list[tuple[str, Any]], list[Problem], bool]:
+    """``(data, group selections, problems, is verl's own)`` of ``--config-path`` / ``--config-name``."""
+    name = config_name[:-5] if config_name.endswith(".yaml") else config_name
+    folder = Path(config_path or ".")
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        if name in VERL_CONFIGS:
+            return {}, [(k, v) for k, v in VERL_CONFIGS[name].items()], [], True
+        return {}, [], [Problem(key="--config-name", what=f"{path} does not exist", fix=f"point --config-path at the folder that holds {name}.yaml (verl's own: ppo_trainer, ppo_megatron_trainer)")], False
+    return _compose(folder, name, set())
+
+
+def _compose(folder: Path, name: str, seen: set[str]) -> tuple[dict[str, Any], list[tuple[str, Any]], list[Problem], bool]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    problems: list[Problem] = []
+    selections: list[tuple[str, Any]] = []
+    verl_own = False
+    path = folder / f"{name}.yaml"
+    if name in seen:
+        return {}, [], [Problem(key=str(path), what="includes itself through its defaults list", fix="remove the cycle")], False
+    seen = seen | {name}
+    try:
+        conf = OmegaConf.load(path)
+    except (OSError, OmegaConfBaseException, ValueError) as exc:
+        return {}, [], [Problem(key=str(path), what=f"cannot be read: {exc}", fix="fix the YAML")], False
+    if not OmegaConf.is_dict(conf):
+        return {}, [], [Problem(key=str(path), what="must hold a mapping of sections", fix="start the file with sections")], False
+    defaults = conf.pop("defaults", []) or []
+    merged = OmegaConf.create({})
+    own_at = len(defaults)
+    for i, entry in enumerate(defaults):
+        if entry == "_self_":
+            own_at = i
+        elif isinstance(entry, str):
+            if entry in VERL_CONFIGS and not (folder / f"{entry}.yaml").is_file():
+                verl_own = True
+                selections.extend(VERL_CONFIGS[entry].items())
+                continue
+            sub, sel, probs, own = _compose(folder, entry, seen)
+            selections += sel
+            problems += probs
+            verl_own |= own
+            merged = OmegaConf.merge(merged, sub)
+        elif OmegaConf.is_dict(entry) or isinstance(entry, Mapping):
+            for group, option in dict(entry).items():
+                group = str(group).removeprefix("override ").strip()
+                selections.append((group, option))
+    data = OmegaConf.merge(merged, conf) if own_at >= len(defaults) or own_at > 0 else OmegaConf.merge(conf, merged)
+    try:
+        plain = OmegaConf.to_container(data, resolve=True)
+    except OmegaConfBaseException:
+        plain = OmegaConf.to_container(data, resolve=False)
+    return plain, selections, problems, verl_own
