@@ -217,7 +217,38 @@ class ConverterCard(CardBase):
     target: str
 
 
+@attrs.frozen(kw_only=True)
+class ToolCard(CardBase):
+    """A tool an agent loop may call (:mod:`rl_core.agent.tools`).
+
+    ``factory`` resolves to a plain typed function with a docstring (its
+    schema then comes from ``transformers.utils.get_json_schema``), or to a
+    zero-argument callable returning an :class:`rl_core.agent.tools.Tool`.
+    ``schema`` is an OpenAI-style function schema
+    (``{"type": "function", "function": {"name", "description", "parameters"}}``);
+    given here, it is shown by ``rlcore plugins`` and checked without importing the tool.
+    """
+
+    kind: ClassVar[str] = "tool"
+
+    schema: dict | None = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class AgentLoopCard(CardBase):
+    """An agent loop (:mod:`rl_core.agent.loop`): ``async fn(handle, sample) -> Trajectory``."""
+
+    kind: ClassVar[str] = "agent_loop"
+
+
+@attrs.frozen(kw_only=True)
+class ToolParserCard(CardBase):
+    """A tool-call format (:mod:`rl_core.agent.parsers`): ``factory() -> ToolCallParser``."""
+
+    kind: ClassVar[str] = "tool_parser"
+
+
 CARD_TYPES: dict[str, type[CardBase]] = {
     cls.kind: cls
-    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard)
+    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard, ToolParserCard)
 }

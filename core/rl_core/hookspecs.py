@@ -61,3 +61,18 @@ def rl_core_register_policy_losses(register: Register) -> None:
 @hookspec
 def rl_core_register_weight_converters(register: Register) -> None:
     """Register :class:`~rl_core.cards.ConverterCard` s (weight-format bridges)."""
+
+
+@hookspec
+def rl_core_register_tools(register: Register) -> None:
+    """Register :class:`~rl_core.cards.ToolCard` s (tools agent loops may call)."""
+
+
+@hookspec
+def rl_core_register_agent_loops(register: Register) -> None:
+    """Register :class:`~rl_core.cards.AgentLoopCard` s (multi-turn rollout loops)."""
+
+
+@hookspec
+def rl_core_register_tool_parsers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.ToolParserCard` s (tool-call formats, e.g. hermes)."""

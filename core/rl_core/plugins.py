@@ -46,6 +46,9 @@ HOOK_KINDS = {
     "rl_core_register_advantage_estimators": "estimator",
     "rl_core_register_policy_losses": "policy_loss",
     "rl_core_register_weight_converters": "converter",
+    "rl_core_register_tools": "tool",
+    "rl_core_register_agent_loops": "agent_loop",
+    "rl_core_register_tool_parsers": "tool_parser",
 }
 
 # Where names that are not installed usually come from (hints for error messages

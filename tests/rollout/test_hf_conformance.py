@@ -12,6 +12,7 @@ class TestHFRolloutLlama(RolloutConformance):
 
     logprob_atol = 1e-5
     arch = "llama"
+    supports_multi_turn = True
 
     def make_engine(self, model_dir, config):
         return factory(config, WorkerContext())

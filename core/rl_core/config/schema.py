@@ -136,6 +136,25 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
+class MultiTurnConfig:
+    """Agentic rollouts (rl_core.agent, docs/agents.md): tool calls between assistant turns."""
+
+    enable: bool = False
+    agent_loop: str = text("tool_agent", hint="a registered agent loop")  # a data row's agent_name overrides it
+    tools: list[str] = field(factory=list)  # registered tool names, e.g. [calculator, python]
+    tool_config_path: str | None = None  # verl's tool-config YAML: tools: [{class_name, config, tool_schema}]
+    format: str = text("hermes", hint="a registered tool-call format")  # the tool-call parser
+    max_assistant_turns: int | None = pos(None, hint="assistant turns per trajectory; null: until the budget")
+    max_tokens_per_turn: int | None = pos(None, hint="sampled tokens per assistant turn; null: the rest of the budget")
+    max_parallel_calls: int = pos(8, hint="tool calls run per turn")
+    max_tool_response_length: int = pos(256, hint="characters of a tool result the model sees")
+    tool_response_truncate_side: str = choice("right", ("left", "right", "middle"))
+    tool_timeout_s: float = num(30.0, gt=0, hint="seconds per tool call, e.g. 30")
+    stop_at_tool_call_end: bool = True  # end a turn at the format's end-of-call text (e.g. </tool_call>)
+    check_tokens: bool = False  # compare each trajectory with the chat template's rendering (agent/token_check_mismatches)
+
+
+@attrs.frozen(kw_only=True)
 class RolloutConfig:
     name: str = "hf"
     n: int = pos(4, hint="samples per prompt")
@@ -157,6 +176,7 @@ class RolloutConfig:
     val_top_p: float = frac(1.0, open_low=True, hint="1.0 turns nucleus sampling off")
     val_top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     engine_kwargs: dict[str, Any] = field(factory=dict)
+    multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
 
 
 @attrs.frozen(kw_only=True)

@@ -83,12 +83,18 @@ def validate_row(row: Any, where: str, prompt_key: str) -> dict[str, Any]:
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise DataError(f"{where}: 'extra_info' must be an object, got {type(extra).__name__}")
-    return {
+    agent_name = row.get("agent_name")  # multi-turn rollouts: the agent loop of this row (verl's agent_name)
+    if agent_name is not None and (not isinstance(agent_name, str) or not agent_name):
+        raise DataError(f"{where}: 'agent_name' must name a registered agent loop (a non-empty string), got {agent_name!r}")
+    out = {
         "data_source": source,
         "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
         "ground_truth": rm["ground_truth"],
         "extra_info": extra,
     }
+    if agent_name is not None:
+        out["agent_name"] = agent_name
+    return out
 
 
 def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
@@ -160,7 +166,7 @@ def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ dataset
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt") -> str:
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt", tools: list[dict] | None = None) -> str:
     """The prompt text the model sees: chat template + generation prompt, or the contents joined.
 
     A template that rejects the messages (many raise on a role they do not
@@ -174,7 +180,8 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
             "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer"
         )
     try:
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        extra = {"tools": tools} if tools else {}  # multi-turn rollouts: the tools' schemas, where the template shows them
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, or whatever the template raises
         roles = [m["role"] for m in messages]
         raise DataError(
@@ -200,12 +207,13 @@ class PromptDataset:
         apply_chat_template: bool = True,
         source: str = "data",
         origins: Sequence[str] | None = None,
+        tools: list[dict] | None = None,
     ) -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
         where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
-        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w) for r, w in zip(rows, where)]
+        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools) for r, w in zip(rows, where)]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
         ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []
         self.items: list[dict[str, Any]] = []
@@ -238,7 +246,7 @@ class PromptDataset:
         return self.items[i]
 
 
-def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> PromptDataset:
+def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None) -> PromptDataset:
     """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`.
 
     Files and a generator may both be given (rows are concatenated, files
@@ -269,6 +277,7 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train") -> Prom
         apply_chat_template=data.apply_chat_template,
         source=source,
         origins=origins,
+        tools=tools,
     )
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]
@@ -297,6 +306,10 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
     non = {k: [it[k] for it in items] for k in ("data_source", "ground_truth", "extra_info", "prompt_text")}
     non["raw_prompt"] = [it.get("prompt") for it in items]  # the chat messages, re-templated by reward models
     non["uid"] = list(uids)
+    if any(it.get("prompt") is not None for it in items):  # the messages, for multi-turn rollouts and rewards
+        non["raw_prompt"] = [it.get("prompt") for it in items]
+    if any(it.get("agent_name") for it in items):
+        non["agent_name"] = [it.get("agent_name") for it in items]
     return Batch({"input_ids": input_ids, "attention_mask": mask}, non)
 
 
@@ -396,7 +409,7 @@ class PromptLoader:
         self.epoch, self.index = epoch, index
 
 
-def build_loaders(data: Any, tokenizer: Any, seed: int = 0) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
     """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`.
 
     The train loader shuffles with ``data.seed`` (``seed`` when that is None)
@@ -404,10 +417,10 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0) -> tuple[PromptLoade
     validation data) keeps file order and every prompt, in batches of
     ``data.val_batch_size`` (all at once when None). The dict counts prompts
     kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
-    ``val_dropped``.
+    ``val_dropped``. ``tools`` (multi-turn rollouts): tool schemas the chat template renders into each prompt.
     """
     pad = pad_token_id_of(tokenizer)
-    train = load_prompt_dataset(data, tokenizer, "train")
+    train = load_prompt_dataset(data, tokenizer, "train", tools)
     train_loader = PromptLoader(
         train,
         data.train_batch_size,
@@ -419,7 +432,7 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0) -> tuple[PromptLoade
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):
-        val = load_prompt_dataset(data, tokenizer, "val")
+        val = load_prompt_dataset(data, tokenizer, "val", tools)
         val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
         info.update(val_prompts=len(val), val_dropped=val.num_dropped)
     return train_loader, val_loader, info

@@ -161,6 +161,8 @@ class HFRolloutEngine:
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(int(params.seed))
+        if self.config.rollout.multi_turn.enable:
+            return self._generate_agentic(batch, params, generator)
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
 
@@ -178,6 +180,50 @@ class HFRolloutEngine:
 
         response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
         return rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
+
+    def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
+        """Multi-turn rollouts (:mod:`rl_core.agent.runner`): the loops' turns are decoded here, all active ones together."""
+        from rl_core.agent.runner import AgentSetup, run_agent_rollout
+
+        if getattr(self, "_agent_setup", None) is None:
+            self._agent_setup = AgentSetup(self.config.rollout.multi_turn, self.tokenizer)
+        greedy = params.greedy or params.temperature <= 0
+        return run_agent_rollout(
+            self._agent_setup, batch, params, lambda prompts, budgets, stop: self.decode_requests(prompts, budgets, stop, params=params, greedy=greedy, generator=generator),
+            pad_id=self.pad_id, eos_ids=self.eos_ids,
+        )
+
+    def decode_requests(self, prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...], *, params: SamplingParams, greedy: bool, generator) -> list:
+        """One turn of many trajectories: each prompt (token ids) continued for at most its budget, in chunks of
+        ``rollout.generation_batch_size``; returns :class:`rl_core.agent.loop.Generated` per prompt (exact ids, log-probs)."""
+        from rl_core.agent.loop import Generated
+
+        per_chunk = self.generation_batch_size or len(prompts)
+        out: list[Generated] = []
+        eos = set(self.eos_ids)
+        for start in range(0, len(prompts), per_chunk):
+            chunk, chunk_budgets = prompts[start : start + per_chunk], budgets[start : start + per_chunk]
+            width = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, p in enumerate(chunk):
+                ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+                mask[i, width - len(p) :] = 1
+            R = max(chunk_budgets)
+            r, length, lp = self._decode(ids.to(self.device), mask.to(self.device), 1, R, greedy=greedy, params=params, generator=generator, stop=stop)
+            r, length = r.cpu(), length.cpu()
+            lp = lp.cpu() if lp is not None else None
+            for i, budget in enumerate(chunk_budgets):
+                k = min(int(length[i]), budget)
+                tokens = tuple(r[i, :k].tolist())
+                if tokens and tokens[-1] in eos:
+                    finish = "eos"
+                elif int(length[i]) <= budget and int(length[i]) < R:
+                    finish = "stop"
+                else:
+                    finish = "length"
+                out.append(Generated(tokens, tuple(lp[i, :k].tolist()) if lp is not None else None, finish))
+        return out
 
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
         if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:

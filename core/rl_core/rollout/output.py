@@ -26,12 +26,15 @@ def rollout_batch(
     response_mask: torch.Tensor,
     log_probs: torch.Tensor | None = None,
     meta: dict | None = None,
+    response_attention_mask: torch.Tensor | None = None,
 ) -> Batch:
     """The generate() output for prompts ``batch`` ([B, P], left-padded) and ``n`` samples each.
 
     ``responses`` / ``response_mask`` / ``log_probs`` are ``[B*n, R]`` with the n samples of a
     prompt adjacent. Prompt rows and every other field are repeated n times; positions continue
     from each prompt's last real token. ``log_probs`` are zeroed outside the mask.
+    ``response_attention_mask`` (multi-turn rollouts, :mod:`rl_core.agent.runner`): 1 on every real
+    response token, the inserted tool / template tokens included; default ``response_mask``.
     """
     input_ids = batch.tensors["input_ids"].cpu()
     prompt_mask = batch.tensors["attention_mask"].cpu()
@@ -48,7 +51,7 @@ def rollout_batch(
         prompts=prompts,
         responses=responses,
         input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=torch.cat([pmask, response_mask], dim=1),
+        attention_mask=torch.cat([pmask, response_mask if response_attention_mask is None else response_attention_mask.to(pmask.dtype)], dim=1),
         position_ids=torch.cat([prompt_pos, response_pos], dim=1),
         response_mask=response_mask,
     )

@@ -43,6 +43,8 @@ from rl_core.worker import ROLE_OF_METHOD
 TRAINER_STATE = "trainer_state.pt"
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
 ZERO_ADVANTAGE_STEPS = 3
+# meta keys engines report as counters, summed over replicas and logged as metrics
+COUNTER_PREFIXES = ("rollout/", "agent/")
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,12 @@ class Trainer:
             cfg.trainer.output_dir, config_to_dict(cfg), has_checkpoint=has_checkpoint, resume=cfg.trainer.resume, resume_anyway=resume_anyway
         )
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed)
+        tools = None
+        if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
+            from rl_core.agent.resolve import build_tools
+
+            tools = [t.schema for t in build_tools(cfg.rollout.multi_turn).values()] or None
+        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager(cfg.reward, model_name=cfg.reward_model.name if cfg.reward_model.enable else None)
@@ -125,11 +132,11 @@ class Trainer:
         results = self.cluster.call("generate", [(shards[r // tp], params) for r in range(self.sizes.world_size)])
         results = results[::tp]
         out = Batch.concat(results)
-        # engines report counters (e.g. rollout/empty_responses) in meta: sum them over replicas
-        out.meta = {k: v for k, v in out.meta.items() if not k.startswith("rollout/")}
+        # engines report counters (e.g. rollout/empty_responses, agent/tool_calls) in meta: sum them over replicas
+        out.meta = {k: v for k, v in out.meta.items() if not k.startswith(COUNTER_PREFIXES)}
         for part in results:
             for k, v in part.meta.items():
-                if k.startswith("rollout/"):
+                if k.startswith(COUNTER_PREFIXES):
                     out.meta[k] = out.meta.get(k, 0) + v
         return out.unpad(pad * params.n)
 
@@ -289,7 +296,10 @@ class Trainer:
                 metrics.update(_guard_update("actor", self._train_call("update_actor", batch)))
             with timed(t, "sync_weights"):
                 self.cluster.call("sync_weights")
-        metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith("rollout/")})
+        metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith(COUNTER_PREFIXES)})
+        if metrics.get("agent/trajectories"):  # multi-turn rollouts (rl_core.agent): per-trajectory means
+            metrics["agent/turns_mean"] = metrics["agent/turns"] / metrics["agent/trajectories"]
+            metrics["agent/tool_calls_mean"] = metrics.get("agent/tool_calls", 0.0) / metrics["agent/trajectories"]
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput(batch, t["timing_s/step"], self.sizes.devices))
         metrics.update(t)

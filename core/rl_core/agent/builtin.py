@@ -1,0 +1,51 @@
+"""Registers the built-in tools (``calculator``, ``python``), the ``hermes`` format and the ``tool_agent`` loop."""
+
+from __future__ import annotations
+
+from rl_core.cards import AgentLoopCard, ToolCard, ToolParserCard
+from rl_core.hookspecs import hookimpl
+
+CALCULATOR_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression exactly.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": 'numbers with + - * / // % ** and parentheses, e.g. "(12 + 7) * 3 / 4"'}},
+            "required": ["expression"],
+        },
+    },
+}
+
+PYTHON_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "Run a Python program and return what it prints. Use print() to show results.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "the Python source to run (standard library only; no network, no files outside its working directory)"}},
+            "required": ["code"],
+        },
+    },
+}
+
+
+@hookimpl
+def rl_core_register_tools(register):
+    register(ToolCard(name="calculator", factory="rl_core.agent.calculator:calculator", schema=CALCULATOR_SCHEMA,
+                      description="exact arithmetic (ast-parsed rationals, bounded sizes)"))
+    register(ToolCard(name="python", factory="rl_core.agent.sandbox:python", schema=PYTHON_SCHEMA,
+                      description="Python code in a sandboxed process (time, memory, output limits; bubblewrap when present)"))
+
+
+@hookimpl
+def rl_core_register_tool_parsers(register):
+    register(ToolParserCard(name="hermes", factory="rl_core.agent.parsers:hermes", description='<tool_call>{"name", "arguments"}</tool_call>'))
+
+
+@hookimpl
+def rl_core_register_agent_loops(register):
+    register(AgentLoopCard(name="tool_agent", factory="rl_core.agent.tool_agent:tool_agent",
+                           description="generate, call tools, append results through the chat template, repeat"))

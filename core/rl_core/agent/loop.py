@@ -1,0 +1,121 @@
+"""What an agent loop receives and returns.
+
+An agent loop is ``async def loop(handle: AgentHandle, sample: AgentSample) -> Trajectory``,
+registered as an :class:`~rl_core.cards.AgentLoopCard`. It builds the
+trajectory from token ids only:
+
+- ``await handle.generate(ids, max_new_tokens)``: the engine's exact sampled
+  ids (and their log-probs) continuing ``ids``; every active trajectory's
+  request of a turn is decoded in one batch;
+- ``await handle.call_tools(calls, sample)``: the calls run concurrently, each
+  under ``rollout.multi_turn.tool_timeout_s``; failures come back as results;
+- ``handle.chat.inserted_ids(messages, ended_with_eos=...)``: the template
+  tokens to insert after a turn (:mod:`rl_core.agent.chat`);
+- :meth:`Trajectory.add_sampled` / :meth:`Trajectory.add_inserted`: the only
+  ways to grow the response, so ``response_mask`` is 1 exactly on sampled
+  tokens and the log-probs line up with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable, Sequence
+
+import attrs
+
+from rl_core.agent.parsers import ToolCall
+from rl_core.agent.tools import Tool, ToolResult, call_tool
+
+
+@attrs.define
+class AgentSample:
+    """One trajectory to build: the prompt's token ids and messages, and the row's fields."""
+
+    index: int
+    prompt_ids: list[int]
+    messages: list[dict]
+    budget: int  # response tokens over the whole trajectory (data.max_response_length)
+    extra_info: dict = attrs.field(factory=dict)
+    tools_kwargs: dict = attrs.field(factory=dict)
+
+
+@attrs.define
+class Trajectory:
+    prompt_ids: list[int]
+    messages: list[dict] = attrs.field(factory=list)
+    response_ids: list[int] = attrs.field(factory=list)
+    response_mask: list[int] = attrs.field(factory=list)
+    log_probs: list[float] = attrs.field(factory=list)
+    turns: list[dict] = attrs.field(factory=list)  # per assistant turn: sampled / inserted tokens, calls, results, finish
+    stop_reason: str = ""
+    token_check: str | None = None  # set by the runner when rollout.multi_turn.check_tokens is on
+
+    def add_sampled(self, ids: Sequence[int], log_probs: Sequence[float] | None) -> None:
+        self.response_ids.extend(int(i) for i in ids)
+        self.response_mask.extend([1] * len(ids))
+        self.log_probs.extend(float(x) for x in log_probs) if log_probs is not None else self.log_probs.extend([0.0] * len(ids))
+
+    def add_inserted(self, ids: Sequence[int]) -> None:
+        self.response_ids.extend(int(i) for i in ids)
+        self.response_mask.extend([0] * len(ids))
+        self.log_probs.extend([0.0] * len(ids))
+
+
+@attrs.frozen
+class Generated:
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...] | None
+    finish_reason: str  # "eos", "stop" (a stop string, e.g. the end of a tool call) or "length"
+
+
+class AgentHandle:
+    """What a loop may use (see the module docstring). One per rollout call, shared by its trajectories."""
+
+    def __init__(self, *, tokenizer, parser, tools: dict[str, Tool], config, chat, eos_ids: Sequence[int],
+                 generate: Callable[[list[int], int], Awaitable[Generated]], stats) -> None:
+        self.tokenizer = tokenizer
+        self.parser = parser
+        self.tools = tools
+        self.config = config
+        self.chat = chat
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
+        self._generate = generate
+        self.stats = stats
+
+    async def generate(self, ids: Sequence[int], max_new_tokens: int) -> Generated:
+        return await self._generate(list(ids), int(max_new_tokens))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def truncate(self, text: str) -> str:
+        """A tool result cut to ``max_tool_response_length`` characters (``tool_response_truncate_side``)."""
+        limit = self.config.max_tool_response_length
+        if len(text) <= limit:
+            return text
+        self.stats.add("agent/tool_truncations")
+        side = self.config.tool_response_truncate_side
+        mark = "...(truncated)"
+        if side == "left":
+            return mark + text[-limit:]
+        if side == "middle":
+            half = limit // 2
+            return text[:half] + mark + text[len(text) - (limit - half) :]
+        return text[:limit] + mark
+
+    async def call_tools(self, calls: Sequence[ToolCall], sample: AgentSample) -> list[ToolResult]:
+        """Run ``calls`` concurrently; malformed calls are answered without running anything."""
+
+        async def one(call: ToolCall) -> ToolResult:
+            if call.error:
+                return ToolResult(text=f"Error: {call.error}", status="bad_arguments")
+            return await call_tool(self.tools.get(call.name), call.name, call.arguments, timeout_s=self.config.tool_timeout_s, tools_kwargs=sample.tools_kwargs)
+
+        results = await asyncio.gather(*(one(c) for c in calls))
+        for call, result in zip(calls, results):
+            self.stats.tool_result(call.name or "<malformed>", result)
+        return list(results)
+
+
+AgentLoop = Callable[[AgentHandle, AgentSample], Awaitable[Trajectory]]
+Kwargs = dict[str, Any]

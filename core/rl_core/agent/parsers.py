@@ -1,0 +1,65 @@
+"""Tool-call formats, registered by name (:class:`~rl_core.cards.ToolParserCard`).
+
+A parser turns an assistant turn's text into ``(content, calls)``. A call
+whose JSON does not parse is kept as a :class:`ToolCall` with ``error`` set:
+the loop answers it with a tool message saying what was wrong (counted as a
+tool error), so the model learns the format instead of the run crashing.
+
+``stop``: strings that end a turn early (the end of a call), used when
+``rollout.multi_turn.stop_at_tool_call_end`` is on. ``markers``: the text a
+chat template must pass through unchanged for the format to work (checked by
+``rlcore check``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class ToolCall:
+    name: str
+    arguments: Any = attrs.field(factory=dict)
+    error: str | None = None
+
+
+class HermesParser:
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Hermes / Qwen2.5 / Qwen3 format)."""
+
+    start, end = "<tool_call>", "</tool_call>"
+    stop = ("</tool_call>",)
+    markers = ("<tool_call>", "</tool_call>")
+    _pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        calls = []
+        for body in self._pattern.findall(text):
+            calls.append(self._call(body.strip()))
+        if not calls and self.start in text:  # an opened call never closed (e.g. cut by the budget)
+            calls.append(ToolCall(name="", error="a <tool_call> was opened but not closed with </tool_call>"))
+        content = self._pattern.sub("", text).split(self.start)[0].strip()
+        return content, calls
+
+    @staticmethod
+    def _call(body: str) -> ToolCall:
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            return ToolCall(name="", error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return ToolCall(name="", error='a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}')
+        args = data.get("arguments", {})
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return ToolCall(name=data["name"], error="the arguments are a string that is not a JSON object")
+        return ToolCall(name=data["name"], arguments=args)
+
+
+def hermes() -> HermesParser:
+    return HermesParser()

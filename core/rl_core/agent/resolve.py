@@ -1,0 +1,47 @@
+"""``rollout.multi_turn`` names -> tools, a parser and agent loops from the plugin registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_core.agent.tools import Tool, ToolConfigError, as_tool, load_tool_config
+from rl_core.plugins import UnknownCardError, get_registry
+
+
+def _registry(registry):
+    return registry if registry is not None else get_registry()
+
+
+def build_tools(mt, registry=None) -> dict[str, Tool]:
+    """The tools named in ``rollout.multi_turn.tools`` and those of ``tool_config_path``, by name."""
+    reg = _registry(registry)
+    tools: dict[str, Tool] = {}
+    for i, name in enumerate(mt.tools):
+        try:
+            card = reg.get("tool", name)
+        except UnknownCardError as exc:
+            raise ToolConfigError(f"rollout.multi_turn.tools[{i}]: {exc}") from None
+        tool = as_tool(card.load(), name=card.name, schema=card.schema)
+        tools[tool.name] = tool
+    if mt.tool_config_path:
+        for tool in load_tool_config(mt.tool_config_path):
+            if tool.name in tools:
+                raise ToolConfigError(f"rollout.multi_turn: the tool {tool.name!r} is both in tools and in {mt.tool_config_path}; keep one")
+            tools[tool.name] = tool
+    return tools
+
+
+def tool_parser(name: str, registry=None) -> Any:
+    try:
+        card = _registry(registry).get("tool_parser", name)
+    except UnknownCardError as exc:
+        raise ToolConfigError(f"rollout.multi_turn.format: {exc}") from None
+    return card.load()()
+
+
+def agent_loop(name: str, registry=None) -> Any:
+    try:
+        card = _registry(registry).get("agent_loop", name)
+    except UnknownCardError as exc:
+        raise ToolConfigError(f"rollout.multi_turn.agent_loop (or a data row's agent_name): {exc}") from None
+    return card.load()

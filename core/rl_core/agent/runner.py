@@ -1,0 +1,215 @@
+"""Many agent loops over one engine: their turns batched, their trajectories laid out as the rollout batch.
+
+A rollout engine with ``rollout.multi_turn.enable`` hands
+:func:`run_agent_rollout` a batched decode function
+``decode(prompts, budgets, stop) -> list[Generated]``. Each of the ``B * n``
+trajectories runs its agent loop (the row's ``agent_name``, else
+``rollout.multi_turn.agent_loop``) as an asyncio task; when every
+unfinished loop waits on ``handle.generate``, all the requests are decoded
+together in one engine call (all active trajectories advance one turn
+together; finished ones drop out), while tool calls of different
+trajectories overlap.
+
+Output (:func:`rl_core.rollout.output.rollout_batch`): ``responses`` are the
+sampled ids and the inserted template / tool ids, right-padded to
+``max_new_tokens``; ``response_mask`` is 1 on sampled tokens only;
+``attention_mask`` is 1 on every real token; ``rollout_log_probs`` are 0 on
+inserted tokens. Each row's ``extra_info`` gains ``messages`` (the whole
+conversation, tool results included) and ``agent`` (turns, tool calls, stop
+reason): what reward functions read. ``meta`` carries the ``agent/*``
+counters (summed over replicas by the trainer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+from collections import defaultdict
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from rl_core.agent.chat import ChatDelta, token_check
+from rl_core.agent.loop import AgentHandle, AgentSample, Generated, Trajectory
+from rl_core.agent.tools import Tool, ToolResult
+from rl_core.batch import Batch
+from rl_core.rollout.output import rollout_batch
+
+Decode = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Generated]]
+
+
+class AgentStats:
+    """Additive counters (``agent/*``): sums, so replicas add up."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = defaultdict(float)
+
+    def add(self, key: str, value: float = 1.0) -> None:
+        self.values[key] += value
+
+    def tool_result(self, name: str, result: ToolResult) -> None:
+        self.add("agent/tool_calls")
+        self.add("agent/tool_time_s", result.seconds)
+        if result.status == "timeout":
+            self.add("agent/tool_timeouts")
+            self.add(f"agent/tool_timeouts/{name}")
+        elif result.status != "ok":
+            self.add("agent/tool_errors")
+            self.add(f"agent/tool_errors/{name}")
+
+
+class AgentSetup:
+    """Tools, parser and loops of ``rollout.multi_turn``, built once per engine (:func:`setup_for`)."""
+
+    def __init__(self, mt, tokenizer, registry=None) -> None:
+        from rl_core.agent.resolve import agent_loop, build_tools, tool_parser
+
+        self.config = mt
+        self.tokenizer = tokenizer
+        self.tools: dict[str, Tool] = build_tools(mt, registry)
+        self.parser = tool_parser(mt.format, registry)
+        self.chat = ChatDelta(tokenizer, [t.schema for t in self.tools.values()])
+        self._loops: dict[str, Any] = {}
+        self._registry = registry
+        self.loop(mt.agent_loop)  # an unknown default loop fails here, before any generation
+
+    def loop(self, name: str):
+        if name not in self._loops:
+            from rl_core.agent.resolve import agent_loop
+
+            self._loops[name] = agent_loop(name, self._registry)
+        return self._loops[name]
+
+
+class _Batcher:
+    """Collects the generate requests of all live loops and decodes them in one engine call."""
+
+    def __init__(self, decode: Decode, stop: tuple[str, ...]) -> None:
+        self.decode = decode
+        self.stop = stop
+        self.pending: list[tuple[list[int], int, asyncio.Future]] = []
+        self.active = 0
+        self.wake = asyncio.Event()
+
+    async def generate(self, ids: list[int], budget: int) -> Generated:
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((ids, budget, fut))
+        self.wake.set()
+        return await fut
+
+    async def drive(self, coros: Sequence) -> list[Any]:
+        async def tracked(coro):
+            try:
+                return await coro
+            finally:
+                self.active -= 1
+                self.wake.set()
+
+        self.active = len(coros)
+        tasks = [asyncio.ensure_future(tracked(c)) for c in coros]
+        while self.active > 0:
+            await self.wake.wait()
+            self.wake.clear()
+            if self.pending and len(self.pending) >= self.active:
+                batch, self.pending = self.pending, []
+                try:
+                    outs = self.decode([b[0] for b in batch], [b[1] for b in batch], self.stop)
+                except BaseException as exc:  # the engine failed: every waiting loop gets the error
+                    for _, _, fut in batch:
+                        fut.set_exception(exc)
+                    continue
+                for (_, _, fut), out in zip(batch, outs):
+                    fut.set_result(out)
+        return await asyncio.gather(*tasks)
+
+
+def _run(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside an event loop (e.g. an async actor)
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _column(batch: Batch, key: str, rows: int, default=None) -> list:
+    if key in batch.non_tensors:
+        return list(batch.non_tensors[key])
+    return [default] * rows
+
+
+def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *, pad_id: int, eos_ids: Sequence[int]) -> Batch:
+    """The rollout batch of ``params.n`` trajectories per prompt of ``batch`` (see the module docstring)."""
+    from rl_core.rollout.samples import unpadded_prompts
+
+    mt = setup.config
+    n, R = params.n, params.max_new_tokens
+    prompts = unpadded_prompts(batch.tensors["input_ids"], batch.tensors["attention_mask"])
+    B = len(prompts)
+    raw = _column(batch, "raw_prompt", B)
+    names = _column(batch, "agent_name", B)
+    infos = _column(batch, "extra_info", B)
+    stats = AgentStats()
+    stop = tuple(params.stop) + (tuple(setup.parser.stop) if mt.stop_at_tool_call_end else ())
+    batcher = _Batcher(decode, stop)
+    handle = AgentHandle(
+        tokenizer=setup.tokenizer, parser=setup.parser, tools=setup.tools, config=mt, chat=setup.chat,
+        eos_ids=eos_ids, generate=batcher.generate, stats=stats,
+    )
+    samples, loops = [], []
+    for i in range(B):
+        info = infos[i] if isinstance(infos[i], dict) else {}
+        messages = list(raw[i]) if raw[i] is not None else []
+        for _ in range(n):
+            samples.append(AgentSample(index=i, prompt_ids=prompts[i], messages=messages, budget=R, extra_info=info,
+                                       tools_kwargs=dict(info.get("tools_kwargs") or {})))
+            loops.append(setup.loop(names[i] or mt.agent_loop))
+    trajectories: list[Trajectory] = _run(batcher.drive([loop(handle, s) for loop, s in zip(loops, samples)]))
+
+    rows = B * n
+    responses = torch.full((rows, R), int(pad_id), dtype=batch.tensors["input_ids"].dtype)
+    response_mask = torch.zeros((rows, R), dtype=batch.tensors["attention_mask"].dtype)
+    attention = torch.zeros_like(response_mask)
+    log_probs = torch.zeros((rows, R), dtype=torch.float32)
+    new_infos = []
+    for r, (traj, sample) in enumerate(zip(trajectories, samples)):
+        _check_trajectory(traj, R, r)
+        k = len(traj.response_ids)
+        responses[r, :k] = torch.tensor(traj.response_ids, dtype=responses.dtype)
+        response_mask[r, :k] = torch.tensor(traj.response_mask, dtype=response_mask.dtype)
+        attention[r, :k] = 1
+        log_probs[r, :k] = torch.tensor(traj.log_probs, dtype=torch.float32)
+        if mt.check_tokens and sample.messages:
+            last_closed = bool(traj.response_ids) and traj.response_mask[-1] == 1 and traj.response_ids[-1] in handle.eos_ids
+            traj.token_check = token_check(setup.chat, traj.messages, traj.prompt_ids + traj.response_ids, final_closed=last_closed)
+            if traj.token_check:
+                stats.add("agent/token_check_mismatches")
+        _count(stats, traj)
+        info = copy.copy(sample.extra_info)
+        info["messages"] = traj.messages
+        info["agent"] = {"turns": traj.turns, "stop_reason": traj.stop_reason, "token_check": traj.token_check}
+        new_infos.append(info)
+    meta = dict(stats.values)
+    out = rollout_batch(batch, n, responses, response_mask, log_probs if params.logprobs else None, meta=meta, response_attention_mask=attention)
+    arr = np.empty(rows, dtype=object)
+    arr[:] = new_infos
+    out.non_tensors["extra_info"] = arr
+    return out
+
+
+def _check_trajectory(traj: Trajectory, R: int, row: int) -> None:
+    k = len(traj.response_ids)
+    if not (k == len(traj.response_mask) == len(traj.log_probs)):
+        raise ValueError(f"agent loop returned trajectory {row} with {k} response ids, {len(traj.response_mask)} mask entries and {len(traj.log_probs)} log-probs; grow it with add_sampled / add_inserted")
+    if k > R:
+        raise ValueError(f"agent loop returned trajectory {row} with {k} response tokens, more than the budget data.max_response_length={R}")
+
+
+def _count(stats: AgentStats, traj: Trajectory) -> None:
+    stats.add("agent/trajectories")
+    stats.add("agent/turns", len(traj.turns))
+    stats.add(f"agent/stop/{traj.stop_reason or 'unknown'}")
+    stats.add("agent/sampled_tokens", sum(traj.response_mask))
+    stats.add("agent/inserted_tokens", len(traj.response_mask) - sum(traj.response_mask))

@@ -1,0 +1,262 @@
+"""The built-in ``python`` tool: model-written code run in a contained, killed-on-timeout process.
+
+Every run gets (see ``docs/reliability.md``, "The python tool's sandbox", for
+what this does and does not contain):
+
+- a fresh process group (``start_new_session``) killed as a whole (``SIGKILL``)
+  at the wall-clock limit, and a CPU-time limit (``RLIMIT_CPU``);
+- an address-space limit (``RLIMIT_AS``: a 10 GiB allocation fails with ``MemoryError``);
+- at most :attr:`SandboxLimits.max_processes` processes (``RLIMIT_NPROC``; when
+  rl-core runs as root the child first drops to the ``nobody`` user, since the
+  kernel does not apply that limit to root);
+- output capped at :attr:`SandboxLimits.output_bytes` (``RLIMIT_FSIZE`` on the
+  capture file: writing more kills the process);
+- an empty working directory and a scrubbed environment (``PATH``, ``HOME``,
+  ``LANG`` only; ``python -I`` ignores ``PYTHON*`` variables and the user site);
+- with `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``) on
+  ``PATH`` and working: new user, pid, network, IPC and UTS namespaces, the
+  whole filesystem read-only, a private size-limited ``/tmp`` as the working
+  directory, the caller's home hidden, a private ``/proc``; without it, the
+  ``unshare`` tool's network namespace when that works, else no network
+  isolation. :func:`containment` says which, and the tool's result starts with nothing
+  about it (the model sees only its program's output).
+
+The result is the program's stdout (then stderr, marked), or an error the
+model sees: ``Error: ... timed out``, ``... killed (out of memory / CPU
+time / output limit)``, the exit status. An error is raised as
+:class:`SandboxError` so the tool call counts as a tool error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import attrs
+
+NOBODY = 65534
+
+
+class SandboxError(RuntimeError):
+    """The sandboxed program failed (timeout, a limit, a non-zero exit); the message is what the model sees."""
+
+
+@attrs.frozen(kw_only=True)
+class SandboxLimits:
+    cpu_s: int = 5
+    wall_s: float = 10.0
+    memory_mb: int = 1024
+    output_bytes: int = 16_384
+    max_processes: int = 32
+    tmp_mb: int = 64
+
+
+def _works(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=10, preexec_fn=_drop_privileges).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def containment() -> str:
+    """``"bwrap"`` (namespaces + read-only filesystem), ``"unshare-net"`` (network namespace only) or ``"rlimits"``."""
+    if os.environ.get("RL_CORE_SANDBOX_NO_BWRAP") != "1" and shutil.which("bwrap"):
+        if _works(_bwrap_prefix(64) + ["true"]):
+            return "bwrap"
+    if shutil.which("unshare") and _works(["unshare", "-rn", "true"]):
+        return "unshare-net"
+    return "rlimits"
+
+
+def _bwrap_prefix(tmp_mb: int) -> list[str]:
+    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "--new-session"]
+    home = os.path.expanduser("~")
+    exe = os.path.realpath(interpreter())
+    if home not in ("/", "") and os.path.isdir(home) and not exe.startswith(home.rstrip("/") + "/"):
+        cmd += ["--tmpfs", home]
+    cmd += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    return cmd
+
+
+def _world_executable(path: str) -> bool:
+    """Whether a user with no rights of its own (``nobody``) can run ``path`` (every folder above it searchable)."""
+    path = os.path.realpath(path)
+    try:
+        if not os.stat(path).st_mode & 0o001:
+            return False
+        parent = os.path.dirname(path)
+        while True:
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+            if parent == "/":
+                return True
+            parent = os.path.dirname(parent)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def interpreter() -> str:
+    """The Python that runs sandboxed code: this one, unless the ``nobody`` user cannot run it (e.g. under /root)."""
+    if os.geteuid() != 0 or _world_executable(sys.executable):
+        return sys.executable
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate) and _world_executable(candidate):
+            return candidate
+    return sys.executable
+
+
+def _drop_privileges() -> None:
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+
+def _child_setup(limits: SandboxLimits):
+    def setup():
+        mem = limits.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _drop_privileges()
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        # bwrap itself maps memory before it execs the program: the address-space cap applies to the
+        # program as well (it is inherited), sized so bwrap's own setup still fits
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+    return setup
+
+
+def _processes() -> dict[int, tuple[int, int, int]]:
+    """pid -> (parent pid, process group, session) of every process visible in /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == b"Z":  # a zombie holds nothing; its parent or init reaps it
+            continue
+        out[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+    return out
+
+
+def _tree(root: int) -> set[int]:
+    """``root``, its descendants, and every process in its process group or session (orphans included)."""
+    procs = _processes()
+    found = {pid for pid, (_, pgid, sid) in procs.items() if pgid == root or sid == root} | {root}
+    changed = True
+    while changed:
+        changed = False
+        for pid, (ppid, pgid, sid) in procs.items():
+            if pid not in found and (ppid in found or sid in found or pgid in found):
+                found.add(pid)
+                changed = True
+    return found
+
+
+def _kill_group(proc: subprocess.Popen) -> int:
+    """SIGKILL the program's whole tree (bwrap's namespace goes with its init); returns how many processes were still alive after 5 s."""
+    for _ in range(3):
+        pids = _tree(proc.pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 5
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            current = _processes()
+            alive = {p for p in alive if p in current}
+            if alive:
+                time.sleep(0.02)
+        if not alive and not (_tree(proc.pid) - {proc.pid}):
+            return 0
+    return len(alive)
+
+
+def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
+    """Run Python ``code`` under ``limits``; its output, or :class:`SandboxError` with what the model should see."""
+    if not isinstance(code, str):
+        raise SandboxError(f"code must be a string, got {type(code).__name__}")
+    mode = containment()
+    host_dir = tempfile.mkdtemp(prefix="rlcore-sandbox-")
+    try:
+        work = os.path.join(host_dir, "work")
+        os.mkdir(work)
+        if os.geteuid() == 0:
+            os.chown(work, NOBODY, NOBODY)
+        out_path, err_path = os.path.join(host_dir, "stdout"), os.path.join(host_dir, "stderr")
+        python = [interpreter(), "-I", "-c", code]
+        if mode == "bwrap":
+            cmd, cwd = _bwrap_prefix(limits.tmp_mb) + python, work
+        elif mode == "unshare-net":
+            cmd, cwd = ["unshare", "-rn"] + python, work
+        else:
+            cmd, cwd = python, work
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp" if mode == "bwrap" else work, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        start = time.monotonic()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, preexec_fn=_child_setup(limits), close_fds=True,
+            )
+            try:
+                proc.wait(timeout=limits.wall_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc)  # also whatever the program started and left running
+        elapsed = time.monotonic() - start
+        stdout = _read(out_path, limits.output_bytes)
+        stderr = _read(err_path, limits.output_bytes)
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+    rc = proc.returncode
+    if timed_out:
+        raise SandboxError(f"the program timed out after {limits.wall_s:g} s (wall clock) and was killed")
+    if rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        raise SandboxError(f"the program used more than {limits.cpu_s} s of CPU time and was killed")
+    if rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        raise SandboxError(f"the program printed more than {limits.output_bytes} bytes and was stopped; output so far:\n{stdout[-500:]}")
+    if rc != 0:
+        tail = stderr.strip().splitlines()[-3:] if stderr.strip() else []
+        why = "; ".join(tail) or (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
+        raise SandboxError(f"the program failed: {why}")
+    return stdout + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
+
+
+def _read(path: str, limit: int) -> str:
+    with open(path, "rb") as f:
+        return f.read(limit).decode("utf-8", errors="replace")
+
+
+def python(code: str) -> str:
+    """Run a Python program and return what it prints. Use print() to show results.
+
+    Args:
+        code: the Python source to run (standard library only; no network, no files outside its working directory)
+    """
+    return run_code(code)
