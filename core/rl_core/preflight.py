@@ -355,4 +355,7 @@ def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[
     if devices:
         checks.append(device_problems(config))
     checks.append(output_problems(config))
+    from rl_core.check_probes import all_problems  # model folders, estimator on a probe batch, data >= one batch, ...
+
+    checks.append(all_problems(config, registry))
     return list(itertools.chain.from_iterable(checks))

@@ -53,6 +53,7 @@ from typing import Any, Hashable, Iterable, Mapping
 import torch
 from torch import Tensor
 
+from rl_core.problems import UserError
 from rl_core.algorithms.masked import (
     bool_mask,
     check_same_shape,
@@ -443,4 +444,23 @@ def compute_advantage(name: str, *, registry: Any = None, **kwargs: Any) -> tupl
         if getattr(card, flag, False) and kwargs.get(arg) is None:
             raise ValueError(f"advantage estimator {name!r} ({card.provider or 'unregistered'}) needs `{arg}`: {what}")
     fn = card.load()
-    return fn(**kwargs)
+    return check_estimator_output(name, card, fn(**kwargs), kwargs["token_level_rewards"].shape)
+
+
+class EstimatorOutputError(UserError, TypeError):
+    """An estimator returned something other than ``(advantages, returns)``, each ``Tensor[B, T]``."""
+
+
+def check_estimator_output(name: str, card: Any, out: Any, shape: torch.Size) -> tuple[Tensor, Tensor]:
+    """``out`` if it is two tensors of ``shape``; else a clear error naming the estimator and where it comes from."""
+    who = f"advantage estimator {name!r} ({getattr(card, 'factory', '?')}, from {getattr(card, 'provider', None) or 'unregistered'})"
+    expected = f"(advantages, returns), two tensors of shape {list(shape)} [batch, response length]"
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        got = "nothing (None)" if out is None else f"{type(out).__name__}" + (f" of {len(out)} items" if isinstance(out, (tuple, list)) else "")
+        raise EstimatorOutputError(f"{who} returned {got}; it must return {expected}. Fix the estimator or pick another algorithm.adv_estimator")
+    for what, t in zip(("advantages", "returns"), out):
+        if not isinstance(t, Tensor):
+            raise EstimatorOutputError(f"{who} returned {type(t).__name__} as its {what}; it must return {expected}")
+        if t.shape != shape:
+            raise EstimatorOutputError(f"{who} returned {what} of shape {list(t.shape)}; it must return {expected}")
+    return out[0], out[1]

@@ -35,6 +35,7 @@ from rl_core.config.typenames import article as _article, type_name as _type_nam
 from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.secrets import mask_text
+from rl_core.user_paths import expand_user_paths
 
 logger = logging.getLogger(__name__)
 
@@ -372,6 +373,7 @@ def load_report(
     problems.extend(p for p in check_config(config) if p.key not in seen)
     problems.extend(_ties(config, tr))
     problems = [_as_written(p, tr.origin) for p in problems]
+    config = expand_user_paths(config)  # `~` once, here: check and the run see the same folders
     return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied)
 
 
