@@ -66,14 +66,14 @@ def _no_gpu():
 def test_gpu_config_checked_for_another_machine(capsys):
     """A cuda config fails here, and passes with --skip-device-check (every other check still runs)."""
     _no_gpu()
-    gpu = [*GOOD, "trainer.device=cuda", "trainer.n_gpus_per_node=8", "data.train_batch_size=16", "actor.ppo_mini_batch_size=8",
+    gpu = [*GOOD, "trainer.device=cuda", "trainer.n_gpus_per_node=8", "data.train_batch_size=8", "actor.ppo_mini_batch_size=8",
            "actor.ppo_micro_batch_size_per_gpu=2"]
     assert main(["check", "--quiet", *gpu]) == 1
     err = capsys.readouterr().err
     assert "trainer.device" in err and "--skip-device-check" in err
     assert main(["check", "--quiet", "--skip-device-check", *gpu]) == 0, capsys.readouterr().err
     capsys.readouterr()
-    # still checked: the sizes (8 GPUs x micro 2 against 16 x 4 / 8 = 8 sequences per rank: micro 3 does not divide)
+    # still checked: the sizes (8 GPUs x micro 2 against 8 x 4 / 8 = 4 sequences per rank: micro 3 does not divide)
     assert main(["check", "--quiet", "--skip-device-check", *gpu, "actor.ppo_micro_batch_size_per_gpu=3"]) == 1
     assert "actor.ppo_micro_batch_size_per_gpu" in capsys.readouterr().err
 
