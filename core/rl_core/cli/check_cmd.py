@@ -9,13 +9,25 @@ import yaml
 from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.config.load import config_to_dict, load_config
 from rl_core.plugins import get_registry
-from rl_core.problems import errors
+from rl_core.problems import Problem, errors
 from rl_core.resolver import resolve
 
 
 def add_config_args(p) -> None:
     p.add_argument("config", nargs="?", help="YAML config file (omit to use the built-in defaults)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. rollout.n=8")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="dotted overrides, e.g. rollout.n=8; verl's too, in Hydra's grammar (+key=v, ~key, group@pkg=option)")
+    p.add_argument("--config-path", help="verl / Hydra: the folder of --config-name")
+    p.add_argument("--config-name", help="verl / Hydra: a config file in --config-path (its defaults list is followed); "
+                                         "verl's own ppo_trainer / ppo_megatron_trainer select verl's defaults")
+    p.add_argument("--profile", choices=("verl", "rl-core"),
+                   help="whose defaults fill what the config leaves unset (default: verl's for a config in verl's spelling)")
+
+
+def config_kwargs(args) -> dict:
+    """load_config's keyword arguments from the command line (--config-path, --config-name, --profile)."""
+    return {"config_path": getattr(args, "config_path", None), "config_name": getattr(args, "config_name", None),
+            "profile": getattr(args, "profile", None)}
 
 
 def split_config_args(args) -> tuple[str | None, list[str]]:
@@ -34,8 +46,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--skip-device-check",
         action="store_true",
-        help="check a config meant for another machine: leave out this machine's GPUs and CPU cores (everything else is checked)",
+        help="check a config meant for another machine: leave out this machine's GPUs and CPU cores; engines and loggers "
+             "not installed here are warnings (everything else is checked)",
     )
+    p.add_argument("--target", metavar="MACHINE",
+                   help="check for another machine, e.g. gpu:8x80GB (8 GPUs of 80 GB per node): its device and GPUs per node "
+                        "instead of this machine's (implies --skip-device-check)")
     p.set_defaults(func=run)
 
 
@@ -78,15 +94,29 @@ def print_memory(stack, out=None) -> None:
 
 
 def run(args) -> int:
+    from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
+    from rl_core.config.load import load_report
+    from rl_core.problems import ConfigError
+
     path, overrides = split_config_args(args)
-    config = load_config(path, overrides)
+    target = parse_target(args.target) if args.target else None
+    if isinstance(target, Problem):
+        raise ConfigError([target])
+    elsewhere = args.skip_device_check or target is not None
+    loaded = load_report(path, [*overrides, *(target_overrides(target) if target else [])], **config_kwargs(args))
+    if errors(loaded.problems):
+        raise ConfigError(errors(loaded.problems))
+    config = loaded.config
     registry = get_registry()
-    stack, problems = resolve(config, registry, world=True, devices=not args.skip_device_check)
+    stack, problems = resolve(config, registry, world=True, devices=not elsewhere)
+    problems = [*problems, *target_problems(config, target)]
+    problems = [*loaded.problems, *loaded.as_written(as_elsewhere(problems) if elsewhere else problems)]
     if stack is not None and not args.quiet:
         print("# resolved config")
         print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())
         print()
         print_plan(stack)
+    print_profile(loaded)
     print_load_problems(registry)
     for p in problems:
         label = "error" if p.severity == "error" else "warning"
@@ -95,5 +125,15 @@ def run(args) -> int:
         n = len(errors(problems))
         print(f"\n{n} problem{'s' if n > 1 else ''}: fix {'them' if n > 1 else 'it'} and run rlcore check again", file=sys.stderr)
         return 1
-    print("ok: the config resolves", file=sys.stderr)
+    print("ok: the config resolves" + (f" for {target.describe()}" if target else ""), file=sys.stderr)
     return 0
+
+
+def print_profile(loaded, out=None) -> None:
+    """Under the verl profile: every default taken from verl that differs from rl-core's own."""
+    out = out or sys.stdout
+    if loaded.profile != "verl" or not loaded.profile_defaults:
+        return
+    print("verl profile: unset keys take verl's defaults (--profile rl-core for rl-core's); where they differ from rl-core's:", file=out)
+    for key, verl, own in loaded.profile_defaults:
+        print(f"  {key:<36} {verl!r:<34} (rl-core: {own!r})", file=out)

@@ -6,7 +6,7 @@ import sys
 
 import attrs
 
-from rl_core.cli.check_cmd import add_config_args, print_plan, split_config_args
+from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, split_config_args
 from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
@@ -45,7 +45,10 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     if path is None and not overrides:
         raise UserError("name a config, e.g. `rlcore train examples/quickstart.yaml` (add key=value overrides after it)")
-    config = load_config(path, overrides)
+    warnings: list = []
+    config = load_config(path, overrides, warnings=warnings, **config_kwargs(args))
+    for p in warnings:
+        print("warning: " + p.render(), file=sys.stderr)
     if not args.dry_run:
         config = materialise_builtin_model(config)
     registry = get_registry()

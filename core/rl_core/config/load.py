@@ -337,6 +337,11 @@ class Loaded:
     problems: list[Problem]
     profile: str
     profile_defaults: list[tuple[str, Any, Any]]  # (rl-core key, verl's value, rl-core's own) applied under the verl profile
+    origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as the user wrote it
+
+    def as_written(self, problems: Iterable[Problem]) -> list[Problem]:
+        """Later problems (resolver, normaliser) naming the keys as the user wrote them."""
+        return [_as_written(p, self.origin) for p in problems]
 
 
 def load_report(
@@ -374,7 +379,7 @@ def load_report(
     problems.extend(_ties(config, tr))
     problems = [_as_written(p, tr.origin) for p in problems]
     config = expand_user_paths(config)  # `~` once, here: check and the run see the same folders
-    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied)
+    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied, origin=dict(tr.origin))
 
 
 def load_config(
