@@ -128,7 +128,7 @@ def test_unknown_keys_typo_or_verl_feature_and_no_misleading_hints():
 def test_laptop_check_of_a_gpu_config(capsys):
     gpu = ["model_engine=megatron", f"{V}.actor.megatron.tensor_model_parallel_size=2", f"{V}.rollout.name=vllm",
            f"{V}.model.path=Qwen/Qwen2.5-0.5B", "data.train_files=tests/fixtures/data/tiny_gsm8k.jsonl", "trainer.logger=[console,wandb]",
-           "data.train_batch_size=16", f"{V}.actor.ppo_mini_batch_size=16", f"{V}.actor.ppo_micro_batch_size_per_gpu=2", f"{V}.rollout.n=4"]
+           "data.train_batch_size=8", f"{V}.actor.ppo_mini_batch_size=8", f"{V}.actor.ppo_micro_batch_size_per_gpu=2", f"{V}.rollout.n=4"]
     assert main(["check", "--quiet", "--target", "gpu:8x80GB", *gpu]) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     assert "for 8 x cuda 80 GiB" in err
