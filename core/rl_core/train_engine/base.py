@@ -439,6 +439,14 @@ class TrainEngineBase:
         self.scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(self.optimizer.param_groups)})
         if total:
             self._schedule.total_steps = total
+        # the run's config wins over the checkpoint's hyper-parameters (a resume under a changed *.optim, accepted
+        # with --resume-anyway, trains with the new values): the schedule's base lr and AdamW's betas, eps, weight decay
+        ocfg = self._role_cfg().optim
+        self._scheduler.base_lrs = [float(ocfg.lr)] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group.update(initial_lr=float(ocfg.lr), betas=tuple(ocfg.betas), eps=ocfg.eps, weight_decay=ocfg.weight_decay)
+            group["lr"] = float(ocfg.lr) * self._schedule(self._scheduler.last_epoch)
+        self._scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def shutdown(self) -> None:
         self.optimizer = None

@@ -48,7 +48,8 @@ from rl_core.modeling import compile_decoder_layers, forward_values
 from rl_core.train_engine.base import TrainEngineBase
 from rl_core.train_engine.batch_sizes import TrainSizeError  # noqa: F401  (re-exported: rl_train_fsdp.engine.TrainSizeError)
 from rl_core.train_engine.hf_export import write_hf_folder
-from rl_core.trainer.checkpoint import check_dcp_metadata, safe_load
+from rl_core.trainer.checkpoint import safe_load
+from rl_core.trainer.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
 
 from rl_train_fsdp import sharding
 
@@ -194,11 +195,11 @@ class FSDPEngine(TrainEngineBase):
         """Sharded model + optimizer state (torch.distributed.checkpoint), scheduler and RNG per rank.
 
         ``path/dcp/`` holds the DCP checkpoint (loadable on another number of
-        ranks); ``path/extra_rank{r}.pt`` the scheduler and RNG state as
+        ranks; tensors only, see :mod:`rl_core.trainer.dcp_io`), ``path/optim_plain.json``
+        the optimizer's non-tensor values; ``path/extra_rank{r}.pt`` the scheduler and RNG state as
         tensors and plain data (the schedule itself is rebuilt from the
         config, not pickled), read back with ``weights_only=True``.
         """
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
         root = Path(path)
@@ -207,11 +208,12 @@ class FSDPEngine(TrainEngineBase):
         sharding.barrier()
         if self.optimizer is not None:
             model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-            state = {"model": model_sd, "optim": optim_sd}
         else:
-            state = {"model": get_model_state_dict(self.model)}
+            model_sd, optim_sd = get_model_state_dict(self.model), None
         with _quiet_dcp():
-            dcp.save(state, checkpoint_id=str(root / "dcp"))
+            plain = save_dcp(str(root / "dcp"), model_sd, optim_sd)  # tensors only
+        if plain is not None and self.rank == 0:
+            write_plain(str(root / PLAIN_FILE), plain)  # step counts, hyper-parameters: JSON, never pickled
         extra = {
             "role": self.role,
             "world_size": self.world_size,
@@ -223,24 +225,22 @@ class FSDPEngine(TrainEngineBase):
 
     def load_checkpoint(self, path: str) -> None:
         """Restore what :meth:`save_checkpoint` wrote (bit-identical on the same number of ranks)."""
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
         root = Path(path)
         if not (root / "dcp").is_dir():
             raise FileNotFoundError(f"{self.role}: no checkpoint at {str(root)!r} (expected {str(root / 'dcp')!r} written by save_checkpoint)")
-        check_dcp_metadata(str(root / "dcp"))  # torch unpickles it: refuse anything but its own classes first
+        # .metadata is rebuilt from an exact list of torch's classes and only tensors are read (rl_core.trainer.dcp_io)
         if self.optimizer is not None:
             model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-            state = {"model": model_sd, "optim": optim_sd}
             with _quiet_dcp():
-                dcp.load(state, checkpoint_id=str(root / "dcp"))
-            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+                load_dcp(str(root / "dcp"), model_sd, optim_sd, read_plain(str(root / PLAIN_FILE)))
+            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
         else:
-            state = {"model": get_model_state_dict(self.model)}
+            model_sd = get_model_state_dict(self.model)
             with _quiet_dcp():
-                dcp.load(state, checkpoint_id=str(root / "dcp"))
-            set_model_state_dict(self.model, state["model"])
+                load_dcp(str(root / "dcp"), model_sd)
+            set_model_state_dict(self.model, model_sd)
         extra_path = root / f"extra_rank{self.rank}.pt"
         if not extra_path.is_file():  # resumed on more ranks than saved: take rank 0's scheduler, keep fresh RNG
             extra_path, restore_rng = root / "extra_rank0.pt", False

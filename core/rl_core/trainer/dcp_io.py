@@ -1,0 +1,186 @@
+"""torch distributed-checkpoint (DCP) save and load that never unpickles anything but tensors.
+
+torch's own DCP reader runs ``pickle.load`` on ``.metadata`` and
+``torch.load(weights_only=False)`` on every non-tensor value (the optimizer's
+hyper-parameters travel that way). A checkpoint folder copied in from
+elsewhere could therefore run code on resume. Here:
+
+- only tensors go into the DCP folder (the model and the optimizer's tensor
+  state); everything else of the optimizer state (its ``param_groups`` and any
+  non-tensor per-parameter value) goes to a JSON file (:data:`PLAIN_FILE`)
+  written by :func:`plain_optim_state` and read back with ``json``;
+- :func:`load_dcp` reads ``.metadata`` with
+  :func:`rl_core.trainer.checkpoint.read_dcp_metadata` (an exact list of
+  torch's metadata classes, nothing else resolved) and refuses any non-tensor
+  entry instead of unpickling it, so a checkpoint written by an older
+  rl-core (which stored the hyper-parameters as pickled bytes) still loads:
+  its tensors are read, the pickled values never are.
+
+The optimizer's hyper-parameters (lr, betas, eps, weight decay) always come
+from the run's config, not from the checkpoint: a resume under a changed
+``*.optim`` config (accepted with ``--resume-anyway``) trains with the new
+values. The saved ones are kept in :data:`PLAIN_FILE` for the record.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any
+
+import torch
+
+from rl_core.trainer.checkpoint import CheckpointError, read_dcp_metadata
+
+PLAIN_FILE = "optim_plain.json"
+PLAIN_MAX_BYTES = 64 << 20  # a JSON sidecar larger than this was not written by rl-core
+
+
+def _to_json(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return {"__tuple__": [_to_json(v, where) for v in value]}
+    if isinstance(value, list):
+        return [_to_json(v, where) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _to_json(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, torch.Tensor) and value.numel() <= 1024:
+        return {"__tensor__": value.detach().cpu().tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+    raise CheckpointError(f"optimizer state {where} is a {type(value).__name__}, which a checkpoint cannot store as plain data")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if set(value) == {"__tuple__"}:
+            return tuple(_from_json(v) for v in value["__tuple__"])
+        if set(value) == {"__tensor__", "dtype"}:
+            dtype = getattr(torch, str(value["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise CheckpointError(f"{PLAIN_FILE} names the dtype {value['dtype']!r}, which is not a torch dtype")
+            return torch.tensor(value["__tensor__"], dtype=dtype)
+        return {k: _from_json(v) for k, v in value.items()}
+    return value
+
+
+def _tensor_part(optim_sd: dict[str, Any]) -> dict[str, Any]:
+    """``{"state": {param: {key: tensor}}}``: what of an optimizer state dict goes into the DCP folder."""
+    state = optim_sd.get("state", {})
+    return {"state": {p: {k: v for k, v in s.items() if isinstance(v, torch.Tensor)} for p, s in state.items()}}
+
+
+def plain_optim_state(optim_sd: dict[str, Any]) -> dict[str, Any]:
+    """The non-tensor part of an optimizer state dict as JSON-able data (for :data:`PLAIN_FILE`)."""
+    state = optim_sd.get("state", {})
+    plain = {str(p): {k: _to_json(v, f"state.{p}.{k}") for k, v in s.items() if not isinstance(v, torch.Tensor)} for p, s in state.items()}
+    groups = [_to_json(g, f"param_groups.{i}") for i, g in enumerate(optim_sd.get("param_groups", []))]
+    return {"format": 1, "state": {p: s for p, s in plain.items() if s}, "param_groups": groups}
+
+
+def write_plain(path: str, plain: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(plain, f, indent=1, allow_nan=True)
+
+
+def read_plain(path: str) -> dict[str, Any] | None:
+    """:data:`PLAIN_FILE` parsed with ``json`` (None when an older rl-core wrote the checkpoint without one)."""
+    if os.path.islink(path):
+        raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return None
+    if size > PLAIN_MAX_BYTES:
+        raise CheckpointError(f"refused to load {path}: {size} bytes, more than rl-core ever writes there; delete the checkpoint directory")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}; the checkpoint is damaged, delete it to resume from the previous one") from None
+    if not isinstance(data, dict) or not isinstance(data.get("state", {}), dict):
+        raise CheckpointError(f"{path} is not an rl-core optimizer record; delete the checkpoint directory")
+    return data
+
+
+def _safe_reader_and_planner(dcp_dir: str):
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeReader(FileSystemReader):
+        """torch's file reader, with ``.metadata`` rebuilt from an exact list of classes instead of ``pickle.load``."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any):
+            md = read_dcp_metadata(os.fspath(self._get_metadata_path(kwargs.get("rank"))))
+            if getattr(md, "storage_meta", None) is None:
+                md.storage_meta = StorageMeta()
+            md.storage_meta.load_id = self.load_id
+            return md
+
+    class TensorsOnlyPlanner(DefaultLoadPlanner):
+        """Tensors only: a non-tensor entry is refused, never given to ``torch.load(weights_only=False)``."""
+
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            raise CheckpointError(
+                f"refused to load {dcp_dir}: its entry {read_item.dest_index.fqn!r} is pickled data, which rl-core never unpickles; "
+                "delete the checkpoint directory if you did not expect it there"
+            )
+
+    return SafeReader(dcp_dir), TensorsOnlyPlanner()
+
+
+def save_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Write the model's and the optimizer's tensors to ``dcp_dir``; returns the optimizer's plain part (or None).
+
+    Every rank calls it; rank 0 writes the returned dict with :func:`write_plain`.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    state: dict[str, Any] = {"model": model_sd}
+    plain = None
+    if optim_sd is not None:
+        state["optim"] = _tensor_part(optim_sd)
+        plain = plain_optim_state(optim_sd)
+    dcp.save(state, checkpoint_id=dcp_dir)
+    return plain
+
+
+def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | None = None, plain: dict[str, Any] | None = None) -> None:
+    """Fill ``model_sd`` / ``optim_sd`` (templates from ``get_state_dict``) in place from ``dcp_dir`` and ``plain``.
+
+    ``optim_sd["param_groups"]`` is left as it is (the run's config);
+    non-tensor per-parameter values come from ``plain`` (:func:`read_plain`).
+    A checkpoint that does not fit (another model shape, missing entries) is a
+    :class:`CheckpointError` naming the folder.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if not os.path.isdir(dcp_dir) or os.path.islink(dcp_dir):
+        raise CheckpointError(f"no checkpoint at {dcp_dir} (a folder written by save_dcp)")
+    request: dict[str, Any] = {"model": model_sd}
+    if optim_sd is not None:
+        request["optim"] = _tensor_part(optim_sd)
+    reader, planner = _safe_reader_and_planner(dcp_dir)
+    try:
+        dcp.load(request, storage_reader=reader, planner=planner)
+    except CheckpointError:
+        raise
+    except (CheckpointException, RuntimeError, KeyError, ValueError, AssertionError, OSError) as exc:
+        inner = getattr(exc, "failures", None)
+        detail = next(iter(inner.values())) if isinstance(inner, dict) and inner else exc
+        if isinstance(detail, CheckpointError):
+            raise detail from None
+        first = (str(detail).strip().splitlines() or [type(detail).__name__])[-1][:300]
+        raise CheckpointError(
+            f"cannot load the checkpoint {dcp_dir} into this model: {first}. It was written for another model "
+            "(model.path, its shape or LoRA settings) or is damaged; resume with the config it was written under, "
+            "or start over in another trainer.output_dir"
+        ) from None
+    if optim_sd is not None and plain:
+        for p, values in plain.get("state", {}).items():
+            if p in optim_sd.get("state", {}) and isinstance(values, dict):
+                optim_sd["state"][p].update({k: _from_json(v) for k, v in values.items()})
