@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import yaml
+from rl_core.trainer.checkpoint import MARKER, RUN_CONFIG, file_digest
 
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
@@ -62,6 +63,13 @@ def copy_run(src: Path, dst: Path) -> Path:
     saved = dst / "out" / "config.yaml"
     if saved.exists():
         saved.write_text(saved.read_text().replace(str(src), str(dst)))
+    for step_dir in (dst / "out" / "checkpoints").glob("global_step_*"):  # the config inside each checkpoint too
+        stored = step_dir / RUN_CONFIG
+        if stored.exists():
+            stored.write_text(stored.read_text().replace(str(src), str(dst)))
+            man = json.loads((step_dir / MARKER).read_text())
+            man["digests"][RUN_CONFIG] = file_digest(str(stored))
+            (step_dir / MARKER).write_text(json.dumps(man))
     return cfg
 
 

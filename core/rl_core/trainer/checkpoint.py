@@ -71,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 LATEST_FILE = "latest_checkpointed_iteration.txt"
+RUN_CONFIG = "run_config.json"  # the run's config, inside each checkpoint (what a resume compares against)
+MANIFEST_MAX_BYTES = 256 << 20
 _STEP_RE = re.compile(r"^global_step_(\d+)$")
 _TMP_RE = re.compile(r"^\.tmp_global_step_(\d+)_(.+)$")
 
@@ -108,6 +110,24 @@ def _list_files(root: str) -> list[str]:
         for name in files:
             out.append(os.path.relpath(os.path.join(dirpath, name), root))
     return sorted(out)
+
+
+def _links(root: str) -> list[str]:
+    """Symbolic links at or under ``root`` (relative names; ``.`` for root itself)."""
+    if os.path.islink(root):
+        return ["."]
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        out += [os.path.relpath(os.path.join(dirpath, n), root) for n in dirs + files if os.path.islink(os.path.join(dirpath, n))]
+    return sorted(out)
+
+
+def read_run_config(step_dir: str) -> dict[str, Any] | None:
+    """The config stored inside a checkpoint (:data:`RUN_CONFIG`), or None for one written by an older rl-core."""
+    data = read_json(os.path.join(step_dir, RUN_CONFIG))
+    if data is not None and not isinstance(data, dict):
+        raise CheckpointError(f"{os.path.join(step_dir, RUN_CONFIG)} is not a config; delete the checkpoint directory")
+    return data
 
 
 def file_digest(path: str) -> dict[str, Any]:
@@ -245,11 +265,10 @@ class CheckpointManager:
     def manifest(self, path: str) -> dict[str, Any] | None:
         """The manifest of a checkpoint directory, or None if it is not complete."""
         try:
-            with open(os.path.join(path, MARKER)) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
+            data = read_json(os.path.join(path, MARKER), max_bytes=MANIFEST_MAX_BYTES)
+        except CheckpointError:
             return None
-        return data if isinstance(data, dict) and "step" in data else None
+        return data if isinstance(data, dict) and isinstance(data.get("step"), int) else None
 
     def complete(self) -> list[tuple[int, str]]:
         """Every complete checkpoint as ``(step, path)``, oldest first."""
@@ -270,6 +289,9 @@ class CheckpointManager:
         digests = man.get("digests")
         if not isinstance(listed, list):
             return f"its {MARKER} manifest lists no files"
+        links = _links(path)
+        if links:
+            return f"it holds symbolic link(s) {links[:5]}, which rl-core never writes"
         present = [f for f in _list_files(path) if f != MARKER]
         missing = sorted(set(listed) - set(present))
         if missing:
@@ -321,7 +343,9 @@ class CheckpointManager:
             if not os.path.isdir(path):
                 continue
             m = _STEP_RE.match(name)
-            if m:
+            if m and os.path.islink(path):
+                debris.append((path, "a symbolic link, which rl-core never writes"))
+            elif m:
                 man = self.manifest(path)
                 if man is None:
                     debris.append((path, f"no {MARKER} marker: the save did not finish"))
@@ -358,6 +382,30 @@ def safe_load(path: str) -> Any:
             "rl-core loads checkpoints with torch.load(weights_only=True) and never runs code from them; "
             "if you did not put this file there, delete the checkpoint directory"
         ) from None
+
+
+JSON_MAX_BYTES = 64 << 20  # a JSON file of a checkpoint larger than this was not written by rl-core
+
+
+def read_json(path: str, max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """A JSON file of a checkpoint (parsed with ``json``: plain data only); None if it does not exist.
+
+    A symbolic link, a file larger than ``max_bytes`` or one that does not
+    parse is a :class:`CheckpointError` naming it.
+    """
+    if os.path.islink(path):
+        raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return None
+    if size > max_bytes:
+        raise CheckpointError(f"refused to load {path}: {size} bytes, more than rl-core ever writes there; delete the checkpoint directory")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}; the checkpoint is damaged, delete it to resume from the previous one") from None
 
 
 # ---------------------------------------------- torch distributed checkpoint metadata

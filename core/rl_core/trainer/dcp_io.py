@@ -31,10 +31,9 @@ from typing import Any
 
 import torch
 
-from rl_core.trainer.checkpoint import CheckpointError, read_dcp_metadata
+from rl_core.trainer.checkpoint import CheckpointError, read_dcp_metadata, read_json
 
 PLAIN_FILE = "optim_plain.json"
-PLAIN_MAX_BYTES = 64 << 20  # a JSON sidecar larger than this was not written by rl-core
 
 
 def _to_json(value: Any, where: str) -> Any:
@@ -87,20 +86,8 @@ def write_plain(path: str, plain: dict[str, Any]) -> None:
 
 def read_plain(path: str) -> dict[str, Any] | None:
     """:data:`PLAIN_FILE` parsed with ``json`` (None when an older rl-core wrote the checkpoint without one)."""
-    if os.path.islink(path):
-        raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        return None
-    if size > PLAIN_MAX_BYTES:
-        raise CheckpointError(f"refused to load {path}: {size} bytes, more than rl-core ever writes there; delete the checkpoint directory")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}; the checkpoint is damaged, delete it to resume from the previous one") from None
-    if not isinstance(data, dict) or not isinstance(data.get("state", {}), dict):
+    data = read_json(path)
+    if data is not None and (not isinstance(data, dict) or not isinstance(data.get("state", {}), dict)):
         raise CheckpointError(f"{path} is not an rl-core optimizer record; delete the checkpoint directory")
     return data
 

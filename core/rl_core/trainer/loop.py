@@ -14,6 +14,7 @@ automatically.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -31,10 +32,10 @@ from rl_core.config.load import config_to_dict
 from rl_core.precision import precision_line
 from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
-from rl_core.trainer.checkpoint import CheckpointError, CheckpointManager, load_rng_state, safe_load, save_rng_state
+from rl_core.trainer.checkpoint import RUN_CONFIG, CheckpointError, CheckpointManager, load_rng_state, read_run_config, safe_load, save_rng_state
 from rl_core.trainer.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
-from rl_core.trainer.outputs import check_previous_run, ensure_writable, write_config
+from rl_core.trainer.outputs import changed_keys, check_previous_run, ensure_writable, plain_config, write_config
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
@@ -69,9 +70,11 @@ class Trainer:
         self.ckpt = CheckpointManager(os.path.join(cfg.trainer.output_dir, "checkpoints"), keep_last=cfg.trainer.max_ckpt_to_keep)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # debris is reported when resuming
-            has_checkpoint = self.ckpt.latest() is not None
+            latest = self.ckpt.latest()
+        saved = read_run_config(latest[1]) if latest is not None else None  # the config inside the checkpoint
         self.config_diff = check_previous_run(
-            cfg.trainer.output_dir, config_to_dict(cfg), has_checkpoint=has_checkpoint, resume=cfg.trainer.resume, resume_anyway=resume_anyway
+            cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
+            resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
         )
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         tools = None
@@ -371,6 +374,8 @@ class Trainer:
                 "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
             }
             torch.save(state, os.path.join(tmp, TRAINER_STATE))
+            with open(os.path.join(tmp, RUN_CONFIG), "w") as f:  # so a resume compares against it, config.yaml or not
+                json.dump(plain_config(self.config), f, indent=1)
             return self.ckpt.commit(step)
         except BaseException as exc:
             if not isinstance(exc, OSError):  # interrupted mid-save: no half-written folder stays behind
@@ -396,7 +401,8 @@ class Trainer:
         self.cluster.call("load_checkpoint", same_args=(path,))
         self.train_loader.load_state_dict(state["data"])
         load_rng_state(state["rng"])
-        if self.kl_ctrl is not None and state.get("kl_coef") is not None:
+        kl_changed = any(k.startswith("algorithm.kl_ctrl.") for k in changed_keys(self.config_diff))  # the new value wins
+        if self.kl_ctrl is not None and state.get("kl_coef") is not None and not kl_changed:
             self.kl_ctrl.value = state["kl_coef"]
         self.cluster.call("sync_weights")
         print(f"resumed from {path} (step {step})", flush=True)
@@ -410,7 +416,11 @@ class Trainer:
         # start, e.g. after a crash before the first checkpoint) belong to a run that is gone
         self.tracker.truncate_after(start if start > 0 else -1)
         if self.config_diff and start > 0:
-            print("resuming under a changed config (--resume-anyway):\n  " + "\n  ".join(self.config_diff), flush=True)
+            print(
+                f"resuming under a changed config (--resume-anyway); from step {start + 1} the run uses the new values:\n  "
+                + "\n  ".join(self.config_diff),
+                flush=True,
+            )
         write_config(cfg.output_dir, config_to_dict(self.config))  # everything is validated and built by now
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:

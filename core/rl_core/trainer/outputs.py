@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Mapping
 
@@ -39,6 +40,7 @@ RESUMABLE_KEYS = frozenset(
         "trainer.project_name",
         "trainer.experiment_name",
         "trainer.torch_threads",
+        "trainer.output_dir",  # where the run is (a moved folder)
         "trainer.resume",
         "data.val_files",
         "data.val_batch_size",
@@ -47,6 +49,24 @@ RESUMABLE_KEYS = frozenset(
     }
 )
 RESUMABLE_PREFIXES = ("ray.",)
+
+# what a checkpoint fixes: a new value here cannot take effect on resume (the weights, the parallel layout and the
+# random state come from the checkpoint), so even --resume-anyway refuses it; every other key is read from the
+# config as the run goes (the optimizer's hyper-parameters and LR schedule are re-applied to the restored optimizer)
+FIXED_BY_CHECKPOINT = {
+    "model.path": "the weights come from the checkpoint",
+    "model.tokenizer_path": "the checkpoint's weights belong to the old tokenizer's vocabulary",
+    "model.architecture": "the weights come from the checkpoint",
+    "model.override_config": "the weights come from the checkpoint",
+    "model.random_init": "the weights come from the checkpoint",
+    "critic.enable": "the checkpoint holds the critic (or not)",
+    "critic.model_path": "the critic's weights come from the checkpoint",
+    "train.name": "the checkpoint's format belongs to its train engine",
+    "train.tensor_model_parallel_size": "the checkpoint's shards follow its parallel layout",
+    "train.pipeline_model_parallel_size": "the checkpoint's shards follow its parallel layout",
+    "trainer.seed": "the random state is restored from the checkpoint",
+    "data.seed": "the data order is restored from the checkpoint",
+}
 
 
 class OutputDirError(UserError, OSError):
@@ -84,6 +104,14 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def plain_config(config: Any) -> dict[str, Any]:
+    """A config (object or dict) as JSON data: what a checkpoint stores and what resumes compare."""
+    from rl_core.config.load import config_to_dict
+
+    data = config if isinstance(config, Mapping) else config_to_dict(config)
+    return json.loads(json.dumps(data, default=str))
+
+
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], ignore: frozenset[str] = RESUMABLE_KEYS) -> list[str]:
     """Lines ``key: old -> new`` for every key that differs (keys in ``ignore`` left out)."""
     a, b = flatten(old), flatten(new)
@@ -108,13 +136,38 @@ def read_previous_config(output_dir: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_previous_run(output_dir: str, config: Mapping[str, Any], *, has_checkpoint: bool, resume: bool, resume_anyway: bool) -> list[str]:
+def changed_keys(diff: list[str]) -> list[str]:
+    """The keys of :func:`config_diff`'s lines."""
+    return [line.split(": ", 1)[0] for line in diff]
+
+
+def _fixed(key: str) -> str | None:
+    for fixed, why in FIXED_BY_CHECKPOINT.items():
+        if key == fixed or key.startswith(fixed + "."):
+            return why
+    return None
+
+
+def check_previous_run(
+    output_dir: str,
+    config: Mapping[str, Any],
+    *,
+    has_checkpoint: bool,
+    resume: bool,
+    resume_anyway: bool,
+    saved_config: Mapping[str, Any] | None = None,
+    saved_where: str | None = None,
+) -> list[str]:
     """Stop if this run would resume a checkpoint written under another config; returns the diff lines.
 
-    Only a resume is refused (``resume`` on and a checkpoint present);
-    ``resume_anyway`` accepts it. A folder without a checkpoint starts over.
-    With ``resume`` off, a folder holding a checkpoint is refused: starting
-    over there would rotate its checkpoints away and rewrite its metrics.
+    The old config is ``saved_config`` (the one stored inside the checkpoint
+    to resume, ``saved_where``) or else the folder's ``config.yaml``. Only a
+    resume is refused (``resume`` on and a checkpoint present);
+    ``resume_anyway`` accepts it, except for keys the checkpoint fixes
+    (:data:`FIXED_BY_CHECKPOINT`), which cannot take effect and are refused
+    by name. A folder without a checkpoint starts over. With ``resume`` off,
+    a folder holding a checkpoint is refused: starting over there would
+    rotate its checkpoints away and rewrite its metrics.
     """
     if has_checkpoint and not resume:
         raise OutputDirError(
@@ -123,19 +176,31 @@ def check_previous_run(output_dir: str, config: Mapping[str, Any], *, has_checkp
             "run in another folder (trainer.output_dir=...), continue that run (trainer.resume=true, the default), or "
             "move the folder away first."
         )
-    old = read_previous_config(output_dir)
+    old = saved_config if saved_config is not None else read_previous_config(output_dir)
     if old is None:
         return []
+    where = saved_where or os.path.join(output_dir, CONFIG_FILE)
     diff = config_diff(old, config)
-    if diff and has_checkpoint and resume and not resume_anyway:
-        shown = "\n  ".join(diff[:30]) + (f"\n  ... and {len(diff) - 30} more" if len(diff) > 30 else "")
+    if not (diff and has_checkpoint and resume):
+        return diff
+    fixed = [f"{line}  ({_fixed(key)})" for line, key in zip(diff, changed_keys(diff)) if _fixed(key)]
+    if resume_anyway and not fixed:
+        return diff
+    shown = "\n  ".join(diff[:40]) + (f"\n  ... and {len(diff) - 40} more" if len(diff) > 40 else "")
+    if resume_anyway:
         raise OutputDirError(
-            f"trainer.output_dir={output_dir!r} holds a checkpoint of a run with a different config "
-            f"({os.path.join(output_dir, CONFIG_FILE)}):\n  {shown}\n"
-            "Choose one: resume that checkpoint under the new settings with `rlcore train ... --resume-anyway`, "
-            "or start a new run in another folder (trainer.output_dir=...)."
+            f"trainer.output_dir={output_dir!r}: --resume-anyway cannot resume the checkpoint ({where}) under these changes, "
+            "which cannot take effect on resume:\n  " + "\n  ".join(fixed) + "\n"
+            "Put them back to the checkpoint's values, or start a new run in another trainer.output_dir "
+            "(from the old run's weights: model.path=<its hf_final>)."
         )
-    return diff
+    raise OutputDirError(
+        f"trainer.output_dir={output_dir!r} holds a checkpoint of a run with a different config ({where}), "
+        f"{len(diff)} changed key(s):\n  {shown}\n"
+        + (f"Of these, {', '.join(changed_keys([f.split('  (')[0] for f in fixed]))} cannot change on resume. " if fixed else "")
+        + "Choose one: resume that checkpoint under the new settings with `rlcore train ... --resume-anyway` "
+        "(they apply from the next step), or start a new run in another folder (trainer.output_dir=...)."
+    )
 
 
 def write_config(output_dir: str, config: Mapping[str, Any]) -> str:
