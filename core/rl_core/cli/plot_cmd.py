@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_core.problems import UserError
+from rl_core.trainer.outputs import write_failure
 from rl_core.trainer.tracking import (
     METRIC_GROUPS,
     METRICS_FILE,
@@ -105,7 +106,10 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out = Path(out_dir or os.path.join(run_dir, "plots"))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlotError(f"cannot create {out}: {write_failure(exc, str(out))}") from None
     written = []
 
     cols = min(3, len(groups))
@@ -117,18 +121,31 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> list[Path]:
         ax.set_visible(False)
     fig.suptitle(os.path.basename(os.path.abspath(run_dir)))
     fig.tight_layout()
-    fig.savefig(out / "overview.png", dpi=100)
-    plt.close(fig)
+    _save(fig, out / "overview.png")
     written.append(out / "overview.png")
 
     for group, members in groups.items():
         fig, ax = plt.subplots(figsize=(7, 4))
         _draw(ax, series, members, TITLES[group])
         fig.tight_layout()
-        fig.savefig(out / f"{group}.png", dpi=100)
-        plt.close(fig)
+        _save(fig, out / f"{group}.png")
         written.append(out / f"{group}.png")
     return written
+
+
+def _save(fig, path: Path) -> None:
+    """``fig`` as a PNG at ``path``, written beside it and renamed: a full disk leaves no broken image, and says so."""
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        fig.savefig(tmp, dpi=100, format="png")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PlotError(f"cannot write {path}: {write_failure(exc, str(path))}") from None
+    finally:
+        plt.close(fig)
 
 
 def run(args) -> int:

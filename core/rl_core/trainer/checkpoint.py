@@ -48,8 +48,8 @@ the dict they use loads with ``torch.load(..., weights_only=True)``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import io
 import json
 import logging
 import os
@@ -97,11 +97,58 @@ def _fsync_dir(path: str) -> None:
 
 def _write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)  # no half-written file left behind (a full disk)
+        except OSError:
+            pass
+        raise
+
+
+def save_tensors(obj: Any, path: str) -> None:
+    """``torch.save`` whose write failures are ``OSError`` (torch reports a full disk as a RuntimeError).
+
+    A partly written file is removed.
+    """
+    try:
+        torch.save(obj, path)
+    except RuntimeError as exc:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        if "write" not in str(exc).lower():
+            raise
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+        code = errno.ENOSPC if free < (64 << 20) else errno.EIO
+        raise OSError(code, os.strerror(code), path) from None
+    except BaseException:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        raise
+
+
+def model_weights_size(model_dir: str) -> int | None:
+    """Bytes of a HF model folder's weight files (``*.safetensors`` / ``*.bin``): roughly what an HF export of it takes."""
+    try:
+        names = os.listdir(model_dir)
+    except OSError:
+        return None
+    size = sum(os.path.getsize(os.path.join(model_dir, n)) for n in names if n.endswith((".safetensors", ".bin")))
+    return size or None
+
+
+def tree_size(path: str) -> int:
+    """Bytes of every file under ``path`` (0 if it does not exist)."""
+    return sum(os.path.getsize(os.path.join(d, n)) for d, _, files in os.walk(path) for n in files if not os.path.islink(os.path.join(d, n)))
 
 
 def _list_files(root: str) -> list[str]:
@@ -229,6 +276,34 @@ class CheckpointManager:
         self.prune(keep=step)
         logger.info("saved checkpoint %s", final)
         return final
+
+    def clean_debris(self) -> list[tuple[str, int]]:
+        """Delete the temporary folders of interrupted saves (``.tmp_global_step_*``, ``.old_global_step_*``).
+
+        Only while this run holds the output folder's lock (no other writer);
+        returns ``(path, bytes freed)`` of each.
+        """
+        removed = []
+        if not os.path.isdir(self.root):
+            return removed
+        for name in sorted(os.listdir(self.root)):
+            path = os.path.join(self.root, name)
+            if (_TMP_RE.match(name) or name.startswith(".old_global_step_")) and os.path.isdir(path) and not os.path.islink(path):
+                size = tree_size(path)
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append((path, size))
+        return removed
+
+    def size_of_latest(self) -> int | None:
+        """Bytes of the newest complete checkpoint (what the next one will roughly need), or None."""
+        latest = self.latest()
+        if latest is None:
+            return None
+        man = self.manifest(latest[1]) or {}
+        digests = man.get("digests")
+        if isinstance(digests, dict):
+            return sum(int(d.get("size", 0)) for d in digests.values() if isinstance(d, dict))
+        return tree_size(latest[1])
 
     def abort(self, step: int, token: str | None = None) -> None:
         """Remove the temporary directory of an unfinished save."""

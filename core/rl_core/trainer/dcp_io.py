@@ -131,7 +131,16 @@ def save_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
     if optim_sd is not None:
         state["optim"] = _tensor_part(optim_sd)
         plain = plain_optim_state(optim_sd)
-    dcp.save(state, checkpoint_id=dcp_dir)
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        dcp.save(state, checkpoint_id=dcp_dir)
+    except CheckpointException as exc:  # torch wraps each rank's error: a full disk is an OSError again
+        for failure in (getattr(exc, "failures", None) or {}).values():
+            inner = failure[0] if isinstance(failure, tuple) else failure
+            if isinstance(inner, OSError):
+                raise OSError(inner.errno, inner.strerror or str(inner), inner.filename or dcp_dir) from None
+        raise
     return plain
 
 
@@ -159,6 +168,7 @@ def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
     except (CheckpointException, RuntimeError, KeyError, ValueError, AssertionError, OSError) as exc:
         inner = getattr(exc, "failures", None)
         detail = next(iter(inner.values())) if isinstance(inner, dict) and inner else exc
+        detail = detail[0] if isinstance(detail, tuple) else detail
         if isinstance(detail, CheckpointError):
             raise detail from None
         first = (str(detail).strip().splitlines() or [type(detail).__name__])[-1][:300]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import warnings
 from typing import Any
 
@@ -32,10 +33,29 @@ from rl_core.config.load import config_to_dict
 from rl_core.precision import precision_line
 from rl_core.problems import ConfigError
 from rl_core.resolver import Stack
-from rl_core.trainer.checkpoint import RUN_CONFIG, CheckpointError, CheckpointManager, load_rng_state, read_run_config, safe_load, save_rng_state
+from rl_core.trainer.checkpoint import (
+    RUN_CONFIG,
+    CheckpointError,
+    CheckpointManager,
+    load_rng_state,
+    model_weights_size,
+    read_run_config,
+    safe_load,
+    save_rng_state,
+    save_tensors,
+)
 from rl_core.trainer.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
-from rl_core.trainer.outputs import changed_keys, check_previous_run, ensure_writable, plain_config, write_config
+from rl_core.trainer.outputs import (
+    changed_keys,
+    check_previous_run,
+    ensure_writable,
+    free_bytes,
+    output_lock,
+    plain_config,
+    write_config,
+    write_failure,
+)
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
@@ -364,6 +384,7 @@ class Trainer:
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> str:
         """Write checkpoint ``step``; a full disk or a read-only folder is a clear error that leaves the last one intact."""
+        needed = self.ckpt.size_of_latest()
         try:
             tmp = self.ckpt.begin(step)
             self.cluster.call("save_checkpoint", same_args=(tmp,))
@@ -373,24 +394,24 @@ class Trainer:
                 "rng": save_rng_state(),
                 "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
             }
-            torch.save(state, os.path.join(tmp, TRAINER_STATE))
+            save_tensors(state, os.path.join(tmp, TRAINER_STATE))
             with open(os.path.join(tmp, RUN_CONFIG), "w") as f:  # so a resume compares against it, config.yaml or not
                 json.dump(plain_config(self.config), f, indent=1)
             return self.ckpt.commit(step)
         except BaseException as exc:
-            if not isinstance(exc, OSError):  # interrupted mid-save: no half-written folder stays behind
-                self.ckpt.abort(step)
+            self.ckpt.abort(step)  # no half-written temporary folder stays behind
+            if not isinstance(exc, Exception):  # interrupted mid-save (a signal): that error, not a disk one
                 raise
-            self.ckpt.abort(step)
             previous = self.ckpt.latest()
             raise CheckpointError(
-                f"could not write the checkpoint of step {step} under {self.ckpt.root}: {exc.strerror or exc}"
-                f"{f' ({exc.filename})' if exc.filename else ''}. "
-                + (f"The previous checkpoint, {previous[1]}, is intact and a rerun resumes from it" if previous else "No checkpoint was written yet")
-                + "; free disk space or fix the folder's permissions first"
+                f"could not write the checkpoint of step {step} under {self.ckpt.root}: "
+                f"{write_failure(exc, getattr(exc, 'filename', None) or self.ckpt.root, needed)}. "
+                + (f"The previous checkpoint, {previous[1]}, is intact and a rerun resumes from it." if previous else "No checkpoint was written yet.")
             ) from None
 
     def maybe_resume(self) -> int:
+        for debris, size in self.ckpt.clean_debris():  # this run holds the folder's lock: nobody else is saving
+            print(f"removed {debris} ({size} bytes), left by a save that did not finish", flush=True)
         if not self.config.trainer.resume:
             return 0
         latest = self.ckpt.latest(verify=True)
@@ -398,6 +419,8 @@ class Trainer:
             return 0
         step, path = latest
         state = safe_load(os.path.join(path, TRAINER_STATE))  # before any engine reads the folder
+        if not isinstance(state, dict) or not isinstance(state.get("data"), dict) or "rng" not in state:
+            raise CheckpointError(f"{os.path.join(path, TRAINER_STATE)} is not an rl-core trainer state; delete {path} to resume from the previous checkpoint")
         self.cluster.call("load_checkpoint", same_args=(path,))
         self.train_loader.load_state_dict(state["data"])
         load_rng_state(state["rng"])
@@ -412,6 +435,7 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg = self.config.trainer
         self.step = start = self.maybe_resume()
+        self._check_room_for_final()
         # metrics.jsonl describes this run only: rows after the resumed step (all of them on a fresh
         # start, e.g. after a crash before the first checkpoint) belong to a run that is gone
         self.tracker.truncate_after(start if start > 0 else -1)
@@ -484,14 +508,55 @@ class Trainer:
         )
 
     def _save_final(self) -> None:
-        path = os.path.join(self.config.trainer.output_dir, "hf_final")
+        """``hf_final``, written beside it first and renamed into place: a failed write leaves no half folder."""
+        out = self.config.trainer.output_dir
+        path, partial = os.path.join(out, "hf_final"), os.path.join(out, ".hf_final.partial")
+        shutil.rmtree(partial, ignore_errors=True)
         try:
-            self.cluster.call("save_hf", same_args=(path,))
-        except OSError as exc:
+            self.cluster.call("save_hf", same_args=(partial,))
+            if os.path.exists(path):
+                old = os.path.join(out, ".hf_final.old")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+                os.replace(partial, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(partial, path)
+        except Exception as exc:  # noqa: BLE001 - a worker's failure arrives as a WorkerError / torch error
+            shutil.rmtree(partial, ignore_errors=True)
+            why = write_failure(exc, path, self.final_size)
+            latest = self.ckpt.latest()
+            if latest is not None and latest[0] == self.step:
+                kept = f"the checkpoint of the last step, {latest[1]}, is intact: a rerun resumes from it and writes hf_final again"
+            else:
+                kept = self._keep_state_after_failed_final()
+            raise CheckpointError(f"could not write the final model to {path}: {why}. {kept}") from None
+
+    def _keep_state_after_failed_final(self) -> str:
+        """hf_final failed and the last step has no checkpoint: try to save one (the partial folder's room is free again)."""
+        try:
+            saved = self.save_checkpoint(self.step)
+        except CheckpointError as exc:
+            return f"Saving a checkpoint of step {self.step} instead failed too ({exc}); the trained weights are lost"
+        return f"The run's state was saved instead as {saved}: after freeing space, a rerun resumes from it and writes hf_final"
+
+    @property
+    def final_size(self) -> int | None:
+        """Bytes hf_final will take, estimated from the model folder's weight files (None if unknown)."""
+        return model_weights_size(self.config.model.path)
+
+    def _check_room_for_final(self) -> None:
+        """With no checkpoints (save_freq <= 0) everything rides on hf_final: refuse to start without room for it."""
+        if self.config.trainer.save_freq > 0:
+            return
+        needed, free = self.final_size, free_bytes(self.config.trainer.output_dir)
+        if needed and free is not None and free < needed * 1.1:
             raise CheckpointError(
-                f"could not write the final model to {path}: {exc.strerror or exc}; free disk space or fix the folder's "
-                "permissions, then rerun: it resumes from the last checkpoint and writes hf_final again"
-            ) from None
+                f"trainer.save_freq={self.config.trainer.save_freq} saves nothing until the final model, which needs about "
+                f"{needed / 2**30:.2f} GiB, but the disk holding trainer.output_dir={self.config.trainer.output_dir!r} has "
+                f"{free / 2**30:.2f} GiB free: the whole run would be lost at the end. Free space, choose another "
+                "trainer.output_dir, or save checkpoints as you go (trainer.save_freq=N)"
+            )
 
     def close(self, force: bool = False) -> None:
         self.reward.close()
@@ -527,8 +592,11 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
 
 
 def train(stack: Stack, **kwargs) -> dict[str, float]:
-    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.trainer.stopping.Interrupted` (module docstring there)."""
-    with StopSignals() as stop:
+    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.trainer.stopping.Interrupted` (module docstring there).
+
+    The output folder is locked for the whole run (one run per folder).
+    """
+    with output_lock(stack.config.trainer.output_dir), StopSignals() as stop:
         try:
             trainer = Trainer(stack, stop=stop, **kwargs)
         except Interrupted as exc:

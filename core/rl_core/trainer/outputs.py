@@ -10,6 +10,9 @@
   checkpoint is refused outright (a fresh start there would delete it). Keys that may change between a run and its resume
   (:data:`RESUMABLE_KEYS`: the number of steps, logging, checkpoint and
   validation frequencies) do not count.
+- :func:`output_lock` holds an exclusive lock on the folder for the life of
+  a run: a second run there is refused naming the first one's pid; the lock
+  of a run that died is named and taken over.
 - :func:`write_config` writes ``config.yaml`` atomically; the trainer calls
   it only once everything is validated and built, so a failed start leaves
   the previous run's file alone.
@@ -17,9 +20,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
-from typing import Any, Mapping
+import shutil
+import socket
+import sys
+import time
+from typing import Any, Iterator, Mapping
 
 import yaml
 
@@ -77,6 +87,45 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def free_bytes(path: str) -> int | None:
+    """Free bytes on the filesystem holding ``path`` (or its nearest existing parent); None if unknown."""
+    path = os.path.abspath(path)
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def write_failure(exc: BaseException, path: str, needed: int | None = None) -> str:
+    """Why writing ``path`` failed and what to do, by cause: a full disk (free and needed bytes), permissions, other.
+
+    A full disk is never reported as a permission problem, and the other way round.
+    """
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    full = code in _FULL or "No space left" in text or "Disk quota" in text
+    free = free_bytes(path)
+    if full or (code is None and needed is not None and free is not None and free < needed):
+        room = f"{_gib(free)} free" if free is not None else "no room left"
+        need = f", about {_gib(needed)} needed" if needed else ""
+        return f"the disk holding {path} is full (No space left on device: {room}{need}); free space there or choose a folder on another disk"
+    if code in _DENIED:
+        what = "is on a read-only file system (Read-only file system)" if code == errno.EROFS else "is not writable (Permission denied)"
+        return f"{path} {what}; fix the folder's permissions or choose another folder"
+    detail = getattr(exc, "strerror", None) or (text.strip().splitlines() or [type(exc).__name__])[-1][:300]
+    return f"writing {path} failed: {detail}"
+
+
 def ensure_writable(output_dir: str) -> None:
     """Create ``output_dir`` and check a file can be written there."""
     key = f"trainer.output_dir={output_dir!r}"
@@ -90,7 +139,9 @@ def ensure_writable(output_dir: str) -> None:
             f.write("ok")
         os.remove(probe)
     except OSError as exc:
-        raise OutputDirError(f"{key}: the folder is not writable ({_why(exc)}); fix its permissions or choose another folder") from None
+        with contextlib.suppress(OSError):
+            os.remove(probe)
+        raise OutputDirError(f"{key}: {write_failure(exc, output_dir)}") from None
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -212,5 +263,70 @@ def write_config(output_dir: str, config: Mapping[str, Any]) -> str:
             yaml.safe_dump(dict(config), f, sort_keys=False)
         os.replace(tmp, path)
     except OSError as exc:
-        raise OutputDirError(f"cannot write {path}: {_why(exc)}") from None
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise OutputDirError(f"cannot write the run's config: {write_failure(exc, path)}") from None
     return path
+
+
+# ------------------------------------------------------------------ one run per folder
+LOCK_FILE = ".rlcore.lock"
+
+
+def _lock_record(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096)
+    try:
+        data = json.loads(raw.decode() or "{}")
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _describe(record: Mapping[str, Any]) -> str:
+    return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, started {record.get('started', '?')}"
+
+
+@contextlib.contextmanager
+def output_lock(output_dir: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``output_dir`` (its ``.rlcore.lock``, ``flock``) for the life of a run.
+
+    A second run on the folder stops with an :class:`OutputDirError` naming
+    the pid, host and start time of the one that holds it. The lock goes
+    with its process (``flock``), so a run that died (kill -9, a crash)
+    leaves a record but no lock: the next run names it and takes over.
+    """
+    ensure_writable(output_dir)
+    path = os.path.join(output_dir, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputDirError(f"trainer.output_dir={output_dir!r}: cannot create the lock file {path} ({_why(exc)})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _lock_record(fd)
+            raise OutputDirError(
+                f"trainer.output_dir={output_dir!r} is in use by another run ({_describe(holder)}): two runs in one folder "
+                "would overwrite each other's checkpoints and metrics. Wait for it to finish or stop it "
+                f"(kill {holder.get('pid', '<pid>')}), or give this run another trainer.output_dir."
+            ) from None
+        stale = _lock_record(fd)
+        if stale.get("pid"):
+            print(
+                f"note: trainer.output_dir={output_dir!r}: the run that held it ({_describe(stale)}) is gone without "
+                "releasing it (killed or crashed); taking over its lock",
+                file=sys.stderr,
+                flush=True,
+            )
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # a clean end: the next run finds no record to report
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

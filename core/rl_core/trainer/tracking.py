@@ -120,18 +120,33 @@ class JsonlLogger:
     def __init__(self, output_dir: str, **_: Any) -> None:
         os.makedirs(output_dir, exist_ok=True)
         self.path = os.path.join(output_dir, METRICS_FILE)
-        self._f = open(self.path, "a")
+        self._f = open(self.path, "ab", buffering=0)  # unbuffered: a failed write is seen (and undone) at once
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         row = {"step": step, "time": time.time()}
         row.update({k: (v if math.isfinite(v) else None) for k, v in metrics.items()})
-        self._f.write(json.dumps(row) + "\n")
-        self._f.flush()
+        data = (json.dumps(row) + "\n").encode()
+        start = os.fstat(self._f.fileno()).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._f.write(view) :]
+        except OSError as exc:
+            try:
+                os.ftruncate(self._f.fileno(), start)  # no torn row left behind
+            except OSError:
+                pass
+            from rl_core.trainer.outputs import write_failure
+
+            raise LoggerError(
+                f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept; "
+                "a rerun resumes from the last checkpoint and logs the later steps again"
+            ) from None
 
     def truncate_after(self, step: int) -> int:
         self._f.close()
         dropped = truncate_jsonl(self.path, step)
-        self._f = open(self.path, "a")
+        self._f = open(self.path, "ab", buffering=0)
         return dropped
 
     def close(self) -> None:

@@ -48,7 +48,7 @@ from rl_core.modeling import compile_decoder_layers, forward_values
 from rl_core.train_engine.base import TrainEngineBase
 from rl_core.train_engine.batch_sizes import TrainSizeError  # noqa: F401  (re-exported: rl_train_fsdp.engine.TrainSizeError)
 from rl_core.train_engine.hf_export import write_hf_folder
-from rl_core.trainer.checkpoint import safe_load
+from rl_core.trainer.checkpoint import safe_load, save_tensors
 from rl_core.trainer.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
 
 from rl_train_fsdp import sharding
@@ -220,7 +220,7 @@ class FSDPEngine(TrainEngineBase):
             "scheduler": self._scheduler_state() if self.optimizer is not None else None,
             "rng": _rng_state(self.device),
         }
-        torch.save(extra, root / f"extra_rank{self.rank}.pt")
+        save_tensors(extra, str(root / f"extra_rank{self.rank}.pt"))
         sharding.barrier()
 
     def load_checkpoint(self, path: str) -> None:

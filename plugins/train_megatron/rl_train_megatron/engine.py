@@ -61,7 +61,7 @@ from rl_core.modeling import response_columns_in_use
 from rl_core.problems import UserError
 from rl_core.train_engine.base import TrainEngineBase
 from rl_core.train_engine.hf_export import write_hf_folder
-from rl_core.trainer.checkpoint import load_rng_state, safe_load, save_rng_state
+from rl_core.trainer.checkpoint import load_rng_state, safe_load, save_rng_state, save_tensors
 
 from rl_train_megatron import convert, parallel
 from rl_train_megatron import model as mmodel
@@ -309,7 +309,7 @@ class MegatronEngine(TrainEngineBase):
         root.mkdir(parents=True, exist_ok=True)
         state = self.local_state_dict()
         state["rng"] = save_rng_state()
-        torch.save(state, root / f"rank{self.rank}.pt")
+        save_tensors(state, str(root / f"rank{self.rank}.pt"))
         if self.rank == 0:
             (root / MANIFEST).write_text(json.dumps(self._layout(), indent=1))
         parallel.barrier()
