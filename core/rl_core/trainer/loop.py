@@ -96,6 +96,7 @@ class Trainer:
             cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
             resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
         )
+        self._check_room_for_final()
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
@@ -435,7 +436,6 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         cfg = self.config.trainer
         self.step = start = self.maybe_resume()
-        self._check_room_for_final()
         # metrics.jsonl describes this run only: rows after the resumed step (all of them on a fresh
         # start, e.g. after a crash before the first checkpoint) belong to a run that is gone
         self.tracker.truncate_after(start if start > 0 else -1)
