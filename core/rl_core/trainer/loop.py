@@ -522,8 +522,10 @@ class Trainer:
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(partial, path)
-        except Exception as exc:  # noqa: BLE001 - a worker's failure arrives as a WorkerError / torch error
-            shutil.rmtree(partial, ignore_errors=True)
+        except BaseException as exc:  # a worker's failure arrives as a WorkerError / torch error
+            shutil.rmtree(partial, ignore_errors=True)  # no half folder, whatever stopped the write
+            if not isinstance(exc, Exception):  # a signal: that error, not a disk one
+                raise
             why = write_failure(exc, path, self.final_size)
             latest = self.ckpt.latest()
             if latest is not None and latest[0] == self.step:
