@@ -138,3 +138,17 @@ def test_laptop_check_of_a_gpu_config(capsys):
     assert "trainer.placement=ray" in capsys.readouterr().err
     assert main(["check", "--target", "tpu:8", *gpu]) != 0
     assert "--target: 'tpu:8' is not a machine description" in capsys.readouterr().err
+
+
+def test_multimodal_rows_are_refused_when_read():
+    from rl_core.data.dataset import DataError, PromptDataset
+
+    rows = [{"prompt": [{"role": "user", "content": "what is shown?"}], "images": ["a.png"]}]
+    with pytest.raises(DataError, match="row 0: the row holds images; rl-core trains text-only models"):
+        PromptDataset(rows, None, max_prompt_length=64)
+
+
+def test_fsdp_size_is_accepted_only_as_all_ranks():
+    assert _errors(f"{V}.actor.fsdp_config.fsdp_size=8", "trainer.n_gpus_per_node=8") == []
+    (p,) = _errors(f"{V}.actor.fsdp_config.fsdp_size=4", "trainer.n_gpus_per_node=8")
+    assert "the world size (trainer.nnodes x trainer.n_gpus_per_node) is 8" in p.what and "hybrid sharding" in p.what

@@ -431,13 +431,19 @@ def _ties(config: RunConfig, tr: Translation) -> list[Problem]:
 
     out = []
     flat = config_to_dict(config, mask=False)
-    for written, value, target, note in tr.ties:
-        have = get_dotted(flat, target)
+    for written, value, target, note, soft in tr.ties:
+        have = get_dotted(flat, target) if target != "@world" else config.trainer.nnodes * config.trainer.n_gpus_per_node
         want = norm(value)
+        if target == "@world" and want in (-1, have):
+            continue
         if isinstance(want, str) and target == "train.name":
             want = {"fsdp2": "fsdp", "dp": "fsdp", "dp_actor": "fsdp", "dp_ref": "fsdp", "dp_critic": "fsdp",
                     "megatron_actor": "megatron", "megatron_ref": "megatron", "megatron_critic": "megatron"}.get(want, want)
         if want is None or want == norm(have) or (isinstance(have, str) and str(want) == have):
+            continue
+        target = "the world size (trainer.nnodes x trainer.n_gpus_per_node)" if target == "@world" else target
+        if soft:
+            out.append(Problem(key=written, what=f"is {value!r}; rl-core uses {target}={have!r} for it: {note}", severity="warning"))
             continue
         out.append(Problem(key=written, what=f"is {value!r} but rl-core's {target} is {have!r}: {note}",
                            fix=f"give both the same value (set {target}={value!r}), or remove {written}"))

@@ -38,6 +38,7 @@ class Rule:
     note: str = ""  # what rl-core does (SAME / IGNORE / MAP) or the feature it lacks (REFUSE)
     nearest: str = ""  # REFUSE / SAME: the nearest rl-core setting
     ref: str = DOC
+    soft: bool = False  # TIE: a disagreement is a warning (a speed / memory knob), not an error
 
     def matches(self, key: str) -> bool:
         return _regex(self.pattern).fullmatch(key) is not None
@@ -178,7 +179,7 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.*.fsdp_config.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
     _same("actor_rollout_ref.*.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
     _same("critic.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller critic.ppo_micro_batch_size_per_gpu", ULYSSES),
-    _same("actor_rollout_ref.*.fsdp_config.fsdp_size", [-1], "FSDP over a subset of the ranks (hybrid sharding)", "train.name=fsdp shards over all ranks"),
+    _tie("actor_rollout_ref.*.fsdp_config.fsdp_size", "@world", "FSDP over a subset of the ranks (hybrid sharding) is a verl feature rl-core does not have: rl-core shards over all ranks (-1)"),
     _ign("actor_rollout_ref.*.fsdp_config.reshard_after_forward", "FSDP2 resharding after forward (" + _PERF + "; rl-core reshards)"),
     _ign("actor_rollout_ref.*.fsdp_config.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.fsdp_config.{forward_prefetch,use_orig_params,limit_all_gathers}", _PERF),
@@ -238,8 +239,9 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.actor.pad_to_length", [None], "padding every batch to a fixed length", "none (rl-core pads to the batch's longest row)"),
     _no("actor_rollout_ref.*.profiler.*", "verl's per-role profiler", "rlcore train's step timings (timing/* metrics)"),
     _tie("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "actor.use_dynamic_bsz", _DYN),
-    _tie("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", "actor.ppo_max_token_len_per_gpu", _DYN),
-    _tie("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor.ppo_max_token_len_per_gpu", _DYN),
+    *(Rule(pattern=f"actor_rollout_ref.{r}.log_prob_max_token_len_per_gpu", kind=TIE, target="actor.ppo_max_token_len_per_gpu", soft=True,
+           note=_DYN + ": a different budget only changes how many rows a no-gradient pass takes at once, not the log-probs")
+      for r in ("ref", "rollout")),
     _tie("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", "actor.use_dynamic_bsz", _DYN),
     _tie("critic.use_dynamic_bsz", "actor.use_dynamic_bsz", "the critic's micro-batches follow the actor's setting"),
     _ign("critic.ppo_max_token_len_per_gpu", "the critic's token budget: rl-core's critic uses critic.ppo_micro_batch_size_per_gpu sequences per micro-batch (same gradients)"),
@@ -298,9 +300,7 @@ RULES: tuple[Rule, ...] = (
     _same("data.tokenizer", [None], "a tokenizer other than the model's", "model.tokenizer_path"),
     _same("data.reward_fn_key", ["data_source"], "choosing the reward by another row key", "reward.name"),
     _same("data.validation_shuffle", [False], "shuffling the validation set", "none"),
-    _ign("data.image_key", "the row key of images: rl-core trains text-only models, and rows that hold images are refused when the data is read"),
-    _ign("data.video_key", "the row key of videos (see data.image_key)"),
-    _ign("data.audio_key", "the row key of audio (see data.image_key)"),
+    *(_same(f"data.{m}_key", [f"{m}s"], f"{m} inputs under another row key", "none", MULTIMODAL) for m in ("image", "video", "audio")),
     _same("data.image_patch_size", [14], "image inputs", "none", MULTIMODAL),
     _same("data.return_multi_modal_inputs", [True, False], "image inputs", "none", MULTIMODAL),
     _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
@@ -313,8 +313,7 @@ RULES: tuple[Rule, ...] = (
     _tie("data.trust_remote_code", "model.trust_remote_code", "the tokenizer / processor follow model.trust_remote_code"),
     # ---------------------------------------------------------------- trainer
     _m("trainer.resume_mode", "trainer.resume", _resume, note="auto -> true, disable -> false; resume_path is refused (rl-core resumes from trainer.output_dir)"),
-    _same("trainer.resume_from_path", [None], "resuming from a checkpoint outside the run's folder",
-          "trainer.output_dir (rl-core resumes from the latest complete checkpoint there)"),
+    _ign("trainer.resume_from_path", "verl reads it only with trainer.resume_mode=resume_path (refused: rl-core resumes from the latest complete checkpoint in trainer.output_dir)"),
     _same("trainer.critic_warmup", [0], "training only the critic for the first steps", "none (rl-core updates the actor from the first step)"),
     _same("trainer.balance_batch", [True, False],
           "reordering a step's sequences so that every data-parallel rank gets about the same number of tokens: a speed knob, the values computed are the same"),
@@ -372,11 +371,13 @@ RULES: tuple[Rule, ...] = (
 
 #: (key, value) pairs of keys rl-core shares with verl whose value names a verl feature rl-core lacks
 VALUES: dict[tuple[str, str], Rule] = {
+    ("trainer.resume_mode", "resume_path"): _no("trainer.resume_mode", "resuming from a checkpoint outside the run's folder",
+                                                "trainer.output_dir (rl-core resumes from the latest complete checkpoint there)"),
     ("trainer.device", "npu"): _no("trainer.device", "training on Ascend NPUs", "trainer.device=cuda (or cpu)"),
     **{("actor_rollout_ref.rollout.name", e): _no("actor_rollout_ref.rollout.name", f"the {e} rollout engine", "rollout.name=vllm or sglang")
        for e in ("trtllm", "hf_trtllm")},
     **{(k, e): _no(k, f"verl's {e} train engine", "train.name=fsdp or megatron")
-       for k in ("model_engine", "actor@actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy")
+       for k in ("model_engine", "actor@actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
        for e in ("veomni", "torchtitan", "automodel", "mlite_actor", "fsdp_turbo", "veomni_actor", "torchtitan_actor")},
 }
 

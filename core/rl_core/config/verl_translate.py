@@ -34,7 +34,7 @@ class Translation:
     items: list[tuple[str, Any]] = attrs.field(factory=list)  # (rl-core key, value); a value of DELETE removes
     problems: list[Problem] = attrs.field(factory=list)
     origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as written
-    ties: list[tuple[str, Any, str, str]] = attrs.field(factory=list)  # (key as written, value, rl-core key, note)
+    ties: list[tuple[str, Any, str, str, bool]] = attrs.field(factory=list)  # (key as written, value, rl-core key, note, soft)
     verl_spelled: bool = False
     profile: str | None = None  # "verl" / "rl-core" when a config says so
 
@@ -85,7 +85,7 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
     elif rule.kind == vk.ENGINE:
         tr.add(written, f"rollout.engine_kwargs.{rule.target}", value)
     elif rule.kind == vk.TIE:
-        tr.ties.append((written, value, rule.target, rule.note))
+        tr.ties.append((written, value, rule.target, rule.note, rule.soft))
     elif rule.kind == vk.SAME:
         if not _accepted(value, rule.ok):
             tr.problems.append(refusal(written, value, rule))

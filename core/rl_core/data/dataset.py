@@ -190,6 +190,10 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
         ) from None
 
 
+#: row fields of verl's multimodal data (its data.image_key / video_key / audio_key defaults)
+MEDIA_KEYS = ("images", "videos", "audios")
+
+
 class PromptDataset:
     """Tokenized prompts; items are dicts with ``input_ids`` (list of int) and the row's fields.
 
@@ -213,6 +217,11 @@ class PromptDataset:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
         where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
+        for r, w in zip(rows, where):
+            media = [k for k in MEDIA_KEYS if r.get(k)]
+            if media:  # verl's multimodal rows (data.image_key): rl-core's models read text only
+                raise DataError(f"{w}: the row holds {', '.join(media)}; rl-core trains text-only models, so image / video / audio inputs "
+                                "are not read (docs/migrating-from-verl.md); drop those fields or use text-only data")
         texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools) for r, w in zip(rows, where)]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
         ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []

@@ -1,0 +1,79 @@
+"""How many of verl's example launch scripts resolve in rl-core, as `rlcore check --skip-device-check` sees them.
+
+    python bench/verl_scripts/measure.py [--scripts tests/config/verl_scripts/scripts.json] [--out bench/verl_scripts/RESULTS.md]
+
+Each script's overrides (extracted by tests/config/verl_scripts/extract.py; model and data paths replaced) go
+through the same code as `rlcore check --skip-device-check` (load_report, resolve with the world checks but
+not this machine's devices, the target checks; missing engines / loggers are warnings). The training data is
+a local file of 4096 rows (the tiny fixture repeated) so that every script's batch fits. Scripts of verl
+features rl-core has no algorithm for (on-policy distillation, GDPO, OTB, MTP) are listed apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rl_core.cli.check_target import as_elsewhere, node_problems
+from rl_core.config.load import load_report
+from rl_core.plugins import get_registry
+from rl_core.problems import errors
+from rl_core.resolver import resolve
+
+OTHER = ("on_policy_distillation_trainer", "gdpo_trainer", "otb_trainer", "mtp_trainer")
+FIXTURE = "tests/fixtures/data/tiny_gsm8k.jsonl"
+
+
+def check(overrides: list[str], data: str, registry) -> list:
+    flag = lambda n: next((o.split("=", 1)[1] for o in overrides if o.startswith(f"--{n}=")), None)  # noqa: E731
+    rest = [o.replace(FIXTURE, data) for o in overrides if not o.startswith("--")]
+    loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
+    if errors(loaded.problems):
+        return errors(loaded.problems)
+    _, problems = resolve(loaded.config, registry, world=True, devices=False)
+    return errors(loaded.as_written(as_elsewhere([*problems, *node_problems(loaded.config)])))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scripts", default="tests/config/verl_scripts/scripts.json")
+    ap.add_argument("--out", default="bench/verl_scripts/RESULTS.md")
+    args = ap.parse_args()
+    d = json.loads(Path(args.scripts).read_text())
+    registry = get_registry()
+    rows = Path(FIXTURE).read_text().splitlines()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = str(Path(tmp) / "train.jsonl")
+        Path(data).write_text("\n".join(rows * (4096 // len(rows))) + "\n")
+        t0 = time.time()
+        result = {name: check(s["overrides"], data, registry) for name, s in d["scripts"].items()}
+        took = time.time() - t0
+    mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER)}
+    ok = [n for n, e in mine.items() if not e]
+    lines = [f"# verl's example scripts through `rlcore check --skip-device-check`", "",
+             f"verl commit {d['verl_commit']}; {len(d['scripts'])} scripts extracted; measured {time.strftime('%Y-%m-%d')} in {took:.0f} s.", "",
+             f"**{len(ok)} of {len(mine)}** scripts of algorithms rl-core implements resolve unchanged "
+             f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine)} more are of verl features rl-core lacks "
+             f"({', '.join(OTHER)}).", "", "## Refusals, by key as written (count of scripts)", ""]
+    count = collections.Counter()
+    for n, errs in mine.items():
+        for k in sorted({p.key.lstrip('+~') for p in errs}):
+            count[k] += 1
+    lines += [f"- {c} `{k}`" for k, c in count.most_common()]
+    lines += ["", "## Each script that does not resolve: its first refusal", ""]
+    for n, errs in result.items():
+        if errs:
+            p = errs[0]
+            tag = " (not an rl-core algorithm)" if n not in mine else ""
+            lines.append(f"- `{n}`{tag}: {len(errs)} refusal(s); first `{p.key}`: {p.what}")
+    lines += ["", "## Resolve unchanged", ""] + [f"- `{n}`" for n in ok]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:6]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""docs/migrating-from-verl.md, generated from the rules of :mod:`rl_core.config.verl_keys`.
+
+``python -m rl_core.config.verl_doc > docs/migrating-from-verl.md`` writes it;
+``tests/config/test_verl_doc.py`` checks that the committed file is current.
+"""
+
+from __future__ import annotations
+
+from rl_core.config import verl_keys as vk
+from rl_core.config.load import VERL_KEYS, VERL_PREFIXES, config_to_dict
+from rl_core.config.schema import RunConfig
+from rl_core.config.verl_profile import VERL_DEFAULTS, get_dotted
+
+HEAD = """# Migrating from verl
+
+rl-core reads verl's command line and config files: `rlcore check` / `rlcore train` take verl's overrides
+as verl's `main_ppo` does (Hydra's grammar: `key=value`, `+key=value`, `++key=value`, `~key`,
+`group@package=option`, through hydra-core) and `--config-path` / `--config-name` (a YAML file and its
+Hydra `defaults` list, read with OmegaConf; verl's own `ppo_trainer` / `ppo_megatron_trainer` select
+verl's defaults). Every verl key below is either **mapped** onto rl-core's, **accepted** where its value
+is what rl-core does anyway (another value is refused), passed to the **engine**, **ignored with a
+warning** (a speed / memory knob of verl's implementation: what rl-core computes is the same), or
+**refused**, naming the verl feature rl-core does not have, the nearest rl-core setting and the issue or
+doc that covers it. No key is accepted and then silently ignored. Problems name the key as you wrote it,
+with rl-core's name beside it. A key not listed here and not one of rl-core's is "unknown": either a typo
+(a hint is given only when the spelling is very close) or a verl feature rl-core lacks.
+
+This file is generated from `core/rl_core/config/verl_keys.py` (`python -m rl_core.config.verl_doc`).
+
+## verl's defaults (the verl profile)
+
+A config in verl's spelling (any `actor_rollout_ref.*`, `reward_model.*`, `model_engine=...`,
+`group@package=...`, or `--config-name ppo_trainer`) takes verl's defaults for what it leaves unset;
+`--profile rl-core` (or `profile=rl-core`) keeps rl-core's own, `--profile verl` forces verl's. `rlcore
+check` lists every verl default it applied that differs from rl-core's. Where they differ:
+
+| rl-core key | verl's default | rl-core's own |
+|---|---|---|
+"""
+
+CHECK = """
+## Checking a GPU config on a laptop
+
+`rlcore check --target gpu:8x80GB ...` (or `--skip-device-check`) checks a config for another machine:
+the target's device and GPUs per node replace this machine's, engines and loggers not installed here
+(vLLM, SGLang, wandb) are warnings, and `trainer.nnodes > 1` needs `trainer.placement=ray` (local
+placement starts every worker on one machine). `bench/verl_scripts/RESULTS.md` lists how verl's own
+example scripts fare.
+"""
+
+KIND = {vk.MAP: "mapped", vk.SAME: "accepted if", vk.ENGINE: "engine", vk.IGNORE: "ignored (warning)",
+        vk.REFUSE: "refused", vk.TIE: "must agree"}
+
+
+def _esc(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _row(rule: vk.Rule) -> str:
+    if rule.kind == vk.MAP:
+        what = f"`{rule.target}`" + (f" ({rule.note})" if rule.note else "")
+    elif rule.kind == vk.ENGINE:
+        what = f"`rollout.engine_kwargs.{rule.target}` (vLLM / SGLang engine argument)"
+    elif rule.kind == vk.SAME:
+        ok = ", ".join(f"`{v}`" for v in rule.ok)
+        what = f"{ok} (what rl-core does); other values: {rule.note} is a verl feature rl-core lacks"
+        if rule.nearest:
+            what += f"; nearest: {rule.nearest}"
+        if rule.ref != vk.DOC:
+            what += f"; {rule.ref}"
+    elif rule.kind == vk.TIE:
+        target = "the world size" if rule.target == "@world" else f"`{rule.target}`"
+        what = f"equal to {target}: {rule.note}" + (" (a different value: warning)" if rule.soft else "")
+    elif rule.kind == vk.IGNORE:
+        what = rule.note
+    else:
+        what = f"{rule.note}; nearest: {rule.nearest}" + (f"; {rule.ref}" if rule.ref != vk.DOC else "")
+    return f"| `{_esc(rule.pattern)}` | {KIND[rule.kind]} | {_esc(what)} |"
+
+
+def render() -> str:
+    lines = [HEAD.rstrip("\n")]
+    own_defaults = config_to_dict(RunConfig(), mask=False)
+    for key, value in VERL_DEFAULTS.items():
+        own = get_dotted(own_defaults, key)
+        lines.append(f"| `{key}` | `{value!r}` | `{own!r}` |")
+    lines.append("| `trainer.output_dir` | `checkpoints/<project_name>/<experiment_name>` | `'outputs/run'` |")
+    lines += ["", "## Every verl key", "",
+              "`*` stands for one or more key parts, `{a,b}` for either; the first matching row applies.", "",
+              "| verl key | how | rl-core |", "|---|---|---|"]
+    lines += [_row(r) for r in vk.RULES]
+    lines += ["", "Values of keys rl-core shares with verl that name a verl feature rl-core lacks:", "",
+              "| key = value | rl-core |", "|---|---|"]
+    lines += [f"| `{k} = {v}` | refused: {_esc(r.note)}; nearest: {_esc(r.nearest)} |" for (k, v), r in vk.VALUES.items()]
+    lines += ["", "## Renamed keys and sections", "",
+              "Any other verl key is read under these prefixes and then checked against rl-core's schema "
+              "(the key table of docs/config.md):", "", "| verl | rl-core |", "|---|---|"]
+    lines += [f"| `{k}` | `{v}` |" for k, v in VERL_KEYS.items()]
+    lines += [f"| `{k}*` | `{v}*` |" for k, v in VERL_PREFIXES.items()]
+    lines.append(CHECK.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
