@@ -277,8 +277,18 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.rollout.multi_stage_wake_up", "waking the engine in stages (" + _PERF + ")"),
     _ign("actor_rollout_ref.rollout.layered_summon", "gathering FSDP weights layer by layer for the sync (" + _PERF + ")"),
     _same("actor_rollout_ref.rollout.enable_rollout_routing_replay", [False], "MoE routing replay", "none"),
-    _no("actor_rollout_ref.rollout.multi_turn.*", "multi-turn / tool-calling rollouts in verl's spelling", "the agent loop's own keys", MULTI_TURN),
-    _no("actor_rollout_ref.rollout.agent.*", "verl's agent loop", "the agent loop's own keys", MULTI_TURN),
+    _m("actor_rollout_ref.rollout.multi_turn.{enable,max_assistant_turns,max_tool_response_length,tool_response_truncate_side,tool_config_path,format,max_parallel_calls}",
+       "rollout.multi_turn.*", note="multi-turn / tool-calling rollouts (docs/agents.md)"),
+    _m("actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode", "rollout.multi_turn.check_tokens",
+       lambda v: str(v) != "disable", note="strict / ignore_strippable -> true, disable -> false"),
+    _same("actor_rollout_ref.rollout.multi_turn.max_user_turns", [None], "simulated user turns (verl's interactions)", "rollout.multi_turn.max_assistant_turns", MULTI_TURN),
+    _same("actor_rollout_ref.rollout.multi_turn.interaction_config_path", [None], "simulated user turns (verl's interactions)", "none", MULTI_TURN),
+    _same("actor_rollout_ref.rollout.multi_turn.use_inference_chat_template", [False], "re-rendering the trajectory with the inference chat template", "rollout.multi_turn.check_tokens", MULTI_TURN),
+    _no("actor_rollout_ref.rollout.multi_turn.*", "this multi-turn setting", "rollout.multi_turn.* (docs/agents.md)", MULTI_TURN),
+    _m("actor_rollout_ref.rollout.agent.default_agent_loop", "rollout.multi_turn.agent_loop",
+       lambda v: "tool_agent" if str(v) == "single_turn_agent" else v,
+       note="tool_agent is rl-core's built-in of that name; single_turn_agent needs no loop (rollout.multi_turn.enable=false)"),
+    _no("actor_rollout_ref.rollout.agent.*", "this setting of verl's agent loop", "rollout.multi_turn.* (docs/agents.md)", MULTI_TURN),
     _no("actor_rollout_ref.rollout.trace.*", "rollout tracing", "none"),
     _m("actor_rollout_ref.rollout.engine_kwargs.*", "rollout.engine_kwargs.*", note="the chosen engine's part (engine_kwargs.vllm.* for vllm, .sglang.* for sglang) is passed to the engine"),
     _no("actor_rollout_ref.rollout.profiler.*", "verl's rollout profiler", "rlcore train's timing/* metrics"),
@@ -306,8 +316,8 @@ RULES: tuple[Rule, ...] = (
     _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
     _no("data.apply_chat_template_kwargs.*", "passing options to the chat template (e.g. enable_thinking)", "data.apply_chat_template; a prompt already templated in the data"),
     _no("data.custom_cls.*", "a custom dataset class (code named in the config)", "rlcore data (convert the data to rows)"),
-    _no("data.tool_config_path", "tool definitions for multi-turn rollouts", "the agent loop's own keys", MULTI_TURN),
-    _no("data.function_tool_path", "tool definitions for multi-turn rollouts", "the agent loop's own keys", MULTI_TURN),
+    _tie("data.tool_config_path", "rollout.multi_turn.tool_config_path", "the tools of multi-turn rollouts (verl's data copy of the rollout's key)"),
+    _no("data.function_tool_path", "tools defined as Python functions in a file (code named in the config)", "rollout.multi_turn.tools (registered tools)", MULTI_TURN),
     _same("data.gen_batch_size", [None], "generating more prompts than a step uses (DAPO's dynamic sampling)", "data.train_batch_size"),
     _no("data.datagen.*", "generating data with a custom class", "data.train_generator"),
     _tie("data.trust_remote_code", "model.trust_remote_code", "the tokenizer / processor follow model.trust_remote_code"),
@@ -419,5 +429,5 @@ def star_target(rule: Rule, key: str) -> str:
     """A MAP rule's target for ``key``, with the part ``*`` matched carried over."""
     if not rule.target.endswith("*"):
         return rule.target
-    head = rule.pattern[: rule.pattern.index("*")]
+    head = rule.pattern[: min(i for i in (rule.pattern.find("*"), rule.pattern.find("{")) if i >= 0)]
     return rule.target[:-1] + key[len(head):]

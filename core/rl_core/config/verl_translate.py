@@ -136,7 +136,7 @@ def refusal(written: str, value: Any, rule: vk.Rule) -> Problem:
     what = f"{written}{shown}: {rule.note} is a verl feature rl-core does not have"
     fix = f"nearest rl-core setting: {rule.nearest}" if rule.nearest else "remove the key"
     if rule.kind == vk.SAME:
-        fix += f"; or remove the key / set it to {rule.ok[0]!r} (what rl-core does)"
+        fix += f"; or remove the key / set it to {'null' if rule.ok[0] is None else repr(rule.ok[0])} (what rl-core does)"
     return Problem(key=written, what=what.split(": ", 1)[1], fix=f"{fix}; see {rule.ref}")
 
 
