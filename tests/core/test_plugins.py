@@ -39,12 +39,16 @@ def test_third_party_plugin_is_listed_with_its_distribution(site):
         assert card["version"] == "0.3.1"
         assert card["entry_point"] == "thirdparty_example"
     assert reward["capabilities"]["data_sources"] == ["thirdparty/exact"]
+    reward_model = by_name[("reward_model", "char_count")]  # a model-based scorer shipped by entry point
+    assert reward_model["distribution"] == "rl-thirdparty-example" and reward_model["entry_point"] == "thirdparty_example"
     assert report["errors"] == []
 
 
 def test_third_party_names_resolve_in_a_config(site):
     res = run_rlcore(
         "check", "model.path=Qwen/Qwen2.5-0.5B", TINY_DATA, "reward.name=exact_match", "algorithm.adv_estimator=mean_baseline", "rollout.n=1",
+        "reward_model.enable=true", "reward_model.name=char_count", f"reward_model.model.path={FIXTURES}",
+        "reward.weights={'*': {rule: 1.0, model: 0.5}}",
         pythonpath=[site], env={"RL_CORE_BLOCK_PLUGINS": "broken_plugin"},
     )
     assert res.returncode == 0, res.stderr
