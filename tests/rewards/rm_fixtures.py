@@ -7,33 +7,10 @@ from typing import Any
 
 import attrs
 import torch
-from rl_core.testing.tiny_model import _bytes_to_unicode
+from rl_core.testing.reward_tokenizer import OTHER_TEMPLATE, build_other_tokenizer
 
-RM_SPECIALS = ("<pad>", "<s>", "</s>")
-RM_MERGES = [("t", "h"), ("h", "e"), ("a", "a")]
-# another chat format than the policy's ChatML
-RM_TEMPLATE = "{% for m in messages %}{{ '<s>' + m['role'] + ': ' + m['content'] + '</s>' }}{% endfor %}"
-
-
-def build_rm_tokenizer(chat_template: str | None = RM_TEMPLATE):
-    """A byte-level BPE tokenizer whose ids differ from the policy's: other specials, bytes in reverse order, merges."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    table = _bytes_to_unicode()
-    vocab = {tok: i for i, tok in enumerate(RM_SPECIALS)}
-    for byte in reversed(range(256)):
-        vocab[table[byte]] = len(vocab)
-    for a, b in RM_MERGES:
-        vocab[a + b] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=list(RM_MERGES), fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(list(RM_SPECIALS))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", bos_token="<s>", unk_token=None,
-        padding_side="right", chat_template=chat_template, model_max_length=4096,
-    )
+RM_TEMPLATE = OTHER_TEMPLATE
+build_rm_tokenizer = build_other_tokenizer
 
 
 def rm_config(vocab: int, *, hidden: int = 32, layers: int = 1, heads: int = 2):
