@@ -84,3 +84,33 @@ def test_requests_split_evenly_and_rounds_cover_the_largest_share():
     shares = split_requests(list(range(7)), 3)
     assert shares == [[0, 1, 2], [3, 4], [5, 6]]
     assert rounds_for(shares, 2) == 2 and rounds_for(split_requests([], 2), 4) == 0
+
+
+def _sharded_scores(rank, world_size, rm_dir, texts_per_rank):
+    from rl_core.backends import WorkerContext
+    from rl_core.config.schema import RunConfig
+    from rl_core.rewards.classifier import SequenceClassifierScorer
+    from torch.distributed.fsdp import FSDPModule
+
+    from tests.rewards.rm_fixtures import with_reward_model
+
+    config = with_reward_model(RunConfig(), enable=True, model={"path": rm_dir}, strategy="fsdp", micro_batch_size_per_gpu=2)
+    scorer = SequenceClassifierScorer(config, WorkerContext(rank=rank, world_size=world_size))
+    assert scorer.sharded and isinstance(scorer.model, FSDPModule)
+    texts = texts_per_rank[rank]
+    batch = Batch({}, {"response_text": texts, "raw_prompt": [PROMPTS[1]] * len(texts)})
+    shares = [texts_per_rank[r] for r in range(world_size)]
+    return [o.score for o in scorer.score(requests_from_batch(batch, range(len(texts))), rounds=rounds_for(shares, 2))]
+
+
+@pytest.mark.dist
+def test_fsdp_sharded_reward_model_scores_like_the_whole_one(rm_dir):
+    from rl_core.testing.distributed import run_distributed
+
+    texts_per_rank = [["a", "bb", "the cc", "dd"], ["e"]]  # rank 1 runs one empty round to keep the collectives in step
+    got = run_distributed(_sharded_scores, 2, str(rm_dir), texts_per_rank, timeout=180)
+    config = with_reward_model(RunConfig(), enable=True, model={"path": str(rm_dir)})
+    whole = SequenceClassifierScorer(config, WorkerContext())
+    for texts, scores in zip(texts_per_rank, got):
+        batch = Batch({}, {"response_text": texts, "raw_prompt": [PROMPTS[1]] * len(texts)})
+        assert scores == pytest.approx([o.score for o in whole.score(requests_from_batch(batch, range(len(texts))))], abs=1e-5)
