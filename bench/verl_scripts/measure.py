@@ -58,7 +58,11 @@ def main() -> None:
              f"verl commit {d['verl_commit']}; {len(d['scripts'])} scripts extracted; measured {time.strftime('%Y-%m-%d')} in {took:.0f} s.", "",
              f"**{len(ok)} of {len(mine)}** scripts of algorithms rl-core implements resolve unchanged "
              f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine)} more are of verl features rl-core lacks "
-             f"({', '.join(OTHER)}).", "", "## Refusals, by key as written (count of scripts)", ""]
+             f"({', '.join(OTHER)}).", ""]
+    for label, refs in (("offload (issue #32)", ("#32",)), ("offload and Ulysses (issues #32, #33)", ("#32", "#33"))):
+        n = sum(1 for e in mine.values() if e and all(any(r in p.fix for r in refs) for p in e))
+        lines.append(f"- would also resolve if rl-core had {label}: {n} more ({len(ok) + n} of {len(mine)})")
+    lines += ["", "## Refusals, by key as written (count of scripts)", ""]
     count = collections.Counter()
     for n, errs in mine.items():
         for k in sorted({p.key.lstrip('+~') for p in errs}):
