@@ -40,7 +40,10 @@ def test_doctor_reports_both_nodes_and_an_allreduce_across_them(two_node_cluster
     assert ar["backend"] == "gloo" and ar["workers"] == 2 and ar["nodes"] == 2 and ar["correct"]
     assert ar["bytes"] == 16 * 2**20 and ar["latency_ms"] > 0 and ar["busbw_gb_s"] == pytest.approx(ar["algbw_gb_s"])  # 2 (n-1)/n = 1 for n = 2
     assert result["ok"]
+    for n in nodes:  # what listens where, per node (rl_core.placement.listeners)
+        assert any(s["process"] == "raylet" for s in n["listeners"]), n["listeners"]
     text = render(result)
+    assert "listening sockets (Ray processes per node" in text
     for n in nodes:
         assert f"({n['node_id'][:8]}, " in text
     assert "all-reduce (gloo, 2 workers on 2 node(s)): sum correct" in text

@@ -1,53 +1,29 @@
 """The Ray instance a run starts (``trainer.placement=ray``, no ``ray.address``) listens on loopback only.
 
-A child process brings the instance up exactly as a run does (:func:`rl_core.placement.ray_connect.connect`
-with the run's ``ray`` section, then a two-rank gloo :class:`RayWorkerGroup`, as :class:`RayCluster` does), and
-reports, from ``/proc/net/tcp{,6}``, every TCP socket that it and every process it started listen on, plus
-what the workers see of their node's Ray processes (what ``rlcore doctor --cluster`` prints).
+A real 2-rank `rlcore train` on Ray (its gloo group meets through a FileStore) is read mid-run from
+``/proc/net/tcp{,6}``: every TCP socket the controller and every process it started (GCS, raylet, agents,
+the workers) listen on; then it gets SIGTERM, which must stop it as locally (tests/reliability/test_signals.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from rl_core.config.schema import RayConfig
-from rl_core.placement.listeners import _hex_to_ip, describe, is_loopback, listening_sockets
+from rl_core.placement.listeners import _hex_to_ip, describe, descendants, is_loopback, listening_sockets
 from rl_core.placement.ray_loopback import exposure_warnings
 
 from tests.ray.conftest import NEEDS_RAY, RAY_ENV
 from tests.reliability import tally
-
-BRING_UP = r"""
-import json, os, sys
-from rl_core.config.schema import RayConfig
-from rl_core.placement.listeners import descendants, listening_sockets, ray_session_pids
-from rl_core.placement.ray_connect import connect
-from rl_core.placement.ray_group import RayWorkerGroup
-from rl_core.placement.ray_pools import ResourcePool
-
-def on_worker(info):
-    import torch, torch.distributed as dist
-    x = torch.ones(1)
-    dist.all_reduce(x)  # the group works
-    return {"sum": x.item(), "ip": info["ip"], "listeners": listening_sockets(ray_session_pids())}
-
-assert connect(RayConfig(num_cpus=2))
-group = RayWorkerGroup(ResourcePool(("probe",), 1, 2, "cpu", 0.5), collective_timeout_s=60, start_timeout_s=60, threads=1)
-try:
-    workers = group.run(on_worker)
-    mine = listening_sockets(descendants(os.getpid()))
-finally:
-    group.close()
-import ray; ray.shutdown()
-print("RESULT " + json.dumps({"workers": workers, "all": mine}))
-"""
+from tests.reliability.runs import make_run, set_config
 
 
 def test_proc_addresses_decode():
@@ -80,29 +56,51 @@ def test_opting_out_of_loopback_is_a_warning():
 
 
 @pytest.mark.dist
-def test_the_runs_local_ray_instance_listens_on_loopback_only():
+def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path):
+    """A 2-rank `rlcore train` with trainer.placement=ray (its own local Ray instance), mid-run: every listening
+    socket of the controller and of every process it started is on loopback; then SIGTERM: one line, exit 143,
+    the step saved, no Ray process left."""
     pytest.importorskip("ray", reason=NEEDS_RAY)
+    pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
     if not Path("/proc/net/tcp").exists():
         pytest.skip("reads /proc/net/tcp (Linux)")
+    cfg = make_run(tmp_path, nprocs=2)
+    set_config(cfg, trainer__total_training_steps=200, trainer__placement="ray", ray__num_cpus=2, ray__cpus_per_worker=0.5)
     temp = tempfile.mkdtemp(prefix="rlray", dir="/tmp")  # short: Ray's socket paths live under it
     env = {**os.environ, **RAY_ENV, "RAY_TMPDIR": temp}
     env.pop("RAY_ADDRESS", None)
+    log_path = tmp_path / "run.log"
+    with log_path.open("w") as log:
+        p = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        out = subprocess.run([sys.executable, "-c", BRING_UP], capture_output=True, text=True, env=env, timeout=240)
+        deadline = time.monotonic() + 300
+        metrics = tmp_path / "out" / "metrics.jsonl"  # a first step logged: Ray and the workers' group are up
+        while not (metrics.exists() and metrics.stat().st_size > 0) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.poll() is None, log_path.read_text()[-3000:]
+        pids = descendants(p.pid)
+        sockets = listening_sockets(pids)
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(120)
     finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
         shutil.rmtree(temp, ignore_errors=True)
-    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert out.returncode == 0 and line, out.stdout[-3000:] + out.stderr[-3000:]
-    result = json.loads(line[len("RESULT "):])
-    workers, everything = result["workers"], result["all"]
-    assert [w["sum"] for w in workers] == [2.0, 2.0]
-    assert {w["ip"] for w in workers} == {"127.0.0.1"}, "Ray gave the node an external address"
-    names = {s["process"] for s in everything}
-    # not vacuous: the GCS, the raylet, and the workers each listen on something
-    assert "gcs_server" in names and "raylet" in names and any(n.startswith("ray::RankWorker") for n in names), describe(everything)
-    exposed = [s for s in everything if not is_loopback(s["ip"])]
-    for s in everything:
+    text = log_path.read_text()
+    for s in sockets:
         tally.record("ray_loopback", f"{s['process']} port {s['port']}", is_loopback(s["ip"]))
+    names = {s["process"] for s in sockets}
+    # not vacuous: the GCS, the raylet, and the workers each listen on something
+    assert "gcs_server" in names and "raylet" in names and any(n.startswith("ray::RankWorker") for n in names), describe(sockets)
+    exposed = [s for s in sockets if not is_loopback(s["ip"])]
     assert not exposed, "listening beyond loopback:\n" + "\n".join(describe(exposed))
-    for w in workers:  # what doctor --cluster reports from the node's side agrees
-        assert w["listeners"] and all(is_loopback(s["ip"]) for s in w["listeners"]), describe(w["listeners"])
+    assert "node 127.0.0.1" in text, text[-3000:]
+
+    time.sleep(1)
+    left = [pid for pid in pids if pid != p.pid and Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]]
+    ok = code == 143 and "Traceback" not in text and "stopped by SIGTERM after step" in text and "run the same command to resume" in text and not left
+    tally.record("signals", "SIGTERM to the controller of a 2-rank Ray run (local instance)", ok)
+    assert code == 143 and "Traceback" not in text, text[-3000:]
+    assert "stopped by SIGTERM after step" in text and "run the same command to resume" in text, text[-3000:]
+    assert not left, f"processes of the run still alive: {left}"

@@ -135,3 +135,4 @@ def test_a_second_signal_stops_at_once_and_says_nothing_was_saved(ctx, tmp_path)
     if not ckpts:
         assert "nothing was saved" in text and "trainer.save_freq" in text, text[-2000:]
         assert not tmp_left, f"a half-written checkpoint stayed behind: {tmp_left}"
+
