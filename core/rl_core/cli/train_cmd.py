@@ -8,7 +8,6 @@ import attrs
 
 from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, split_config_args
 from rl_core.cli.plugins_cmd import print_load_problems
-from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError, errors
 from rl_core.resolver import resolve
@@ -45,14 +44,20 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     if path is None and not overrides:
         raise UserError("name a config, e.g. `rlcore train examples/quickstart.yaml` (add key=value overrides after it)")
-    warnings: list = []
-    config = load_config(path, overrides, warnings=warnings, **config_kwargs(args))
-    for p in warnings:
+    from rl_core.config.load import load_report
+    from rl_core.problems import ConfigError
+
+    loaded = load_report(path, overrides, **config_kwargs(args))
+    if errors(loaded.problems):
+        raise ConfigError(errors(loaded.problems))
+    for p in loaded.problems:
         print("warning: " + p.render(), file=sys.stderr)
+    config = loaded.config
     if not args.dry_run:
         config = materialise_builtin_model(config)
     registry = get_registry()
     stack, problems = resolve(config, registry, world=True)
+    problems = loaded.as_written(problems)
     print_load_problems(registry)
     for p in problems:
         print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=sys.stderr)

@@ -340,8 +340,10 @@ class Loaded:
     origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as the user wrote it
 
     def as_written(self, problems: Iterable[Problem]) -> list[Problem]:
-        """Later problems (resolver, normaliser) naming the keys as the user wrote them."""
-        return [_as_written(p, self.origin) for p in problems]
+        """Later problems (resolver, normaliser) naming the keys as the user wrote them, or as verl's defaults."""
+        from_profile = {k for k, _, _ in self.profile_defaults}
+        return [attrs.evolve(p, what=p.what + f" ({p.key} is verl's default, from the verl profile; set it, or --profile rl-core)")
+                if p.key in from_profile else _as_written(p, self.origin) for p in problems]
 
 
 def load_report(
