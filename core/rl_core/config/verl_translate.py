@@ -61,8 +61,9 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallback: Callable[[str], str]) -> None:
     """One verl (or rl-core) key and its value -> rl-core items / problems in ``tr``."""
-    if key.split(".")[0] in VERL_ONLY_ROOTS or "@" in key:
-        tr.verl_spelled = True
+    root = key.split(".")[0]
+    if (root in VERL_ONLY_ROOTS and not (root == "reward_model" and is_ours(key))) or "@" in key:
+        tr.verl_spelled = True  # rl-core's own reward_model.* keys (i30) do not make a config verl-spelled
     if key == "profile":
         tr.profile = str(value)
         return
