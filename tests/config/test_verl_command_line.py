@@ -100,7 +100,6 @@ def test_engineering_keys_map(override, target, value):
     (f"{V}.actor.fsdp_config.param_offload=True", "#32"),
     (f"{V}.actor.ulysses_sequence_parallel_size=2", "#33"),
     (f"{V}.rollout.multi_turn.interaction_config_path=users.yaml", "#29"),
-    ("data.truncation=left", "data.filter_overlong_prompts"),
     ("trainer.critic_warmup=5", "verl feature"),
     ("trainer.resume_mode=resume_path", "trainer.resume"),
     ("trainer.device=npu", "Ascend"),
@@ -154,3 +153,25 @@ def test_fsdp_size_is_accepted_only_as_all_ranks():
     assert _errors(f"{V}.actor.fsdp_config.fsdp_size=8", "trainer.n_gpus_per_node=8") == []
     (p,) = _errors(f"{V}.actor.fsdp_config.fsdp_size=4", "trainer.n_gpus_per_node=8")
     assert "the world size (trainer.nnodes x trainer.n_gpus_per_node) is 8" in p.what and "hybrid sharding" in p.what
+
+
+def test_truncation_and_chat_template_kwargs():
+    from rl_core.data.dataset import DataError, PromptDataset
+
+    class Chars:  # one token per character
+        chat_template = "x"
+
+        def __call__(self, texts, add_special_tokens=True):
+            return {"input_ids": [[ord(c) for c in t] for t in texts]}
+
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize, **kw):
+            return ("T" if kw.get("enable_thinking") else "") + messages[0]["content"]
+
+    rows = [{"prompt": [{"role": "user", "content": "abcdefgh"}]}]
+    cfg = load_config(None, ["data.truncation=left", "data.filter_overlong_prompts=False", "+data.apply_chat_template_kwargs.enable_thinking=True"])
+    assert (cfg.data.truncation, cfg.data.chat_template_kwargs) == ("left", {"enable_thinking": True})
+    keep = {side: PromptDataset(rows, Chars(), max_prompt_length=4, filter_overlong=False, truncation=side,
+                                template_kwargs={"enable_thinking": True}).items[0]["input_ids"] for side in ("left", "right", "middle")}
+    assert {k: "".join(map(chr, v)) for k, v in keep.items()} == {"left": "efgh", "right": "Tabc", "middle": "Tagh"}
+    with pytest.raises(DataError, match="data.max_prompt_length=4"):
+        PromptDataset(rows, Chars(), max_prompt_length=4, filter_overlong=False)

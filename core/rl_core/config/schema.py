@@ -98,6 +98,10 @@ class DataConfig:
     shuffle: bool = True
     seed: int | None = None
     filter_overlong_prompts: bool = True
+    # with filter_overlong_prompts=false: error on a prompt over max_prompt_length, or keep part of its tokens
+    # (left: the end, right: the start, middle: both ends), as verl's data.truncation
+    truncation: str = choice("error", ("error", "left", "right", "middle"))
+    chat_template_kwargs: dict[str, Any] = field(factory=dict)  # passed to the chat template (e.g. enable_thinking: false)
     apply_chat_template: bool = True
 
 

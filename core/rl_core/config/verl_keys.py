@@ -297,8 +297,7 @@ RULES: tuple[Rule, ...] = (
     _m("actor_rollout_ref.nccl_timeout", "ray.collective_timeout_s", note="the workers' torch.distributed timeout (seconds)"),
     _same("actor_rollout_ref.hybrid_engine", [True], "actor and rollout on separate devices", "none (rl-core colocates them)"),
     # ---------------------------------------------------------------- data
-    _same("data.truncation", ["error"],
-          "truncating over-long prompts", "data.filter_overlong_prompts=true (drops them), or raise data.max_prompt_length"),
+
     _same("data.return_raw_chat", [True, False], "whether verl hands the rollout the chat messages or token ids: rl-core's rollout engines take the token ids of the chat-templated prompt either way"),
     _same("data.return_raw_input_ids", [False], "tokenizing twice for a reward model", "reward_model.model.tokenizer_path", REWARD_MODEL),
     _same("data.return_full_prompt", [False], "returning the templated prompt", "none (rl-core logs the prompts it renders)"),
@@ -314,7 +313,8 @@ RULES: tuple[Rule, ...] = (
     _same("data.image_patch_size", [14], "image inputs", "none", MULTIMODAL),
     _same("data.return_multi_modal_inputs", [True, False], "image inputs", "none", MULTIMODAL),
     _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
-    _no("data.apply_chat_template_kwargs.*", "passing options to the chat template (e.g. enable_thinking)", "data.apply_chat_template; a prompt already templated in the data"),
+    _m("data.apply_chat_template_kwargs", "data.chat_template_kwargs"),
+    _m("data.apply_chat_template_kwargs.*", "data.chat_template_kwargs.*"),
     _no("data.custom_cls.*", "a custom dataset class (code named in the config)", "rlcore data (convert the data to rows)"),
     _tie("data.tool_config_path", "rollout.multi_turn.tool_config_path", "the tools of multi-turn rollouts (verl's data copy of the rollout's key)"),
     _no("data.function_tool_path", "tools defined as Python functions in a file (code named in the config)", "rollout.multi_turn.tools (registered tools)", MULTI_TURN),

@@ -166,7 +166,8 @@ def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ dataset
-def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt", tools: list[dict] | None = None) -> str:
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt", tools: list[dict] | None = None,
+                  template_kwargs: dict[str, Any] | None = None) -> str:
     """The prompt text the model sees: chat template + generation prompt, or the contents joined.
 
     A template that rejects the messages (many raise on a role they do not
@@ -181,6 +182,7 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
         )
     try:
         extra = {"tools": tools} if tools else {}  # multi-turn rollouts: the tools' schemas, where the template shows them
+        extra.update(template_kwargs or {})  # data.chat_template_kwargs, e.g. enable_thinking
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, or whatever the template raises
         roles = [m["role"] for m in messages]
@@ -188,6 +190,18 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
             f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
             "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false"
         ) from None
+
+
+def truncate(ids: list[int], length: int, side: str) -> list[int]:
+    """``ids`` cut to ``length`` tokens: ``left`` keeps the end, ``right`` the start, ``middle`` both ends."""
+    if len(ids) <= length:
+        return ids
+    if side == "left":
+        return ids[len(ids) - length:]
+    if side == "right":
+        return ids[:length]
+    head = length // 2
+    return ids[:head] + ids[len(ids) - (length - head):]
 
 
 #: row fields of verl's multimodal data (its data.image_key / video_key / audio_key defaults)
@@ -212,6 +226,8 @@ class PromptDataset:
         source: str = "data",
         origins: Sequence[str] | None = None,
         tools: list[dict] | None = None,
+        truncation: str = "error",
+        template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
@@ -222,12 +238,14 @@ class PromptDataset:
             if media:  # verl's multimodal rows (data.image_key): rl-core's models read text only
                 raise DataError(f"{w}: the row holds {', '.join(media)}; rl-core trains text-only models, so image / video / audio inputs "
                                 "are not read (docs/migrating-from-verl.md); drop those fields or use text-only data")
-        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools) for r, w in zip(rows, where)]
+        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools, template_kwargs) for r, w in zip(rows, where)]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
         ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []
         self.items: list[dict[str, Any]] = []
         self.num_dropped = 0
         for i, (row, text, tok) in enumerate(zip(rows, texts, ids)):
+            if len(tok) > max_prompt_length and not filter_overlong and truncation != "error":
+                tok = truncate(list(tok), max_prompt_length, truncation)  # data.truncation (verl's): keep a part
             if len(tok) > max_prompt_length:
                 if not filter_overlong:
                     raise DataError(
@@ -287,6 +305,8 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
         source=source,
         origins=origins,
         tools=tools,
+        truncation=data.truncation,
+        template_kwargs=data.chat_template_kwargs,
     )
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]
