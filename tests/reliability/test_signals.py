@@ -136,3 +136,22 @@ def test_a_second_signal_stops_at_once_and_says_nothing_was_saved(ctx, tmp_path)
         assert "nothing was saved" in text and "trainer.save_freq" in text, text[-2000:]
         assert not tmp_left, f"a half-written checkpoint stayed behind: {tmp_left}"
 
+
+
+def test_a_signal_while_starting_is_one_line(monkeypatch, capsys):
+    """Loading the config / resolving the stack: SIGTERM gives the same kind of line and exit 143."""
+    from rl_core.cli import train_cmd
+
+    def slow_start(args):
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while `rlcore train` is still resolving
+        time.sleep(5)
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(train_cmd, "run", slow_start)
+    code = train_cmd.run_stoppable(None)
+    err = capsys.readouterr().err
+    ok = code == 143 and "stopped by SIGTERM while starting: nothing was trained or saved" in err
+    tally.record("signals", "SIGTERM while starting", ok)
+    assert ok, err
+    assert signal.getsignal(signal.SIGTERM) is before  # the handlers are put back

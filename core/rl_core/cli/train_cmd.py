@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="resume the checkpoint in trainer.output_dir even though it was written under a different config",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run_stoppable)
 
 
 def materialise_builtin_model(config):
@@ -80,3 +80,15 @@ def run(args) -> int:
     summary = ", ".join(f"{k}={final[k]:.4g}" for k in keys if k in final)
     print(f"done: {stack.config.trainer.output_dir}" + (f" ({summary})" if summary else ""))
     return 0
+
+
+def run_stoppable(args) -> int:
+    """:func:`run` with SIGINT / SIGTERM handled from the first moment (loading the config, resolving the stack)."""
+    from rl_core.trainer.stopping import StopSignals, signal_name
+
+    try:
+        with StopSignals():
+            return run(args)
+    except Interrupted as exc:  # before train() took over: nothing was built
+        print(f"\nstopped by {signal_name(exc.signum)} while starting: nothing was trained or saved", file=sys.stderr, flush=True)
+        return exc.exit_code
