@@ -59,3 +59,21 @@ def test_nodes_that_disagree_are_named():
     engine_line = next(line for line in lines if line.startswith("an-engine:"))
     assert "node 10.0.0.1 (aaaa) has not installed" in engine_line and "node 10.0.0.2 (bbbb) has 0.26.0" in engine_line
     assert disagreements({"a": mine, "b": dict(mine)}) == []
+
+
+def test_listeners_are_listed_per_node_and_exposed_ones_flagged():
+    from rl_core.cli.doctor_cluster import render_listeners
+
+    result = {
+        "nodes": [{"ip": "10.0.0.1", "node_id": "aaaabbbbcccc", "listeners": [
+            {"pid": 7, "process": "raylet", "ip": "::ffff:127.0.0.1", "port": 4000},
+            {"pid": 8, "process": "gcs_server", "ip": "::", "port": 6379},
+        ]}],
+        "driver_listeners": [{"pid": 9, "process": "python rl_core", "ip": "127.0.0.1", "port": 5000}],
+    }
+    lines = render_listeners(result)
+    text = "\n".join(lines)
+    assert "node 10.0.0.1 (aaaabbbb):" in text
+    assert "pid 7 raylet [::ffff:127.0.0.1]:4000" in text and "4000  <-" not in text
+    assert "pid 8 gcs_server [::]:6379  <- reachable from the network" in text
+    assert "pid 9 python rl_core 127.0.0.1:5000" in text
