@@ -351,7 +351,9 @@ def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[
     machine's GPUs and cores: for a config written here and run elsewhere.
     """
     data, rows = data_problems(config)
-    checks = [data, reward_problems(config, registry, rows), logger_problems(config)]
+    from rl_core.agent.checks import agent_problems
+
+    checks = [data, reward_problems(config, registry, rows), agent_problems(config, registry, rows), logger_problems(config)]
     if devices:
         checks.append(device_problems(config))
     checks.append(output_problems(config))
