@@ -3,9 +3,10 @@
 A random model never writes a well-formed tool call, so the ``every_turn``
 format reads *every* assistant turn as one call of ``count_chars`` on that
 turn's text: each trajectory then runs exactly ``max_assistant_turns``
-turns, with tool results that depend on what was sampled. Register them with
-``get_registry(extra=[(rl_core.testing.agent_fixtures, Provider(distribution="rl-core-testing"))])``
-(:func:`register_fixtures`).
+turns, with tool results that depend on what was sampled. ``every_turn_all``
+also calls three tools that fail (``raises``, ``returns_int``, ``hangs``)
+every turn: the run must go on and count them. Register them with
+:func:`register_fixtures` (the process registry plus this module).
 """
 
 from __future__ import annotations
@@ -32,14 +33,54 @@ class EveryTurnParser:
         return text, [ToolCall(name="count_chars", arguments={"text": text})]
 
 
+def raises(text: str) -> str:
+    """A tool that always fails.
+
+    Args:
+        text: ignored
+    """
+    raise RuntimeError("this tool always fails")
+
+
+def returns_int(text: str) -> str:
+    """A tool that returns a number instead of text.
+
+    Args:
+        text: ignored
+    """
+    return 42  # type: ignore[return-value]
+
+
+async def hangs(text: str) -> str:
+    """A tool that never answers.
+
+    Args:
+        text: ignored
+    """
+    import asyncio
+
+    await asyncio.sleep(3600)
+    return "never"
+
+
+class EveryTurnAllParser(EveryTurnParser):
+    """Every turn calls count_chars and the three failing tools."""
+
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        return text, [ToolCall(name=n, arguments={"text": text}) for n in ("count_chars", "raises", "returns_int", "hangs")]
+
+
 @hookimpl
 def rl_core_register_tools(register):
     register(ToolCard(name="count_chars", factory=count_chars))
+    for fn in (raises, returns_int, hangs):
+        register(ToolCard(name=fn.__name__, factory=fn))
 
 
 @hookimpl
 def rl_core_register_tool_parsers(register):
     register(ToolParserCard(name="every_turn", factory=EveryTurnParser))
+    register(ToolParserCard(name="every_turn_all", factory=EveryTurnAllParser))
 
 
 def register_fixtures():
