@@ -84,7 +84,7 @@ def main() -> None:
     overrides = [
         *args.overrides,
         "reward_model.enable=true", f"reward_model.model.path={rm_dir}", "reward_model.apply_chat_template=false",
-        "reward.weights={'*': {rule: 1.0, model: 1.0}}", f"trainer.total_training_steps={args.steps}", f"trainer.output_dir={out_dir}",
+        "reward.weights={default: {rule: 1.0, model: 1.0}}", f"trainer.total_training_steps={args.steps}", f"trainer.output_dir={out_dir}",
         "trainer.loggers=[jsonl]", "trainer.save_freq=-1",
     ]
     if device == "cuda":

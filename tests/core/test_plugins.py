@@ -48,7 +48,7 @@ def test_third_party_names_resolve_in_a_config(site):
     res = run_rlcore(
         "check", "model.path=Qwen/Qwen2.5-0.5B", TINY_DATA, "reward.name=exact_match", "algorithm.adv_estimator=mean_baseline", "rollout.n=1",
         "reward_model.enable=true", "reward_model.name=char_count", f"reward_model.model.path={FIXTURES}",
-        "reward.weights={'*': {rule: 1.0, model: 0.5}}",
+        "reward.weights={default: {rule: 1.0, model: 0.5}}",
         pythonpath=[site], env={"RL_CORE_BLOCK_PLUGINS": "broken_plugin"},
     )
     assert res.returncode == 0, res.stderr

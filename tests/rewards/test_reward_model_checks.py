@@ -83,7 +83,7 @@ def test_weights_and_an_unused_rule_reward():
 
 def test_weights_per_source_pick_parts_and_failures_count_once():
     """gsm8k: rule + model; chat/*: model only (no rule reward needed); the rest: rule only."""
-    cfg = RewardConfig(weights={"gsm8k": {"rule": 1.0, "model": 0.5}, "chat/*": {"model": 2.0}, "*": {"rule": 1.0}}, on_error="skip")
+    cfg = RewardConfig(weights={"gsm8k": {"rule": 1.0, "model": 0.5}, "chat/*": {"model": 2.0}, "default": {"rule": 1.0}}, on_error="skip")
     from tests.rewards.test_reward_manager import make_registry
     from rl_core.cards import RewardCard
 

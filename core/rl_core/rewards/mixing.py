@@ -1,13 +1,14 @@
 """Mixed rewards: the rule score and the model score, weighted per data source.
 
-``reward.weights`` maps data sources (exact names, or glob patterns such as ``"math/*"``; ``"*"`` for the
-rest; an exact name first, then the longest matching pattern) to the weights of the reward's parts::
+``reward.weights`` maps data sources (exact names, or glob patterns such as ``"math/*"``; ``"*"`` or ``default``
+for the rest; an exact name first, then the longest matching pattern) to the weights of the reward's parts::
 
     reward:
       weights:
         gsm8k: {rule: 1.0, model: 0.2}
         chat/*: {model: 1.0}
 
+On the command line (Hydra's grammar has no quoted keys): ``reward.weights={gsm8k: {rule: 1, model: 0.2}, default: {model: 1}}``.
 A sample's reward is ``sum(weight * part score)``. A part weighted 0 (or left out) is not computed, so a
 chat data set needs no rule reward. A source that no entry matches uses the model's score alone when
 ``reward_model.enable`` (verl: the reward model's score is the reward), else the rule's.
@@ -22,6 +23,8 @@ from typing import Any, Mapping, Sequence
 from rl_core.problems import Problem
 
 PARTS = ("rule", "model")
+#: the entry for sources nothing else matches, besides "*" (which Hydra's command-line grammar cannot write)
+CATCH_ALL = "default"
 
 
 def weight_problems(weights: Mapping[str, Any], model_enabled: bool) -> list[Problem]:
@@ -65,8 +68,10 @@ class RewardWeights:
             hits = [(len(p), p) for p in self.table if any(c in p for c in "*?[") and fnmatch.fnmatchcase(name, p)]
             if hits:
                 chosen = self.table[max(hits)[1]]
-        elif "*" in self.table:
-            chosen = self.table["*"]
+            elif CATCH_ALL in self.table:
+                chosen = self.table[CATCH_ALL]
+        elif "*" in self.table or CATCH_ALL in self.table:
+            chosen = self.table.get("*", self.table.get(CATCH_ALL))
         out = {p: w for p, w in chosen.items() if w != 0}
         try:
             self._cache[data_source] = out

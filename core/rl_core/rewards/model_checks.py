@@ -70,7 +70,7 @@ def reward_model_problems(config: Any, registry: Any = None, *, card: Any = None
             key = "reward.custom.path" if reward.custom.path else "reward.name"
             out.append(Problem(key=key, severity="warning",
                                what="is set, but with reward_model.enable the reward is the model's score alone unless reward.weights weight the rule part",
-                               fix="mix them, e.g. reward.weights={'*': {rule: 1.0, model: 1.0}}, or remove the rule reward"))
+                               fix="mix them, e.g. reward.weights={default: {rule: 1.0, model: 1.0}}, or remove the rule reward"))
     if not rm.enable:
         return out
     if not rm.model.path:
