@@ -255,3 +255,14 @@ def test_every_file_a_resume_reads_is_planted(finished_run):
     others = {p.name for p in out.iterdir() if p.is_file()}  # config.yaml, metrics.jsonl, the lock
     assert others <= {"config.yaml", "metrics.jsonl", ".rlcore.lock"}, others
     assert yaml.safe_load((out / "config.yaml").read_text())  # read with yaml.safe_load (see above)
+
+
+def test_rng_state_of_the_wrong_shape_is_a_clear_error():
+    """A trainer_state.pt that loads (plain data) but whose RNG state is nonsense: CheckpointError, not a traceback."""
+    from rl_core.trainer.checkpoint import load_rng_state, save_rng_state
+
+    good = save_rng_state()
+    for bad in ({**good, "python": [3, "x", None]}, {**good, "numpy": [1, 2]}, {**good, "torch": torch.zeros(3)}, [1, 2]):
+        with pytest.raises(CheckpointError):
+            load_rng_state(bad)
+    load_rng_state(good)

@@ -612,15 +612,18 @@ def save_rng_state() -> dict[str, Any]:
 
 def load_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`save_rng_state` returned."""
-    missing = [k for k in ("python", "numpy", "torch") if k not in state]
+    missing = [k for k in ("python", "numpy", "torch") if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"RNG state is missing {missing}; it must come from save_rng_state()")
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-    np.random.set_state((kind, keys.astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
+    try:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+        np.random.set_state((kind, keys.astype(np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(state["torch"])
+    except (TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise CheckpointError(f"the checkpoint's RNG state is not what save_rng_state() writes ({exc}); the checkpoint is damaged") from None
     if "cuda" in state:
         if torch.cuda.is_available() and torch.cuda.device_count() == len(state["cuda"]):
             torch.cuda.set_rng_state_all(state["cuda"])
