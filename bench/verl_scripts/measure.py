@@ -52,13 +52,17 @@ def main() -> None:
         t0 = time.time()
         result = {name: check(s["overrides"], data, registry) for name, s in d["scripts"].items()}
         took = time.time() - t0
-    mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER)}
+    mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER) and not n.startswith("recipe:")}
+    dapo = {n: e for n, e in result.items() if n.startswith("recipe:")}
     ok = [n for n, e in mine.items() if not e]
     lines = [f"# verl's example scripts through `rlcore check --skip-device-check`", "",
              f"verl commit {d['verl_commit']}; {len(d['scripts'])} scripts extracted; measured {time.strftime('%Y-%m-%d')} in {took:.0f} s.", "",
              f"**{len(ok)} of {len(mine)}** scripts of algorithms rl-core implements resolve unchanged "
-             f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine)} more are of verl features rl-core lacks "
-             f"({', '.join(OTHER)}).", ""]
+             f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine) - len(dapo)} more are of verl features rl-core lacks "
+             f"({', '.join(OTHER)}).", "",
+             f"verl-recipe's DAPO scripts (commit {d.get('recipe_commit', '?')}; recipe.dapo.main_dapo): "
+             f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (DAPO's dynamic sampling, "
+             "algorithm.filter_groups, is a verl feature rl-core does not have).", ""]
     for label, refs in (("offload (issue #32)", ("#32",)), ("offload and Ulysses (issues #32, #33)", ("#32", "#33"))):
         n = sum(1 for e in mine.values() if e and all(any(r in p.fix for r in refs) for p in e))
         lines.append(f"- would also resolve if rl-core had {label}: {n} more ({len(ok) + n} of {len(mine)})")
@@ -72,7 +76,7 @@ def main() -> None:
     for n, errs in result.items():
         if errs:
             p = errs[0]
-            tag = " (not an rl-core algorithm)" if n not in mine else ""
+            tag = " (DAPO recipe)" if n in dapo else " (not an rl-core algorithm)" if n not in mine else ""
             lines.append(f"- `{n}`{tag}: {len(errs)} refusal(s); first `{p.key}`: {p.what}")
     lines += ["", "## Resolve unchanged", ""] + [f"- `{n}`" for n in ok]
     Path(args.out).write_text("\n".join(lines) + "\n")

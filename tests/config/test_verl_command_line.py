@@ -26,7 +26,7 @@ def test_hydra_add_force_add_and_delete():
 
 def test_hydra_syntax_errors_name_the_override():
     (p,) = _errors("data.train_batch_size=[1,")
-    assert p.key == "data.train_batch_size=[1," and "Hydra" in p.what
+    assert p.key == "data.train_batch_size" and "'data.train_batch_size=[1,' is not a valid override (Hydra" in p.what
     (p,) = _errors("trainer.logger=console,wandb")
     assert "sweep" in p.what and "[a,b]" in p.fix
 

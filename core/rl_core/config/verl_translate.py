@@ -24,7 +24,9 @@ from rl_core.problems import Problem
 VERL_ONLY_ROOTS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler", "distillation"})
 #: rollout engines whose part of verl's rollout.engine_kwargs.<engine>.* is passed on
 ENGINES = ("vllm", "sglang", "trtllm")
-VERL_CONFIGS = {"ppo_trainer": {}, "ppo_megatron_trainer": {"train.name": "megatron"}}
+#: verl's own config files (and verl-recipe's DAPO ones, which extend them): the engine each selects
+VERL_CONFIGS = {"ppo_trainer": {}, "ppo_megatron_trainer": {"train.name": "megatron"},
+                "dapo_trainer": {}, "dapo_megatron_trainer": {"train.name": "megatron"}}
 
 
 @attrs.define
@@ -167,7 +169,8 @@ def parse_override(text: str) -> tuple[str, str, Any, Problem | None]:
         o = _PARSER.parse_override(text)
     except HydraException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot be parsed"
-        return text, text, None, Problem(key=text, what=f"is not a valid override (Hydra's grammar: {first})",
+        key = text.partition("=")[0].strip() or text
+        return key, key, None, Problem(key=key, what=f"{text!r} is not a valid override (Hydra's grammar: {first})",
                                          fix="write key=value, +key=value, ~key; quote values with spaces or brackets, e.g. 'key=[a,b]'")
     key = o.key_or_group + (f"@{o.package}" if o.package else "")
     written = ("~" if o.is_delete() else "++" if o.is_force_add() else "+" if o.is_add() else "") + key

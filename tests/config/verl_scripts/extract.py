@@ -50,7 +50,7 @@ i=0; mod=
 for a in "$@"; do
   if [ "$prev" = "-m" ]; then mod="$a"; fi; prev="$a"
 done
-case "$mod" in verl.*)
+case "$mod" in verl.*|recipe.*)
   "$REAL_PY" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$VERL_DUMP";;
 esac
 exit 0
@@ -113,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repo", help="a verl git checkout or bare mirror")
     ap.add_argument("--out", default=str(Path(__file__).with_name("scripts.json")))
+    ap.add_argument("--recipe", help="a verl-recipe checkout or mirror: its dapo/*.sh are extracted too (keys 'recipe:dapo/...')")
     args = ap.parse_args()
     git = ["git", "-C", args.repo]
     commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
@@ -131,8 +132,20 @@ def main() -> None:
                 continue
             module, overrides = commands[-1]
             out["scripts"][name] = {"module": module, "overrides": overrides}
+        if args.recipe:
+            rgit = ["git", "-C", args.recipe]
+            out["recipe_commit"] = subprocess.run([*rgit, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+            rnames = subprocess.run([*rgit, "ls-tree", "-r", "HEAD", "--name-only"], capture_output=True, text=True, check=True).stdout.split()
+            for name in sorted(n for n in rnames if n.startswith("dapo/") and n.endswith(".sh")):
+                text = subprocess.run([*rgit, "show", f"HEAD:{name}"], capture_output=True, text=True, check=True).stdout
+                commands = [c for c in (overrides_of(a) for a in run_script(text, root)) if "main" in c[0]]
+                if commands:
+                    module, overrides = commands[-1]
+                    out["scripts"][f"recipe:{name}"] = {"module": module, "overrides": overrides}
+                else:
+                    print(f"recipe {name}: no trainer command recorded", file=sys.stderr)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{len(out['scripts'])} of {len(names)} scripts -> {args.out} (verl {commit[:12]})")
+    print(f"{len(out['scripts'])} scripts ({len(names)} verl examples, the rest verl-recipe's dapo/) -> {args.out} (verl {commit[:12]})")
 
 
 if __name__ == "__main__":
