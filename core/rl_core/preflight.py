@@ -360,4 +360,7 @@ def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[
     from rl_core.check_probes import all_problems  # model folders, estimator on a probe batch, data >= one batch, ...
 
     checks.append(all_problems(config, registry))
+    from rl_core.lora_checks import lora_and_offload_problems  # issue #32: refused until the engines apply them
+
+    checks.append(lora_and_offload_problems(config, registry))
     return list(itertools.chain.from_iterable(checks))

@@ -124,6 +124,15 @@ class ModelConfig:
     compile: bool = False
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
+    # LoRA (rl_core.lora, docs/lora.md, issue #32): 0 = off (full fine-tune); the train engines do not apply it yet
+    lora_rank: int = num(0, ge=0, hint="0 turns LoRA off; 8 to 64 is usual, e.g. 32")
+    lora_alpha: float = num(16.0, gt=0, hint="the adapters' scale is lora_alpha / lora_rank; twice the rank is usual, e.g. 64")
+    # module names (the last part of a module's dotted name, e.g. [q_proj, v_proj]) or "all-linear" (every nn.Linear
+    # except the LM head, as peft's "all-linear")
+    target_modules: str | list[str] = field(default="all-linear", metadata={RULE: NonEmpty(hint="all-linear, or module names such as [q_proj, v_proj]")})
+    exclude_modules: list[str] = field(factory=list)  # module names left without adapters
+    lora_dropout: float = num(0.0, ge=0, lt=1, hint="0 is usual for RL")
+    lora_adapter_path: str | None = None  # a PEFT adapter folder (adapter_config.json + weights) to start from
 
 
 @attrs.frozen(kw_only=True)
@@ -193,6 +202,14 @@ class TrainBackendConfig:
 
 
 @attrs.frozen(kw_only=True)
+class FsdpConfig:
+    """verl's ``actor.fsdp_config`` offload switches (issue #32; the train engines do not apply them yet)."""
+
+    param_offload: bool = False  # float32 parameters and their gradients live in CPU memory between uses
+    optimizer_offload: bool = False  # AdamW's state lives in CPU memory (the optimizer step runs there)
+
+
+@attrs.frozen(kw_only=True)
 class ActorConfig:
     ppo_mini_batch_size: int = pos(8, hint="prompts per optimizer step")  # prompts
     ppo_micro_batch_size_per_gpu: int = pos(4, hint="sequences per forward/backward")  # sequences
@@ -222,6 +239,7 @@ class ActorConfig:
     kl_loss_coef: float = num(0.001, ge=0, hint="0.001 is usual")
     kl_loss_type: str = choice("low_var_kl", _kl_kinds)
     optim: OptimConfig = field(factory=OptimConfig)
+    fsdp_config: FsdpConfig = field(factory=FsdpConfig)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,250 @@
+"""LoRA adapters on a Hugging Face causal LM, from ``model.lora_*`` (issue #32, docs/lora.md).
+
+Built on the ``peft`` library (``pip install 'rl-core[lora]'``):
+
+- :func:`apply_lora` wraps a model: the base weights are frozen and cast to the compute dtype (no float32
+  master copy, no optimizer state, no gradients for them); only the adapters (float32) are trainable.
+  ``target_modules="all-linear"`` means what it means in peft: every linear layer except the LM head.
+  ``model.lora_adapter_path`` starts from a saved PEFT adapter folder instead of fresh adapters.
+- :func:`adapters_disabled`: the reference policy is the same model with its adapters off (no second copy).
+- :func:`adapter_state_dict`: the adapters alone, under peft's names (what an engine with LoRA support loads);
+  :func:`merged_state_dict`: the base model's own names and shapes with ``W + scale * B @ A`` folded in, for
+  rollout engines without LoRA support. Neither changes the model.
+- :func:`save_adapter`: a PEFT adapter folder (``save_pretrained``), and on request the merged weights beside it.
+
+The train engines do not call this module yet: ``rlcore check`` refuses ``model.lora_rank > 0`` until they do
+(:mod:`rl_core.lora_checks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import attrs
+import torch
+
+from rl_core.problems import UserError
+
+ALL_LINEAR = "all-linear"
+ADAPTER_NAME = "default"
+INSTALL = "pip install 'rl-core[lora]' (installs peft)"
+
+
+class LoraError(UserError):
+    """A LoRA setting or adapter folder that cannot be used."""
+
+
+@attrs.frozen(kw_only=True)
+class LoraSpec:
+    """The ``model.lora_*`` keys of a config."""
+
+    rank: int
+    alpha: float
+    target_modules: str | tuple[str, ...] = ALL_LINEAR
+    exclude_modules: tuple[str, ...] = ()
+    dropout: float = 0.0
+    adapter_path: str | None = None
+
+    @classmethod
+    def from_model_config(cls, m: Any) -> LoraSpec:
+        targets = m.target_modules if isinstance(m.target_modules, str) else tuple(m.target_modules)
+        return cls(rank=int(m.lora_rank), alpha=float(m.lora_alpha), target_modules=targets,
+                   exclude_modules=tuple(m.exclude_modules or ()), dropout=float(m.lora_dropout), adapter_path=m.lora_adapter_path)
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError as exc:
+        raise LoraError(f"model.lora_rank > 0 needs the peft library, which is not installed: {INSTALL}") from exc
+    return peft
+
+
+# ------------------------------------------------------------------ which modules get adapters
+def _is_linear(module: torch.nn.Module) -> bool:
+    return isinstance(module, torch.nn.Linear)
+
+
+def _output_layer_names(model: torch.nn.Module) -> set[str]:
+    """The LM head's module name (peft's all-linear leaves it out)."""
+    out = set()
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    for name, module in model.named_modules():
+        if head is not None and module is head:
+            out.add(name)
+    return out or {"lm_head"}
+
+
+def _matches(name: str, wanted: str) -> bool:
+    return name == wanted or name.endswith("." + wanted)
+
+
+def linear_names(model: torch.nn.Module) -> dict[str, str]:
+    """Every linear module's full name -> its last name part (``model.layers.0.self_attn.q_proj`` -> ``q_proj``)."""
+    return {name: name.rsplit(".", 1)[-1] for name, module in model.named_modules() if name and _is_linear(module)}
+
+
+def target_names(model: torch.nn.Module, spec: LoraSpec) -> list[str]:
+    """Full names of the modules that get adapters, as peft picks them."""
+    linears = linear_names(model)
+    if spec.target_modules == ALL_LINEAR:
+        heads = _output_layer_names(model)
+        picked = [n for n in linears if n not in heads]
+    else:
+        picked = [n for n in linears if any(_matches(n, t) for t in spec.target_modules)]
+    return [n for n in picked if not any(_matches(n, e) for e in spec.exclude_modules)]
+
+
+def target_problems(model: torch.nn.Module, spec: LoraSpec) -> list[tuple[str, str, str]]:
+    """``(key, what, fix)`` for each name in ``target_modules`` / ``exclude_modules`` that matches no linear layer."""
+    from rl_core.problems import did_you_mean
+
+    leaves = sorted(set(linear_names(model).values()))
+    out = []
+    names = [] if spec.target_modules == ALL_LINEAR else list(spec.target_modules)
+    for key, wanted in [("model.target_modules", names), ("model.exclude_modules", list(spec.exclude_modules))]:
+        for name in wanted:
+            if not any(_matches(n, name) for n in linear_names(model)):
+                out.append((key, f"names {name!r}, which is not a linear layer of this model{did_you_mean(name, leaves)}",
+                            f"use names of its linear layers ({', '.join(leaves)}) or all-linear"))
+    if not out and not target_names(model, spec):
+        out.append(("model.target_modules", "leaves no layer for adapters once model.exclude_modules is taken out",
+                    "exclude fewer modules, or target more"))
+    return out
+
+
+# ------------------------------------------------------------------ apply / load
+def apply_lora(model: torch.nn.Module, spec: LoraSpec, *, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """``model`` with LoRA adapters (a peft ``PeftModel``): the base frozen in ``dtype`` (default: as it is),
+    the adapters float32 and trainable. Starts from ``spec.adapter_path`` when set."""
+    if not spec.enabled:
+        raise LoraError(f"model.lora_rank is {spec.rank}: LoRA is off (set model.lora_rank > 0, e.g. 32)")
+    problems = target_problems(model, spec)
+    if problems:
+        raise LoraError("\n".join(f"{k}: {w}\n    fix: {f}" for k, w, f in problems))
+    peft = _peft()
+    if dtype is not None:
+        model.to(dtype)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if spec.adapter_path:
+        check_adapter_folder(spec)
+        wrapped = peft.PeftModel.from_pretrained(model, spec.adapter_path, is_trainable=True, adapter_name=ADAPTER_NAME)
+    else:
+        cfg = peft.LoraConfig(
+            r=spec.rank, lora_alpha=spec.alpha, lora_dropout=spec.dropout, bias="none",
+            target_modules=spec.target_modules if spec.target_modules == ALL_LINEAR else list(spec.target_modules),
+            exclude_modules=list(spec.exclude_modules) or None, task_type="CAUSAL_LM",
+        )
+        wrapped = peft.get_peft_model(model, cfg, adapter_name=ADAPTER_NAME)
+    for name, p in wrapped.named_parameters():  # adapters train in float32 whatever the base's dtype
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return wrapped
+
+
+def check_adapter_folder(spec: LoraSpec) -> dict[str, Any]:
+    """The adapter folder's ``adapter_config.json`` (read as JSON only); raises when it is missing or disagrees with the config."""
+    folder = Path(os.path.expanduser(spec.adapter_path or ""))
+    cfg_file = folder / "adapter_config.json"
+    if not cfg_file.is_file():
+        raise LoraError(f"model.lora_adapter_path: {str(folder)!r} holds no adapter_config.json (a PEFT adapter folder, written by save_pretrained)")
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise LoraError(f"model.lora_adapter_path: {cfg_file} is not readable JSON: {exc}") from exc
+    if cfg.get("peft_type", "LORA") != "LORA":
+        raise LoraError(f"model.lora_adapter_path: {folder} is a {cfg.get('peft_type')} adapter, not LoRA")
+    if int(cfg.get("r", spec.rank)) != spec.rank:
+        raise LoraError(f"model.lora_rank is {spec.rank} but the adapter in {folder} has rank {cfg.get('r')}: set model.lora_rank={cfg.get('r')}")
+    if not any((folder / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise LoraError(f"model.lora_adapter_path: {folder} holds no adapter_model.safetensors")
+    return cfg
+
+
+# ------------------------------------------------------------------ use
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """The reference policy: the same model with its adapters off."""
+    with model.disable_adapter():
+        yield
+
+
+def _lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer) and ADAPTER_NAME in getattr(module, "lora_A", {}):
+            yield name, module
+
+
+def base_name(peft_name: str) -> str:
+    """A parameter name of the wrapped model as the plain HF model names it."""
+    name = peft_name
+    for prefix in ("base_model.model.",):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace(".base_layer.", ".")
+
+
+def adapter_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters' weights under peft's names (as in ``adapter_model.safetensors``): detached views of the live tensors."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach() for k, v in get_peft_model_state_dict(model, adapter_name=ADAPTER_NAME).items()}
+
+
+@torch.no_grad()
+def merged_state_dict(model: torch.nn.Module, *, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The base model's weights under its own names with every adapter folded in (``W + scale * B @ A``);
+    the model is left as it is. ``dtype``: the output's (default: each base weight's)."""
+    deltas = {}
+    for name, layer in _lora_layers(model):
+        deltas[base_name(name + ".base_layer.weight")] = layer.get_delta_weight(ADAPTER_NAME)
+    out = {}
+    for name, p in model.named_parameters():
+        if ".lora_" in name:
+            continue
+        key = base_name(name)
+        value = p.detach()
+        if key in deltas:
+            value = (value.float() + deltas[key].float()).to(value.dtype)
+        out[key] = value.to(dtype) if dtype is not None else value
+    return out
+
+
+def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = False) -> Path:
+    """Write a PEFT adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``); with ``merged``, the
+    merged weights too, as ``merged/model.safetensors`` + ``merged/config.json`` (a plain HF model folder)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder), selected_adapters=[ADAPTER_NAME])
+    if merged:
+        from safetensors.torch import save_file
+
+        out = folder / "merged"
+        out.mkdir(exist_ok=True)
+        weights = merged_state_dict(model)
+        tied = getattr(model.get_base_model().config, "tie_word_embeddings", False)
+        if tied:
+            weights.pop("lm_head.weight", None)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+        model.get_base_model().config.save_pretrained(str(out))
+    return folder

@@ -1,0 +1,88 @@
+"""`rlcore check` / `train` probes for ``model.lora_*`` and ``actor.fsdp_config.*_offload`` (issue #32).
+
+Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
+
+- :func:`lora_problems`: the LoRA keys are consistent (an adapter folder with ``lora_rank=0`` would be ignored:
+  refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
+  from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and,
+  while the train engines do not apply LoRA, ``lora_rank > 0`` is refused instead of being silently ignored.
+- :func:`offload_problems`: the same refusal for parameter / optimizer offload.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rl_core.problems import Problem
+
+NOT_WIRED = "LoRA training is not wired into the train engines yet: issue #32"
+OFFLOAD_NOT_WIRED = "offloading to CPU is not wired into the train engines yet: issue #32"
+
+
+def _model_dir(path: str) -> Path | None:
+    if path.startswith("builtin:"):
+        from rl_core.models import cache_dir
+
+        folder = cache_dir() / "models" / path.split(":", 1)[1]
+    else:
+        folder = Path(os.path.expanduser(path))
+    return folder if (folder / "config.json").is_file() else None
+
+
+def meta_model(path: str, override: dict[str, Any] | None = None, trust_remote_code: bool = False):
+    """The model of the folder ``path`` built on the meta device (its modules, no memory); None without a local config.json."""
+    folder = _model_dir(path)
+    if folder is None:
+        return None
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code, **(override or {}))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(cfg, trust_remote_code=trust_remote_code)
+
+
+def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
+    m = config.model
+    out: list[Problem] = []
+    if m.lora_rank == 0:
+        if m.lora_adapter_path:
+            out.append(Problem(key="model.lora_adapter_path", what=f"is set ({m.lora_adapter_path!r}) but model.lora_rank is 0 (LoRA off): the adapter would be ignored",
+                               fix="set model.lora_rank to the adapter's rank, or remove model.lora_adapter_path"))
+        return out
+    from rl_core.lora import LoraError, LoraSpec, check_adapter_folder, target_problems
+
+    spec = LoraSpec.from_model_config(m)
+    if spec.adapter_path:
+        try:
+            check_adapter_folder(spec)
+        except LoraError as exc:
+            out.append(Problem(key="model.lora_adapter_path", what=str(exc).split(": ", 1)[-1], fix="point it at a folder written by save_pretrained of a LoRA adapter"))
+    try:
+        model = meta_model(m.path, m.override_config, m.trust_remote_code)
+        found = [] if model is None else target_problems(model, spec)
+    except Exception as exc:  # noqa: BLE001 - the model-folder probes report an unreadable config
+        out.append(Problem(key="model.target_modules", severity="warning", what=f"not checked: the model could not be built from its config.json ({type(exc).__name__}: {exc})"))
+        found = []
+    out += [Problem(key=k, what=w, fix=f) for k, w, f in found]
+    out.append(Problem(key="model.lora_rank", what=f"is {m.lora_rank}: {NOT_WIRED}",
+                       why="the run would train every weight and ignore the adapters' settings",
+                       fix="set model.lora_rank=0 (full fine-tune) for now; rl_core.lora applies adapters outside the engines (docs/lora.md)"))
+    return out
+
+
+def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
+    f = config.actor.fsdp_config
+    return [Problem(key=f"actor.fsdp_config.{k}", what=f"is true: {OFFLOAD_NOT_WIRED}", why="the run would keep everything on the device and ignore the setting",
+                    fix=f"set actor.fsdp_config.{k}=false; to fit a larger model use more GPUs (trainer.n_gpus_per_node) or model.enable_gradient_checkpointing=true")
+            for k in ("param_offload", "optimizer_offload") if getattr(f, k)]
+
+
+PROBES = (("files", lora_problems), ("rules", offload_problems))
+
+
+def lora_and_offload_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """Both probes (what :func:`rl_core.preflight.world_problems` runs)."""
+    return lora_problems(config, registry) + offload_problems(config, registry)

@@ -1,0 +1,49 @@
+"""`rlcore check` on model.lora_* / actor.fsdp_config.*_offload: refused (not wired into the engines yet, #32), names checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rl_core.cli.main import main
+from rl_core.lora_checks import NOT_WIRED, OFFLOAD_NOT_WIRED
+
+pytest.importorskip("peft")
+TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    from rl_core.testing.tiny_model import make_tiny_model_dir
+
+    model = make_tiny_model_dir(tmp_path_factory.mktemp("m") / "model", hidden=32, layers=1)
+    return [f"model.path={model}", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",
+            "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"]
+
+
+def _check(args, capsys):
+    code = main(["check", *args])
+    cap = capsys.readouterr()
+    return code, cap.out + cap.err
+
+
+def test_lora_rank_is_refused_with_the_issue_and_bad_names_are_named(base, capsys):
+    assert _check(base, capsys)[0] == 0
+    code, text = _check([*base, "model.lora_rank=8", "model.target_modules=[q_prj,v_proj]", "model.exclude_modules=[nope]"], capsys)
+    assert code == 1 and "Traceback" not in text
+    assert NOT_WIRED in text and "model.lora_rank" in text
+    assert "model.target_modules" in text and "did you mean 'q_proj'" in text
+    assert "model.exclude_modules" in text and "'nope'" in text
+
+
+def test_bad_lora_values_and_ignored_settings_are_refused(base, capsys):
+    for args, key, words in [
+        (["model.lora_rank=-1"], "model.lora_rank", "0 turns LoRA off"),
+        (["model.lora_rank=8", "model.lora_alpha=0"], "model.lora_alpha", "lora_alpha / lora_rank"),
+        (["model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "model.lora_rank is 0"),
+        (["model.lora_rank=8", "model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "adapter_config.json"),
+        (["actor.fsdp_config.param_offload=true"], "actor.fsdp_config.param_offload", OFFLOAD_NOT_WIRED),
+        (["actor.fsdp_config.optimizer_offload=true"], "actor.fsdp_config.optimizer_offload", OFFLOAD_NOT_WIRED),
+    ]:
+        code, text = _check([*base, *args], capsys)
+        assert code == 1 and key in text and words in text, (args, text)
