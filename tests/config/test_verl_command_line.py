@@ -24,6 +24,12 @@ def test_hydra_add_force_add_and_delete():
     assert cfg.data.train_files == ["a.parquet", "b.parquet"] and cfg.trainer.loggers == ["console", "wandb"] and cfg.actor.optim.lr == 1e-6
 
 
+def test_rl_cores_own_override_forms_still_read():
+    # what Hydra's grammar refuses but rl-core always read: `~` in a value, '=' in a value, a `*` key
+    cfg = load_config(None, ["trainer.output_dir=/tmp/x/~y", "reward.kwargs.url=http://h:1/p?q=1", "reward.kwargs.*=1"])
+    assert cfg.trainer.output_dir == "/tmp/x/~y" and cfg.reward.kwargs == {"url": "http://h:1/p?q=1", "*": 1}
+
+
 def test_hydra_syntax_errors_name_the_override():
     (p,) = _errors("data.train_batch_size=[1,")
     assert p.key == "data.train_batch_size" and "'data.train_batch_size=[1,' is not a valid override (Hydra" in p.what

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -168,6 +169,9 @@ def parse_override(text: str) -> tuple[str, str, Any, Problem | None]:
     try:
         o = _PARSER.parse_override(text)
     except HydraException as exc:
+        plain = _plain_override(text)  # rl-core's own key=value (a `~/dir`, a URL with '=', a '*' key)
+        if plain is not None:
+            return plain
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "cannot be parsed"
         key = text.partition("=")[0].strip() or text
         return key, key, None, Problem(key=key, what=f"{text!r} is not a valid override (Hydra's grammar: {first})",
@@ -184,6 +188,24 @@ def parse_override(text: str) -> tuple[str, str, Any, Problem | None]:
 
 #: YAML's spellings of the special floats, which rl-core's overrides read before they used Hydra's grammar
 _YAML_FLOATS = {".nan": float("nan"), ".inf": float("inf"), "+.inf": float("inf"), "-.inf": float("-inf")}
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.([\w\-]+|\*))*$")
+
+
+def _plain_override(text: str) -> tuple[str, str, Any, None] | None:
+    """rl-core's override form that Hydra's grammar refuses: a plain dotted key, ``=``, a YAML scalar or list."""
+    import yaml
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not _PLAIN_KEY.match(key):
+        return None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return None
+    return key, key, value, None
 
 
 def _plain(value: Any) -> Any:
