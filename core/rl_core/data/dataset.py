@@ -333,9 +333,8 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
         input_ids[r, width - n :] = torch.tensor(it["input_ids"], dtype=torch.long)
         mask[r, width - n :] = 1
     non = {k: [it[k] for it in items] for k in ("data_source", "ground_truth", "extra_info", "prompt_text")}
-    non["raw_prompt"] = [it.get("prompt") for it in items]  # the chat messages, re-templated by reward models
     non["uid"] = list(uids)
-    if any(it.get("prompt") is not None for it in items):  # the messages, for multi-turn rollouts and rewards
+    if any(it.get("prompt") is not None for it in items):  # the messages, for multi-turn rollouts and reward models
         non["raw_prompt"] = [it.get("prompt") for it in items]
     if any(it.get("agent_name") for it in items):
         non["agent_name"] = [it.get("agent_name") for it in items]
