@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# RL_CORE_SHARED_DATA: .ci/run sets it for the README's copy of the checkout, which lives elsewhere
+SHARED_DATA = Path(os.environ.get("RL_CORE_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 
 @pytest.fixture
