@@ -29,6 +29,7 @@ import pluggy
 
 from rl_core import hookspecs
 from rl_core.cards import CARD_TYPES, CardBase, Provider
+from rl_core.problems import did_you_mean
 
 ENTRY_POINT_GROUP = "rl_core"
 CORE_DISTRIBUTION = "rl-core"
@@ -129,7 +130,7 @@ class Registry:
 
     def missing_message(self, kind: str, name: str) -> str:
         known = ", ".join(self.names(kind)) or "none"
-        msg = f"no {kind} named {name!r} is installed (installed: {known})"
+        msg = f"no {kind} named {name!r} is installed{did_you_mean(str(name), self.names(kind))} (installed: {known})"
         dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
         skipped = {d: why for d, _, why in self.skipped}
         if dist and dist in skipped:

@@ -344,19 +344,26 @@ def output_problems(config: Any) -> list[Problem]:
     return []
 
 
+def world_checks(config: Any, registry: Any, *, devices: bool = True) -> list[tuple[str, list[Problem]]]:
+    """The world checks as ``(stage, problems)`` pairs: ``files`` (data, reward, loggers, output folder), ``device``."""
+    data, rows = data_problems(config)
+    from rl_core.agent.checks import agent_problems
+
+    checks = [("files", data), ("files", reward_problems(config, registry, rows)), ("files", agent_problems(config, registry, rows)),
+              ("files", logger_problems(config))]
+    if devices:
+        checks.append(("device", device_problems(config)))
+    checks.append(("files", output_problems(config)))
+    return checks
+
+
 def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[Problem]:
     """Every world check, in the order a user would fix them.
 
     ``devices=False`` (``rlcore check --skip-device-check``) leaves out this
     machine's GPUs and cores: for a config written here and run elsewhere.
     """
-    data, rows = data_problems(config)
-    from rl_core.agent.checks import agent_problems
-
-    checks = [data, reward_problems(config, registry, rows), agent_problems(config, registry, rows), logger_problems(config)]
-    if devices:
-        checks.append(device_problems(config))
-    checks.append(output_problems(config))
+    checks = [found for _, found in world_checks(config, registry, devices=devices)]
     from rl_core.check_probes import all_problems  # model folders, estimator on a probe batch, data >= one batch, ...
 
     checks.append(all_problems(config, registry))

@@ -13,8 +13,8 @@ from rl_core.problems import Problem, errors
 from rl_core.resolver import resolve
 
 
-def add_config_args(p) -> None:
-    p.add_argument("config", nargs="?", help="YAML config file (omit to use the built-in defaults)")
+def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
+    p.add_argument("config", nargs="?", help=config_help)
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="dotted overrides, e.g. rollout.n=8; verl's too, in Hydra's grammar (+key=v, ~key, group@pkg=option)")
     p.add_argument("--config-path", help="verl / Hydra: the folder of --config-name")
@@ -76,6 +76,7 @@ def print_plan(stack, out=None) -> None:
     for label, value in stack.sizes.table():
         print(f"  {label:<33} {value}", file=out)
     print_memory(stack, out)
+    print_disk(stack, out)
 
 
 def print_memory(stack, out=None) -> None:
@@ -93,7 +94,39 @@ def print_memory(stack, out=None) -> None:
         print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GiB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
 
 
+def print_disk(stack, out=None) -> None:
+    """Disk per checkpoint, for the final model and for the run (rl_core.disk); a warning when the folder's disk is smaller."""
+    import os
+    import shutil
+
+    from rl_core.disk import GB, estimate_disk
+
+    out = out or sys.stdout
+    est = estimate_disk(stack.config)
+    if est is None:
+        print(f"disk estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally)", file=out)
+        return
+    for line in est.lines():
+        print(line, file=out)
+    need = est.peak_on_disk
+    folder = os.path.abspath(os.path.expanduser(stack.config.trainer.output_dir))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if need is not None and need > free:
+        print(f"warning: disk: the run needs up to {need / GB:.2f} GB under trainer.output_dir but {folder} has {free / GB:.2f} GB free; "
+              "lower trainer.max_ckpt_to_keep, save less often (trainer.save_freq), or point trainer.output_dir elsewhere", file=sys.stderr)
+
+
+def print_problems(problems, out=None) -> None:
+    """Every problem, errors and warnings, in the order given (rl_core.check_all orders them as a user fixes them)."""
+    out = out or sys.stderr
+    for p in problems:
+        print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=out)
+
+
 def run(args) -> int:
+    from rl_core.check_all import collect
     from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
     from rl_core.config.load import load_report
     from rl_core.problems import ConfigError
@@ -104,13 +137,10 @@ def run(args) -> int:
         raise ConfigError([target])
     elsewhere = args.skip_device_check or target is not None
     loaded = load_report(path, [*overrides, *(target_overrides(target) if target else [])], **config_kwargs(args))
-    if errors(loaded.problems):
-        raise ConfigError(errors(loaded.problems))
-    config = loaded.config
     registry = get_registry()
-    stack, problems = resolve(config, registry, world=True, devices=not elsewhere)
-    problems = [*problems, *target_problems(config, target)]
-    problems = [*loaded.problems, *loaded.as_written(as_elsewhere(problems) if elsewhere else problems)]
+    report = collect(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target),
+                     rewrite=as_elsewhere if elsewhere else None)
+    stack = report.stack
     if stack is not None and not args.quiet:
         print("# resolved config")
         print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())
@@ -118,12 +148,10 @@ def run(args) -> int:
         print_plan(stack)
     print_profile(loaded)
     print_load_problems(registry)
-    for p in problems:
-        label = "error" if p.severity == "error" else "warning"
-        print(f"{label}: " + p.render(), file=sys.stderr)
-    if errors(problems):
-        n = len(errors(problems))
-        print(f"\n{n} problem{'s' if n > 1 else ''}: fix {'them' if n > 1 else 'it'} and run rlcore check again", file=sys.stderr)
+    print_problems(report.problems)
+    if report.errors:
+        n = len(report.errors)
+        print(f"\n{n} problem{'s' if n > 1 else ''}, every one this check can find: fix {'them' if n > 1 else 'it'} and run rlcore check again", file=sys.stderr)
         return 1
     print("ok: the config resolves" + (f" for {target.describe()}" if target else ""), file=sys.stderr)
     return 0

@@ -6,7 +6,7 @@ import sys
 
 import attrs
 
-from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, split_config_args
+from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, print_problems, split_config_args
 from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError, errors
@@ -44,25 +44,26 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     if path is None and not overrides:
         raise UserError("name a config, e.g. `rlcore train examples/quickstart.yaml` (add key=value overrides after it)")
+    from rl_core.check_all import collect
     from rl_core.config.load import load_report
-    from rl_core.problems import ConfigError
+    from rl_core.model_path import model_path_problems
 
     loaded = load_report(path, overrides, **config_kwargs(args))
-    if errors(loaded.problems):
-        raise ConfigError(errors(loaded.problems))
-    for p in loaded.problems:
-        print("warning: " + p.render(), file=sys.stderr)
-    config = loaded.config
-    if not args.dry_run:
-        config = materialise_builtin_model(config)
     registry = get_registry()
-    stack, problems = resolve(config, registry, world=True)
-    problems = loaded.as_written(problems)
+    report = collect(loaded, registry)
+    # the run happens here: a model folder that is not here is an error, not a warning as in `rlcore check`
+    strict = model_path_problems(report.config, strict=True) if report.config is not None else []
+    problems = [p for p in report.problems if p.key not in {s.key for s in strict}] + strict
     print_load_problems(registry)
-    for p in problems:
-        print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=sys.stderr)
+    print_problems(problems)
     if errors(problems):
         print(f"\n{len(errors(problems))} problem(s): nothing was started", file=sys.stderr)
+        return 1
+    config = loaded.config if args.dry_run else materialise_builtin_model(loaded.config)
+    stack, late = resolve(config, registry)  # the world was read by collect(); this resolves the built-in model's folder
+    if stack is None:
+        print_problems([p for p in loaded.as_written(late) if p not in problems])
+        print(f"\n{len(errors(late))} problem(s): nothing was started", file=sys.stderr)
         return 1
     print_plan(stack)
     from rl_core.trainer.loop import describe_plan, train

@@ -58,7 +58,7 @@ def gsm8k_row(question: str, answer: str, index: int, split: str) -> dict[str, A
     }
 
 
-def _infer_split(path: str) -> str:
+def infer_split(path: str) -> str:
     stem = os.path.basename(path).split(".")[0].lower()
     for split in ("train", "test", "validation", "val"):
         if split in stem:
@@ -66,37 +66,71 @@ def _infer_split(path: str) -> str:
     return "train"
 
 
-def gsm8k_rows_from_jsonl(path: str | os.PathLike, split: str | None = None) -> list[dict[str, Any]]:
-    """Rows for every record of a GSM8K jsonl file (``split`` defaults to the one in the file name)."""
+def gsm8k_rows(records: Iterable[tuple[str, Any]], split: str) -> list[dict[str, Any]]:
+    """Rows for GSM8K ``{"question", "answer"}`` records, each given as ``(where it came from, record)``."""
+    rows = []
+    for at, record in records:
+        if not isinstance(record, dict):
+            raise DataConvertError(f"{at}: expected a JSON object with 'question' and 'answer', got {type(record).__name__}")
+        missing = [k for k in ("question", "answer") if not isinstance(record.get(k), str)]
+        if missing:
+            raise DataConvertError(
+                f"{at}: no {' / '.join(repr(k) for k in missing)} string (keys: {sorted(record)}); "
+                "GSM8K rows need 'question' and 'answer' (the solution ending in '#### <number>')"
+            )
+        try:
+            rows.append(gsm8k_row(record["question"], record["answer"], len(rows), split))
+        except ValueError as exc:
+            raise DataConvertError(f"{at}: {exc}; GSM8K answers end with '#### <number>'") from None
+    return rows
+
+
+def _jsonl_records(path: str) -> Iterable[Any]:
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if b"\0" in head or head.startswith(b"PAR1"):
+        raise DataConvertError(f"{path}: a binary file, not JSON lines; give a .jsonl file (one JSON object per line) or a .parquet file")
+    with open(path, encoding="utf-8") as f:
+        try:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{path}, line {line_no}", json.loads(line)
+                except ValueError as exc:
+                    raise DataConvertError(f"{path}, line {line_no}: not valid JSON ({exc}); each line must be one JSON object") from None
+        except UnicodeDecodeError as exc:
+            raise DataConvertError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); give a .jsonl file (one JSON object per line) or a .parquet file") from None
+
+
+def _parquet_records(path: str) -> list[tuple[str, Any]]:
+    try:
+        return [(f"{path}, row {i}", r) for i, r in enumerate(read_parquet(path))]
+    except Exception as exc:  # noqa: BLE001 - pyarrow's many error types: the file is the problem
+        raise DataConvertError(f"{path}: cannot be read as parquet ({type(exc).__name__}: {exc}); give a .parquet or .jsonl file") from None
+
+
+def gsm8k_rows_from_file(path: str | os.PathLike, split: str | None = None) -> list[dict[str, Any]]:
+    """Rows for every record of a GSM8K .jsonl or .parquet file (``split`` defaults to the one in the file name)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise DataConvertError(f"{path}: no such file; pass the GSM8K jsonl with --src (e.g. ../shared/data/gsm8k/train.jsonl)")
-    split = split or _infer_split(path)
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {line_no}"
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DataConvertError(f"{where}: not valid JSON ({exc}); each line must be one JSON object") from None
-            if not isinstance(record, dict):
-                raise DataConvertError(f"{where}: expected a JSON object with 'question' and 'answer', got {type(record).__name__}")
-            missing = [k for k in ("question", "answer") if not isinstance(record.get(k), str)]
-            if missing:
-                raise DataConvertError(
-                    f"{where}: no {' / '.join(repr(k) for k in missing)} string (keys: {sorted(record)}); "
-                    "GSM8K rows need 'question' and 'answer' (the solution ending in '#### <number>')"
-                )
-            try:
-                rows.append(gsm8k_row(record["question"], record["answer"], len(rows), split))
-            except ValueError as exc:
-                raise DataConvertError(f"{where}: {exc}; GSM8K answers end with '#### <number>'") from None
+        raise DataConvertError(f"{path}: no such file; pass a GSM8K .jsonl or .parquet file with --src, or leave --src out to fetch it from the hub")
+    split = split or infer_split(path)
+    rows = gsm8k_rows(_parquet_records(path) if path.endswith(".parquet") else _jsonl_records(path), split)
     if not rows:
         raise DataConvertError(f"{path}: the file has no rows")
     return rows
+
+
+gsm8k_rows_from_jsonl = gsm8k_rows_from_file  # the old name
+
+
+def refuse_overwriting_source(src: str | os.PathLike, out: str | os.PathLike) -> None:
+    """A clear error when ``out`` is ``src`` itself (the conversion would replace its own input)."""
+    src, out = os.fspath(src), os.fspath(out)
+    same = os.path.exists(out) and os.path.exists(src) and os.path.samefile(src, out)
+    if same or os.path.realpath(src) == os.path.realpath(out):
+        raise DataConvertError(f"--out {out} is the source file itself (--src {src}): writing would replace the data it reads; give another --out")
 
 
 # ------------------------------------------------------------ reasoning-gym
@@ -282,5 +316,6 @@ def read_parquet(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def convert_gsm8k(src: str | os.PathLike, out: str | os.PathLike, split: str | None = None) -> int:
-    """GSM8K jsonl -> verl-format parquet; returns the number of rows written."""
-    return write_parquet(gsm8k_rows_from_jsonl(src, split), out)
+    """GSM8K .jsonl / .parquet -> verl-format parquet; returns the number of rows written. Never overwrites ``src``."""
+    refuse_overwriting_source(src, out)
+    return write_parquet(gsm8k_rows_from_file(src, split), out)

@@ -1,0 +1,92 @@
+"""Disk a run writes, estimated before anything is built: what `rlcore check` and `rlcore train` print.
+
+A checkpoint holds what an exact resume needs: for each trained role (the actor, and the critic when
+there is one) its float32 master weights (``4P``) and AdamW's two moments (``8P``); the trainer's own
+state (data position, RNG) is a few kilobytes. A model whose input embedding and LM head are one tied
+tensor has that tensor written twice in the weights (the checkpoint names both; ``4 V h`` more). The
+final model (``hf_final``) is the actor's weights once, in float32 (``4P``), plus its tokenizer.
+
+Checkpoints are written every ``trainer.save_freq`` steps and at the last step; ``trainer.max_ckpt_to_keep``
+of them stay on disk (older ones are deleted once a newer one is complete, so one more is on disk
+while the newest is written). Measured against real runs: ``tests/infra/test_disk_estimate.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+GB = 1e9  # disk sizes in decimal gigabytes, as `du -h --si` and file managers show them
+OPTIMIZER_BYTES_PER_PARAM = 8  # AdamW: exp_avg + exp_avg_sq, float32
+MASTER_BYTES_PER_PARAM = 4  # float32 master weights
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.2f} GB" if n >= 0.01 * GB else f"{n / 1e6:.1f} MB"
+
+
+@attrs.frozen(kw_only=True)
+class DiskEstimate:
+    per_checkpoint: int
+    final_model: int
+    saves: int | None  # checkpoints the run writes (None: the number of steps is not known before the data is read)
+    kept: int | None  # at most this many on disk at once (None: every one)
+    model: str
+
+    @property
+    def written(self) -> int | None:
+        return None if self.saves is None else self.saves * self.per_checkpoint + self.final_model
+
+    @property
+    def peak_on_disk(self) -> int | None:
+        if self.saves is None:
+            return None
+        held = self.saves if self.kept is None else min(self.saves, self.kept + 1)  # +1 while the newest is written
+        return held * self.per_checkpoint + self.final_model
+
+    def lines(self) -> list[str]:
+        if self.saves == 0:
+            ckpt = f"no checkpoints (trainer.save_freq=-1; one would be {_gb(self.per_checkpoint)})"
+        else:
+            every = "" if self.saves is None else f", {self.saves} written"
+            keep = "every one kept" if self.kept is None else f"the latest {self.kept} kept"
+            ckpt = f"{_gb(self.per_checkpoint)} per checkpoint{every}, {keep}"
+        out = [f"disk estimate ({self.model}):", f"  checkpoints        {ckpt}", f"  final model        {_gb(self.final_model)} (hf_final)"]
+        if self.written is not None:
+            out.append(f"  the run writes     {_gb(self.written)} in all, at most {_gb(self.peak_on_disk)} on disk at once")
+        return out
+
+
+def _saves(config: Any) -> int | None:
+    t = config.trainer
+    if t.save_freq is None or t.save_freq <= 0:
+        return 0
+    steps = t.total_training_steps
+    if not steps:
+        return None
+    return steps // t.save_freq + (1 if steps % t.save_freq else 0)  # every save_freq steps and at the last step
+
+
+def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
+    """The run's checkpoint, final-model and total disk use; None when the model's shape is unknown."""
+    from rl_core.memory import model_shape
+
+    shape = shape or model_shape(config.model.path, getattr(config.model, "override_config", None) or None)
+    if shape is None:
+        return None
+    p = shape.params
+    tied = MASTER_BYTES_PER_PARAM * shape.vocab * shape.hidden if shape.tied else 0
+    per_role = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * p + tied
+    per_checkpoint = per_role
+    if getattr(config.critic, "enable", False):
+        # a value model: the body plus a one-output head instead of the LM head
+        body = p - (0 if shape.tied else shape.vocab * shape.hidden)
+        per_checkpoint += (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * (body + shape.hidden)
+    return DiskEstimate(
+        per_checkpoint=per_checkpoint,
+        final_model=MASTER_BYTES_PER_PARAM * p,
+        saves=_saves(config),
+        kept=config.trainer.max_ckpt_to_keep,
+        model=f"{p / 1e6:.0f}M parameters" if p >= 1e6 else f"{p / 1e3:.0f}k parameters",
+    )

@@ -1,0 +1,60 @@
+"""The `rlcore check` probe of ``model.path`` / ``model.tokenizer_path``: a folder that a run can load.
+
+rl-core loads models from local folders only (nothing is downloaded at run time), so a path that is
+not a folder here fails the run. A hub-style name (``org/name``) may be a folder on the machine the
+config is meant for: `rlcore check` warns about it, `rlcore train` refuses it (``strict``). Anything
+else that is not here (a path whose parent folder exists, an absolute or ``./`` path, more than one
+``/``) is an error in both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from rl_core.check_all import add_probe
+from rl_core.problems import Problem
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+BUILTIN = "builtin:"
+
+
+def _how_to_get(name: str) -> str:
+    return (f"download it to a folder (`huggingface-cli download {name} --local-dir models/{name.split('/')[-1]}`, "
+            f"then model.path=models/{name.split('/')[-1]}), or `rlcore model smollm2 --out models/smollm2` for the offline model")
+
+
+def path_problem(key: str, path: str, *, strict: bool) -> Problem | None:
+    if not path or path.startswith(BUILTIN):
+        return None
+    p = Path(os.path.expanduser(path))
+    if p.is_dir():
+        if not (p / "config.json").is_file() and key == "model.path":
+            return Problem(key=key, what=f"{path!r} is a folder without a config.json: not a Hugging Face model folder", fix=_how_to_get("ORG/NAME").replace("ORG/NAME", "the model"))
+        return None
+    if p.exists():
+        return Problem(key=key, what=f"{path!r} is a file, not a model folder", fix=f"point {key} at the folder that holds config.json")
+    first = path.split("/")[0]
+    hub_like = bool(HUB_ID.match(path)) and not os.path.isdir(first)
+    where = f"no folder {path!r} here (working directory {os.getcwd()})"
+    if hub_like and not strict:
+        return Problem(key=key, severity="warning", what=f"{where}; rl-core loads local folders only and downloads nothing, so a run here would fail",
+                       fix=f"if the config is meant for a machine that has this folder, ignore this; else {_how_to_get(path)}")
+    return Problem(key=key, what=where + ("; rl-core loads local folders only and downloads nothing" if hub_like else ""),
+                   fix=_how_to_get(path) if hub_like else f"point {key} at an existing model folder (with config.json)")
+
+
+def model_path_problems(config: Any, registry: Any = None, *, strict: bool = False) -> list[Problem]:
+    """``strict``: the run happens on this machine (`rlcore train`), so a hub-style name that is not here is an error."""
+    out = []
+    m = config.model
+    for key, value in (("model.path", m.path), ("model.tokenizer_path", m.tokenizer_path)):
+        found = path_problem(key, value or "", strict=strict)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+add_probe("files", model_path_problems)

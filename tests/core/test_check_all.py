@@ -1,0 +1,98 @@
+"""`rlcore check` reports every problem in one run, in the order a user fixes them (issue 31)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rl_core.check_all import STAGES, add_probe, collect
+from rl_core.cli.main import main
+from rl_core.problems import Problem
+
+TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+
+# six independent mistakes, one of each kind, in the order `rlcore check` must list them
+SIX = {
+    "rollout.temprature": ("keys", "did you mean 'temperature'"),  # misspelt key
+    "actor.ppo_epochs": ("values", "expected int"),  # wrong type
+    "trainer.test_freq": ("values", "-5"),  # outside its rule
+    "actor.ppo_mini_batch_size": ("rules", "larger than"),  # two keys that do not fit together
+    "algorithm.adv_estimator": ("names", "did you mean 'grpo'"),  # misspelt plugin name
+    "data.val_files": ("files", "does not exist"),  # a missing data file
+}
+
+
+def six_mistakes(tmp_path: Path) -> Path:
+    cfg = tmp_path / "six.yaml"
+    cfg.write_text(f"""
+model: {{path: Qwen/Qwen2.5-0.5B}}
+data:
+  train_files: [{TINY_DATA}]
+  val_files: [{tmp_path / 'absent.parquet'}]
+  train_batch_size: 8
+rollout: {{name: hf, n: 4, temprature: 0.7}}
+actor: {{ppo_mini_batch_size: 16, ppo_micro_batch_size_per_gpu: 4, ppo_epochs: two}}
+algorithm: {{adv_estimator: grpoo}}
+trainer: {{device: cpu, test_freq: -5}}
+""")
+    return cfg
+
+
+def test_six_independent_mistakes_in_one_run_in_fixing_order(tmp_path, capsys):
+    assert main(["check", str(six_mistakes(tmp_path))]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    firsts = [line[len("error: "):].split(":")[0] for line in err.splitlines() if line.startswith("error: ")]
+    assert firsts == list(SIX), err  # all six, nothing else, in stage order
+    for key, (_, words) in SIX.items():
+        assert words in err, (key, err)
+    assert "6 problems" in err
+
+
+def test_every_name_valued_key_gets_did_you_mean(capsys):
+    overrides = ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8",
+                 "rollout.n=4", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4",
+                 "algorithm.adv_estimator=reinforce_plus_plusx", "actor.policy_loss=vanila", "reward.name=gsm8kk", "rollout.name=hff", "train.name=fsdpp"]
+    report = collect(None, overrides)
+    hints = {p.key: p.what for p in report.problems if p.severity == "error"}
+    expected = {"algorithm.adv_estimator": "reinforce_plus_plus", "actor.policy_loss": "vanilla", "reward.name": "gsm8k", "rollout.name": "hf", "train.name": "fsdp"}
+    for key, name in expected.items():
+        assert f"did you mean {name!r}" in hints.get(key, ""), (key, hints)
+
+
+def test_a_probe_plugs_in_and_a_broken_one_is_named(monkeypatch):
+    from rl_core import check_all
+
+    monkeypatch.setattr(check_all, "_PROBES", [])
+    add_probe("device", lambda config, registry: [Problem(key="trainer.device", what="probe saw it", severity="warning")])
+
+    def broken(config, registry):
+        raise RuntimeError("boom")
+
+    add_probe("names", broken)
+    with pytest.raises(ValueError, match="unknown check stage"):
+        add_probe("later", broken)
+    report = collect(None, ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8",
+                            "rollout.n=4", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"])
+    whats = [p.what for p in report.problems]
+    assert any("probe saw it" in w for w in whats)
+    assert any("broken raised RuntimeError: boom" in w for w in whats)
+    assert STAGES.index("names") < STAGES.index("device")
+
+
+def test_a_model_folder_that_is_not_here_is_named(tmp_path, monkeypatch, capsys):
+    """model.path that looks like a hub name but is not a folder: check names model.path (train refuses it)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()  # the user made models/ but misspelt the model's folder
+    base = [f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",
+            "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"]
+    assert main(["check", "--quiet", "model.path=models/smollm2x", *base]) == 1
+    err = capsys.readouterr().err
+    assert "error: model.path: no folder 'models/smollm2x' here" in err
+    # a hub name is a warning in check (the config may be meant for a machine that has that folder) ...
+    assert main(["check", "--quiet", "model.path=HuggingFaceTB/SmolLM2-135M-Instruct", *base]) == 0
+    assert "warning: model.path" in capsys.readouterr().err
+    # ... and an error in train, before anything is built, naming model.path (not model.tokenizer_path)
+    assert main(["train", "--dry-run", "model.path=HuggingFaceTB/SmolLM2-135M-Instruct", *base]) == 1
+    err = capsys.readouterr().err
+    assert "error: model.path" in err and "tokenizer_path" not in err and "huggingface-cli download" in err
