@@ -91,6 +91,30 @@ def _schema_knows(key: str) -> bool:
     return True
 
 
+def with_defaults(config: Any, keys: Iterable[str]) -> Any:
+    """``config`` with each dotted key's value put back to the schema's default (keys that name no field are skipped).
+
+    A value that broke its rule is replaced, so the checks after it (sizes, names, files) still run on the
+    rest of the config instead of stopping at the first bad value.
+    """
+    for key in keys:
+        parts = key.split("[")[0].split(".")
+        try:
+            config = _reset(config, parts)
+        except (KeyError, AttributeError, TypeError, ValueError, attrs.exceptions.NotAnAttrsClassError):
+            continue
+    return config
+
+
+def _reset(obj: Any, parts: list[str]) -> Any:
+    field = {f.name: f for f in attrs.fields(type(obj))}[parts[0]]
+    if len(parts) == 1:
+        default = field.default
+        value = default.factory() if isinstance(default, attrs.Factory) else default
+        return attrs.evolve(obj, **{field.name: value})
+    return attrs.evolve(obj, **{field.name: _reset(getattr(obj, field.name), parts[1:])})
+
+
 def _stage_of_resolved(p: Problem) -> str:
     if p.key in NAME_KEYS:
         return "names"

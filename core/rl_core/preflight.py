@@ -72,7 +72,7 @@ def _file_problems(key: str, path: str, prompt_key: str) -> tuple[list[Problem],
     from rl_core.data.dataset import DataError, validate_row
 
     if not os.path.exists(path):
-        return [Problem(key=key, what=f"data file {path!r} does not exist (working directory {os.getcwd()})", fix=f"point {key} at a .jsonl or .parquet file; `rlcore data gsm8k ...` makes one")], []
+        return [Problem(key=key, what=f"data file {path!r} does not exist (working directory {os.getcwd()})", fix=f"point {key} at a .jsonl or .parquet file; `rlcore data gsm8k` fetches GSM8K into data/gsm8k/, `rlcore data --help` lists the rest")], []
     if os.path.isdir(path):
         return [Problem(key=key, what=f"{path!r} is a folder, not a data file", fix=f"list the .jsonl / .parquet files in {key}")], []
     if not path.endswith((".parquet", ".jsonl", ".json")):

@@ -37,8 +37,20 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_
     return new.long().cumsum(0) - 1
 
 
+def activation_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether activation (gradient) checkpointing is on, under transformers' new name and its old one.
+
+    transformers >= 5.2x renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing`` and warns
+    (FutureWarning) on every read of the old name: read it only where the new one does not exist.
+    """
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if name in dir(type(model)):
+            return bool(getattr(model, name))
+    return False
+
+
 def can_share_prompts(model: torch.nn.Module) -> bool:
-    if getattr(model, "is_gradient_checkpointing", False):
+    if activation_checkpointing(model):
         return False
     try:
         params = inspect.signature(model.forward).parameters

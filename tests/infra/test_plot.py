@@ -66,3 +66,26 @@ def test_plot_errors_name_the_file(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "foo": 2.0}) + "\n")
     assert main(["plot", str(tmp_path)]) == 1
     assert "none of the metrics rlcore plot knows" in capsys.readouterr().err
+
+
+def test_flat_zero_metrics_and_their_panels_are_left_out_and_legends_sit_outside(tmp_path):
+    """No KL term: KL 0 at every step draws no KL panel; reward errors that never happened draw no line (issue 31)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rl_core.cli.plot_cmd import _draw, informative, plot_run
+
+    rows = [{"step": s, "reward/mean": s / 10, "reward/std": 0.2 + s / 100, "reward/errors": 0.0, "reward/all_failed": 0.0,
+             "actor/kl_loss": 0.0, "actor/entropy": 1.0 / s} for s in range(1, 11)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    series = load_series(str(tmp_path / "metrics.jsonl"))
+    assert informative(series) == ["actor/entropy", "reward/mean", "reward/std"]
+    names = sorted(p.name for p in plot_run(str(tmp_path)))
+    assert "kl.png" not in names and "reward.png" in names
+    fig, ax = plt.subplots(figsize=(9, 4))
+    _draw(ax, series, ["reward/mean", "reward/std"], "reward")
+    fig.canvas.draw()
+    legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes_box.x1  # beside the data, not over it
+    plt.close(fig)

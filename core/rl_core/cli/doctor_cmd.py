@@ -97,6 +97,13 @@ def devices() -> dict[str, Any]:
     out["cpu"] += f"; kernels for {cpu_capability()}, " + (
         f"bfloat16 in hardware ({bf16})" if bf16 else "no bfloat16 hardware (model.dtype auto -> float32 on the CPU)"
     )
+    from rl_core.console import busy_cpu_warning, cpu_load
+
+    load = cpu_load()
+    if load is not None:
+        out["cpu_load"] = f"load average {load[0]:.1f} (1 min) on {load[1]} usable core{'s' if load[1] > 1 else ''}"
+        busy = busy_cpu_warning()
+        out["cpu_load"] += f"; warning: {busy}" if busy else ": idle enough"
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -183,6 +190,8 @@ def _print(report: dict[str, Any]) -> None:
         print(f"  error: {err}")
     print("devices:")
     print(f"  cpu            {report['devices']['cpu']}")
+    if report["devices"].get("cpu_load"):
+        print(f"  cpu load       {report['devices']['cpu_load']}")
     for g in report["devices"]["gpus"]:
         print(f"  gpu            {g}")
     if "collectives" in report:

@@ -3,7 +3,10 @@
 One PNG per metric group that the run logged (reward, validation, response
 length, KL, entropy, grad norm, lr, step time; groups are those of
 :data:`rl_core.trainer.tracking.METRIC_GROUPS`) with every metric of the
-group, plus ``overview.png`` with the key metric of each group.
+group, plus ``overview.png`` with the key metric of each group. A metric that
+is 0 at every step carries nothing for this run's settings (KL without a KL
+term, reward errors that never happened) and is left out, and so is a group
+left with nothing. Legends sit beside the axes, never over the curves.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ def load_series(path: str) -> dict[str, tuple[list[int], list[float]]]:
     return series
 
 
+def informative(series: dict[str, tuple[list[int], list[float]]]) -> list[str]:
+    """Names of the metrics that are not 0 at every step."""
+    return sorted(n for n, (_, ys) in series.items() if any(y != 0 for y in ys))
+
+
 def group_members(names: list[str], group: str) -> list[str]:
     """The metrics of ``group`` to draw, key metric first, at most :data:`MAX_CURVES`."""
     pattern = re.compile(GROUP_EXTRA.get(group, METRIC_GROUPS[group][0]))
@@ -83,7 +91,7 @@ def _draw(ax, series, names: list[str], title: str) -> None:
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     if len(names) > 1:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
 
 
 def plot_run(run_dir: str, out_dir: str | None = None) -> list[Path]:
@@ -94,7 +102,7 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> list[Path]:
     series = load_series(path)
     if not series:
         raise PlotError(f"{path} has no metric rows yet; plot again after the first training step")
-    names = sorted(series)
+    names = informative(series)
     groups = {g: group_members(names, g) for g in METRIC_GROUPS}
     groups = {g: members for g, members in groups.items() if members}
     if not groups:
@@ -125,7 +133,7 @@ def plot_run(run_dir: str, out_dir: str | None = None) -> list[Path]:
     written.append(out / "overview.png")
 
     for group, members in groups.items():
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = plt.subplots(figsize=(9 if len(members) > 1 else 7, 4))
         _draw(ax, series, members, TITLES[group])
         fig.tight_layout()
         _save(fig, out / f"{group}.png")
@@ -139,7 +147,7 @@ def _save(fig, path: Path) -> None:
 
     tmp = path.with_name(f".{path.name}.partial")
     try:
-        fig.savefig(tmp, dpi=100, format="png")
+        fig.savefig(tmp, dpi=100, format="png", bbox_inches="tight")
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

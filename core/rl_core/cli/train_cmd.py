@@ -18,7 +18,7 @@ BUILTIN_PREFIX = "builtin:"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model (resumes automatically from the latest checkpoint)")
-    add_config_args(p)
+    add_config_args(p, config_help="YAML config file, e.g. examples/quickstart.yaml (key=value overrides after it)")
     p.add_argument("--dry-run", action="store_true", help="resolve and normalise, build nothing heavy, print the plan")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
@@ -36,7 +36,10 @@ def materialise_builtin_model(config):
         return config
     from rl_core.models import ensure_builtin_model
 
-    local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
+    from rl_core.console import phase
+
+    with phase(f"preparing {path} (converted on first use, then cached)"):
+        local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
     return attrs.evolve(config, model=attrs.evolve(config.model, path=str(local)))
 
 
@@ -69,6 +72,11 @@ def run(args) -> int:
     from rl_core.trainer.loop import describe_plan, train
 
     print(describe_plan(stack))
+    if stack.config.trainer.device == "cpu":
+        from rl_core.console import busy_cpu_warning
+
+        if busy := busy_cpu_warning():
+            print(f"warning: {busy}", file=sys.stderr)
     if args.dry_run:
         print("dry run: nothing was built", file=sys.stderr)
         return 0

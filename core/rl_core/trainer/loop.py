@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import attrs
@@ -30,8 +31,9 @@ from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
+from rl_core.console import phase
 from rl_core.precision import precision_line
-from rl_core.problems import ConfigError
+from rl_core.problems import ConfigError, UserError
 from rl_core.resolver import Stack
 from rl_core.trainer.checkpoint import (
     RUN_CONFIG,
@@ -366,14 +368,23 @@ class Trainer:
         t: dict[str, float] = {}
         scores_all, lengths = [], []
         self._val_kept = 0
+        failed = 0
         with timed(t, "validate"):
             for prompts in self.val_loader.iterate_once():
                 batch = self.generate(prompts, self.validation_sampling())
-                scores, _ = self.score(batch)
+                scores, reward_metrics = self.score(batch)
+                failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
                 lengths.append(batch["response_mask"].sum(-1).float())
         scores = torch.cat(scores_all)
+        if scores.numel() and failed >= scores.numel():
+            last = self.ckpt.latest()
+            raise ValidationError(
+                f"validation: every one of the {scores.numel()} rewards failed (errors or timeouts), so val/accuracy would read 0 "
+                "and mean nothing; check the reward function on the validation data (reward.on_error=raise shows the first error, "
+                "reward.timeout_s the time limit)" + (f"; a rerun resumes from {last[1]}" if last else "")
+            )
         return {
             "val/reward_mean": scores.float().mean().item(),
             "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
@@ -448,7 +459,8 @@ class Trainer:
         write_config(cfg.output_dir, config_to_dict(self.config))  # everything is validated and built by now
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
-            val = self.validate()
+            with phase("validating before training (greedy, every held-out prompt)"):
+                val = self.validate()
             self.tracker.log(val, step=0)
             last.update(val)
         bar = ProgressBar(self.total_steps, initial=start, enable=self.progress_enabled)
@@ -457,7 +469,8 @@ class Trainer:
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch()
                 try:
-                    metrics = self.train_step(prompts, step)
+                    with phase(f"step {step} (the first step of a process also warms up / compiles)") if step == start + 1 else nullcontext():
+                        metrics = self.train_step(prompts, step)
                 except NonFiniteError as exc:
                     last_ckpt = self.ckpt.latest()
                     where = f"a rerun resumes from the last checkpoint, {last_ckpt[1]}" if last_ckpt else "there is no checkpoint yet, so a rerun starts over"
@@ -565,6 +578,10 @@ class Trainer:
         self.cluster.close(force=force)
 
 
+class ValidationError(UserError):
+    """A validation whose every reward failed: its numbers would be zeros that mean nothing."""
+
+
 def _guard_update(role: str, per_rank: list[dict[str, float]]) -> dict[str, float]:
     """A backend's update metrics, averaged; a non-finite loss stops the step (backends without their own guard)."""
     for rank, metrics in enumerate(per_rank):
@@ -600,7 +617,8 @@ def train(stack: Stack, **kwargs) -> dict[str, float]:
     """
     with output_lock(stack.config.trainer.output_dir), StopSignals() as stop:
         try:
-            trainer = Trainer(stack, stop=stop, **kwargs)
+            with phase("loading the model(s) and starting the workers"):
+                trainer = Trainer(stack, stop=stop, **kwargs)
         except Interrupted as exc:
             raise Interrupted(exc.signum, f"stopped by {signal_name(exc.signum)} while starting: nothing was trained or saved") from None
         stop.install()  # again: starting Ray replaces the SIGTERM handler
