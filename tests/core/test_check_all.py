@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rl_core.check_all import STAGES, add_probe, collect
+from rl_core.check_all import STAGES, add_probe
+from rl_core.check_all import collect as collect_loaded
+from rl_core.config.load import load_report
 from rl_core.cli.main import main
 from rl_core.problems import Problem
 
@@ -20,6 +22,10 @@ SIX = {
     "algorithm.adv_estimator": ("names", "did you mean 'grpo'"),  # misspelt plugin name
     "data.val_files": ("files", "does not exist"),  # a missing data file
 }
+
+
+def collect(path, overrides):
+    return collect_loaded(load_report(path, overrides))
 
 
 def six_mistakes(tmp_path: Path) -> Path:

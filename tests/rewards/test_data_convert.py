@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rl_core.cli import data_cmd
 from rl_core.data.convert import decode_entry, encode_entry, gsm8k_final_answer, read_parquet
+from tests.conftest import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[2]
-GSM8K_TEST = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K_TEST = SHARED_DATA / "gsm8k" / "test.jsonl"
 SUFFIX = ' Let\'s think step by step and output the final answer after "####".'
 
 RECORDS = [
