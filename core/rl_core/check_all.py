@@ -32,6 +32,8 @@ Probe = Callable[[Any, Any], Iterable[Problem]]
 
 #: modules whose import registers probes (add yours here)
 PROBE_MODULES: list[str] = ["rl_core.model_path", "rl_core.check_probes"]
+#: probes of modules that do not register themselves: (stage, "module:function")
+PROBE_FUNCTIONS: list[tuple[str, str]] = [("values", "rl_core.lora_checks:lora_and_offload_problems")]
 _PROBES: list[tuple[str, Probe]] = []
 
 #: keys whose value is a name looked up among the installed plugins
@@ -55,6 +57,9 @@ def probe(stage: str) -> Callable[[Probe], Probe]:
 def registered_probes() -> list[tuple[str, Probe]]:
     for name in PROBE_MODULES:
         importlib.import_module(name)
+    for stage, target in PROBE_FUNCTIONS:
+        module, _, attr = target.partition(":")
+        add_probe(stage, getattr(importlib.import_module(module), attr))
     return list(_PROBES)
 
 
