@@ -97,7 +97,13 @@ class HybridWorker:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-        self.rollout.load_weights(weights)
+        from rl_core.weight_sync_check import WeightTap, verify_sync
+
+        self._weight_version = getattr(self, "_weight_version", -1) + 1
+        tap = WeightTap(weights) if hasattr(self.rollout, "sample_weights") else None  # engines that can be asked
+        self.rollout.load_weights(weights if tap is None else tap)
+        if tap is not None:  # the engine holds what was sent, or StaleWeightsError
+            verify_sync(tap, self.rollout, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
 
     # ------------------------------------------------------------------- roles

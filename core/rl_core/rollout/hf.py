@@ -344,6 +344,15 @@ class HFRolloutEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    @torch.no_grad()
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The elements at flat ``positions`` of each named weight as this engine holds them (rl_core.weight_sync_check)."""
+        from rl_core.weight_sync_check import sample_state
+
+        if self._offloaded:
+            self.wake_up()
+        return sample_state(self.model.state_dict(keep_vars=True).items(), positions)
+
     # ------------------------------------------------------------- memory
     def sleep(self) -> None:
         """On CUDA move the weights to host memory and release the caches, unless they are small; a no-op on CPU.

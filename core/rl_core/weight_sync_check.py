@@ -1,0 +1,107 @@
+"""Verified weight sync: the rollout engine holds the weights the trainer sent, or the run stops (issues #32, #34).
+
+A trainer's weights reach a rollout engine through ``engine.load_weights(named_tensors)``. An engine that keeps
+its old weights (an adapter that never arrived, a copy into storage the engine no longer reads, a stale
+snapshot in an async pipeline) would otherwise sample the old policy for the whole run without a sign.
+
+:class:`WeightTap` wraps the named tensors on their way to the engine and keeps, for each name, a few elements
+at pseudo-random flat positions (fixed per name and tensor size: :func:`sample_positions`). After loading,
+:func:`verify_sync` asks the engine for the same elements (``engine.sample_weights(positions)``, an optional
+engine method) and compares them after casting the trainer's to the engine's dtype: they must be equal, so a
+weight that moved by one rounding step in the engine's dtype is seen. Each name's fingerprint in the error
+message is the float64 sum of a fixed pseudo-random projection of its sampled elements.
+
+Cost per sync: ``SAMPLES`` elements gathered per tensor (no copy of any full tensor). Engines without
+``sample_weights`` are not verified (:func:`verify_sync` returns ``None``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Iterable, Iterator
+
+import torch
+
+SAMPLES = 16  # elements per tensor
+
+
+class StaleWeightsError(RuntimeError):
+    """The rollout engine does not hold the weights the trainer sent."""
+
+
+def _seed(name: str, numel: int) -> int:
+    return zlib.crc32(f"{name}:{numel}".encode())
+
+
+def sample_positions(name: str, numel: int, k: int = SAMPLES) -> torch.Tensor:
+    """``k`` flat positions in a tensor of ``numel`` elements, fixed by the name and size (all of them if fewer)."""
+    if numel <= k:
+        return torch.arange(numel)
+    g = torch.Generator().manual_seed(_seed(name, numel))
+    return torch.randint(0, numel, (k,), generator=g)
+
+
+def gather(tensor: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The elements of ``tensor`` at flat ``positions`` (no copy of the tensor), on the CPU."""
+    flat = tensor.detach()
+    flat = flat.view(-1) if flat.is_contiguous() else flat.reshape(-1)
+    return flat[positions.to(flat.device)].cpu()
+
+
+def fingerprint(name: str, values: torch.Tensor) -> float:
+    """The float64 sum of a fixed pseudo-random projection (by name) of sampled values."""
+    g = torch.Generator().manual_seed(_seed(name, values.numel()) ^ 0x5EED)
+    weights = torch.randn(values.numel(), generator=g, dtype=torch.float64)
+    return float((values.double().reshape(-1) * weights).sum())
+
+
+class WeightTap:
+    """Wraps named tensors on their way to an engine, sampling each one as it passes (iterate it once)."""
+
+    def __init__(self, weights: Iterable[tuple[str, torch.Tensor]], k: int = SAMPLES):
+        self._weights = weights
+        self.k = k
+        self.positions: dict[str, torch.Tensor] = {}
+        self.values: dict[str, torch.Tensor] = {}
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self._weights:
+            pos = sample_positions(name, tensor.numel(), self.k)
+            self.positions[name] = pos
+            self.values[name] = gather(tensor, pos)
+            yield name, tensor
+
+
+def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int) -> int | None:
+    """Compare what ``tap`` saw with what ``engine`` holds; the number of tensors verified, None when the engine
+    cannot be asked (no ``sample_weights``). Raises :class:`StaleWeightsError` naming the engine, the version
+    and the tensors that differ."""
+    sample = getattr(engine, "sample_weights", None)
+    if sample is None:
+        return None
+    held = sample(tap.positions)
+    stale = []
+    for name, sent in tap.values.items():
+        got = held.get(name)
+        if got is None:
+            stale.append(f"{name} (the engine does not report it)")
+            continue
+        want = sent.to(got.dtype)
+        if not torch.equal(want, got):
+            diff = float((want.double() - got.double()).abs().max())
+            stale.append(f"{name} (fingerprint sent {fingerprint(name, want):.6g}, held {fingerprint(name, got):.6g}; max |diff| {diff:.3g})")
+    if stale:
+        shown = "; ".join(stale[:4]) + (f"; and {len(stale) - 4} more" if len(stale) > 4 else "")
+        raise StaleWeightsError(
+            f"weight sync check failed at weight version {version}: the rollout engine {engine_name!r} kept stale weights: "
+            f"{len(stale)} of {len(tap.values)} tensors differ from what the trainer sent: {shown}. "
+            "It would keep sampling an old policy; the run is stopped instead (a bug of the engine or its weight "
+            "conversion: report it with this message)"
+        )
+    return len(tap.values)
+
+
+def sample_state(named: Iterable[tuple[str, torch.Tensor]], positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An engine's ``sample_weights`` over its own named tensors (e.g. ``model.state_dict()``)."""
+    named = dict(named)
+    return {name: gather(named[name], pos) for name, pos in positions.items() if name in named}
