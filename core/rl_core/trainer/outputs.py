@@ -305,7 +305,16 @@ def output_lock(output_dir: str) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # e.g. ENOLCK: no locks on this filesystem
+                print(
+                    f"warning: trainer.output_dir={output_dir!r}: its filesystem cannot lock files ({_why(exc)}), so nothing "
+                    "stops a second run from writing into it at the same time; make sure only one run uses it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                yield
+                return
             holder = _lock_record(fd)
             raise OutputDirError(
                 f"trainer.output_dir={output_dir!r} is in use by another run ({_describe(holder)}): two runs in one folder "

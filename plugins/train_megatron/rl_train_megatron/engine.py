@@ -326,9 +326,19 @@ class MegatronEngine(TrainEngineBase):
                 "resume with the same train.tensor_model_parallel_size, pipeline size and number of processes"
             )
         state = safe_load(str(root / f"rank{self.rank}.pt"))
+        saved_model = state.get("model") if isinstance(state, dict) else None
+        params = dict(self.model.named_parameters())
+        if not isinstance(saved_model, dict):
+            raise CheckpointMismatchError(f"{self.role}: {root / f'rank{self.rank}.pt'} holds no model shards; the checkpoint is damaged")
+        wrong = [n for n, p in params.items() if not isinstance(saved_model.get(n), torch.Tensor) or saved_model[n].shape != p.shape]
+        if wrong:
+            raise CheckpointMismatchError(
+                f"{self.role}: the checkpoint at {str(root)!r} does not fit this model (missing or other shape: {wrong[:5]}); "
+                "it was written for another model (model.path, its shape); resume with the config it was written under"
+            )
         with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                p.copy_(state["model"][name])
+            for name, p in params.items():
+                p.copy_(saved_model[name])
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state["optim"])
             self._load_scheduler_state(state["scheduler"])
