@@ -396,7 +396,7 @@ class Trainer:
     # ------------------------------------------------------------ checkpoints
     def save_checkpoint(self, step: int) -> str:
         """Write checkpoint ``step``; a full disk or a read-only folder is a clear error that leaves the last one intact."""
-        needed = self.ckpt.size_of_latest()
+        needed = self.ckpt.size_of_latest() or getattr(self._disk_estimate(), "per_checkpoint", None)
         try:
             tmp = self.ckpt.begin(step)
             self.cluster.call("save_checkpoint", same_args=(tmp,))
@@ -555,10 +555,22 @@ class Trainer:
             return f"Saving a checkpoint of step {self.step} instead failed too ({exc}); the trained weights are lost"
         return f"The run's state was saved instead as {saved}: after freeing space, a rerun resumes from it and writes hf_final"
 
+    def _disk_estimate(self):
+        """rl_core.disk's estimate of this run (None when the model's shape is unknown), computed once."""
+        if not hasattr(self, "_disk"):
+            from rl_core.disk import estimate_disk
+
+            try:
+                self._disk = estimate_disk(self.config)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # advisory only
+                self._disk = None
+        return self._disk
+
     @property
     def final_size(self) -> int | None:
-        """Bytes hf_final will take, estimated from the model folder's weight files (None if unknown)."""
-        return model_weights_size(self.config.model.path)
+        """Bytes hf_final will take (rl_core.disk's estimate, else the model folder's weight files; None if unknown)."""
+        est = self._disk_estimate()
+        return est.final_model if est is not None else model_weights_size(self.config.model.path)
 
     def _check_room_for_final(self) -> None:
         """With no checkpoints (save_freq <= 0) everything rides on hf_final: refuse to start without room for it."""
