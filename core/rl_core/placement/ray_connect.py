@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 
 from rl_core.placement.ray_loopback import exposure_warnings, start_local
 from rl_core.problems import UserError
@@ -65,8 +66,7 @@ def connect(ray_config, *, log_level: int = logging.WARNING) -> bool:
         # (a stale record makes a bare ray.init() wait forever for a head that is gone)
         kwargs.update(address="local", num_cpus=ray_config.num_cpus, dashboard_host=ray_config.dashboard_host)
         for line in exposure_warnings(ray_config):
-            logging.getLogger("rl_core").warning(line)
-            print(f"warning: {line}", flush=True)
+            print(f"warning: {line}", file=sys.stderr, flush=True)
     try:
         if address:
             ray.init(**kwargs)
