@@ -7,6 +7,8 @@ Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
   from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and,
   while the train engines do not apply LoRA, ``lora_rank > 0`` is refused instead of being silently ignored.
 - :func:`offload_problems`: the same refusal for parameter / optimizer offload.
+- :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of
+  LoRA or offload would fit (e.g. Qwen2.5-7B on one 80 GB GPU).
 """
 
 from __future__ import annotations
@@ -80,9 +82,35 @@ def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
             for k in ("param_offload", "optimizer_offload") if getattr(f, k)]
 
 
-PROBES = (("files", lora_problems), ("rules", offload_problems))
+def memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
+    """A full fine-tune whose train states alone (float32 weights, AdamW, gradients) exceed the GPU's memory can
+    never run, whatever the batch sizes: refused, naming which of LoRA or CPU offload would fit (rl_core.memory_lora).
+    ``available``: the GPU's bytes (default: this machine's GPU; nothing is checked without one)."""
+    if config.trainer.device == "cpu" or config.model.lora_rank > 0:
+        return []
+    from rl_core.config.normalize import normalize
+    from rl_core.memory import GB, estimate
+    from rl_core.memory_lora import actor_terms
+
+    config, sizes, _ = normalize(config)
+    if sizes is None or sizes.device == "cpu":
+        return []
+    est = estimate(config, sizes, available=available)
+    if est is None or est.available is None or est.fits is not False:
+        return []
+    terms = actor_terms(config, est.shape, sizes.world_size if sizes.world_size > 1 else 1, 4)
+    need = sum(terms.states.values()) + sum(terms.update.values())
+    if need <= est.available:
+        return []
+    fits = [a.split(" (not wired")[0] for a in est.advice if a.startswith(("LoRA: ", "offload: "))]
+    return [Problem(key="model.lora_rank", what=f"is 0 (full fine-tune): {est.shape.params / 1e9:.1f}B parameters need {need / GB:.0f} GiB per GPU for their train states alone "
+                    f"(float32 weights, AdamW state, gradients) but the GPU has {est.available / GB:.0f} GiB",
+                    why="no batch size makes it fit", fix="; or ".join(fits) + " (both wait for issue #32); or more GPUs (trainer.n_gpus_per_node)")]
+
+
+PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems))
 
 
 def lora_and_offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     """Both probes (what :func:`rl_core.preflight.world_problems` runs)."""
-    return lora_problems(config, registry) + offload_problems(config, registry)
+    return lora_problems(config, registry) + offload_problems(config, registry) + memory_problems(config, registry)

@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from rl_core.memory_lora import actor_terms, fitting_alternatives
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
 GB = 2**30
@@ -57,6 +58,9 @@ KNOWN_SHAPES: dict[str, dict[str, Any]] = {
                           "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True, "model_type": "qwen2"},
 }
 KNOWN_SHAPES["qwen/qwen2.5-0.5b-instruct"] = KNOWN_SHAPES["qwen/qwen2.5-0.5b"]
+KNOWN_SHAPES["qwen/qwen2.5-7b"] = {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+                                   "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False, "model_type": "qwen2"}
+KNOWN_SHAPES["qwen/qwen2.5-7b-instruct"] = KNOWN_SHAPES["qwen/qwen2.5-7b"]
 
 
 @attrs.frozen(kw_only=True)
@@ -185,7 +189,7 @@ def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
     return c * (5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate) + 16 * shape.hidden
 
 
-def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: ModelShape | None = None) -> Estimate | None:
+def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: ModelShape | None = None, alternatives: bool = True) -> Estimate | None:
     """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown."""
     shape = shape or model_shape(config.model.path, config.model.override_config)
     if shape is None:
@@ -203,10 +207,10 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     share = (device == "cpu" if m.share_prompt_forward is None else m.share_prompt_forward) and not sharded
 
     t: dict[str, float] = {}
-    t["actor parameters (fp32)"] = 4 * P / S
-    t["actor AdamW state"] = 8 * P / S
+    actor = actor_terms(config, shape, S, c)  # full fine-tune, LoRA or CPU offload (rl_core.memory_lora)
+    t.update(actor.states)
     pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
-    if config.ref.enable and "ref" not in pools:
+    if config.ref.enable and "ref" not in pools and not actor.lora:  # LoRA: the reference is the model with adapters off
         t["reference parameters"] = c * P / S
     if config.critic.enable and "critic" not in pools:
         t["critic parameters + AdamW"] = 12 * P / S
@@ -226,10 +230,10 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
         act = tokens * (shape.layers * 4 * shape.hidden + per_tl)
     else:
         act = tokens * shape.layers * per_tl
-    t["actor gradients (update)"] = 4 * P / S
-    if mixed and not sharded:
+    t.update(actor.update)
+    if mixed and not sharded and not actor.lora and not config.actor.fsdp_config.param_offload:
         t["autocast weight copy (update)"] = c * P
-    elif mixed:
+    elif mixed and sharded:
         t["gathered layers (update)"] = 2 * c * P / shape.layers
     t[f"activations (update, {'with' if m.enable_gradient_checkpointing else 'no'} checkpointing)"] = act
     lp_micro = a.log_prob_micro_batch_size_per_gpu or micro
@@ -250,7 +254,7 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     rm_kept = rm.get("reward model weights (kept)", 0.0)  # colocated and not offloaded: held through every phase
     if rm_kept:
         t["reward model weights (kept)"] = rm_kept
-    states = t["actor parameters (fp32)"] + t["actor AdamW state"] + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0) + rm_kept
+    states = sum(actor.states.values()) + t.get("reference parameters", 0) + t.get("critic parameters + AdamW", 0) + rm_kept
     # the HF engine keeps its weights through training, except on a GPU with enable_sleep, where it frees them and
     # its KV cache unless they are small next to the device (rl_core.rollout.sleep_policy)
     rollout_held = t.get("rollout weights", 0)
@@ -268,7 +272,7 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     phases = {
         "rollout": runtime + states + rollout_peak,
         "log-probs": runtime + states + rollout_held + logits_lp,
-        "update": runtime + states + rollout_held + t["actor gradients (update)"] + t.get("autocast weight copy (update)", 0)
+        "update": runtime + states + rollout_held + sum(actor.update.values()) + t.get("autocast weight copy (update)", 0)
         + t.get("gathered layers (update)", 0) + act + logits_update,
     }
     if config.critic.enable and "critic" in pools:  # on the critic's own devices: its state and its update alone
@@ -295,8 +299,8 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     available = available if available is not None else device_memory(device)
     ranks = sizes.world_size if device == "cpu" else 1
     est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=())
-    if est.fits is False:
-        est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)))
+    if est.fits is False and alternatives:
+        est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)) + tuple(fitting_alternatives(config, sizes, est, estimate)))
     return est
 
 
