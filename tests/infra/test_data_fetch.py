@@ -71,6 +71,7 @@ def test_no_network_says_where_to_get_the_files(tmp_path, monkeypatch, capsys):
 
 def test_without_datasets_installed_says_what_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import fails, as when it is not installed
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
     assert cli("data", "gsm8k", "--out", str(tmp_path / "x.parquet")) == 1
     err = capsys.readouterr().err
     assert "pip install 'rl-core[data]'" in err and "--src" in err

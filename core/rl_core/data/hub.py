@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
@@ -35,38 +36,52 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+#: where the hub libraries keep the offline switch they read from the environment when imported
+_OFFLINE_FLAGS = (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"))
+
+
 @contextlib.contextmanager
 def _offline(on: bool) -> Iterator[None]:
-    old = os.environ.get("HF_HUB_OFFLINE")
-    if on:
-        os.environ["HF_HUB_OFFLINE"] = "1"
+    """``HF_HUB_OFFLINE=1`` for the block, also in hub libraries already imported (they read it once, at import)."""
+    if not on:
+        yield
+        return
+    old_env = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    saved = []
+    for module, attr in _OFFLINE_FLAGS:
+        mod = sys.modules.get(module)
+        if mod is not None and hasattr(mod, attr):
+            saved.append((mod, attr, getattr(mod, attr)))
+            setattr(mod, attr, True)
     try:
         yield
     finally:
-        if on:
-            if old is None:
-                os.environ.pop("HF_HUB_OFFLINE", None)
-            else:
-                os.environ["HF_HUB_OFFLINE"] = old
+        for mod, attr, value in saved:
+            setattr(mod, attr, value)
+        if old_env is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old_env
 
 
 def fetch_records(name: str, split: str) -> list[dict[str, Any]]:
     """The records of hub data set ``name`` (a key of :data:`HUB_SETS`), split ``split``, as plain dicts."""
     repo, config, page = HUB_SETS[name]
     local = f"download the {split} file from {page} and pass it with --src FILE (.jsonl or .parquet)"
-    try:
-        import datasets
-    except ImportError:
-        raise DataConvertError(f"fetching {repo} from the Hugging Face hub needs the `datasets` package: pip install 'rl-core[data]' (or datasets); or {local}") from None
     online = hub_reachable()
-    try:
-        with _offline(not online):
+    with _offline(not online):  # before the import too: `datasets` reads the switch when it is imported
+        try:
+            import datasets
+        except ImportError:
+            raise DataConvertError(f"fetching {repo} from the Hugging Face hub needs the `datasets` package: pip install 'rl-core[data]' (or datasets); or {local}") from None
+        try:
             ds = datasets.load_dataset(repo, config, split=split)
-    except ValueError as exc:
-        if "split" in str(exc).lower():
-            raise DataConvertError(f"{repo} has no split {split!r} ({exc}); use --split train or --split test") from None
-        raise DataConvertError(f"could not load {repo} ({type(exc).__name__}: {exc}); {local}") from None
-    except (ConnectionError, OSError) as exc:
-        why = "the Hugging Face hub cannot be reached from this machine" if not online else f"loading it failed: {exc}"
-        raise DataConvertError(f"{repo} is not in the local `datasets` cache and {why}; {local}") from None
+        except ValueError as exc:
+            if "split" in str(exc).lower():
+                raise DataConvertError(f"{repo} has no split {split!r} ({exc}); use --split train or --split test") from None
+            raise DataConvertError(f"could not load {repo} ({type(exc).__name__}: {exc}); {local}") from None
+        except (ConnectionError, OSError) as exc:
+            why = "the Hugging Face hub cannot be reached from this machine" if not online else f"loading it failed: {exc}"
+            raise DataConvertError(f"{repo} is not in the local `datasets` cache and {why}; {local}") from None
     return [dict(r) for r in ds]
