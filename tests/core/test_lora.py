@@ -83,8 +83,29 @@ def test_base_frozen_in_the_compute_dtype_adapters_float32():
     assert n_lora == 2 * per_layer
 
 
-def _plain_update_reference(base, adapters, scale, ids, lr):
-    """One AdamW step on W + scale * B @ A of the plain model through torch.func, A and B as leaf tensors: no peft."""
+def _token_log_probs(logits, ids):
+    return torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+
+
+def _loss(kind, logits, ids, ref_logits):
+    """The plain causal-LM loss, or the actor's loss (rl_core.algorithms.actor_loss: PPO clip + GRPO's KL term to the reference)."""
+    if kind == "causal_lm":
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
+    from rl_core.algorithms.actor_loss import compute_actor_loss
+    from rl_core.config.schema import ActorConfig
+
+    lp = _token_log_probs(logits, ids)
+    g = torch.Generator().manual_seed(5)
+    old = lp.detach() + 0.3 * torch.randn(lp.shape, generator=g)  # some ratios outside the clip range
+    adv = torch.randn(lp.shape[0], 1, generator=g).expand_as(lp)
+    loss, _ = compute_actor_loss(log_prob=lp, old_log_prob=old, advantages=adv, response_mask=torch.ones_like(lp),
+                                 ref_log_prob=_token_log_probs(ref_logits, ids), cfg=ActorConfig(use_kl_loss=True, kl_loss_coef=0.1))
+    return loss
+
+
+def _plain_update_reference(base, adapters, scale, ids, lr, kind):
+    """One AdamW step on W + scale * B @ A of the plain model through torch.func, A and B as leaf tensors: no peft.
+    The reference policy is the plain model itself."""
     from torch.func import functional_call
 
     params = {n: p.detach() for n, p in base.named_parameters()}
@@ -94,23 +115,28 @@ def _plain_update_reference(base, adapters, scale, ids, lr):
     for key in {k.rsplit(".lora_", 1)[0] for k in leaves}:
         name = key.removeprefix("base_model.model.") + ".weight"
         weights[name] = params[name] + scale * (leaves[key + ".lora_B.weight"] @ leaves[key + ".lora_A.weight"])
-    loss = functional_call(base, weights, (ids,), {"labels": ids}).loss
+    with torch.no_grad():
+        ref_logits = base(input_ids=ids).logits
+    loss = _loss(kind, functional_call(base, weights, (ids,)).logits, ids, ref_logits)
     loss.backward()
     opt.step()
     return loss.detach(), {k: v.detach() for k, v in leaves.items()}
 
 
-def test_one_lora_update_matches_a_plain_torch_reference():
+@pytest.mark.parametrize("kind", ["causal_lm", "actor"])
+def test_one_lora_update_matches_a_plain_torch_reference(kind):
     reference_base, model, ids = _adapted()
     before = {k: v.clone() for k, v in adapter_state_dict(model).items()}  # views of the live tensors otherwise
-    # ours: the wrapped model, AdamW over its trainable parameters, the plain causal-LM loss
+    # ours: the wrapped model, AdamW over its trainable parameters; the reference policy = adapters off
     opt = torch.optim.AdamW(trainable_parameters(model), lr=1e-2, weight_decay=0.01)
     model.train()
-    loss = model(input_ids=ids, labels=ids).loss
+    with torch.no_grad(), adapters_disabled(model):
+        ref_logits = model(input_ids=ids).logits
+    loss = _loss(kind, model(input_ids=ids).logits, ids, ref_logits)
     loss.backward()
     assert all(p.grad is None for n, p in model.named_parameters() if ".lora_" not in n)  # no gradients for the base
     opt.step()
-    ref_loss, ref_after = _plain_update_reference(reference_base, before, SPEC.scale, ids, 1e-2)
+    ref_loss, ref_after = _plain_update_reference(reference_base, before, SPEC.scale, ids, 1e-2, kind)
     torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e-5, atol=1e-6)
     after = adapter_state_dict(model)
     assert set(after) == set(ref_after) and len(after) == 2 * len(target_names(reference_base, SPEC))
