@@ -12,7 +12,7 @@ from rl_core.agent import sandbox
 from rl_core.agent.sandbox import SandboxLimits, containment, run_code
 from rl_core.agent.tools import call_tool, tool_from_function
 
-LIMITS = SandboxLimits(wall_s=2.0, cpu_s=2, memory_mb=512)
+LIMITS = SandboxLimits(wall_s=1.0, cpu_s=1, memory_mb=512)
 
 
 def _tool():

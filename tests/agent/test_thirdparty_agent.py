@@ -69,7 +69,7 @@ def test_listed_with_its_distribution(site):
 
 def test_used_by_name_from_the_config_and_a_rows_agent_name(site):
     env = {"PYTHONPATH": f"{site}:{REPO}"}
-    res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=120)
+    res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env={**__import__("os").environ, **env}, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     # row 0: the config's loop (third-party); row 1: the row's agent_name (built-in tool_agent)

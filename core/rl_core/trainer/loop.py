@@ -367,6 +367,7 @@ class Trainer:
             return {}
         t: dict[str, float] = {}
         scores_all, lengths = [], []
+        agent: dict[str, float] = {}  # multi-turn rollouts: val/agent/* counters (tool calls, errors, stops)
         self._val_kept = 0
         failed = 0
         with timed(t, "validate"):
@@ -377,6 +378,9 @@ class Trainer:
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
                 lengths.append(batch["response_mask"].sum(-1).float())
+                for k, v in batch.meta.items():
+                    if k.startswith("agent/"):
+                        agent[f"val/{k}"] = agent.get(f"val/{k}", 0.0) + float(v)
         scores = torch.cat(scores_all)
         if scores.numel() and failed >= scores.numel():
             last = self.ckpt.latest()
@@ -386,6 +390,7 @@ class Trainer:
                 "reward.timeout_s the time limit)" + (f"; a rerun resumes from {last[1]}" if last else "")
             )
         return {
+            **agent,
             "val/reward_mean": scores.float().mean().item(),
             "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
             "val/response_length_mean": torch.cat(lengths).mean().item(),
