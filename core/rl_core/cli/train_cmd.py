@@ -53,7 +53,9 @@ def run(args) -> int:
 
     loaded = load_report(path, overrides, **config_kwargs(args))
     registry = get_registry()
-    report = collect(loaded, registry)
+    from rl_core.cli.check_target import node_problems
+
+    report = collect(loaded, registry, extra=node_problems)  # several nodes need Ray: refused as in `rlcore check`
     # the run happens here: a model folder that is not here is an error, not a warning as in `rlcore check`
     strict = model_path_problems(report.config, strict=True) if report.config is not None else []
     problems = [p for p in report.problems if p.key not in {s.key for s in strict}] + strict
