@@ -5,7 +5,7 @@
     SMOKE=1 python bench/profile_gpu.py                   # CPU: a tiny model, checks the script runs (op times)
 
 torch.profiler (CUPTI) over one ``generate`` of ``--new`` tokens (after a warm-up call that captures the
-graph) and over one ``FSDPEngine.update`` (after a warm-up update). Kernels are grouped by name into GEMM,
+graph) and over one ``RoleEngine.update`` over ``FSDPBackend`` (after a warm-up update). Kernels are grouped by name into GEMM,
 attention, optimizer, compiled (triton), norm / reduction, elementwise, copies and other; the table gives each
 group's device time and share, the number of kernel launches, and the device-busy share of the wall time
 (the rest is the GPU waiting for the host). Also the 15 costliest kernels. Writes ``$OUT/profile_gpu.{json,md}``.
@@ -120,7 +120,7 @@ def update_case(args, device: str, variant: str):
     engine = build_engine("actor", cfg, WorkerContext(device=device))
     if variant == "foreach":  # the optimizer before this session's change, for comparison
         o = engine.optimizer
-        engine.optimizer = torch.optim.AdamW(o.param_groups[0]["params"], lr=o.defaults["lr"], betas=o.defaults["betas"], eps=o.defaults["eps"],
+        engine.backend.optimizer = torch.optim.AdamW(o.param_groups[0]["params"], lr=o.defaults["lr"], betas=o.defaults["betas"], eps=o.defaults["eps"],
                                              weight_decay=o.defaults["weight_decay"], foreach=True)
         engine._scheduler = None
     batch = step_batch(args.rows, args.prompt, args.response, args.vocab)

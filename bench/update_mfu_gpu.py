@@ -4,7 +4,7 @@
     python bench/update_mfu_gpu.py --only mfu       # or --only memory
     SMOKE=1 python bench/update_mfu_gpu.py          # CPU smoke run: a tiny model, seconds
 
-``FSDPEngine.update`` of the ``fsdp`` train backend (one process, bf16 compute over fp32 master weights and
+``RoleEngine.update`` over ``FSDPBackend`` of the ``fsdp`` train backend (one process, bf16 compute over fp32 master weights and
 AdamW, as the reference workload runs it), on-policy GRPO (one forward + backward per micro-batch, entropy
 as a detached metric), ``--rows`` sequences of ``--prompt`` + ``--response`` tokens, random weights and
 tokens; one warm-up update, then the median of ``--iters``. MFU = model FLOPs / time / peak, model FLOPs =

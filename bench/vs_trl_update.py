@@ -7,7 +7,7 @@ trained on (prompt and completion ids and masks, rewards, advantages), its per-t
 before the step, its loss, its gradient norm before clipping, the clipped gradient handed to AdamW and the weights
 after the step. rl-core then trains on exactly those batches through its real path: the trainer's reward scoring
 and ``compute_advantage`` call (``rl_core.trainer.loop``), a ``HybridWorker`` built from the config the
-side-by-side's ``rlcore-same`` run uses (``FSDPEngine.update``: the shared-prompt forward, the chunked LM head, the
+side-by-side's ``rlcore-same`` run uses (``RoleEngine.update`` over ``FSDPBackend``: the shared-prompt forward, the chunked LM head, the
 zero-advantage row skip, clipping, fused AdamW), then the weight sync into the rollout engine. Each step is
 compared; rl-core continues from its own weights, so differences would accumulate over the steps.
 

@@ -108,13 +108,14 @@ class RolloutCard(CardBase):
     devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
     max_tp: int | None = 1
     weight_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
-    colocate: bool = True
     logprobs: bool = True
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
     # how to install the engine, shown when it is missing (default: pip install the engine at its tested version)
     engine_install: str | None = None
+    # the engine reserves rollout.gpu_memory_utilization of a GPU (the memory estimate counts that, not weights + KV)
+    memory_fraction: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 
@@ -139,6 +140,11 @@ class TrainCard(CardBase):
     # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
     # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
     on_policy_without_old_log_probs: bool = False
+    # how the train states (parameters, gradients, optimizer) are split, for the memory estimate:
+    # "data" over every rank, "model" over the tensor x pipeline ranks, "none" a full copy per rank
+    state_sharding: str = attrs.field(default="none", validator=attrs.validators.in_(("none", "data", "model")))
+    # the train backend a config without train.name gets (one installed card at most should say so)
+    default: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 
@@ -155,7 +161,6 @@ class EstimatorCard(CardBase):
     needs_critic: bool = False
     needs_groups: bool = False
     needs_greedy_baseline: bool = False
-    level: str = attrs.field(default="token", validator=attrs.validators.in_(("token", "sequence")))
 
 
 @attrs.frozen(kw_only=True)
@@ -163,8 +168,6 @@ class PolicyLossCard(CardBase):
     """A policy-gradient loss (see :mod:`rl_core.algorithms.policy_loss`)."""
 
     kind: ClassVar[str] = "policy_loss"
-
-    level: str = attrs.field(default="token", validator=attrs.validators.in_(("token", "sequence")))
 
 
 @attrs.frozen(kw_only=True)
@@ -182,7 +185,6 @@ class RewardCard(CardBase):
 
     fields: frozenset[str] = attrs.field(default=frozenset({"ground_truth"}), converter=_frozenset)
     batched: bool = False
-    device: str = attrs.field(default="cpu", validator=attrs.validators.in_(("cpu", "cuda")))
     data_sources: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
 
 

@@ -1,7 +1,8 @@
 """A memory estimate per device (per rank) before anything is built: what `rlcore check` and `--dry-run` print.
 
 Terms, in bytes per rank (``P`` parameters, ``c`` bytes of the compute dtype, ``S`` ranks sharing the
-train states; FSDP shards over every rank of a multi-process run):
+train states, as the train card declares (``TrainCard.state_sharding``: ``data``, over every rank;
+``model``, over the tensor x pipeline ranks; ``none``); without a card, over every rank):
 
 - model states: actor parameters ``4P/S`` (float32 master weights, as the FSDP backend keeps them),
   gradients ``4P/S`` (only during the update: they are freed after each optimizer step), AdamW's two
@@ -12,7 +13,7 @@ train states; FSDP shards over every rank of a multi-process run):
   sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
   on a GPU with ``enable_sleep`` it frees both between rollouts unless together they are at most
   ``rollout.engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`);
-  an engine with a memory fraction (vLLM, SGLang) takes ``rollout.gpu_memory_utilization`` of the GPU
+  an engine whose card declares ``memory_fraction`` takes ``rollout.gpu_memory_utilization`` of the GPU
   and releases it while training (``enable_sleep``);
 - activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
   bytes (the tensors a llama-style block keeps for backward under autocast; float32 norms), or only the
@@ -35,6 +36,7 @@ peak next to it (``bench/results/memory_estimate_*.md``).
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -48,7 +50,6 @@ from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-FRACTION_ENGINES = ("vllm", "sglang")  # rollout engines that reserve rollout.gpu_memory_utilization of the GPU
 
 # Shapes of models a config may name without a local folder (from their published config.json files).
 KNOWN_SHAPES: dict[str, dict[str, Any]] = {
@@ -189,8 +190,15 @@ def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
     return c * (5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate) + 16 * shape.hidden
 
 
-def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: ModelShape | None = None, alternatives: bool = True) -> Estimate | None:
-    """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown."""
+def estimate(
+    config: Any, sizes: Any, *, rollout: Any = None, train: Any = None, available: float | None = None, shape: ModelShape | None = None,
+    alternatives: bool = True,
+) -> Estimate | None:
+    """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown.
+
+    ``rollout`` / ``train``: the stack's cards (what each backend holds: ``RolloutCard.memory_fraction``,
+    ``TrainCard.state_sharding``).
+    """
     shape = shape or model_shape(config.model.path, config.model.override_config)
     if shape is None:
         return None
@@ -198,7 +206,9 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     device = sizes.device
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
-    S = sizes.world_size if sizes.world_size > 1 else 1
+    sharding = getattr(train, "state_sharding", "data")
+    S = {"data": sizes.world_size, "model": sizes.train_model_parallel}.get(sharding, 1)
+    S = max(1, S)
     sharded = S > 1
     mixed = c < 4
     R = d.max_response_length
@@ -214,7 +224,7 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
         t["reference parameters"] = c * P / S
     if config.critic.enable and "critic" not in pools:
         t["critic parameters + AdamW"] = 12 * P / S
-    fraction_engine = r.name in FRACTION_ENGINES and device != "cpu"
+    fraction_engine = bool(getattr(rollout, "memory_fraction", False)) and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
     kv = gen_batch * (prompt + R) * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
     if fraction_engine:
@@ -300,7 +310,12 @@ def estimate(config: Any, sizes: Any, *, available: float | None = None, shape: 
     ranks = sizes.world_size if device == "cpu" else 1
     est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=())
     if est.fits is False and alternatives:
-        est = attrs.evolve(est, advice=tuple(advice(config, sizes, est)) + tuple(fitting_alternatives(config, sizes, est, estimate)))
+        with_cards = functools.partial(estimate, rollout=rollout, train=train)
+        est = attrs.evolve(
+            est,
+            advice=tuple(advice(config, sizes, est, fraction_engine=fraction_engine, sharding=sharding))
+            + tuple(fitting_alternatives(config, sizes, est, with_cards)),
+        )
     return est
 
 
@@ -352,7 +367,7 @@ def _val_batch(config: Any) -> int:
     return (config.data.val_max_samples or size or 0) * config.rollout.val_n
 
 
-def advice(config: Any, sizes: Any, est: Estimate) -> list[str]:
+def advice(config: Any, sizes: Any, est: Estimate, *, fraction_engine: bool = False, sharding: str = "data") -> list[str]:
     """What to change, for the phase that peaks highest."""
     phase = max(est.phases, key=est.phases.get)
     out = []
@@ -364,12 +379,13 @@ def advice(config: Any, sizes: Any, est: Estimate) -> list[str]:
     if phase == "log-probs":
         out.append("lower actor.log_prob_micro_batch_size_per_gpu")
     if phase == "rollout":
-        if config.rollout.name in FRACTION_ENGINES:
+        if fraction_engine:
             out.append("lower rollout.gpu_memory_utilization")
         else:
             out.append("set rollout.generation_batch_size (sequences decoded at once; the KV cache scales with it)")
-    out.append("more GPUs / processes (trainer.n_gpus_per_node): FSDP shards parameters, gradients and optimizer state")
-    out.append("offload parameters / optimizer state to CPU, or tensor parallelism (train.tensor_model_parallel_size with a backend that has it, e.g. megatron)")
+    if sharding == "data":
+        out.append("more GPUs / processes (trainer.n_gpus_per_node): the train backend shards parameters, gradients and optimizer state over them")
+    out.append("offload parameters / optimizer state to CPU, or tensor parallelism (train.tensor_model_parallel_size with a train backend that has it)")
     if config.model.dtype == "float32" and sizes.device != "cpu":
         out.append("model.dtype=bfloat16 (halves activations and the rollout's weights)")
     return out

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from rl_core.problems import UserError
-from rl_core.rollout.output import position_ids_from_mask  # noqa: F401  (re-exported)
+from rl_core.positions import position_ids_from_mask  # noqa: F401  (re-exported)
 from rl_core.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
@@ -333,42 +333,6 @@ def forward_response(
         log_probs = torch.nn.functional.pad(log_probs, (0, cut))
         entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
     return log_probs, entropy
-
-
-@torch.no_grad()
-def compute_response_log_probs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor | None,
-    responses: torch.Tensor,
-    *,
-    temperature: float = 1.0,
-    micro_batch_size: int | None = None,
-    with_entropy: bool = False,
-    share_prompts: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`forward_response` over micro-batches of ``micro_batch_size`` rows, no grad."""
-    if position_ids is None:
-        position_ids = position_ids_from_mask(attention_mask)
-    size = micro_batch_size or input_ids.shape[0]
-    lps, ents = [], []
-    for s in range(0, input_ids.shape[0], size):
-        sl = slice(s, s + size)
-        lp, ent = forward_response(
-            model,
-            input_ids[sl],
-            attention_mask[sl],
-            position_ids[sl],
-            responses[sl],
-            temperature=temperature,
-            with_entropy=with_entropy,
-            share_prompts=share_prompts,
-        )
-        lps.append(lp)
-        if ent is not None:
-            ents.append(ent)
-    return torch.cat(lps), (torch.cat(ents) if with_entropy else None)
 
 
 def forward_values(

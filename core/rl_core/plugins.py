@@ -167,10 +167,6 @@ def _split_env(name: str) -> set[str]:
     return {part.strip() for part in os.environ.get(name, "").split(",") if part.strip()}
 
 
-def _selected(ep_name: str, dist_name: str) -> bool:
-    return _skip_reason(ep_name, dist_name) is None
-
-
 def _skip_reason(ep_name: str, dist_name: str) -> str | None:
     """Why the allow / block lists skip this entry point, or None when it loads."""
     block = _split_env(BLOCK_ENV)

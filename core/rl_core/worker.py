@@ -22,6 +22,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefix
 from rl_core.batch import Batch
+from rl_core.train_engine.engine import build_role_engine
 
 
 def seed_everything(seed: int) -> None:
@@ -59,9 +60,12 @@ class HybridWorker:
         self.roles = worker_roles(config) if roles is None else tuple(roles)
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()
-        self.actor = make_train("actor", config, context) if "actor" in self.roles else None
-        self.ref = make_train("ref", config, context) if "ref" in self.roles else None
-        self.critic = make_train("critic", config, context) if "critic" in self.roles else None
+        engines = {
+            role: build_role_engine(make_train, role, config, context, sizes=stack.sizes, policy_loss=stack.policy_loss_fn)
+            for role in ("actor", "ref", "critic")
+            if role in self.roles
+        }
+        self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
         self.rollout = stack.rollout.load()(config, context) if "rollout" in self.roles else None
         self.reward_model = None
         if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
@@ -136,9 +140,7 @@ class HybridWorker:
 
     def set_total_steps(self, total: int) -> None:
         for engine in self._train_engines():
-            setter = getattr(engine, "set_total_steps", None)
-            if setter is not None:
-                setter(total)
+            engine.set_total_steps(total)
 
     # ------------------------------------------------------------- persistence
     def save_checkpoint(self, path: str) -> None:

@@ -20,7 +20,7 @@ pytest.importorskip("rl_train_fsdp", reason="the actor update runs on the fsdp t
 def test_gradient_is_zero_on_inserted_tokens_and_not_on_sampled(tmp_path):
     from rl_core.modeling import load_tokenizer
     from rl_core.rollout.hf import factory as rollout_factory
-    from rl_train_fsdp.engine import FSDPEngine
+    from rl_train_fsdp.engine import build_engine
 
     register_fixtures()
     model_dir = make_tiny_model_dir(tmp_path / "m", "llama", seed=0)
@@ -45,19 +45,20 @@ def test_gradient_is_zero_on_inserted_tokens_and_not_on_sampled(tmp_path):
         assert inserted.sum() > 0 and mask.sum() > 0
         batch["advantages"] = torch.tensor([1.0, -0.5, 0.7, -1.2]).unsqueeze(1) * torch.ones(4, R)
 
-        actor = FSDPEngine("actor", cfg, WorkerContext(seed=0))
+        actor = build_engine("actor", cfg, WorkerContext(seed=0))
         captured = []
-        original = actor._forward_response
+        backend = actor.backend
+        original = type(backend).forward
 
-        def forward(x, *args, **kwargs):
-            log_prob, entropy = original(x, *args, **kwargs)
-            for t in (log_prob, entropy):
+        def forward(x, **kwargs):
+            heads = original(backend, x, **kwargs)
+            for t in (heads.log_probs, heads.entropy):
                 if t is not None and t.requires_grad:
                     t.retain_grad()
-            captured.append((log_prob, entropy))
-            return log_prob, entropy
+            captured.append((heads.log_probs, heads.entropy))
+            return heads
 
-        actor._forward_response = forward
+        backend.forward = forward
         actor.update(batch)
         actor.shutdown()
     (log_prob, entropy), = captured  # one mini-batch, one micro-batch of all 4 rows

@@ -88,11 +88,27 @@ def test_does_not_fit_says_what_to_change(tmp_path):
 
 
 def test_fraction_engine_on_gpu_takes_its_share(tmp_path):
+    """What a backend holds comes from its card: a rollout card with memory_fraction takes its share of the GPU."""
+    from rl_core.cards import RolloutCard
+
     stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4", "rollout.gpu_memory_utilization=0.4")
-    cfg = attrs.evolve(stack.config, rollout=attrs.evolve(stack.config.rollout, name="vllm"))
-    est = estimate(cfg, attrs.evolve(stack.sizes, device="cuda"), available=80 * GB)
+    engine = RolloutCard(name="reserving", factory="x:y", memory_fraction=True)
+    est = estimate(stack.config, attrs.evolve(stack.sizes, device="cuda"), rollout=engine, available=80 * GB)
     assert est.terms["rollout engine (memory fraction)"] == pytest.approx(0.4 * 80 * GB)
     assert "process runtime (python, torch, ...)" not in est.terms  # allocator memory only on GPU
+    plain = estimate(stack.config, attrs.evolve(stack.sizes, device="cuda"), rollout=stack.rollout, available=80 * GB)
+    assert "rollout engine (memory fraction)" not in plain.terms and "rollout KV cache" in plain.terms
+
+
+def test_train_card_says_how_states_are_sharded(tmp_path):
+    from rl_core.cards import TrainCard
+
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4")
+    four = attrs.evolve(stack.sizes, world_size=4, train_model_parallel=2)
+    P = model_shape(stack.config.model.path).params
+    for sharding, S in (("data", 4), ("model", 2), ("none", 1)):
+        card = TrainCard(name="t", factory="x:y", state_sharding=sharding)
+        assert estimate(stack.config, four, train=card, available=64 * GB).terms["actor AdamW state"] == 8 * P / S
 
 
 def test_check_prints_the_estimate(tmp_path, capsys):

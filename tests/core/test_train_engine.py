@@ -1,7 +1,7 @@
-"""rl_core.train_engine: the LR schedule, the batch-size arithmetic, and the base class driven by a toy backend.
+"""rl_core.train_engine: the LR schedule, the batch-size arithmetic, and core's driver over a toy backend.
 
-The fsdp and megatron plugins run the base class through the train conformance suite; the toy
-engine here checks, with the core alone, what a backend gets from it: the mini-batch loop, loss
+The fsdp and megatron plugins run the driver through the train conformance suite; the toy
+backend here checks, with the core alone, what a backend gets from it: the mini-batch loop, loss
 weighting that makes micro-batching invisible, the LR schedule and the numerical guard.
 """
 
@@ -15,7 +15,8 @@ import torch
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.config.schema import ActorConfig, CriticConfig, DataConfig, ModelConfig, OptimConfig, RefConfig, RunConfig, TrainerConfig
-from rl_core.train_engine.base import TrainEngineBase
+from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw
+from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine.batch_sizes import TrainSizeError, inference_micro, mini_micro_epochs, split_sizes
 from rl_core.train_engine.lr_schedule import LRSchedule
 from rl_core.trainer.guard import NonFiniteError
@@ -71,45 +72,43 @@ def test_split_sizes_and_their_errors():
         split_sizes(_config(critic=CriticConfig(ppo_mini_batch_size=3)), "critic", 8)
 
 
-# ------------------------------------------------------ the base, a toy backend
-class ToyCritic(TrainEngineBase):
-    """A critic whose 'model' is a per-token embedding of width 1: everything else is the base class's."""
+# ------------------------------------------------------ the driver, a toy backend
+class ToyCritic(TrainBackend):
+    """A critic whose 'model' is a per-token embedding of width 1: everything else is core's."""
 
-    backend = "toy"
+    name = "toy"
 
     def __init__(self, config: RunConfig, role: str = "critic") -> None:
         super().__init__(role, config, WorkerContext())
-        self.rank, self.world_size, self.sharded = 0, 1, False
         self.model = torch.nn.Embedding(16, 1)
         with torch.no_grad():
             self.model.weight.copy_(torch.linspace(-1, 1, 16).unsqueeze(-1))
-        self._init_optimizer()
+        self.optimizer = build_adamw(self.model, config, role)
 
-    def _all_reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
-        raise AssertionError("one rank: no collectives")
+    def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
+        return value  # one rank
 
-    def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x, *, temperature, with_entropy, entropy_grad, training) -> Heads:
         R = x["responses"].shape[1]
-        return self.model(x["input_ids"][:, -R:]).squeeze(-1)
+        return Heads(values=self.model(x["input_ids"][:, -R:]).squeeze(-1))
 
-    def _mini_batch_step(self, mini: Batch, micro: int, cfg, temperature: float):
-        mode = cfg.loss_agg_mode
-        _, extra, _ = self._loss_fields(mini, cfg)
-        global_den = float(self._count(mini.tensors["response_mask"], mode))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_total, metric_sums, n_micro = 0.0, {}, 0
-        for s in range(0, len(mini), micro):
-            x = self._inputs(mini, slice(s, s + micro), extra)
-            loss, metrics = self._critic_loss(x, self._values(x), cfg)
-            share = self._micro_share(x["response_mask"], mode, global_den)
-            (loss * share).backward()
-            loss_total += float(loss.detach()) * share
-            for name, value in metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
-            n_micro += 1
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), math.inf))
-        self._optimizer_step(loss_total, grad_norm)
-        return loss_total, grad_norm, self._mean_metrics(metric_sums, n_micro, lambda t: t)
+    def backward(self, loss, weight):
+        (loss * weight).backward()
+
+    def reduce_and_clip(self, max_norm):
+        return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), math.inf))
+
+    def named_weights(self):
+        return iter(self.model.state_dict().items())
+
+    def save_hf(self, path):
+        raise NotImplementedError
+
+    def save_checkpoint(self, path, scheduler):
+        raise NotImplementedError
+
+    def load_checkpoint(self, path):
+        raise NotImplementedError
 
 
 def _critic_batch(rows: int = 8, R: int = 3) -> Batch:
@@ -131,9 +130,9 @@ def _critic_batch(rows: int = 8, R: int = 3) -> Batch:
     )
 
 
-def _toy(micro: int, **optim) -> ToyCritic:
+def _toy(micro: int, **optim) -> RoleEngine:
     optim = {"lr": 0.1, "lr_warmup_steps": 2, **optim}
-    return ToyCritic(_config(critic=CriticConfig(ppo_micro_batch_size_per_gpu=micro, optim=OptimConfig(**optim))))
+    return RoleEngine(ToyCritic(_config(critic=CriticConfig(ppo_micro_batch_size_per_gpu=micro, optim=OptimConfig(**optim)))))
 
 
 def test_micro_batching_does_not_change_the_update():
@@ -168,7 +167,7 @@ def test_a_non_finite_loss_stops_before_the_step():
     assert torch.equal(engine.model.weight, before)
 
 
-def test_the_base_checks_roles_and_calls():
+def test_the_driver_checks_roles_and_calls():
     with pytest.raises(TrainSizeError, match="unknown role 'judge': the toy train backend provides actor, critic, ref"):
         ToyCritic(_config(), role="judge")
     engine = _toy(micro=2)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
-from rl_core.rollout.hf import PromptLengthError
+from rl_core.rollout.samples import PromptLengthError
 from rl_core.rollout.samples import EMPTY_META_KEY, Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 
 PAD = 0

@@ -4,7 +4,7 @@ A train backend (FSDP, Megatron, ...) runs the forward pass, then calls
 :func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch
 and back-propagates the result, so the algorithm lives here, once:
 
-    actor loss = policy_loss(..., rollout_is_weights)     (cfg.policy_loss, from the registry)
+    actor loss = policy_loss(..., rollout_is_weights)     (the loaded cfg.policy_loss)
                - entropy_coeff * agg(entropy)             (when entropy_coeff != 0)
                + kl_loss_coef  * agg(kl(log_prob, ref))   (when use_kl_loss; GRPO's KL term)
 
@@ -53,6 +53,7 @@ def compute_actor_loss(
     ref_log_prob: Tensor | None = None,
     rollout_is_weights: Tensor | None = None,
     cfg: Any,
+    policy_loss: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None = None,
     registry: Any = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Actor loss for one micro-batch (see the module docstring for the formula).
@@ -74,13 +75,14 @@ def compute_actor_loss(
             ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
             ``kl_loss_type``; ``policy_loss_options`` and ``loss_scale_factor``
             if the config has them).
-        registry: defaults to :func:`rl_core.plugins.get_registry`.
+        policy_loss: the loaded policy-loss function (the engine passes the one the resolver loaded);
+            None looks ``cfg.policy_loss`` up in ``registry`` (default :func:`rl_core.plugins.get_registry`).
 
     Returns:
         (0-d float32 loss, metrics).
     """
     mode = cfg.loss_agg_mode
-    pg_fn = get_policy_loss(cfg.policy_loss, registry)
+    pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss, registry)
     options = dict(getattr(cfg, "policy_loss_options", None) or {})
     norm_length = getattr(cfg, "loss_scale_factor", None)
     if norm_length is not None:

@@ -420,21 +420,23 @@ def remax(
 
 
 # ------------------------------------------------------------ dispatch
-def compute_advantage(name: str, *, registry: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
+def compute_advantage(name: str, *, registry: Any = None, card: Any = None, fn: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
     """Run the estimator registered as ``name`` (built-in or third-party) with ``kwargs``.
 
     ``kwargs`` are the common estimator arguments (module docstring). Before
     calling, the card's declared needs are checked, so a missing input is a
     clear error for any estimator: ``needs_critic`` -> ``values``,
     ``needs_groups`` -> ``index``, ``needs_greedy_baseline`` ->
-    ``baseline_rewards``. ``registry`` defaults to
-    :func:`rl_core.plugins.get_registry`.
+    ``baseline_rewards``. The loop passes the resolved ``card`` and its loaded
+    function ``fn`` (:class:`rl_core.resolver.Stack`); without them ``name`` is
+    looked up in ``registry`` (default :func:`rl_core.plugins.get_registry`).
     """
-    if registry is None:
-        from rl_core.plugins import get_registry
+    if card is None:
+        if registry is None:
+            from rl_core.plugins import get_registry
 
-        registry = get_registry()
-    card = registry.get("estimator", name)
+            registry = get_registry()
+        card = registry.get("estimator", name)
     needs = (
         ("needs_critic", "values", "a critic's values"),
         ("needs_groups", "index", "group ids (rollout.n > 1)"),
@@ -443,7 +445,7 @@ def compute_advantage(name: str, *, registry: Any = None, **kwargs: Any) -> tupl
     for flag, arg, what in needs:
         if getattr(card, flag, False) and kwargs.get(arg) is None:
             raise ValueError(f"advantage estimator {name!r} ({card.provider or 'unregistered'}) needs `{arg}`: {what}")
-    fn = card.load()
+    fn = fn if fn is not None else card.load()
     return check_estimator_output(name, card, fn(**kwargs), kwargs["token_level_rewards"].shape)
 
 

@@ -315,7 +315,7 @@ def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
     if rollout_logprobs is False:
         problems.append(Problem(
             key="rollout.name", what=f"rollout backend {config.rollout.name!r} does not return log-probs, which {key} needs",
-            fix="pick a rollout backend with log-probs (hf, vllm) or turn rollout correction off",
+            fix="pick a rollout backend whose card declares log-probs (rlcore plugins lists them) or turn rollout correction off",
         ))
     try:
         if rc.rollout_is is not None:

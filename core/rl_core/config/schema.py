@@ -194,7 +194,7 @@ class RolloutConfig:
 
 @attrs.frozen(kw_only=True)
 class TrainBackendConfig:
-    name: str = "fsdp"
+    name: str | None = None  # None: the installed train backend whose card says default=True (or the only one)
     tensor_model_parallel_size: int = pos(1)
     pipeline_model_parallel_size: int = pos(1)
     sequence_parallel_size: int = pos(1)

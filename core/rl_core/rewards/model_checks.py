@@ -146,7 +146,7 @@ def judge_problems(config: Any) -> list[Problem]:
     except UnknownCardError as exc:
         out.append(Problem(key="reward_model.judge.engine", what=str(exc), fix=f"set reward_model.judge.engine to one of: {', '.join(registry.names('rollout'))}"))
     else:
-        from rl_core.resolver import engine_version_problem
+        from rl_core.engine_versions import engine_version_problem
 
         if (p := engine_version_problem(card, "reward_model.judge.engine")) is not None:
             out.append(p)

@@ -36,7 +36,6 @@ HF_ROLLOUT = RolloutCard(
     devices={"cpu", "cuda"},
     max_tp=1,
     weight_formats={"hf"},
-    colocate=True,
     logprobs=True,
     engine="transformers",
     engine_versions=">=4.56",

@@ -78,14 +78,10 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
-from rl_core.problems import UserError
 from rl_core.rollout.output import rollout_batch
+from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
-
-
-class PromptLengthError(UserError, ValueError):
-    """A prompt longer than ``data.max_prompt_length`` (or an empty one)."""
 
 
 class HFRolloutEngine:

@@ -10,13 +10,9 @@ from __future__ import annotations
 import torch
 
 from rl_core.batch import Batch
+from rl_core.positions import position_ids_from_mask  # noqa: F401  (also importable from here)
 
 GENERATED = frozenset({"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"})
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """``cumsum(mask) - 1`` clamped at 0: real tokens get 0, 1, 2, ... whatever the left padding."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def rollout_batch(

@@ -6,7 +6,7 @@ promises. Everything but the engine calls is the same for every engine and
 lives here, tested once:
 
 - :func:`unpadded_prompts`: each prompt's real token ids (what engines take);
-- :func:`check_prompt_lengths`: the first prompt that cannot be generated
+- :class:`PromptLengthError` and :func:`check_prompt_lengths`: the first prompt that cannot be generated
   from, named with its lengths (empty, over ``data.max_prompt_length``, or
   over the engine's context) and the key that fixes it;
 - :class:`Sample`: one finished sequence (token ids, optional per-token
@@ -27,10 +27,16 @@ import torch
 
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
-from rl_core.rollout.hf import PromptLengthError
+from rl_core.problems import UserError
 from rl_core.rollout.output import rollout_batch
 
 log = logging.getLogger(__name__)
+
+class PromptLengthError(UserError, ValueError):
+    """A prompt an engine cannot generate from: empty, longer than ``data.max_prompt_length``, or too long for the
+    engine's context (the message names the sample, the lengths and the key). Engines' own errors subclass it, so
+    callers catch every backend's with one class."""
+
 
 #: ``batch.meta`` key with the number of empty generations in the output.
 EMPTY_META_KEY = "rollout/empty_responses"

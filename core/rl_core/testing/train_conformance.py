@@ -1,13 +1,14 @@
 """Conformance tests every train backend runs (langchain standard-tests style).
 
 A backend's test module subclasses :class:`TrainConformance` and names its
-factory (the same dotted path as its :class:`~rl_core.cards.TrainCard`;
-spawned ranks import it by name)::
+factory (the same dotted path as its :class:`~rl_core.cards.TrainCard`, returning
+a :class:`~rl_core.train_engine.backend.TrainBackend`; spawned ranks import it by
+name). Core's :class:`~rl_core.train_engine.engine.RoleEngine` drives it::
 
     from rl_core.testing.train_conformance import TrainConformance
 
     class TestMyTrainer(TrainConformance):
-        factory = "my_pkg.engine:build_engine"
+        factory = "my_pkg.engine:MyBackend"
 
 What runs, on the same inputs for every backend (a tiny random Qwen2-shaped
 model with tied embeddings, one synthetic PPO step of 4 prompts x 2 samples):
@@ -30,6 +31,9 @@ model with tied embeddings, one synthetic PPO step of 4 prompts x 2 samples):
   scheduler state compared tensor by tensor;
 - ``save_hf`` writes a folder ``transformers`` loads to the same weights;
 - the LR schedule (warmup + cosine) against hand-computed values;
+- the shared update loop on this backend: ``actor.use_dynamic_bsz`` (micro-batches
+  by a token budget) gives the same update as fixed micro-batches, and
+  zero-advantage rows are left out of the forwards with the same update;
 - clear errors: missing model path, micro-batch not dividing, unknown role.
 
 How the step is split over ranks (as the controller does): rank ``r`` gets
@@ -66,6 +70,8 @@ from rl_core.testing.distributed import run_distributed
 from rl_core.testing.distributed import torch_threads as _threads
 from rl_core.testing.rollout_conformance import prompt_batch, reference_model
 from rl_core.testing.tiny_model import PAD_ID, make_tiny_model_dir
+from rl_core.train_engine.backend import TrainBackend
+from rl_core.train_engine.engine import RoleEngine, build_role_engine
 
 PROMPTS_PER_STEP = 4
 N_SAMPLES = 2
@@ -213,8 +219,8 @@ def run_step(
     shard = _shard(step, config, rank, world, mimic_world)
     out: dict[str, Any] = {}
 
-    actor = make("actor", config, ctx)
-    out["is_train_engine"] = isinstance(actor, TrainEngine)
+    actor = build_role_engine(make, "actor", config, ctx)
+    out["is_train_engine"] = isinstance(actor, TrainEngine) and isinstance(actor.backend, TrainBackend)
     out["actor_log_probs"] = actor.compute_log_prob(shard, temperature=1.0, with_entropy=True)
     out["actor_log_probs_t07"] = actor.compute_log_prob(shard, temperature=0.7)["log_probs"]
     out["actor_metrics"] = actor.update(shard)
@@ -240,11 +246,11 @@ def run_step(
         rollout.shutdown()
     actor.shutdown()
 
-    ref = make("ref", config, ctx)
+    ref = build_role_engine(make, "ref", config, ctx)
     out["ref_log_probs"] = ref.compute_log_prob(shard, temperature=1.0)["log_probs"]
     ref.shutdown()
 
-    critic = make("critic", config, ctx)
+    critic = build_role_engine(make, "critic", config, ctx)
     out["critic_weights_0"] = _weights(critic)
     out["values"] = critic.compute_values(shard)
     out["critic_metrics"] = critic.update(shard)
@@ -259,7 +265,7 @@ def run_resume(
     make = load_object(factory)
     ctx = WorkerContext(rank=rank, world_size=world, device=device, seed=config.trainer.seed)
     shard = _shard(step, config, rank, world, mimic_world)
-    actor = make("actor", config, ctx)
+    actor = build_role_engine(make, "actor", config, ctx)
     actor.load_checkpoint(str(Path(workdir) / "ckpt" / "actor"))
     out = {"weights_loaded": _weights(actor), "state_loaded": _local_state(actor)}
     out["metrics_2"] = actor.update(shard)
@@ -272,7 +278,7 @@ def run_resume(
 class TrainConformance:
     """Base class: subclass it in a ``Test*`` class and set :attr:`factory`."""
 
-    factory: str = ""  # "package.module:build_engine" (called as factory(role, config, context))
+    factory: str = ""  # "package.module:MyBackend": a TrainBackend factory, called as factory(role, config, context)
     rollout_factory: str | None = "rl_core.rollout.hf:factory"
     arch: str = "qwen2"
     logprob_atol: float = 1e-5
@@ -281,9 +287,14 @@ class TrainConformance:
     update_rtol: float = 1e-5
     dist_world_size: int = 2
     dist_timeout: float = 300.0
+    multi_process: bool = True  # False: a one-process backend; the @pytest.mark.dist tests skip
 
     def make_config(self, model_dir: Path, **overrides: Any) -> RunConfig:
         return default_config(model_dir, **overrides)
+
+    def engine(self, role: str, config: RunConfig, context: WorkerContext | None = None) -> RoleEngine:
+        """Core's engine over this backend's factory, as the worker builds it."""
+        return build_role_engine(load_object(self.factory), role, config, context or WorkerContext())
 
     # --------------------------------------------------------------- fixtures
     @pytest.fixture(scope="class", autouse=True)
@@ -323,6 +334,8 @@ class TrainConformance:
     @pytest.fixture(scope="class")
     def dist(self, config, step, prompts, tmp_path_factory) -> list[dict[str, Any]]:
         """:func:`run_step` on ``dist_world_size`` spawned processes (gloo)."""
+        if not self.multi_process:
+            pytest.skip(f"{self.factory} runs in one process (multi_process = False)")
         work = tmp_path_factory.mktemp("dist")
         outs = run_distributed(
             run_step, self.dist_world_size, self.factory, self.rollout_factory, config, step, prompts, str(work), timeout=self.dist_timeout
@@ -450,6 +463,18 @@ class TrainConformance:
             assert torch.equal(sd[name], w), name
         assert (single["workdir"] / "hf" / "tokenizer_config.json").is_file()
 
+    def test_checkpoint_resume_is_bit_identical(self, single, config, step):
+        """In this process: load the checkpoint the single run saved after its first update; the next update and
+        weights equal the single run's second ones (optimizer, scheduler and RNG restored)."""
+        after = run_resume(0, 1, self.factory, config, step, str(single["workdir"]), self.dist_world_size)
+        for name, w in single["actor_weights_1"].items():
+            assert torch.equal(after["weights_loaded"][name], w), f"{name} differs after load"
+        assert after["metrics_2"] == single["actor_metrics_2"], "the update after resume differs"
+        for name, w in single["actor_weights_2"].items():
+            assert torch.equal(after["weights_2"][name], w), f"{name} differs after the resumed update"
+        if single["actor_state_1"] is not None:
+            _assert_equal_state(single["actor_state_1"], after["state_loaded"], "one process")
+
     # ----------------------------------------------------- N processes
     @pytest.mark.dist
     def test_dist_log_probs_match_transformers(self, dist, step, reference):
@@ -528,7 +553,7 @@ class TrainConformance:
 
     def test_micro_batch_not_dividing_is_a_clear_error(self, config, step):
         bad = attrs.evolve(config, actor=attrs.evolve(config.actor, ppo_micro_batch_size_per_gpu=3))
-        engine = load_object(self.factory)("actor", bad, WorkerContext())
+        engine = self.engine("actor", bad)
         try:
             with pytest.raises(ValueError) as err:
                 engine.update(step)
@@ -546,7 +571,7 @@ class TrainConformance:
             actor=attrs.evolve(config.actor, ppo_epochs=1, ppo_mini_batch_size=PROMPTS_PER_STEP, ppo_micro_batch_size_per_gpu=8, optim=optim),
             trainer=attrs.evolve(config.trainer, total_training_steps=None),
         )
-        engine = load_object(self.factory)("actor", cfg, WorkerContext())
+        engine = self.engine("actor", cfg)
         try:
             engine.set_total_steps(6)
             lrs = [engine.update(step)["lr"] for _ in range(6)]
@@ -555,6 +580,72 @@ class TrainConformance:
         # warmup (k + 1) / 2 for k < 2; then 0.1 + 0.9 * (1 + cos(pi * (k - 2) / 4)) / 2
         expected = [0.5e-3, 1e-3, 1e-3, 0.868198e-3, 0.55e-3, 0.231802e-3]
         assert lrs == pytest.approx(expected, rel=1e-5)
+
+
+    # ----------------------------------------------- the shared update loop
+    def _count_forwards(self, engine: RoleEngine) -> list[tuple[int, int]]:
+        """``(rows, tokens)`` of every training forward ``engine`` runs from now on."""
+        seen: list[tuple[int, int]] = []
+        backend = engine.backend
+        forward = type(backend).forward
+
+        def counting(x, **kw):
+            if kw.get("training"):
+                seen.append((len(x["input_ids"]), int(x["attention_mask"].sum())))
+            return forward(backend, x, **kw)
+
+        backend.forward = counting
+        return seen
+
+    def _same_update(self, a: dict, b: dict, wa: RoleEngine, wb: RoleEngine) -> None:
+        for key in ("loss", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+        ea, eb = dict(wa.named_weights()), dict(wb.named_weights())
+        for name in eb:
+            torch.testing.assert_close(ea[name], eb[name], rtol=1e-5, atol=1e-6, msg=name)
+
+    def test_token_budget_micro_batches_give_the_same_update(self, config, step):
+        """``actor.use_dynamic_bsz``: micro-batches of at most ``ppo_max_token_len_per_gpu`` tokens, weighted by their
+        tokens, give the update of fixed micro-batches (the loop is core's, so every backend honours it)."""
+        shard = self._single_order(config, step)
+        budget = 36  # rows of 9 to 14 tokens: micro-batches of 2 or 3 rows, where the fixed size makes 2
+        fixed = self.engine("actor", attrs.evolve(config, actor=attrs.evolve(config.actor, ppo_micro_batch_size_per_gpu=2)))
+        dyn_cfg = attrs.evolve(config, actor=attrs.evolve(config.actor, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=budget))
+        dyn = self.engine("actor", dyn_cfg)
+        try:
+            seen = self._count_forwards(dyn)
+            a, b = dyn.update(shard), fixed.update(shard)
+            assert seen and all(tokens <= budget or rows == 1 for rows, tokens in seen), seen
+            assert any(rows != 2 for rows, _ in seen), f"the token budget made the fixed size's micro-batches: {seen}"
+            self._same_update(a, b, dyn, fixed)
+        finally:
+            fixed.shutdown()
+            dyn.shutdown()
+
+    @pytest.mark.parametrize("zero_rows", [[0, 1, 4, 5], list(range(8))])
+    def test_zero_advantage_rows_left_out_give_the_same_update(self, config, step, zero_rows):
+        """Rows with A = 0 everywhere add 0 to the loss and the gradient: leaving them out of the forwards changes
+        neither the loss (its token count still includes them) nor the weights after 2 mini-batches x 2 epochs,
+        also when every row is such a row (then AdamW steps on a zero gradient, as it would have)."""
+        shard = self._single_order(config, step)
+        adv = shard.tensors["advantages"].clone()
+        adv[zero_rows] = 0.0
+        shard["advantages"] = adv
+
+        def pg_only(skip: bool) -> RunConfig:
+            return attrs.evolve(config, actor=attrs.evolve(config.actor, entropy_coeff=0.0, use_kl_loss=False, skip_zero_advantage_rows=skip))
+
+        skip, full = self.engine("actor", pg_only(True)), self.engine("actor", pg_only(False))
+        try:
+            seen = self._count_forwards(skip)
+            a, b = skip.update(shard), full.update(shard)
+            assert sum(rows for rows, _ in seen) == 2 * (len(shard) - len(zero_rows))  # 2 epochs over the rows with a signal
+            if len(zero_rows) == len(shard):
+                assert a["loss"] == 0.0 and a["grad_norm"] == 0.0
+            self._same_update(a, b, skip, full)
+        finally:
+            skip.shutdown()
+            full.shutdown()
 
 
 def _assert_equal_state(a: Any, b: Any, where: str, path: str = "") -> None:

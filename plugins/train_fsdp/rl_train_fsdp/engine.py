@@ -1,8 +1,9 @@
 """The FSDP2 train engine: one role (actor, critic or ref) of one worker process.
 
-``build_engine(role, config, context)`` is the ``fsdp`` card's factory. The
-engine follows :class:`rl_core.backends.TrainEngine` and adds
-:meth:`FSDPEngine.set_total_steps` (from :class:`rl_core.train_engine.base.TrainEngineBase`).
+:class:`FSDPBackend` is the ``fsdp`` card's factory: the primitives of
+:class:`rl_core.train_engine.backend.TrainBackend`, which core drives
+(:class:`rl_core.train_engine.engine.RoleEngine`). ``build_engine(role, config,
+context)`` builds both, for benches and tests.
 
 Models
     actor / ref: ``AutoModelForCausalLM``; critic: the LM backbone plus a
@@ -21,14 +22,12 @@ Precision
     directly. Log-probs, entropies, values and losses are float32.
 
 Update, inference loops, LR schedule
-    :class:`rl_core.train_engine.base.TrainEngineBase` (mini- / micro-batches,
-    epochs, loss weighting over the global mini-batch, the numerical guard,
-    :mod:`rl_core.train_engine.lr_schedule`); this class adds the FSDP2
-    model, its forwards (shared-prompt and chunked LM head,
-    :mod:`rl_core.logprobs`), the mini-batch step (zero-advantage rows
-    skipped when unsharded, :mod:`rl_core.algorithms.zero_advantage`;
-    FSDP2's gradient averaging undone; ``clip_grad_norm_`` over the shards),
-    full-tensor weights and DCP checkpoints.
+    core's (:mod:`rl_core.train_engine.update`: mini- / micro-batches, epochs,
+    loss weighting over the global mini-batch, zero-advantage rows skipped when
+    unsharded, the numerical guard); this class adds the FSDP2 model, its
+    forwards (shared-prompt and chunked LM head, :mod:`rl_core.logprobs`), the
+    backward (FSDP2's gradient averaging undone), ``clip_grad_norm_`` over the
+    shards, full-tensor weights and DCP checkpoints.
 """
 
 from __future__ import annotations
@@ -39,28 +38,25 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.backends import WorkerContext
-from rl_core.batch import Batch
+from rl_core.checkpoints import PLAIN_FILE, copy_state, load_dcp, read_plain, safe_load, save_dcp, save_tensors, write_plain
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import compile_decoder_layers, forward_values
-from rl_core.train_engine.base import TrainEngineBase
-from rl_core.train_engine.batch_sizes import TrainSizeError  # noqa: F401  (re-exported: rl_train_fsdp.engine.TrainSizeError)
+from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model
+from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine.hf_export import write_hf_folder
-from rl_core.trainer.checkpoint import safe_load, save_tensors
-from rl_core.trainer.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
 
 from rl_train_fsdp import sharding
 
 
-def build_engine(role: str, config, context: WorkerContext) -> "FSDPEngine":
-    """The ``fsdp`` card's factory: ``build_engine(role, config, context) -> TrainEngine``."""
-    return FSDPEngine(role, config, context)
+def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
+    """The role's engine (core's driver over :class:`FSDPBackend`), for benches and tests; ``kwargs``: RoleEngine's."""
+    return RoleEngine(FSDPBackend(role, config, context), **kwargs)
 
 
-class FSDPEngine(TrainEngineBase):
-    backend = "fsdp"
+class FSDPBackend(TrainBackend):
+    name = "fsdp"
 
     def __init__(self, role: str, config, context: WorkerContext) -> None:
         super().__init__(role, config, context)
@@ -73,12 +69,13 @@ class FSDPEngine(TrainEngineBase):
         if sharding.is_distributed() and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = sharding.is_distributed()
+        self.uneven_micro_batches = not self.sharded  # FSDP2 gathers in every forward: ranks must run alike
         # one prompt forward per group of responses; not under FSDP (see rl_core.shared_prompt);
         # by default on CPU only: on an H100 it measured no faster (bench/results/shared_prompt_h100.md)
         share = config.model.share_prompt_forward
         self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded
         mcfg = config.model
-        model, _ = self._load_hf_model(torch.float32 if self.trainable else self.compute_dtype)
+        model, _ = load_role_model(role, config, torch.float32 if self.trainable else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
         if self.trainable and mcfg.enable_gradient_checkpointing:
@@ -101,72 +98,34 @@ class FSDPEngine(TrainEngineBase):
             # took 0.96 s a step for a 135M model, the fused kernel 0.05 s (2 cores, torch 2.13); on CUDA it
             # replaces foreach's several passes over the fp32 state (sharded too: DTensor parameters, as
             # torchtitan runs it). Not for sharded CPU runs (gloo tests keep torch's default there).
-            self._init_optimizer(**({"fused": True} if self.device.type == "cuda" or not self.sharded else {}))
+            self.optimizer = build_adamw(self.model, config, role, **({"fused": True} if self.device.type == "cuda" or not self.sharded else {}))
 
-    def _all_reduce(self, value: torch.Tensor, op: str) -> torch.Tensor:
-        return sharding.all_reduce(value, op)
+    def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
+        return sharding.all_reduce(value, op)  # every rank is a data-parallel rank
 
     # ------------------------------------------------------------- forwards
-    def _forward_response(self, x: dict[str, torch.Tensor], temperature: float, with_entropy: bool, *, entropy_grad: bool = True):
+    def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
+        if self.role == "critic":
+            with warnings.catch_warnings():
+                # FSDP2 warns that the token-classification output is a view; nothing here writes to it in place.
+                warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+                return Heads(values=forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1]))
         # the LM head in chunks of tokens (rl_core.logprobs): no full-vocab float32 logits; model.logprob_chunk_size
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
-        return forward_response_chunked(
+        lp, ent = forward_response_chunked(
             self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"],
             temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=self.share_prompts,
             chunk_size=chunk,
         )
+        return Heads(log_probs=lp, entropy=ent)
 
-    def _values(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
-        with warnings.catch_warnings():
-            # FSDP2 warns that the token-classification output is a view; nothing here writes to it in place.
-            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
-            return forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1])
+    def backward(self, loss: torch.Tensor | None, weight: float) -> None:
+        # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
+        (loss * (weight * self.world_size)).backward()
 
-    # ---------------------------------------------------------------- update
-    def _mini_batch_step(self, mini: Batch, micro: int, cfg, temperature: float) -> tuple[float, float, dict[str, float]]:
-        mode = cfg.loss_agg_mode
-        on_policy, extra, want_entropy = self._loss_fields(mini, cfg)
-        mask_all = mini.tensors["response_mask"]
-        global_den = sharding.all_reduce(self._count(mask_all, mode).to(self.device), "sum")
-        global_den = float(global_den)
-        if self.role == "actor" and not self.sharded and can_skip_zero_advantage_rows(cfg):
-            # after the normaliser (global_den) is fixed: the same gradient, fewer rows to run
-            keep = rows_with_signal(mini.tensors["advantages"], mask_all)
-            if len(keep) < len(mini):
-                mini = mini.index(keep) if len(keep) else None
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        metric_sums: dict[str, torch.Tensor] = {}
-        n_micro = 0
-        parts = [] if mini is None else self._token_budget_parts(mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
-        for rows, real in parts:
-            x = self._inputs(mini, rows, extra)
-            with self._autocast():
-                if self.role == "critic":
-                    loss, metrics = self._critic_loss(x, self._values(x), cfg)
-                else:
-                    log_prob, entropy = self._forward_response(x, temperature, want_entropy, entropy_grad=cfg.entropy_coeff != 0)
-                    loss, metrics = self._actor_loss(x, log_prob, entropy, cfg, on_policy)
-            share = self._micro_share(x["response_mask"], mode, global_den)
-            if not real:  # a repeat that only keeps this rank's collectives in step (use_dynamic_bsz)
-                share = 0.0
-            # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
-            (loss * (share * self.world_size)).backward()
-            if not real:
-                continue
-            loss_sum += loss.detach().to(torch.float64) * share
-            for name, value in metrics.items():
-                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
-            n_micro += 1
-        if not parts:  # every row skipped: a zero gradient, so AdamW still steps (momentum) as it would have
-            for p in self.model.parameters():
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-        grad_norm = sharding.clip_grad_norm(list(self.model.parameters()), self._role_cfg().optim.grad_clip)
-        loss_total = float(sharding.all_reduce(loss_sum, "sum"))
-        self._optimizer_step(loss_total, grad_norm)
-        return loss_total, grad_norm, self._mean_metrics(metric_sums, n_micro, lambda t: sharding.all_reduce(t, "avg"))
+    def reduce_and_clip(self, max_norm: float | None) -> float:
+        return sharding.clip_grad_norm(list(self.model.parameters()), max_norm)
 
     # ------------------------------------------------------------- weights
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -191,7 +150,7 @@ class FSDPEngine(TrainEngineBase):
         sharding.barrier()
 
     # ----------------------------------------------------------- checkpoint
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:
         """Sharded model + optimizer state (torch.distributed.checkpoint), scheduler and RNG per rank.
 
         ``path/dcp/`` holds the DCP checkpoint (loadable on another number of
@@ -217,14 +176,14 @@ class FSDPEngine(TrainEngineBase):
         extra = {
             "role": self.role,
             "world_size": self.world_size,
-            "scheduler": self._scheduler_state() if self.optimizer is not None else None,
+            "scheduler": scheduler,
             "rng": _rng_state(self.device),
         }
         save_tensors(extra, str(root / f"extra_rank{self.rank}.pt"))
         sharding.barrier()
 
-    def load_checkpoint(self, path: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote (bit-identical on the same number of ranks)."""
+    def load_checkpoint(self, path: str) -> dict[str, Any] | None:
+        """Restore what :meth:`save_checkpoint` wrote (bit-identical on the same number of ranks); the scheduler state."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
         root = Path(path)
@@ -247,22 +206,20 @@ class FSDPEngine(TrainEngineBase):
         else:
             restore_rng = True
         extra = safe_load(str(extra_path))
-        if self.optimizer is not None and extra.get("scheduler") is not None:
-            self._load_scheduler_state(extra["scheduler"])
         if restore_rng:
             _set_rng_state(extra["rng"], self.device)
         sharding.barrier()
+        return extra.get("scheduler")
 
     def local_state_dict(self) -> dict[str, Any]:
-        """This rank's shards of the model and optimizer state and the scheduler state, as plain tensors (copies).
+        """This rank's shards of the model and optimizer state, as plain tensors (copies).
 
         For tests and debugging: two engines with equal ``local_state_dict()``
         on every rank are in the same training state.
         """
         out: dict[str, Any] = {"model": {n: sharding.local_tensor(p.detach()).clone() for n, p in self.model.named_parameters()}}
         if self.optimizer is not None:
-            out["optim"] = _to_local(self.optimizer.state_dict())
-            out["scheduler"] = self.scheduler.state_dict()
+            out["optim"] = copy_state(self.optimizer.state_dict(), sharding.local_tensor)
         return out
 
 
@@ -272,16 +229,6 @@ def _quiet_dcp():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"torch\.distributed is disabled, unavailable or uninitialized")
         yield
-
-
-def _to_local(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return sharding.local_tensor(obj).detach().clone()
-    if isinstance(obj, dict):
-        return {k: _to_local(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_local(v) for v in obj)
-    return obj
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:

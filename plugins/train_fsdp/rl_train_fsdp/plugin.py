@@ -7,13 +7,15 @@ from rl_core.cards import TrainCard
 
 FSDP_CARD = TrainCard(
     name="fsdp",
-    factory="rl_train_fsdp.engine:build_engine",
+    factory="rl_train_fsdp.engine:FSDPBackend",
     description="torch FSDP2 (fully_shard) data-parallel sharding of any HF causal LM; bf16 mixed precision on GPU",
     devices={"cpu", "cuda"},
     parallelism={"dp", "fsdp"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     on_policy_without_old_log_probs=True,
+    state_sharding="data",  # FSDP2 shards parameters, gradients and optimizer state over every rank
+    default=True,  # the train backend of a config without train.name
     engine="torch",
     engine_versions=">=2.6",
 )

@@ -6,7 +6,7 @@ from rl_core.testing.train_conformance import TrainConformance
 
 
 class TestFSDPConformance(TrainConformance):
-    factory = "rl_train_fsdp.engine:build_engine"
+    factory = "rl_train_fsdp.engine:FSDPBackend"
     rollout_factory = "rl_core.rollout.hf:factory"
     logprob_atol = 1e-5
     sync_atol = 1e-4

@@ -22,7 +22,7 @@ every tensor bit for bit.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import torch
 
@@ -233,6 +233,27 @@ def full_to_hf_dict(full: Mapping[str, torch.Tensor], shape: ModelShape) -> dict
     return out
 
 
-def iter_hf(items: Iterable[tuple[str, torch.Tensor]], shape: ModelShape):
-    for name, t in items:
-        yield from full_to_hf(name, t, shape)
+def load_local_state(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> None:
+    """Copy this rank's converted tensors into the model's parameters; every parameter exactly once."""
+    params = dict(model.named_parameters())
+    missing, extra = set(params) - set(local), set(local) - set(params)
+    if missing or extra:
+        raise ConversionError(f"converted weights do not fit the Megatron model: missing {sorted(missing)[:6]}, unexpected {sorted(extra)[:6]}")
+    with torch.no_grad():
+        for name, p in params.items():
+            if p.shape != local[name].shape:
+                raise ConversionError(f"{name}: converted shape {tuple(local[name].shape)} != model shape {tuple(p.shape)}")
+            p.copy_(local[name])
+
+
+def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
+    """Sum the gradients over the data-parallel group, one flat buffer per dtype."""
+    if not params or dist.get_world_size(group) == 1:
+        return
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    grads = [p.grad for p in params]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat, group=group)
+    for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        g.copy_(new)

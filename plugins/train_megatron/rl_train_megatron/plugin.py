@@ -84,7 +84,7 @@ def check_unsupported_options(config) -> list[Problem]:
 
 MEGATRON_CARD = TrainCard(
     name="megatron",
-    factory="rl_train_megatron.engine:build_engine",
+    factory="rl_train_megatron.engine:MegatronBackend",
     description="megatron-core GPT models from HF Llama / Qwen2 configs; tensor (vocab-parallel log-probs) x pipeline x data parallelism",
     devices={"cpu", "cuda"},
     parallelism={"dp", "tp", "pp"},
@@ -92,6 +92,7 @@ MEGATRON_CARD = TrainCard(
     export_formats={"hf"},
     architectures=ARCHITECTURES,
     on_policy_without_old_log_probs=True,
+    state_sharding="model",  # each rank holds its tensor x pipeline shard; data-parallel replicas hold copies
     engine="megatron-core",
     engine_versions=">=0.16,<0.17",
     checks=(check_parallel_sizes, check_unsupported_options),

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.megatron
 
 
 class TestMegatronConformance(TrainConformance):
-    factory = "rl_train_megatron.engine:build_engine"
+    factory = "rl_train_megatron.engine:MegatronBackend"
     rollout_factory = "rl_core.rollout.hf:factory"
     logprob_atol = 1e-5
     sync_atol = 1e-4

@@ -1,0 +1,28 @@
+"""The modules of rl-core a plugin package may import: its public API (docs/plugins.md lists them too).
+
+A plugin's own source (not its tests) imports only these modules and only
+names without a leading underscore; ``tests/core/test_plugin_boundary.py``
+fails otherwise. Anything else in core may change without notice.
+"""
+
+from __future__ import annotations
+
+PLUGIN_API: dict[str, str] = {
+    "rl_core": "hookimpl: the decorator of a plugin's hook functions",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, EstimatorCard, PolicyLossCard, ConverterCard)",
+    "rl_core.problems": "Problem (what a card's check returns), UserError, nearest_divisors",
+    "rl_core.backends": "RolloutEngine / TrainEngine protocols, SamplingParams, WorkerContext",
+    "rl_core.batch": "Batch: tensors + per-sample objects + meta",
+    "rl_core.checkpoints": "safe_load, check_dcp_metadata, save_rng_state / load_rng_state, CheckpointError",
+    "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
+    "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head",
+    "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",
+    "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
+    "rl_core.rollout.output": "rollout_batch: the generate() output layout",
+    "rl_core.rollout.engine_kwargs": "problems of rollout.engine_kwargs a rollout card's checks report",
+    "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",
+    "rl_core.train_engine.engine": "RoleEngine: core's driver over a TrainBackend",
+    "rl_core.train_engine.batch_sizes": "TrainSizeError, role sizes",
+    "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
+    "rl_core.train_engine.hf_export": "write_hf_folder: the HF folder save_hf writes",
+}

@@ -1,0 +1,196 @@
+"""The train-backend contract: the primitives a train plugin implements; core drives the update with them.
+
+A train card's ``factory(role, config, context)`` returns a :class:`TrainBackend`.
+Core wraps it in :class:`rl_core.train_engine.engine.RoleEngine`, which owns
+everything that does not depend on how the model is split over ranks: epochs,
+mini- and micro-batches (fixed or by token budget), loss weighting,
+zero-advantage row skipping, the LR schedule, the numerical guard and the
+metrics. The backend provides, for one role (``actor``, ``critic`` or ``ref``)
+in one worker process:
+
+=========================  ==========================================================
+member                     what
+=========================  ==========================================================
+``__init__``               build the role's model (and, for a trainable role, its
+                           optimizer: :func:`build_adamw`); call
+                           ``super().__init__(role, config, context)`` first
+:meth:`forward`            one micro-batch to per-token log-probs / entropy (actor,
+                           ref) or values (critic): :class:`Heads`
+:meth:`backward`           back-propagate ``loss * weight`` (the weight makes the sum
+                           over micro-batches and ranks the global mini-batch's loss)
+:meth:`reduce_and_clip`    reduce gradients over data-parallel ranks, clip to a
+                           max norm, return the global norm before clipping
+:meth:`step`               the optimizer step (default: ``optimizer.step()``)
+:meth:`all_reduce`         a number over the data-parallel ranks or the whole world
+:meth:`named_weights`      full HF-named tensors, on every rank
+:meth:`save_hf`            an HF folder (rank 0 writes)
+:meth:`save_checkpoint`    model, optimizer, RNG and the scheduler state core passes
+:meth:`load_checkpoint`    the reverse; returns the scheduler state
+=========================  ==========================================================
+
+The worked example is :mod:`rl_core.testing.minimal_backend` (one process, plain PyTorch).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Iterator, Literal
+
+import attrs
+import torch
+
+from rl_core.backends import WorkerContext
+from rl_core.cards import ROLES
+from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, torch_dtype
+from rl_core.train_engine.batch_sizes import TrainSizeError, role_config
+
+Over = Literal["data", "world"]
+
+
+@attrs.frozen
+class Heads:
+    """What :meth:`TrainBackend.forward` returns for a micro-batch of ``b`` rows and ``R`` response columns.
+
+    Actor / ref: ``log_probs`` ``[b, R]`` and, when asked, ``entropy`` ``[b, R]``; critic: ``values`` ``[b, R]``.
+    Padded response positions hold whatever the model gives there: core masks them.
+    """
+
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+
+class TrainBackend(abc.ABC):
+    """One role of a train backend in one worker process; see the module docstring.
+
+    Every member core reads is declared here. ``__init__`` (this class's) sets
+    ``role``, ``config``, ``context``, ``device``, ``trainable``,
+    ``compute_dtype`` and safe defaults for the rest; a backend's own
+    ``__init__`` sets ``model``, ``rank``, ``world_size``, ``sharded``,
+    ``uneven_micro_batches``, ``autocast_dtype`` and, when trainable,
+    ``optimizer``.
+    """
+
+    #: the card's name, for messages
+    name: ClassVar[str] = "train"
+
+    role: str
+    config: Any
+    context: WorkerContext
+    device: torch.device
+    trainable: bool
+    compute_dtype: torch.dtype
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer | None
+    rank: int
+    world_size: int
+    #: forwards run collectives across ranks: every rank must run the same number of them
+    sharded: bool
+    #: ranks may run different numbers of micro-batches in one update (then zero-advantage rows can be skipped)
+    uneven_micro_batches: bool
+    #: ``torch.autocast`` dtype around forwards (None: no autocast)
+    autocast_dtype: torch.dtype | None
+
+    def __init__(self, role: str, config: Any, context: WorkerContext) -> None:
+        if role not in ROLES:
+            raise TrainSizeError(f"unknown role {role!r}: the {self.name} train backend provides {', '.join(sorted(ROLES))}")
+        self.role = role
+        self.config = config
+        self.context = context
+        self.device = context.torch_device
+        self.trainable = role != "ref"
+        self.compute_dtype = torch_dtype(config.model.dtype)
+        self.optimizer = None
+        self.rank, self.world_size = context.rank, context.world_size
+        self.sharded = False
+        self.uneven_micro_batches = True
+        self.autocast_dtype = None
+
+    # ------------------------------------------------------------ primitives
+    @abc.abstractmethod
+    def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
+        """The micro-batch ``x`` (``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask``,
+        and the loss's fields) through the model: :class:`Heads` in float32.
+
+        ``training``: the forward of an update (autograd on); a pipelined backend may return None on the stages
+        without the heads, and then gets ``backward(None, weight)``. Inference (``training=False``) returns the
+        heads on every rank.
+        """
+
+    @abc.abstractmethod
+    def backward(self, loss: torch.Tensor | None, weight: float) -> None:
+        """Back-propagate ``loss * weight`` for the micro-batch of the last :meth:`forward` (``loss`` None: a stage
+        without the heads). ``weight`` is the micro-batch's share of the global mini-batch, so gradients summed over
+        micro-batches and data-parallel ranks are the global loss's gradient."""
+
+    @abc.abstractmethod
+    def reduce_and_clip(self, max_norm: float | None) -> float:
+        """Sum gradients over data-parallel ranks, clip them to ``max_norm`` (> 0; None or 0: no clipping);
+        the global L2 norm before clipping, the same on every rank."""
+
+    @abc.abstractmethod
+    def all_reduce(self, value: torch.Tensor, op: str, over: Over = "data") -> torch.Tensor:
+        """A reduced copy of ``value`` (``sum``, ``max``, ``min`` or ``avg``) over the data-parallel ranks or every
+        rank; ``value`` itself without a process group."""
+
+    def step(self) -> None:
+        """The optimizer step, then clear the gradients."""
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def from_heads_stage(self, obj: Any) -> Any:
+        """``obj`` as the ranks holding the heads have it (pipelined backends broadcast it); identity by default."""
+        return obj
+
+    @abc.abstractmethod
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named tensors, identical on every rank (every rank must drain it)."""
+
+    @abc.abstractmethod
+    def save_hf(self, path: str) -> None:
+        """A normal HF folder at ``path`` (rank 0 writes; every rank must call)."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:
+        """Model, optimizer and RNG state under ``path``, with core's LR-scheduler state ``scheduler`` (plain data)."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> dict[str, Any] | None:
+        """Restore :meth:`save_checkpoint`'s state; returns the scheduler state it was given."""
+
+    def release(self) -> None:
+        """Free what the backend holds besides the model and optimizer (process groups, ...)."""
+
+
+# ------------------------------------------------------------------ helpers for backends
+def load_role_model(role: str, config: Any, dtype: torch.dtype) -> tuple[torch.nn.Module, str]:
+    """``(the role's HF model on the CPU, the config key of its path)``.
+
+    Actor / ref: ``AutoModelForCausalLM`` from ``model.path``; critic: the
+    backbone plus a scalar value head (:func:`rl_core.modeling.load_value_model`)
+    from ``critic.model_path`` (default: the actor's).
+    """
+    mcfg = config.model
+    if role == "critic":
+        path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")
+    else:
+        path, key = mcfg.path, "model.path"
+    check_model_path(path, key=key)  # random_init too: the config must be there
+    loader = load_value_model if role == "critic" else load_causal_lm
+    model = loader(
+        path, dtype=dtype, device="cpu", random_init=mcfg.random_init, override_config=mcfg.override_config,
+        trust_remote_code=mcfg.trust_remote_code, seed=config.trainer.seed, key=key,
+    )
+    return model, key
+
+
+def build_adamw(model: torch.nn.Module, config: Any, role: str, **adamw: Any) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` over the trainable parameters with the role's ``optim`` settings (``adamw``: more kwargs)."""
+    ocfg = role_config(config, role).optim
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps, weight_decay=ocfg.weight_decay, **adamw,
+    )

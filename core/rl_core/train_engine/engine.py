@@ -1,0 +1,233 @@
+"""One role of a train backend, driven by core: inference loops, the update, the LR schedule, checkpoints.
+
+:class:`RoleEngine` follows :class:`rl_core.backends.TrainEngine` (what the
+worker calls) over a :class:`~rl_core.train_engine.backend.TrainBackend` (what a
+plugin implements). The update itself (mini- and micro-batches, loss weighting,
+zero-advantage skipping, the guard) is :mod:`rl_core.train_engine.update`.
+
+Batch sizes (per rank, in sequences; the engine gets its rank's shard of the step)
+    ``update`` splits the shard into the resolved number of mini-batches
+    (``data.train_batch_size // <role>.ppo_mini_batch_size``, one optimizer step
+    each), every mini-batch into micro-batches of ``ppo_micro_batch_size_per_gpu``
+    sequences or, with ``actor.use_dynamic_bsz``, of at most
+    ``actor.ppo_max_token_len_per_gpu`` tokens; repeated ``ppo_epochs`` times
+    (``<role>.shuffle``: a new order each epoch, the same on every rank).
+
+Inference
+    ``compute_log_prob`` / ``compute_values`` run in micro-batches of the role's
+    ``log_prob_micro_batch_size_per_gpu`` (or a token budget); every rank runs the
+    same number of forwards, a rank with fewer rows repeating its last micro-batch
+    and dropping the result, so a backend's collectives stay in step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator
+
+import torch
+
+from rl_core.batch import Batch
+from rl_core.train_engine import update as upd
+from rl_core.train_engine.backend import TrainBackend
+from rl_core.train_engine.batch_sizes import RoleSizes, TrainSizeError, inference_micro, role_config, role_sizes
+from rl_core.train_engine.lr_schedule import LRSchedule
+
+
+def build_role_engine(factory: Callable[..., TrainBackend], role: str, config, context, *, sizes=None, policy_loss=None) -> "RoleEngine":
+    """``RoleEngine(factory(role, config, context), ...)``: how the worker turns a train card's factory into an engine."""
+    return RoleEngine(factory(role, config, context), sizes=sizes, policy_loss=policy_loss)
+
+
+class RoleEngine:
+    """One role (actor, critic or ref) of a train backend in one worker process; see the module docstring.
+
+    ``sizes``: the resolved :class:`rl_core.config.normalize.Sizes` (None: computed from the config);
+    ``policy_loss``: the loaded policy-loss function (None: the one ``actor.policy_loss`` names, looked up once here).
+    """
+
+    def __init__(self, backend: TrainBackend, *, sizes: Any = None, policy_loss: Callable | None = None) -> None:
+        if not isinstance(backend, TrainBackend):
+            raise TypeError(f"a train card's factory must return a rl_core.train_engine.backend.TrainBackend, got {type(backend).__name__}")
+        self.backend = backend
+        self.role = backend.role
+        self.config = backend.config
+        self.trainable = backend.trainable
+        self.sizes: RoleSizes | None = role_sizes(self.config, self.role, sizes) if self.trainable and sizes is not None else None
+        if self.role == "actor" and policy_loss is None:
+            from rl_core.algorithms.actor_loss import get_policy_loss
+
+            policy_loss = get_policy_loss(self.config.actor.policy_loss)
+        self.policy_loss = policy_loss
+        self._schedule: LRSchedule | None = None
+        self._scheduler = None
+        if self.trainable:
+            ocfg = role_config(self.config, self.role).optim
+            self._schedule = LRSchedule(ocfg, self.config.trainer.total_training_steps, section=f"{self.role}.optim")
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The backend's model (for tests and benches)."""
+        return self.backend.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self.backend.optimizer
+
+    # ------------------------------------------------------------- inference
+    @torch.no_grad()
+    def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1."""
+        if self.role == "critic":
+            raise RuntimeError("compute_log_prob is for the actor and ref roles; the critic has compute_values")
+        heads = self._infer(batch, temperature=upd.sampling_temperature(temperature), with_entropy=with_entropy, what="compute_log_prob")
+        out = {"log_probs": torch.cat([h.log_probs.float().cpu() for h in heads])}
+        if with_entropy:
+            out["entropy"] = torch.cat([h.entropy.float().cpu() for h in heads])
+        return out
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Critic values ``[b, R]`` (float32, CPU), in micro-batches."""
+        if self.role != "critic":
+            raise RuntimeError(f"compute_values is for the critic role, not {self.role!r}")
+        return torch.cat([h.values.float().cpu() for h in self._infer(batch, temperature=1.0, with_entropy=False, what="compute_values")])
+
+    def _infer(self, batch: Batch, *, temperature: float, with_entropy: bool, what: str) -> list:
+        b = self.backend
+        b.model.eval()
+        rows = len(batch)
+        if rows == 0:
+            raise ValueError(f"{what} got an empty batch")
+        micro = inference_micro(self.config, self.role)
+        n_real = math.ceil(rows / micro)
+        parts = upd.token_budget_parts(b, batch) or [(sl, i < n_real) for i, sl in enumerate(upd.micro_slices(b, rows, micro))]
+        out = []
+        for sl, real in parts:
+            x = upd.inputs(b, batch, sl)
+            with upd.autocast(b):
+                heads = b.forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=True, training=False)
+            if real:
+                out.append(heads)
+        return out
+
+    # ---------------------------------------------------------------- update
+    @property
+    def scheduler(self):
+        if self._scheduler is None and self.backend.optimizer is not None:
+            self._scheduler = torch.optim.lr_scheduler.LambdaLR(self.backend.optimizer, self._schedule)
+        return self._scheduler
+
+    def set_total_steps(self, total: int) -> None:
+        """The number of ``update()`` calls the run will make (for warmup ratios and decay)."""
+        if total is None or int(total) <= 0:
+            raise ValueError(f"set_total_steps needs a positive number of steps, got {total!r}")
+        if self._schedule is None:
+            return
+        self._schedule.total_steps = int(total)
+        if self._scheduler is not None:  # re-evaluate the current lr under the new total
+            for group, base in zip(self.backend.optimizer.param_groups, self._scheduler.base_lrs):
+                group["lr"] = base * self._schedule(self._scheduler.last_epoch)
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """One PPO update of this role over ``batch`` (this rank's shard of the step); returns metrics.
+
+        ``loss`` (the role's loss on the global mini-batch, averaged over mini-batches and epochs), ``grad_norm``
+        (before clipping, averaged over optimizer steps), ``lr``, and the loss functions' own metrics averaged over
+        micro-batches and ranks.
+        """
+        if not self.trainable:
+            raise RuntimeError("the ref role does not train; update() is for the actor and critic")
+        b = self.backend
+        rows = len(batch)
+        if b.sharded:  # every rank must agree, or the collectives below would hang
+            lo = int(b.all_reduce(torch.tensor(rows, device=b.device), "min", "world").item())
+            hi = int(b.all_reduce(torch.tensor(rows, device=b.device), "max", "world").item())
+            if lo != hi:
+                raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
+        sizes = self.sizes or role_sizes(self.config, self.role)
+        mini_rows = sizes.mini_rows(rows)
+        on_policy = upd.on_policy(self.role, batch)
+        if on_policy and (sizes.mini_batches > 1 or sizes.epochs > 1):
+            raise TrainSizeError(
+                f"actor update without 'old_log_probs' is only valid on-policy (one mini-batch, one epoch), "
+                f"got {sizes.mini_batches} mini-batches x {sizes.epochs} epochs: compute old log-probs first"
+            )
+        cfg = role_config(self.config, self.role)
+        temperature = upd.sampling_temperature(batch.meta.get("temperature", self.config.rollout.temperature))
+        scheduler = self.scheduler
+        lr = b.optimizer.param_groups[0]["lr"]
+        b.model.train()
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        losses, norms = [], []
+        for epoch in range(sizes.epochs):
+            if getattr(cfg, "shuffle", False):
+                gen = torch.Generator().manual_seed(self.config.trainer.seed + 1000 * scheduler.last_epoch + epoch)
+                order = torch.randperm(rows, generator=gen)
+            else:
+                order = torch.arange(rows)
+            for k in range(sizes.mini_batches):
+                mini = batch.index(order[k * mini_rows : (k + 1) * mini_rows])
+                loss, norm, metrics = upd.mini_batch_step(b, mini, sizes.micro, cfg, temperature, on_policy, self.policy_loss)
+                losses.append(loss)
+                norms.append(norm)
+                for name, value in metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value
+                    counts[name] = counts.get(name, 0) + 1
+        scheduler.step()
+        b.model.eval()
+        out = {name: sums[name] / counts[name] for name in sums}
+        out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"), lr=lr)
+        return out
+
+    # ------------------------------------------------------ weights and state
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self.backend.named_weights()
+
+    def save_hf(self, path: str) -> None:
+        self.backend.save_hf(path)
+
+    def save_checkpoint(self, path: str) -> None:
+        self.backend.save_checkpoint(path, self._scheduler_state() if self.backend.optimizer is not None else None)
+
+    def load_checkpoint(self, path: str) -> None:
+        state = self.backend.load_checkpoint(path)
+        optimizer = self.backend.optimizer
+        if optimizer is None or state is None:
+            return
+        total = self._schedule.total_steps  # a total given to this run (set_total_steps) wins over the saved one
+        self.scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(optimizer.param_groups)})
+        if total:
+            self._schedule.total_steps = total
+        # the run's config wins over the checkpoint's hyper-parameters (a resume under a changed *.optim, accepted
+        # with --resume-anyway, trains with the new values): the schedule's base lr and AdamW's betas, eps, weight decay
+        ocfg = role_config(self.config, self.role).optim
+        self._scheduler.base_lrs = [float(ocfg.lr)] * len(optimizer.param_groups)
+        for group in optimizer.param_groups:
+            group.update(initial_lr=float(ocfg.lr), betas=tuple(ocfg.betas), eps=ocfg.eps, weight_decay=ocfg.weight_decay)
+            group["lr"] = float(ocfg.lr) * self._schedule(self._scheduler.last_epoch)
+        self._scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def _scheduler_state(self) -> dict[str, Any]:
+        """The ``LambdaLR`` state without ``lr_lambdas`` (the schedule object, rebuilt from the config on load): plain data."""
+        return {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"}
+
+    def local_state_dict(self) -> dict[str, Any] | None:
+        """The backend's own model / optimizer state for tests (None when it has none), with the scheduler's."""
+        fn = getattr(self.backend, "local_state_dict", None)
+        if fn is None:
+            return None
+        out = fn()
+        if self.backend.optimizer is not None:
+            out["scheduler"] = self._scheduler_state()
+        return out
+
+    def shutdown(self) -> None:
+        b = self.backend
+        b.optimizer = None
+        self._scheduler = None
+        b.model = None
+        b.release()
+        if b.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -1,0 +1,204 @@
+"""The mini-batch step every train backend shares, over :class:`~rl_core.train_engine.backend.TrainBackend` primitives.
+
+Loss weighting
+    Each micro-batch's loss is weighted by its share of the *global* mini-batch's
+    tokens (``token-mean``) or sequences (``seq-mean-*``), counted over every
+    data-parallel rank (1 for ``token-sum``), so the gradient, the loss and the
+    gradient norm do not depend on how the batch is split over ranks and
+    micro-batches.
+
+Zero-advantage rows (:mod:`rl_core.algorithms.zero_advantage`)
+    After the normaliser is fixed, actor rows without a signal are left out of
+    the forward / backward when the loss allows it and the backend lets ranks
+    run different numbers of micro-batches (``uneven_micro_batches``). When every
+    row is left out, AdamW still steps on a zero gradient.
+
+Numerical guard (:mod:`rl_core.trainer.guard`)
+    A non-finite loss or gradient norm stops the run before the step, on every
+    rank alike; after the step every weight is checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Callable
+
+import torch
+
+from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
+from rl_core.batch import Batch
+from rl_core.micro_batches import token_budget_groups
+from rl_core.modeling import position_ids_from_mask
+from rl_core.train_engine.backend import TrainBackend
+from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
+
+
+def sampling_temperature(value) -> float:
+    """The rollout temperature the log-probs are taken at (greedy or unset: 1)."""
+    return 1.0 if value is None or value <= 0 else float(value)
+
+
+def on_policy(role: str, batch: Batch) -> bool:
+    """The actor's batch carries no ``old_log_probs``: the loop skipped that pass (one mini-batch, one epoch), so the
+    old policy is the current one: ``old = log_prob.detach()``, ratio exactly 1."""
+    return role == "actor" and "old_log_probs" not in batch.tensors.keys()
+
+
+def autocast(b: TrainBackend):
+    if b.autocast_dtype is not None:
+        return torch.autocast(device_type=b.device.type, dtype=b.autocast_dtype)
+    return contextlib.nullcontext()
+
+
+def inputs(b: TrainBackend, batch: Batch, rows: slice | torch.Tensor, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """The micro-batch ``rows`` of ``batch`` on the device: ids, masks, positions, responses and the ``extra`` fields."""
+    t = batch.tensors
+    for key in ("input_ids", "attention_mask", "responses"):
+        if key not in t.keys():
+            raise KeyError(f"{b.role}: the batch has no {key!r} (fields: {sorted(batch.keys())})")
+    out = {"input_ids": t["input_ids"][rows], "attention_mask": t["attention_mask"][rows], "responses": t["responses"][rows]}
+    out["position_ids"] = t["position_ids"][rows] if "position_ids" in t.keys() else position_ids_from_mask(out["attention_mask"])
+    if "response_mask" in t.keys():
+        out["response_mask"] = t["response_mask"][rows]
+    else:
+        out["response_mask"] = out["attention_mask"][:, -out["responses"].shape[1] :]
+    for key in extra:
+        if key not in t.keys():
+            raise KeyError(f"{b.role}.update needs {key!r} in the batch (fields: {sorted(batch.keys())})")
+        out[key] = t[key][rows]
+    return {k: v.to(b.device, non_blocking=True) for k, v in out.items()}
+
+
+def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
+    """Micro-batch slices; every rank runs the same number of forwards (a rank with fewer repeats its last slice)."""
+    mine = math.ceil(rows / micro)
+    count = int(b.all_reduce(torch.tensor(mine, device=b.device), "max", "world").item()) if b.sharded else mine
+    slices = [slice(s, min(s + micro, rows)) for s in range(0, rows, micro)]
+    return slices + [slices[-1]] * (count - mine)
+
+
+def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
+    """``(rows, real)`` per micro-batch formed by ``actor.ppo_max_token_len_per_gpu`` tokens (actor and ref with
+    ``actor.use_dynamic_bsz``; None otherwise). Ranks may differ in their count: with a sharded backend a rank with
+    fewer repeats its last micro-batch with ``real=False`` (dropped, or weight 0 in an update)."""
+    a = b.config.actor
+    if b.role == "critic" or not a.use_dynamic_bsz:
+        return None
+    groups = token_budget_groups(batch.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
+    count = int(b.all_reduce(torch.tensor(len(groups), device=b.device), "max", "world").item()) if b.sharded else len(groups)
+    return [(torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)) for i in range(count)]
+
+
+def loss_fields(role: str, mini: Batch, cfg, on_policy_: bool) -> tuple[tuple[str, ...], bool]:
+    """``(the batch fields the loss needs, whether the forward computes entropy)``."""
+    extra = ("values", "returns") if role == "critic" else (("advantages",) if on_policy_ else ("old_log_probs", "advantages"))
+    if role == "actor" and cfg.use_kl_loss:
+        extra = extra + ("ref_log_prob",)
+    if role == "actor" and "rollout_is_weights" in mini.tensors.keys():
+        extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
+    if "response_mask" not in mini.tensors.keys():
+        raise KeyError(f"{role}.update needs 'response_mask' in the batch")
+    return extra, role == "actor" and (cfg.entropy_coeff != 0 or on_policy_)
+
+
+def count(mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """The loss normaliser's count in ``mask``: tokens (``token-mean``) or sequences with a token (otherwise), float64."""
+    m = mask.bool()
+    if mode == "token-mean":
+        return m.sum().to(torch.float64)
+    return m.any(dim=-1).sum().to(torch.float64)
+
+
+def micro_share(response_mask: torch.Tensor, mode: str, global_den: float) -> float:
+    """A micro-batch loss's weight: its share of the global mini-batch's count ``global_den`` (1 for ``token-sum``)."""
+    share = float(count(response_mask, mode)) / global_den if global_den > 0 else 0.0
+    if mode == "token-sum":  # no normaliser: the micro-batch sums add up to the global sum
+        share = 1.0
+    return share
+
+
+def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: bool, policy_loss: Callable | None):
+    """``(loss, metrics)`` of the role on the micro-batch ``x`` (:mod:`rl_core.algorithms.actor_loss`)."""
+    from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
+
+    if role == "critic":
+        return compute_critic_loss(vpreds=heads.values, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg)
+    return compute_actor_loss(
+        log_prob=heads.log_probs,
+        old_log_prob=heads.log_probs.detach() if on_policy_ else x["old_log_probs"],
+        advantages=x["advantages"],
+        response_mask=x["response_mask"],
+        entropy=heads.entropy,
+        ref_log_prob=x.get("ref_log_prob"),
+        rollout_is_weights=x.get("rollout_is_weights"),
+        cfg=cfg,
+        policy_loss=policy_loss,
+    )
+
+
+def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss) -> tuple[float, float, dict[str, float]]:
+    """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``."""
+    mode = cfg.loss_agg_mode
+    extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
+    mask_all = mini.tensors["response_mask"]
+    global_den = float(b.all_reduce(count(mask_all, mode).to(b.device), "sum"))
+    if b.role == "actor" and b.uneven_micro_batches and can_skip_zero_advantage_rows(cfg):
+        keep = rows_with_signal(mini.tensors["advantages"], mask_all)  # after the normaliser is fixed
+        if len(keep) < len(mini):
+            mini = mini.index(keep) if len(keep) else None
+    entropy_grad = b.role == "actor" and cfg.entropy_coeff != 0
+    b.zero_grad()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
+    metric_sums: dict[str, torch.Tensor] = {}
+    n_micro = 0
+    parts = [] if mini is None else token_budget_parts(b, mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
+    for rows, real in parts:
+        x = inputs(b, mini, rows, extra)
+        with autocast(b):
+            heads = b.forward(x, temperature=temperature, with_entropy=want_entropy, entropy_grad=entropy_grad, training=True)
+            loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss) if heads is not None else (None, {})
+        share = micro_share(x["response_mask"], mode, global_den) if real else 0.0  # not real: a repeat for the collectives
+        b.backward(loss, share)
+        if not real or loss is None:
+            continue
+        loss_sum += loss.detach().to(torch.float64) * share
+        for name, value in metrics.items():
+            metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+        n_micro += 1
+    if not parts:  # every row skipped: a zero gradient, so AdamW still steps (momentum) as it would have
+        for p in b.model.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    grad_norm = b.reduce_and_clip(cfg.optim.grad_clip)
+    loss_total = float(b.all_reduce(loss_sum, "sum"))
+    metrics_out = mean_metrics(b, metric_sums, n_micro)
+    loss_total, metrics_out = b.from_heads_stage((loss_total, metrics_out))
+    optimizer_step(b, loss_total, grad_norm)
+    return loss_total, grad_norm, metrics_out
+
+
+def mean_metrics(b: TrainBackend, metric_sums: dict[str, torch.Tensor], n_micro: int) -> dict[str, float]:
+    """The loss metrics summed over ``n_micro`` micro-batches, as means over them and (one collective) ranks."""
+    names = sorted(metric_sums)
+    if not names:
+        return {}
+    stacked = b.all_reduce(torch.stack([metric_sums[n] / n_micro for n in names]).to(b.device), "avg")
+    return {n: float(v) for n, v in zip(names, stacked.tolist())}
+
+
+def optimizer_step(b: TrainBackend, loss_total: float, grad_norm: float) -> None:
+    """The numerical guard, then the step and the weight check (``loss_total`` and ``grad_norm`` are global)."""
+    stage = f"update_{b.role}"
+    for tensor, name, value in (("loss", "loss", loss_total), ("gradient norm", "grad_norm", grad_norm)):
+        if not math.isfinite(value):
+            b.zero_grad()
+            raise non_finite_error(stage=stage, role=b.role, rank=b.rank, tensor=tensor, detail=f"{name} = {value}")
+    b.step()
+    bad = first_non_finite_parameter(b.model)
+    flag = torch.tensor(0.0 if bad is None else 1.0, device=b.device)
+    if b.sharded or b.world_size > 1:
+        flag = b.all_reduce(flag, "sum", "world")
+    if float(flag) == 0:
+        return
+    raise non_finite_error(stage=stage, role=b.role, rank=b.rank, tensor=f"weight {bad}" if bad else "weights (on another rank)", detail="after the optimizer step")

@@ -1,0 +1,76 @@
+"""Names are resolved once: the Stack carries the loaded estimator / policy-loss / reward functions; a factory path
+that does not import is a check-time error naming the card and its distribution; train.name comes from the cards."""
+
+from __future__ import annotations
+
+import pickle
+
+import attrs
+from rl_core.cards import EstimatorCard, PolicyLossCard, Provider, TrainCard
+from rl_core.config.load import load_config
+from rl_core.plugins import Registry, get_registry
+from rl_core.resolver import resolve
+from rl_core.testing.tiny_run import write_tiny_run
+
+
+def _registry(**extra) -> Registry:
+    """The installed registry with cards added or replaced (``kind=[card, ...]``)."""
+    base = get_registry()
+    cards = {kind: dict(table) for kind, table in base.cards.items()}
+    for kind, added in extra.items():
+        for card in added:
+            cards[kind][card.name] = card
+    return attrs.evolve(base, cards=cards)
+
+
+def _minimal_train() -> TrainCard:
+    return TrainCard(name="minimal", factory="rl_core.testing.minimal_backend:MinimalBackend", provider=Provider(distribution="rl-core"))
+
+
+def _config(tmp_path, **kw):
+    return load_config(write_tiny_run(tmp_path, train__name="minimal", **kw))
+
+
+def test_the_stack_carries_the_loaded_functions_and_pickles(tmp_path):
+    from rl_core.algorithms.advantages import grpo
+
+    stack, problems = resolve(_config(tmp_path), _registry(train=[_minimal_train()]))
+    assert stack is not None, [p.render() for p in problems]
+    assert stack.estimator_fn is grpo and stack.estimator_fn is stack.estimator.load()
+    assert stack.policy_loss_fn is stack.policy_loss.load()
+    again = pickle.loads(pickle.dumps(stack))  # sent to worker processes as is
+    assert again.estimator_fn is grpo and again.policy_loss_fn is stack.policy_loss_fn
+
+
+def test_a_bad_estimator_or_loss_factory_is_a_check_error_naming_card_and_distribution(tmp_path):
+    bad_est = EstimatorCard(name="grpo", factory="my_pkg.adv:grpo_typo", needs_groups=True, provider=Provider(distribution="my-dist", version="1.2"))
+    bad_loss = PolicyLossCard(name="vanilla", factory="rl_core.algorithms.policy_loss:no_such_loss", provider=Provider(distribution="other-dist"))
+    stack, problems = resolve(_config(tmp_path), _registry(train=[_minimal_train()], estimator=[bad_est], policy_loss=[bad_loss]))
+    assert stack is None
+    by_key = {p.key: p.render() for p in problems if p.severity == "error"}
+    assert "'grpo'" in by_key["algorithm.adv_estimator"] and "my-dist 1.2" in by_key["algorithm.adv_estimator"]
+    assert "my_pkg.adv:grpo_typo" in by_key["algorithm.adv_estimator"]
+    assert "other-dist" in by_key["actor.policy_loss"] and "no_such_loss" in by_key["actor.policy_loss"]
+
+
+def test_a_train_factory_module_that_is_not_installed_is_a_check_error(tmp_path):
+    ghost = TrainCard(name="minimal", factory="not_installed_pkg.engine:Backend", provider=Provider(distribution="ghost-dist"))
+    stack, problems = resolve(_config(tmp_path), _registry(train=[ghost]))
+    assert stack is None
+    msg = next(p.render() for p in problems if p.key == "train.name")
+    assert "not_installed_pkg.engine" in msg and "ghost-dist" in msg
+
+
+def test_train_name_defaults_to_the_card_that_says_so(tmp_path):
+    cfg = _config(tmp_path)
+    cfg = attrs.evolve(cfg, train=attrs.evolve(cfg.train, name=None))
+    only = _registry()
+    only = attrs.evolve(only, cards={**only.cards, "train": {"minimal": _minimal_train()}})
+    stack, _ = resolve(cfg, only)
+    assert stack is not None and stack.config.train.name == "minimal"  # the only one installed
+    two = attrs.evolve(only, cards={**only.cards, "train": {"minimal": _minimal_train(), "other": TrainCard(name="other", factory="x:y")}})
+    stack, problems = resolve(cfg, two)
+    assert stack is None and any(p.key == "train.name" and "minimal, other" in p.render() for p in problems)
+    chosen = attrs.evolve(two, cards={**two.cards, "train": {"minimal": attrs.evolve(_minimal_train(), default=True), "other": TrainCard(name="other", factory="x:y")}})
+    stack, _ = resolve(cfg, chosen)
+    assert stack is not None and stack.config.train.name == "minimal"
