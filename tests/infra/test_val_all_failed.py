@@ -9,13 +9,17 @@ import torch
 from rl_core.trainer.loop import Trainer, ValidationError
 
 
+class _Batch(dict):
+    meta: dict = {}  # the rollout batch's per-step counters (val/agent/* reads them); none here
+
+
 def _trainer(errors_per_batch: list[int], batch: int = 4) -> Trainer:
     t = object.__new__(Trainer)  # validate() alone: the loader, generation and scoring are this test's
     t.val_loader = types.SimpleNamespace(iterate_once=lambda: iter(range(len(errors_per_batch))))
     t.sampling = lambda **kw: None
     t.validation_sampling = lambda: None
     t._keep_val_generations = lambda batch, scores: None
-    t.generate = lambda prompts, sampling: {"response_mask": torch.ones(batch, 3), "i": prompts}
+    t.generate = lambda prompts, sampling: _Batch(response_mask=torch.ones(batch, 3), i=prompts)
     t.score = lambda b: (torch.zeros(batch), {"reward/errors": float(errors_per_batch[b["i"]]), "reward/timeouts": 0.0})
     t.ckpt = types.SimpleNamespace(latest=lambda: None)
     return t
