@@ -77,7 +77,7 @@ def test_card_declares_its_capabilities():
     card = SGLANG_ROLLOUT
     assert card.name == "sglang" and card.factory == "rl_rollout_sglang.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
-    assert card.colocate and card.logprobs and card.max_tp == 8
+    assert card.memory_fraction and card.logprobs and card.max_tp == 8
     assert card.engine == "sglang" and card.engine_versions == "==0.5.23"
     assert check_engine_kwargs in card.checks
 
