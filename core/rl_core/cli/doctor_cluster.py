@@ -90,6 +90,41 @@ def driver_listeners() -> list[dict] | None:
     return listening_sockets([os.getpid()])
 
 
+def allreduce_probe(info: dict[str, Any], size_bytes: int, iters: int = 5) -> dict[str, Any]:
+    """Runs on each probe worker: latency of a 4-byte all-reduce, time of a ``size_bytes`` one."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    x = torch.full((1,), float(info["rank"] + 1), device=device)
+    dist.all_reduce(x)
+    correct = x.item() == n * (n + 1) / 2
+    lat = []
+    for _ in range(10):
+        sync()
+        t = time.perf_counter()
+        dist.all_reduce(x)
+        sync()
+        lat.append(time.perf_counter() - t)
+    big = torch.ones(max(1, size_bytes // 4), device=device)
+    dist.all_reduce(big)
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(big)
+    sync()
+    seconds = (time.perf_counter() - t) / iters
+    return {"correct": correct, "latency_s": sorted(lat)[len(lat) // 2], "seconds": seconds, "bytes": big.numel() * 4}
+
+
 # ------------------------------------------------------------------ on the driver
 def disagreements(reports: dict[str, dict[str, str]]) -> list[str]:
     """``{place: versions}`` -> one line per package whose version differs, naming every place."""
