@@ -34,7 +34,7 @@ def test_card_is_registered_and_truthful():
     card = get_registry(reload=True).get("rollout", "hf")
     assert card.provider.distribution == "rl-core"
     assert card.devices == {"cpu", "cuda"} and card.max_tp == 1
-    assert card.weight_formats == {"hf"} and card.logprobs and card.colocate
+    assert card.weight_formats == {"hf"} and card.logprobs
     assert card.load() is factory
 
 
