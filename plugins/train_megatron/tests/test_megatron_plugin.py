@@ -65,6 +65,9 @@ def engines(monkeypatch):
 def _model(tmp_path, *, arch="Qwen2ForCausalLM", heads=2, kv=2, layers=2) -> str:
     cfg = {"architectures": [arch], "hidden_size": 64 * heads, "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": layers,
            "intermediate_size": 256, "vocab_size": 264}
+    model_type = {"Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama"}.get(arch)
+    if model_type:  # rlcore check reads the folder's config.json with transformers (model-folder probe, #27)
+        cfg["model_type"] = model_type
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     return str(tmp_path)
@@ -105,7 +108,8 @@ def test_rlcore_check_accepts_vllm_with_megatron_tp2(tmp_path, engines, capsys):
     data = REPO / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n    return 0.0\n")
-    overrides = _overrides(_model(tmp_path), "rollout.name=vllm", "rollout.tensor_model_parallel_size=2", f"data.train_files={data}", f"reward.custom.path={reward}")
+    overrides = _overrides(_model(tmp_path), "rollout.name=vllm", "rollout.tensor_model_parallel_size=2", f"data.train_files={data}", f"reward.custom.path={reward}",
+                           "model.random_init=true")  # a config-only folder (the model-folder probe wants weights otherwise)
     code = main(["check", *overrides])
     out = capsys.readouterr()
     assert code == 0, out.err
