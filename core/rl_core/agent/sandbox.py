@@ -124,7 +124,9 @@ def _drop_privileges() -> None:
 def _child_setup(limits: SandboxLimits):
     def setup():
         mem = limits.memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+        # soft < hard: the kernel sends SIGXCPU at the soft limit (reported as a CPU-time error); with
+        # soft == hard it sends SIGKILL straight away and the model would only see "killed by signal 9"
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _drop_privileges()
@@ -241,6 +243,11 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         raise SandboxError(f"the program used more than {limits.cpu_s} s of CPU time and was killed")
     if rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
         raise SandboxError(f"the program printed more than {limits.output_bytes} bytes and was stopped; output so far:\n{stdout[-500:]}")
+    if rc in (-signal.SIGKILL, 128 + signal.SIGKILL) and not stderr.strip():
+        raise SandboxError(
+            f"the program was killed (SIGKILL) after {elapsed:.1f} s: it reached the sandbox's CPU-time "
+            f"({limits.cpu_s} s) or memory ({limits.memory_mb} MB) limit"
+        )
     if rc != 0:
         tail = stderr.strip().splitlines()[-3:] if stderr.strip() else []
         why = "; ".join(tail) or (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
