@@ -18,6 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from rl_reward_rule import latex_runtime
+
 
 def _timeouts_allowed() -> bool:
     return threading.current_thread() is threading.main_thread()
@@ -31,6 +33,8 @@ def parse_gold(ground_truth: Any, timeout_s: int | None = 5) -> list:
     """Parse a reference answer (boxed or bare LaTeX)."""
     from math_verify import LatexExtractionConfig, parse
 
+    latex_runtime.ensure()
+
     gold = str(ground_truth).strip()
     if gold.startswith("$") and gold.endswith("$") and len(gold) > 1:
         gold = gold.strip("$")
@@ -40,6 +44,8 @@ def parse_gold(ground_truth: Any, timeout_s: int | None = 5) -> list:
 def parse_pred(solution_str: str, timeout_s: int | None = 5) -> list:
     """Parse a model response: a boxed answer first, then any LaTeX or plain expression."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    latex_runtime.ensure()
 
     return parse(
         solution_str,
