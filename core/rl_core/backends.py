@@ -110,8 +110,9 @@ class TrainEngine(Protocol):
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Critic values ``[b, R]`` for the response tokens (critic role only)."""
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """One PPO update (all epochs and mini-batches) of this role; returns metrics."""
+    def update(self, batch: Batch, *, on_policy: bool = False) -> dict[str, float]:
+        """One PPO update (all epochs and mini-batches) of this role; returns metrics. ``on_policy`` (actor only):
+        the loop skipped the old log-prob pass; the old policy is the current one."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (unsharded) HF-named weights, on every rank, one tensor at a time."""

@@ -52,6 +52,9 @@ class Stack:
     estimator_fn: Callable[..., Any] | None = None
     policy_loss_fn: Callable[..., Any] | None = None
     reward_fn: Callable[..., Any] | None = None
+    # without reward.name, each sample's data_source is matched against these (the cards seen when resolving)
+    reward_cards: tuple[RewardCard, ...] = ()
+    plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -365,5 +368,7 @@ def resolve(
         estimator_fn=estimator_fn,
         policy_loss_fn=policy_loss_fn,
         reward_fn=reward_fn,
+        reward_cards=tuple(registry.cards["reward"].values()),
+        plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )
     return stack, problems

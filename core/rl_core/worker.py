@@ -6,7 +6,8 @@ actor to the rollout engine of the same process. A critic or reference model
 given devices of its own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``)
 lives in workers that hold only that role (:func:`worker_roles`,
 :mod:`rl_core.placement.pools`). The placement layer
-(:mod:`rl_core.cluster`) creates one worker per rank and calls its methods;
+(:mod:`rl_core.placement`) creates one worker per rank and calls its methods (the
+:class:`~rl_core.placement.contract.WorkerMethod` table lists them);
 nothing here knows whether it runs in-process, in a spawned process or in a
 Ray actor.
 """
@@ -29,14 +30,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-#: the role a worker method serves: a role on workers of its own (rl_core.placement.pools) gets these calls
-ROLE_OF_METHOD = {
-    "compute_values": "critic", "update_critic": "critic", "compute_ref_log_prob": "ref", "score_with_model": "reward_model",
-}
-#: methods every worker of every pool runs (each for the roles it holds)
-EVERY_POOL = ("set_total_steps", "save_checkpoint", "load_checkpoint", "peak_memory_gb")
 
 
 def worker_roles(config, pool: str = "main") -> tuple[str, ...]:
@@ -124,8 +117,9 @@ class HybridWorker:
         """The reward model's outcomes for this worker's share of the step's requests (texts, not token ids)."""
         return self.reward_model.score(requests, rounds)
 
-    def update_actor(self, batch: Batch) -> dict[str, float]:
-        return engine_metrics_prefix("actor", self.actor.update(batch))
+    def update_actor(self, batch: Batch, on_policy: bool = False) -> dict[str, float]:
+        """``on_policy``: the loop skipped the old log-prob pass (one mini-batch, one epoch; ratio 1)."""
+        return engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy))
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("critic", self.critic.update(batch))

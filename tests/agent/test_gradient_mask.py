@@ -59,7 +59,7 @@ def test_gradient_is_zero_on_inserted_tokens_and_not_on_sampled(tmp_path):
             return heads
 
         backend.forward = forward
-        actor.update(batch)
+        actor.update(batch, on_policy=True)  # one mini-batch, one epoch, no old log-prob pass
         actor.shutdown()
     (log_prob, entropy), = captured  # one mini-batch, one micro-batch of all 4 rows
     g = log_prob.grad

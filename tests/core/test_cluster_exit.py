@@ -19,7 +19,7 @@ def test_exit_without_close_kills_the_workers(tmp_path):
     pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from rl_core.cluster import LocalCluster
+        from rl_core.placement.local import LocalCluster
         from rl_core.config.load import load_config
         from rl_core.resolver import resolve
         from tests.e2e.helpers import write_tiny_run
@@ -44,7 +44,7 @@ def test_exit_without_close_kills_the_workers(tmp_path):
 
 
 def test_after_a_death_keeps_the_dead_rank_whole_and_the_others_first_line():
-    from rl_core.cluster import after_a_death
+    from rl_core.placement.contract import after_a_death
 
     dead = "rank 1 died during update with exit code -9 (killed: often the OOM killer; lower micro-batch sizes)"
     reset = "rank 0 failed in update: RuntimeError: Connection reset by peer\nTraceback (most recent call last):\n  ..."

@@ -38,6 +38,8 @@ def test_the_stack_carries_the_loaded_functions_and_pickles(tmp_path):
     assert stack is not None, [p.render() for p in problems]
     assert stack.estimator_fn is grpo and stack.estimator_fn is stack.estimator.load()
     assert stack.policy_loss_fn is stack.policy_loss.load()
+    # the reward manager matches data sources against the cards the resolver saw (no registry lookup later)
+    assert {c.name for c in stack.reward_cards} == set(get_registry().cards["reward"])
     again = pickle.loads(pickle.dumps(stack))  # sent to worker processes as is
     assert again.estimator_fn is grpo and again.policy_loss_fn is stack.policy_loss_fn
 

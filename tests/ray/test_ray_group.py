@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from rl_core.cluster import WorkerError
+from rl_core.placement.contract import WorkerError
 from rl_core.config.schema import RayConfig
 from rl_core.placement.ray_connect import RayUnavailable, connect
 from rl_core.placement.ray_group import RayWorkerGroup

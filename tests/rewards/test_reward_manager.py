@@ -196,3 +196,51 @@ def test_scores_to_token_level():
     assert out.dtype == torch.float32
     with pytest.raises(ValueError, match=r"scores \[B\] and response_mask \[B, R\]"):
         scores_to_token_level(scores[:3], mask)
+
+
+# ------------------------------------------------------------ from the Stack
+def _stack(cfg, *, cards=(), reward=None, reward_fn=None, broken=()):
+    """What RewardManager.for_stack reads of a resolved Stack."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(reward=cfg, reward_model=SimpleNamespace(enable=False, name=None))
+    return SimpleNamespace(config=config, reward_cards=tuple(cards), reward=reward, reward_fn=reward_fn, plugin_errors=tuple(broken))
+
+
+@pytest.fixture
+def no_registry(monkeypatch):
+    """The manager of a resolved run must not read the process-wide registry."""
+
+    def refuse(*a, **k):
+        raise AssertionError("the reward manager looked the registry up again")
+
+    monkeypatch.setattr("rl_core.plugins.get_registry", refuse)
+
+
+def test_for_stack_scores_with_the_function_the_resolver_loaded(no_registry):
+    seen = []
+
+    def loaded(*, data_source, solution_str, ground_truth, extra_info=None, **_):
+        seen.append(solution_str)
+        return 0.5
+
+    # the card's factory does not even import: only the Stack's loaded function can have scored
+    card = RewardCard(name="mine", factory="not_a_module:nothing", provider=Provider(distribution="d"))
+    manager = RewardManager.for_stack(_stack(RewardConfig(name="mine"), cards=[card], reward=card, reward_fn=loaded))
+    scores, _, _ = manager.score(make_batch(["a", "b"], "anything", ["a", "b"]))
+    assert scores.tolist() == [0.5, 0.5] and seen == ["a", "b"]
+
+
+def test_for_stack_matches_data_sources_against_the_stacks_cards(no_registry):
+    cards = [
+        RewardCard(name="exact", factory=f"{S}:exact", data_sources={"fam/special1"}),
+        RewardCard(name="family", factory=f"{S}:fixed_signature", data_sources={"fam/*"}),
+        RewardCard(name="special", factory=f"{S}:length", data_sources={"fam/special*"}),
+    ]
+    manager = RewardManager.for_stack(_stack(RewardConfig(), cards=cards))
+    batch = make_batch(["x", "yy", "zzz"], ["fam/special1", "fam/other", "fam/special2"], ["x", "q", "q"], response_mask=torch.ones(3, 4))
+    scores, _, _ = manager.score(batch)
+    # exact name first (1.0 for a hit), then the longest glob (length scorer: 4 tokens), then the shorter one (0.25)
+    assert scores.tolist() == [1.0, 0.25, 4.0]
+    with pytest.raises(RewardConfigError, match=r"no installed reward scores data_source 'elsewhere'.*exact \(fam/special1\).*broken-dist"):
+        RewardManager.for_stack(_stack(RewardConfig(), cards=cards, broken=["broken-dist"])).score(make_batch(["a"], "elsewhere"))

@@ -14,7 +14,7 @@ import os
 import sys
 
 from rl_core import __version__
-from rl_core.cluster import WorkerError
+from rl_core.placement.contract import WorkerError
 from rl_core.problems import ConfigError, UserError
 from rl_core.secrets import mask_text
 

@@ -7,16 +7,24 @@ only that role, with their own process group, on GPUs after the actor's (local p
 Ray placement group. Nothing crosses between pools but batches through the controller, so the pools never
 share a collective; each pool saves its role's checkpoint under the step's folder as before.
 
-:class:`PooledCluster` keeps the placement interface (``call(method, per_rank_args)``, ``close()``) and
-routes each call to the pool of the role it serves (:data:`rl_core.worker.ROLE_OF_METHOD`); the controller
-splits a role's batch over that pool's data-parallel ranks (``Sizes.ranks(role)``).
+:class:`PooledCluster` implements the placement contract (:class:`rl_core.placement.contract.Placement`) and
+routes each call to the pool of the role it serves (:attr:`WorkerMethod.role
+<rl_core.placement.contract.WorkerMethod.role>`; the main pool when that role has none); every-pool methods
+(checkpoints, peak memory) run on each pool. The controller splits a role's batch over that pool's
+data-parallel ranks (``Sizes.ranks(role)``).
+
+Adding a pool: give ``Sizes.pools`` an entry ``role -> (workers, data-parallel ranks)`` (config/normalize.py) and
+make :func:`rl_core.worker.worker_roles` say what its workers hold; :func:`make_pooled_cluster` starts it with the
+configured placement, and every :class:`WorkerMethod` whose ``role`` is that pool's name goes there.
+:meth:`PooledCluster.pool` hands one pool's placement out (e.g. to overlap its calls with the main pool's).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from rl_core.worker import EVERY_POOL, ROLE_OF_METHOD, worker_roles
+from rl_core.placement.contract import Pending, WorkerMethod
+from rl_core.worker import worker_roles
 
 
 class PooledCluster:
@@ -30,15 +38,26 @@ class PooledCluster:
     def world_size(self) -> int:
         return self.main.world_size
 
-    def cluster_for(self, method: str):
-        return self.clusters.get(ROLE_OF_METHOD.get(method, "main"), self.main)
+    def pool(self, name: str):
+        """The placement of one pool (``main``, or a role with workers of its own); KeyError naming the pools."""
+        if name not in self.clusters:
+            raise KeyError(f"no pool {name!r}: this run has {sorted(self.clusters)}")
+        return self.clusters[name]
 
-    def call(self, method: str, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
-        if method in EVERY_POOL:
-            if per_rank_args is not None:
-                raise ValueError(f"{method} runs on every pool: pass same_args, not per-rank arguments")
-            return [r for c in self.clusters.values() for r in c.call(method, same_args=same_args)]
-        return self.cluster_for(method).call(method, per_rank_args, same_args=same_args)
+    def cluster_for(self, method: WorkerMethod | str):
+        return self.clusters.get(WorkerMethod.named(method).role, self.main)
+
+    def submit(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> Pending:
+        method = WorkerMethod.named(method)
+        if not method.every_pool:
+            return self.cluster_for(method).submit(method, per_rank_args, same_args=same_args)
+        if per_rank_args is not None:
+            raise ValueError(f"{method.value} runs on every pool: pass same_args, not per-rank arguments")
+        pending = [c.submit(method, same_args=same_args) for c in self.clusters.values()]
+        return Pending(lambda: [r for p in pending for r in p.result()])
+
+    def call(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
+        return self.submit(method, per_rank_args, same_args=same_args).result()
 
     def run_on_workers(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         return [r for c in self.clusters.values() for r in c.run_on_workers(fn, *args)]

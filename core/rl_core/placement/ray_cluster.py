@@ -1,7 +1,8 @@
 """RayCluster: the hybrid workers as Ray actors, on one node or many.
 
-Same interface as :class:`rl_core.cluster.LocalCluster`: ``call(method,
-per_rank_args)`` runs ``method`` on every rank's
+The placement contract (:class:`rl_core.placement.contract.Placement`), as
+:class:`rl_core.placement.local.LocalCluster`: ``call(method,
+per_rank_args)`` runs the :class:`~rl_core.placement.contract.WorkerMethod` on every rank's
 :class:`~rl_core.worker.HybridWorker` and returns one result per rank, in
 rank order; ``close()`` stops them. The controller does not know which one
 it drives.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from rl_core.placement.contract import Pending, WorkerMethod, per_rank
 from rl_core.placement.ray_connect import connect, import_ray
 from rl_core.placement.ray_group import RayWorkerGroup
 from rl_core.placement.ray_pools import ResourcePool
@@ -80,12 +82,15 @@ class RayCluster:
     def placement(self) -> list[dict[str, Any]]:
         return self.group.placement
 
-    def call(self, method: str, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
-        """Call ``method`` on every rank; ``per_rank_args[r]`` or ``same_args`` for all."""
-        args = list(per_rank_args) if per_rank_args is not None else [same_args] * self.world_size
-        if len(args) != self.world_size:
-            raise ValueError(f"{method}: got arguments for {len(args)} ranks, the cluster has {self.world_size}")
-        return self.group.call_actors("call", [(method, tuple(a)) for a in args], method)
+    def submit(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> Pending:
+        """Send ``method`` to every rank (``per_rank_args[r]`` or ``same_args`` for all); gather with ``.result()``."""
+        method = WorkerMethod.named(method)
+        args = per_rank(method, self.world_size, per_rank_args, same_args)
+        return Pending(self.group.submit_actors("call", [(method.value, a) for a in args], method.value))
+
+    def call(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
+        """Call ``method`` on every rank; ``per_rank_args[r]`` or ``same_args`` for all. One result per rank."""
+        return self.submit(method, per_rank_args, same_args=same_args).result()
 
     def run_on_workers(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(info, *args)`` on every rank (a top-level function)."""

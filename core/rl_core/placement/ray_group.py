@@ -13,7 +13,7 @@ on a bare group.
 Every wait goes through :meth:`RayWorkerGroup.wait`: the first rank that
 fails or dies (killed, OOM, segfault: Ray reports the actor dead within about
 a second; a lost node after Ray's health checks) stops every actor of the
-group, and the :class:`~rl_core.cluster.WorkerError` names the role, the
+group, and the :class:`~rl_core.placement.contract.WorkerError` names the role, the
 rank, its node and what happened. Nothing waits forever.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from rl_core.cluster import WorkerError, after_a_death
+from rl_core.placement.contract import WorkerError, after_a_death
 from rl_core.placement.ray_connect import import_ray
 from rl_core.placement.ray_pools import ResourcePool
 from rl_core.placement.ray_worker import RankFailure, RankWorker
@@ -79,9 +79,14 @@ class RayWorkerGroup:
     # ------------------------------------------------------------------ calls
     def call_actors(self, method: str, per_rank_args: Sequence[tuple], what: str | None = None) -> list[Any]:
         """``RankWorker.method(*per_rank_args[r])`` on every rank, results in rank order."""
+        return self.submit_actors(method, per_rank_args, what)()
+
+    def submit_actors(self, method: str, per_rank_args: Sequence[tuple], what: str | None = None) -> Callable[[], list[Any]]:
+        """Send ``RankWorker.method(*per_rank_args[r])`` to every rank now; the returned function waits for it."""
         if not self.actors:
             raise WorkerError(f"{what or method}: the Ray workers of {self.role} were stopped (an earlier failure, or close())")
-        return self.wait([getattr(a, method).remote(*args) for a, args in zip(self.actors, per_rank_args)], what or method)
+        refs = [getattr(a, method).remote(*args) for a, args in zip(self.actors, per_rank_args)]
+        return lambda: self.wait(refs, what or method)
 
     def run(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(info, *args)`` on every rank (a top-level function): checks and probes."""

@@ -21,6 +21,8 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable
 
+from rl_core.placement.contract import dispatch
+
 GROUP_NAME = "workers"  # the default process group of one worker group: every rank of it
 
 
@@ -82,7 +84,7 @@ class RankWorker:
         import torch
         import torch.distributed as dist
 
-        from rl_core.cluster import local_rendezvous_env
+        from rl_core.placement.local import local_rendezvous_env
 
         self.backend, self.timeout_s = backend, timeout_s
         if loopback:
@@ -114,7 +116,7 @@ class RankWorker:
 
     def call(self, method: str, args: tuple) -> Any:
         try:
-            return getattr(self.worker, method)(*args)
+            return dispatch(self.worker, method, args)
         except BaseException as exc:  # noqa: BLE001
             raise RankFailure(self._explain(exc, method)) from None
 

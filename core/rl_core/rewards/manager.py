@@ -10,6 +10,12 @@ Which function scores a sample:
    first, then glob patterns (``"reasoning_gym/*"``), the longest pattern
    winning.
 
+The trainer builds the manager from the resolved :class:`~rl_core.resolver.Stack`
+(:meth:`RewardManager.for_stack`): ``reward.name``'s function is the one the
+resolver loaded (``stack.reward_fn``), and data sources are matched against the
+reward cards the resolver saw (``stack.reward_cards``), each card's function
+loaded once, at its first match; the process-wide registry is not read again.
+
 A scorer is called as ``fn(data_source=, solution_str=, ground_truth=,
 extra_info=, **reward.kwargs)`` (plus ``response_length`` in tokens when the
 batch has ``response_mask`` and the function accepts it) and returns a number
@@ -117,7 +123,9 @@ class RewardManager:
     available, else ``spawn``; never ``fork`` with torch loaded).
     """
 
-    def __init__(self, cfg: Any, registry: Any = None, *, start_method: str | None = None, model_name: str | None = None) -> None:
+    def __init__(
+        self, cfg: Any, registry: Any = None, *, start_method: str | None = None, model_name: str | None = None, _resolved: Any = None
+    ) -> None:
         self.cfg = cfg
         weights = getattr(cfg, "weights", None) or {}
         problems = weight_problems(weights, model_name is not None)
@@ -138,7 +146,9 @@ class RewardManager:
         self._start_method = start_method
         self._pool: ScorerPool | None = None
         self._by_source: dict[Any, tuple[ScorerSpec, RewardCard | None]] = {}
-        self._registry = None
+        self._cards: dict[str, RewardCard] = {}  # the reward cards data sources are matched against
+        self._broken: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when nothing matches)
+        self._fns: dict[ScorerSpec, Callable] = {}  # functions already loaded (the Stack's), by scorer
         self._fixed: tuple[ScorerSpec, RewardCard | None] | None = None
         custom = cfg.custom
         if custom is not None and custom.path:
@@ -152,11 +162,21 @@ class RewardManager:
             path = os.path.abspath(os.path.expanduser(custom.path))
             self._fixed = (ScorerSpec(label=f"{func_name} from {custom.path}", path=path, func_name=func_name), None)
             return
+        if _resolved is not None:  # for_stack: the resolver's cards and loaded function
+            cards, named, named_fn, self._broken = _resolved
+            self._cards = {c.name: c for c in cards}
+            if cfg.name:
+                if named is None or named_fn is None:
+                    raise RewardConfigError(f"reward.name={cfg.name!r}: the resolved stack has no loaded reward; resolve the config again")
+                self._fixed = (_spec_from_card(named), named)
+                self._fns[self._fixed[0]] = named_fn
+            return
         if registry is None:
             from rl_core.plugins import get_registry
 
             registry = get_registry()
-        self._registry = registry
+        self._cards = dict(registry.cards["reward"])
+        self._broken = tuple(sorted({e.distribution for e in registry.errors}))
         if cfg.name:
             from rl_core.plugins import UnknownCardError
 
@@ -166,9 +186,20 @@ class RewardManager:
                 raise RewardConfigError(f"reward.name: {exc}") from None
             self._fixed = (_spec_from_card(card), card)
 
+    @classmethod
+    def for_stack(cls, stack: Any, *, start_method: str | None = None) -> RewardManager:
+        """The manager of a resolved run: the Stack's reward function and reward cards, no registry lookup."""
+        config = stack.config
+        return cls(
+            config.reward,
+            start_method=start_method,
+            model_name=config.reward_model.name if config.reward_model.enable else None,
+            _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors),
+        )
+
     # ----------------------------------------------------------- choosing
     def _installed(self) -> str:
-        cards = self._registry.cards["reward"].values() if self._registry is not None else ()
+        cards = self._cards.values()
         parts = [f"{c.name} ({', '.join(sorted(c.data_sources)) or 'no default data sources'})" for c in cards]
         return "; ".join(sorted(parts)) or "none"
 
@@ -182,16 +213,15 @@ class RewardManager:
             pass
         card = None
         if isinstance(data_source, str) and data_source:
-            card = match_data_source(list(self._registry.cards["reward"].values()), data_source)
+            card = match_data_source(list(self._cards.values()), data_source)
         if card is None:
             msg = (
                 f"no installed reward scores data_source {data_source!r}; installed rewards (and their data sources): "
                 f"{self._installed()}. Set reward.name to score every sample with one of them, "
                 "or reward.custom.path / reward.custom.name to use your own function"
             )
-            if self._registry is not None and self._registry.errors:
-                broken = ", ".join(sorted({e.distribution for e in self._registry.errors}))
-                msg += f" (plugins that failed to load and may provide it: {broken})"
+            if self._broken:
+                msg += f" (plugins that failed to load and may provide it: {', '.join(self._broken)})"
             raise RewardConfigError(msg)
         self._by_source[data_source] = (_spec_from_card(card), card)
         return self._by_source[data_source]
@@ -271,14 +301,21 @@ class RewardManager:
         model_outcomes = model(model_rows) if model_rows else {}
         return self._collect(n, outcomes, model_outcomes, weights, groups, sources)
 
+    def _load(self, spec: ScorerSpec) -> Callable:
+        """The scorer's function: the one the Stack loaded, else imported once (``load_scorer``)."""
+        fn = self._fns.get(spec)
+        if fn is None:
+            fn = self._fns[spec] = load_scorer(spec)
+        return fn
+
     def _score_in_process(self, spec: ScorerSpec, kwargs: dict, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
-        fn = load_scorer(spec)
+        fn = self._load(spec)
         timeout = self.cfg.timeout_s
         calls = (lambda s=s: call_with_timeout(lambda: call_contained(lambda: call_scorer(fn, s, kwargs)), timeout) for s in samples)
         return self._outcomes(spec, samples, calls, raise_now)
 
     def _score_batched(self, spec: ScorerSpec, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
-        fn = load_scorer(spec)
+        fn = self._load(spec)
         try:
             results = call_contained(
                 lambda: fn(

@@ -647,6 +647,29 @@ class TrainConformance:
             skip.shutdown()
             full.shutdown()
 
+    def test_on_policy_is_said_by_the_caller(self, config, step):
+        """The loop says on-policy (it skipped the old log-prob pass; nothing is inferred from a missing key): then
+        the old policy is the current one, the same update as old log-probs equal to the model's own. Off-policy
+        without old log-probs, or on-policy over several mini-batches, is a clear error before any step."""
+        from rl_core.train_engine.batch_sizes import TrainSizeError
+
+        shard = self._single_order(config, step)
+        one = attrs.evolve(config, actor=attrs.evolve(config.actor, ppo_epochs=1, ppo_mini_batch_size=PROMPTS_PER_STEP))
+        told, given, several = self.engine("actor", one), self.engine("actor", one), self.engine("actor", config)
+        try:
+            without = shard.select(*[k for k in shard.keys() if k != "old_log_probs"])
+            with pytest.raises(TrainSizeError, match="no 'old_log_probs'"):
+                told.update(without)
+            with pytest.raises(TrainSizeError, match="told it is on-policy.*2 mini-batches x 2 epochs"):
+                several.update(without, on_policy=True)
+            own = shard.select(*shard.keys())
+            own["old_log_probs"] = given.compute_log_prob(shard, temperature=config.rollout.temperature)["log_probs"]
+            a, b = told.update(without, on_policy=True), given.update(own)
+            self._same_update(a, b, told, given)
+        finally:
+            for engine in (told, given, several):
+                engine.shutdown()
+
 
 def _assert_equal_state(a: Any, b: Any, where: str, path: str = "") -> None:
     if isinstance(a, torch.Tensor):

@@ -129,8 +129,11 @@ class RoleEngine:
             for group, base in zip(self.backend.optimizer.param_groups, self._scheduler.base_lrs):
                 group["lr"] = base * self._schedule(self._scheduler.last_epoch)
 
-    def update(self, batch: Batch) -> dict[str, float]:
+    def update(self, batch: Batch, *, on_policy: bool = False) -> dict[str, float]:
         """One PPO update of this role over ``batch`` (this rank's shard of the step); returns metrics.
+
+        ``on_policy`` (the actor only; said by the loop, which then skips the old log-prob pass): one mini-batch, one
+        epoch, the old policy is the current one (ratio 1) and ``old_log_probs`` are not needed.
 
         ``loss`` (the role's loss on the global mini-batch, averaged over mini-batches and epochs), ``grad_norm``
         (before clipping, averaged over optimizer steps), ``lr``, and the loss functions' own metrics averaged over
@@ -147,12 +150,8 @@ class RoleEngine:
                 raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
         sizes = self.sizes or role_sizes(self.config, self.role)
         mini_rows = sizes.mini_rows(rows)
-        on_policy = upd.on_policy(self.role, batch)
-        if on_policy and (sizes.mini_batches > 1 or sizes.epochs > 1):
-            raise TrainSizeError(
-                f"actor update without 'old_log_probs' is only valid on-policy (one mini-batch, one epoch), "
-                f"got {sizes.mini_batches} mini-batches x {sizes.epochs} epochs: compute old log-probs first"
-            )
+        if (problem := upd.on_policy_problem(self.role, batch, on_policy, sizes.mini_batches, sizes.epochs)) is not None:
+            raise TrainSizeError(f"{self.role} update: {problem}")
         cfg = role_config(self.config, self.role)
         temperature = upd.sampling_temperature(batch.meta.get("temperature", self.config.rollout.temperature))
         scheduler = self.scheduler

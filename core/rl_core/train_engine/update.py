@@ -39,10 +39,25 @@ def sampling_temperature(value) -> float:
     return 1.0 if value is None or value <= 0 else float(value)
 
 
-def on_policy(role: str, batch: Batch) -> bool:
-    """The actor's batch carries no ``old_log_probs``: the loop skipped that pass (one mini-batch, one epoch), so the
-    old policy is the current one: ``old = log_prob.detach()``, ratio exactly 1."""
-    return role == "actor" and "old_log_probs" not in batch.tensors.keys()
+def on_policy_problem(role: str, batch: Batch, on_policy: bool, mini_batches: int, epochs: int) -> str | None:
+    """Why an update told ``on_policy`` (by the loop: it skipped the old log-prob pass) cannot run, or None.
+
+    On-policy (one mini-batch, one epoch) the old policy is the current one: ``old = log_prob.detach()``, ratio
+    exactly 1, and the batch's ``old_log_probs`` (if any) are not read. Off-policy the actor needs them.
+    """
+    if role != "actor":
+        return "only the actor's update can be on-policy" if on_policy else None
+    if on_policy and (mini_batches > 1 or epochs > 1):
+        return (
+            f"the actor update was told it is on-policy, but it takes {mini_batches} mini-batches x {epochs} epochs: "
+            "only one mini-batch and one epoch are; compute old log-probs first (actor.recompute_old_log_prob=true)"
+        )
+    if not on_policy and "old_log_probs" not in batch.tensors.keys():
+        return (
+            "the actor's batch has no 'old_log_probs': compute them first, or, for one mini-batch and one epoch, "
+            "pass on_policy=True (the loop does when it skips that pass)"
+        )
+    return None
 
 
 def autocast(b: TrainBackend):

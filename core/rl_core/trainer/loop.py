@@ -7,7 +7,8 @@
             --critic / actor update--> new weights --weight sync--> rollout
 
 The controller holds the loop and the data; workers (:mod:`rl_core.worker`)
-hold the models, placed by :mod:`rl_core.cluster`. Every stage is timed
+hold the models, placed by :mod:`rl_core.placement` (the loop talks only to its
+:class:`~rl_core.placement.contract.Placement` protocol). Every stage is timed
 (``timing_s/<stage>``) and logged; checkpoints are atomic and resumed
 automatically.
 """
@@ -61,7 +62,7 @@ from rl_core.trainer.outputs import (
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
-from rl_core.worker import ROLE_OF_METHOD
+from rl_core.placement.contract import Placement, WorkerMethod
 
 TRAINER_STATE = "trainer_state.pt"
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
@@ -74,7 +75,7 @@ logger = logging.getLogger(__name__)
 
 class Trainer:
     def __init__(
-        self, stack: Stack, *, cluster=None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
+        self, stack: Stack, *, cluster: Placement | None = None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
     ) -> None:
         from rl_core.data.dataset import build_loaders
         from rl_core.modeling import load_tokenizer
@@ -108,7 +109,7 @@ class Trainer:
         self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
-        self.reward = RewardManager(cfg.reward, model_name=cfg.reward_model.name if cfg.reward_model.enable else None)
+        self.reward = RewardManager.for_stack(stack)  # the resolver's reward function and cards
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
@@ -119,20 +120,21 @@ class Trainer:
             from rl_core.placement import make_cluster
 
             cluster = make_cluster(stack)  # trainer.placement: local processes, or Ray actors
-        self.cluster = cluster
-        self.cluster.call("set_total_steps", same_args=(self.total_steps,))
+        self.cluster: Placement = cluster
+        self.cluster.call(WorkerMethod.SET_TOTAL_STEPS, same_args=(self.total_steps,))
         self.step = 0
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
 
     # --------------------------------------------------------------- dispatch
-    def _train_call(self, method: str, batch: Batch, *extra: Any) -> list[Any]:
+    def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
         """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each.
 
         The role's workers are the actor's, or its own pool's (``critic.n_gpus_per_node``, ...); the ranks of
         a model-parallel group get the same shard, and one result per data-parallel rank comes back.
         """
-        role = ROLE_OF_METHOD.get(method, "actor")
+        method = WorkerMethod.named(method)
+        role = method.role
         reps = self._model_parallel(role)
         shards = batch.chunk(self.sizes.ranks(role)[1])
         per_rank = [(s, *extra) for s in shards for _ in range(reps)]
@@ -155,7 +157,7 @@ class Trainer:
         replicas, tp = self.sizes.rollout_replicas, self.sizes.rollout_tp
         padded, pad = prompts.pad_to_divisor(replicas)
         shards = padded.chunk(replicas)
-        results = self.cluster.call("generate", [(shards[r // tp], params) for r in range(self.sizes.world_size)])
+        results = self.cluster.call(WorkerMethod.GENERATE, [(shards[r // tp], params) for r in range(self.sizes.world_size)])
         results = results[::tp]
         out = Batch.concat(results)
         # engines report counters (e.g. rollout/empty_responses, agent/tool_calls) in meta: sum them over replicas
@@ -236,7 +238,7 @@ class Trainer:
         requests = requests_from_batch(batch, rows)
         shares = split_requests(requests, self.sizes.ranks("reward_model")[0])
         rounds = rounds_for(shares, rm.micro_batch_size_per_gpu) if rm.strategy == "fsdp" else None
-        results = self.cluster.call("score_with_model", [(share, rounds) for share in shares])
+        results = self.cluster.call(WorkerMethod.SCORE_WITH_MODEL, [(share, rounds) for share in shares])
         seconds.append(time.perf_counter() - start)
         return {req.index: outcome for share, got in zip(shares, results) for req, outcome in zip(share, got)}
 
@@ -264,7 +266,7 @@ class Trainer:
                 baseline = None
             if self.recompute_old_log_prob:
                 with timed(t, "old_log_prob"):
-                    parts = self._train_call("compute_log_prob", batch, cfg.rollout.temperature, True)
+                    parts = self._train_call(WorkerMethod.COMPUTE_LOG_PROB, batch, cfg.rollout.temperature, True)
                     batch["old_log_probs"] = self._checked_cat(
                         [p["log_probs"] for p in parts], mask, stage="old_log_prob", role="actor", tensor="log-probs"
                     )
@@ -274,12 +276,12 @@ class Trainer:
             if cfg.ref.enable:
                 with timed(t, "ref"):
                     batch["ref_log_prob"] = self._checked_cat(
-                        self._train_call("compute_ref_log_prob", batch, cfg.rollout.temperature), mask,
+                        self._train_call(WorkerMethod.COMPUTE_REF_LOG_PROB, batch, cfg.rollout.temperature), mask,
                         stage="ref", role="ref", tensor="reference log-probs",
                     )
             if cfg.critic.enable:
                 with timed(t, "values"):
-                    batch["values"] = self._checked_cat(self._train_call("compute_values", batch), mask, stage="values", role="critic", tensor="values")
+                    batch["values"] = self._checked_cat(self._train_call(WorkerMethod.COMPUTE_VALUES, batch), mask, stage="values", role="critic", tensor="values")
             with timed(t, "adv"):
                 if self.kl_ctrl is not None:
                     rewards, kl_metrics = apply_kl_penalty(
@@ -319,11 +321,11 @@ class Trainer:
                 metrics.update(self._advantage_health(step, adv, mask))
             if cfg.critic.enable:
                 with timed(t, "update_critic"):
-                    metrics.update(_guard_update("critic", self._train_call("update_critic", batch)))
+                    metrics.update(_guard_update("critic", self._train_call(WorkerMethod.UPDATE_CRITIC, batch)))
             with timed(t, "update_actor"):
-                metrics.update(_guard_update("actor", self._train_call("update_actor", batch)))
+                metrics.update(_guard_update("actor", self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob)))
             with timed(t, "sync_weights"):
-                self.cluster.call("sync_weights")
+                self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
         metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith(COUNTER_PREFIXES)})
         if metrics.get("agent/trajectories"):  # multi-turn rollouts (rl_core.agent): per-trajectory means
             metrics["agent/turns_mean"] = metrics["agent/turns"] / metrics["agent/trajectories"]
@@ -331,7 +333,7 @@ class Trainer:
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))
         metrics.update(throughput(batch, t["timing_s/step"], self.sizes.devices))
         metrics.update(t)
-        peaks = [p for p in self.cluster.call("peak_memory_gb") if p is not None]
+        peaks = [p for p in self.cluster.call(WorkerMethod.PEAK_MEMORY_GB) if p is not None]
         if peaks:
             metrics["perf/max_memory_allocated_gb"] = max(peaks)
         metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
@@ -406,7 +408,7 @@ class Trainer:
         needed = self.ckpt.size_of_latest() or getattr(self._disk_estimate(), "per_checkpoint", None)
         try:
             tmp = self.ckpt.begin(step)
-            self.cluster.call("save_checkpoint", same_args=(tmp,))
+            self.cluster.call(WorkerMethod.SAVE_CHECKPOINT, same_args=(tmp,))
             state = {
                 "step": step,
                 "data": self.train_loader.state_dict(),
@@ -440,13 +442,13 @@ class Trainer:
         state = safe_load(os.path.join(path, TRAINER_STATE))  # before any engine reads the folder
         if not isinstance(state, dict) or not isinstance(state.get("data"), dict) or "rng" not in state:
             raise CheckpointError(f"{os.path.join(path, TRAINER_STATE)} is not an rl-core trainer state; delete {path} to resume from the previous checkpoint")
-        self.cluster.call("load_checkpoint", same_args=(path,))
+        self.cluster.call(WorkerMethod.LOAD_CHECKPOINT, same_args=(path,))
         self.train_loader.load_state_dict(state["data"])
         load_rng_state(state["rng"])
         kl_changed = any(k.startswith("algorithm.kl_ctrl.") for k in changed_keys(self.config_diff))  # the new value wins
         if self.kl_ctrl is not None and state.get("kl_coef") is not None and not kl_changed:
             self.kl_ctrl.value = state["kl_coef"]
-        self.cluster.call("sync_weights")
+        self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
         print(f"resumed from {path} (step {step})", flush=True)
         return step
 
@@ -533,7 +535,7 @@ class Trainer:
         path, partial = os.path.join(out, "hf_final"), os.path.join(out, ".hf_final.partial")
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            self.cluster.call("save_hf", same_args=(partial,))
+            self.cluster.call(WorkerMethod.SAVE_HF, same_args=(partial,))
             if os.path.exists(path):
                 old = os.path.join(out, ".hf_final.old")
                 shutil.rmtree(old, ignore_errors=True)

@@ -64,7 +64,7 @@ class FSDPBackend(TrainBackend):
         if context.world_size > 1 and not sharding.is_distributed():
             raise RuntimeError(
                 f"world_size={context.world_size} but torch.distributed is not initialised in this process; "
-                "the placement layer (rl_core.cluster) initialises it before building engines"
+                "the placement layer (rl_core.placement) initialises it before building engines"
             )
         if sharding.is_distributed() and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")

@@ -1,0 +1,290 @@
+"""Worker placement: the only layer a Ray mode replaces.
+
+:class:`LocalCluster` runs one :class:`~rl_core.worker.HybridWorker` per
+rank on this machine: in the controller's own process when there is one
+rank (easy to debug, no start-up cost), else in spawned processes joined by
+``torch.distributed`` (gloo on CPU, NCCL on GPU). It implements
+:class:`rl_core.placement.contract.Placement`: the controller calls
+:meth:`call` (or :meth:`submit`, then ``.result()``) with a
+:class:`~rl_core.placement.contract.WorkerMethod` and one argument tuple per
+rank and gets one result per rank.
+
+Rendezvous opens nothing to the network: the ranks meet through a
+``torch.distributed`` FileStore in a private temporary folder (a TCPStore
+master listens on every interface), and gloo / NCCL bind their own sockets
+to the loopback interface (``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``,
+unless you set them).
+
+A worker that raises sends its traceback back and the call raises
+:class:`WorkerError` naming the rank; a worker process that dies (OOM
+killer, segfault) is detected within a second and named with its exit code,
+instead of leaving the controller waiting forever.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import tempfile
+import traceback
+import weakref
+from typing import Any, Sequence
+
+from rl_core.backends import WorkerContext
+from rl_core.placement.contract import Done, Pending, WorkerError, WorkerMethod, after_a_death, dispatch, per_rank
+
+__all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env", "loopback_interface"]
+
+
+def _kill_at_exit(ref) -> None:
+    """At interpreter exit: kill the workers of a cluster that was never closed (see LocalCluster's start)."""
+    cluster = ref()
+    for proc in getattr(cluster, "_procs", None) or []:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+def loopback_interface() -> str:
+    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        names = []
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
+def local_rendezvous_env() -> dict[str, str]:
+    """Environment for the worker processes: collective libraries bind to the loopback interface only."""
+    lo = loopback_interface()
+    return {k: os.environ.get(k, lo) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+
+
+def _device_for(device: str, local_rank: int) -> str:
+    return f"cuda:{local_rank}" if device == "cuda" else "cpu"
+
+
+def _is_disk_or_permission_error(exc: BaseException) -> bool:
+    """A full disk or a folder the user cannot write: their environment, not our bug (no traceback)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
+
+
+def _describe(exc: BaseException) -> str:
+    """A user error's message alone; anything else with the worker's traceback."""
+    from rl_core.problems import UserError
+
+    if isinstance(exc, UserError) or _is_disk_or_permission_error(exc):
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
+def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
+    from rl_core.trainer.stopping import ignore_stop_signals
+
+    ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
+    os.environ.update(env)
+    import torch
+    import torch.distributed as dist
+
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        if context.device.startswith("cuda"):
+            torch.cuda.set_device(context.torch_device)
+        if context.world_size > 1:  # a single worker (a role's own pool of one) runs unsharded, as in-process
+            dist.init_process_group(
+                "nccl" if context.device.startswith("cuda") else "gloo",
+                init_method=f"file://{store_file}",
+                rank=context.rank,
+                world_size=context.world_size,
+                # the group's device, so barriers do not have to guess it (and warn)
+                device_id=context.torch_device if context.device.startswith("cuda") else None,
+            )
+        from rl_core.worker import HybridWorker
+
+        worker = HybridWorker(stack, context, roles)
+        conn.send(("ok", None))
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("error", _describe(exc)))
+        return
+    while True:
+        try:
+            method, args = conn.recv()
+        except EOFError:
+            break
+        if method == "__stop__":
+            try:
+                worker.shutdown()
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+            finally:
+                conn.send(("ok", None))
+            break
+        try:
+            conn.send(("ok", dispatch(worker, method, args)))
+        except BaseException as exc:  # noqa: BLE001
+            conn.send(("error", _describe(exc)))
+
+
+class LocalCluster:
+    """One worker per rank on this machine (in-process for a single rank).
+
+    ``roles`` / ``world_size`` / ``first_device``: a resource pool of its own
+    (:mod:`rl_core.placement.pools`): workers holding only ``roles``, on the
+    GPUs from ``cuda:first_device`` on, in processes of their own with their own
+    process group; ``processes`` is how many worker processes share this
+    machine's cores in all.
+    """
+
+    def __init__(
+        self, stack, *, spawn: bool | None = None, roles: tuple[str, ...] | None = None, world_size: int | None = None,
+        first_device: int = 0, processes: int | None = None,
+    ) -> None:
+        config = stack.config
+        self.world_size = stack.sizes.world_size if world_size is None else world_size
+        self.device = stack.sizes.device
+        self.stack = stack
+        self.roles = roles
+        spawn = self.world_size > 1 if spawn is None else spawn
+        if self.world_size > 1 and not spawn:
+            raise ValueError("several ranks need spawned processes")
+        threads = config.trainer.torch_threads
+        processes = processes or self.world_size
+        if threads is None and self.device == "cpu" and processes > 1:
+            threads = max(1, (os.cpu_count() or 1) // processes)
+        self._in_flight: Pending | None = None
+        self._procs: list[mp.Process] = []
+        self._conns: list[Any] = []
+        self._local = None
+        self._store_dir: str | None = None
+        contexts = [
+            WorkerContext(
+                rank=r, world_size=self.world_size, local_rank=first_device + r, device=_device_for(self.device, first_device + r), seed=config.trainer.seed
+            )
+            for r in range(self.world_size)
+        ]
+        if not spawn:
+            import torch
+
+            from rl_core.worker import HybridWorker
+
+            if threads:
+                torch.set_num_threads(threads)
+            if self.device == "cuda":
+                torch.cuda.set_device(0)
+            self._local = HybridWorker(stack, contexts[0], roles)
+            return
+        ctx = mp.get_context("spawn")
+        self._store_dir = tempfile.mkdtemp(prefix="rl-core-rendezvous-")  # 0700: only this user
+        store_file = os.path.join(self._store_dir, "store")
+        env = local_rendezvous_env()
+        # Not daemonic: a worker's engine may start processes of its own (SGLang's scheduler does, and a daemonic
+        # process may not have children). So that an interpreter exit without close() cannot wait on them forever
+        # (multiprocessing joins non-daemonic children at exit), an exit hook registered after multiprocessing's
+        # own, hence run before it, kills whatever is still alive.
+        for context in contexts:
+            parent, child = ctx.Pipe()
+            name = f"rl-core-{'-'.join(roles)}-{context.rank}" if roles else f"rl-core-worker-{context.rank}"
+            proc = ctx.Process(target=_worker_main, args=(child, stack, context, store_file, threads, env, roles), daemon=False, name=name)
+            proc.start()
+            self._procs.append(proc)
+            self._conns.append(parent)
+        atexit.register(_kill_at_exit, weakref.ref(self))
+        self._gather("start")
+
+    # ------------------------------------------------------------------ calls
+    def submit(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> Pending:
+        """Send ``method`` to every rank (``per_rank_args[r]`` or ``same_args`` for all); gather with ``.result()``.
+
+        In-process (one rank, not spawned) the call runs here and now.
+        """
+        method = WorkerMethod.named(method)
+        args = per_rank(method, self.world_size, per_rank_args, same_args)
+        if self._local is not None:
+            return Done(lambda: [dispatch(self._local, method, args[0])])
+        if self._in_flight is not None and self._in_flight._collect is not None:
+            raise RuntimeError(f"{self._who}{method.value}: a call is still in flight on these workers: gather it (.result()) first")
+        if not self._procs:
+            raise WorkerError(f"{self._who}{method.value}: the workers were stopped (an earlier failure, or close())")
+        for conn, a in zip(self._conns, args):
+            conn.send((method.value, a))
+        self._in_flight = Pending(lambda: self._gather(method.value))
+        return self._in_flight
+
+    def call(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
+        """Call ``method`` on every rank; ``per_rank_args[r]`` or ``same_args`` for all. One result per rank."""
+        return self.submit(method, per_rank_args, same_args=same_args).result()
+
+    def _gather(self, method: str) -> list[Any]:
+        results: list[Any] = [None] * len(self._conns)
+        pending = set(range(len(self._conns)))
+        errors: list[str] = []
+        while pending:
+            for rank in sorted(pending):
+                conn, proc = self._conns[rank], self._procs[rank]
+                if conn.poll(0.2):
+                    status, value = conn.recv()
+                    pending.discard(rank)
+                    if status == "ok":
+                        results[rank] = value
+                    else:
+                        errors.append(f"{self._who}rank {rank} failed in {method}: {value}")
+                elif not proc.is_alive() and not conn.poll(0):
+                    pending.discard(rank)
+                    errors.append(
+                        f"{self._who}rank {rank} died during {method} with exit code {proc.exitcode}"
+                        + (" (killed: often the OOM killer; lower micro-batch sizes)" if proc.exitcode and proc.exitcode < 0 else "")
+                    )
+            if errors and pending:
+                # a rank failed: the others may wait forever in a collective
+                self.close(force=True)
+                break
+        if errors:
+            raise WorkerError("\n".join(after_a_death(errors)))
+        return results
+
+    @property
+    def _who(self) -> str:
+        return f"{'+'.join(self.roles)} pool " if self.roles else ""
+
+    def close(self, force: bool = False) -> None:
+        if self._local is not None:
+            self._local.shutdown()
+            self._local = None
+            return
+        if not force:
+            for conn, proc in zip(self._conns, self._procs):
+                if proc.is_alive():
+                    try:
+                        conn.send(("__stop__", ()))
+                    except (BrokenPipeError, OSError):
+                        pass
+            for conn, proc in zip(self._conns, self._procs):
+                if conn.poll(30):
+                    try:
+                        conn.recv()
+                    except EOFError:
+                        pass
+        for proc in self._procs:
+            proc.join(timeout=0 if force else 10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+        self._procs, self._conns = [], []
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(force=exc[0] is not None)
