@@ -664,8 +664,16 @@ class TrainConformance:
                 several.update(without, on_policy=True)
             own = shard.select(*shard.keys())
             own["old_log_probs"] = given.compute_log_prob(shard, temperature=config.rollout.temperature)["log_probs"]
+            initial = {name: w.clone() for name, w in told.named_weights()}
             a, b = told.update(without, on_policy=True), given.update(own)
-            self._same_update(a, b, told, given)
+            for key in ("loss", "grad_norm"):
+                assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+            # the inference forward's log-probs equal the training forward's up to rounding: AdamW's first step
+            # lets entries whose gradient is rounding noise differ (rl_core.testing.adam_weights)
+            ea, eb = dict(told.named_weights()), dict(given.named_weights())
+            for name, w in eb.items():
+                if not zero_grad_in_exact_arithmetic(name):
+                    assert_adam_weights_close(ea[name], w, initial[name], name=name, atol=1e-5, rtol=1e-4)
         finally:
             for engine in (told, given, several):
                 engine.shutdown()
