@@ -145,6 +145,9 @@ class TrainCard(CardBase):
     state_sharding: str = attrs.field(default="none", validator=attrs.validators.in_(("none", "data", "model")))
     # the train backend a config without train.name gets (one installed card at most should say so)
     default: bool = False
+    # trains LoRA adapters (model.lora_rank > 0) / offloads to host memory (actor.fsdp_config.*_offload): issue #32
+    lora: bool = False
+    offload: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

@@ -12,8 +12,9 @@ Built on the ``peft`` library (``pip install 'rl-core[lora]'``):
   rollout engines without LoRA support. Neither changes the model.
 - :func:`save_adapter`: a PEFT adapter folder (``save_pretrained``), and on request the merged weights beside it.
 
-The train engines do not call this module yet: ``rlcore check`` refuses ``model.lora_rank > 0`` until they do
-(:mod:`rl_core.lora_checks`).
+The fsdp train backend applies it to the actor (``plugins/train_fsdp``): :func:`iter_merged` is its weight sync,
+:func:`sample_effective` the trainer's side of the sync check (:mod:`rl_core.weight_sync_check`),
+:func:`write_adapter_folder` its ``save_hf``.
 """
 
 from __future__ import annotations
@@ -228,6 +229,91 @@ def merged_state_dict(model: torch.nn.Module, *, dtype: torch.dtype | None = Non
             value = (value.float() + deltas[key].float()).to(value.dtype)
         out[key] = value.to(dtype) if dtype is not None else value
     return out
+
+
+def _detach(t: torch.Tensor) -> torch.Tensor:
+    return t.detach()
+
+
+def iter_merged(model: torch.nn.Module, gather=_detach) -> Iterator[tuple[str, torch.Tensor]]:
+    """The base model's weights under its own names, adapters folded in (float32 ``W + scale * B @ A``), one at a time.
+
+    Walks ``model.state_dict()`` once (tied tensors once, HF convention); ``gather(t)`` makes a whole tensor of a
+    parameter (identity by default; a sharded model's all-gather: every rank must drain the iterator). A LoRA
+    layer's base weight is held until its ``A`` and ``B`` have passed, so at most one layer's tensors wait.
+    """
+    scales = {name: float(layer.scaling[ADAPTER_NAME]) for name, layer in _lora_layers(model)}
+    waiting: dict[str, dict[str, torch.Tensor]] = {}
+    seen: set[int] = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        module, part = _lora_part(name, scales)
+        if module is None:
+            if ".lora_" not in name:
+                yield base_name(name), gather(t)
+            continue
+        parts = waiting.setdefault(module, {})
+        parts[part] = gather(t)
+        if len(parts) == 3:
+            del waiting[module]
+            merged = parts["W"].float() + scales[module] * (parts["B"].float() @ parts["A"].float())
+            yield base_name(module + ".weight"), merged
+    if waiting:
+        raise RuntimeError(f"LoRA layers without their base weight or adapters in the state dict: {sorted(waiting)}")
+
+
+def _lora_part(name: str, scales: dict[str, float]) -> tuple[str | None, str]:
+    for marker, part in ((f".lora_A.{ADAPTER_NAME}.weight", "A"), (f".lora_B.{ADAPTER_NAME}.weight", "B"), (".base_layer.weight", "W")):
+        if name.endswith(marker) and name[: -len(marker)] in scales:
+            return name[: -len(marker)], part
+    return None, ""
+
+
+@torch.no_grad()
+def sample_effective(model: torch.nn.Module, positions: dict[str, torch.Tensor], gather=_detach) -> dict[str, torch.Tensor]:
+    """The trainer's own weights at flat ``positions`` (base names), computed apart from :func:`iter_merged`:
+    ``W[i, j] + scale * B[i, :] . A[:, j]`` element by element for LoRA layers, the parameter itself otherwise
+    (float32). The sync check compares what was sent with these, so a sync that skipped the merge is caught."""
+    layers = {base_name(name + ".weight"): layer for name, layer in _lora_layers(model)}
+    plain = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if ".lora_" not in name:
+            plain.setdefault(base_name(name), t)
+    out = {}
+    for key in sorted(positions):
+        pos = positions[key].long()
+        layer = layers.get(key)
+        if layer is None:
+            if key in plain:
+                flat = gather(plain[key]).reshape(-1)
+                out[key] = flat[pos.to(flat.device)].float().cpu()
+            continue
+        w = gather(layer.base_layer.weight)
+        a = gather(layer.lora_A[ADAPTER_NAME].weight)
+        b = gather(layer.lora_B[ADAPTER_NAME].weight)
+        rows, cols = (pos // w.shape[1]).to(w.device), (pos % w.shape[1]).to(w.device)
+        delta = (b[rows].float() * a[:, cols].T.float()).sum(-1) * float(layer.scaling[ADAPTER_NAME])
+        out[key] = (w[rows, cols].float() + delta).cpu()
+    return out
+
+
+def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_detach, *, write: bool = True) -> Path:
+    """A PEFT adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of the live adapters;
+    ``gather`` as in :func:`iter_merged` (every rank calls it; only ``write`` ranks write)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    full = {name: gather(t).to("cpu").contiguous() for name, t in model.state_dict(keep_vars=True).items() if ".lora_" in name}
+    if not write:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = get_peft_model_state_dict(model, state_dict=full, adapter_name=ADAPTER_NAME)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config[ADAPTER_NAME].save_pretrained(str(folder))
+    return folder
 
 
 def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = False) -> Path:

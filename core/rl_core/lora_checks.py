@@ -4,9 +4,10 @@ Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
 
 - :func:`lora_problems`: the LoRA keys are consistent (an adapter folder with ``lora_rank=0`` would be ignored:
   refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
-  from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and,
-  while the train engines do not apply LoRA, ``lora_rank > 0`` is refused instead of being silently ignored.
-- :func:`offload_problems`: the same refusal for parameter / optimizer offload.
+  from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and a
+  train backend whose card does not declare ``lora`` refuses ``lora_rank > 0`` instead of silently ignoring it.
+- :func:`offload_problems`: the same for parameter / optimizer offload (card ``offload``); offload on a sharded
+  model (more than one GPU) is refused: not wired yet.
 - :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of
   LoRA or offload would fit (e.g. Qwen2.5-7B on one 80 GB GPU).
 """
@@ -19,8 +20,27 @@ from typing import Any
 
 from rl_core.problems import Problem
 
-NOT_WIRED = "LoRA training is not wired into the train engines yet: issue #32"
-OFFLOAD_NOT_WIRED = "offloading to CPU is not wired into the train engines yet: issue #32"
+def _train_card(config: Any, registry: Any):
+    """The train card the run would use (None when it cannot be told)."""
+    if registry is None:
+        from rl_core.plugins import get_registry
+
+        registry = get_registry()
+    name = config.train.name
+    if name is None:
+        from rl_core.resolver import default_train_name
+
+        name = default_train_name(registry, [])
+    return registry.cards["train"].get(name) if name else None
+
+
+def _unsupported(config: Any, registry: Any, feature: str) -> str | None:
+    """The train backend's name when its card does not declare ``feature`` (``lora`` / ``offload``)."""
+    try:
+        card = _train_card(config, registry)
+    except Exception:  # noqa: BLE001 - the resolver reports an unknown train backend
+        return None
+    return card.name if card is not None and not getattr(card, feature, False) else None
 
 
 def _model_dir(path: str) -> Path | None:
@@ -69,17 +89,30 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
         out.append(Problem(key="model.target_modules", severity="warning", what=f"not checked: the model could not be built from its config.json ({type(exc).__name__}: {exc})"))
         found = []
     out += [Problem(key=k, what=w, fix=f) for k, w, f in found]
-    out.append(Problem(key="model.lora_rank", what=f"is {m.lora_rank}: {NOT_WIRED}",
-                       why="the run would train every weight and ignore the adapters' settings",
-                       fix="set model.lora_rank=0 (full fine-tune) for now; rl_core.lora applies adapters outside the engines (docs/lora.md)"))
+    if (backend := _unsupported(config, registry, "lora")) is not None:
+        out.append(Problem(key="model.lora_rank", what=f"is {m.lora_rank}, but the {backend} train backend does not train LoRA adapters",
+                           why="the run would train every weight and ignore the adapters' settings",
+                           fix="use train.name=fsdp (LoRA on the FSDP backend), or model.lora_rank=0 (full fine-tune)"))
     return out
 
 
 def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     f = config.actor.fsdp_config
-    return [Problem(key=f"actor.fsdp_config.{k}", what=f"is true: {OFFLOAD_NOT_WIRED}", why="the run would keep everything on the device and ignore the setting",
-                    fix=f"set actor.fsdp_config.{k}=false; to fit a larger model use more GPUs (trainer.n_gpus_per_node) or model.enable_gradient_checkpointing=true")
-            for k in ("param_offload", "optimizer_offload") if getattr(f, k)]
+    keys = [k for k in ("param_offload", "optimizer_offload") if getattr(f, k)]
+    if not keys:
+        return []
+    out = []
+    if (backend := _unsupported(config, registry, "offload")) is not None:
+        out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true, but the {backend} train backend does not offload to host memory",
+                        why="the run would keep everything on the device and ignore the setting", fix=f"use train.name=fsdp, or set actor.fsdp_config.{k}=false")
+                for k in keys]
+    world = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    if world > 1:
+        out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true on {world} ranks: offload works on one device (an unsharded model) for now; "
+                        "FSDP2's CPUOffloadPolicy for sharded models is not wired (issue #32)",
+                        fix=f"set actor.fsdp_config.{k}=false (sharding over {world} ranks already divides the train states), or train on one GPU")
+                for k in keys]
+    return out
 
 
 def memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
@@ -105,7 +138,7 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
     fits = [a.split(" (not wired")[0] for a in est.advice if a.startswith(("LoRA: ", "offload: "))]
     return [Problem(key="model.lora_rank", what=f"is 0 (full fine-tune): {est.shape.params / 1e9:.1f}B parameters need {need / GB:.0f} GiB per GPU for their train states alone "
                     f"(float32 weights, AdamW state, gradients) but the GPU has {est.available / GB:.0f} GiB",
-                    why="no batch size makes it fit", fix="; or ".join(fits) + " (both wait for issue #32); or more GPUs (trainer.n_gpus_per_node)")]
+                    why="no batch size makes it fit", fix="; or ".join(fits) + "; or more GPUs (trainer.n_gpus_per_node)")]
 
 
 PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems))

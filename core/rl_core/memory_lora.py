@@ -75,5 +75,5 @@ def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any) -> li
     for label, alt in options:
         other = estimate(alt, sizes, available=est.available, shape=est.shape, alternatives=False)
         verdict = "fits" if other.fits else "does not fit either"
-        out.append(f"{label}: peak {other.peak / 2**30:.1f} GiB, {verdict} (not wired into the train engines yet: issue #32)")
+        out.append(f"{label}: peak {other.peak / 2**30:.1f} GiB, {verdict}")
     return out

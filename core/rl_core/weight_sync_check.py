@@ -101,6 +101,48 @@ def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int) 
     return len(tap.values)
 
 
+def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, engine_name: str, version: int,
+                rtol: float = 1e-4, atol: float = 1e-6) -> int | None:
+    """Compare what ``tap`` saw on its way out with ``expected``: the trainer's policy at the same positions,
+    computed apart from the stream (e.g. LoRA's ``W + scale * B @ A`` element by element,
+    :func:`rl_core.lora.sample_effective`). A sync that sent base weights without the adapters merged, or an old
+    copy, differs: :class:`StaleWeightsError`. ``expected`` None (nothing to compare): None; else the count.
+    Float32, within ``rtol`` / ``atol`` (a matrix product and a dot product round differently)."""
+    if expected is None:
+        return None
+    wrong = []
+    for name, sent in tap.values.items():
+        want = expected.get(name)
+        if want is None:
+            wrong.append(f"{name} (the trainer has no such weight)")
+        elif not torch.allclose(sent.float(), want.float(), rtol=rtol, atol=atol):
+            diff = float((sent.double() - want.double()).abs().max())
+            wrong.append(f"{name} (fingerprint sent {fingerprint(name, sent.float()):.6g}, trained {fingerprint(name, want.float()):.6g}; max |diff| {diff:.3g})")
+    if wrong:
+        shown = "; ".join(wrong[:4]) + (f"; and {len(wrong) - 4} more" if len(wrong) > 4 else "")
+        raise StaleWeightsError(
+            f"weight sync check failed at weight version {version}: the weights sent to the rollout engine {engine_name!r} "
+            f"are not the policy being trained (LoRA adapters not merged, or an old copy): {len(wrong)} of {len(tap.values)} "
+            f"tensors differ: {shown}. The rollout would sample another policy; the run is stopped instead"
+        )
+    return len(tap.values)
+
+
+def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trainer_sample=None, *, engine_name: str, version: int) -> int | None:
+    """``engine.load_weights(weights)``, verified when the engine has ``sample_weights``: the engine holds what was
+    sent (:func:`verify_sync`) and what was sent is the trainer's policy (:func:`verify_sent` with
+    ``trainer_sample(positions)``, e.g. :meth:`rl_core.train_engine.engine.RoleEngine.sample_weights`; None: not
+    compared). The number of tensors verified, or None when the engine cannot be asked."""
+    tap = WeightTap(weights) if hasattr(engine, "sample_weights") else None
+    engine.load_weights(weights if tap is None else tap)
+    if tap is None:
+        return None
+    n = verify_sync(tap, engine, engine_name=engine_name, version=version)
+    if trainer_sample is not None:
+        verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
+    return n
+
+
 def sample_state(named: Iterable[tuple[str, torch.Tensor]], positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """An engine's ``sample_weights`` over its own named tensors (e.g. ``model.state_dict()``)."""
     named = dict(named)

@@ -53,10 +53,12 @@ class HybridWorker:
         self.roles = worker_roles(config) if roles is None else tuple(roles)
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()
+        # LoRA (issue #32): the reference policy is the actor's model with its adapters off, not a second copy
+        self.ref_from_actor = config.model.lora_rank > 0 and "ref" in self.roles and "actor" in self.roles
         engines = {
             role: build_role_engine(make_train, role, config, context, sizes=stack.sizes, policy_loss=stack.policy_loss_fn)
             for role in ("actor", "ref", "critic")
-            if role in self.roles
+            if role in self.roles and not (role == "ref" and self.ref_from_actor)
         }
         self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
         self.rollout = stack.rollout.load()(config, context) if "rollout" in self.roles else None
@@ -94,13 +96,10 @@ class HybridWorker:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-        from rl_core.weight_sync_check import WeightTap, verify_sync
+        from rl_core.weight_sync_check import load_verified
 
         self._weight_version = getattr(self, "_weight_version", -1) + 1
-        tap = WeightTap(weights) if hasattr(self.rollout, "sample_weights") else None  # engines that can be asked
-        self.rollout.load_weights(weights if tap is None else tap)
-        if tap is not None:  # the engine holds what was sent, or StaleWeightsError
-            verify_sync(tap, self.rollout, engine_name=self.stack.config.rollout.name, version=self._weight_version)
+        load_verified(self.rollout, weights, self.actor.sample_weights, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
 
     # ------------------------------------------------------------------- roles
@@ -108,6 +107,8 @@ class HybridWorker:
         return self.actor.compute_log_prob(batch, temperature=temperature, with_entropy=with_entropy)
 
     def compute_ref_log_prob(self, batch: Batch, temperature: float) -> torch.Tensor:
+        if self.ref_from_actor:
+            return self.actor.compute_log_prob(batch, temperature=temperature, reference=True)["log_probs"]
         return self.ref.compute_log_prob(batch, temperature=temperature)["log_probs"]
 
     def compute_values(self, batch: Batch) -> torch.Tensor:

@@ -1,12 +1,15 @@
-"""`rlcore check` on model.lora_* / actor.fsdp_config.*_offload: refused (not wired into the engines yet, #32), names checked."""
+"""`rlcore check` on model.lora_* / actor.fsdp_config.*_offload: accepted where the train backend applies them (#32), names checked."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from rl_core.cards import TrainCard
 from rl_core.cli.main import main
-from rl_core.lora_checks import NOT_WIRED, OFFLOAD_NOT_WIRED
+from rl_core.config.schema import ModelConfig, RunConfig
+from rl_core.lora_checks import lora_problems, offload_problems
 
 pytest.importorskip("peft")
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
@@ -27,23 +30,39 @@ def _check(args, capsys):
     return code, cap.out + cap.err
 
 
-def test_lora_rank_is_refused_with_the_issue_and_bad_names_are_named(base, capsys):
+def test_lora_is_accepted_and_bad_names_are_named(base, capsys):
     assert _check(base, capsys)[0] == 0
+    code, text = _check([*base, "model.lora_rank=8", "model.lora_alpha=16", "model.target_modules=[q_proj,v_proj]"], capsys)
+    assert code == 0, text
     code, text = _check([*base, "model.lora_rank=8", "model.target_modules=[q_prj,v_proj]", "model.exclude_modules=[nope]"], capsys)
     assert code == 1 and "Traceback" not in text
-    assert NOT_WIRED in text and "model.lora_rank" in text
     assert "model.target_modules" in text and "did you mean 'q_proj'" in text
     assert "model.exclude_modules" in text and "'nope'" in text
 
 
 def test_bad_lora_values_and_ignored_settings_are_refused(base, capsys):
+    assert _check([*base, "actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true"], capsys)[0] == 0
     for args, key, words in [
         (["model.lora_rank=-1"], "model.lora_rank", "0 turns LoRA off"),
         (["model.lora_rank=8", "model.lora_alpha=0"], "model.lora_alpha", "lora_alpha / lora_rank"),
         (["model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "model.lora_rank is 0"),
         (["model.lora_rank=8", "model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "adapter_config.json"),
-        (["actor.fsdp_config.param_offload=true"], "actor.fsdp_config.param_offload", OFFLOAD_NOT_WIRED),
-        (["actor.fsdp_config.optimizer_offload=true"], "actor.fsdp_config.optimizer_offload", OFFLOAD_NOT_WIRED),
+        (["actor.fsdp_config.optimizer_offload=true", "trainer.n_gpus_per_node=2"], "actor.fsdp_config.optimizer_offload", "CPUOffloadPolicy"),
     ]:
         code, text = _check([*base, *args], capsys)
         assert code == 1 and key in text and words in text, (args, text)
+
+
+def test_a_train_backend_without_lora_or_offload_refuses_them():
+    card = TrainCard(name="other", factory="x:y", default=True)
+    registry = SimpleNamespace(cards={"train": {"other": card}})
+    cfg = RunConfig(model=ModelConfig(path="/nowhere", lora_rank=8))
+    [p] = lora_problems(cfg, registry)
+    assert p.key == "model.lora_rank" and "the other train backend does not train LoRA adapters" in p.what
+    import attrs
+
+    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, param_offload=True)))
+    [p] = offload_problems(cfg, registry)
+    assert p.key == "actor.fsdp_config.param_offload" and "does not offload" in p.what
+    lora_card = SimpleNamespace(cards={"train": {"other": attrs.evolve(card, lora=True, offload=True)}})
+    assert lora_problems(cfg, lora_card) == [] and offload_problems(cfg, lora_card) == []

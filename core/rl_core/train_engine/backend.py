@@ -26,6 +26,10 @@ member                     what
 :meth:`save_hf`            an HF folder (rank 0 writes)
 :meth:`save_checkpoint`    model, optimizer, RNG and the scheduler state core passes
 :meth:`load_checkpoint`    the reverse; returns the scheduler state
+:meth:`reference_policy`   optional: a context in which :meth:`forward` is the
+                           reference policy (LoRA: the adapters off; issue #32)
+:meth:`on_device`          optional: a context around each phase (inference pass,
+                           update) that brings offloaded state to the device
 =========================  ==========================================================
 
 The worked example is :mod:`rl_core.testing.minimal_backend` (one process, plain PyTorch).
@@ -34,6 +38,7 @@ The worked example is :mod:`rl_core.testing.minimal_backend` (one process, plain
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any, ClassVar, Iterator, Literal
 
 import attrs
@@ -160,6 +165,16 @@ class TrainBackend(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> dict[str, Any] | None:
         """Restore :meth:`save_checkpoint`'s state; returns the scheduler state it was given."""
+
+    def reference_policy(self):
+        """A context in which :meth:`forward` computes the reference policy from this role's model (LoRA: the
+        same model with its adapters off), so no second copy is loaded. Backends without it raise."""
+        raise NotImplementedError(f"the {self.name} train backend cannot compute the reference policy from the actor's model")
+
+    def on_device(self, phase: str):
+        """A context around one phase (``"infer"``, ``"update"``): offloaded weights / optimizer state are brought
+        to the device on entry and sent back on exit (``actor.fsdp_config.*_offload``); nothing by default."""
+        return contextlib.nullcontext()
 
     def release(self) -> None:
         """Free what the backend holds besides the model and optimizer (process groups, ...)."""

@@ -22,6 +22,7 @@ Inference
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Callable, Iterator
 
@@ -76,11 +77,15 @@ class RoleEngine:
 
     # ------------------------------------------------------------- inference
     @torch.no_grad()
-    def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1."""
+    def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False) -> dict[str, torch.Tensor]:
+        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1.
+
+        ``reference``: the reference policy's log-probs from this (actor) model, as its backend defines them
+        (:meth:`TrainBackend.reference_policy`: LoRA's adapters off)."""
         if self.role == "critic":
             raise RuntimeError("compute_log_prob is for the actor and ref roles; the critic has compute_values")
-        heads = self._infer(batch, temperature=upd.sampling_temperature(temperature), with_entropy=with_entropy, what="compute_log_prob")
+        with (self.backend.reference_policy() if reference else contextlib.nullcontext()):
+            heads = self._infer(batch, temperature=upd.sampling_temperature(temperature), with_entropy=with_entropy, what="compute_log_prob")
         out = {"log_probs": torch.cat([h.log_probs.float().cpu() for h in heads])}
         if with_entropy:
             out["entropy"] = torch.cat([h.entropy.float().cpu() for h in heads])
@@ -103,12 +108,13 @@ class RoleEngine:
         n_real = math.ceil(rows / micro)
         parts = upd.token_budget_parts(b, batch) or [(sl, i < n_real) for i, sl in enumerate(upd.micro_slices(b, rows, micro))]
         out = []
-        for sl, real in parts:
-            x = upd.inputs(b, batch, sl)
-            with upd.autocast(b):
-                heads = b.forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=True, training=False)
-            if real:
-                out.append(heads)
+        with b.on_device("infer"):
+            for sl, real in parts:
+                x = upd.inputs(b, batch, sl)
+                with upd.autocast(b):
+                    heads = b.forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=True, training=False)
+                if real:
+                    out.append(heads)
         return out
 
     # ---------------------------------------------------------------- update
@@ -149,13 +155,20 @@ class RoleEngine:
             if lo != hi:
                 raise TrainSizeError(f"{self.role} update: ranks got different numbers of sequences ({lo} to {hi}); the controller must split the step evenly")
         sizes = self.sizes or role_sizes(self.config, self.role)
-        mini_rows = sizes.mini_rows(rows)
         if (problem := upd.on_policy_problem(self.role, batch, on_policy, sizes.mini_batches, sizes.epochs)) is not None:
             raise TrainSizeError(f"{self.role} update: {problem}")
         cfg = role_config(self.config, self.role)
         temperature = upd.sampling_temperature(batch.meta.get("temperature", self.config.rollout.temperature))
-        scheduler = self.scheduler
+        self.scheduler  # noqa: B018 - built before the lr is read (LambdaLR sets the first value)
         lr = b.optimizer.param_groups[0]["lr"]
+        with b.on_device("update"):
+            out = self._update(batch, b, rows, sizes, cfg, temperature, on_policy)
+        out["lr"] = lr
+        return out
+
+    def _update(self, batch, b, rows, sizes, cfg, temperature, on_policy) -> dict[str, float]:
+        scheduler = self.scheduler
+        mini_rows = sizes.mini_rows(rows)
         b.model.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -177,12 +190,18 @@ class RoleEngine:
         scheduler.step()
         b.model.eval()
         out = {name: sums[name] / counts[name] for name in sums}
-        out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"), lr=lr)
+        out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"))
         return out
 
     # ------------------------------------------------------ weights and state
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return self.backend.named_weights()
+
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """The trained policy's weights at flat ``positions`` as the backend computes them apart from
+        :meth:`named_weights` (rl_core.weight_sync_check.verify_sent); None when the backend has no such view."""
+        fn = getattr(self.backend, "sample_weights", None)
+        return fn(positions) if fn is not None else None
 
     def save_hf(self, path: str) -> None:
         self.backend.save_hf(path)

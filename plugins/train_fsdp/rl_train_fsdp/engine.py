@@ -47,7 +47,7 @@ from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_
 from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine.hf_export import write_hf_folder
 
-from rl_train_fsdp import sharding
+from rl_train_fsdp import offload, sharding
 
 
 def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
@@ -75,11 +75,25 @@ class FSDPBackend(TrainBackend):
         share = config.model.share_prompt_forward
         self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded
         mcfg = config.model
-        model, _ = load_role_model(role, config, torch.float32 if self.trainable else self.compute_dtype)
+        # LoRA (issue #32, rl_core.lora): the actor's base weights frozen in the compute dtype, float32 adapters only
+        self.lora = role == "actor" and mcfg.lora_rank > 0
+        fcfg = config.actor.fsdp_config
+        self.param_offload = role == "actor" and bool(fcfg.param_offload)
+        self.optimizer_offload = role == "actor" and bool(fcfg.optimizer_offload)
+        if self.sharded and (self.param_offload or self.optimizer_offload):
+            raise NotImplementedError(
+                "actor.fsdp_config.param_offload / optimizer_offload work on one device (an unsharded model) for now; "
+                f"this run shards over {self.world_size} ranks: turn them off (FSDP2's CPUOffloadPolicy is not wired: issue #32)"
+            )
+        model, _ = load_role_model(role, config, torch.float32 if self.trainable and not self.lora else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
         if self.trainable and mcfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.lora:
+            from rl_core.lora import LoraSpec, apply_lora
+
+            model = apply_lora(model, LoraSpec.from_model_config(mcfg), dtype=self.compute_dtype)
         if mcfg.compile:
             compile_decoder_layers(model)
         if not self.trainable:
@@ -93,6 +107,9 @@ class FSDPBackend(TrainBackend):
             model = model.to(self.device)
         self.model = model
         self.model.eval()
+        self.offload_chunk_bytes = offload.CHUNK_BYTES
+        if self.param_offload:
+            offload.move_params(self.model, torch.device("cpu"))
         if self.trainable:
             # The fused AdamW kernel: the same update up to rounding. On CPU the default (per-parameter loop)
             # took 0.96 s a step for a 135M model, the fused kernel 0.05 s (2 cores, torch 2.13); on CUDA it
@@ -102,6 +119,34 @@ class FSDPBackend(TrainBackend):
 
     def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
         return sharding.all_reduce(value, op)  # every rank is a data-parallel rank
+
+    # ------------------------------------------------------ LoRA and offload
+    def reference_policy(self):
+        """LoRA: the same model with its adapters off (the base policy); no second copy is loaded."""
+        if not self.lora:
+            raise RuntimeError(f"the {self.role} model has no LoRA adapters: the reference policy needs a ref model of its own (model.lora_rank=0)")
+        from rl_core.lora import adapters_disabled
+
+        return adapters_disabled(self.model)
+
+    @contextlib.contextmanager
+    def on_device(self, phase: str):
+        """param_offload: the weights on the device for the phase, in host memory after (rl_train_fsdp.offload)."""
+        if not self.param_offload:
+            yield
+            return
+        offload.move_params(self.model, self.device)
+        try:
+            yield
+        finally:
+            offload.move_params(self.model, torch.device("cpu"))
+
+    def step(self) -> None:
+        if self.optimizer_offload:
+            offload.streamed_step(self.optimizer, self.device, self.offload_chunk_bytes)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            super().step()
 
     # ------------------------------------------------------------- forwards
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
@@ -137,10 +182,28 @@ class FSDPBackend(TrainBackend):
         it past the next update). Tied weights are yielded once (HF
         checkpoint convention).
         """
+        if self.lora:  # the base model's names and shapes, adapters merged (float32): what any rollout engine loads
+            from rl_core.lora import iter_merged
+
+            return iter_merged(self.model, sharding.full_tensor)
         return sharding.iter_full_weights(self.model)
 
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """The weights of the policy being trained at flat ``positions``, computed apart from :meth:`named_weights`
+        (the trainer's side of rl_core.weight_sync_check); None without LoRA (named_weights are the parameters)."""
+        if not self.lora:
+            return None
+        from rl_core.lora import sample_effective
+
+        return sample_effective(self.model, positions, sharding.full_tensor)
+
     def save_hf(self, path: str) -> None:
-        """A normal HF folder at ``path`` (rank 0 writes; every rank must call)."""
+        """A normal HF folder at ``path`` (rank 0 writes; every rank must call). LoRA: the merged weights, and the
+        adapters alone as a PEFT folder in ``path/lora_adapter`` (load with ``peft.PeftModel.from_pretrained``)."""
+        if self.lora:
+            from rl_core.lora import write_adapter_folder
+
+            write_adapter_folder(self.model, Path(path) / "lora_adapter", sharding.full_tensor, write=self.rank == 0)
         state: dict[str, torch.Tensor] = {}
         for name, t in self.named_weights():
             if self.rank == 0:
@@ -166,7 +229,7 @@ class FSDPBackend(TrainBackend):
             root.mkdir(parents=True, exist_ok=True)
         sharding.barrier()
         if self.optimizer is not None:
-            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
         else:
             model_sd, optim_sd = get_model_state_dict(self.model), None
         with _quiet_dcp():
@@ -191,10 +254,13 @@ class FSDPBackend(TrainBackend):
             raise FileNotFoundError(f"{self.role}: no checkpoint at {str(root)!r} (expected {str(root / 'dcp')!r} written by save_checkpoint)")
         # .metadata is rebuilt from an exact list of torch's classes and only tensors are read (rl_core.trainer.dcp_io)
         if self.optimizer is not None:
-            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            options = self._state_options()
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)
             with _quiet_dcp():
                 load_dcp(str(root / "dcp"), model_sd, optim_sd, read_plain(str(root / PLAIN_FILE)))
-            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+            set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+            if self.optimizer_offload:
+                offload.move_optimizer_state(self.optimizer, torch.device("cpu"))
         else:
             model_sd = get_model_state_dict(self.model)
             with _quiet_dcp():
@@ -210,6 +276,12 @@ class FSDPBackend(TrainBackend):
             _set_rng_state(extra["rng"], self.device)
         sharding.barrier()
         return extra.get("scheduler")
+
+    def _state_options(self):
+        """LoRA: the checkpoint holds the adapters and their AdamW state only (the frozen base is model.path's)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(ignore_frozen_params=True, strict=False) if self.lora else None
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's shards of the model and optimizer state, as plain tensors (copies).

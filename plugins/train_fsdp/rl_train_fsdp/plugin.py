@@ -16,6 +16,8 @@ FSDP_CARD = TrainCard(
     on_policy_without_old_log_probs=True,
     state_sharding="data",  # FSDP2 shards parameters, gradients and optimizer state over every rank
     default=True,  # the train backend of a config without train.name
+    lora=True,  # the actor's LoRA adapters (peft), the reference = adapters off (rl_core.lora)
+    offload=True,  # actor.fsdp_config.param_offload / optimizer_offload on one device (rl_train_fsdp.offload)
     engine="torch",
     engine_versions=">=2.6",
 )

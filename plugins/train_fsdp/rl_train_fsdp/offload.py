@@ -1,0 +1,99 @@
+"""CPU offload between phases: ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` (verl's names, issue #32).
+
+param_offload
+    The model's parameters and buffers live in host memory between phases (an inference pass, an update) and
+    are copied to the device for the phase (:func:`move_params`), so the rollout engine has the device to itself
+    while it generates. Gradients are cleared at each optimizer step, so there are none to move.
+
+optimizer_offload
+    AdamW's state lives in host memory always. The optimizer step runs in chunks of parameters
+    (:func:`streamed_step`): a chunk's state is copied to the device, torch's own AdamW steps those parameters,
+    and the state goes back; so the device never holds more than one chunk of the state (a 7B full fine-tune's
+    56 GB of AdamW state never sits on one 80 GB GPU). AdamW is element-wise: the update is the one without
+    offload.
+
+Host copies are pinned on CUDA (asynchronous copies). On a CPU-only machine the copies are host to host: the
+same code runs, so the CPU tests see the whole path.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+CHUNK_BYTES = 1 << 30  # optimizer state brought to the device at once
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    out = t.detach().to("cpu", copy=True)
+    return out.pin_memory() if t.is_cuda else out
+
+
+def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return _host_copy(t) if device.type == "cpu" else t.detach().to(device, copy=True, non_blocking=True)
+
+
+def move_params(model: torch.nn.Module, device: torch.device) -> None:
+    """Copy every parameter and buffer of ``model`` to ``device`` (``cpu``: host memory) in place of the old storage."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data = _to(p.data, device)
+            if p.grad is not None:
+                p.grad = _to(p.grad, device)
+        for module in model.modules():
+            for name, buf in list(module._buffers.items()):
+                if buf is not None:
+                    module._buffers[name] = _to(buf, device)
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, params: list | None = None) -> None:
+    """Copy the state tensors of ``params`` (default: all) to ``device``."""
+    for p in params if params is not None else list(optimizer.state.keys()):
+        state = optimizer.state.get(p)
+        if not state:
+            continue
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = _to(value, device)
+
+
+def _chunks(optimizer: torch.optim.Optimizer, chunk_bytes: int) -> Iterator[list[tuple[int, list]]]:
+    """Per chunk: ``[(group index, its parameters in the chunk)]``, about ``chunk_bytes`` of AdamW state each."""
+    chunk: list[tuple[int, list]] = []
+    size = 0
+    for g, group in enumerate(optimizer.param_groups):
+        mine: list = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            mine.append(p)
+            size += 2 * p.numel() * 4  # exp_avg + exp_avg_sq, float32
+            if size >= chunk_bytes:
+                chunk.append((g, mine))
+                yield chunk
+                chunk, mine, size = [], [], 0
+        if mine:
+            chunk.append((g, mine))
+    if chunk:
+        yield chunk
+
+
+def streamed_step(optimizer: torch.optim.Optimizer, device: torch.device, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """``optimizer.step()`` with its state kept in host memory, one chunk of parameters at a time; returns the number
+    of chunks. Each group's parameter list is narrowed to the chunk for the step and restored after."""
+    groups = [group["params"] for group in optimizer.param_groups]
+    n = 0
+    try:
+        for chunk in _chunks(optimizer, chunk_bytes):
+            params = [p for _, ps in chunk for p in ps]
+            move_optimizer_state(optimizer, device, params)
+            for g, group in enumerate(optimizer.param_groups):
+                group["params"] = next((ps for gi, ps in chunk if gi == g), [])
+            optimizer.step()
+            move_optimizer_state(optimizer, torch.device("cpu"), params)
+            n += 1
+    finally:
+        for group, params in zip(optimizer.param_groups, groups):
+            group["params"] = params
+    return n

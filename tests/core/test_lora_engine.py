@@ -1,0 +1,221 @@
+"""LoRA in the fsdp train backend (issue #32): the update against plain peft + torch, the reference = adapters off,
+merged weight sync to the hf rollout (verified: a stale or unmerged sync stops), adapter checkpoints and exact resume,
+save_hf's adapter folder, CPU offload giving the same update."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+from rl_core.backends import WorkerContext
+from rl_core.testing.distributed import torch_threads
+from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
+
+pytest.importorskip("peft")
+rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
+build_engine = rl_train_fsdp.build_engine
+CPU = WorkerContext(rank=0, world_size=1, device="cpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("lora_model"), "qwen2", hidden=32, layers=2)
+
+
+@pytest.fixture(scope="module")
+def step(model_dir):
+    return make_step_batch(model_dir)
+
+
+def _cfg(model_dir, *, rank=4, **fsdp):
+    cfg = default_config(model_dir)
+    a = cfg.actor
+    actor = attrs.evolve(
+        a, ppo_mini_batch_size=PROMPTS_PER_STEP, ppo_micro_batch_size_per_gpu=4, ppo_epochs=1, entropy_coeff=0.0,
+        optim=attrs.evolve(a.optim, lr=1e-2, lr_warmup_steps=0, lr_scheduler="constant", grad_clip=0.0),
+        fsdp_config=attrs.evolve(a.fsdp_config, **fsdp),
+    )
+    return attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=rank, lora_alpha=2.0 * rank), actor=actor,
+                        critic=attrs.evolve(cfg.critic, enable=False))
+
+
+def _adapters(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _response_log_probs(model, batch):
+    t = batch.tensors
+    from rl_core.modeling import position_ids_from_mask
+
+    R = t["responses"].shape[1]
+    logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=position_ids_from_mask(t["attention_mask"])).logits
+    return torch.log_softmax(logits[:, -R - 1 : -1].float(), -1).gather(-1, t["responses"][..., None]).squeeze(-1)
+
+
+def test_one_update_matches_plain_peft_and_torch(model_dir, step):
+    """Only the adapters train (AdamW holds them alone; the base is bit-identical after); the update equals plain
+    peft + torch AdamW on the actor loss (token-mean over the whole batch, here run in micro-batches of 4)."""
+    import peft
+    from rl_core.algorithms.actor_loss import compute_actor_loss
+    from transformers import AutoModelForCausalLM
+
+    cfg = _cfg(model_dir)
+    engine = build_engine("actor", cfg, CPU)
+    model = engine.model
+    base_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    start = _adapters(model)
+    assert start and all(".lora_A." in n or ".lora_B." in n for n in start)
+    assert sum(p.numel() for g in engine.optimizer.param_groups for p in g["params"]) == sum(v.numel() for v in start.values())
+
+    ref = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                              peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for n, p in ref.named_parameters():
+            if n in start:
+                p.copy_(start[n])
+            p.requires_grad_(n in start)
+    # peft's lora_B starts at zero: one step first so both A and B carry gradient in the compared step
+    with torch.no_grad():
+        for n, p in list(model.named_parameters()) + list(ref.named_parameters()):
+            if ".lora_B." in n:
+                p.copy_(torch.full_like(p, 0.05))
+    o = cfg.actor.optim
+    opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    t = step.tensors
+    ref.train()
+    loss, _ = compute_actor_loss(log_prob=_response_log_probs(ref, step), old_log_prob=t["old_log_probs"], advantages=t["advantages"],
+                                 response_mask=t["response_mask"], ref_log_prob=t["ref_log_prob"], cfg=cfg.actor)
+    loss.backward()
+    opt.step()
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    grads = {}
+    engine.optimizer.register_step_pre_hook(lambda *_: grads.update({names[id(p)]: p.grad.clone() for g in engine.optimizer.param_groups for p in g["params"]}))
+    metrics = engine.update(step)
+    assert metrics["loss"] == pytest.approx(float(loss), rel=1e-5)
+    # gradients compared (AdamW's first step is ~lr * sign(g): it would hide or blow up rounding in tiny gradients)
+    want_g = {n: p.grad for n, p in ref.named_parameters() if p.requires_grad}
+    assert grads.keys() == want_g.keys()
+    for n in grads:
+        torch.testing.assert_close(grads[n], want_g[n], rtol=1e-4, atol=1e-7)
+    want = {n: p.detach() for n, p in ref.named_parameters() if p.requires_grad}
+    got = _adapters(model)
+    moved = [n for n in got if (got[n] - want[n]).abs().max() <= 2e-4 * o.lr * 100 and not torch.equal(got[n], start[n])]
+    assert len(moved) == len(got)  # every adapter moved, as the reference's did
+    for n, p in model.named_parameters():
+        if n in base_before:
+            assert torch.equal(p, base_before[n]) and p.grad is None, n
+
+
+def test_reference_is_the_base_with_adapters_off_and_sync_is_merged_and_verified(model_dir, step):
+    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+    from transformers import AutoModelForCausalLM
+
+    cfg = _cfg(model_dir)
+    actor = build_engine("actor", cfg, CPU)
+    actor.update(step)  # adapters away from peft's zero start
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        base_lp = _response_log_probs(plain, step)
+    mask = step.tensors["response_mask"].bool()
+    ref_lp = actor.compute_log_prob(step, reference=True)["log_probs"]
+    torch.testing.assert_close(ref_lp[mask], base_lp[mask], rtol=1e-5, atol=1e-5)
+    assert (actor.compute_log_prob(step)["log_probs"][mask] - base_lp[mask]).abs().max() > 1e-3
+    with pytest.raises(RuntimeError, match="no LoRA adapters"):
+        build_engine("actor", _cfg(model_dir, rank=0), CPU).compute_log_prob(step, reference=True)
+
+    rollout = HFRolloutEngine(cfg, CPU)
+    n = load_verified(rollout, actor.named_weights(), actor.sample_weights, engine_name="hf", version=1)
+    assert n == len(dict(plain.named_parameters()))  # every tensor verified (tied embeddings once)
+    with torch.no_grad():  # the rollout now samples the trained policy
+        torch.testing.assert_close(_response_log_probs(rollout.model, step)[mask], actor.compute_log_prob(step)["log_probs"][mask], rtol=1e-4, atol=1e-4)
+    # an unmerged sync (the base weights, adapters dropped) is caught against the trainer's own view
+    unmerged = [(k, v) for k, v in plain.state_dict().items() if k != "lm_head.weight"]
+    with pytest.raises(StaleWeightsError, match="not the policy being trained"):
+        load_verified(rollout, unmerged, actor.sample_weights, engine_name="hf", version=2)
+    # a stale engine (keeps its old weights) is caught too
+    actor.update(step)
+
+    class Stale:
+        def load_weights(self, weights):
+            for _ in weights:
+                pass
+
+        sample_weights = rollout.sample_weights
+
+    with pytest.raises(StaleWeightsError, match="kept stale weights"):
+        load_verified(Stale(), actor.named_weights(), actor.sample_weights, engine_name="hf", version=3)
+
+
+def test_adapter_checkpoint_resume_is_exact_and_save_hf_writes_a_peft_folder(model_dir, step, tmp_path):
+    import peft
+    from transformers import AutoModelForCausalLM
+
+    cfg = _cfg(model_dir)
+    torch.manual_seed(0)
+    a = build_engine("actor", cfg, CPU)
+    a.update(step)
+    a.save_checkpoint(str(tmp_path / "ckpt"))
+    held = torch.load(str(tmp_path / "ckpt" / "extra_rank0.pt"), weights_only=True)
+    assert held["role"] == "actor"
+    from rl_core.trainer.checkpoint import read_dcp_metadata
+
+    keys = set(read_dcp_metadata(str(tmp_path / "ckpt" / "dcp" / ".metadata")).state_dict_metadata)
+    assert any(".lora_A." in k for k in keys) and any(k.startswith("optim.") for k in keys)
+    # the adapters and their AdamW state, not the frozen base (model.path's; torch keeps the tied LM head's name)
+    assert not [k for k in keys if ".lora_" not in k and not k.endswith("lm_head.weight")]
+    m_a = a.update(step)
+    torch.manual_seed(1)  # other fresh adapters: the checkpoint must overwrite them
+    b = build_engine("actor", cfg, CPU)
+    b.load_checkpoint(str(tmp_path / "ckpt"))
+    m_b = b.update(step)
+    assert m_a == m_b
+    sa, sb = a.local_state_dict(), b.local_state_dict()
+    for n in sa["model"]:
+        assert torch.equal(sa["model"][n], sb["model"][n]), n
+
+    a.save_hf(str(tmp_path / "hf"))
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    with torch.no_grad():
+        mask = step.tensors["response_mask"].bool()
+        want = a.compute_log_prob(step)["log_probs"][mask]
+        torch.testing.assert_close(_response_log_probs(merged, step)[mask], want, rtol=1e-4, atol=1e-4)
+        adapted = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tmp_path / "hf" / "lora_adapter").eval()
+        torch.testing.assert_close(_response_log_probs(adapted, step)[mask], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rank", [0, 4])
+def test_offload_gives_the_same_update(model_dir, step, rank):
+    """param_offload / optimizer_offload: the weights live in host copies between phases and AdamW's state steps in
+    chunks (several here): the same update, bit for bit, as without offload."""
+    torch.manual_seed(0)  # peft draws lora_A at random: the same start for both
+    plain = build_engine("actor", _cfg(model_dir, rank=rank), CPU)
+    torch.manual_seed(0)
+    off = build_engine("actor", _cfg(model_dir, rank=rank, param_offload=True, optimizer_offload=True), CPU)
+    off.backend.offload_chunk_bytes = 4096  # several chunks on the tiny model
+    chunks, moves = [], []
+    mod = rl_train_fsdp.offload
+    real_step, real_move = mod.streamed_step, mod.move_params
+    mod.streamed_step = lambda *a, **k: chunks.append(real_step(*a, **k)) or chunks[-1]
+    mod.move_params = lambda model, device: moves.append(device.type) or real_move(model, device)
+    try:
+        for _ in range(2):
+            assert plain.update(step) == off.update(step)
+    finally:
+        mod.streamed_step, mod.move_params = real_step, real_move
+    assert len(chunks) == 2 and min(chunks) > 1  # AdamW stepped chunk by chunk from host copies
+    assert moves == ["cpu", "cpu"] * 2  # to the device (here the CPU too) for each update, and back
+    sp, so = plain.local_state_dict(), off.local_state_dict()
+    for n in sp["model"]:
+        assert torch.equal(sp["model"][n], so["model"][n]), n
+    lp = plain.compute_log_prob(step)["log_probs"]
+    assert torch.equal(lp, off.compute_log_prob(step)["log_probs"])
+    assert {n: t.clone() for n, t in plain.named_weights()}.keys() == dict(off.named_weights()).keys()
