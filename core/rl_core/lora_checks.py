@@ -26,12 +26,11 @@ def _train_card(config: Any, registry: Any):
         from rl_core.plugins import get_registry
 
         registry = get_registry()
-    name = config.train.name
-    if name is None:
-        from rl_core.resolver import default_train_name
-
-        name = default_train_name(registry, [])
-    return registry.cards["train"].get(name) if name else None
+    cards = registry.cards["train"]
+    if config.train.name is not None:
+        return cards.get(config.train.name)
+    chosen = [c for c in cards.values() if c.default] or (list(cards.values()) if len(cards) == 1 else [])
+    return chosen[0] if len(chosen) == 1 else None  # as rl_core.resolver.default_train_name picks it
 
 
 def _unsupported(config: Any, registry: Any, feature: str) -> str | None:
@@ -41,6 +40,16 @@ def _unsupported(config: Any, registry: Any, feature: str) -> str | None:
     except Exception:  # noqa: BLE001 - the resolver reports an unknown train backend
         return None
     return card.name if card is not None and not getattr(card, feature, False) else None
+
+
+def _capable(registry: Any, feature: str) -> str:
+    """``train.name=<a card that declares feature>`` (or the words for none installed)."""
+    if registry is None:
+        from rl_core.plugins import get_registry
+
+        registry = get_registry()
+    names = sorted(c.name for c in registry.cards["train"].values() if getattr(c, feature, False))
+    return "train.name=" + " or ".join(names) if names else "a train backend that declares it (none installed)"
 
 
 def _model_dir(path: str) -> Path | None:
@@ -92,7 +101,7 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
     if (backend := _unsupported(config, registry, "lora")) is not None:
         out.append(Problem(key="model.lora_rank", what=f"is {m.lora_rank}, but the {backend} train backend does not train LoRA adapters",
                            why="the run would train every weight and ignore the adapters' settings",
-                           fix="use train.name=fsdp (LoRA on the FSDP backend), or model.lora_rank=0 (full fine-tune)"))
+                           fix=f"use {_capable(registry, 'lora')}, or model.lora_rank=0 (full fine-tune)"))
     return out
 
 
@@ -104,7 +113,7 @@ def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     out = []
     if (backend := _unsupported(config, registry, "offload")) is not None:
         out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true, but the {backend} train backend does not offload to host memory",
-                        why="the run would keep everything on the device and ignore the setting", fix=f"use train.name=fsdp, or set actor.fsdp_config.{k}=false")
+                        why="the run would keep everything on the device and ignore the setting", fix=f"use {_capable(registry, 'offload')}, or set actor.fsdp_config.{k}=false")
                 for k in keys]
     world = config.trainer.n_gpus_per_node * config.trainer.nnodes
     if world > 1:

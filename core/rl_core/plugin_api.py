@@ -16,6 +16,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.checkpoints": "safe_load, check_dcp_metadata, save_rng_state / load_rng_state, CheckpointError",
     "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
     "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head",
+    "rl_core.lora": "LoRA adapters (peft) on an HF model: apply_lora, adapters_disabled (the reference), iter_merged / sample_effective (weight sync and its check), write_adapter_folder (issue #32)",
     "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",

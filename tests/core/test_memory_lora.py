@@ -53,7 +53,7 @@ def test_seven_b_full_fine_tune_does_not_fit_one_80gb_gpu_and_lora_or_offload_wo
     assert "LoRA: model.lora_rank=32" in text and "offload: actor.fsdp_config.param_offload=true" in text
     lora_line = next(a for a in full.advice if a.startswith("LoRA: "))
     offload_line = next(a for a in full.advice if a.startswith("offload: "))
-    assert "fits (" in lora_line and "issue #32" in lora_line
+    assert lora_line.endswith("fits") and "issue #32" not in lora_line  # LoRA is wired now (no "not wired" note)
 
     _, lora = _est("model.lora_rank=32", "model.lora_alpha=64")
     A = adapter_params(model_shape("Qwen/Qwen2.5-7B"), 32)
