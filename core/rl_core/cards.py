@@ -164,6 +164,9 @@ class EstimatorCard(CardBase):
     needs_critic: bool = False
     needs_groups: bool = False
     needs_greedy_baseline: bool = False
+    # what algorithm.options may hold: an attrs class deriving from rl_core.card_options.Options, or its
+    # "module:Class" path; checked by `rlcore check` (None: the card declares none, its options go unchecked)
+    options: Any = None
 
 
 @attrs.frozen(kw_only=True)
@@ -171,6 +174,8 @@ class PolicyLossCard(CardBase):
     """A policy-gradient loss (see :mod:`rl_core.algorithms.policy_loss`)."""
 
     kind: ClassVar[str] = "policy_loss"
+
+    options: Any = None  # what actor.policy_loss_options may hold (as EstimatorCard.options)
 
 
 @attrs.frozen(kw_only=True)

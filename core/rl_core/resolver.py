@@ -27,6 +27,7 @@ from rl_core.cards import (
 )
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
+from rl_core.factory_paths import factory_path_problem
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.resolver's names before)
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.problems import Problem, errors
@@ -221,18 +222,13 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
 
 
 def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
-    """Free-form algorithm.options / actor.policy_loss_options: every key read by the chosen function."""
-    if not config.algorithm.options and not config.actor.policy_loss_options:
-        return
-    from rl_core.algorithms.option_probe import option_problems
+    """algorithm.options / actor.policy_loss_options against the options class the chosen card declares."""
+    from rl_core.card_options import options_problems
 
-    def load(card):
-        try:
-            return card.load() if card is not None else None
-        except Exception:  # noqa: BLE001 - a plugin that fails to load is reported by the loader
-            return None
-
-    problems.extend(option_problems(config, load(estimator), load(policy_loss)))
+    if estimator is not None:
+        problems.extend(options_problems(estimator, config.algorithm.options, "algorithm.options"))
+    if policy_loss is not None:
+        problems.extend(options_problems(policy_loss, config.actor.policy_loss_options, "actor.policy_loss_options"))
 
 
 def _check_reward(config: RunConfig, registry: Registry, problems: list[Problem]) -> RewardCard | None:
@@ -261,28 +257,6 @@ def load_factory(card, key: str, problems: list[Problem]) -> Any:
             )
         )
         return None
-
-
-def factory_module_problem(card, key: str) -> Problem | None:
-    """For rollout / train cards (heavy engines, not imported by the check): a problem when the factory's module
-    cannot be found on the path."""
-    import importlib.util
-
-    ref = card.factory if card is not None else None
-    if not isinstance(ref, str):
-        return None
-    module = ref.partition(":")[0]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing
-        found = False
-    if found:
-        return None
-    return Problem(
-        key=key,
-        what=f"{card.kind} backend {card.name!r} from {card.provider or 'an unregistered card'} names a factory module {module!r} that is not installed ({ref!r})",
-        fix=f"reinstall {card.provider.distribution if card.provider else 'the plugin'}, or report the card's factory path to its authors",
-    )
 
 
 def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) -> None:
@@ -339,7 +313,7 @@ def resolve(
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
-        if card is not None and (p := factory_module_problem(card, key)) is not None:
+        if card is not None and (p := factory_path_problem(card, key)) is not None:
             problems.append(p)
     estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
     policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)

@@ -129,7 +129,7 @@ CASES = {
     "estimator option misspelt": ("algorithm.options.norm_adv_by_sd", ["algorithm.options.norm_adv_by_sd=false"]),
     "option of another estimator": ("algorithm.options.whiten", ["algorithm.options.whiten=false"]),
     "policy loss option of another loss": ("actor.policy_loss_options.clip_cov_ratio", ["actor.policy_loss_options.clip_cov_ratio=0.001"]),
-    "estimator option value refused": ("algorithm.options", ["algorithm.options.returns=to_go"]),
+    "estimator option value refused": ("algorithm.options.returns", ["algorithm.options.returns=to_go"]),
     "verl ray init key with no counterpart": ("ray_kwargs.ray_init.num_gpus", ["ray_kwargs.ray_init.num_gpus=8"]),
 }
 

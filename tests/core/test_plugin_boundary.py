@@ -127,7 +127,7 @@ def test_core_code_names_no_backend():
 LAYERS = [
     {"problems", "secrets", "hookspecs", "precision", "hf_cache", "micro_batches", "models", "engine_versions", "positions",
      "user_paths", "weight_sync_check", "console", "lora", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io"},
-    {"batch", "cards", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
+    {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
     {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs"},
     {"rollout", "agent", "rewards", "memory", "memory_lora", "lora_checks", "train_engine"},
     {"preflight", "resolver", "check_probes", "check_all"},

@@ -63,6 +63,41 @@ def test_a_train_factory_module_that_is_not_installed_is_a_check_error(tmp_path)
     assert "not_installed_pkg.engine" in msg and "ghost-dist" in msg
 
 
+def test_a_train_factory_attribute_typo_is_a_check_error_without_importing_the_engine(tmp_path, monkeypatch):
+    heavy = tmp_path / "heavy_engine_pkg"
+    heavy.mkdir()
+    (heavy / "__init__.py").write_text("")
+    (heavy / "engine.py").write_text("raise RuntimeError('the check imported the engine')\nclass Backend:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def card(factory):
+        return TrainCard(name="minimal", factory=factory, provider=Provider(distribution="typo-dist"))
+
+    stack, problems = resolve(_config(tmp_path), _registry(train=[card("heavy_engine_pkg.engine:Backendd")]))
+    assert stack is None
+    msg = next(p.render() for p in problems if p.key == "train.name")
+    assert "'minimal'" in msg and "typo-dist" in msg and "defines no 'Backendd'" in msg
+    stack, problems = resolve(_config(tmp_path), _registry(train=[card("heavy_engine_pkg.engine:Backend")]))
+    assert stack is not None, [p.render() for p in problems]  # the right name passes, and nothing was imported
+
+
+def test_factory_source_reading(tmp_path, monkeypatch):
+    from rl_core.factory_paths import module_binds
+
+    pkg = tmp_path / "fake_engine_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .impl import Built as Exported\n")
+    (pkg / "impl.py").write_text(
+        "import os\ntry:\n    import fast as accel\nexcept ImportError:\n    accel = None\n"
+        "if os.name:\n    def build(config, context):\n        pass\nclass Built:\n    pass\nALIAS: type = Built\n"
+    )
+    (pkg / "star.py").write_text("from os.path import *\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [module_binds("fake_engine_pkg.impl", n) for n in ("build", "Built", "ALIAS", "accel", "os", "Bulit")] == [True] * 5 + [False]
+    assert module_binds("fake_engine_pkg", "Exported") and module_binds("fake_engine_pkg", "impl")  # a submodule counts
+    assert module_binds("fake_engine_pkg.star", "anything") is None  # a star import: not judged
+
+
 def test_train_name_defaults_to_the_card_that_says_so(tmp_path):
     cfg = _config(tmp_path)
     cfg = attrs.evolve(cfg, train=attrs.evolve(cfg.train, name=None))

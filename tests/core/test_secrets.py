@@ -43,7 +43,7 @@ def test_check_never_prints_them(capsys):
     code = main([*base, *SECRETS])
     out2 = capsys.readouterr()
     assert code == 1 and "rollout.engine_kwargs.hf_token: is not an argument" in out2.err, out2.err
-    assert "algorithm.options.clientSecret: is not read by the estimator 'grpo'" in out2.err
+    assert "algorithm.options.clientSecret: is not an option of the estimator 'grpo'" in out2.err
     for secret in ("sk-live-123", "hunter2", "hf_abc", "s3cr3t"):
         assert secret not in out.out + out.err + out2.out + out2.err
 
