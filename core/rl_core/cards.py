@@ -88,6 +88,13 @@ class CardBase:
             value = getattr(self, field.name)
             if isinstance(value, frozenset):
                 value = sorted(value)
+            if field.name == "options" and value is not None:  # typed options: "name: type = default, ..."
+                from rl_core.card_options import describe, options_class
+
+                try:
+                    value = describe(options_class(self))
+                except Exception as exc:  # noqa: BLE001 - shown, not raised: rlcore check reports it
+                    value = f"(do not load: {type(exc).__name__}: {exc})"
             out[field.name] = value
         return out
 
