@@ -10,7 +10,6 @@ compares its metrics.jsonl with an uninterrupted run's.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import signal
@@ -20,30 +19,20 @@ from pathlib import Path
 import pytest
 
 from tests.reliability import tally
+from tests.reliability.cli_child import forkserver_context
+from tests.reliability.cli_child import run_cli as _child
 from tests.reliability.runs import make_run, metrics_equal, read_metrics, set_config
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
 psutil = pytest.importorskip("psutil", reason="finds the worker processes to kill")
 
-PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
 STEPS = 4
 LOCAL = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
-def _child(argv: list[str], log: str) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    from rl_core.cli.main import main
-
-    os._exit(main(argv))
-
-
 @pytest.fixture(scope="module")
 def ctx():
-    context = mp.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
+    return forkserver_context()
 
 
 def _start(ctx, cfg: Path, log: Path, *extra: str):

@@ -1,0 +1,28 @@
+"""`rlcore` in a child process started by a forkserver that has the heavy modules preloaded (fast starts).
+
+Used by the tests that kill or signal a real run (test_signals.py, test_kill_resume.py): the child's target must
+live in an importable module for the forkserver to find it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
+
+
+def run_cli(argv: list[str], log: str) -> None:
+    """Process target: ``rlcore *argv`` with stdout and stderr appended to ``log``; exits with its code."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from rl_core.cli.main import main
+
+    os._exit(main(argv))
+
+
+def forkserver_context():
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
