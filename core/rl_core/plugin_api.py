@@ -27,4 +27,5 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.batch_sizes": "TrainSizeError, role sizes",
     "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
     "rl_core.train_engine.hf_export": "write_hf_folder: the HF folder save_hf writes",
+    "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
 }

@@ -220,6 +220,12 @@ class ActorConfig:
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = pos(16384, hint="tokens per micro-batch with use_dynamic_bsz, e.g. 16384")
     shuffle: bool = False
+    # packed sequences (verl's spelling): the train forwards run each micro-batch's valid tokens as one row with
+    # per-sequence attention, no padding computed (rl_core.train_engine.packing); null = on where the model allows it
+    use_remove_padding: bool | None = None
+    # Ulysses sequence parallelism (fsdp backend): each sequence split over this many ranks, heads exchanged around
+    # attention; the data-parallel size is the world size / this (verl's spelling; also under fsdp_config in verl)
+    ulysses_sequence_parallel_size: int = pos(1, hint="1 turns it off; it must divide the attention heads and the world size")
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
     # leave rows whose advantage is 0 everywhere (a group with equal rewards) out of the update's forward /

@@ -45,9 +45,10 @@ from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import compile_decoder_layers, forward_values
 from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model
 from rl_core.train_engine.engine import RoleEngine
+from rl_core.train_engine import packing
 from rl_core.train_engine.hf_export import write_hf_folder
 
-from rl_train_fsdp import offload, sharding
+from rl_train_fsdp import offload, sharding, ulysses
 
 
 def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
@@ -88,6 +89,7 @@ class FSDPBackend(TrainBackend):
         model, _ = load_role_model(role, config, torch.float32 if self.trainable and not self.lora else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
+        self._setup_packing(model, config)
         if self.trainable and mcfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.lora:
@@ -117,8 +119,48 @@ class FSDPBackend(TrainBackend):
             # torchtitan runs it). Not for sharded CPU runs (gloo tests keep torch's default there).
             self.optimizer = build_adamw(self.model, config, role, **({"fused": True} if self.device.type == "cuda" or not self.sharded else {}))
 
+    def _setup_packing(self, model: torch.nn.Module, config) -> None:
+        """Packed sequences (``actor.use_remove_padding``, on where exact) and Ulysses SP (``actor.ulysses_sequence_parallel_size``)."""
+        sp = int(getattr(config.actor, "ulysses_sequence_parallel_size", 1) or 1)
+        self.seq_parallel = None
+        self.packed = packing.packing_enabled(config) and packing.can_pack(model)
+        if sp > 1:
+            if not packing.can_pack(model):
+                raise ValueError(
+                    f"actor.ulysses_sequence_parallel_size={sp}: sequence parallelism runs on packed sequences, which the "
+                    f"{getattr(model.config, 'model_type', type(model).__name__)} model does not support here "
+                    f"(supported: {', '.join(sorted(packing.PACKABLE_TYPES))} without a sliding window); set it to 1"
+                )
+            if not sharding.is_distributed():
+                raise ValueError(f"actor.ulysses_sequence_parallel_size={sp} needs {sp} or more ranks with a process group; set it to 1")
+            self.seq_parallel = ulysses.UlyssesGroup(sp)
+            self.packed = True
+            packing.use_attention(model, ulysses.ATTENTION, ulysses.ulysses_attention)
+        elif self.packed:
+            packing.use_attention(model)
+
     def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
-        return sharding.all_reduce(value, op)  # every rank is a data-parallel rank
+        if over == "data" and self.seq_parallel is not None:  # the data-parallel ranks: one per sequence-parallel group
+            return sharding.all_reduce(value, op, group=self.seq_parallel.dp_group)
+        return sharding.all_reduce(value, op)  # without sequence parallelism every rank is a data-parallel rank
+
+    def _forward_packed(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, chunk) -> Heads | None:
+        sp = self.seq_parallel
+        p = packing.pack(x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1], pad_to=sp.size if sp else 1)
+        if p is None:
+            if sp is not None:
+                raise ValueError("sequence parallelism needs each response right after its prompt (no padding between them)")
+            return None
+        if self.role == "critic":
+            return Heads(values=packing.forward_values_packed(self.model, p, sp))
+        out = packing.forward_log_probs_packed(
+            self.model, p, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, chunk_size=chunk, shard=sp,
+        )
+        if out is None:
+            if sp is not None:
+                raise ValueError("sequence parallelism needs a plain bias-free LM head (the chunked log-prob path)")
+            return None
+        return Heads(log_probs=out[0], entropy=out[1])
 
     # ------------------------------------------------------ LoRA and offload
     def reference_policy(self):
@@ -150,14 +192,18 @@ class FSDPBackend(TrainBackend):
 
     # ------------------------------------------------------------- forwards
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
+        chunk = self.config.model.logprob_chunk_size
+        chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
+        if self.packed:
+            heads = self._forward_packed(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
+            if heads is not None:
+                return heads
         if self.role == "critic":
             with warnings.catch_warnings():
                 # FSDP2 warns that the token-classification output is a view; nothing here writes to it in place.
                 warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
                 return Heads(values=forward_values(self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1]))
         # the LM head in chunks of tokens (rl_core.logprobs): no full-vocab float32 logits; model.logprob_chunk_size
-        chunk = self.config.model.logprob_chunk_size
-        chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
         lp, ent = forward_response_chunked(
             self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"],
             temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=self.share_prompts,

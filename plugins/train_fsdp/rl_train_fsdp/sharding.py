@@ -92,15 +92,15 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> 
     return float(norm)
 
 
-def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """A reduced copy of ``value`` over all ranks (``sum``, ``max``, ``min`` or ``avg``); unchanged without a group."""
+def all_reduce(value: torch.Tensor, op: str = "sum", group=None) -> torch.Tensor:
+    """A reduced copy of ``value`` over all ranks or ``group`` (``sum``, ``max``, ``min`` or ``avg``); unchanged without a process group."""
     if not is_distributed():
         return value
     out = value.detach().clone()
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.SUM}
-    dist.all_reduce(out, op=ops[op])
+    dist.all_reduce(out, op=ops[op], group=group)
     if op == "avg":
-        out = out / dist.get_world_size()
+        out = out / dist.get_world_size(group)
     return out
 
 
