@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar
 import attrs
 
 DEVICES = frozenset({"cpu", "cuda"})
-PARALLELISM = frozenset({"dp", "fsdp", "tp", "pp", "sp"})
+PARALLELISM = frozenset({"dp", "fsdp", "tp", "pp", "sp", "ulysses"})  # ulysses: Ulysses sequence parallelism (#33)
 ROLES = frozenset({"actor", "critic", "ref"})
 
 

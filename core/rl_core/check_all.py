@@ -33,7 +33,7 @@ Probe = Callable[[Any, Any], Iterable[Problem]]
 #: modules whose import registers probes (add yours here)
 PROBE_MODULES: list[str] = ["rl_core.model_path", "rl_core.check_probes"]
 #: probes of modules that do not register themselves: (stage, "module:function")
-PROBE_FUNCTIONS: list[tuple[str, str]] = [("values", "rl_core.lora_checks:lora_and_offload_problems")]
+PROBE_FUNCTIONS: list[tuple[str, str]] = [("values", "rl_core.lora_checks:lora_and_offload_problems"), ("files", "rl_core.long_context:sequence_parallel_problems")]
 _PROBES: list[tuple[str, Probe]] = []
 
 #: keys whose value is a name looked up among the installed plugins

@@ -138,12 +138,13 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
         )
     if train is None:
         return
-    wanted = {
-        "tp": ("train.tensor_model_parallel_size", config.train.tensor_model_parallel_size),
-        "pp": ("train.pipeline_model_parallel_size", config.train.pipeline_model_parallel_size),
-        "sp": ("train.sequence_parallel_size", config.train.sequence_parallel_size),
-    }
-    for cap, (key, size) in wanted.items():
+    wanted = [
+        ("tp", "train.tensor_model_parallel_size", config.train.tensor_model_parallel_size),
+        ("pp", "train.pipeline_model_parallel_size", config.train.pipeline_model_parallel_size),
+        ("sp", "train.sequence_parallel_size", config.train.sequence_parallel_size),
+        ("ulysses", "actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size),
+    ]
+    for cap, key, size in wanted:
         if size > 1 and cap not in train.parallelism:
             problems.append(
                 Problem(

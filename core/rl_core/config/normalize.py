@@ -46,6 +46,7 @@ class Sizes:
     critic_mini_batch_per_rank: int | None = None
     critic_micro_batch_per_rank: int | None = None
     critic_grad_accum: int | None = None
+    train_sequence_parallel: int = 1  # Ulysses SP size (a factor of train_model_parallel)
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
 
@@ -61,7 +62,7 @@ class Sizes:
     def table(self) -> list[tuple[str, str]]:
         rows = [
             ("device / world size", f"{self.device} x {self.world_size}"),
-            ("train data-parallel ranks", f"{self.world_size} / {self.train_model_parallel} (tp*pp) = {self.train_dp}"),
+            ("train data-parallel ranks", f"{self.world_size} / {self.train_model_parallel} ({'tp*pp*sp' if self.train_sequence_parallel > 1 else 'tp*pp'}) = {self.train_dp}"),
             ("rollout replicas", f"{self.world_size} / {self.rollout_tp} (rollout tp) = {self.rollout_replicas}"),
             ("sequences per step", f"{self.prompts_per_step} prompts x n = {self.sequences_per_step}"),
             ("sequences per rollout replica", f"{self.sequences_per_rollout_replica}"),
@@ -201,7 +202,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         return config, None, problems
 
     world = t.nnodes * t.n_gpus_per_node
-    mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size
+    sp = config.actor.ulysses_sequence_parallel_size  # Ulysses: the ranks of a group share their data
+    mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size * sp
     rtp = r.tensor_model_parallel_size
     size_ok = True
     if world % rtp:
@@ -216,9 +218,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     if world % mp:
         problems.append(
             Problem(
-                key="train.tensor_model_parallel_size",
-                what=f"train TP x PP = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
-                fix=f"choose TP x PP among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
+                key="actor.ulysses_sequence_parallel_size" if sp > 1 else "train.tensor_model_parallel_size",
+                what=f"train TP x PP{' x Ulysses SP' if sp > 1 else ''} = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
+                fix=f"choose TP x PP{' x SP' if sp > 1 else ''} among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
             )
         )
         size_ok = False
@@ -258,6 +260,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         device=device,
         train_dp=dp,
         train_model_parallel=mp,
+        train_sequence_parallel=sp,
         rollout_tp=rtp,
         rollout_replicas=replicas,
         prompts_per_step=prompts,

@@ -43,7 +43,7 @@ def test_card_is_registered_and_truthful():
     card = get_registry(reload=True).get("train", "fsdp")
     assert card.provider.distribution == "rl-train-fsdp"
     assert card.devices == {"cpu", "cuda"}
-    assert card.parallelism == {"dp", "fsdp", "sp"}
+    assert card.parallelism == {"dp", "fsdp", "ulysses"}
     assert card.roles == {"actor", "critic", "ref"}
     assert card.export_formats == {"hf"}
     assert card.load() is FSDPBackend

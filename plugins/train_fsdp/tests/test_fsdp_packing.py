@@ -1,0 +1,61 @@
+"""Packed sequences (actor.use_remove_padding) in the fsdp backend: the same loss and gradients as the padded layout."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+from rl_core.backends import WorkerContext
+from rl_core.testing.distributed import torch_threads
+from rl_core.testing.mixed_lengths import loss_and_grads, mixed_length_batch
+from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.train_conformance import default_config
+from rl_train_fsdp.engine import FSDPBackend
+
+# very different lengths: 2 to 40 prompt tokens, 3 to 150 response tokens, in one micro-batch
+PROMPTS = [2, 40, 17, 9, 33]
+RESPONSES = [150, 3, 61, 12, 97]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model_dir(request, tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp(f"pack_{request.param}"), request.param)
+
+
+def _backend(model_dir, role, packed: bool | None, **model):
+    cfg = default_config(model_dir)
+    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, use_remove_padding=packed), model=attrs.evolve(cfg.model, **model))
+    return FSDPBackend(role, cfg, WorkerContext())
+
+
+@pytest.mark.parametrize("role", ["actor", "critic"])
+def test_packed_equals_padded(model_dir, role):
+    batch = mixed_length_batch(PROMPTS, RESPONSES, seed=1)
+    padded, packed = _backend(model_dir, role, False), _backend(model_dir, role, None)  # None: the default (on)
+    assert not padded.packed and packed.packed, "packing is on by default for llama / qwen2 and off when asked"
+    assert packed.model.config._attn_implementation == "rlcore_packed"
+    loss_a, grads_a, heads_a = loss_and_grads(padded, batch)
+    loss_b, grads_b, heads_b = loss_and_grads(packed, batch)
+    mask = batch.tensors["response_mask"].bool()
+    for field in ("log_probs", "entropy", "values"):
+        a, b = getattr(heads_a, field), getattr(heads_b, field)
+        if a is not None:
+            torch.testing.assert_close(b[mask], a[mask], rtol=1e-4, atol=1e-5, msg=field)
+            assert not b[~mask].any(), f"{field}: packed padding positions hold 0"
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=name)
+    assert any(g.abs().sum() > 0 for g in grads_b.values())
+
+
+def test_packing_is_off_where_not_exact(model_dir):
+    """A sliding window in use is not what the packed attention computes: the backend keeps the padded layout."""
+    b = _backend(model_dir, "ref", None, override_config={"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0})
+    assert not b.packed
