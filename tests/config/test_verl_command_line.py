@@ -93,6 +93,9 @@ def test_cispo_and_sapo_as_verl_writes_them():
     (f"{V}.nccl_timeout=1200", "ray.collective_timeout_s", 1200.0),
     ("trainer.log_val_generations=10", "trainer.log_val_generations", 10),
     ("critic.model.path=/m", "critic.model_path", "/m"),
+    (f"{V}.actor.ulysses_sequence_parallel_size=2", "actor.ulysses_sequence_parallel_size", 2),
+    (f"{V}.actor.fsdp_config.ulysses_sequence_parallel_size=2", "actor.ulysses_sequence_parallel_size", 2),
+    (f"{V}.model.use_remove_padding=False", "actor.use_remove_padding", False),
     (f"{V}.rollout.multi_turn.max_assistant_turns=5", "rollout.multi_turn", "max_assistant_turns=5"),
 ])
 def test_engineering_keys_map(override, target, value):
@@ -104,7 +107,6 @@ def test_engineering_keys_map(override, target, value):
 
 @pytest.mark.parametrize("override, words", [
     (f"{V}.actor.fsdp_config.param_offload=True", "#32"),
-    (f"{V}.actor.ulysses_sequence_parallel_size=2", "#33"),
     (f"{V}.rollout.multi_turn.interaction_config_path=users.yaml", "#29"),
     ("trainer.critic_warmup=5", "verl feature"),
     ("trainer.resume_mode=resume_path", "trainer.resume"),

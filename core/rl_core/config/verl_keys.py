@@ -176,9 +176,12 @@ RULES: tuple[Rule, ...] = (
     *(_same(f"critic.{s}.{k}_offload", [False], _OFF, "a smaller critic.ppo_micro_batch_size_per_gpu", OFFLOAD)
       for s in ("fsdp", "model.fsdp_config") for k in ("param", "optimizer")),
     _same("actor_rollout_ref.*.fsdp_config.offload_policy", [False], _OFF + " (FSDP2 CPUOffloadPolicy)", "a smaller micro-batch", OFFLOAD),
-    _same("actor_rollout_ref.*.fsdp_config.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
-    _same("actor_rollout_ref.*.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller actor.ppo_max_token_len_per_gpu", ULYSSES),
-    _same("critic.ulysses_sequence_parallel_size", [1], "Ulysses sequence parallelism", "a smaller critic.ppo_micro_batch_size_per_gpu", ULYSSES),
+    # Ulysses sequence parallelism (#33): one size for every role of the fsdp backend, the actor's
+    *(_m(f"actor_rollout_ref.actor.{s}ulysses_sequence_parallel_size", "actor.ulysses_sequence_parallel_size",
+         note="Ulysses sequence parallelism (rl_train_fsdp.ulysses); every role uses the actor's size") for s in ("", "fsdp_config.")),
+    *(_tie(f"{r}.{s}ulysses_sequence_parallel_size", "actor.ulysses_sequence_parallel_size",
+           "rl-core runs every role with the actor's Ulysses size (actor.ulysses_sequence_parallel_size)")
+      for r in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "critic.model") for s in ("", "fsdp_config.")),
     _tie("actor_rollout_ref.*.fsdp_config.fsdp_size", "@world", "FSDP over a subset of the ranks (hybrid sharding) is a verl feature rl-core does not have: rl-core shards over all ranks (-1)"),
     _ign("actor_rollout_ref.*.fsdp_config.reshard_after_forward", "FSDP2 resharding after forward (" + _PERF + "; rl-core reshards)"),
     _ign("actor_rollout_ref.*.fsdp_config.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
@@ -194,9 +197,10 @@ RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.*.fsdp_config.*", "this FSDP setting", "train.name=fsdp (FSDP2 over all ranks, bf16 mixed precision on GPU)"),
     _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
     # ---------------------------------------------------------------- model
-    _same("actor_rollout_ref.model.use_remove_padding", [True, False],
-          "padding removal (sequence packing) is a speed knob: rl-core masks padding, so the values computed are the same either way"),
-    _same("critic.model.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),
+    _m("actor_rollout_ref.model.use_remove_padding", "actor.use_remove_padding",
+       note="packed sequences in the train forwards (rl_core.train_engine.packing); the same values as padded, computed faster"),
+    Rule(pattern="critic.model.use_remove_padding", kind=TIE, target="actor.use_remove_padding", soft=True,
+         note="every role of the fsdp backend packs as the actor does (actor.use_remove_padding)"),
     _ign("actor_rollout_ref.model.use_fused_kernels", "verl's fused LM-head log-prob kernel; rl-core computes the log-probs in chunks (model.logprob_chunk_size) with the same values"),
     _ign("actor_rollout_ref.model.fused_kernel_options.*", "options of verl's fused LM-head kernel (see use_fused_kernels)"),
     _same("actor_rollout_ref.model.enable_activation_offload", [False], "activation offloading to CPU", "model.enable_gradient_checkpointing=true", OFFLOAD),

@@ -60,6 +60,7 @@ def test_sp2_equals_sp1(model_dir, role):
             torch.testing.assert_close(out["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_two_step_grpo_job_with_sp2(tmp_path):
     cfg = write_tiny_run(tmp_path, nprocs=2, steps=2, actor__ulysses_sequence_parallel_size=2)
