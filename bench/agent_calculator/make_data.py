@@ -1,6 +1,6 @@
 """The calculator task's prompts: multiply two 3-digit numbers, with one worked example of a tool call in the chat.
 
-    python bench/agent_calculator/make_data.py outputs/agent_calculator_data    # writes train.jsonl (2000) and val.jsonl (64)
+    python bench/agent_calculator/make_data.py outputs/agent_calculator_data [train_size val_size]   # default 2000 and 64
 
 Each prompt is [system, user: example question, assistant: the call, tool: its result, assistant: the answer,
 user: the question]: the model sees the call format once, in its own chat format, then gets a new question.
@@ -37,10 +37,10 @@ def row(rng: random.Random, split: str, i: int) -> dict:
             "extra_info": {"split": split, "index": i}}
 
 
-def main(out: str) -> None:
+def main(out: str, train_size: int = 2000, val_size: int = 64) -> None:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    for split, size, seed in (("train", 2000, 0), ("val", 64, 12345)):
+    for split, size, seed in (("train", train_size, 0), ("val", val_size, 12345)):
         rng = random.Random(seed)
         with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
             for i in range(size):
@@ -49,4 +49,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "outputs/agent_calculator_data")
+    main(sys.argv[1] if len(sys.argv) > 1 else "outputs/agent_calculator_data", *(int(a) for a in sys.argv[2:4]))

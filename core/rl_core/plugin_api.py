@@ -20,6 +20,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.lora": "LoRA adapters (peft) on an HF model: apply_lora, adapters_disabled (the reference), iter_merged / sample_effective (weight sync and its check), write_adapter_folder (issue #32)",
     "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
+    "rl_core.rollout.multi_turn": "MultiTurn (agent rollouts over an engine's continue-ids function), cut_at_stop, eos_token_ids",
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",
     "rl_core.rollout.engine_kwargs": "problems of rollout.engine_kwargs a rollout card's checks report",
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",

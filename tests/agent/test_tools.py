@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from fractions import Fraction
 
@@ -10,7 +11,7 @@ import pytest
 
 from rl_core.agent.calculator import CalculatorError, calculator, evaluate
 from rl_core.agent.parsers import HermesParser
-from rl_core.agent.tools import ToolConfigError, call_tool, load_tool_config, tool_from_function
+from rl_core.agent.tools import ToolConfigError, call_tool, hung_calls, load_tool_config, tool_from_function
 
 
 def test_calculator_is_exact_and_refuses_code():
@@ -70,18 +71,21 @@ def test_failing_tools_are_counted_results_not_crashes():
     def number(x: int) -> str:
         return 42
 
+    release = threading.Event()
+
     def hang(x: int) -> str:
-        time.sleep(3)
+        release.wait(60)
         return "late"
 
     schema = lambda name: {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}  # noqa: E731
     run = lambda fn, args, t=5: asyncio.run(call_tool(tool_from_function(fn, schema=schema(fn.__name__)), fn.__name__, args, timeout_s=t))  # noqa: E731
     assert run(boom, {"x": 1}).status == "error" and "kaput" in run(boom, {"x": 1}).text
     assert run(number, {"x": 1}).status == "bad_result"
-    start = time.monotonic()
     assert run(hang, {"x": 1}, 0.2).status == "timeout"
+    assert hung_calls("hang") == 1  # its thread cannot be killed: counted until it returns
+    release.set()
+    _wait_until(lambda: hung_calls("hang") == 0)
     assert run(_hang_async, {"x": 1}, 0.2).status == "timeout"
-    assert time.monotonic() - start < 2
     assert run(boom, {"y": 1}).status == "bad_arguments"
     assert run(boom, {}).status == "bad_arguments"
     assert asyncio.run(call_tool(None, "nope", {}, timeout_s=1)).status == "unknown_tool"
@@ -143,3 +147,37 @@ def test_builtins_are_registered_by_name():
     reg = get_registry()
     assert {"calculator", "python"} <= set(reg.names("tool"))
     assert "tool_agent" in reg.names("agent_loop") and "hermes" in reg.names("tool_parser")
+
+
+def _wait_until(cond, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_hung_sync_tool_calls_are_bounded():
+    """A sync tool that hangs: each timed-out call leaves a thread (counted); at max_hung further calls are refused
+    (a counted error, nothing started) until the hung calls return."""
+    release = threading.Event()
+    started = []
+
+    def stuck(x: int) -> str:
+        started.append(x)
+        release.wait(60)
+        return "done"
+
+    schema = {"type": "function", "function": {"name": "stuck", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+    tool = tool_from_function(stuck, schema=schema)
+    call = lambda x: asyncio.run(call_tool(tool, "stuck", {"x": x}, timeout_s=0.05, max_hung=2))  # noqa: E731
+    try:
+        assert [call(1).status, call(2).status] == ["timeout", "timeout"]
+        assert hung_calls("stuck") == 2
+        refused = call(3)
+        assert refused.status == "hung" and "2 of its earlier calls are still running" in refused.text
+        assert started == [1, 2], "a refused call must not start a thread"
+    finally:
+        release.set()
+    _wait_until(lambda: hung_calls("stuck") == 0)
+    assert call(4).status != "hung" and 4 in started  # runs again once the hung calls returned
+    _wait_until(lambda: hung_calls("stuck") == 0)

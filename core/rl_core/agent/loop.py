@@ -109,7 +109,8 @@ class AgentHandle:
         async def one(call: ToolCall) -> ToolResult:
             if call.error:
                 return ToolResult(text=f"Error: {call.error}", status="bad_arguments")
-            return await call_tool(self.tools.get(call.name), call.name, call.arguments, timeout_s=self.config.tool_timeout_s, tools_kwargs=sample.tools_kwargs)
+            return await call_tool(self.tools.get(call.name), call.name, call.arguments, timeout_s=self.config.tool_timeout_s, tools_kwargs=sample.tools_kwargs,
+                                   max_hung=self.config.max_hung_tool_calls)
 
         results = await asyncio.gather(*(one(c) for c in calls))
         for call, result in zip(calls, results):

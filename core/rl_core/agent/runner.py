@@ -33,7 +33,7 @@ import torch
 
 from rl_core.agent.chat import ChatDelta, token_check
 from rl_core.agent.loop import AgentHandle, AgentSample, Generated, Trajectory
-from rl_core.agent.tools import Tool, ToolResult
+from rl_core.agent.tools import Tool, ToolResult, hung_calls
 from rl_core.batch import Batch
 from rl_core.rollout.output import rollout_batch
 
@@ -191,6 +191,9 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
         info["messages"] = traj.messages
         info["agent"] = {"turns": traj.turns, "stop_reason": traj.stop_reason, "token_check": traj.token_check}
         new_infos.append(info)
+    hung = hung_calls()
+    if hung:  # sync tool calls still running past their timeout (threads that cannot be killed), all tools
+        stats.add("agent/tool_hung_calls", hung)
     meta = dict(stats.values)
     out = rollout_batch(batch, n, responses, response_mask, log_probs if params.logprobs else None, meta=meta, response_attention_mask=attention)
     arr = np.empty(rows, dtype=object)
@@ -213,3 +216,23 @@ def _count(stats: AgentStats, traj: Trajectory) -> None:
     stats.add(f"agent/stop/{traj.stop_reason or 'unknown'}")
     stats.add("agent/sampled_tokens", sum(traj.response_mask))
     stats.add("agent/inserted_tokens", len(traj.response_mask) - sum(traj.response_mask))
+
+
+def final_turn_mask(response_mask: torch.Tensor) -> torch.Tensor:
+    """1 on each row's last run of sampled tokens (its last assistant turn), 0 elsewhere.
+
+    What a multi-turn row's ``solution_str`` is decoded from (:meth:`rl_core.trainer.loop.Trainer.decode_responses`):
+    the model's final answer, not its earlier turns, tool calls or the tool results between them. A one-turn
+    response (one run) keeps its whole mask.
+    """
+    mask = response_mask.bool()
+    out = torch.zeros_like(mask)
+    for r in range(mask.shape[0]):
+        on = mask[r].nonzero().flatten().tolist()
+        if not on:
+            continue
+        end = start = on[-1]
+        while start > 0 and mask[r, start - 1]:
+            start -= 1
+        out[r, start : end + 1] = True
+    return out

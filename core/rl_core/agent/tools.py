@@ -22,9 +22,15 @@ them; a data row fills them through ``extra_info.tools_kwargs[<tool>]``
 functions in a thread, everything under a timeout. An exception, a timeout,
 unknown arguments or a non-string result become a :class:`ToolResult` with
 ``status`` other than ``"ok"`` and a message the model sees; the rollout goes
-on. (A *sync* function that hangs cannot be killed from Python: its thread is
-abandoned after the timeout. The built-in ``python`` tool runs code in a
-separate, killed process instead.)
+on. A *sync* function that hangs cannot be killed from Python: its thread is
+abandoned after the timeout and counted as *hung* until it returns
+(:func:`hung_calls`, reported as ``agent/tool_hung_calls``). The leak is
+bounded: while ``rollout.multi_turn.max_hung_tool_calls`` calls of a tool
+are hung, its next calls are not started and answer an error (status
+``"hung"``, a counted tool error), so a tool that always hangs holds at most
+that many threads. The built-in ``python`` tool runs code in a separate,
+killed process instead; a tool that must not leak at all should do the same
+or be ``async`` (an async tool is cancelled at its timeout).
 """
 
 from __future__ import annotations
@@ -299,9 +305,40 @@ def hidden_kwargs(tool: Tool, tools_kwargs: dict[str, Any] | None) -> dict[str, 
     return {k: v for k, v in merged.items() if k in tool.hidden or tool.takes_any_kwargs}
 
 
-def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> "asyncio.Future":
-    """Run a sync tool in its own daemon thread: one that hangs past its timeout is abandoned, and nothing
-    (neither the end of the rollout's event loop nor the interpreter's exit) waits for it."""
+_HUNG: dict[str, int] = {}  # tool name -> its calls still running after their timeout (abandoned threads)
+_HUNG_LOCK = threading.Lock()
+
+
+def hung_calls(name: str | None = None) -> int:
+    """Sync calls still running after their timeout: of tool ``name``, or of all tools."""
+    with _HUNG_LOCK:
+        return _HUNG.get(name, 0) if name is not None else sum(_HUNG.values())
+
+
+class _ThreadCall:
+    """One sync call in its own daemon thread; :meth:`abandon` marks it hung until the function returns."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.finished = False
+        self.hung = False
+
+    def abandon(self) -> None:
+        with _HUNG_LOCK:
+            if not self.finished and not self.hung:
+                self.hung = True
+                _HUNG[self.name] = _HUNG.get(self.name, 0) + 1
+
+    def finish(self) -> None:
+        with _HUNG_LOCK:
+            self.finished = True
+            if self.hung:
+                _HUNG[self.name] -= 1
+
+
+def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], call: _ThreadCall) -> "asyncio.Future":
+    """Run a sync tool in its own daemon thread: one that hangs past its timeout is abandoned (``call.abandon()``),
+    and nothing (neither the end of the rollout's event loop nor the interpreter's exit) waits for it."""
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
 
@@ -314,6 +351,8 @@ def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> "asynci
             value, ok = fn(**kwargs), True
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
             value, ok = exc, False
+        finally:
+            call.finish()
         try:
             loop.call_soon_threadsafe(settle, ok, value)
         except RuntimeError:  # the loop closed meanwhile (the call timed out long ago)
@@ -323,7 +362,7 @@ def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> "asynci
     return fut
 
 
-async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: float, tools_kwargs: dict | None = None) -> ToolResult:
+async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: float, tools_kwargs: dict | None = None, max_hung: int = 4) -> ToolResult:
     """Run one tool call; every failure is a :class:`ToolResult` the model sees (see the module docstring)."""
     start = time.perf_counter()
 
@@ -340,7 +379,15 @@ async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: 
         if inspect.iscoroutinefunction(tool.fn):
             result = await asyncio.wait_for(tool.fn(**kwargs), timeout_s)
         else:
-            result = await asyncio.wait_for(_in_daemon_thread(tool.fn, kwargs), timeout_s)
+            hung = hung_calls(tool.name)
+            if hung >= max_hung:
+                return done(f"Error: the tool {tool.name} was not run: {hung} of its earlier calls are still running past their timeout", "hung")
+            call = _ThreadCall(tool.name)
+            try:
+                result = await asyncio.wait_for(_in_daemon_thread(tool.fn, kwargs, call), timeout_s)
+            except asyncio.TimeoutError:
+                call.abandon()
+                raise
     except asyncio.TimeoutError:
         return done(f"Error: the tool {tool.name} timed out after {timeout_s:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - a tool may raise anything; the model sees it

@@ -163,6 +163,8 @@ class MultiTurnConfig:
     max_tool_response_length: int = pos(256, hint="characters of a tool result the model sees")
     tool_response_truncate_side: str = choice("right", ("left", "right", "middle"))
     tool_timeout_s: float = num(30.0, gt=0, hint="seconds per tool call, e.g. 30")
+    # a sync tool's calls still running past their timeout (abandoned threads); at this many, its next calls are refused
+    max_hung_tool_calls: int = pos(4, hint="hung calls of a sync tool before its calls are refused")
     stop_at_tool_call_end: bool = True  # end a turn at the format's end-of-call text (e.g. </tool_call>)
     check_tokens: bool = False  # compare each trajectory with the chat template's rendering (agent/token_check_mismatches)
 

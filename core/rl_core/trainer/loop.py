@@ -209,10 +209,16 @@ class Trainer:
         self._val_kept = kept + len(texts)
 
     def decode_responses(self, batch: Batch) -> list[str]:
-        out = []
-        for ids, mask in zip(batch["responses"], batch["response_mask"]):
-            out.append(self.tokenizer.decode(ids[mask.bool()].tolist(), skip_special_tokens=True))
-        return out
+        """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
+        its last assistant turn, the final answer (the whole conversation is in ``extra_info["messages"]``)."""
+        from rl_core.agent.runner import final_turn_mask
+
+        masks = batch["response_mask"].bool()
+        infos = batch.non_tensors.get("extra_info")
+        if infos is not None and any(isinstance(i, dict) and "agent" in i for i in infos):
+            final = final_turn_mask(masks)
+            masks = torch.stack([final[r] if isinstance(i, dict) and "agent" in i else masks[r] for r, i in enumerate(infos)])
+        return [self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True) for ids, m in zip(batch["responses"], masks)]
 
     def score(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         from rl_core.rewards.manager import scores_to_token_level

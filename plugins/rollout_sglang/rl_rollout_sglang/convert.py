@@ -8,11 +8,12 @@ stop-string cut are tested without an engine. The engine-independent part
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.rollout import samples
+from rl_core.rollout.multi_turn import cut_at_stop  # shared with the multi-turn path; re-exported
 from rl_core.rollout.samples import EMPTY_META_KEY, Sample, unpadded_prompts
 
 __all__ = [
@@ -95,24 +96,6 @@ def parse_output(out: dict[str, Any], want_log_probs: bool) -> Sample:
     finish = meta.get("finish_reason")
     reason = finish.get("type") if isinstance(finish, dict) else finish
     return Sample(ids, lps, reason)
-
-
-def cut_at_stop(sample: Sample, stop: Sequence[str], decode: Callable[[list[int]], str]) -> Sample:
-    """``sample`` ending with the token that completes the first stop string (unchanged when none occurs).
-
-    The kept tokens include the one that completes the stop string, as the
-    rollout contract asks; log-probs are cut alike.
-    """
-    if not stop or not sample.token_ids:
-        return sample
-    ids = list(sample.token_ids)
-    if not any(s in decode(ids) for s in stop):
-        return sample
-    for k in range(1, len(ids) + 1):
-        if any(s in decode(ids[:k]) for s in stop):
-            lps = None if sample.log_probs is None else sample.log_probs[:k]
-            return Sample(ids[:k], lps, "stop")
-    return sample
 
 
 def build_rollout_batch(batch: Batch, outputs: Sequence[Sample], params: SamplingParams, pad_id: int) -> Batch:

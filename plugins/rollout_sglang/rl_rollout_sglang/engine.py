@@ -70,6 +70,7 @@ import json
 import logging
 from typing import Any, Iterable, Iterator
 
+import attrs
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
@@ -214,20 +215,14 @@ class SGLangRollout:
         if self.client is None:
             return self._placeholder(batch, params)
         greedy = params.greedy or params.temperature <= 0
+        if self.config.rollout.multi_turn.enable:
+            return self._generate_multi_turn(batch, params, greedy)
         per_prompt = 1 if greedy else params.n
         if params.seed is not None and not greedy and self.device_type == "cuda":
             self._note_once("gpu-seed", "SGLang honours per-request seeds on GPU only with rollout.engine_kwargs.enable_deterministic_inference=true")
         seeds = request_seeds(len(prompts), per_prompt, None if greedy else params.seed)
         requests = [(prompts[i], sampling_params(params, seeds[i * per_prompt + j])) for i in range(len(prompts)) for j in range(per_prompt)]
-        per_call = len(requests) if not self.generation_batch_size else max(1, int(self.generation_batch_size))
-        want_lp = bool(params.logprobs) or self.server
-        samples: list[Sample] = []
-        for start in range(0, len(requests), per_call):
-            chunk = requests[start : start + per_call]
-            outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp)
-            if len(outs) != len(chunk):
-                raise RuntimeError(f"SGLang answered {len(outs)} of {len(chunk)} requests")
-            samples.extend(parse_output(o, want_lp) for o in outs)
+        samples = self._answer(requests, bool(params.logprobs) or self.server)
         if not params.logprobs:
             samples = [Sample(s.token_ids, None, s.finish_reason) for s in samples]
         if params.stop:
@@ -238,6 +233,42 @@ class SGLangRollout:
         if greedy and params.n > 1:
             samples = [s for s in samples for _ in range(params.n)]
         return build_rollout_batch(batch, samples, params, self.pad_id)
+
+    def _generate_multi_turn(self, batch: Batch, params: SamplingParams, greedy: bool) -> Batch:
+        """Agent rollouts (:mod:`rl_core.rollout.multi_turn`): each turn of every active trajectory is one request
+        (token ids in, sampled ids and log-probs out; the radix cache keeps a trajectory's earlier turns). Stop
+        strings are cut by rl-core (the engine has no tokenizer). Turn ``t``'s request ``i`` gets the seed
+        ``seed + t * 1_000_003 + i``."""
+        from rl_core.rollout.multi_turn import MultiTurn, eos_token_ids
+
+        tok = self.tokenizer()
+        if tok is None:
+            raise ValueError("multi-turn rollouts need the model's tokenizer (chat template), and none was found at model.tokenizer_path / model.path")
+        if getattr(self, "_multi_turn", None) is None:
+            m = self.config.model
+            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code))
+        turn = [0]
+
+        def continue_ids(prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...]) -> list[Sample]:
+            base = None if greedy or params.seed is None else int(params.seed) + turn[0] * 1_000_003
+            turn[0] += 1
+            one = attrs.evolve(params, n=1)
+            requests = [(p, sampling_params(attrs.evolve(one, max_new_tokens=int(b)), None if base is None else base + i)) for i, (p, b) in enumerate(zip(prompts, budgets))]
+            return self._answer(requests, True)
+
+        return self._multi_turn.generate(batch, params, continue_ids, pad_id=self.pad_id)
+
+    def _answer(self, requests: list[tuple[list[int], dict[str, Any]]], want_lp: bool) -> list[Sample]:
+        """SGLang's samples for ``(prompt ids, sampling params)`` requests, at most ``rollout.generation_batch_size`` per call."""
+        per_call = len(requests) if not self.generation_batch_size else max(1, int(self.generation_batch_size))
+        samples: list[Sample] = []
+        for start in range(0, len(requests), per_call):
+            chunk = requests[start : start + per_call]
+            outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp)
+            if len(outs) != len(chunk):
+                raise RuntimeError(f"SGLang answered {len(outs)} of {len(chunk)} requests")
+            samples.extend(parse_output(o, want_lp) for o in outs)
+        return samples
 
     def _placeholder(self, batch: Batch, params: SamplingParams) -> Batch:
         """What a non-leading rank of a TP group returns: all padding, dropped by the loop."""

@@ -59,6 +59,7 @@ class TestSGLangRollout(RolloutConformance):
     """fp32 SGLang on CPU: log-probs of sampled tokens within 1e-3 of a transformers forward pass."""
 
     logprob_atol = 1e-3
+    supports_multi_turn = True
     torch_threads = None  # the engine computes in its own processes
     arch, hidden, heads, kv_heads = ARCH, HIDDEN, HEADS, KV_HEADS
 

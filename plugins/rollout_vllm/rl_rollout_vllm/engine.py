@@ -280,6 +280,8 @@ class VLLMRollout:
         check_prompt_lengths(prompts, params.max_new_tokens, self.max_model_len, self.max_prompt_length)
         greedy = params.greedy or params.temperature <= 0
         seed = self._agreed_seed(params.seed)
+        if self.config.rollout.multi_turn.enable:
+            return self._generate_multi_turn(batch, params, greedy, seed)
         from vllm.inputs import TokensPrompt
 
         per_call = len(prompts) if not self.generation_batch_size else max(1, self.generation_batch_size // params.n)
@@ -297,6 +299,45 @@ class VLLMRollout:
         out.meta.update(self._memory_stats)
         self._memory_stats = {}
         return out
+
+    def _generate_multi_turn(self, batch: Batch, params: SamplingParams, greedy: bool, seed: int | None) -> Batch:
+        """Agent rollouts (:mod:`rl_core.rollout.multi_turn`): each turn of every active trajectory is one request
+        (token ids in, the sampled ids and log-probs out); the turns of a trajectory reuse their prefix through vLLM's
+        prefix cache. Turn ``t``'s request ``i`` gets the seed ``seed + t * 1_000_003 + i``."""
+        from rl_core.rollout.multi_turn import MultiTurn, eos_token_ids
+        from vllm.inputs import TokensPrompt
+
+        if getattr(self, "_multi_turn", None) is None:
+            tok = self._hf_tokenizer()
+            m = self.config.model
+            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code))
+        turn = [0]
+
+        def continue_ids(prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...]) -> list[Sample]:
+            base = None if seed is None else seed + turn[0] * 1_000_003
+            turn[0] += 1
+            per_call = self.generation_batch_size or len(prompts)
+            out: list[Sample] = []
+            for start in range(0, len(prompts), per_call):
+                chunk = range(start, min(len(prompts), start + per_call))
+                one = [self._sampling_params(_one_turn(params, budgets[i], stop), greedy, None if base is None else base + i) for i in chunk]
+                answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False)
+                for ans in answers:
+                    comp = ans.outputs[0]
+                    out.append(Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))
+            return out
+
+        out = self._multi_turn.generate(batch, params, continue_ids, pad_id=self.pad_id)
+        out.meta.update(self._memory_stats)
+        self._memory_stats = {}
+        return out
+
+    def _hf_tokenizer(self):
+        """The model's transformers tokenizer (chat template, decoding), as the ``hf`` backend and the trainer load it."""
+        from rl_core.modeling import load_tokenizer
+
+        m = self.config.model
+        return load_tokenizer(m.tokenizer_path or m.path, trust_remote_code=m.trust_remote_code)
 
     def _sampling_params(self, params: SamplingParams, greedy: bool, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
@@ -589,6 +630,13 @@ class _QuietLoggers:
     def restore(self) -> None:
         for logger, level in self._saved:
             logger.setLevel(level)
+
+
+def _one_turn(params: SamplingParams, budget: int, stop: tuple[str, ...]) -> SamplingParams:
+    """``params`` for one request of one turn: one sample, at most ``budget`` new tokens, ``stop`` strings."""
+    import attrs
+
+    return attrs.evolve(params, n=1, max_new_tokens=int(budget), stop=tuple(stop))
 
 
 def build(config, context: WorkerContext) -> VLLMRollout:

@@ -39,6 +39,7 @@ class TestVLLMRolloutLlama(RolloutConformance):
     """fp32 vLLM on CPU: log-probs of sampled tokens within 1e-3 of a transformers forward pass."""
 
     logprob_atol = 1e-3
+    supports_multi_turn = True
     arch = "llama"
     hidden, heads, kv_heads = 128, 2, 1  # head_dim 64: one the CPU attention kernels support
 
