@@ -114,8 +114,8 @@ def main() -> None:
     lines = [f"# agent_calculator: {' '.join(sys.argv[1:]) or '(defaults)'}", "", f"- python {' '.join(sys.argv)}", ""]
     for name, r in results.items():
         lines += [f"## {name} ({r['seconds']:.0f} s wall, mean per training step: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["step_times"].items()) + ")", "",
-                  "| step | val accuracy | tool calls / traj | valid calls / traj | val reward mean |", "|---|---|---|---|---|"]
-        lines += [f"| {v['step']} | {v['accuracy']:.3f} | {v['tool_call_rate']:.2f} | {v['valid_call_rate']:.2f} | {v['reward_mean']:.3f} |" for v in r["val"]]
+                  "| step | s since start | val accuracy | tool calls / traj | valid calls / traj | val reward mean |", "|---|---|---|---|---|---|"]
+        lines += [f"| {v['step']} | {v['seconds']:.0f} | {v['accuracy']:.3f} | {v['tool_call_rate']:.2f} | {v['valid_call_rate']:.2f} | {v['reward_mean']:.3f} |" for v in r["val"]]
         lines.append("")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out.with_suffix(".json")).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

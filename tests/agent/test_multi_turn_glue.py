@@ -58,3 +58,33 @@ def test_solution_str_of_a_multi_turn_row_is_its_last_assistant_turn():
     assert texts == ["It is 6", "7 7"]
     plain = Batch({"responses": responses, "response_mask": mask})  # no agent rows: every sampled token, as before
     assert Trainer.decode_responses(SimpleNamespace(tokenizer=CharTokenizer()), plain)[0] == "<call>2*3</call>It is 6"
+
+
+def test_a_turn_s_requests_reach_the_engine_in_trajectory_order():
+    """Whatever order the loops' tool calls finish in, each engine call lists the requests by trajectory (the
+    same call on every run and on every rank of a TP group), and each loop gets its own answer back."""
+    import asyncio
+
+    from rl_core.agent.loop import Generated
+    from rl_core.agent.runner import _Batcher, _run_loops
+
+    calls = []
+
+    def decode(prompts, budgets, stop):
+        calls.append([p[0] for p in prompts])
+        return [Generated((p[0] * 10,), None, "eos") for p in prompts]
+
+    batcher = _Batcher(decode, ())
+
+    async def loop(i: int, order: list):
+        await asyncio.sleep(0)
+        first = await batcher.generate([i], 4)
+        for _ in range(order.index(i)):  # a "tool call" that finishes later for some trajectories than others
+            await asyncio.sleep(0)
+        second = await batcher.generate([i + 100], 4)
+        return first.token_ids[0], second.token_ids[0]
+
+    order = [2, 0, 3, 1]
+    out = _run_loops(batcher, [loop(i, order) for i in range(4)])
+    assert out == [(i * 10, (i + 100) * 10) for i in range(4)]
+    assert calls == [[0, 1, 2, 3], [100, 101, 102, 103]]

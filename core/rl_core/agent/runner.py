@@ -23,8 +23,10 @@ counters (summed over replicas by the trainer).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextvars
 import copy
+import queue
+import threading
 from collections import defaultdict
 from typing import Any, Callable, Sequence
 
@@ -83,24 +85,28 @@ class AgentSetup:
         return self._loops[name]
 
 
+_TRAJECTORY: contextvars.ContextVar[int] = contextvars.ContextVar("rl_core_agent_trajectory", default=0)
+
+
 class _Batcher:
     """Collects the generate requests of all live loops and decodes them in one engine call."""
 
     def __init__(self, decode: Decode, stop: tuple[str, ...]) -> None:
         self.decode = decode
         self.stop = stop
-        self.pending: list[tuple[list[int], int, asyncio.Future]] = []
+        self.pending: list[tuple[list[int], int, asyncio.Future, int]] = []
         self.active = 0
         self.wake = asyncio.Event()
 
     async def generate(self, ids: list[int], budget: int) -> Generated:
         fut = asyncio.get_running_loop().create_future()
-        self.pending.append((ids, budget, fut))
+        self.pending.append((ids, budget, fut, _TRAJECTORY.get()))
         self.wake.set()
         return await fut
 
     async def drive(self, coros: Sequence) -> list[Any]:
-        async def tracked(coro):
+        async def tracked(index, coro):
+            _TRAJECTORY.set(index)  # this task's own context: its requests sort by trajectory
             try:
                 return await coro
             finally:
@@ -108,30 +114,64 @@ class _Batcher:
                 self.wake.set()
 
         self.active = len(coros)
-        tasks = [asyncio.ensure_future(tracked(c)) for c in coros]
+        tasks = [asyncio.ensure_future(tracked(i, c)) for i, c in enumerate(coros)]
         while self.active > 0:
             await self.wake.wait()
             self.wake.clear()
             if self.pending and len(self.pending) >= self.active:
-                batch, self.pending = self.pending, []
+                # in trajectory order, whatever order their tool calls finished in: the engine call (and each
+                # request's seed) is the same on every run and on every rank of a tensor-parallel group
+                batch, self.pending = sorted(self.pending, key=lambda p: p[3]), []
                 try:
                     outs = self.decode([b[0] for b in batch], [b[1] for b in batch], self.stop)
                 except BaseException as exc:  # the engine failed: every waiting loop gets the error
-                    for _, _, fut in batch:
+                    for _, _, fut, _ in batch:
                         fut.set_exception(exc)
                     continue
-                for (_, _, fut), out in zip(batch, outs):
+                for (_, _, fut, _), out in zip(batch, outs):
                     fut.set_result(out)
         return await asyncio.gather(*tasks)
 
 
-def _run(coro):
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside an event loop (e.g. an async actor)
-        return pool.submit(asyncio.run, coro).result()
+def _run_loops(batcher: _Batcher, coros: list) -> list:
+    """Run the loops' event loop in a helper thread while every engine call (``decode``) runs on this, the
+    caller's, thread: an engine may run its own event loop (SGLang's offline engine calls
+    ``run_until_complete``, which cannot run inside ours) or hold thread-bound state, and the caller may be
+    inside an event loop itself (an async actor)."""
+    calls: queue.Queue = queue.Queue()
+    decode = batcher.decode
+
+    def on_caller_thread(*args):
+        reply: queue.Queue = queue.Queue(1)
+        calls.put((args, reply))
+        ok, value = reply.get()
+        if not ok:
+            raise value
+        return value
+
+    batcher.decode = on_caller_thread
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = asyncio.run(batcher.drive(coros))
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+        finally:
+            calls.put(None)
+
+    thread = threading.Thread(target=run, name="rl-core-agent-loops", daemon=True)
+    thread.start()
+    while (item := calls.get()) is not None:
+        args, reply = item
+        try:
+            reply.put((True, decode(*args)))
+        except BaseException as exc:  # noqa: BLE001 - every waiting loop gets the engine's error
+            reply.put((False, exc))
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _column(batch: Batch, key: str, rows: int, default=None) -> list:
@@ -166,7 +206,7 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
             samples.append(AgentSample(index=i, prompt_ids=prompts[i], messages=messages, budget=R, extra_info=info,
                                        tools_kwargs=dict(info.get("tools_kwargs") or {})))
             loops.append(setup.loop(names[i] or mt.agent_loop))
-    trajectories: list[Trajectory] = _run(batcher.drive([loop(handle, s) for loop, s in zip(loops, samples)]))
+    trajectories: list[Trajectory] = _run_loops(batcher, [loop(handle, s) for loop, s in zip(loops, samples)])
 
     rows = B * n
     responses = torch.full((rows, R), int(pad_id), dtype=batch.tensors["input_ids"].dtype)
