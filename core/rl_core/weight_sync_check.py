@@ -80,25 +80,31 @@ def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int) 
     if sample is None:
         return None
     held = sample(tap.positions)
+    compare_samples(tap.values, held, version=version, where=f"the rollout engine {engine_name!r}")
+    return len(tap.values)
+
+
+def compare_samples(sent: dict[str, torch.Tensor], held: dict[str, torch.Tensor], *, version: int, where: str) -> None:
+    """Raise :class:`StaleWeightsError` unless ``held`` has every tensor of ``sent`` with equal elements (after
+    casting the sent ones to the held dtype); ``where`` names the holder (an engine, a pool and rank)."""
     stale = []
-    for name, sent in tap.values.items():
+    for name, values in sent.items():
         got = held.get(name)
         if got is None:
             stale.append(f"{name} (the engine does not report it)")
             continue
-        want = sent.to(got.dtype)
+        want = values.to(got.dtype)
         if not torch.equal(want, got):
-            diff = float((want.double() - got.double()).abs().max())
+            diff = float((want.double() - got.double()).abs().max()) if want.shape == got.shape else float("nan")
             stale.append(f"{name} (fingerprint sent {fingerprint(name, want):.6g}, held {fingerprint(name, got):.6g}; max |diff| {diff:.3g})")
     if stale:
         shown = "; ".join(stale[:4]) + (f"; and {len(stale) - 4} more" if len(stale) > 4 else "")
         raise StaleWeightsError(
-            f"weight sync check failed at weight version {version}: the rollout engine {engine_name!r} kept stale weights: "
-            f"{len(stale)} of {len(tap.values)} tensors differ from what the trainer sent: {shown}. "
+            f"weight sync check failed at weight version {version}: {where} kept stale weights: "
+            f"{len(stale)} of {len(sent)} tensors differ from what the trainer sent: {shown}. "
             "It would keep sampling an old policy; the run is stopped instead (a bug of the engine or its weight "
             "conversion: report it with this message)"
         )
-    return len(tap.values)
 
 
 def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, engine_name: str, version: int,

@@ -37,7 +37,7 @@ def worker_roles(config, pool: str = "main") -> tuple[str, ...]:
     pool of its own, colocated as in verl's hybrid engine) or a role's own pool (``critic``, ``ref``)."""
     if pool != "main":
         return (pool,)
-    roles = ["actor", "rollout"]
+    roles = ["actor"] if config.rollout.n_gpus_per_node is not None else ["actor", "rollout"]
     for role in ("ref", "critic", "reward_model"):
         section = getattr(config, role)
         if section.enable and section.n_gpus_per_node is None:
@@ -69,7 +69,9 @@ class HybridWorker:
             self.reward_model = RewardModelRole(stack, context, colocated="actor" in self.roles)
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
-        if self.rollout is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
+        self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1)
+        self._transfer = None  # the train -> rollout broadcast group of split pools (rl_core.async_rl.transfer)
+        if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 
     # ----------------------------------------------------------------- rollout
@@ -81,7 +83,12 @@ class HybridWorker:
             # one stream per rollout replica: the ranks of a TP group must sample alike
             replica = self.context.rank // self.stack.sizes.rollout_tp
             params = _with_seed(params, params.seed + 7919 * replica)
+        start = time.perf_counter()
         out = self.rollout.generate(batch, params)
+        out.meta["policy_version"] = self._weight_version  # the weights that sampled it (rl_core.async_rl)
+        if self.actor is None:  # a rollout pool of its own: every sample carries its version, and the time it took
+            out["policy_version"] = torch.full((len(out),), self._weight_version, dtype=torch.long)
+            out.meta["rollout_seconds"] = time.perf_counter() - start
         if self.stack.config.rollout.enable_sleep and self.context.device != "cpu":
             self.rollout.sleep()
             self._sleeping = True
@@ -89,6 +96,8 @@ class HybridWorker:
 
     def sync_weights(self) -> float:
         """Load the actor's current weights into the rollout engine; returns seconds."""
+        if self.rollout is None or self.actor is None:  # split pools: the weights travel by send / receive_weights
+            return 0.0
         start = time.perf_counter()
         weights = self.actor.named_weights()
         if self._convert is not None:
@@ -98,9 +107,37 @@ class HybridWorker:
             self._sleeping = False
         from rl_core.weight_sync_check import load_verified
 
-        self._weight_version = getattr(self, "_weight_version", -1) + 1
+        self._weight_version += 1
         load_verified(self.rollout, weights, self.actor.sample_weights, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
+
+    # ------------------------------------------------- split pools (rl_core.async_rl)
+    def join_weight_group(self, store_path: str, rank: int | None, size: int, timeout_s: float) -> None:
+        """Join the train -> rollout broadcast group (train rank 0 and every rollout worker; ``rank`` None: not a member)."""
+        from rl_core.async_rl.transfer import TransferGroup
+
+        self._transfer = None if rank is None else TransferGroup(store_path, rank, size, timeout_s=timeout_s, device=self.context.device)
+
+    def send_weights(self, version: int, bucket_bytes: int) -> dict[str, Any]:
+        """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check)."""
+        from rl_core.async_rl.transfer import send_weights
+
+        weights = self.actor.named_weights()
+        if self._convert is not None:
+            weights = self._convert(weights, self.stack.config)
+        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes, trainer_sample=self.actor.sample_weights,
+                            engine_name=self.stack.config.rollout.name)
+
+    def receive_weights(self, version: int) -> dict[str, Any]:
+        """Rollout pool: receive policy ``version`` into the engine; what the engine holds comes back to be checked."""
+        from rl_core.async_rl.transfer import receive_weights
+
+        if self._sleeping:
+            self.rollout.wake_up()
+            self._sleeping = False
+        report = receive_weights(self._transfer, self.rollout, version=version, engine_name=self.stack.config.rollout.name)
+        self._weight_version = version
+        return report
 
     # ------------------------------------------------------------------- roles
     def compute_log_prob(self, batch: Batch, temperature: float, with_entropy: bool) -> dict[str, torch.Tensor]:
@@ -151,6 +188,8 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
+        if self._transfer is not None:
+            self._transfer.close()
         for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:

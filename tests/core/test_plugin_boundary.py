@@ -131,7 +131,7 @@ LAYERS = [
     {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs"},
     {"rollout", "agent", "rewards", "memory", "memory_lora", "lora_checks", "train_engine"},
     {"preflight", "resolver", "check_probes", "check_all"},
-    {"worker", "cluster", "placement", "trainer"},
+    {"worker", "cluster", "placement", "trainer", "async_rl"},
     {"cli", "testing", "__main__"},
 ]
 

@@ -37,7 +37,7 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     rows = []
     hints = typing.get_type_hints(cls)
     for f in attrs.fields(cls):
-        key = f"{prefix}.{f.name}" if prefix else f.name
+        key = f"{prefix}.{f.name}" if prefix else f.name.rstrip("_")  # RunConfig.async_ is the key "async"
         tp = hints[f.name]
         sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
         if sections:

@@ -289,12 +289,18 @@ def _typo(key: str, fields: Iterable[str]) -> str:
     return f": looks like a typo{hint}" if hint else ""
 
 
+#: config sections whose key is a Python keyword: the schema's field carries a trailing underscore
+KEYWORD_SECTIONS = {"async": "async_"}
+
+
 def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
     """Build ``cls`` from ``data``, appending a problem for every bad key."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in attrs.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
+        if not prefix and key in KEYWORD_SECTIONS:
+            key = KEYWORD_SECTIONS[key]
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
             where = f"section {prefix!r}" if prefix else "the config"
@@ -525,4 +531,8 @@ def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
 def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
-    return _mask_shapes(_mask_config(config, data)) if mask else data
+    data = _mask_shapes(_mask_config(config, data)) if mask else data
+    for key, name in KEYWORD_SECTIONS.items():  # written as the user writes it (``async:``), read back the same way
+        if name in data:
+            data[key] = data.pop(name)
+    return data

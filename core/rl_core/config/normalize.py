@@ -206,7 +206,17 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size * sp
     rtp = r.tensor_model_parallel_size
     size_ok = True
-    if world % rtp:
+    before = len(problems)
+    rollout_workers = _rollout_workers(problems, config)  # a rollout pool of its own (rl_core.async_rl), or None
+    if len(problems) > before:
+        size_ok = False
+    elif rollout_workers is not None:
+        if rollout_workers % rtp:
+            problems.append(Problem(key="rollout.tensor_model_parallel_size",
+                                    what=f"rollout TP {rtp} does not divide the rollout pool's {rollout_workers} devices (rollout.nnodes x rollout.n_gpus_per_node)",
+                                    fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, rollout_workers)))
+            size_ok = False
+    elif world % rtp:
         problems.append(
             Problem(
                 key="rollout.tensor_model_parallel_size",
@@ -227,7 +237,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     if not size_ok:
         return config, None, problems
     dp = world // mp
-    replicas = world // rtp
+    replicas = (world if rollout_workers is None else rollout_workers) // rtp
     prompts = d.train_batch_size
     seqs = prompts * r.n
     if seqs % dp:
@@ -244,6 +254,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable), "reward_model": config.reward_model.enable})
     if pools is None:
         return config, None, problems
+    if rollout_workers is not None:
+        pools["rollout"] = (rollout_workers, replicas)
     actor_sizes = _mini_micro(problems, "actor", prompts_per_step=prompts, n=r.n, dp=dp, mini=a.ppo_mini_batch_size, micro=a.ppo_micro_batch_size_per_gpu)
     critic_sizes = None
     if critic_on:
@@ -320,3 +332,29 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
             continue
         pools[role] = (workers, pdp)
     return None if len(problems) > before else pools
+
+
+def _rollout_workers(problems: list[Problem], config: RunConfig) -> int | None:
+    """Workers of the rollout's own pool (``rollout.n_gpus_per_node``), None when it shares the actor's; and
+    ``async.max_staleness`` > 0 only with such a pool (the overlap needs devices the update does not use)."""
+    r, stale = config.rollout, config.async_.max_staleness
+    if r.n_gpus_per_node is None:
+        if r.nnodes != 1:
+            problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes} but rollout.n_gpus_per_node is not set, so the rollout has no pool of its own",
+                                    fix="set rollout.n_gpus_per_node too, or leave rollout.nnodes at 1"))
+        if stale:
+            problems.append(Problem(key="async.max_staleness", what=f"is {stale}: generating while the trainer updates needs a rollout pool of its own",
+                                    fix="set rollout.n_gpus_per_node (CPU: rollout processes), or async.max_staleness=0"))
+        return None
+    if config.trainer.placement != "local":
+        problems.append(Problem(key="rollout.n_gpus_per_node", what=f"a rollout pool of its own runs under trainer.placement=local only so far (got {config.trainer.placement!r})",
+                                fix="set trainer.placement=local, or remove rollout.n_gpus_per_node (issue #34)"))
+        return None
+    if r.nnodes != 1:
+        problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes}: local placement has one node", fix="set rollout.nnodes=1"))
+        return None
+    if config.rollout.multi_turn.enable:
+        problems.append(Problem(key="rollout.n_gpus_per_node", what="a rollout pool of its own does not run multi-turn rollouts yet",
+                                fix="remove rollout.n_gpus_per_node, or rollout.multi_turn.enable=false"))
+        return None
+    return r.nnodes * r.n_gpus_per_node

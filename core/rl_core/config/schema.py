@@ -192,6 +192,9 @@ class RolloutConfig:
     val_top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     engine_kwargs: dict[str, Any] = field(factory=dict)
     multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
+    # a rollout pool of its own (rl_core.async_rl): null = in the actor's workers (hybrid engine, in-memory weight sync)
+    n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
+    nnodes: int = pos(1)
 
 
 @attrs.frozen(kw_only=True)
@@ -423,6 +426,19 @@ class RayConfig:
 
 
 @attrs.frozen(kw_only=True)
+class AsyncConfig:
+    """Off-policy training with a rollout pool of its own (``rollout.n_gpus_per_node``): :mod:`rl_core.async_rl`.
+
+    The config key is ``async`` (a Python keyword: the field is ``RunConfig.async_``)."""
+
+    # 0: synchronous (generate, update, sync in turn); 1: generation of step k+1 overlaps the update of step k; s: bounded
+    max_staleness: int = num(0, ge=0, hint="policy versions a batch may lag behind the trainer; 0 is synchronous")
+    on_stale: str = choice("drop", ("drop", "wait"), hint="drop: skip a too-old batch; wait: generate its prompts again")
+    sync_timeout_s: float = num(60.0, gt=0, hint="seconds a weight transfer may take before the run stops, e.g. 60")
+    bucket_mb: float = num(256.0, gt=0, hint="MiB of weights per broadcast, e.g. 256")
+
+
+@attrs.frozen(kw_only=True)
 class RunConfig:
     data: DataConfig = field(factory=DataConfig)
     model: ModelConfig = field(factory=ModelConfig)
@@ -436,3 +452,4 @@ class RunConfig:
     reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
     ray: RayConfig = field(factory=RayConfig)
+    async_: AsyncConfig = field(factory=AsyncConfig)  # config key "async" (rl_core.config.load.KEYWORD_SECTIONS)

@@ -25,6 +25,7 @@ OFFLOAD = "issue #32 (LoRA / offload)"
 ULYSSES = "issue #33 (sequence parallelism)"
 MULTI_TURN = "issue #29 (agentic rollouts)"
 REWARD_MODEL = "issue #30 (reward models)"
+ASYNC = "issue #34 (asynchronous RL)"
 MULTIMODAL = "rl-core trains text-only models (no issue yet; " + DOC + ")"
 
 
@@ -299,7 +300,18 @@ RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.rollout.quantization*", "a quantized rollout model", "none"),
     # ---------------------------------------------------------------- top level of actor_rollout_ref
     _m("actor_rollout_ref.nccl_timeout", "ray.collective_timeout_s", note="the workers' torch.distributed timeout (seconds)"),
-    _same("actor_rollout_ref.hybrid_engine", [True], "actor and rollout on separate devices", "none (rl-core colocates them)"),
+    # ---------------------------------------------------------------- split pools / async (issue #34, rl_core.async_rl)
+    _same("actor_rollout_ref.hybrid_engine", [True, False],
+          "true: actor and rollout share workers; false (verl's split pools) takes the rollout pool's size from "
+          "rollout.n_gpus_per_node / rollout.nnodes, rl-core's keys of the same name (verl requires them with false too)"),
+    _same("async_training.staleness_threshold", [0], "verl's fully async trainer's share of a batch that may come from older weights",
+          "async.max_staleness=N (policy versions a batch may lag; 1 is verl's one-step off-policy)", ASYNC),
+    _same("async_training.trigger_parameter_sync_step", [1], "syncing weights every N trainer steps", "none: rl-core syncs after every update", ASYNC),
+    _same("async_training.partial_rollout", [False], "partial rollouts (a generation interrupted by a sync and continued)", "none yet", ASYNC),
+    _same("async_training.require_batches", [1], "several rollout batches per update", "data.train_batch_size", ASYNC),
+    _same("async_training.use_rollout_log_probs", [False], "the rollout's log-probs as the old policy's (no recomputation)",
+          "rollout.calculate_log_probs=true with algorithm.rollout_correction.* (rl-core recomputes the old log-probs and reweights)", ASYNC),
+    _no("async_training.*", "this setting of verl's fully async trainer", "async.max_staleness, async.on_stale", ASYNC),
     # ---------------------------------------------------------------- data
 
     _same("data.return_raw_chat", [True, False], "whether verl hands the rollout the chat messages or token ids: rl-core's rollout engines take the token ids of the chat-templated prompt either way"),

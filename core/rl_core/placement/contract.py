@@ -46,6 +46,10 @@ class WorkerMethod(str, enum.Enum):
     SAVE_CHECKPOINT = "save_checkpoint"
     LOAD_CHECKPOINT = "load_checkpoint"
     PEAK_MEMORY_GB = "peak_memory_gb"
+    # a rollout pool of its own (rl_core.async_rl): the train -> rollout weight transfer
+    JOIN_WEIGHT_GROUP = "join_weight_group"
+    SEND_WEIGHTS = "send_weights"
+    RECEIVE_WEIGHTS = "receive_weights"
 
     @property
     def role(self) -> str:
@@ -71,6 +75,7 @@ class WorkerMethod(str, enum.Enum):
 
 _ROLE = {
     WorkerMethod.GENERATE: "rollout",
+    WorkerMethod.RECEIVE_WEIGHTS: "rollout",
     WorkerMethod.COMPUTE_VALUES: "critic",
     WorkerMethod.UPDATE_CRITIC: "critic",
     WorkerMethod.COMPUTE_REF_LOG_PROB: "ref",

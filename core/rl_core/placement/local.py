@@ -215,7 +215,10 @@ class LocalCluster:
         if not self._procs:
             raise WorkerError(f"{self._who}{method.value}: the workers were stopped (an earlier failure, or close())")
         for conn, a in zip(self._conns, args):
-            conn.send((method.value, a))
+            try:
+                conn.send((method.value, a))
+            except (BrokenPipeError, ConnectionResetError):  # a dead worker: _gather names it with its exit code
+                pass
         self._in_flight = Pending(lambda: self._gather(method.value))
         return self._in_flight
 
@@ -231,18 +234,21 @@ class LocalCluster:
             for rank in sorted(pending):
                 conn, proc = self._conns[rank], self._procs[rank]
                 if conn.poll(0.2):
-                    status, value = conn.recv()
+                    try:
+                        status, value = conn.recv()
+                    except (EOFError, ConnectionResetError, BrokenPipeError):  # died while its answer was on the way
+                        proc.join(5)  # (tensors travel as shared memory fetched from the sender: gone with it)
+                        status, value = "died", None
                     pending.discard(rank)
-                    if status == "ok":
+                    if status == "died":
+                        errors.append(self._died(rank, method, proc.exitcode))
+                    elif status == "ok":
                         results[rank] = value
                     else:
                         errors.append(f"{self._who}rank {rank} failed in {method}: {value}")
                 elif not proc.is_alive() and not conn.poll(0):
                     pending.discard(rank)
-                    errors.append(
-                        f"{self._who}rank {rank} died during {method} with exit code {proc.exitcode}"
-                        + (" (killed: often the OOM killer; lower micro-batch sizes)" if proc.exitcode and proc.exitcode < 0 else "")
-                    )
+                    errors.append(self._died(rank, method, proc.exitcode))
             if errors and pending:
                 # a rank failed: the others may wait forever in a collective
                 self.close(force=True)
@@ -250,6 +256,14 @@ class LocalCluster:
         if errors:
             raise WorkerError("\n".join(after_a_death(errors)))
         return results
+
+    def _died(self, rank: int, method: str, code: int | None) -> str:
+        killed = " (killed: often the OOM killer; lower micro-batch sizes)" if code and code < 0 else ""
+        return f"{self._who}rank {rank} died during {method} with exit code {code}{killed}"
+
+    def dead_ranks(self) -> list[tuple[int, int | None]]:
+        """``(rank, exit code)`` of every worker process that is no longer running."""
+        return [(rank, proc.exitcode) for rank, proc in enumerate(self._procs) if not proc.is_alive()]
 
     @property
     def _who(self) -> str:

@@ -125,6 +125,26 @@ class Trainer:
         self.step = 0
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
+        self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (rl_core.async_rl), else None
+
+    def _rollout_pipeline(self):
+        """rollout.n_gpus_per_node: the rollout pool's schedule and weight transfer; the first sync (version 0) done."""
+        if "rollout" not in self.sizes.pools:
+            return None
+        from rl_core.async_rl.pipeline import RolloutPipeline
+
+        pipeline = RolloutPipeline(
+            rollout=self.cluster.pool("rollout"), train=self.cluster.pool("main"), async_cfg=self.config.async_,
+            split=self._rollout_args, merge=self._merge_rollouts, draw=self.train_loader.next_batch, loader_state=self.train_loader.state_dict,
+        )
+        try:
+            pipeline.connect()
+            pipeline.sync(0)
+        except BaseException:
+            pipeline.close()
+            self.cluster.close(force=True)  # workers blocked in the group's rendezvous would otherwise stay
+            raise
+        return pipeline
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
@@ -154,11 +174,20 @@ class Trainer:
         return out
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        if self.pipeline is not None:  # a generation in flight is answered first (its batch is kept)
+            self.pipeline.drain()
+        args, pad = self._rollout_args(prompts, params)
+        return self._merge_rollouts(self.cluster.call(WorkerMethod.GENERATE, args), pad, params)
+
+    def _rollout_args(self, prompts: Batch, params: SamplingParams) -> tuple[list[tuple], int]:
+        """Per rollout rank: its replica's shard of ``prompts`` (padded to the replica count), and the padding."""
         replicas, tp = self.sizes.rollout_replicas, self.sizes.rollout_tp
         padded, pad = prompts.pad_to_divisor(replicas)
         shards = padded.chunk(replicas)
-        results = self.cluster.call(WorkerMethod.GENERATE, [(shards[r // tp], params) for r in range(self.sizes.world_size)])
-        results = results[::tp]
+        return [(shards[r // tp], params) for r in range(self.sizes.ranks("rollout")[0])], pad
+
+    def _merge_rollouts(self, results: list[Batch], pad: int, params: SamplingParams) -> Batch:
+        results = results[:: self.sizes.rollout_tp]
         out = Batch.concat(results)
         # engines report counters (e.g. rollout/empty_responses, agent/tool_calls) in meta: sum them over replicas
         out.meta = {k: v for k, v in out.meta.items() if not k.startswith(COUNTER_PREFIXES)}
@@ -254,7 +283,13 @@ class Trainer:
         metrics: dict[str, float] = {}
         with timed(t, "step"):
             with timed(t, "gen"):
-                batch = self.generate(prompts, self.sampling(step=step))
+                if self.pipeline is None:
+                    batch = self.generate(prompts, self.sampling(step=step))
+                else:  # split pools: this step's batch (maybe generated during the last update), then the next one's start
+                    batch, async_metrics = self.pipeline.batch(step, self.sampling(step=step), trainer_version=step - 1)
+                    metrics.update(async_metrics)
+                    if step < self.total_steps:
+                        self.pipeline.prefetch(step + 1, self.sampling(step=step + 1))
                 mask = batch["response_mask"]
                 if "rollout_log_probs" in batch:
                     check_finite(batch["rollout_log_probs"], stage="gen", role="rollout", tensor="rollout log-probs", mask=mask)
@@ -330,8 +365,14 @@ class Trainer:
                     metrics.update(_guard_update("critic", self._train_call(WorkerMethod.UPDATE_CRITIC, batch)))
             with timed(t, "update_actor"):
                 metrics.update(_guard_update("actor", self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob)))
+            if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
+                with timed(t, "gen_overlap_wait"):
+                    self.pipeline.drain()
             with timed(t, "sync_weights"):
-                self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
+                if self.pipeline is None:
+                    self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
+                else:
+                    self.pipeline.sync(step)
         metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith(COUNTER_PREFIXES)})
         if metrics.get("agent/trajectories"):  # multi-turn rollouts (rl_core.agent): per-trajectory means
             metrics["agent/turns_mean"] = metrics["agent/turns"] / metrics["agent/trajectories"]
@@ -417,7 +458,8 @@ class Trainer:
             self.cluster.call(WorkerMethod.SAVE_CHECKPOINT, same_args=(tmp,))
             state = {
                 "step": step,
-                "data": self.train_loader.state_dict(),
+                # split pools: the loader's position before the prompts of a batch not trained yet (rl_core.async_rl.pipeline)
+                "data": (self.pipeline and self.pipeline.data_state()) or self.train_loader.state_dict(),
                 "rng": save_rng_state(),
                 "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
             }
@@ -454,7 +496,10 @@ class Trainer:
         kl_changed = any(k.startswith("algorithm.kl_ctrl.") for k in changed_keys(self.config_diff))  # the new value wins
         if self.kl_ctrl is not None and state.get("kl_coef") is not None and not kl_changed:
             self.kl_ctrl.value = state["kl_coef"]
-        self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
+        if self.pipeline is None:
+            self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
+        else:
+            self.pipeline.sync(step)
         print(f"resumed from {path} (step {step})", flush=True)
         return step
 
@@ -482,7 +527,7 @@ class Trainer:
         try:
             for step in range(start + 1, self.total_steps + 1):
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
-                prompts = self.train_loader.next_batch()
+                prompts = self.train_loader.next_batch() if self.pipeline is None else self.pipeline.prompts(step)
                 try:
                     with phase(f"step {step} (the first step of a process also warms up / compiles)") if step == start + 1 else nullcontext():
                         metrics = self.train_step(prompts, step)
@@ -601,6 +646,8 @@ class Trainer:
             )
 
     def close(self, force: bool = False) -> None:
+        if getattr(self, "pipeline", None) is not None:
+            self.pipeline.close()
         self.reward.close()
         self.cluster.close(force=force)
 

@@ -1,0 +1,183 @@
+"""The controller's side of a rollout pool of its own: generation requests, weight syncs, staleness.
+
+Step ``k`` with ``async.max_staleness`` = s (versions: :mod:`rl_core.async_rl.staleness`):
+
+- s = 0: generate step k's prompts with version k-1, update, sync version k (split pools, synchronous);
+- s >= 1: step k's batch was requested during step k-1 (version k-2); as soon as it is in, step k+1's prompts
+  go to the rollout pool (:meth:`RolloutPipeline.prefetch`) and are generated while the train pool computes
+  rewards, log-probs and the update of step k. The sync of version k waits for that generation to finish (the
+  rollout workers take one request at a time), so a step takes about max(generation, update) + the sync.
+  With one rollout queue the schedule never produces a batch older than 1; s > 1 only widens what is admitted.
+
+Checkpoints and the in-flight batch: a checkpoint after step k holds the data loader's position from *before*
+step k+1's prompts were drawn; the batch generated for them is not saved. A resumed run draws the same prompts
+again and generates them with the checkpoint's weights (staleness 0 for that one step).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+import attrs
+
+from rl_core.async_rl.staleness import DROP, USE, StaleBatchError, StalenessGate, batch_version
+from rl_core.batch import Batch
+from rl_core.placement.contract import WorkerMethod
+from rl_core.weight_sync_check import StaleWeightsError, compare_samples
+
+
+@attrs.define
+class _Request:
+    step: int
+    prompts: Batch
+    data_state: dict | None  # the loader's position before these prompts were drawn
+    version: int | None = None  # the rollout's policy version when generation was asked for
+    handle: Any = None
+    pad: int = 0
+    params: Any = None
+    result: Batch | None = None
+
+
+class RolloutPipeline:
+    """Drives the rollout pool: ``rollout`` / ``train`` are the two pools' placements (``call`` / ``submit``).
+
+    ``split(prompts, params) -> (per-rank args, pad)`` and ``merge(results, pad, params) -> Batch`` are the
+    controller's rollout dispatch; ``draw()`` the next prompts, ``loader_state()`` the loader's position.
+    """
+
+    def __init__(
+        self, *, rollout, train, async_cfg, split: Callable, merge: Callable, draw: Callable[[], Batch], loader_state: Callable[[], dict],
+    ) -> None:
+        self.rollout, self.train = rollout, train
+        self.cfg = async_cfg
+        self.gate = StalenessGate(async_cfg.max_staleness, async_cfg.on_stale)
+        self.split, self.merge, self.draw, self.loader_state = split, merge, draw, loader_state
+        self.version: int | None = None  # what the rollout pool holds (None: nothing sent yet)
+        self._next: _Request | None = None  # prompts drawn (and maybe generating) for a step not yet trained
+        self._store_dir: str | None = None
+
+    # ------------------------------------------------------------ transfer
+    def connect(self) -> None:
+        """Form the broadcast group: train rank 0 is its rank 0, rollout rank r its rank r + 1."""
+        self._store_dir = tempfile.mkdtemp(prefix="rl-core-weights-")  # 0700: only this user
+        store = os.path.join(self._store_dir, "store")
+        size = 1 + self.rollout.world_size
+        timeout = self.cfg.sync_timeout_s
+        joining = self.rollout.submit(WorkerMethod.JOIN_WEIGHT_GROUP, [(store, 1 + r, size, timeout) for r in range(self.rollout.world_size)])
+        try:
+            self.train.call(WorkerMethod.JOIN_WEIGHT_GROUP, [(store, 0 if r == 0 else None, size, timeout) for r in range(self.train.world_size)])
+        except Exception as exc:
+            raise self._named(exc, "join_weight_group") from None
+        joining.result()
+
+    def sync(self, version: int) -> float:
+        """Send the actor's weights as policy ``version`` and check what every rollout worker holds; seconds."""
+        start = time.perf_counter()
+        self.drain()  # the rollout workers take one request at a time: a generation in flight finishes first
+        receiving = self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,))
+        try:
+            sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, int(self.cfg.bucket_mb * 2**20)))
+        except Exception as exc:
+            raise self._named(exc, "sync_weights") from None
+        check_transfer(version, sent, receiving.result())
+        self.version = version
+        return time.perf_counter() - start
+
+    def _named(self, exc: Exception, during: str) -> Exception:
+        """A train-side failure of a collective with the rollout pool: name the rollout worker that died, if one did."""
+        dead = getattr(self.rollout, "dead_ranks", lambda: [])()
+        if dead:
+            from rl_core.placement.contract import WorkerError
+
+            rank, code = dead[0]
+            return WorkerError(
+                f"rollout pool rank {rank} died during {during} with exit code {code}"
+                + (" (killed)" if code is not None and code < 0 else "")
+                + f"; the train pool's side failed with: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            )
+        return exc
+
+    # ---------------------------------------------------------- generation
+    def prompts(self, step: int) -> Batch:
+        """Step ``step``'s prompts: those drawn for it ahead of time, or the loader's next."""
+        if self._next is None or self._next.step != step:
+            self._next = _Request(step, None, self.loader_state())
+            self._next.prompts = self.draw()
+        return self._next.prompts
+
+    def prefetch(self, step: int, params) -> None:
+        """Draw step ``step``'s prompts now and start generating them (max_staleness >= 1)."""
+        if self.gate.max_staleness < 1:
+            return
+        self.prompts(step)
+        self._submit(self._next, params)
+
+    def _submit(self, req: _Request, params) -> None:
+        args, req.pad = self.split(req.prompts, params)
+        req.params, req.version, req.result = params, self.version, None
+        req.handle = self.rollout.submit(WorkerMethod.GENERATE, args)
+
+    def _collect(self, req: _Request) -> Batch:
+        if req.result is None:
+            req.result = self.merge(req.handle.result(), req.pad, req.params)
+            req.handle = None
+            got = batch_version(req.result)
+            if got != req.version:
+                raise StaleBatchError(
+                    f"the rollout pool generated step {req.step}'s batch with policy version {got}, but version {req.version} "
+                    "was the last one sent and verified before it was asked for: a weight sync went missing"
+                )
+        return req.result
+
+    def drain(self) -> None:
+        """Wait for a generation in flight (its batch is kept for its step)."""
+        if self._next is not None and self._next.handle is not None:
+            self._collect(self._next)
+
+    def batch(self, step: int, params, trainer_version: int) -> tuple[Batch, dict[str, float]]:
+        """Step ``step``'s batch, young enough for ``trainer_version``, and its ``async/*`` metrics."""
+        req = self._next
+        if req is None or req.step != step:
+            raise RuntimeError(f"step {step}: no prompts were drawn for it (call prompts({step}) first)")
+        if req.handle is None and req.result is None:
+            self._submit(req, params)
+        batch = self._collect(req)
+        while (verdict := self.gate.verdict(batch_version(batch), trainer_version)) != USE:
+            if verdict == DROP:  # the next prompts instead, with the current weights
+                req = self._next = _Request(step, None, self.loader_state())
+                req.prompts = self.draw()
+            self._submit(req, params)  # WAIT: the same prompts again, with the current weights
+            batch = self._collect(req)
+        self._next = None  # trained from here on: a checkpoint after this step saves the loader's own position
+        version = batch_version(batch)
+        metrics = self.gate.metrics(version, trainer_version)
+        if "rollout_seconds" in batch.meta:
+            metrics["timing_s/gen_rollout"] = float(batch.meta["rollout_seconds"])
+        return batch, metrics
+
+    def data_state(self) -> dict | None:
+        """The loader position a checkpoint saves: before the prompts of a step not trained yet (None: the loader's own)."""
+        return None if self._next is None else self._next.data_state
+
+    def close(self) -> None:
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
+
+
+def check_transfer(version: int, sent: list[dict[str, Any]], received: list[dict[str, Any]]) -> None:
+    """Both sides of a sync agree: one train rank sent ``version``, every rollout rank holds it, element for element."""
+    senders = [r for r in sent if r.get("sender")]
+    if len(senders) != 1 or any(r["version"] != version for r in sent):
+        raise StaleWeightsError(f"weight sync of policy version {version}: {len(senders)} train ranks sent weights (expected 1) or a train rank reports another version")
+    sender = senders[0]
+    for rank, report in enumerate(received):
+        if report["version"] != version:
+            raise StaleWeightsError(f"rollout pool rank {rank} holds policy version {report['version']} after the sync of version {version}")
+        if report["tensors"] != sender["tensors"]:
+            raise StaleWeightsError(f"rollout pool rank {rank} received {report['tensors']} tensors of policy version {version}; the train pool sent {sender['tensors']}")
+        compare_samples(sender["samples"], report["held"], version=version, where=f"rollout pool rank {rank}")

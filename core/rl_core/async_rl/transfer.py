@@ -1,0 +1,170 @@
+"""Weights from the train pool to the rollout pool: a broadcast group of their own, bucketed, versioned.
+
+The train pool's rank 0 (group rank 0) and every rollout worker (group ranks 1..R) join a process group that
+belongs to neither pool (gloo on the CPU, NCCL on GPUs; a FileStore rendezvous in a private folder, sockets on
+the loopback interface). A sync sends the actor's named weights (after the rollout card's converter, if any) in
+buckets of about ``async.bucket_mb``: per bucket one header (a JSON list of names, shapes, dtypes; sent as bytes,
+never unpickled) and one flat byte buffer. The receivers rebuild the tensors, load them into their engine and
+report back what their engine holds at the positions of :mod:`rl_core.weight_sync_check`; the controller compares
+both sides (:func:`rl_core.async_rl.pipeline.check_transfer`). Every op of the group times out after
+``async.sync_timeout_s``: a dead or stuck peer ends the sync with an error instead of a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from typing import Any, Iterable, Iterator
+
+import torch
+
+from rl_core.weight_sync_check import WeightTap
+
+_DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
+
+
+class TransferGroup:
+    """One member of the train -> rollout broadcast group (rank 0 sends, the others receive)."""
+
+    def __init__(self, store_path: str, rank: int, size: int, *, timeout_s: float, device: str = "cpu") -> None:
+        import torch.distributed as dist
+
+        from rl_core.cluster import loopback_interface
+
+        self.rank, self.size = rank, size
+        store = dist.FileStore(store_path, size)
+        timeout = timedelta(seconds=timeout_s)
+        if device.startswith("cuda"):  # GPUs: NCCL (written for the split-pool GPU run, not run on this CPU machine)
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            self.pg = dist.ProcessGroupNCCL(store, rank, size, opts)
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = timeout
+            opts._devices = [dist.ProcessGroupGloo.create_device(interface=loopback_interface())]
+            self.pg = dist.ProcessGroupGloo(store, rank, size, opts)
+            self.device = torch.device("cpu")
+
+    def _bcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        self.pg.broadcast(tensor, 0).wait()
+        return tensor
+
+    def _bcast_bytes(self, payload: bytes | None) -> bytes:
+        n = self._bcast(torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64, device=self.device))
+        buf = torch.empty(int(n.item()), dtype=torch.uint8, device=self.device)
+        if payload is not None:
+            buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+        return bytes(self._bcast(buf).cpu().numpy()) if buf.numel() else b""
+
+    # ------------------------------------------------------------------ send
+    def send(self, weights: Iterable[tuple[str, torch.Tensor]], *, bucket_bytes: int) -> tuple[int, int]:
+        """Broadcast ``weights`` (group rank 0); returns (tensors, bytes) sent."""
+        tensors = total = 0
+        for bucket in _buckets(weights, bucket_bytes):
+            header = [(name, list(t.shape), str(t.dtype)) for name, t in bucket]
+            self._bcast_bytes(json.dumps({"tensors": header, "last": False}).encode())
+            flat = torch.cat([_as_bytes(t.to(self.device)) for _, t in bucket])
+            self._bcast(flat)
+            tensors, total = tensors + len(bucket), total + flat.numel()
+        self._bcast_bytes(json.dumps({"tensors": [], "last": True}).encode())
+        return tensors, total
+
+    # --------------------------------------------------------------- receive
+    def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors rank 0 sends, bucket by bucket, on this member's device."""
+        while True:
+            header = json.loads(self._bcast_bytes(None).decode())
+            if header["last"]:
+                return
+            specs = [(name, tuple(shape), _dtype(dtype)) for name, shape, dtype in header["tensors"]]
+            sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for _, shape, dt in specs]
+            flat = self._bcast(torch.empty(sum(sizes), dtype=torch.uint8, device=self.device))
+            offset = 0
+            for (name, shape, dt), n in zip(specs, sizes):
+                yield name, flat[offset : offset + n].view(dt).reshape(shape)
+                offset += n
+
+    def close(self) -> None:
+        shutdown = getattr(self.pg, "shutdown", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001 - a peer already gone
+                pass
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise ValueError(f"weight transfer: the train pool sent a tensor of dtype {name}, which the rollout pool does not rebuild")
+    return _DTYPES[name]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+
+
+def _buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, t in weights:
+        bucket.append((name, t))
+        size += t.numel() * t.element_size()
+        if size >= bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
+
+
+# ------------------------------------------------------------------ worker side
+def send_weights(
+    group: TransferGroup | None, weights: Iterable[tuple[str, torch.Tensor]], *, version: int, bucket_bytes: int,
+    trainer_sample=None, engine_name: str = "rollout",
+) -> dict[str, Any]:
+    """The train side of a sync: every train rank reads its weights (a sharded backend gathers them), rank 0 of
+    the group sends; the report holds the version and the sampled elements the rollout side is checked against.
+    ``trainer_sample(positions)``: the trained policy at those positions, to check that what was sent is it
+    (:func:`rl_core.weight_sync_check.verify_sent`: LoRA adapters merged, no old copy)."""
+    from rl_core.weight_sync_check import verify_sent
+
+    start = time.perf_counter()
+    tap = WeightTap(weights)
+    if group is None:  # a train rank outside the group: its part of the gather only
+        for _ in tap:
+            pass
+        if trainer_sample is not None:  # on every train rank alike (a sharded backend's view may be collective)
+            verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
+        return {"version": version, "sender": False}
+    tensors, nbytes = group.send(tap, bucket_bytes=bucket_bytes)
+    if trainer_sample is not None:
+        verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
+    return {"version": version, "sender": True, "samples": tap.values, "tensors": tensors, "bytes": nbytes, "seconds": time.perf_counter() - start}
+
+
+def receive_weights(group: TransferGroup, engine: Any, *, version: int, engine_name: str) -> dict[str, Any]:
+    """The rollout side: receive, load into ``engine``, and report what the engine holds (or, for an engine that
+    cannot be asked, what arrived) at the checked positions."""
+    from rl_core.weight_sync_check import verify_sync
+
+    start = time.perf_counter()
+    received = [(name, t.clone()) for name, t in group.receive()]
+    tap = WeightTap(received)
+    engine.load_weights(tap)
+    held = None
+    if hasattr(engine, "sample_weights"):
+        verify_sync(tap, engine, engine_name=engine_name, version=version)  # the engine holds what arrived
+        held = engine.sample_weights(tap.positions)
+    if held is None:
+        held = tap.values
+    return {"version": version, "held": held, "tensors": len(received), "seconds": time.perf_counter() - start}
+

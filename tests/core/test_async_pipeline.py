@@ -1,0 +1,182 @@
+"""rl_core.async_rl without processes: the staleness gate, a forced stale batch (dropped / generated again), and
+every way a weight sync can go missing (an old version, stale weights, a batch from weights never verified)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_core.async_rl.pipeline import RolloutPipeline, check_transfer
+from rl_core.async_rl.staleness import DROP, USE, WAIT, StaleBatchError, StalenessGate
+from rl_core.batch import Batch
+from rl_core.config.schema import AsyncConfig
+from rl_core.placement.contract import WorkerMethod
+from rl_core.weight_sync_check import StaleWeightsError, WeightTap
+
+WEIGHTS = {"w": torch.arange(40, dtype=torch.float32).reshape(4, 10)}
+
+
+class _Handle:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def result(self):
+        return self.fn()
+
+
+class FakePools:
+    """A rollout pool of one worker and a train pool of one, talking through this object (no processes)."""
+
+    def __init__(self, *, keep_old_version=False, corrupt=False, wrong_tag=False):
+        self.rollout_version = -1
+        self.sent_version = None
+        self.generated = []  # prompt ids of each generation request
+        self.keep_old_version, self.corrupt, self.wrong_tag = keep_old_version, corrupt, wrong_tag
+        self.rollout, self.train = _Side(self, "rollout"), _Side(self, "train")
+
+    def send(self, version):
+        tap = WeightTap(WEIGHTS.items())
+        list(tap)
+        self.sent_version, self.sent_samples = version, tap.values
+        return [{"version": version, "sender": True, "samples": tap.values, "tensors": 1}]
+
+    def receive(self, version):
+        held = {k: v.clone() + (1.0 if self.corrupt else 0.0) for k, v in self.sent_samples.items()}
+        if not self.keep_old_version:
+            self.rollout_version = version
+        return [{"version": self.rollout_version, "held": held, "tensors": 1}]
+
+    def generate(self, args):
+        prompts = args[0][0]
+        self.generated.append(prompts["ids"].tolist())
+        version = self.rollout_version - (1 if self.wrong_tag else 0)
+        out = Batch({"ids": prompts["ids"].clone(), "policy_version": torch.full((len(prompts),), version)}, meta={"policy_version": version})
+        return [out]
+
+
+class _Side:
+    world_size = 1
+
+    def __init__(self, pools, side):
+        self.pools, self.side = pools, side
+
+    def call(self, method, per_rank_args=None, *, same_args=()):
+        if method == WorkerMethod.SEND_WEIGHTS:
+            return self.pools.send(same_args[0])
+        return [None]
+
+    def submit(self, method, per_rank_args=None, *, same_args=()):
+        if method == WorkerMethod.RECEIVE_WEIGHTS:
+            return _Handle(lambda: self.pools.receive(same_args[0]))
+        if method == WorkerMethod.GENERATE:
+            result = self.pools.generate(per_rank_args)
+            return _Handle(lambda: result)
+        return _Handle(lambda: [None])
+
+    def dead_ranks(self):
+        return []
+
+
+class Loader:
+    def __init__(self):
+        self.i = 0
+
+    def next_batch(self):
+        self.i += 1
+        return Batch({"ids": torch.tensor([self.i * 10, self.i * 10 + 1])})
+
+    def state_dict(self):
+        return {"i": self.i}
+
+
+def _pipeline(pools, max_staleness=1, on_stale="drop"):
+    loader = Loader()
+    p = RolloutPipeline(
+        rollout=pools.rollout, train=pools.train, async_cfg=AsyncConfig(max_staleness=max_staleness, on_stale=on_stale),
+        split=lambda prompts, params: ([(prompts, params)], 0), merge=lambda results, pad, params: results[0],
+        draw=loader.next_batch, loader_state=loader.state_dict,
+    )
+    p.sync(0)
+    return p, loader
+
+
+def test_the_gate_admits_up_to_max_staleness_and_counts_the_rest():
+    gate = StalenessGate(1, "drop")
+    assert gate.verdict(3, 3) == USE and gate.verdict(2, 3) == USE
+    assert gate.verdict(1, 3) == DROP and gate.dropped == 1
+    assert StalenessGate(0, "wait").verdict(2, 3) == WAIT
+    with pytest.raises(StaleBatchError, match="newer than the trainer"):
+        gate.verdict(4, 3)
+    assert gate.metrics(1, 3)["async/staleness"] == 2.0
+
+
+def test_one_step_off_policy_schedule_and_the_checkpointed_loader_position():
+    pools = FakePools()
+    p, loader = _pipeline(pools)
+    p.prompts(1)
+    batch, m = p.batch(1, None, trainer_version=0)
+    assert m["async/staleness"] == 0 and batch["ids"].tolist() == [10, 11]
+    p.prefetch(2, None)  # step 2's prompts generate with version 0 while step 1 updates
+    assert pools.generated[-1] == [20, 21] and p.data_state() == {"i": 1}  # a checkpoint re-draws the in-flight prompts
+    p.sync(1)
+    assert p.prompts(2)["ids"].tolist() == [20, 21]
+    batch, m = p.batch(2, None, trainer_version=1)
+    assert m["async/staleness"] == 1 and m["async/policy_version"] == 0 and batch["policy_version"].tolist() == [0, 0]
+    assert p.data_state() is None
+
+
+@pytest.mark.parametrize("on_stale", ["drop", "wait"])
+def test_a_forced_stale_batch_is_dropped_or_generated_again(on_stale):
+    pools = FakePools()
+    p, loader = _pipeline(pools, max_staleness=1, on_stale=on_stale)
+    p.prompts(1)
+    p.batch(1, None, trainer_version=0)
+    p.prefetch(2, None)  # generated with version 0 ...
+    p.sync(1)
+    p.sync(2)  # ... and the trainer moved on twice: staleness 2 > 1
+    batch, m = p.batch(2, None, trainer_version=2)
+    assert m["async/staleness"] == 0 and batch["policy_version"].tolist() == [2, 2]
+    if on_stale == "drop":
+        assert m["async/dropped_batches"] == 1 and batch["ids"].tolist() == [30, 31]  # the next prompts instead
+    else:
+        assert m["async/regenerated_batches"] == 1 and batch["ids"].tolist() == [20, 21]  # the same prompts again
+    assert len(pools.generated) == 3
+
+
+def test_a_rollout_that_keeps_its_old_version_is_an_error():
+    with pytest.raises(StaleWeightsError, match="rollout pool rank 0 holds policy version -1 after the sync of version 0"):
+        _pipeline(FakePools(keep_old_version=True))
+
+
+def test_a_rollout_holding_other_weights_is_an_error_with_fingerprints():
+    with pytest.raises(StaleWeightsError, match=r"rollout pool rank 0 kept stale weights.*w \(fingerprint sent"):
+        _pipeline(FakePools(corrupt=True))
+
+
+def test_a_batch_from_weights_never_verified_is_an_error():
+    p, _ = _pipeline(FakePools(wrong_tag=True))
+    p.prompts(1)
+    with pytest.raises(StaleBatchError, match="a weight sync went missing"):
+        p.batch(1, None, trainer_version=0)
+
+
+def test_check_transfer_wants_exactly_one_sender():
+    with pytest.raises(StaleWeightsError, match="0 train ranks sent"):
+        check_transfer(3, [{"version": 3, "sender": False}], [])
+
+
+def _sizes(*overrides):
+    from rl_core.config.load import load_config
+    from rl_core.config.normalize import normalize
+
+    base = ["trainer.device=cpu", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"]
+    return normalize(load_config(None, [*base, *overrides]))
+
+
+def test_a_rollout_pool_of_its_own_is_sized_and_async_needs_one():
+    _, sizes, problems = _sizes("rollout.n_gpus_per_node=2", "async.max_staleness=1")
+    assert not problems and sizes.pools["rollout"] == (2, 2) and sizes.rollout_replicas == 2 and sizes.devices == 3
+    _, sizes, problems = _sizes("async.max_staleness=1")
+    assert sizes is None and [p.key for p in problems] == ["async.max_staleness"] and "rollout.n_gpus_per_node" in problems[0].fix
+    _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "trainer.placement=ray")
+    assert sizes is None and "trainer.placement=local" in problems[0].fix
