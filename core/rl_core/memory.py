@@ -146,6 +146,7 @@ class Estimate:
     available: float | None
     ranks_sharing: int  # ranks whose peaks add up against ``available`` (CPU: all local ranks; GPU: 1)
     advice: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # how a term was counted (printed after the terms)
 
     @property
     def peak(self) -> float:
@@ -160,6 +161,7 @@ class Estimate:
         where = "per process (RAM)" if self.device == "cpu" else "per GPU"
         out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
         out += [f"  {k:<42} {g(v)}" for k, v in self.terms.items() if v]
+        out += [f"    ({n})" for n in self.notes]
         out += [f"  peak in {k:<34} {g(v)}" for k, v in self.phases.items()]
         if self.available is not None:
             need = self.peak * self.ranks_sharing
@@ -235,6 +237,16 @@ def estimate(
         t["rollout KV cache"] = kv / max(1, sizes.rollout_tp)
     micro = sizes.actor_micro_batch_per_rank
     tokens = (micro / n * prompt + micro * R) if share else micro * (prompt + R)
+    notes = [f"rollout KV cache: {gen_batch} sequences x {prompt + R:,} tokens (prompt + response) x {shape.layers} layers x "
+             f"{shape.kv_heads} KV heads x {shape.head_dim} x 2 (K, V) x {c} bytes"]
+    if a.use_dynamic_bsz:  # a micro-batch holds up to the token budget (one longer sequence forms its own)
+        tokens = max(a.ppo_max_token_len_per_gpu, prompt + R)
+    sp = max(1, int(getattr(a, "ulysses_sequence_parallel_size", 1) or 1))
+    if sp > 1:  # Ulysses: each rank of the group holds 1 / sp of the tokens
+        tokens = tokens / sp
+    if a.use_dynamic_bsz or sp > 1:
+        notes.append(f"update activations: {tokens:,.0f} tokens per micro-batch per rank"
+                     f"{' (actor.ppo_max_token_len_per_gpu)' if a.use_dynamic_bsz else ''}{f' / Ulysses SP {sp}' if sp > 1 else ''}")
     per_tl = activation_bytes_per_token_layer(shape, c)
     if m.enable_gradient_checkpointing:
         act = tokens * (shape.layers * 4 * shape.hidden + per_tl)
@@ -308,7 +320,7 @@ def estimate(
         t = {"process runtime (python, torch, ...)": runtime, **t}
     available = available if available is not None else device_memory(device)
     ranks = sizes.world_size if device == "cpu" else 1
-    est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=())
+    est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=(), notes=tuple(notes))
     if est.fits is False and alternatives:
         with_cards = functools.partial(estimate, rollout=rollout, train=train)
         est = attrs.evolve(
