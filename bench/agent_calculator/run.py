@@ -9,7 +9,8 @@ Each run is ``rlcore train examples/agent_calculator.yaml`` with overrides; the 
 ``bench/agent_calculator/results_<device>.md``) has, per validation step, for both runs: accuracy (the
 product in the final answer, greedy), the tool-call rate (calls per trajectory), the valid-call rate (calls
 that ran, per trajectory) and the seconds since the start, plus per-step timings (gen / reward / update) of
-the training steps. Everything is read back from each run's ``metrics.jsonl``.
+the training steps (seconds) and trajectories per second of generation. Everything is read back from each
+run's ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -109,11 +110,14 @@ def main() -> None:
             continue
         out_dir, seconds = train(args, name, tool, data)
         metrics = rows(out_dir)
-        results[name] = {"seconds": seconds, "val": val_table(metrics), "step_times": step_times(metrics)}
+        times = step_times(metrics)
+        if times.get("timing_s/gen"):
+            times["trajectories_per_s (gen)"] = args.batch * args.n / times["timing_s/gen"]
+        results[name] = {"seconds": seconds, "val": val_table(metrics), "step_times": times}
     out = Path(args.out or HERE / f"results_{'tiny' if args.tiny else args.device}_{args.rollout}.md")
     lines = [f"# agent_calculator: {' '.join(sys.argv[1:]) or '(defaults)'}", "", f"- python {' '.join(sys.argv)}", ""]
     for name, r in results.items():
-        lines += [f"## {name} ({r['seconds']:.0f} s wall, mean per training step: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["step_times"].items()) + ")", "",
+        lines += [f"## {name} ({r['seconds']:.0f} s wall, mean per training step: " + ", ".join(f"{k} {v:.2f}" for k, v in r["step_times"].items()) + ")", "",
                   "| step | s since start | val accuracy | tool calls / traj | valid calls / traj | val reward mean |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['step']} | {v['seconds']:.0f} | {v['accuracy']:.3f} | {v['tool_call_rate']:.2f} | {v['valid_call_rate']:.2f} | {v['reward_mean']:.3f} |" for v in r["val"]]
         lines.append("")
