@@ -21,11 +21,9 @@ Parallelism
     LM head; the two copies' gradients are summed before each step.
 
 Models
-    Built from the HF config (:mod:`rl_train_megatron.model`); weights from
-    the HF checkpoint (or ``model.random_init`` under ``trainer.seed``, the
-    same on every rank), converted and sliced for this rank. The critic is the
-    backbone plus a scalar ``value_head`` (HF ``*ForTokenClassification``'s
-    ``score``), as in the fsdp backend.
+    Built from the HF config (:mod:`rl_train_megatron.model`); weights from the HF checkpoint (or
+    ``model.random_init`` under ``trainer.seed``), converted and sliced for this rank. The critic is the
+    backbone plus a scalar ``value_head`` (HF ``*ForTokenClassification``'s ``score``).
 
 Numbers
     Parameters, AdamW state, log-probs, entropies, values and losses are
@@ -35,12 +33,8 @@ Numbers
     (:func:`rl_train_megatron.model.vocab_parallel_log_probs`).
 
 Update
-    Core's (:mod:`rl_core.train_engine.update`): losses weighted by the global
-    (data-parallel) token count of each mini-batch, so results do not depend on
-    TP, DP or micro-batching. Gradients are summed over the data-parallel group
-    once per mini-batch, so ranks may run different numbers of micro-batches
-    (zero-advantage rows are skipped on every layout). ``torch.optim.AdamW``
-    over this rank's shards; norm and clipping in :mod:`rl_train_megatron.grads`.
+    Core's (:mod:`rl_core.train_engine.update`); gradients summed over the data-parallel group once per mini-batch
+    (ranks may run different numbers of micro-batches); AdamW over this rank's shards; :mod:`rl_train_megatron.grads`.
 """
 
 from __future__ import annotations
