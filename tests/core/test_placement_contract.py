@@ -104,7 +104,9 @@ def test_pooled_placement_routes_each_method_to_the_pool_of_its_role():
     # overlap: a call on one pool is in flight while another pool runs
     pending = pooled.pool("rollout").submit(WorkerMethod.GENERATE, [("p2",)])
     pooled.call(WorkerMethod.UPDATE_ACTOR, [("a",), ("b",)])
-    assert pending.result() == [("rollout", 0, ("p2",))]
+    assert pending.waiting
+    assert pending.result() == [("rollout", 0, ("p2",))] and not pending.waiting
+    assert pending.result() == [("rollout", 0, ("p2",))]  # gathered once, kept
     with pytest.raises(KeyError, match="no pool 'ref'"):
         pooled.pool("ref")
     pooled.close()

@@ -117,6 +117,11 @@ class Pending:
         self._collect: Callable[[], list[Any]] | None = collect
         self._result: list[Any] | None = None
 
+    @property
+    def waiting(self) -> bool:
+        """Sent and not gathered yet."""
+        return self._collect is not None
+
     def result(self) -> list[Any]:
         """One result per rank, in rank order; raises :class:`WorkerError` if a rank failed or died."""
         if self._collect is not None:

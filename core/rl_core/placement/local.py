@@ -210,7 +210,7 @@ class LocalCluster:
         args = per_rank(method, self.world_size, per_rank_args, same_args)
         if self._local is not None:
             return Done(lambda: [dispatch(self._local, method, args[0])])
-        if self._in_flight is not None and self._in_flight._collect is not None:
+        if self._in_flight is not None and self._in_flight.waiting:
             raise RuntimeError(f"{self._who}{method.value}: a call is still in flight on these workers: gather it (.result()) first")
         if not self._procs:
             raise WorkerError(f"{self._who}{method.value}: the workers were stopped (an earlier failure, or close())")
