@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model of the same vocabulary (CPU smoke run)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--lora-rank", type=int, default=0, help="peft LoRA of this rank, alpha 2x, all linear layers (issue #32's anchor: 32)")
     args = ap.parse_args()
 
     import torch
@@ -114,7 +115,13 @@ def main() -> None:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [coin(t) for t in texts]
 
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tok, callbacks=[timer])
+    peft_config = None
+    if args.lora_rank:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tok, callbacks=[timer],
+                          peft_config=peft_config)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -123,6 +130,7 @@ def main() -> None:
         "trl": trl.__version__,
         "torch": torch.__version__,
         "gradient_checkpointing": bool(args.gradient_checkpointing),
+        "lora_rank": args.lora_rank,
         "step_s": timer.times,
         "completion_mean_length": lengths,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,

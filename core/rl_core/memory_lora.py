@@ -4,9 +4,11 @@ Bytes per rank, ``P`` parameters, ``S`` ranks sharing the train states, ``c`` by
 ``A`` adapter parameters (:func:`adapter_params`):
 
 - full fine-tune: float32 parameters ``4P/S``, AdamW's moments ``8P/S``, gradients ``4P/S`` (update only);
-- ``actor.fsdp_config.param_offload``: parameters and gradients live in CPU memory; the device holds the
-  layer being computed and the next one (``2 x 4P/layers`` each);
-- ``actor.fsdp_config.optimizer_offload``: AdamW's moments live in CPU memory (the step runs there);
+- ``actor.fsdp_config.param_offload`` (rl_train_fsdp.offload): the parameters are in host memory between
+  phases but on the device for every log-prob pass and update, so the train phases' peak keeps ``4P/S``
+  (what it frees is the generation phase's room);
+- ``actor.fsdp_config.optimizer_offload``: AdamW's moments live in host memory; the step brings one chunk of
+  at most ``CHUNK`` bytes (1 GiB) to the device at a time (update only);
 - LoRA (``model.lora_rank > 0``): the frozen base in the compute dtype ``cP/S`` (no float32 master copy, no
   moments, no gradients), the adapters float32 ``4A`` + moments ``8A`` + gradients ``4A``; the reference
   policy is the same model with its adapters off (no second copy) and autocast has no weights to cast.
@@ -19,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
+CHUNK = 1 << 30  # rl_train_fsdp.offload.CHUNK_BYTES: optimizer state brought to the device at once
 
 #: the linear layers of a llama / qwen2 block, (inputs, outputs) in terms of the shape
 _LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -52,12 +56,12 @@ def actor_terms(config: Any, shape: Any, S: int, c: int) -> ActorTerms:
         return ActorTerms(
             states={f"actor base parameters (frozen, {c * 8}-bit)": base, f"LoRA adapters ({A / 1e6:.1f}M) + AdamW state": 12 * A},
             update={"LoRA adapter gradients (update)": 4 * A}, lora=True)
-    layer = 2 * 4 * P / shape.layers  # the layer being computed and the next one
-    params = layer if f.param_offload else 4 * P / S
-    grads = layer if f.param_offload else 4 * P / S
-    states = {("actor parameters (fp32, offloaded: 2 layers on device)" if f.param_offload else "actor parameters (fp32)"): params,
+    states = {("actor parameters (fp32, in host memory while generating)" if f.param_offload else "actor parameters (fp32)"): 4 * P / S,
               "actor AdamW state": 0.0 if f.optimizer_offload else 8 * P / S}
-    return ActorTerms(states=states, update={"actor gradients (update)": grads}, lora=False)
+    update = {"actor gradients (update)": 4 * P / S}
+    if f.optimizer_offload:
+        update["AdamW state chunk on the device (offloaded, step)"] = min(8 * P / S, CHUNK)
+    return ActorTerms(states=states, update=update, lora=False)
 
 
 def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any) -> list[str]:

@@ -97,6 +97,10 @@ def test_cispo_and_sapo_as_verl_writes_them():
     (f"{V}.actor.fsdp_config.ulysses_sequence_parallel_size=2", "actor.ulysses_sequence_parallel_size", 2),
     (f"{V}.model.use_remove_padding=False", "actor.use_remove_padding", False),
     (f"{V}.rollout.multi_turn.max_assistant_turns=5", "rollout.multi_turn", "max_assistant_turns=5"),
+    (f"{V}.model.lora_rank=32", "model.lora_rank", 32),
+    (f"{V}.model.lora_alpha=64", "model.lora_alpha", 64.0),
+    (f"{V}.model.target_modules=[q_proj,v_proj]", "model.target_modules", ["q_proj", "v_proj"]),
+    (f"{V}.model.exclude_modules=null", "model.exclude_modules", []),
 ])
 def test_engineering_keys_map(override, target, value):
     cfg = load_config(None, [override])
@@ -106,7 +110,7 @@ def test_engineering_keys_map(override, target, value):
 
 
 @pytest.mark.parametrize("override, words", [
-    (f"{V}.actor.fsdp_config.param_offload=True", "#32"),
+    (f"{V}.actor.fsdp_config.offload_policy=True", "#32"),
     (f"{V}.rollout.multi_turn.interaction_config_path=users.yaml", "#29"),
     ("trainer.critic_warmup=5", "verl feature"),
     ("trainer.resume_mode=resume_path", "trainer.resume"),
@@ -115,6 +119,15 @@ def test_engineering_keys_map(override, target, value):
 def test_refusals_say_verl_feature_nearest_setting_and_issue(override, words):
     (p,) = _errors(override)
     assert p.key == override.split("=")[0] and words in p.render(), p.render()
+
+
+def test_offload_maps_to_the_actors_and_the_references_is_ignored_with_a_note():
+    loaded = load_report(None, [f"{V}.actor.fsdp_config.param_offload=True", f"{V}.actor.fsdp_config.optimizer_offload=True",
+                                f"{V}.ref.fsdp_config.param_offload=True"])
+    f = loaded.config.actor.fsdp_config
+    assert f.param_offload and f.optimizer_offload
+    assert [(p.severity, p.key) for p in loaded.problems] == [("warning", f"{V}.ref.fsdp_config.param_offload")]
+    assert "adapters off" in loaded.problems[0].render()
 
 
 def test_accepted_values_and_warnings():

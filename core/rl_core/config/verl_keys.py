@@ -172,8 +172,11 @@ RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.*.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     _no("critic.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     # ---------------------------------------------------------------- FSDP settings
-    *(_same(f"{r}.fsdp_config.{k}_offload", [False], _OFF, "a smaller micro-batch or actor.ppo_max_token_len_per_gpu", OFFLOAD)
-      for r in ("actor_rollout_ref.actor", "actor_rollout_ref.ref") for k in ("param", "optimizer")),
+    # the actor's offload is rl-core's (one device; rl_train_fsdp.offload); the reference never trains (no optimizer) and,
+    # under LoRA, is the actor itself with its adapters off
+    *(_m(f"actor_rollout_ref.actor.fsdp_config.{k}_offload", f"actor.fsdp_config.{k}_offload") for k in ("param", "optimizer")),
+    *(_ign(f"actor_rollout_ref.ref.fsdp_config.{k}_offload", "offloading the reference model (rl-core keeps it on the device; "
+           "with LoRA there is no reference copy: the actor with its adapters off)") for k in ("param", "optimizer")),
     *(_same(f"critic.{s}.{k}_offload", [False], _OFF, "a smaller critic.ppo_micro_batch_size_per_gpu", OFFLOAD)
       for s in ("fsdp", "model.fsdp_config") for k in ("param", "optimizer")),
     _same("actor_rollout_ref.*.fsdp_config.offload_policy", [False], _OFF + " (FSDP2 CPUOffloadPolicy)", "a smaller micro-batch", OFFLOAD),
@@ -206,9 +209,10 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.model.fused_kernel_options.*", "options of verl's fused LM-head kernel (see use_fused_kernels)"),
     _same("actor_rollout_ref.model.enable_activation_offload", [False], "activation offloading to CPU", "model.enable_gradient_checkpointing=true", OFFLOAD),
     _same("actor_rollout_ref.model.use_shm", [False], "loading the model through shared memory", "model.path (a local folder)"),
-    _same("actor_rollout_ref.model.lora_rank", [0], "LoRA training", "none yet", OFFLOAD),
-    _no("actor_rollout_ref.model.lora_*", "LoRA training", "none yet", OFFLOAD),
-    _no("actor_rollout_ref.model.target_modules", "LoRA training", "none yet", OFFLOAD),
+    # LoRA (rl_core.lora, docs/lora.md): verl's keys have rl-core's meaning ("all-linear" or a list of names)
+    *(_m(f"actor_rollout_ref.model.{k}", f"model.{k}") for k in ("lora_rank", "lora_alpha", "target_modules", "lora_adapter_path")),
+    _m("actor_rollout_ref.model.exclude_modules", "model.exclude_modules", lambda v: [] if v is None else v),
+    _no("actor_rollout_ref.model.lora_*", "this LoRA setting", "model.lora_rank, lora_alpha, target_modules, exclude_modules, lora_dropout, lora_adapter_path", "docs/lora.md"),
     _no("actor_rollout_ref.model.mtp.*", "multi-token-prediction (MTP) heads", "none"),
     _same("actor_rollout_ref.model.external_lib", [None], "importing a model library at start-up", "model.trust_remote_code"),
     _m("actor_rollout_ref.model.enable_gradient_checkpointing", "model.enable_gradient_checkpointing"),

@@ -1,0 +1,177 @@
+"""Issue #32's H100 acceptance runs: rl-core LoRA vs TRL + peft on the 7B anchor workload, and a 7B full fine-tune
+with CPU offload, each next to `rlcore check`'s memory estimate.
+
+    python bench/lora_gpu.py --base .gpu/qwen05b-gpt2 --data .gpu/gsm8k/train.parquet --out $OUT/lora_gpu   # one H100
+    python bench/lora_gpu.py --tiny --out /tmp/lora_gpu_tiny                                                  # CPU smoke
+
+The anchor (issue #32): TRL 1.16 ``GRPOTrainer`` + peft, Qwen2.5-7B's body with the GPT-2 vocabulary (6.9B
+parameters; the model folder is written from ``--base``'s tokenizer with Qwen2.5-7B's shape), random bf16
+weights, LoRA r=32 alpha=64 on all linear layers, 8 prompts x 8 samples, 128 + 256 tokens, beta 0, gradient
+checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the other (``--runs`` picks):
+
+- ``rlcore_lora``: ``bench/reference/grpo_reference.yaml`` (the same workload: hf rollout, coin reward, lr 1e-6)
+  with ``model.lora_rank=32 lora_alpha=64 target_modules=all-linear``, gradient checkpointing, ``--steps`` steps;
+- ``trl_lora``: ``bench/reference/trl_grpo.py --lora-rank 32`` on the same folder and data (under ``--trl-python``);
+- ``rlcore_offload``: the full fine-tune (no LoRA) with ``actor.fsdp_config.param_offload=true optimizer_offload=true``,
+  3 steps.
+
+Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
+(``perf/max_memory_allocated_gb``) are reported next to the estimate of ``rl_core.memory`` for the same config
+(what ``rlcore check`` prints), as ``OUT/results.json`` and ``OUT/README.md``. Acceptance: the LoRA step at most
+1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
+
+``--tiny``: a 2-layer model of the tiny test tokenizer and the fixture data on the CPU, 2 steps each, no TRL:
+checks that the configs resolve and every run goes through (what this file was smoked with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "bench" / "reference" / "grpo_reference.yaml"
+# Qwen2.5-7B's body (config.json of Qwen/Qwen2.5-7B); the vocabulary is the tokenizer's (GPT-2: 50,257 rows)
+SHAPE_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                tie_word_embeddings=False, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+LORA = ["model.lora_rank=32", "model.lora_alpha=64", "model.target_modules=all-linear"]
+OFFLOAD = ["actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true"]
+
+
+def make_model(base: Path | None, out: Path, tiny: bool) -> Path:
+    """A config-only model folder (random weights at load, ``model.random_init``): ``base``'s tokenizer, the 7B shape."""
+    if out.exists():
+        shutil.rmtree(out)
+    if tiny:
+        from rl_core.testing.tiny_model import make_tiny_model_dir
+
+        make_tiny_model_dir(out, "qwen2")
+        return out
+    out.mkdir(parents=True)
+    for f in base.iterdir():
+        if f.name != "config.json" and f.is_file() and not f.name.endswith((".safetensors", ".bin")):
+            shutil.copy(f, out / f.name)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg.update(SHAPE_7B)
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    return out
+
+
+def overrides(args, model: Path, run_dir: Path, extra: list[str], steps: int) -> list[str]:
+    common = [f"model.path={model}", f"trainer.output_dir={run_dir}", f"trainer.total_training_steps={steps}",
+              "model.enable_gradient_checkpointing=true", "model.compile=false", "trainer.loggers=[jsonl]"]
+    if args.tiny:
+        common += ["trainer.device=cpu", "model.dtype=float32", f"data.train_files=[{ROOT / 'tests/fixtures/data/tiny_gsm8k.jsonl'}]",
+                   "data.max_response_length=16", "data.max_prompt_length=64", "rollout.n=2", "data.train_batch_size=2",
+                   "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=4"]
+    else:
+        common += [f"data.train_files=[{args.data}]"]
+    return common + extra
+
+
+def estimate_gib(ov: list[str]) -> dict:
+    """``rl_core.memory``'s estimate for the config (the numbers ``rlcore check`` prints)."""
+    from rl_core.config.load import load_config
+    from rl_core.config.normalize import normalize
+    from rl_core.memory import estimate
+
+    config = load_config(str(CONFIG), ov)
+    config, sizes, _ = normalize(config)
+    est = estimate(config, sizes) if sizes is not None else None
+    if est is None:
+        return {"peak_gib": None}
+    return {"peak_gib": est.peak / 2**30, "lines": est.lines()}
+
+
+def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> dict:
+    run_dir = Path(args.work) / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    ov = overrides(args, model, run_dir, extra, steps)
+    cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *ov, "--no-progress"]
+    log = Path(args.out) / f"{name}.log"
+    start = time.time()
+    with open(log, "w") as f:
+        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.timeout)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()] if (run_dir / "metrics.jsonl").exists() else []
+    steps_s = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
+    peaks = [r["perf/max_memory_allocated_gb"] for r in rows if "perf/max_memory_allocated_gb" in r]
+    if rows:
+        shutil.copy(run_dir / "metrics.jsonl", Path(args.out) / f"{name}.metrics.jsonl")
+    est = estimate_gib([o for o in ov if not o.startswith("trainer.output_dir")])
+    return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s,
+            "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
+            "peak_gib": max(peaks) if peaks else None, "estimate_peak_gib": est["peak_gib"], "estimate": est.get("lines"),
+            "wall_s": time.time() - start, "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
+
+
+def run_trl(args, model: Path) -> dict:
+    out = Path(args.out) / "trl_lora.json"
+    cmd = [args.trl_python, str(ROOT / "bench/reference/trl_grpo.py"), "--model", str(model), "--data", str(args.data),
+           "--steps", str(args.steps), "--gradient-checkpointing", "1", "--lora-rank", "32", "--out", str(out)]
+    with open(Path(args.out) / "trl_lora.log", "w") as f:
+        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.timeout)
+    res = json.loads(out.read_text()) if out.exists() else {}
+    steps_s = res.get("step_s") or []
+    return {"exit": code, "step_s": steps_s, "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
+            "peak_gib": res.get("peak_mem_gib"), "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
+
+
+def report(results: dict, out: Path) -> None:
+    lines = ["# Issue #32 on one GPU: rl-core LoRA vs TRL + peft (7B anchor), 7B full fine-tune with offload", "",
+             f"{results['when']}; device {results['device']}; `python bench/lora_gpu.py {' '.join(results['argv'])}`", "",
+             "| run | exit | steps | median step (s) | peak GiB | estimate GiB | peak / estimate |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results["runs"].items():
+        ratio = f"{r['peak_gib'] / r['estimate_peak_gib']:.2f}" if r.get("peak_gib") and r.get("estimate_peak_gib") else "-"
+        fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else ("-" if v is None else str(v))  # noqa: E731
+        lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {fmt(r.get('peak_gib'))} | {fmt(r.get('estimate_peak_gib'))} | {ratio} |")
+    lora, trl = results["runs"].get("rlcore_lora"), results["runs"].get("trl_lora")
+    if lora and trl and lora["median_step_s"] and trl["median_step_s"]:
+        lines += ["", f"rl-core LoRA step / TRL + peft step: **{lora['median_step_s'] / trl['median_step_s']:.2f}** (acceptance <= 0.33, goal 0.20)"]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", type=Path, default=ROOT / ".gpu" / "qwen05b-gpt2", help="a model folder whose tokenizer to use")
+    ap.add_argument("--data", type=Path, default=ROOT / ".gpu" / "gsm8k" / "train.parquet")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/lora_gpu"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--runs", nargs="+", default=["rlcore_lora", "trl_lora", "rlcore_offload"])
+    ap.add_argument("--trl-python", default=sys.executable)
+    ap.add_argument("--timeout", type=int, default=1500, help="seconds per run")
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke: a 2-layer model, the fixture data, 2 steps, no TRL")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.tiny:
+        args.steps = 2
+        args.runs = [r for r in args.runs if r != "trl_lora"]
+    model = make_model(args.base, args.work / ("tiny-model" if args.tiny else "qwen7b-gpt2"), args.tiny)
+    import torch
+
+    results = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": argv if argv is not None else sys.argv[1:],
+               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "runs": {}}
+    for name in args.runs:
+        print(f"[{time.strftime('%H:%M:%S')}] {name}", flush=True)
+        if name == "rlcore_lora":
+            results["runs"][name] = run_rlcore(args, name, model, LORA, args.steps)
+        elif name == "rlcore_offload":
+            results["runs"][name] = run_rlcore(args, name, model, OFFLOAD, 3 if not args.tiny else 2)
+        elif name == "trl_lora":
+            results["runs"][name] = run_trl(args, model)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1))
+        print(json.dumps({k: v for k, v in results["runs"][name].items() if k not in ("estimate", "step_s")}), flush=True)
+    report(results, args.out)
+    print((args.out / "README.md").read_text())
+    return 0 if all(r["exit"] == 0 for r in results["runs"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
