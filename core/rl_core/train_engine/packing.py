@@ -6,9 +6,10 @@ row order, as one row ``[1, N]`` with each sequence's own position ids, and
 records where every response token's predicting hidden state lands. Attention
 keeps the sequences apart: the model runs with the attention implementation
 :data:`ATTENTION` (registered in transformers' ``AttentionInterface``), which
-splits the row at the sequence boundaries (``rlcore_seqlens``, passed down
-through the model's keyword arguments, so gradient checkpointing's recompute
-sees them too) and runs causal SDPA per sequence (``flash_attn_varlen_func``
+splits the row at the sequence boundaries (``rlcore_seqlens``, a CPU tensor
+passed down through the model's keyword arguments, so gradient checkpointing's
+recompute sees them too; the attention function is left out of
+``model.compile``'s graphs) and runs causal SDPA per sequence (``flash_attn_varlen_func``
 on CUDA where flash-attn is installed). Without ``rlcore_seqlens`` it is plain
 SDPA, so the same model also runs padded batches.
 
@@ -102,9 +103,11 @@ def unpack(p: Packed, values: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ attention
-def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seqlens: tuple[int, ...], scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
+def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, seqlens: tuple[int, ...] | torch.Tensor, scaling: float | None, dropout: float = 0.0) -> torch.Tensor:
     """Causal attention within each segment of a packed row: ``[1, H, N, d]`` (``key`` / ``value`` may have fewer
     heads: grouped-query attention) -> ``[1, H, N, d]``."""
+    if torch.is_tensor(seqlens):
+        seqlens = tuple(seqlens.tolist())
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
@@ -141,6 +144,7 @@ def _flash_varlen():
     return flash_attn_varlen_func
 
 
+@torch.compiler.disable  # model.compile: the decoder layers compile around it (no recompile per set of lengths)
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
     """transformers' attention-interface signature: per-segment attention with ``rlcore_seqlens``, plain SDPA without."""
     seqlens = kwargs.pop(SEQLENS_KW, None)
@@ -209,7 +213,8 @@ def _shard_slice(p: Packed, shard: SequenceShard | None) -> tuple[slice, int]:
 def _local(p: Packed, shard: SequenceShard | None) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any], torch.Tensor, torch.Tensor]:
     """(ids, positions, model kwargs, local predicting index, which response tokens are this rank's)."""
     sl, offset = _shard_slice(p, shard)
-    kw: dict[str, Any] = {SEQLENS_KW: p.seqlens}
+    # a CPU tensor, not a tuple: compiled decoder layers take it as an input instead of guarding on the lengths
+    kw: dict[str, Any] = {SEQLENS_KW: torch.tensor(p.seqlens, dtype=torch.int64)}
     if shard is not None and shard.size > 1:
         kw.update(shard.attention_kwargs())
     mine = (p.pred_index >= sl.start) & (p.pred_index < sl.stop)

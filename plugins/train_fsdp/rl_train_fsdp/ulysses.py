@@ -99,6 +99,7 @@ class _SumPassGrad(torch.autograd.Function):
         return grad, None
 
 
+@torch.compiler.disable  # collectives and per-sequence lengths stay out of model.compile's graphs
 def ulysses_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
     """transformers' attention-interface signature: ``[1, H, n, d]`` local tokens -> all-to-all -> per-sequence
     attention on the whole row with ``H / size`` heads -> all-to-all back; plain packed attention without a group."""
@@ -111,6 +112,6 @@ def ulysses_attention(module, query, key, value, attention_mask, dropout: float 
         r = kv_repeats(kv, sp.size)
         key, value = key.repeat_interleave(r, dim=1), value.repeat_interleave(r, dim=1)
     q, k, v = (_AllToAll.apply(t, sp.group, 1, 2) for t in (query, key, value))  # [1, heads / size, N, d]
-    out = segment_attention(q, k, v, tuple(seqlens), scaling, dropout if module.training else 0.0)
+    out = segment_attention(q, k, v, seqlens, scaling, dropout if module.training else 0.0)
     out = _AllToAll.apply(out, sp.group, 2, 1)  # [1, H, n, d]
     return out.transpose(1, 2).contiguous(), None
