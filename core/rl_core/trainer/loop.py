@@ -133,6 +133,12 @@ class Trainer:
             return None
         from rl_core.async_rl.pipeline import RolloutPipeline
 
+        if self.config.async_.max_staleness > 0 and not rollout_corr.correction_on(self.config):
+            logger.warning(
+                "async.max_staleness=%d: batches come from weights up to that many updates old and nothing reweights them; "
+                "set rollout.calculate_log_probs=true and algorithm.rollout_correction.rollout_is=token (TIS) to correct for it",
+                self.config.async_.max_staleness,
+            )
         pipeline = RolloutPipeline(
             rollout=self.cluster.pool("rollout"), train=self.cluster.pool("main"), async_cfg=self.config.async_,
             split=self._rollout_args, merge=self._merge_rollouts, draw=self.train_loader.next_batch, loader_state=self.train_loader.state_dict,
@@ -718,5 +724,11 @@ def describe_plan(stack: Stack) -> str:
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
+    if "rollout" in stack.sizes.pools:  # rl_core.async_rl
+        s = cfg.async_.max_staleness
+        lines.append(
+            f"rollout: {stack.sizes.pools['rollout'][0]} worker(s) of its own, weights sent after every update; "
+            + ("synchronous (async.max_staleness=0)" if s == 0 else f"off-policy by up to {s} version(s): step k+1 generates during step k's update")
+        )
     return "\n".join(lines)
 
