@@ -180,3 +180,33 @@ def test_a_rollout_pool_of_its_own_is_sized_and_async_needs_one():
     assert sizes is None and [p.key for p in problems] == ["async.max_staleness"] and "rollout.n_gpus_per_node" in problems[0].fix
     _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "trainer.placement=ray")
     assert sizes is None and "trainer.placement=local" in problems[0].fix
+
+
+def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(tmp_path):
+    """Two members of a gloo transfer group (threads of this process): many small buckets, mixed dtypes and shapes."""
+    import threading
+
+    from rl_core.async_rl.transfer import TransferGroup
+
+    torch.manual_seed(0)
+    sent = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.arange(6).reshape(2, 3)), ("d", torch.randn(0))]
+    store, got, counts = str(tmp_path / "store"), {}, {}
+
+    def member(rank):
+        group = TransferGroup(store, rank, 2, timeout_s=30)
+        if rank == 0:
+            counts["sent"] = group.send(iter(sent), bucket_bytes=16)  # a bucket every 16 bytes: several per run
+        else:
+            got.update(group.receive())
+        group.close()
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert counts["sent"] == (4, sum(t.numel() * t.element_size() for _, t in sent))
+    assert list(got) == [n for n, _ in sent]
+    for name, tensor in sent:
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name

@@ -73,7 +73,7 @@ class TransferGroup:
 
     # --------------------------------------------------------------- receive
     def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The tensors rank 0 sends, bucket by bucket, on this member's device."""
+        """The tensors rank 0 sends, bucket by bucket, on this member's device (each in storage of its own)."""
         while True:
             header = json.loads(self._bcast_bytes(None).decode())
             if header["last"]:
@@ -83,7 +83,8 @@ class TransferGroup:
             flat = self._bcast(torch.empty(sum(sizes), dtype=torch.uint8, device=self.device))
             offset = 0
             for (name, shape, dt), n in zip(specs, sizes):
-                yield name, flat[offset : offset + n].view(dt).reshape(shape)
+                # a copy of its own: aligned for its dtype whatever precedes it, and the bucket buffer can go
+                yield name, flat[offset : offset + n].clone().view(dt).reshape(shape)
                 offset += n
 
     def close(self) -> None:
@@ -157,7 +158,7 @@ def receive_weights(group: TransferGroup, engine: Any, *, version: int, engine_n
     from rl_core.weight_sync_check import verify_sync
 
     start = time.perf_counter()
-    received = [(name, t.clone()) for name, t in group.receive()]
+    received = list(group.receive())
     tap = WeightTap(received)
     engine.load_weights(tap)
     held = None
