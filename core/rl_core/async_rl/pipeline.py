@@ -29,6 +29,9 @@ from rl_core.batch import Batch
 from rl_core.placement.contract import WorkerMethod
 from rl_core.weight_sync_check import StaleWeightsError, compare_samples
 
+# seconds a failed transfer waits for a rollout worker's death to be reported (its sockets close first)
+DEATH_GRACE_S = 5.0
+
 
 @attrs.define
 class _Request:
@@ -89,7 +92,11 @@ class RolloutPipeline:
 
     def _named(self, exc: Exception, during: str) -> Exception:
         """A train-side failure of a collective with the rollout pool: name the rollout worker that died, if one did."""
-        dead = getattr(self.rollout, "dead_ranks", lambda: [])()
+        dead_ranks = getattr(self.rollout, "dead_ranks", lambda: [])
+        dead, deadline = dead_ranks(), time.monotonic() + DEATH_GRACE_S
+        while not dead and time.monotonic() < deadline:  # a killed peer's sockets close before its exit is reported
+            time.sleep(0.1)
+            dead = dead_ranks()
         if dead:
             from rl_core.placement.contract import WorkerError
 
