@@ -1,7 +1,7 @@
 """Issue #32's H100 acceptance runs: rl-core LoRA vs TRL + peft on the 7B anchor workload, and a 7B full fine-tune
 with CPU offload, each next to `rlcore check`'s memory estimate.
 
-    python bench/lora_gpu.py --base .gpu/qwen05b-gpt2 --data .gpu/gsm8k/train.parquet --out $OUT/lora_gpu   # one H100
+    python bench/lora_gpu.py --runs rlcore_lora --out $OUT/lora   # one H100; then --runs trl_lora, --runs rlcore_offload
     python bench/lora_gpu.py --tiny --out /tmp/lora_gpu_tiny                                                  # CPU smoke
 
 The anchor (issue #32): TRL 1.16 ``GRPOTrainer`` + peft, Qwen2.5-7B's body with the GPT-2 vocabulary (6.9B
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--runs", nargs="+", default=["rlcore_lora", "trl_lora", "rlcore_offload"])
     ap.add_argument("--trl-python", default=sys.executable)
-    ap.add_argument("--timeout", type=int, default=1500, help="seconds per run")
+    ap.add_argument("--timeout", type=int, default=560, help="seconds per run (the device tool allows 10 min a command: one run per call)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke: a 2-layer model, the fixture data, 2 steps, no TRL")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,8 @@ optimizer_offload
     56 GB of AdamW state never sits on one 80 GB GPU). AdamW is element-wise: the update is the one without
     offload.
 
-Host copies are pinned on CUDA (asynchronous copies). On a CPU-only machine the copies are host to host: the
-same code runs, so the CPU tests see the whole path.
+Host buffers are allocated once (pinned on CUDA) and reused at every phase. On a CPU-only machine the copies are
+host to host: the same code runs, so the CPU tests see the whole path.
 """
 
 from __future__ import annotations
@@ -25,37 +25,52 @@ import torch
 CHUNK_BYTES = 1 << 30  # optimizer state brought to the device at once
 
 
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    out = t.detach().to("cpu", copy=True)
-    return out.pin_memory() if t.is_cuda else out
+def _to(t: torch.Tensor, device: torch.device, cache: dict, key) -> torch.Tensor:
+    """``t`` copied to ``device``; to the host into a buffer kept in ``cache`` under ``key`` (allocated, and pinned on
+    CUDA, once: pinning tens of GB at every phase would cost more than the copy)."""
+    if device.type != "cpu":
+        return t.detach().to(device, copy=True, non_blocking=True)
+    host = cache.get(key)
+    if host is None or host.shape != t.shape or host.dtype != t.dtype:
+        host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+        cache[key] = host
+    if host.data_ptr() != t.data_ptr():
+        host.copy_(t.detach())
+    return host
 
 
-def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return _host_copy(t) if device.type == "cpu" else t.detach().to(device, copy=True, non_blocking=True)
+def _cache(owner) -> dict:
+    cache = getattr(owner, "_rl_host_copies", None)
+    if cache is None:
+        cache = {}
+        owner._rl_host_copies = cache
+    return cache
 
 
 def move_params(model: torch.nn.Module, device: torch.device) -> None:
-    """Copy every parameter and buffer of ``model`` to ``device`` (``cpu``: host memory) in place of the old storage."""
+    """Copy every parameter and buffer of ``model`` to ``device`` (``cpu``: its host buffers) in place of the old storage."""
+    cache = _cache(model)
     with torch.no_grad():
-        for p in model.parameters():
-            p.data = _to(p.data, device)
+        for i, p in enumerate(model.parameters()):
+            p.data = _to(p.data, device, cache, ("p", i))
             if p.grad is not None:
-                p.grad = _to(p.grad, device)
-        for module in model.modules():
+                p.grad = _to(p.grad, device, cache, ("g", i))
+        for j, module in enumerate(model.modules()):
             for name, buf in list(module._buffers.items()):
                 if buf is not None:
-                    module._buffers[name] = _to(buf, device)
+                    module._buffers[name] = _to(buf, device, cache, ("b", j, name))
 
 
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, params: list | None = None) -> None:
-    """Copy the state tensors of ``params`` (default: all) to ``device``."""
+    """Copy the state tensors of ``params`` (default: all) to ``device`` (the host: reused host buffers)."""
+    cache = _cache(optimizer)
     for p in params if params is not None else list(optimizer.state.keys()):
         state = optimizer.state.get(p)
         if not state:
             continue
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
-                state[key] = _to(value, device)
+                state[key] = _to(value, device, cache, (id(p), key))
 
 
 def _chunks(optimizer: torch.optim.Optimizer, chunk_bytes: int) -> Iterator[list[tuple[int, list]]]:
