@@ -105,10 +105,10 @@ class HybridWorker:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-        from rl_core.weight_sync_check import load_verified
+        from rl_core.weight_sync_check import load_verified  # the trainer's own view is in its names: not after a converter
 
         self._weight_version += 1
-        load_verified(self.rollout, weights, self.actor.sample_weights, engine_name=self.stack.config.rollout.name, version=self._weight_version)
+        load_verified(self.rollout, weights, self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
 
     # ------------------------------------------------- split pools (rl_core.async_rl)
