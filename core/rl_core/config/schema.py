@@ -227,7 +227,8 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = pos(16384, hint="tokens per micro-batch with use_dynamic_bsz, e.g. 16384")
     shuffle: bool = False
     # packed sequences (verl's spelling): the train forwards run each micro-batch's valid tokens as one row with
-    # per-sequence attention, no padding computed (rl_core.train_engine.packing); null = on where the model allows it
+    # per-sequence attention, no padding computed (rl_core.train_engine.packing); null = on where the model allows it,
+    # except where the shared-prompt forward runs (model.share_prompt_forward: unsharded CPU runs), measured faster there
     use_remove_padding: bool | None = None
     # Ulysses sequence parallelism (fsdp backend): each sequence split over this many ranks, heads exchanged around
     # attention; the data-parallel size is the world size / this (verl's spelling; also under fsdp_config in verl)

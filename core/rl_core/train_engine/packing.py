@@ -38,6 +38,7 @@ import attrs
 import torch
 
 ATTENTION = "rlcore_packed"
+DENSE_MASK_TOKENS = 8192  # CPU: packed rows up to this long use one masked SDPA call (an N x N bool mask, 64 MiB at most)
 SEQLENS_KW = "rlcore_seqlens"
 
 
@@ -118,6 +119,12 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [N, H, d]
         out = varlen(q, k, v, cu, cu, max(seqlens), max(seqlens), dropout_p=dropout, softmax_scale=scaling, causal=True)
         return out.transpose(0, 1).unsqueeze(0)
+    total = query.shape[2]
+    if not query.is_cuda and len(seqlens) > 1 and total <= DENSE_MASK_TOKENS:
+        # many short sequences on the CPU: one SDPA call with a block-diagonal causal mask beats a call per sequence
+        seg = torch.repeat_interleave(torch.arange(len(seqlens), device=query.device), torch.tensor(seqlens, device=query.device))
+        mask = (seg[:, None] == seg[None, :]).tril_()
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
     outs, start = [], 0
     for n in seqlens:
         end = start + n
@@ -269,10 +276,11 @@ def forward_values_packed(model: torch.nn.Module, p: Packed, shard: SequenceShar
     return unpack(p, _scatter_mine(out[0, local_pred, 0].float(), mine, shard))
 
 
-def packing_enabled(config: Any) -> bool:
-    """``actor.use_remove_padding`` (None: on)."""
+def packing_enabled(config: Any, *, share_prompts: bool = False) -> bool:
+    """``actor.use_remove_padding``; None: on, except where the backend runs the shared-prompt forward
+    (:mod:`rl_core.shared_prompt`, the CPU default), which measured faster for groups of responses to one prompt."""
     value = getattr(config.actor, "use_remove_padding", None)
-    return True if value is None else bool(value)
+    return (not share_prompts) if value is None else bool(value)
 
 
 __all__ = [

@@ -123,7 +123,7 @@ class FSDPBackend(TrainBackend):
         """Packed sequences (``actor.use_remove_padding``, on where exact) and Ulysses SP (``actor.ulysses_sequence_parallel_size``)."""
         sp = int(getattr(config.actor, "ulysses_sequence_parallel_size", 1) or 1)
         self.seq_parallel = None
-        self.packed = packing.packing_enabled(config) and packing.can_pack(model)
+        self.packed = packing.packing_enabled(config, share_prompts=self.share_prompts and self.role != "critic") and packing.can_pack(model)
         if sp > 1:
             if not packing.can_pack(model):
                 raise ValueError(

@@ -37,8 +37,8 @@ def _backend(model_dir, role, packed: bool | None, **model):
 @pytest.mark.parametrize("role", ["actor", "critic"])
 def test_packed_equals_padded(model_dir, role):
     batch = mixed_length_batch(PROMPTS, RESPONSES, seed=1)
-    padded, packed = _backend(model_dir, role, False), _backend(model_dir, role, None)  # None: the default (on)
-    assert not padded.packed and packed.packed, "packing is on by default for llama / qwen2 and off when asked"
+    padded, packed = _backend(model_dir, role, False), _backend(model_dir, role, True)
+    assert not padded.packed and packed.packed
     assert packed.model.config._attn_implementation == "rlcore_packed"
     loss_a, grads_a, heads_a = loss_and_grads(padded, batch)
     loss_b, grads_b, heads_b = loss_and_grads(packed, batch)
@@ -55,7 +55,15 @@ def test_packed_equals_padded(model_dir, role):
     assert any(g.abs().sum() > 0 for g in grads_b.values())
 
 
+def test_packing_default(model_dir):
+    """Unset: on, except for the actor / ref where the shared-prompt forward runs (the CPU default, measured faster for
+    groups of responses to one prompt); the critic has no shared-prompt forward."""
+    assert not _backend(model_dir, "ref", None).packed
+    assert _backend(model_dir, "ref", None, share_prompt_forward=False).packed
+    assert _backend(model_dir, "critic", None).packed
+
+
 def test_packing_is_off_where_not_exact(model_dir):
     """A sliding window in use is not what the packed attention computes: the backend keeps the padded layout."""
-    b = _backend(model_dir, "ref", None, override_config={"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0})
+    b = _backend(model_dir, "ref", True, override_config={"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0})
     assert not b.packed
