@@ -39,6 +39,7 @@ import torch
 
 ATTENTION = "rlcore_packed"
 DENSE_MASK_TOKENS = 8192  # CPU: packed rows up to this long use one masked SDPA call (an N x N bool mask, 64 MiB at most)
+DENSE_MASK_MEAN_LEN = 256  # ... when their sequences are this short on average
 SEQLENS_KW = "rlcore_seqlens"
 
 
@@ -120,8 +121,9 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
         out = varlen(q, k, v, cu, cu, max(seqlens), max(seqlens), dropout_p=dropout, softmax_scale=scaling, causal=True)
         return out.transpose(0, 1).unsqueeze(0)
     total = query.shape[2]
-    if not query.is_cuda and len(seqlens) > 1 and total <= DENSE_MASK_TOKENS:
+    if not query.is_cuda and len(seqlens) > 1 and total <= DENSE_MASK_TOKENS and total < DENSE_MASK_MEAN_LEN * len(seqlens):
         # many short sequences on the CPU: one SDPA call with a block-diagonal causal mask beats a call per sequence
+        # (bench/long_context/packing_cpu.py's long sequences, mean 352 tokens, measured faster with a call each)
         seg = torch.repeat_interleave(torch.arange(len(seqlens), device=query.device), torch.tensor(seqlens, device=query.device))
         mask = (seg[:, None] == seg[None, :]).tril_()
         return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)

@@ -67,3 +67,20 @@ def test_packing_is_off_where_not_exact(model_dir):
     """A sliding window in use is not what the packed attention computes: the backend keeps the padded layout."""
     b = _backend(model_dir, "ref", True, override_config={"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0})
     assert not b.packed
+
+
+def test_segment_attention_paths_agree():
+    """The CPU's two ways (one masked call for short sequences, a call per sequence for long ones) compute the same."""
+    from rl_core.train_engine import packing
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, 700, 8, generator=g) for h in (4, 2, 2))
+    per_call = packing.segment_attention(q, k, v, (300, 400), None)  # mean 350 tokens: a call each
+    old = packing.DENSE_MASK_MEAN_LEN
+    try:
+        packing.DENSE_MASK_MEAN_LEN = 10**6
+        masked = packing.segment_attention(q, k, v, torch.tensor([300, 400]), None)  # one masked call
+    finally:
+        packing.DENSE_MASK_MEAN_LEN = old
+    torch.testing.assert_close(masked, per_call, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(per_call[:, :, :300], packing.segment_attention(q[:, :, :300], k[:, :, :300], v[:, :, :300], (300,), None))
