@@ -113,7 +113,7 @@ def run_rank(rank: int, world: int, args, model_dir: str, device_name: str, dtyp
         out.meta["temperature"] = 1.0
         out["advantages"] = torch.randn(len(out), R, generator=gen) * out.tensors["response_mask"]
         start = time.perf_counter()
-        metrics = actor.update(out)
+        metrics = actor.update(out, on_policy=True)  # one mini-batch, no old log-prob pass, as the loop does
         sync()
         row["update"] = time.perf_counter() - start
         start = time.perf_counter()

@@ -124,8 +124,9 @@ def update_case(args, device: str, variant: str):
                                              weight_decay=o.defaults["weight_decay"], foreach=True)
         engine._scheduler = None
     batch = step_batch(args.rows, args.prompt, args.response, args.vocab)
-    engine.update(batch)  # warm-up (and compilation)
-    out = profile(lambda: engine.update(batch), device == "cuda")
+    on_policy = "old_log_probs" not in batch.tensors.keys()  # no old log-prob pass: one mini-batch, as the loop does
+    engine.update(batch, on_policy=on_policy)  # warm-up (and compilation)
+    out = profile(lambda: engine.update(batch, on_policy=on_policy), device == "cuda")
     del engine
     if device == "cuda":
         torch.cuda.empty_cache()

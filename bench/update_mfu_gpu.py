@@ -113,10 +113,11 @@ def _timed(fn, device: str) -> float:
 
 def measure(engine, batch, device: str, iters: int) -> tuple[float, float]:
     """(median seconds per update, peak GiB allocated during them)."""
-    engine.update(batch)  # warm-up
+    on_policy = "old_log_probs" not in batch.tensors.keys()  # no old log-prob pass: one mini-batch, as the loop does
+    engine.update(batch, on_policy=on_policy)  # warm-up
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    times = [_timed(lambda: engine.update(batch), device) for _ in range(iters)]
+    times = [_timed(lambda: engine.update(batch, on_policy=on_policy), device) for _ in range(iters)]
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
     return statistics.median(times), peak
 
