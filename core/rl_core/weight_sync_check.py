@@ -98,7 +98,7 @@ def compare_samples(sent: dict[str, torch.Tensor], held: dict[str, torch.Tensor]
             diff = float((want.double() - got.double()).abs().max()) if want.shape == got.shape else float("nan")
             stale.append(f"{name} (fingerprint sent {fingerprint(name, want):.6g}, held {fingerprint(name, got):.6g}; max |diff| {diff:.3g})")
     if stale:
-        shown = "; ".join(stale[:4]) + (f"; and {len(stale) - 4} more" if len(stale) > 4 else "")
+        shown = _first_four(stale)
         raise StaleWeightsError(
             f"weight sync check failed at weight version {version}: {where} kept stale weights: "
             f"{len(stale)} of {len(sent)} tensors differ from what the trainer sent: {shown}. "
@@ -125,7 +125,7 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
             diff = float((sent.double() - want.double()).abs().max())
             wrong.append(f"{name} (fingerprint sent {fingerprint(name, sent.float()):.6g}, trained {fingerprint(name, want.float()):.6g}; max |diff| {diff:.3g})")
     if wrong:
-        shown = "; ".join(wrong[:4]) + (f"; and {len(wrong) - 4} more" if len(wrong) > 4 else "")
+        shown = _first_four(wrong)
         raise StaleWeightsError(
             f"weight sync check failed at weight version {version}: the weights sent to the rollout engine {engine_name!r} "
             f"are not the policy being trained (LoRA adapters not merged, or an old copy): {len(wrong)} of {len(tap.values)} "
@@ -153,3 +153,8 @@ def sample_state(named: Iterable[tuple[str, torch.Tensor]], positions: dict[str,
     """An engine's ``sample_weights`` over its own named tensors (e.g. ``model.state_dict()``)."""
     named = dict(named)
     return {name: gather(named[name], pos) for name, pos in positions.items() if name in named}
+
+
+def _first_four(problems: list[str]) -> str:
+    """The first four tensors named in a sync-check error, and how many more."""
+    return "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
