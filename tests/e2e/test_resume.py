@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rl_core.testing.bounded_run import communicate_bounded
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
@@ -26,7 +27,7 @@ def _train(cfg: Path, *overrides: str, **kw) -> subprocess.Popen:
 
 def _run_to_end(cfg: Path, *overrides: str) -> str:
     proc = _train(cfg, *overrides)
-    out, _ = proc.communicate(timeout=600)
+    out = communicate_bounded(proc, timeout=600)
     assert proc.returncode == 0, out
     return out
 

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from rl_core import __version__
+from rl_core import __version__, stack_dump
 from rl_core.placement.contract import WorkerError
 from rl_core.problems import ConfigError, UserError
 from rl_core.secrets import mask_text
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stack_dump.install()  # `kill -USR1 <pid>` prints every thread's stack (a run that seems stuck)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # overrides may come after flags: `rlcore train run.yaml --dry-run rollout.n=8`

@@ -90,6 +90,9 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
     from rl_core.trainer.stopping import ignore_stop_signals
 
     ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
+    from rl_core import stack_dump
+
+    stack_dump.install()  # `kill -USR1 <worker pid>`: its stacks, as in the controller
     os.environ.update(env)
     import torch
     import torch.distributed as dist

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rl_core.testing.bounded_run import communicate_bounded
 from rl_core.testing.tiny_run import write_tiny_run
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
@@ -67,7 +68,7 @@ def _train(cfg: Path) -> subprocess.Popen:
 
 def _run_to_end(cfg: Path) -> str:
     proc = _train(cfg)
-    out, _ = proc.communicate(timeout=600)
+    out = communicate_bounded(proc, timeout=600)  # a hang fails with every process's stack, not a bare timeout
     assert proc.returncode == 0, out[-6000:]
     return out
 
