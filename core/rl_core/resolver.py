@@ -218,6 +218,11 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
                 fix="set rollout.n to 4 or more (e.g. rollout.n=8), or use algorithm.adv_estimator=gae with a critic",
             )
         )
+    if estimator.needs_greedy_baseline and config.algorithm.filter_groups.enable:
+        problems.append(Problem(key="algorithm.filter_groups.enable",
+                                what=f"is true with algorithm.adv_estimator={name}, whose greedy baseline is generated for the step's prompts: "
+                                "dynamic sampling draws its prompts over several rounds, and rl-core does not generate a baseline per round",
+                                fix="set algorithm.filter_groups.enable=false, or use a group estimator (e.g. algorithm.adv_estimator=grpo)"))
     if config.ref.enable and train is not None and "ref" not in train.roles:
         problems.append(Problem(key="train.name", what=f"a KL term needs a reference model but train backend {train.name!r} has no ref role", fix="disable the KL term or pick another train backend"))
 

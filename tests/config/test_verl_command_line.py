@@ -156,7 +156,9 @@ def test_laptop_check_of_a_gpu_config(capsys):
     assert "for 8 x cuda 80 GiB" in err
     assert main(["check", "--quiet", "--target", "gpu:4x80GB", *gpu, "trainer.n_gpus_per_node=8"]) == 1
     assert "the target 4 x cuda 80 GiB has 4 per node" in capsys.readouterr().err
-    assert main(["check", "--quiet", "--skip-device-check", *gpu, "trainer.nnodes=2"]) == 1
+    # verl runs on Ray: the verl profile places a job over several nodes with trainer.placement=ray; local is refused
+    assert main(["check", "--quiet", "--skip-device-check", *gpu, "trainer.nnodes=2"]) == 0, capsys.readouterr().err
+    assert main(["check", "--quiet", "--skip-device-check", *gpu, "trainer.nnodes=2", "trainer.placement=local"]) == 1
     assert "trainer.placement=ray" in capsys.readouterr().err
     assert main(["check", "--target", "tpu:8", *gpu]) != 0
     assert "--target: 'tpu:8' is not a machine description" in capsys.readouterr().err

@@ -16,6 +16,7 @@ module                          what
 ``entropy``                     entropy / log-probs from logits
 ``actor_loss``                  ``compute_actor_loss`` / ``compute_critic_loss``
 ``metrics``                     advantage / return statistics
+``group_filter``                DAPO's group filter (groups of equal scores)
 ``builtin``                     registers the built-ins through the public hooks
 ==============================  ==============================================
 

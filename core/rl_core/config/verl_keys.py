@@ -116,6 +116,14 @@ _DYN = "rl-core forms the log-prob passes' micro-batches like the update's (acto
 _OFF = "offloading parameters / gradients / optimizer states to CPU"
 _PERF = "a speed / memory knob of verl's implementation; rl-core computes the same values its own way"
 
+_OVERLONG = ("reward_model.reward_kwargs.overlong_buffer_cfg", "reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer")
+_OVERLONG_KEYS = (
+    ("enable", "enable", None, "DAPO's overlong-response penalty on the training rewards (validation scores are left as the task scores them)"),
+    ("len", "buffer_length", lambda v: None if norm(v) == 0 else v, "the buffer L in tokens (verl's 0 = unset)"),
+    ("penalty_factor", "penalty_factor", None, ""),
+    ("log", "log", None, "reward/overlong_penalty_mean and reward/overlong_fraction in the metrics"),
+)
+
 #: per-role prefixes verl repeats: the actor's, the reference model's and the critic's settings
 _ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 
@@ -338,7 +346,7 @@ RULES: tuple[Rule, ...] = (
     _no("data.custom_cls.*", "a custom dataset class (code named in the config)", "rlcore data (convert the data to rows)"),
     _tie("data.tool_config_path", "rollout.multi_turn.tool_config_path", "the tools of multi-turn rollouts (verl's data copy of the rollout's key)"),
     _no("data.function_tool_path", "tools defined as Python functions in a file (code named in the config)", "rollout.multi_turn.tools (registered tools)", MULTI_TURN),
-    _same("data.gen_batch_size", [None], "generating more prompts than a step uses (DAPO's dynamic sampling)", "data.train_batch_size"),
+    _m("data.gen_batch_size", "data.gen_batch_size", note="prompts per generation round of DAPO's dynamic sampling (algorithm.filter_groups)"),
     _no("data.datagen.*", "generating data with a custom class", "data.train_generator"),
     _tie("data.trust_remote_code", "model.trust_remote_code", "the tokenizer / processor follow model.trust_remote_code"),
     # ---------------------------------------------------------------- trainer
@@ -362,8 +370,11 @@ RULES: tuple[Rule, ...] = (
     _no("trainer.rollout_data_dir", "dumping rollouts to a folder", "trainer.log_val_generations; the jsonl logger"),
     _no("trainer.validation_data_dir", "dumping validation generations to a folder", "trainer.log_val_generations"),
     # ---------------------------------------------------------------- algorithm
-    _no("algorithm.filter_groups.*", "DAPO's dynamic sampling (dropping groups of equal rewards and sampling more)",
-        "actor.skip_zero_advantage_rows (leaves such groups out of the update)"),
+    _m("algorithm.filter_groups.{enable,metric,max_num_gen_batches}", "algorithm.filter_groups.*",
+       note="DAPO's dynamic sampling (rl_core.trainer.dynamic_sampling): rounds of data.gen_batch_size prompts, groups of equal "
+            "metric dropped, until data.train_batch_size groups are kept; metric seq_final_reward is refused with algorithm.use_kl_in_reward"),
+    _ign("algorithm.filter_groups._target_", "the Python class verl builds the section with"),
+    _no("algorithm.filter_groups.*", "this dynamic-sampling setting", "algorithm.filter_groups.enable / metric / max_num_gen_batches"),
     _same("algorithm.use_pf_ppo", [False], "PF-PPO (reweighting samples by reward)", "none"),
     _no("algorithm.pf_ppo.*", "PF-PPO", "none"),
     _no("algorithm.gdpo_reward_keys", "GDPO's per-component rewards", "algorithm.adv_estimator"),
@@ -372,8 +383,13 @@ RULES: tuple[Rule, ...] = (
             "a per-sample reward function; reward.num_workers scores in parallel processes")
       for k in ("reward_model.reward_manager", "reward.reward_manager.name")),
     _m("reward.num_workers", "reward.num_workers"),
-    _no("reward_model.reward_kwargs.overlong_buffer_cfg.*", "DAPO's overlong-response penalty", "a custom reward function (reward.custom.path)"),
-    _no("reward.reward_kwargs.overlong_buffer_cfg.*", "DAPO's overlong-response penalty", "a custom reward function (reward.custom.path)"),
+    # DAPO's overlong-response penalty (rl_core.rewards.overlong); reward_model.overlong_buffer.* is the older DAPO recipe's spelling
+    *(_m(f"{p}.{k}", f"reward.overlong_penalty.{ours}", conv, note=note)
+      for p in _OVERLONG for k, ours, conv, note in _OVERLONG_KEYS),
+    *(_no(f"{p}.*", "this overlong-buffer setting", "reward.overlong_penalty.enable / buffer_length / penalty_factor / log") for p in _OVERLONG),
+    *(_m(f"{p}.max_resp_len", "reward.overlong_penalty.max_response_length",
+         note="the length the overlong penalty counts back from (verl's DAPO reward manager reads it for nothing else)")
+      for p in ("reward_model.reward_kwargs", "reward.reward_kwargs")),
     _m("reward_model.reward_kwargs.*", "reward.kwargs.*"),
     _m("reward.reward_kwargs.*", "reward.kwargs.*"),
     _no("reward_model.launch_reward_fn_async", "scoring asynchronously with the next step's generation", "reward.num_workers"),

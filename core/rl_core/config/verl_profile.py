@@ -34,6 +34,15 @@ VERL_DEFAULTS: dict[str, Any] = {
 }
 #: verl's trainer.default_local_dir: checkpoints/${trainer.project_name}/${trainer.experiment_name}
 OUTPUT_DIR = "trainer.output_dir"
+#: verl runs every job on Ray: a config over several nodes (trainer.nnodes > 1) gets trainer.placement=ray
+PLACEMENT = "trainer.placement"
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
 
 
 def get_dotted(tree: dict[str, Any], key: str, missing: Any = None) -> Any:
@@ -49,6 +58,8 @@ def unset_defaults(tree: dict[str, Any]) -> list[tuple[str, Any]]:
     """``(rl-core key, verl's value)`` for every profile default the config ``tree`` leaves unset."""
     marker = object()
     out = [(k, v) for k, v in VERL_DEFAULTS.items() if get_dotted(tree, k, marker) is marker]
+    if get_dotted(tree, PLACEMENT, marker) is marker and _int(get_dotted(tree, "trainer.nnodes", 1)) > 1:
+        out.append((PLACEMENT, "ray"))  # verl always runs on Ray; rl-core's local placement is one machine
     if get_dotted(tree, OUTPUT_DIR, marker) is marker:
         project = get_dotted(tree, "trainer.project_name", VERL_DEFAULTS["trainer.project_name"])
         experiment = get_dotted(tree, "trainer.experiment_name", VERL_DEFAULTS["trainer.experiment_name"])

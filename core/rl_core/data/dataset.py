@@ -451,7 +451,7 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     train = load_prompt_dataset(data, tokenizer, "train", tools)
     train_loader = PromptLoader(
         train,
-        data.train_batch_size,
+        getattr(data, "gen_batch_size", None) or data.train_batch_size,  # dynamic sampling draws rounds of gen_batch_size
         shuffle=data.shuffle,
         seed=data.seed if data.seed is not None else seed,
         drop_last=True,

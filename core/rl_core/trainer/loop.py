@@ -59,6 +59,7 @@ from rl_core.trainer.outputs import (
     write_config,
     write_failure,
 )
+from rl_core.trainer.dynamic_sampling import collect_groups, filter_values, merge_round_metrics
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
@@ -80,6 +81,7 @@ class Trainer:
         from rl_core.data.dataset import build_loaders
         from rl_core.modeling import load_tokenizer
         from rl_core.rewards.manager import RewardManager
+        from rl_core.rewards.overlong import OverlongPenalty
 
         self.stack = stack
         self.config = cfg = stack.config
@@ -110,6 +112,7 @@ class Trainer:
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager.for_stack(stack)  # the resolver's reward function and cards
+        self.overlong = OverlongPenalty.from_config(cfg)  # reward.overlong_penalty (DAPO), None when off
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
@@ -255,17 +258,28 @@ class Trainer:
             masks = torch.stack([final[r] if isinstance(i, dict) and "agent" in i else masks[r] for r, i in enumerate(infos)])
         return [self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True) for ids, m in zip(batch["responses"], masks)]
 
-    def score(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def score(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+        scores, metrics, _raw, _extras = self.score_rows(batch, train=train)
+        return scores, metrics
+
+    def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
+        """``(scores, metrics, scores before the overlong penalty, the reward function's per-row dicts)``; training
+        rewards (``train``) get reward.overlong_penalty (rl_core.rewards.overlong), validation scores do not."""
         from rl_core.rewards.manager import scores_to_token_level
+        from rl_core.rewards.overlong import response_lengths
 
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
         model = (lambda rows: self._model_rewards(batch, rows, seconds)) if self.config.reward_model.enable else None
-        scores, metrics, _extra = self.reward.score(batch, model=model)
+        raw, metrics, extras = self.reward.score(batch, model=model)
         if seconds:
             metrics["timing_s/reward_model"] = sum(seconds)
+        scores = raw
+        if train and self.overlong is not None:
+            scores, penalty_metrics = self.overlong.apply(raw, response_lengths(batch))
+            metrics.update(penalty_metrics)
         batch["token_level_scores"] = scores_to_token_level(scores, batch["response_mask"])
-        return scores, metrics
+        return scores, metrics, raw, extras
 
     def _model_rewards(self, batch: Batch, rows, seconds: list[float]) -> dict[int, Any]:
         """The reward model's outcomes for ``rows``: texts (decoded with the policy's tokenizer) go to the workers
@@ -283,27 +297,58 @@ class Trainer:
         seconds.append(time.perf_counter() - start)
         return {req.index: outcome for share, got in zip(shares, results) for req, outcome in zip(share, got)}
 
+    def _generate_and_score(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> tuple[Batch, list[float] | None]:
+        """One round: generate and score ``prompts``; with algorithm.filter_groups, each row's filter value too."""
+        with timed(t, "gen"):
+            if self.pipeline is None:
+                batch = self.generate(prompts, self.sampling(step=step))
+            else:  # split pools: this step's batch (maybe generated during the last update), then the next one's start
+                batch, async_metrics = self.pipeline.batch(step, self.sampling(step=step), trainer_version=step - 1)
+                metrics.update(async_metrics)
+                if step < self.total_steps:
+                    self.pipeline.prefetch(step + 1, self.sampling(step=step + 1))
+            if "rollout_log_probs" in batch:
+                check_finite(batch["rollout_log_probs"], stage="gen", role="rollout", tensor="rollout log-probs", mask=batch["response_mask"])
+        with timed(t, "reward"):
+            scores, reward_metrics, raw, extras = self.score_rows(batch)
+            check_finite(scores, stage="reward", role="reward", tensor="reward scores")
+            metrics.update(reward_metrics)
+            metrics.update(self._reward_health(step, len(scores), reward_metrics))
+        f = self.config.algorithm.filter_groups
+        return batch, (filter_values(f.metric, scores=scores, raw_scores=raw, extras=extras) if f.enable else None)
+
+    def _dynamic_sampling(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
+        """algorithm.filter_groups (rl_core.trainer.dynamic_sampling): the step's batch of data.train_batch_size groups."""
+        from rl_core.data.dataset import pad_token_id_of
+
+        rounds: list[tuple[int, dict[str, float]]] = []
+
+        def run_round(p: Batch) -> tuple[Batch, list[float]]:
+            got: dict[str, float] = {}
+            batch, values = self._generate_and_score(p, step, t, got)
+            rounds.append((len(batch), got))
+            return batch, values or []
+
+        f = self.config.algorithm.filter_groups
+        batch, ds_metrics = collect_groups(
+            prompts, run_round=run_round, draw=self.train_loader.next_batch, groups_needed=self.config.data.train_batch_size,
+            max_rounds=f.max_num_gen_batches, pad_token_id=pad_token_id_of(self.tokenizer), metric=f.metric, step=step,
+            counters=COUNTER_PREFIXES,
+        )
+        metrics.update(merge_round_metrics(rounds))
+        metrics.update(ds_metrics)
+        return batch
+
     def train_step(self, prompts: Batch, step: int) -> dict[str, float]:
         cfg = self.config
         t: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with timed(t, "step"):
-            with timed(t, "gen"):
-                if self.pipeline is None:
-                    batch = self.generate(prompts, self.sampling(step=step))
-                else:  # split pools: this step's batch (maybe generated during the last update), then the next one's start
-                    batch, async_metrics = self.pipeline.batch(step, self.sampling(step=step), trainer_version=step - 1)
-                    metrics.update(async_metrics)
-                    if step < self.total_steps:
-                        self.pipeline.prefetch(step + 1, self.sampling(step=step + 1))
-                mask = batch["response_mask"]
-                if "rollout_log_probs" in batch:
-                    check_finite(batch["rollout_log_probs"], stage="gen", role="rollout", tensor="rollout log-probs", mask=mask)
-            with timed(t, "reward"):
-                scores, reward_metrics = self.score(batch)
-                check_finite(scores, stage="reward", role="reward", tensor="reward scores")
-                metrics.update(reward_metrics)
-                metrics.update(self._reward_health(step, len(scores), reward_metrics))
+            if cfg.algorithm.filter_groups.enable:  # DAPO's dynamic sampling: rounds until enough groups differ
+                batch = self._dynamic_sampling(prompts, step, t, metrics)
+            else:
+                batch, _values = self._generate_and_score(prompts, step, t, metrics)
+            mask = batch["response_mask"]
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):
                     greedy = self.generate(prompts, self.sampling(greedy=True, step=step))
@@ -430,7 +475,7 @@ class Trainer:
         with timed(t, "validate"):
             for prompts in self.val_loader.iterate_once():
                 batch = self.generate(prompts, self.validation_sampling())
-                scores, reward_metrics = self.score(batch)
+                scores, reward_metrics = self.score(batch, train=False)
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)

@@ -1,0 +1,54 @@
+"""DAPO as verl-recipe writes it: dynamic sampling and the overlong buffer map onto rl-core's keys, or are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_core.config.load import load_config, load_report
+
+V = "actor_rollout_ref"
+DAPO = ["algorithm.adv_estimator=grpo", "data.train_batch_size=4", "data.gen_batch_size=12", "data.max_response_length=64", f"{V}.rollout.n=2",
+        "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc", "algorithm.filter_groups.max_num_gen_batches=10"]
+
+
+def _errors(*overrides):
+    return [p for p in load_report(None, list(overrides)).problems if p.severity == "error"]
+
+
+@pytest.mark.parametrize("prefix", ["+reward_model.reward_kwargs.overlong_buffer_cfg", "reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer"])
+def test_dapo_keys_map(prefix):
+    kwargs = "reward" if prefix.startswith("reward.") else "+reward_model"
+    cfg = load_config(None, [*DAPO, f"{prefix}.enable=True", f"{prefix}.len=16", f"{prefix}.penalty_factor=0.5", f"{prefix}.log=True",
+                             f"{kwargs}.reward_kwargs.max_resp_len=48"])
+    f, o = cfg.algorithm.filter_groups, cfg.reward.overlong_penalty
+    assert (f.enable, f.metric, f.max_num_gen_batches, cfg.data.gen_batch_size) == (True, "acc", 10, 12)
+    assert (o.enable, o.buffer_length, o.penalty_factor, o.log, o.max_response_length) == (True, 16, 0.5, True, 48)
+    assert cfg.reward.kwargs == {}  # max_resp_len is the penalty's, not passed to the reward function
+
+
+def test_dapo_yaml_defaults_are_accepted_off():
+    # dapo_trainer.yaml's own defaults: len 0 and metric null while off
+    cfg = load_config(None, ["reward.reward_kwargs.overlong_buffer_cfg.enable=False", "reward.reward_kwargs.overlong_buffer_cfg.len=0",
+                             "algorithm.filter_groups.enable=False", "algorithm.filter_groups.metric=null", "data.gen_batch_size=8", "data.train_batch_size=8"])
+    assert not cfg.reward.overlong_penalty.enable and cfg.reward.overlong_penalty.buffer_length is None
+
+
+@pytest.mark.parametrize("overrides, key, words", [
+    (["algorithm.filter_groups.enable=True"], "algorithm.filter_groups.metric", "is not set"),
+    ([*DAPO, "algorithm.filter_groups.metric=seq_final_reward", "algorithm.use_kl_in_reward=True"], "algorithm.filter_groups.metric", "rl-core filters before"),
+    (["data.gen_batch_size=16", "data.train_batch_size=8"], "data.gen_batch_size", "only dynamic sampling"),
+    ([*DAPO, "rollout.n_gpus_per_node=1"], "algorithm.filter_groups.enable", "synchronous loop only"),
+    (["reward.reward_kwargs.overlong_buffer_cfg.enable=True"], "reward.reward_kwargs.overlong_buffer_cfg.enable", "buffer_length"),
+    (["reward.overlong_penalty.enable=true", "reward.overlong_penalty.buffer_length=600", "data.max_response_length=512"], "reward.overlong_penalty.buffer_length", "longer than"),
+    (["algorithm.filter_groups.threshold=1"], "algorithm.filter_groups.threshold", "verl feature rl-core does not have"),
+])
+def test_dapo_refusals_name_the_key(overrides, key, words):
+    problems = _errors(*overrides)
+    assert problems, overrides
+    assert any(words in p.what + p.fix for p in problems), [p.render() for p in problems]
+
+
+def test_verl_profile_puts_several_nodes_on_ray():
+    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=2"]).trainer.placement == "ray"
+    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=1"]).trainer.placement == "local"
+    assert load_config(None, ["rollout.n=2", "trainer.nnodes=2"], profile="rl-core").trainer.placement == "local"
