@@ -56,13 +56,13 @@ def _inject_loss(monkeypatch, at_step):
 def _inject_rewards(monkeypatch, at_step):
     from rl_core.trainer.loop import Trainer
 
-    original = Trainer.score
+    original = Trainer.score_rows  # the training path's scoring (Trainer.score wraps it)
 
-    def score(self, batch):
-        scores, metrics = original(self, batch)
-        return (_poison(scores, math.inf) if at_step() == BAD_STEP else scores), metrics
+    def score_rows(self, batch, *, train=True):
+        scores, metrics, raw, extras = original(self, batch, train=train)
+        return (_poison(scores, math.inf) if at_step() == BAD_STEP else scores), metrics, raw, extras
 
-    monkeypatch.setattr(Trainer, "score", score)
+    monkeypatch.setattr(Trainer, "score_rows", score_rows)
 
 
 def _inject_log_probs(monkeypatch, at_step):
