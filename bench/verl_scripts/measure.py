@@ -61,8 +61,8 @@ def main() -> None:
              f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine) - len(dapo)} more are of verl features rl-core lacks "
              f"({', '.join(OTHER)}).", "",
              f"verl-recipe's DAPO scripts (commit {d.get('recipe_commit', '?')}; recipe.dapo.main_dapo): "
-             f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (DAPO's dynamic sampling, "
-             "algorithm.filter_groups, is a verl feature rl-core does not have).", ""]
+             f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (dynamic sampling and the overlong penalty map "
+             "onto algorithm.filter_groups.* / reward.overlong_penalty.*; the rest stop on the refusals listed below).", ""]
     for label, refs in (("offload (issue #32)", ("#32",)), ("offload and Ulysses (issues #32, #33)", ("#32", "#33"))):
         n = sum(1 for e in mine.values() if e and all(any(r in p.fix for r in refs) for p in e))
         lines.append(f"- would also resolve if rl-core had {label}: {n} more ({len(ok) + n} of {len(mine)})")

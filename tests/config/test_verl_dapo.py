@@ -52,3 +52,27 @@ def test_verl_profile_puts_several_nodes_on_ray():
     assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=2"]).trainer.placement == "ray"
     assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=1"]).trainer.placement == "local"
     assert load_config(None, ["rollout.n=2", "trainer.nnodes=2"], profile="rl-core").trainer.placement == "local"
+
+
+def test_gen_batch_size_without_dynamic_sampling_is_the_step_batch_as_in_verl():
+    loaded = load_report(None, [f"{V}.rollout.n=2", "data.gen_batch_size=48", "data.train_batch_size=16", "algorithm.filter_groups.enable=False"])
+    assert loaded.config.data.train_batch_size == 48 and loaded.config.data.gen_batch_size is None
+    (w,) = [p for p in loaded.problems if p.key == "data.gen_batch_size"]
+    assert w.severity == "warning" and "verl trains each step on all 48 generated prompts" in w.what
+
+
+def test_more_verl_keys_map_or_are_refused_by_name():
+    cfg = load_config(None, [f"+{V}.actor.fsdp_config.mixed_precision.reduce_dtype=bf16", f"{V}.actor.ppo_micro_batch_size=null",
+                             f"{V}.rollout.log_prob_micro_batch_size=null"])
+    assert cfg.actor.fsdp_config.reduce_dtype == "bfloat16"
+    (p,) = _errors(f"{V}.rollout.log_prob_micro_batch_size=8")
+    assert "global micro-batch size" in p.what and "log_prob_micro_batch_size_per_gpu" in p.fix
+    (p,) = _errors("algorithm.rollout_correction.rollout_rs_threshold_lower=0.99")
+    assert "LOWER_UPPER" in p.fix
+
+
+def test_the_megatron_backend_refuses_an_fsdp_reduce_dtype():
+    plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
+    (p,) = plugin.check_unsupported_options(load_config(None, ["actor.fsdp_config.reduce_dtype=bfloat16"]))
+    assert p.key == "actor.fsdp_config.reduce_dtype" and "reduces gradients in float32" in p.what
+    assert plugin.check_unsupported_options(load_config(None, [])) == []

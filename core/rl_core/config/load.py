@@ -29,7 +29,7 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
-from rl_core.config.verl_profile import get_dotted, unset_defaults
+from rl_core.config.verl_profile import generated_batch, get_dotted, unset_defaults
 from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
@@ -381,6 +381,9 @@ def load_report(
         for key, value in unset_defaults(tree):
             applied.append((key, value, get_dotted(own, key)))
             set_dotted(tree, key, value)
+        batch = generated_batch(tree)  # data.gen_batch_size without dynamic sampling: the step's batch, as in verl
+        if batch is not None:
+            problems.append(batch)
     config = structure(RunConfig, tree, "", problems)
     seen = {p.key for p in problems}
     problems.extend(p for p in check_config(config) if p.key not in seen)

@@ -215,6 +215,9 @@ class FsdpConfig:
 
     param_offload: bool = False  # the actor's parameters live in host memory between phases (log-prob pass, update)
     optimizer_offload: bool = False  # AdamW's state lives in host memory; the step brings it to the device chunk by chunk
+    # the dtype the actor's gradients are reduced in across ranks when sharded (FSDP2 MixedPrecisionPolicy.reduce_dtype);
+    # bfloat16 halves the reduction's traffic at some precision (verl's fsdp_config.mixed_precision.reduce_dtype)
+    reduce_dtype: str = choice("float32", ("float32", "bfloat16"))
 
 
 @attrs.frozen(kw_only=True)

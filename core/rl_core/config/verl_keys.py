@@ -106,6 +106,10 @@ def _resume(value: Any) -> Any:
     return {"auto": True, "disable": False}.get(v, value)
 
 
+def _dtype_name(value: Any) -> Any:
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(str(value).lower(), value)
+
+
 def _loggers(value: Any) -> Any:
     items = value if isinstance(value, (list, tuple)) else [value]
     return ["console" if str(x) == "console" else str(x) for x in items]
@@ -202,7 +206,10 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.*.fsdp_config.model_dtype", ["fp32", "float32", "bfloat16", "bf16"],
           "FSDP parameters kept in half precision", "model.dtype"),
     _same("actor_rollout_ref.*.fsdp_config.mixed_precision.param_dtype", ["bf16", "bfloat16"], "FSDP mixed precision other than bfloat16 parameters", "model.dtype"),
-    _same("actor_rollout_ref.*.fsdp_config.mixed_precision.{reduce_dtype,buffer_dtype}", ["fp32", "float32"], "FSDP mixed precision other than float32 reduction", "model.dtype"),
+    _m("actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype", "actor.fsdp_config.reduce_dtype", _dtype_name,
+       note="the dtype the actor's gradients are reduced in across ranks (FSDP2 MixedPrecisionPolicy); float32 / bfloat16"),
+    _ign("actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype", "the reference model computes no gradients, so there is nothing to reduce"),
+    _same("actor_rollout_ref.*.fsdp_config.mixed_precision.buffer_dtype", ["fp32", "float32"], "FSDP buffers in a dtype other than float32", "model.dtype"),
     _no("actor_rollout_ref.*.fsdp_config.turbo_config.*", "verl's fsdp_turbo engine", "train.name=fsdp"),
     _no("actor_rollout_ref.*.veomni.*", "verl's VeOmni engine", "train.name=fsdp or megatron"),
     _no("actor_rollout_ref.*.torchtitan.*", "verl's torchtitan engine", "train.name=fsdp or megatron"),
@@ -255,6 +262,10 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.actor.checkpoint.strict", "strict checkpoint loading: rl-core always checks a checkpoint against the model"),
     _same("actor_rollout_ref.actor.pad_to_length", [None], "padding every batch to a fixed length", "none (rl-core pads to the batch's longest row)"),
     _no("actor_rollout_ref.*.profiler.*", "verl's per-role profiler", "rlcore train's step timings (timing/* metrics)"),
+    _same("actor_rollout_ref.actor.ppo_micro_batch_size", [None], "a global micro-batch size (verl's deprecated spelling)",
+          "actor.ppo_micro_batch_size_per_gpu (sequences per rank)"),
+    _same("actor_rollout_ref.{rollout,ref}.log_prob_micro_batch_size", [None], "a global micro-batch size (verl's deprecated spelling)",
+          "actor.log_prob_micro_batch_size_per_gpu (sequences per rank)"),
     _tie("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "actor.use_dynamic_bsz", _DYN),
     *(Rule(pattern=f"actor_rollout_ref.{r}.log_prob_max_token_len_per_gpu", kind=TIE, target="actor.ppo_max_token_len_per_gpu", soft=True,
            note=_DYN + ": a different budget only changes how many rows a no-gradient pass takes at once, not the log-probs")
@@ -375,6 +386,8 @@ RULES: tuple[Rule, ...] = (
             "metric dropped, until data.train_batch_size groups are kept; metric seq_final_reward is refused with algorithm.use_kl_in_reward"),
     _ign("algorithm.filter_groups._target_", "the Python class verl builds the section with"),
     _no("algorithm.filter_groups.*", "this dynamic-sampling setting", "algorithm.filter_groups.enable / metric / max_num_gen_batches"),
+    _no("algorithm.rollout_correction.rollout_rs_threshold_lower", "a separate lower rejection threshold (an older verl's key; verl's config has no such key now)",
+        "algorithm.rollout_correction.rollout_rs_threshold='LOWER_UPPER' (e.g. '0.99_1.01', the lower bound in the one threshold, as verl writes it now)"),
     _same("algorithm.use_pf_ppo", [False], "PF-PPO (reweighting samples by reward)", "none"),
     _no("algorithm.pf_ppo.*", "PF-PPO", "none"),
     _no("algorithm.gdpo_reward_keys", "GDPO's per-component rewards", "algorithm.adv_estimator"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rl_core.problems import Problem
+
 #: rl-core key -> verl's default, where rl-core's own default differs
 VERL_DEFAULTS: dict[str, Any] = {
     "data.train_batch_size": 1024,
@@ -65,3 +67,19 @@ def unset_defaults(tree: dict[str, Any]) -> list[tuple[str, Any]]:
         experiment = get_dotted(tree, "trainer.experiment_name", VERL_DEFAULTS["trainer.experiment_name"])
         out.append((OUTPUT_DIR, f"checkpoints/{project}/{experiment}"))
     return out
+
+
+def generated_batch(tree: dict[str, Any]) -> Problem | None:
+    """verl trains a step on every prompt it generated: ``data.gen_batch_size`` without dynamic sampling is the step's
+    batch (verl's data.train_batch_size then only enters its size checks). The tree gets train_batch_size = gen_batch_size,
+    and a warning says so."""
+    gen = get_dotted(tree, "data.gen_batch_size")
+    enabled = str(get_dotted(tree, "algorithm.filter_groups.enable", False)).lower() == "true"
+    train = get_dotted(tree, "data.train_batch_size", VERL_DEFAULTS["data.train_batch_size"])
+    if gen is None or enabled or _int(gen) == _int(train):
+        return None
+    tree["data"]["train_batch_size"] = gen  # "data" holds gen_batch_size, so it exists
+    del tree["data"]["gen_batch_size"]
+    return Problem(key="data.gen_batch_size", severity="warning",
+                   what=f"is {gen} with algorithm.filter_groups.enable=false: verl trains each step on all {gen} generated prompts, "
+                   f"so rl-core's data.train_batch_size is {gen} (verl's data.train_batch_size={train} only enters its size checks)")

@@ -104,7 +104,8 @@ class FSDPBackend(TrainBackend):
         # sharded: FSDP2's MixedPrecisionPolicy computes in compute_dtype; unsharded: torch.autocast
         self.autocast_dtype = self.compute_dtype if self.mixed_precision and not self.sharded else None
         if self.sharded:
-            model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None)
+            reduce = torch.bfloat16 if role == "actor" and fcfg.reduce_dtype == "bfloat16" else torch.float32
+            model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce)
         else:
             model = model.to(self.device)
         self.model = model

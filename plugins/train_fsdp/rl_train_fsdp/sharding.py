@@ -28,12 +28,15 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def shard_model(model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None) -> torch.nn.Module:
+def shard_model(
+    model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype = torch.float32
+) -> torch.nn.Module:
     """``fully_shard`` every decoder layer and the root; ``param_dtype`` turns on mixed precision.
 
-    Mixed precision (``MixedPrecisionPolicy(param_dtype, reduce_dtype=float32)``):
+    Mixed precision (``MixedPrecisionPolicy(param_dtype, reduce_dtype)``):
     the sharded parameters and the optimizer stay float32, forward and
-    backward run in ``param_dtype``, gradients are reduced in float32.
+    backward run in ``param_dtype``, gradients are reduced in ``reduce_dtype``
+    (float32 unless ``actor.fsdp_config.reduce_dtype`` says bfloat16).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -41,8 +44,9 @@ def shard_model(model: torch.nn.Module, device: torch.device, *, param_dtype: to
     world = dist.get_world_size()
     mesh = init_device_mesh(device.type, (world,))
     kwargs: dict = {"mesh": mesh}
-    if param_dtype is not None and param_dtype != torch.float32:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    low = param_dtype if param_dtype is not None and param_dtype != torch.float32 else None
+    if low is not None or reduce_dtype != torch.float32:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce_dtype)
     for layer in decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)

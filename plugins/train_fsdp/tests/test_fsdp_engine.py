@@ -213,7 +213,12 @@ def _bf16_sharded(rank, world, model_dir):
     metrics = actor.update(shard)
     dtypes = {p.dtype for p in actor.model.parameters()}
     weights = {n: t.clone() for n, t in actor.named_weights()}
-    return {"lp": lp, "metrics": metrics, "dtypes": dtypes, "weights": weights}
+    # actor.fsdp_config.reduce_dtype=bfloat16 (verl's mixed_precision.reduce_dtype): the policy FSDP2 runs with
+    low = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, reduce_dtype="bfloat16")))
+    bf16_reduce = build_engine("actor", low, WorkerContext(rank=rank, world_size=world))
+    reduce_dtypes = [e.model._get_fsdp_state()._mp_policy.reduce_dtype for e in (actor, bf16_reduce)]
+    return {"lp": lp, "metrics": metrics, "dtypes": dtypes, "weights": weights, "reduce_dtypes": reduce_dtypes,
+            "bf16_reduce_metrics": bf16_reduce.update(shard)}
 
 
 @pytest.mark.dist
@@ -228,6 +233,10 @@ def test_bf16_mixed_precision_sharded(model_dir, step):
     m32 = fp32.update(single_rank_order(step, 2, 2))
     for o in outs:
         assert o["dtypes"] == {torch.float32}
+        assert o["reduce_dtypes"] == [torch.float32, torch.bfloat16]
+        assert o["bf16_reduce_metrics"]["loss"] == pytest.approx(o["metrics"]["loss"], rel=1e-3)  # the same step, gradients summed in bf16
+        assert math.isfinite(o["bf16_reduce_metrics"]["grad_norm"])
+        assert o["bf16_reduce_metrics"]["grad_norm"] == pytest.approx(o["metrics"]["grad_norm"], rel=5e-2)
         assert math.isfinite(o["metrics"]["grad_norm"])
         assert o["metrics"]["loss"] == pytest.approx(m32["loss"], rel=2e-2, abs=2e-3)
         assert o["metrics"]["grad_norm"] == pytest.approx(m32["grad_norm"], rel=5e-2)

@@ -70,16 +70,21 @@ def check_parallel_sizes(config) -> list[Problem]:
 
 
 def check_unsupported_options(config) -> list[Problem]:
-    """Train-side options of the HF models that the Megatron GPT model does not have."""
-    if not config.model.compile:
-        return []
-    return [
-        Problem(
+    """Train-side options of the HF models (and FSDP settings) that the Megatron GPT model does not have."""
+    out = []
+    if config.model.compile:
+        out.append(Problem(
             key="model.compile",
             what="is not supported by the megatron train backend (it compiles HF decoder layers, which Megatron does not run)",
             fix="set model.compile=false with train.name=megatron, or use train.name=fsdp",
-        )
-    ]
+        ))
+    if getattr(config.actor.fsdp_config, "reduce_dtype", "float32") != "float32":
+        out.append(Problem(
+            key="actor.fsdp_config.reduce_dtype",
+            what=f"is {config.actor.fsdp_config.reduce_dtype!r}, an FSDP setting: the megatron train backend reduces gradients in float32",
+            fix="set actor.fsdp_config.reduce_dtype=float32 with train.name=megatron, or use train.name=fsdp",
+        ))
+    return out
 
 
 MEGATRON_CARD = TrainCard(
