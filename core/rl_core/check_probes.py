@@ -227,12 +227,15 @@ def data_size_problems(config: Any, registry: Any = None) -> list[Problem]:
     if any(c is None for c in counts):
         return []
     rows, batch = sum(counts), config.data.train_batch_size
+    gen = getattr(config.data, "gen_batch_size", None)  # dynamic sampling draws rounds of gen_batch_size prompts
+    key = "data.gen_batch_size" if gen is not None and gen > batch else "data.train_batch_size"
+    batch = max(batch, gen or 0)
     if rows >= batch:
         return []
     return [Problem(
-        key="data.train_batch_size",
+        key=key,
         what=f"{batch} prompts per batch, but the training set ({', '.join(files)}) has {rows} row(s): not one batch",
-        fix=f"set data.train_batch_size to at most {rows} (and the mini-batch sizes to match), or add training data",
+        fix=f"set {key} to at most {rows} (and the mini-batch sizes to match), or add training data",
     )]
 
 

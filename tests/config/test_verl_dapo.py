@@ -76,3 +76,14 @@ def test_the_megatron_backend_refuses_an_fsdp_reduce_dtype():
     (p,) = plugin.check_unsupported_options(load_config(None, ["actor.fsdp_config.reduce_dtype=bfloat16"]))
     assert p.key == "actor.fsdp_config.reduce_dtype" and "reduces gradients in float32" in p.what
     assert plugin.check_unsupported_options(load_config(None, [])) == []
+
+
+def test_the_training_set_must_hold_one_generation_round(tmp_path):
+    from rl_core.check_probes import data_size_problems
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "x"}\n' * 10)
+    base = [f"data.train_files=[{data}]", "data.train_batch_size=4", "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    assert data_size_problems(load_config(None, [*base, "data.gen_batch_size=8"])) == []
+    (p,) = data_size_problems(load_config(None, [*base, "data.gen_batch_size=12"]))
+    assert p.key == "data.gen_batch_size" and "has 10 row(s)" in p.what
