@@ -188,12 +188,20 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
-        if self._transfer is not None:
-            self._transfer.close()
+        """Close the transfer group and every engine; one that raises does not keep the others running."""
+        closers = [self._transfer.close] if self._transfer is not None else []
         for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:
+                closers.append(closer)
+        first: BaseException | None = None
+        for closer in closers:
+            try:
                 closer()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rest are closed
+                first = first or exc
+        if first is not None:
+            raise first
 
     # ---------------------------------------------------------------- helpers
     def _train_engines(self) -> list[Any]:

@@ -28,7 +28,7 @@ HUNG = textwrap.dedent(
 
 
 def test_a_hang_fails_with_the_stack_and_leaves_no_process():
-    proc = subprocess.Popen([sys.executable, "-c", HUNG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HUNG], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     with pytest.raises(AssertionError) as info:
         communicate_bounded(proc, timeout=5)
     message = str(info.value)

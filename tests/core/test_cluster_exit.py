@@ -43,6 +43,36 @@ def test_exit_without_close_kills_the_workers(tmp_path):
         assert Path(f"/proc/{pid}/status").read_text().find("State:\tZ") >= 0, f"worker {pid} outlived the controller"
 
 
+@pytest.mark.dist
+def test_a_failed_start_ends_every_worker_and_the_processes_they_started(tmp_path):
+    """A rank whose engine started a process of its own and then failed must not hang at its exit (multiprocessing
+    joins non-daemonic children), nor keep the controller waiting: the start fails with the rank's error, and no
+    worker and no engine child is left."""
+    code = textwrap.dedent(f"""
+        import sys
+        from rl_core.placement.contract import WorkerError
+        from rl_core.placement.local import LocalCluster
+        from tests.core.cluster_faults import EngineChildThenFailure
+
+        try:
+            LocalCluster(EngineChildThenFailure({str(tmp_path)!r}))
+        except WorkerError as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(3)
+    """)
+    from rl_core.testing.bounded_run import communicate_bounded
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+    out = communicate_bounded(proc, timeout=180)  # before the fix: never returned
+    assert proc.returncode == 3, out[-3000:]
+    assert "failed in start" in out and "the engine broke after starting its scheduler" in out, out[-3000:]
+    children = [int(p.name.split("-")[1]) for p in tmp_path.glob("child-*")]
+    assert children, out[-3000:]
+    for pid in children:
+        alive = Path(f"/proc/{pid}").exists() and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+        assert not alive, f"the engine child {pid} outlived its worker"
+
+
 def test_after_a_death_keeps_the_dead_rank_whole_and_the_others_first_line():
     from rl_core.placement.contract import after_a_death
 

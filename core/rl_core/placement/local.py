@@ -30,7 +30,6 @@ import shutil
 import socket
 import tempfile
 import traceback
-import weakref
 from typing import Any, Sequence
 
 from rl_core.backends import WorkerContext
@@ -39,13 +38,30 @@ from rl_core.placement.contract import Done, Pending, WorkerError, WorkerMethod,
 __all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env", "loopback_interface"]
 
 
-def _kill_at_exit(ref) -> None:
+def _kill_at_exit(procs: list) -> None:
     """At interpreter exit: kill the workers of a cluster that was never closed (see LocalCluster's start)."""
-    cluster = ref()
-    for proc in getattr(cluster, "_procs", None) or []:
+    for proc in procs:
         if proc.is_alive():
             proc.kill()
             proc.join(5)
+
+
+def _end_own_children(grace_s: float = 5.0) -> None:
+    """End the processes this worker started and left running (a rollout engine's scheduler / detokenizer).
+
+    multiprocessing joins non-daemonic children at interpreter exit: a child that never ends on its own (SGLang's
+    scheduler after a failed start, or after a shutdown that raised) would keep this worker, and the controller
+    joining it, waiting forever."""
+    import multiprocessing
+
+    children = multiprocessing.active_children()
+    for child in children:
+        child.terminate()
+    for child in children:
+        child.join(grace_s)
+        if child.is_alive():
+            child.kill()
+            child.join(grace_s)
 
 
 def loopback_interface() -> str:
@@ -116,8 +132,21 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
         worker = HybridWorker(stack, context, roles)
         conn.send(("ok", None))
     except BaseException as exc:  # noqa: BLE001
-        conn.send(("error", _describe(exc)))
+        message = _describe(exc)
+        # first: an engine started before the failure (SGLang's scheduler) would hold this exit forever, and once the
+        # controller has the error it may kill this worker before its children are ended
+        _end_own_children()
+        conn.send(("error", message))
         return
+    try:
+        _serve(conn, worker)
+    finally:
+        _end_own_children()
+
+
+def _serve(conn, worker) -> None:
+    import torch.distributed as dist
+
     while True:
         try:
             method, args = conn.recv()
@@ -200,8 +229,14 @@ class LocalCluster:
             proc.start()
             self._procs.append(proc)
             self._conns.append(parent)
-        atexit.register(_kill_at_exit, weakref.ref(self))
-        self._gather("start")
+        atexit.register(_kill_at_exit, list(self._procs))  # the process objects, not the cluster: it may never be assigned
+        try:
+            self._gather("start")
+        except BaseException:
+            # the ranks that started must not outlive the failed start (nothing else holds them): stopped as at the end
+            # of a run, so their engines shut down (a rank waiting in a collective was already killed by _gather)
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ calls
     def submit(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> Pending:
@@ -285,11 +320,11 @@ class LocalCluster:
                     except (BrokenPipeError, OSError):
                         pass
             for conn, proc in zip(self._conns, self._procs):
-                if conn.poll(30):
-                    try:
+                try:
+                    if conn.poll(30):
                         conn.recv()
-                    except EOFError:
-                        pass
+                except (EOFError, OSError):  # the worker already ended (reset / closed pipe): nothing to wait for
+                    pass
         for proc in self._procs:
             proc.join(timeout=0 if force else 10)
             if proc.is_alive():

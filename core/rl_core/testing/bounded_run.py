@@ -2,7 +2,8 @@
 
 A test that starts ``rlcore train`` and waits for it must not turn a hang into a bare ``TimeoutExpired``: this
 sends SIGUSR1 to the run's process tree (rl-core's controller and workers print every thread's stack,
-:mod:`rl_core.stack_dump`), kills the tree, and fails with the tail of the run's output.
+:mod:`rl_core.stack_dump`), kills the tree (and the process group, for a process started with
+``start_new_session=True``), and fails with the tail of the run's output.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
+def _leads_its_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+
+
 def communicate_bounded(proc: subprocess.Popen, timeout: float, *, tail: int = 12000) -> str:
     """``proc.communicate(timeout)``'s output; on timeout, stacks + kill + AssertionError with the output's tail."""
     try:
@@ -54,7 +62,16 @@ def communicate_bounded(proc: subprocess.Popen, timeout: float, *, tail: int = 1
         _signal_all(tree, signal.SIGUSR1)  # rl-core processes print their stacks; others (engine children) end
         time.sleep(3)
         _signal_all([proc.pid, *descendants(proc.pid), *tree], signal.SIGKILL)
-        out = proc.communicate()[0] or ""
+        if _leads_its_group(proc.pid):  # started with start_new_session=True: orphans of the tree are in it too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            out = proc.communicate(timeout=30)[0] or ""
+        except subprocess.TimeoutExpired:  # an orphan outside the tree still holds the output pipe open
+            proc.kill()
+            out = "(the output could not be read: a process outside the tree holds its pipe; start it with start_new_session=True)"
         if isinstance(out, bytes):
             out = out.decode(errors="replace")
         raise AssertionError(
