@@ -209,7 +209,9 @@ def estimate(
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
     sharding = getattr(train, "state_sharding", "data")
-    S = {"data": sizes.world_size, "model": sizes.train_model_parallel}.get(sharding, 1)
+    hybrid = getattr(getattr(a, "fsdp_config", None), "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
+    data = hybrid if 0 < hybrid < sizes.world_size else sizes.world_size
+    S = {"data": data, "model": sizes.train_model_parallel}.get(sharding, 1)
     S = max(1, S)
     sharded = S > 1
     mixed = c < 4

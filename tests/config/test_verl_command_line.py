@@ -172,10 +172,14 @@ def test_multimodal_rows_are_refused_when_read():
         PromptDataset(rows, None, max_prompt_length=64)
 
 
-def test_fsdp_size_is_accepted_only_as_all_ranks():
+def test_fsdp_size_is_hybrid_sharding():
     assert _errors(f"{V}.actor.fsdp_config.fsdp_size=8", "trainer.n_gpus_per_node=8") == []
-    (p,) = _errors(f"{V}.actor.fsdp_config.fsdp_size=4", "trainer.n_gpus_per_node=8")
-    assert "the world size (trainer.nnodes x trainer.n_gpus_per_node) is 8" in p.what and "hybrid sharding" in p.what
+    # HSDP: 2 copies of the model, each sharded over 4 ranks
+    assert load_config(None, [f"{V}.actor.fsdp_config.fsdp_size=4", "trainer.n_gpus_per_node=8"]).actor.fsdp_config.fsdp_size == 4
+    plugin = pytest.importorskip("rl_train_fsdp.plugin", reason="the fsdp backend checks its fsdp_size")
+    (p,) = plugin.check_hybrid_sharding(load_config(None, [f"{V}.actor.fsdp_config.fsdp_size=3", "trainer.n_gpus_per_node=8"]))
+    assert "does not divide the 8 ranks" in p.what
+    assert plugin.check_hybrid_sharding(load_config(None, [f"{V}.actor.fsdp_config.fsdp_size=4", "trainer.n_gpus_per_node=8"])) == []
 
 
 def test_truncation_and_chat_template_kwargs():

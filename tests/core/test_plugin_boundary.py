@@ -75,6 +75,8 @@ ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("me
 ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
                 ("lora_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_lora.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # whole files: verl's key names and values, which the migration layer translates (docs/migrating-from-verl.md)
+# actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
+ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
 ALLOWED_FILES = {"config/verl_keys.py", "config/verl_translate.py", "config/verl_profile.py", "config/verl_doc.py"}
 
 

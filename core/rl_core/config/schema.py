@@ -218,6 +218,8 @@ class FsdpConfig:
     # the dtype the actor's gradients are reduced in across ranks when sharded (FSDP2 MixedPrecisionPolicy.reduce_dtype);
     # bfloat16 halves the reduction's traffic at some precision (verl's fsdp_config.mixed_precision.reduce_dtype)
     reduce_dtype: str = choice("float32", ("float32", "bfloat16"))
+    # ranks each model copy is sharded over (hybrid sharding, HSDP: world / fsdp_size replicas); -1: all ranks (plain FSDP)
+    fsdp_size: int = num(-1, ge=1, also=(-1,), hint="ranks a model copy is sharded over; -1 for all")
 
 
 @attrs.frozen(kw_only=True)

@@ -198,7 +198,11 @@ RULES: tuple[Rule, ...] = (
     *(_tie(f"{r}.{s}ulysses_sequence_parallel_size", "actor.ulysses_sequence_parallel_size",
            "rl-core runs every role with the actor's Ulysses size (actor.ulysses_sequence_parallel_size)")
       for r in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "critic.model") for s in ("", "fsdp_config.")),
-    _tie("actor_rollout_ref.*.fsdp_config.fsdp_size", "@world", "FSDP over a subset of the ranks (hybrid sharding) is a verl feature rl-core does not have: rl-core shards over all ranks (-1)"),
+    _m("actor_rollout_ref.actor.fsdp_config.fsdp_size", "actor.fsdp_config.fsdp_size",
+       note="hybrid sharding (HSDP): each model copy sharded over fsdp_size ranks, world / fsdp_size copies; every role uses the actor's"),
+    *(Rule(pattern=f"{r}.fsdp_config.fsdp_size", kind=TIE, target="actor.fsdp_config.fsdp_size", soft=True,
+           note="every role of the fsdp backend is sharded like the actor (actor.fsdp_config.fsdp_size): only where its memory lives differs")
+      for r in ("actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic.model")),
     _ign("actor_rollout_ref.*.fsdp_config.reshard_after_forward", "FSDP2 resharding after forward (" + _PERF + "; rl-core reshards)"),
     _ign("actor_rollout_ref.*.fsdp_config.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.fsdp_config.{forward_prefetch,use_orig_params,limit_all_gathers}", _PERF),

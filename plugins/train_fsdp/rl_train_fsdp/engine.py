@@ -105,7 +105,8 @@ class FSDPBackend(TrainBackend):
         self.autocast_dtype = self.compute_dtype if self.mixed_precision and not self.sharded else None
         if self.sharded:
             reduce = torch.bfloat16 if role == "actor" and fcfg.reduce_dtype == "bfloat16" else torch.float32
-            model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce)
+            model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce,
+                                         shard_size=fcfg.fsdp_size)
         else:
             model = model.to(self.device)
         self.model = model

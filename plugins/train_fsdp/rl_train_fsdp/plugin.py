@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from rl_core import hookimpl
 from rl_core.cards import TrainCard
+from rl_core.problems import Problem
+
+
+def check_hybrid_sharding(config) -> list[Problem]:
+    """actor.fsdp_config.fsdp_size (verl's hybrid sharding, HSDP): a divisor of the world size."""
+    size, world = config.actor.fsdp_config.fsdp_size, config.trainer.nnodes * config.trainer.n_gpus_per_node
+    if size == -1 or size == world:
+        return []
+    key = "actor.fsdp_config.fsdp_size"
+    if world % size or size > world:
+        return [Problem(key=key, what=f"is {size}, which does not divide the {world} ranks (trainer.nnodes x trainer.n_gpus_per_node) into model copies",
+                        fix=f"set it to a divisor of {world}, or -1 to shard over all ranks")]
+    return []
+
 
 FSDP_CARD = TrainCard(
     name="fsdp",
@@ -20,6 +34,7 @@ FSDP_CARD = TrainCard(
     offload=True,  # actor.fsdp_config.param_offload / optimizer_offload on one device (rl_train_fsdp.offload)
     engine="torch",
     engine_versions=">=2.6",
+    checks=(check_hybrid_sharding,),
 )
 
 

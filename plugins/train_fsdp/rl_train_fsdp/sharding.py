@@ -29,7 +29,8 @@ def rank_and_world() -> tuple[int, int]:
 
 
 def shard_model(
-    model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype = torch.float32
+    model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype = torch.float32,
+    shard_size: int = -1,
 ) -> torch.nn.Module:
     """``fully_shard`` every decoder layer and the root; ``param_dtype`` turns on mixed precision.
 
@@ -37,12 +38,21 @@ def shard_model(
     the sharded parameters and the optimizer stay float32, forward and
     backward run in ``param_dtype``, gradients are reduced in ``reduce_dtype``
     (float32 unless ``actor.fsdp_config.reduce_dtype`` says bfloat16).
+
+    ``shard_size`` (``actor.fsdp_config.fsdp_size``) below the world size: hybrid sharding (HSDP), a 2-D mesh of
+    ``world / shard_size`` replicas x ``shard_size`` shards; gradients are reduce-scattered within a copy and
+    all-reduced across copies (the same averaged gradients as plain FSDP).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     world = dist.get_world_size()
-    mesh = init_device_mesh(device.type, (world,))
+    if 0 < shard_size < world:
+        if world % shard_size:
+            raise ValueError(f"actor.fsdp_config.fsdp_size={shard_size} does not divide the {world} ranks")
+        mesh = init_device_mesh(device.type, (world // shard_size, shard_size), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (world,))
     kwargs: dict = {"mesh": mesh}
     low = param_dtype if param_dtype is not None and param_dtype != torch.float32 else None
     if low is not None or reduce_dtype != torch.float32:

@@ -204,7 +204,11 @@ def test_set_total_steps_validates(model_dir):
 
 
 # ------------------------------------------------------- bf16 + sharded
-def _bf16_sharded(rank, world, model_dir):
+def _with_fsdp(cfg, **kw):
+    return attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, **kw)))
+
+
+def _bf16_sharded(rank, world, model_dir, ckpt_dir):
     step = make_step_batch(model_dir)
     cfg = _cfg(model_dir, dtype="bfloat16", enable_gradient_checkpointing=True)
     actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world))
@@ -214,17 +218,27 @@ def _bf16_sharded(rank, world, model_dir):
     dtypes = {p.dtype for p in actor.model.parameters()}
     weights = {n: t.clone() for n, t in actor.named_weights()}
     # actor.fsdp_config.reduce_dtype=bfloat16 (verl's mixed_precision.reduce_dtype): the policy FSDP2 runs with
-    low = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, reduce_dtype="bfloat16")))
-    bf16_reduce = build_engine("actor", low, WorkerContext(rank=rank, world_size=world))
+    bf16_reduce = build_engine("actor", _with_fsdp(cfg, reduce_dtype="bfloat16"), WorkerContext(rank=rank, world_size=world))
     reduce_dtypes = [e.model._get_fsdp_state()._mp_policy.reduce_dtype for e in (actor, bf16_reduce)]
+    # actor.fsdp_config.fsdp_size=1 on 2 ranks (verl's fsdp_size): hybrid sharding, 2 copies x 1 shard
+    hsdp = build_engine("actor", _with_fsdp(cfg, fsdp_size=1), WorkerContext(rank=rank, world_size=world))
+    mesh = tuple(next(hsdp.model.parameters()).device_mesh.shape)
+    hsdp_metrics = hsdp.update(shard)
+    hsdp.save_checkpoint(ckpt_dir)
+    again = build_engine("actor", _with_fsdp(cfg, fsdp_size=1), WorkerContext(rank=rank, world_size=world))
+    again.load_checkpoint(ckpt_dir)
+    saved, loaded = hsdp.local_state_dict()["model"], again.local_state_dict()["model"]
     return {"lp": lp, "metrics": metrics, "dtypes": dtypes, "weights": weights, "reduce_dtypes": reduce_dtypes,
-            "bf16_reduce_metrics": bf16_reduce.update(shard)}
+            "bf16_reduce_metrics": bf16_reduce.update(shard), "hsdp_mesh": mesh, "hsdp_metrics": hsdp_metrics,
+            "hsdp_weights": {n: t.clone() for n, t in hsdp.named_weights()},
+            "hsdp_reloaded": all(torch.equal(loaded[k], t) for k, t in saved.items()) and saved.keys() == loaded.keys()}
 
 
 @pytest.mark.dist
-def test_bf16_mixed_precision_sharded(model_dir, step):
-    """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 params and grad reduction) with gradient checkpointing."""
-    outs = run_distributed(_bf16_sharded, 2, model_dir)
+def test_bf16_mixed_precision_sharded(model_dir, step, tmp_path):
+    """FSDP2 MixedPrecisionPolicy (bf16 compute, fp32 params and grad reduction) with gradient checkpointing;
+    bf16 gradient reduction and hybrid sharding (HSDP) of the same step."""
+    outs = run_distributed(_bf16_sharded, 2, model_dir, str(tmp_path / "hsdp_ck"))
     fp32 = build_engine("actor", _cfg(model_dir), WorkerContext())
     mask = step.tensors["response_mask"].bool()
     lp32 = fp32.compute_log_prob(step)["log_probs"]
@@ -238,8 +252,14 @@ def test_bf16_mixed_precision_sharded(model_dir, step):
         assert math.isfinite(o["bf16_reduce_metrics"]["grad_norm"])
         assert o["bf16_reduce_metrics"]["grad_norm"] == pytest.approx(o["metrics"]["grad_norm"], rel=5e-2)
         assert math.isfinite(o["metrics"]["grad_norm"])
+        # HSDP: the same averaged gradients as FSDP over both ranks (all-reduced across the copies), and a DCP round trip
+        assert o["hsdp_mesh"] == (2, 1) and o["hsdp_reloaded"]
+        assert o["hsdp_metrics"]["loss"] == pytest.approx(o["metrics"]["loss"], rel=1e-5)
+        assert o["hsdp_metrics"]["grad_norm"] == pytest.approx(o["metrics"]["grad_norm"], rel=1e-4)
         assert o["metrics"]["loss"] == pytest.approx(m32["loss"], rel=2e-2, abs=2e-3)
         assert o["metrics"]["grad_norm"] == pytest.approx(m32["grad_norm"], rel=5e-2)
+    for name, w in outs[0]["hsdp_weights"].items():  # the two model copies stay identical
+        assert torch.equal(outs[1]["hsdp_weights"][name], w), name
     for name, w in outs[0]["weights"].items():
         assert torch.equal(outs[1]["weights"][name], w)
         assert w.dtype == torch.float32

@@ -32,22 +32,25 @@ def model_dir(tmp_path_factory):
     return make_tiny_model_dir(tmp_path_factory.mktemp("sp_model"), "llama", heads=4, kv_heads=1)
 
 
-def _cfg(model_dir, sp: int):
+def _cfg(model_dir, sp: int, fsdp_size: int = -1):
     cfg = default_config(model_dir)
-    return attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ulysses_sequence_parallel_size=sp))
+    fsdp = attrs.evolve(cfg.actor.fsdp_config, fsdp_size=fsdp_size)
+    return attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ulysses_sequence_parallel_size=sp, fsdp_config=fsdp))
 
 
-def _sp_rank(rank, world, model_dir, role):
-    backend = FSDPBackend(role, _cfg(model_dir, 2), WorkerContext(rank=rank, world_size=world))
+def _sp_rank(rank, world, model_dir, role, fsdp_size=-1):
+    backend = FSDPBackend(role, _cfg(model_dir, 2, fsdp_size), WorkerContext(rank=rank, world_size=world))
     assert backend.seq_parallel is not None and backend.seq_parallel.size == 2
+    if fsdp_size > 0:  # hybrid sharding: world / fsdp_size model copies
+        assert tuple(next(backend.model.parameters()).device_mesh.shape) == (world // fsdp_size, fsdp_size)
     loss, grads, heads = loss_and_grads(backend, mixed_length_batch(PROMPTS, RESPONSES, seed=3))
     return {"loss": loss, "grads": grads, "heads": {k: getattr(heads, k) for k in ("log_probs", "entropy", "values")}}
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("role", ["actor", "critic"])
-def test_sp2_equals_sp1(model_dir, role):
-    outs = run_distributed(_sp_rank, 2, model_dir, role)
+@pytest.mark.parametrize("role, fsdp_size", [("actor", -1), ("critic", -1), ("actor", 1)], ids=["actor", "critic", "actor-hsdp"])
+def test_sp2_equals_sp1(model_dir, role, fsdp_size):
+    outs = run_distributed(_sp_rank, 2, model_dir, role, fsdp_size)
     batch = mixed_length_batch(PROMPTS, RESPONSES, seed=3)
     loss, grads, heads = loss_and_grads(FSDPBackend(role, _cfg(model_dir, 1), WorkerContext()), batch)
     mask = batch.tensors["response_mask"].bool()

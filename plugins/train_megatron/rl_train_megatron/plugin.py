@@ -78,6 +78,13 @@ def check_unsupported_options(config) -> list[Problem]:
             what="is not supported by the megatron train backend (it compiles HF decoder layers, which Megatron does not run)",
             fix="set model.compile=false with train.name=megatron, or use train.name=fsdp",
         ))
+    if getattr(config.actor.fsdp_config, "fsdp_size", -1) != -1:
+        out.append(Problem(
+            key="actor.fsdp_config.fsdp_size",
+            what=f"is {config.actor.fsdp_config.fsdp_size}, an FSDP setting (hybrid sharding): the megatron train backend lays out ranks by "
+                 "train.tensor_model_parallel_size x pipeline_model_parallel_size x data parallelism",
+            fix="set actor.fsdp_config.fsdp_size=-1 with train.name=megatron, or use train.name=fsdp",
+        ))
     if getattr(config.actor.fsdp_config, "reduce_dtype", "float32") != "float32":
         out.append(Problem(
             key="actor.fsdp_config.reduce_dtype",
