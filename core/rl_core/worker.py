@@ -71,6 +71,7 @@ class HybridWorker:
         self._sleeping = False
         self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1)
         self._transfer = None  # the train -> rollout broadcast group of split pools (rl_core.async_rl.transfer)
+        self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 
@@ -112,11 +113,26 @@ class HybridWorker:
         return time.perf_counter() - start
 
     # ------------------------------------------------- split pools (rl_core.async_rl)
-    def join_weight_group(self, store_path: str, rank: int | None, size: int, timeout_s: float) -> None:
-        """Join the train -> rollout broadcast group (train rank 0 and every rollout worker; ``rank`` None: not a member)."""
+    def open_weight_rendezvous(self, host: str | None, opens: bool) -> str | None:
+        """Train pool (``opens`` on its rank 0): open the transfer group's rendezvous; its address for the others.
+        ``host``: this node's address when the group spans nodes (a TCP store there), None: a FileStore here."""
+        from rl_core.placement.rendezvous import Rendezvous
+
+        if not opens:
+            return None
+        self._rendezvous = Rendezvous(host)
+        return self._rendezvous.address
+
+    def join_weight_group(self, address: str, rank: int | None, size: int, timeout_s: float, bind: str | None = None) -> None:
+        """Join the train -> rollout broadcast group (train rank 0 and every rollout worker; ``rank`` None: not a
+        member); ``bind``: this worker's node address when the group spans nodes (None: loopback)."""
         from rl_core.async_rl.transfer import TransferGroup
 
-        self._transfer = None if rank is None else TransferGroup(store_path, rank, size, timeout_s=timeout_s, device=self.context.device)
+        if rank is None:
+            self._transfer = None
+            return
+        opened, self._rendezvous = self._rendezvous, None
+        self._transfer = TransferGroup(address, rank, size, timeout_s=timeout_s, device=self.context.device, bind=bind, opened=opened)
 
     def send_weights(self, version: int, bucket_bytes: int) -> dict[str, Any]:
         """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check)."""
@@ -188,8 +204,10 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
-        """Close the transfer group and every engine; one that raises does not keep the others running."""
+        """Close the transfer group, its rendezvous and every engine; one that raises does not keep the others running."""
         closers = [self._transfer.close] if self._transfer is not None else []
+        if self._rendezvous is not None:
+            closers.append(self._rendezvous.close)
         for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:

@@ -3,6 +3,8 @@ every way a weight sync can go missing (an old version, stale weights, a batch f
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -178,22 +180,36 @@ def test_a_rollout_pool_of_its_own_is_sized_and_async_needs_one():
     assert not problems and sizes.pools["rollout"] == (2, 2) and sizes.rollout_replicas == 2 and sizes.devices == 3
     _, sizes, problems = _sizes("async.max_staleness=1")
     assert sizes is None and [p.key for p in problems] == ["async.max_staleness"] and "rollout.n_gpus_per_node" in problems[0].fix
-    _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "trainer.placement=ray")
-    assert sizes is None and "trainer.placement=local" in problems[0].fix
+    # Ray places the rollout pool like the others (tests/ray/test_ray_async.py), on several nodes too; local has one node
+    _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "rollout.nnodes=2", "trainer.placement=ray", "async.max_staleness=1")
+    assert not problems and sizes.pools["rollout"] == (2, 2)
+    _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "rollout.nnodes=2")
+    assert sizes is None and [p.key for p in problems] == ["rollout.nnodes"] and "trainer.placement=ray" in problems[0].fix
 
 
-def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(tmp_path):
-    """Two members of a gloo transfer group (threads of this process): many small buckets, mixed dtypes and shapes."""
+@pytest.mark.parametrize("where", ["one node", "several nodes"])
+def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(where):
+    """Two members of a gloo transfer group (threads of this process): many small buckets, mixed dtypes and shapes.
+    One node: a FileStore in a private folder, loopback; several (Ray) nodes: a TCP store that the sender hosts on
+    its node's address (here 127.0.0.1), each member's gloo device bound to its own node's address."""
     import threading
 
+    from rl_core.placement.rendezvous import Rendezvous
     from rl_core.async_rl.transfer import TransferGroup
 
     torch.manual_seed(0)
     sent = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.arange(6).reshape(2, 3)), ("d", torch.randn(0))]
-    store, got, counts = str(tmp_path / "store"), {}, {}
+    got, counts = {}, {}
+    host = None if where == "one node" else "127.0.0.1"
+    opened = Rendezvous(host)
+    if host is None:
+        assert opened.address.startswith("file://") and (os.stat(opened.folder).st_mode & 0o777) == 0o700
+    else:  # the store listens on the node's address only, never on every interface
+        assert opened.address.startswith("tcp://127.0.0.1:") and opened.listener.getsockname()[0] == "127.0.0.1"
+    folder = opened.folder
 
     def member(rank):
-        group = TransferGroup(store, rank, 2, timeout_s=30)
+        group = TransferGroup(opened.address, rank, 2, timeout_s=30, bind=host, opened=opened if rank == 0 else None)
         if rank == 0:
             counts["sent"] = group.send(iter(sent), bucket_bytes=16)  # a bucket every 16 bytes: several per run
         else:
@@ -210,3 +226,4 @@ def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(tmp_path):
     assert list(got) == [n for n, _ in sent]
     for name, tensor in sent:
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+    assert folder is None or not os.path.exists(folder)  # the sender's close removes the rendezvous folder

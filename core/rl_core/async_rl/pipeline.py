@@ -16,14 +16,12 @@ again and generates them with the checkpoint's weights (staleness 0 for that one
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from typing import Any, Callable
 
 import attrs
 
+from rl_core.async_rl.transfer import member_addresses
 from rl_core.async_rl.staleness import DROP, USE, StaleBatchError, StalenessGate, batch_version
 from rl_core.batch import Batch
 from rl_core.placement.contract import WorkerMethod
@@ -61,18 +59,21 @@ class RolloutPipeline:
         self.split, self.merge, self.draw, self.loader_state = split, merge, draw, loader_state
         self.version: int | None = None  # what the rollout pool holds (None: nothing sent yet)
         self._next: _Request | None = None  # prompts drawn (and maybe generating) for a step not yet trained
-        self._store_dir: str | None = None
+        self.rendezvous: str | None = None  # where the transfer group met (file://PATH on one node, tcp://HOST:PORT across nodes)
 
     # ------------------------------------------------------------ transfer
     def connect(self) -> None:
-        """Form the broadcast group: train rank 0 is its rank 0, rollout rank r its rank r + 1."""
-        self._store_dir = tempfile.mkdtemp(prefix="rl-core-weights-")  # 0700: only this user
-        store = os.path.join(self._store_dir, "store")
+        """Form the broadcast group: train rank 0 is its rank 0 (and opens the rendezvous), rollout rank r its rank r + 1."""
+        binds = member_addresses(self.train, self.rollout)  # None: one node (FileStore, loopback)
+        host = None if binds is None else binds[0]
         size = 1 + self.rollout.world_size
         timeout = self.cfg.sync_timeout_s
-        joining = self.rollout.submit(WorkerMethod.JOIN_WEIGHT_GROUP, [(store, 1 + r, size, timeout) for r in range(self.rollout.world_size)])
+        address = self.rendezvous = self.train.call(WorkerMethod.OPEN_WEIGHT_RENDEZVOUS, [(host, r == 0) for r in range(self.train.world_size)])[0]
+        joining = self.rollout.submit(
+            WorkerMethod.JOIN_WEIGHT_GROUP, [(address, 1 + r, size, timeout, binds and binds[1 + r]) for r in range(self.rollout.world_size)]
+        )
         try:
-            self.train.call(WorkerMethod.JOIN_WEIGHT_GROUP, [(store, 0 if r == 0 else None, size, timeout) for r in range(self.train.world_size)])
+            self.train.call(WorkerMethod.JOIN_WEIGHT_GROUP, [(address, 0 if r == 0 else None, size, timeout, host) for r in range(self.train.world_size)])
         except Exception as exc:
             raise self._named(exc, "join_weight_group") from None
         joining.result()
@@ -101,9 +102,10 @@ class RolloutPipeline:
             from rl_core.placement.contract import WorkerError
 
             rank, code = dead[0]
+            where = getattr(self.rollout, "where", None)  # Ray: the node and process; local: this machine
             return WorkerError(
-                f"rollout pool rank {rank} died during {during} with exit code {code}"
-                + (" (killed)" if code is not None and code < 0 else "")
+                f"rollout pool rank {rank}" + (f" on {where(rank)}" if where is not None else "") + f" died during {during}"
+                + ("" if code is None else f" with exit code {code}" + (" (killed)" if code < 0 else ""))
                 + f"; the train pool's side failed with: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             )
         return exc
@@ -171,9 +173,7 @@ class RolloutPipeline:
         return None if self._next is None else self._next.data_state
 
     def close(self) -> None:
-        if self._store_dir is not None:
-            shutil.rmtree(self._store_dir, ignore_errors=True)
-            self._store_dir = None
+        """Nothing of its own to free: the transfer group and its rendezvous belong to the workers (closed with them)."""
 
 
 def check_transfer(version: int, sent: list[dict[str, Any]], received: list[dict[str, Any]]) -> None:

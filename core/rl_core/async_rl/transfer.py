@@ -1,8 +1,9 @@
 """Weights from the train pool to the rollout pool: a broadcast group of their own, bucketed, versioned.
 
 The train pool's rank 0 (group rank 0) and every rollout worker (group ranks 1..R) join a process group that
-belongs to neither pool (gloo on the CPU, NCCL on GPUs; a FileStore rendezvous in a private folder, sockets on
-the loopback interface). A sync sends the actor's named weights (after the rollout card's converter, if any) in
+belongs to neither pool (gloo on the CPU, NCCL on GPUs; on one node a FileStore rendezvous in a private folder and
+sockets on the loopback interface, across Ray nodes a TCP store hosted by the train pool's rank 0 on its node's Ray
+address: :mod:`rl_core.placement.rendezvous`, :func:`member_addresses`). A sync sends the actor's named weights (after the rollout card's converter, if any) in
 buckets of about ``async.bucket_mb``: per bucket one header (a JSON list of names, shapes, dtypes; sent as bytes,
 never unpickled) and one flat byte buffer. The receivers rebuild the tensors, load them into their engine and
 report back what their engine holds at the positions of :mod:`rl_core.weight_sync_check`; the controller compares
@@ -19,6 +20,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from rl_core.placement.rendezvous import Rendezvous, gloo_device, join_store
 from rl_core.weight_sync_check import WeightTap
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
@@ -27,13 +29,16 @@ _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, tor
 class TransferGroup:
     """One member of the train -> rollout broadcast group (rank 0 sends, the others receive)."""
 
-    def __init__(self, store_path: str, rank: int, size: int, *, timeout_s: float, device: str = "cpu") -> None:
+    def __init__(
+        self, address: str, rank: int, size: int, *, timeout_s: float, device: str = "cpu", bind: str | None = None, opened: Rendezvous | None = None,
+    ) -> None:
+        """``address``: the rendezvous (``file://PATH`` or ``tcp://HOST:PORT``); ``bind``: this member's node
+        address when the group spans nodes (None: loopback); ``opened``: the host's :class:`Rendezvous`."""
         import torch.distributed as dist
 
-        from rl_core.cluster import loopback_interface
-
         self.rank, self.size = rank, size
-        store = dist.FileStore(store_path, size)
+        self.opened = opened
+        store = join_store(address, rank, size, timeout_s, opened)
         timeout = timedelta(seconds=timeout_s)
         if device.startswith("cuda"):  # GPUs: NCCL (written for the split-pool GPU run, not run on this CPU machine)
             opts = dist.ProcessGroupNCCL.Options()
@@ -43,7 +48,7 @@ class TransferGroup:
         else:
             opts = dist.ProcessGroupGloo._Options()
             opts._timeout = timeout
-            opts._devices = [dist.ProcessGroupGloo.create_device(interface=loopback_interface())]
+            opts._devices = [gloo_device(bind)]
             self.pg = dist.ProcessGroupGloo(store, rank, size, opts)
             self.device = torch.device("cpu")
 
@@ -94,6 +99,21 @@ class TransferGroup:
                 shutdown()
             except Exception:  # noqa: BLE001 - a peer already gone
                 pass
+        if self.opened is not None:
+            self.opened.close()
+            self.opened = None
+
+
+def member_addresses(train, rollout) -> list[str] | None:
+    """The Ray node address of each member (train rank 0, then rollout ranks 0..R-1) when they span several
+    nodes; None when they share one (or the placement does not say: local processes on this machine)."""
+    train_at, rollout_at = getattr(train, "placement", None), getattr(rollout, "placement", None)
+    if not train_at or not rollout_at:
+        return None
+    members = [train_at[0], *rollout_at]
+    if len({m["node_id"] for m in members}) == 1:
+        return None
+    return [m["ip"] for m in members]
 
 
 def _dtype(name: str) -> torch.dtype:

@@ -346,12 +346,9 @@ def _rollout_workers(problems: list[Problem], config: RunConfig) -> int | None:
             problems.append(Problem(key="async.max_staleness", what=f"is {stale}: generating while the trainer updates needs a rollout pool of its own",
                                     fix="set rollout.n_gpus_per_node (CPU: rollout processes), or async.max_staleness=0"))
         return None
-    if config.trainer.placement != "local":
-        problems.append(Problem(key="rollout.n_gpus_per_node", what=f"a rollout pool of its own runs under trainer.placement=local only so far (got {config.trainer.placement!r})",
-                                fix="set trainer.placement=local, or remove rollout.n_gpus_per_node (issue #34)"))
-        return None
-    if r.nnodes != 1:
-        problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes}: local placement has one node", fix="set rollout.nnodes=1"))
+    if r.nnodes != 1 and config.trainer.placement != "ray":  # Ray places the pool node by node (rl_core.placement.ray_pools)
+        problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes}: a rollout pool on several nodes needs Ray (local placement has one node)",
+                                fix="set rollout.nnodes=1, or trainer.placement=ray (docs/ray.md)"))
         return None
     if config.rollout.multi_turn.enable:
         problems.append(Problem(key="rollout.n_gpus_per_node", what="a rollout pool of its own does not run multi-turn rollouts yet",

@@ -47,6 +47,7 @@ class WorkerMethod(str, enum.Enum):
     LOAD_CHECKPOINT = "load_checkpoint"
     PEAK_MEMORY_GB = "peak_memory_gb"
     # a rollout pool of its own (rl_core.async_rl): the train -> rollout weight transfer
+    OPEN_WEIGHT_RENDEZVOUS = "open_weight_rendezvous"
     JOIN_WEIGHT_GROUP = "join_weight_group"
     SEND_WEIGHTS = "send_weights"
     RECEIVE_WEIGHTS = "receive_weights"

@@ -34,8 +34,10 @@ class RayCluster:
     """One hybrid worker per rank, each in its own Ray actor.
 
     ``pool``: ``main`` (the actor's workers, ``trainer.nnodes`` x ``trainer.n_gpus_per_node``) or a role with a
-    pool of its own (``critic``, ``ref``: ``<role>.nnodes`` x ``<role>.n_gpus_per_node``,
-    :mod:`rl_core.placement.pools`), whose workers hold ``roles`` only.
+    pool of its own (``critic``, ``ref``, ``rollout``: ``<role>.nnodes`` x ``<role>.n_gpus_per_node``,
+    :mod:`rl_core.placement.pools`), whose workers hold ``roles`` only. The rollout pool's weights come from the
+    train pool over a group of their own (:mod:`rl_core.async_rl.transfer`): :meth:`dead_ranks` and
+    :meth:`where` let that transfer name a rollout actor that died.
     """
 
     def __init__(self, stack, *, log_placement: bool = True, roles: tuple[str, ...] | None = None, pool: str = "main") -> None:
@@ -51,7 +53,7 @@ class RayCluster:
         self.group: RayWorkerGroup | None = None
         self._owns_connection = connect(rcfg)
         try:
-            pool_ = ResourcePool(roles, section.nnodes, section.n_gpus_per_node, self.device, rcfg.cpus_per_worker)
+            pool_ = ResourcePool(roles, section.nnodes, section.n_gpus_per_node, self.device, rcfg.cpus_per_worker, section="trainer" if pool == "main" else pool)
             threads = trainer.torch_threads
             if threads is None and self.device == "cpu":
                 threads = max(1, int(rcfg.cpus_per_worker))
@@ -91,6 +93,14 @@ class RayCluster:
     def call(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
         """Call ``method`` on every rank; ``per_rank_args[r]`` or ``same_args`` for all. One result per rank."""
         return self.submit(method, per_rank_args, same_args=same_args).result()
+
+    def dead_ranks(self) -> list[tuple[int, None]]:
+        """``(rank, None)`` of every actor Ray reports dead (no exit code: :meth:`where` names the node and pid)."""
+        return self.group.dead_ranks() if self.group is not None else []
+
+    def where(self, rank: int) -> str:
+        """The node and process of ``rank`` (for errors)."""
+        return self.group.where(rank) if self.group is not None else "a node not known"
 
     def run_on_workers(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """``fn(info, *args)`` on every rank (a top-level function)."""

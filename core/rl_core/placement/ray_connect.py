@@ -123,6 +123,13 @@ def alive_nodes() -> list[dict]:
     return sorted(nodes, key=lambda n: ("node:__internal_head__" not in n.get("Resources", {}), n.get("NodeManagerAddress", ""), n["NodeID"]))
 
 
+def node_addresses() -> dict[str, str]:
+    """node id -> the address the node registered with Ray (``ray start --node-ip-address``; 127.0.0.1 for the
+    loopback-only local instance). Not what a worker's routing table says: that is the machine's external address
+    even on a node that Ray runs on loopback."""
+    return {n["NodeID"]: n.get("NodeManagerAddress") for n in alive_nodes() if n.get("NodeManagerAddress")}
+
+
 def describe_resources() -> str:
     """What the cluster has, node by node: for errors that say it lacks room."""
     lines = []

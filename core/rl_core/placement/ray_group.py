@@ -5,8 +5,9 @@ one per bundle of a :class:`~rl_core.placement.ray_pools.ResourcePool`), learns
 where each landed, and forms the ``torch.distributed`` group among them:
 gloo on CPU, NCCL on GPU, the timeout ``collective_timeout_s``. When every rank is on one node (always
 so for a local Ray instance) they meet through a FileStore on that node and
-gloo / NCCL bind loopback, as the local placement does; across nodes the
-master is rank 0's node on a port free there. :class:`~rl_core.placement.ray_cluster.RayCluster`
+gloo / NCCL bind loopback, as the local placement does; across nodes through
+rank 0's TCP store, bound to rank 0's node's Ray address only
+(:mod:`rl_core.placement.rendezvous`). :class:`~rl_core.placement.ray_cluster.RayCluster`
 builds the hybrid workers on top; ``rlcore doctor --cluster`` runs its probes
 on a bare group.
 
@@ -23,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from rl_core.placement.contract import WorkerError, after_a_death
-from rl_core.placement.ray_connect import import_ray
+from rl_core.placement.ray_connect import import_ray, node_addresses
 from rl_core.placement.ray_pools import ResourcePool
 from rl_core.placement.ray_worker import RankFailure, RankWorker
 
@@ -62,15 +63,16 @@ class RayWorkerGroup:
                     "max_task_retries": 0,
                 }
                 self.actors.append(actor_cls.options(**options).remote(self.role, slot.rank, self.world_size, slot.local_rank, threads))
-            self.placement = self.wait([a.where.remote() for a in self.actors], "start (placing the actors)")
+            placed = self.wait([a.where.remote() for a in self.actors], "start (placing the actors)")
+            registered = node_addresses()  # each node's Ray address: what the process groups below listen on
+            self.placement = [{**p, "ip": registered.get(p["node_id"], p["ip"])} for p in placed]
             if self.world_size > 1:
                 backend = "nccl" if pool.device == "cuda" else "gloo"
                 one_node = len({p["node_id"] for p in self.placement}) == 1
-                if one_node:  # a FileStore on that node and loopback sockets: nothing listens on the network
-                    init = self.wait([self.actors[0].store_file.remote()], "start (rendezvous file)", ranks=[0])[0]
-                else:  # rank 0's TCPStore, the only rendezvous other nodes can reach
-                    port = self.wait([self.actors[0].free_port.remote()], "start (finding a port)", ranks=[0])[0]
-                    init = f"tcp://{self.placement[0]['ip']}:{port}"
+                # one node: a FileStore there and loopback sockets (nothing listens on the network); several: rank 0's
+                # TCP store, listening on its node's Ray address only (rl_core.placement.rendezvous)
+                host = None if one_node else self.placement[0]["ip"]
+                init = self.wait([self.actors[0].open_rendezvous.remote(host)], "start (rendezvous)", ranks=[0])[0]
                 self.wait([a.init_group.remote(init, backend, collective_timeout_s, one_node) for a in self.actors], "start (process group)")
         except BaseException:
             self.close(force=True)
@@ -104,6 +106,22 @@ class RayWorkerGroup:
             p = self.placement[rank]
             return f"node {p['ip']} ({p['node_id'][:8]}, {p['hostname']}, pid {p['pid']})"
         return "a node not known yet"
+
+    def dead_ranks(self, timeout_s: float = 0.5) -> list[tuple[int, None]]:
+        """``(rank, None)`` of every actor that is dead: Ray fails a call to it at once; a busy rank counts as alive."""
+        import ray
+        import ray.exceptions as rex
+
+        refs = {a.where.remote(): rank for rank, a in enumerate(self.actors)}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        dead = []
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except rex.RayActorError as exc:
+                if not isinstance(exc, rex.ActorUnavailableError):  # unreachable for a moment: not dead
+                    dead.append((refs[ref], None))
+        return sorted(dead)
 
     # ---------------------------------------------------------------- waiting
     def wait(self, refs: list, method: str, ranks: list[int] | None = None) -> list[Any]:

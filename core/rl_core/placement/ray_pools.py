@@ -49,6 +49,7 @@ class ResourcePool:
     per_node: int
     device: str
     cpus_per_worker: float = 1.0
+    section: str = "trainer"  # the config section whose nnodes / n_gpus_per_node laid it out (errors name its keys)
     groups: list = attrs.field(factory=list)
 
     @property
@@ -85,9 +86,9 @@ class ResourcePool:
             need = f"{self.world_size} x {self.bundle()}"
             raise PlacementError(
                 f"the Ray cluster has no room for the {self.name} workers within {timeout_s:g} s (ray.start_timeout_s): "
-                f"they need {need} laid out as trainer.nnodes={self.nnodes} x trainer.n_gpus_per_node={self.per_node}; "
+                f"they need {need} laid out as {self.section}.nnodes={self.nnodes} x {self.section}.n_gpus_per_node={self.per_node}; "
                 f"the cluster has:\n{describe_resources()}\n"
-                "fix: lower trainer.nnodes / trainer.n_gpus_per_node (or ray.cpus_per_worker), add nodes, "
+                f"fix: lower {self.section}.nnodes / {self.section}.n_gpus_per_node (or ray.cpus_per_worker), add nodes, "
                 "or wait for other jobs to free them"
             )
         slots = []

@@ -3,9 +3,9 @@
 :class:`RankWorker` is a plain class; :class:`~rl_core.placement.ray_cluster.RayCluster`
 wraps it with ``ray.remote`` (so importing this module needs no Ray). The
 actor is told its rank and world, joins the workers' ``torch.distributed``
-group (gloo on CPU, NCCL on GPU; the master is rank 0's node at a port rank 0
-found free there; ranks that share one node meet through a FileStore there
-and bind loopback), then builds the same :class:`~rl_core.worker.HybridWorker`
+group (gloo on CPU, NCCL on GPU; the store is rank 0's, on its node's Ray address
+at a port free there; ranks that share one node meet through a FileStore there
+and bind loopback: :mod:`rl_core.placement.rendezvous`), then builds the same :class:`~rl_core.worker.HybridWorker`
 the local cluster builds, with the same :class:`~rl_core.backends.WorkerContext`.
 
 Errors travel back as :class:`RankFailure` with plain text: a user error's
@@ -67,17 +67,13 @@ class RankWorker:
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
         }
 
-    def free_port(self) -> int:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return s.getsockname()[1]
+    def open_rendezvous(self, host: str | None) -> str:
+        """Rank 0: where the group meets. ``host`` None: a FileStore in a private folder on this node (every rank
+        is here); else a TCP store listening on ``host`` only (this node's Ray address), at a port free there."""
+        from rl_core.placement.rendezvous import Rendezvous
 
-    def store_file(self) -> str:
-        """A rendezvous file in a private folder on this node (ranks on one node meet there); removed at stop."""
-        import tempfile
-
-        self._store_dir = tempfile.mkdtemp(prefix="rlcore-rdzv-")
-        return "file://" + os.path.join(self._store_dir, "store")
+        self._rendezvous = Rendezvous(host)
+        return self._rendezvous.address
 
     def init_group(self, init_method: str, backend: str, timeout_s: float, loopback: bool = False) -> None:
         """Join the group; ``loopback``: every rank is on this node, so gloo / NCCL bind the loopback interface."""
@@ -85,6 +81,7 @@ class RankWorker:
         import torch.distributed as dist
 
         from rl_core.placement.local import local_rendezvous_env
+        from rl_core.placement.rendezvous import join_store
 
         self.backend, self.timeout_s = backend, timeout_s
         if loopback:
@@ -92,8 +89,9 @@ class RankWorker:
         try:
             if backend == "nccl":
                 torch.cuda.set_device(0)  # Ray shows each actor only its own GPU
+            store = join_store(init_method, self.rank, self.world_size, timeout_s, getattr(self, "_rendezvous", None))
             dist.init_process_group(
-                backend, init_method=init_method, rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
+                backend, store=store, rank=self.rank, world_size=self.world_size, timeout=timedelta(seconds=timeout_s),
                 device_id=torch.device("cuda", 0) if backend == "nccl" else None,
             )
         except Exception as exc:  # noqa: BLE001
@@ -137,11 +135,10 @@ class RankWorker:
             self.worker = None
             if dist.is_initialized():
                 dist.destroy_process_group()
-            store_dir = getattr(self, "_store_dir", None)
-            if store_dir:
-                import shutil
-
-                shutil.rmtree(store_dir, ignore_errors=True)
+            rendezvous = getattr(self, "_rendezvous", None)
+            if rendezvous is not None:
+                rendezvous.close()
+                self._rendezvous = None
 
     # -------------------------------------------------------------- helpers
     def _explain(self, exc: BaseException, method: str) -> str:

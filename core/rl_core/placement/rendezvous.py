@@ -1,0 +1,83 @@
+"""Where a process group's members meet: a FileStore on one node, a TCP store bound to one address across nodes.
+
+Rank 0 of the group opens the rendezvous (:class:`Rendezvous`) and every member joins it (:func:`join_store`):
+
+- every member on one node: a ``FileStore`` in a private folder (0700) on that node, and gloo / NCCL bind the
+  loopback interface: nothing listens on the network;
+- members on several (Ray) nodes: a ``TCPStore`` hosted by rank 0 on its node's Ray address (the address the node
+  registered with Ray: :func:`rl_core.placement.ray_connect.node_addresses`). The listening socket is bound to
+  that address here and handed to the store, because a store that binds its own socket listens on every
+  interface (0.0.0.0 / ``::``), unauthenticated. A local Ray instance registers 127.0.0.1 unless
+  ``ray.node_ip_address`` says otherwise (:mod:`rl_core.placement.ray_loopback`), so by default this is loopback.
+
+Used by the Ray workers' own group (:mod:`rl_core.placement.ray_group`) and the train -> rollout weight transfer
+group (:mod:`rl_core.async_rl.transfer`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from datetime import timedelta
+from typing import Any
+
+FILE, TCP = "file://", "tcp://"
+
+
+class Rendezvous:
+    """The train pool's rank 0 side: the store's folder or listening socket, kept until the group is formed.
+
+    ``host`` None: a FileStore in a private folder on this node; else a TCP store listening on ``host`` (this
+    node's Ray address) at a port free there."""
+
+    def __init__(self, host: str | None) -> None:
+        self.folder: str | None = None
+        self.listener: socket.socket | None = None
+        if host is None:
+            self.folder = tempfile.mkdtemp(prefix="rl-core-rdzv-")  # 0700: only this user
+            self.address = FILE + os.path.join(self.folder, "store")
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self.listener = socket.socket(family, socket.SOCK_STREAM)
+            self.listener.bind((host, 0))  # this node's Ray address only, a port free there
+            self.listener.listen(128)
+            self.address = f"{TCP}{host}:{self.listener.getsockname()[1]}" if family == socket.AF_INET else f"{TCP}[{host}]:{self.listener.getsockname()[1]}"
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def join_store(address: str, rank: int, size: int, timeout_s: float, opened: Rendezvous | None = None):
+    """The group's store: ``opened`` is the train rank 0's :class:`Rendezvous` (it hosts a TCP store)."""
+    import torch.distributed as dist
+
+    if address.startswith(FILE):
+        return dist.FileStore(address[len(FILE):], size)
+    if not address.startswith(TCP):
+        raise ValueError(f"weight transfer: unknown rendezvous {address!r} (expected {FILE}PATH or {TCP}HOST:PORT)")
+    host, _, port = address[len(TCP):].rpartition(":")
+    host = host.strip("[]")
+    timeout = timedelta(seconds=timeout_s)
+    if opened is not None and opened.listener is not None:  # the host: the store takes over the socket bound above
+        fd = opened.listener.detach()
+        opened.listener = None
+        return dist.TCPStore(host, int(port), size, True, timeout, wait_for_workers=False, master_listen_fd=fd)
+    return dist.TCPStore(host, int(port), size, False, timeout)
+
+
+def gloo_device(bind: str | None) -> Any:
+    """The gloo device of one member: its node's address (several nodes), else the loopback interface."""
+    import torch.distributed as dist
+
+    from rl_core.placement.local import loopback_interface
+
+    if bind is None:
+        return dist.ProcessGroupGloo.create_device(interface=loopback_interface())
+    return dist.ProcessGroupGloo.create_device(hostname=bind)
