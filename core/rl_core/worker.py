@@ -141,8 +141,9 @@ class HybridWorker:
         weights = self.actor.named_weights()
         if self._convert is not None:
             weights = self._convert(weights, self.stack.config)
-        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes, trainer_sample=self.actor.sample_weights,
-                            engine_name=self.stack.config.rollout.name)
+        # the trainer's own view is in its names: checked against what was sent only without a converter (as sync_weights)
+        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes,
+                            trainer_sample=self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name)
 
     def receive_weights(self, version: int) -> dict[str, Any]:
         """Rollout pool: receive policy ``version`` into the engine; what the engine holds comes back to be checked."""
