@@ -123,6 +123,8 @@ class RolloutCard(CardBase):
     engine_install: str | None = None
     # the engine reserves rollout.gpu_memory_utilization of a GPU (the memory estimate counts that, not weights + KV)
     memory_fraction: bool = False
+    # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
+    lora_adapters: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

@@ -264,6 +264,39 @@ def iter_merged(model: torch.nn.Module, gather=_detach) -> Iterator[tuple[str, t
         raise RuntimeError(f"LoRA layers without their base weight or adapters in the state dict: {sorted(waiting)}")
 
 
+def iter_base(model: torch.nn.Module, gather=_detach) -> Iterator[tuple[str, torch.Tensor]]:
+    """The frozen base model's weights under its own names, adapters NOT folded in, one at a time (tied tensors
+    once); ``gather`` as in :func:`iter_merged`. What a rollout engine that applies adapters itself loads once."""
+    seen: set[int] = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) in seen or ".lora_" in name:
+            continue
+        seen.add(id(t))
+        yield base_name(name), gather(t)
+
+
+def engine_adapter(model: torch.nn.Module, gather=_detach) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The live adapters as a rollout engine's LoRA API takes them: ``(tensors, config)``.
+
+    ``tensors``: peft's names (``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``), float32 copies
+    (nothing aliases the trained parameters), with the scale folded into ``B`` (``scale * B``); ``config``: a PEFT
+    adapter config (``r``, ``lora_alpha`` = ``r``, so the engine's scale is exactly 1, ``target_modules``: the
+    adapted modules' last names). Folding the scale here means the engine stores exactly what was sent, so the sync
+    check (:mod:`rl_core.weight_sync_check`) can compare bit for bit."""
+    tensors: dict[str, torch.Tensor] = {}
+    targets: set[str] = set()
+    rank = None
+    for name, layer in _lora_layers(model):
+        a = gather(layer.lora_A[ADAPTER_NAME].weight).detach().float().clone()
+        b = gather(layer.lora_B[ADAPTER_NAME].weight).detach().float() * float(layer.scaling[ADAPTER_NAME])
+        tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
+        targets.add(name.rsplit(".", 1)[-1])
+        rank = a.shape[0]
+    if rank is None:
+        raise RuntimeError("the model has no LoRA adapters to send (model.lora_rank is 0?)")
+    return tensors, {"r": int(rank), "lora_alpha": int(rank), "target_modules": sorted(targets), "bias": "none"}
+
+
 def _lora_part(name: str, scales: dict[str, float]) -> tuple[str | None, str]:
     for marker, part in ((f".lora_A.{ADAPTER_NAME}.weight", "A"), (f".lora_B.{ADAPTER_NAME}.weight", "B"), (".base_layer.weight", "W")):
         if name.endswith(marker) and name[: -len(marker)] in scales:
@@ -276,7 +309,8 @@ def sample_effective(model: torch.nn.Module, positions: dict[str, torch.Tensor],
     """The trainer's own weights at flat ``positions`` (base names), computed apart from :func:`iter_merged`:
     ``W[i, j] + scale * B[i, :] . A[:, j]`` element by element for LoRA layers, the parameter itself otherwise
     (float32). The sync check compares what was sent with these, so a sync that skipped the merge is caught."""
-    layers = {base_name(name + ".weight"): layer for name, layer in _lora_layers(model)}
+    by_peft = dict(_lora_layers(model))
+    layers = {base_name(name + ".weight"): layer for name, layer in by_peft.items()}
     plain = {}
     for name, t in model.state_dict(keep_vars=True).items():
         if ".lora_" not in name:
@@ -284,6 +318,14 @@ def sample_effective(model: torch.nn.Module, positions: dict[str, torch.Tensor],
     out = {}
     for key in sorted(positions):
         pos = positions[key].long()
+        if key.endswith((".lora_A.weight", ".lora_B.weight")):  # an adapter as engine_adapter sends it (B scaled)
+            module, part = key[: -len(".lora_A.weight")], key[-len("A.weight"):-len(".weight")]
+            if module in by_peft:
+                lay = by_peft[module]
+                w = gather((lay.lora_A if part == "A" else lay.lora_B)[ADAPTER_NAME].weight).reshape(-1)
+                t = w[pos.to(w.device)].float()
+                out[key] = (t if part == "A" else t * float(lay.scaling[ADAPTER_NAME])).cpu()
+            continue
         layer = layers.get(key)
         if layer is None:
             if key in plain:

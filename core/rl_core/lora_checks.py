@@ -102,7 +102,25 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
         out.append(Problem(key="model.lora_rank", what=f"is {m.lora_rank}, but the {backend} train backend does not train LoRA adapters",
                            why="the run would train every weight and ignore the adapters' settings",
                            fix=f"use {_capable(registry, 'lora')}, or model.lora_rank=0 (full fine-tune)"))
-    return out
+    return out + lora_sync_problems(config, registry)
+
+
+def lora_sync_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """``rollout.lora_sync=adapter`` needs a rollout engine whose card declares ``lora_adapters``."""
+    if config.model.lora_rank == 0 or config.rollout.lora_sync != "adapter":
+        return []
+    if registry is None:
+        from rl_core.plugins import get_registry
+
+        registry = get_registry()
+    cards = registry.cards["rollout"]
+    card = cards.get(config.rollout.name)
+    if card is None or card.lora_adapters:
+        return []
+    able = sorted(c.name for c in cards.values() if c.lora_adapters)
+    return [Problem(key="rollout.lora_sync", what=f"is 'adapter', but the {card.name} rollout engine has no LoRA adapter API",
+                    why="the engine can only load whole weights",
+                    fix="set rollout.lora_sync=merged (or auto)" + (f", or use rollout.name={' or '.join(able)}" if able else ""))]
 
 
 def offload_problems(config: Any, registry: Any = None) -> list[Problem]:

@@ -72,15 +72,17 @@ class WeightTap:
             yield name, tensor
 
 
-def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int) -> int | None:
+def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int, what: str = "") -> int | None:
     """Compare what ``tap`` saw with what ``engine`` holds; the number of tensors verified, None when the engine
-    cannot be asked (no ``sample_weights``). Raises :class:`StaleWeightsError` naming the engine, the version
-    and the tensors that differ."""
+    cannot be asked (no ``sample_weights``, or it returns None). Raises :class:`StaleWeightsError` naming the engine,
+    the version (``what`` is added after the engine's name, e.g. the adapter's version) and the tensors that differ."""
     sample = getattr(engine, "sample_weights", None)
     if sample is None:
         return None
     held = sample(tap.positions)
-    compare_samples(tap.values, held, version=version, where=f"the rollout engine {engine_name!r}")
+    if held is None:  # the engine cannot report these tensors in this set-up (e.g. sharded over TP ranks)
+        return None
+    compare_samples(tap.values, held, version=version, where=f"the rollout engine {engine_name!r}{what}")
     return len(tap.values)
 
 
@@ -144,6 +146,21 @@ def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trai
     if tap is None:
         return None
     n = verify_sync(tap, engine, engine_name=engine_name, version=version)
+    if trainer_sample is not None:
+        verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
+    return n
+
+
+def load_adapter_verified(engine: Any, tensors: dict[str, torch.Tensor], peft_config: dict, trainer_sample=None, *,
+                          engine_name: str, version: int) -> int | None:
+    """``engine.load_adapter(tensors, peft_config, version)`` (LoRA adapters through the engine's LoRA API, base weights
+    already there), verified as :func:`load_verified` does: the engine's ``sample_weights`` must report, for the
+    adapter it will generate with, exactly what was sent; an adapter that did not arrive (the engine reports none)
+    or a stale one (an older version's values) raises :class:`StaleWeightsError` naming the engine and the adapter
+    version. ``trainer_sample`` (the trainer's live adapters at the same positions) checks what was sent."""
+    tap = WeightTap(tensors.items())
+    engine.load_adapter(dict(tap), peft_config, version)
+    n = verify_sync(tap, engine, engine_name=engine_name, version=version, what=f" (its LoRA adapter of weight version {version})")
     if trainer_sample is not None:
         verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
     return n

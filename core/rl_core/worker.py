@@ -72,6 +72,8 @@ class HybridWorker:
         self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1)
         self._transfer = None  # the train -> rollout broadcast group of split pools (rl_core.async_rl.transfer)
         self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
+        self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
+        self._base_sent = False
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 
@@ -100,15 +102,23 @@ class HybridWorker:
         if self.rollout is None or self.actor is None:  # split pools: the weights travel by send / receive_weights
             return 0.0
         start = time.perf_counter()
-        weights = self.actor.named_weights()
-        if self._convert is not None:
-            weights = self._convert(weights, self.stack.config)
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-        from rl_core.weight_sync_check import load_verified  # the trainer's own view is in its names: not after a converter
+        from rl_core.weight_sync_check import load_adapter_verified, load_verified  # the trainer's own view is in its names: not after a converter
 
         self._weight_version += 1
+        name = self.stack.config.rollout.name
+        if self._lora_sync == "adapter":  # LoRA through the engine's LoRA API: the frozen base once, then the adapters
+            if not self._base_sent:
+                load_verified(self.rollout, self.actor.named_base_weights(), None, engine_name=name, version=self._weight_version)
+                self._base_sent = True
+            tensors, peft_config = self.actor.lora_adapter()
+            load_adapter_verified(self.rollout, tensors, peft_config, self.actor.sample_weights, engine_name=name, version=self._weight_version)
+            return time.perf_counter() - start
+        weights = self.actor.named_weights()
+        if self._convert is not None:
+            weights = self._convert(weights, self.stack.config)
         load_verified(self.rollout, weights, self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
 
@@ -228,6 +238,18 @@ class HybridWorker:
 
     def _named_trainables(self) -> list[tuple[str, Any]]:
         return [(n, e) for n, e in (("actor", self.actor), ("critic", self.critic)) if e is not None]
+
+
+def lora_sync_mode(config, rollout) -> str | None:
+    """How LoRA weights reach ``rollout`` (rollout.lora_sync): ``adapter`` (the engine's LoRA API), ``merged``, or None
+    (no LoRA, or no colocated engine). ``auto`` is ``adapter`` where the engine has ``load_adapter``."""
+    if config.model.lora_rank == 0 or rollout is None:
+        return None
+    mode, able = config.rollout.lora_sync, hasattr(rollout, "load_adapter")
+    if mode == "adapter" and not able:
+        raise RuntimeError(f"rollout.lora_sync=adapter, but the {config.rollout.name} rollout engine has no LoRA adapter API "
+                           "(load_adapter): set rollout.lora_sync=merged or auto")
+    return "adapter" if mode == "adapter" or (mode == "auto" and able) else "merged"
 
 
 def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:

@@ -66,3 +66,18 @@ def test_a_train_backend_without_lora_or_offload_refuses_them():
     assert p.key == "actor.fsdp_config.param_offload" and "does not offload" in p.what
     lora_card = SimpleNamespace(cards={"train": {"other": attrs.evolve(card, lora=True, offload=True)}})
     assert lora_problems(cfg, lora_card) == [] and offload_problems(cfg, lora_card) == []
+
+
+def test_adapter_sync_needs_an_engine_with_a_lora_api():
+    import attrs
+    from rl_core.cards import RolloutCard
+    from rl_core.lora_checks import lora_sync_problems
+
+    plain, able = RolloutCard(name="plain", factory="x:y"), RolloutCard(name="able", factory="x:y", lora_adapters=True)
+    registry = SimpleNamespace(cards={"rollout": {"plain": plain, "able": able}})
+    cfg = RunConfig(model=ModelConfig(path="/nowhere", lora_rank=8))
+    cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, name="plain", lora_sync="adapter"))
+    [p] = lora_sync_problems(cfg, registry)
+    assert p.key == "rollout.lora_sync" and "the plain rollout engine has no LoRA adapter API" in p.what and "rollout.name=able" in p.fix
+    for ok in (attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, lora_sync="auto")), attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, name="able"))):
+        assert lora_sync_problems(ok, registry) == []

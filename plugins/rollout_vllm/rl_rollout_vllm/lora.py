@@ -1,0 +1,159 @@
+"""LoRA adapters in vLLM's own LoRA layers, from tensors in memory (``rollout.lora_sync=adapter``, issue #32).
+
+The engine is built with ``enable_lora`` (one adapter slot, ``max_lora_rank`` the smallest vLLM size that holds
+``model.lora_rank``). The trainer sends the frozen base weights once (:meth:`VLLMRollout.load_weights`), then
+after each update only the adapters: :func:`add_adapter` runs inside the vLLM worker (``collective_rpc``; the
+in-process engine gets the tensors by reference) and builds vLLM's ``LoRAModel`` straight from them
+(``LoRAModel.from_lora_tensors``: no adapter folder is written or read), drops the previous version and puts the new
+one in the slot. Each version has its own adapter id (``version + 1``) and every generation names it, so a request
+can never run with an older adapter: an id vLLM does not hold would make it look for a folder, which fails loudly.
+
+:func:`sample_held` reads back what the engine computes with: elements of the slot's stacked ``lora_a`` / ``lora_b``
+buffers (q/k/v and gate/up are slices of vLLM's fused layers) and of the base weights (``qkv_proj`` / ``gate_up_proj``
+rows located from the HF shapes), for :mod:`rl_core.weight_sync_check`. Tensor parallel > 1 shards both: not sampled
+(the sync is then not verified, and the log says so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+#: vLLM's allowed ``max_lora_rank`` values (vllm.config.lora.MaxLoRARanks, 0.32)
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_engine_kwargs(rank: int) -> dict[str, Any]:
+    """``vllm.LLM`` arguments for one in-memory adapter of rank ``rank``."""
+    fits = [r for r in MAX_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"model.lora_rank={rank} is above vLLM's largest max_lora_rank ({MAX_LORA_RANKS[-1]}): "
+                         "use a smaller rank or rollout.lora_sync=merged")
+    return dict(enable_lora=True, max_lora_rank=fits[0], max_loras=1, max_cpu_loras=1)
+
+
+def add_adapter(worker, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], lora_id: int) -> int:
+    """Inside the vLLM worker: replace the held adapter by one built from ``tensors`` (peft names) as id ``lora_id``.
+
+    Returns the number of vLLM modules that received adapter weights. A tensor naming no LoRA module of the model
+    is an error (vLLM would silently drop it)."""
+    from vllm.lora.lora_model import LoRAModel
+    from vllm.lora.peft_helper import PEFTHelper
+
+    manager = worker.model_runner.lora_manager
+    models = manager._adapter_manager
+    helper = PEFTHelper.from_dict({**peft_config, "vllm_max_position_embeddings": manager.max_position_embeddings})
+    helper.validate_legal(manager.lora_config)
+    model = models.model
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    lora = LoRAModel.from_lora_tensors(
+        lora_model_id=lora_id, tensors=tensors, peft_helper=helper, device="cpu", dtype=manager.lora_config.lora_dtype,
+        model_vocab_size=manager.vocab_size, weights_mapper=mapper.get_rename_mapper() if mapper is not None else None,
+        skip_prefixes=getattr(model, "lora_skip_prefixes", None),
+    )
+    unknown = sorted(name for name in lora.loras if _slot_module(models, name) is None)
+    if unknown:
+        raise ValueError(f"LoRA adapter: {len(unknown)} adapted module(s) are not LoRA layers of the vLLM model: {unknown[:4]}")
+    for old in list(manager.list_adapters()):
+        manager.remove_adapter(old)
+    models.add_adapter(lora)
+    models.activate_adapter(lora_id)
+    return len(lora.loras)
+
+
+def _slot_module(models, module: str) -> tuple[Any, int] | None:
+    """vLLM's LoRA layer holding HF module ``module`` and its slice (q_proj -> (qkv_proj layer, 0)); None if none."""
+    layer = models.modules.get(module)
+    if layer is not None:
+        return layer, 0
+    prefix, _, last = module.rpartition(".")
+    for fused, parts in (getattr(models, "packed_modules_mapping", None) or {}).items():
+        if last in parts and f"{prefix}.{fused}" in models.modules:
+            return models.modules[f"{prefix}.{fused}"], parts.index(last)
+    return None
+
+
+def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str, tuple[int, ...]] | None,
+                lora_id: int | None, rank: int) -> dict[str, torch.Tensor] | None:
+    """Inside the vLLM worker: the elements the engine holds at flat ``positions`` of HF-named base weights and
+    peft-named adapter tensors (adapter ``lora_id``'s slot); a name the engine does not hold is left out. None
+    with tensor parallel > 1."""
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    if get_tensor_model_parallel_world_size() > 1:
+        return None
+    runner = worker.model_runner
+    model = runner.get_model()
+    params = dict(model.named_parameters())
+    manager = getattr(runner, "lora_manager", None)
+    models = getattr(manager, "_adapter_manager", None) if manager is not None else None
+    out: dict[str, torch.Tensor] = {}
+    for name, pos in positions.items():
+        pos = pos.long()
+        if name.endswith((".lora_A.weight", ".lora_B.weight")):
+            held = _adapter_tensor(models, name, lora_id, rank)
+            values = None if held is None else held.reshape(-1)[pos.to(held.device)]
+        else:
+            values = _base_values(model, params, name, pos, hf_shapes or {})
+        if values is not None:
+            out[name] = values.detach().cpu()
+    return out
+
+
+def _adapter_tensor(models, name: str, lora_id: int | None, rank: int) -> torch.Tensor | None:
+    if models is None or lora_id is None or lora_id not in models.lora_index_to_id:
+        return None
+    from vllm.lora.utils import parse_fine_tuned_lora_name
+
+    module, is_a = parse_fine_tuned_lora_name(name)
+    found = _slot_module(models, module)
+    if found is None:
+        return None
+    layer, index = found
+    slot = models.lora_index_to_id.index(lora_id)
+    if is_a:
+        return layer.lora_a_stacked[index][slot, 0, :rank, :]
+    return layer.lora_b_stacked[index][slot, 0, :, :rank]
+
+
+def _base_values(model, params: dict[str, torch.Tensor], name: str, pos: torch.Tensor, hf_shapes: dict[str, tuple[int, ...]]) -> torch.Tensor | None:
+    """The engine's elements of HF weight ``name`` at flat ``pos``: from the vLLM parameter holding it (rows of a
+    fused q/k/v or gate/up one), or, where vLLM's CPU kernels packed a linear weight away (the parameter is left
+    empty), from the layer's own GEMM run on one-hot inputs without bias (``x = e_j`` gives column ``j`` exactly)."""
+    shape = hf_shapes.get(name)
+    module, _, rest = name.rpartition(".")  # rest: weight / bias
+    held, target, offset = _param(params, name), module, 0
+    if held is None:
+        prefix, _, last = module.rpartition(".")
+        for fused, parts in (getattr(model, "packed_modules_mapping", None) or {}).items():
+            if last in parts:
+                target = f"{prefix}.{fused}"
+                held = _param(params, f"{target}.{rest}")
+                offset = sum(hf_shapes.get(f"{prefix}.{p}.{rest}", (0,))[0] for p in parts[: parts.index(last)])
+                break
+    if held is None or shape is None:
+        return None
+    if held.numel():
+        cut = held[offset : offset + shape[0]] if len(shape) == 1 else held[offset : offset + shape[0], : shape[1]]
+        return cut.reshape(-1)[pos.to(cut.device)]
+    layer = model.get_submodule(target)
+    layer = getattr(layer, "base_layer", layer)
+    gemm = getattr(layer, "cpu_linear", None)
+    if gemm is None or len(shape) != 2:
+        return None
+    rows, cols = pos // shape[1], pos % shape[1]
+    unique, which = torch.unique(cols, return_inverse=True)
+    probe = torch.zeros(len(unique), shape[1], dtype=held.dtype)
+    probe[torch.arange(len(unique)), unique] = 1
+    with torch.no_grad():
+        out = gemm(probe, layer.weight, None)
+    return out[which, offset + rows]
+
+
+def _param(params: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
+    if name in params:
+        return params[name].detach()
+    prefix, _, rest = name.rpartition(".")
+    wrapped = params.get(f"{prefix}.base_layer.{rest}")  # a LoRA layer wraps the base layer
+    return wrapped.detach() if wrapped is not None else None
