@@ -128,9 +128,11 @@ def target_problems(model: torch.nn.Module, spec: LoraSpec) -> list[tuple[str, s
 
 
 # ------------------------------------------------------------------ apply / load
-def apply_lora(model: torch.nn.Module, spec: LoraSpec, *, dtype: torch.dtype | None = None) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, spec: LoraSpec, *, dtype: torch.dtype | None = None, seed: int | None = None) -> torch.nn.Module:
     """``model`` with LoRA adapters (a peft ``PeftModel``): the base frozen in ``dtype`` (default: as it is),
-    the adapters float32 and trainable. Starts from ``spec.adapter_path`` when set."""
+    the adapters float32 and trainable. Starts from ``spec.adapter_path`` when set. ``seed``: the adapters' random
+    start drawn from it (the caller's RNG untouched), so that every rank of a sharded model starts from the same
+    adapters (each rank keeps its slice of its own copy: different draws would mix into another start)."""
     if not spec.enabled:
         raise LoraError(f"model.lora_rank is {spec.rank}: LoRA is off (set model.lora_rank > 0, e.g. 32)")
     problems = target_problems(model, spec)
@@ -150,7 +152,10 @@ def apply_lora(model: torch.nn.Module, spec: LoraSpec, *, dtype: torch.dtype | N
             target_modules=spec.target_modules if spec.target_modules == ALL_LINEAR else list(spec.target_modules),
             exclude_modules=list(spec.exclude_modules) or None, task_type="CAUSAL_LM",
         )
-        wrapped = peft.get_peft_model(model, cfg, adapter_name=ADAPTER_NAME)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            wrapped = peft.get_peft_model(model, cfg, adapter_name=ADAPTER_NAME)
     for name, p in wrapped.named_parameters():  # adapters train in float32 whatever the base's dtype
         if p.requires_grad and p.dtype != torch.float32:
             p.data = p.data.float()

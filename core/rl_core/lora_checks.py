@@ -6,8 +6,8 @@ Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
   refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
   from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and a
   train backend whose card does not declare ``lora`` refuses ``lora_rank > 0`` instead of silently ignoring it.
-- :func:`offload_problems`: the same for parameter / optimizer offload (card ``offload``); offload on a sharded
-  model (more than one GPU) is refused: not wired yet.
+- :func:`offload_problems`: the same for parameter / optimizer offload (card ``offload``); on several ranks the
+  fsdp backend uses FSDP2's ``CPUOffloadPolicy``.
 - :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of
   LoRA or offload would fit (e.g. Qwen2.5-7B on one 80 GB GPU).
 """
@@ -132,12 +132,6 @@ def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     if (backend := _unsupported(config, registry, "offload")) is not None:
         out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true, but the {backend} train backend does not offload to host memory",
                         why="the run would keep everything on the device and ignore the setting", fix=f"use {_capable(registry, 'offload')}, or set actor.fsdp_config.{k}=false")
-                for k in keys]
-    world = config.trainer.n_gpus_per_node * config.trainer.nnodes
-    if world > 1:
-        out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true on {world} ranks: offload works on one device (an unsharded model) for now; "
-                        "FSDP2's CPUOffloadPolicy for sharded models is not wired (issue #32)",
-                        fix=f"set actor.fsdp_config.{k}=false (sharding over {world} ranks already divides the train states), or train on one GPU")
                 for k in keys]
     return out
 

@@ -172,6 +172,42 @@ def sample_state(named: Iterable[tuple[str, torch.Tensor]], positions: dict[str,
     return {name: gather(named[name], pos) for name, pos in positions.items() if name in named}
 
 
+#: HF module names an engine fuses into one parameter (vLLM's and SGLang's ``packed_modules_mapping`` for llama-like models)
+FUSED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+
+
+def fused_location(params: dict[str, torch.Tensor], name: str, hf_shapes: dict[str, tuple[int, ...]],
+                   packed: dict[str, list[str]] | None = None) -> tuple[str, torch.Tensor, int] | None:
+    """Where an engine keeps HF weight ``name``: ``(its module's name, its parameter, the first row)``, looking in
+    ``params`` (the engine model's ``named_parameters``) under the same name, under ``<module>.base_layer.<leaf>``
+    (a LoRA-wrapped layer), or in the fused parameter ``packed`` maps it to (q/k/v -> qkv_proj, rows after the
+    earlier parts' rows, from ``hf_shapes``); None when the engine has no such weight."""
+    module, _, leaf = name.rpartition(".")
+    held = _param(params, module, leaf)
+    if held is not None:
+        return module, held, 0
+    prefix, _, last = module.rpartition(".")
+    for fused, parts in (packed or FUSED).items():
+        if last in parts:
+            held = _param(params, f"{prefix}.{fused}", leaf)
+            if held is None:
+                return None
+            return f"{prefix}.{fused}", held, sum(hf_shapes.get(f"{prefix}.{q}.{leaf}", (0,))[0] for q in parts[: parts.index(last)])
+    return None
+
+
+def cut_rows(held: torch.Tensor, offset: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """HF tensor of ``shape`` inside engine parameter ``held`` from row ``offset`` (padded vocabularies: cut)."""
+    return held[offset : offset + shape[0]] if len(shape) == 1 else held[offset : offset + shape[0], : shape[1]]
+
+
+def _param(params: dict[str, torch.Tensor], module: str, leaf: str) -> torch.Tensor | None:
+    for key in (f"{module}.{leaf}", f"{module}.base_layer.{leaf}"):
+        if key in params:
+            return params[key].detach()
+    return None
+
+
 def _first_four(problems: list[str]) -> str:
     """The first four tensors named in a sync-check error, and how many more."""
     return "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")

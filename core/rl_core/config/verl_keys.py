@@ -184,7 +184,8 @@ RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.*.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     _no("critic.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     # ---------------------------------------------------------------- FSDP settings
-    # the actor's offload is rl-core's (one device; rl_train_fsdp.offload); the reference never trains (no optimizer) and,
+    # the actor's offload is rl-core's (one device: rl_train_fsdp.offload; several ranks: FSDP2's CPUOffloadPolicy for
+    # either switch); the reference never trains (no optimizer) and,
     # under LoRA, is the actor itself with its adapters off
     *(_m(f"actor_rollout_ref.actor.fsdp_config.{k}_offload", f"actor.fsdp_config.{k}_offload") for k in ("param", "optimizer")),
     *(_ign(f"actor_rollout_ref.ref.fsdp_config.{k}_offload", "offloading the reference model (rl-core keeps it on the device; "

@@ -60,6 +60,9 @@ class InProcessClient:
     def flush_cache(self):
         return self.engine.flush_cache()
 
+    def get_weights_by_name(self, name: str):
+        return self.engine.get_weights_by_name(name, truncate_size=0)
+
     def release_memory_occupation(self):
         return self.engine.release_memory_occupation()
 
@@ -143,6 +146,12 @@ class ServerClient:
 
     def flush_cache(self):
         return self._request("/flush_cache", {})
+
+    def get_weights_by_name(self, name: str):
+        try:
+            return self._request("/get_weights_by_name", {"name": name, "truncate_size": 0})
+        except RuntimeError:  # an older server, or one without rl-rollout-sglang's hook: not verified
+            return None
 
     def release_memory_occupation(self):
         return self._request("/release_memory_occupation", {})

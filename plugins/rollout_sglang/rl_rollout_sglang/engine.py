@@ -47,7 +47,10 @@ Weight sync (:meth:`SGLangRollout.load_weights`)
     radix cache is flushed. Names and shapes are checked against the model
     before a bucket is sent. On CPU the tensors reach the scheduler process
     through shared memory (each bucket is copied once: peak extra memory one
-    bucket); on GPU through CUDA IPC handles (no copy).
+    bucket); on GPU through CUDA IPC handles (no copy). Every sync is verified
+    by rl-core (:meth:`SGLangRollout.sample_weights`, read in SGLang's scheduler
+    by :mod:`rl_rollout_sglang.held`). LoRA: merged weights (no adapter API on
+    this build: SGLang's CPU LoRA layers need pinned memory; docs/lora.md).
 
 Tensor parallelism
     The first rank of each TP group (consecutive ranks) starts the engine with
@@ -133,8 +136,12 @@ class SGLangRollout:
 
             self.client = ServerClient(adapter["server_url"], timeout=float(adapter.get("server_timeout_s", 600)), tp_size=self.tp)
         else:
-            from rl_rollout_sglang.clients import InProcessClient
+            import os
 
+            from rl_rollout_sglang.clients import InProcessClient
+            from rl_rollout_sglang.held import SAMPLE_WEIGHTS_ENV
+
+            os.environ.setdefault(SAMPLE_WEIGHTS_ENV, "1")  # the weight-sync check's read-back in SGLang's processes
             self.client = InProcessClient(self.engine_args(extra))
         context_len = extra.get("context_length")
         if context_len is None and self.client is not None:
@@ -303,6 +310,20 @@ class SGLangRollout:
                 del payload, bucket
         sglang_quirks.check_result(self.client.flush_cache(), "flush_cache")
         log.info("weight sync: %d tensors in buckets of %.0f MiB", sent, self.bucket_bytes / 2**20)
+
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """What the engine holds at flat ``positions`` of HF-named weights (rl_core.weight_sync_check), read in SGLang's
+        scheduler (rl_rollout_sglang.held); None where it cannot be asked (a non-leading TP rank, TP > 1, a server
+        started without the hook)."""
+        dtype = getattr(torch, str(self.config.model.dtype), None)
+        if self.client is None or not isinstance(dtype, torch.dtype):
+            return None
+        from rl_rollout_sglang.held import answer, request
+
+        held = answer(self.client.get_weights_by_name(request(positions, self._shapes)), positions, dtype)
+        if held is None:
+            self._note_once("unverified", "weight sync: SGLang cannot report its weights here (TP > 1 or a server without rl-rollout-sglang's hook): not verified", level=logging.WARNING)
+        return held
 
     def _transportable(self, tensor: torch.Tensor) -> torch.Tensor:
         """A tensor safe to share with SGLang's scheduler process.

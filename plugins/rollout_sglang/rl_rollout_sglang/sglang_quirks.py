@@ -171,8 +171,18 @@ def _cpu_hash_kernel_missing() -> bool:
 def sglang_plugin() -> None:
     """SGLang general plugin (entry point ``sglang.srt.plugins``): seeded sampling on CPU.
 
-    Inert unless ``RL_SGLANG_SEEDED_SAMPLING=1``; see the module docstring.
+    Inert unless ``RL_SGLANG_SEEDED_SAMPLING=1``; see the module docstring. With ``RL_SGLANG_SAMPLE_WEIGHTS=1``
+    also the weight-sync check's read-back (:mod:`rl_rollout_sglang.held`).
     """
+    from rl_rollout_sglang.held import HOOK_TARGET, SAMPLE_WEIGHTS_ENV, sample_hook
+
+    if os.environ.get(SAMPLE_WEIGHTS_ENV) == "1":
+        try:
+            from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+            HookRegistry.register(HOOK_TARGET, sample_hook, HookType.AROUND)
+        except ImportError as exc:  # another SGLang layout: syncs are not verified
+            log.warning("rl-rollout-sglang: the weight-sync check cannot read SGLang's weights (%s)", exc)
     if os.environ.get(SEEDED_SAMPLING_ENV) != "1":
         return
     try:

@@ -170,3 +170,30 @@ def test_tensor_parallel_2_on_cpu(shared):
     ref = reference_log_probs(reference_model(model_dir), out, 1.0)
     rm = out.tensors["response_mask"].bool()
     torch.testing.assert_close(out.tensors["rollout_log_probs"][rm], ref[rm], atol=1e-3, rtol=0)
+
+
+def test_every_sync_is_verified_and_a_stale_engine_stops_the_run(shared):
+    """rl_core.weight_sync_check with SGLang: the engine's elements (q/k/v, gate/up as rows of its fused weights) read
+    back through its get_weights_by_name call equal what was sent; an engine that keeps its old weights fires."""
+    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+    from safetensors.torch import load_file
+
+    model_dir, client = shared
+    eng = SGLangRollout(_config(model_dir), WorkerContext(), client=client)
+    base = load_file(str(Path(model_dir) / "model.safetensors"))
+    gen = torch.Generator().manual_seed(5)
+    new = {k: v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in base.items()}
+    try:
+        assert load_verified(eng, iter(new.items()), None, engine_name="sglang", version=1) == len(new)
+
+        class Stale:  # an engine handed new weights that keeps the old ones
+            def load_weights(self, weights):
+                for _ in weights:
+                    pass
+
+            sample_weights = eng.sample_weights
+
+        with pytest.raises(StaleWeightsError, match=rf"weight version 2: the rollout engine 'sglang' kept stale weights: {len(base)} of {len(base)} tensors differ"):
+            load_verified(Stale(), iter(base.items()), None, engine_name="sglang", version=2)
+    finally:
+        eng.load_weights(iter(base.items()))

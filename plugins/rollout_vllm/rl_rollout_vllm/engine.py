@@ -52,6 +52,11 @@ Weight sync (:meth:`VLLMRollout.load_weights`)
     caller's iterator, streamed (peak: about one layer; but an invalid
     tensor then fails inside vLLM's reload, and the engine needs a full sync
     before it can generate again). The prefix cache is reset after every sync.
+    :meth:`VLLMRollout.sample_weights` reads elements back for rl-core's sync
+    check (rl_core.weight_sync_check; CPU-packed linear weights by probing the
+    layer's GEMM). With LoRA (``rollout.lora_sync`` adapter / auto) the base
+    weights come once and then only adapters, through
+    :meth:`VLLMRollout.load_adapter` (:mod:`rl_rollout_vllm.lora`).
 
 Memory and colocation
     GPU: ``gpu_memory_utilization`` is passed through and, with

@@ -121,21 +121,15 @@ def _base_values(model, params: dict[str, torch.Tensor], name: str, pos: torch.T
     """The engine's elements of HF weight ``name`` at flat ``pos``: from the vLLM parameter holding it (rows of a
     fused q/k/v or gate/up one), or, where vLLM's CPU kernels packed a linear weight away (the parameter is left
     empty), from the layer's own GEMM run on one-hot inputs without bias (``x = e_j`` gives column ``j`` exactly)."""
+    from rl_core.weight_sync_check import cut_rows, fused_location
+
     shape = hf_shapes.get(name)
-    module, _, rest = name.rpartition(".")  # rest: weight / bias
-    held, target, offset = _param(params, name), module, 0
-    if held is None:
-        prefix, _, last = module.rpartition(".")
-        for fused, parts in (getattr(model, "packed_modules_mapping", None) or {}).items():
-            if last in parts:
-                target = f"{prefix}.{fused}"
-                held = _param(params, f"{target}.{rest}")
-                offset = sum(hf_shapes.get(f"{prefix}.{p}.{rest}", (0,))[0] for p in parts[: parts.index(last)])
-                break
-    if held is None or shape is None:
+    found = fused_location(params, name, hf_shapes, getattr(model, "packed_modules_mapping", None))
+    if found is None or shape is None:
         return None
+    target, held, offset = found
     if held.numel():
-        cut = held[offset : offset + shape[0]] if len(shape) == 1 else held[offset : offset + shape[0], : shape[1]]
+        cut = cut_rows(held, offset, shape)
         return cut.reshape(-1)[pos.to(cut.device)]
     layer = model.get_submodule(target)
     layer = getattr(layer, "base_layer", layer)
@@ -149,11 +143,3 @@ def _base_values(model, params: dict[str, torch.Tensor], name: str, pos: torch.T
     with torch.no_grad():
         out = gemm(probe, layer.weight, None)
     return out[which, offset + rows]
-
-
-def _param(params: dict[str, torch.Tensor], name: str) -> torch.Tensor | None:
-    if name in params:
-        return params[name].detach()
-    prefix, _, rest = name.rpartition(".")
-    wrapped = params.get(f"{prefix}.base_layer.{rest}")  # a LoRA layer wraps the base layer
-    return wrapped.detach() if wrapped is not None else None

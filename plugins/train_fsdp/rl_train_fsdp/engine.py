@@ -81,11 +81,10 @@ class FSDPBackend(TrainBackend):
         fcfg = config.actor.fsdp_config
         self.param_offload = role == "actor" and bool(fcfg.param_offload)
         self.optimizer_offload = role == "actor" and bool(fcfg.optimizer_offload)
-        if self.sharded and (self.param_offload or self.optimizer_offload):
-            raise NotImplementedError(
-                "actor.fsdp_config.param_offload / optimizer_offload work on one device (an unsharded model) for now; "
-                f"this run shards over {self.world_size} ranks: turn them off (FSDP2's CPUOffloadPolicy is not wired: issue #32)"
-            )
+        # sharded: either switch = FSDP2's CPUOffloadPolicy (sharded params, grads, AdamW state and step on the host)
+        self.host_offload = self.sharded and (self.param_offload or self.optimizer_offload)
+        if self.host_offload:
+            self.param_offload = self.optimizer_offload = False  # the unsharded mechanisms (rl_train_fsdp.offload)
         model, _ = load_role_model(role, config, torch.float32 if self.trainable and not self.lora else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
@@ -95,7 +94,7 @@ class FSDPBackend(TrainBackend):
         if self.lora:
             from rl_core.lora import LoraSpec, apply_lora
 
-            model = apply_lora(model, LoraSpec.from_model_config(mcfg), dtype=self.compute_dtype)
+            model = apply_lora(model, LoraSpec.from_model_config(mcfg), dtype=self.compute_dtype, seed=config.trainer.seed)  # same start on every rank
         if mcfg.compile:
             compile_decoder_layers(model)
         if not self.trainable:
@@ -106,7 +105,7 @@ class FSDPBackend(TrainBackend):
         if self.sharded:
             reduce = torch.bfloat16 if role == "actor" and fcfg.reduce_dtype == "bfloat16" else torch.float32
             model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce,
-                                         shard_size=fcfg.fsdp_size)
+                                         shard_size=fcfg.fsdp_size, offload=self.host_offload)
         else:
             model = model.to(self.device)
         self.model = model
@@ -119,7 +118,8 @@ class FSDPBackend(TrainBackend):
             # took 0.96 s a step for a 135M model, the fused kernel 0.05 s (2 cores, torch 2.13); on CUDA it
             # replaces foreach's several passes over the fp32 state (sharded too: DTensor parameters, as
             # torchtitan runs it). Not for sharded CPU runs (gloo tests keep torch's default there).
-            self.optimizer = build_adamw(self.model, config, role, **({"fused": True} if self.device.type == "cuda" or not self.sharded else {}))
+            fused = (self.device.type == "cuda" and not self.host_offload) or not self.sharded  # host-offloaded: torch's CPU step
+            self.optimizer = build_adamw(self.model, config, role, **({"fused": True} if fused else {}))
 
     def _setup_packing(self, model: torch.nn.Module, config) -> None:
         """Packed sequences (``actor.use_remove_padding``, on where exact) and Ulysses SP (``actor.ulysses_sequence_parallel_size``)."""

@@ -31,6 +31,7 @@ def rank_and_world() -> tuple[int, int]:
 def shard_model(
     model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype = torch.float32,
     shard_size: int = -1,
+    offload: bool = False,
 ) -> torch.nn.Module:
     """``fully_shard`` every decoder layer and the root; ``param_dtype`` turns on mixed precision.
 
@@ -42,9 +43,13 @@ def shard_model(
     ``shard_size`` (``actor.fsdp_config.fsdp_size``) below the world size: hybrid sharding (HSDP), a 2-D mesh of
     ``world / shard_size`` replicas x ``shard_size`` shards; gradients are reduce-scattered within a copy and
     all-reduced across copies (the same averaged gradients as plain FSDP).
+
+    ``offload``: FSDP2's ``CPUOffloadPolicy``: the sharded parameters, their gradients and so the optimizer's
+    state and step live in host memory (pinned on CUDA); a layer's parameters are copied to the device and
+    gathered only while it computes.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     world = dist.get_world_size()
     if 0 < shard_size < world:
@@ -57,6 +62,8 @@ def shard_model(
     low = param_dtype if param_dtype is not None and param_dtype != torch.float32 else None
     if low is not None or reduce_dtype != torch.float32:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce_dtype)
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     for layer in decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
@@ -68,6 +75,8 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     if isinstance(t, DTensor):
+        if t.device.type != t.device_mesh.device_type:  # host-offloaded shards (CPUOffloadPolicy): gather on the mesh's device
+            t = t.to(t.device_mesh.device_type)
         return t.full_tensor()
     return t.detach()
 
