@@ -79,6 +79,7 @@ def main() -> None:
             tag = " (DAPO recipe)" if n in dapo else " (not an rl-core algorithm)" if n not in mine else ""
             lines.append(f"- `{n}`{tag}: {len(errs)} refusal(s); first `{p.key}`: {p.what}")
     lines += ["", "## Resolve unchanged", ""] + [f"- `{n}`" for n in ok]
+    lines += ["", "## DAPO recipe scripts that resolve unchanged", ""] + [f"- `{n}`" for n, e in dapo.items() if not e]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:6]))
 
