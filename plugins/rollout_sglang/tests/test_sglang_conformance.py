@@ -197,3 +197,37 @@ def test_every_sync_is_verified_and_a_stale_engine_stops_the_run(shared):
             load_verified(Stale(), iter(base.items()), None, engine_name="sglang", version=2)
     finally:
         eng.load_weights(iter(base.items()))
+
+
+def test_lora_actor_reaches_sglang_merged_and_verified(shared):
+    """LoRA on the fsdp actor, SGLang rollout (rollout.lora_sync=auto is merged for SGLang: its CPU engine has no
+    adapter support, docs/lora.md): after each of two updates the merged weights are synced, verified in the engine
+    and against the trainer's own W + scale*B@A, and SGLang's log-probs of its own samples equal the actor's."""
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
+    rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin")
+    import attrs
+    from rl_core.testing.train_conformance import default_config, make_step_batch
+    from rl_core.weight_sync_check import load_verified
+    from safetensors.torch import load_file
+
+    model_dir, client = shared
+    cfg = default_config(model_dir)
+    cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=4, lora_alpha=8.0),
+                       actor=attrs.evolve(cfg.actor, optim=attrs.evolve(cfg.actor.optim, lr=1e-2, lr_warmup_steps=0)))
+    actor = rl_train_fsdp.build_engine("actor", cfg, WorkerContext())
+    eng = SGLangRollout(_config(model_dir), WorkerContext(), client=client)
+    step = make_step_batch(model_dir)
+    params = SamplingParams(n=2, max_new_tokens=6, temperature=1.0, logprobs=True, seed=11)
+    try:
+        for version in (1, 2):
+            actor.update(step)
+            assert load_verified(eng, actor.named_weights(), actor.sample_weights, engine_name="sglang", version=version) > 0
+            out = eng.generate(prompt_batch(model_dir), params)
+            mask = out.tensors["response_mask"].bool()
+            mine = actor.compute_log_prob(out, temperature=1.0)["log_probs"]
+            base = actor.compute_log_prob(out, temperature=1.0, reference=True)["log_probs"]
+            gap = (mine[mask] - out.tensors["rollout_log_probs"][mask]).abs().max().item()
+            assert gap < 1e-3, (version, gap)
+            assert (mine[mask] - base[mask]).abs().max().item() > 10 * max(gap, 1e-4)  # the adapters matter
+    finally:
+        eng.load_weights(load_file(str(Path(model_dir) / "model.safetensors")).items())
