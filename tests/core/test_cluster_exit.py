@@ -81,3 +81,11 @@ def test_after_a_death_keeps_the_dead_rank_whole_and_the_others_first_line():
     assert after_a_death([dead, reset]) == [dead, "rank 0 failed in update: RuntimeError: Connection reset by peer (after a peer died)"]
     # no death: every failure keeps its traceback
     assert after_a_death([reset]) == [reset]
+
+
+def test_a_worker_killed_by_a_signal_is_named_by_it():
+    from rl_core.placement.local import _killed_by
+
+    assert "OOM killer" in _killed_by(-9)  # SIGKILL: the kernel's OOM killer is the usual sender
+    assert _killed_by(-10) == " (killed by SIGUSR1)" and "OOM" not in _killed_by(-15)
+    assert _killed_by(1) == _killed_by(0) == _killed_by(None) == ""

@@ -27,6 +27,7 @@ import atexit
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import traceback
@@ -44,6 +45,19 @@ def _kill_at_exit(procs: list) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join(5)
+
+
+def _killed_by(code: int | None) -> str:
+    """Why a worker that ended with ``code`` ended, when a signal did it (multiprocessing: exit code -signal)."""
+    if not code or code >= 0:
+        return ""
+    if code == -signal.SIGKILL:
+        return " (SIGKILL: often the OOM killer; lower micro-batch sizes)"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f" (killed by {name})"
 
 
 def _end_own_children(grace_s: float = 5.0) -> None:
@@ -296,8 +310,7 @@ class LocalCluster:
         return results
 
     def _died(self, rank: int, method: str, code: int | None) -> str:
-        killed = " (killed: often the OOM killer; lower micro-batch sizes)" if code and code < 0 else ""
-        return f"{self._who}rank {rank} died during {method} with exit code {code}{killed}"
+        return f"{self._who}rank {rank} died during {method} with exit code {code}{_killed_by(code)}"
 
     def dead_ranks(self) -> list[tuple[int, int | None]]:
         """``(rank, exit code)`` of every worker process that is no longer running."""
