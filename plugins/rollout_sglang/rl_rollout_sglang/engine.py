@@ -98,8 +98,15 @@ log = logging.getLogger(__name__)
 
 #: Default of ``rollout.engine_kwargs.weight_sync_bucket_mb``.
 DEFAULT_BUCKET_MB = 256
-#: Host-memory fraction SGLang may use for its KV cache on CPU (``gpu_memory_utilization`` is about GPUs).
-CPU_MEM_FRACTION = 0.05
+#: On CPU, SGLang sizes its KV cache from two readings of the host's available memory, before and after loading the
+#: weights, and refuses to start when the second is below ``(1 - mem_fraction_static)`` of the first. Whatever other
+#: processes allocate in between counts as "weights": with two engines starting side by side (one per rank) a small
+#: fraction failed 1 start in 5 here ("Loaded weights leave no GPU memory for the KV cache"). So the fraction is only
+#: slack for that reading, and the KV cache itself is capped in tokens (``rollout.engine_kwargs`` overrides both).
+CPU_MEM_FRACTION = 0.3
+#: KV-cache tokens of the CPU engine, at least two of the longest requests (~0.75 GB for SmolLM2-135M in float32;
+#: requests beyond it wait their turn).
+CPU_KV_TOKENS = 16384
 
 
 class SGLangRollout:
@@ -171,7 +178,8 @@ class SGLangRollout:
             args["load_format"] = "dummy"  # random weights; the first sync brings the actor's
         if self.device_type == "cpu":
             sglang_quirks.configure_cpu_environment(self.tp)
-            args.update(device="cpu", disable_overlap_schedule=True, mem_fraction_static=CPU_MEM_FRACTION)
+            kv_tokens = max(CPU_KV_TOKENS, 2 * args["context_length"])  # the longest request always fits
+            args.update(device="cpu", disable_overlap_schedule=True, mem_fraction_static=CPU_MEM_FRACTION, max_total_tokens=kv_tokens)
         else:
             args.update(
                 device="cuda",

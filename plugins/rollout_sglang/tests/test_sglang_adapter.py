@@ -175,7 +175,8 @@ def test_engine_args_defaults_and_overrides(model_dir, monkeypatch):
     eng = _adapter(model_dir, RecordingClient(), "rollout.tensor_model_parallel_size=2", "rollout.engine_kwargs.chunked_prefill_size=128")
     args = eng.engine_args({"chunked_prefill_size": 128})
     assert args["device"] == "cpu" and args["dtype"] == "float32" and args["tp_size"] == 2
-    assert args["mem_fraction_static"] == 0.05 and args["disable_overlap_schedule"] and args["skip_tokenizer_init"]
+    assert args["mem_fraction_static"] == 0.3 and args["max_total_tokens"] == 16384  # slack for the memory reading; KV cap
+    assert args["disable_overlap_schedule"] and args["skip_tokenizer_init"]
     assert args["context_length"] == 40 and args["chunked_prefill_size"] == 128
     import os
 
