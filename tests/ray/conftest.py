@@ -2,7 +2,10 @@
 
 The head is ``ray start --head --num-cpus=1`` and the second node joins it with
 ``ray start --address=HEAD --num-cpus=1``; each node has one CPU and a custom
-resource of its own, both on 127.0.0.1. Both run with ``--block`` as children
+resource of its own, both started with ``--node-ip-address=127.0.0.1`` (Ray 2.60 may still register
+the machine's own address, e.g. 192.0.2.2 here: the tests read the address each node registered, never
+assume loopback; a run's own Ray instance binds loopback, tests/reliability/test_ray_loopback.py).
+Both run with ``--block`` as children
 of the test session, so stopping them (SIGTERM, by process id) takes down the
 Ray processes each one started and nothing else on the machine. Token
 authentication is disabled for these local clusters (Ray 2.60 turns it on by
