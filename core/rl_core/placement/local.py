@@ -205,7 +205,9 @@ class LocalCluster:
         threads = config.trainer.torch_threads
         processes = processes or self.world_size
         if threads is None and self.device == "cpu" and processes > 1:
-            threads = max(1, (os.cpu_count() or 1) // processes)
+            from rl_core.console import usable_cores
+
+            threads = max(1, usable_cores() // processes)  # the cores this process may run on (taskset, cgroups' cpusets)
         self._in_flight: Pending | None = None
         self._procs: list[mp.Process] = []
         self._conns: list[Any] = []
