@@ -125,7 +125,7 @@ def lora_sync_problems(config: Any, registry: Any = None) -> list[Problem]:
 
 def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     f = config.actor.fsdp_config
-    keys = [k for k in ("param_offload", "optimizer_offload") if getattr(f, k)]
+    keys = [k for k in ("param_offload", "optimizer_offload", "offload_policy") if getattr(f, k, False)]
     if not keys:
         return []
     out = []

@@ -27,6 +27,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",
     "rl_core.train_engine.engine": "RoleEngine: core's driver over a TrainBackend",
     "rl_core.train_engine.batch_sizes": "TrainSizeError, role sizes",
+    "rl_core.train_engine.offload": "CPU offload between phases: move_params / move_grads / move_optimizer_state, streamed_step, host_step (issues #32, #37)",
     "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
     "rl_core.train_engine.hf_export": "write_hf_folder: the HF folder save_hf writes",
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",

@@ -110,7 +110,7 @@ def test_engineering_keys_map(override, target, value):
 
 
 @pytest.mark.parametrize("override, words", [
-    (f"{V}.actor.fsdp_config.offload_policy=True", "#32"),
+    ("critic.model.fsdp_config.param_offload=True", "#32"),
     (f"{V}.rollout.multi_turn.interaction_config_path=users.yaml", "#29"),
     ("trainer.critic_warmup=5", "verl feature"),
     ("trainer.resume_mode=resume_path", "trainer.resume"),

@@ -115,6 +115,9 @@ class ModelConfig:
     dtype: str = choice("float32", ("float32", "bfloat16", "float16", "auto"))
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
+    # the activations a training forward saves for backward are kept in host memory and copied back in backward
+    # (torch.autograd.graph.save_on_cpu; verl's enable_activation_offload): same gradients, less device memory
+    enable_activation_offload: bool = False
     # run each distinct prompt once for its group of n responses in train-side forwards (unsharded models only);
     # null = on for CPU training (measured faster there), off on GPU (measured no faster on an H100)
     share_prompt_forward: bool | None = None
@@ -218,6 +221,9 @@ class FsdpConfig:
 
     param_offload: bool = False  # the actor's parameters live in host memory between phases (log-prob pass, update)
     optimizer_offload: bool = False  # AdamW's state lives in host memory; the step brings it to the device chunk by chunk
+    # verl's FSDP2 offload_policy: FSDP2's CPUOffloadPolicy when sharded (parameters, gradients, AdamW state and the step on
+    # the host); on one unsharded device the same as param_offload + optimizer_offload (rl_train_fsdp.offload)
+    offload_policy: bool = False
     # the dtype the actor's gradients are reduced in across ranks when sharded (FSDP2 MixedPrecisionPolicy.reduce_dtype);
     # bfloat16 halves the reduction's traffic at some precision (verl's fsdp_config.mixed_precision.reduce_dtype)
     reduce_dtype: str = choice("float32", ("float32", "bfloat16"))

@@ -192,7 +192,11 @@ RULES: tuple[Rule, ...] = (
            "with LoRA there is no reference copy: the actor with its adapters off)") for k in ("param", "optimizer")),
     *(_same(f"critic.{s}.{k}_offload", [False], _OFF, "a smaller critic.ppo_micro_batch_size_per_gpu", OFFLOAD)
       for s in ("fsdp", "model.fsdp_config") for k in ("param", "optimizer")),
-    _same("actor_rollout_ref.*.fsdp_config.offload_policy", [False], _OFF + " (FSDP2 CPUOffloadPolicy)", "a smaller micro-batch", OFFLOAD),
+    _m("actor_rollout_ref.actor.fsdp_config.offload_policy", "actor.fsdp_config.offload_policy",
+       note="FSDP2's CPUOffloadPolicy when sharded (parameters, gradients, AdamW state and its step in host memory); "
+            "on one device rl-core's param_offload + optimizer_offload"),
+    _ign("actor_rollout_ref.ref.fsdp_config.offload_policy", "offloading the reference model (rl-core keeps it on the device; "
+         "with LoRA there is no reference copy: the actor with its adapters off)"),
     # Ulysses sequence parallelism (#33): one size for every role of the fsdp backend, the actor's
     *(_m(f"actor_rollout_ref.actor.{s}ulysses_sequence_parallel_size", "actor.ulysses_sequence_parallel_size",
          note="Ulysses sequence parallelism (rl_train_fsdp.ulysses); every role uses the actor's size") for s in ("", "fsdp_config.")),
@@ -227,7 +231,9 @@ RULES: tuple[Rule, ...] = (
          note="every role of the fsdp backend packs as the actor does (actor.use_remove_padding)"),
     _ign("actor_rollout_ref.model.use_fused_kernels", "verl's fused LM-head log-prob kernel; rl-core computes the log-probs in chunks (model.logprob_chunk_size) with the same values"),
     _ign("actor_rollout_ref.model.fused_kernel_options.*", "options of verl's fused LM-head kernel (see use_fused_kernels)"),
-    _same("actor_rollout_ref.model.enable_activation_offload", [False], "activation offloading to CPU", "model.enable_gradient_checkpointing=true", OFFLOAD),
+    _m("actor_rollout_ref.model.enable_activation_offload", "model.enable_activation_offload",
+       note="the activations a training forward saves are kept in host memory until backward (fsdp backend; rl_train_fsdp.activations)"),
+    _tie("critic.model.enable_activation_offload", "model.enable_activation_offload", "the critic follows model.enable_activation_offload"),
     _same("actor_rollout_ref.model.use_shm", [False], "loading the model through shared memory", "model.path (a local folder)"),
     # LoRA (rl_core.lora, docs/lora.md): verl's keys have rl-core's meaning ("all-linear" or a list of names)
     *(_m(f"actor_rollout_ref.model.{k}", f"model.{k}") for k in ("lora_rank", "lora_alpha", "target_modules", "lora_adapter_path")),

@@ -48,12 +48,28 @@ from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine import packing
 from rl_core.train_engine.hf_export import write_hf_folder
 
-from rl_train_fsdp import checkpointing, offload, sharding, ulysses
+from rl_train_fsdp import activations, checkpointing, offload, sharding, ulysses
 
 
 def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
     """The role's engine (core's driver over :class:`FSDPBackend`), for benches and tests; ``kwargs``: RoleEngine's."""
     return RoleEngine(FSDPBackend(role, config, context), **kwargs)
+
+
+def offload_modes(role: str, fcfg, sharded: bool) -> tuple[bool, bool, bool]:
+    """``(param_offload, optimizer_offload, host_offload)`` of a role: the actor's ``actor.fsdp_config`` switches.
+
+    Sharded, any of param_offload / optimizer_offload / offload_policy is FSDP2's CPUOffloadPolicy (sharded
+    parameters, gradients, AdamW state and its step on the host: ``host_offload``). On one unsharded device
+    param_offload / optimizer_offload are rl_train_fsdp.offload's mechanisms, and offload_policy (verl's FSDP2 switch
+    for everything on the host) turns both on.
+    """
+    if role != "actor":
+        return False, False, False
+    param, optim, policy = bool(fcfg.param_offload), bool(fcfg.optimizer_offload), bool(getattr(fcfg, "offload_policy", False))
+    if sharded:
+        return False, False, param or optim or policy
+    return param or policy, optim or policy, False
 
 
 class FSDPBackend(TrainBackend):
@@ -79,12 +95,10 @@ class FSDPBackend(TrainBackend):
         # LoRA (issue #32, rl_core.lora): the actor's base weights frozen in the compute dtype, float32 adapters only
         self.lora = role == "actor" and mcfg.lora_rank > 0
         fcfg = config.actor.fsdp_config
-        self.param_offload = role == "actor" and bool(fcfg.param_offload)
-        self.optimizer_offload = role == "actor" and bool(fcfg.optimizer_offload)
-        # sharded: either switch = FSDP2's CPUOffloadPolicy (sharded params, grads, AdamW state and step on the host)
-        self.host_offload = self.sharded and (self.param_offload or self.optimizer_offload)
-        if self.host_offload:
-            self.param_offload = self.optimizer_offload = False  # the unsharded mechanisms (rl_train_fsdp.offload)
+        self.param_offload, self.optimizer_offload, self.host_offload = offload_modes(role, fcfg, self.sharded)
+        # the actor's / critic's training forwards keep their saved activations in host memory (rl_train_fsdp.activations)
+        self.activation_offload = self.trainable and bool(getattr(mcfg, "enable_activation_offload", False))
+        self.last_activations: activations.HostActivations | None = None
         model, _ = load_role_model(role, config, torch.float32 if self.trainable and not self.lora else self.compute_dtype)
         self.hf_config = model.config
         self.hf_class = type(model)
@@ -194,6 +208,14 @@ class FSDPBackend(TrainBackend):
 
     # ------------------------------------------------------------- forwards
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
+        hooks = activations.offloaded(self.activation_offload and training, self.device)
+        if hooks is None:
+            return self._forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+        self.last_activations = hooks
+        with hooks:
+            return self._forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+
+    def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
         if self.packed:

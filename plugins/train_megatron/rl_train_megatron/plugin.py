@@ -78,6 +78,13 @@ def check_unsupported_options(config) -> list[Problem]:
             what="is not supported by the megatron train backend (it compiles HF decoder layers, which Megatron does not run)",
             fix="set model.compile=false with train.name=megatron, or use train.name=fsdp",
         ))
+    if getattr(config.model, "enable_activation_offload", False):
+        out.append(Problem(
+            key="model.enable_activation_offload",
+            what="is true, but the megatron train backend does not offload activations to host memory",
+            fix="set model.enable_activation_offload=false with train.name=megatron (recomputation: train.options.transformer_config."
+                "recompute_granularity), or use train.name=fsdp",
+        ))
     if getattr(config.actor.fsdp_config, "fsdp_size", -1) != -1:
         out.append(Problem(
             key="actor.fsdp_config.fsdp_size",

@@ -1,0 +1,159 @@
+"""CPU offload between phases, for train backends (issue #32; the Megatron switches: issue #37).
+
+The fsdp backend's ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` on one device and the megatron
+backend's ``train.options.{param,grad,optimizer}_offload`` / ``optimizer_cpu_offload`` (verl's names) use these.
+
+param offload (:func:`move_params`)
+    The model's parameters and buffers live in host memory between phases (an inference pass, an update) and
+    are copied to the device for the phase, so the rollout engine has the device to itself while it generates.
+
+grad offload (:func:`move_grads`)
+    Gradients left between phases are kept in host memory. rl-core's backends clear the gradients at every
+    optimizer step, so after a complete update there are none to move; the move is there for what is left.
+
+optimizer offload (:func:`streamed_step`)
+    AdamW's state lives in host memory always. The optimizer step runs in chunks of parameters: a chunk's state is
+    copied to the device, torch's own AdamW steps those parameters, and the state goes back; so the device never
+    holds more than one chunk of the state (a 7B full fine-tune's 56 GB of AdamW state never sits on one 80 GB GPU).
+
+optimizer CPU offload (:func:`host_step`)
+    megatron-core's ``optimizer_cpu_offload``: AdamW's state lives in host memory and the step runs there too: each
+    parameter and its gradient are copied to host buffers, stepped by the CPU, and the parameter copied back.
+
+AdamW is element-wise: every variant's update is the one without offload. Host buffers are allocated once (pinned
+on CUDA) and reused at every phase. On a CPU-only machine the copies are host to host: the same code runs, so the
+CPU tests see the whole path (what moves, and that the results do not change); none of it was run on a GPU here.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+CHUNK_BYTES = 1 << 30  # optimizer state brought to the device at once
+
+
+def _to(t: torch.Tensor, device: torch.device, cache: dict, key) -> torch.Tensor:
+    """``t`` copied to ``device``; to the host into a buffer kept in ``cache`` under ``key`` (allocated, and pinned on
+    CUDA, once: pinning tens of GB at every phase would cost more than the copy)."""
+    if device.type != "cpu":
+        return t.detach().to(device, copy=True, non_blocking=True)
+    host = cache.get(key)
+    if host is None or host.shape != t.shape or host.dtype != t.dtype:
+        host = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=t.is_cuda)
+        cache[key] = host
+    if host.data_ptr() != t.data_ptr():
+        host.copy_(t.detach())
+    return host
+
+
+def _cache(owner) -> dict:
+    cache = getattr(owner, "_rl_host_copies", None)
+    if cache is None:
+        cache = {}
+        owner._rl_host_copies = cache
+    return cache
+
+
+def move_params(model: torch.nn.Module, device: torch.device) -> None:
+    """Copy every parameter and buffer of ``model`` to ``device`` (``cpu``: its host buffers) in place of the old storage."""
+    cache = _cache(model)
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.data = _to(p.data, device, cache, ("p", i))
+            if p.grad is not None:
+                p.grad = _to(p.grad, device, cache, ("g", i))
+        for j, module in enumerate(model.modules()):
+            for name, buf in list(module._buffers.items()):
+                if buf is not None:
+                    module._buffers[name] = _to(buf, device, cache, ("b", j, name))
+
+
+def move_grads(model: torch.nn.Module, device: torch.device) -> int:
+    """Copy the gradients that exist to ``device`` (``cpu``: host buffers); returns how many moved."""
+    cache = _cache(model)
+    n = 0
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            if p.grad is not None:
+                p.grad = _to(p.grad, device, cache, ("g", i))
+                n += 1
+    return n
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, params: list | None = None) -> None:
+    """Copy the state tensors of ``params`` (default: all) to ``device`` (the host: reused host buffers)."""
+    cache = _cache(optimizer)
+    for p in params if params is not None else list(optimizer.state.keys()):
+        state = optimizer.state.get(p)
+        if not state:
+            continue
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = _to(value, device, cache, (id(p), key))
+
+
+def _chunks(optimizer: torch.optim.Optimizer, chunk_bytes: int) -> Iterator[list[tuple[int, list]]]:
+    """Per chunk: ``[(group index, its parameters in the chunk)]``, about ``chunk_bytes`` of AdamW state each."""
+    chunk: list[tuple[int, list]] = []
+    size = 0
+    for g, group in enumerate(optimizer.param_groups):
+        mine: list = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            mine.append(p)
+            size += 2 * p.numel() * 4  # exp_avg + exp_avg_sq, float32
+            if size >= chunk_bytes:
+                chunk.append((g, mine))
+                yield chunk
+                chunk, mine, size = [], [], 0
+        if mine:
+            chunk.append((g, mine))
+    if chunk:
+        yield chunk
+
+
+def streamed_step(optimizer: torch.optim.Optimizer, device: torch.device, chunk_bytes: int = CHUNK_BYTES) -> int:
+    """``optimizer.step()`` with its state kept in host memory, one chunk of parameters at a time; returns the number
+    of chunks. Each group's parameter list is narrowed to the chunk for the step and restored after."""
+    groups = [group["params"] for group in optimizer.param_groups]
+    n = 0
+    try:
+        for chunk in _chunks(optimizer, chunk_bytes):
+            params = [p for _, ps in chunk for p in ps]
+            move_optimizer_state(optimizer, device, params)
+            for g, group in enumerate(optimizer.param_groups):
+                group["params"] = next((ps for gi, ps in chunk if gi == g), [])
+            optimizer.step()
+            move_optimizer_state(optimizer, torch.device("cpu"), params)
+            n += 1
+    finally:
+        for group, params in zip(optimizer.param_groups, groups):
+            group["params"] = params
+    return n
+
+
+def host_step(optimizer: torch.optim.Optimizer) -> int:
+    """``optimizer.step()`` on the host (megatron-core's ``optimizer_cpu_offload``): each stepped parameter and its
+    gradient are copied into host buffers, AdamW (its state in host memory) steps there, and the parameter is copied
+    back to its device. Returns the number of parameters stepped."""
+    cache = _cache(optimizer)
+    host = torch.device("cpu")
+    moved = []
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                moved.append((p, p.data.device))
+                p.data = _to(p.data, host, cache, ("hp", id(p)))
+                p.grad = _to(p.grad, host, cache, ("hg", id(p)))
+        move_optimizer_state(optimizer, host, [p for p, _ in moved])
+    optimizer.step()
+    with torch.no_grad():
+        for p, device in moved:
+            if device.type != "cpu":
+                p.data = p.data.to(device, copy=True, non_blocking=True)
+    return len(moved)
