@@ -157,6 +157,9 @@ class TrainCard(CardBase):
     # trains LoRA adapters (model.lora_rank > 0) / offloads to host memory (actor.fsdp_config.*_offload): issue #32
     lora: bool = False
     offload: bool = False
+    # what train.options may hold (as EstimatorCard.options): an attrs class deriving from rl_core.card_options.Options,
+    # or its "module:Class" path; checked by `rlcore check` (None: unchecked, with a warning when train.options is set)
+    options: Any = None
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

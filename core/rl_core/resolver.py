@@ -313,6 +313,10 @@ def resolve(
     _check_architecture(config, cards, problems)
     _check_estimator(config, estimator, train, problems)
     _check_options(config, estimator, policy_loss, problems)
+    if train is not None:
+        from rl_core.card_options import options_problems
+
+        problems.extend(options_problems(train, config.train.options, "train.options"))
     from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
 
     problems.extend(rollout_correction_problems(config, rollout.logprobs if rollout is not None else None))

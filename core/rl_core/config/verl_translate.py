@@ -89,7 +89,7 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
     elif rule.kind == vk.ENGINE:
         tr.add(written, f"rollout.engine_kwargs.{rule.target}", value)
     elif rule.kind == vk.TIE:
-        tr.ties.append((written, value, rule.target, rule.note, rule.soft))
+        tr.ties.append((written, value, vk.star_target(rule, key), rule.note, rule.soft))
     elif rule.kind == vk.SAME:
         if not _accepted(value, rule.ok):
             tr.problems.append(refusal(written, value, rule))

@@ -34,6 +34,7 @@ FSDP_CARD = TrainCard(
     offload=True,  # actor.fsdp_config.param_offload / optimizer_offload on one device (rl_train_fsdp.offload)
     engine="torch",
     engine_versions=">=2.6",
+    options="rl_core.card_options:Options",  # train.options: none (a Megatron option given with train.name=fsdp is refused)
     checks=(check_hybrid_sharding,),
 )
 

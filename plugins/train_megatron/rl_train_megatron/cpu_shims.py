@@ -16,6 +16,9 @@ megatron-core assumes a GPU in a few places the Megatron engine reaches:
   (it computes rotary angles from the batch's position ids and always passes
   a padding-aware causal mask, see :mod:`rl_train_megatron.model`), so
   nothing is patched for them.
+- activation recomputation (``train.options.transformer_config.recompute_*``) saves and restores the CUDA RNG
+  state around each recomputed layer (``tensor_parallel.random._get_cuda_rng_state`` / ``_set_cuda_rng_state``):
+  replaced by ones that keep no CUDA state (there is none; dropout is 0).
 - Megatron's optimizers and ``clip_grads`` assert CUDA tensors: the engine
   uses ``torch.optim.AdamW`` and its own gradient-norm code instead.
 
@@ -73,12 +76,22 @@ class CPUMemoryBuffer:
         return buf[:need].view(*tensor_shape)
 
 
+def _no_cuda_rng_state(*args, **kwargs) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8)
+
+
+def _set_no_cuda_rng_state(*args, **kwargs) -> None:
+    return None
+
+
 def install() -> None:
     """Replace the CUDA-only RNG tracker and memory buffer of megatron-core with CPU ones (idempotent)."""
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import random as mp_random
 
-    for module, attr in ((mp_random, "_CUDA_RNG_STATE_TRACKER"), (mp_random, "_CUDA_RNG_STATE_TRACKER_INITIALIZED"), (parallel_state, "_GLOBAL_MEMORY_BUFFER")):
+    names = ((mp_random, "_CUDA_RNG_STATE_TRACKER"), (mp_random, "_CUDA_RNG_STATE_TRACKER_INITIALIZED"), (parallel_state, "_GLOBAL_MEMORY_BUFFER"),
+             (mp_random, "_get_cuda_rng_state"), (mp_random, "_set_cuda_rng_state"))
+    for module, attr in names:
         if not hasattr(module, attr):
             raise RuntimeError(
                 f"megatron-core has no {module.__name__}.{attr}: the CPU shims of rl-train-megatron were written for "
@@ -89,3 +102,5 @@ def install() -> None:
         mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
     if not isinstance(parallel_state._GLOBAL_MEMORY_BUFFER, CPUMemoryBuffer):
         parallel_state._GLOBAL_MEMORY_BUFFER = CPUMemoryBuffer()
+    mp_random._get_cuda_rng_state = _no_cuda_rng_state
+    mp_random._set_cuda_rng_state = _set_no_cuda_rng_state

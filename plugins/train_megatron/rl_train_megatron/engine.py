@@ -39,6 +39,7 @@ Update
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -51,10 +52,12 @@ from rl_core.modeling import response_columns_in_use
 from rl_core.problems import UserError
 from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model
 from rl_core.train_engine.engine import RoleEngine
+from rl_core.train_engine import offload
 from rl_core.train_engine.hf_export import write_hf_folder
 
 from rl_train_megatron import convert, grads, parallel
 from rl_train_megatron import model as mmodel
+from rl_train_megatron.options import megatron_options
 from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout
 
@@ -100,14 +103,60 @@ class MegatronBackend(TrainBackend):
         del hf
         local = convert.split_for_rank(full, self.shape, tp, self.topo.tp_rank, pp, self.topo.pp_rank)
         del full
-        model = mmodel.build_model(self.shape, self.hf_config, tp, pp)
+        opts = megatron_options(config)
+        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, opts.transformer_config)
         convert.load_local_state(model, local)
         if not self.trainable:
             model.requires_grad_(False)
         self.model = model.to(self.device)
         self.model.eval()
+        # offload between phases (train.options, verl's megatron.*_offload; rl_core.train_engine.offload)
+        actor = role == "actor"
+        self.param_offload = opts.param_offload if actor else role == "ref" and opts.ref_param_offload
+        self.grad_offload = actor and opts.grad_offload
+        self.optimizer_cpu_offload = actor and opts.optimizer_cpu_offload
+        self.optimizer_offload = actor and opts.optimizer_offload and not self.optimizer_cpu_offload
+        self.offload_chunk_bytes = offload.CHUNK_BYTES
+        self.offload_log: list[tuple[str, str, int]] = []  # (what, where to, how many tensors): the tests' view
+        if self.param_offload:
+            self._send("params", torch.device("cpu"))
         if self.trainable:
             self.optimizer = build_adamw(self.model, config, role)
+
+    # -------------------------------------------------------------- offload
+    def _send(self, what: str, device: torch.device) -> None:
+        if what == "params":
+            offload.move_params(self.model, device)
+            n = sum(1 for _ in self.model.parameters())
+        else:
+            n = offload.move_grads(self.model, device)
+        self.offload_log.append((what, device.type, n))
+
+    @contextlib.contextmanager
+    def on_device(self, phase: str):
+        """param_offload / grad_offload: the parameters / gradients on the device for the phase, in host memory after."""
+        moved = [w for w, on in (("params", self.param_offload), ("grads", self.grad_offload)) if on]
+        if not moved:
+            yield
+            return
+        for what in moved:
+            self._send(what, self.device)
+        try:
+            yield
+        finally:
+            for what in moved:
+                self._send(what, torch.device("cpu"))
+
+    def step(self) -> None:
+        """optimizer_cpu_offload: AdamW steps on the host; optimizer_offload: its host-resident state is brought to
+        the device a chunk at a time (rl_core.train_engine.offload)."""
+        if self.optimizer_cpu_offload:
+            self.offload_log.append(("optimizer step", "cpu", offload.host_step(self.optimizer)))
+        elif self.optimizer_offload:
+            self.offload_log.append(("optimizer state", "chunks", offload.streamed_step(self.optimizer, self.device, self.offload_chunk_bytes)))
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
         return parallel.all_reduce(value, op, parallel.dp_group() if over == "data" else None)
@@ -211,8 +260,17 @@ class MegatronBackend(TrainBackend):
 
         Every rank must drain it. With TP 1 and PP 1 the tensors that need no
         re-layout are detached views of the parameters (copy them to keep them
-        past the next update).
+        past the next update). With param_offload the parameters are on the device while it is drained.
         """
+        if self.param_offload:
+            return self._weights_on_device()
+        return self._named_weights()
+
+    def _weights_on_device(self) -> Iterator[tuple[str, torch.Tensor]]:
+        with self.on_device("weights"):
+            yield from self._named_weights()
+
+    def _named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         bucket_mb = float(self.config.train.options.get("weight_bucket_mb", 256))
         params = self._global_params()
         if self._stage_layout is None:
@@ -280,7 +338,9 @@ class MegatronBackend(TrainBackend):
             for name, p in params.items():
                 p.copy_(saved_model[name])
         if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optim"])
+            self.optimizer.load_state_dict(state["optim"])  # the state follows its parameters' device
+            if self.optimizer_offload or self.optimizer_cpu_offload:
+                offload.move_optimizer_state(self.optimizer, torch.device("cpu"))
         load_rng_state(state["rng"])
         parallel.barrier()
         return state.get("scheduler")

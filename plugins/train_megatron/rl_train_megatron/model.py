@@ -123,9 +123,14 @@ def rotary_inv_freq(hf_config) -> torch.Tensor:
     return rope.inv_freq.detach().float().clone()
 
 
-def transformer_config(shape: ModelShape, tp: int, pp: int):
+def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None = None):
+    """The model's TransformerConfig: its shape, :data:`rl_train_megatron.options.FIXED`, and the ``passed`` fields
+    (``train.options.transformer_config``: activation recomputation, :data:`~rl_train_megatron.options.PASSED_THROUGH`)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from rl_train_megatron.options import FIXED, PASSED_THROUGH
+
+    extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH}
     return TransformerConfig(
         num_layers=shape.layers,
         hidden_size=shape.hidden,
@@ -133,38 +138,26 @@ def transformer_config(shape: ModelShape, tp: int, pp: int):
         num_query_groups=shape.kv_heads,
         kv_channels=shape.head_dim,
         ffn_hidden_size=shape.ffn,
-        normalization="RMSNorm",
         layernorm_epsilon=shape.eps,
-        gated_linear_unit=True,
         activation_func=F.silu,
-        add_bias_linear=False,
         add_qkv_bias=shape.qkv_bias,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        apply_rope_fusion=False,
-        persist_layer_norm=False,
-        gradient_accumulation_fusion=False,
-        attention_softmax_in_fp32=True,
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         pipeline_dtype=torch.float32,
         params_dtype=torch.float32,
-        use_cpu_initialization=True,
-        perform_initialization=False,
+        **FIXED,
+        **extra,
     )
 
 
-def build_model(shape: ModelShape, hf_config, tp: int, pp: int) -> torch.nn.Module:
+def build_model(shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None) -> torch.nn.Module:
     """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     check_divisible(shape, tp, pp)
-    config = transformer_config(shape, tp, pp)
+    config = transformer_config(shape, tp, pp, passed)
     model = GPTModel(
         config=config,
         transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),

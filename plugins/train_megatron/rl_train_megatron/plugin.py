@@ -101,6 +101,87 @@ def check_unsupported_options(config) -> list[Problem]:
     return out
 
 
+_MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel_size")
+_FEATURES = {
+    "context_parallel_size": "Megatron context parallelism",
+    "cp_comm_type": "Megatron context parallelism",
+    "hierarchical_context_parallel_sizes": "Megatron context parallelism",
+    "sequence_parallel": "Megatron sequence parallelism",
+    "num_layers_in_first_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
+    "num_layers_in_last_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
+    "account_for_embedding_in_pipeline_split": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
+    "account_for_loss_in_pipeline_split": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
+    "pipeline_model_parallel_layout": "a custom pipeline layout",
+    "virtual_pipeline_model_parallel_size": "virtual (interleaved) pipeline stages",
+    "fp8": "FP8 training",
+    "fp8_recipe": "FP8 training",
+    "fp4": "FP4 training",
+}
+_SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
+          "layernorm_epsilon", "add_qkv_bias", "tensor_model_parallel_size", "pipeline_model_parallel_size")
+
+
+def _same_value(given: Any, ours: Any) -> bool:
+    ours = getattr(ours, "name", ours)  # enums (attention_backend): by name
+    if isinstance(ours, bool) or isinstance(given, bool):
+        return given is ours or (isinstance(given, str) and given.lower() == str(ours).lower())
+    return given == ours or str(given).strip("'\"").lower() == str(ours).lower()
+
+
+def check_transformer_config(config) -> list[Problem]:
+    """train.options.transformer_config (verl's megatron.override_transformer_config) against megatron-core's
+    TransformerConfig: recomputation fields are passed to the model; any other field only at the value the engine
+    builds with; MoE, context parallelism, uneven pipeline stages and fields the dataclass lacks are refused."""
+    from rl_train_megatron.options import FIXED, PASSED_THROUGH
+
+    given = (config.train.options or {}).get("transformer_config") or {}
+    if not isinstance(given, dict) or not given:
+        return []
+    base = "train.options.transformer_config"
+    try:
+        import dataclasses
+
+        from megatron.core.transformer.transformer_config import TransformerConfig
+    except ImportError:
+        return [Problem(key=base, severity="warning", what="not checked against megatron-core's TransformerConfig: megatron-core is not installed here",
+                        fix="pip install megatron-core==0.16.1 to check it here; the engine checks it when it builds the model")]
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    out = []
+    for name, value in given.items():
+        key = f"{base}.{name}"
+        if name.startswith("moe_") or name in _MOE:
+            out.append(Problem(key=key, what="is a setting of Megatron MoE layers: expert parallelism (MoE models) is a feature rl-core's megatron train backend does not have (it builds dense Llama / Qwen2 models)",
+                               fix=f"remove {key}; train an MoE model with train.name=fsdp"))
+        elif name not in fields:
+            out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
+                               fix=f"remove {key}, or fix its name"))
+        elif name in PASSED_THROUGH:
+            continue
+        elif name in _SHAPE:
+            out.append(Problem(key=key, what="comes from the model: the engine sets it from model.path's config.json and the train.* parallel sizes",
+                               fix=f"remove {key}; change the model's shape with model.override_config"))
+        else:
+            f = fields[name]
+            ours = FIXED.get(name, f.default if f.default is not dataclasses.MISSING else None)
+            if _same_value(value, ours):
+                continue
+            feature = _FEATURES.get(name)
+            what = (f"is {value!r}: {feature} is a feature rl-core's megatron train backend does not have" if feature
+                    else f"is {value!r}, but the engine builds the model with {name}={getattr(ours, 'name', ours)!r} and passes through only "
+                         f"activation recomputation ({', '.join(PASSED_THROUGH)})")
+            out.append(Problem(key=key, what=what, fix=f"remove {key}" + ("" if feature else f", or set it to {getattr(ours, 'name', ours)!r}")))
+    return out
+
+
+def _version() -> str:
+    try:
+        import importlib.metadata as md
+
+        return md.version("megatron-core")
+    except Exception:  # noqa: BLE001 - only for the message
+        return "?"
+
+
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
@@ -114,7 +195,9 @@ MEGATRON_CARD = TrainCard(
     state_sharding="model",  # each rank holds its tensor x pipeline shard; data-parallel replicas hold copies
     engine="megatron-core",
     engine_versions=">=0.16,<0.17",
-    checks=(check_parallel_sizes, check_unsupported_options),
+    offload=False,  # actor.fsdp_config.*_offload are FSDP's; Megatron's offload is train.options.*_offload (rl_train_megatron.options)
+    options="rl_train_megatron.options:MegatronOptions",
+    checks=(check_parallel_sizes, check_unsupported_options, check_transformer_config),
 )
 
 

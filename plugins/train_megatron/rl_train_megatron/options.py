@@ -1,0 +1,79 @@
+"""What ``train.options`` may hold with ``train.name=megatron`` (the card's typed options; checked by ``rlcore check``).
+
+Offload between phases (verl's ``actor_rollout_ref.{actor,ref}.megatron.*_offload`` and the actor's
+``optim.override_optimizer_config.optimizer_cpu_offload``), with :mod:`rl_core.train_engine.offload`'s mechanisms:
+
+``param_offload``
+    The actor's parameters live in host memory between phases (log-prob pass, update, weight sync) and are copied
+    to the device for each phase.
+``grad_offload``
+    Gradients left between phases live in host memory. The engine clears the gradients at every optimizer step,
+    so after a complete update there are none; verl's Megatron engine keeps a persistent gradient buffer instead,
+    which is what verl moves.
+``optimizer_offload``
+    AdamW's state lives in host memory; the step brings it to the device a chunk of parameters at a time.
+``optimizer_cpu_offload``
+    megatron-core's CPU optimizer (its ``OptimizerConfig.optimizer_cpu_offload``): AdamW's state lives in host
+    memory and the step runs on the CPU (each parameter and gradient copied to the host, the parameter copied back).
+    Only the whole optimizer (verl's ``optimizer_offload_fraction=1``).
+``ref_param_offload``
+    The reference model's parameters in host memory between its log-prob passes.
+
+Each changes where memory lives, not what is computed (AdamW is element-wise). On a CPU-only machine the copies are
+host to host (what the tests check); none of it was run on a GPU here.
+
+``transformer_config``
+    Fields of megatron-core's ``TransformerConfig`` passed to the model the engine builds (verl's
+    ``megatron.override_transformer_config``): activation recomputation (``recompute_granularity``,
+    ``recompute_method``, ``recompute_num_layers``, ``recompute_modules``); any other field only at the value the
+    engine builds with (:mod:`rl_train_megatron.plugin` checks them against the dataclass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from rl_core.card_options import Options
+
+
+@attrs.frozen(kw_only=True)
+class MegatronOptions(Options):
+    weight_bucket_mb: float = 256.0  # the weight sync's bucket size (named_weights)
+    param_offload: bool = False
+    grad_offload: bool = False
+    optimizer_offload: bool = False
+    optimizer_cpu_offload: bool = False
+    ref_param_offload: bool = False
+    transformer_config: dict[str, Any] = attrs.field(factory=dict)
+
+
+def megatron_options(config) -> MegatronOptions:
+    """The run's options (unknown keys are refused at check time; here they are left out)."""
+    given = dict(config.train.options or {})
+    names = {f.name for f in attrs.fields(MegatronOptions)}
+    return MegatronOptions(**{k: v for k, v in given.items() if k in names})
+
+
+#: TransformerConfig fields passed through from ``transformer_config``: activation recomputation (memory for compute;
+#: the same values), which megatron-core's TransformerBlock / attention apply in the forward the engine calls
+PASSED_THROUGH = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
+
+#: what the engine builds every model with besides its shape (rl_train_megatron.model.transformer_config);
+#: ``activation_func`` (SiLU) and the dtypes are set there too
+FIXED: dict[str, Any] = dict(
+    normalization="RMSNorm",
+    gated_linear_unit=True,
+    add_bias_linear=False,
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+    bias_activation_fusion=False,
+    bias_dropout_fusion=False,
+    masked_softmax_fusion=False,
+    apply_rope_fusion=False,
+    persist_layer_norm=False,
+    gradient_accumulation_fusion=False,
+    attention_softmax_in_fp32=True,
+    use_cpu_initialization=True,
+    perform_initialization=False,
+)

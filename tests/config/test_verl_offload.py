@@ -1,0 +1,68 @@
+"""verl's offload switches and Megatron TransformerConfig overrides (issue #37): mapped onto rl-core's keys, or
+refused by the key as written, naming the verl feature rl-core lacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_core.config.load import load_config, load_report
+
+V = "actor_rollout_ref"
+MEG = ["model_engine=megatron"]
+
+
+def _problems(*overrides, severity="error"):
+    return [p for p in load_report(None, list(overrides)).problems if p.severity == severity]
+
+
+def test_fsdp_offload_policy_and_activation_offload_map():
+    cfg = load_config(None, [f"{V}.actor.fsdp_config.offload_policy=True", f"{V}.model.enable_activation_offload=True"])
+    assert cfg.actor.fsdp_config.offload_policy and cfg.model.enable_activation_offload
+    (w,) = _problems(f"{V}.ref.fsdp_config.offload_policy=True", severity="warning")
+    assert w.key == f"{V}.ref.fsdp_config.offload_policy" and "keeps it on the device" in w.what
+
+
+def test_megatron_offload_keys_map_to_the_backend_options():
+    cfg = load_config(None, [*MEG, *(f"{V}.actor.megatron.{k}_offload=True" for k in ("param", "grad", "optimizer")),
+                             f"{V}.ref.megatron.param_offload=True", f"+{V}.actor.optim.override_optimizer_config.optimizer_cpu_offload=True",
+                             f"+{V}.actor.optim.override_optimizer_config.optimizer_offload_fraction=1",
+                             f"+{V}.actor.megatron.override_transformer_config.recompute_granularity=full"])
+    assert cfg.train.name == "megatron"
+    assert cfg.train.options == {"param_offload": True, "grad_offload": True, "optimizer_offload": True, "ref_param_offload": True,
+                                 "optimizer_cpu_offload": True, "transformer_config": {"recompute_granularity": "full"}}
+    (w,) = _problems(*MEG, f"{V}.ref.megatron.grad_offload=True", severity="warning")
+    assert "no gradients or optimizer" in w.what
+    (p,) = _problems(*MEG, f"+{V}.actor.optim.override_optimizer_config.optimizer_offload_fraction=0.5")
+    assert p.key.endswith("optimizer_offload_fraction") and "verl feature rl-core does not have" in p.what
+    (p,) = _problems(*MEG, f"+{V}.actor.megatron.override_transformer_config.moe_router_dtype=fp32")
+    assert "expert parallelism" in p.what and p.key.startswith("+actor_rollout_ref.actor.megatron.override_transformer_config")
+
+
+def test_backend_options_are_checked_by_the_chosen_backend():
+    from rl_core.plugins import get_registry
+    from rl_core.resolver import resolve
+
+    registry = get_registry()
+    if "fsdp" not in registry.cards["train"]:
+        pytest.skip("needs the rl-train-fsdp plugin")
+    _, problems = resolve(load_config(None, ["train.name=fsdp", "train.options.param_offload=true"]), registry, world=False, devices=False)
+    (p,) = [p for p in problems if p.key.startswith("train.options")]
+    assert p.severity == "error" and "is not an option of the train 'fsdp'" in p.what
+
+
+def test_megatron_checks_transformer_config_fields_against_the_dataclass():
+    plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
+    pytest.importorskip("megatron.core", reason="needs megatron-core")
+    tc = "train.options.transformer_config"
+    ok = [f"{tc}.recompute_granularity=full", f"{tc}.recompute_method=uniform", f"{tc}.recompute_num_layers=1",
+          f"{tc}.normalization=RMSNorm", f"{tc}.attention_backend=auto", f"{tc}.account_for_loss_in_pipeline_split=false"]
+    assert plugin.check_transformer_config(load_config(None, ["train.name=megatron", *ok])) == []
+    bad = {"sequence_parallel=true": "Megatron sequence parallelism", "num_layers_in_first_pipeline_stage=3": "uneven pipeline stages",
+           "context_parallel_size=2": "context parallelism", "moe_aux_loss_coeff=0.01": "expert parallelism",
+           "no_such_field=1": "not a field of megatron-core's TransformerConfig", "hidden_size=64": "comes from the model",
+           "attention_softmax_in_fp32=false": "builds the model with attention_softmax_in_fp32=True"}
+    for override, words in bad.items():
+        (p,) = plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.{override}"]))
+        assert p.key == f"{tc}.{override.split('=')[0]}" and words in p.what, (override, p.what)
+    (p,) = plugin.check_unsupported_options(load_config(None, ["train.name=megatron", "model.enable_activation_offload=true"]))
+    assert p.key == "model.enable_activation_offload"
