@@ -69,7 +69,7 @@ def test_batch_bucket_rows_are_dropped(model_dir):
     eng = _engine(model_dir, True)
     out = eng.generate(batch, params)
     assert out.tensors["responses"].shape == (7, 5)
-    assert list(eng.static._graphs) == [(8, 128)]
+    assert [(c.bucket, c.length) for c in eng.static._caches.values()] == [(8, 128)]
     assert torch.equal(out.tensors["responses"], _engine(model_dir, False).generate(batch, params).tensors["responses"])
 
 
@@ -103,7 +103,7 @@ def test_capture_failures_fall_back_to_uncompiled_then_to_eager_steps(model_dir,
         tried.append(dec.compiled)
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(static_decode._Step, "capture", failing_capture)
+    monkeypatch.setattr(static_decode._View, "capture", failing_capture)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     batch = prompt_batch(model_dir, PROMPTS)
     params = SamplingParams(n=2, max_new_tokens=6, greedy=True)
@@ -149,14 +149,14 @@ def test_cuda_graph_replays_the_eager_static_step_and_matches_the_plain_loop(mod
     plain = _cuda_engine(model_dir, static_decode=False)
     for params in (SamplingParams(n=3, max_new_tokens=20, greedy=True, logprobs=True), SamplingParams(n=2, max_new_tokens=20, temperature=0.9, top_p=0.9, seed=4, logprobs=True)):
         a, b, c = (e.generate(batch, params) for e in (graph, eager, plain))
-        assert any(st.graph is not None for st in graph.static._graphs.values()), "no graph was captured"
+        assert any(st.graph is not None for c in graph.static._caches.values() for st in c.views.values()), "no graph was captured"
         assert torch.equal(a.tensors["responses"], b.tensors["responses"])
         torch.testing.assert_close(a.tensors["rollout_log_probs"], b.tensors["rollout_log_probs"], atol=1e-5, rtol=1e-5)
         assert torch.equal(a.tensors["responses"], c.tensors["responses"])
         mask = c.tensors["response_mask"].bool()
         assert (a.tensors["rollout_log_probs"] - c.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
     graph.sleep()
-    assert graph._offloaded and not graph.static._graphs
+    assert graph._offloaded and not graph.static._caches
     graph.wake_up()  # weights moved: graphs dropped and captured again
     again = graph.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True, logprobs=True))
     assert torch.equal(again.tensors["responses"], plain.generate(batch, SamplingParams(n=3, max_new_tokens=20, greedy=True)).tensors["responses"])
@@ -192,15 +192,15 @@ def test_a_repacked_model_drops_its_graphs_and_follows_the_new_weights(model_dir
     params = SamplingParams(n=2, max_new_tokens=6, greedy=True, logprobs=True)
     eng.generate(batch, params)
     first = eng.static._packs
-    assert first is not None and all(pk is not None for pk in first) and eng.static._graphs
+    assert first is not None and all(pk is not None for pk in first) and eng.static._caches
     # new weights with new storage (as a sleep / wake-up cycle gives them): repacked, caches dropped
     new = {k: v + 0.01 * torch.randn_like(v) for k, v in plain.model.named_parameters()}  # tied weights once
     for model in (plain.model, eng.model):
         for name, p in model.named_parameters():
             p.data = new[name].clone()
-    eng.static._graphs[(99, 99)] = "stale"  # a stand-in for a graph over the old storage
+    eng.static._caches[99] = "stale"  # a stand-in for a cache and graphs over the old storage
     out = eng.generate(batch, params)
-    assert eng.static._packs is not first and (99, 99) not in eng.static._graphs
+    assert eng.static._packs is not first and 99 not in eng.static._caches
     assert torch.equal(out.tensors["responses"], plain.generate(batch, params).tensors["responses"])
 
 
@@ -211,9 +211,9 @@ def test_a_small_engine_keeps_its_weights_and_graphs_through_sleep(model_dir):
     batch = prompt_batch(model_dir, PROMPTS)
     params = SamplingParams(n=2, max_new_tokens=8, greedy=True)
     first = eng.generate(batch, params)
-    graphs = dict(eng.static._graphs)
+    caches = dict(eng.static._caches)
     eng.sleep()
-    assert not eng._offloaded and next(eng.model.parameters()).is_cuda and eng.static._graphs == graphs
+    assert not eng._offloaded and next(eng.model.parameters()).is_cuda and eng.static._caches == caches
     eng.wake_up()
     assert torch.equal(eng.generate(batch, params).tensors["responses"], first.tensors["responses"])
 
@@ -235,4 +235,5 @@ def test_compiled_step_gives_the_plain_loop_tokens_at_two_cache_lengths(model_di
         assert torch.equal(a.tensors["responses"], b.tensors["responses"])
         mask = b.tensors["response_mask"].bool()
         assert (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
-    assert sorted(length for _, length in eng.static._graphs) == [128, 256]
+    # a cache per batch bucket (3 prompts x 2 -> 8 rows, 1 x 2 -> 2 rows), each as long as its prompts need
+    assert [(c.bucket, c.length) for c in eng.static._caches.values()] == [(8, 128), (2, 256)]

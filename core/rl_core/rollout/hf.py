@@ -52,7 +52,15 @@ above is the faster one), ``cuda_graph`` (default true), ``check_every``
 the decode step before capturing it; default: on for CUDA; a step that fails to compile
 is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
 and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
-off with ``share_weights``). Stop strings use the plain loop.
+off with ``share_weights``), ``decode_chunk`` (cache slots a step's attention
+capacity grows by, default 1024; 0: every step attends over the whole cache).
+The static cache is sized by the token count (batch x (prompt + response))
+and checked against the device's free memory before the first token; one
+that does not fit is refused naming the keys to lower. Long responses decode
+in chunks: a step attends only over the slots the responses have reached,
+rounded up to ``decode_chunk``, with one captured graph per such capacity
+(the same tokens as one chunk, :mod:`rl_core.rollout.static_decode`).
+Stop strings use the plain loop.
 
 Sleep (``rollout.enable_sleep``, between rollouts on a GPU): the weights go to host
 memory and the caches are dropped, unless together they hold at most
@@ -81,7 +89,7 @@ from rl_core.modeling import (
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
-from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
+from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
 
 
 class HFRolloutEngine:
@@ -138,6 +146,9 @@ class HFRolloutEngine:
             check_every=int(kwargs.get("check_every", 16)),
             compile=bool(kwargs.get("compile", self.device.type == "cuda")),
             pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
+            chunk=kwargs.get("decode_chunk", DEFAULT_CHUNK),
+            fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
+                f"rollout.n, data.max_response_length or data.max_prompt_length",
         )
 
     # ------------------------------------------------------------- generation

@@ -8,23 +8,37 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
 -> mlp``) run from the model's own modules over preallocated buffers:
 
 - prefill runs the prompts once (``[b, P]``), and their keys / values are
-  written, repeated for the ``n`` samples, into a static cache ``[B, kv, S, d]``
-  with ``S`` the prompt width plus ``max_new_tokens`` rounded up to 128;
+  written, repeated for the ``n`` samples, into a static cache of ``S`` slots
+  per layer, ``S`` the prompt width plus ``max_new_tokens`` rounded up to 128.
+  The cache is allocated whole before the first token, sized by the token
+  count (batch bucket x ``S`` slots x layers x 2 x kv heads x head dim): one
+  that does not fit the device's free memory is refused at once
+  (:class:`CacheTooLarge`, naming the keys to lower) rather than running out
+  of memory thousands of tokens in;
+- the slots are the cache's *first* dimension (``[S, B, kv, d]``), so its
+  first ``cap`` slots are one contiguous view: a decode step attends only over
+  the capacity the response has reached, in steps of ``chunk`` slots
+  (``engine_kwargs.decode_chunk``, default 1024), not over all ``S`` slots from
+  the first token (a 16k-token response would otherwise read 16k slots of
+  keys / values for every token, about twice the traffic);
 - a decode step reads the token, position and cache slot from device tensors
   and writes the logits into a static buffer, so on CUDA it is captured once in
-  a CUDA graph per (batch bucket, cache length) and replayed: one launch a step.
-  Batches are padded to a power-of-two bucket (extra rows are dropped);
+  a CUDA graph per (batch bucket, capacity) and replayed: one launch a step; a
+  capacity's graph is captured when the response first reaches it, and every
+  graph of a bucket shares its cache. Batches are padded to a power-of-two
+  bucket (extra rows are dropped);
 - sampling (temperature, top-k, top-p, the seeded generator) runs on the
   device from that buffer with the same code as the plain loop, so the random
   stream is the same; nothing syncs with the host except the
   all-finished check every ``check_every`` steps.
 
-Attention is ``scaled_dot_product_attention`` over the whole static cache with
-a mask of the valid slots (grouped-query heads share their key / value head
-without copies). Results equal the plain loop's to float rounding: tests
-compare tokens and log-probs on CPU, where the same code runs without graph
-capture. Models it does not cover (another architecture, sliding-window
-attention, stop strings) use the plain loop.
+Attention is ``scaled_dot_product_attention`` over the capacity view with a
+mask of the valid slots (grouped-query heads share their key / value head
+without copies). Results equal the plain loop's to float rounding, and a
+chunked decode equals an unchunked one: tests compare tokens and log-probs on
+CPU, where the same code runs without graph capture. Models it does not
+cover (another architecture, sliding-window attention, stop strings) use the
+plain loop.
 """
 
 from __future__ import annotations
@@ -42,6 +56,14 @@ logger = logging.getLogger(__name__)
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 CACHE_ROUND = 128
+DEFAULT_CHUNK = 1024  # cache slots a decode step's capacity grows by
+MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
+MAX_CACHES = 4  # batch buckets whose caches (and graphs) are kept at once
+FIX = "lower rollout.generation_batch_size (sequences decoded at once), rollout.n, data.max_response_length or data.max_prompt_length"
+
+
+class CacheTooLarge(RuntimeError):
+    """The static KV cache a decode needs does not fit the device's free memory."""
 
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
@@ -86,7 +108,8 @@ class StaticDecoder:
     """Decode with a static cache; ``cuda_graph`` captures the decode step (CUDA only)."""
 
     def __init__(
-        self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True
+        self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX,
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -106,11 +129,15 @@ class StaticDecoder:
         self.check_every = max(1, int(check_every)) if self.device.type == "cuda" else 1
         # torch.compile fuses the step's elementwise work (norms, rotary, residuals, cache writes): on an H100 the
         # 0.5B step went from ~680 to ~350 kernels and from 2.3 to 1.4 ms of GPU time (bench/results/profile_h100.md);
-        # the graph then captures the compiled kernels. One compilation per process (batch bucket and cache length
-        # are dynamic dimensions, :class:`_Step`), ~15-20 s for a 0.5B model, cached on disk by inductor.
+        # the graph then captures the compiled kernels. One compilation per process (batch bucket and capacity
+        # are dynamic dimensions, :class:`_View`), ~15-20 s for a 0.5B model, cached on disk by inductor.
         self.compiled = bool(compile)
         self._step_fn = torch.compile(self._decode_step) if compile else self._decode_step
-        self._graphs: dict[tuple[int, int], _Step] = {}
+        if chunk is not None and (isinstance(chunk, bool) or int(chunk) < 0):
+            raise ValueError(f"rollout.engine_kwargs.decode_chunk must be a number of cache slots >= 0 (0: no chunks), got {chunk!r}")
+        self.chunk = int(chunk or 0)  # 0: every step attends over the whole cache
+        self.fix = fix
+        self._caches: dict[int, _Cache] = {}  # batch bucket -> its cache, buffers and per-capacity graphs
         self._pool = None
         # q / k / v and gate / up as one GEMM each (rl_core.rollout.packed_weights); off when the engine adopts
         # the trainer's tensors (packing would copy them and the sharing would silently stop)
@@ -119,7 +146,7 @@ class StaticDecoder:
 
     def reset(self) -> None:
         """Drop captured graphs and caches (weights moved, memory wanted back)."""
-        self._graphs.clear()
+        self._caches.clear()
         self._pool = None
 
     def _ensure_packed(self) -> None:
@@ -133,8 +160,8 @@ class StaticDecoder:
         self._packs = [pack_layer(layer) for layer in layers]
 
     def cache_bytes(self) -> int:
-        """Device memory held by the static caches and buffers of every (batch bucket, cache length)."""
-        return sum(st.nbytes() for st in self._graphs.values())
+        """Device memory held by the static caches and buffers of every batch bucket."""
+        return sum(c.nbytes() for c in self._caches.values())
 
     # ------------------------------------------------------------ the math
     def _rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -202,20 +229,25 @@ class StaticDecoder:
             x = self._mlp(i, layer, self._attend(layer, x, q, k, v, bias))
         return self._logits(x[:, -1:])[:, 0]
 
-    def _decode_step(self, st: "_Step") -> None:
-        """One token for every row, from and into ``st``'s buffers (the captured part)."""
-        st.valid.index_fill_(1, st.slot, True)
-        bias = torch.zeros(st.valid.shape, dtype=self.dtype, device=st.valid.device).masked_fill_(~st.valid, torch.finfo(self.dtype).min)[:, None, None, :]
+    def _decode_step(self, st: "_View") -> None:
+        """One token for every row, from and into ``st``'s buffers (the captured part).
+
+        The cache views are ``[cap, bucket, kv, d]``: attention reads them as ``[bucket, kv, cap, d]`` (a permuted
+        view, no copy) and the token's keys / values go to slot ``st.slot``.
+        """
+        st.valid.index_fill_(0, st.slot, True)
+        cap, bucket = st.valid.shape
+        bias = torch.zeros((bucket, cap), dtype=self.dtype, device=st.valid.device).masked_fill_(~st.valid.t(), torch.finfo(self.dtype).min)[:, None, None, :]
         x = self.body.embed_tokens(st.token[:, None])
         cos, sin = self._rope(st.pos[:, None])
         for i, layer in enumerate(self.body.layers):
             q, k, v = self._qkv(i, layer, _rms_norm(layer.input_layernorm, x), cos, sin)
-            st.k[i].index_copy_(2, st.slot, k)
-            st.v[i].index_copy_(2, st.slot, v)
-            x = self._mlp(i, layer, self._attend(layer, x, q, st.k[i], st.v[i], bias))
+            st.k[i].index_copy_(0, st.slot, k.permute(2, 0, 1, 3))
+            st.v[i].index_copy_(0, st.slot, v.permute(2, 0, 1, 3))
+            x = self._mlp(i, layer, self._attend(layer, x, q, st.k[i].permute(1, 2, 0, 3), st.v[i].permute(1, 2, 0, 3), bias))
         st.logits.copy_(self._logits(x)[:, 0])
 
-    def _capture(self, st: "_Step") -> None:
+    def _capture(self, st: "_View") -> None:
         """Capture ``st``'s step; if that fails, without torch.compile, then without a graph (with a warning)."""
         while True:
             try:
@@ -232,15 +264,54 @@ class StaticDecoder:
                 return
 
     # -------------------------------------------------------- the buffers
-    def _step_for(self, bucket: int, length: int) -> "_Step":
-        key = (bucket, length)
-        st = self._graphs.get(key)
+    def _available(self) -> int | None:
+        """Device bytes a new cache can take: free memory plus what torch's allocator holds unused (None: not CUDA)."""
+        if self.device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return int(free) + torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+
+    def _cache_for(self, bucket: int, length: int, rows: int, P: int, R: int) -> "_Cache":
+        """The cache of ``bucket`` rows with at least ``length`` slots: reused, or allocated whole after a memory check."""
+        cache = self._caches.get(bucket)
+        if cache is not None and cache.length >= length:
+            return cache
+        self._caches.pop(bucket, None)  # too short: freed before the longer one is allocated
+        need = _Cache.bytes_for(self, bucket, length)
+        avail = self._available()
+        if avail is not None and need + MARGIN > avail and self._caches:
+            self.reset()  # other buckets' caches and graphs first
+            torch.cuda.empty_cache()
+            avail = self._available()
+        if avail is not None and need + MARGIN > avail:
+            gib = 2**30
+            raise CacheTooLarge(
+                f"hf rollout: the static KV cache for {rows} sequences (a batch bucket of {bucket}) x {length:,} tokens "
+                f"(prompt {P} + response {R}, rounded up to {CACHE_ROUND}) x {len(self.body.layers)} layers x 2 (K, V) x "
+                f"{self.n_kv} KV heads x {self.head_dim} x {self.dtype.itemsize} bytes needs {need / gib:.1f} GiB, but the device "
+                f"has {avail / gib:.1f} GiB free (less {MARGIN / gib:.0f} GiB kept for the prefill and sampling); {self.fix}"
+            )
+        while len(self._caches) >= MAX_CACHES:
+            self._caches.pop(next(iter(self._caches)))
+        cache = self._caches[bucket] = _Cache(self, bucket, length)
+        return cache
+
+    def capacity(self, slot: int, length: int) -> int:
+        """Slots a step writing ``slot`` attends over: the next multiple of ``chunk`` above it, at most ``length``."""
+        if not self.chunk:
+            return length
+        return min(length, (slot // self.chunk + 1) * self.chunk)
+
+    def _view_for(self, cache: "_Cache", cap: int) -> "_View":
+        st = cache.views.get(cap)
         if st is None:
-            if self.cuda_graph:  # one graph per key; keep only the newest few to bound memory
-                while len(self._graphs) >= 4:
-                    self._graphs.pop(next(iter(self._graphs)))
-            st = _Step(self, bucket, length)
-            self._graphs[key] = st
+            st = cache.views[cap] = _View(cache, cap)
+        if self.cuda_graph and st.graph is None:
+            t0 = time.perf_counter()
+            self._capture(st)
+            if self.compiled and time.perf_counter() - t0 > 5:
+                logger.info("hf rollout: compiled and captured the decode step for %d rows x %d cache slots in %.0f s",
+                            cache.bucket, cap, time.perf_counter() - t0)
         return st
 
     @torch.no_grad()
@@ -256,29 +327,24 @@ class StaticDecoder:
         B = b0 * n
         bucket = 1 << (B - 1).bit_length()
         length = -(-(P + R) // CACHE_ROUND) * CACHE_ROUND
-        st = self._step_for(bucket, length)
+        cache = self._cache_for(bucket, length, B, P, R)
         pos = position_ids_from_mask(mask)
         rows = torch.arange(bucket, device=ids.device).clamp_(max=B - 1) // n  # the prompt of each bucket row
 
-        def write(i, k, v):
-            st.k[i][:, :, :P].copy_(k[rows])
-            st.v[i][:, :, :P].copy_(v[rows])
+        def write(i, k, v):  # [b0, kv, P, d] -> slots 0..P-1 of [S, bucket, kv, d]
+            cache.k[i][:P].copy_(k[rows].permute(2, 0, 1, 3))
+            cache.v[i][:P].copy_(v[rows].permute(2, 0, 1, 3))
 
         logits = self.prefill(ids, mask, pos, write)[rows[:B]]
-        st.valid.zero_()
-        st.valid[:, :P] = mask.bool()[rows]
-        st.pos.copy_(pos[rows, -1] + 1)
-        st.slot.fill_(P)
-        if self.cuda_graph and st.graph is None:
-            t0 = time.perf_counter()
-            self._capture(st)
-            if self.compiled and time.perf_counter() - t0 > 5:
-                logger.info("hf rollout: compiled and captured the decode step for %d rows x %d cache slots in %.0f s",
-                            bucket, length, time.perf_counter() - t0)
+        cache.valid.zero_()
+        cache.valid[:P] = mask.bool()[rows].t()
+        cache.pos.copy_(pos[rows, -1] + 1)
+        cache.slot.fill_(P)
         responses = torch.full((B, R), pad_id, dtype=ids.dtype, device=ids.device)
         log_probs = torch.zeros((B, R), dtype=torch.float32, device=ids.device) if want_log_probs else None
         lengths = torch.full((B,), R, dtype=torch.long, device=ids.device)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+        st = None
         for t in range(R):
             token, lp = sample(logits)
             token = torch.where(done, torch.full_like(token, pad_id), token)
@@ -290,52 +356,80 @@ class StaticDecoder:
             done |= finished
             if t == R - 1 or ((t + 1) % self.check_every == 0 and bool(done.all())):
                 break
-            st.token[:B].copy_(token)
+            cap = self.capacity(P + t, length)  # this step writes token t's keys / values into slot P + t
+            if st is None or st.cap != cap:
+                st = self._view_for(cache, cap)
+            cache.token[:B].copy_(token)
             if st.graph is not None:
                 st.graph.replay()
             else:
                 self._step_fn(st)
-            st.pos += 1
-            st.slot += 1
-            logits = st.logits[:B]
+            cache.pos += 1
+            cache.slot += 1
+            logits = cache.logits[:B]
         return responses, lengths, log_probs
 
 
-class _Step:
-    """Static buffers of one (bucket, cache length), and its CUDA graph once captured."""
+class _Cache:
+    """The static buffers of one batch bucket: per layer keys and values ``[length, bucket, kv, d]`` (slot-major,
+    so the first ``cap`` slots are one contiguous view), valid slots ``[length, bucket]``, and the step's inputs
+    and logits. ``views`` holds one :class:`_View` (and its CUDA graph) per capacity reached."""
 
     def __init__(self, dec: StaticDecoder, bucket: int, length: int) -> None:
         dev, L = dec.device, len(dec.body.layers)
-        shape = (bucket, dec.n_kv, length, dec.head_dim)
-        self.dec = dec
+        shape = (length, bucket, dec.n_kv, dec.head_dim)
+        self.bucket, self.length = bucket, length
         self.k = [torch.zeros(shape, dtype=dec.dtype, device=dev) for _ in range(L)]
         self.v = [torch.zeros(shape, dtype=dec.dtype, device=dev) for _ in range(L)]
-        self.valid = torch.zeros(bucket, length, dtype=torch.bool, device=dev)
+        self.valid = torch.zeros(length, bucket, dtype=torch.bool, device=dev)
         self.token = torch.zeros(bucket, dtype=torch.long, device=dev)
         self.pos = torch.zeros(bucket, dtype=torch.long, device=dev)
         self.slot = torch.zeros(1, dtype=torch.long, device=dev)
-        self.logits = torch.zeros(bucket, dec.head.weight.shape[0], dtype=torch.float32, device=dev)
-        self.graph = None
-        if dec.compiled:  # batch buckets and cache lengths change between rollouts: one compiled step serves them all
-            import torch._dynamo as dynamo
+        self.logits = torch.zeros(bucket, _vocab(dec), dtype=torch.float32, device=dev)
+        self.dec = dec
+        self.views: dict[int, _View] = {}
 
-            for t in (*self.k, *self.v):
-                dynamo.maybe_mark_dynamic(t, 0)
-                dynamo.maybe_mark_dynamic(t, 2)
-            for t in (self.valid, self.token, self.pos, self.logits):
-                dynamo.maybe_mark_dynamic(t, 0)
-            dynamo.maybe_mark_dynamic(self.valid, 1)
+    @staticmethod
+    def bytes_for(dec: StaticDecoder, bucket: int, length: int) -> int:
+        """What :meth:`nbytes` will be, before allocating."""
+        kv = 2 * len(dec.body.layers) * length * bucket * dec.n_kv * dec.head_dim * dec.dtype.itemsize
+        return kv + length * bucket + bucket * (8 + 8 + 4 * _vocab(dec)) + 8
 
     def nbytes(self) -> int:
         tensors = [*self.k, *self.v, self.valid, self.token, self.pos, self.slot, self.logits]
         return sum(t.numel() * t.element_size() for t in tensors)
 
+
+def _vocab(dec: StaticDecoder) -> int:
+    return dec.head.weight.shape[0]
+
+
+class _View:
+    """The first ``cap`` slots of a :class:`_Cache` (views, no copies) with the shared step buffers: what one
+    decode step reads and writes, and its CUDA graph once captured."""
+
+    def __init__(self, cache: _Cache, cap: int) -> None:
+        self.dec, self.cap = cache.dec, cap
+        self.k = [k[:cap] for k in cache.k]
+        self.v = [v[:cap] for v in cache.v]
+        self.valid = cache.valid[:cap]
+        self.token, self.pos, self.slot, self.logits = cache.token, cache.pos, cache.slot, cache.logits
+        self.graph = None
+        if self.dec.compiled:  # batch buckets and capacities change: one compiled step serves them all
+            import torch._dynamo as dynamo
+
+            for t in (*self.k, *self.v, self.valid):
+                dynamo.maybe_mark_dynamic(t, 0)
+                dynamo.maybe_mark_dynamic(t, 1)
+            for t in (self.token, self.pos, self.logits):
+                dynamo.maybe_mark_dynamic(t, 0)
+
     def capture(self) -> None:
         """Warm up on a side stream, then capture one decode step; the buffers are restored afterwards."""
         saved = [t.clone() for t in (self.valid, self.pos, self.slot)]
         slot = int(self.slot)
-        keep_k = [k[:, :, slot].clone() for k in self.k]
-        keep_v = [v[:, :, slot].clone() for v in self.v]
+        keep_k = [k[slot].clone() for k in self.k]
+        keep_v = [v[slot].clone() for v in self.v]
         try:
             side = torch.cuda.Stream(self.dec.device)
             side.wait_stream(torch.cuda.current_stream(self.dec.device))
@@ -349,9 +443,9 @@ class _Step:
             with torch.cuda.graph(graph, pool=self.dec._pool):
                 self.dec._step_fn(self)
             self.graph = graph
-        finally:  # the warm-up and the capture wrote one slot: put the prefill state back
+        finally:  # the warm-up and the capture wrote one slot: put the state back
             for dst, src in zip((self.valid, self.pos, self.slot), saved):
                 dst.copy_(src)
             for k, v, kk, vv in zip(self.k, self.v, keep_k, keep_v):
-                k[:, :, slot].copy_(kk)
-                v[:, :, slot].copy_(vv)
+                k[slot].copy_(kk)
+                v[slot].copy_(vv)

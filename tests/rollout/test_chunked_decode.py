@@ -1,0 +1,140 @@
+"""Long responses in the hf rollout's static decoder, decoded in chunks (issue #33).
+
+A decode step attends over the cache slots the responses have reached, rounded up to
+``engine_kwargs.decode_chunk``, one captured graph per such capacity
+(:mod:`rl_core.rollout.static_decode`). These tests run the same code on CPU without graph capture:
+chunked == unchunked (greedy and seeded sampling: the same token ids; log-probs within 1e-5), an EOS on a
+chunk boundary, one compilation for every capacity, and the memory check of the cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rl_core.backends import SamplingParams, WorkerContext
+from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+from rl_core.rollout.builtin import check_hf_engine_kwargs
+from rl_core.rollout.hf import factory
+from rl_core.rollout.static_decode import CacheTooLarge
+from rl_core.testing.distributed import torch_threads
+from rl_core.testing.rollout_conformance import prompt_batch
+from rl_core.testing.tiny_model import make_tiny_model_dir
+
+PROMPTS = ["hi", "what is 2+2?", "a longer prompt than the others"]
+CHUNK = 16
+R = 56  # with these prompts, slots P .. P + R - 2 span four or more capacities of 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("chunked_qwen2"), "qwen2")
+
+
+def _engine(model_dir, chunk: int):
+    kw = {"static_decode": True, "decode_chunk": chunk}
+    cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
+    return factory(cfg, WorkerContext())
+
+
+def _caps(engine) -> list[int]:
+    return sorted(cap for cache in engine.static._caches.values() for cap in cache.views)
+
+
+def _same(a, b):
+    assert torch.equal(a.tensors["responses"], b.tensors["responses"])
+    assert torch.equal(a.tensors["response_mask"], b.tensors["response_mask"])
+    mask = a.tensors["response_mask"].bool()
+    diff = (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max()
+    assert diff < 1e-5, float(diff)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(n=2, max_new_tokens=R, greedy=True, logprobs=True), SamplingParams(n=2, max_new_tokens=R, temperature=1.0, seed=3, logprobs=True)],
+    ids=["greedy", "sampled"],
+)
+def test_chunked_decode_equals_one_chunk(model_dir, params):
+    batch = prompt_batch(model_dir, PROMPTS)
+    P = batch.tensors["input_ids"].shape[1]
+    chunked, whole = _engine(model_dir, CHUNK), _engine(model_dir, 0)
+    a, b = chunked.generate(batch, params), whole.generate(batch, params)
+    _same(a, b)
+    assert int(a.tensors["response_mask"].sum(-1).max()) == R, "a response ended early: the chunks were not all reached"
+    # the chunked run attended over 16, 32, ... slots as the responses grew; the unchunked one over the whole cache
+    length = -(-(P + R) // 128) * 128
+    want = sorted({min(length, ((P + t) // CHUNK + 1) * CHUNK) for t in range(R - 1)})
+    assert _caps(chunked) == want and len(want) >= 4, (P, want)
+    assert _caps(whole) == [length]
+
+
+def test_an_eos_on_a_chunk_boundary_ends_its_row_there(model_dir):
+    """Row ``r``'s token at ``t`` becomes the EOS, with ``P + t`` a multiple of the chunk: that row stops with
+    the EOS (the step that would write it into the next chunk's first slot never runs for it), the others go on,
+    and chunked still equals unchunked."""
+    batch = prompt_batch(model_dir, PROMPTS)
+    P = batch.tensors["input_ids"].shape[1]
+    params = SamplingParams(n=2, max_new_tokens=R, temperature=1.0, seed=3, logprobs=True)
+    chunked, whole = _engine(model_dir, CHUNK), _engine(model_dir, 0)
+    for eng in (chunked, whole):
+        eng.eos_ids = []
+    free = chunked.generate(batch, params).tensors["responses"]
+    picks = [(r, t) for t in range(R - 1) if (P + t) % CHUNK == 0 for r in range(len(free)) if int(free[r, t]) not in free[r, :t].tolist()]
+    assert picks, "no row has a new token on a chunk boundary"
+    r, t = picks[0]
+    eos = int(free[r, t])
+    for eng in (chunked, whole):
+        eng.eos_ids = [eos]
+    a, b = chunked.generate(batch, params), whole.generate(batch, params)
+    _same(a, b)
+    lengths = a.tensors["response_mask"].sum(-1)
+    assert int(lengths[r]) == t + 1 and int(a.tensors["responses"][r, t]) == eos
+    assert torch.all(a.tensors["responses"][r, t + 1 :] == chunked.pad_id)
+    assert torch.all(a.tensors["rollout_log_probs"][r, t + 1 :] == 0)
+    assert torch.equal(a.tensors["responses"][:, :t], free[:, :t])  # nothing before the EOS changed
+
+
+def test_one_compilation_serves_every_capacity(model_dir):
+    """engine_kwargs compile=true: the capacity is a dynamic dimension of the step's inputs, so the step is
+    compiled once for all of them (dynamo's 'eager' backend here: it counts compilations without inductor)."""
+    from torch._dynamo.testing import CompileCounter
+
+    eng = _engine(model_dir, CHUNK)
+    dec = eng.static
+    counter = CompileCounter()
+    dec.compiled = True  # the views mark their capacity and bucket dimensions dynamic, as on CUDA
+    dec._step_fn = torch.compile(dec._decode_step, backend=counter)
+    torch._dynamo.reset()
+    try:
+        batch = prompt_batch(model_dir, PROMPTS)
+        out = eng.generate(batch, SamplingParams(n=2, max_new_tokens=R, greedy=True, logprobs=True))
+        assert len(_caps(eng)) >= 4
+        assert counter.frame_count == 1, counter.frame_count
+        _same(out, _engine(model_dir, 0).generate(batch, SamplingParams(n=2, max_new_tokens=R, greedy=True, logprobs=True)))
+    finally:
+        torch._dynamo.reset()
+
+
+def test_a_cache_the_device_cannot_hold_is_refused_with_the_keys_to_lower(model_dir):
+    eng = _engine(model_dir, CHUNK)
+    eng.static._available = lambda: 2**30 + 1000  # bytes free next to the 1 GiB margin: far too few
+    with pytest.raises(CacheTooLarge, match=r"6 sequences \(a batch bucket of 8\) x 128 tokens .*rollout\.generation_batch_size.*data\.max_response_length"):
+        eng.generate(prompt_batch(model_dir, PROMPTS), SamplingParams(n=2, max_new_tokens=20, greedy=True))
+    eng.static._available = lambda: 2**31  # enough: allocated whole, and counted by the engine's held bytes
+    eng.generate(prompt_batch(model_dir, PROMPTS), SamplingParams(n=2, max_new_tokens=20, greedy=True))
+    (cache,) = eng.static._caches.values()
+    assert eng.static.cache_bytes() == cache.nbytes() == type(cache).bytes_for(eng.static, 8, 128)
+
+
+def test_decode_chunk_is_checked():
+    def problems(value):
+        return check_hf_engine_kwargs(RunConfig(rollout=RolloutConfig(engine_kwargs={"decode_chunk": value})))
+
+    assert problems(1024) == [] and problems(0) == []
+    assert [p.key for p in problems(-1)] == ["rollout.engine_kwargs.decode_chunk"]
+    assert [p.key for p in problems("big")] == ["rollout.engine_kwargs.decode_chunk"]
