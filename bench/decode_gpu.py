@@ -15,6 +15,9 @@ tokens, temperature 1, as in the reference workload) it times ``HFRolloutEngine.
   batch size, not timed: it happens in the warm-up call);
 - ``nopack`` / ``compile_nopack`` (only with ``--modes``): ``graph`` / ``compile`` with separate q / k / v and
   gate / up GEMMs (``pack_projections=false``; packed is the default);
+- ``compile_nochunk`` (only with ``--modes``): ``compile`` with every step attending over the whole cache
+  (``decode_chunk=0``; the default grows the attended capacity in steps of 1024 slots): long responses,
+  e.g. ``--batches 64 --new 4096 --modes compile,compile_nochunk`` (issue #33);
 
 after one warm-up call per mode at the timed length (which also compiles and captures the graph). The floor: a decode step must read
 every weight once, so ``step >= weight bytes / HBM bandwidth`` (bandwidth measured here by a device copy)
@@ -118,7 +121,8 @@ def main() -> None:
               "graph": {"static_decode": True, "cuda_graph": True, "compile": False},
               "compile": {"static_decode": True, "cuda_graph": True, "compile": True},
               "nopack": {"static_decode": True, "cuda_graph": True, "compile": False, "pack_projections": False},
-              "compile_nopack": {"static_decode": True, "cuda_graph": True, "compile": True, "pack_projections": False}}[mode]
+              "compile_nopack": {"static_decode": True, "cuda_graph": True, "compile": True, "pack_projections": False},
+              "compile_nochunk": {"static_decode": True, "cuda_graph": True, "compile": True, "decode_chunk": 0}}[mode]
         cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if dtype == torch.bfloat16 else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                         rollout=RolloutConfig(engine_kwargs=kw))
         eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=tok)
