@@ -27,6 +27,8 @@ checks that the configs resolve and every run goes through (what this file was s
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import json
 import shutil
 import statistics
@@ -90,6 +92,18 @@ def estimate_gib(ov: list[str]) -> dict:
     return {"peak_gib": est.peak / 2**30, "lines": est.lines()}
 
 
+def _call(cmd: list[str], log: Path, timeout: float) -> int | str:
+    """Run ``cmd`` with its output in ``log``; past ``timeout`` seconds its process group is killed ("timeout")."""
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "timeout"
+
+
 def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> dict:
     run_dir = Path(args.work) / name
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -97,8 +111,7 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> di
     cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *ov, "--no-progress"]
     log = Path(args.out) / f"{name}.log"
     start = time.time()
-    with open(log, "w") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.timeout)
+    code = _call(cmd, log, args.timeout)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()] if (run_dir / "metrics.jsonl").exists() else []
     steps_s = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
     peaks = [r["perf/max_memory_allocated_gb"] for r in rows if "perf/max_memory_allocated_gb" in r]
@@ -115,8 +128,7 @@ def run_trl(args, model: Path) -> dict:
     out = Path(args.out) / "trl_lora.json"
     cmd = [args.trl_python, str(ROOT / "bench/reference/trl_grpo.py"), "--model", str(model), "--data", str(args.data),
            "--steps", str(args.steps), "--gradient-checkpointing", "1", "--lora-rank", "32", "--out", str(out)]
-    with open(Path(args.out) / "trl_lora.log", "w") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=args.timeout)
+    code = _call(cmd, Path(args.out) / "trl_lora.log", args.timeout)
     res = json.loads(out.read_text()) if out.exists() else {}
     steps_s = res.get("step_s") or []
     return {"exit": code, "step_s": steps_s, "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,

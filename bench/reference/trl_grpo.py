@@ -64,7 +64,8 @@ def main() -> None:
         cfg.num_attention_heads, cfg.num_key_value_heads = 4, 2
     torch.manual_seed(0)
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    with torch.device(args.device):  # random weights drawn where the model runs (a 7B model's CPU init takes minutes)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     data = prompts(args.data, tok, args.max_prompt, args.prompts * (args.steps + 2))
     dataset = Dataset.from_list([{"prompt": p} for p in data])
 

@@ -105,13 +105,24 @@ def _quiet_load(fn, *args, **kwargs):
             hf_logging.enable_progress_bar()
 
 
-def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code, seed):
-    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored."""
+def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code, seed, init_device=None):
+    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored.
+
+    ``init_device`` (the run's ``trainer.device``): ``cuda`` draws random weights on this process's GPU, then moves
+    them to ``device``. The CPU's generator is sequential: it took minutes for a 7B model. Every rank and role
+    draws the same values from the same seed on the same kind of device.
+    """
     dtype = torch_dtype(dtype)
-    with torch.random.fork_rng(devices=[]):
+    on_gpu = random_init and str(init_device or "").startswith("cuda") and torch.cuda.is_available()
+    init_on = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
+    with torch.random.fork_rng(devices=[] if init_on is None else [init_on.index]):
         torch.manual_seed(seed)
         if random_init:
-            model = auto_cls.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+            if init_on is None:
+                model = auto_cls.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
+            else:
+                with init_on:
+                    model = auto_cls.from_config(cfg, dtype=dtype, trust_remote_code=trust_remote_code)
         else:
             model = _quiet_load(auto_cls.from_pretrained, str(path), config=cfg, dtype=dtype, trust_remote_code=trust_remote_code)
     return model.to(device)
@@ -127,8 +138,9 @@ def load_causal_lm(
     trust_remote_code: bool = False,
     seed: int = 0,
     key: str = "model.path",
+    init_device: str | None = None,
 ):
-    """``AutoModelForCausalLM`` from a local folder (or random weights from its config).
+    """``AutoModelForCausalLM`` from a local folder (or random weights from its config; ``init_device``: see ``_build``).
 
     Weights that the checkpoint lacks (and ``random_init`` models) are
     initialised under ``seed`` with the global RNG state restored afterwards,
@@ -138,7 +150,8 @@ def load_causal_lm(
 
     cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
     model = _build(
-        AutoModelForCausalLM, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed
+        AutoModelForCausalLM, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed,
+        init_device=init_device,
     )
     contiguous_lm_head_input(model)
     return model
@@ -176,6 +189,7 @@ def load_value_model(
     trust_remote_code: bool = False,
     seed: int = 0,
     key: str = "critic.model_path",
+    init_device: str | None = None,
 ):
     """A critic: the LM backbone plus a scalar value head.
 
@@ -192,7 +206,8 @@ def load_value_model(
     cfg = load_hf_config(path, override=override, trust_remote_code=trust_remote_code, key=key)
     try:
         return _build(
-            AutoModelForTokenClassification, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed
+            AutoModelForTokenClassification, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed,
+            init_device=init_device,
         )
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc):

@@ -108,6 +108,7 @@ class HFRolloutEngine:
             override_config=mcfg.override_config,
             trust_remote_code=mcfg.trust_remote_code,
             seed=context.seed,
+            init_device=self.device.type,
         )
         self.model.eval()
         self.model.requires_grad_(False)

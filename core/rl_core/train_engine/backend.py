@@ -197,7 +197,7 @@ def load_role_model(role: str, config: Any, dtype: torch.dtype) -> tuple[torch.n
     loader = load_value_model if role == "critic" else load_causal_lm
     model = loader(
         path, dtype=dtype, device="cpu", random_init=mcfg.random_init, override_config=mcfg.override_config,
-        trust_remote_code=mcfg.trust_remote_code, seed=config.trainer.seed, key=key,
+        trust_remote_code=mcfg.trust_remote_code, seed=config.trainer.seed, key=key, init_device=config.trainer.device,
     )
     return model, key
 
