@@ -38,6 +38,15 @@ def check(overrides: list[str], data: str, registry) -> list:
     return errors(loaded.as_written(as_elsewhere([*problems, *node_problems(loaded.config)])))
 
 
+def feature(p) -> str:
+    """The verl feature a refusal names ("X is a verl feature rl-core does not have"), else its key and message."""
+    for marker in (" is a verl feature rl-core does not have", " is a feature rl-core's"):
+        if marker in p.what:
+            text = p.what.split(marker)[0]
+            return text.split(": ", 1)[1] if text.startswith("is ") and ": " in text else text
+    return f"{p.key.lstrip('+~')}: {p.what[:120]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scripts", default="tests/config/verl_scripts/scripts.json")
@@ -63,9 +72,12 @@ def main() -> None:
              f"verl-recipe's DAPO scripts (commit {d.get('recipe_commit', '?')}; recipe.dapo.main_dapo): "
              f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (dynamic sampling and the overlong penalty map "
              "onto algorithm.filter_groups.* / reward.overlong_penalty.*; the rest stop on the refusals listed below).", ""]
-    for label, refs in (("offload (issue #32)", ("#32",)), ("offload and Ulysses (issues #32, #33)", ("#32", "#33"))):
-        n = sum(1 for e in mine.values() if e and all(any(r in p.fix for r in refs) for p in e))
-        lines.append(f"- would also resolve if rl-core had {label}: {n} more ({len(ok) + n} of {len(mine)})")
+    lines += ["## What the scripts that do not resolve lack (verl features, from the refusals)", "",
+              "Per feature: the scripts whose refusals name it, and of those the scripts it is the only feature missing for.", ""]
+    needs = {n: {feature(p) for p in e} for n, e in mine.items() if e}
+    every = collections.Counter(f for fs in needs.values() for f in fs)
+    alone = collections.Counter(next(iter(fs)) for fs in needs.values() if len(fs) == 1)
+    lines += [f"- {c} ({alone.get(f, 0)} only this): {f}" for f, c in every.most_common()]
     lines += ["", "## Refusals, by key as written (count of scripts)", ""]
     count = collections.Counter()
     for n, errs in mine.items():

@@ -124,14 +124,14 @@ def lora_sync_problems(config: Any, registry: Any = None) -> list[Problem]:
 
 
 def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
-    f = config.actor.fsdp_config
-    keys = [k for k in ("param_offload", "optimizer_offload", "offload_policy") if getattr(f, k, False)]
+    keys = [f"{role}.fsdp_config.{k}" for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")
+            if getattr(getattr(getattr(config, role), "fsdp_config", None), k, False)]
     if not keys:
         return []
     out = []
     if (backend := _unsupported(config, registry, "offload")) is not None:
-        out += [Problem(key=f"actor.fsdp_config.{k}", what=f"is true, but the {backend} train backend does not offload to host memory",
-                        why="the run would keep everything on the device and ignore the setting", fix=f"use {_capable(registry, 'offload')}, or set actor.fsdp_config.{k}=false")
+        out += [Problem(key=k, what=f"is true, but the {backend} train backend does not offload to host memory",
+                        why="the run would keep everything on the device and ignore the setting", fix=f"use {_capable(registry, 'offload')}, or set {k}=false")
                 for k in keys]
     return out
 

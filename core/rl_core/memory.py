@@ -255,7 +255,7 @@ def estimate(
     else:
         act = tokens * shape.layers * per_tl
     t.update(actor.update)
-    if mixed and not sharded and not actor.lora and not config.actor.fsdp_config.param_offload:
+    if mixed and not sharded and not actor.lora and not config.actor.fsdp_config.param_offload and not getattr(config.actor.fsdp_config, "offload_policy", False):
         t["autocast weight copy (update)"] = c * P
     elif mixed and sharded:
         t["gathered layers (update)"] = 2 * c * P / shape.layers

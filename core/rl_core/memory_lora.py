@@ -56,10 +56,12 @@ def actor_terms(config: Any, shape: Any, S: int, c: int) -> ActorTerms:
         return ActorTerms(
             states={f"actor base parameters (frozen, {c * 8}-bit)": base, f"LoRA adapters ({A / 1e6:.1f}M) + AdamW state": 12 * A},
             update={"LoRA adapter gradients (update)": 4 * A}, lora=True)
-    states = {("actor parameters (fp32, in host memory while generating)" if f.param_offload else "actor parameters (fp32)"): 4 * P / S,
-              "actor AdamW state": 0.0 if f.optimizer_offload else 8 * P / S}
+    policy = getattr(f, "offload_policy", False)  # counted as both switches (sharded: FSDP2's CPUOffloadPolicy holds even less)
+    param_off, optim_off = f.param_offload or policy, f.optimizer_offload or policy
+    states = {("actor parameters (fp32, in host memory while generating)" if param_off else "actor parameters (fp32)"): 4 * P / S,
+              "actor AdamW state": 0.0 if optim_off else 8 * P / S}
     update = {"actor gradients (update)": 4 * P / S}
-    if f.optimizer_offload:
+    if optim_off:
         update["AdamW state chunk on the device (offloaded, step)"] = min(8 * P / S, CHUNK)
     return ActorTerms(states=states, update=update, lora=False)
 

@@ -18,6 +18,8 @@ def _problems(*overrides, severity="error"):
 def test_fsdp_offload_policy_and_activation_offload_map():
     cfg = load_config(None, [f"{V}.actor.fsdp_config.offload_policy=True", f"{V}.model.enable_activation_offload=True"])
     assert cfg.actor.fsdp_config.offload_policy and cfg.model.enable_activation_offload
+    cfg = load_config(None, ["critic.model.fsdp_config.param_offload=True", "critic.fsdp.optimizer_offload=True", "critic.fsdp.offload_policy=False"])
+    assert (cfg.critic.fsdp_config.param_offload, cfg.critic.fsdp_config.optimizer_offload, cfg.critic.fsdp_config.offload_policy) == (True, True, False)
     (w,) = _problems(f"{V}.ref.fsdp_config.offload_policy=True", severity="warning")
     assert w.key == f"{V}.ref.fsdp_config.offload_policy" and "keeps it on the device" in w.what
 
@@ -66,3 +68,17 @@ def test_megatron_checks_transformer_config_fields_against_the_dataclass():
         assert p.key == f"{tc}.{override.split('=')[0]}" and words in p.what, (override, p.what)
     (p,) = plugin.check_unsupported_options(load_config(None, ["train.name=megatron", "model.enable_activation_offload=true"]))
     assert p.key == "model.enable_activation_offload"
+
+
+def test_more_verl_keys_map_or_name_the_feature():
+    cfg = load_config(None, [f"{V}.actor.optim.lr_scheduler_type=cosine", f"{V}.rollout.disable_log_stats=True",
+                             "reward.reward_model.model_path=/models/rm"])
+    assert cfg.actor.optim.lr_scheduler == "cosine" and cfg.rollout.engine_kwargs == {"disable_log_stats": True}
+    assert cfg.reward_model.model.path == "/models/rm"
+    assert load_config(None, [*MEG, f"{V}.actor.optim.lr_decay_style=linear"]).actor.optim.lr_scheduler == "linear"
+    for override, words in {f"{V}.rollout.moe_tensor_parallel_size=2": "tensor parallelism of MoE layers",
+                            "+data.min_response_length=4096": "a minimum response length",
+                            f"{V}.actor.engine.ep=8": "megatron-lite",
+                            "algorithm.rollout_correction.rollout_token_veto_threshold=1e-4": "vetoing a whole sequence"}.items():
+        (p,) = _problems(override)
+        assert p.key == override.split("=")[0] and words in p.what and "verl feature rl-core does not have" in p.what, (override, p.what)

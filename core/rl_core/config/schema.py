@@ -232,6 +232,15 @@ class FsdpConfig:
 
 
 @attrs.frozen(kw_only=True)
+class CriticFsdpConfig:
+    """The critic's offload switches (verl's ``critic.model.fsdp_config`` / ``critic.fsdp``): as the actor's."""
+
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    offload_policy: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class ActorConfig:
     ppo_mini_batch_size: int = pos(8, hint="prompts per optimizer step")  # prompts
     ppo_micro_batch_size_per_gpu: int = pos(4, hint="sequences per forward/backward")  # sequences
@@ -281,6 +290,7 @@ class CriticConfig:
     cliprange_value: float = num(0.5, gt=0, hint="0.5 is usual")
     loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
     optim: OptimConfig = field(factory=lambda: OptimConfig(lr=1e-5))
+    fsdp_config: CriticFsdpConfig = field(factory=CriticFsdpConfig)
     # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
     n_gpus_per_node: int | None = pos(None, hint="devices of the critic's own workers per node; null shares the actor's")
     nnodes: int = pos(1)

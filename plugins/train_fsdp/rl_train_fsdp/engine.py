@@ -56,15 +56,21 @@ def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> Ro
     return RoleEngine(FSDPBackend(role, config, context), **kwargs)
 
 
+def _offload_config(role: str, config):
+    """The role's offload switches: ``actor.fsdp_config`` / ``critic.fsdp_config``; the reference has none."""
+    return {"actor": config.actor.fsdp_config, "critic": getattr(config.critic, "fsdp_config", None)}.get(role)
+
+
 def offload_modes(role: str, fcfg, sharded: bool) -> tuple[bool, bool, bool]:
-    """``(param_offload, optimizer_offload, host_offload)`` of a role: the actor's ``actor.fsdp_config`` switches.
+    """``(param_offload, optimizer_offload, host_offload)`` of a trainable role from its ``fsdp_config`` switches
+    (``fcfg``; None: no offload).
 
     Sharded, any of param_offload / optimizer_offload / offload_policy is FSDP2's CPUOffloadPolicy (sharded
     parameters, gradients, AdamW state and its step on the host: ``host_offload``). On one unsharded device
     param_offload / optimizer_offload are rl_train_fsdp.offload's mechanisms, and offload_policy (verl's FSDP2 switch
     for everything on the host) turns both on.
     """
-    if role != "actor":
+    if role not in ("actor", "critic") or fcfg is None:
         return False, False, False
     param, optim, policy = bool(fcfg.param_offload), bool(fcfg.optimizer_offload), bool(getattr(fcfg, "offload_policy", False))
     if sharded:
@@ -95,7 +101,7 @@ class FSDPBackend(TrainBackend):
         # LoRA (issue #32, rl_core.lora): the actor's base weights frozen in the compute dtype, float32 adapters only
         self.lora = role == "actor" and mcfg.lora_rank > 0
         fcfg = config.actor.fsdp_config
-        self.param_offload, self.optimizer_offload, self.host_offload = offload_modes(role, fcfg, self.sharded)
+        self.param_offload, self.optimizer_offload, self.host_offload = offload_modes(role, _offload_config(role, config), self.sharded)
         # the actor's / critic's training forwards keep their saved activations in host memory (rl_train_fsdp.activations)
         self.activation_offload = self.trainable and bool(getattr(mcfg, "enable_activation_offload", False))
         self.last_activations: activations.HostActivations | None = None

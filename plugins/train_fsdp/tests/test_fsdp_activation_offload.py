@@ -47,6 +47,20 @@ def test_offload_modes():
     assert modes("ref", f, True) == (False, False, False)
     f = SimpleNamespace(param_offload=True, optimizer_offload=False, offload_policy=False)
     assert modes("actor", f, False) == (True, False, False) and modes("actor", f, True) == (False, False, True)
+    assert modes("critic", f, False) == (True, False, False) and modes("critic", None, False) == (False, False, False)
+
+
+def test_critic_offload_gives_the_same_update(tmp_path):
+    """critic.fsdp_config (verl's critic.fsdp / critic.model.fsdp_config offload switches): the same values and update."""
+    model_dir = make_tiny_model_dir(tmp_path, "qwen2", hidden=32, layers=2)
+    step = make_step_batch(model_dir)
+    base = _cfg(model_dir)
+    cfg = attrs.evolve(base, critic=attrs.evolve(base.critic, enable=True))
+    off_cfg = attrs.evolve(cfg, critic=attrs.evolve(cfg.critic, fsdp_config=attrs.evolve(cfg.critic.fsdp_config, offload_policy=True)))
+    plain, off = engine_mod.build_engine("critic", cfg, CPU), engine_mod.build_engine("critic", off_cfg, CPU)
+    assert off.backend.param_offload and off.backend.optimizer_offload and not plain.backend.param_offload
+    assert plain.update(step) == off.update(step)
+    assert torch.equal(plain.compute_values(step), off.compute_values(step))
 
 
 def test_offload_policy_and_activation_offload_give_the_same_update(tmp_path):
