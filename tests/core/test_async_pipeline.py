@@ -227,3 +227,73 @@ def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(where):
     for name, tensor in sent:
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
     assert folder is None or not os.path.exists(folder)  # the sender's close removes the rendezvous folder
+
+
+def _in_thread(fn, bound_s=60):
+    """Run ``fn`` in a thread; its exception (None if it returned), or fail when it is still running after ``bound_s``."""
+    import threading
+
+    caught = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            caught.append(exc)
+        else:
+            caught.append(None)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"still waiting after {bound_s} s: the transfer's timeout did not bound it"
+    return caught[0]
+
+
+def test_a_transfer_member_whose_peer_never_joins_fails_instead_of_waiting():
+    """The sender alone in a group of two: the store's wait for the missing member is bounded by async.sync_timeout_s."""
+    from rl_core.async_rl.transfer import TransferGroup
+    from rl_core.placement.rendezvous import Rendezvous
+
+    from rl_core.placement.rendezvous import join_store
+
+    opened = Rendezvous(None)
+    try:
+        exc = _in_thread(lambda: TransferGroup(opened.address, 0, 2, timeout_s=1, opened=None))
+        # NCCL's members swap its unique id through the store: that wait is bounded too (a FileStore's own: 300 s)
+        store_exc = _in_thread(lambda: join_store(opened.address, 1, 2, 1).get("never-set"), bound_s=30)
+    finally:
+        opened.close()
+    assert exc is not None and store_exc is not None
+
+
+def test_a_receiver_whose_sender_never_sends_gets_a_named_timeout():
+    """Both members join; the sender then sends nothing: the receiver's broadcast wait ends after the timeout with an
+    error naming its side and the key to raise (the same bounded wait serves NCCL, whose plain wait() would not block)."""
+    from rl_core.async_rl.transfer import TransferGroup
+    from rl_core.placement.rendezvous import Rendezvous
+
+    opened = Rendezvous(None)
+    groups = {}
+
+    def join(rank):
+        groups[rank] = TransferGroup(opened.address, rank, 2, timeout_s=2, opened=opened if rank == 0 else None)
+
+    import threading
+
+    sender = threading.Thread(target=join, args=(0,), daemon=True)
+    sender.start()
+    assert _in_thread(lambda: join(1)) is None
+    sender.join(60)
+    exc = _in_thread(lambda: list(groups[1].receive()))
+    for g in groups.values():
+        g.close()
+    assert isinstance(exc, RuntimeError), exc
+    assert "rollout pool rank 0 (receiver)" in str(exc) and "async.sync_timeout_s=2" in str(exc)
+
+
+def test_member_device_names_the_workers_gpu():
+    from rl_core.async_rl.transfer import member_device
+
+    assert member_device("cpu") == torch.device("cpu")
+    assert member_device("cuda:1") == torch.device("cuda", 1)  # a rollout pool's worker on the second GPU

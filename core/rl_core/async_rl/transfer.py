@@ -14,6 +14,7 @@ both sides (:func:`rl_core.async_rl.pipeline.check_transfer`). Every op of the g
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import timedelta
 from typing import Any, Iterable, Iterator
@@ -38,28 +39,49 @@ class TransferGroup:
 
         self.rank, self.size = rank, size
         self.opened = opened
+        self.timeout = timedelta(seconds=timeout_s)
+        self.device = member_device(device)
+        if self.device.type == "cuda" and bind is None:
+            # one node: NCCL's bootstrap sockets on the loopback interface, as the workers' own groups (placement.local);
+            # read when this process first starts NCCL, so set before the group's first collective. Across nodes NCCL
+            # picks the interface itself (no address-to-interface lookup here).
+            from rl_core.placement.local import loopback_interface
+
+            os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback_interface())
         store = join_store(address, rank, size, timeout_s, opened)
-        timeout = timedelta(seconds=timeout_s)
-        if device.startswith("cuda"):  # GPUs: NCCL (written for the split-pool GPU run, not run on this CPU machine)
+        if self.device.type == "cuda":  # GPUs: NCCL (not run on this CPU machine: bench/two_gpu runs it on two GPUs)
+            torch.cuda.set_device(self.device)  # NCCL's communicator and its stream on this member's GPU
             opts = dist.ProcessGroupNCCL.Options()
-            opts._timeout = timeout
+            opts._timeout = self.timeout
             self.pg = dist.ProcessGroupNCCL(store, rank, size, opts)
-            self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             opts = dist.ProcessGroupGloo._Options()
-            opts._timeout = timeout
+            opts._timeout = self.timeout
             opts._devices = [gloo_device(bind)]
             self.pg = dist.ProcessGroupGloo(store, rank, size, opts)
-            self.device = torch.device("cpu")
 
     def _bcast(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.pg.broadcast(tensor, 0).wait()
+        """Broadcast from group rank 0. The wait is bounded and blocks this thread until the op is done (NCCL's
+        plain wait() only orders the current stream after it, and a later ``.item()`` would then block without a
+        bound): a dead or stuck peer raises here after ``async.sync_timeout_s``. Work queued on the current stream
+        afterwards (the receiver's copies out of the bucket) runs after the broadcast."""
+        if tensor.numel() == 0:  # both sides know the size: nothing to send
+            return tensor
+        try:
+            self.pg.broadcast(tensor, 0).wait(self.timeout)
+        except Exception as exc:  # noqa: BLE001 - one message naming the group, the side and the bound
+            side = "train pool (sender)" if self.rank == 0 else f"rollout pool rank {self.rank - 1} (receiver)"
+            raise RuntimeError(
+                f"weight transfer: a broadcast of {tensor.numel() * tensor.element_size()} bytes on {self.device} failed or did not finish "
+                f"within async.sync_timeout_s={self.timeout.total_seconds():g} s on the {side}: a peer died or is stuck "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from exc
         return tensor
 
     def _bcast_bytes(self, payload: bytes | None) -> bytes:
         n = self._bcast(torch.tensor([len(payload) if payload is not None else 0], dtype=torch.int64, device=self.device))
         buf = torch.empty(int(n.item()), dtype=torch.uint8, device=self.device)
-        if payload is not None:
+        if payload is not None and buf.numel():
             buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         return bytes(self._bcast(buf).cpu().numpy()) if buf.numel() else b""
 
@@ -102,6 +124,16 @@ class TransferGroup:
         if self.opened is not None:
             self.opened.close()
             self.opened = None
+
+
+def member_device(device: str) -> torch.device:
+    """This member's device: ``cpu``, or the worker's GPU (``cuda:N`` as its context names it; a bare ``cuda`` is
+    the current one). A pool's worker on a machine's second GPU is ``cuda:1`` (local placement: every process sees
+    every GPU); a Ray actor sees only its own, ``cuda:0``."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
 
 
 def member_addresses(train, rollout) -> list[str] | None:

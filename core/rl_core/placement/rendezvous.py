@@ -59,7 +59,11 @@ def join_store(address: str, rank: int, size: int, timeout_s: float, opened: Ren
     import torch.distributed as dist
 
     if address.startswith(FILE):
-        return dist.FileStore(address[len(FILE):], size)
+        store = dist.FileStore(address[len(FILE):], size)
+        # bounds every wait on it (gloo's connection set-up, NCCL's exchange of its unique id): a member that never
+        # joins is an error after timeout_s, not a wait of the store's default 5 minutes
+        store.set_timeout(timedelta(seconds=timeout_s))
+        return store
     if not address.startswith(TCP):
         raise ValueError(f"weight transfer: unknown rendezvous {address!r} (expected {FILE}PATH or {TCP}HOST:PORT)")
     host, _, port = address[len(TCP):].rpartition(":")

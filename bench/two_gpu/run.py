@@ -1,0 +1,388 @@
+"""Issue #36's two-GPU runs (one H100 pair, NCCL), one ``--part`` per device command of <= 10 minutes.
+
+    python bench/two_gpu/run.py --part async --out $OUT        # split pools (staleness 0 / 1) vs colocated DP 2, ~6-7 min
+    python bench/two_gpu/run.py --part sp --out $OUT           # Ulysses SP 2 on both GPUs, 1.5B, 128 + 16,384 tokens
+    python bench/two_gpu/run.py --part learn --model DIR --train FILE --val FILE --out $OUT   # 3 seeds x 2 schedules
+    python bench/two_gpu/run.py --part all --tiny --out /tmp/two_gpu_tiny                    # CPU smoke (gloo, 2 processes)
+
+Parts (bench/two_gpu/README.md has the device commands and the expected times):
+
+- ``async``: the reference workload (bench/reference/grpo_reference.yaml: 0.5B shape, GPT-2 vocabulary, random bf16
+  weights, 8 prompts x 8, 128 + 256 tokens, coin reward, one update per rollout, hf rollout, fsdp, model.compile) in
+  three placements on the two GPUs: ``colocated`` (both GPUs, data-parallel 2, rollout and training in turn),
+  ``split_s1`` and ``split_s0`` (rollout pool on GPU 1, train pool on GPU 0, the NCCL weight transfer,
+  async.max_staleness 1 / 0). All three run the same algorithm: rollout log-probs + token-level TIS (needed to
+  correct staleness 1; so every run has the old-log-prob pass). Per run: medians over the steps after ``--skip``
+  (compilation) of the step, its stages, ``timing_s/sync_weights``, and the GPU-idle share of each pool.
+- ``learn``: held-out accuracy per step, synchronous colocated vs split pools at staleness 1, 3 seeds, on a
+  quickstart-sized task (examples/quickstart.yaml's settings, on CUDA) from a model folder and train / val files.
+- ``sp``: Ulysses SP 2 on both GPUs (``actor.ulysses_sequence_parallel_size=2``) on bench/long_context/gpu_long.py's
+  row ``r16k`` (1.5B shape, 8 prompts x 4, 128 + 16,384 tokens); ``--sp 1`` runs the one-GPU baseline (the same as
+  gpu_long.py's r16k row, which the single-GPU machine can measure at lower cost). Tokens/s (whole step and the
+  update alone) and the peak memory per GPU.
+
+Every run is a ``rlcore train`` subprocess (its output in a log, its metrics.jsonl kept); after each run the part's
+table (``<part>.md``) and its raw files (``<part>_raw.tgz``: metrics, configs, log tails, a JSON summary) are
+rewritten under ``--out``, so a call killed at its limit still returns what finished. Progress lines go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+REFERENCE = ROOT / "bench" / "reference" / "grpo_reference.yaml"
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+# the same algorithm in every placement: rollout log-probs + token TIS (staleness 1 needs the correction)
+ALGORITHM = ["rollout.calculate_log_probs=true", "algorithm.rollout_correction.rollout_is=token"]
+PLACEMENTS = {  # name: (overrides, GPUs of the train pool, GPUs of the rollout pool or None when colocated)
+    "colocated": (["trainer.n_gpus_per_node=2"], 2, None),
+    "split_s1": (["trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1", "async.max_staleness=1"], 1, 1),
+    "split_s0": (["trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1", "async.max_staleness=0"], 1, 1),
+}
+TRAIN_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+SHOWN_STAGES = ("gen", "gen_rollout", "old_log_prob", "update_actor", "gen_overlap_wait", "sync_weights")
+
+
+# --------------------------------------------------------------------------- running
+def run_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               # NVLink multicast off (the device tool's KINDS.md); NCCL bound to loopback for its bootstrap
+               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written when the run was stopped
+            pass
+    return rows
+
+
+def train(name: str, config: Path, overrides: list[str], out_dir: Path, timeout_s: float) -> dict:
+    """One ``rlcore train`` run; its metrics rows (also when it failed or timed out), exit code and seconds."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "train.log"
+    cmd = [sys.executable, "-m", "rl_core", "train", str(config), "--no-progress", f"trainer.output_dir={out_dir}", *overrides]
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[2:])}", flush=True)
+    start = time.time()
+    done = threading.Event()
+
+    def progress() -> None:  # one line per finished step, from metrics.jsonl
+        seen = 0
+        while not done.wait(5):
+            rows = [r for r in read_rows(out_dir / "metrics.jsonl") if "timing_s/step" in r]
+            for r in rows[seen:]:
+                print(f"  {name} step {r.get('step')}: {r['timing_s/step']:.2f} s (gen {r.get('timing_s/gen', float('nan')):.2f}, "
+                      f"update {r.get('timing_s/update_actor', float('nan')):.2f}, sync {r.get('timing_s/sync_weights', float('nan')):.3f})"
+                      + (f" val {r['val/accuracy']:.2f}" if "val/accuracy" in r else ""), flush=True)
+            seen = len(rows)
+
+    watcher = threading.Thread(target=progress, daemon=True)
+    watcher.start()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=run_env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)  # the run and its workers (its own process group)
+            proc.wait()
+            rc = "timeout"
+    done.set()
+    watcher.join()
+    seconds = time.time() - start
+    tail = log.read_text(errors="replace").splitlines()[-40:]
+    if rc != 0:
+        print(f"  {name}: exit {rc} after {seconds:.0f} s; log tail:\n    " + "\n    ".join(tail[-15:]), flush=True)
+    else:
+        print(f"  {name}: done in {seconds:.0f} s", flush=True)
+    return {"name": name, "rc": rc, "seconds": seconds, "rows": read_rows(out_dir / "metrics.jsonl"), "log_tail": tail,
+            "command": " ".join(["python", "-m", "rl_core", "train", str(config), *overrides])}
+
+
+class Part:
+    """A part's results: ``<part>.md`` and ``<part>_raw.tgz`` under ``out``, rewritten after every run."""
+
+    def __init__(self, out: Path, name: str, header: str) -> None:
+        self.out, self.name, self.header = out, name, header
+        self.runs: list[dict] = []
+        self.lines: list[str] = []
+        out.mkdir(parents=True, exist_ok=True)
+
+    def add(self, run: dict, files: dict[str, Path] | None = None) -> None:
+        run = dict(run)
+        run["files"] = {k: str(v) for k, v in (files or {}).items()}
+        self.runs.append(run)
+        self.write()
+
+    def write(self) -> None:
+        (self.out / f"{self.name}.md").write_text(self.header + "\n\n" + "\n".join(self.lines) + "\n")
+        with tarfile.open(self.out / f"{self.name}_raw.tgz", "w:gz") as tar:
+            summary = [{k: v for k, v in r.items() if k != "rows"} for r in self.runs]
+            _add_bytes(tar, "summary.json", json.dumps(summary, indent=1, default=str).encode())
+            for r in self.runs:
+                _add_bytes(tar, f"{r['name']}.metrics.jsonl", "".join(json.dumps(x) + "\n" for x in r["rows"]).encode())
+                for label, path in r["files"].items():
+                    if Path(path).exists():
+                        tar.add(path, arcname=f"{r['name']}.{label}")
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime = len(data), int(time.time())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def timed_rows(rows: list[dict], skip: int) -> list[dict]:
+    steps = [r for r in rows if "timing_s/step" in r]
+    return steps[skip:] or steps[-1:]
+
+
+# --------------------------------------------------------------------------- async
+def stage_medians(rows: list[dict], rollout_pool: bool) -> dict[str, float]:
+    """Medians of the step, its stages and each pool's GPU-idle share (per step: 1 - busy / step).
+
+    Busy: colocated, both GPUs run generation, the train passes and the in-process sync in turn; split pools, the
+    train GPU runs the train passes (old log-probs, update, ...) and the rollout GPU the generation (measured in the
+    rollout process, ``timing_s/gen_rollout``); both take part in the transfer (``timing_s/sync_weights``)."""
+    out = {k: med([r.get(f"timing_s/{k}", 0.0) for r in rows]) for k in ("step", *SHOWN_STAGES)}
+    idle_train, idle_rollout = [], []
+    for r in rows:
+        step = r["timing_s/step"]
+        train = sum(r.get(f"timing_s/{k}", 0.0) for k in TRAIN_STAGES) + r.get("timing_s/sync_weights", 0.0)
+        if rollout_pool:
+            rollout = r.get("timing_s/gen_rollout", 0.0) + r.get("timing_s/sync_weights", 0.0)
+        else:
+            train += r.get("timing_s/gen", 0.0)
+            rollout = train
+        idle_train.append(max(0.0, 1 - train / step))
+        idle_rollout.append(max(0.0, 1 - rollout / step))
+    out["idle_train"], out["idle_rollout"] = med(idle_train), med(idle_rollout)
+    out["tokens_s"] = med([r.get("perf/throughput_tokens_per_s", float("nan")) for r in rows])
+    out["peak_gb"] = med([r.get("perf/max_memory_allocated_gb", float("nan")) for r in rows])
+    return out
+
+
+def part_async(args) -> None:
+    part = Part(args.out, "async", "# Split rollout / train pools vs colocated on two GPUs (issue #36)\n\n"
+                f"`python bench/two_gpu/run.py --part async{' --tiny' if args.tiny else ''} --steps {args.steps} --skip {args.skip}`; "
+                "the reference workload (bench/reference/grpo_reference.yaml) with rollout log-probs + token TIS in every run. "
+                f"Medians over steps {args.skip + 1}..{args.steps} (the first {args.skip} compile). idle = 1 - busy / step per pool "
+                "(split: train GPU busy = old_log_prob + update + sync, rollout GPU busy = generation in the rollout process + sync; "
+                "colocated: both GPUs busy in gen + old_log_prob + update + sync).")
+    part.lines = ["| placement | exit | steps | step s | vs colocated | gen wait s | generation s | old_log_prob s | update s | overlap wait s | "
+                  "sync (transfer) s | idle train GPU | idle rollout GPU | tokens/s | peak GB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = args.placements.split(",")
+    base = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            overrides, train_gpus, rollout_gpus = PLACEMENTS[name]
+            if args.tiny:
+                config = tiny_config(Path(tmp) / name, nprocs=train_gpus, steps=args.steps)
+                extra = [o for o in overrides if not o.startswith("trainer.n_gpus_per_node")]
+            else:
+                config, extra = REFERENCE, list(overrides)
+            run_dir = Path(tmp) / name / "out"
+            run = train(name, config, [*extra, *ALGORITHM, f"trainer.total_training_steps={args.steps}", "trainer.loggers=[console,jsonl]"],
+                        run_dir, args.run_timeout)
+            m = stage_medians(timed_rows(run["rows"], args.skip), rollout_gpus is not None)
+            run["medians"] = m
+            if name == "colocated":
+                base = m["step"]
+            ratio = f"{m['step'] / base:.2f}" if base and name != "colocated" else "1" if name == "colocated" else "-"
+            part.lines.append(
+                f"| {name} | {run['rc']} | {len([r for r in run['rows'] if 'timing_s/step' in r])} | {m['step']:.3f} | {ratio} | {m['gen']:.3f} | "
+                f"{m['gen_rollout'] if rollout_gpus else m['gen']:.3f} | {m['old_log_prob']:.3f} | {m['update_actor']:.3f} | {m['gen_overlap_wait']:.3f} | "
+                f"{m['sync_weights']:.4f} | {m['idle_train']:.0%} | {m['idle_rollout']:.0%} | {m['tokens_s']:.0f} | {m['peak_gb']:.1f} |")
+            print(part.lines[-1], flush=True)
+            part.add(run, {"config.yaml": run_dir / "config.yaml", "train.log": run_dir / "train.log"})
+
+
+# --------------------------------------------------------------------------- learn
+def learn_overrides(args, tmp: Path) -> tuple[Path, list[str]]:
+    """The quickstart's settings on CUDA with a local model folder and data files (the GPU image has no reasoning-gym)."""
+    if args.tiny:
+        return tiny_config(tmp / "learn", nprocs=1, steps=args.steps), ["trainer.test_freq=1", "data.val_max_samples=8"]
+    for flag in ("model", "train", "val"):
+        if getattr(args, flag) is None:
+            raise SystemExit(f"--part learn needs --model DIR --train FILE --val FILE (bench/two_gpu/README.md says how to make them); --{flag} is missing")
+    src = yaml.safe_load(QUICKSTART.read_text())
+    data = src["data"]
+    for key in ("train_generator", "val_generator"):  # the files replace reasoning-gym's generators
+        data.pop(key, None)
+    data.update(train_files=[str(Path(args.train).resolve())], val_files=[str(Path(args.val).resolve())])
+    src["model"].update(path=str(Path(args.model).resolve()), dtype="bfloat16")
+    src["trainer"].update(device="cuda", loggers=["console", "jsonl"], save_freq=-1)
+    config = tmp / "quickstart_gpu.yaml"
+    config.write_text(yaml.safe_dump(src))
+    return config, [f"trainer.test_freq={args.test_freq}"]
+
+
+def part_learn(args) -> None:
+    seeds = [int(s) for s in args.seeds.split(",")]
+    part = Part(args.out, "learn", "# Learning per sample: synchronous colocated vs split pools at staleness 1 (issue #36)\n\n"
+                f"`python bench/two_gpu/run.py --part learn{' --tiny' if args.tiny else ''} --steps {args.steps} --seeds {args.seeds}`: "
+                "examples/quickstart.yaml's task and settings on CUDA (bf16), rollout log-probs + token TIS in both schedules; "
+                "held-out greedy accuracy (val/accuracy) at each validation step.")
+    table = ["| schedule | seed | exit | steps | step s (median) | held-out accuracy by step | last | best |", "|---|---|---|---|---|---|---|---|"]
+    schedules = {"colocated": ["trainer.n_gpus_per_node=2"] if args.colocated_gpus == 2 else [],
+                 "split_s1": PLACEMENTS["split_s1"][0]}
+    with tempfile.TemporaryDirectory() as tmp:
+        config, extra = learn_overrides(args, Path(tmp))
+        for seed in seeds:
+            for name, overrides in schedules.items():
+                if args.tiny:  # processes, not GPUs: the colocated tiny run on one process
+                    overrides = [o for o in overrides if not o.startswith("trainer.n_gpus_per_node")]
+                run_dir = Path(tmp) / f"{name}_seed{seed}"
+                run = train(f"{name}_seed{seed}", config, [*overrides, *ALGORITHM, *extra, f"trainer.seed={seed}",
+                                                          f"trainer.total_training_steps={args.steps}"], run_dir, args.run_timeout)
+                curve = [(r["step"], r["val/accuracy"]) for r in run["rows"] if "val/accuracy" in r]
+                run["curve"] = curve
+                accs = [a for _, a in curve]
+                step_s = med([r["timing_s/step"] for r in timed_rows(run["rows"], 1)])
+                table.append(f"| {name} | {seed} | {run['rc']} | {len([r for r in run['rows'] if 'timing_s/step' in r])} | {step_s:.2f} | "
+                             + ", ".join(f"{s}: {a:.2f}" for s, a in curve)
+                             + f" | {accs[-1] if accs else float('nan'):.2f} | {max(accs) if accs else float('nan'):.2f} |")
+                print(table[-1], flush=True)
+                part.lines = table + summarize_learn(part.runs + [run], schedules)
+                part.add(run, {"config.yaml": run_dir / "config.yaml", "train.log": run_dir / "train.log"})
+
+
+def summarize_learn(runs: list[dict], schedules: dict) -> list[str]:
+    """Mean and spread over seeds of the last and best held-out accuracy, per schedule."""
+    lines = ["", "| schedule | seeds | last accuracy: mean (min..max) | best: mean (min..max) |", "|---|---|---|---|"]
+    for name in schedules:
+        got = [r["curve"] for r in runs if r["name"].startswith(name + "_seed") and r.get("curve")]
+        if not got:
+            continue
+        last, best = [c[-1][1] for c in got], [max(a for _, a in c) for c in got]
+        lines.append(f"| {name} | {len(got)} | {statistics.mean(last):.3f} ({min(last):.2f}..{max(last):.2f}) | "
+                     f"{statistics.mean(best):.3f} ({min(best):.2f}..{max(best):.2f}) |")
+    return lines
+
+
+# --------------------------------------------------------------------------- sp
+def gpu_long():
+    """bench/long_context/gpu_long.py (issue #33's rows, i33's file): its shapes, rows and row writer."""
+    sys.path.insert(0, str(ROOT / "bench" / "long_context"))
+    try:
+        import gpu_long as module
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def part_sp(args) -> None:
+    gl = gpu_long()
+    name = "tiny_packed" if args.tiny else "r16k"
+    shape, prompts, n, plen, rlen, packed = (gl.TINY_ROWS if args.tiny else gl.ROWS)[name]
+    if args.response_tokens:
+        rlen = args.response_tokens
+    row = (shape, prompts, n, plen, rlen, packed)
+    part = Part(args.out, "sp", "# Ulysses sequence parallelism on two GPUs (issue #36)\n\n"
+                f"`python bench/two_gpu/run.py --part sp{' --tiny' if args.tiny else ''} --sp {args.sp} --steps {args.steps}`: "
+                f"bench/long_context/gpu_long.py's row {name} ({shape} shape, {prompts} prompts x {n}, {plen} + {rlen} tokens, packed, "
+                "bf16, gradient checkpointing, model.compile, token-budget micro-batches), GRPO with the hf rollout on every GPU. "
+                f"Medians over steps {args.skip + 1}..{args.steps}. update tokens/s = tokens of the batch / timing_s/update_actor; "
+                "peak = perf/max_memory_allocated_gb, the largest of the ranks (generation or update, whichever is higher).")
+    part.lines = ["| SP | GPUs | exit | steps | step s | gen s | update s | tokens/s (step) | tokens/s (update) | mean response | peak GB per GPU |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for sp in [int(s) for s in args.sp.split(",")]:
+            run_name = f"sp{sp}"
+            config = gl.write_row(Path(tmp), run_name, row, tiny=args.tiny, steps=args.steps)
+            cfg = yaml.safe_load(config.read_text())
+            cfg["trainer"]["n_gpus_per_node"] = sp
+            cfg["actor"]["ulysses_sequence_parallel_size"] = sp
+            cfg["trainer"]["loggers"] = ["console", "jsonl"]
+            config.write_text(yaml.safe_dump(cfg))
+            run_dir = Path(cfg["trainer"]["output_dir"])
+            run = train(run_name, config, [], run_dir, args.run_timeout)
+            rows = timed_rows(run["rows"], args.skip)
+            step, update = med([r["timing_s/step"] for r in rows]), med([r.get("timing_s/update_actor", float("nan")) for r in rows])
+            tokens = med([r.get("perf/total_tokens", float("nan")) for r in rows])
+            run["medians"] = m = {"step": step, "gen": med([r.get("timing_s/gen", float("nan")) for r in rows]), "update": update,
+                                  "tokens_s": med([r.get("perf/throughput_tokens_per_s", float("nan")) for r in rows]),
+                                  "update_tokens_s": tokens / update if update == update and update else float("nan"),
+                                  "resp": med([r.get("response_length/mean", float("nan")) for r in rows]),
+                                  "peak_gb": med([r.get("perf/max_memory_allocated_gb", float("nan")) for r in rows])}
+            part.lines.append(f"| {sp} | {sp} | {run['rc']} | {len([r for r in run['rows'] if 'timing_s/step' in r])} | {m['step']:.1f} | {m['gen']:.1f} | "
+                              f"{m['update']:.2f} | {m['tokens_s']:.0f} | {m['update_tokens_s']:.0f} | {m['resp']:.0f} | {m['peak_gb']:.1f} |")
+            print(part.lines[-1], flush=True)
+            part.add(run, {"config.yaml": config, "train.log": run_dir / "train.log"})
+
+
+# --------------------------------------------------------------------------- tiny
+def tiny_config(tmp: Path, *, nprocs: int, steps: int) -> Path:
+    """A tiny random model from a config on the CPU (rl_core.testing.tiny_run): gloo, one process per "GPU"."""
+    from rl_core.testing.tiny_run import write_tiny_run
+
+    return write_tiny_run(tmp, nprocs=nprocs, steps=steps, trainer__torch_threads=1, actor__ppo_mini_batch_size=4)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", required=True, choices=["async", "learn", "sp", "all"])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny random model, gloo, 2 processes")
+    ap.add_argument("--steps", type=int, default=None, help="steps per run (async 10, learn 50, sp 2; tiny 3)")
+    ap.add_argument("--skip", type=int, default=None, help="first steps left out of the medians (async 3, sp 1; tiny 1)")
+    ap.add_argument("--run-timeout", type=float, default=None, help="seconds one run may take before it is killed (async 200, learn 150, sp 540)")
+    ap.add_argument("--placements", default="colocated,split_s1,split_s0", help="async: which placements, in this order")
+    ap.add_argument("--model", help="learn: a model folder (HF format; examples/quickstart.yaml's SmolLM2-135M: README)")
+    ap.add_argument("--train", help="learn: the train data file (parquet / jsonl)")
+    ap.add_argument("--val", help="learn: the held-out data file")
+    ap.add_argument("--seeds", default="0,1,2", help="learn: comma-separated seeds")
+    ap.add_argument("--test-freq", type=int, default=5, help="learn: validate every N steps")
+    ap.add_argument("--colocated-gpus", type=int, default=2, choices=[1, 2], help="learn: GPUs of the synchronous colocated run")
+    ap.add_argument("--sp", default="2", help="sp: comma-separated SP sizes (1 = the one-GPU baseline, also gpu_long.py's r16k)")
+    ap.add_argument("--response-tokens", type=int, default=None, help="sp: response tokens instead of the row's 16,384")
+    args = ap.parse_args(argv)
+    parts = ["async", "sp", "learn"] if args.part == "all" else [args.part]
+    defaults = {"async": (10, 3, 200), "learn": (50, 1, 150), "sp": (2, 1, 540)}
+    for name in parts:
+        steps, skip, timeout = defaults[name]
+        sub = argparse.Namespace(**vars(args))
+        sub.steps = args.steps or (3 if args.tiny else steps)
+        sub.skip = args.skip if args.skip is not None else (1 if args.tiny else skip)
+        sub.run_timeout = args.run_timeout or (300 if args.tiny else timeout)
+        if args.tiny and name == "sp":
+            sub.sp = ",".join(s for s in args.sp.split(",")) if args.sp != "2" else "1,2"
+        start = time.time()
+        {"async": part_async, "learn": part_learn, "sp": part_sp}[name](sub)
+        print(f"part {name}: {time.time() - start:.0f} s; {args.out / (name + '.md')}", flush=True)
+        print((args.out / f"{name}.md").read_text(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
