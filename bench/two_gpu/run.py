@@ -51,10 +51,12 @@ QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 # the same algorithm in every placement: rollout log-probs + token TIS (staleness 1 needs the correction)
 ALGORITHM = ["rollout.calculate_log_probs=true", "algorithm.rollout_correction.rollout_is=token"]
 PLACEMENTS = {  # name: (overrides, GPUs of the train pool, GPUs of the rollout pool or None when colocated)
-    "colocated": (["trainer.n_gpus_per_node=2"], 2, None),
+    # data-parallel 2: each rank micro-batches its 32 sequences in one pass, as the one-GPU run does its 64
+    "colocated": (["trainer.n_gpus_per_node=2", "actor.ppo_micro_batch_size_per_gpu=32"], 2, None),
     "split_s1": (["trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1", "async.max_staleness=1"], 1, 1),
     "split_s0": (["trainer.n_gpus_per_node=1", "rollout.n_gpus_per_node=1", "async.max_staleness=0"], 1, 1),
 }
+TINY_SETS = ("trainer.n_gpus_per_node", "actor.ppo_micro_batch_size_per_gpu")  # the tiny config sets its own
 TRAIN_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
 SHOWN_STAGES = ("gen", "gen_rollout", "old_log_prob", "update_actor", "gen_overlap_wait", "sync_weights")
 
@@ -208,12 +210,12 @@ def part_async(args) -> None:
             overrides, train_gpus, rollout_gpus = PLACEMENTS[name]
             if args.tiny:
                 config = tiny_config(Path(tmp) / name, nprocs=train_gpus, steps=args.steps)
-                extra = [o for o in overrides if not o.startswith("trainer.n_gpus_per_node")]
+                extra = [o for o in overrides if not o.startswith(TINY_SETS)]
             else:
                 config, extra = REFERENCE, list(overrides)
             run_dir = Path(tmp) / name / "out"
-            run = train(name, config, [*extra, *ALGORITHM, f"trainer.total_training_steps={args.steps}", "trainer.loggers=[console,jsonl]"],
-                        run_dir, args.run_timeout)
+            run = train(name, config, [*extra, *ALGORITHM, f"trainer.total_training_steps={args.steps}", "trainer.loggers=[console,jsonl]",
+                                       *args.extra], run_dir, args.run_timeout)
             m = stage_medians(timed_rows(run["rows"], args.skip), rollout_gpus is not None)
             run["medians"] = m
             if name == "colocated":
@@ -228,21 +230,30 @@ def part_async(args) -> None:
 
 
 # --------------------------------------------------------------------------- learn
-def learn_overrides(args, tmp: Path) -> tuple[Path, list[str]]:
-    """The quickstart's settings on CUDA with a local model folder and data files (the GPU image has no reasoning-gym)."""
+def learn_config(args, tmp: Path, seed: int) -> tuple[Path, list[str]]:
+    """The quickstart's settings on CUDA with a model folder (or ``builtin:smollm2``) and data files: the GPU image
+    has no reasoning-gym. ``--train`` may hold ``{seed}`` (one shuffle of the train set per seed)."""
     if args.tiny:
         return tiny_config(tmp / "learn", nprocs=1, steps=args.steps), ["trainer.test_freq=1", "data.val_max_samples=8"]
     for flag in ("model", "train", "val"):
         if getattr(args, flag) is None:
             raise SystemExit(f"--part learn needs --model DIR --train FILE --val FILE (bench/two_gpu/README.md says how to make them); --{flag} is missing")
+    train_file = Path(args.train.format(seed=seed)).resolve()
+    for path in (train_file, Path(args.val)):
+        if not path.exists():
+            raise SystemExit(f"--part learn: {path} does not exist (bench/two_gpu/README.md says how to make the data files)")
     src = yaml.safe_load(QUICKSTART.read_text())
     data = src["data"]
     for key in ("train_generator", "val_generator"):  # the files replace reasoning-gym's generators
         data.pop(key, None)
-    data.update(train_files=[str(Path(args.train).resolve())], val_files=[str(Path(args.val).resolve())])
-    src["model"].update(path=str(Path(args.model).resolve()), dtype="bfloat16")
+    data.update(train_files=[str(train_file)], val_files=[str(Path(args.val).resolve())])
+    model = args.model if args.model.startswith("builtin:") else str(Path(args.model).resolve())
+    src["model"].update(path=model, dtype="bfloat16")
     src["trainer"].update(device="cuda", loggers=["console", "jsonl"], save_freq=-1)
-    config = tmp / "quickstart_gpu.yaml"
+    # the decode step captured in a CUDA graph but not compiled: 16 new tokens of a 135M model gain nothing from
+    # compiling, and every run (and each new batch shape: validation's 100 prompts) would pay its compile time
+    src["rollout"]["engine_kwargs"] = {"compile": False}
+    config = tmp / f"quickstart_gpu_seed{seed}.yaml"
     config.write_text(yaml.safe_dump(src))
     return config, [f"trainer.test_freq={args.test_freq}"]
 
@@ -257,14 +268,14 @@ def part_learn(args) -> None:
     schedules = {"colocated": ["trainer.n_gpus_per_node=2"] if args.colocated_gpus == 2 else [],
                  "split_s1": PLACEMENTS["split_s1"][0]}
     with tempfile.TemporaryDirectory() as tmp:
-        config, extra = learn_overrides(args, Path(tmp))
         for seed in seeds:
+            config, extra = learn_config(args, Path(tmp), seed)
             for name, overrides in schedules.items():
                 if args.tiny:  # processes, not GPUs: the colocated tiny run on one process
-                    overrides = [o for o in overrides if not o.startswith("trainer.n_gpus_per_node")]
+                    overrides = [o for o in overrides if not o.startswith(TINY_SETS)]
                 run_dir = Path(tmp) / f"{name}_seed{seed}"
                 run = train(f"{name}_seed{seed}", config, [*overrides, *ALGORITHM, *extra, f"trainer.seed={seed}",
-                                                          f"trainer.total_training_steps={args.steps}"], run_dir, args.run_timeout)
+                                                          f"trainer.total_training_steps={args.steps}", *args.extra], run_dir, args.run_timeout)
                 curve = [(r["step"], r["val/accuracy"]) for r in run["rows"] if "val/accuracy" in r]
                 run["curve"] = curve
                 accs = [a for _, a in curve]
@@ -311,7 +322,8 @@ def part_sp(args) -> None:
     part = Part(args.out, "sp", "# Ulysses sequence parallelism on two GPUs (issue #36)\n\n"
                 f"`python bench/two_gpu/run.py --part sp{' --tiny' if args.tiny else ''} --sp {args.sp} --steps {args.steps}`: "
                 f"bench/long_context/gpu_long.py's row {name} ({shape} shape, {prompts} prompts x {n}, {plen} + {rlen} tokens, packed, "
-                "bf16, gradient checkpointing, model.compile, token-budget micro-batches), GRPO with the hf rollout on every GPU. "
+                + ("float32 on the CPU, " if args.tiny else "bf16, gradient checkpointing, model.compile, ")
+                + "token-budget micro-batches), GRPO with the hf rollout on every GPU. "
                 f"Medians over steps {args.skip + 1}..{args.steps}. update tokens/s = tokens of the batch / timing_s/update_actor; "
                 "peak = perf/max_memory_allocated_gb, the largest of the ranks (generation or update, whichever is higher).")
     part.lines = ["| SP | GPUs | exit | steps | step s | gen s | update s | tokens/s (step) | tokens/s (update) | mean response | peak GB per GPU |",
@@ -326,7 +338,7 @@ def part_sp(args) -> None:
             cfg["trainer"]["loggers"] = ["console", "jsonl"]
             config.write_text(yaml.safe_dump(cfg))
             run_dir = Path(cfg["trainer"]["output_dir"])
-            run = train(run_name, config, [], run_dir, args.run_timeout)
+            run = train(run_name, config, list(args.extra), run_dir, args.run_timeout)
             rows = timed_rows(run["rows"], args.skip)
             step, update = med([r["timing_s/step"] for r in rows]), med([r.get("timing_s/update_actor", float("nan")) for r in rows])
             tokens = med([r.get("perf/total_tokens", float("nan")) for r in rows])
@@ -358,14 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", type=int, default=None, help="first steps left out of the medians (async 3, sp 1; tiny 1)")
     ap.add_argument("--run-timeout", type=float, default=None, help="seconds one run may take before it is killed (async 200, learn 150, sp 540)")
     ap.add_argument("--placements", default="colocated,split_s1,split_s0", help="async: which placements, in this order")
-    ap.add_argument("--model", help="learn: a model folder (HF format; examples/quickstart.yaml's SmolLM2-135M: README)")
-    ap.add_argument("--train", help="learn: the train data file (parquet / jsonl)")
+    ap.add_argument("--model", help="learn: a model folder (HF format) or builtin:smollm2 (examples/quickstart.yaml's; README)")
+    ap.add_argument("--train", help="learn: the train data file (parquet / jsonl); {seed} in it is replaced by the run's seed")
     ap.add_argument("--val", help="learn: the held-out data file")
     ap.add_argument("--seeds", default="0,1,2", help="learn: comma-separated seeds")
     ap.add_argument("--test-freq", type=int, default=5, help="learn: validate every N steps")
     ap.add_argument("--colocated-gpus", type=int, default=2, choices=[1, 2], help="learn: GPUs of the synchronous colocated run")
     ap.add_argument("--sp", default="2", help="sp: comma-separated SP sizes (1 = the one-GPU baseline, also gpu_long.py's r16k)")
     ap.add_argument("--response-tokens", type=int, default=None, help="sp: response tokens instead of the row's 16,384")
+    ap.add_argument("--extra", nargs="*", default=[], help="config overrides added to every run, e.g. model.compile=false")
     args = ap.parse_args(argv)
     parts = ["async", "sp", "learn"] if args.part == "all" else [args.part]
     defaults = {"async": (10, 3, 200), "learn": (50, 1, 150), "sp": (2, 1, 540)}

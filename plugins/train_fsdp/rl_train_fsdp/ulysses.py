@@ -17,7 +17,11 @@ unchanged: every rank computes the same loss, and each rank's backward covers it
 tokens, so the gradients summed over the group (FSDP's reduction over all ranks)
 are the gradient of one copy of the loss.
 
-Works with gloo (CPU; the tests) and NCCL.
+Works with gloo (CPU; the tests) and NCCL (written for it, not run here: bench/two_gpu/run.py --part sp runs it on
+two GPUs). What NCCL needs and gloo forgives is kept: every tensor handed to a collective is contiguous (the
+all-to-all's chunks and outputs, the summed heads), all of one dtype per call (bf16 / float32), and on the rank's
+own GPU; the groups come from ``dist.new_group`` on the workers' default group, called by every rank in the same
+order, so NCCL's communicators are set up alike everywhere (their timeout is the default group's).
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ class _AllToAll(torch.autograd.Function):
 class _SumPassGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
-        out = x.clone()
+        out = x.clone(memory_format=torch.contiguous_format)  # NCCL takes contiguous tensors only (clone keeps strides)
         dist.all_reduce(out, group=group)
         return out
 
