@@ -315,10 +315,10 @@ def gpu_long():
 def part_sp(args) -> None:
     gl = gpu_long()
     name = "tiny_packed" if args.tiny else "r16k"
-    shape, prompts, n, plen, rlen, packed = (gl.TINY_ROWS if args.tiny else gl.ROWS)[name]
+    row = list((gl.TINY_ROWS if args.tiny else gl.ROWS)[name])  # (shape, prompts, n, prompt, response tokens, packed, budget)
     if args.response_tokens:
-        rlen = args.response_tokens
-    row = (shape, prompts, n, plen, rlen, packed)
+        row[4] = args.response_tokens
+    shape, prompts, n, plen, rlen, packed, _ = row
     part = Part(args.out, "sp", "# Ulysses sequence parallelism on two GPUs (issue #36)\n\n"
                 f"`python bench/two_gpu/run.py --part sp{' --tiny' if args.tiny else ''} --sp {args.sp} --steps {args.steps}`: "
                 f"bench/long_context/gpu_long.py's row {name} ({shape} shape, {prompts} prompts x {n}, {plen} + {rlen} tokens, packed, "
@@ -331,14 +331,10 @@ def part_sp(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for sp in [int(s) for s in args.sp.split(",")]:
             run_name = f"sp{sp}"
-            config = gl.write_row(Path(tmp), run_name, row, tiny=args.tiny, steps=args.steps)
-            cfg = yaml.safe_load(config.read_text())
-            cfg["trainer"]["n_gpus_per_node"] = sp
-            cfg["actor"]["ulysses_sequence_parallel_size"] = sp
-            cfg["trainer"]["loggers"] = ["console", "jsonl"]
-            config.write_text(yaml.safe_dump(cfg))
-            run_dir = Path(cfg["trainer"]["output_dir"])
-            run = train(run_name, config, list(args.extra), run_dir, args.run_timeout)
+            argv, run_dir = gl.row_command(run_name, tuple(row), tiny=args.tiny, steps=args.steps, gpu_dir=ROOT / ".gpu", work=Path(tmp))
+            overrides = [*argv[1:], f"trainer.n_gpus_per_node={sp}", f"actor.ulysses_sequence_parallel_size={sp}",
+                         "trainer.loggers=[console,jsonl]", *args.extra]
+            run = train(run_name, Path(argv[0]), overrides, run_dir, args.run_timeout)
             rows = timed_rows(run["rows"], args.skip)
             step, update = med([r["timing_s/step"] for r in rows]), med([r.get("timing_s/update_actor", float("nan")) for r in rows])
             tokens = med([r.get("perf/total_tokens", float("nan")) for r in rows])
@@ -350,7 +346,7 @@ def part_sp(args) -> None:
             part.lines.append(f"| {sp} | {sp} | {run['rc']} | {len([r for r in run['rows'] if 'timing_s/step' in r])} | {m['step']:.1f} | {m['gen']:.1f} | "
                               f"{m['update']:.2f} | {m['tokens_s']:.0f} | {m['update_tokens_s']:.0f} | {m['resp']:.0f} | {m['peak_gb']:.1f} |")
             print(part.lines[-1], flush=True)
-            part.add(run, {"config.yaml": config, "train.log": run_dir / "train.log"})
+            part.add(run, {"train.log": run_dir / "train.log", "config.yaml": run_dir / "config.yaml"})
 
 
 # --------------------------------------------------------------------------- tiny
