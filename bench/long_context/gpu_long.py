@@ -9,23 +9,30 @@ to the limit. The table reports the median of the steps after the first (step 1 
 step's time, the peak allocated memory of those steps, and ``rlcore check``'s estimate of each phase's peak.
 
 Rows (``--rows``, comma-separated; default all):
-  r16k         1.5B shape (.gpu/qwen15b-gpt2), 8 prompts x 4, 128 + 16,384 tokens, packed (the default)
+  r16k         1.5B shape (.gpu/qwen15b-gpt2), 8 prompts x 4, 128 + 16,384 tokens, packed (the default);
+               model.compile=false (compiling the layers for the update, ~30-60 s, would not pay back in 2 steps;
+               the decode step is still compiled and captured)
   r4k_packed   0.5B shape (.gpu/qwen05b-gpt2), 8 prompts x 8, 128 + 4,096 tokens, packed
                (the issue's row, measured before packing: 16.8 s / step, generation 12.0 s, update 4.6 s, peak 15.8 GB)
   r4k_padded   the same with actor.use_remove_padding=false, for the side-by-side ratio
 
-Each row fits one 10-minute device command, installs included (expected on one H100, from the issue's numbers:
-r4k_* ~1 min of start-up and compilation + 3 x ~17 s each, ~2.5 min a row, so both r4k rows fit one command;
-r16k ~1.5 min of start-up and compilation + ~100-150 s a step (16k decode steps of 32 sequences at ~4-6 ms, then
-~530k tokens of update). A row stops when its last step's metrics are written (the final model is not waited for)
-or at its time budget (``--budget-s``; r16k: 480 s, r4k_*: 210 s): the steps done by then are reported, and the
-table says how many there were. Needs only the GPU image plus ``.gpu/whl`` (tensordict, pyvers), the model folders
+Each row fits one 10-minute device command, installs included. Expected on one H100, from the issue's numbers:
+r4k_* ~1.5 min of start-up and compilation + 3 steps of ~15 s (the issue's 12 s of generation attended over the
+whole 4.2k-slot cache every token; now ~2.6k slots on average), ~2.5 min a row: both r4k rows fit one command.
+r16k: 16,511 decode steps of 32 sequences; each reads the 2.8 GB of weights and 0.92 MB of keys / values per cache
+slot reached (8.8k on average with chunks, 16.5k without), at the ~1.4 TB/s the 4k row's decode reached: ~8 ms a
+token, ~135 s of generation; the update ~530k tokens (~8.5e15 FLOP with recomputation and 16k-token causal
+attention): ~30-40 s; so ~180 s a step, ~220 s for step 1 (the decode step's compilation and captures) and ~1 min
+of start-up: 2 steps in ~8 min, 3 steps (~11 min) do not fit 10 minutes on an H100 (``--steps 3`` on an H200, ~1.4x the bandwidth, may).
+So r16k runs 2 steps by default and reports step 2. A row stops when its last step's metrics are written (the
+final model is not waited for) or at its time budget (``--budget-s``; r16k: 530 s, r4k_*: 210 s): the steps done by
+then are reported, and the table says how many there were. Needs only the GPU image plus ``.gpu/whl`` (tensordict, pyvers), the model folders
 ``.gpu/qwen05b-gpt2`` / ``.gpu/qwen15b-gpt2`` and ``.gpu/gsm8k/train.parquet``; run from anywhere (it works in
 the repository root). Writes under ``--out`` (a folder): ``gpu_long.md`` (the table), ``gpu_long.jsonl`` (one
 summary per row), and per row ``<row>.metrics.jsonl`` (every step's metrics), ``<row>.train.log`` and
 ``<row>.check.txt``.
 
-    python bench/long_context/gpu_long.py --rows r16k --out $OUT                    # one H100, < 10 min
+    python bench/long_context/gpu_long.py --rows r16k --out $OUT                    # one H100, ~9 min (2 steps)
     python bench/long_context/gpu_long.py --rows r4k_packed,r4k_padded --out $OUT   # one H100, ~5 min
     python bench/long_context/gpu_long.py --tiny --out /tmp/gpu_long_tiny           # CPU smoke run (a minute)
 """
@@ -46,13 +53,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = "bench/reference/grpo_reference.yaml"
 FOLDERS = {"1.5b": "qwen15b-gpt2", "0.5b": "qwen05b-gpt2"}
-# name: (shape, prompts, n, prompt tokens, response tokens, packed, time budget s)
+# name: (shape, prompts, n, prompt tokens, response tokens, packed, time budget s, steps)
 ROWS = {
-    "r16k": ("1.5b", 8, 4, 128, 16384, True, 480),
-    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 210),
-    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 210),
+    "r16k": ("1.5b", 8, 4, 128, 16384, True, 530, 2),
+    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 210, 3),
+    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 210, 3),
 }
-TINY_ROWS = {"tiny_packed": ("tiny", 2, 2, 32, 48, True, 300), "tiny_padded": ("tiny", 2, 2, 32, 48, False, 300)}
+# r16k: 2 steps, where compiling the decoder layers for the update (~30-60 s in step 1) would cost more than it saves
+EXTRA = {"r16k": ["model.compile=false"]}
+TINY_ROWS = {"tiny_packed": ("tiny", 2, 2, 32, 48, True, 300, 3), "tiny_padded": ("tiny", 2, 2, 32, 48, False, 300, 3)}
 TINY_QWEN = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "max_position_embeddings": 1024, "rope_theta": 1000000.0,
              "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
              "use_sliding_window": False, "torch_dtype": "float32", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -63,10 +72,11 @@ def token_budget(plen: int, rlen: int) -> int:
     return 2 * (plen + rlen) + 64  # two full-length sequences per micro-batch
 
 
-def row_command(name: str, row, *, tiny: bool, steps: int, gpu_dir: Path, work: Path) -> tuple[list[str], Path]:
+def row_command(name: str, row, *, tiny: bool, steps: int | None, gpu_dir: Path, work: Path) -> tuple[list[str], Path]:
     """``(config path and key=value overrides, run output folder)`` of one row."""
-    shape, prompts, n, plen, rlen, packed, _ = row
+    shape, prompts, n, plen, rlen, packed, _, _ = row
     run_dir = work / name
+    steps = steps or row[7]
     common = [
         f"data.train_batch_size={prompts}", f"data.max_prompt_length={plen}", f"data.max_response_length={rlen}", f"rollout.n={n}",
         f"actor.ppo_mini_batch_size={prompts}", f"actor.ppo_micro_batch_size_per_gpu={prompts * n}", "actor.use_dynamic_bsz=true",
@@ -84,7 +94,7 @@ def row_command(name: str, row, *, tiny: bool, steps: int, gpu_dir: Path, work: 
     model = gpu_dir / FOLDERS[shape]
     return [
         str(REPO / REFERENCE), *common, f"model.path={model}", f"data.train_files=[{gpu_dir / 'gsm8k' / 'train.parquet'}]",
-        "model.enable_gradient_checkpointing=true", "model.compile=true", "model.dtype=bfloat16",
+        "model.enable_gradient_checkpointing=true", "model.compile=true", "model.dtype=bfloat16", *EXTRA.get(name, []),
         "model.override_config.max_position_embeddings=32768",  # the folders say 4096; rotary positions have no limit
         f"reward.custom.path={REPO / 'bench' / 'reference' / 'coin_reward.py'}", "trainer.device=cuda",
     ], run_dir
@@ -108,9 +118,9 @@ def check_peaks(text: str) -> dict[str, float]:
 
 
 def run_row(name: str, row, args, out: Path, work: Path) -> dict:
-    shape, prompts, n, plen, rlen, packed, default_budget = row
-    budget = args.budget_s or default_budget
-    argv, run_dir = row_command(name, row, tiny=args.tiny, steps=args.steps, gpu_dir=args.gpu_dir, work=work)
+    shape, prompts, n, plen, rlen, packed, default_budget, default_steps = row
+    budget, steps = args.budget_s or default_budget, args.steps or default_steps
+    argv, run_dir = row_command(name, row, tiny=args.tiny, steps=steps, gpu_dir=args.gpu_dir, work=work)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     py = [sys.executable, "-m", "rl_core"]
     check_out = open(out / f"{name}.check.txt", "w")
@@ -129,7 +139,7 @@ def run_row(name: str, row, args, out: Path, work: Path) -> dict:
         if rc is not None:
             stopped = f"exit {rc}"
             break
-        if len(rows) >= args.steps:  # every step measured: the final model's write is not waited for
+        if len(rows) >= steps:  # every step measured: the final model's write is not waited for
             stopped = "done"
             break
         if time.time() - t0 > budget:
@@ -156,7 +166,7 @@ def run_row(name: str, row, args, out: Path, work: Path) -> dict:
 
     result = {
         "row": name, "shape": shape, "prompts": prompts, "n": n, "prompt_tokens": plen, "response_tokens": rlen,
-        "layout": "packed" if packed else "padded", "steps_done": len(rows), "steps_timed": len(timed) if rows else 0, "stopped": stopped,
+        "layout": ("packed" if packed else "padded") + ("".join(f", {e}" for e in EXTRA.get(name, [])) if not args.tiny else ""), "steps_asked": steps, "steps_done": len(rows), "steps_timed": len(timed) if rows else 0, "stopped": stopped,
         "wall_s": round(wall, 1), "first_step_s": rows[0].get("timing_s/step") if rows else None,
         "step_s": med("timing_s/step"), "gen_s": med("timing_s/gen"), "old_log_prob_s": med("timing_s/old_log_prob"),
         "update_s": med("timing_s/update_actor"), "tokens_per_s": med("perf/throughput_tokens_per_s"),
@@ -187,7 +197,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="a folder: the table, the summaries, each row's metrics, log and check output")
     ap.add_argument("--tiny", action="store_true", help="tiny model, CPU, float32: a smoke run")
     ap.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=None, help="steps a row runs (default: the row's own: r16k 2, the others 3)")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds a row's training may take (default: the row's own)")
     ap.add_argument("--gpu-dir", type=Path, default=REPO / ".gpu", help="where the model folders and gsm8k/train.parquet are")
     ap.add_argument("--check-only", action="store_true", help="only `rlcore check` each row (here: --skip-device-check) and print its peaks")

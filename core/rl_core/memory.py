@@ -10,7 +10,9 @@ train states, as the train card declares (``TrainCard.state_sharding``: ``data``
 - mixed precision without sharding (``torch.autocast``): the low-precision copy of the weights that
   autocast caches during a forward with grad, ``cP``;
 - rollout: the HF engine holds its own full copy of the weights (``cP``) plus the KV cache of the
-  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``);
+  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``;
+  where its static decoder runs, on a GPU, ``B`` padded to a power of two and the tokens rounded up to 128, as it
+  allocates them: :func:`static_cache_size`);
   on a GPU with ``enable_sleep`` it frees both between rollouts unless together they are at most
   ``rollout.engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`);
   an engine whose card declares ``memory_fraction`` takes ``rollout.gpu_memory_utilization`` of the GPU
@@ -76,6 +78,7 @@ class ModelShape:
     tied: bool
     qkv_bias: bool
     source: str
+    model_type: str = ""
 
     @property
     def params(self) -> int:
@@ -100,6 +103,7 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
         tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         source=source,
+        model_type=str(cfg.get("model_type") or ""),
     )
 
 
@@ -230,7 +234,8 @@ def estimate(
         t["critic parameters + AdamW"] = 12 * P / S
     fraction_engine = bool(getattr(rollout, "memory_fraction", False)) and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
-    kv = gen_batch * (prompt + R) * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
+    kv_rows, kv_slots = static_cache_size(config, shape, device, gen_batch, prompt + R)
+    kv = kv_rows * kv_slots * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
     if fraction_engine:
         avail = available if available is not None else device_memory(device)
         t["rollout engine (memory fraction)"] = r.gpu_memory_utilization * (avail or 0)
@@ -239,7 +244,9 @@ def estimate(
         t["rollout KV cache"] = kv / max(1, sizes.rollout_tp)
     micro = sizes.actor_micro_batch_per_rank
     tokens = (micro / n * prompt + micro * R) if share else micro * (prompt + R)
-    notes = [f"rollout KV cache: {gen_batch} sequences x {prompt + R:,} tokens (prompt + response) x {shape.layers} layers x "
+    bucket = f" (the static decoder's batch bucket of {kv_rows})" if kv_rows != gen_batch else ""
+    rounded = ", rounded up to 128" if kv_slots != prompt + R else ""
+    notes = [f"rollout KV cache: {gen_batch} sequences{bucket} x {kv_slots:,} tokens (prompt + response{rounded}) x {shape.layers} layers x "
              f"{shape.kv_heads} KV heads x {shape.head_dim} x 2 (K, V) x {c} bytes"]
     if a.use_dynamic_bsz:  # a micro-batch holds up to the token budget (one longer sequence forms its own)
         tokens = max(a.ppo_max_token_len_per_gpu, prompt + R)
@@ -379,6 +386,23 @@ def _val_batch(config: Any) -> int:
         return config.data.val_batch_size * config.rollout.val_n
     size = config.data.val_generator.size if config.data.val_generator is not None and config.data.val_generator.name else 0
     return (config.data.val_max_samples or size or 0) * config.rollout.val_n
+
+
+def static_cache_size(config: Any, shape: ModelShape, device: str, sequences: int, tokens: int) -> tuple[int, int]:
+    """``(rows, slots)`` of the hf rollout's KV cache for ``sequences`` of ``tokens`` (prompt + response).
+
+    Where the static decoder runs (:mod:`rl_core.rollout.static_decode`: the ``hf`` rollout on a GPU, or with
+    ``engine_kwargs.static_decode=true``, for a Llama-family model) it allocates its cache whole, rows padded to a
+    power-of-two bucket and slots rounded up to 128; elsewhere the plain loop's cache grows to ``sequences x tokens``.
+    """
+    from rl_core.rollout.static_decode import ARCHS, CACHE_ROUND
+
+    r = config.rollout
+    wanted = (r.engine_kwargs or {}).get("static_decode")
+    static = r.name == "hf" and (wanted is True or (wanted is None and device.startswith("cuda"))) and shape.model_type in ARCHS
+    if not static or sequences < 1:
+        return sequences, tokens
+    return 1 << (sequences - 1).bit_length(), -(-tokens // CACHE_ROUND) * CACHE_ROUND
 
 
 def advice(config: Any, sizes: Any, est: Estimate, *, fraction_engine: bool = False, sharding: str = "data") -> list[str]:
