@@ -10,29 +10,35 @@ step's time, the peak allocated memory of those steps, and ``rlcore check``'s es
 
 Rows (``--rows``, comma-separated; default all):
   r16k         1.5B shape (.gpu/qwen15b-gpt2), 8 prompts x 4, 128 + 16,384 tokens, packed (the default);
-               model.compile=false (compiling the layers for the update, ~30-60 s, would not pay back in 2 steps;
+               model.compile=false (compiling the layers for the update, ~30-60 s, would not pay back in 2-3 steps;
                the decode step is still compiled and captured)
   r4k_packed   0.5B shape (.gpu/qwen05b-gpt2), 8 prompts x 8, 128 + 4,096 tokens, packed
                (the issue's row, measured before packing: 16.8 s / step, generation 12.0 s, update 4.6 s, peak 15.8 GB)
   r4k_padded   the same with actor.use_remove_padding=false, for the side-by-side ratio
 
-Each row fits one 10-minute device command, installs included. Expected on one H100, from the issue's numbers:
-r4k_* ~1.5 min of start-up and compilation + 3 steps of ~15 s (the issue's 12 s of generation attended over the
-whole 4.2k-slot cache every token; now ~2.6k slots on average), ~2.5 min a row: both r4k rows fit one command.
-r16k: 16,511 decode steps of 32 sequences; each reads the 2.8 GB of weights and 0.92 MB of keys / values per cache
-slot reached (8.8k on average with chunks, 16.5k without), at the ~1.4 TB/s the 4k row's decode reached: ~8 ms a
-token, ~135 s of generation; the update ~530k tokens (~8.5e15 FLOP with recomputation and 16k-token causal
-attention): ~30-40 s; so ~180 s a step, ~220 s for step 1 (the decode step's compilation and captures) and ~1 min
-of start-up: 2 steps in ~8 min, 3 steps (~11 min) do not fit 10 minutes on an H100 (``--steps 3`` on an H200, ~1.4x the bandwidth, may).
-So r16k runs 2 steps by default and reports step 2. A row stops when its last step's metrics are written (the
-final model is not waited for) or at its time budget (``--budget-s``; r16k: 530 s, r4k_*: 210 s): the steps done by
-then are reported, and the table says how many there were. Needs only the GPU image plus ``.gpu/whl`` (tensordict, pyvers), the model folders
-``.gpu/qwen05b-gpt2`` / ``.gpu/qwen15b-gpt2`` and ``.gpu/gsm8k/train.parquet``; run from anywhere (it works in
-the repository root). Writes under ``--out`` (a folder): ``gpu_long.md`` (the table), ``gpu_long.jsonl`` (one
-summary per row), and per row ``<row>.metrics.jsonl`` (every step's metrics), ``<row>.train.log`` and
-``<row>.check.txt``.
+Each row fits one 10-minute device command, installs included. Expected on one H100, from earlier H100 numbers
+(bench/results/decode_gpu_h100.md: a 0.5B decode step costs ~1.7 ms at a 384-slot cache; the issue's 4k row, 12.0 s
+for 4,096 tokens of 64 sequences, 2.9 ms a step, read its growing cache at ~2.4 TB/s):
+r4k_*: ~1.5 min of start-up and compilation + 3 steps of ~15 s (its decode now attends over ~2.6k slots on average,
+not 4.2k), ~2.5 min a row: both r4k rows fit one command.
+r16k: 16,511 decode steps of 32 sequences; each ~2.2 ms of weights and launches plus 0.92 MB of keys / values per
+cache slot reached (8.8k slots on average with chunks: ~8 GB, ~4 ms at ~2 TB/s; 16.5k slots without): ~6 ms a
+token, ~100 s of generation (135 s if attention reads at 1.5 TB/s, as 64 attention blocks may on 132 SMs); the
+update of ~530k tokens (~8.5e15 FLOP with recomputation and 16k-token causal attention) and the old-log-prob pass:
+~40 s; so ~150 s a step, ~30 s more for step 1 (the decode step's compilation and captures), ~1 min of start-up:
+3 steps in ~9 min, 2 in ~6.5. So r16k asks for 3 steps within a 500 s budget: it reports 3 steps, or the 2 done
+when the budget ran out (step 2 then stands alone for the median).
 
-    python bench/long_context/gpu_long.py --rows r16k --out $OUT                    # one H100, ~9 min (2 steps)
+A row stops when its last step's metrics are written (the final model is not waited for) or at its time budget
+(``--budget-s``; r16k: 500 s, r4k_*: 240 s), killed with SIGKILL (a SIGTERM would save a checkpoint first): the
+steps done by then are reported, and the table says how many. Every step's metrics reach ``--out`` as they are
+written, so a command cut short still brings them back. Needs only the GPU image plus ``.gpu/whl`` (tensordict,
+pyvers), the model folders ``.gpu/qwen05b-gpt2`` / ``.gpu/qwen15b-gpt2`` and ``.gpu/gsm8k/train.parquet``
+(``--gpu-dir``); runs from any directory. Writes under ``--out`` (a folder): ``gpu_long.md`` (the table),
+``gpu_long.jsonl`` (one summary per row), and per row ``<row>.metrics.jsonl`` (every step's metrics),
+``<row>.train.log`` and ``<row>.check.txt``.
+
+    python bench/long_context/gpu_long.py --rows r16k --out $OUT                    # one H100, <= 500 s + start
     python bench/long_context/gpu_long.py --rows r4k_packed,r4k_padded --out $OUT   # one H100, ~5 min
     python bench/long_context/gpu_long.py --tiny --out /tmp/gpu_long_tiny           # CPU smoke run (a minute)
 """
@@ -55,11 +61,11 @@ REFERENCE = "bench/reference/grpo_reference.yaml"
 FOLDERS = {"1.5b": "qwen15b-gpt2", "0.5b": "qwen05b-gpt2"}
 # name: (shape, prompts, n, prompt tokens, response tokens, packed, time budget s, steps)
 ROWS = {
-    "r16k": ("1.5b", 8, 4, 128, 16384, True, 530, 2),
-    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 210, 3),
-    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 210, 3),
+    "r16k": ("1.5b", 8, 4, 128, 16384, True, 500, 3),
+    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 240, 3),
+    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 240, 3),
 }
-# r16k: 2 steps, where compiling the decoder layers for the update (~30-60 s in step 1) would cost more than it saves
+# r16k: 2-3 steps, where compiling the decoder layers for the update (~30-60 s in step 1) would cost more than it saves
 EXTRA = {"r16k": ["model.compile=false"]}
 TINY_ROWS = {"tiny_packed": ("tiny", 2, 2, 32, 48, True, 300, 3), "tiny_padded": ("tiny", 2, 2, 32, 48, False, 300, 3)}
 TINY_QWEN = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "max_position_embeddings": 1024, "rope_theta": 1000000.0,
@@ -197,7 +203,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="a folder: the table, the summaries, each row's metrics, log and check output")
     ap.add_argument("--tiny", action="store_true", help="tiny model, CPU, float32: a smoke run")
     ap.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
-    ap.add_argument("--steps", type=int, default=None, help="steps a row runs (default: the row's own: r16k 2, the others 3)")
+    ap.add_argument("--steps", type=int, default=None, help="steps a row runs (default 3)")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds a row's training may take (default: the row's own)")
     ap.add_argument("--gpu-dir", type=Path, default=REPO / ".gpu", help="where the model folders and gsm8k/train.parquet are")
     ap.add_argument("--check-only", action="store_true", help="only `rlcore check` each row (here: --skip-device-check) and print its peaks")
@@ -226,7 +232,7 @@ def main() -> int:
                 print(proc.stdout[-2000:] + proc.stderr[-2000:])
         return 0
     head = ["| row | shape | prompts x n | prompt + response tokens | layout | steps (stopped) | step 1 s | step s | gen s | update s | "
-            "tokens/s | mean response | peak GB | check's peak GiB rollout / log-probs / update |",
+            "tokens/s | mean response | peak GiB | check's peak GiB rollout / log-probs / update |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines, results = list(head), []
     for name in names:
@@ -247,7 +253,7 @@ def main() -> int:
     text = "\n".join(lines)
     (out / "gpu_long.md").write_text(
         f"# Long-response GRPO steps (issue #33)\n\nCommand: `{cmd}` on {device} ({versions}); "
-        f"step / gen / update / tokens/s: median of the steps after the first; peak: the largest `perf/max_memory_allocated_gb` of those steps.\n\n{text}\n"
+        f"step / gen / update / tokens/s: median of the steps after the first; peak: the largest `perf/max_memory_allocated_gb` (GiB: torch.cuda.max_memory_allocated / 2**30) of those steps.\n\n{text}\n"
     )
     print(text)
     return 0 if all(r["steps_done"] >= 2 or (args.tiny and r["steps_done"] >= 1) for r in results) else 1
