@@ -59,15 +59,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = "bench/reference/grpo_reference.yaml"
 FOLDERS = {"1.5b": "qwen15b-gpt2", "0.5b": "qwen05b-gpt2"}
-# name: (shape, prompts, n, prompt tokens, response tokens, packed, time budget s, steps)
+# name: (shape, prompts, n, prompt tokens, response tokens, packed, time budget s); bench/two_gpu/run.py reads these too
+STEPS = 3
 ROWS = {
-    "r16k": ("1.5b", 8, 4, 128, 16384, True, 500, 3),
-    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 240, 3),
-    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 240, 3),
+    "r16k": ("1.5b", 8, 4, 128, 16384, True, 500),
+    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 240),
+    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 240),
 }
 # r16k: 2-3 steps, where compiling the decoder layers for the update (~30-60 s in step 1) would cost more than it saves
 EXTRA = {"r16k": ["model.compile=false"]}
-TINY_ROWS = {"tiny_packed": ("tiny", 2, 2, 32, 48, True, 300, 3), "tiny_padded": ("tiny", 2, 2, 32, 48, False, 300, 3)}
+TINY_ROWS = {"tiny_packed": ("tiny", 2, 2, 32, 48, True, 300), "tiny_padded": ("tiny", 2, 2, 32, 48, False, 300)}
 TINY_QWEN = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "max_position_embeddings": 1024, "rope_theta": 1000000.0,
              "rms_norm_eps": 1e-6, "hidden_act": "silu", "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
              "use_sliding_window": False, "torch_dtype": "float32", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -80,9 +81,9 @@ def token_budget(plen: int, rlen: int) -> int:
 
 def row_command(name: str, row, *, tiny: bool, steps: int | None, gpu_dir: Path, work: Path) -> tuple[list[str], Path]:
     """``(config path and key=value overrides, run output folder)`` of one row."""
-    shape, prompts, n, plen, rlen, packed, _, _ = row
+    shape, prompts, n, plen, rlen, packed, _ = row
     run_dir = work / name
-    steps = steps or row[7]
+    steps = steps or STEPS
     common = [
         f"data.train_batch_size={prompts}", f"data.max_prompt_length={plen}", f"data.max_response_length={rlen}", f"rollout.n={n}",
         f"actor.ppo_mini_batch_size={prompts}", f"actor.ppo_micro_batch_size_per_gpu={prompts * n}", "actor.use_dynamic_bsz=true",
@@ -124,8 +125,8 @@ def check_peaks(text: str) -> dict[str, float]:
 
 
 def run_row(name: str, row, args, out: Path, work: Path) -> dict:
-    shape, prompts, n, plen, rlen, packed, default_budget, default_steps = row
-    budget, steps = args.budget_s or default_budget, args.steps or default_steps
+    shape, prompts, n, plen, rlen, packed, default_budget = row
+    budget, steps = args.budget_s or default_budget, args.steps or STEPS
     argv, run_dir = row_command(name, row, tiny=args.tiny, steps=steps, gpu_dir=args.gpu_dir, work=work)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     py = [sys.executable, "-m", "rl_core"]
