@@ -164,7 +164,7 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual (interleaved) pipeline stages", "train.pipeline_model_parallel_size"),
     # Megatron offload between phases (rl_train_megatron.options, rl_core.train_engine.offload)
     *(_m(f"actor_rollout_ref.actor.megatron.{k}_offload", f"train.options.{k}_offload",
-         note=f"the actor's {k if k != 'param' else 'parameter'}s in host memory between phases (megatron backend)") for k in ("param", "grad", "optimizer")),
+         note=f"the actor's {dict(param='parameters', grad='gradients', optimizer='AdamW state')[k]} in host memory between phases (megatron backend)") for k in ("param", "grad", "optimizer")),
     _m("actor_rollout_ref.ref.megatron.param_offload", "train.options.ref_param_offload",
        note="the reference model's parameters in host memory between its log-prob passes (megatron backend)"),
     *(_ign(f"actor_rollout_ref.ref.megatron.{k}_offload", "the reference model has no gradients or optimizer to offload") for k in ("grad", "optimizer")),

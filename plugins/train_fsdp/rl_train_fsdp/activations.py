@@ -32,7 +32,11 @@ class HostActivations(torch.autograd.graph.saved_tensors_hooks):
         def pack(t: torch.Tensor):
             if isinstance(t, torch.nn.Parameter) or t.is_sparse:
                 return t  # a weight (on its device for the whole pass), not an activation
-            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, device="cpu", pin_memory=pin_memory)
+            # the same strides where t is dense (a transposed activation stays transposed, so backward's kernels see
+            # the layout they would have seen: bit-identical gradients); an expanded / overlapping one becomes contiguous
+            host = torch.empty_like(t, device="cpu")
+            if pin_memory:
+                host = torch.empty_strided(host.size(), host.stride(), dtype=t.dtype, device="cpu", pin_memory=True)
             host.copy_(t)
             self.packed += 1
             self.packed_bytes += t.numel() * t.element_size()
