@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -84,43 +83,44 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def train(name: str, config: Path, overrides: list[str], out_dir: Path, timeout_s: float) -> dict:
-    """One ``rlcore train`` run; its metrics rows (also when it failed or timed out), exit code and seconds."""
+def train(name: str, config: Path, overrides: list[str], out_dir: Path, timeout_s: float, *, stop_after: int | None = None) -> dict:
+    """One ``rlcore train`` run; its metrics rows (also when it failed or timed out), exit code and seconds.
+
+    ``stop_after``: once that many steps' metrics are written the run is stopped (SIGKILL of its process group: the
+    final model's write and the shutdown are not waited for; the exit is then reported as ``done``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "train.log"
     cmd = [sys.executable, "-m", "rl_core", "train", str(config), "--no-progress", f"trainer.output_dir={out_dir}", *overrides]
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[2:])}", flush=True)
     start = time.time()
-    done = threading.Event()
-
-    def progress() -> None:  # one line per finished step, from metrics.jsonl
-        seen = 0
-        while not done.wait(5):
+    seen = 0
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=run_env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        while True:
+            rc = proc.poll()
             rows = [r for r in read_rows(out_dir / "metrics.jsonl") if "timing_s/step" in r]
-            for r in rows[seen:]:
+            for r in rows[seen:]:  # one progress line per finished step
                 print(f"  {name} step {r.get('step')}: {r['timing_s/step']:.2f} s (gen {r.get('timing_s/gen', float('nan')):.2f}, "
                       f"update {r.get('timing_s/update_actor', float('nan')):.2f}, sync {r.get('timing_s/sync_weights', float('nan')):.3f})"
                       + (f" val {r['val/accuracy']:.2f}" if "val/accuracy" in r else ""), flush=True)
             seen = len(rows)
-
-    watcher = threading.Thread(target=progress, daemon=True)
-    watcher.start()
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=run_env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the run and its workers (its own process group)
-            proc.wait()
-            rc = "timeout"
-    done.set()
-    watcher.join()
+            if rc is not None:
+                break
+            if stop_after is not None and seen >= stop_after:
+                rc = "done"
+            elif time.time() - start > timeout_s:
+                rc = "timeout"
+            if rc is not None:
+                os.killpg(proc.pid, 9)  # the run and its workers (its own process group); not SIGTERM: it would save first
+                proc.wait()
+                break
+            time.sleep(2)
     seconds = time.time() - start
     tail = log.read_text(errors="replace").splitlines()[-40:]
-    if rc != 0:
+    if rc not in (0, "done"):
         print(f"  {name}: exit {rc} after {seconds:.0f} s; log tail:\n    " + "\n    ".join(tail[-15:]), flush=True)
     else:
-        print(f"  {name}: done in {seconds:.0f} s", flush=True)
+        print(f"  {name}: {rc} in {seconds:.0f} s", flush=True)
     return {"name": name, "rc": rc, "seconds": seconds, "rows": read_rows(out_dir / "metrics.jsonl"), "log_tail": tail,
             "command": " ".join(["python", "-m", "rl_core", "train", str(config), *overrides])}
 
@@ -215,7 +215,7 @@ def part_async(args) -> None:
                 config, extra = REFERENCE, list(overrides)
             run_dir = Path(tmp) / name / "out"
             run = train(name, config, [*extra, *ALGORITHM, f"trainer.total_training_steps={args.steps}", "trainer.loggers=[console,jsonl]",
-                                       *args.extra], run_dir, args.run_timeout)
+                                       *args.extra], run_dir, args.run_timeout, stop_after=args.steps)
             m = stage_medians(timed_rows(run["rows"], args.skip), rollout_gpus is not None)
             run["medians"] = m
             if name == "colocated":
@@ -334,7 +334,7 @@ def part_sp(args) -> None:
             argv, run_dir = gl.row_command(run_name, tuple(row), tiny=args.tiny, steps=args.steps, gpu_dir=ROOT / ".gpu", work=Path(tmp))
             overrides = [*argv[1:], f"trainer.n_gpus_per_node={sp}", f"actor.ulysses_sequence_parallel_size={sp}",
                          "trainer.loggers=[console,jsonl]", *args.extra]
-            run = train(run_name, Path(argv[0]), overrides, run_dir, args.run_timeout)
+            run = train(run_name, Path(argv[0]), overrides, run_dir, args.run_timeout, stop_after=args.steps)
             rows = timed_rows(run["rows"], args.skip)
             step, update = med([r["timing_s/step"] for r in rows]), med([r.get("timing_s/update_actor", float("nan")) for r in rows])
             tokens = med([r.get("perf/total_tokens", float("nan")) for r in rows])
