@@ -138,3 +138,21 @@ def test_decode_chunk_is_checked():
     assert problems(1024) == [] and problems(0) == []
     assert [p.key for p in problems(-1)] == ["rollout.engine_kwargs.decode_chunk"]
     assert [p.key for p in problems("big")] == ["rollout.engine_kwargs.decode_chunk"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: a CUDA graph per capacity")
+def test_cuda_graphs_per_capacity_give_the_unchunked_tokens(model_dir):
+    """On CUDA (the defaults: compiled step, CUDA graphs): one graph per capacity reached, the same tokens as one
+    graph over the whole cache, log-probs to float rounding (graph vs eager: test_static_decode.py)."""
+    def cuda_engine(**kw):
+        cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
+        return factory(cfg, WorkerContext(device="cuda"))
+
+    chunked, whole = cuda_engine(decode_chunk=CHUNK), cuda_engine(decode_chunk=0)
+    batch = prompt_batch(model_dir, PROMPTS)
+    for params in (SamplingParams(n=2, max_new_tokens=R, greedy=True, logprobs=True), SamplingParams(n=2, max_new_tokens=R, temperature=1.0, seed=3, logprobs=True)):
+        a, b = chunked.generate(batch, params), whole.generate(batch, params)
+        assert torch.equal(a.tensors["responses"], b.tensors["responses"])
+        torch.testing.assert_close(a.tensors["rollout_log_probs"], b.tensors["rollout_log_probs"], atol=1e-4, rtol=1e-4)
+    views = [st for cache in chunked.static._caches.values() for st in cache.views.values()]
+    assert len(views) >= 4 and all(st.graph is not None for st in views), [(st.cap, st.graph) for st in views]
