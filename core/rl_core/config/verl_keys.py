@@ -222,6 +222,7 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.fsdp_config.reshard_after_forward", "FSDP2 resharding after forward (" + _PERF + "; rl-core reshards)"),
     _ign("actor_rollout_ref.*.fsdp_config.entropy_checkpointing", "recomputing the entropy in backward (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.fsdp_config.{forward_prefetch,use_orig_params,limit_all_gathers}", _PERF),
+    _ign("actor_rollout_ref.*.fsdp_config.entropy_from_logits_with_chunking", "computing the entropy in chunks (" + _PERF + "; rl-core chunks with model.logprob_chunk_size)"),
     _ign("actor_rollout_ref.*.fsdp_config.wrap_policy.*", "FSDP wrapping (rl-core shards every decoder layer)"),
     _same("actor_rollout_ref.*.fsdp_config.model_dtype", ["fp32", "float32", "bfloat16", "bf16"],
           "FSDP parameters kept in half precision", "model.dtype"),
