@@ -7,6 +7,10 @@
 
 Parts (bench/two_gpu/README.md has the device commands and the expected times):
 
+- ``nccl``: the weight transfer alone (rl_core.async_rl.transfer.TransferGroup, rank 0 on GPU 0, rank 1 on GPU 1,
+  ~1 GiB twice, received tensors compared); ``async`` runs it first (``--no-probe`` skips it) and, if it fails,
+  runs only the colocated placement.
+
 - ``async``: the reference workload (bench/reference/grpo_reference.yaml: 0.5B shape, GPT-2 vocabulary, random bf16
   weights, 8 prompts x 8, 128 + 256 tokens, coin reward, one update per rollout, hf rollout, fsdp, model.compile) in
   three placements on the two GPUs: ``colocated`` (both GPUs, data-parallel 2, rollout and training in turn),
@@ -168,6 +172,105 @@ def timed_rows(rows: list[dict], skip: int) -> list[dict]:
     return steps[skip:] or steps[-1:]
 
 
+# --------------------------------------------------------------------------- nccl probe
+def _probe_member(rank: int, address: str, device: str, total_mb: int, queue) -> None:
+    """One member of the probe: rank 0 sends the same tensors twice (the first also sets up NCCL), rank 1 receives
+    and compares them with its own copy (same seed)."""
+    try:
+        import torch
+
+        from rl_core.async_rl.transfer import TransferGroup
+
+        group = TransferGroup(address, rank, 2, timeout_s=60, device=device)
+
+        def tensors():
+            g = torch.Generator(device="cpu").manual_seed(1234)
+            n = total_mb * 2**20 // 4 // 3  # three tensors of ~total/3 bytes each (fp32 elements)
+            yield "w.float32", torch.randn(n, generator=g).to(group.device)
+            yield "w.bfloat16", torch.randn(2 * n, generator=g).to(torch.bfloat16).to(group.device)
+            yield "w.int64", torch.randint(0, 1000, (n // 2,), generator=g).to(group.device)
+            yield "w.empty", torch.empty(0, device=group.device)
+
+        times = []
+        for _ in range(2):
+            if group.device.type == "cuda":
+                torch.cuda.synchronize(group.device)
+            t0 = time.perf_counter()
+            if rank == 0:
+                sent = group.send(tensors(), bucket_bytes=256 * 2**20)
+            else:
+                got = dict(group.receive())
+            if group.device.type == "cuda":
+                torch.cuda.synchronize(group.device)
+            times.append(time.perf_counter() - t0)
+        result = {"rank": rank, "device": str(group.device), "seconds": times}
+        if rank == 0:
+            result["bytes"] = sent[1]
+        else:
+            want = dict(tensors())
+            result["equal"] = list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+        group.close()
+        queue.put(result)
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]})
+
+
+def part_nccl(args) -> bool:
+    """The weight transfer alone, before any trainer: rank 0 on GPU 0 (cpu with --tiny), rank 1 on GPU 1, gloo or
+    NCCL as the trainer's split pools use it (rl_core.async_rl.transfer.TransferGroup); ~1 GiB twice, checked."""
+    import multiprocessing as mp
+
+    from rl_core.placement.rendezvous import Rendezvous
+
+    total_mb = 8 if args.tiny else 1024
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    opened = Rendezvous(None)
+    env_before = {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "NCCL_SOCKET_IFNAME")}
+    os.environ.update({k: v for k, v in run_env().items() if k.startswith(("NCCL_", "TORCH_", "NVSHMEM_"))})
+    procs = [ctx.Process(target=_probe_member, args=(r, opened.address, "cpu" if args.tiny else f"cuda:{r}", total_mb, queue)) for r in (0, 1)]
+    start = time.time()
+    for proc in procs:
+        proc.start()
+    results = []
+    while len(results) < 2 and time.time() - start < 150:
+        try:
+            results.append(queue.get(timeout=5))
+        except Exception:  # noqa: BLE001 - queue.Empty: check the members are alive
+            if not all(p.is_alive() for p in procs) and queue.empty():
+                break
+    for proc in procs:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+    opened.close()
+    for k, v in env_before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    results.sort(key=lambda r: r["rank"])
+    ok = len(results) == 2 and not any("error" in r for r in results) and results[1].get("equal")
+    lines = ["# The weight transfer alone: TransferGroup between two processes (issue #36)", "",
+             f"`python bench/two_gpu/run.py --part nccl{' --tiny' if args.tiny else ''}`: rank 0 sends ~{total_mb} MiB "
+             "(float32, bfloat16, int64 and an empty tensor; 256 MiB buckets) twice, rank 1 receives and compares with its own copy. "
+             "The first transfer also sets up the communicator.", "",
+             f"verdict: {'OK' if ok else 'FAILED'}", ""]
+    for r in results:
+        lines.append(f"- rank {r['rank']}: " + (r["error"] + "\n\n```\n" + r["traceback"] + "\n```" if "error" in r else
+                     f"{r['device']}, seconds {', '.join(f'{t:.3f}' for t in r['seconds'])}"
+                     + (f", {r['bytes'] / 2**30:.2f} GiB sent, {r['bytes'] / 2**30 / r['seconds'][1]:.1f} GiB/s (2nd)" if "bytes" in r else "")
+                     + (f", received equal: {r['equal']}" if "equal" in r else "")))
+    if len(results) < 2:
+        lines.append(f"- {2 - len(results)} member(s) reported nothing within 150 s (exit codes {[p.exitcode for p in procs]})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "nccl.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    return bool(ok)
+
+
 # --------------------------------------------------------------------------- async
 def stage_medians(rows: list[dict], rollout_pool: bool) -> dict[str, float]:
     """Medians of the step, its stages and each pool's GPU-idle share (per step: 1 - busy / step).
@@ -194,6 +297,9 @@ def stage_medians(rows: list[dict], rollout_pool: bool) -> dict[str, float]:
 
 
 def part_async(args) -> None:
+    if not args.no_probe and not part_nccl(args):
+        print("the transfer probe failed (nccl.md): the split-pool runs would fail the same way; the colocated run goes on", flush=True)
+        args.placements = "colocated"
     part = Part(args.out, "async", "# Split rollout / train pools vs colocated on two GPUs (issue #36)\n\n"
                 f"`python bench/two_gpu/run.py --part async{' --tiny' if args.tiny else ''} --steps {args.steps} --skip {args.skip}`; "
                 "the reference workload (bench/reference/grpo_reference.yaml) with rollout log-probs + token TIS in every run. "
@@ -359,7 +465,7 @@ def tiny_config(tmp: Path, *, nprocs: int, steps: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", required=True, choices=["async", "learn", "sp", "all"])
+    ap.add_argument("--part", required=True, choices=["nccl", "async", "learn", "sp", "all"])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke run: tiny random model, gloo, 2 processes")
     ap.add_argument("--steps", type=int, default=None, help="steps per run (async 10, learn 50, sp 2; tiny 3)")
@@ -372,22 +478,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2", help="learn: comma-separated seeds")
     ap.add_argument("--test-freq", type=int, default=5, help="learn: validate every N steps")
     ap.add_argument("--colocated-gpus", type=int, default=2, choices=[1, 2], help="learn: GPUs of the synchronous colocated run")
-    ap.add_argument("--sp", default="2", help="sp: comma-separated SP sizes (1 = the one-GPU baseline, also gpu_long.py's r16k)")
+    ap.add_argument("--sp", default=None, help="sp: comma-separated SP sizes (default 2; tiny: 1,2; 1 = the one-GPU baseline, gpu_long.py's r16k)")
     ap.add_argument("--response-tokens", type=int, default=None, help="sp: response tokens instead of the row's 16,384")
+    ap.add_argument("--no-probe", action="store_true", help="async: skip the transfer probe (--part nccl) that runs first")
     ap.add_argument("--extra", nargs="*", default=[], help="config overrides added to every run, e.g. model.compile=false")
     args = ap.parse_args(argv)
     parts = ["async", "sp", "learn"] if args.part == "all" else [args.part]
-    defaults = {"async": (10, 3, 200), "learn": (50, 1, 150), "sp": (2, 1, 540)}
+    defaults = {"nccl": (0, 0, 150), "async": (10, 3, 200), "learn": (50, 1, 150), "sp": (2, 1, 540)}
     for name in parts:
         steps, skip, timeout = defaults[name]
         sub = argparse.Namespace(**vars(args))
         sub.steps = args.steps or (3 if args.tiny else steps)
         sub.skip = args.skip if args.skip is not None else (1 if args.tiny else skip)
         sub.run_timeout = args.run_timeout or (300 if args.tiny else timeout)
-        if args.tiny and name == "sp":
-            sub.sp = ",".join(s for s in args.sp.split(",")) if args.sp != "2" else "1,2"
+        sub.sp = args.sp or ("1,2" if args.tiny else "2")  # the CPU smoke run: both sizes
         start = time.time()
-        {"async": part_async, "learn": part_learn, "sp": part_sp}[name](sub)
+        {"nccl": part_nccl, "async": part_async, "learn": part_learn, "sp": part_sp}[name](sub)
         print(f"part {name}: {time.time() - start:.0f} s; {args.out / (name + '.md')}", flush=True)
         print((args.out / f"{name}.md").read_text(), flush=True)
     return 0
