@@ -59,6 +59,7 @@ CACHE_ROUND = 128
 DEFAULT_CHUNK = 1024  # cache slots a decode step's capacity grows by
 MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
 MAX_CACHES = 4  # batch buckets whose caches (and graphs) are kept at once
+MAX_VIEWS = 64  # capacities (and graphs) kept per cache: multi-turn calls of many lengths add a last capacity each
 FIX = "lower rollout.generation_batch_size (sequences decoded at once), rollout.n, data.max_response_length or data.max_prompt_length"
 
 
@@ -305,6 +306,8 @@ class StaticDecoder:
     def _view_for(self, cache: "_Cache", cap: int) -> "_View":
         st = cache.views.get(cap)
         if st is None:
+            while len(cache.views) >= MAX_VIEWS:
+                cache.views.pop(next(iter(cache.views)))
             st = cache.views[cap] = _View(cache, cap)
         if self.cuda_graph and st.graph is None:
             t0 = time.perf_counter()
