@@ -68,7 +68,8 @@ class TransferGroup:
         if tensor.numel() == 0:  # both sides know the size: nothing to send
             return tensor
         try:
-            self.pg.broadcast(tensor, 0).wait(self.timeout)
+            if not self.pg.broadcast(tensor, 0).wait(self.timeout):  # a backend may report the timeout as False
+                raise TimeoutError("the broadcast's wait returned False")
         except Exception as exc:  # noqa: BLE001 - one message naming the group, the side and the bound
             side = "train pool (sender)" if self.rank == 0 else f"rollout pool rank {self.rank - 1} (receiver)"
             raise RuntimeError(
