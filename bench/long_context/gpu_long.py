@@ -8,7 +8,7 @@ token budget (two full-length sequences), the static-cache decode with its capac
 to the limit. The table reports the median of the steps after the first (step 1 compiles and captures), the first
 step's time, the peak allocated memory of those steps, and ``rlcore check``'s estimate of each phase's peak.
 
-Rows (``--rows``, comma-separated; default all):
+Rows (``--rows``, comma-separated; needed on a GPU, where all three do not fit one 10-minute command):
   r16k         1.5B shape (.gpu/qwen15b-gpt2), 8 prompts x 4, 128 + 16,384 tokens, packed (the default);
                model.compile=false (compiling the layers for the update, ~30-60 s, would not pay back in 2-3 steps;
                the decode step is still compiled and captured)
@@ -203,7 +203,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="a folder: the table, the summaries, each row's metrics, log and check output")
     ap.add_argument("--tiny", action="store_true", help="tiny model, CPU, float32: a smoke run")
-    ap.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
+    ap.add_argument("--rows", default=None, help="comma-separated row names (default, --tiny / --check-only only: all)")
     ap.add_argument("--steps", type=int, default=None, help="steps a row runs (default 3)")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds a row's training may take (default: the row's own)")
     ap.add_argument("--gpu-dir", type=Path, default=REPO / ".gpu", help="where the model folders and gsm8k/train.parquet are")
@@ -211,6 +211,9 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/gpu_long_runs"), help="the runs' output folders (final models: not under --out)")
     args = ap.parse_args()
     table = TINY_ROWS if args.tiny else ROWS
+    if not args.rows and not args.tiny and not args.check_only:
+        raise SystemExit("--rows is needed on a GPU: all three rows take ~17 min, more than one 10-minute device command; "
+                         "run --rows r16k, then --rows r4k_packed,r4k_padded")
     names = args.rows.split(",") if args.rows else list(table)
     unknown = [n for n in names if n not in table]
     if unknown:
