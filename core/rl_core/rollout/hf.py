@@ -147,7 +147,7 @@ class HFRolloutEngine:
             check_every=int(kwargs.get("check_every", 16)),
             compile=bool(kwargs.get("compile", self.device.type == "cuda")),
             pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
-            chunk=kwargs.get("decode_chunk", DEFAULT_CHUNK),
+            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"],
             fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
                 f"rollout.n, data.max_response_length or data.max_prompt_length",
         )
