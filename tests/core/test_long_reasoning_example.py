@@ -26,3 +26,4 @@ def test_long_reasoning_example_checks_and_budgets_16k_tokens(tmp_path):
     assert "rollout KV cache: 32 sequences x 16,896 tokens" in text, text
     assert "update activations: 34,000 tokens per micro-batch per rank (actor.ppo_max_token_len_per_gpu)" in text, text
     assert "1544M parameters" in text
+    assert "up to 34,000 tokens (actor.use_dynamic_bsz" in text, text  # the sizes table names the token budget, not 4 sequences

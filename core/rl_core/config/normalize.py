@@ -47,6 +47,7 @@ class Sizes:
     critic_micro_batch_per_rank: int | None = None
     critic_grad_accum: int | None = None
     train_sequence_parallel: int = 1  # Ulysses SP size (a factor of train_model_parallel)
+    actor_token_budget: int | None = None  # actor.use_dynamic_bsz: micro-batches of at most this many tokens
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
 
@@ -69,7 +70,9 @@ class Sizes:
             ("sequences per train rank", f"{self.sequences_per_train_rank}"),
             ("actor optimizer steps per epoch", f"{self.actor_mini_batches}"),
             ("actor mini-batch per rank", f"{self.actor_mini_batch_per_rank} sequences"),
-            ("actor micro-batch per rank", f"{self.actor_micro_batch_per_rank} sequences x {self.actor_grad_accum} accumulation steps"),
+            ("actor micro-batch per rank", f"{self.actor_micro_batch_per_rank} sequences x {self.actor_grad_accum} accumulation steps"
+             if self.actor_token_budget is None else
+             f"up to {self.actor_token_budget:,} tokens (actor.use_dynamic_bsz: sequences grouped by actor.ppo_max_token_len_per_gpu)"),
         ]
         for role, (workers, dp) in sorted(self.pools.items()):
             rows.append((f"{role} workers (own pool)", f"{workers} ({dp} data-parallel), {self.sequences_per_step // dp} sequences each"))
@@ -283,6 +286,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         actor_mini_batch_per_rank=actor_sizes[1],
         actor_micro_batch_per_rank=actor_sizes[2],
         actor_grad_accum=actor_sizes[3],
+        actor_token_budget=(config.actor.ppo_max_token_len_per_gpu or None) if config.actor.use_dynamic_bsz else None,
         critic_mini_batches=critic_sizes[0] if critic_sizes else None,
         critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
         critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
