@@ -30,7 +30,7 @@ update of ~530k tokens (~8.5e15 FLOP with recomputation and 16k-token causal att
 when the budget ran out (step 2 then stands alone for the median).
 
 A row stops when its last step's metrics are written (the final model is not waited for) or at its time budget
-(``--budget-s``; r16k: 500 s, r4k_*: 240 s), killed with SIGKILL (a SIGTERM would save a checkpoint first): the
+(``--budget-s``; r16k: 500 s, r4k_*: 270 s), killed with SIGKILL (a SIGTERM would save a checkpoint first): the
 steps done by then are reported, and the table says how many. Every step's metrics reach ``--out`` as they are
 written, so a command cut short still brings them back. Needs only the GPU image plus ``.gpu/whl`` (tensordict,
 pyvers), the model folders ``.gpu/qwen05b-gpt2`` / ``.gpu/qwen15b-gpt2`` and ``.gpu/gsm8k/train.parquet``
@@ -63,8 +63,8 @@ FOLDERS = {"1.5b": "qwen15b-gpt2", "0.5b": "qwen05b-gpt2"}
 STEPS = 3
 ROWS = {
     "r16k": ("1.5b", 8, 4, 128, 16384, True, 500),
-    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 240),
-    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 240),
+    "r4k_packed": ("0.5b", 8, 8, 128, 4096, True, 270),
+    "r4k_padded": ("0.5b", 8, 8, 128, 4096, False, 270),
 }
 # r16k: 2-3 steps, where compiling the decoder layers for the update (~30-60 s in step 1) would cost more than it saves
 EXTRA = {"r16k": ["model.compile=false"]}
