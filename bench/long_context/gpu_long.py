@@ -19,8 +19,9 @@ Rows (``--rows``, comma-separated; needed on a GPU, where all three do not fit o
 Each row fits one 10-minute device command, installs included. Expected on one H100, from earlier H100 numbers
 (bench/results/decode_gpu_h100.md: a 0.5B decode step costs ~1.7 ms at a 384-slot cache; the issue's 4k row, 12.0 s
 for 4,096 tokens of 64 sequences, 2.9 ms a step, read its growing cache at ~2.4 TB/s):
-r4k_*: ~1.5 min of start-up and compilation + 3 steps of ~15 s (its decode now attends over ~2.6k slots on average,
-not 4.2k), ~2.5 min a row: both r4k rows fit one command.
+r4k_*: ~40 s of start-up, step 1 ~1.5-2.5 min (compiling the decode step and, with model.compile, the layers'
+forward / backward for the packed shapes) + 2 steps of ~15 s (its decode now attends over ~2.6k slots on average,
+not 4.2k): ~3-4 min a row, within its 270 s budget; both r4k rows fit one command.
 r16k: 16,511 decode steps of 32 sequences; each ~2.2 ms of weights and launches plus 0.92 MB of keys / values per
 cache slot reached (8.8k slots on average with chunks: ~8 GB, ~4 ms at ~2 TB/s; 16.5k slots without): ~6 ms a
 token, ~100 s of generation (135 s if attention reads at 1.5 TB/s, as 64 attention blocks may on 132 SMs); the
@@ -39,7 +40,7 @@ pyvers), the model folders ``.gpu/qwen05b-gpt2`` / ``.gpu/qwen15b-gpt2`` and ``.
 ``<row>.train.log`` and ``<row>.check.txt``.
 
     python bench/long_context/gpu_long.py --rows r16k --out $OUT                    # one H100, <= 500 s + start
-    python bench/long_context/gpu_long.py --rows r4k_packed,r4k_padded --out $OUT   # one H100, ~5 min
+    python bench/long_context/gpu_long.py --rows r4k_packed,r4k_padded --out $OUT   # one H100, ~6-9 min
     python bench/long_context/gpu_long.py --tiny --out /tmp/gpu_long_tiny           # CPU smoke run (a minute)
 """
 
