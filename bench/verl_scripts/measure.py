@@ -43,8 +43,6 @@ def real_model_caveat(name: str) -> str | None:
     base = name.rsplit("/", 1)[-1]
     if any(k in base for k in ("_vl_", "_vl", "1v_", "minicpm_o", "video")):
         return "a vision-language model trained on image data in verl's example; rl-core trains text only (rows with images are refused when the data is read)"
-    if "qwen3" in base and "megatron" in base:
-        return "a Qwen3 model on the megatron backend, which converts Llama / Qwen2 only (QK-norm not converted): `rlcore check` with the real model refuses the architecture"
     return None
 
 

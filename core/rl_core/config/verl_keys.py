@@ -170,7 +170,7 @@ RULES: tuple[Rule, ...] = (
     *(_ign(f"actor_rollout_ref.ref.megatron.{k}_offload", "the reference model has no gradients or optimizer to offload") for k in ("grad", "optimizer")),
     *(_same(f"critic.megatron.{k}_offload", [False], _OFF + " (the Megatron critic)", "train.options.param_offload / optimizer_offload (the actor's)", OFFLOAD)
       for k in ("param", "grad", "optimizer")),
-    *(_ign(f"{r}.megatron.{k}", "how verl converts HF weights for Megatron; rl-core converts Llama / Qwen2 weights itself (rl_train_megatron.convert)")
+    *(_ign(f"{r}.megatron.{k}", "how verl converts HF weights for Megatron; rl-core converts Llama / Qwen2 / Qwen3 (dense) weights itself (rl_train_megatron.convert)")
       for r in _ROLES for k in ("use_mbridge", "vanilla_mbridge", "use_dist_checkpointing", "dist_checkpointing_path")),
     *(_same(f"{r}.megatron.use_megatron_fsdp", [False], "Megatron-FSDP", "train.name=fsdp") for r in _ROLES),
     *(_same(f"{r}.megatron.dtype", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16", "model.dtype") for r in _ROLES),
@@ -180,7 +180,7 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.{use_flash_attn,persist_layer_norm,deallocate_pipeline_outputs,moe_grouped_gemm}",
          "a Megatron kernel switch (" + _PERF + ")"),
     _no("actor_rollout_ref.*.megatron.override_transformer_config.moe_*", "Megatron expert parallelism (MoE layers)",
-        "train.name=fsdp for an MoE model (rl-core's Megatron backend builds dense Llama / Qwen2 models)"),
+        "train.name=fsdp for an MoE model (rl-core's Megatron backend builds dense Llama / Qwen2 / Qwen3 models)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.swiglu", [True], "a Megatron MLP other than SwiGLU", "none (rl-core's Megatron MLP is SwiGLU)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.use_distributed_optimizer", [False],
           "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks)", "train.options.optimizer_offload; train.name=fsdp shards it"),

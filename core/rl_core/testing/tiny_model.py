@@ -46,7 +46,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-ARCHS = ("llama", "qwen2")
+ARCHS = ("llama", "qwen2", "qwen3")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -131,6 +131,10 @@ def tiny_config(
     )
     if arch == "llama":
         cfg = LlamaConfig(tie_word_embeddings=bool(tie_word_embeddings), **common)
+    elif arch == "qwen3":  # per-head q/k norms; head_dim set explicitly (Qwen3Config's default is 128)
+        from transformers import Qwen3Config
+
+        cfg = Qwen3Config(tie_word_embeddings=True if tie_word_embeddings is None else tie_word_embeddings, head_dim=hidden // heads, **common)
     else:
         cfg = Qwen2Config(tie_word_embeddings=True if tie_word_embeddings is None else tie_word_embeddings, **common)
     cfg.dtype = "float32"
@@ -148,7 +152,9 @@ def make_tiny_model_dir(
     *,
     tie_word_embeddings: bool | None = None,
 ) -> Path:
-    """Write a tiny random ``arch`` causal LM (fp32) with its tokenizer to ``path``; returns ``path``."""
+    """Write a tiny random ``arch`` causal LM (fp32) with its tokenizer to ``path``; returns ``path``.
+
+    ``arch``: llama, qwen2 or qwen3 (Qwen3: per-head q / k norms, drawn around 1)."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     path = Path(path)
@@ -157,6 +163,11 @@ def make_tiny_model_dir(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        if arch == "qwen3":  # the per-head q / k norms drawn around 1 (not all ones): a swapped or lost norm shows in the outputs
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith(("q_norm.weight", "k_norm.weight")):
+                        p.copy_(1 + 0.3 * torch.randn_like(p))
     model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
     from transformers.utils import logging as hf_logging
 

@@ -1,4 +1,4 @@
-"""Weight conversion between Hugging Face (Llama / Qwen2) names and megatron-core ``GPTModel`` shards.
+"""Weight conversion between Hugging Face (Llama / Qwen2 / Qwen3) names and megatron-core ``GPTModel`` shards.
 
 Three layers of names, all plain ``{name: tensor}`` mappings:
 
@@ -38,6 +38,8 @@ _SIMPLE = {
     "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
     "mlp.linear_fc2.weight": "mlp.down_proj.weight",
 }
+# Qwen3's per-head query / key norms (whole on every TP rank: one weight of head_dim shared by every head)
+_QK_NORM = {"self_attention.q_layernorm.weight": "self_attn.q_norm.weight", "self_attention.k_layernorm.weight": "self_attn.k_norm.weight"}
 _ROW_SPLIT = ("embedding.word_embeddings.weight", "output_layer.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight")
 _COL_SPLIT = ("linear_proj.weight", "linear_fc2.weight")
 
@@ -57,7 +59,7 @@ def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, t
     for i in range(shape.layers):
         p = f"model.layers.{i}."
         q = f"decoder.layers.{i}."
-        for mc, h in _SIMPLE.items():
+        for mc, h in (_SIMPLE | _QK_NORM if shape.qk_norm else _SIMPLE).items():
             out[q + mc] = hf[p + h]
         for kind in ("weight",) + (("bias",) if shape.qkv_bias else ()):
             out[q + f"self_attention.linear_qkv.{kind}"] = fuse_qkv(
@@ -89,6 +91,8 @@ def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape) -> list[tuple[str,
     p, suffix = f"model.layers.{m.group(1)}.", m.group(2)
     if suffix in _SIMPLE:
         return [(p + _SIMPLE[suffix], t)]
+    if suffix in _QK_NORM and shape.qk_norm:
+        return [(p + _QK_NORM[suffix], t)]
     if suffix.startswith("self_attention.linear_qkv."):
         kind = suffix.rsplit(".", 1)[1]
         q, k, v = split_qkv(t, shape)
@@ -104,6 +108,8 @@ def expected_hf_names(shape: ModelShape) -> list[str]:
     for i in range(shape.layers):
         p = f"model.layers.{i}."
         names += [p + h for h in _SIMPLE.values()]
+        if shape.qk_norm:
+            names += [p + h for h in _QK_NORM.values()]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
         if shape.qkv_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
@@ -257,3 +263,8 @@ def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
     dist.all_reduce(flat, group=group)
     for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
         g.copy_(new)
+
+
+def is_qk_norm(name: str) -> bool:
+    """A Qwen3 query / key norm weight: each TP rank's gradient covers only its own heads (summed over TP)."""
+    return name.endswith(("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"))

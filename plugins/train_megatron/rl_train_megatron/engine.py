@@ -242,6 +242,8 @@ class MegatronBackend(TrainBackend):
         (:mod:`rl_train_megatron.grads`)."""
         pp_tied = self.shape.tied and self.topo.pp > 1
         grads.reduce_tied_embedding_grads(self.model, pp_tied)
+        if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
+            grads.reduce_grads([p for n, p in self.model.named_parameters() if convert.is_qk_norm(n) and p.grad is not None], parallel.tp_group())
         grads.reduce_grads([p for p in self.model.parameters() if p.requires_grad], parallel.dp_group())
         counted = [p for n, p in self.model.named_parameters() if (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
         return grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device)

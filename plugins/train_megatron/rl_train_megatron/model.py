@@ -1,4 +1,4 @@
-"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 config, and its forward passes.
+"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 / Qwen3 (dense) config, and its forward passes.
 
 :func:`model_shape` reads what the conversion and the model need from the
 HF config (and rejects what they cannot express, naming the field);
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from rl_core.problems import UserError
 
-CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-MODEL_TYPES = ("llama", "qwen2")
+CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+MODEL_TYPES = ("llama", "qwen2", "qwen3")
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -57,6 +57,8 @@ class ModelShape:
     max_positions: int
     critic: bool = False
     score_bias: bool = True
+    qk_norm: bool = False  # Qwen3: RMSNorm over each head's queries / keys before the rotary embedding
+
 
     @property
     def group_rows(self) -> int:
@@ -65,7 +67,7 @@ class ModelShape:
 
 
 def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> ModelShape:
-    """The :class:`ModelShape` of a Llama / Qwen2 config; a clear error for anything else."""
+    """The :class:`ModelShape` of a Llama / Qwen2 / Qwen3 config; a clear error for anything else."""
     mtype = getattr(hf_config, "model_type", None)
     if mtype not in MODEL_TYPES:
         raise UnsupportedModelError(
@@ -78,7 +80,9 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
         raise UnsupportedModelError(f"{key}: mlp_bias=true is not supported by the Megatron conversion (set train.name=fsdp)")
     if mtype == "llama" and getattr(hf_config, "attention_bias", False):
         raise UnsupportedModelError(f"{key}: attention_bias=true (o_proj bias) is not supported by the Megatron conversion (set train.name=fsdp)")
-    if mtype == "qwen2" and getattr(hf_config, "use_sliding_window", False):
+    if mtype == "qwen3" and getattr(hf_config, "attention_bias", False):
+        raise UnsupportedModelError(f"{key}: attention_bias=true is not supported by the Megatron conversion (set train.name=fsdp)")
+    if mtype in ("qwen2", "qwen3") and getattr(hf_config, "use_sliding_window", False):
         raise UnsupportedModelError(f"{key}: use_sliding_window=true is not supported by the Megatron backend (set train.name=fsdp)")
     heads = hf_config.num_attention_heads
     return ModelShape(
@@ -95,6 +99,7 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
         max_positions=int(getattr(hf_config, "max_position_embeddings", 4096)),
         critic=critic,
         score_bias=bool(getattr(hf_config, "token_classification_bias", True)),
+        qk_norm=mtype == "qwen3",
     )
 
 
@@ -141,6 +146,7 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
         layernorm_epsilon=shape.eps,
         activation_func=F.silu,
         add_qkv_bias=shape.qkv_bias,
+        qk_layernorm=shape.qk_norm,
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         pipeline_dtype=torch.float32,
@@ -160,7 +166,7 @@ def build_model(shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | N
     config = transformer_config(shape, tp, pp, passed)
     model = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=shape.qk_norm),
         vocab_size=shape.vocab,
         max_sequence_length=shape.max_positions,
         pre_process=mpu.is_pipeline_first_stage(),

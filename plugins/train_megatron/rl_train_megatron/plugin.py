@@ -18,7 +18,7 @@ from rl_core import hookimpl
 from rl_core.cards import TrainCard
 from rl_core.problems import Problem, nearest_divisors
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
 
 def _model_config(config) -> dict[str, Any] | None:
@@ -150,7 +150,7 @@ def check_transformer_config(config) -> list[Problem]:
     for name, value in given.items():
         key = f"{base}.{name}"
         if name.startswith("moe_") or name in _MOE:
-            out.append(Problem(key=key, what="is a setting of Megatron MoE layers: expert parallelism (MoE models) is a feature rl-core's megatron train backend does not have (it builds dense Llama / Qwen2 models)",
+            out.append(Problem(key=key, what="is a setting of Megatron MoE layers: expert parallelism (MoE models) is a feature rl-core's megatron train backend does not have (it builds dense Llama / Qwen2 / Qwen3 models)",
                                fix=f"remove {key}; train an MoE model with train.name=fsdp"))
         elif name not in fields:
             out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
@@ -185,7 +185,7 @@ def _version() -> str:
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
-    description="megatron-core GPT models from HF Llama / Qwen2 configs; tensor (vocab-parallel log-probs) x pipeline x data parallelism",
+    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 (dense) configs; tensor (vocab-parallel log-probs) x pipeline x data parallelism",
     devices={"cpu", "cuda"},
     parallelism={"dp", "tp", "pp"},
     roles={"actor", "critic", "ref"},

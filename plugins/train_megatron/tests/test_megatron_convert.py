@@ -54,7 +54,7 @@ def test_fc1_tp_slices_take_matching_gate_and_up_halves():
     assert torch.equal(convert.merge_tp(name, [convert.tp_slice(name, fc1, 2, r) for r in range(2)]), fc1)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 @pytest.mark.parametrize("critic", [False, True])
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_round_trip_is_exact(tmp_path, arch, critic, tp, pp):
@@ -87,7 +87,7 @@ def test_tied_embeddings_reach_the_last_pipeline_stage_as_its_lm_head(tmp_path):
 def test_unsupported_models_are_clear_errors():
     from transformers import GPT2Config
 
-    with pytest.raises(UnsupportedModelError, match="gpt2.*LlamaForCausalLM, Qwen2ForCausalLM.*train.name=fsdp"):
+    with pytest.raises(UnsupportedModelError, match="gpt2.*LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.*train.name=fsdp"):
         model_shape(GPT2Config())
     cfg = tiny_config("llama")
     cfg.mlp_bias = True
