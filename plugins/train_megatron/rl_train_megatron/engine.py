@@ -57,7 +57,7 @@ from rl_core.train_engine.hf_export import write_hf_folder
 
 from rl_train_megatron import convert, grads, parallel
 from rl_train_megatron import model as mmodel
-from rl_train_megatron.options import megatron_options
+from rl_train_megatron.options import megatron_options, transformer_overrides
 from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout
 
@@ -104,7 +104,7 @@ class MegatronBackend(TrainBackend):
         local = convert.split_for_rank(full, self.shape, tp, self.topo.tp_rank, pp, self.topo.pp_rank)
         del full
         opts = megatron_options(config)
-        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, opts.transformer_config)
+        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, transformer_overrides(config, opts) if self.trainable else opts.transformer_config)
         convert.load_local_state(model, local)
         if not self.trainable:
             model.requires_grad_(False)

@@ -48,6 +48,20 @@ class MegatronOptions(Options):
     transformer_config: dict[str, Any] = attrs.field(factory=dict)
 
 
+#: model.enable_gradient_checkpointing on the megatron backend: each layer's input kept, the layer recomputed in backward
+#: (what HF's per-layer gradient checkpointing does), unless transformer_config sets recomputation itself
+LAYER_CHECKPOINTING = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+
+
+def transformer_overrides(config, opts: "MegatronOptions") -> dict[str, Any]:
+    """The TransformerConfig fields the engine passes: ``transformer_config``, and model.enable_gradient_checkpointing as
+    :data:`LAYER_CHECKPOINTING` when no recompute_* field is given."""
+    given = dict(opts.transformer_config)
+    if getattr(config.model, "enable_gradient_checkpointing", False) and not any(k.startswith("recompute_") for k in given):
+        given.update(LAYER_CHECKPOINTING)
+    return given
+
+
 def megatron_options(config) -> MegatronOptions:
     """The run's options (unknown keys are refused at check time; here they are left out)."""
     given = dict(config.train.options or {})

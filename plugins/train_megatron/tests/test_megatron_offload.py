@@ -51,6 +51,17 @@ def _run(role, config, step, chunk_bytes=None):
         engine.shutdown()
 
 
+def test_gradient_checkpointing_is_layer_recomputation():
+    from rl_train_megatron.options import LAYER_CHECKPOINTING, megatron_options, transformer_overrides
+
+    cfg = default_config("/nowhere")
+    ckpt = attrs.evolve(cfg, model=attrs.evolve(cfg.model, enable_gradient_checkpointing=True))
+    assert transformer_overrides(cfg, megatron_options(cfg)) == {}
+    assert transformer_overrides(ckpt, megatron_options(ckpt)) == LAYER_CHECKPOINTING
+    given = attrs.evolve(ckpt, train=attrs.evolve(ckpt.train, options={"transformer_config": {"recompute_granularity": "selective"}}))
+    assert transformer_overrides(given, megatron_options(given)) == {"recompute_granularity": "selective"}  # the user's own wins
+
+
 def test_offload_and_recompute_give_the_same_results(tmp_path):
     model_dir = make_tiny_model_dir(tmp_path, "qwen2", seed=0)
     step = make_step_batch(model_dir)
