@@ -78,7 +78,10 @@ class HybridWorker:
             self.sync_weights()
 
     # ----------------------------------------------------------------- rollout
-    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+    def generate(self, batch: Batch, params: SamplingParams, receive_version: int | None = None) -> Batch:
+        """``receive_version``: a rollout pool of its own first receives that policy version (the train pool sends
+        it in the background: rl_core.async_rl); the receipt rides back in ``meta["weight_receipt"]``."""
+        receipt = None if receive_version is None else self.receive_weights(receive_version)
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
@@ -92,6 +95,8 @@ class HybridWorker:
         if self.actor is None:  # a rollout pool of its own: every sample carries its version, and the time it took
             out["policy_version"] = torch.full((len(out),), self._weight_version, dtype=torch.long)
             out.meta["rollout_seconds"] = time.perf_counter() - start
+            if receipt is not None:
+                out.meta["weight_receipt"] = receipt
         if self.stack.config.rollout.enable_sleep and self.context.device != "cpu":
             self.rollout.sleep()
             self._sleeping = True
@@ -144,15 +149,16 @@ class HybridWorker:
         opened, self._rendezvous = self._rendezvous, None
         self._transfer = TransferGroup(address, rank, size, timeout_s=timeout_s, device=self.context.device, bind=bind, opened=opened)
 
-    def send_weights(self, version: int, bucket_bytes: int) -> dict[str, Any]:
-        """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check)."""
+    def send_weights(self, version: int, bucket_bytes: int, background: bool = False) -> dict[str, Any]:
+        """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check);
+        ``background``: copied now, broadcast from a thread while the next step runs (rl_core.async_rl)."""
         from rl_core.async_rl.transfer import send_weights
 
         weights = self.actor.named_weights()
         if self._convert is not None:
             weights = self._convert(weights, self.stack.config)
         # the trainer's own view is in its names: checked against what was sent only without a converter (as sync_weights)
-        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes,
+        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes, background=background,
                             trainer_sample=self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name)
 
     def receive_weights(self, version: int) -> dict[str, Any]:

@@ -50,9 +50,12 @@ class FakePools:
 
     def generate(self, args):
         prompts = args[0][0]
+        receipt = self.receive(args[0][2])[0] if len(args[0]) > 2 else None  # overlapped sync: receive first
         self.generated.append(prompts["ids"].tolist())
         version = self.rollout_version - (1 if self.wrong_tag else 0)
         out = Batch({"ids": prompts["ids"].clone(), "policy_version": torch.full((len(prompts),), version)}, meta={"policy_version": version})
+        if receipt is not None:
+            out.meta["weight_receipt"] = receipt
         return [out]
 
 
@@ -65,6 +68,8 @@ class _Side:
     def call(self, method, per_rank_args=None, *, same_args=()):
         if method == WorkerMethod.SEND_WEIGHTS:
             return self.pools.send(same_args[0])
+        if method == WorkerMethod.RECEIVE_WEIGHTS:
+            return self.pools.receive(same_args[0])
         return [None]
 
     def submit(self, method, per_rank_args=None, *, same_args=()):
@@ -91,12 +96,12 @@ class Loader:
         return {"i": self.i}
 
 
-def _pipeline(pools, max_staleness=1, on_stale="drop"):
+def _pipeline(pools, max_staleness=1, on_stale="drop", overlap_sync=False):
     loader = Loader()
     p = RolloutPipeline(
         rollout=pools.rollout, train=pools.train, async_cfg=AsyncConfig(max_staleness=max_staleness, on_stale=on_stale),
         split=lambda prompts, params: ([(prompts, params)], 0), merge=lambda results, pad, params: results[0],
-        draw=loader.next_batch, loader_state=loader.state_dict,
+        draw=loader.next_batch, loader_state=loader.state_dict, overlap_sync=overlap_sync,
     )
     p.sync(0)
     return p, loader
@@ -125,6 +130,60 @@ def test_one_step_off_policy_schedule_and_the_checkpointed_loader_position():
     batch, m = p.batch(2, None, trainer_version=1)
     assert m["async/staleness"] == 1 and m["async/policy_version"] == 0 and batch["policy_version"].tolist() == [0, 0]
     assert p.data_state() is None
+
+
+def test_an_overlapped_sync_is_received_with_the_next_generation_and_checked_before_its_batch_is_used():
+    pools = FakePools()
+    p, loader = _pipeline(pools, overlap_sync=True)
+    assert pools.rollout_version == -1 and p.version == 0  # sent; nothing received yet
+    p.prompts(1)
+    batch, m = p.batch(1, None, trainer_version=0)  # its generation request received version 0 first
+    assert pools.rollout_version == 0 and m["async/staleness"] == 0 and batch["policy_version"].tolist() == [0, 0]
+    assert "weight_receipt" not in batch.meta and "timing_s/sync_receive" in m
+    p.prefetch(2, None)
+    p.sync(1)  # the same schedule as without overlap: step 2's batch was generated with version 0
+    batch, m = p.batch(2, None, trainer_version=1)
+    assert m["async/staleness"] == 1 and batch["policy_version"].tolist() == [0, 0] and pools.rollout_version == 0
+    p.drain()  # no generation took version 1 along: received on its own
+    assert pools.rollout_version == 1 and p._pending is None
+
+    corrupt = FakePools(corrupt=True)
+    p, _ = _pipeline(corrupt, overlap_sync=True)  # the receipt is checked when the batch is collected
+    p.prompts(1)
+    with pytest.raises(StaleWeightsError, match="rollout pool rank 0 kept stale weights"):
+        p.batch(1, None, trainer_version=0)
+
+
+def test_a_background_send_is_a_snapshot_and_arrives_exactly():
+    """send_in_background copies the weights before it returns: changing them afterwards changes nothing sent."""
+    import threading
+
+    from rl_core.async_rl.transfer import TransferGroup
+    from rl_core.placement.rendezvous import Rendezvous
+
+    weights = {"a": torch.randn(64, 8), "b": torch.arange(10).to(torch.bfloat16)}
+    want = {k: v.clone() for k, v in weights.items()}
+    got, counts = {}, {}
+    opened = Rendezvous(None)
+
+    def member(rank):
+        group = TransferGroup(opened.address, rank, 2, timeout_s=30, opened=opened if rank == 0 else None)
+        if rank == 0:
+            counts["sent"] = group.send_in_background(iter(weights.items()), bucket_bytes=128)
+            for t in weights.values():  # the next update, while the thread broadcasts
+                t.add_(1)
+            group.wait_sent(30)
+        else:
+            got.update(group.receive())
+        group.close()
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert counts["sent"][0] == 2 and all(torch.equal(got[k], want[k]) for k in want)
 
 
 @pytest.mark.parametrize("on_stale", ["drop", "wait"])

@@ -46,8 +46,9 @@ def test_one_step_off_policy_then_the_rollout_worker_killed_and_resumed(tmp_path
 
     trainer.pipeline.sync = sync_then_kill
     try:
-        # found while collecting step 3's batch, or by the weight transfer that follows it
-        with pytest.raises(WorkerError, match=r"rollout pool rank 0 died during (generate|sync_weights) with exit code -9") as err:
+        # found by the next call that reaches the rollout pool: collecting step 3's batch, the weight transfer, or
+        # (the transfer overlapped: async.overlap_sync, on for this CPU run) the step's end-of-step memory report
+        with pytest.raises(WorkerError, match=r"rollout pool rank 0 died during (generate|sync_weights|peak_memory_gb) with exit code -9") as err:
             trainer.fit()
         assert time.monotonic() - killed["at"] < 60, err.value
     finally:
@@ -73,3 +74,25 @@ def test_one_step_off_policy_then_the_rollout_worker_killed_and_resumed(tmp_path
     assert [r["async/staleness"] for r in rows] == [0, 0, 1] and rows[2]["async/policy_version"] == 1
     # staleness 1: the rollout's log-probs differ from the updated actor's and the rollout correction reweights them
     assert rows[2]["rollout_corr/log_prob_abs_diff_mean"] > 1e-3 and rows[2]["rollout_corr/rollout_is_mean"] != 1.0
+
+
+@pytest.mark.dist
+def test_the_overlapped_sync_trains_exactly_as_the_synchronous_sync(tmp_path):
+    """async.overlap_sync moves the transfer off the train pool's path, not the schedule: same metrics, bit for bit."""
+    runs = {}
+    for overlap in (True, False):
+        stack, problems = resolve(load_config(write_tiny_run(tmp_path / str(overlap), **{**RUN, "steps": 3, "trainer__save_freq": -1, "async__overlap_sync": overlap})))
+        assert stack is not None, [p.render() for p in problems]
+        trainer = Trainer(stack, progress=False)
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        runs[overlap] = read_metrics(tmp_path / str(overlap) / "out")
+    on, off = runs[True], runs[False]
+    assert [r["async/staleness"] for r in on] == [0, 1, 1]
+    # the rollout side's receive is reported by the step whose batch's generation request carried it
+    assert "timing_s/sync_receive" in on[0] and "timing_s/sync_receive" in on[2] and not any("timing_s/sync_receive" in r for r in off)
+    skip = ("timing_s/", "perf/", "time")
+    for a, b in zip(on, off):
+        assert {k: v for k, v in a.items() if not k.startswith(skip)} == {k: v for k, v in b.items() if not k.startswith(skip)}

@@ -8,6 +8,10 @@ Step ``k`` with ``async.max_staleness`` = s (versions: :mod:`rl_core.async_rl.st
   rewards, log-probs and the update of step k. The sync of version k waits for that generation to finish (the
   rollout workers take one request at a time), so a step takes about max(generation, update) + the sync.
   With one rollout queue the schedule never produces a batch older than 1; s > 1 only widens what is admitted.
+- overlapped sync (``async.overlap_sync``; by default on for s >= 1 on the CPU): the train pool copies its weights
+  and broadcasts them from a thread, and goes on with the next step at once; the rollout pool receives them as
+  the first part of its next generation request, and the receipt is checked when that batch is collected (before
+  it is used). A step then takes about max(generation + receive, update + copy).
 
 Checkpoints and the in-flight batch: a checkpoint after step k holds the data loader's position from *before*
 step k+1's prompts were drawn; the batch generated for them is not saved. A resumed run draws the same prompts
@@ -41,6 +45,7 @@ class _Request:
     pad: int = 0
     params: Any = None
     result: Batch | None = None
+    receipt: tuple[int, list] | None = None  # (version, the train pool's send reports): received before generating
 
 
 class RolloutPipeline:
@@ -52,9 +57,13 @@ class RolloutPipeline:
 
     def __init__(
         self, *, rollout, train, async_cfg, split: Callable, merge: Callable, draw: Callable[[], Batch], loader_state: Callable[[], dict],
+        overlap_sync: bool = False,
     ) -> None:
         self.rollout, self.train = rollout, train
         self.cfg = async_cfg
+        self.overlap_sync = overlap_sync
+        self._pending: tuple[int, list] | None = None  # a version sent in the background, not yet received
+        self.receive_seconds: float | None = None  # the last overlapped receive (rollout side)
         self.gate = StalenessGate(async_cfg.max_staleness, async_cfg.on_stale)
         self.split, self.merge, self.draw, self.loader_state = split, merge, draw, loader_state
         self.version: int | None = None  # what the rollout pool holds (None: nothing sent yet)
@@ -82,6 +91,13 @@ class RolloutPipeline:
         """Send the actor's weights as policy ``version`` and check what every rollout worker holds; seconds."""
         start = time.perf_counter()
         self.drain()  # the rollout workers take one request at a time: a generation in flight finishes first
+        if self.overlap_sync:  # sent from a thread; received and checked with the next generation request
+            try:
+                sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, int(self.cfg.bucket_mb * 2**20), True))
+            except Exception as exc:
+                raise self._named(exc, "sync_weights") from None
+            self._pending, self.version = (version, sent), version
+            return time.perf_counter() - start
         receiving = self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,))
         try:
             sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, int(self.cfg.bucket_mb * 2**20)))
@@ -127,13 +143,25 @@ class RolloutPipeline:
 
     def _submit(self, req: _Request, params) -> None:
         args, req.pad = self.split(req.prompts, params)
+        if self._pending is not None:  # the version sent in the background is received first, then generated with
+            args = [(*a, self._pending[0]) for a in args]
+            req.receipt, self._pending = self._pending, None
         req.params, req.version, req.result = params, self.version, None
         req.handle = self.rollout.submit(WorkerMethod.GENERATE, args)
 
     def _collect(self, req: _Request) -> Batch:
         if req.result is None:
-            req.result = self.merge(req.handle.result(), req.pad, req.params)
+            results = req.handle.result()
             req.handle = None
+            if req.receipt is not None:  # the weights it was generated with arrived as sent (before the batch is used)
+                version, sent = req.receipt
+                req.receipt = None
+                receipts = [r.meta.pop("weight_receipt", None) for r in results]
+                if any(r is None for r in receipts):
+                    raise StaleWeightsError(f"weight sync of policy version {version}: a rollout worker generated without reporting its receipt")
+                check_transfer(version, sent, receipts)
+                self.receive_seconds = max(float(r.get("seconds", 0.0)) for r in receipts)
+            req.result = self.merge(results, req.pad, req.params)
             got = batch_version(req.result)
             if got != req.version:
                 raise StaleBatchError(
@@ -143,9 +171,13 @@ class RolloutPipeline:
         return req.result
 
     def drain(self) -> None:
-        """Wait for a generation in flight (its batch is kept for its step)."""
+        """Wait for a generation in flight (its batch is kept for its step), and complete a sync sent in the
+        background that no generation has taken along (received on its own, then checked)."""
         if self._next is not None and self._next.handle is not None:
             self._collect(self._next)
+        if self._pending is not None:
+            (version, sent), self._pending = self._pending, None
+            check_transfer(version, sent, self.rollout.call(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,)))
 
     def batch(self, step: int, params, trainer_version: int) -> tuple[Batch, dict[str, float]]:
         """Step ``step``'s batch, young enough for ``trainer_version``, and its ``async/*`` metrics."""
@@ -166,6 +198,8 @@ class RolloutPipeline:
         metrics = self.gate.metrics(version, trainer_version)
         if "rollout_seconds" in batch.meta:
             metrics["timing_s/gen_rollout"] = float(batch.meta["rollout_seconds"])
+        if self.receive_seconds is not None:  # overlapped sync: the rollout side's receive, load and check
+            metrics["timing_s/sync_receive"], self.receive_seconds = self.receive_seconds, None
         return batch, metrics
 
     def data_state(self) -> dict | None:
@@ -173,7 +207,13 @@ class RolloutPipeline:
         return None if self._next is None else self._next.data_state
 
     def close(self) -> None:
-        """Nothing of its own to free: the transfer group and its rendezvous belong to the workers (closed with them)."""
+        """A sync still in the air is received (the sender's thread waits for it); the transfer group and its
+        rendezvous belong to the workers (closed with them)."""
+        if self._pending is not None:
+            try:
+                self.drain()
+            except Exception:  # noqa: BLE001 - closing after a failure: the workers report it
+                self._pending = None
 
 
 def check_transfer(version: int, sent: list[dict[str, Any]], received: list[dict[str, Any]]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Iterable, Iterator
@@ -39,6 +40,8 @@ class TransferGroup:
 
         self.rank, self.size = rank, size
         self.opened = opened
+        self._sending: threading.Thread | None = None  # a background send (send_in_background)
+        self._failure: BaseException | None = None
         self.timeout = timedelta(seconds=timeout_s)
         self.device = member_device(device)
         if self.device.type == "cuda" and bind is None:
@@ -88,14 +91,47 @@ class TransferGroup:
 
     # ------------------------------------------------------------------ send
     def send(self, weights: Iterable[tuple[str, torch.Tensor]], *, bucket_bytes: int) -> tuple[int, int]:
-        """Broadcast ``weights`` (group rank 0); returns (tensors, bytes) sent."""
+        """Broadcast ``weights`` (group rank 0), one bucket at a time; returns (tensors, bytes) sent."""
+        self.wait_sent()
+        return self._send_packed(_packed(weights, bucket_bytes, self.device))
+
+    def send_in_background(self, weights: Iterable[tuple[str, torch.Tensor]], *, bucket_bytes: int) -> tuple[int, int]:
+        """Copy ``weights`` into their buckets now (a snapshot: the caller may change them as soon as this returns)
+        and broadcast them from a thread; (tensors, bytes) as :meth:`send`. A failure is raised by the next
+        :meth:`wait_sent` (the next send, or close). Costs one copy of the weights in the sender's memory."""
+        self.wait_sent()
+        packed = list(_packed(weights, bucket_bytes, self.device))
+        counts = (sum(n for _, _, n in packed), sum(flat.numel() for _, flat, _ in packed))
+
+        def run() -> None:
+            try:
+                self._send_packed(packed)
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by wait_sent
+                self._failure = exc
+
+        self._sending = threading.Thread(target=run, name="rl-core-weight-send", daemon=True)
+        self._sending.start()
+        return counts
+
+    def wait_sent(self, timeout: float | None = None) -> None:
+        """Wait for a background send (:meth:`send_in_background`) and raise what it failed with."""
+        thread = self._sending
+        if thread is None:
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError(f"weight transfer: the background send did not finish within {timeout} s")
+        self._sending = None
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
+    def _send_packed(self, packed: Iterable[tuple[bytes, torch.Tensor, int]]) -> tuple[int, int]:
         tensors = total = 0
-        for bucket in _buckets(weights, bucket_bytes):
-            header = [(name, list(t.shape), str(t.dtype)) for name, t in bucket]
-            self._bcast_bytes(json.dumps({"tensors": header, "last": False}).encode())
-            flat = torch.cat([_as_bytes(t.to(self.device)) for _, t in bucket])
+        for header, flat, n in packed:
+            self._bcast_bytes(header)
             self._bcast(flat)
-            tensors, total = tensors + len(bucket), total + flat.numel()
+            tensors, total = tensors + n, total + flat.numel()
         self._bcast_bytes(json.dumps({"tensors": [], "last": True}).encode())
         return tensors, total
 
@@ -116,6 +152,10 @@ class TransferGroup:
                 offset += n
 
     def close(self) -> None:
+        try:
+            self.wait_sent(self.timeout.total_seconds())
+        except BaseException:  # noqa: BLE001 - closing: the peer's side reports the failed sync
+            pass
         shutdown = getattr(self.pg, "shutdown", None)
         if shutdown is not None:
             try:
@@ -167,6 +207,14 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
 
 
+def _packed(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, device: torch.device) -> Iterator[tuple[bytes, torch.Tensor, int]]:
+    """Per bucket: its header (JSON bytes: names, shapes, dtypes), its tensors as one flat byte buffer, their count."""
+    for bucket in _buckets(weights, bucket_bytes):
+        header = [(name, list(t.shape), str(t.dtype)) for name, t in bucket]
+        flat = torch.cat([_as_bytes(t.to(device)) for _, t in bucket])
+        yield json.dumps({"tensors": header, "last": False}).encode(), flat, len(bucket)
+
+
 def _buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
     bucket: list[tuple[str, torch.Tensor]] = []
     size = 0
@@ -183,12 +231,14 @@ def _buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> 
 # ------------------------------------------------------------------ worker side
 def send_weights(
     group: TransferGroup | None, weights: Iterable[tuple[str, torch.Tensor]], *, version: int, bucket_bytes: int,
-    trainer_sample=None, engine_name: str = "rollout",
+    trainer_sample=None, engine_name: str = "rollout", background: bool = False,
 ) -> dict[str, Any]:
     """The train side of a sync: every train rank reads its weights (a sharded backend gathers them), rank 0 of
     the group sends; the report holds the version and the sampled elements the rollout side is checked against.
     ``trainer_sample(positions)``: the trained policy at those positions, to check that what was sent is it
-    (:func:`rl_core.weight_sync_check.verify_sent`: LoRA adapters merged, no old copy)."""
+    (:func:`rl_core.weight_sync_check.verify_sent`: LoRA adapters merged, no old copy). ``background``: the
+    weights are copied now and broadcast from a thread (:meth:`TransferGroup.send_in_background`), so the
+    train pool goes on with the next step while the rollout pool receives."""
     from rl_core.weight_sync_check import verify_sent
 
     start = time.perf_counter()
@@ -199,7 +249,8 @@ def send_weights(
         if trainer_sample is not None:  # on every train rank alike (a sharded backend's view may be collective)
             verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
         return {"version": version, "sender": False}
-    tensors, nbytes = group.send(tap, bucket_bytes=bucket_bytes)
+    send = group.send_in_background if background else group.send
+    tensors, nbytes = send(tap, bucket_bytes=bucket_bytes)
     if trainer_sample is not None:
         verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
     return {"version": version, "sender": True, "samples": tap.values, "tensors": tensors, "bytes": nbytes, "seconds": time.perf_counter() - start}

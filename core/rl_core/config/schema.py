@@ -491,6 +491,10 @@ class AsyncConfig:
     on_stale: str = choice("drop", ("drop", "wait"), hint="drop: skip a too-old batch; wait: generate its prompts again")
     sync_timeout_s: float = num(60.0, gt=0, hint="seconds a weight transfer may take before the run stops, e.g. 60")
     bucket_mb: float = num(256.0, gt=0, hint="MiB of weights per broadcast, e.g. 256")
+    # max_staleness >= 1: the train pool broadcasts its weights from a thread and goes on with the next step; the
+    # rollout pool receives them before its next generation (one extra copy of the weights in the sender's memory).
+    # null: on for a CPU run (gloo), off on GPUs
+    overlap_sync: bool | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -142,9 +142,13 @@ class Trainer:
                 "set rollout.calculate_log_probs=true and algorithm.rollout_correction.rollout_is=token (TIS) to correct for it",
                 self.config.async_.max_staleness,
             )
+        overlap = self.config.async_.overlap_sync
+        if overlap is None:
+            overlap = self.config.async_.max_staleness >= 1 and self.config.trainer.device == "cpu"
         pipeline = RolloutPipeline(
             rollout=self.cluster.pool("rollout"), train=self.cluster.pool("main"), async_cfg=self.config.async_,
             split=self._rollout_args, merge=self._merge_rollouts, draw=self.train_loader.next_batch, loader_state=self.train_loader.state_dict,
+            overlap_sync=bool(overlap and self.config.async_.max_staleness >= 1),
         )
         try:
             pipeline.connect()
