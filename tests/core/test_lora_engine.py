@@ -288,3 +288,55 @@ def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, st
     assert lora_sync_mode(config("auto"), object()) == "merged" and lora_sync_mode(config("auto", 0), engine) is None
     with pytest.raises(RuntimeError, match="has no LoRA adapter API"):
         lora_sync_mode(config("adapter"), object())
+
+
+def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_is_verified(model_dir, step):
+    """rollout.lora_sync=auto with the hf engine: the base once (the engine keeps the trainer's frozen tensors as its
+    base: no copy), then each sync only the adapters, merged in place (W = W_base + B_scaled @ A, one GEMM per weight);
+    the rollout samples the trained policy; a stale, lost or unmerged adapter stops the run."""
+    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
+    from rl_core.worker import lora_sync_mode
+
+    cfg = _cfg(model_dir)
+    actor = build_engine("actor", cfg, CPU)
+    rollout = HFRolloutEngine(cfg, CPU)
+    assert lora_sync_mode(cfg, rollout) == "adapter"
+    load_verified(rollout, actor.named_base_weights(), None, engine_name="hf", version=0)
+    mask = step.tensors["response_mask"].bool()
+    bases = {n.removeprefix("base_model.model.").replace(".base_layer", ""): p for n, p in actor.model.named_parameters() if n.endswith(".base_layer.weight")}
+    before = {k: v.detach().clone() for k, v in bases.items()}
+    for version in (1, 2):
+        actor.update(step)
+        tensors, peft_config = actor.lora_adapter()
+        n = load_adapter_verified(rollout, tensors, peft_config, actor.sample_weights, engine_name="hf", version=version)
+        assert n == len(tensors) and set(rollout.merged_weights()) == set(bases)
+        with torch.no_grad():
+            torch.testing.assert_close(_response_log_probs(rollout.model, step)[mask], actor.compute_log_prob(step)["log_probs"][mask], rtol=1e-4, atol=1e-4)
+    held = rollout.model.state_dict()
+    for key, p in bases.items():  # the trainer's frozen tensors are the rollout's base, untouched by the merges
+        assert rollout.lora.bases[key].data_ptr() == p.data_ptr() and torch.equal(p, before[key])
+        assert held[key].data_ptr() != p.data_ptr() and not torch.equal(held[key], p)
+    assert not rollout.lora.owned
+
+    actor.update(step)
+    newer, _ = actor.lora_adapter()
+    real_load, old_adapter = rollout.lora.load, dict(rollout.lora.adapter)
+
+    def keeps_adapter_unmerged(params, tensors, peft_config, version):  # records the adapter, the weights stay as they were
+        rollout.lora.adapter = {k: v.clone() for k, v in tensors.items()}
+
+    rollout.lora.load = keeps_adapter_unmerged
+    with pytest.raises(StaleWeightsError, match=r"'hf' merged its LoRA adapter but \d+ of \d+ merged weights differ"):
+        load_adapter_verified(rollout, newer, peft_config, actor.sample_weights, engine_name="hf", version=3)
+    rollout.lora.adapter, rollout.lora.load = old_adapter, lambda *a: False  # never arrives: the old adapter is what it reports
+    with pytest.raises(StaleWeightsError, match=r"\(its LoRA adapter of weight version 4\) kept stale"):
+        load_adapter_verified(rollout, newer, peft_config, actor.sample_weights, engine_name="hf", version=4)
+    rollout.lora.load = real_load
+    assert load_adapter_verified(rollout, newer, peft_config, actor.sample_weights, engine_name="hf", version=5) == len(newer)
+
+    # share_weights: the engine adopts the trainer's tensors; the merge must give the weight storage of its own
+    shared = HFRolloutEngine(attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, engine_kwargs={"share_weights": True})), CPU)
+    load_verified(shared, actor.named_base_weights(), None, engine_name="hf", version=0)
+    load_adapter_verified(shared, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
+    assert all(torch.equal(p, before[k]) for k, p in bases.items())

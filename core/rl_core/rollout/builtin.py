@@ -47,6 +47,7 @@ HF_ROLLOUT = RolloutCard(
     max_tp=1,
     weight_formats={"hf"},
     logprobs=True,
+    lora_adapters=True,  # adapters merged in place into the targeted weights each sync (rl_core.rollout.lora_merge)
     engine="transformers",
     engine_versions=">=4.56",
     checks=(check_hf_engine_kwargs,),

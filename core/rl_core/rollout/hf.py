@@ -33,7 +33,9 @@ included in ``response_mask`` and everything after it is the pad token.
 Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each incoming
 tensor into the existing parameter (``copy_`` converts dtype / device in one
 step, no intermediate tensor); a tensor that already *is* the parameter's
-storage is skipped. With ``rollout.engine_kwargs={"share_weights": True}``
+storage is skipped. LoRA (``rollout.lora_sync`` auto / adapter): the frozen base
+arrives once, then :meth:`HFRolloutEngine.load_adapter` merges each sync's adapters
+in place into the targeted weights (:mod:`rl_core.rollout.lora_merge`). With ``rollout.engine_kwargs={"share_weights": True}``
 on a colocated single process, an incoming tensor of the same device and
 dtype is adopted instead of copied (zero-copy: the engine then reads the
 trainer's live parameters, so it always generates with the latest weights;
@@ -86,6 +88,7 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
+from rl_core.rollout.lora_merge import InPlaceLora
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
@@ -131,6 +134,8 @@ class HFRolloutEngine:
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
         self.static = self._static_decoder(config.rollout.engine_kwargs)
+        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl_core.rollout.lora_merge)
+        self.lora = InPlaceLora() if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
     def _static_decoder(self, kwargs) -> StaticDecoder | None:
         wanted = kwargs.get("static_decode", None)
@@ -337,6 +342,8 @@ class HFRolloutEngine:
             if tuple(src.shape) != tuple(dst.shape):
                 raise ValueError(f"load_weights: weight {name!r} has shape {tuple(src.shape)} but the rollout model's is {tuple(dst.shape)}")
             written.add(id(dst))
+            if self.lora is not None:
+                self.lora.remember(name, src, dst)
             if src.data_ptr() == dst.data_ptr() and src.dtype == dst.dtype and src.device == dst.device:
                 continue
             if self.share_weights and src.device == dst.device and src.dtype == dst.dtype and src.is_contiguous():
@@ -352,14 +359,34 @@ class HFRolloutEngine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def load_adapter(self, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], version: int) -> None:
+        """LoRA adapters (peft names, ``lora_A`` / ``lora_B``) merged in place into the targeted weights, on top of
+        the base :meth:`load_weights` got once (:mod:`rl_core.rollout.lora_merge`)."""
+        if self.lora is None:
+            raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync (model.lora_rank=0 or rollout.lora_sync=merged)")
+        if self._offloaded:
+            self.wake_up()
+        if self.lora.load(self.model.state_dict(keep_vars=True), tensors, peft_config, version) and self.static is not None:
+            self.static.reset()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def merged_weights(self) -> dict[str, int]:
+        """The weights the last :meth:`load_adapter` merged into (HF names -> sizes), for the sync check."""
+        return self.lora.merged_numels() if self.lora is not None else {}
+
     @torch.no_grad()
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The elements at flat ``positions`` of each named weight as this engine holds them (rl_core.weight_sync_check)."""
+        """The elements at flat ``positions`` of each named weight as this engine holds them (rl_core.weight_sync_check);
+        with LoRA adapter sync also the adapters it merged (peft names)."""
         from rl_core.weight_sync_check import sample_state
 
         if self._offloaded:
             self.wake_up()
-        return sample_state(self.model.state_dict(keep_vars=True).items(), positions)
+        held = self.model.state_dict(keep_vars=True)
+        if self.lora is not None:
+            held = {**held, **self.lora.adapter}
+        return sample_state(held.items(), positions)
 
     # ------------------------------------------------------------- memory
     def sleep(self) -> None:
@@ -373,6 +400,8 @@ class HFRolloutEngine:
         if keeps_through_sleep(self.held_bytes(), torch.cuda.get_device_properties(self.device).total_memory, self.sleep_threshold):
             return
         self.model.to("cpu")
+        if self.lora is not None:
+            self.lora.to("cpu")
         self._offloaded = True
         if self.static is not None:  # its graphs and caches point at device memory being released
             self.static.reset()
@@ -388,6 +417,8 @@ class HFRolloutEngine:
         if not self._offloaded:
             return
         self.model.to(self.device)
+        if self.lora is not None:
+            self.lora.to(self.device)
         self._offloaded = False
         if self.static is not None:
             self.static.reset()
