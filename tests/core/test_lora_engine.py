@@ -318,6 +318,16 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
         assert rollout.lora.bases[key].data_ptr() == p.data_ptr() and torch.equal(p, before[key])
         assert held[key].data_ptr() != p.data_ptr() and not torch.equal(held[key], p)
     assert not rollout.lora.owned
+    # sleep on a GPU: the merged weights and the trainer's frozen others are freed (nothing copied to the host) and
+    # rebuilt / pointed at again at wake-up (the engine calls these two around model.to)
+    params = rollout.model.state_dict(keep_vars=True)
+    snapshot = {k: v.detach().clone() for k, v in params.items()}
+    assert rollout.lora.release(params) > len(bases) and all(params[k].numel() == 0 for k in bases)
+    rollout.lora.restore(params, rollout.device)
+    after = rollout.model.state_dict()
+    assert all(torch.equal(after[k], snapshot[k]) for k in snapshot)
+    embed = dict(actor.model.named_parameters())["base_model.model.model.embed_tokens.weight"]
+    assert after["model.embed_tokens.weight"].data_ptr() == embed.data_ptr()  # the trainer's own tensor: no copy
 
     actor.update(step)
     newer, _ = actor.lora_adapter()

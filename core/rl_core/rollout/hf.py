@@ -65,7 +65,8 @@ rounded up to ``decode_chunk``, with one captured graph per such capacity
 Stop strings use the plain loop.
 
 Sleep (``rollout.enable_sleep``, between rollouts on a GPU): the weights go to host
-memory and the caches are dropped, unless together they hold at most
+memory (with LoRA adapter sync the merged weights and those that are the trainer's frozen tensors are
+freed instead, and rebuilt / pointed at again at wake-up: no copy either way) and the caches are dropped, unless together they hold at most
 ``engine_kwargs.sleep_threshold`` of the device's memory (default 0.1;
 :mod:`rl_core.rollout.sleep_policy`).
 """
@@ -399,12 +400,13 @@ class HFRolloutEngine:
             return
         if keeps_through_sleep(self.held_bytes(), torch.cuda.get_device_properties(self.device).total_memory, self.sleep_threshold):
             return
-        self.model.to("cpu")
-        if self.lora is not None:
+        if self.static is not None:  # its graphs, caches and packed projections point at device memory being released
+            self.static.release()
+        if self.lora is not None:  # LoRA: the merged weights are rebuilt at wake-up, the trainer's frozen ones pointed at
+            self.lora.release(self.model.state_dict(keep_vars=True))
             self.lora.to("cpu")
+        self.model.to("cpu")
         self._offloaded = True
-        if self.static is not None:  # its graphs and caches point at device memory being released
-            self.static.reset()
         torch.cuda.empty_cache()
 
     def held_bytes(self) -> int:
@@ -419,6 +421,7 @@ class HFRolloutEngine:
         self.model.to(self.device)
         if self.lora is not None:
             self.lora.to(self.device)
+            self.lora.restore(self.model.state_dict(keep_vars=True), self.device)
         self._offloaded = False
         if self.static is not None:
             self.static.reset()

@@ -5,7 +5,8 @@ sync then rewrites only the LoRA-targeted weights of the rollout's model, one GE
 ``W_rollout = W_base + scale * B @ A`` (``torch.addmm`` into the parameter's storage: no float32 copy of any
 weight, no per-element Python work; the static decoder's packed q / k / v slices and captured graphs keep
 reading the same storage). ``A`` and ``B`` are cast to the rollout's dtype first, as the trainer's own
-mixed-precision forward casts them.
+mixed-precision forward casts them. On a CPU a 16-bit weight is merged through one float32 temporary (16-bit
+GEMMs there measured ~10x slower than float32 on 2 cores without bf16 units): the same sums, one rounding.
 
 ``W_base`` is the tensor the base sync sent when it already has the parameter's device and dtype (the
 trainer's frozen base itself: nothing is copied or kept twice); otherwise a copy of the parameter taken
@@ -33,6 +34,8 @@ class InPlaceLora:
         self.bases: dict[str, torch.Tensor] = {}  # HF weight name -> the frozen base weight
         self.adapter: dict[str, torch.Tensor] = {}  # peft name -> the tensor merged (rollout dtype / device)
         self.targets: dict[str, int] = {}  # HF weight names merged -> numel
+        self.shapes: dict[str, tuple[int, ...]] = {}  # and their shapes
+        self.scale = 1.0
         self.version: int | None = None
         self.owned: set[str] = set()  # bases this object copied (the others are the trainer's tensors)
 
@@ -72,11 +75,43 @@ class InPlaceLora:
             elif base.data_ptr() == dst.data_ptr():  # the rollout adopted the trainer's tensor (share_weights): never write into it
                 dst.data = torch.empty_like(base)
                 moved = True
-            torch.addmm(base, b, a, alpha=scale, out=dst.data)
+            if dst.device.type == "cpu" and dst.dtype != torch.float32:  # CPUs without 16-bit GEMM units: ~10x slower than float32
+                dst.data.copy_(torch.addmm(base.float(), b.float(), a.float(), alpha=scale))  # the same sums, one rounding
+            else:
+                torch.addmm(base, b, a, alpha=scale, out=dst.data)
             held[a_name], held[b_name] = a, b
             targets[key] = dst.numel()
-        self.adapter, self.targets, self.version = held, targets, version
+            self.shapes[key] = tuple(dst.shape)
+        self.adapter, self.targets, self.version, self.scale = held, targets, version, scale
         return moved
+
+    def release(self, params: dict[str, torch.Tensor]) -> int:
+        """Sleep: free the weights this object can rebuild (the merged ones; those that are the trainer's frozen
+        tensors) instead of copying them to host memory. The number of weights freed; :meth:`restore` undoes it."""
+        n = 0
+        for key in [*self.targets, *self._borrowed_plain()]:
+            p = params[key]
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+            n += 1
+        return n
+
+    @torch.no_grad()
+    def restore(self, params: dict[str, torch.Tensor], device: torch.device) -> None:
+        """Wake-up: the trainer's frozen tensors back in place (no copy), the merged weights rebuilt from the base
+        and the adapters held (one GEMM each, on ``device``)."""
+        for key in self._borrowed_plain():
+            if params[key].numel() == 0:
+                params[key].data = self.bases[key]
+        if not self.targets:
+            return
+        for key, shape in self.shapes.items():
+            if key in self.targets and params[key].numel() == 0:
+                params[key].data = torch.empty(shape, dtype=params[key].dtype, device=device)
+        self.load(params, self.adapter, {"r": 1, "lora_alpha": self.scale}, self.version)
+
+    def _borrowed_plain(self) -> list[str]:
+        """Weights that are not merged and whose base is the trainer's tensor (the rollout can point at it)."""
+        return [k for k in self.bases if k not in self.owned and k not in self.targets]
 
     def to(self, device: torch.device | str) -> None:
         """Sleep / wake-up: the copies this object owns follow the model (the trainer's tensors stay where they are)."""

@@ -150,6 +150,12 @@ class StaticDecoder:
         self._caches.clear()
         self._pool = None
 
+    def release(self) -> None:
+        """Sleep: :meth:`reset`, and the packed projections dropped too (they hold device memory of their own once
+        the parameters have moved: the q / k / v and gate / up weights would stay on the device)."""
+        self.reset()
+        self._packs = None
+
     def _ensure_packed(self) -> None:
         """Pack the projections, again if something gave them new storage (then the graphs read stale memory)."""
         if not self.pack:
