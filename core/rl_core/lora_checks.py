@@ -162,9 +162,51 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
                     why="no batch size makes it fit", fix="; or ".join(fits) + "; or more GPUs (trainer.n_gpus_per_node)")]
 
 
-PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems))
+def host_memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
+    """A GPU run whose host-memory estimate (rl_core.memory_host: offloaded state, the model load, the rollout
+    asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
+    ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
+    for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
+    from rl_core.config.normalize import normalize
+    from rl_core.memory import GB, device_memory, model_shape
+    from rl_core.memory_host import host_estimate, host_ram
+
+    if config.trainer.device == "cpu":
+        return []
+    if available is None:
+        if device_memory("cuda") is None:  # no GPU here: the config is for another machine (--target ...,ram= checks it)
+            return []
+        available = host_ram()
+    config, sizes, _ = normalize(config)
+    shape = model_shape(config.model.path, config.model.override_config)
+    if sizes is None or sizes.device == "cpu" or shape is None or available is None:
+        return []
+    est = host_estimate(config, shape, world_size=sizes.world_size, available=available)
+    if est.fits is not False:
+        return []
+    f = config.actor.fsdp_config
+    switches = [f"actor.fsdp_config.{k}" for k in ("optimizer_offload", "param_offload", "offload_policy") if getattr(f, k, False)]
+    fixes = []
+    if config.model.lora_rank == 0:
+        import attrs
+
+        alt = attrs.evolve(config, model=attrs.evolve(config.model, lora_rank=32, lora_alpha=64.0, target_modules="all-linear"))
+        fixes.append(f"LoRA (model.lora_rank=32 model.lora_alpha=64: host peak {host_estimate(alt, shape, world_size=sizes.world_size).peak / GB:.0f} GiB)")
+    if switches:
+        fixes.append(f"{' / '.join(f'{k}=false' for k in switches)} if the GPU holds the state (see the device estimate)")
+    if config.rollout.enable_sleep:
+        fixes.append("rollout.enable_sleep=false (the rollout keeps its weights on the GPU)")
+    fixes.append(f"a node with at least {est.peak / GB:.0f} GiB of RAM")
+    biggest = max(est.terms, key=est.terms.get)
+    return [Problem(key=switches[0] if switches else "trainer.n_gpus_per_node",
+                    what=f"the run needs about {est.peak / GB:.0f} GiB of host memory per node (largest: {biggest}, {est.terms[biggest] / GB:.0f} GiB) "
+                         f"but the node has {available / GB:.0f} GiB of RAM",
+                    why="the host's OOM killer would end the run partway (rl_core.memory_host)", fix="; or ".join(fixes))]
+
+
+PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems), ("values", host_memory_problems))
 
 
 def lora_and_offload_problems(config: Any, registry: Any = None) -> list[Problem]:
     """Both probes (what :func:`rl_core.preflight.world_problems` runs)."""
-    return lora_problems(config, registry) + offload_problems(config, registry) + memory_problems(config, registry)
+    return lora_problems(config, registry) + offload_problems(config, registry) + memory_problems(config, registry) + host_memory_problems(config, registry)

@@ -73,7 +73,7 @@ ALLOWED = {
 ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("memory.py", "rewards/classifier.py", "rewards/model_role.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
 ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
-                ("lora_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_lora.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
+                ("lora_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_lora.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_host.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # whole files: verl's key names and values, which the migration layer translates (docs/migrating-from-verl.md)
 # actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
 ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
@@ -131,7 +131,7 @@ LAYERS = [
      "user_paths", "weight_sync_check", "console", "lora", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io"},
     {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
     {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs"},
-    {"rollout", "agent", "rewards", "memory", "memory_lora", "lora_checks", "train_engine"},
+    {"rollout", "agent", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},
     {"preflight", "resolver", "check_probes", "check_all"},
     {"worker", "cluster", "placement", "trainer", "async_rl"},
     {"cli", "testing", "__main__"},

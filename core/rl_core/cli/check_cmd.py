@@ -50,7 +50,8 @@ def add_parser(sub) -> None:
              "not installed here are warnings (everything else is checked)",
     )
     p.add_argument("--target", metavar="MACHINE",
-                   help="check for another machine, e.g. gpu:8x80GB (8 GPUs of 80 GB per node): its device and GPUs per node "
+                   help="check for another machine, e.g. gpu:8x80GB (8 GPUs of 80 GB per node), gpu:1x80GB,ram=128GB (and the "
+                        "node's RAM, checked against the host-memory estimate): its device and GPUs per node "
                         "instead of this machine's (implies --skip-device-check)")
     p.set_defaults(func=run)
 
@@ -90,6 +91,12 @@ def print_memory(stack, out=None) -> None:
         return
     for line in est.lines():
         print(line, file=out)
+    if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.memory_host
+        from rl_core.memory_host import host_estimate, host_ram
+
+        here = host_ram() if est.available is not None else None  # this machine's RAM only when the GPU is this machine's
+        for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here).lines():
+            print(line, file=out)
     if est.fits is False:
         print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GiB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
 

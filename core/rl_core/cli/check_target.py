@@ -23,20 +23,29 @@ class Target:
     device: str  # "cuda" or "cpu"
     per_node: int | None  # GPUs (processes) per node, None: not said
     memory_gib: float | None
+    ram_gib: float | None = None  # the node's host memory (``,ram=128GB``): checked against rl_core.memory_host
 
     def describe(self) -> str:
         gpus = f"{self.per_node} x " if self.per_node else ""
         mem = f" {self.memory_gib:g} GiB" if self.memory_gib else ""
-        return f"{gpus}{self.device}{mem}"
+        ram = f", {self.ram_gib:g} GiB RAM" if self.ram_gib else ""
+        return f"{gpus}{self.device}{mem}{ram}"
+
+
+_RAM = re.compile(r"^ram=(\d+(?:\.\d+)?)(?:gb|gib)?$", re.IGNORECASE)
 
 
 def parse_target(text: str) -> Target | Problem:
-    """``gpu:8x80GB`` -> Target("cuda", 8, 80.0); ``gpu`` -> any number of GPUs; ``cpu:4``."""
-    m = _TARGET.match(text.strip().replace(" ", ""))
-    if m is None:
-        return Problem(key="--target", what=f"{text!r} is not a machine description", fix="write e.g. --target gpu:8x80GB (8 GPUs of 80 GB per node), gpu:1, or cpu:4")
+    """``gpu:8x80GB`` -> Target("cuda", 8, 80.0); ``gpu`` -> any number of GPUs; ``cpu:4``; ``gpu:1x80GB,ram=128GB``
+    adds the node's RAM."""
+    main, _, extra = text.strip().replace(" ", "").partition(",")
+    m = _TARGET.match(main)
+    r = _RAM.match(extra) if extra else None
+    if m is None or (extra and r is None):
+        return Problem(key="--target", what=f"{text!r} is not a machine description",
+                       fix="write e.g. --target gpu:8x80GB (8 GPUs of 80 GB per node), gpu:1x80GB,ram=128GB (with the node's RAM), gpu:1, or cpu:4")
     kind, n, mem = m.groups()
-    return Target("cpu" if kind.lower() == "cpu" else "cuda", int(n) if n else None, float(mem) if mem else None)
+    return Target("cpu" if kind.lower() == "cpu" else "cuda", int(n) if n else None, float(mem) if mem else None, float(r.group(1)) if r else None)
 
 
 def target_overrides(target: Target) -> list[str]:
@@ -52,6 +61,10 @@ def target_problems(config, target: Target | None) -> list[Problem]:
         out.append(Problem(key="trainer.n_gpus_per_node", what=f"is {t.n_gpus_per_node} but the target {target.describe()} has {target.per_node} per node",
                            fix=f"set trainer.n_gpus_per_node to at most {target.per_node}, or use more nodes (trainer.nnodes with trainer.placement=ray)"))
     out.extend(node_problems(config))
+    if target is not None and target.ram_gib and target.device == "cuda":
+        from rl_core.lora_checks import host_memory_problems
+
+        out.extend(host_memory_problems(config, available=target.ram_gib * 2**30))
     return out
 
 

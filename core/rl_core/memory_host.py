@@ -1,0 +1,124 @@
+"""Host (CPU) memory of a GPU run, per node: what CPU offload, sleep and the model load keep in RAM (issue #32).
+
+The device estimate (:mod:`rl_core.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
+was ended by the host's OOM killer (125 GiB) with nothing predicting it. Bytes per node, ``P`` parameters, ``c``
+bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on the node (``trainer.n_gpus_per_node``),
+``S`` ranks sharing the train states:
+
+- process runtime: ``HOST_RUNTIME_GB`` per process (python, torch, the CUDA libraries);
+- the model load: each process builds its train model on the host first (float32 for a full fine-tune, the
+  compute dtype under LoRA), then moves it to its GPU: ``k * 4P`` (``k * cP``) for a moment, before anything below;
+- ``param_offload`` on one GPU: the parameters in pinned host buffers, ``4P`` (LoRA: ``cP`` + ``4A``);
+- ``optimizer_offload`` on one GPU: AdamW's two moments in pinned host buffers, ``8P`` (LoRA: ``8A``);
+- sharded (any offload switch on several ranks: the train backend keeps each shard on the host): parameters, gradients and AdamW state of
+  each rank's shard on the host, ``16P / S`` per process;
+- pinned buffers come from 1 GiB segments (:class:`rl_core.train_engine.offload.HostArena`): up to one segment
+  per kind (parameters, optimizer state) and process is counted as slack;
+- the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
+  host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.rollout.lora_merge`).
+
+The peak is the larger of the load (runtime + load) and training (runtime + the rest).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+GB = 2**30
+HOST_RUNTIME_GB = 4.0  # a GPU process's own resident memory (python, torch, CUDA libraries, tokenizer, data)
+SEGMENT_GB = 1.0  # rl_core.train_engine.offload.SEGMENT_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class HostEstimate:
+    terms: dict[str, float]  # bytes per node, held through training
+    load: float  # bytes per node while the models are built on the host
+    available: float | None  # the node's RAM
+
+    @property
+    def peak(self) -> float:
+        return max(self.load, self.terms_total)
+
+    @property
+    def terms_total(self) -> float:
+        return sum(self.terms.values())
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.available is None else self.peak <= self.available
+
+    def lines(self) -> list[str]:
+        g = lambda b: f"{b / GB:6.2f} GiB"  # noqa: E731
+        out = ["host memory estimate, per node:"]
+        out += [f"  {k:<58} {g(v)}" for k, v in self.terms.items() if v]
+        out += [f"  peak while loading the model(s) on the host              {g(self.load)}",
+                f"  peak while training                                        {g(self.terms_total)}"]
+        if self.available is not None:
+            out.append(f"  peak {self.peak / GB:.2f} GiB vs {self.available / GB:.1f} GiB RAM: {'fits' if self.fits else 'does NOT fit'}")
+        return out
+
+
+def host_ram() -> float | None:
+    """This machine's RAM in bytes (``MemTotal`` of /proc/meminfo; sysconf elsewhere)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: float | None = None) -> HostEstimate:
+    """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.memory.ModelShape`)."""
+    from rl_core.memory import DTYPE_BYTES
+    from rl_core.memory_lora import adapter_params
+
+    m, t = config.model, config.trainer
+    P = shape.params
+    c = DTYPE_BYTES.get(m.dtype, 4)
+    k = max(1, int(getattr(t, "n_gpus_per_node", 1) or 1))
+    S = max(1, int(world_size))
+    lora = m.lora_rank > 0
+    A = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules) if lora else 0
+    f = config.actor.fsdp_config
+    policy = bool(getattr(f, "offload_policy", False))
+    param_off, optim_off = bool(f.param_offload) or policy, bool(f.optimizer_offload) or policy
+    terms: dict[str, float] = {"process runtime (python, torch, CUDA libraries)": k * HOST_RUNTIME_GB * GB}
+    if S > 1 and (param_off or optim_off):
+        per = (c * P + 16 * A) / S if lora else 16 * P / S
+        terms["actor shard on the host (sharded offload: parameters, gradients, AdamW)"] = k * per
+    else:
+        if param_off:
+            terms["actor parameters, pinned (param_offload)"] = k * ((c * P + 4 * A) if lora else 4 * P)
+        if optim_off:
+            terms["actor AdamW state, pinned (optimizer_offload)"] = k * (8 * A if lora else 8 * P)
+        slack = (param_off + optim_off) * SEGMENT_GB * GB
+        if slack:
+            terms["pinned segments' unused tails (at most)"] = k * slack
+    if _rollout_sleeps_to_host(config, shape, c, lora):
+        terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
+    load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
+    return HostEstimate(terms=terms, load=load, available=available)
+
+
+def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool:
+    """The hf rollout moves its weights to the host while the trainer works (not kept through sleep; not LoRA adapter sync)."""
+    r = config.rollout
+    if r.name != "hf" or not r.enable_sleep:
+        return False
+    if lora and r.lora_sync != "merged":
+        return False
+    from rl_core.memory import device_memory
+    from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
+
+    total = device_memory("cuda")
+    return total is None or not keeps_through_sleep(c * shape.params, total, threshold_of(r.engine_kwargs))
