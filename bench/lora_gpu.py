@@ -12,10 +12,12 @@ checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the ot
 - ``rlcore_lora``: ``bench/reference/grpo_reference.yaml`` (the same workload: hf rollout, coin reward, lr 1e-6)
   with ``model.lora_rank=32 lora_alpha=64 target_modules=all-linear``, gradient checkpointing, ``--steps`` steps;
 - ``trl_lora``: ``bench/reference/trl_grpo.py --lora-rank 32`` on the same folder and data (under ``--trl-python``);
+- ``rlcore_lora_merged``: ``rlcore_lora`` with ``rollout.lora_sync=merged`` (every weight merged and copied each
+  sync: the path before the in-place adapter merge, for a side-by-side sync time);
 - ``rlcore_offload``: the full fine-tune (no LoRA) with ``actor.fsdp_config.param_offload=true optimizer_offload=true``,
   3 steps.
 
-Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
+The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
 (``perf/max_memory_allocated_gb``) are reported next to the estimate of ``rl_core.memory`` for the same config
 (what ``rlcore check`` prints), as ``OUT/results.json`` and ``OUT/README.md``. Acceptance: the LoRA step at most
 1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
@@ -68,7 +70,7 @@ def make_model(base: Path | None, out: Path, tiny: bool) -> Path:
 
 def overrides(args, model: Path, run_dir: Path, extra: list[str], steps: int) -> list[str]:
     common = [f"model.path={model}", f"trainer.output_dir={run_dir}", f"trainer.total_training_steps={steps}",
-              "model.enable_gradient_checkpointing=true", "model.compile=false", "trainer.loggers=[jsonl]"]
+              "model.enable_gradient_checkpointing=true", f"model.compile={'true' if args.compile else 'false'}", "trainer.loggers=[jsonl]"]
     if args.tiny:
         common += ["trainer.device=cpu", "model.dtype=float32", f"data.train_files=[{ROOT / 'tests/fixtures/data/tiny_gsm8k.jsonl'}]",
                    "data.max_response_length=16", "data.max_prompt_length=64", "rollout.n=2", "data.train_batch_size=2",
@@ -89,7 +91,13 @@ def estimate_gib(ov: list[str]) -> dict:
     est = estimate(config, sizes) if sizes is not None else None
     if est is None:
         return {"peak_gib": None}
-    return {"peak_gib": est.peak / 2**30, "lines": est.lines()}
+    out = {"peak_gib": est.peak / 2**30, "lines": est.lines()}
+    if est.device != "cpu":  # host memory (offload, sleep, the model load): rl_core.memory_host
+        from rl_core.memory_host import host_estimate, host_ram
+
+        host = host_estimate(config, est.shape, world_size=sizes.world_size, available=host_ram())
+        out.update(host_peak_gib=host.peak / 2**30, lines=out["lines"] + host.lines())
+    return out
 
 
 def _call(cmd: list[str], log: Path, timeout: float) -> int | str:
@@ -118,7 +126,9 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> di
     if rows:
         shutil.copy(run_dir / "metrics.jsonl", Path(args.out) / f"{name}.metrics.jsonl")
     est = estimate_gib([o for o in ov if not o.startswith("trainer.output_dir")])
-    return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s,
+    stages = {k: [r[k] for r in rows if k in r] for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")}
+    return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s, "estimate_host_peak_gib": est.get("host_peak_gib"),
+            "median_stage_s": {k: statistics.median(v[1:] or v) for k, v in stages.items() if v},
             "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
             "peak_gib": max(peaks) if peaks else None, "estimate_peak_gib": est["peak_gib"], "estimate": est.get("lines"),
             "wall_s": time.time() - start, "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
@@ -138,11 +148,15 @@ def run_trl(args, model: Path) -> dict:
 def report(results: dict, out: Path) -> None:
     lines = ["# Issue #32 on one GPU: rl-core LoRA vs TRL + peft (7B anchor), 7B full fine-tune with offload", "",
              f"{results['when']}; device {results['device']}; `python bench/lora_gpu.py {' '.join(results['argv'])}`", "",
-             "| run | exit | steps | median step (s) | peak GiB | estimate GiB | peak / estimate |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| run | exit | steps | median step (s) | gen / update / sync (s) | peak GiB | estimate GiB | peak / estimate | host estimate GiB |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for name, r in results["runs"].items():
         ratio = f"{r['peak_gib'] / r['estimate_peak_gib']:.2f}" if r.get("peak_gib") and r.get("estimate_peak_gib") else "-"
         fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else ("-" if v is None else str(v))  # noqa: E731
-        lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {fmt(r.get('peak_gib'))} | {fmt(r.get('estimate_peak_gib'))} | {ratio} |")
+        st = r.get("median_stage_s") or {}
+        stages = " / ".join(fmt(st.get(k)) for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")) if st else "-"
+        lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {stages} | {fmt(r.get('peak_gib'))} | "
+                     f"{fmt(r.get('estimate_peak_gib'))} | {ratio} | {fmt(r.get('estimate_host_peak_gib'))} |")
     lora, trl = results["runs"].get("rlcore_lora"), results["runs"].get("trl_lora")
     if lora and trl and lora["median_step_s"] and trl["median_step_s"]:
         lines += ["", f"rl-core LoRA step / TRL + peft step: **{lora['median_step_s'] / trl['median_step_s']:.2f}** (acceptance <= 0.33, goal 0.20)"]
@@ -160,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trl-python", default=sys.executable)
     ap.add_argument("--timeout", type=int, default=560, help="seconds per run (the device tool allows 10 min a command: one run per call)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke: a 2-layer model, the fixture data, 2 steps, no TRL")
+    ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                    help="model.compile for the rl-core runs (default on, as the reference workload runs; --no-compile: eager)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.tiny:
@@ -174,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {name}", flush=True)
         if name == "rlcore_lora":
             results["runs"][name] = run_rlcore(args, name, model, LORA, args.steps)
+        elif name == "rlcore_lora_merged":  # the sync before in-place adapter merging, in the same call
+            results["runs"][name] = run_rlcore(args, name, model, LORA + ["rollout.lora_sync=merged"], args.steps)
         elif name == "rlcore_offload":
             results["runs"][name] = run_rlcore(args, name, model, OFFLOAD, 3 if not args.tiny else 2)
         elif name == "trl_lora":
