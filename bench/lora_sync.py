@@ -5,12 +5,14 @@ GEMM per targeted weight into the rollout's own weights, ``rl_core.rollout.lora_
 Worker verifies them (``rl_core.weight_sync_check``); the verification's share is timed apart.
 
     python bench/lora_sync.py --shape 0.5b --layers 6 --out bench/lora_sync/cpu     # CPU (about 2 min here)
-    python bench/lora_sync.py --shape 7b --device cuda --out $OUT/lora_sync           # one GPU (about 2 min, ~45 GiB)
+    python bench/lora_sync.py --shape 7b --device cuda --out $OUT/lora_sync           # one GPU (2-4 min, ~45 GiB)
     python bench/lora_sync.py --tiny --out /tmp/lora_sync_tiny                        # smoke
 
 One actor (the fsdp backend's LoRA actor, r=32 alpha=64 all-linear, random weights in the compute dtype, the
 adapters moved off peft's zero start) and two hf rollouts (one per mode). Between syncs the adapters move (as an
-update would). Writes ``OUT/results.json`` and ``OUT/README.md``: seconds per sync (median of ``--syncs``), the
+update would). On a GPU each rollout is put to sleep before its sync, as the Worker does with
+``rollout.enable_sleep`` (the merged engine copies its weights to the host and back; the adapter engine frees and
+rebuilds them), unless ``--no-sleep``. Writes ``OUT/results.json`` and ``OUT/README.md``: seconds per sync (median of ``--syncs``), the
 ratio, and the largest difference between the two rollouts' weights (one rounding step of the dtype at most).
 """
 
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/lora_sync"))
     ap.add_argument("--tiny", action="store_true", help="smoke: the tiny shape, 2 syncs")
+    ap.add_argument("--sleep", action=argparse.BooleanOptionalAction, default=True,
+                    help="on a GPU, put each rollout to sleep before its sync, as the Worker does (the sync wakes it up)")
     args = ap.parse_args(argv)
     if args.tiny:
         args.shape, args.syncs = "tiny", 2
@@ -93,22 +97,35 @@ def main(argv: list[str] | None = None) -> int:
     device = ctx.torch_device
     cfg = default_config(model_dir)
     cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=32, lora_alpha=64.0, dtype=args.dtype, random_init=True),
-                       critic=attrs.evolve(cfg.critic, enable=False))
+                       critic=attrs.evolve(cfg.critic, enable=False), trainer=attrs.evolve(cfg.trainer, device=device.type))  # random weights drawn on the device
     merged_cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, lora_sync="merged"))
     actor = build_engine("actor", cfg, ctx)
     _move_adapters(actor, 0)
+    sleep = args.sleep and device.type == "cuda"  # the Worker puts the rollout to sleep after generating (rollout.enable_sleep)
+    if sleep:
+        cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, engine_kwargs={"sleep_threshold": 0}))  # always frees, as a 7B rollout does
+        merged_cfg = attrs.evolve(merged_cfg, rollout=attrs.evolve(merged_cfg.rollout, engine_kwargs={"sleep_threshold": 0}))
     rollout_m, rollout_a = HFRolloutEngine(merged_cfg, ctx), HFRolloutEngine(cfg, ctx)
+    load_verified(rollout_m, actor.named_weights(), None, engine_name="hf", version=0)
     base_s = _sync(lambda: load_verified(rollout_a, actor.named_base_weights(), None, engine_name="hf", version=0), device)
-    times: dict[str, list[float]] = {"merged": [], "adapter": [], "merged_unverified": [], "adapter_unverified": []}
+    times: dict[str, list[float]] = {k: [] for k in ("merged", "adapter", "merged_unverified", "adapter_unverified", "merged_sleep", "adapter_sleep")}
     for i in range(args.syncs):
         _move_adapters(actor, i + 1)
-        times["merged"].append(_sync(lambda: load_verified(rollout_m, actor.named_weights(), actor.sample_weights, engine_name="hf", version=i), device))
-        times["adapter"].append(_sync(lambda: load_adapter_verified(rollout_a, *actor.lora_adapter(), actor.sample_weights, engine_name="hf", version=i), device))
-        times["merged_unverified"].append(_sync(lambda: rollout_m.load_weights(actor.named_weights()), device))
-        times["adapter_unverified"].append(_sync(lambda: rollout_a.load_adapter(*actor.lora_adapter(), i), device))
+        for mode, engine, verified, plain in (
+            ("merged", rollout_m, lambda: load_verified(rollout_m, actor.named_weights(), actor.sample_weights, engine_name="hf", version=i),
+             lambda: rollout_m.load_weights(actor.named_weights())),
+            ("adapter", rollout_a, lambda: load_adapter_verified(rollout_a, *actor.lora_adapter(), actor.sample_weights, engine_name="hf", version=i),
+             lambda: rollout_a.load_adapter(*actor.lora_adapter(), i)),
+        ):
+            if sleep:  # the sync then wakes the engine up first (sleep timed apart: it is part of the generation stage)
+                times[f"{mode}_sleep"].append(_sync(engine.sleep, device))
+            times[mode].append(_sync(verified, device))
+            if sleep:
+                engine.sleep()
+            times[f"{mode}_unverified"].append(_sync(plain, device))
     held_m, held_a = rollout_m.model.state_dict(), rollout_a.model.state_dict()
     worst = max(float((held_m[k].float() - held_a[k].float()).abs().max() / held_m[k].float().abs().max().clamp_min(1e-12)) for k in held_m)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) if v else None for k, v in times.items()}
     params = sum(p.numel() for p in rollout_a.model.parameters())
     borrowed = sum(1 for k in rollout_a.lora.bases if k not in rollout_a.lora.owned)
     res = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": argv if argv is not None else sys.argv[1:],
@@ -123,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
              "| sync | median s (verified) | median s (load only) |", "|---|---:|---:|",
              f"| merged (every weight, every sync) | {med['merged']:.3f} | {med['merged_unverified']:.3f} |",
              f"| adapter, merged in place | {med['adapter']:.3f} | {med['adapter_unverified']:.3f} |", "",
+             *([f"with sleep before each sync (the sync includes the wake-up); the sleep itself: merged {med['merged_sleep']:.3f} s, "
+                f"adapter {med['adapter_sleep']:.3f} s", ""] if sleep else []),
              f"adapter / merged (verified): **{res['ratio_adapter_over_merged']:.3f}**; the base sent once at start-up: {base_s:.3f} s; "
              f"bases borrowed from the trainer (no copy): {borrowed}, copied: {len(rollout_a.lora.owned)}; "
              f"largest difference between the two rollouts' weights, relative to the tensor's largest element: {worst:.2e} (the adapters rounded to the rollout dtype before the GEMM, as the trainer's forward rounds them)"]
