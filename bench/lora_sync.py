@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         merged_cfg = attrs.evolve(merged_cfg, rollout=attrs.evolve(merged_cfg.rollout, engine_kwargs={"sleep_threshold": 0}))
     rollout_m, rollout_a = HFRolloutEngine(merged_cfg, ctx), HFRolloutEngine(cfg, ctx)
     load_verified(rollout_m, actor.named_weights(), None, engine_name="hf", version=0)
-    base_s = _sync(lambda: load_verified(rollout_a, actor.named_base_weights(), None, engine_name="hf", version=0), device)
+    base_s = _sync(lambda: load_verified(rollout_a, actor.named_base_weights(), None, engine_name="hf", version=0, load=rollout_a.load_base_weights), device)
     times: dict[str, list[float]] = {k: [] for k in ("merged", "adapter", "merged_unverified", "adapter_unverified", "merged_sleep", "adapter_sleep")}
     for i in range(args.syncs):
         _move_adapters(actor, i + 1)

@@ -136,13 +136,15 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
     return len(tap.values)
 
 
-def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trainer_sample=None, *, engine_name: str, version: int) -> int | None:
+def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trainer_sample=None, *, engine_name: str, version: int,
+                  load=None) -> int | None:
     """``engine.load_weights(weights)``, verified when the engine has ``sample_weights``: the engine holds what was
     sent (:func:`verify_sync`) and what was sent is the trainer's policy (:func:`verify_sent` with
     ``trainer_sample(positions)``, e.g. :meth:`rl_core.train_engine.engine.RoleEngine.sample_weights`; None: not
-    compared). The number of tensors verified, or None when the engine cannot be asked."""
+    compared). The number of tensors verified, or None when the engine cannot be asked. ``load``: the engine's
+    method that takes them (default ``engine.load_weights``; e.g. an engine's ``load_base_weights``)."""
     tap = WeightTap(weights) if hasattr(engine, "sample_weights") else None
-    engine.load_weights(weights if tap is None else tap)
+    (load or engine.load_weights)(weights if tap is None else tap)
     if tap is None:
         return None
     n = verify_sync(tap, engine, engine_name=engine_name, version=version)

@@ -116,7 +116,8 @@ class HybridWorker:
         name = self.stack.config.rollout.name
         if self._lora_sync == "adapter":  # LoRA through the engine's LoRA API: the frozen base once, then the adapters
             if not self._base_sent:
-                load_verified(self.rollout, self.actor.named_base_weights(), None, engine_name=name, version=self._weight_version)
+                load_verified(self.rollout, self.actor.named_base_weights(), None, engine_name=name, version=self._weight_version,
+                              load=getattr(self.rollout, "load_base_weights", None))  # an engine may keep the frozen base (hf)
                 self._base_sent = True
             tensors, peft_config = self.actor.lora_adapter()
             load_adapter_verified(self.rollout, tensors, peft_config, self.actor.sample_weights, engine_name=name, version=self._weight_version)

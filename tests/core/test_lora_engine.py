@@ -302,7 +302,7 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     actor = build_engine("actor", cfg, CPU)
     rollout = HFRolloutEngine(cfg, CPU)
     assert lora_sync_mode(cfg, rollout) == "adapter"
-    load_verified(rollout, actor.named_base_weights(), None, engine_name="hf", version=0)
+    load_verified(rollout, actor.named_base_weights(), None, engine_name="hf", version=0, load=rollout.load_base_weights)
     mask = step.tensors["response_mask"].bool()
     bases = {n.removeprefix("base_model.model.").replace(".base_layer", ""): p for n, p in actor.model.named_parameters() if n.endswith(".base_layer.weight")}
     before = {k: v.detach().clone() for k, v in bases.items()}
@@ -347,6 +347,12 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
 
     # share_weights: the engine adopts the trainer's tensors; the merge must give the weight storage of its own
     shared = HFRolloutEngine(attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, engine_kwargs={"share_weights": True})), CPU)
-    load_verified(shared, actor.named_base_weights(), None, engine_name="hf", version=0)
+    load_verified(shared, actor.named_base_weights(), None, engine_name="hf", version=0, load=shared.load_base_weights)
     load_adapter_verified(shared, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
     assert all(torch.equal(p, before[k]) for k, p in bases.items())
+    # weights that came by plain load_weights (a split-pool transfer, a merged sync) are never kept: the engine merges
+    # onto a copy of its own
+    own = HFRolloutEngine(cfg, CPU)
+    load_verified(own, actor.named_base_weights(), None, engine_name="hf", version=0)
+    load_adapter_verified(own, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
+    assert own.lora.owned == set(bases) and all(own.lora.bases[k].data_ptr() != p.data_ptr() for k, p in bases.items())

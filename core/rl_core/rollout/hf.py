@@ -321,12 +321,17 @@ class HFRolloutEngine:
 
     # ------------------------------------------------------------ weight sync
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_base_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """LoRA adapter sync: the trainer's frozen base, once. As :meth:`load_weights`, and the engine keeps the
+        tensors that have its device and dtype as the base it merges adapters onto (no copy: they are frozen)."""
+        self.load_weights(weights, keep_base=True)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], *, keep_base: bool = False) -> None:
         """Copy HF-named tensors into the existing parameters (see the module docstring).
 
         Every parameter must be provided once (tied weights: under either
         name). An unknown name or a wrong shape raises; tensors before it
-        have already been written.
+        have already been written. ``keep_base``: see :meth:`load_base_weights`.
         """
         if self._offloaded:
             self.wake_up()
@@ -344,7 +349,7 @@ class HFRolloutEngine:
                 raise ValueError(f"load_weights: weight {name!r} has shape {tuple(src.shape)} but the rollout model's is {tuple(dst.shape)}")
             written.add(id(dst))
             if self.lora is not None:
-                self.lora.remember(name, src, dst)
+                self.lora.remember(name, src if keep_base else None, dst)
             if src.data_ptr() == dst.data_ptr() and src.dtype == dst.dtype and src.device == dst.device:
                 continue
             if self.share_weights and src.device == dst.device and src.dtype == dst.dtype and src.is_contiguous():

@@ -8,9 +8,10 @@ reading the same storage). ``A`` and ``B`` are cast to the rollout's dtype first
 mixed-precision forward casts them. On a CPU a 16-bit weight is merged through one float32 temporary (16-bit
 GEMMs there measured ~10x slower than float32 on 2 cores without bf16 units): the same sums, one rounding.
 
-``W_base`` is the tensor the base sync sent when it already has the parameter's device and dtype (the
-trainer's frozen base itself: nothing is copied or kept twice); otherwise a copy of the parameter taken
-before the first merge (then the rollout holds the base twice for the targeted weights).
+``W_base`` is the tensor the base sync (``HFRolloutEngine.load_base_weights``) sent when it already has the
+parameter's device and dtype (the trainer's frozen base itself: nothing is copied or kept twice); otherwise a copy
+of the parameter taken before the first merge (then the rollout holds the base twice for the targeted weights).
+Tensors of any other ``load_weights`` (a split-pool transfer, a merged sync) are never kept.
 
 What the sync check (:mod:`rl_core.weight_sync_check`) asks of it: the adapters it merged (exactly as sent,
 in its dtype) and the merged weights (:meth:`InPlaceLora.merged_numels` names them; compared with the
@@ -39,9 +40,10 @@ class InPlaceLora:
         self.version: int | None = None
         self.owned: set[str] = set()  # bases this object copied (the others are the trainer's tensors)
 
-    def remember(self, name: str, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """The base sync wrote ``src`` into parameter ``dst``: keep ``src`` as the base when it can serve as one."""
-        if src.device == dst.device and src.dtype == dst.dtype and src.data_ptr() != dst.data_ptr():
+    def remember(self, name: str, src: torch.Tensor | None, dst: torch.Tensor) -> None:
+        """A sync wrote ``src`` into parameter ``dst``: keep ``src`` as the base when it can serve as one (None: a
+        sync of other weights than the frozen base; the parameter's own copy serves, taken at the next merge)."""
+        if src is not None and src.device == dst.device and src.dtype == dst.dtype and src.data_ptr() != dst.data_ptr():
             self.bases[name] = src.detach()
             self.owned.discard(name)
         else:  # the parameter itself holds the base until the first merge copies it (or it is the trainer's tensor)
