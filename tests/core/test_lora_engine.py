@@ -356,3 +356,20 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     load_verified(own, actor.named_base_weights(), None, engine_name="hf", version=0)
     load_adapter_verified(own, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
     assert own.lora.owned == set(bases) and all(own.lora.bases[k].data_ptr() != p.data_ptr() for k, p in bases.items())
+
+
+@pytest.mark.slow
+def test_lora_inside_compiled_decoder_layers_gives_the_same_update(model_dir, step):
+    """model.compile with LoRA: peft's adapter layers inside the torch.compiled decoder blocks (inductor on CPU; ~20 s,
+    most of it compiling): the same loss and the same adapters after one update as eager."""
+    from rl_core.modeling import decoder_layers
+
+    cfg = _cfg(model_dir)
+    eager = build_engine("actor", cfg, CPU)
+    compiled = build_engine("actor", attrs.evolve(cfg, model=attrs.evolve(cfg.model, compile=True)), CPU)
+    assert all(layer._compiled_call_impl is not None for layer in decoder_layers(compiled.model))
+    a, b = eager.update(step), compiled.update(step)
+    for key in ("loss", "grad_norm", "actor/pg_loss"):
+        assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
+    for (name, x), (_, y) in zip(_adapters(eager.model).items(), _adapters(compiled.model).items()):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=name)
