@@ -146,6 +146,7 @@ class FSDPBackend(TrainBackend):
         sp = int(getattr(config.actor, "ulysses_sequence_parallel_size", 1) or 1)
         self.seq_parallel = None
         self.packed = packing.packing_enabled(config, share_prompts=self.share_prompts and self.role != "critic") and packing.can_pack(model)
+        self.packed_by_default = self.packed and getattr(config.actor, "use_remove_padding", None) is None
         if sp > 1:
             if not packing.can_pack(model):
                 raise ValueError(
@@ -224,7 +225,7 @@ class FSDPBackend(TrainBackend):
     def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
-        if self.packed:
+        if self.packed and not packing.run_padded(x["attention_mask"], chosen_by_default=self.packed_by_default, sequence_parallel=self.seq_parallel is not None):
             heads = self._forward_packed(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
             if heads is not None:
                 return heads

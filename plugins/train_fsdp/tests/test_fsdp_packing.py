@@ -84,3 +84,34 @@ def test_segment_attention_paths_agree():
         packing.DENSE_MASK_MEAN_LEN = old
     torch.testing.assert_close(masked, per_call, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(per_call[:, :, :300], packing.segment_attention(q[:, :, :300], k[:, :, :300], v[:, :, :300], (300,), None))
+
+
+def test_default_packing_runs_dense_micro_batches_padded_on_a_gpu_without_varlen(monkeypatch):
+    """The layout choice only (both layouts are exact: the tests above): on CUDA without flash-attn, packing chosen
+    by default skips a micro-batch with little padding; forced packing, sequence parallelism and the CPU keep it."""
+    import torch
+
+    from rl_core.train_engine import packing
+
+    class CudaMask:  # what run_padded reads of a CUDA tensor, on this CPU machine
+        is_cuda = True
+
+        def __init__(self, real, padded):
+            self.t = torch.zeros(padded)
+            self.t[:real] = 1
+
+        def sum(self):
+            return self.t.sum()
+
+        def numel(self):
+            return self.t.numel()
+
+    monkeypatch.setattr(packing, "_flash_varlen", lambda: None)
+    dense, sparse = CudaMask(97, 100), CudaMask(25, 100)
+    assert packing.run_padded(dense, chosen_by_default=True, sequence_parallel=False)
+    assert not packing.run_padded(sparse, chosen_by_default=True, sequence_parallel=False)
+    assert not packing.run_padded(dense, chosen_by_default=False, sequence_parallel=False)  # use_remove_padding=true
+    assert not packing.run_padded(dense, chosen_by_default=True, sequence_parallel=True)  # Ulysses needs packed rows
+    assert not packing.run_padded(torch.ones(100), chosen_by_default=True, sequence_parallel=False)  # the CPU
+    monkeypatch.setattr(packing, "_flash_varlen", lambda: object())  # flash-attn's varlen kernel installed
+    assert not packing.run_padded(dense, chosen_by_default=True, sequence_parallel=False)
