@@ -17,7 +17,10 @@ bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on th
 - the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
   host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.rollout.lora_merge`).
 
-The peak is the larger of the load (runtime + load) and training (runtime + the rest).
+- the final model (``hf_final``): rank 0 gathers the float32 weights (LoRA: merged) on the host while writing them,
+  ``4P`` on top of the rest, except a full fine-tune with ``param_offload`` on one GPU (its host buffers are written).
+
+The peak is the larger of the load (runtime + load) and the end of training (everything above).
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ class HostEstimate:
     terms: dict[str, float]  # bytes per node, held through training
     load: float  # bytes per node while the models are built on the host
     available: float | None  # the node's RAM
+    export: float = 0.0  # the final model (hf_final) gathered on the host while it is written, on top of the terms
 
     @property
     def peak(self) -> float:
-        return max(self.load, self.terms_total)
+        return max(self.load, self.terms_total + self.export)
 
     @property
     def terms_total(self) -> float:
@@ -54,7 +58,8 @@ class HostEstimate:
         out = ["host memory estimate, per node:"]
         out += [f"  {k:<58} {g(v)}" for k, v in self.terms.items() if v]
         out += [f"  peak while loading the model(s) on the host              {g(self.load)}",
-                f"  peak while training                                        {g(self.terms_total)}"]
+                f"  peak while training                                        {g(self.terms_total)}",
+                f"  peak while writing the final model (hf_final, float32)     {g(self.terms_total + self.export)}"]
         if self.available is not None:
             out.append(f"  peak {self.peak / GB:.2f} GiB vs {self.available / GB:.1f} GiB RAM: {'fits' if self.fits else 'does NOT fit'}")
         return out
@@ -107,7 +112,9 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
     if _rollout_sleeps_to_host(config, shape, c, lora):
         terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
     load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
-    return HostEstimate(terms=terms, load=load, available=available)
+    # save_hf: rank 0 gathers the float32 weights (LoRA: merged) on the host; parameters already there are written as they are
+    export = 0.0 if (param_off and S == 1 and not lora) else 4 * P
+    return HostEstimate(terms=terms, load=load, available=available, export=export)
 
 
 def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool:

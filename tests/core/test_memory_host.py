@@ -27,7 +27,8 @@ def test_offload_terms_by_hand():
     est = host_estimate(_config(*both), SHAPE)
     assert est.terms == {"process runtime (python, torch, CUDA libraries)": RUNTIME, "actor parameters, pinned (param_offload)": 4 * 236,
                          "actor AdamW state, pinned (optimizer_offload)": 8 * 236, "pinned segments' unused tails (at most)": 2 * GB}
-    assert est.load == RUNTIME + 4 * 236 and est.peak == RUNTIME + 12 * 236 + 2 * GB
+    assert est.load == RUNTIME + 4 * 236 and est.peak == RUNTIME + 12 * 236 + 2 * GB and est.export == 0  # hf_final: the host buffers themselves
+    assert host_estimate(_config(both[1], both[2]), SHAPE).export == 4 * 236  # parameters on the GPU: gathered to the host to be written
     # two GPUs, sharded: FSDP2's CPUOffloadPolicy keeps each rank's shard of parameters, gradients and AdamW: 16P / 2 per process
     est = host_estimate(_config(*both, "trainer.n_gpus_per_node=2"), SHAPE, world_size=2)
     assert est.terms["actor shard on the host (sharded offload: parameters, gradients, AdamW)"] == 2 * 16 * 236 / 2
@@ -36,6 +37,7 @@ def test_offload_terms_by_hand():
     est = host_estimate(_config(*both, "model.lora_rank=2", "model.lora_alpha=4", "model.dtype=bfloat16"), SHAPE)
     assert est.terms["actor parameters, pinned (param_offload)"] == 2 * 236 + 4 * 128
     assert est.terms["actor AdamW state, pinned (optimizer_offload)"] == 8 * 128 and est.load == RUNTIME + 2 * 236
+    assert est.export == 4 * 236  # the merged float32 model
     # the hf rollout asleep holds its weights on the host (a full fine-tune; no GPU here: counted as not kept) ...
     sleeping = host_estimate(_config("model.dtype=bfloat16"), SHAPE)
     assert sleeping.terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] == 2 * 236

@@ -299,7 +299,7 @@ class FSDPBackend(TrainBackend):
         state: dict[str, torch.Tensor] = {}
         for name, t in self.named_weights():
             if self.rank == 0:
-                state[name] = t.detach().to("cpu", copy=True).contiguous()
+                state[name] = t.detach().to("cpu").contiguous()  # host tensors (param_offload, CPU runs) as they are: written now, not kept
         if self.rank == 0:
             write_hf_folder(Path(path), state, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config)
         sharding.barrier()
