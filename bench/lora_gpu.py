@@ -14,6 +14,8 @@ checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the ot
 - ``trl_lora``: ``bench/reference/trl_grpo.py --lora-rank 32`` on the same folder and data (under ``--trl-python``);
 - ``rlcore_lora_merged``: ``rlcore_lora`` with ``rollout.lora_sync=merged`` (every weight merged and copied each
   sync: the path before the in-place adapter merge, for a side-by-side sync time);
+- ``rlcore_lora_nosleep``: ``rlcore_lora`` with ``rollout.enable_sleep=false`` (the rollout keeps its merged weights,
+  packed projections and CUDA graphs between steps: what sleeping costs per step, at the memory it frees);
 - ``rlcore_offload``: the full fine-tune (no LoRA) with ``actor.fsdp_config.param_offload=true optimizer_offload=true``,
   3 steps.
 
@@ -192,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             results["runs"][name] = run_rlcore(args, name, model, LORA, args.steps)
         elif name == "rlcore_lora_merged":  # the sync before in-place adapter merging, in the same call
             results["runs"][name] = run_rlcore(args, name, model, LORA + ["rollout.lora_sync=merged"], args.steps)
+        elif name == "rlcore_lora_nosleep":  # the rollout keeps its weights and CUDA graphs between steps (no re-capture)
+            results["runs"][name] = run_rlcore(args, name, model, LORA + ["rollout.enable_sleep=false"], args.steps)
         elif name == "rlcore_offload":
             results["runs"][name] = run_rlcore(args, name, model, OFFLOAD, 3 if not args.tiny else 2)
         elif name == "trl_lora":
