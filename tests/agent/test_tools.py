@@ -181,3 +181,21 @@ def test_hung_sync_tool_calls_are_bounded():
     _wait_until(lambda: hung_calls("stuck") == 0)
     assert call(4).status != "hung" and 4 in started  # runs again once the hung calls returned
     _wait_until(lambda: hung_calls("stuck") == 0)
+
+
+def test_calls_to_tools_that_do_not_exist_share_one_counter():
+    """A model's made-up tool names (a number, a typo) are errors counted under "<unknown tool>", not one metric each."""
+    from types import SimpleNamespace
+
+    from rl_core.agent.loop import AgentHandle, AgentSample
+    from rl_core.agent.parsers import ToolCall
+    from rl_core.agent.runner import AgentStats
+
+    stats = AgentStats()
+    handle = AgentHandle(tokenizer=None, parser=None, tools={"calculator": tool_from_function(calculator)},
+                         config=SimpleNamespace(tool_timeout_s=5, max_hung_tool_calls=4), chat=None, eos_ids=[], generate=None, stats=stats)
+    calls = [ToolCall("108000", {}), ToolCall("algebra", {}), ToolCall("calculator", {"expression": "2 * 3"}), ToolCall("", error="bad JSON")]
+    results = asyncio.run(handle.call_tools(calls, AgentSample(index=0, prompt_ids=[], messages=[], budget=8)))
+    assert [r.status for r in results] == ["unknown_tool", "unknown_tool", "ok", "bad_arguments"]
+    assert stats.values["agent/tool_errors/<unknown tool>"] == 2 and stats.values["agent/tool_errors/<malformed>"] == 1
+    assert not any("108000" in k or "algebra" in k for k in stats.values) and stats.values["agent/tool_errors"] == 3

@@ -114,7 +114,9 @@ class AgentHandle:
 
         results = await asyncio.gather(*(one(c) for c in calls))
         for call, result in zip(calls, results):
-            self.stats.tool_result(call.name or "<malformed>", result)
+            # per-tool counters only under the names of tools that exist: a model's made-up names would each add a metric
+            name = "<malformed>" if not call.name else call.name if call.name in self.tools else "<unknown tool>"
+            self.stats.tool_result(name, result)
         return list(results)
 
 
