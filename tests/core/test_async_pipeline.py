@@ -107,6 +107,19 @@ def _pipeline(pools, max_staleness=1, on_stale="drop", overlap_sync=False):
     return p, loader
 
 
+def _run_members(member, bound_s=60):
+    """Run ``member(0)`` and ``member(1)`` (a transfer group's two ranks) in threads of this process; fail if one is
+    still running after ``bound_s``."""
+    import threading
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(bound_s)
+    assert not any(t.is_alive() for t in threads)
+
+
 def test_the_gate_admits_up_to_max_staleness_and_counts_the_rest():
     gate = StalenessGate(1, "drop")
     assert gate.verdict(3, 3) == USE and gate.verdict(2, 3) == USE
@@ -156,8 +169,6 @@ def test_an_overlapped_sync_is_received_with_the_next_generation_and_checked_bef
 
 def test_a_background_send_is_a_snapshot_and_arrives_exactly():
     """send_in_background copies the weights before it returns: changing them afterwards changes nothing sent."""
-    import threading
-
     from rl_core.async_rl.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
 
@@ -177,12 +188,7 @@ def test_a_background_send_is_a_snapshot_and_arrives_exactly():
             got.update(group.receive())
         group.close()
 
-    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
+    _run_members(member)
     assert counts["sent"][0] == 2 and all(torch.equal(got[k], want[k]) for k in want)
 
 
@@ -251,8 +257,6 @@ def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(where):
     """Two members of a gloo transfer group (threads of this process): many small buckets, mixed dtypes and shapes.
     One node: a FileStore in a private folder, loopback; several (Ray) nodes: a TCP store that the sender hosts on
     its node's address (here 127.0.0.1), each member's gloo device bound to its own node's address."""
-    import threading
-
     from rl_core.placement.rendezvous import Rendezvous
     from rl_core.async_rl.transfer import TransferGroup
 
@@ -275,12 +279,7 @@ def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(where):
             got.update(group.receive())
         group.close()
 
-    threads = [threading.Thread(target=member, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
+    _run_members(member)
     assert counts["sent"] == (4, sum(t.numel() * t.element_size() for _, t in sent))
     assert list(got) == [n for n, _ in sent]
     for name, tensor in sent:
