@@ -76,15 +76,8 @@ def run_env() -> dict[str, str]:
 
 
 def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written when the run was stopped
-            pass
-    return rows
+    """A run's metrics.jsonl so far (gpu_long.metric_rows: a line being written when the run was stopped is skipped)."""
+    return gpu_long().metric_rows(path)
 
 
 def train(name: str, config: Path, overrides: list[str], out_dir: Path, timeout_s: float, *, stop_after: int | None = None) -> dict:

@@ -91,16 +91,17 @@ class RolloutPipeline:
         """Send the actor's weights as policy ``version`` and check what every rollout worker holds; seconds."""
         start = time.perf_counter()
         self.drain()  # the rollout workers take one request at a time: a generation in flight finishes first
+        bucket_bytes = int(self.cfg.bucket_mb * 2**20)
         if self.overlap_sync:  # sent from a thread; received and checked with the next generation request
             try:
-                sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, int(self.cfg.bucket_mb * 2**20), True))
+                sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, bucket_bytes, True))
             except Exception as exc:
                 raise self._named(exc, "sync_weights") from None
             self._pending, self.version = (version, sent), version
             return time.perf_counter() - start
         receiving = self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,))
         try:
-            sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, int(self.cfg.bucket_mb * 2**20)))
+            sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, bucket_bytes))
         except Exception as exc:
             raise self._named(exc, "sync_weights") from None
         check_transfer(version, sent, receiving.result())
