@@ -103,16 +103,20 @@ def is_loopback(ip: str) -> bool:
 
 
 def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """``pid`` and every process below it."""
+    """``pid`` and every process below it (Linux ``/proc``; only ``pid`` where there is none)."""
     children: dict[int, list[int]] = {}
-    for entry in proc.iterdir():
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-        except OSError:
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):  # ended while being read
             continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry.name))
     out, todo = [], [pid]
     while todo:

@@ -39,12 +39,29 @@ from rl_core.placement.contract import Done, Pending, WorkerError, WorkerMethod,
 __all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env", "loopback_interface"]
 
 
+def _kill_with_its_children(proc) -> None:
+    """Kill a worker and every process below it.
+
+    A worker killed alone leaves its engine's processes (SGLang's scheduler, a child still starting) orphaned and
+    running: they keep the run's output pipe open and hold memory. The tree is read before the kill (an orphan is
+    re-parented and cannot be found from the worker afterwards)."""
+    from rl_core.placement.listeners import descendants
+
+    below = descendants(proc.pid)[1:] if proc.pid is not None else []
+    proc.kill()
+    proc.join(5)
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_at_exit(procs: list) -> None:
     """At interpreter exit: kill the workers of a cluster that was never closed (see LocalCluster's start)."""
     for proc in procs:
         if proc.is_alive():
-            proc.kill()
-            proc.join(5)
+            _kill_with_its_children(proc)
 
 
 def _killed_by(code: int | None) -> str:
@@ -60,12 +77,13 @@ def _killed_by(code: int | None) -> str:
     return f" (killed by {name})"
 
 
-def _end_own_children(grace_s: float = 5.0) -> None:
+def _end_own_children(grace_s: float = 2.0) -> None:
     """End the processes this worker started and left running (a rollout engine's scheduler / detokenizer).
 
     multiprocessing joins non-daemonic children at interpreter exit: a child that never ends on its own (SGLang's
     scheduler after a failed start, or after a shutdown that raised) would keep this worker, and the controller
-    joining it, waiting forever."""
+    joining it, waiting forever. A child that kept the worker's ignored SIGTERM (:func:`ignore_stop_signals` is
+    inherited) is killed after ``grace_s``."""
     import multiprocessing
 
     children = multiprocessing.active_children()
@@ -342,9 +360,8 @@ class LocalCluster:
                     pass
         for proc in self._procs:
             proc.join(timeout=0 if force else 10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
+            if proc.is_alive():  # a rank still ending its engine's processes is killed with them
+                _kill_with_its_children(proc)
         self._procs, self._conns = [], []
         if self._store_dir is not None:
             shutil.rmtree(self._store_dir, ignore_errors=True)
