@@ -78,7 +78,7 @@ def test_more_verl_keys_map_or_name_the_feature():
     assert load_config(None, [*MEG, f"{V}.actor.optim.lr_decay_style=linear"]).actor.optim.lr_scheduler == "linear"
     for override, words in {f"{V}.rollout.moe_tensor_parallel_size=2": "tensor parallelism of MoE layers",
                             "+data.min_response_length=4096": "a minimum response length",
-                            f"{V}.actor.engine.ep=8": "megatron-lite",
+                            f"{V}.actor.engine.no_such_knob=8": "megatron-lite",
                             "algorithm.rollout_correction.rollout_token_veto_threshold=1e-4": "vetoing a whole sequence"}.items():
         (p,) = _problems(override)
         assert p.key == override.split("=")[0] and words in p.what and "verl feature rl-core does not have" in p.what, (override, p.what)

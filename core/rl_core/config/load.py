@@ -29,6 +29,7 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
+from rl_core.config import verl_engines
 from rl_core.config.verl_profile import generated_batch, get_dotted, unset_defaults
 from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
@@ -384,6 +385,9 @@ def load_report(
         batch = generated_batch(tree)  # data.gen_batch_size without dynamic sampling: the step's batch, as in verl
         if batch is not None:
             problems.append(batch)
+    found, engine_defaults = verl_engines.apply(tree, tr, chosen)  # veomni / fsdp_turbo / mlite settings
+    problems += found
+    applied += engine_defaults
     config = structure(RunConfig, tree, "", problems)
     seen = {p.key for p in problems}
     problems.extend(p for p in check_config(config) if p.key not in seen)
@@ -448,8 +452,7 @@ def _ties(config: RunConfig, tr: Translation) -> list[Problem]:
         if target == "@world" and want in (-1, have):
             continue
         if isinstance(want, str) and target == "train.name":
-            want = {"fsdp2": "fsdp", "dp": "fsdp", "dp_actor": "fsdp", "dp_ref": "fsdp", "dp_critic": "fsdp",
-                    "megatron_actor": "megatron", "megatron_ref": "megatron", "megatron_critic": "megatron"}.get(want, want)
+            want = verl_engines.BACKEND_OF.get(want.lower(), want)
         if want is None or want == norm(have) or (isinstance(have, str) and str(want) == have):
             continue
         target = "the world size (trainer.nnodes x trainer.n_gpus_per_node)" if target == "@world" else target

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rl_core.config import verl_keys as vk
 from rl_core.config.load import VERL_KEYS, VERL_PREFIXES, config_to_dict
 from rl_core.config.schema import RunConfig
+from rl_core.config.verl_engines import PROFILE_DEFAULTS
 from rl_core.config.verl_profile import VERL_DEFAULTS, get_dotted
 
 HEAD = """# Migrating from verl
@@ -25,7 +26,9 @@ doc that covers it. No key is accepted and then silently ignored. Problems name 
 with rl-core's name beside it. A key not listed here and not one of rl-core's is "unknown": either a typo
 (a hint is given only when the spelling is very close) or a verl feature rl-core lacks.
 
-This file is generated from `core/rl_core/config/verl_keys.py` (`python -m rl_core.config.verl_doc`).
+This file is generated from `core/rl_core/config/verl_keys.py` and `verl_engines.py` (`python -m rl_core.config.verl_doc`).
+verl's other train engines are names for rl-core's backends: `veomni` and `fsdp_turbo` select the fsdp backend,
+`mlite` (Megatron Lite) the megatron backend, and their settings map by what they do (below).
 
 ## verl's defaults (the verl profile)
 
@@ -49,7 +52,7 @@ example scripts fare.
 """
 
 KIND = {vk.MAP: "mapped", vk.SAME: "accepted if", vk.ENGINE: "engine", vk.IGNORE: "ignored (warning)",
-        vk.REFUSE: "refused", vk.TIE: "must agree"}
+        vk.REFUSE: "refused", vk.TIE: "must agree", vk.ALIAS: "read as", vk.HOLD: "mapped"}
 
 
 def _esc(text: str) -> str:
@@ -71,7 +74,9 @@ def _row(rule: vk.Rule) -> str:
     elif rule.kind == vk.TIE:
         target = "the world size" if rule.target == "@world" else f"`{rule.target}`"
         what = f"equal to {target}: {rule.note}" + (" (a different value: warning)" if rule.soft else "")
-    elif rule.kind == vk.IGNORE:
+    elif rule.kind == vk.ALIAS:
+        what = f"`{rule.target}` (its row applies; {rule.note})"
+    elif rule.kind == vk.IGNORE or rule.kind == vk.HOLD:
         what = rule.note
     else:
         what = f"{rule.note}; nearest: {rule.nearest}" + (f"; {rule.ref}" if rule.ref != vk.DOC else "")
@@ -85,6 +90,8 @@ def render() -> str:
         own = get_dotted(own_defaults, key)
         lines.append(f"| `{key}` | `{value!r}` | `{own!r}` |")
     lines.append("| `trainer.output_dir` | `checkpoints/<project_name>/<experiment_name>` | `'outputs/run'` |")
+    for engine, defaults in PROFILE_DEFAULTS.items():  # verl's other engines' defaults (rl_core.config.verl_engines)
+        lines += [f"| `{key}` with the {engine} engine | `{value!r}` | `{get_dotted(own_defaults, key)!r}` |" for key, value in defaults.items()]
     lines += ["", "## Every verl key", "",
               "`*` stands for one or more key parts, `{a,b}` for either; the first matching row applies.", "",
               "| verl key | how | rl-core |", "|---|---|---|"]

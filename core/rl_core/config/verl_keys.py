@@ -18,7 +18,10 @@ from typing import Any, Callable
 
 import attrs
 
+from rl_core.config.verl_engines import BACKEND_OF, ROWS as ENGINE_ROWS, VALUE_ROWS as ENGINE_VALUES
+
 MAP, SAME, ENGINE, IGNORE, REFUSE, TIE = "map", "same", "engine", "ignore", "refuse", "tie"
+ALIAS, HOLD = "alias", "hold"  # ALIAS: read as another verl key (target); HOLD: kept for rl_core.config.verl_engines.apply
 
 DOC = "docs/migrating-from-verl.md"
 OFFLOAD = "issue #32 (LoRA / offload)"
@@ -33,7 +36,7 @@ MULTIMODAL = "rl-core trains text-only models (no issue yet; " + DOC + ")"
 class Rule:
     pattern: str
     kind: str
-    target: str = ""  # MAP / TIE: rl-core's key; ENGINE: the engine keyword
+    target: str = ""  # MAP / TIE: rl-core's key; ENGINE: the engine keyword; ALIAS: the verl key it reads as; HOLD: a name
     ok: tuple = ()  # SAME: the values rl-core's behaviour equals (compared after bool / number normalising)
     convert: Callable[[Any], Any] | None = None  # MAP: value -> rl-core's value
     note: str = ""  # what rl-core does (SAME / IGNORE / MAP) or the feature it lacks (REFUSE)
@@ -97,8 +100,19 @@ def _tie(pattern, target, note):
 
 
 def _strategy(value: Any) -> Any:
-    v = str(value).lower()
-    return {"fsdp": "fsdp", "fsdp2": "fsdp", "dp": "fsdp", "megatron": "megatron"}.get(v, value)
+    """verl's engine names (fsdp2, dp, megatron_actor, veomni, fsdp_turbo, mlite_actor, ...) -> rl-core's train backend."""
+    return BACKEND_OF.get(str(value).lower(), value)
+
+
+def _row(kind: str, pattern: str, *args: Any) -> Rule:
+    """A row of :data:`rl_core.config.verl_engines.ROWS` as a :class:`Rule`."""
+    if kind in (MAP, TIE, ALIAS, HOLD):
+        return Rule(pattern=pattern, kind=kind, target=args[0], note=args[1])
+    if kind == SAME:
+        return _same(pattern, args[0], args[1], args[2])
+    if kind == REFUSE:
+        return _no(pattern, args[0], args[1])
+    return _ign(pattern, args[0])
 
 
 def _resume(value: Any) -> Any:
@@ -133,12 +147,12 @@ _ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 
 RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- engine selection (Hydra groups)
-    _m("model_engine", "train.name", lambda v: {"dp": "fsdp", "megatron": "megatron"}.get(str(v), v),
-       note="verl's engine group: dp -> fsdp, megatron -> megatron; other engines (veomni, torchtitan, automodel) are refused"),
-    _m("actor@actor_rollout_ref.actor", "train.name",
-       lambda v: {"dp_actor": "fsdp", "megatron_actor": "megatron"}.get(str(v), v),
-       note="dp_actor -> fsdp, megatron_actor -> megatron"),
-    _m("actor_rollout_ref.actor.strategy", "train.name", _strategy, note="fsdp / fsdp2 -> fsdp (rl-core's FSDP is FSDP2), megatron"),
+    _m("model_engine", "train.name", _strategy,
+       note="verl's engine group: dp and veomni -> fsdp, megatron -> megatron (rl_core.config.verl_engines); torchtitan and automodel are refused"),
+    _m("actor@actor_rollout_ref.actor", "train.name", _strategy,
+       note="dp_actor / veomni_actor -> fsdp, megatron_actor / mlite_actor (Megatron Lite) -> megatron"),
+    _m("actor_rollout_ref.actor.strategy", "train.name", _strategy,
+       note="fsdp / fsdp2 / veomni / fsdp_turbo -> fsdp (rl-core's FSDP is FSDP2), megatron / mlite -> megatron"),
     _tie("actor_rollout_ref.ref.strategy", "train.name", "the reference model runs on the actor's train backend"),
     _tie("critic.strategy", "train.name", "the critic runs on the actor's train backend"),
     _tie("ref@actor_rollout_ref.ref", "train.name", "the reference model runs on the actor's train backend"),
@@ -231,9 +245,8 @@ RULES: tuple[Rule, ...] = (
        note="the dtype the actor's gradients are reduced in across ranks (FSDP2 MixedPrecisionPolicy); float32 / bfloat16"),
     _ign("actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype", "the reference model computes no gradients, so there is nothing to reduce"),
     _same("actor_rollout_ref.*.fsdp_config.mixed_precision.buffer_dtype", ["fp32", "float32"], "FSDP buffers in a dtype other than float32", "model.dtype"),
-    _no("actor_rollout_ref.*.fsdp_config.turbo_config.*", "verl's fsdp_turbo train engine", "train.name=fsdp"),
-    _no("actor_rollout_ref.*.engine.*", "verl's megatron-lite (mlite) train engine and its settings (actor.engine.*)", "train.name=megatron"),
-    _no("actor_rollout_ref.*.veomni.*", "verl's veomni train engine", "train.name=fsdp or megatron"),
+    # verl's veomni / fsdp_turbo / megatron-lite engines' settings (rl_core.config.verl_engines)
+    *(_row(*r) for r in ENGINE_ROWS),
     _no("actor_rollout_ref.*.torchtitan.*", "verl's torchtitan engine", "train.name=fsdp or megatron"),
     _no("actor_rollout_ref.*.fsdp_config.*", "this FSDP setting", "train.name=fsdp (FSDP2 over all ranks, bf16 mixed precision on GPU)"),
     _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
@@ -473,7 +486,8 @@ VALUES: dict[tuple[str, str], Rule] = {
        for e in ("trtllm", "hf_trtllm")},
     **{(k, e): _no(k, f"verl's {e} train engine", "train.name=fsdp or megatron")
        for k in ("model_engine", "actor@actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
-       for e in ("veomni", "torchtitan", "automodel", "mlite_actor", "fsdp_turbo", "veomni_actor", "torchtitan_actor")},
+       for e in ("torchtitan", "automodel", "torchtitan_actor", "automodel_actor")},
+    **{kv: _no(kv[0], feature, nearest) for kv, (feature, nearest) in ENGINE_VALUES.items()},
 }
 
 #: verl keys whose rl-core name is a different word of the same meaning: the only "did you mean" offered

@@ -39,6 +39,8 @@ class Translation:
     origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as written
     ties: list[tuple[str, Any, str, str, bool]] = attrs.field(factory=list)  # (key as written, value, rl-core key, note, soft)
     verl_spelled: bool = False
+    held: dict[str, tuple[str, Any]] = attrs.field(factory=dict)  # HOLD rules: name -> (key as written, value), for verl_engines.apply
+    selected: dict[str, Any] = attrs.field(factory=dict)  # verl's engine selections: key as written -> value (veomni, mlite_actor, ...)
     profile: str | None = None  # "verl" / "rl-core" when a config says so
 
     def add(self, written: str, key: str, value: Any) -> None:
@@ -79,6 +81,17 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
         rule = None  # a key of rl-core's own (trainer.device, ...) means what rl-core says
     if rule is None:
         tr.add(written, key if is_ours(key) else fallback(key), value)
+        return
+    if rule.target == "train.name" and value is not DELETE:
+        tr.selected[written] = vk.norm(value)
+    if rule.kind == vk.ALIAS:  # read as the verl key it names (a megatron-lite / veomni spelling of it), named as written
+        translate_item(tr, written, rule.target, value, fallback=fallback)
+        return
+    if rule.kind == vk.HOLD:
+        if value is DELETE:
+            tr.held.pop(rule.target, None)
+        else:
+            tr.held[rule.target] = (written, value)
         return
     if value is DELETE:
         if rule.kind in (vk.MAP, vk.ENGINE):
