@@ -125,6 +125,8 @@ class RolloutCard(CardBase):
     memory_fraction: bool = False
     # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
     lora_adapters: bool = False
+    # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
+    moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

@@ -31,6 +31,7 @@ from rl_core.factory_paths import factory_path_problem
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.resolver's names before)
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.problems import Problem, errors
+from rl_core.rollout.moe_parallel import moe_parallel_problems
 
 
 
@@ -136,6 +137,8 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
                 fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP{_installed(registry, 'rollout', lambda c: c.max_tp is None or c.max_tp >= rtp)}",
             )
         )
+    if rollout is not None:
+        problems += moe_parallel_problems(config, rollout, _installed(registry, "rollout", lambda c: bool(c.moe_parallel)))
     if train is None:
         return
     wanted = [

@@ -183,6 +183,11 @@ class RolloutConfig:
     top_k: int = num(-1, ge=1, also=(-1, 0), hint="-1 or 0 turn top-k off")
     do_sample: bool = True
     tensor_model_parallel_size: int = pos(1)
+    # MoE parallelism inside one engine (verl's rollout keys; engines whose card lists it, rl_core.cards.RolloutCard.moe_parallel):
+    # data_parallel_size = attention data parallelism: one engine spans TP x DP devices, each DP rank its own requests;
+    # expert_parallel_size = the MoE experts spread over the engine's ranks (1, or TP x DP as verl requires)
+    data_parallel_size: int = pos(1)
+    expert_parallel_size: int = pos(1)
     gpu_memory_utilization: float = frac(0.5, open_low=True, hint="the fraction of device memory the rollout engine may take, e.g. 0.5")
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)

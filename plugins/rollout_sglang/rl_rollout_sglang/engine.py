@@ -52,6 +52,13 @@ Weight sync (:meth:`SGLangRollout.load_weights`)
     by :mod:`rl_rollout_sglang.held`). LoRA: merged weights (no adapter API on
     this build: SGLang's CPU LoRA layers need pinned memory; docs/lora.md).
 
+Expert parallelism
+    ``rollout.expert_parallel_size`` (= TP, checked by the resolver) is
+    SGLang's ``ep_size``: the experts spread over the engine's TP ranks.
+    ``rollout.data_parallel_size`` > 1 (SGLang's ``attn_dp_size``) is not run:
+    the engine would span TP x DP ranks fed by one of them, and rl-core
+    groups the ranks by TP (the card does not list it, so it is refused).
+
 Tensor parallelism
     The first rank of each TP group (consecutive ranks) starts the engine with
     ``tp_size`` = the group size; SGLang runs the TP workers itself (on GPU
@@ -172,6 +179,8 @@ class SGLangRollout:
             skip_tokenizer_init=True,
             log_level="error",
         )
+        if cfg.rollout.expert_parallel_size > 1:  # = TP (the resolver's check): SGLang's MoE TP is then tp_size / ep_size = 1
+            args["ep_size"] = int(cfg.rollout.expert_parallel_size)
         if m.override_config:
             args["json_model_override_args"] = json.dumps(dict(m.override_config))
         if m.random_init:

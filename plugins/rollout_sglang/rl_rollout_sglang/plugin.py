@@ -31,6 +31,7 @@ FROM_CONFIG = {
     "json_model_override_args": "model.override_config",
     "random_seed": "trainer.seed",
     "tp_size": "rollout.tensor_model_parallel_size",
+    "ep_size": "rollout.expert_parallel_size",
     "enable_memory_saver": "rollout.enable_sleep",
     "device": "trainer.device",
 }
@@ -88,6 +89,7 @@ SGLANG_ROLLOUT = RolloutCard(
     weight_formats={"hf"},
     logprobs=True,
     memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
+    moe_parallel={"ep"},  # SGLang's ep_size (rollout.expert_parallel_size = TP); DP attention (attn_dp_size) not run
     engine="sglang",
     engine_versions="==0.5.23",
     engine_install=(

@@ -200,3 +200,30 @@ def test_sglang_argument_names_come_from_the_installed_engine():
     if names is None:
         pytest.skip("SGLang is not importable here (its own venv runs this)")
     assert {"context_length", "mem_fraction_static", "chunked_prefill_size", "tp_size", "random_seed"} <= names
+
+
+def test_expert_parallelism_is_sglangs_ep_size_and_dp_attention_is_refused(model_path, sglang_version):
+    """verl's rollout.expert_parallel_size (= TP) reaches sglang.Engine as ep_size; DP attention is not run (refused)."""
+    from rl_core.backends import WorkerContext
+    from rl_rollout_sglang.engine import SGLangRollout
+
+    ep = ("trainer.n_gpus_per_node=2", "rollout.tensor_model_parallel_size=2", "rollout.expert_parallel_size=2")
+    stack, problems = _resolve(model_path, *ep)
+    assert stack is not None and not errors(problems), [p.render() for p in problems]
+    stack, problems = _resolve(model_path, "trainer.n_gpus_per_node=2", "rollout.data_parallel_size=2")
+    (p,) = errors(problems)
+    assert p.key == "rollout.data_parallel_size" and "does not run data-parallel attention" in p.what
+    cfg = load_config(overrides=[f"model.path={model_path}", "rollout.name=sglang", "trainer.device=cuda", *ep])
+    engine = SGLangRollout.__new__(SGLangRollout)
+    engine.config, engine.context, engine.tp = cfg, WorkerContext(rank=0, world_size=2, device="cuda"), 2
+    engine.device_type, engine.release_enabled = "cuda", False
+    args = engine.engine_args({})
+    assert (args["tp_size"], args["ep_size"]) == (2, 2)
+    engine.config = load_config(overrides=[f"model.path={model_path}", "rollout.name=sglang", "trainer.device=cuda"])
+    assert "ep_size" not in engine.engine_args({})
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except Exception:  # noqa: BLE001
+        pytest.skip("SGLang is not importable here (its own venv runs this)")
+    server = ServerArgs(**{k: args[k] for k in ("model_path", "tp_size", "ep_size")})  # SGLang's own record takes them
+    assert (server.tp_size, server.ep_size) == (2, 2)

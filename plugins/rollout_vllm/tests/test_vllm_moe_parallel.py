@@ -1,0 +1,88 @@
+"""``rollout.data_parallel_size`` / ``rollout.expert_parallel_size`` on vLLM (verl's rollout DP attention and EP):
+the resolver's arithmetic, this plugin's checks, and the arguments the engine is built with, read back through
+vLLM's own ``ParallelConfig`` where vLLM is installed (no engine start: vLLM's CPU build has no MoE kernels)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from rl_core.backends import WorkerContext
+from rl_core.config.load import load_config
+from rl_core.problems import errors
+from rl_rollout_vllm.plugin import VLLM_ROLLOUT, parallel_kwargs
+
+from test_vllm_plugin import _model, _resolve, vllm_cpu_version  # noqa: F401  (fixture)
+
+GPUS8 = ("trainer.device=cuda", "trainer.n_gpus_per_node=8", "data.train_batch_size=8", "actor.ppo_mini_batch_size=8",
+         "actor.ppo_micro_batch_size_per_gpu=1")
+
+
+def _errs(tmp_path, *overrides):
+    stack, problems = _resolve(_model(tmp_path, 128, 2), *GPUS8, *overrides)
+    return stack, errors(problems)
+
+
+def test_card_lists_both(vllm_cpu_version):
+    assert VLLM_ROLLOUT.moe_parallel == {"ep", "dp_attention"}
+
+
+def test_dp_attention_and_ep_over_the_whole_rollout_resolve(tmp_path, vllm_cpu_version):
+    stack, errs = _errs(tmp_path, "rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=4", "rollout.expert_parallel_size=8")
+    assert stack is not None and not errs, [p.render() for p in errs]
+    stack, errs = _errs(tmp_path, "rollout.tensor_model_parallel_size=8", "rollout.expert_parallel_size=8")
+    assert stack is not None and not errs, [p.render() for p in errs]
+
+
+@pytest.mark.parametrize(
+    "overrides, key, words",
+    [
+        # verl's rule: the experts spread over the engine's TP x DP ranks (235b_a22b's ep=64 with TP 8, DP 1 is refused)
+        (("rollout.tensor_model_parallel_size=8", "rollout.expert_parallel_size=64"), "rollout.expert_parallel_size", "8 x 1 = 8 ranks"),
+        (("rollout.tensor_model_parallel_size=4", "rollout.expert_parallel_size=2"), "rollout.expert_parallel_size", "set rollout.expert_parallel_size=4"),
+        (("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=3"), "rollout.data_parallel_size", "does not divide the rollout's 8 devices"),
+        # two DP engines side by side: vLLM's external launcher would give the second one DP ranks 4..7
+        (("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=2"), "rollout.data_parallel_size", "RANK // TP"),
+    ],
+)
+def test_bad_sizes_are_refused_by_key(tmp_path, vllm_cpu_version, overrides, key, words):
+    stack, errs = _errs(tmp_path, *overrides)
+    assert stack is None and [p.key for p in errs] == [key], [p.render() for p in errs]
+    assert words in errs[0].render()
+
+
+def test_engine_kwargs_cannot_set_them_behind_rl_cores_back(tmp_path, vllm_cpu_version):
+    stack, errs = _errs(tmp_path, "rollout.engine_kwargs.enable_expert_parallel=true")
+    assert stack is None and "rollout.expert_parallel_size" in errs[0].render()
+
+
+def _engine_kwargs(*overrides, rank=0, world=8):
+    """The ``vllm.LLM`` arguments VLLMRollout builds for ``rank`` (its set-up without starting vLLM)."""
+    from rl_rollout_vllm.engine import VLLMRollout
+
+    cfg = load_config(overrides=["model.path=/m", "rollout.name=vllm", "trainer.device=cuda", *overrides])
+    engine = VLLMRollout.__new__(VLLMRollout)
+    engine.config, engine.context = cfg, WorkerContext(rank=rank, world_size=world, local_rank=rank, device="cuda")
+    engine.tp, engine.lora_rank, engine.device_type = cfg.rollout.tensor_model_parallel_size, 0, "cuda"
+    engine.sleep_enabled, engine.external = False, True
+    return engine._llm_kwargs({})
+
+
+def test_the_engine_is_built_with_vllms_arguments(monkeypatch):
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    kwargs = _engine_kwargs("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=4", "rollout.expert_parallel_size=8", rank=5)
+    assert (kwargs["tensor_parallel_size"], kwargs["data_parallel_size"], kwargs["enable_expert_parallel"]) == (2, 4, True)
+    assert kwargs["distributed_executor_backend"] == "external_launcher"
+    plain = _engine_kwargs("rollout.tensor_model_parallel_size=2")
+    assert "data_parallel_size" not in plain and "enable_expert_parallel" not in plain
+    assert parallel_kwargs(types.SimpleNamespace(data_parallel_size=1, expert_parallel_size=4)) == {"enable_expert_parallel": True}
+    try:
+        from vllm.config import ParallelConfig
+    except Exception:  # noqa: BLE001
+        pytest.skip("vLLM is not importable here (its own venv runs this)")
+    # what vLLM makes of them on rank 5: one engine of TP 2 x DP 4 = 8 ranks, DP rank 5 // 2 = 2, experts spread
+    assert kwargs is not None and __import__("os").environ["RANK"] == "5"
+    names = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "distributed_executor_backend")
+    pc = ParallelConfig(**{k: kwargs[k] for k in names})
+    assert (pc.world_size, pc.data_parallel_size, pc.data_parallel_rank, pc.enable_expert_parallel) == (8, 4, 2, True)

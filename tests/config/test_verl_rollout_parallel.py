@@ -1,0 +1,43 @@
+"""verl's rollout MoE parallelism keys (issue #37): mapped onto rollout.data_parallel_size / expert_parallel_size,
+checked against the chosen engine's card and the device arithmetic (rl_core.rollout.moe_parallel); the engines'
+own tests check what vLLM / SGLang receive."""
+
+from __future__ import annotations
+
+from rl_core.cards import RolloutCard
+from rl_core.config.load import load_config, load_report
+from rl_core.rollout.builtin import HF_ROLLOUT
+from rl_core.rollout.moe_parallel import moe_parallel_problems
+
+R = "actor_rollout_ref.rollout"
+
+
+def test_verl_keys_map():
+    cfg = load_config(None, [f"{R}.tensor_model_parallel_size=2", f"{R}.data_parallel_size=4", f"{R}.expert_parallel_size=8"])
+    assert (cfg.rollout.tensor_model_parallel_size, cfg.rollout.data_parallel_size, cfg.rollout.expert_parallel_size) == (2, 4, 8)
+    # verl itself accepts a MoE TP size only with TensorRT-LLM: refused by the key as written
+    (p,) = [p for p in load_report(None, [f"+{R}.moe_tensor_parallel_size=2"]).problems if p.severity == "error"]
+    assert p.key.endswith("moe_tensor_parallel_size") and "TensorRT-LLM" in p.what
+
+
+def _cfg(*overrides):
+    return load_config(None, ["trainer.n_gpus_per_node=8", "trainer.device=cuda", *overrides])
+
+
+def test_hf_rollout_refuses_them_by_key():
+    problems = moe_parallel_problems(_cfg("rollout.data_parallel_size=2", "rollout.expert_parallel_size=2"), HF_ROLLOUT, " (installed: vllm)")
+    assert [p.key for p in problems] == ["rollout.data_parallel_size", "rollout.expert_parallel_size"]
+    assert "'hf' does not run data-parallel attention" in problems[0].what and "(installed: vllm)" in problems[0].fix
+
+
+def test_the_arithmetic():
+    card = RolloutCard(name="moe", factory="x:y", moe_parallel={"ep", "dp_attention"})
+    assert moe_parallel_problems(_cfg("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=4", "rollout.expert_parallel_size=8"), card) == []
+    assert moe_parallel_problems(_cfg("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=2"), card) == []  # two engines of 4
+    (p,) = moe_parallel_problems(_cfg("rollout.tensor_model_parallel_size=8", "rollout.expert_parallel_size=64"), card)
+    assert p.key == "rollout.expert_parallel_size" and "8 x 1 = 8" in p.what and "rollout.expert_parallel_size=8" in p.fix
+    (p,) = moe_parallel_problems(_cfg("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=3"), card)
+    assert p.key == "rollout.data_parallel_size" and "2 x 3 = 6" in p.what and "1, 2, 4, 8" in p.fix
+    # a rollout pool of its own counts its devices, not the actor's
+    (p,) = moe_parallel_problems(_cfg("rollout.n_gpus_per_node=2", "rollout.data_parallel_size=4"), card)
+    assert "rollout's 2 devices" in p.what
