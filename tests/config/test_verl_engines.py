@@ -58,7 +58,8 @@ def _value(loaded, key):
     ([f"actor@{A}.actor=mlite_actor", f"{E}.pp=2"], "train.pipeline_model_parallel_size", 2),
     ([f"actor@{A}.actor=mlite_actor", f"{E}.param_offload=True"], "train.options.param_offload", True),
     ([f"actor@{A}.actor=mlite_actor", f"{E}.grad_offload=True"], "train.options.grad_offload", True),
-    ([f"actor@{A}.actor=mlite_actor", f"{E}.optimizer_offload=True"], "train.options.optimizer_offload", True),
+    # Megatron Lite's optimizer_offload sets offload_fraction 1: megatron-core's CPU optimizer (state and step on the host)
+    ([f"actor@{A}.actor=mlite_actor", f"{E}.optimizer_offload=True"], "train.options.optimizer_cpu_offload", True),
     ([f"actor@{A}.actor=mlite_actor", f"{A}.model.enable_gradient_checkpointing=False", f"+{E}.impl_cfg.recompute=[full]"],
      "model.enable_gradient_checkpointing", True),
 ])
@@ -93,6 +94,13 @@ def test_a_speed_knob_is_a_warning_that_names_it(override):
     loaded = _load("model_engine=veomni", override)
     written = override.split("=", 1)[0]
     assert not _errors(loaded) and any(p.key == written and p.severity == "warning" for p in loaded.problems)
+
+
+def test_a_warmup_veomni_would_not_run_is_refused():
+    """VeOmni's LR schedule reads lr_warmup_steps_ratio only: lr_warmup_steps would warm up in rl-core and not in verl."""
+    (p,) = _errors(_load("model_engine=veomni", f"{A}.actor.optim.lr_warmup_steps=10"))
+    assert p.key == f"{A}.actor.optim.lr_warmup_steps" and "lr_warmup_steps_ratio" in p.fix
+    assert _value(_load("model_engine=veomni", f"{A}.actor.optim.lr_warmup_steps_ratio=0.1"), "actor.optim.lr_warmup_steps_ratio") == 0.1
 
 
 def test_the_engine_selection_says_which_backend_runs_it():

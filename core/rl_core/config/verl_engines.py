@@ -128,7 +128,11 @@ ROWS: tuple[tuple, ...] = (
         ("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"), ("vpp", "virtual_pipeline_model_parallel_size"),
         ("cp", "context_parallel_size"), ("ep", "expert_model_parallel_size"), ("etp", "expert_tensor_parallel_size"))),
     *(("alias", f"{_E}.{k}_offload", f"{_AR}.actor.megatron.{k}_offload", "the megatron backend's offload between phases")
-      for k in ("param", "grad", "optimizer")),
+      for k in ("param", "grad")),
+    ("alias", f"{_E}.optimizer_offload", f"{_AR}.actor.optim.override_optimizer_config.optimizer_cpu_offload",
+     "Megatron Lite sets its optimizer's offload_fraction to 1: AdamW's state and step on the host, megatron-core's CPU optimizer"),
+    ("alias", f"{_E}.router_aux_loss_coef", f"{_AR}.actor.megatron.override_transformer_config.moe_aux_loss_coeff",
+     "the MoE router's load-balancing loss coefficient"),
     ("ignore", f"{_E}.attention_backend_override", "Megatron Lite's attention kernel (" + _PERF + ")"),
     ("ignore", f"{_E}.impl_cfg.use_thd", "packed (THD) sequences: " + _PERF + " (rl-core masks padding)"),
     ("hold", f"{_E}.impl_cfg.recompute", "mlite.recompute",
@@ -203,6 +207,11 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
                                     fix="nearest rl-core setting: model.enable_gradient_checkpointing (every layer; [full]); or remove the key"))
         elif on:  # verl recomputes when either its engine's switch or the model's is on
             set_dotted(tree, "model.enable_gradient_checkpointing", True)
+    warmup = get_dotted(tree, "actor.optim.lr_warmup_steps")
+    if engine == "veomni" and warmup is not None and int(norm(warmup)) > 0:  # VeOmni's build_lr_scheduler takes only the ratio
+        problems.append(Problem(key="actor.optim.lr_warmup_steps", what=f"is {warmup}, and verl's veomni engine does not read it (its schedule "
+                                "warms up for lr_warmup_steps_ratio x the total steps only): the run would not warm up as written",
+                                fix="set actor_rollout_ref.actor.optim.lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
     if profile == "verl" and engine in PROFILE_DEFAULTS:
         marker = object()
         for key, value in PROFILE_DEFAULTS[engine].items():
