@@ -35,6 +35,29 @@ def test_schedule_values_by_hand():
         cos(1)
 
 
+def test_absolute_min_lr_by_hand():
+    """optim.min_lr (verl's Megatron min_lr): lr 1e-3 decays to 1e-4 over 4 updates, megatron-core's
+    min_lr + coeff * (lr - min_lr): linear coeff 1 - k/4, cosine coeff (1 + cos(pi k/4)) / 2."""
+    import torch
+
+    expect = {"linear": [1e-3, 7.75e-4, 5.5e-4, 3.25e-4, 1e-4, 1e-4], "cosine": [1e-3, 8.68198052e-4, 5.5e-4, 2.31801948e-4, 1e-4, 1e-4]}
+    for kind, lrs in expect.items():
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, LRSchedule(OptimConfig(lr=1e-3, min_lr=1e-4, lr_scheduler=kind), total_steps=4))
+        seen = []
+        for _ in lrs:
+            seen.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        assert seen == pytest.approx(lrs, rel=1e-7), kind
+    from rl_core.config.rules import check_config
+
+    problems = check_config(_config(optim=OptimConfig(lr=1e-6, min_lr=2e-6)))
+    assert [p.key for p in problems] == ["actor.optim.min_lr"] and "above actor.optim.lr" in problems[0].what
+    problems = check_config(_config(optim=OptimConfig(lr=1e-6, min_lr=1e-7, min_lr_ratio=0.1)))
+    assert [p.key for p in problems] == ["actor.optim.min_lr"] and "both set" in problems[0].what
+
+
 # ----------------------------------------------------------- batch sizes
 def _config(*, micro: int = 1, critic: CriticConfig | None = None, **actor) -> RunConfig:
     return RunConfig(

@@ -254,6 +254,22 @@ def _overlong_penalty(cfg: Any) -> Problem | None:
     return None
 
 
+def _min_lr(cfg: Any) -> list[Problem]:
+    """``optim.min_lr`` (absolute) is at most ``optim.lr`` and not given together with ``min_lr_ratio``."""
+    problems = []
+    for section in ("actor", "critic"):
+        o = getattr(cfg, section).optim
+        if o.min_lr is None:
+            continue
+        if o.min_lr > o.lr:
+            problems.append(Problem(key=f"{section}.optim.min_lr", what=f"{_fmt(o.min_lr)} is above {section}.optim.lr={_fmt(o.lr)}: the decay would raise the learning rate",
+                                    fix=f"set {section}.optim.min_lr to at most {_fmt(o.lr)}"))
+        elif o.min_lr_ratio:
+            problems.append(Problem(key=f"{section}.optim.min_lr", what=f"and {section}.optim.min_lr_ratio={_fmt(o.min_lr_ratio)} both set the end of the decay",
+                                    fix=f"keep one: {section}.optim.min_lr (absolute) or {section}.optim.min_lr_ratio (a fraction of lr)"))
+    return problems
+
+
 #: the filter metrics computed from the scores themselves; any other name is a key of the reward function's dict
 FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 
@@ -278,7 +294,7 @@ def _filter_groups(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr)
 
 
 def check_config(cfg: Any) -> list[Problem]:

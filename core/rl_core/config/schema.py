@@ -150,6 +150,8 @@ class OptimConfig:
     lr_warmup_steps_ratio: float = frac(0.0, hint="a fraction of the total steps")
     lr_scheduler: str = choice("constant", ("constant", "cosine", "linear"))
     min_lr_ratio: float = frac(0.0, hint="the final lr as a fraction of lr")
+    # the final lr itself (verl's Megatron optim.min_lr): the decay ends at min_lr instead of lr * min_lr_ratio
+    min_lr: float | None = num(None, ge=0, hint="an absolute learning rate <= lr, e.g. 1e-7")
     grad_clip: float = num(1.0, ge=0, hint="the max gradient norm; 0 turns clipping off")
 
 

@@ -10,7 +10,9 @@ runs at ``lr * lr_factor(k)``:
 - then ``constant``: 1; ``cosine``: ``m + (1 - m) * (1 + cos(pi * p)) / 2``;
   ``linear``: ``m + (1 - m) * (1 - p)``, where ``m = min_lr_ratio`` and
   ``p = (k - W) / (T - W)`` clamped to ``[0, 1]``, ``T`` the total number of
-  updates.
+  updates. ``optim.min_lr`` (absolute, verl's Megatron ``min_lr``) sets
+  ``m = min_lr / lr``: the decay then runs from ``lr`` to ``min_lr`` as
+  megatron-core's ``OptimizerParamScheduler`` does (``min_lr + coeff * (lr - min_lr)``).
 
 ``W`` is ``optim.lr_warmup_steps`` if positive, else
 ``int(optim.lr_warmup_steps_ratio * T)``. ``T`` comes from
@@ -63,9 +65,16 @@ class LRSchedule:
             return 1.0
         total = self._need_total(f"lr_scheduler={kind!r}")
         progress = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
-        floor = float(self.optim.min_lr_ratio)
+        floor = min_lr_fraction(self.optim)
         if kind == "cosine":
             return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
         if kind == "linear":
             return floor + (1.0 - floor) * (1.0 - progress)
         raise ScheduleError(f"{self.section}.lr_scheduler={kind!r} is not supported; use constant, cosine or linear")
+
+
+def min_lr_fraction(optim: OptimConfig) -> float:
+    """The decay's end as a fraction of ``lr``: ``min_lr / lr`` when ``min_lr`` is set, else ``min_lr_ratio``."""
+    if optim.min_lr is None:
+        return float(optim.min_lr_ratio)
+    return float(optim.min_lr) / float(optim.lr)

@@ -1,6 +1,6 @@
-"""verl's rollout MoE parallelism keys (issue #37): mapped onto rollout.data_parallel_size / expert_parallel_size,
-checked against the chosen engine's card and the device arithmetic (rl_core.rollout.moe_parallel); the engines'
-own tests check what vLLM / SGLang receive."""
+"""verl keys of issue #37 (par): the rollout MoE parallelism keys (mapped onto rollout.data_parallel_size /
+expert_parallel_size, checked against the engine's card and the device arithmetic, rl_core.rollout.moe_parallel; the
+engines' own tests check what vLLM / SGLang receive) and the small keys (optim.min_lr, ...)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,9 @@ def test_the_arithmetic():
     # a rollout pool of its own counts its devices, not the actor's
     (p,) = moe_parallel_problems(_cfg("rollout.n_gpus_per_node=2", "rollout.data_parallel_size=4"), card)
     assert "rollout's 2 devices" in p.what
+
+
+def test_min_lr_maps_to_the_absolute_floor():
+    cfg = load_config(None, ["actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.optim.min_lr=1e-7"])
+    assert cfg.actor.optim.min_lr == 1e-7
+    assert load_config(None, ["actor_rollout_ref.actor.optim.min_lr=0"]).actor.optim.min_lr is None  # verl's default: no floor
