@@ -47,3 +47,11 @@ def test_min_lr_maps_to_the_absolute_floor():
     cfg = load_config(None, ["actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.actor.optim.min_lr=1e-7"])
     assert cfg.actor.optim.min_lr == 1e-7
     assert load_config(None, ["actor_rollout_ref.actor.optim.min_lr=0"]).actor.optim.min_lr is None  # verl's default: no floor
+
+
+def test_pad_to_length_maps_and_needs_packing():
+    A = "actor_rollout_ref.actor"
+    cfg = load_config(None, [f"{A}.pad_to_length=True", f"{A}.fsdp_config.pad_to_length_bucket=512", "actor_rollout_ref.ref.pad_to_length=True"])
+    assert cfg.actor.pad_to_length and cfg.actor.fsdp_config.pad_to_length_bucket == 512
+    (p,) = [p for p in load_report(None, [f"{A}.pad_to_length=True", f"{A}.use_remove_padding=False"]).problems if p.severity == "error"]
+    assert p.key.endswith("actor.pad_to_length") and "nothing is packed" in p.what

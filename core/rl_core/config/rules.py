@@ -270,6 +270,14 @@ def _min_lr(cfg: Any) -> list[Problem]:
     return problems
 
 
+def _pad_to_length(cfg: Any) -> Problem | None:
+    a = cfg.actor
+    if a.pad_to_length and a.use_remove_padding is False:
+        return Problem(key="actor.pad_to_length", what="is true with actor.use_remove_padding=false: it pads the packed rows, and nothing is packed",
+                       fix="set actor.use_remove_padding=true (or leave it unset), or actor.pad_to_length=false")
+    return None
+
+
 #: the filter metrics computed from the scores themselves; any other name is a key of the reward function's dict
 FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 
@@ -294,7 +302,7 @@ def _filter_groups(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length)
 
 
 def check_config(cfg: Any) -> list[Problem]:

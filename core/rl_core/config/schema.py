@@ -236,6 +236,9 @@ class FsdpConfig:
     reduce_dtype: str = choice("float32", ("float32", "bfloat16"))
     # ranks each model copy is sharded over (hybrid sharding, HSDP: world / fsdp_size replicas); -1: all ranks (plain FSDP)
     fsdp_size: int = num(-1, ge=1, also=(-1,), hint="ranks a model copy is sharded over; -1 for all")
+    # actor.pad_to_length's granularity in tokens (verl's fsdp_config.pad_to_length_bucket; rounded up to a multiple of
+    # the Ulysses group size)
+    pad_to_length_bucket: int = pos(1024, hint="tokens, e.g. 1024")
 
 
 @attrs.frozen(kw_only=True)
@@ -262,6 +265,10 @@ class ActorConfig:
     # per-sequence attention, no padding computed (rl_core.train_engine.packing); null = on where the model allows it,
     # except where the shared-prompt forward runs (model.share_prompt_forward: unsharded CPU runs), measured faster there
     use_remove_padding: bool | None = None
+    # verl's pad_to_length: every packed micro-batch's row is padded up to a multiple of fsdp_config.pad_to_length_bucket
+    # tokens (a separate segment the loss never sees), so the train forwards see a few shapes only (no kernel re-tuning
+    # per micro-batch); the same numbers. Needs packing (use_remove_padding not false); fsdp backend
+    pad_to_length: bool = False
     # Ulysses sequence parallelism (fsdp backend): each sequence split over this many ranks, heads exchanged around
     # attention; the data-parallel size is the world size / this (verl's spelling; also under fsdp_config in verl)
     ulysses_sequence_parallel_size: int = pos(1, hint="1 turns it off; it must divide the attention heads and the world size")

@@ -248,6 +248,8 @@ RULES: tuple[Rule, ...] = (
     # verl's veomni / fsdp_turbo / megatron-lite engines' settings (rl_core.config.verl_engines)
     *(_row(*r) for r in ENGINE_ROWS),
     _no("actor_rollout_ref.*.torchtitan.*", "verl's torchtitan engine", "train.name=fsdp or megatron"),
+    _m("actor_rollout_ref.actor.fsdp_config.pad_to_length_bucket", "actor.fsdp_config.pad_to_length_bucket"),
+    _ign("actor_rollout_ref.ref.fsdp_config.pad_to_length_bucket", "the reference model's packed-row granularity (" + _PERF + "; it follows the actor's)"),
     _no("actor_rollout_ref.*.fsdp_config.*", "this FSDP setting", "train.name=fsdp (FSDP2 over all ranks, bf16 mixed precision on GPU)"),
     _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
     # ---------------------------------------------------------------- model
@@ -304,7 +306,9 @@ RULES: tuple[Rule, ...] = (
           "choosing what a checkpoint holds: rl-core saves model, optimizer and trainer state, and the HF folder at the end", "trainer.save_freq"),
     _same("actor_rollout_ref.actor.checkpoint.load_contents", [["model", "optimizer", "extra"]], "loading part of a checkpoint", "trainer.resume"),
     _ign("actor_rollout_ref.actor.checkpoint.strict", "strict checkpoint loading: rl-core always checks a checkpoint against the model"),
-    _same("actor_rollout_ref.actor.pad_to_length", [None], "padding every batch to a fixed length", "none (rl-core pads to the batch's longest row)"),
+    _m("actor_rollout_ref.actor.pad_to_length", "actor.pad_to_length",
+       note="every packed micro-batch padded up to a multiple of actor.fsdp_config.pad_to_length_bucket tokens (fixed shapes; same numbers)"),
+    _tie("actor_rollout_ref.ref.pad_to_length", "actor.pad_to_length", "the reference model's forward follows the actor's packing"),
     _no("actor_rollout_ref.*.profiler.*", "verl's per-role profiler", "rlcore train's step timings (timing/* metrics)"),
     _same("actor_rollout_ref.actor.ppo_micro_batch_size", [None], "a global micro-batch size (verl's deprecated spelling)",
           "actor.ppo_micro_batch_size_per_gpu (sequences per rank)"),

@@ -32,6 +32,7 @@ Qwen2, Mistral, ...) and, for log-probs, a plain bias-free LM head.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Protocol
 
 import attrs
@@ -292,14 +293,24 @@ def run_padded(attention_mask: torch.Tensor, *, chosen_by_default: bool, sequenc
     return int(attention_mask.sum()) >= PAD_WHEN_DENSER_THAN * attention_mask.numel()
 
 
+def row_multiple(config: Any, sequence_parallel: int = 1) -> int:
+    """The packed row's length is padded to a multiple of this: the sequence-parallel group size, and with
+    ``actor.pad_to_length`` also ``actor.fsdp_config.pad_to_length_bucket`` (verl's fixed packed shapes)."""
+    if not getattr(config.actor, "pad_to_length", False):
+        return sequence_parallel
+    return math.lcm(int(config.actor.fsdp_config.pad_to_length_bucket), sequence_parallel)
+
+
 def packing_enabled(config: Any, *, share_prompts: bool = False) -> bool:
     """``actor.use_remove_padding``; None: on, except where the backend runs the shared-prompt forward
     (:mod:`rl_core.shared_prompt`, the CPU default), which measured faster for groups of responses to one prompt."""
     value = getattr(config.actor, "use_remove_padding", None)
+    if value is None and getattr(config.actor, "pad_to_length", False):
+        return True  # fixed packed shapes asked for: packed, also where the shared-prompt forward would run
     return (not share_prompts) if value is None else bool(value)
 
 
 __all__ = [
     "ATTENTION", "Packed", "SequenceShard", "pack", "unpack", "segment_attention", "packed_attention", "register_attention",
-    "packed_mask", "can_pack", "use_attention", "forward_log_probs_packed", "forward_values_packed", "packing_enabled", "run_padded",
+    "packed_mask", "can_pack", "use_attention", "forward_log_probs_packed", "forward_values_packed", "packing_enabled", "run_padded", "row_multiple",
 ]

@@ -147,6 +147,15 @@ class FSDPBackend(TrainBackend):
         self.seq_parallel = None
         self.packed = packing.packing_enabled(config, share_prompts=self.share_prompts and self.role != "critic") and packing.can_pack(model)
         self.packed_by_default = self.packed and getattr(config.actor, "use_remove_padding", None) is None
+        self.pad_to_length = bool(getattr(config.actor, "pad_to_length", False))
+        if self.pad_to_length:
+            self.packed_by_default = False  # every micro-batch packed, none run padded by the speed heuristic
+            if not packing.can_pack(model):
+                raise ValueError(
+                    "actor.pad_to_length=true pads packed micro-batches, and the "
+                    f"{getattr(model.config, 'model_type', type(model).__name__)} model cannot be packed here "
+                    f"(supported: {', '.join(sorted(packing.PACKABLE_TYPES))} without a sliding window); set it to false"
+                )
         if sp > 1:
             if not packing.can_pack(model):
                 raise ValueError(
@@ -169,7 +178,8 @@ class FSDPBackend(TrainBackend):
 
     def _forward_packed(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, chunk) -> Heads | None:
         sp = self.seq_parallel
-        p = packing.pack(x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1], pad_to=sp.size if sp else 1)
+        pad_to = packing.row_multiple(self.config, sp.size if sp else 1)  # actor.pad_to_length: fixed row lengths
+        p = packing.pack(x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1], pad_to=pad_to)
         if p is None:
             if sp is not None:
                 raise ValueError("sequence parallelism needs each response right after its prompt (no padding between them)")

@@ -115,3 +115,36 @@ def test_default_packing_runs_dense_micro_batches_padded_on_a_gpu_without_varlen
     assert not packing.run_padded(torch.ones(100), chosen_by_default=True, sequence_parallel=False)  # the CPU
     monkeypatch.setattr(packing, "_flash_varlen", lambda: object())  # flash-attn's varlen kernel installed
     assert not packing.run_padded(dense, chosen_by_default=True, sequence_parallel=False)
+
+
+def test_pad_to_length_pads_each_packed_row_to_the_bucket(model_dir, monkeypatch):
+    """actor.pad_to_length (verl's): each packed row is padded up to a multiple of fsdp_config.pad_to_length_bucket
+    tokens (its own segment, never in the loss); log-probs, loss and gradients are those of the plain packed row."""
+    from rl_core.train_engine import packing
+
+    rows = []
+    real_pack = packing.pack
+
+    def recording_pack(*args, **kwargs):
+        p = real_pack(*args, **kwargs)
+        rows.append((p.input_ids.shape[1], p.seqlens))
+        return p
+
+    monkeypatch.setattr(packing, "pack", recording_pack)
+    batch = mixed_length_batch(PROMPTS, RESPONSES, seed=1)
+    plain = _backend(model_dir, "actor", True)
+    cfg = default_config(model_dir)
+    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, pad_to_length=True, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, pad_to_length_bucket=384)))
+    padded = FSDPBackend("actor", cfg, WorkerContext())
+    assert padded.packed and not padded.packed_by_default
+    loss_a, grads_a, heads_a = loss_and_grads(plain, batch)
+    (n_plain, seq_plain), rows[:] = rows[-1], []
+    loss_b, grads_b, heads_b = loss_and_grads(padded, batch)
+    n_padded, seq_padded = rows[-1]
+    real = sum(p + r for p, r in zip(PROMPTS, RESPONSES))
+    assert n_plain == real and n_padded == 384 * -(-real // 384) and seq_padded[:-1] == seq_plain and seq_padded[-1] == n_padded - real
+    mask = batch.tensors["response_mask"].bool()
+    torch.testing.assert_close(heads_b.log_probs[mask], heads_a.log_probs[mask], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=name)

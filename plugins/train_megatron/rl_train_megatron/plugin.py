@@ -85,6 +85,12 @@ def check_unsupported_options(config) -> list[Problem]:
             fix="set model.enable_activation_offload=false with train.name=megatron (recomputation: train.options.transformer_config."
                 "recompute_granularity), or use train.name=fsdp",
         ))
+    if getattr(config.actor, "pad_to_length", False):
+        out.append(Problem(
+            key="actor.pad_to_length",
+            what="is true, but the megatron train backend runs padded micro-batches, not the packed rows this pads to fixed lengths",
+            fix="set actor.pad_to_length=false with train.name=megatron, or use train.name=fsdp",
+        ))
     if getattr(config.actor.fsdp_config, "fsdp_size", -1) != -1:
         out.append(Problem(
             key="actor.fsdp_config.fsdp_size",
