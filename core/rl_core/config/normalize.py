@@ -47,6 +47,7 @@ class Sizes:
     critic_micro_batch_per_rank: int | None = None
     critic_grad_accum: int | None = None
     train_sequence_parallel: int = 1  # Ulysses SP size (a factor of train_model_parallel)
+    train_context_parallel: int = 1  # context parallelism (a factor of train_model_parallel)
     actor_token_budget: int | None = None  # actor.use_dynamic_bsz: micro-batches of at most this many tokens
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
@@ -60,10 +61,13 @@ class Sizes:
         """``(workers, data-parallel ranks)`` that run ``role``: its own pool's, or the actor's."""
         return self.pools.get(role, (self.world_size, self.train_dp))
 
+    def _model_parallel_factors(self) -> str:
+        return "*".join(["tp", "pp"] + (["cp"] if self.train_context_parallel > 1 else []) + (["sp"] if self.train_sequence_parallel > 1 else []))
+
     def table(self) -> list[tuple[str, str]]:
         rows = [
             ("device / world size", f"{self.device} x {self.world_size}"),
-            ("train data-parallel ranks", f"{self.world_size} / {self.train_model_parallel} ({'tp*pp*sp' if self.train_sequence_parallel > 1 else 'tp*pp'}) = {self.train_dp}"),
+            ("train data-parallel ranks", f"{self.world_size} / {self.train_model_parallel} ({self._model_parallel_factors()}) = {self.train_dp}"),
             ("rollout replicas", f"{self.world_size} / {self.rollout_tp} (rollout tp) = {self.rollout_replicas}"),
             ("sequences per step", f"{self.prompts_per_step} prompts x n = {self.sequences_per_step}"),
             ("sequences per rollout replica", f"{self.sequences_per_rollout_replica}"),
@@ -206,7 +210,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
 
     world = t.nnodes * t.n_gpus_per_node
     sp = config.actor.ulysses_sequence_parallel_size  # Ulysses: the ranks of a group share their data
-    mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size * sp
+    cp = config.train.context_parallel_size
+    mp = config.train.tensor_model_parallel_size * config.train.pipeline_model_parallel_size * cp * sp
     rtp = r.tensor_model_parallel_size
     size_ok = True
     before = len(problems)
@@ -231,9 +236,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     if world % mp:
         problems.append(
             Problem(
-                key="actor.ulysses_sequence_parallel_size" if sp > 1 else "train.tensor_model_parallel_size",
-                what=f"train TP x PP{' x Ulysses SP' if sp > 1 else ''} = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
-                fix=f"choose TP x PP{' x SP' if sp > 1 else ''} among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
+                key="actor.ulysses_sequence_parallel_size" if sp > 1 else "train.context_parallel_size" if cp > 1 else "train.tensor_model_parallel_size",
+                what=f"train TP x PP{' x CP' if cp > 1 else ''}{' x Ulysses SP' if sp > 1 else ''} = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
+                fix=f"choose TP x PP{' x CP' if cp > 1 else ''}{' x SP' if sp > 1 else ''} among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
             )
         )
         size_ok = False
@@ -276,6 +281,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         train_dp=dp,
         train_model_parallel=mp,
         train_sequence_parallel=sp,
+        train_context_parallel=cp,
         rollout_tp=rtp,
         rollout_replicas=replicas,
         prompts_per_step=prompts,

@@ -217,6 +217,8 @@ class TrainBackendConfig:
     name: str | None = None  # None: the installed train backend whose card says default=True (or the only one)
     tensor_model_parallel_size: int = pos(1)
     pipeline_model_parallel_size: int = pos(1)
+    # context parallelism: the ranks of one model replica split each sequence's tokens (a train backend with "cp")
+    context_parallel_size: int = pos(1)
     sequence_parallel_size: int = pos(1)
     options: dict[str, Any] = field(factory=dict)  # backend-specific knobs, passed through
 

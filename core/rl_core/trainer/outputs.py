@@ -74,6 +74,7 @@ FIXED_BY_CHECKPOINT = {
     "train.name": "the checkpoint's format belongs to its train engine",
     "train.tensor_model_parallel_size": "the checkpoint's shards follow its parallel layout",
     "train.pipeline_model_parallel_size": "the checkpoint's shards follow its parallel layout",
+    "train.context_parallel_size": "the checkpoint's shards follow its parallel layout",
     "trainer.seed": "the random state is restored from the checkpoint",
     "data.seed": "the data order is restored from the checkpoint",
 }

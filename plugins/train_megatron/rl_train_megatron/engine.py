@@ -19,6 +19,10 @@ Parallelism
     between stages), and the last stage's results are broadcast to all.
     With tied embeddings the last stage holds a copy of the embedding as its
     LM head; the two copies' gradients are summed before each step.
+    ``train.context_parallel_size`` (CP) ranks of a replica split each
+    sequence's columns (2 x CP load-balanced chunks) and all-gather keys /
+    values in the attention (:mod:`rl_train_megatron.context_parallel`);
+    their gradients are summed with the data-parallel ones.
 
 Models
     Built from the HF config (:mod:`rl_train_megatron.model`); weights from the HF checkpoint (or
@@ -55,6 +59,7 @@ from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine import offload
 from rl_core.train_engine.hf_export import write_hf_folder
 
+from rl_train_megatron import context_parallel as cp_mod
 from rl_train_megatron import convert, grads, parallel
 from rl_train_megatron import model as mmodel
 from rl_train_megatron.options import megatron_options, transformer_overrides
@@ -79,6 +84,7 @@ class MegatronBackend(TrainBackend):
     def __init__(self, role: str, config, context: WorkerContext) -> None:
         super().__init__(role, config, context)
         tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
+        cp = config.train.context_parallel_size
         hf, key = load_role_model(role, config, torch.float32)
         self.hf_config, self.hf_class = hf.config, type(hf)
         self.generation_config = getattr(hf, "generation_config", None)
@@ -86,7 +92,7 @@ class MegatronBackend(TrainBackend):
         mmodel.check_divisible(self.shape, tp, pp)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
-        self.topo = parallel.acquire(tp, pp, self.device)
+        self.topo = parallel.acquire(tp, pp, self.device, cp)
         self._released = False
         self.rank, self.world_size = self.topo.rank, self.topo.world
         if context.world_size > 1 and self.world_size != context.world_size:
@@ -104,7 +110,7 @@ class MegatronBackend(TrainBackend):
         local = convert.split_for_rank(full, self.shape, tp, self.topo.tp_rank, pp, self.topo.pp_rank)
         del full
         opts = megatron_options(config)
-        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, transformer_overrides(config, opts) if self.trainable else opts.transformer_config)
+        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, transformer_overrides(config, opts) if self.trainable else opts.transformer_config, cp=cp)
         convert.load_local_state(model, local)
         if not self.trainable:
             model.requires_grad_(False)
@@ -178,23 +184,38 @@ class MegatronBackend(TrainBackend):
 
     # Every forward runs this rank's pipeline stage (:meth:`_run_stage`); the heads (log-probs, values) run on the
     # last stage. Inference results are broadcast from the last stage; the update back-propagates stage by stage.
-    def _run_stage(self, y: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``(input hidden leaf or None, this stage's output [s, b, h])``; sends the output on to the next stage."""
+    def _split(self, y: dict[str, torch.Tensor]) -> cp_mod.SeqSplit | None:
+        """This CP rank's columns of the batch (None without context parallelism)."""
+        if self.topo.cp == 1:
+            return None
+        return cp_mod.SeqSplit.of(y["input_ids"].shape[1], self.topo.cp, self.topo.cp_rank, self.device)
+
+    def _run_stage(self, y: dict[str, torch.Tensor], split: cp_mod.SeqSplit | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(input hidden leaf or None, this stage's output [s, b, h])``; sends the output on to the next stage.
+        With CP (``split``) ``s`` is this rank's columns."""
         h_in = None
+        ids, attention, pos, mask = y["input_ids"], y["attention_mask"], y["position_ids"], None
+        if split is not None:
+            ids, pos, mask = split.local(ids), split.local(pos), split.mask(attention)
         if not self.pipe.is_first:
-            b, s = y["input_ids"].shape
+            b, s = ids.shape
             h_in = self.pipe.recv_forward((s, b, self.shape.hidden), self.device)
-        h = mmodel.stage_hidden(self.model, y["input_ids"], y["attention_mask"], y["position_ids"], h_in)
+        h = mmodel.stage_hidden(self.model, ids, attention, pos, h_in, mask=mask)
         if not self.pipe.is_last:
             self.pipe.send_forward(h)
         return h_in, h
 
-    def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int):
+    def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int, split=None):
         R = y["responses"].shape[1]
-        logits = mmodel.local_logits(self.model, h[-R - 1 : -1])
+        # CP: every column of this rank (its labels: the next tokens), gathered into the response's columns after
+        logits = mmodel.local_logits(self.model, h if split is not None else h[-R - 1 : -1])
+        labels = split.labels(y["input_ids"], y["responses"]) if split is not None else y["responses"]
         if temperature != 1.0:
             logits = logits / temperature
-        lp, ent = mmodel.vocab_parallel_log_probs(logits, y["responses"], with_entropy=with_entropy, entropy_grad=entropy_grad, group=parallel.tp_group())
+        lp, ent = mmodel.vocab_parallel_log_probs(logits, labels, with_entropy=with_entropy, entropy_grad=entropy_grad, group=parallel.tp_group())
+        if split is not None:
+            lp = split.response(lp, R)
+            ent = split.response(ent, R) if ent is not None else None
         if cut:
             lp = torch.nn.functional.pad(lp, (0, cut))
             ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
@@ -205,16 +226,17 @@ class MegatronBackend(TrainBackend):
         other stages, which keep their ``(h_in, h)`` for :meth:`backward`."""
         critic = self.role == "critic"
         y, cut = (x, 0) if critic else self._trim(x, x["responses"].shape[1])
-        h_in, h = self._run_stage(y)
+        split = self._split(y)
+        h_in, h = self._run_stage(y, split)
         if training:
             self._pending = (h_in, h)
         heads = None
         if self.pipe.is_last:
             R = x["responses"].shape[1]
             if critic:
-                heads = Heads(values=mmodel.values(self.model, h[-R - 1 : -1]))
+                heads = Heads(values=mmodel.values(self.model, h[-R - 1 : -1]) if split is None else split.response(mmodel.values(self.model, h), R))
             else:
-                lp, ent = self._log_probs_head(h, y, temperature, with_entropy, entropy_grad, cut)
+                lp, ent = self._log_probs_head(h, y, temperature, with_entropy, entropy_grad, cut, split)
                 heads = Heads(log_probs=lp, entropy=ent)
         if training:
             return heads
@@ -244,7 +266,7 @@ class MegatronBackend(TrainBackend):
         grads.reduce_tied_embedding_grads(self.model, pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
             grads.reduce_grads([p for n, p in self.model.named_parameters() if convert.is_qk_norm(n) and p.grad is not None], parallel.tp_group())
-        grads.reduce_grads([p for p in self.model.parameters() if p.requires_grad], parallel.dp_group())
+        grads.reduce_grads([p for p in self.model.parameters() if p.requires_grad], parallel.grad_group())
         counted = [p for n, p in self.model.named_parameters() if (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
         return grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device)
 
@@ -294,7 +316,7 @@ class MegatronBackend(TrainBackend):
     # ----------------------------------------------------------- checkpoint
     def _layout(self) -> dict[str, Any]:
         t = self.topo
-        return {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world}
+        return {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world, **({"cp": t.cp} if t.cp > 1 else {})}
 
     def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:
         """Per rank ``path/rank{r}.pt`` (plain tensors and numbers: loads with ``weights_only=True``) + ``megatron.json``.

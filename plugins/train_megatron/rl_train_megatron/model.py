@@ -156,17 +156,23 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     )
 
 
-def build_model(shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None) -> torch.nn.Module:
-    """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head."""
+def build_model(shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None, cp: int = 1) -> torch.nn.Module:
+    """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head.
+    ``cp > 1``: the attention is :class:`rl_train_megatron.context_parallel.ContextParallelAttention`."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     check_divisible(shape, tp, pp)
     config = transformer_config(shape, tp, pp, passed)
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=shape.qk_norm)
+    if cp > 1:
+        from rl_train_megatron import context_parallel
+
+        context_parallel.use_in_spec(spec)
     model = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=shape.qk_norm),
+        transformer_layer_spec=spec,
         vocab_size=shape.vocab,
         max_sequence_length=shape.max_positions,
         pre_process=mpu.is_pipeline_first_stage(),
@@ -199,17 +205,19 @@ def rotary_angles(model, position_ids: torch.Tensor) -> torch.Tensor:
     return torch.cat((freqs, freqs), dim=-1).transpose(0, 1)[:, :, None, :]
 
 
-def stage_hidden(model, input_ids, attention, position_ids, hidden_in: torch.Tensor | None = None) -> torch.Tensor:
+def stage_hidden(model, input_ids, attention, position_ids, hidden_in: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
     """This pipeline stage's output ``[s, b, h]``: from the tokens on the first stage, else from ``hidden_in``.
 
-    The last stage's output has been through the final norm.
+    The last stage's output has been through the final norm. ``mask``: a ready ``[b, 1, s, s_keys]`` attention mask
+    (context parallelism) instead of the one built from ``attention``.
     """
     if model.pre_process:
         x = model.embedding(input_ids=input_ids, position_ids=position_ids)
     else:
         model.decoder.set_input_tensor(hidden_in)
         x = None
-    return model.decoder(hidden_states=x, attention_mask=attention_mask(attention), rotary_pos_emb=rotary_angles(model, position_ids))
+    mask = attention_mask(attention) if mask is None else mask
+    return model.decoder(hidden_states=x, attention_mask=mask, rotary_pos_emb=rotary_angles(model, position_ids))
 
 
 def response_hidden(model, input_ids, attention, position_ids, response_length: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
-"""Process groups for the Megatron engine: TP x PP model-parallel groups, data parallelism over the rest.
+"""Process groups for the Megatron engine: TP x CP x PP model-parallel groups, data parallelism over the rest.
 
-Rank layout (``order="tp-pp-dp"`` in ``parallel_state.initialize_model_parallel``):
-the ``TP * PP`` ranks of one model replica are consecutive, TP fastest, so
-rank ``r`` has ``tp_rank = r % TP``, ``pp_rank = (r // TP) % PP`` and
-``dp_rank = r // (TP * PP)``. That is how the controller dispatches a step
+Rank layout (``order="tp-cp-pp-dp"`` in ``parallel_state.initialize_model_parallel``):
+the ``TP * CP * PP`` ranks of one model replica are consecutive, TP fastest, so
+rank ``r`` has ``tp_rank = r % TP``, ``cp_rank = (r // TP) % CP``, ``pp_rank = (r // (TP * CP)) % PP`` and
+``dp_rank = r // (TP * CP * PP)``. Context parallelism (CP): :mod:`rl_train_megatron.context_parallel`. That is how the controller dispatches a step
 (:meth:`rl_core.trainer.loop.Trainer._train_call` gives the same data-parallel
 shard to the ``world / train_dp`` consecutive ranks of a replica).
 
@@ -32,12 +32,14 @@ class Topology:
     dp_rank: int
     rank: int
     world: int
+    cp: int = 1
+    cp_rank: int = 0
 
 
 _STATE = {"users": 0, "own_group": False, "sizes": None}
 
 
-def acquire(tp: int, pp: int, device: torch.device) -> Topology:
+def acquire(tp: int, pp: int, device: torch.device, cp: int = 1) -> Topology:
     """Set up (once per process) the default group and megatron's parallel state; returns this rank's place."""
     from megatron.core import parallel_state as mpu
 
@@ -45,19 +47,24 @@ def acquire(tp: int, pp: int, device: torch.device) -> Topology:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         _STATE["own_group"] = True
     world = dist.get_world_size()
-    if world % (tp * pp):
+    if world % (tp * cp * pp):
+        mp = tp * cp * pp
         raise ParallelSizeError(
-            f"train.tensor_model_parallel_size={tp} x train.pipeline_model_parallel_size={pp} = {tp * pp} does not divide "
-            f"the {world} worker processes ({world} % {tp * pp} = {world % (tp * pp)}); choose TP x PP among the divisors of {world}"
+            f"train.tensor_model_parallel_size={tp} x train.context_parallel_size={cp} x train.pipeline_model_parallel_size={pp} = {mp} "
+            f"does not divide the {world} worker processes ({world} % {mp} = {world % mp}); choose TP x CP x PP among the divisors of {world}"
         )
     if mpu.model_parallel_is_initialized():
-        if _STATE["sizes"] != (tp, pp):
-            raise ParallelSizeError(f"megatron parallel state is already set up with TP x PP = {_STATE['sizes']}, this engine asks for {(tp, pp)}")
+        if _STATE["sizes"] != (tp, pp, cp):
+            raise ParallelSizeError(f"megatron parallel state is already set up with TP, PP, CP = {_STATE['sizes']}, this engine asks for {(tp, pp, cp)}")
     else:
+        # megatron-core asks the expert layers' data-parallel size to equal the attention's unless pp is last in the
+        # order; these models have no experts, so their (unused) expert groups are laid out like TP x CP
+        extra = {"expert_tensor_parallel_size": tp * cp} if cp > 1 and pp > 1 else {}
         mpu.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, order="tp-pp-dp", create_gloo_process_groups=False
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order="tp-cp-pp-dp",
+            create_gloo_process_groups=False, **extra,
         )
-        _STATE["sizes"] = (tp, pp)
+        _STATE["sizes"] = (tp, pp, cp)
         if device.type == "cuda":
             from megatron.core import tensor_parallel
 
@@ -83,6 +90,8 @@ def current() -> Topology:
         dp_rank=mpu.get_data_parallel_rank(),
         rank=rank,
         world=world,
+        cp=mpu.get_context_parallel_world_size(),
+        cp_rank=mpu.get_context_parallel_rank(),
     )
 
 
@@ -116,6 +125,14 @@ def dp_group():
     from megatron.core import parallel_state as mpu
 
     return mpu.get_data_parallel_group()
+
+
+def grad_group():
+    """The ranks whose gradients are summed after a mini-batch: data-parallel replicas x the CP ranks of a replica
+    (each CP rank's gradient covers its own columns of the sequences)."""
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_data_parallel_group(with_context_parallel=True)
 
 
 def mp_group():

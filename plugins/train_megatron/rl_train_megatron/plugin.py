@@ -109,9 +109,7 @@ def check_unsupported_options(config) -> list[Problem]:
 
 _MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel_size")
 _FEATURES = {
-    "context_parallel_size": "Megatron context parallelism",
-    "cp_comm_type": "Megatron context parallelism",
-    "hierarchical_context_parallel_sizes": "Megatron context parallelism",
+    "hierarchical_context_parallel_sizes": "hierarchical context parallelism (rl-core's CP is one group: train.context_parallel_size)",
     "sequence_parallel": "Megatron sequence parallelism",
     "num_layers_in_first_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
     "num_layers_in_last_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
@@ -163,6 +161,8 @@ def check_transformer_config(config) -> list[Problem]:
                                fix=f"remove {key}, or fix its name"))
         elif name in PASSED_THROUGH:
             continue
+        elif name in _CP:
+            out.extend(_cp_field(config, key, name, value))
         elif name in _SHAPE:
             out.append(Problem(key=key, what="comes from the model: the engine sets it from model.path's config.json and the train.* parallel sizes",
                                fix=f"remove {key}; change the model's shape with model.override_config"))
@@ -179,6 +179,24 @@ def check_transformer_config(config) -> list[Problem]:
     return out
 
 
+_CP = ("context_parallel_size", "cp_comm_type")
+
+
+def _cp_field(config, key: str, name: str, value: Any) -> list[Problem]:
+    """verl repeats the CP size in override_transformer_config: it must be train.context_parallel_size; the CP
+    communication pattern changes only speed (rl-core's CP all-gathers keys / values)."""
+    cp = config.train.context_parallel_size
+    if name == "context_parallel_size":
+        if str(value).strip() == str(cp):
+            return []
+        return [Problem(key=key, what=f"is {value!r} but train.context_parallel_size is {cp} (the model's context parallelism)",
+                        fix=f"remove {key} and set train.context_parallel_size (verl: actor_rollout_ref.actor.megatron.context_parallel_size)")]
+    if value in (None, "all_gather") or str(value).lower() in ("none", "null", "all_gather"):
+        return []
+    return [Problem(key=key, severity="warning", what=f"is {value!r}: rl-core's context parallelism all-gathers keys / values ('all_gather'); "
+                    "the pattern changes speed, not the result, so it runs with all_gather", fix=f"remove {key}, or set it to 'all_gather'")]
+
+
 def _version() -> str:
     try:
         import importlib.metadata as md
@@ -191,9 +209,9 @@ def _version() -> str:
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
-    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 (dense) configs; tensor (vocab-parallel log-probs) x pipeline x data parallelism",
+    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 (dense) configs; tensor (vocab-parallel log-probs) x context x pipeline x data parallelism",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "tp", "pp"},
+    parallelism={"dp", "tp", "pp", "cp"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     architectures=ARCHITECTURES,

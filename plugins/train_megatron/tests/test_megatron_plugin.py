@@ -86,7 +86,7 @@ def _resolve(model_path, *more):
 
 
 def test_card_declares_tp_and_the_architectures_it_converts():
-    assert MEGATRON_CARD.name == "megatron" and {"tp", "pp", "dp"} <= MEGATRON_CARD.parallelism
+    assert MEGATRON_CARD.name == "megatron" and {"tp", "pp", "cp", "dp"} <= MEGATRON_CARD.parallelism
     assert MEGATRON_CARD.architectures == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
     assert MEGATRON_CARD.engine == "megatron-core" and check_parallel_sizes in MEGATRON_CARD.checks
 
@@ -163,3 +163,35 @@ def test_missing_megatron_core_is_one_problem(tmp_path, monkeypatch):
     errs = errors(problems)
     assert stack is None and len(errs) == 1, [p.render() for p in problems]
     assert "needs the engine megatron-core, which is not installed" in errs[0].what and "pip install 'megatron-core>=0.16,<0.17'" in errs[0].fix
+
+
+def test_context_parallel_resolves_and_shows_in_the_layout(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path), "trainer.n_gpus_per_node=8", "train.context_parallel_size=2", "train.pipeline_model_parallel_size=2",
+                               "rollout.name=vllm")
+    assert stack is not None, [p.render() for p in problems]
+    assert stack.sizes.train_model_parallel == 8 and stack.sizes.train_dp == 1
+    assert ("train data-parallel ranks", "8 / 8 (tp*pp*cp) = 1") in stack.sizes.table()
+
+
+def test_context_parallel_not_dividing_the_devices_names_the_key(tmp_path, engines):
+    stack, problems = _resolve(_model(tmp_path), "trainer.n_gpus_per_node=4", "train.context_parallel_size=3", "rollout.name=vllm")
+    assert stack is None
+    (p,) = errors(problems)
+    assert p.key == "train.context_parallel_size" and "TP x PP x CP = 6 does not divide the 4 devices" in p.render()
+
+
+def test_context_parallel_size_in_transformer_config_must_equal_the_train_key(tmp_path, engines):
+    pytest.importorskip("megatron.core", reason="the transformer_config check reads megatron-core's TransformerConfig")
+    base = (_model(tmp_path), "trainer.n_gpus_per_node=4", "train.context_parallel_size=2", "rollout.name=vllm")
+    stack, problems = _resolve(*base, "train.options.transformer_config.context_parallel_size=2", "train.options.transformer_config.cp_comm_type=p2p")
+    assert stack is not None and [p.key for p in problems if p.severity == "warning"] == ["train.options.transformer_config.cp_comm_type"]
+    stack, problems = _resolve(*base, "train.options.transformer_config.context_parallel_size=4")
+    (p,) = errors(problems)
+    assert p.key == "train.options.transformer_config.context_parallel_size" and "train.context_parallel_size is 2" in p.render()
+
+
+def test_a_backend_without_context_parallelism_refuses_it(tmp_path, engines):
+    if "fsdp" not in _registry().names("train"):
+        pytest.skip("needs rl-train-fsdp installed")
+    stack, problems = _resolve(_model(tmp_path), "train.name=fsdp", "train.tensor_model_parallel_size=1", "train.context_parallel_size=2", "rollout.name=vllm")
+    assert stack is None and any(p.key == "train.context_parallel_size" and "does not support CP" in p.render() for p in errors(problems))
