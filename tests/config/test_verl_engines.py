@@ -113,6 +113,8 @@ def test_veomni_takes_its_own_optimizer_defaults_under_the_verl_profile():
     verl = OmegaConf.load(HERE / "verl_generated_ppo_veomni_trainer.yaml").actor_rollout_ref.actor.optim
     loaded = _load("model_engine=veomni")
     assert ("actor.optim.lr_scheduler", "cosine", "constant") in loaded.profile_defaults
+    critic = OmegaConf.load(HERE / "verl_generated_ppo_veomni_trainer.yaml").critic.optim
+    assert loaded.config.critic.optim.lr_scheduler == critic.lr_scheduler_type == "cosine"
     optim = loaded.config.actor.optim
     assert (optim.lr_scheduler, optim.min_lr_ratio, optim.weight_decay, optim.grad_clip, list(optim.betas), optim.lr_warmup_steps_ratio) == (
         verl.lr_scheduler_type, verl.lr_min / verl.lr, verl.weight_decay, verl.clip_grad, list(verl.betas), verl.lr_warmup_steps_ratio)

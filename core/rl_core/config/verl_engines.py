@@ -53,7 +53,8 @@ SELECTED = {
 
 #: under the verl profile, the engine's own defaults where verl's differ from its FSDP engine's (verl's optim/veomni.yaml)
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "veomni": {"actor.optim.lr_scheduler": "cosine"},  # lr_scheduler_type: cosine, lr_min 0, lr_decay_ratio 1, no warm-up
+    # lr_scheduler_type: cosine, lr_min 0, lr_decay_ratio 1, no warm-up (the actor's and veomni_critic's optimizer)
+    "veomni": {"actor.optim.lr_scheduler": "cosine", "critic.optim.lr_scheduler": "cosine"},
 }
 
 _KERNEL = "a kernel choice of VeOmni's model code (speed only: the same function computed); rl-core's fsdp backend runs the model's transformers code"
@@ -61,7 +62,7 @@ _PERF = "a speed / memory knob of verl's implementation; rl-core computes the sa
 _EP = "expert parallelism of an MoE model's experts (veomni / fsdp_turbo expert_parallel_size)"
 _EP_NEAREST = "expert_parallel_size=1: the fsdp backend shards an MoE model's experts with the rest of it"
 _AR = "actor_rollout_ref"
-_V = f"{_AR}.*.veomni"
+_V = f"{{{_AR}.*,critic}}.veomni"  # the actor's, the reference's and the critic's (veomni_critic) sections
 _T = f"{_AR}.*.fsdp_config.turbo_config"
 _E = f"{_AR}.actor.engine"
 
@@ -79,7 +80,10 @@ ROWS: tuple[tuple, ...] = (
      "actor.fsdp_config.fsdp_size = fsdp_size x ulysses (HSDP), or -1"),
     ("ignore", f"{_AR}.ref.veomni.{{param_offload,optimizer_offload,enable_fsdp_offload}}",
      "offloading the reference model (rl-core keeps it on the device; with LoRA there is no reference copy)"),
-    ("ignore", f"{_AR}.ref.veomni.fsdp_size", "the reference model is sharded like the actor (actor.fsdp_config.fsdp_size)"),
+    *(("alias", f"critic.veomni.{k}", f"critic.fsdp.{m}", "the critic's offload, as the actor's")
+      for k, m in (("param_offload", "param_offload"), ("optimizer_offload", "optimizer_offload"), ("enable_fsdp_offload", "offload_policy"))),
+    ("tie", "critic.veomni.ulysses_parallel_size", "actor.ulysses_sequence_parallel_size", "every role uses the actor's Ulysses size"),
+    ("ignore", f"{{{_AR}.ref,critic}}.veomni.fsdp_size", "the reference model and the critic are sharded like the actor (actor.fsdp_config.fsdp_size)"),
     ("tie", f"{_AR}.ref.veomni.ulysses_parallel_size", "actor.ulysses_sequence_parallel_size", "every role uses the actor's Ulysses size"),
     ("same", f"{_V}.expert_parallel_size", [1], _EP, _EP_NEAREST),
     ("same", f"{_V}.router_replay.mode", ["disabled"], "MoE routing replay", "none"),
@@ -97,8 +101,8 @@ ROWS: tuple[tuple, ...] = (
     ("same", f"{_V}.load_checkpoint_path", [None], "loading a checkpoint from a given path", "trainer.resume (the latest checkpoint in trainer.output_dir)"),
     ("refuse", f"{_V}.*", "this setting of verl's veomni engine", "actor.fsdp_config.*, actor.ulysses_sequence_parallel_size"),
     # VeOmni's optimizer (verl/trainer/config/optim/veomni.yaml): lr_min is absolute
-    ("same", f"{_AR}.actor.optim.{{lr_min,lr_start}}", [0, 0.0], "an absolute minimum / warm-up start learning rate", "actor.optim.min_lr_ratio"),
-    ("same", f"{_AR}.actor.optim.lr_decay_ratio", [1, 1.0], "decaying the learning rate over part of the run", "actor.optim.lr_scheduler"),
+    ("same", f"{{{_AR}.actor,critic}}.optim.{{lr_min,lr_start}}", [0, 0.0], "an absolute minimum / warm-up start learning rate", "actor.optim.min_lr_ratio"),
+    ("same", f"{{{_AR}.actor,critic}}.optim.lr_decay_ratio", [1, 1.0], "decaying the learning rate over part of the run", "actor.optim.lr_scheduler"),
     # ------------------------------------------------------------------ fsdp_turbo (verl/trainer/config/engine/fsdp.yaml turbo_config)
     ("hold", f"{_AR}.actor.fsdp_config.turbo_config.distributed.fully_shard_parallel_size", "turbo.fsdp_size",
      "ranks a model copy is sharded over: actor.fsdp_config.fsdp_size (-1 when it is the world size or more)"),
@@ -207,11 +211,12 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
                                     fix="nearest rl-core setting: model.enable_gradient_checkpointing (every layer; [full]); or remove the key"))
         elif on:  # verl recomputes when either its engine's switch or the model's is on
             set_dotted(tree, "model.enable_gradient_checkpointing", True)
-    warmup = get_dotted(tree, "actor.optim.lr_warmup_steps")
-    if engine == "veomni" and warmup is not None and int(norm(warmup)) > 0:  # VeOmni's build_lr_scheduler takes only the ratio
-        problems.append(Problem(key="actor.optim.lr_warmup_steps", what=f"is {warmup}, and verl's veomni engine does not read it (its schedule "
-                                "warms up for lr_warmup_steps_ratio x the total steps only): the run would not warm up as written",
-                                fix="set actor_rollout_ref.actor.optim.lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
+    for section in ("actor", "critic"):
+        warmup = get_dotted(tree, f"{section}.optim.lr_warmup_steps")
+        if engine == "veomni" and warmup is not None and int(norm(warmup)) > 0:  # VeOmni's build_lr_scheduler takes only the ratio
+            problems.append(Problem(key=f"{section}.optim.lr_warmup_steps", what=f"is {warmup}, and verl's veomni engine does not read it (its "
+                                    "schedule warms up for lr_warmup_steps_ratio x the total steps only): the run would not warm up as written",
+                                    fix="set the optimizer's lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
     if profile == "verl" and engine in PROFILE_DEFAULTS:
         marker = object()
         for key, value in PROFILE_DEFAULTS[engine].items():
