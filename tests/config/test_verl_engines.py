@@ -48,6 +48,7 @@ def _value(loaded, key):
     ([f"{V}.ulysses_parallel_size=2", f"{V}.fsdp_size=4"], "actor.fsdp_config.fsdp_size", -1),  # 4 = world / ulysses: all ranks
     ([f"{V}.fsdp_size=-1"], "actor.fsdp_config.fsdp_size", -1),
     ([f"{V}.pad_to_length=True", f"{V}.pad_to_length_bucket=512"], "actor.fsdp_config.pad_to_length_bucket", 512),
+    ([f"{A}.actor.optim.lr_min=1e-7"], "actor.optim.min_lr", 1e-7),
     ([f"{T}.distributed.fully_shard_parallel_size=4"], "actor.fsdp_config.fsdp_size", 4),
     ([f"{T}.distributed.fully_shard_parallel_size=16"], "actor.fsdp_config.fsdp_size", -1),  # more than the world: all ranks
     ([f"{T}.distributed.ulysses_parallel_size=2"], "actor.ulysses_sequence_parallel_size", 2),

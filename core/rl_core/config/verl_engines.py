@@ -104,7 +104,9 @@ ROWS: tuple[tuple, ...] = (
     ("same", f"{_V}.load_checkpoint_path", [None], "loading a checkpoint from a given path", "trainer.resume (the latest checkpoint in trainer.output_dir)"),
     ("refuse", f"{_V}.*", "this setting of verl's veomni engine", "actor.fsdp_config.*, actor.ulysses_sequence_parallel_size"),
     # VeOmni's optimizer (verl/trainer/config/optim/veomni.yaml): lr_min is absolute
-    ("same", f"{{{_AR}.actor,critic}}.optim.{{lr_min,lr_start}}", [0, 0.0], "an absolute minimum / warm-up start learning rate", "actor.optim.min_lr_ratio"),
+    ("alias", f"{_AR}.actor.optim.lr_min", f"{_AR}.actor.optim.min_lr", "the end of VeOmni's LR decay, an absolute rate (m = lr_min / lr)"),
+    ("alias", "critic.optim.lr_min", "critic.optim.min_lr", "the end of the critic's LR decay, an absolute rate"),
+    ("same", f"{{{_AR}.actor,critic}}.optim.lr_start", [0, 0.0], "a warm-up starting above 0", "actor.optim.lr_warmup_steps_ratio"),
     ("same", f"{{{_AR}.actor,critic}}.optim.lr_decay_ratio", [1, 1.0], "decaying the learning rate over part of the run", "actor.optim.lr_scheduler"),
     # ------------------------------------------------------------------ fsdp_turbo (verl/trainer/config/engine/fsdp.yaml turbo_config)
     ("hold", f"{_AR}.actor.fsdp_config.turbo_config.distributed.fully_shard_parallel_size", "turbo.fsdp_size",
@@ -144,8 +146,10 @@ ROWS: tuple[tuple, ...] = (
     ("ignore", f"{_E}.impl_cfg.use_thd", "packed (THD) sequences: " + _PERF + " (rl-core masks padding)"),
     ("hold", f"{_E}.impl_cfg.recompute", "mlite.recompute",
      "[full]: every layer recomputed (model.enable_gradient_checkpointing: megatron-core recompute full / uniform / 1)"),
-    ("same", f"{_E}.impl_cfg.optimizer", [None], "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks)",
-     "train.options.optimizer_offload; train.name=fsdp shards it"),
+    # dist_opt: megatron-core's distributed optimizer; fsdp2: Megatron Lite's FSDP2 wrapper (parameters too): both shard over
+    # the data-parallel ranks what every rank would otherwise hold whole, read as Megatron's use_distributed_optimizer
+    ("alias", f"{_E}.impl_cfg.optimizer", f"{_AR}.actor.megatron.override_transformer_config.use_distributed_optimizer",
+     "dist_opt / fsdp2: optimizer state sharded over the data-parallel ranks (Megatron's use_distributed_optimizer)", lambda v: v is not None),
     ("same", f"{_E}.{{dtype,export_dtype}}", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16", "model.dtype"),
     ("same", f"{_E}.{{impl,model_name}}", ["lite", "auto"], "choosing Megatron Lite's model implementation", "none"),
     ("same", f"{_E}.strategy", ["mlite"], "another engine under actor.engine", "train.name"),

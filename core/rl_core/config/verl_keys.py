@@ -107,7 +107,7 @@ def _strategy(value: Any) -> Any:
 def _row(kind: str, pattern: str, *args: Any) -> Rule:
     """A row of :data:`rl_core.config.verl_engines.ROWS` as a :class:`Rule`."""
     if kind in (MAP, TIE, ALIAS, HOLD):
-        return Rule(pattern=pattern, kind=kind, target=args[0], note=args[1])
+        return Rule(pattern=pattern, kind=kind, target=args[0], note=args[1], convert=args[2] if len(args) > 2 else None)
     if kind == SAME:
         return _same(pattern, args[0], args[1], args[2])
     if kind == REFUSE:

@@ -85,7 +85,7 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
     if rule.target == "train.name" and value is not DELETE:
         tr.selected[written] = vk.norm(value)
     if rule.kind == vk.ALIAS:  # read as the verl key it names (a megatron-lite / veomni spelling of it), named as written
-        translate_item(tr, written, rule.target, value, fallback=fallback)
+        translate_item(tr, written, rule.target, rule.convert(value) if rule.convert and value is not DELETE else value, fallback=fallback)
         return
     if rule.kind == vk.HOLD:
         if value is DELETE:
