@@ -124,6 +124,8 @@ def test_veomni_takes_its_own_optimizer_defaults_under_the_verl_profile():
     assert _load("model_engine=veomni", f"{A}.actor.optim.lr_scheduler_type=constant").config.actor.optim.lr_scheduler == "constant"
     assert _load("model_engine=veomni", profile="rl-core").config.actor.optim.lr_scheduler == "constant"
     assert _load().config.actor.optim.lr_scheduler == "constant"  # verl's FSDP engine
+    # actor.strategy=veomni alone switches the engine, not the optimizer config group (verl keeps optim/fsdp.yaml's constant)
+    assert _load(f"{A}.actor.strategy=veomni").config.actor.optim.lr_scheduler == "constant"
 
 
 @pytest.mark.parametrize(("script", "sp", "offload_policy"), [

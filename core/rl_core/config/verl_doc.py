@@ -91,7 +91,8 @@ def render() -> str:
         lines.append(f"| `{key}` | `{value!r}` | `{own!r}` |")
     lines.append("| `trainer.output_dir` | `checkpoints/<project_name>/<experiment_name>` | `'outputs/run'` |")
     for engine, defaults in PROFILE_DEFAULTS.items():  # verl's other engines' defaults (rl_core.config.verl_engines)
-        lines += [f"| `{key}` with the {engine} engine | `{value!r}` | `{get_dotted(own_defaults, key)!r}` |" for key, value in defaults.items()]
+        lines += [f"| `{key}` with the {engine} engine (`{groups[0]}={engine}`) | `{value!r}` | `{get_dotted(own_defaults, key)!r}` |"
+                  for key, (value, groups) in defaults.items()]
     lines += ["", "## Every verl key", "",
               "`*` stands for one or more key parts, `{a,b}` for either; the first matching row applies.", "",
               "| verl key | how | rl-core |", "|---|---|---|"]

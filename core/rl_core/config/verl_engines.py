@@ -51,10 +51,13 @@ SELECTED = {
              "and offload switches are the megatron engine's",
 }
 
-#: under the verl profile, the engine's own defaults where verl's differ from its FSDP engine's (verl's optim/veomni.yaml)
-PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
+#: under the verl profile, the engine's own defaults where verl's differ from its FSDP engine's (verl's optim/veomni.yaml):
+#: rl-core key -> (verl's value, the Hydra group selections that load that optimizer config). verl's ``model_engine``
+#: picks the actor's / ref's / critic's groups; ``actor.strategy=veomni`` alone changes the engine, not the config group
+PROFILE_DEFAULTS: dict[str, dict[str, tuple[Any, tuple[str, ...]]]] = {
     # lr_scheduler_type: cosine, lr_min 0, lr_decay_ratio 1, no warm-up (the actor's and veomni_critic's optimizer)
-    "veomni": {"actor.optim.lr_scheduler": "cosine", "critic.optim.lr_scheduler": "cosine"},
+    "veomni": {"actor.optim.lr_scheduler": ("cosine", ("model_engine", "actor@actor_rollout_ref.actor")),
+               "critic.optim.lr_scheduler": ("cosine", ("model_engine", "critic@critic"))},
 }
 
 _KERNEL = "a kernel choice of VeOmni's model code (speed only: the same function computed); rl-core's fsdp backend runs the model's transformers code"
@@ -226,8 +229,9 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
                                     fix="set the optimizer's lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
     if profile == "verl" and engine in PROFILE_DEFAULTS:
         marker = object()
-        for key, value in PROFILE_DEFAULTS[engine].items():
-            if get_dotted(tree, key, marker) is marker:
+        for key, (value, groups) in PROFILE_DEFAULTS[engine].items():
+            chosen = any(k.lstrip("+") in groups and ENGINE_OF.get(str(v)) == engine for k, v in selected.items())
+            if chosen and get_dotted(tree, key, marker) is marker:
                 applied.append((key, value, get_dotted(config_to_dict(own, mask=False), key)))
                 set_dotted(tree, key, value)
     return problems, applied
