@@ -23,6 +23,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefix
 from rl_core.batch import Batch
+from rl_core.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
 
 
@@ -74,6 +75,7 @@ class HybridWorker:
         self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
         self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
         self._base_sent = False
+        self.profiler = StepProfiler.for_worker(config, context.rank, context.device)  # profiler.* (rl_core.profiling)
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 
@@ -207,6 +209,11 @@ class HybridWorker:
     def set_total_steps(self, total: int) -> None:
         for engine in self._train_engines():
             engine.set_total_steps(total)
+
+    def profile_step(self, step: int | None) -> None:
+        """profiler.*: record this step's calls of the chosen roles (None: stop recording)."""
+        if self.profiler is not None:
+            self.profiler.set_step(step)
 
     # ------------------------------------------------------------- persistence
     def save_checkpoint(self, path: str) -> None:

@@ -55,3 +55,19 @@ def test_pad_to_length_maps_and_needs_packing():
     assert cfg.actor.pad_to_length and cfg.actor.fsdp_config.pad_to_length_bucket == 512
     (p,) = [p for p in load_report(None, [f"{A}.pad_to_length=True", f"{A}.use_remove_padding=False"]).problems if p.severity == "error"]
     assert p.key.endswith("actor.pad_to_length") and "nothing is packed" in p.what
+
+
+def test_verl_profiler_keys_map_and_npu_is_refused():
+    A = "actor_rollout_ref"
+    cfg = load_config(None, ["global_profiler.tool=torch", "global_profiler.steps=[2,4]", "global_profiler.save_path=/p",
+                             f"{A}.actor.profiler.enable=True", f"{A}.rollout.profiler.enable=True", f"{A}.actor.profiler.ranks=[0,1]",
+                             f"{A}.rollout.profiler.ranks=[0,1]", f"{A}.actor.profiler.all_ranks=False"])
+    p = cfg.profiler
+    assert (p.tool, p.steps, p.save_path, p.actor, p.rollout, p.ref, p.ranks, p.all_ranks) == ("torch", [2, 4], "/p", True, True, None, [0, 1], False)
+    errs = {p.key: p for p in load_report(None, ["global_profiler.tool=npu", "global_profiler.steps=[1]",
+                                                 f"{A}.actor.profiler.tool_config.npu.level=level0"]).problems if p.severity == "error"}
+    assert set(errs) == {"global_profiler.tool", f"{A}.actor.profiler.tool_config.npu.level"}
+    assert "NPU" in errs[f"{A}.actor.profiler.tool_config.npu.level"].what
+    # the roles share the workers: a rollout rank list other than the actor's is refused
+    (e,) = [p for p in load_report(None, [f"{A}.actor.profiler.ranks=[0]", f"{A}.rollout.profiler.ranks=[1]"]).problems if p.severity == "error"]
+    assert e.key == f"{A}.rollout.profiler.ranks"

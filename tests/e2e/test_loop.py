@@ -39,7 +39,11 @@ def _rollout_matches_actor(trainer: Trainer) -> float:
 @pytest.mark.parametrize("nprocs", [1, 2])
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
 def test_two_step_job(tmp_path, nprocs, estimator):
-    cfg_path = write_tiny_run(tmp_path, nprocs=nprocs, estimator=estimator)
+    # 2 processes, GRPO: also profiler.* (rl_core.profiling): rank 0 records the actor's calls of step 2 only
+    profiled = nprocs == 2 and estimator == "grpo"
+    traces = tmp_path / "traces"
+    extra = {"profiler": {"tool": "torch", "steps": [2], "actor": True, "save_path": str(traces)}} if profiled else {}
+    cfg_path = write_tiny_run(tmp_path, nprocs=nprocs, estimator=estimator, **extra)
     stack, problems = resolve(load_config(cfg_path))
     assert stack is not None, [p.render() for p in problems]
     assert stack.config.critic.enable is (estimator == "gae")
@@ -51,6 +55,10 @@ def test_two_step_job(tmp_path, nprocs, estimator):
         trainer.close()
     rows = read_metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2]
+    if profiled:
+        written = sorted(p.relative_to(traces).as_posix() for p in traces.rglob("*") if p.is_file())
+        assert written == ["step_2/actor_compute_log_prob_rank0.json", "step_2/actor_update_actor_rank0.json"] or written == [
+            "step_2/actor_update_actor_rank0.json"], written  # the old-log-prob pass is skipped when on-policy
     for row in rows:
         for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights", "perf/throughput_tokens_per_s", "response_length/mean"):
             assert key in row, (key, sorted(row))

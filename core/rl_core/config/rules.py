@@ -278,6 +278,22 @@ def _pad_to_length(cfg: Any) -> Problem | None:
     return None
 
 
+def _profiler(cfg: Any) -> Problem | None:
+    p = cfg.profiler
+    roles = {"actor", "rollout", "ref", "critic", "reward_model"}
+    if p.tool is None:
+        return None
+    if not p.steps:
+        return Problem(key="profiler.steps", what="is empty while profiler.tool is set: no step is recorded", fix="list the steps to record, e.g. profiler.steps=[2]",
+                       severity="warning")
+    if any(not isinstance(s, int) or s < 1 for s in p.steps):
+        return Problem(key="profiler.steps", what=f"{p.steps} holds a value that is not a step number (1, 2, ...)", fix="e.g. profiler.steps=[2,5]")
+    if all(getattr(p, r) is False for r in roles):
+        return Problem(key="profiler.actor", what="and every other role under profiler are false while profiler.tool is set: nothing would be recorded",
+                       fix="set profiler.<role>=true for the roles to record (none set records every role)")
+    return None
+
+
 #: the filter metrics computed from the scores themselves; any other name is a key of the reward function's dict
 FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 
@@ -302,7 +318,7 @@ def _filter_groups(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler)
 
 
 def check_config(cfg: Any) -> list[Problem]:

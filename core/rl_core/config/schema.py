@@ -514,6 +514,23 @@ class AsyncConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ProfilerConfig:
+    """torch.profiler traces of chosen steps (:mod:`rl_core.profiling`; verl's ``global_profiler`` with tool=torch)."""
+
+    tool: str | None = choice(None, (None, "torch"), hint="torch records the chosen steps with torch.profiler; null: off (verl's nsys / npu / torch_memory tools are not run)")
+    steps: list[int] = field(factory=list)  # the training steps (1-based) to record
+    save_path: str | None = None  # null: <trainer.output_dir>/profile
+    # whose calls are recorded: the roles set true; none set: every role (verl's <role>.profiler.enable)
+    actor: bool | None = None
+    rollout: bool | None = None
+    ref: bool | None = None
+    critic: bool | None = None
+    reward_model: bool | None = None
+    ranks: list[int] = field(factory=lambda: [0])  # the worker ranks that record
+    all_ranks: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class RunConfig:
     data: DataConfig = field(factory=DataConfig)
     model: ModelConfig = field(factory=ModelConfig)
@@ -528,3 +545,4 @@ class RunConfig:
     trainer: TrainerConfig = field(factory=TrainerConfig)
     ray: RayConfig = field(factory=RayConfig)
     async_: AsyncConfig = field(factory=AsyncConfig)  # config key "async" (rl_core.config.load.KEYWORD_SECTIONS)
+    profiler: ProfilerConfig = field(factory=ProfilerConfig)

@@ -314,7 +314,16 @@ RULES: tuple[Rule, ...] = (
     _m("actor_rollout_ref.actor.pad_to_length", "actor.pad_to_length",
        note="every packed micro-batch padded up to a multiple of actor.fsdp_config.pad_to_length_bucket tokens (fixed shapes; same numbers)"),
     _tie("actor_rollout_ref.ref.pad_to_length", "actor.pad_to_length", "the reference model's forward follows the actor's packing"),
-    _no("actor_rollout_ref.*.profiler.*", "verl's per-role profiler", "rlcore train's step timings (timing/* metrics)"),
+    # verl's per-role profiler: which roles' calls profiler.tool records (rl_core.profiling)
+    *(_m(f"actor_rollout_ref.{r}.profiler.enable", f"profiler.{r}", note=f"record the {r}'s calls in the chosen steps") for r in ("actor", "rollout", "ref")),
+    _m("actor_rollout_ref.actor.profiler.ranks", "profiler.ranks", note="the worker ranks that record (rl-core's ranks hold every colocated role)"),
+    _m("actor_rollout_ref.actor.profiler.all_ranks", "profiler.all_ranks"),
+    *(_tie(f"actor_rollout_ref.{r}.profiler.{k}", f"profiler.{k}", "one set of profiled ranks for every role (the roles share the workers)")
+      for r in ("rollout", "ref") for k in ("ranks", "all_ranks")),
+    _tie("actor_rollout_ref.*.profiler.tool", "profiler.tool", "one profiler tool for every role (global_profiler.tool)"),
+    _tie("actor_rollout_ref.*.profiler.save_path", "profiler.save_path", "one trace folder for every role (global_profiler.save_path)"),
+    _no("actor_rollout_ref.*.profiler.tool_config.npu.*", "Ascend NPU profiler settings (verl's npu tool)", "profiler.tool=torch"),
+    _no("actor_rollout_ref.*.profiler.*", "this setting of verl's per-role profiler", "profiler.* (torch.profiler traces of the chosen steps)"),
     _same("actor_rollout_ref.actor.ppo_micro_batch_size", [None], "a global micro-batch size (verl's deprecated spelling)",
           "actor.ppo_micro_batch_size_per_gpu (sequences per rank)"),
     _same("actor_rollout_ref.{rollout,ref}.log_prob_micro_batch_size", [None], "a global micro-batch size (verl's deprecated spelling)",
@@ -437,7 +446,12 @@ RULES: tuple[Rule, ...] = (
     _same("trainer.remove_previous_ckpt_in_save", [False], "deleting the previous checkpoint when saving", "trainer.max_ckpt_to_keep=1"),
     _same("trainer.val_only", [False], "a validation-only run", "none"),
     _no("trainer.profile_steps", "verl's profiler", "rlcore train's timing/* metrics"),
-    _no("global_profiler.*", "verl's profiler", "rlcore train's timing/* metrics"),
+    _m("global_profiler.tool", "profiler.tool", note="torch: torch.profiler traces of the chosen steps (rl_core.profiling); verl's nsys / npu / "
+       "torch_memory / precision_debugger tools are refused by profiler.tool's choices"),
+    _m("global_profiler.steps", "profiler.steps", lambda v: [] if v is None else v),
+    _m("global_profiler.save_path", "profiler.save_path"),
+    _same("global_profiler.profile_continuous_steps", [False], "one profile database over consecutive steps (verl's nsys / npu)", "profiler.steps (a trace per call)"),
+    _no("global_profiler.*", "this setting of verl's profiler", "profiler.* (torch.profiler traces of the chosen steps)"),
     _no("trainer.rollout_data_dir", "dumping rollouts to a folder", "trainer.log_val_generations; the jsonl logger"),
     _no("trainer.validation_data_dir", "dumping validation generations to a folder", "trainer.log_val_generations"),
     # ---------------------------------------------------------------- algorithm

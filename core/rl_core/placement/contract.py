@@ -21,6 +21,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from rl_core.profiling import profiled_call
+
 
 class WorkerError(RuntimeError):
     """A worker failed or died during a call; the message names the pool, the rank and the method."""
@@ -51,6 +53,8 @@ class WorkerMethod(str, enum.Enum):
     JOIN_WEIGHT_GROUP = "join_weight_group"
     SEND_WEIGHTS = "send_weights"
     RECEIVE_WEIGHTS = "receive_weights"
+    # profiler.* (rl_core.profiling): the step whose calls the chosen ranks record (None: none)
+    PROFILE_STEP = "profile_step"
 
     @property
     def role(self) -> str:
@@ -83,7 +87,8 @@ _ROLE = {
     WorkerMethod.SCORE_WITH_MODEL: "reward_model",
 }
 _EVERY_POOL = frozenset(
-    {WorkerMethod.SET_TOTAL_STEPS, WorkerMethod.SAVE_CHECKPOINT, WorkerMethod.LOAD_CHECKPOINT, WorkerMethod.PEAK_MEMORY_GB}
+    {WorkerMethod.SET_TOTAL_STEPS, WorkerMethod.SAVE_CHECKPOINT, WorkerMethod.LOAD_CHECKPOINT, WorkerMethod.PEAK_MEMORY_GB,
+     WorkerMethod.PROFILE_STEP}
 )
 
 
@@ -99,8 +104,10 @@ def after_a_death(errors: list[str]) -> list[str]:
 
 
 def dispatch(worker: Any, method: WorkerMethod | str, args: tuple) -> Any:
-    """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike)."""
-    return getattr(worker, WorkerMethod.named(method).value)(*args)
+    """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike); a chosen step's
+    computations are recorded by the worker's profiler (``profiler.*``, :mod:`rl_core.profiling`)."""
+    m = WorkerMethod.named(method)
+    return profiled_call(worker, m.value, m.role, getattr(worker, m.value), args)
 
 
 def per_rank(method: WorkerMethod, world_size: int, per_rank_args: Sequence[tuple] | None, same_args: tuple) -> list[tuple]:

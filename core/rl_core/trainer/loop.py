@@ -583,9 +583,14 @@ class Trainer:
             for step in range(start + 1, self.total_steps + 1):
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch() if self.pipeline is None else self.pipeline.prompts(step)
+                profiled = self.config.profiler.tool is not None and step in self.config.profiler.steps  # rl_core.profiling
                 try:
+                    if profiled:
+                        self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(step,))
                     with phase(f"step {step} (the first step of a process also warms up / compiles)") if step == start + 1 else nullcontext():
                         metrics = self.train_step(prompts, step)
+                    if profiled:
+                        self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(None,))
                 except NonFiniteError as exc:
                     last_ckpt = self.ckpt.latest()
                     where = f"a rerun resumes from the last checkpoint, {last_ckpt[1]}" if last_ckpt else "there is no checkpoint yet, so a rerun starts over"

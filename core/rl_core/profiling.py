@@ -1,0 +1,92 @@
+"""torch.profiler traces of chosen training steps (``profiler.*``; verl's ``global_profiler`` / ``<role>.profiler`` with
+``tool=torch``).
+
+For each step in ``profiler.steps`` the trainer tells every worker the step (``WorkerMethod.PROFILE_STEP``) and the
+workers of the chosen ranks (``profiler.ranks``, or all of them with ``profiler.all_ranks``) record each call of a
+chosen role (``profiler.<role>``: the roles set true, every role when none is set; a call's role is :attr:`rl_core.placement.contract.WorkerMethod.role`: generation is
+the rollout's, the old-log-prob pass and the update the actor's, ...) with ``torch.profiler`` (CPU activity, and CUDA
+on a GPU). Each call's trace is a Chrome trace file (chrome://tracing, Perfetto):
+``<save_path>/step_<k>/<role>_<method>_rank<r>.json``, one file per call as verl's ``discrete`` mode writes them.
+Steps outside ``profiler.steps`` record nothing; a call that is not a computation (weight sync, checkpoints) is never
+recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+#: the calls that are a role's computation (the others: weight transfer, checkpoints, bookkeeping)
+PROFILED_METHODS = frozenset(
+    {"generate", "compute_log_prob", "compute_ref_log_prob", "compute_values", "score_with_model", "update_actor", "update_critic"}
+)
+
+
+def trace_dir(config) -> str:
+    """Where traces go: ``profiler.save_path``, or ``<trainer.output_dir>/profile``."""
+    return config.profiler.save_path or os.path.join(config.trainer.output_dir, "profile")
+
+
+ROLES = ("actor", "rollout", "ref", "critic", "reward_model")
+
+
+def profiled_roles(config) -> frozenset[str]:
+    """The roles set true under ``profiler``; every role when none is set."""
+    chosen = {r for r in ROLES if getattr(config.profiler, r) is True}
+    return frozenset(chosen) if any(getattr(config.profiler, r) is not None for r in ROLES) else frozenset(ROLES)
+
+
+class StepProfiler:
+    """One worker's profiler: records the chosen calls of the step set by :meth:`set_step` (None: no step)."""
+
+    def __init__(self, config, rank: int, device: str = "cpu") -> None:
+        p = config.profiler
+        self.rank = rank
+        self.roles = profiled_roles(config)
+        self.on_this_rank = p.all_ranks or rank in set(p.ranks)
+        self.root = trace_dir(config)
+        self.cuda = str(device).startswith("cuda")
+        self.step: int | None = None
+        self.written: list[str] = []
+
+    @classmethod
+    def for_worker(cls, config, rank: int, device: str = "cpu") -> StepProfiler | None:
+        """A profiler when ``profiler.tool`` is set and this rank is one of the chosen ones, else None."""
+        if config.profiler.tool is None:
+            return None
+        profiler = cls(config, rank, device)
+        return profiler if profiler.on_this_rank else None
+
+    def set_step(self, step: int | None) -> None:
+        self.step = step
+
+    def wanted(self, method: str, role: str) -> bool:
+        return self.step is not None and method in PROFILED_METHODS and role in self.roles
+
+    @contextlib.contextmanager
+    def around(self, method: str, role: str) -> Iterator[None]:
+        """Record the call ``method`` of ``role`` if this step and role are chosen; write its trace after it."""
+        if not self.wanted(method, role):
+            yield
+            return
+        import torch.profiler as tp
+
+        activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.cuda else [])
+        with tp.profile(activities=activities) as prof:
+            with tp.record_function(f"{role}.{method}"):
+                yield
+        folder = os.path.join(self.root, f"step_{self.step}")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{role}_{method}_rank{self.rank}.json")
+        prof.export_chrome_trace(path)
+        self.written.append(path)
+
+
+def profiled_call(worker: Any, method: str, role: str, fn, args: tuple) -> Any:
+    """``fn(*args)`` under the worker's profiler (``worker.profiler``, None or absent: not recorded)."""
+    profiler = getattr(worker, "profiler", None)
+    if profiler is None:
+        return fn(*args)
+    with profiler.around(method, role):
+        return fn(*args)

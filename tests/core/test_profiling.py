@@ -1,0 +1,47 @@
+"""profiler.* (rl_core.profiling; verl's global_profiler with tool=torch): torch.profiler traces of the chosen steps,
+roles and ranks, written under profiler.save_path; nothing for the other steps. The trainer's side (the step set on
+every worker, 2 processes) is checked in tests/e2e/test_loop.py::test_two_step_job[grpo-2]."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from rl_core.config.load import load_config
+from rl_core.placement.contract import dispatch
+from rl_core.profiling import StepProfiler, profiled_roles
+
+
+class _Worker:
+    def __init__(self, profiler):
+        self.profiler = profiler
+
+    def update_actor(self, x):
+        return (torch.ones(8, 8) @ x).sum().item()
+
+    def generate(self, x):
+        return x.sum().item()
+
+    def profile_step(self, step):
+        self.profiler.set_step(step)
+
+
+def test_only_the_chosen_steps_roles_and_ranks_are_recorded(tmp_path):
+    cfg = load_config(None, ["profiler.tool=torch", "profiler.steps=[2]", "profiler.actor=true", f"profiler.save_path={tmp_path}"])
+    assert profiled_roles(cfg) == {"actor"}
+    assert StepProfiler.for_worker(cfg, rank=1) is None  # rank 1 is not among profiler.ranks ([0])
+    worker = _Worker(StepProfiler.for_worker(cfg, rank=0))
+    x = torch.ones(8, 1)
+    assert dispatch(worker, "update_actor", (x,)) == 64.0  # no step set: not recorded
+    dispatch(worker, "profile_step", (2,))
+    dispatch(worker, "update_actor", (x,))
+    dispatch(worker, "generate", (x,))  # the rollout's call: rollout not chosen
+    dispatch(worker, "profile_step", (None,))
+    dispatch(worker, "update_actor", (x,))
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["step_2/actor_update_actor_rank0.json"]
+    events = json.loads((tmp_path / files[0]).read_text())["traceEvents"]
+    assert any(e.get("name") == "actor.update_actor" for e in events) and any("matmul" in str(e.get("name")) for e in events)
+    assert load_config(None, ["profiler.tool=torch", "profiler.steps=[1]"]).profiler.tool == "torch"
+    assert profiled_roles(load_config(None, [])) == {"actor", "rollout", "ref", "critic", "reward_model"}  # none set: every role
+
