@@ -215,7 +215,8 @@ def estimate(
     sharding = getattr(train, "state_sharding", "data")
     hybrid = getattr(getattr(a, "fsdp_config", None), "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
     data = hybrid if 0 < hybrid < sizes.world_size else sizes.world_size
-    S = {"data": data, "model": sizes.train_model_parallel}.get(sharding, 1)
+    cp = max(1, int(getattr(sizes, "train_context_parallel", 1) or 1))  # CP ranks split the tokens and hold whole copies of their shard
+    S = {"data": data, "model": sizes.train_model_parallel // cp}.get(sharding, 1)
     S = max(1, S)
     sharded = S > 1
     mixed = c < 4
@@ -253,9 +254,11 @@ def estimate(
     sp = max(1, int(getattr(a, "ulysses_sequence_parallel_size", 1) or 1))
     if sp > 1:  # Ulysses: each rank of the group holds 1 / sp of the tokens
         tokens = tokens / sp
-    if a.use_dynamic_bsz or sp > 1:
+    if cp > 1:  # context parallelism: likewise 1 / cp of the tokens (plus each layer's gathered keys / values, not counted)
+        tokens = tokens / cp
+    if a.use_dynamic_bsz or sp > 1 or cp > 1:
         notes.append(f"update activations: {tokens:,.0f} tokens per micro-batch per rank"
-                     f"{' (actor.ppo_max_token_len_per_gpu)' if a.use_dynamic_bsz else ''}{f' / Ulysses SP {sp}' if sp > 1 else ''}")
+                     f"{' (actor.ppo_max_token_len_per_gpu)' if a.use_dynamic_bsz else ''}{f' / Ulysses SP {sp}' if sp > 1 else ''}{f' / CP {cp}' if cp > 1 else ''}")
     per_tl = activation_bytes_per_token_layer(shape, c)
     if m.enable_gradient_checkpointing:
         act = tokens * (shape.layers * 4 * shape.hidden + per_tl)
@@ -274,8 +277,8 @@ def estimate(
         logits_update = t["logits (update, chunked)"] = min(micro * R, chunk) * shape.vocab * (c + 12)
         logits_lp = t["logits (log-probs, chunked)"] = min(lp_micro * R, chunk) * shape.vocab * (c + 12)
     else:
-        logits_update = t["logits (update)"] = micro * R * shape.vocab * (c + 16)
-        logits_lp = t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12)
+        logits_update = t["logits (update)"] = micro * R * shape.vocab * (c + 16) / cp  # CP: each rank's share of the response
+        logits_lp = t["logits (log-probs)"] = lp_micro * R * shape.vocab * (c + 12) / cp
     if config.critic.enable:
         Sc = pools["critic"][1] if "critic" in pools else S
         t["critic gradients + activations (update)"] = 4 * P / Sc + act

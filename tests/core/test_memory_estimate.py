@@ -111,6 +111,19 @@ def test_train_card_says_how_states_are_sharded(tmp_path):
         assert estimate(stack.config, four, train=card, available=64 * GB).terms["actor AdamW state"] == 8 * P / S
 
 
+def test_context_parallel_ranks_hold_whole_shards_and_a_share_of_the_tokens(tmp_path):
+    from rl_core.cards import TrainCard
+
+    stack = _stack(tmp_path, "actor.ppo_micro_batch_size_per_gpu=4", "model.share_prompt_forward=false")
+    card = TrainCard(name="t", factory="x:y", state_sharding="model")
+    tp2 = estimate(stack.config, attrs.evolve(stack.sizes, world_size=2, train_model_parallel=2), train=card, available=64 * GB)
+    tp2cp2 = estimate(stack.config, attrs.evolve(stack.sizes, world_size=4, train_model_parallel=4, train_context_parallel=2), train=card,
+                      available=64 * GB)
+    assert tp2cp2.terms["actor AdamW state"] == tp2.terms["actor AdamW state"]  # TP 2 shards; CP ranks hold them whole
+    act = "activations (update, no checkpointing)"
+    assert tp2cp2.terms[act] == tp2.terms[act] / 2 and tp2cp2.terms["logits (update)"] == tp2.terms["logits (update)"] / 2
+
+
 def test_check_prints_the_estimate(tmp_path, capsys):
     from rl_core.cli.main import main
 

@@ -15,8 +15,8 @@ Attention
     against the whole sequence. Backward: each rank's gradient of the gathered keys / values is summed over the
     group and every rank keeps its own columns (reduce-scatter; all-reduce + slice on gloo).
 Results
-    Per-token results (log-probs, entropy, values) are computed for this rank's columns and all-gathered into the
-    sequence's order (:func:`gather_columns`); every CP rank computes the same loss from them, so the backward of
+    Per-token results (log-probs, entropy, values) are computed for this rank's columns that predict a response token
+    (the LM head sees no prompt column) and all-gathered into the sequence's order (:func:`gather_columns`); every CP rank computes the same loss from them, so the backward of
     the gather keeps this rank's columns of the gradient. The weights' gradients of the CP ranks are then summed
     (the data-parallel group *with* CP, :func:`rl_train_megatron.parallel.grad_group`).
 
@@ -96,9 +96,17 @@ class SeqSplit:
         full[:, self.s - R - 1 : self.s - 1] = responses
         return full.index_select(1, self.columns)
 
-    def response(self, t: torch.Tensor, R: int) -> torch.Tensor:
-        """``[b, s_pad / cp]`` per-column results of this rank -> ``[b, R]`` of the response's predicting columns, every rank."""
-        return gather_columns(t, self)[:, self.s - R - 1 : self.s - 1]
+    def predicting(self, R: int) -> torch.Tensor:
+        """Positions (in this rank's columns) of the columns that predict the last ``R`` tokens: the only ones whose
+        logits / values are computed."""
+        c = self.columns
+        return torch.nonzero((c >= self.s - R - 1) & (c < self.s - 1)).flatten()
+
+    def response(self, t: torch.Tensor, R: int, picked: torch.Tensor) -> torch.Tensor:
+        """``[b, len(picked)]`` results at this rank's :meth:`predicting` columns -> ``[b, R]`` of the whole response on
+        every rank (zeros elsewhere, gathered; autograd: this rank's columns)."""
+        mine = t.new_zeros(t.shape[0], self.columns.numel()).index_copy(1, picked, t)
+        return gather_columns(mine, self)[:, self.s - R - 1 : self.s - 1]
 
 
 def _world_rank(group) -> tuple[int, int]:

@@ -207,15 +207,16 @@ class MegatronBackend(TrainBackend):
 
     def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int, split=None):
         R = y["responses"].shape[1]
-        # CP: every column of this rank (its labels: the next tokens), gathered into the response's columns after
-        logits = mmodel.local_logits(self.model, h if split is not None else h[-R - 1 : -1])
-        labels = split.labels(y["input_ids"], y["responses"]) if split is not None else y["responses"]
+        # CP: this rank's columns that predict a response token (their labels: the next tokens), gathered after
+        picked = split.predicting(R) if split is not None else None
+        logits = mmodel.local_logits(self.model, h[-R - 1 : -1] if split is None else h.index_select(0, picked))
+        labels = y["responses"] if split is None else split.labels(y["input_ids"], y["responses"]).index_select(1, picked)
         if temperature != 1.0:
             logits = logits / temperature
         lp, ent = mmodel.vocab_parallel_log_probs(logits, labels, with_entropy=with_entropy, entropy_grad=entropy_grad, group=parallel.tp_group())
         if split is not None:
-            lp = split.response(lp, R)
-            ent = split.response(ent, R) if ent is not None else None
+            lp = split.response(lp, R, picked)
+            ent = split.response(ent, R, picked) if ent is not None else None
         if cut:
             lp = torch.nn.functional.pad(lp, (0, cut))
             ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
@@ -234,7 +235,11 @@ class MegatronBackend(TrainBackend):
         if self.pipe.is_last:
             R = x["responses"].shape[1]
             if critic:
-                heads = Heads(values=mmodel.values(self.model, h[-R - 1 : -1]) if split is None else split.response(mmodel.values(self.model, h), R))
+                if split is None:
+                    heads = Heads(values=mmodel.values(self.model, h[-R - 1 : -1]))
+                else:
+                    picked = split.predicting(R)
+                    heads = Heads(values=split.response(mmodel.values(self.model, h.index_select(0, picked)), R, picked))
             else:
                 lp, ent = self._log_probs_head(h, y, temperature, with_entropy, entropy_grad, cut, split)
                 heads = Heads(log_probs=lp, entropy=ent)
