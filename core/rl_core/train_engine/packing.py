@@ -293,12 +293,13 @@ def run_padded(attention_mask: torch.Tensor, *, chosen_by_default: bool, sequenc
     return int(attention_mask.sum()) >= PAD_WHEN_DENSER_THAN * attention_mask.numel()
 
 
-def row_multiple(config: Any, sequence_parallel: int = 1) -> int:
+def row_multiple(bucket: int | None, sequence_parallel: int = 1) -> int:
     """The packed row's length is padded to a multiple of this: the sequence-parallel group size, and with
-    ``actor.pad_to_length`` also ``actor.fsdp_config.pad_to_length_bucket`` (verl's fixed packed shapes)."""
-    if not getattr(config.actor, "pad_to_length", False):
+    ``actor.pad_to_length`` also the backend's bucket in tokens (``bucket``; None without pad_to_length: verl's
+    fixed packed shapes)."""
+    if not bucket:
         return sequence_parallel
-    return math.lcm(int(config.actor.fsdp_config.pad_to_length_bucket), sequence_parallel)
+    return math.lcm(int(bucket), sequence_parallel)
 
 
 def packing_enabled(config: Any, *, share_prompts: bool = False) -> bool:

@@ -178,7 +178,8 @@ class FSDPBackend(TrainBackend):
 
     def _forward_packed(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, chunk) -> Heads | None:
         sp = self.seq_parallel
-        pad_to = packing.row_multiple(self.config, sp.size if sp else 1)  # actor.pad_to_length: fixed row lengths
+        actor = self.config.actor  # actor.pad_to_length: fixed row lengths, in multiples of the bucket
+        pad_to = packing.row_multiple(actor.fsdp_config.pad_to_length_bucket if actor.pad_to_length else None, sp.size if sp else 1)
         p = packing.pack(x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"].shape[1], pad_to=pad_to)
         if p is None:
             if sp is not None:
