@@ -167,6 +167,16 @@ VALUE_ROWS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+def _int(value: Any) -> int:
+    """A size read from the tree, 1 when it is not a positive integer (the schema check reports a bad one)."""
+    v = value if isinstance(value, int) else None
+    try:
+        v = int(str(value)) if v is None else v
+    except ValueError:
+        return 1
+    return v if v > 0 else 1
+
+
 def engine_of(selected: dict[str, Any]) -> str | None:
     """The verl engine (veomni / fsdp_turbo / mlite) that the config's engine selections name, if any."""
     for value in selected.values():
@@ -195,11 +205,15 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
         problems.append(Problem(key=written, what=f"is {selected[written]!r}: {SELECTED[engine]}", severity="warning"))
     own = RunConfig()
     trainer = own.trainer
-    world = int(get_dotted(tree, "trainer.nnodes", trainer.nnodes) or 1) * int(get_dotted(tree, "trainer.n_gpus_per_node", trainer.n_gpus_per_node) or 1)
-    sp = int(get_dotted(tree, "actor.ulysses_sequence_parallel_size", 1) or 1)
+    world = _int(get_dotted(tree, "trainer.nnodes", trainer.nnodes)) * _int(get_dotted(tree, "trainer.n_gpus_per_node", trainer.n_gpus_per_node))
+    sp = _int(get_dotted(tree, "actor.ulysses_sequence_parallel_size", 1))
+    for name in ("veomni.fsdp_size", "turbo.fsdp_size"):  # a value that is no integer: said here, the rest skipped
+        if name in held and not isinstance(norm(held[name][1]), int):
+            written, value = held.pop(name)
+            problems.append(Problem(key=written, what=f"is {value!r}, not a number of ranks", fix="give an integer, or -1 for all ranks"))
     if "veomni.fsdp_size" in held:
         written, value = held["veomni.fsdp_size"]
-        size, dp = int(norm(value)), max(1, world // sp)
+        size, dp = norm(value), max(1, world // sp)
         if 0 < size < dp and dp % size:
             problems.append(Problem(key=written, what=f"is {size}, which does not divide the {dp} data-parallel ranks (world {world} / ulysses {sp})",
                                     fix=f"set it to a divisor of {dp}, or -1 to shard over all ranks"))
@@ -208,7 +222,7 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
             tr.origin["actor.fsdp_config.fsdp_size"] = written
     if "turbo.fsdp_size" in held:
         written, value = held["turbo.fsdp_size"]
-        size = int(norm(value))
+        size = norm(value)
         set_dotted(tree, "actor.fsdp_config.fsdp_size", size if 0 < size < world else -1)
         tr.origin["actor.fsdp_config.fsdp_size"] = written
     for name in ("turbo.recompute", "mlite.recompute"):
@@ -223,7 +237,7 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
             set_dotted(tree, "model.enable_gradient_checkpointing", True)
     for section in ("actor", "critic"):
         warmup = get_dotted(tree, f"{section}.optim.lr_warmup_steps")
-        if engine == "veomni" and warmup is not None and int(norm(warmup)) > 0:  # VeOmni's build_lr_scheduler takes only the ratio
+        if engine == "veomni" and isinstance(norm(warmup), (int, float)) and norm(warmup) > 0:  # VeOmni's build_lr_scheduler takes only the ratio
             problems.append(Problem(key=f"{section}.optim.lr_warmup_steps", what=f"is {warmup}, and verl's veomni engine does not read it (its "
                                     "schedule warms up for lr_warmup_steps_ratio x the total steps only): the run would not warm up as written",
                                     fix="set the optimizer's lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
