@@ -220,9 +220,9 @@ class HybridWorker:
         for name, engine in self._named_trainables():
             engine.save_checkpoint(f"{path}/{name}")
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str, contents: list[str] | None = None, step: int = 0) -> None:
         for name, engine in self._named_trainables():
-            engine.load_checkpoint(f"{path}/{name}")
+            engine.load_checkpoint(f"{path}/{name}", contents, step)
 
     def save_hf(self, path: str) -> None:
         if self.actor is not None:

@@ -71,3 +71,13 @@ def test_verl_profiler_keys_map_and_npu_is_refused():
     # the roles share the workers: a rollout rank list other than the actor's is refused
     (e,) = [p for p in load_report(None, [f"{A}.actor.profiler.ranks=[0]", f"{A}.rollout.profiler.ranks=[1]"]).problems if p.severity == "error"]
     assert e.key == f"{A}.rollout.profiler.ranks"
+
+
+def test_checkpoint_contents_map_and_need_the_model():
+    A = "actor_rollout_ref.actor.checkpoint"
+    cfg = load_config(None, [f"{A}.save_contents=['model', 'extra', 'hf_model']", f"{A}.load_contents=['model']"])
+    assert (cfg.trainer.save_contents, cfg.trainer.load_contents) == (["model", "extra", "hf_model"], ["model"])
+    errs = [p for p in load_report(None, [f"{A}.save_contents=['optimizer']"]).problems if p.severity == "error"]
+    assert [p.key for p in errs] == [f"{A}.save_contents"] and "leaves the model out" in errs[0].what
+    errs = [p for p in load_report(None, ["trainer.save_contents=[model,weights]"]).problems if p.severity == "error"]
+    assert "weights is not a part of a checkpoint" in errs[0].what

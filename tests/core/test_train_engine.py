@@ -178,6 +178,51 @@ def test_warmup_and_a_later_total():
     assert [engine.update(batch)["lr"] for _ in range(2)] == pytest.approx([0.1, 0.05])
 
 
+class SavingToy(ToyCritic):
+    """The toy critic with a checkpoint: model, the optimizer it is given (None: none saved), scheduler."""
+
+    def save_checkpoint(self, path, scheduler):
+        state = {"model": self.model.state_dict(), "scheduler": scheduler}
+        if self.optimizer is not None:
+            state["optim"] = self.optimizer.state_dict()
+        torch.save(state, f"{path}.pt")
+
+    def load_checkpoint(self, path):
+        state = torch.load(f"{path}.pt", weights_only=True)
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optim"])
+        return state["scheduler"]
+
+
+def test_checkpoint_contents(tmp_path):
+    """trainer.save_contents / load_contents (verl's checkpoint.*): without optimizer nothing of AdamW is saved and a
+    resume starts it fresh; without extra the LR schedule is put at the resumed step (the same lr as a full resume)."""
+    import attrs
+
+    def engine(*contents):
+        cfg = _config(critic=CriticConfig(ppo_micro_batch_size_per_gpu=2, optim=OptimConfig(lr=0.1, lr_warmup_steps=4)))
+        return RoleEngine(SavingToy(attrs.evolve(cfg, trainer=attrs.evolve(cfg.trainer, save_contents=list(contents)))))
+
+    batch = _critic_batch()
+    runs = {}
+    for contents in (("model", "optimizer", "extra"), ("model", "extra"), ("model",)):
+        a = engine(*contents)
+        a.update(batch), a.update(batch)
+        a.save_checkpoint(str(tmp_path / "-".join(contents)))
+        saved = torch.load(tmp_path / f"{'-'.join(contents)}.pt", weights_only=True)
+        assert ("optim" in saved) is ("optimizer" in contents) and (saved["scheduler"] is not None) is ("extra" in contents)
+        b = engine(*contents)
+        b.load_checkpoint(str(tmp_path / "-".join(contents)), [c for c in contents], step=2)
+        assert torch.equal(b.model.weight, a.model.weight)
+        assert bool(b.optimizer.state) is ("optimizer" in contents)  # AdamW fresh without it
+        runs[contents] = b.update(batch)["lr"]  # update 3 of a 4-step warmup: 0.075 however the schedule was restored
+    assert list(runs.values()) == pytest.approx([0.075] * 3)
+    c = engine("model", "optimizer", "extra")  # load_contents leaves the optimizer of a full checkpoint out
+    c.load_checkpoint(str(tmp_path / "model-optimizer-extra"), ["model", "extra"], step=2)
+    assert not c.optimizer.state and c.update(batch)["lr"] == pytest.approx(0.075)
+
+
 def test_a_non_finite_loss_stops_before_the_step():
     engine = _toy(micro=2)
     batch = _critic_batch()

@@ -63,11 +63,13 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path):
 
 @pytest.mark.slow
 def test_half_written_checkpoint_is_ignored_with_a_warning(tmp_path):
-    common = ["trainer.save_freq=1", "trainer.loggers=[jsonl]"]
+    # also trainer.save_contents (verl's checkpoint.save_contents): no optimizer state, an HF folder in each checkpoint
+    common = ["trainer.save_freq=1", "trainer.loggers=[jsonl]", "trainer.save_contents=[model,extra,hf_model]"]
     cfg = write_tiny_run(tmp_path)
     _run_to_end(cfg, "trainer.total_training_steps=1", *common)
     root = tmp_path / "out" / "checkpoints"
     assert (root / "global_step_1").is_dir()
+    assert (root / "global_step_1" / "hf" / "config.json").is_file()
     # A crash while saving step 2: the temporary folder exists, nothing was renamed into place,
     # and a folder without the completion marker lies beside it.
     (root / ".tmp_global_step_2_12345" / "actor").mkdir(parents=True)
@@ -75,6 +77,7 @@ def test_half_written_checkpoint_is_ignored_with_a_warning(tmp_path):
     (root / "global_step_3" / "junk.bin").write_bytes(b"\0" * 10)
     out = _run_to_end(cfg, "trainer.total_training_steps=2", *common)
     assert "resumed from" in out and "(step 1)" in out, out
+    assert "resuming without the checkpoint's optimizer" in out and "AdamW starts from a fresh state" in out, out
     assert "global_step_3" in out  # the warning names the incomplete checkpoint
     rows = read_metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == [1, 2]

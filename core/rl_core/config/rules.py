@@ -294,6 +294,23 @@ def _profiler(cfg: Any) -> Problem | None:
     return None
 
 
+CHECKPOINT_PARTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def _checkpoint_contents(cfg: Any) -> list[Problem]:
+    t, out = cfg.trainer, []
+    for key, given in (("trainer.save_contents", t.save_contents), ("trainer.load_contents", t.load_contents)):
+        if given is None:
+            continue
+        bad = [str(x) for x in given if x not in CHECKPOINT_PARTS]
+        if bad:
+            out.append(Problem(key=key, what=f"{given}: {', '.join(bad)} is not a part of a checkpoint", fix=f"choose among {', '.join(CHECKPOINT_PARTS)}"))
+        elif "model" not in given:
+            out.append(Problem(key=key, what=f"{given} leaves the model out: an rl-core checkpoint is for resuming training, which needs the model",
+                               fix=f"add model, e.g. {key}=[model,optimizer,extra]; for weights only, the HF folder (hf_final / hf_model) is the export"))
+    return out
+
+
 #: the filter metrics computed from the scores themselves; any other name is a key of the reward function's dict
 FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 
@@ -318,7 +335,7 @@ def _filter_groups(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler, _checkpoint_contents)
 
 
 def check_config(cfg: Any) -> list[Problem]:

@@ -470,6 +470,10 @@ class TrainerConfig:
     val_before_train: bool = True
     max_ckpt_to_keep: int | None = pos(2, hint="null keeps every checkpoint")
     resume: bool = True
+    # what a checkpoint holds (verl's checkpoint.save_contents / load_contents; rl_core.train_engine.engine): model (always),
+    # optimizer (AdamW's state), extra (the LR schedule's state), hf_model (an HF folder hf/ in every checkpoint)
+    save_contents: list[str] = field(factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: list[str] | None = None  # what a resume reads; null: all the checkpoint holds
     loggers: list[str] = field(factory=lambda: ["console", "jsonl"], metadata={RULE: Each(OneOf(_loggers))})
     project_name: str = text("rl-core")
     experiment_name: str = text("run")

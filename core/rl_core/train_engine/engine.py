@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -216,17 +216,39 @@ class RoleEngine:
         self.backend.save_hf(path)
 
     def save_checkpoint(self, path: str) -> None:
-        self.backend.save_checkpoint(path, self._scheduler_state() if self.backend.optimizer is not None else None)
+        """The backend's checkpoint of what ``trainer.save_contents`` names: without ``optimizer`` the backend sees no
+        optimizer while it saves (model only), without ``extra`` no LR-schedule state is written."""
+        contents = set(self.config.trainer.save_contents)
+        scheduler = self._scheduler_state() if self.backend.optimizer is not None and "extra" in contents else None
+        with self._optimizer_hidden("optimizer" not in contents):
+            self.backend.save_checkpoint(path, scheduler)
 
-    def load_checkpoint(self, path: str) -> None:
-        state = self.backend.load_checkpoint(path)
+    @contextlib.contextmanager
+    def _optimizer_hidden(self, hide: bool):
         optimizer = self.backend.optimizer
-        if optimizer is None or state is None:
+        if hide:
+            self.backend.optimizer = None
+        try:
+            yield
+        finally:
+            self.backend.optimizer = optimizer
+
+    def load_checkpoint(self, path: str, contents: Iterable[str] | None = None, step: int = 0) -> None:
+        """Restore a checkpoint's ``contents`` (None: all of it). Without ``optimizer`` AdamW starts from a fresh state;
+        without ``extra`` (or a checkpoint without it) the LR schedule is put at ``step`` updates (one per trainer step)."""
+        contents = {"model", "optimizer", "extra"} if contents is None else set(contents)
+        with self._optimizer_hidden("optimizer" not in contents):
+            state = self.backend.load_checkpoint(path)
+        optimizer = self.backend.optimizer
+        if optimizer is None:
             return
-        total = self._schedule.total_steps  # a total given to this run (set_total_steps) wins over the saved one
-        self.scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(optimizer.param_groups)})
-        if total:
-            self._schedule.total_steps = total
+        if state is None or "extra" not in contents:  # no schedule state: the schedule stands at `step` updates
+            self.scheduler.last_epoch, self.scheduler._step_count = int(step), int(step) + 1
+        else:
+            total = self._schedule.total_steps  # a total given to this run (set_total_steps) wins over the saved one
+            self.scheduler.load_state_dict({**state, "lr_lambdas": [None] * len(optimizer.param_groups)})
+            if total:
+                self._schedule.total_steps = total
         # the run's config wins over the checkpoint's hyper-parameters (a resume under a changed *.optim, accepted
         # with --resume-anyway, trains with the new values): the schedule's base lr and AdamW's betas, eps, weight decay
         ocfg = role_config(self.config, self.role).optim

@@ -510,7 +510,9 @@ class Trainer:
         needed = self.ckpt.size_of_latest() or getattr(self._disk_estimate(), "per_checkpoint", None)
         try:
             tmp = self.ckpt.begin(step)
-            self.cluster.call(WorkerMethod.SAVE_CHECKPOINT, same_args=(tmp,))
+            self.cluster.call(WorkerMethod.SAVE_CHECKPOINT, same_args=(tmp,))  # what trainer.save_contents names
+            if "hf_model" in self.config.trainer.save_contents:
+                self.cluster.call(WorkerMethod.SAVE_HF, same_args=(os.path.join(tmp, "hf"),))
             state = {
                 "step": step,
                 # split pools: the loader's position before the prompts of a batch not trained yet (rl_core.async_rl.pipeline)
@@ -545,7 +547,8 @@ class Trainer:
         state = safe_load(os.path.join(path, TRAINER_STATE))  # before any engine reads the folder
         if not isinstance(state, dict) or not isinstance(state.get("data"), dict) or "rng" not in state:
             raise CheckpointError(f"{os.path.join(path, TRAINER_STATE)} is not an rl-core trainer state; delete {path} to resume from the previous checkpoint")
-        self.cluster.call(WorkerMethod.LOAD_CHECKPOINT, same_args=(path,))
+        contents = self._resume_contents(path)
+        self.cluster.call(WorkerMethod.LOAD_CHECKPOINT, same_args=(path, contents, step))
         self.train_loader.load_state_dict(state["data"])
         load_rng_state(state["rng"])
         kl_changed = any(k.startswith("algorithm.kl_ctrl.") for k in changed_keys(self.config_diff))  # the new value wins
@@ -557,6 +560,18 @@ class Trainer:
             self.pipeline.sync(step)
         print(f"resumed from {path} (step {step})", flush=True)
         return step
+
+    def _resume_contents(self, path: str) -> list[str]:
+        """What a resume reads: trainer.load_contents (null: all) of what the checkpoint holds (its run's save_contents);
+        a part asked for and not there, or left out, is said once (AdamW then starts fresh; the LR schedule is put at
+        the resumed step)."""
+        saved = set(((read_run_config(path) or {}).get("trainer") or {}).get("save_contents") or ("model", "optimizer", "extra"))
+        asked = saved if self.config.trainer.load_contents is None else set(self.config.trainer.load_contents)
+        for part, fresh in (("optimizer", "AdamW starts from a fresh state"), ("extra", "the LR schedule is put at the resumed step")):
+            if part not in asked or part not in saved:
+                why = "trainer.load_contents leaves it out" if part not in asked else "the checkpoint does not hold it (trainer.save_contents)"
+                print(f"resuming without the checkpoint's {part} ({why}): {fresh}", flush=True)
+        return sorted((asked & saved) - {"hf_model"})
 
     # -------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
