@@ -81,3 +81,13 @@ def test_checkpoint_contents_map_and_need_the_model():
     assert [p.key for p in errs] == [f"{A}.save_contents"] and "leaves the model out" in errs[0].what
     errs = [p for p in load_report(None, ["trainer.save_contents=[model,weights]"]).problems if p.severity == "error"]
     assert "weights is not a part of a checkpoint" in errs[0].what
+
+
+def test_megatron_lite_offload_fraction_and_the_distributed_optimizer():
+    O = "+actor_rollout_ref.actor.optim.override_optimizer_config.offload_fraction"
+    assert not [p for p in load_report(None, ["model_engine=megatron", f"{O}=1.0"]).problems if p.severity == "error"]
+    (p,) = [p for p in load_report(None, ["model_engine=megatron", f"{O}=0.5"]).problems if p.severity == "error"]
+    assert "offloading part of the optimizer" in p.what
+    (p,) = [p for p in load_report(None, ["model_engine=megatron", "+actor_rollout_ref.actor.megatron.override_transformer_config.use_distributed_optimizer=True"]).problems
+            if p.severity == "error"]
+    assert "torch.cuda parameters" in p.what

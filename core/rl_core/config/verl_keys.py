@@ -202,7 +202,9 @@ RULES: tuple[Rule, ...] = (
         "train.name=fsdp for an MoE model (rl-core's Megatron backend builds dense Llama / Qwen2 / Qwen3 models)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.swiglu", [True], "a Megatron MLP other than SwiGLU", "none (rl-core's Megatron MLP is SwiGLU)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.use_distributed_optimizer", [False],
-          "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks)", "train.options.optimizer_offload; train.name=fsdp shards it"),
+          "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks; megatron-core 0.16's DistributedOptimizer "
+          "takes only torch.cuda parameters and its grad buffers use CUDA streams, so rl-core's megatron backend, tested on the CPU, "
+          "does not build it)", "train.options.optimizer_offload; train.name=fsdp shards it"),
     _m("actor_rollout_ref.actor.megatron.override_transformer_config.*", "train.options.transformer_config.*",
        note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model; any other field only "
             "at the value rl-core builds with (checked against the dataclass by the megatron backend; MoE, context parallelism, "
@@ -303,6 +305,9 @@ RULES: tuple[Rule, ...] = (
        note="megatron-core's CPU optimizer: AdamW's state and step on the host (megatron backend; rl_core.train_engine.offload.host_step)"),
     _same("actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction", [1],
           "offloading part of the optimizer to the CPU (megatron-core's optimizer_offload_fraction < 1)", "train.options.optimizer_cpu_offload (all of it)", OFFLOAD),
+    _same("actor_rollout_ref.actor.optim.override_optimizer_config.offload_fraction", [1],
+          "offloading part of the optimizer to the CPU (Megatron Lite's offload_fraction < 1, megatron-core's optimizer_offload_fraction)",
+          "train.options.optimizer_cpu_offload (all of it)", OFFLOAD),
     _no("actor_rollout_ref.actor.optim.override_optimizer_config.*", "overriding Megatron's optimizer config", "actor.optim.*"),
     _ign("actor_rollout_ref.*.use_torch_compile", "torch.compile of verl's log-prob / entropy functions (" + _PERF + "; rl-core's model.compile compiles the decoder layers)"),
     _ign("actor_rollout_ref.*.entropy_from_logits_with_chunking", "computing the entropy in chunks (" + _PERF + "; rl-core chunks with model.logprob_chunk_size)"),
