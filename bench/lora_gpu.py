@@ -16,8 +16,18 @@ checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the ot
   sync: the path before the in-place adapter merge, for a side-by-side sync time);
 - ``rlcore_lora_nosleep``: ``rlcore_lora`` with ``rollout.enable_sleep=false`` (the rollout keeps its merged weights,
   packed projections and CUDA graphs between steps: what sleeping costs per step, at the memory it frees);
+- ``rlcore_lora_vllm``: ``rlcore_lora`` with the vLLM rollout (in-process engine) and ``rollout.lora_sync=adapter``:
+  the frozen base goes to vLLM once, then only the adapters each step, through vLLM's LoRA layers (verified);
+- ``rlcore_lora_vllm_nosleep``: ``rlcore_lora_vllm`` with ``rollout.enable_sleep=false`` and
+  ``rollout.gpu_memory_utilization=0.3`` (vLLM keeps its weights, KV cache and CUDA graphs between steps: no host
+  round trip of the 7B base per step);
+- ``rlcore_lora_vllm_merged``: ``rlcore_lora_vllm`` with ``rollout.lora_sync=merged`` (every weight merged and sent each
+  step: the fallback if vLLM's in-memory adapter path fails on the GPU build);
 - ``rlcore_offload``: the full fine-tune (no LoRA) with ``actor.fsdp_config.param_offload=true optimizer_offload=true``,
   3 steps.
+
+``--deadline S``: the runs share S seconds (each gets at most ``--timeout`` and what is left; a run that would get
+less than 60 s is skipped and reported as such), so one 10-minute device call can run TRL and rl-core's best row.
 
 The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
 (``perf/max_memory_allocated_gb``) are reported next to the estimate of ``rl_core.memory`` for the same config
@@ -25,7 +35,8 @@ The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-cor
 1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
 
 ``--tiny``: a 2-layer model of the tiny test tokenizer and the fixture data on the CPU, 2 steps each, no TRL:
-checks that the configs resolve and every run goes through (what this file was smoked with).
+checks that the configs resolve and every run goes through (what this file was smoked with; head_dim 64, which
+vLLM's CPU kernels accept, so the vLLM rows run with the vLLM CPU engine: ``VLLM_CPU_KVCACHE_SPACE=1``).
 """
 
 from __future__ import annotations
@@ -46,9 +57,23 @@ CONFIG = ROOT / "bench" / "reference" / "grpo_reference.yaml"
 # Qwen2.5-7B's body (config.json of Qwen/Qwen2.5-7B); the vocabulary is the tokenizer's (GPT-2: 50,257 rows)
 SHAPE_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
                 tie_word_embeddings=False, max_position_embeddings=4096, rope_theta=1000000.0, rms_norm_eps=1e-6)
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 LORA = ["model.lora_rank=32", "model.lora_alpha=64", "model.target_modules=all-linear"]
 OFFLOAD = ["actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true"]
+VLLM = ["rollout.name=vllm", "rollout.calculate_log_probs=true"]
+# rl-core runs: name -> (overrides, steps or None for --steps)
+RUNS = {
+    "rlcore_lora": (LORA, None),
+    # the sync before in-place adapter merging, in the same call
+    "rlcore_lora_merged": (LORA + ["rollout.lora_sync=merged"], None),
+    # the rollout keeps its weights and CUDA graphs between steps (no re-capture)
+    "rlcore_lora_nosleep": (LORA + ["rollout.enable_sleep=false"], None),
+    # vLLM: base weights once, then the adapters through vLLM's LoRA layers each step
+    "rlcore_lora_vllm": (LORA + VLLM + ["rollout.lora_sync=adapter"], None),
+    "rlcore_lora_vllm_nosleep": (LORA + VLLM + ["rollout.lora_sync=adapter", "rollout.enable_sleep=false",
+                                                "rollout.gpu_memory_utilization=0.3"], None),
+    "rlcore_lora_vllm_merged": (LORA + VLLM + ["rollout.lora_sync=merged"], None),
+    "rlcore_offload": (OFFLOAD, 3),
+}
 
 
 def make_model(base: Path | None, out: Path, tiny: bool) -> Path:
@@ -58,7 +83,7 @@ def make_model(base: Path | None, out: Path, tiny: bool) -> Path:
     if tiny:
         from rl_core.testing.tiny_model import make_tiny_model_dir
 
-        make_tiny_model_dir(out, "qwen2")
+        make_tiny_model_dir(out, "qwen2", hidden=128, heads=2, kv_heads=1)  # head_dim 64: vLLM's CPU attention
         return out
     out.mkdir(parents=True)
     for f in base.iterdir():
@@ -114,14 +139,14 @@ def _call(cmd: list[str], log: Path, timeout: float) -> int | str:
             return "timeout"
 
 
-def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> dict:
+def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit: float) -> dict:
     run_dir = Path(args.work) / name
     shutil.rmtree(run_dir, ignore_errors=True)
     ov = overrides(args, model, run_dir, extra, steps)
     cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *ov, "--no-progress"]
     log = Path(args.out) / f"{name}.log"
     start = time.time()
-    code = _call(cmd, log, args.timeout)
+    code = _call(cmd, log, limit)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()] if (run_dir / "metrics.jsonl").exists() else []
     steps_s = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
     peaks = [r["perf/max_memory_allocated_gb"] for r in rows if "perf/max_memory_allocated_gb" in r]
@@ -136,11 +161,11 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int) -> di
             "wall_s": time.time() - start, "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
 
 
-def run_trl(args, model: Path) -> dict:
+def run_trl(args, model: Path, limit: float) -> dict:
     out = Path(args.out) / "trl_lora.json"
     cmd = [args.trl_python, str(ROOT / "bench/reference/trl_grpo.py"), "--model", str(model), "--data", str(args.data),
            "--steps", str(args.steps), "--gradient-checkpointing", "1", "--lora-rank", "32", "--out", str(out)]
-    code = _call(cmd, Path(args.out) / "trl_lora.log", args.timeout)
+    code = _call(cmd, Path(args.out) / "trl_lora.log", limit)
     res = json.loads(out.read_text()) if out.exists() else {}
     steps_s = res.get("step_s") or []
     return {"exit": code, "step_s": steps_s, "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
@@ -159,9 +184,12 @@ def report(results: dict, out: Path) -> None:
         stages = " / ".join(fmt(st.get(k)) for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")) if st else "-"
         lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {stages} | {fmt(r.get('peak_gib'))} | "
                      f"{fmt(r.get('estimate_peak_gib'))} | {ratio} | {fmt(r.get('estimate_host_peak_gib'))} |")
-    lora, trl = results["runs"].get("rlcore_lora"), results["runs"].get("trl_lora")
-    if lora and trl and lora["median_step_s"] and trl["median_step_s"]:
-        lines += ["", f"rl-core LoRA step / TRL + peft step: **{lora['median_step_s'] / trl['median_step_s']:.2f}** (acceptance <= 0.33, goal 0.20)"]
+    trl = results["runs"].get("trl_lora")
+    if trl and trl["median_step_s"]:
+        ratios = [f"{name} **{r['median_step_s'] / trl['median_step_s']:.2f}**" for name, r in results["runs"].items()
+                  if name.startswith("rlcore_lora") and r.get("median_step_s")]
+        if ratios:
+            lines += ["", f"rl-core LoRA step / TRL + peft step (same call): {', '.join(ratios)} (acceptance <= 0.33, goal 0.20)"]
     (out / "README.md").write_text("\n".join(lines) + "\n")
 
 
@@ -172,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/lora_gpu"))
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--runs", nargs="+", default=["rlcore_lora", "trl_lora", "rlcore_offload"])
+    ap.add_argument("--runs", nargs="+", default=["rlcore_lora", "trl_lora", "rlcore_offload"], choices=[*RUNS, "trl_lora"])
     ap.add_argument("--trl-python", default=sys.executable)
     ap.add_argument("--timeout", type=int, default=560, help="seconds per run (the device tool allows 10 min a command: one run per call)")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds for all runs together (each gets at most --timeout and what is left)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke: a 2-layer model, the fixture data, 2 steps, no TRL")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="model.compile for the rl-core runs (default on, as the reference workload runs; --no-compile: eager)")
@@ -188,18 +217,17 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": argv if argv is not None else sys.argv[1:],
                "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "runs": {}}
+    start = time.time()
     for name in args.runs:
-        print(f"[{time.strftime('%H:%M:%S')}] {name}", flush=True)
-        if name == "rlcore_lora":
-            results["runs"][name] = run_rlcore(args, name, model, LORA, args.steps)
-        elif name == "rlcore_lora_merged":  # the sync before in-place adapter merging, in the same call
-            results["runs"][name] = run_rlcore(args, name, model, LORA + ["rollout.lora_sync=merged"], args.steps)
-        elif name == "rlcore_lora_nosleep":  # the rollout keeps its weights and CUDA graphs between steps (no re-capture)
-            results["runs"][name] = run_rlcore(args, name, model, LORA + ["rollout.enable_sleep=false"], args.steps)
-        elif name == "rlcore_offload":
-            results["runs"][name] = run_rlcore(args, name, model, OFFLOAD, 3 if not args.tiny else 2)
+        limit = args.timeout if args.deadline is None else min(args.timeout, args.deadline - (time.time() - start))
+        print(f"[{time.strftime('%H:%M:%S')}] {name} (at most {limit:.0f} s)", flush=True)
+        if limit < 60:
+            results["runs"][name] = {"exit": f"skipped: {limit:.0f} s left of --deadline {args.deadline}", "step_s": [], "median_step_s": None}
         elif name == "trl_lora":
-            results["runs"][name] = run_trl(args, model)
+            results["runs"][name] = run_trl(args, model, limit)
+        else:
+            extra, steps = RUNS[name]
+            results["runs"][name] = run_rlcore(args, name, model, extra, 2 if args.tiny else steps or args.steps, limit)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         print(json.dumps({k: v for k, v in results["runs"][name].items() if k not in ("estimate", "step_s")}), flush=True)
     report(results, args.out)
