@@ -121,6 +121,7 @@ def main() -> None:
                   "| step | s since start | val accuracy | tool calls / traj | valid calls / traj | val reward mean |", "|---|---|---|---|---|---|"]
         lines += [f"| {v['step']} | {v['seconds']:.0f} | {v['accuracy']:.3f} | {v['tool_call_rate']:.2f} | {v['valid_call_rate']:.2f} | {v['reward_mean']:.3f} |" for v in r["val"]]
         lines.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out.with_suffix(".json")).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print(out.read_text())

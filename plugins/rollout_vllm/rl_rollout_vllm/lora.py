@@ -33,6 +33,20 @@ def lora_engine_kwargs(rank: int) -> dict[str, Any]:
     return dict(enable_lora=True, max_lora_rank=fits[0], max_loras=1, max_cpu_loras=1)
 
 
+def lora_names_mapper(mapper):
+    """The model's HF -> vLLM name mapper as vLLM's own LoRA loader uses it: renames kept, q/k/v and gate/up stacking
+    dropped (the LoRA manager packs those itself). vLLM 0.32 calls it ``get_rename_mapper``, 0.26 (the GPU build)
+    ``get_unstacked_mapper``; None where the model has no mapper."""
+    if mapper is None:
+        return None
+    for name in ("get_rename_mapper", "get_unstacked_mapper"):
+        method = getattr(mapper, name, None)
+        if method is not None:
+            return method()
+    raise RuntimeError(f"this vLLM's WeightsMapper has neither get_rename_mapper (0.32) nor get_unstacked_mapper (0.26): "
+                       f"rl_rollout_vllm.lora cannot name the adapter's modules; use rollout.lora_sync=merged")
+
+
 def add_adapter(worker, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], lora_id: int) -> int:
     """Inside the vLLM worker: replace the held adapter by one built from ``tensors`` (peft names) as id ``lora_id``.
 
@@ -49,7 +63,7 @@ def add_adapter(worker, tensors: dict[str, torch.Tensor], peft_config: dict[str,
     mapper = getattr(model, "hf_to_vllm_mapper", None)
     lora = LoRAModel.from_lora_tensors(
         lora_model_id=lora_id, tensors=tensors, peft_helper=helper, device="cpu", dtype=manager.lora_config.lora_dtype,
-        model_vocab_size=manager.vocab_size, weights_mapper=mapper.get_rename_mapper() if mapper is not None else None,
+        model_vocab_size=manager.vocab_size, weights_mapper=lora_names_mapper(mapper),
         skip_prefixes=getattr(model, "lora_skip_prefixes", None),
     )
     unknown = sorted(name for name in lora.loras if _slot_module(models, name) is None)

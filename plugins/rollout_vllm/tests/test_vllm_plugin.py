@@ -215,3 +215,22 @@ def test_vllm_argument_names_come_from_the_installed_engine():
         pytest.skip("vLLM is not importable here (its own venv runs this)")
     assert {"max_model_len", "enforce_eager", "enable_prefix_caching", "gpu_memory_utilization", "seed"} <= names
     assert not {"self", "kwargs"} & names
+
+
+def test_lora_names_mapper_follows_the_installed_vllm_s_method():
+    """vLLM 0.32 (the CPU engine) names the stacking-free mapper get_rename_mapper, 0.26 (the GPU build) get_unstacked_mapper."""
+    from rl_rollout_vllm.lora import lora_names_mapper
+
+    class New:
+        def get_rename_mapper(self):
+            return "renames"
+
+    class Old:
+        def get_unstacked_mapper(self):
+            return "unstacked"
+
+    assert lora_names_mapper(New()) == "renames"
+    assert lora_names_mapper(Old()) == "unstacked"
+    assert lora_names_mapper(None) is None
+    with pytest.raises(RuntimeError, match="rollout.lora_sync=merged"):
+        lora_names_mapper(object())
