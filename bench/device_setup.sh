@@ -116,6 +116,24 @@ dev_install() {  # everything this call and the earlier ones of this machine car
     dev_versions
 }
 
+dev_pack() {  # at most 8 files come back from $OUT (2 folders down): tables (*.md), results.json and versions.txt stay,
+    # every other file goes into $OUT/logs.tgz
+    (
+        list=$(mktemp)
+        cd "$OUT" || exit 1
+        find . -type f ! -name '*.md' ! -name 'results.json' ! -name '*.results.json' ! -name 'versions.txt' ! -name 'logs.tgz' \
+            | sort >"$list"
+        if [ -s "$list" ]; then
+            tar czf logs.tgz -T "$list" && xargs -d '\n' rm -f <"$list"
+        fi
+        rm -f "$list"
+        find . -mindepth 1 -type d -empty -delete
+        n=$(find . -type f | wc -l)
+        echo "\$OUT: $n files$( ((n > 8)) && echo ' (MORE THAN 8: only 8 come back)')"
+        find . -type f | sort
+    )
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then  # run, not sourced: the stages given (default: install)
     set -uo pipefail
     cd "$(dirname "$0")/.." || exit 1

@@ -35,9 +35,9 @@ DEADLINE=${DEADLINE:-570}
 source bench/device_setup.sh   # dev_part / dev_install, shared by every device script
 PARTS=$T/parts/vp
 WHEELS=/tmp/verl_wheels
-SITE_RL=/tmp/site_rl:/tmp/site
-SITE_VERL=/tmp/site_tf59:/tmp/site_verl:/tmp/site      # verl's pinned transformers (5.9) first
-SITE_VERL_IMAGE_TF=/tmp/site_verl:/tmp/site            # then the image's transformers (5.17)
+SITE_RL=$T/site_rl:$T/site
+SITE_VERL=$T/site_tf59:$T/site_verl:$T/site      # verl's pinned transformers (5.9) first
+SITE_VERL_IMAGE_TF=$T/site_verl:$T/site            # then the image's transformers (5.17)
 DATA=$ROOT/.gpu/gsm8k/train.parquet
 REWARD=$ROOT/bench/reference/coin_reward.py
 
@@ -63,8 +63,8 @@ carry() {
 
 install() {
     dev_install || return 1   # the bundle's segments that arrived (verl's among them), rl-core editable
-    ls "$T"/dev/installed/verl.* >/dev/null 2>&1 && touch /tmp/site/.verl_set_installed
-    if [ ! -f /tmp/site/.verl_set_installed ]; then
+    ls "$T"/dev/installed/verl.* >/dev/null 2>&1 && touch $T/site/.verl_set_installed
+    if [ ! -f $T/site/.verl_set_installed ]; then
         local t0=$SECONDS
         [ -f "$PARTS/wheels.tar.sha256" ] || { echo "install: no wheels.tar.sha256 (carry .gpu/vp08 last)"; return 1; }
         cat "$PARTS"/part-* >/tmp/verl_wheels.tar
@@ -75,15 +75,15 @@ install() {
         rm -rf "$WHEELS" && mkdir -p "$WHEELS" && tar -xf /tmp/verl_wheels.tar -C "$WHEELS" && rm -f /tmp/verl_wheels.tar
         local group dir
         for group in site verl tf59 rl; do
-            dir=/tmp/site_$group
-            [ $group = site ] && dir=/tmp/site
+            dir=$T/site_$group
+            [ $group = site ] && dir=$T/site
             mapfile -t files < <(awk -v g=$group -v w="$WHEELS" '$1==g {print w "/" $2}' "$WHEELS/MANIFEST")
             python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir \
                 --upgrade --target "$dir" "${files[@]}" >"$OUT/pip_$group.log" 2>&1 || { tail -20 "$OUT/pip_$group.log"; return 1; }
             echo "installed $group: ${#files[@]} wheels -> $dir"
         done
         rm -rf "$WHEELS"
-        touch /tmp/site/.verl_set_installed
+        touch $T/site/.verl_set_installed
         echo "wheels installed in $((SECONDS - t0)) s"
     fi
     versions
