@@ -119,7 +119,7 @@ def build(args) -> int:
             raise SystemExit(f"build: no segment {sorted(unknown)} in {args.list} (it has {', '.join(order)})")
         order = [s for s in order if s in args.segments]
     seen: dict[tuple[str, str], str] = {}
-    index = {"part_bytes": args.part_mib * MIB, "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "segments": []}
+    index = {"part_bytes": int(args.part_mib * MIB), "built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "segments": []}
     offset = 0
     for seg in order:
         members = []
@@ -163,6 +163,9 @@ def build(args) -> int:
             stream.copy_to(f, index["part_bytes"])
         (d / "INDEX.json").write_text(blob)
     (work / "INDEX.json").write_text(blob)
+    if not args.keep_segments:
+        for f in segfiles:
+            f.unlink()
     print(f"{nparts} parts of {args.part_mib} MiB: {out}/dv00 .. dv{nparts - 1:02d} ({offset / MIB:.1f} MiB in all)")
     for seg in index["segments"]:
         print(f"  {seg['name']:8s} complete after part {seg['last_part']:02d} (carry dv00 .. dv{seg['last_part']:02d})")
@@ -308,6 +311,52 @@ def install(args) -> int:
     return 0
 
 
+def verify(args) -> int:
+    """Here, before a device session: the staged .gpu/dvNN folders hold every part, each the size INDEX.json says,
+    and every segment's bytes across them match its sha256; prints each call's carry size with the repository's."""
+    gpu = Path(args.gpu_dir) if Path(args.gpu_dir).is_absolute() else ROOT / args.gpu_dir
+    folders = sorted(gpu.glob("dv[0-9][0-9]"))
+    if not folders:
+        print(f"verify: no dvNN folder in {gpu} (python bench/device_bundle.py build)")
+        return 1
+    index = json.loads((folders[0] / "INDEX.json").read_text())
+    flat = Path(tempfile.mkdtemp(prefix="dv-verify-"))
+    try:
+        for d in folders:
+            for f in d.glob("part-*"):
+                os.symlink(f.resolve(), flat / f.name)
+        (flat / "INDEX.json").write_text(json.dumps(index))
+        _, got, have = arrived(flat)
+        if got != index["total_bytes"]:
+            print(f"verify: {got} of {index['total_bytes']} bytes present (parts: {have})")
+            return 1
+        for seg in index["segments"]:
+            h = hashlib.sha256()
+            pb, start, left = index["part_bytes"], seg["offset"], seg["size"]
+            while left:
+                k, within = divmod(start, pb)
+                with open(flat / f"part-{k:02d}", "rb") as f:
+                    f.seek(within)
+                    block = f.read(min(left, pb - within, 8 * MIB))
+                h.update(block)
+                start += len(block)
+                left -= len(block)
+            ok = h.hexdigest() == seg["sha256"]
+            print(f"segment {seg['name']:8s} {seg['size'] / MIB:7.1f} MiB, parts {seg['offset'] // pb:02d}-{seg['last_part']:02d}: "
+                  f"{'sha256 ok' if ok else 'SHA256 DIFFERS'}")
+            if not ok:
+                return 1
+    finally:
+        shutil.rmtree(flat)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    repo = sum((ROOT / f.decode()).stat().st_size for f in tracked if f and (ROOT / f.decode()).is_file())
+    biggest = max(sum(f.stat().st_size for f in d.iterdir()) for d in folders)
+    total = repo + biggest
+    print(f"repository (tracked files) {repo / MIB:.2f} MiB + largest part folder {biggest / MIB:.2f} MiB = {total / MIB:.2f} MiB a call "
+          f"({'fits' if total <= 63 * MIB else 'DOES NOT FIT'}: the limit is 64 MiB, checked against 63 to keep 1 MiB spare)")
+    return 0 if total <= 63 * MIB else 1
+
+
 def status(args) -> int:
     index, got, have = arrived(Path(args.parts))
     state = Path(STATE_DIR)
@@ -324,16 +373,19 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="here: the segments and the parts under --out")
     b.add_argument("--list", default=str(LIST))
     b.add_argument("--out", default=".gpu")
-    b.add_argument("--part-mib", type=int, default=50, help="bytes per part, MiB (64 MiB a call, the repository's ~9 MiB included)")
+    b.add_argument("--part-mib", type=float, default=50, help="bytes per part, MiB (64 MiB a call, the repository's ~9 MiB included)")
+    b.add_argument("--keep-segments", action="store_true", help="keep .gpu/bundle/<segment>.tar (the parts hold the same bytes)")
     b.add_argument("--segments", nargs="*", help="only these segments (default: all, in the list's order)")
     b.add_argument("--gpu-dir", default=".gpu", help="where the downloaded sets are (SOURCES below it, then itself for the data files)")
     i = sub.add_parser("install", help="there: install every complete segment not installed yet")
     i.add_argument("--parts", default=f"{TMP}/parts/dv")
     i.add_argument("--drop-parts", action="store_true", help="delete parts wholly inside installed segments (disk)")
+    v = sub.add_parser("verify", help="here: the staged parts are complete and match INDEX.json; a call's size fits")
+    v.add_argument("--gpu-dir", default=".gpu")
     s = sub.add_parser("status")
     s.add_argument("--parts", default=f"{TMP}/parts/dv")
     args = ap.parse_args(argv)
-    return {"build": build, "install": install, "status": status}[args.cmd](args)
+    return {"build": build, "install": install, "status": status, "verify": verify}[args.cmd](args)
 
 
 if __name__ == "__main__":

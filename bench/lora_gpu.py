@@ -1,7 +1,8 @@
 """Issue #32's H100 acceptance runs: rl-core LoRA vs TRL + peft on the 7B anchor workload, and a 7B full fine-tune
 with CPU offload, each next to `rlcore check`'s memory estimate.
 
-    python bench/lora_gpu.py --runs rlcore_lora --out $OUT/lora   # one H100; then --runs trl_lora, --runs rlcore_offload
+    python bench/lora_gpu.py --runs trl_lora rlcore_lora_vllm rlcore_lora_vllm_nosleep --timeout 300 --deadline 530 --out $OUT/lora
+    python bench/lora_gpu.py --runs rlcore_offload --timeout 540 --out $OUT/offload     # one H100 each (bench/DEVICE_RUNBOOK.md)
     python bench/lora_gpu.py --tiny --out /tmp/lora_gpu_tiny                                                  # CPU smoke
 
 The anchor (issue #32): TRL 1.16 ``GRPOTrainer`` + peft, Qwen2.5-7B's body with the GPT-2 vocabulary (6.9B
