@@ -62,6 +62,8 @@ def _esc(text: str) -> str:
 def _row(rule: vk.Rule) -> str:
     if rule.kind == vk.MAP:
         what = f"`{rule.target}`" + (f" ({rule.note})" if rule.note else "")
+        if rule.ok:
+            what += "; only " + ", ".join(f"`{v}`" for v in rule.ok) + f": other values: {rule.refused} is a verl feature rl-core lacks"
     elif rule.kind == vk.ENGINE:
         what = f"`rollout.engine_kwargs.{rule.target}` (vLLM / SGLang engine argument)"
     elif rule.kind == vk.SAME:

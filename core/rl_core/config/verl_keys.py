@@ -43,6 +43,8 @@ class Rule:
     nearest: str = ""  # REFUSE / SAME: the nearest rl-core setting
     ref: str = DOC
     soft: bool = False  # TIE: a disagreement is a warning (a speed / memory knob), not an error
+    # MAP with ``ok``: only those values map; any other is refused naming this verl feature (with ``nearest``)
+    refused: str = ""
 
     def matches(self, key: str) -> bool:
         return _regex(self.pattern).fullmatch(key) is not None
@@ -454,8 +456,9 @@ RULES: tuple[Rule, ...] = (
     _same("trainer.remove_previous_ckpt_in_save", [False], "deleting the previous checkpoint when saving", "trainer.max_ckpt_to_keep=1"),
     _same("trainer.val_only", [False], "a validation-only run", "none"),
     _no("trainer.profile_steps", "verl's profiler", "rlcore train's timing/* metrics"),
-    _m("global_profiler.tool", "profiler.tool", note="torch: torch.profiler traces of the chosen steps (rl_core.profiling); verl's nsys / npu / "
-       "torch_memory / precision_debugger tools are refused by profiler.tool's choices"),
+    Rule(pattern="global_profiler.tool", kind=MAP, target="profiler.tool", ok=("torch", None),
+         note="torch: torch.profiler traces of the chosen steps (rl_core.profiling)",
+         refused="profiling with a tool other than torch.profiler (verl's nsys / npu / torch_memory / precision_debugger)", nearest="profiler.tool=torch"),
     _m("global_profiler.steps", "profiler.steps", lambda v: [] if v is None else v),
     _m("global_profiler.save_path", "profiler.save_path"),
     _same("global_profiler.profile_continuous_steps", [False], "one profile database over consecutive steps (verl's nsys / npu)", "profiler.steps (a trace per call)"),

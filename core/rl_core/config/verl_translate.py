@@ -97,7 +97,9 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
         if rule.kind in (vk.MAP, vk.ENGINE):
             tr.add(written, _target(rule, key), DELETE)
         return
-    if rule.kind == vk.MAP:
+    if rule.kind == vk.MAP and rule.ok and not _accepted(value, rule.ok):
+        tr.problems.append(refusal(written, value, attrs.evolve(rule, note=rule.refused)))
+    elif rule.kind == vk.MAP:
         tr.add(written, vk.star_target(rule, key), rule.convert(value) if rule.convert else value)
     elif rule.kind == vk.ENGINE:
         tr.add(written, f"rollout.engine_kwargs.{rule.target}", value)
