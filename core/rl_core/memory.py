@@ -250,7 +250,7 @@ def estimate(
     notes = [f"rollout KV cache: {gen_batch} sequences{bucket} x {kv_slots:,} tokens (prompt + response{rounded}) x {shape.layers} layers x "
              f"{shape.kv_heads} KV heads x {shape.head_dim} x 2 (K, V) x {c} bytes"]
     if a.use_dynamic_bsz:  # a micro-batch holds up to the token budget (one longer sequence forms its own)
-        tokens = max(a.ppo_max_token_len_per_gpu, prompt + R)
+        tokens = max(a.ppo_max_token_len_per_gpu * cp, prompt + R)  # CP: the budget is per device (divided below)
     sp = max(1, int(getattr(a, "ulysses_sequence_parallel_size", 1) or 1))
     if sp > 1:  # Ulysses: each rank of the group holds 1 / sp of the tokens
         tokens = tokens / sp

@@ -21,3 +21,19 @@ def test_a_reference_layout_other_than_the_actors_is_refused_by_its_key():
     problems = [p for p in load_report(None, [*MEG, f"{V}.actor.megatron.context_parallel_size=2", f"{V}.ref.megatron.context_parallel_size=4"]).problems
                 if p.severity == "error"]
     assert [p.key for p in problems] == [f"{V}.ref.megatron.context_parallel_size"], [p.render() for p in problems]
+
+
+def test_the_token_budget_stays_per_device_under_context_parallelism():
+    """verl's engines group sequences by max_token_len_per_gpu x CP (each CP rank holds 1 / CP of a micro-batch)."""
+    import types
+
+    import torch
+    from rl_core.batch import Batch
+    from rl_core.train_engine.update import token_budget_parts
+
+    lengths = [30, 30, 30, 30]
+    batch = Batch({"attention_mask": torch.tensor([[1] * n + [0] * (32 - n) for n in lengths])}, {})
+    for cp, micro_batches in ((1, 4), (2, 2), (4, 1)):
+        cfg = load_config(None, ["actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=32", f"train.context_parallel_size={cp}"])
+        backend = types.SimpleNamespace(config=cfg, role="actor", sharded=False)
+        assert len(token_budget_parts(backend, batch)) == micro_batches, cp

@@ -76,7 +76,8 @@ class Sizes:
             ("actor mini-batch per rank", f"{self.actor_mini_batch_per_rank} sequences"),
             ("actor micro-batch per rank", f"{self.actor_micro_batch_per_rank} sequences x {self.actor_grad_accum} accumulation steps"
              if self.actor_token_budget is None else
-             f"up to {self.actor_token_budget:,} tokens (actor.use_dynamic_bsz: sequences grouped by actor.ppo_max_token_len_per_gpu)"),
+             f"up to {self.actor_token_budget:,} tokens (actor.use_dynamic_bsz: sequences grouped by actor.ppo_max_token_len_per_gpu"
+             f"{f' x CP {self.train_context_parallel}: each CP rank holds 1 / CP of them' if self.train_context_parallel > 1 else ''})"),
         ]
         for role, (workers, dp) in sorted(self.pools.items()):
             rows.append((f"{role} workers (own pool)", f"{workers} ({dp} data-parallel), {self.sequences_per_step // dp} sequences each"))
@@ -292,7 +293,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         actor_mini_batch_per_rank=actor_sizes[1],
         actor_micro_batch_per_rank=actor_sizes[2],
         actor_grad_accum=actor_sizes[3],
-        actor_token_budget=(config.actor.ppo_max_token_len_per_gpu or None) if config.actor.use_dynamic_bsz else None,
+        actor_token_budget=(config.actor.ppo_max_token_len_per_gpu * cp or None) if config.actor.use_dynamic_bsz else None,
         critic_mini_batches=critic_sizes[0] if critic_sizes else None,
         critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
         critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,

@@ -96,11 +96,14 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
 def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
     """``(rows, real)`` per micro-batch formed by ``actor.ppo_max_token_len_per_gpu`` tokens (actor and ref with
     ``actor.use_dynamic_bsz``; None otherwise). Ranks may differ in their count: with a sharded backend a rank with
-    fewer repeats its last micro-batch with ``real=False`` (dropped, or weight 0 in an update)."""
+    fewer repeats its last micro-batch with ``real=False`` (dropped, or weight 0 in an update). With context
+    parallelism (``train.context_parallel_size``) a micro-batch holds ``CP x`` the budget, each CP rank ``1 / CP`` of it
+    (verl's ``max_token_len_per_gpu * cp``: the budget stays per device)."""
     a = b.config.actor
     if b.role == "critic" or not a.use_dynamic_bsz:
         return None
-    groups = token_budget_groups(batch.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu)
+    cp = int(getattr(b.config.train, "context_parallel_size", 1) or 1)
+    groups = token_budget_groups(batch.tensors["attention_mask"].sum(-1), a.ppo_max_token_len_per_gpu * cp)
     count = int(b.all_reduce(torch.tensor(len(groups), device=b.device), "max", "world").item()) if b.sharded else len(groups)
     return [(torch.tensor(groups[min(i, len(groups) - 1)]), i < len(groups)) for i in range(count)]
 

@@ -167,10 +167,12 @@ def test_missing_megatron_core_is_one_problem(tmp_path, monkeypatch):
 
 def test_context_parallel_resolves_and_shows_in_the_layout(tmp_path, engines):
     stack, problems = _resolve(_model(tmp_path), "trainer.n_gpus_per_node=8", "train.context_parallel_size=2", "train.pipeline_model_parallel_size=2",
-                               "rollout.name=vllm")
+                               "rollout.name=vllm", "actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=3000")
     assert stack is not None, [p.render() for p in problems]
     assert stack.sizes.train_model_parallel == 8 and stack.sizes.train_dp == 1
-    assert ("train data-parallel ranks", "8 / 8 (tp*pp*cp) = 1") in stack.sizes.table()
+    table = dict(stack.sizes.table())
+    assert table["train data-parallel ranks"] == "8 / 8 (tp*pp*cp) = 1"
+    assert table["actor micro-batch per rank"].startswith("up to 6,000 tokens")  # verl: max_token_len_per_gpu x CP per micro-batch
 
 
 def test_context_parallel_not_dividing_the_devices_names_the_key(tmp_path, engines):
