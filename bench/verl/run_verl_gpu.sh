@@ -19,7 +19,8 @@
 #   bash bench/verl/run_verl_gpu.sh install rlcore_hf rlcore_vllm table pack                     # 86 s + 233 s
 #   SCALE=1 DEADLINE=585 RESERVE=0 STEPS=5 bash bench/verl/run_verl_gpu.sh install weights verl_scale pack   # not yet run to a step
 #   STEPS=5 bash bench/verl/run_verl_gpu.sh install rlcore_scale table_scale pack                 # step 1 alone: 98 s (cold compile)
-# verl's step logs are also kept in /tmp/verl_keep, so a later call's table shows them next to rl-core's.
+# verl's step logs (and rl-core's metrics) are also kept in /tmp/verl_keep, so a later call's table shows every run
+# this machine made.
 # Stage budget: every run gets at most what is left before DEADLINE (seconds of this script, default 570) minus
 # RESERVE (kept for the stages after it).
 set -uo pipefail
@@ -172,6 +173,8 @@ rlcore_run() {  # rlcore_run NAME LIMIT [override...]: bench/reference/grpo_refe
         --no-progress trainer.total_training_steps="$STEPS" trainer.output_dir="$dir" "$@"
     echo "rl-core $name exit $? after $((SECONDS - t0)) s"
     cp "$dir/metrics.jsonl" "$OUT/grpo_$name.metrics.jsonl" 2>/dev/null
+    # kept for a later call's table, as verl's logs are
+    [ -s "$dir/metrics.jsonl" ] && mkdir -p /tmp/verl_keep && cp "$dir/metrics.jsonl" "/tmp/verl_keep/grpo_$name.metrics.jsonl"
 }
 
 # issue 35's scale workload: 1.5B shape, 32 prompts x 8, 128 + 1024 tokens, gradient checkpointing
@@ -200,6 +203,7 @@ table_of() {  # table_of WORKLOAD RLCORE_RUN...: verl's logs (this call's, then 
     done
     for name in "$@"; do
         f=$OUT/grpo_$name.metrics.jsonl
+        [ -s "$f" ] || f=/tmp/verl_keep/grpo_$name.metrics.jsonl   # an earlier call's run on this machine
         [ -s "$f" ] && runs+=(--run "rl-core $name=rlcore:$f")
     done
     ((${#runs[@]})) || { echo "table $w: no run logged a step"; return 0; }
