@@ -145,6 +145,8 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
         ("tp", "train.tensor_model_parallel_size", config.train.tensor_model_parallel_size),
         ("pp", "train.pipeline_model_parallel_size", config.train.pipeline_model_parallel_size),
         ("cp", "train.context_parallel_size", config.train.context_parallel_size),
+        ("ep", "train.expert_model_parallel_size", config.train.expert_model_parallel_size),
+        ("ep", "train.expert_tensor_parallel_size", config.train.expert_tensor_parallel_size or 1),
         ("sp", "train.sequence_parallel_size", config.train.sequence_parallel_size),
         ("ulysses", "actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size),
     ]

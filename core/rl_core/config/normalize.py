@@ -48,6 +48,7 @@ class Sizes:
     critic_grad_accum: int | None = None
     train_sequence_parallel: int = 1  # Ulysses SP size (a factor of train_model_parallel)
     train_context_parallel: int = 1  # context parallelism (a factor of train_model_parallel)
+    expert_layout: tuple[int, int, int] | None = None  # MoE (EP or expert TP set): (expert TP, EP, expert data-parallel ranks)
     actor_token_budget: int | None = None  # actor.use_dynamic_bsz: micro-batches of at most this many tokens
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
@@ -79,6 +80,10 @@ class Sizes:
              f"up to {self.actor_token_budget:,} tokens (actor.use_dynamic_bsz: sequences grouped by actor.ppo_max_token_len_per_gpu"
              f"{f' x CP {self.train_context_parallel}: each CP rank holds 1 / CP of them' if self.train_context_parallel > 1 else ''})"),
         ]
+        if self.expert_layout is not None:
+            etp, ep, edp = self.expert_layout
+            rows.append(("train expert layout (MoE)", f"{self.world_size} / ({etp} (expert tp) x {ep} (ep) x pp) = {edp} expert data-parallel; "
+                         f"each rank holds 1/{ep} of every MoE layer's experts"))
         for role, (workers, dp) in sorted(self.pools.items()):
             rows.append((f"{role} workers (own pool)", f"{workers} ({dp} data-parallel), {self.sequences_per_step // dp} sequences each"))
         if self.critic_mini_batches is not None:
@@ -243,6 +248,20 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
             )
         )
         size_ok = False
+    ep, etp = config.train.expert_model_parallel_size, config.train.expert_tensor_parallel_size or config.train.tensor_model_parallel_size
+    emp = etp * ep * config.train.pipeline_model_parallel_size
+    if size_ok and ep * etp > 1 and world % emp:
+        key = "train.expert_model_parallel_size" if ep > 1 else "train.expert_tensor_parallel_size"
+        problems.append(
+            Problem(
+                key=key,
+                what=f"expert TP {etp} x EP {ep} x PP {config.train.pipeline_model_parallel_size} = {emp} does not divide the {world} devices "
+                     f"({world} % {emp} = {world % emp}): each MoE layer's experts are laid out over ETP x EP ranks of every pipeline stage",
+                fix=f"choose train.expert_model_parallel_size (x expert TP x PP) among the divisors of {world}: "
+                    f"{', '.join(str(x) for x in range(1, world + 1) if world % (x * etp * config.train.pipeline_model_parallel_size) == 0)}",
+            )
+        )
+        size_ok = False
     if not size_ok:
         return config, None, problems
     dp = world // mp
@@ -299,6 +318,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
         critic_grad_accum=critic_sizes[3] if critic_sizes else None,
         pools=pools,
+        expert_layout=(etp, ep, world // emp) if ep > 1 or config.train.expert_tensor_parallel_size is not None else None,
     )
     return config, sizes, problems
 

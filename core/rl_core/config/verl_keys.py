@@ -162,10 +162,10 @@ RULES: tuple[Rule, ...] = (
     _ign("rollout@actor_rollout_ref.rollout", "verl's rollout config group; rl-core picks the engine by rollout.name"),
     _m("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size"),
     _m("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size"),
-    _same("actor_rollout_ref.actor.megatron.expert_model_parallel_size", [1], "Megatron expert parallelism (MoE layers)",
-          "train.name=fsdp shards an MoE model's experts with the rest of it"),
-    _same("actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", [1, None], "Megatron expert tensor parallelism (MoE layers)",
-          "train.tensor_model_parallel_size"),
+    _m("actor_rollout_ref.actor.megatron.expert_model_parallel_size", "train.expert_model_parallel_size",
+       note="Megatron expert parallelism: each MoE layer's experts split over EP ranks (Qwen2-MoE / Qwen3-MoE on the megatron backend)"),
+    _m("actor_rollout_ref.actor.megatron.expert_tensor_parallel_size", "train.expert_tensor_parallel_size",
+       note="the TP size of each expert (1 or the TP size; null = TP)"),
     _m("actor_rollout_ref.actor.megatron.context_parallel_size", "train.context_parallel_size",
        note="the megatron backend's context parallelism: 2 x CP load-balanced chunks per sequence, keys / values all-gathered (rl_train_megatron.context_parallel)"),
     _same("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual (interleaved) pipeline stages",
@@ -175,8 +175,8 @@ RULES: tuple[Rule, ...] = (
     _tie("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size", "the reference model uses the actor's parallel layout"),
     _tie("critic.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size", "the critic uses the actor's parallel layout"),
     _tie("critic.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size", "the critic uses the actor's parallel layout"),
-    _same("actor_rollout_ref.ref.megatron.expert_model_parallel_size", [1], "Megatron expert parallelism (MoE layers)", "train.name=fsdp"),
-    _same("actor_rollout_ref.ref.megatron.expert_tensor_parallel_size", [1, None], "Megatron expert tensor parallelism (MoE layers)", "train.tensor_model_parallel_size"),
+    _tie("actor_rollout_ref.ref.megatron.expert_model_parallel_size", "train.expert_model_parallel_size", "the reference model uses the actor's parallel layout"),
+    _tie("actor_rollout_ref.ref.megatron.expert_tensor_parallel_size", "train.expert_tensor_parallel_size", "the reference model uses the actor's parallel layout"),
     _tie("actor_rollout_ref.ref.megatron.context_parallel_size", "train.context_parallel_size", "the reference model uses the actor's parallel layout"),
     _tie("critic.megatron.context_parallel_size", "train.context_parallel_size", "the critic uses the actor's parallel layout"),
     _same("actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual (interleaved) pipeline stages", "train.pipeline_model_parallel_size"),
@@ -200,16 +200,16 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.use_fused_*", "a Megatron kernel-fusion switch (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.{use_flash_attn,persist_layer_norm,deallocate_pipeline_outputs,moe_grouped_gemm}",
          "a Megatron kernel switch (" + _PERF + ")"),
-    _no("actor_rollout_ref.*.megatron.override_transformer_config.moe_*", "Megatron expert parallelism (MoE layers)",
-        "train.name=fsdp for an MoE model (rl-core's Megatron backend builds dense Llama / Qwen2 / Qwen3 models)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.swiglu", [True], "a Megatron MLP other than SwiGLU", "none (rl-core's Megatron MLP is SwiGLU)"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.use_distributed_optimizer", [False],
           "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks; megatron-core 0.16's DistributedOptimizer "
           "takes only torch.cuda parameters and its grad buffers use CUDA streams, so rl-core's megatron backend, tested on the CPU, "
           "does not build it)", "train.options.optimizer_offload; train.name=fsdp shards it"),
     _m("actor_rollout_ref.actor.megatron.override_transformer_config.*", "train.options.transformer_config.*",
-       note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model; any other field only "
-            "at the value rl-core builds with (checked against the dataclass by the megatron backend; MoE, context parallelism, "
+       note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model, and for MoE models "
+            "the router / aux-loss / dispatcher fields (moe_router_dtype, moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
+            "moe_token_dispatcher_type, moe_enable_deepep, ...: rl_train_megatron.options.MOE_PASSED); any other field only "
+            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias, context parallelism, "
             "sequence parallelism and uneven pipeline stages refused)"),
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),

@@ -46,7 +46,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
-ARCHS = ("llama", "qwen2", "qwen3")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -135,6 +135,15 @@ def tiny_config(
         from transformers import Qwen3Config
 
         cfg = Qwen3Config(tie_word_embeddings=True if tie_word_embeddings is None else tie_word_embeddings, head_dim=hidden // heads, **common)
+    elif arch in ("qwen2_moe", "qwen3_moe"):  # 4 experts of width hidden / 2, 2 per token; Qwen2-MoE adds a gated shared expert
+        from transformers import Qwen2MoeConfig, Qwen3MoeConfig
+
+        moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden // 2, output_router_logits=False)
+        tied = False if tie_word_embeddings is None else tie_word_embeddings
+        if arch == "qwen3_moe":
+            cfg = Qwen3MoeConfig(tie_word_embeddings=tied, head_dim=hidden // heads, norm_topk_prob=True, **moe, **common)
+        else:
+            cfg = Qwen2MoeConfig(tie_word_embeddings=tied, shared_expert_intermediate_size=hidden, norm_topk_prob=False, **moe, **common)
     else:
         cfg = Qwen2Config(tie_word_embeddings=True if tie_word_embeddings is None else tie_word_embeddings, **common)
     cfg.dtype = "float32"
@@ -154,7 +163,8 @@ def make_tiny_model_dir(
 ) -> Path:
     """Write a tiny random ``arch`` causal LM (fp32) with its tokenizer to ``path``; returns ``path``.
 
-    ``arch``: llama, qwen2 or qwen3 (Qwen3: per-head q / k norms, drawn around 1)."""
+    ``arch``: llama, qwen2, qwen3 (Qwen3: per-head q / k norms, drawn around 1), qwen2_moe or qwen3_moe (4 experts, 2 per
+    token, routers drawn at random)."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     path = Path(path)
@@ -163,11 +173,16 @@ def make_tiny_model_dir(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        if arch == "qwen3":  # the per-head q / k norms drawn around 1 (not all ones): a swapped or lost norm shows in the outputs
+        if arch in ("qwen3", "qwen3_moe"):  # the per-head q / k norms drawn around 1 (not all ones): a swapped or lost norm shows in the outputs
             with torch.no_grad():
                 for name, p in model.named_parameters():
                     if name.endswith(("q_norm.weight", "k_norm.weight")):
                         p.copy_(1 + 0.3 * torch.randn_like(p))
+        if arch.endswith("_moe"):  # routers drawn like the other weights (their init is zeros: every expert would tie)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("mlp.gate.weight"):
+                        p.normal_(0, 0.5)
     model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
     from transformers.utils import logging as hf_logging
 

@@ -146,6 +146,11 @@ class TrainBackend(abc.ABC):
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
 
+    def step_metrics(self) -> dict[str, float]:
+        """Metrics of the mini-batch just reduced (called on every rank after :meth:`reduce_and_clip`; the same
+        values on every rank), e.g. a MoE model's router losses. Default: none."""
+        return {}
+
     def from_heads_stage(self, obj: Any) -> Any:
         """``obj`` as the ranks holding the heads have it (pipelined backends broadcast it); identity by default."""
         return obj

@@ -192,6 +192,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     loss_total = float(b.all_reduce(loss_sum, "sum"))
     metrics_out = mean_metrics(b, metric_sums, n_micro)
     loss_total, metrics_out = b.from_heads_stage((loss_total, metrics_out))
+    metrics_out.update(b.step_metrics())  # the backend's own (e.g. MoE router losses), the same on every rank
     optimizer_step(b, loss_total, grad_norm)
     return loss_total, grad_norm, metrics_out
 

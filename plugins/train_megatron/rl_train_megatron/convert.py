@@ -15,6 +15,17 @@ Three layers of names, all plain ``{name: tensor}`` mappings:
   whole on every rank. TP splits ``linear_qkv`` by query groups and
   ``linear_fc1`` into matching gate and up halves.
 
+MoE layers (Qwen2-MoE / Qwen3-MoE): HF's router ``mlp.gate.weight`` is Megatron's
+``mlp.router.weight`` (whole on every rank); HF's stacked experts
+``mlp.experts.gate_up_proj [E, 2f, h]`` / ``down_proj [E, h, f]`` are Megatron's
+``mlp.experts.local_experts.{e}.linear_fc1.weight`` (gate rows then up rows, as
+Megatron's fc1) / ``linear_fc2.weight``, one per expert: in the full layer the
+*global* expert number ``e``; on a rank, the local number ``e - ep_rank * E / EP``
+(:func:`split_for_rank` keeps only this expert-parallel rank's experts, sliced for
+its expert-tensor-parallel rank). Qwen2-MoE's shared expert and its gate map to
+``mlp.shared_experts.{linear_fc1, linear_fc2, gate_weight}``. HF's stacked expert
+tensors are rebuilt when the last expert of a layer comes by (:class:`ExpertStacker`).
+
 Every step is an exact copy (no arithmetic), so HF -> shards -> HF gives back
 every tensor bit for bit.
 """
@@ -40,6 +51,9 @@ _SIMPLE = {
 }
 # Qwen3's per-head query / key norms (whole on every TP rank: one weight of head_dim shared by every head)
 _QK_NORM = {"self_attention.q_layernorm.weight": "self_attn.q_norm.weight", "self_attention.k_layernorm.weight": "self_attn.k_norm.weight"}
+_EXPERT = re.compile(r"^(.*)\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$")
+_MOE_SIMPLE = {"mlp.router.weight": "mlp.gate.weight", "mlp.shared_experts.linear_fc2.weight": "mlp.shared_expert.down_proj.weight",
+               "mlp.shared_experts.gate_weight": "mlp.shared_expert_gate.weight"}
 _ROW_SPLIT = ("embedding.word_embeddings.weight", "output_layer.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight")
 _COL_SPLIT = ("linear_proj.weight", "linear_fc2.weight")
 
@@ -59,13 +73,23 @@ def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, t
     for i in range(shape.layers):
         p = f"model.layers.{i}."
         q = f"decoder.layers.{i}."
-        for mc, h in (_SIMPLE | _QK_NORM if shape.qk_norm else _SIMPLE).items():
+        for mc, h in _layer_simple(shape).items():
             out[q + mc] = hf[p + h]
         for kind in ("weight",) + (("bias",) if shape.qkv_bias else ()):
             out[q + f"self_attention.linear_qkv.{kind}"] = fuse_qkv(
                 hf[p + f"self_attn.q_proj.{kind}"], hf[p + f"self_attn.k_proj.{kind}"], hf[p + f"self_attn.v_proj.{kind}"], shape
             )
-        out[q + "mlp.linear_fc1.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0)
+        if shape.moe:
+            gate_up, down = hf[p + "mlp.experts.gate_up_proj"], hf[p + "mlp.experts.down_proj"]
+            for e in range(shape.experts):
+                out[q + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = gate_up[e]
+                out[q + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = down[e]
+            if shape.shared_ffn:
+                out[q + "mlp.shared_experts.linear_fc1.weight"] = torch.cat(
+                    [hf[p + "mlp.shared_expert.gate_proj.weight"], hf[p + "mlp.shared_expert.up_proj.weight"]], 0
+                )
+        else:
+            out[q + "mlp.linear_fc1.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0)
     out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
     if shape.critic:
         for name in score_names(shape):
@@ -75,8 +99,42 @@ def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, t
     return out
 
 
-def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape) -> list[tuple[str, torch.Tensor]]:
-    """One whole Megatron tensor -> its HF-named tensor(s)."""
+def _layer_simple(shape: ModelShape) -> dict[str, str]:
+    """The per-layer one-to-one names of this model (Megatron suffix -> HF suffix)."""
+    out = dict(_SIMPLE)
+    if shape.moe:
+        del out["mlp.linear_fc2.weight"]
+        out.update({k: v for k, v in _MOE_SIMPLE.items() if shape.shared_ffn or "shared" not in k})
+    if shape.qk_norm:
+        out.update(_QK_NORM)
+    return out
+
+
+class ExpertStacker:
+    """Collects one layer's per-expert fc1 / fc2 tensors and gives HF's stacked ``gate_up_proj`` / ``down_proj``
+    once all ``E`` of a kind are there (experts may come in any order)."""
+
+    def __init__(self, shape: ModelShape) -> None:
+        self.shape = shape
+        self.pending: dict[tuple[str, str], dict[int, torch.Tensor]] = {}
+
+    def add(self, layer_prefix: str, expert: int, kind: str, t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        got = self.pending.setdefault((layer_prefix, kind), {})
+        got[expert] = t
+        if len(got) < self.shape.experts:
+            return []
+        del self.pending[(layer_prefix, kind)]
+        hf = "gate_up_proj" if kind == "linear_fc1" else "down_proj"
+        return [(f"{layer_prefix}mlp.experts.{hf}", torch.stack([got[e] for e in range(self.shape.experts)]))]
+
+    def check_done(self) -> None:
+        if self.pending:
+            raise ConversionError(f"experts missing for {sorted(self.pending)[:4]}: each MoE layer needs all {self.shape.experts}")
+
+
+def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape, stacker: ExpertStacker | None = None) -> list[tuple[str, torch.Tensor]]:
+    """One whole Megatron tensor -> its HF-named tensor(s); an expert's tensor goes to ``stacker`` (HF stacks the
+    experts of a layer: the stacked tensor comes with the layer's last expert)."""
     if name == "embedding.word_embeddings.weight":
         return [("model.embed_tokens.weight", t)]
     if name == "decoder.final_layernorm.weight":
@@ -89,10 +147,17 @@ def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape) -> list[tuple[str,
     if not m:
         raise ConversionError(f"no HF name for Megatron parameter {name!r}")
     p, suffix = f"model.layers.{m.group(1)}.", m.group(2)
-    if suffix in _SIMPLE:
-        return [(p + _SIMPLE[suffix], t)]
-    if suffix in _QK_NORM and shape.qk_norm:
-        return [(p + _QK_NORM[suffix], t)]
+    simple = _layer_simple(shape)
+    if suffix in simple:
+        return [(p + simple[suffix], t)]
+    e = _EXPERT.match(name)
+    if e and shape.moe:
+        if stacker is None:
+            raise ConversionError(f"{name}: an expert's tensor needs an ExpertStacker (HF stacks a layer's experts)")
+        return stacker.add(p, int(e.group(2)), e.group(3), t)
+    if suffix == "mlp.shared_experts.linear_fc1.weight" and shape.shared_ffn:
+        gate, up = t.chunk(2, 0)
+        return [(p + "mlp.shared_expert.gate_proj.weight", gate), (p + "mlp.shared_expert.up_proj.weight", up)]
     if suffix.startswith("self_attention.linear_qkv."):
         kind = suffix.rsplit(".", 1)[1]
         q, k, v = split_qkv(t, shape)
@@ -107,13 +172,16 @@ def expected_hf_names(shape: ModelShape) -> list[str]:
     names = ["model.embed_tokens.weight"]
     for i in range(shape.layers):
         p = f"model.layers.{i}."
-        names += [p + h for h in _SIMPLE.values()]
-        if shape.qk_norm:
-            names += [p + h for h in _QK_NORM.values()]
+        names += [p + h for h in _layer_simple(shape).values()]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
         if shape.qkv_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-        names += [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
+        if shape.moe:
+            names += [p + "mlp.experts.gate_up_proj", p + "mlp.experts.down_proj"]
+            if shape.shared_ffn:
+                names += [p + "mlp.shared_expert.gate_proj.weight", p + "mlp.shared_expert.up_proj.weight"]
+        else:
+            names += [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
     names.append("model.norm.weight")
     if shape.critic:
         names += score_names(shape)
@@ -153,8 +221,22 @@ def split_dim(name: str) -> int | None:
     return None
 
 
+def is_expert(name: str) -> bool:
+    """A routed expert's weight (split over expert-parallel ranks, sliced by the expert tensor-parallel size)."""
+    return _EXPERT.match(name) is not None
+
+
+def expert_index(name: str) -> int:
+    return int(_EXPERT.match(name).group(2))
+
+
+def with_expert(name: str, expert: int) -> str:
+    m = _EXPERT.match(name)
+    return f"{m.group(1)}.mlp.experts.local_experts.{expert}.{m.group(3)}.weight"
+
+
 def tp_slice(name: str, t: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    """TP rank ``rank``'s slice of a whole Megatron tensor."""
+    """TP rank ``rank``'s slice of a whole Megatron tensor (an expert's: pass the expert TP size / rank)."""
     dim = split_dim(name)
     if dim is None or tp == 1:
         return t
@@ -201,13 +283,19 @@ def on_stage(name: str, shape: ModelShape, pp: int, pp_rank: int) -> bool:
     return pp_rank == pp - 1  # final norm, LM head, value head
 
 
-def split_for_rank(full: Mapping[str, torch.Tensor], shape: ModelShape, tp: int, tp_rank: int, pp: int = 1, pp_rank: int = 0) -> dict[str, torch.Tensor]:
-    """One rank's local state: the parameters of its stage, sliced for its TP rank, local layer numbers.
+def split_for_rank(
+    full: Mapping[str, torch.Tensor], shape: ModelShape, tp: int, tp_rank: int, pp: int = 1, pp_rank: int = 0,
+    ep: int = 1, ep_rank: int = 0, etp: int | None = None, etp_rank: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """One rank's local state: the parameters of its stage, sliced for its TP rank, local layer numbers; of the
+    routed experts only this EP rank's ``E / EP`` (local numbers from 0), sliced for its expert-TP rank.
 
     With PP > 1 and tied embeddings the last stage holds the embedding as
     ``output_layer.weight`` (its LM head), as megatron-core lays it out.
     """
     offset = stage_layers(shape, pp, pp_rank).start
+    etp, etp_rank = (tp, tp_rank) if etp is None else (etp, etp_rank or 0)
+    per = shape.experts // ep if shape.moe else 0
     out = {}
     for name, t in full.items():
         if not on_stage(name, shape, pp, pp_rank):
@@ -215,27 +303,44 @@ def split_for_rank(full: Mapping[str, torch.Tensor], shape: ModelShape, tp: int,
         local = local_name(name, offset)
         if name.startswith("embedding.") and pp > 1 and pp_rank == pp - 1 and pp_rank != 0:
             local = "output_layer.weight"
+        if is_expert(name):
+            e = expert_index(name) - ep_rank * per
+            if not 0 <= e < per:
+                continue
+            out[with_expert(local, e)] = tp_slice(name, t, etp, etp_rank).clone()
+            continue
         out[local] = tp_slice(name, t, tp, tp_rank).clone()
     return out
 
 
-def merge_ranks(per_rank: Mapping[tuple[int, int], Mapping[str, torch.Tensor]], shape: ModelShape, tp: int, pp: int) -> dict[str, torch.Tensor]:
-    """``{(tp_rank, pp_rank): local state}`` for every rank -> whole Megatron tensors (global layer numbers)."""
+def merge_ranks(
+    per_rank: Mapping[tuple, Mapping[str, torch.Tensor]], shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int | None = None
+) -> dict[str, torch.Tensor]:
+    """``{(tp_rank, pp_rank): local state}`` (with EP > 1: ``{(tp_rank, pp_rank, ep_rank): ...}``) for every rank ->
+    whole Megatron tensors (global layer and expert numbers). An expert's slices are those of TP ranks
+    ``0 .. etp - 1`` (``etp`` 1 or TP)."""
+    etp = tp if etp is None else etp
+    key = (lambda t, p, e: (t, p)) if ep == 1 else (lambda t, p, e: (t, p, e))  # noqa: E731
+    per = shape.experts // ep if shape.moe else 0
     full: dict[str, torch.Tensor] = {}
     for p in range(pp):
         offset = stage_layers(shape, pp, p).start
-        for local in per_rank[(0, p)]:
-            name = global_name(local, offset)
-            if local == "output_layer.weight" and shape.tied:
-                continue  # the tied copy of the embedding (PP > 1)
-            full[name] = merge_tp(name, [per_rank[(t, p)][local] for t in range(tp)])
+        for e in range(ep):
+            for local in per_rank[key(0, p, e)]:
+                name = global_name(local, offset)
+                if is_expert(local):
+                    full[with_expert(name, e * per + expert_index(local))] = merge_tp(name, [per_rank[key(t, p, e)][local] for t in range(etp)])
+                elif e == 0 and not (local == "output_layer.weight" and shape.tied):  # not the tied copy of the embedding (PP > 1)
+                    full[name] = merge_tp(name, [per_rank[key(t, p, e)][local] for t in range(tp)])
     return full
 
 
 def full_to_hf_dict(full: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, torch.Tensor]:
     out = {}
+    stacker = ExpertStacker(shape)
     for name, t in full.items():
-        out.update(full_to_hf(name, t, shape))
+        out.update(full_to_hf(name, t, shape, stacker))
+    stacker.check_done()
     return out
 
 

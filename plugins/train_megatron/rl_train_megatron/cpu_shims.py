@@ -21,6 +21,14 @@ megatron-core assumes a GPU in a few places the Megatron engine reaches:
   replaced by ones that keep no CUDA state (there is none; dropout is 0).
 - Megatron's optimizers and ``clip_grads`` assert CUDA tensors: the engine
   uses ``torch.optim.AdamW`` and its own gradient-norm code instead.
+- MoE layers (:func:`install_moe`): the router's ``gating`` moves a CPU weight to
+  ``torch.cuda.current_device()`` before its matmul, and the router allocates its expert-bias / global-aux-loss
+  buffers there, and ``tensor_parallel.mappings``' gathers (which the token dispatcher calls over the expert-parallel
+  group) allocate their outputs there: the gating is replaced by the same matmul without the move, and the router and
+  mappings modules' ``torch.cuda.current_device()`` answers ``"cpu"``. Without TransformerEngine, megatron-core 0.16.1's router
+  matmul reads an undefined ``te_general_gemm``: set to None (its plain-torch branch). The engine builds MoE layers with the ``allgather`` token
+  dispatcher and sequential experts (one GEMM per expert), which run on gloo; the ``alltoall`` / ``flex``
+  dispatchers and grouped GEMMs need CUDA (the engine says so at start, :func:`rl_train_megatron.model.moe_cpu_problem`).
 
 :func:`install` is called after ``parallel_state.initialize_model_parallel``
 when the engine's device is the CPU; it checks that the names it replaces
@@ -82,6 +90,56 @@ def _no_cuda_rng_state(*args, **kwargs) -> torch.Tensor:
 
 def _set_no_cuda_rng_state(*args, **kwargs) -> None:
     return None
+
+
+class _CPUDevice:
+    """``torch.cuda`` for the MoE router module on a machine without CUDA: the current device is the CPU."""
+
+    @staticmethod
+    def current_device() -> str:
+        return "cpu"
+
+    def __getattr__(self, name):
+        return getattr(torch.cuda, name)
+
+
+class _TorchOnCPU:
+    """The ``torch`` module as megatron-core's router module sees it on the CPU (only ``torch.cuda`` differs)."""
+
+    cuda = _CPUDevice()
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _cpu_gating(self, input: torch.Tensor) -> torch.Tensor:
+    """``Router.gating`` without the move of the weight to CUDA: the router logits in the configured router dtype."""
+    from megatron.core.transformer.moe.router import router_gating_linear
+
+    dtype = {"fp32": torch.float32, "fp64": torch.float64}.get(self.config.moe_router_dtype, input.dtype)
+    return router_gating_linear(input, self.weight, self.bias, dtype)
+
+
+def install_moe() -> None:
+    """The MoE router's CPU stand-ins (idempotent; called by the engine on the CPU when the model has experts)."""
+    from megatron.core.transformer.moe import router
+
+    for attr in ("Router", "router_gating_linear", "torch"):
+        if not hasattr(router, attr):
+            raise RuntimeError(
+                f"megatron-core has no megatron.core.transformer.moe.router.{attr}: the MoE CPU shims of rl-train-megatron were written "
+                "for megatron-core 0.16.1; install that version (pip install megatron-core==0.16.1) or run on a GPU"
+            )
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):  # 0.16.1 leaves the name undefined without TransformerEngine
+        moe_utils.te_general_gemm = None
+    from megatron.core.tensor_parallel import mappings
+
+    router.Router.gating = _cpu_gating
+    for module in (router, mappings):  # mappings: the dispatcher's all-gathers allocate their outputs on the current device
+        if not isinstance(module.torch, _TorchOnCPU):
+            module.torch = _TorchOnCPU()
 
 
 def install() -> None:

@@ -85,20 +85,33 @@ class MegatronBackend(TrainBackend):
         super().__init__(role, config, context)
         tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
         cp = config.train.context_parallel_size
+        ep = int(getattr(config.train, "expert_model_parallel_size", 1) or 1)
+        etp = getattr(config.train, "expert_tensor_parallel_size", None)
         hf, key = load_role_model(role, config, torch.float32)
         self.hf_config, self.hf_class = hf.config, type(hf)
         self.generation_config = getattr(hf, "generation_config", None)
         self.shape = mmodel.model_shape(hf.config, critic=role == "critic", key=key)
-        mmodel.check_divisible(self.shape, tp, pp)
+        if not self.shape.moe:
+            etp = None  # a dense model has no experts to slice (a config's expert TP is only checked against MoE models)
+        mmodel.check_divisible(self.shape, tp, pp, ep, etp)
+        opts = megatron_options(config)
+        if self.shape.moe and self.device.type == "cpu":
+            mmodel.check_moe_on_cpu(opts.transformer_config)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
-        self.topo = parallel.acquire(tp, pp, self.device, cp)
+        self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
+        if self.shape.moe and self.device.type == "cpu":
+            from rl_train_megatron import cpu_shims
+
+            cpu_shims.install_moe()
         self._released = False
         self.rank, self.world_size = self.topo.rank, self.topo.world
         if context.world_size > 1 and self.world_size != context.world_size:
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = self.world_size > 1
         self.uneven_micro_batches = True  # gradients are reduced once per mini-batch, not in each backward
+        if int(getattr(config.train, "expert_model_parallel_size", 1) or 1) > 1:
+            self.uneven_micro_batches = False  # every forward is a collective of the expert-parallel group: same count on every rank
         self.pipe = Pipe(parallel.pp_group(), pp, self.topo.pp_rank)
         self._stage_layout = None
         self._pending: tuple[torch.Tensor | None, torch.Tensor] | None = None  # the training forward's (h_in, h)
@@ -107,10 +120,11 @@ class MegatronBackend(TrainBackend):
 
         full = convert.hf_to_full(hf.state_dict(), self.shape)
         del hf
-        local = convert.split_for_rank(full, self.shape, tp, self.topo.tp_rank, pp, self.topo.pp_rank)
+        t = self.topo
+        local = convert.split_for_rank(full, self.shape, tp, t.tp_rank, pp, t.pp_rank, t.ep, t.ep_rank, t.etp, t.etp_rank)
         del full
-        opts = megatron_options(config)
-        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, transformer_overrides(config, opts) if self.trainable else opts.transformer_config, cp=cp)
+        passed = transformer_overrides(config, opts) if self.trainable else opts.transformer_config
+        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, passed, cp=cp, ep=t.ep, etp=t.etp if self.shape.moe else None)
         convert.load_local_state(model, local)
         if not self.trainable:
             model.requires_grad_(False)
@@ -182,6 +196,24 @@ class MegatronBackend(TrainBackend):
         y["responses"] = x["responses"][:, :-cut]
         return y, cut
 
+    def _same_tokens_over_ep(self, y: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Expert parallelism: megatron-core's all-gather dispatcher needs the same number of tokens on every rank of the
+        expert-parallel group, so the micro-batch is padded to the group's largest (rows at the bottom, columns on the
+        left, all masked). Their positions go through the routers like padding does (their losses count them)."""
+        b, s = y["input_ids"].shape
+        size = parallel.all_reduce(torch.tensor([b, s], device=self.device), "max", parallel.ep_group())
+        B, S = int(size[0]), int(size[1])
+        if (B, S) == (b, s):
+            return y
+        out = {}
+        for k, v in y.items():
+            if k in ("input_ids", "attention_mask", "position_ids"):
+                v = torch.nn.functional.pad(v, (S - s, 0))
+            if v.dim() >= 1 and v.shape[0] == b and B > b:
+                v = torch.cat([v, v.new_zeros((B - b, *v.shape[1:]))])
+            out[k] = v
+        return out
+
     # Every forward runs this rank's pipeline stage (:meth:`_run_stage`); the heads (log-probs, values) run on the
     # last stage. Inference results are broadcast from the last stage; the update back-propagates stage by stage.
     def _split(self, y: dict[str, torch.Tensor]) -> cp_mod.SeqSplit | None:
@@ -226,11 +258,21 @@ class MegatronBackend(TrainBackend):
         """This rank's stage; the heads on the last stage. Inference: broadcast to every stage; training: None on the
         other stages, which keep their ``(h_in, h)`` for :meth:`backward`."""
         critic = self.role == "critic"
-        y, cut = (x, 0) if critic else self._trim(x, x["responses"].shape[1])
+        # MoE: no trim (every position goes through the routers and counts in their losses: the same positions whatever
+        # the rank layout)
+        y, cut = (x, 0) if critic or self.shape.moe else self._trim(x, x["responses"].shape[1])
+        rows = y["input_ids"].shape[0]
+        if self.topo.ep > 1:
+            y = self._same_tokens_over_ep(y)
         split = self._split(y)
         h_in, h = self._run_stage(y, split)
+        if h.shape[1] != rows:  # the rows added for the expert-parallel group are dropped before the heads
+            h = h[:, :rows]
+            y = {k: v[:rows] for k, v in y.items()}
         if training:
             self._pending = (h_in, h)
+            if self.shape.moe:
+                mmodel.count_training_forward()
         heads = None
         if self.pipe.is_last:
             R = x["responses"].shape[1]
@@ -257,6 +299,8 @@ class MegatronBackend(TrainBackend):
         the next stage's gradient; then on to the previous stage."""
         h_in, h = self._pending
         self._pending = None
+        if self.shape.moe:  # the routers' aux / z losses enter the gradient with this micro-batch's weight (megatron's scaler)
+            mmodel.set_aux_loss_scale(weight, self.device)
         if loss is not None:
             (loss * weight).backward()
         else:
@@ -271,9 +315,22 @@ class MegatronBackend(TrainBackend):
         grads.reduce_tied_embedding_grads(self.model, pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
             grads.reduce_grads([p for n, p in self.model.named_parameters() if convert.is_qk_norm(n) and p.grad is not None], parallel.tp_group())
-        grads.reduce_grads([p for p in self.model.parameters() if p.requires_grad], parallel.grad_group())
-        counted = [p for n, p in self.model.named_parameters() if (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
-        return grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        experts = [p for n, p in named if convert.is_expert(n)]
+        grads.reduce_grads([p for n, p in named if not convert.is_expert(n)], parallel.grad_group())
+        if experts:  # each rank's experts saw the tokens of its whole EP group (the dispatcher's all-gather)
+            grads.reduce_grads(experts, parallel.expert_dp_group())
+        counted = [p for n, p in self.model.named_parameters()
+                   if not convert.is_expert(n) and (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
+        expert_group = parallel.expert_mp_group() if experts else None
+        norm = grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device, experts, expert_group)
+        self._moe_metrics = mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group()) if self.shape.moe else {}
+        return norm
+
+    def step_metrics(self) -> dict[str, float]:
+        """MoE: the routers' aux / z losses of the last mini-batch (mean over layers, micro-batches and data-parallel
+        ranks), as megatron-core's tracker recorded them."""
+        return dict(getattr(self, "_moe_metrics", {}) or {})
 
     def _tied_copy(self, name: str) -> bool:
         """The last stage's copy of the tied embedding (PP > 1): the same weight as the first stage's."""
@@ -304,8 +361,10 @@ class MegatronBackend(TrainBackend):
         params = self._global_params()
         if self._stage_layout is None:
             self._stage_layout = stage_layout(params, parallel.pp_group())
+        moe = self.shape.moe
         return gather_hf_weights(
-            params, self.shape, parallel.tp_group(), pp_group=parallel.pp_group(), layout=self._stage_layout, bucket_bytes=int(bucket_mb * 2**20)
+            params, self.shape, parallel.tp_group(), pp_group=parallel.pp_group(), layout=self._stage_layout, bucket_bytes=int(bucket_mb * 2**20),
+            ep_group=parallel.ep_group() if moe else None, etp=self.topo.etp if moe else None,
         )
 
     def save_hf(self, path: str) -> None:
@@ -321,7 +380,10 @@ class MegatronBackend(TrainBackend):
     # ----------------------------------------------------------- checkpoint
     def _layout(self) -> dict[str, Any]:
         t = self.topo
-        return {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world, **({"cp": t.cp} if t.cp > 1 else {})}
+        out = {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world, **({"cp": t.cp} if t.cp > 1 else {})}
+        if self.shape.moe:
+            out.update(ep=t.ep, etp=t.etp)
+        return out
 
     def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:
         """Per rank ``path/rank{r}.pt`` (plain tensors and numbers: loads with ``weights_only=True``) + ``megatron.json``.

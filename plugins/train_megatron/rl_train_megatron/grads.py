@@ -3,7 +3,8 @@
 Megatron-core's ``clip_grads`` and optimizers assert CUDA tensors, so the norm
 and the clipping are computed here as ``torch.nn.utils.clip_grad_norm_`` does,
 over the whole model: TP-sharded tensors count on every TP rank, replicated ones
-on TP rank 0, the tied embedding once (on the first stage); summed over TP x PP.
+on TP rank 0, the tied embedding once (on the first stage); summed over TP x PP. Routed experts (MoE) are
+counted on each rank that holds a distinct shard of them (expert TP x EP x PP ranks) and summed over that group.
 """
 
 from __future__ import annotations
@@ -48,14 +49,24 @@ def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
         g.copy_(new)
 
 
-def clip_grad_norm(params: list[torch.nn.Parameter], counted: list[torch.nn.Parameter], max_norm: float | None, device: torch.device) -> float:
-    """Whole-model L2 norm of the gradients of ``counted`` (this rank's share), summed over TP x PP; clips every
-    gradient of ``params`` to ``max_norm`` (> 0) as ``clip_grad_norm_`` does."""
+def _square_sum(params: list[torch.nn.Parameter], device: torch.device) -> torch.Tensor:
     sq = torch.zeros((), dtype=torch.float32, device=device)
-    for p in counted:
+    for p in params:
         if p.grad is not None:
             sq += p.grad.detach().float().pow(2).sum()
-    sq = parallel.all_reduce(sq, "sum", parallel.mp_group())
+    return sq
+
+
+def clip_grad_norm(
+    params: list[torch.nn.Parameter], counted: list[torch.nn.Parameter], max_norm: float | None, device: torch.device,
+    experts: list[torch.nn.Parameter] = (), expert_group=None,
+) -> float:
+    """Whole-model L2 norm of the gradients of ``counted`` (this rank's share), summed over TP x PP, plus those of
+    ``experts`` summed over ``expert_group``; clips every gradient of ``params`` to ``max_norm`` (> 0) as
+    ``clip_grad_norm_`` does."""
+    sq = parallel.all_reduce(_square_sum(counted, device), "sum", parallel.mp_group())
+    if expert_group is not None:
+        sq = sq + parallel.all_reduce(_square_sum(list(experts), device), "sum", expert_group)
     norm = float(sq.sqrt())
     grads = [p.grad for p in params if p.grad is not None]
     if grads and math.isfinite(norm) and max_norm is not None and max_norm > 0:

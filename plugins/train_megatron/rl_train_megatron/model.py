@@ -1,4 +1,4 @@
-"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 / Qwen3 (dense) config, and its forward passes.
+"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE config, and its forward passes.
 
 :func:`model_shape` reads what the conversion and the model need from the
 HF config (and rejects what they cannot express, naming the field);
@@ -6,6 +6,12 @@ HF config (and rejects what they cannot express, naming the field);
 RMSNorm, Megatron Column/RowParallelLinear, ``DotProductAttention``) with
 fp32 parameters on the CPU, no initialisation (weights come from
 :mod:`rl_train_megatron.convert`).
+
+MoE models (Qwen2-MoE, Qwen3-MoE) get megatron-core's ``MoELayer`` in every layer: a top-k softmax router
+(``norm_topk_prob`` true = softmax over the top-k logits, megatron's ``moe_router_pre_softmax=False``; false = the
+top-k of the softmax over all experts, ``pre_softmax=True``), ``SequentialMLP`` experts (one SwiGLU per expert,
+split over ``train.expert_model_parallel_size`` ranks), Qwen2-MoE's shared expert with its sigmoid gate, and the
+``allgather`` token dispatcher unless ``moe_token_dispatcher_type`` says otherwise (on a GPU).
 
 The forward pass (:func:`response_hidden`) calls the model's embedding,
 decoder and head itself instead of ``GPTModel.forward``, for two reasons:
@@ -28,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from rl_core.problems import UserError
 
-CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-MODEL_TYPES = ("llama", "qwen2", "qwen3")
+CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+MOE_TYPES = ("qwen2_moe", "qwen3_moe")
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -58,7 +65,16 @@ class ModelShape:
     critic: bool = False
     score_bias: bool = True
     qk_norm: bool = False  # Qwen3: RMSNorm over each head's queries / keys before the rotary embedding
+    # MoE (Qwen2-MoE / Qwen3-MoE): 0 experts = a dense model
+    experts: int = 0
+    topk: int = 0
+    moe_ffn: int = 0  # each routed expert's intermediate size
+    shared_ffn: int = 0  # Qwen2-MoE's shared expert (0: none)
+    norm_topk: bool = True  # renormalise the top-k routing weights (HF norm_topk_prob)
 
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def group_rows(self) -> int:
@@ -85,6 +101,9 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
     if mtype in ("qwen2", "qwen3") and getattr(hf_config, "use_sliding_window", False):
         raise UnsupportedModelError(f"{key}: use_sliding_window=true is not supported by the Megatron backend (set train.name=fsdp)")
     heads = hf_config.num_attention_heads
+    moe = {}
+    if mtype in MOE_TYPES:
+        moe = _moe_fields(hf_config, key)
     return ModelShape(
         layers=hf_config.num_hidden_layers,
         hidden=hf_config.hidden_size,
@@ -94,19 +113,59 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
         ffn=hf_config.intermediate_size,
         vocab=hf_config.vocab_size,
         tied=bool(getattr(hf_config, "tie_word_embeddings", False)) and not critic,
-        qkv_bias=mtype == "qwen2",
+        qkv_bias=mtype in ("qwen2", "qwen2_moe"),
         eps=float(hf_config.rms_norm_eps),
         max_positions=int(getattr(hf_config, "max_position_embeddings", 4096)),
         critic=critic,
         score_bias=bool(getattr(hf_config, "token_classification_bias", True)),
-        qk_norm=mtype == "qwen3",
+        qk_norm=mtype in ("qwen3", "qwen3_moe"),
+        **moe,
     )
 
 
-def check_divisible(shape: ModelShape, tp: int, pp: int) -> None:
-    """TP must divide the heads, KV heads, FFN width and vocabulary; PP the layers (clear errors)."""
+def _moe_fields(hf_config, key: str) -> dict:
+    """Qwen2-MoE / Qwen3-MoE's expert layout; every layer must be an MoE layer (no dense ``mlp_only_layers``)."""
+    if getattr(hf_config, "mlp_only_layers", None) or int(getattr(hf_config, "decoder_sparse_step", 1) or 1) != 1:
+        raise UnsupportedModelError(
+            f"{key}: mlp_only_layers={getattr(hf_config, 'mlp_only_layers', None)} / decoder_sparse_step={getattr(hf_config, 'decoder_sparse_step', 1)}: "
+            "the Megatron backend builds MoE models whose every layer is an MoE layer (set train.name=fsdp)"
+        )
+    return dict(
+        experts=int(hf_config.num_experts),
+        topk=int(hf_config.num_experts_per_tok),
+        moe_ffn=int(hf_config.moe_intermediate_size),
+        shared_ffn=int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0),
+        norm_topk=bool(getattr(hf_config, "norm_topk_prob", False)),
+    )
+
+
+def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int | None = None) -> None:
+    """TP must divide the heads, KV heads, FFN width and vocabulary; PP the layers; EP the experts and ETP each
+    expert's width (clear errors)."""
     key = "train.tensor_model_parallel_size"
-    for what, n in (("attention heads", shape.heads), ("key/value heads", shape.kv_heads), ("intermediate_size", shape.ffn), ("vocab_size", shape.vocab)):
+    dims = [("attention heads", shape.heads), ("key/value heads", shape.kv_heads), ("vocab_size", shape.vocab)]
+    if shape.moe:
+        dims += [("shared_expert_intermediate_size", shape.shared_ffn)] if shape.shared_ffn else []
+    else:
+        dims += [("intermediate_size", shape.ffn)]
+    if shape.moe and tp > 1:
+        raise ParallelSizeError(
+            f"{key}={tp} with an MoE model: megatron-core's MoE layers train with TP > 1 only under sequence parallelism, which the "
+            "engine does not have; split the experts with train.expert_model_parallel_size instead and set train.tensor_model_parallel_size=1"
+        )
+    if ep > 1 and not shape.moe:
+        raise ParallelSizeError(f"train.expert_model_parallel_size={ep}, but the model has no experts (a dense model); set train.expert_model_parallel_size=1")
+    if shape.moe and shape.experts % ep:
+        raise ParallelSizeError(
+            f"train.expert_model_parallel_size={ep} does not divide the model's {shape.experts} experts "
+            f"({shape.experts} % {ep} = {shape.experts % ep}); pick an EP that divides {shape.experts}"
+        )
+    etp = tp if etp is None else etp
+    if shape.moe and shape.moe_ffn % etp:
+        raise ParallelSizeError(
+            f"train.expert_tensor_parallel_size={etp} does not divide each expert's moe_intermediate_size {shape.moe_ffn}; pick one that divides it"
+        )
+    for what, n in dims:
         if n % tp:
             raise ParallelSizeError(f"{key}={tp} does not divide the model's {what} ({n} % {tp} = {n % tp}); pick a TP that divides {n}")
     if shape.layers % pp:
@@ -128,14 +187,38 @@ def rotary_inv_freq(hf_config) -> torch.Tensor:
     return rope.inv_freq.detach().float().clone()
 
 
-def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None = None):
+def moe_config(shape: ModelShape, ep: int, etp: int) -> dict:
+    """The TransformerConfig fields of the model's MoE layers (none for a dense model)."""
+    if not shape.moe:
+        return {}
+    out = dict(
+        num_moe_experts=shape.experts,
+        moe_router_topk=shape.topk,
+        moe_ffn_hidden_size=shape.moe_ffn,
+        moe_router_pre_softmax=not shape.norm_topk,
+        moe_router_score_function="softmax",
+        moe_grouped_gemm=False,
+        moe_token_dispatcher_type="allgather",
+        moe_aux_loss_coeff=0.0,
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=etp,
+    )
+    if shape.shared_ffn:
+        out.update(moe_shared_expert_intermediate_size=shape.shared_ffn, moe_shared_expert_gate=True)
+    return out
+
+
+def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None = None, ep: int = 1, etp: int | None = None):
     """The model's TransformerConfig: its shape, :data:`rl_train_megatron.options.FIXED`, and the ``passed`` fields
     (``train.options.transformer_config``: activation recomputation, :data:`~rl_train_megatron.options.PASSED_THROUGH`)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     from rl_train_megatron.options import FIXED, PASSED_THROUGH
 
-    extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH}
+    from rl_train_megatron.options import MOE_PASSED
+
+    moe = moe_config(shape, ep, tp if etp is None else etp)
+    extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
     return TransformerConfig(
         num_layers=shape.layers,
         hidden_size=shape.hidden,
@@ -152,20 +235,27 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
         pipeline_dtype=torch.float32,
         params_dtype=torch.float32,
         **FIXED,
-        **extra,
+        **{**moe, **extra},
     )
 
 
-def build_model(shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None, cp: int = 1) -> torch.nn.Module:
+def build_model(
+    shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None, cp: int = 1, ep: int = 1, etp: int | None = None
+) -> torch.nn.Module:
     """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head.
     ``cp > 1``: the attention is :class:`rl_train_megatron.context_parallel.ContextParallelAttention`."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    check_divisible(shape, tp, pp)
-    config = transformer_config(shape, tp, pp, passed)
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=shape.qk_norm)
+    check_divisible(shape, tp, pp, ep, etp)
+    if shape.moe and cp > 1:
+        raise ParallelSizeError(
+            f"train.context_parallel_size={cp} with an MoE model: context parallelism of MoE models is not built by the megatron "
+            "backend (not tested); set train.context_parallel_size=1"
+        )
+    config = transformer_config(shape, tp, pp, passed, ep, etp)
+    spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
     if cp > 1:
         from rl_train_megatron import context_parallel
 
@@ -283,3 +373,62 @@ def vocab_parallel_log_probs(
         if not entropy_grad:
             entropy = entropy.detach()
     return log_probs, entropy
+
+
+# ------------------------------------------------------------------- MoE
+#: the routers' losses megatron-core's tracker records (unscaled: the loss divided by its coefficient)
+AUX_LOSS_NAMES = ("load_balancing_loss", "seq_load_balancing_loss", "global_load_balancing_loss", "z_loss")
+
+
+def check_moe_on_cpu(given: dict) -> None:
+    """MoE settings that need CUDA (``alltoall`` / ``flex`` dispatchers, DeepEP, the shared-expert overlap): a clear
+    error at the engine's start on the CPU."""
+    from rl_train_megatron.options import moe_cpu_problems
+
+    bad = moe_cpu_problems(given or {})
+    if bad:
+        name, why = bad[0]
+        raise UnsupportedModelError(
+            f"train.options.transformer_config.{name} {why}; it runs on a GPU only. "
+            f"Remove it (or set moe_token_dispatcher_type=allgather) to train on the CPU"
+        )
+
+
+def set_aux_loss_scale(weight: float, device: torch.device) -> None:
+    """The weight of the next backward's router aux / z losses: the micro-batch's share of the mini-batch (as its loss)."""
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+
+    MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(float(weight), device=device))
+
+
+def aux_loss_metrics(shape: ModelShape, dp_group, pp_group) -> dict[str, float]:
+    """``moe/<loss>``: each router loss megatron-core recorded since the last call, mean over the MoE layers, the
+    forward passes and the data-parallel ranks (summed over pipeline stages, which hold different layers); the
+    tracker is cleared. Every rank must call it (collectives)."""
+    from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
+
+    tracker = get_moe_layer_wise_logging_tracker()
+    rows = []
+    for name in AUX_LOSS_NAMES:
+        entry = tracker.get(name)
+        values = entry["values"].detach().float().cpu() if entry else torch.zeros(shape.layers)
+        rows.append(torch.cat([values[: shape.layers], torch.tensor([float(entry is not None)])]))
+        if entry:
+            entry["values"].zero_()
+    table = torch.stack(rows)  # [names, layers + 1 (recorded)]
+    forwards = torch.tensor([float(_FORWARDS["n"])])
+    _FORWARDS["n"] = 0
+    if pp_group is not None and torch.distributed.get_world_size(pp_group) > 1:
+        torch.distributed.all_reduce(table, group=pp_group)
+    if dp_group is not None and torch.distributed.get_world_size(dp_group) > 1:
+        torch.distributed.all_reduce(table, group=dp_group)
+        torch.distributed.all_reduce(forwards, group=dp_group)
+    n = max(float(forwards), 1.0) * shape.layers
+    return {f"moe/{name}": float(table[i, :-1].sum()) / n for i, name in enumerate(AUX_LOSS_NAMES) if table[i, -1] > 0}
+
+
+_FORWARDS = {"n": 0}  # training forwards since the last aux_loss_metrics (this process)
+
+
+def count_training_forward() -> None:
+    _FORWARDS["n"] += 1

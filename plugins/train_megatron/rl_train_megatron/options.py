@@ -26,7 +26,8 @@ host to host (what the tests check); none of it was run on a GPU here.
     Fields of megatron-core's ``TransformerConfig`` passed to the model the engine builds (verl's
     ``megatron.override_transformer_config``): activation recomputation (``recompute_granularity``,
     ``recompute_method``, ``recompute_num_layers``, ``recompute_modules``); any other field only at the value the
-    engine builds with (:mod:`rl_train_megatron.plugin` checks them against the dataclass).
+    engine builds with (:mod:`rl_train_megatron.plugin` checks them against the dataclass). For an MoE model also the
+    router / aux-loss / dispatcher fields of :data:`MOE_PASSED`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,47 @@ def megatron_options(config) -> MegatronOptions:
 #: TransformerConfig fields passed through from ``transformer_config``: activation recomputation (memory for compute;
 #: the same values), which megatron-core's TransformerBlock / attention apply in the forward the engine calls
 PASSED_THROUGH = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
+
+#: TransformerConfig fields of MoE layers passed through from ``transformer_config`` to an MoE model's layers (verl's
+#: ``override_transformer_config.moe_*``): megatron-core's router, losses and token dispatcher read them. On the CPU only
+#: the ``allgather`` dispatcher runs; :data:`MOE_GPU_ONLY` names the values that need CUDA (an error at start there).
+MOE_PASSED = (
+    "moe_router_dtype",
+    "moe_aux_loss_coeff",
+    "moe_z_loss_coeff",
+    "moe_router_load_balancing_type",
+    "moe_token_dispatcher_type",
+    "moe_shared_expert_overlap",
+    "moe_router_bias_update_rate",
+    "moe_enable_deepep",
+    "moe_flex_dispatcher_backend",
+    "moe_input_jitter_eps",
+    "moe_router_topk_scaling_factor",
+    "moe_per_layer_logging",
+)
+
+#: MoE settings megatron-core runs with CUDA only: (field, the values that need CUDA, why)
+MOE_GPU_ONLY = (
+    ("moe_token_dispatcher_type", ("alltoall", "flex"), "its dispatcher synchronises CUDA streams"),
+    ("moe_enable_deepep", (True,), "DeepEP's all-to-all kernels need CUDA (and the deep_ep package)"),
+    ("moe_shared_expert_overlap", (True,), "the shared expert runs on a CUDA side stream"),
+)
+
+
+def moe_cpu_problems(given: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(field, why)`` for each MoE setting in ``given`` that megatron-core cannot run on the CPU."""
+    out = []
+    for name, values, why in MOE_GPU_ONLY:
+        value = given.get(name)
+        if value is None:
+            continue
+        norm = value if isinstance(value, bool) else str(value).strip("'\"").lower()
+        if isinstance(value, str) and norm in ("true", "false"):
+            norm = norm == "true"
+        if norm in values:
+            out.append((name, f"is {value!r}: {why}; on the CPU the engine runs the allgather dispatcher"))
+    return out
+
 
 #: what the engine builds every model with besides its shape (rl_train_megatron.model.transformer_config);
 #: ``activation_func`` (SiLU) and the dtypes are set there too

@@ -7,6 +7,11 @@ rank ``r`` has ``tp_rank = r % TP``, ``cp_rank = (r // TP) % CP``, ``pp_rank = (
 (:meth:`rl_core.trainer.loop.Trainer._train_call` gives the same data-parallel
 shard to the ``world / train_dp`` consecutive ranks of a replica).
 
+Expert parallelism (MoE models): ``train.expert_model_parallel_size`` (EP) ranks split each MoE layer's experts
+and ``train.expert_tensor_parallel_size`` (ETP, default TP) slice each expert; megatron-core lays the expert ranks
+out over the same processes (``world = ETP x EP x PP x expert-DP``), so the data a rank gets does not change.
+Expert gradients are summed over the expert-data-parallel group, the others over the data-parallel group.
+
 megatron-core needs ``torch.distributed``: with no process group (one
 process, e.g. tests or a one-rank run) :func:`acquire` starts a one-rank gloo
 group in memory and :func:`release` tears it down when the last engine of
@@ -34,13 +39,18 @@ class Topology:
     world: int
     cp: int = 1
     cp_rank: int = 0
+    ep: int = 1
+    ep_rank: int = 0
+    etp: int = 1
+    etp_rank: int = 0
 
 
 _STATE = {"users": 0, "own_group": False, "sizes": None}
 
 
-def acquire(tp: int, pp: int, device: torch.device, cp: int = 1) -> Topology:
+def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, etp: int | None = None) -> Topology:
     """Set up (once per process) the default group and megatron's parallel state; returns this rank's place."""
+    etp = tp if etp is None else etp
     from megatron.core import parallel_state as mpu
 
     if not dist.is_initialized():
@@ -53,18 +63,28 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1) -> Topology:
             f"train.tensor_model_parallel_size={tp} x train.context_parallel_size={cp} x train.pipeline_model_parallel_size={pp} = {mp} "
             f"does not divide the {world} worker processes ({world} % {mp} = {world % mp}); choose TP x CP x PP among the divisors of {world}"
         )
+    if ep > 1 and pp > 1:
+        raise ParallelSizeError(
+            f"train.expert_model_parallel_size={ep} with train.pipeline_model_parallel_size={pp}: the engine lays a replica's pipeline "
+            "stages on consecutive ranks, where megatron-core's expert layout needs the pipeline stages last; use EP with PP 1"
+        )
+    if world % (etp * ep * pp):
+        raise ParallelSizeError(
+            f"train.expert_tensor_parallel_size={etp} x train.expert_model_parallel_size={ep} x train.pipeline_model_parallel_size={pp} "
+            f"= {etp * ep * pp} does not divide the {world} worker processes; choose EP (and ETP) so that ETP x EP x PP divides {world}"
+        )
     if mpu.model_parallel_is_initialized():
-        if _STATE["sizes"] != (tp, pp, cp):
-            raise ParallelSizeError(f"megatron parallel state is already set up with TP, PP, CP = {_STATE['sizes']}, this engine asks for {(tp, pp, cp)}")
+        if _STATE["sizes"] != (tp, pp, cp, ep, etp):
+            raise ParallelSizeError(f"megatron parallel state is already set up with TP, PP, CP, EP, ETP = {_STATE['sizes']}, this engine asks for {(tp, pp, cp, ep, etp)}")
     else:
         # megatron-core asks the expert layers' data-parallel size to equal the attention's unless pp is last in the
         # order; these models have no experts, so their (unused) expert groups are laid out like TP x CP
-        extra = {"expert_tensor_parallel_size": tp * cp} if cp > 1 and pp > 1 else {}
+        extra = {"expert_tensor_parallel_size": tp * cp if cp > 1 and pp > 1 and ep == 1 else etp}
         mpu.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order="tp-cp-pp-dp",
-            create_gloo_process_groups=False, **extra,
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order="tp-cp-pp-ep-dp" if ep > 1 else "tp-cp-pp-dp",
+            create_gloo_process_groups=False, expert_model_parallel_size=ep, **extra,
         )
-        _STATE["sizes"] = (tp, pp, cp)
+        _STATE["sizes"] = (tp, pp, cp, ep, etp)
         if device.type == "cuda":
             from megatron.core import tensor_parallel
 
@@ -92,6 +112,10 @@ def current() -> Topology:
         world=world,
         cp=mpu.get_context_parallel_world_size(),
         cp_rank=mpu.get_context_parallel_rank(),
+        ep=mpu.get_expert_model_parallel_world_size(),
+        ep_rank=mpu.get_expert_model_parallel_rank(),
+        etp=mpu.get_expert_tensor_parallel_world_size(),
+        etp_rank=mpu.get_expert_tensor_parallel_rank(),
     )
 
 
@@ -133,6 +157,32 @@ def grad_group():
     from megatron.core import parallel_state as mpu
 
     return mpu.get_data_parallel_group(with_context_parallel=True)
+
+
+def ep_group():
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_expert_model_parallel_group()
+
+
+def etp_group():
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_expert_tensor_parallel_group()
+
+
+def expert_dp_group():
+    """The ranks that hold the same experts (gradients of expert weights are summed over them)."""
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_expert_data_parallel_group()
+
+
+def expert_mp_group():
+    """The expert TP x EP x PP ranks that together hold one copy of every routed expert."""
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_expert_tensor_model_pipeline_parallel_group()
 
 
 def mp_group():

@@ -18,7 +18,7 @@ from rl_core import hookimpl
 from rl_core.cards import TrainCard
 from rl_core.problems import Problem, nearest_divisors
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
 
 
 def _model_config(config) -> dict[str, Any] | None:
@@ -31,18 +31,61 @@ def _model_config(config) -> dict[str, Any] | None:
     return {**data, **(config.model.override_config or {})} if isinstance(data, dict) else None
 
 
-def check_parallel_sizes(config) -> list[Problem]:
-    """TP must divide heads, KV heads, intermediate size and vocabulary; PP the layers."""
-    data = _model_config(config)
+def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
+    """EP must divide the experts (and be 1 for a dense model); the expert TP must be 1 or TP."""
+    ep, tp = config.train.expert_model_parallel_size, config.train.tensor_model_parallel_size
+    etp = config.train.expert_tensor_parallel_size
+    out = []
+    pp = config.train.pipeline_model_parallel_size
+    if ep > 1 and pp > 1:
+        out.append(Problem(key="train.expert_model_parallel_size",
+                           what=f"is {ep} with train.pipeline_model_parallel_size={pp}: expert parallelism together with pipeline stages is a "
+                                "feature rl-core's megatron train backend does not have (its ranks put a replica's stages side by side; "
+                                "megatron-core's expert layout needs the stages last)",
+                           fix="set train.pipeline_model_parallel_size=1 with expert parallelism (or train.expert_model_parallel_size=1)"))
+    if etp is not None and etp not in (1, tp):
+        out.append(Problem(key="train.expert_tensor_parallel_size",
+                           what=f"is {etp}: the megatron train backend slices each expert over 1 rank or over the TP ranks ({tp})",
+                           fix=f"set train.expert_tensor_parallel_size to 1 or {tp} (train.tensor_model_parallel_size), or leave it null"))
     if data is None:
-        return []
-    problems = []
+        return out
+    # transformers 5 writes num_local_experts, earlier versions (and the published checkpoints) num_experts
+    experts = data.get("num_experts", data.get("num_local_experts")) if data.get("model_type") in ("qwen2_moe", "qwen3_moe") else None
+    if ep > 1 and not isinstance(experts, int):
+        out.append(Problem(key="train.expert_model_parallel_size",
+                           what=f"is {ep}, but {config.model.path!r} is not an MoE model the megatron backend builds (model_type {data.get('model_type')!r})",
+                           fix="set train.expert_model_parallel_size=1 (expert parallelism splits the experts of Qwen2-MoE / Qwen3-MoE layers)"))
+    elif isinstance(experts, int) and experts % ep:
+        out.append(Problem(key="train.expert_model_parallel_size",
+                           what=f"Megatron EP {ep} does not divide the model's {experts} experts (num_experts; {experts} % {ep} = {experts % ep})",
+                           why="expert parallelism gives every rank an equal share of each MoE layer's experts",
+                           fix=f"set train.expert_model_parallel_size to a divisor of {experts}: {', '.join(map(str, nearest_divisors(ep, experts)))}"))
+    if isinstance(experts, int) and tp > 1:
+        out.append(Problem(key="train.tensor_model_parallel_size",
+                           what=f"is {tp} with an MoE model ({data.get('model_type')}): megatron-core's MoE layers train with TP > 1 only under "
+                                "Megatron sequence parallelism, which rl-core's megatron train backend does not have",
+                           fix="set train.tensor_model_parallel_size=1 and split the experts with train.expert_model_parallel_size"))
+    moe_ffn = data.get("moe_intermediate_size")
+    etp_eff = tp if etp is None else etp
+    if isinstance(experts, int) and isinstance(moe_ffn, int) and etp_eff > 1 and moe_ffn % etp_eff:
+        out.append(Problem(key="train.expert_tensor_parallel_size",
+                           what=f"expert TP {etp_eff} does not divide each expert's width (moe_intermediate_size {moe_ffn})",
+                           fix="set train.expert_tensor_parallel_size=1 (each expert whole on its rank)"))
+    return out
+
+
+def check_parallel_sizes(config) -> list[Problem]:
+    """TP must divide heads, KV heads, intermediate size and vocabulary; PP the layers; EP the experts."""
+    data = _model_config(config)
+    problems = check_expert_sizes(config, data)
+    if data is None:
+        return problems
     tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
     heads = data.get("num_attention_heads")
     dims = [
         ("attention heads (num_attention_heads)", heads),
         ("key/value heads (num_key_value_heads)", data.get("num_key_value_heads") or heads),
-        ("MLP width (intermediate_size)", data.get("intermediate_size")),
+        ("MLP width (intermediate_size)", data.get("intermediate_size") if data.get("model_type") not in ("qwen2_moe", "qwen3_moe") else None),
         ("vocabulary (vocab_size)", data.get("vocab_size")),
     ]
     for what, n in dims:
@@ -136,7 +179,7 @@ def check_transformer_config(config) -> list[Problem]:
     """train.options.transformer_config (verl's megatron.override_transformer_config) against megatron-core's
     TransformerConfig: recomputation fields are passed to the model; any other field only at the value the engine
     builds with; MoE, context parallelism, uneven pipeline stages and fields the dataclass lacks are refused."""
-    from rl_train_megatron.options import FIXED, PASSED_THROUGH
+    from rl_train_megatron.options import FIXED, MOE_PASSED, PASSED_THROUGH, moe_cpu_problems
 
     given = (config.train.options or {}).get("transformer_config") or {}
     if not isinstance(given, dict) or not given:
@@ -151,11 +194,25 @@ def check_transformer_config(config) -> list[Problem]:
                         fix="pip install megatron-core==0.16.1 to check it here; the engine checks it when it builds the model")]
     fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
     out = []
+    if config.trainer.device == "cpu":
+        out += [Problem(key=f"{base}.{name}", what=f"{why}; it runs on a GPU only (trainer.device=cpu)",
+                        fix=f"remove {base}.{name} to train on the CPU, or run on a GPU") for name, why in moe_cpu_problems(given)]
     for name, value in given.items():
         key = f"{base}.{name}"
-        if name.startswith("moe_") or name in _MOE:
-            out.append(Problem(key=key, what="is a setting of Megatron MoE layers: expert parallelism (MoE models) is a feature rl-core's megatron train backend does not have (it builds dense Llama / Qwen2 / Qwen3 models)",
-                               fix=f"remove {key}; train an MoE model with train.name=fsdp"))
+        if name in MOE_PASSED:
+            if name not in fields:
+                out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})", fix=f"remove {key}"))
+            continue
+        if name == "moe_router_enable_expert_bias" and _same_value(value, False):
+            continue
+        if name == "moe_router_enable_expert_bias":
+            out.append(Problem(key=key, what="is true: aux-loss-free expert bias is a feature rl-core's megatron train backend does not have "
+                                             "(megatron-core applies it to sigmoid routers, e.g. DeepSeek-V3's; the Qwen2-MoE / Qwen3-MoE routers it builds are softmax)",
+                               fix=f"remove {key} (routers balance with moe_aux_loss_coeff)"))
+        elif name.startswith("moe_") or name in _MOE:
+            out.append(Problem(key=key, what=f"is {value!r}: this Megatron MoE setting is a feature rl-core's megatron train backend does not have "
+                                             f"(it passes {', '.join(MOE_PASSED)} to MoE layers; the expert layout comes from train.expert_* and the model)",
+                               fix=f"remove {key}"))
         elif name not in fields:
             out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
                                fix=f"remove {key}, or fix its name"))
@@ -209,9 +266,10 @@ def _version() -> str:
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
-    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 (dense) configs; tensor (vocab-parallel log-probs) x context x pipeline x data parallelism",
+    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE configs; tensor (vocab-parallel log-probs) x "
+                "context x pipeline x data parallelism, expert parallelism for MoE layers",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "tp", "pp", "cp"},
+    parallelism={"dp", "tp", "pp", "cp", "ep"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     architectures=ARCHITECTURES,

@@ -6,6 +6,11 @@ TP group (one collective per bucket, not per tensor), re-assembles the whole
 Megatron tensors (:func:`rl_train_megatron.convert.merge_tp`) and yields them
 under HF names (:func:`rl_train_megatron.convert.full_to_hf`). Every rank of a
 TP group gets every tensor, so each rank's rollout engine can load them.
+
+MoE: a bucket's routed-expert tensors (this rank's ``E / EP`` experts, sliced by expert TP: 1 or TP) are merged over
+TP when the expert TP is TP, then all-gathered over the expert-parallel group (one more collective per bucket that
+holds experts) and renamed to their global expert numbers; HF's stacked ``gate_up_proj`` / ``down_proj`` of a layer
+come out when its last expert has come by (:class:`rl_train_megatron.convert.ExpertStacker`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ def gather_hf_weights(
     pp_group=None,
     layout: list | None = None,
     bucket_bytes: int = 256 * 2**20,
+    ep_group=None,
+    etp: int | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """This rank's ``(global Megatron name, local shard)`` pairs -> every stage's whole HF-named tensors.
 
@@ -49,6 +56,7 @@ def gather_hf_weights(
     stage = dist.get_rank(pp_group) if pp > 1 else 0
     layout = layout or [[(n, tuple(t.shape), t.dtype) for n, t in params]]
     local = dict(params)
+    moe = _Experts(shape, tp if etp is None else etp, ep_group)
     for p, entries in enumerate(layout):
         bucket: list = []
         size = 0
@@ -56,10 +64,43 @@ def gather_hf_weights(
             bucket.append(entry)
             size += _numel(entry[1]) * 4
             if size >= bucket_bytes:
-                yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp)
+                yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp, moe)
                 bucket, size = [], 0
         if bucket:
-            yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp)
+            yield from _flush(bucket, local if p == stage else None, shape, tp, tp_group, pp_group, p, pp, moe)
+    moe.stacker.check_done()
+
+
+class _Experts:
+    """The routed experts' part of a bucket: TP merge (expert TP = TP) or this rank's copy (expert TP = 1), the
+    all-gather over the expert-parallel group, global expert numbers, HF's stacked tensors."""
+
+    def __init__(self, shape: ModelShape, etp: int, ep_group) -> None:
+        self.shape, self.etp = shape, etp
+        self.ep_group = ep_group
+        self.ep = dist.get_world_size(ep_group) if ep_group is not None else 1
+        self.stacker = convert.ExpertStacker(shape)
+
+    def merge(self, name: str, shards: list[torch.Tensor], mine: int) -> torch.Tensor:
+        return convert.merge_tp(name, shards) if self.etp > 1 else shards[mine]
+
+    def emit(self, experts: list[tuple[str, torch.Tensor, torch.dtype]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(local name, whole local expert tensor, dtype)`` of this bucket -> HF tensors once a layer is complete."""
+        if not experts:
+            return
+        per = self.shape.experts // self.ep
+        parts = [torch.cat([t.reshape(-1).float() for _, t, _ in experts])]
+        if self.ep > 1:
+            flat = parts[0]
+            parts = [torch.empty_like(flat) for _ in range(self.ep)]
+            dist.all_gather(parts, flat, group=self.ep_group)
+        for r, part in enumerate(parts):
+            offset = 0
+            for name, t, dtype in experts:
+                n = t.numel()
+                whole = part[offset : offset + n].view(t.shape).to(dtype)
+                offset += n
+                yield from convert.full_to_hf(convert.with_expert(name, r * per + convert.expert_index(name)), whole, self.shape, self.stacker)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -69,10 +110,15 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_stage: int, pp: int) -> Iterator[tuple[str, torch.Tensor]]:
+def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_stage: int, pp: int, moe: _Experts) -> Iterator[tuple[str, torch.Tensor]]:
+    experts: list = []
     if tp == 1 and pp == 1:
-        for name, _, _ in bucket:
-            yield from convert.full_to_hf(name, local[name].detach(), shape)
+        for name, _, dtype in bucket:
+            if convert.is_expert(name):
+                experts.append((name, local[name].detach(), dtype))
+            else:
+                yield from convert.full_to_hf(name, local[name].detach(), shape)
+        yield from moe.emit(experts)
         return
     if local is not None:
         flat = torch.cat([local[name].detach().reshape(-1).float() for name, _, _ in bucket])
@@ -85,11 +131,16 @@ def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_st
         parts = [torch.empty_like(flat) for _ in range(tp)]
         dist.all_gather(parts, flat, group=tp_group)
     offset = 0
+    mine = dist.get_rank(tp_group) if tp > 1 else 0
     for name, shp, dtype in bucket:
         n = _numel(shp)
         shards = [part[offset : offset + n].view(shp) for part in parts]
         offset += n
-        yield from convert.full_to_hf(name, convert.merge_tp(name, shards).to(dtype), shape)
+        if convert.is_expert(name):
+            experts.append((name, moe.merge(name, shards, mine), dtype))
+        else:
+            yield from convert.full_to_hf(name, convert.merge_tp(name, shards).to(dtype), shape)
+    yield from moe.emit(experts)
 
 
 def _device(group) -> torch.device:

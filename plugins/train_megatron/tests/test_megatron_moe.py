@@ -1,0 +1,156 @@
+"""MoE models on the megatron backend (tiny Qwen2-MoE / Qwen3-MoE built from a config, no downloads).
+
+- HF -> Megatron (experts split over EP ranks) -> HF gives back every tensor bit for bit;
+- one process: a Qwen3-MoE backward equals transformers' on the same loss, with megatron-core's router aux and z
+  losses computed independently from transformers' router logits (their gradients enter through megatron's scaler);
+- EP 2 on 2 gloo processes (each rank its half of the step: data parallel 2) equals one process: loss, gradient norm,
+  router-loss metrics, log-probs and the weights after the update.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
+
+from rl_core.backends import WorkerContext  # noqa: E402
+from rl_core.testing.distributed import run_distributed  # noqa: E402
+from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
+from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
+
+pytestmark = pytest.mark.megatron
+
+AUX, Z = 0.01, 0.001  # megatron's moe_aux_loss_coeff / moe_z_loss_coeff in the engine tests
+
+
+def _config(model_dir, ep: int = 1):
+    cfg = default_config(model_dir)
+    # one mini-batch: each rank's half of the step then makes the same global mini-batch as one process's whole step
+    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
+    tc = {"moe_aux_loss_coeff": AUX, "moe_z_loss_coeff": Z, "moe_router_dtype": "fp32"}
+    return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, options={"transformer_config": tc}))
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("qwen3_moe"), "qwen3_moe", hidden=32, layers=2, seed=0)
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen2_moe"])
+def test_conversion_round_trip_with_experts_split_over_ep_ranks(arch):
+    from transformers import AutoModelForCausalLM
+
+    from rl_core.testing.tiny_model import tiny_config
+    from rl_train_megatron import convert
+    from rl_train_megatron.model import model_shape
+
+    cfg = tiny_config(arch, hidden=32, layers=2)
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).state_dict()
+    hf = {k: torch.randn_like(v) for k, v in hf.items()}  # every tensor distinct: a swapped expert or half shows
+    shape = model_shape(cfg)
+    assert shape.moe and (shape.shared_ffn > 0) == (arch == "qwen2_moe") and shape.norm_topk == (arch == "qwen3_moe")
+    full = convert.hf_to_full(hf, shape)
+    for ep in (1, 2, 4):
+        shards = {(0, 0, e): convert.split_for_rank(full, shape, 1, 0, 1, 0, ep, e) for e in range(ep)}
+        assert sum(k.endswith("local_experts.0.linear_fc1.weight") for k in shards[(0, 0, 0)]) == shape.layers
+        assert not any(f"local_experts.{4 // ep}." in k for k in shards[(0, 0, 0)])  # only this rank's experts
+        back = convert.full_to_hf_dict(convert.merge_ranks(shards if ep > 1 else {(0, 0): shards[(0, 0, 0)]}, shape, 1, 1, ep), shape)
+        assert set(back) == set(hf)
+        for name, t in hf.items():
+            assert torch.equal(back[name], t), (ep, name)
+
+
+def _reference_loss(hf, t, R: int, mask: torch.Tensor):
+    """transformers' forward: the masked mean response log-prob, plus megatron-core's router losses computed here from
+    transformers' router logits (switch aux loss: coeff * E / (k * T^2) * sum_e tokens_e * sum_t p_te per layer, with the
+    softmax over all experts; z loss: coeff * mean_t logsumexp_t^2)."""
+    out = hf(input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], output_router_logits=True)
+    logp = torch.log_softmax(out.logits[:, -R - 1 : -1].float(), -1).gather(-1, t["responses"].unsqueeze(-1)).squeeze(-1)
+    main = -(logp * mask).sum() / mask.sum()
+    E, k = hf.config.num_experts, hf.config.num_experts_per_tok
+    aux_terms, z_terms = [], []
+    for logits in out.router_logits:  # [T, E] per layer
+        probs = torch.softmax(logits.float(), -1)
+        counts = torch.zeros(E).index_add_(0, probs.topk(k, -1).indices.reshape(-1), torch.ones(probs.shape[0] * k))
+        T = probs.shape[0]
+        aux_terms.append(E / (k * T * T) * (counts * probs.sum(0)).sum())
+        z_terms.append(torch.logsumexp(logits.float(), -1).pow(2).mean())
+    aux, z = torch.stack(aux_terms), torch.stack(z_terms)
+    return main, main + AUX * aux.sum() + Z * z.sum(), aux.mean(), z.mean()
+
+
+def test_backward_equals_transformers_with_router_losses(qwen3_moe):
+    from rl_train_megatron import convert
+    from rl_train_megatron.engine import MegatronBackend
+
+    cfg = _config(qwen3_moe)
+    # rows without prompt padding (make_step_batch left-pads rows i % 4 > 0): a query row with every key masked is computed
+    # differently by transformers and megatron, and the router losses count every position (no padding mask: megatron-core
+    # 0.16.1 reads its MoE padding mask one way in the aux loss and the other way in the z loss)
+    step = make_step_batch(qwen3_moe).index(torch.tensor([0, 4]))
+    t = step.tensors
+    assert bool(t["attention_mask"][:, 0].all())
+    R = t["responses"].shape[1]
+    mask = t["response_mask"].float()
+    b = MegatronBackend("actor", cfg, WorkerContext())
+    try:
+        b.model.train()
+        heads = b.forward(dict(t), temperature=1.0, with_entropy=False, entropy_grad=False, training=True)
+        main = -(heads.log_probs * mask).sum() / mask.sum()
+        b.zero_grad()
+        b.backward(main, 0.5)  # a micro-batch's weight: the router losses' gradients must carry it too (megatron's scaler)
+        grads = convert.full_to_hf_dict({n: p.grad for n, p in b.model.named_parameters()}, b.shape)
+        b.reduce_and_clip(None)
+        metrics = b.step_metrics()
+    finally:
+        b.release()
+    hf = reference_model(qwen3_moe)
+    ref_main, ref_total, ref_aux, ref_z = _reference_loss(hf, t, R, mask)
+    (0.5 * ref_total).backward()
+    torch.testing.assert_close(main.detach(), ref_main.detach(), atol=1e-5, rtol=1e-5)
+    ref_grads = {n: p.grad for n, p in hf.named_parameters()}
+    assert set(grads) == set(ref_grads) - {"lm_head.weight"} | ({"lm_head.weight"} if "lm_head.weight" in grads else set())
+    # transformers' embedding never updates its padding_idx row (the pad token); megatron's does, and the padded response
+    # positions enter the router losses: that row is left out
+    grads["model.embed_tokens.weight"] = grads["model.embed_tokens.weight"][1:]
+    ref_grads["model.embed_tokens.weight"] = ref_grads["model.embed_tokens.weight"][1:]
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], atol=2e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    # the routers' gradients come from the main loss and from both router losses: without them they would differ
+    assert metrics["moe/load_balancing_loss"] == pytest.approx(float(ref_aux), rel=1e-5)
+    assert metrics["moe/z_loss"] == pytest.approx(float(ref_z), rel=1e-5)
+
+
+def run_ep(rank: int, world: int, config, step) -> dict:
+    from rl_train_megatron.engine import build_engine
+
+    half = len(step) // world
+    mine = step.index(torch.arange(rank * half, (rank + 1) * half))
+    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
+    try:
+        out = {"experts": sum(1 for n, _ in actor.backend.model.named_parameters() if ".local_experts." in n)}
+        out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
+        out["metrics"] = actor.update(mine)
+        out["weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+    finally:
+        actor.shutdown()
+    return out
+
+
+@pytest.mark.dist
+def test_ep2_on_two_processes_equals_one_process(qwen3_moe):
+    step = make_step_batch(qwen3_moe)
+    one = run_ep(0, 1, _config(qwen3_moe, ep=1), step)
+    two = run_distributed(run_ep, 2, _config(qwen3_moe, ep=2), step, timeout=300)
+    assert one["experts"] == 2 * 4 * 2 and [o["experts"] for o in two] == [2 * 2 * 2] * 2  # 2 layers x (4 | 2 local experts) x fc1, fc2
+    torch.testing.assert_close(torch.cat([o["log_probs"] for o in two]), one["log_probs"], atol=1e-5, rtol=0)
+    for out in two:
+        for key in ("loss", "grad_norm", "actor/pg_loss", "moe/load_balancing_loss", "moe/z_loss"):
+            assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
+        assert set(out["weights"]) == set(one["weights"])
+        for name, w in one["weights"].items():
+            torch.testing.assert_close(out["weights"][name], w, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")

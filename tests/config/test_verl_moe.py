@@ -1,0 +1,97 @@
+"""verl's Megatron MoE keys (issue #37): expert parallelism mapped onto train.expert_*, its arithmetic checked with the key
+and the fix, override_transformer_config.moe_* passed to the megatron backend or refused by key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_core.config.load import load_config, load_report
+from rl_core.plugins import get_registry
+from rl_core.resolver import resolve
+
+V = "actor_rollout_ref"
+MEG = ["model_engine=megatron", "trainer.n_gpus_per_node=4"]
+
+
+def _resolve(tmp_path, *overrides):
+    registry = get_registry()
+    if "megatron" not in registry.cards["train"]:
+        pytest.skip("needs the rl-train-megatron plugin")
+    data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+    config = load_config(None, [f"model.path={_moe_dir(tmp_path, num_experts=8)}", "model.random_init=true", data, *overrides], profile="rl-core")
+    stack, problems = resolve(config, registry, world=True, devices=False)
+    return stack, [p for p in problems if p.severity == "error"]
+
+
+def test_expert_sizes_map_and_the_reference_ties_to_them():
+    cfg = load_config(None, [*MEG, f"{V}.actor.megatron.expert_model_parallel_size=4", f"{V}.actor.megatron.expert_tensor_parallel_size=1",
+                             f"{V}.ref.megatron.expert_model_parallel_size=4", f"{V}.ref.megatron.expert_tensor_parallel_size=1"])
+    assert (cfg.train.expert_model_parallel_size, cfg.train.expert_tensor_parallel_size) == (4, 1)
+    errs = [p for p in load_report(None, [*MEG, f"{V}.actor.megatron.expert_model_parallel_size=4",
+                                          f"{V}.ref.megatron.expert_model_parallel_size=2"]).problems if p.severity == "error"]
+    assert [p.key for p in errs] == [f"{V}.ref.megatron.expert_model_parallel_size"]
+
+
+def test_resolver_checks_the_expert_layout_against_the_world_and_the_backend(tmp_path):
+    stack, errs = _resolve(tmp_path, *MEG, "train.expert_model_parallel_size=4")
+    assert not errs, [p.render() for p in errs]
+    _, errs = _resolve(tmp_path, *MEG, "train.expert_model_parallel_size=8")
+    (p,) = errs
+    assert p.key == "train.expert_model_parallel_size" and "does not divide the 4 devices" in p.what and "1, 2, 4" in p.fix
+    _, errs = _resolve(tmp_path, "train.name=fsdp", "trainer.n_gpus_per_node=4", "train.expert_model_parallel_size=2")
+    assert [p.key for p in errs] == ["train.expert_model_parallel_size"] and "does not support EP" in errs[0].what
+
+
+def _moe_dir(tmp_path, **extra):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 64, "moe_intermediate_size": 16, "vocab_size": 264, "num_hidden_layers": 2, **({"num_experts": 6} | extra)}))
+    return str(tmp_path)
+
+
+def test_megatron_checks_experts_tp_pp_and_expert_tp(tmp_path):
+    plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
+    model = f"model.path={_moe_dir(tmp_path)}"
+    check = lambda *o: plugin.check_parallel_sizes(load_config(None, ["train.name=megatron", model, *o]))  # noqa: E731
+    assert check("train.expert_model_parallel_size=3") == [] and check("train.expert_model_parallel_size=2") == []
+    (p,) = check("train.expert_model_parallel_size=4")
+    assert p.key == "train.expert_model_parallel_size" and "6 experts" in p.what and "3" in p.fix
+    (p,) = check("train.tensor_model_parallel_size=2")
+    assert p.key == "train.tensor_model_parallel_size" and "sequence parallelism" in p.what
+    (p,) = check("train.expert_model_parallel_size=2", "train.pipeline_model_parallel_size=2")
+    assert p.key == "train.expert_model_parallel_size" and "pipeline" in p.what
+    (p,) = check("train.expert_tensor_parallel_size=2")
+    assert p.key == "train.expert_tensor_parallel_size"
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 264}))
+    (p,) = plugin.check_parallel_sizes(load_config(None, ["train.name=megatron", f"model.path={dense}", "train.expert_model_parallel_size=2"]))
+    assert "not an MoE model" in p.what
+
+
+def test_moe_transformer_config_fields_pass_or_are_refused_by_key():
+    plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
+    pytest.importorskip("megatron.core", reason="needs megatron-core")
+    tc = f"{V}.actor.megatron.override_transformer_config"
+    passed = {"moe_router_dtype": "fp32", "moe_aux_loss_coeff": 0.01, "moe_z_loss_coeff": 0.001, "moe_token_dispatcher_type": "alltoall",
+              "moe_router_load_balancing_type": "none", "moe_shared_expert_overlap": False, "moe_router_bias_update_rate": 0,
+              "moe_enable_deepep": True, "moe_router_enable_expert_bias": False}
+    cfg = load_config(None, ["model_engine=megatron", *(f"+{tc}.{k}={v}" for k, v in passed.items()),
+                             f"+{tc}.moe_grouped_gemm=True", f"+{tc}.moe_permute_fusion=True"])  # kernel switches: ignored with a warning
+    assert cfg.train.options["transformer_config"] == passed
+    assert plugin.check_transformer_config(cfg) == []  # a GPU run: megatron-core receives them
+    on_cpu = load_config(None, ["model_engine=megatron", "trainer.device=cpu", f"+{tc}.moe_token_dispatcher_type=flex", f"+{tc}.moe_enable_deepep=True"])
+    keys = sorted(p.key for p in plugin.check_transformer_config(on_cpu))
+    assert keys == ["train.options.transformer_config.moe_enable_deepep", "train.options.transformer_config.moe_token_dispatcher_type"]
+    assert all("GPU only" in p.what for p in plugin.check_transformer_config(on_cpu))
+
+
+def test_check_shows_the_expert_layout(tmp_path):
+    stack, errs = _resolve(tmp_path, *MEG, "train.expert_model_parallel_size=2")
+    assert not errs, [p.render() for p in errs]
+    rows = dict(stack.sizes.table())
+    assert "2 (ep)" in rows["train expert layout (MoE)"] and "2 expert data-parallel" in rows["train expert layout (MoE)"]
