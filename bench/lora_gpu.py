@@ -28,7 +28,8 @@ checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the ot
   3 steps.
 
 ``--deadline S``: the runs share S seconds (each gets at most ``--timeout`` and what is left; a run that would get
-less than 60 s is skipped and reported as such), so one 10-minute device call can run TRL and rl-core's best row.
+less than ``--min-run`` seconds, default 60, is skipped and reported as such), so one 10-minute device call can run
+TRL and rl-core's best rows, the last ones only if time is left.
 
 The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
 (``perf/max_memory_allocated_gb``) are reported next to the estimate of ``rl_core.memory`` for the same config
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trl-python", default=sys.executable)
     ap.add_argument("--timeout", type=int, default=560, help="seconds per run (the device tool allows 10 min a command: one run per call)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for all runs together (each gets at most --timeout and what is left)")
+    ap.add_argument("--min-run", type=float, default=60, help="a run that would get fewer seconds than this is skipped (reported as such)")
     ap.add_argument("--tiny", action="store_true", help="CPU smoke: a 2-layer model, the fixture data, 2 steps, no TRL")
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                     help="model.compile for the rl-core runs (default on, as the reference workload runs; --no-compile: eager)")
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.runs:
         limit = args.timeout if args.deadline is None else min(args.timeout, args.deadline - (time.time() - start))
         print(f"[{time.strftime('%H:%M:%S')}] {name} (at most {limit:.0f} s)", flush=True)
-        if limit < 60:
+        if limit < args.min_run:
             results["runs"][name] = {"exit": f"skipped: {limit:.0f} s left of --deadline {args.deadline}", "step_s": [], "median_step_s": None}
         elif name == "trl_lora":
             results["runs"][name] = run_trl(args, model, limit)
