@@ -360,7 +360,8 @@ def reward_model_terms(config: Any, sizes: Any, device: str) -> dict[str, float]
     if rm.name != "judge" and not shape.tied:
         params -= shape.vocab * shape.hidden  # a classifier's head is one row, not the LM head
     weights = c * params / (holders if rm.strategy == "fsdp" and holders > 1 else 1)
-    micro, length = rm.micro_batch_size_per_gpu, rm.max_length
+    # max_length null (the model's context): the longest prompt + response the run makes
+    micro, length = rm.micro_batch_size_per_gpu, rm.max_length or config.data.max_prompt_length + config.data.max_response_length
     # one layer's temporaries of an inference forward (hidden states, attention and MLP intermediates)
     work = micro * length * c * (4 * shape.hidden + 2 * shape.intermediate)
     if rm.name == "judge":  # its engine's KV cache for one micro-batch of prompts + answers

@@ -78,6 +78,13 @@ def test_long_inputs_keep_their_end_and_are_counted(rm_dir):
     assert cut and len(ids) == 30 and scorer.tokenizer.decode(ids).endswith("</s>")
     out = scorer.score(reqs)
     assert out[0].extras == {"truncated": 1} and not out[1].extras
+    # max_length null (a reward model verl serves): the model's context, max_position_embeddings=512
+    whole = SequenceClassifierScorer(with_reward_model(config, max_length=None), WorkerContext(), model=scorer.model, tokenizer=scorer.tokenizer)
+    ids, cut = whole.encode(reqs[0])
+    assert not cut and len(ids) > 30
+    (longer,) = requests_from_batch(Batch({}, {"response_text": ["x" * 600], "raw_prompt": [PROMPTS[1]]}), [0])
+    ids, cut = whole.encode(longer)
+    assert cut and len(ids) == 512 and whole.tokenizer.decode(ids).endswith("</s>")
 
 
 def test_requests_split_evenly_and_rounds_cover_the_largest_share():

@@ -29,7 +29,7 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
-from rl_core.config import verl_engines
+from rl_core.config import verl_engines, verl_reward_model
 from rl_core.config.verl_profile import generated_batch, get_dotted, unset_defaults
 from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
@@ -388,6 +388,9 @@ def load_report(
     found, engine_defaults = verl_engines.apply(tree, tr, chosen)  # veomni / fsdp_turbo / mlite settings
     problems += found
     applied += engine_defaults
+    found, rm_defaults = verl_reward_model.apply(tree, tr)  # reward.reward_model.rollout.*: a reward model verl serves
+    problems += found
+    applied += rm_defaults
     config = structure(RunConfig, tree, "", problems)
     seen = {p.key for p in problems}
     problems.extend(p for p in check_config(config) if p.key not in seen)

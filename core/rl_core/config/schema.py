@@ -448,7 +448,8 @@ class RewardModelConfig:
     # template the (prompt, response) chat with the reward model's own chat template; false: prompt + response text
     apply_chat_template: bool = True
     micro_batch_size_per_gpu: int = pos(8, hint="sequences per reward-model forward")
-    max_length: int = pos(4096, hint="tokens per reward-model input; longer ones keep their end")
+    # null: the reward model's context (its max_position_embeddings), what verl's served reward model scores
+    max_length: int | None = pos(4096, hint="tokens per reward-model input; longer ones keep their end; null: the model's context")
     # colocated with the actor on a GPU: moved to the CPU between uses (null: on when it shares a GPU)
     offload: bool | None = None
     # replicate: each worker holds the whole model; fsdp: sharded over the workers that hold it (torch FSDP2)

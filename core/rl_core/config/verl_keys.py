@@ -19,6 +19,7 @@ from typing import Any, Callable
 import attrs
 
 from rl_core.config.verl_engines import BACKEND_OF, ROWS as ENGINE_ROWS, VALUE_ROWS as ENGINE_VALUES
+from rl_core.config.verl_reward_model import KNOBS as RM_KNOBS, NOTES as RM_NOTES, PREFIX as RM_PREFIX
 
 MAP, SAME, ENGINE, IGNORE, REFUSE, TIE = "map", "same", "engine", "ignore", "refuse", "tie"
 ALIAS, HOLD = "alias", "hold"  # ALIAS: read as another verl key (target); HOLD: kept for rl_core.config.verl_engines.apply
@@ -495,7 +496,18 @@ RULES: tuple[Rule, ...] = (
     _no("reward_model.launch_reward_fn_async", "scoring asynchronously with the next step's generation", "reward.num_workers"),
     _no("reward_model.sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
     _no("sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
-    _no("reward.reward_model.rollout.*", "a reward model served by a rollout engine", "reward_model.name=judge with reward_model.judge.engine", REWARD_MODEL),
+    # a reward model served by a rollout engine (rl_core.config.verl_reward_model); reward_model.rollout.* is verl's older spelling
+    *(Rule(pattern=f"reward.reward_model.rollout.{k}", kind=HOLD, target=RM_PREFIX + k,
+           note=RM_NOTES[k] + ("; vllm / sglang" if k == "name" else "") + "; accepted with a warning") for k in RM_KNOBS),
+    _m("reward.reward_model.rollout.max_model_len", "reward_model.max_length",
+       note="the longest input verl's reward-model server takes (null: the model's max_position_embeddings; verl fails a longer one, "
+            "rl-core keeps its end); without it a served reward model's reward_model.max_length is null, not rl-core's 4096"),
+    _m("reward.reward_model.rollout.dtype", "reward_model.model.dtype", _dtype_name),
+    *(Rule(pattern=f"reward_model.rollout.{k}", kind=ALIAS, target=f"reward.reward_model.rollout.{k}", note="verl's older spelling")
+      for k in (*RM_KNOBS, "max_model_len", "dtype")),
+    *(_no(f"{p}.*", "this setting of verl's reward-model server", "reward.reward_model.rollout.name / max_model_len (rl-core scores with "
+          "reward_model.name=classifier's own forward: reward_model.micro_batch_size_per_gpu, reward_model.strategy)", REWARD_MODEL)
+      for p in ("reward.reward_model.rollout", "reward_model.rollout")),
     _ign("reward_model.model.input_tokenizer", "rl-core decodes with the policy's tokenizer and encodes with reward_model.model.tokenizer_path (or the reward model's own)"),
     _ign("reward_model.model.{use_remove_padding,external_lib}", "a speed knob of verl's reward-model worker"),
     _ign("reward_model.{use_dynamic_bsz,forward_max_token_len_per_gpu}", "the reward model's micro-batches are reward_model.micro_batch_size_per_gpu sequences (same scores)"),

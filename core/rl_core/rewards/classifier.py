@@ -2,7 +2,8 @@
 
 Each request's (prompt, response) chat is rendered with the reward model's own chat template and encoded
 with its own tokenizer (:mod:`rl_core.rewards.model_text`); inputs longer than ``reward_model.max_length``
-keep their end (the scored last token) and count in ``reward/model/truncated``. Micro-batches of
+(null: the model's ``max_position_embeddings``, no cut when it has none) keep their end (the scored last
+token) and count in ``reward/model/truncated``. Micro-batches of
 ``reward_model.micro_batch_size_per_gpu`` are right-padded; the score is the model's first logit at the
 last non-pad token (the model's own pooling, as when it was trained). ``reward_model.strategy=fsdp``
 shards the model over the workers that hold it (torch FSDP2, each decoder layer and the root).
@@ -41,6 +42,7 @@ class SequenceClassifierScorer:
             pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
             self.model.config.pad_token_id = pad
         self.pad_id = int(self.model.config.pad_token_id)
+        self.max_length = rm.max_length or getattr(self.model.config, "max_position_embeddings", None)
         self.sharded = rm.strategy == "fsdp" and context.world_size > 1 and torch.distributed.is_initialized()
         if self.sharded:
             shard_for_inference(self.model)
@@ -50,8 +52,8 @@ class SequenceClassifierScorer:
         """The reward model's token ids for one request, and whether they were cut to ``max_length``."""
         text = render_chat(self.tokenizer, chat_of(request), apply_chat_template=self.cfg.apply_chat_template, generation_prompt=False)
         ids = self.tokenizer(text, add_special_tokens=not self.cfg.apply_chat_template)["input_ids"]
-        cut = len(ids) > self.cfg.max_length
-        return (ids[-self.cfg.max_length :] if cut else ids), cut
+        cut = self.max_length is not None and len(ids) > self.max_length
+        return (ids[-self.max_length :] if cut else ids), cut
 
     @torch.no_grad()
     def forward(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:

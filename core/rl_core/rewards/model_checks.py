@@ -138,6 +138,9 @@ def judge_problems(config: Any) -> list[Problem]:
     rm = config.reward_model
     j = rm.judge
     out: list[Problem] = []
+    if rm.max_length is None:
+        out.append(Problem(key="reward_model.max_length", what="is null (the model's whole context), but the judge needs a budget for its prompt",
+                           fix="set reward_model.max_length to the judge prompt's token budget, e.g. 4096"))
     from rl_core.plugins import UnknownCardError, get_registry
 
     registry = get_registry()
