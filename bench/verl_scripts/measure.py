@@ -49,14 +49,38 @@ IMAGE_DATA = frozenset(f"examples/{p}.sh" for p in (
     "grpo_trainer/run_qwen3_5_397b_megatron"))
 
 
-def real_model_caveat(name: str) -> str | None:
+#: model families in megatron scripts' file names that rl-core's megatron backend does not build (it converts Llama,
+#: Qwen2, Qwen3, Qwen2-MoE and Qwen3-MoE): the model is refused when its config.json is read
+MEGATRON_FAMILIES = (
+    ("deepseek", "DeepSeek-V3 / V4 (multi-latent attention, sigmoid-routed MoE)"),
+    ("moonlight", "Moonlight (the DeepSeek-V3 architecture: multi-latent attention)"),
+    ("nemotron", "Nemotron-H (a Mamba / attention hybrid)"),
+    ("qwen3_5", "Qwen3.5 (linear-attention layers: gated DeltaNet)"),
+    ("qwen3_next", "Qwen3-Next (linear-attention layers: gated DeltaNet)"),
+    ("hy_v3", "Hunyuan V3"),
+    ("mimo", "MiMo (multi-token prediction layers)"),
+)
+MOE_NAMES = ("a3b", "a22b", "_moe", "235b")  # Qwen3-MoE checkpoints in verl's script names (Qwen3-30B-A3B, -235B-A22B)
+
+
+def real_model_caveat(name: str, overrides: list[str] = ()) -> str | None:
     """Why a script that resolves with the local model / data would not with its own (read from its file name, or
-    :data:`IMAGE_DATA`)."""
+    :data:`IMAGE_DATA`; for Qwen3-MoE on the megatron backend, also its tensor-parallel size)."""
     base = name.rsplit("/", 1)[-1]
     if any(k in base for k in ("_vl_", "_vl", "1v_", "minicpm_o", "video")):
         return "a vision-language model trained on image data in verl's example; rl-core trains text only (rows with images are refused when the data is read)"
     if name in IMAGE_DATA:
         return "trained on image data in verl's example (geo3k / openr1mm: problems with a figure); rl-core trains text only (rows with images are refused when the data is read)"
+    if "megatron" not in base:
+        return None
+    for key, family in MEGATRON_FAMILIES:
+        if key in base:
+            return f"{family}: a model family rl-core's megatron backend does not build (refused when the model's config.json is read)"
+    tp_keys = ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.engine.tp")
+    tp = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") in tp_keys), "1")
+    if any(k in base for k in MOE_NAMES) and str(tp) not in ("1", "null"):
+        return (f"Qwen3-MoE with tensor_model_parallel_size={tp}: megatron-core's MoE layers train with TP > 1 only under Megatron sequence "
+                "parallelism, which rl-core's megatron backend lacks (refused when the model's config.json is read)")
     return None
 
 
@@ -94,7 +118,7 @@ def main() -> None:
              f"verl-recipe's DAPO scripts (commit {d.get('recipe_commit', '?')}; recipe.dapo.main_dapo): "
              f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (dynamic sampling and the overlong penalty map "
              "onto algorithm.filter_groups.* / reward.overlong_penalty.*; the rest stop on the refusals listed below).", ""]
-    caveats = {n: why for n in ok if (why := real_model_caveat(n))}
+    caveats = {n: why for n in ok if (why := real_model_caveat(n, d["scripts"][n]["overrides"]))}
     lines += [f"**Caveat: model and data paths are replaced** (the issue's method), so what the real model and data would add is not "
               f"checked here. Judging by the scripts' file names and their own data files, {len(caveats)} of the {len(ok)} that resolve would still stop with verl's "
               f"own model / data ({len(ok) - len(caveats)} of {len(mine)} then):", ""]

@@ -79,14 +79,41 @@ class ModelShape:
     qkv_bias: bool
     source: str
     model_type: str = ""
+    # MoE (num_experts in config.json): routed experts of moe_intermediate each, topk per token, a shared expert
+    experts: int = 0
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
+    topk: int = 0
+    # the train backend's share of the routed experts on a rank relative to the rest of the model (expert parallelism:
+    # model-parallel size / (expert TP x EP x PP)); 1 = split like the rest
+    expert_fraction: float = 1.0
+
+    @property
+    def expert_params(self) -> int:
+        """The routed experts' weights (every layer)."""
+        return self.layers * self.experts * 3 * self.hidden * self.moe_intermediate
 
     @property
     def params(self) -> int:
         h, hd = self.hidden, self.head_dim
         q, kv = self.heads * hd, self.kv_heads * hd
         attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
-        layer = attn + 3 * h * self.intermediate + 2 * h
-        return self.vocab * h * (1 if self.tied else 2) + self.layers * layer + h
+        mlp = 3 * h * self.intermediate
+        if self.experts:  # router + shared expert (and its gate) here; the routed experts in expert_params
+            mlp = h * self.experts + (3 * h * self.shared_intermediate + h if self.shared_intermediate else 0)
+        layer = attn + mlp + 2 * h
+        return self.vocab * h * (1 if self.tied else 2) + self.layers * layer + h + self.expert_params
+
+    @property
+    def train_params(self) -> int:
+        """What the train backend's per-rank terms divide by the model-parallel size: the routed experts scaled by
+        :attr:`expert_fraction` (expert parallelism shards them further)."""
+        return round(self.params - self.expert_params * (1 - self.expert_fraction))
+
+    @property
+    def active_intermediate(self) -> int:
+        """The MLP width a token goes through (MoE: its top-k experts and the shared one)."""
+        return self.topk * self.moe_intermediate + self.shared_intermediate if self.experts else self.intermediate
 
 
 def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
@@ -104,7 +131,18 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
         qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
         source=source,
         model_type=str(cfg.get("model_type") or ""),
+        **_moe_shape(cfg),
     )
+
+
+def _moe_shape(cfg: dict[str, Any]) -> dict[str, int]:
+    """The routed experts of an MoE config (Qwen2-MoE / Qwen3-MoE / Mixtral spellings); none for a dense model."""
+    experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+    if not isinstance(experts, int) or experts <= 1:
+        return {}
+    return dict(experts=experts, moe_intermediate=int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0),
+                shared_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+                topk=int(cfg.get("num_experts_per_tok") or 1))
 
 
 def _hub_config(name: str) -> str | None:
@@ -193,7 +231,7 @@ def device_memory(device: str) -> float | None:
 
 
 def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
-    return c * (5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.intermediate) + 16 * shape.hidden
+    return c * (5 * shape.hidden + 2 * shape.kv_heads * shape.head_dim + 3 * shape.active_intermediate) + 16 * shape.hidden
 
 
 def estimate(
@@ -218,6 +256,15 @@ def estimate(
     cp = max(1, int(getattr(sizes, "train_context_parallel", 1) or 1))  # CP ranks split the tokens and hold whole copies of their shard
     S = {"data": data, "model": sizes.train_model_parallel // cp}.get(sharding, 1)
     S = max(1, S)
+    layout = getattr(sizes, "expert_layout", None)
+    if sharding == "model" and layout and shape.experts:  # expert parallelism: the routed experts over expert TP x EP x PP ranks
+        etp, ep, _ = layout
+        pp = max(1, getattr(config.train, "pipeline_model_parallel_size", 1))
+        shape = attrs.evolve(shape, expert_fraction=S / (etp * ep * pp))
+        notes_moe = [f"MoE: {shape.expert_params / 1e6:.0f}M routed-expert parameters split over expert TP {etp} x EP {ep} x PP {pp} ranks, "
+                     f"the other {(shape.params - shape.expert_params) / 1e6:.0f}M over the {S} model-parallel ranks"]
+    else:
+        notes_moe = []
     sharded = S > 1
     mixed = c < 4
     R = d.max_response_length
@@ -229,10 +276,11 @@ def estimate(
     actor = actor_terms(config, shape, S, c)  # full fine-tune, LoRA or CPU offload (rl_core.memory_lora)
     t.update(actor.states)
     pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
+    Pt = shape.train_params  # P with the routed experts' share under expert parallelism
     if config.ref.enable and "ref" not in pools and not actor.lora:  # LoRA: the reference is the model with adapters off
-        t["reference parameters"] = c * P / S
+        t["reference parameters"] = c * Pt / S
     if config.critic.enable and "critic" not in pools:
-        t["critic parameters + AdamW"] = 12 * P / S
+        t["critic parameters + AdamW"] = 12 * Pt / S
     fraction_engine = bool(getattr(rollout, "memory_fraction", False)) and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
     kv_rows, kv_slots = static_cache_size(config, shape, device, gen_batch, prompt + R)
@@ -247,7 +295,7 @@ def estimate(
     tokens = (micro / n * prompt + micro * R) if share else micro * (prompt + R)
     bucket = f" (the static decoder's batch bucket of {kv_rows})" if kv_rows != gen_batch else ""
     rounded = ", rounded up to 128" if kv_slots != prompt + R else ""
-    notes = [f"rollout KV cache: {gen_batch} sequences{bucket} x {kv_slots:,} tokens (prompt + response{rounded}) x {shape.layers} layers x "
+    notes = notes_moe + [f"rollout KV cache: {gen_batch} sequences{bucket} x {kv_slots:,} tokens (prompt + response{rounded}) x {shape.layers} layers x "
              f"{shape.kv_heads} KV heads x {shape.head_dim} x 2 (K, V) x {c} bytes"]
     if a.use_dynamic_bsz:  # a micro-batch holds up to the token budget (one longer sequence forms its own)
         tokens = max(a.ppo_max_token_len_per_gpu * cp, prompt + R)  # CP: the budget is per device (divided below)

@@ -49,7 +49,7 @@ class ActorTerms:
 
 def actor_terms(config: Any, shape: Any, S: int, c: int) -> ActorTerms:
     m, f = config.model, config.actor.fsdp_config
-    P = shape.params
+    P = getattr(shape, "train_params", shape.params)  # expert parallelism: the routed experts' share on a rank
     if m.lora_rank > 0:
         A = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules)
         base = c * P / S

@@ -95,3 +95,23 @@ def test_check_shows_the_expert_layout(tmp_path):
     assert not errs, [p.render() for p in errs]
     rows = dict(stack.sizes.table())
     assert "2 (ep)" in rows["train expert layout (MoE)"] and "2 expert data-parallel" in rows["train expert layout (MoE)"]
+
+
+def test_memory_estimate_shards_the_routed_experts_over_ep(tmp_path):
+    from rl_core.memory import estimate
+
+    shape = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+             "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+             "num_hidden_layers": 48}  # Qwen3-30B-A3B's shape: 30.5B parameters, 29.0B of them in routed experts
+    per_rank = {}
+    for ep in (1, 8):
+        stack, errs = _resolve(tmp_path / f"ep{ep}", "train.name=megatron", "trainer.n_gpus_per_node=8", "trainer.device=cuda",
+                               f"train.expert_model_parallel_size={ep}", "model.override_config={}")
+        assert not errs, [p.render() for p in errs]
+        (tmp_path / f"ep{ep}" / "config.json").write_text(json.dumps(shape))
+        est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train)
+        assert round(est.shape.params / 1e9, 1) == 30.5
+        per_rank[ep] = est.terms["actor parameters (fp32)"]
+    experts = 48 * 128 * 3 * 2048 * 768
+    assert per_rank[1] == pytest.approx(4 * 30_532_110_336)
+    assert per_rank[8] == pytest.approx(4 * (30_532_110_336 - experts + experts / 8))
