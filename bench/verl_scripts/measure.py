@@ -5,7 +5,9 @@
 Each script's overrides (extracted by tests/config/verl_scripts/extract.py; model and data paths replaced) go
 through the same code as `rlcore check --skip-device-check` (load_report, resolve with the world checks but
 not this machine's devices, the target checks; missing engines / loggers are warnings). The training data is
-a local file of 4096 rows (the tiny fixture repeated) so that every script's batch fits. Scripts of verl
+a local file of 4096 rows (the tiny fixture repeated) so that every script's batch fits. A reward model's path
+(replaced by the policy's builtin model in scripts.json) points at a tiny local sequence-classification folder
+(one label, a chat template), as verl's reward models (Skywork-Reward, FsfairX-RM) are. Scripts of verl
 features rl-core has no algorithm for (on-policy distillation, GDPO, OTB, MTP) are listed apart.
 """
 
@@ -28,9 +30,28 @@ OTHER = ("on_policy_distillation_trainer", "gdpo_trainer", "otb_trainer", "mtp_t
 FIXTURE = "tests/fixtures/data/tiny_gsm8k.jsonl"
 
 
-def check(overrides: list[str], data: str, registry) -> list:
+RM_KEYS = ("reward.reward_model.model_path", "reward_model.model.path")
+
+
+def reward_model_folder(path: Path) -> str:
+    """A tiny LlamaForSequenceClassification (one label) with a tokenizer that has a chat template, saved to ``path``."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from rl_core.testing.reward_tokenizer import build_other_tokenizer
+
+    tok = build_other_tokenizer()
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, pad_token_id=0, num_labels=1)
+    cfg.architectures = ["LlamaForSequenceClassification"]
+    LlamaForSequenceClassification(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def check(overrides: list[str], data: str, registry, rm: str = "") -> list:
     flag = lambda n: next((o.split("=", 1)[1] for o in overrides if o.startswith(f"--{n}=")), None)  # noqa: E731
     rest = [o.replace(FIXTURE, data) for o in overrides if not o.startswith("--")]
+    rest = [f"{o.split('=', 1)[0]}={rm}" if rm and o.split("=", 1)[0].lstrip("+") in RM_KEYS else o for o in rest]
     loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
     if errors(loaded.problems):
         return errors(loaded.problems)
@@ -105,7 +126,8 @@ def main() -> None:
         data = str(Path(tmp) / "train.jsonl")
         Path(data).write_text("\n".join(rows * (4096 // len(rows))) + "\n")
         t0 = time.time()
-        result = {name: check(s["overrides"], data, registry) for name, s in d["scripts"].items()}
+        rm = reward_model_folder(Path(tmp) / "reward_model")
+        result = {name: check(s["overrides"], data, registry, rm) for name, s in d["scripts"].items()}
         took = time.time() - t0
     mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER) and not n.startswith("recipe:")}
     dapo = {n: e for n, e in result.items() if n.startswith("recipe:")}
