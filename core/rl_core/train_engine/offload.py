@@ -177,17 +177,32 @@ def streamed_step(optimizer: torch.optim.Optimizer, device: torch.device, chunk_
     return n
 
 
-def host_step(optimizer: torch.optim.Optimizer) -> int:
+def offloaded_params(optimizer: torch.optim.Optimizer, fraction: float = 1.0) -> set[int]:
+    """ids of the parameters whose AdamW step runs on the host under megatron-core's ``optimizer_offload_fraction``:
+    in the optimizer's order, parameters are taken while the numel taken so far is below ``fraction`` of the total
+    (megatron-core's ``HybridDeviceOptimizer._get_sub_optimizer_param_groups``)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    threshold, taken, out = sum(p.numel() for p in params) * float(fraction), 0, set()
+    for p in params:
+        if taken < threshold:
+            out.add(id(p))
+            taken += p.numel()
+    return out
+
+
+def host_step(optimizer: torch.optim.Optimizer, fraction: float = 1.0) -> int:
     """``optimizer.step()`` on the host (megatron-core's ``optimizer_cpu_offload``): each stepped parameter and its
     gradient are copied into host buffers, AdamW (its state in host memory) steps there, and the parameter is copied
-    back to its device. Returns the number of parameters stepped."""
+    back to its device. With ``fraction`` < 1 only :func:`offloaded_params` step on the host; the others (and their
+    state) stay on their device, in the same ``step()``. Returns the number of parameters stepped on the host."""
     cache = _cache(optimizer)
     host = torch.device("cpu")
     moved = []
+    chosen = offloaded_params(optimizer, fraction) if fraction < 1 else None
     with torch.no_grad():
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if p.grad is None:
+                if p.grad is None or (chosen is not None and id(p) not in chosen):
                     continue
                 moved.append((p, p.data.device))
                 p.data = _to(p.data, host, cache, ("hp", id(p)))

@@ -135,6 +135,7 @@ class MegatronBackend(TrainBackend):
         self.param_offload = opts.param_offload if actor else role == "ref" and opts.ref_param_offload
         self.grad_offload = actor and opts.grad_offload
         self.optimizer_cpu_offload = actor and opts.optimizer_cpu_offload
+        self.offload_fraction = float(opts.optimizer_offload_fraction)
         self.optimizer_offload = actor and opts.optimizer_offload and not self.optimizer_cpu_offload
         self.offload_chunk_bytes = offload.CHUNK_BYTES
         self.offload_log: list[tuple[str, str, int]] = []  # (what, where to, how many tensors): the tests' view
@@ -171,7 +172,7 @@ class MegatronBackend(TrainBackend):
         """optimizer_cpu_offload: AdamW steps on the host; optimizer_offload: its host-resident state is brought to
         the device a chunk at a time (rl_core.train_engine.offload)."""
         if self.optimizer_cpu_offload:
-            self.offload_log.append(("optimizer step", "cpu", offload.host_step(self.optimizer)))
+            self.offload_log.append(("optimizer step", "cpu", offload.host_step(self.optimizer, self.offload_fraction)))
         elif self.optimizer_offload:
             self.offload_log.append(("optimizer state", "chunks", offload.streamed_step(self.optimizer, self.device, self.offload_chunk_bytes)))
         else:

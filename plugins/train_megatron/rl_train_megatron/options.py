@@ -15,7 +15,8 @@ Offload between phases (verl's ``actor_rollout_ref.{actor,ref}.megatron.*_offloa
 ``optimizer_cpu_offload``
     megatron-core's CPU optimizer (its ``OptimizerConfig.optimizer_cpu_offload``): AdamW's state lives in host
     memory and the step runs on the CPU (each parameter and gradient copied to the host, the parameter copied back).
-    Only the whole optimizer (verl's ``optimizer_offload_fraction=1``).
+    ``optimizer_offload_fraction`` (megatron-core's ``optimizer_offload_fraction``; default 1: all of it) steps only
+    that share of the parameters (by numel, in order) on the host, the rest on the device.
 ``ref_param_offload``
     The reference model's parameters in host memory between its log-prob passes.
 
@@ -45,6 +46,7 @@ class MegatronOptions(Options):
     grad_offload: bool = False
     optimizer_offload: bool = False
     optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = 1.0  # with optimizer_cpu_offload: the share (by numel) of parameters stepped on the host
     ref_param_offload: bool = False
     transformer_config: dict[str, Any] = attrs.field(factory=dict)
 

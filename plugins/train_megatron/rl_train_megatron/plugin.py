@@ -128,6 +128,15 @@ def check_unsupported_options(config) -> list[Problem]:
             fix="set model.enable_activation_offload=false with train.name=megatron (recomputation: train.options.transformer_config."
                 "recompute_granularity), or use train.name=fsdp",
         ))
+    opts = dict(getattr(config.train, "options", {}) or {})
+    fraction = opts.get("optimizer_offload_fraction", 1.0)
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        out.append(Problem(key="train.options.optimizer_offload_fraction", what=f"is {fraction!r}, not a share in (0, 1]",
+                           fix="e.g. train.options.optimizer_offload_fraction=0.5 (1: the whole optimizer)"))
+    elif fraction < 1 and not opts.get("optimizer_cpu_offload", False):
+        out.append(Problem(key="train.options.optimizer_offload_fraction", what=f"is {fraction} without train.options.optimizer_cpu_offload: "
+                           "it is the share of the CPU optimizer's parameters (megatron-core reads it only then)",
+                           fix="set train.options.optimizer_cpu_offload=true, or leave optimizer_offload_fraction at 1"))
     if getattr(config.actor, "pad_to_length", False):
         out.append(Problem(
             key="actor.pad_to_length",

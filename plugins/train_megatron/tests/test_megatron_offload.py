@@ -68,11 +68,13 @@ def test_offload_and_recompute_give_the_same_results(tmp_path):
     plain = _run("actor", _config(model_dir), step)
     cpu = _run("actor", _config(model_dir, param_offload=True, grad_offload=True, optimizer_cpu_offload=True, transformer_config=RECOMPUTE), step)
     chunked = _run("actor", _config(model_dir, optimizer_offload=True), step, chunk_bytes=4096)
+    # megatron-core's optimizer_offload_fraction: the first parameters up to half the numel step on the host
+    half = _run("actor", _config(model_dir, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5), step)
     ref = _run("ref", _config(model_dir, ref_param_offload=True), step)
 
     assert plain["log"] == [] and plain["config"].recompute_granularity is None
     assert cpu["config"].recompute_granularity == "full" and cpu["config"].recompute_num_layers == 1  # passed to the model
-    for run in (cpu, chunked):
+    for run in (cpu, chunked, half):
         assert run["metrics"] == plain["metrics"]
         for n, w in plain["weights"].items():
             assert torch.equal(w, run["weights"][n]), n
@@ -85,6 +87,9 @@ def test_offload_and_recompute_give_the_same_results(tmp_path):
     assert [e for e in log[1:] if e[0] != "optimizer step"] == [("params", "cpu", n), ("grads", "cpu", 0)] * 6
     stepped = [e for e in log if e[0] == "optimizer step"]  # AdamW stepped on the host (megatron-core's optimizer_cpu_offload)
     assert len(stepped) >= 2 and all(e[1] == "cpu" and 0 < e[2] <= n for e in stepped)
+    sizes = [w.numel() for w in plain["weights"].values()]  # the optimizer's order is the model's
+    first = next(i for i in range(len(sizes)) if sum(sizes[: i + 1]) >= sum(sizes) / 2) + 1
+    assert 0 < first < n and [e[2] for e in half["log"]] == [first] * len(stepped), (half["log"], first)
     assert len(chunked["log"]) == len(stepped) and all(what == "optimizer state" and chunks > 1 for what, _, chunks in chunked["log"])
     assert torch.equal(ref["log_probs"], plain["log_probs"]) and ref["in_host_buffers"]
     assert ref["log"] == [("params", "cpu", n)] * 3  # to host at build; to the device and back for its log-prob pass

@@ -197,3 +197,15 @@ def test_a_backend_without_context_parallelism_refuses_it(tmp_path, engines):
         pytest.skip("needs rl-train-fsdp installed")
     stack, problems = _resolve(_model(tmp_path), "train.name=fsdp", "train.tensor_model_parallel_size=1", "train.context_parallel_size=2", "rollout.name=vllm")
     assert stack is None and any(p.key == "train.context_parallel_size" and "does not support CP" in p.render() for p in errors(problems))
+
+
+def test_optimizer_offload_fraction_is_a_share_of_the_cpu_optimizer():
+    from rl_train_megatron.plugin import check_unsupported_options
+
+    def keys(**options):
+        cfg = load_config(overrides=["train.name=megatron", *(f"train.options.{k}={v}" for k, v in options.items())])
+        return [p.key for p in check_unsupported_options(cfg)]
+
+    assert keys(optimizer_cpu_offload="true", optimizer_offload_fraction=0.5) == []
+    assert keys(optimizer_offload_fraction=0.5) == ["train.options.optimizer_offload_fraction"]  # only with the CPU optimizer
+    assert keys(optimizer_cpu_offload="true", optimizer_offload_fraction=1.5) == ["train.options.optimizer_offload_fraction"]
