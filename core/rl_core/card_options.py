@@ -30,6 +30,7 @@ from typing import Any, Literal, Mapping, Union
 import attrs
 
 from rl_core.problems import Problem, did_you_mean
+from rl_core.type_hints import type_hints
 
 
 @attrs.frozen(kw_only=True)
@@ -79,7 +80,7 @@ def fits(value: Any, tp: Any) -> bool:
 
 def describe(cls: type) -> str:
     """``name: type = default, ...`` of an options class (for fixes and docs)."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     parts = []
     for f in attrs.fields(cls):
         default = "" if f.default is attrs.NOTHING else f" = {f.default!r}"
@@ -106,7 +107,7 @@ def options_problems(card: Any, given: Mapping[str, Any] | None, key: str) -> li
                 fix=f"make sure each key is one {card.name!r} reads (its documentation)",
             )
         ]
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     fields = {f.name: f for f in attrs.fields(cls)}
     problems = []
     for name, value in given.items():

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from rl_core.problems import ConfigError, Problem, errors
+from rl_core.type_hints import type_hints
 
 STAGES = ("keys", "values", "rules", "names", "files", "device")
 Probe = Callable[[Any, Any], Iterable[Problem]]
@@ -90,7 +91,7 @@ def _schema_knows(key: str) -> bool:
         fields = {f.name: f for f in attrs.fields(cls)}
         if part not in fields:
             return False
-        tp = typing.get_type_hints(cls)[part]
+        tp = type_hints(cls)[part]
         nested = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
         cls = nested[0] if nested else None
     return True

@@ -6,14 +6,8 @@ import pytest
 import torch
 from rl_core.logprobs import chunked_log_probs, forward_response_chunked, leading_pad_columns
 from rl_core.modeling import entropy_from_logits, forward_response, load_causal_lm, log_probs_from_logits, position_ids_from_mask
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _plain(hidden, weight, labels, temperature):
@@ -78,9 +72,9 @@ def test_leading_pad_columns():
 
 
 @pytest.fixture(scope="module", params=[("llama", True), ("qwen2", False)], ids=["llama-tied", "qwen2-untied"])
-def model(request, tmp_path_factory):
+def model(request, tiny_model_dir):
     arch, tied = request.param
-    path = make_tiny_model_dir(tmp_path_factory.mktemp(f"lp_{arch}"), arch, tie_word_embeddings=tied)
+    path = tiny_model_dir(arch, tie_word_embeddings=tied)
     return load_causal_lm(path, dtype=torch.float32, device="cpu", seed=0)
 
 

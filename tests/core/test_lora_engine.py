@@ -8,25 +8,19 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
 pytest.importorskip("peft")
 rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 build_engine = rl_train_fsdp.build_engine
 CPU = WorkerContext(rank=0, world_size=1, device="cpu")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("lora_model"), "qwen2", hidden=32, layers=2)
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("qwen2", hidden=32, layers=2)
 
 
 @pytest.fixture(scope="module")

@@ -10,18 +10,13 @@ import torch
 from rl_core.backends import WorkerContext
 from rl_core.micro_batches import TokenBudgetError, token_budget_groups
 from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
-from rl_core.testing.distributed import run_distributed, torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.distributed import run_distributed
 from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
 
 rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 build_engine = rl_train_fsdp.build_engine
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
 
 
 def test_groups_fill_the_budget_in_order():
@@ -37,8 +32,8 @@ def test_a_sequence_over_the_budget_is_a_clear_error():
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("mb_model"), "qwen2")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("qwen2")
 
 
 @pytest.fixture(scope="module")

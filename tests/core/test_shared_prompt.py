@@ -6,19 +6,13 @@ import pytest
 import torch
 from rl_core.modeling import forward_response, load_causal_lm, position_ids_from_mask
 from rl_core.shared_prompt import can_share_prompts, prompt_groups
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
-def model(request, tmp_path_factory):
-    path = make_tiny_model_dir(tmp_path_factory.mktemp(f"shared_{request.param}"), request.param)
+def model(request, tiny_model_dir):
+    path = tiny_model_dir(request.param)
     return load_causal_lm(path, dtype=torch.float32, device="cpu", seed=0)
 
 

@@ -16,24 +16,18 @@ from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunCon
 from rl_core.rollout.builtin import check_hf_engine_kwargs
 from rl_core.rollout.hf import factory
 from rl_core.rollout.static_decode import CacheTooLarge
-from rl_core.testing.distributed import torch_threads
 from rl_core.testing.rollout_conformance import prompt_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = ["hi", "what is 2+2?", "a longer prompt than the others"]
 CHUNK = 16
 R = 56  # with these prompts, slots P .. P + R - 2 span four or more capacities of 16
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("chunked_qwen2"), "qwen2")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("qwen2")
 
 
 def _engine(model_dir, chunk: int):
@@ -59,6 +53,7 @@ def _same(a, b):
     [SamplingParams(n=2, max_new_tokens=R, greedy=True, logprobs=True), SamplingParams(n=2, max_new_tokens=R, temperature=1.0, seed=3, logprobs=True)],
     ids=["greedy", "sampled"],
 )
+
 def test_chunked_decode_equals_one_chunk(model_dir, params):
     batch = prompt_batch(model_dir, PROMPTS)
     P = batch.tensors["input_ids"].shape[1]

@@ -8,20 +8,14 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import UserError
 from rl_core.rollout.hf import HFRolloutEngine, factory
-from rl_core.testing.distributed import torch_threads
 from rl_core.testing.rollout_conformance import prompt_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("hf_rollout"), "llama")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("llama")
 
 
 def _config(model_dir, **rollout):

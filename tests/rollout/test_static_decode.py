@@ -13,22 +13,16 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.rollout.hf import factory
 from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
-from rl_core.testing.distributed import torch_threads
 from rl_core.testing.rollout_conformance import RolloutConformance, prompt_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = ["hi", "what is 2+2?", "a much longer prompt than the others, to pad"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
-def model_dir(request, tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp(f"static_{request.param}"), request.param)
+def model_dir(request, tiny_model_dir):
+    return tiny_model_dir(request.param)
 
 
 def _engine(model_dir, static: bool):
@@ -51,6 +45,7 @@ def test_default_is_the_plain_loop_on_cpu(model_dir):
     ],
     ids=["greedy", "topk-topp", "temperature1"],
 )
+
 def test_same_tokens_and_log_probs_as_the_plain_loop(model_dir, params):
     batch = prompt_batch(model_dir, PROMPTS)
     plain = _engine(model_dir, False).generate(batch, params)

@@ -36,6 +36,7 @@ from rl_core.config.typenames import article as _article, type_name as _type_nam
 from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.secrets import mask_text
+from rl_core.type_hints import type_hints
 from rl_core.user_paths import expand_user_paths
 
 logger = logging.getLogger(__name__)
@@ -96,8 +97,13 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([Problem(key=str(path), what=f"cannot be read: {exc}", fix="check the file's permissions and that it is UTF-8 text")]) from None
     try:
-        duplicates = duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader))
-        data = yaml.safe_load(text) or {}
+        loader = yaml.SafeLoader(text)  # parsed once: the node tree gives both the duplicates and the data
+        try:
+            node = loader.get_single_node()
+            duplicates = duplicate_keys(node)
+            data = (loader.construct_document(node) if node is not None else None) or {}
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -296,7 +302,7 @@ KEYWORD_SECTIONS = {"async": "async_"}
 
 def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
     """Build ``cls`` from ``data``, appending a problem for every bad key."""
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     fields = {f.name: f for f in attrs.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 import attrs
 
 from rl_core.problems import Problem, did_you_mean
+from rl_core.type_hints import type_hints
 
 RULE = "rl_core_rule"
 
@@ -182,7 +183,7 @@ def _is_float_typed(tp: Any) -> bool:
 def check_values(obj: Any, prefix: str = "") -> list[Problem]:
     """One problem per field of ``obj`` (an attrs config, walked recursively) that breaks its rule."""
     problems: list[Problem] = []
-    hints = typing.get_type_hints(type(obj))
+    hints = type_hints(type(obj))
     for f in attrs.fields(type(obj)):
         key = f"{prefix}.{f.name}" if prefix else f.name
         value = getattr(obj, f.name)

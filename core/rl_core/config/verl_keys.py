@@ -555,12 +555,20 @@ SAME_MEANING: dict[str, str] = {
 def rule_for(key: str) -> Rule | None:
     """The first rule whose pattern matches ``key`` (a verl key, ``+`` / ``~`` already stripped)."""
     for rule in RULES:
-        if "{" in rule.pattern:
-            if any(r.matches(key) for r in _expand(rule)):
-                return rule
-        elif rule.matches(key):
+        if any(rx.fullmatch(key) is not None for rx in _alternatives(rule.pattern)):
             return rule
     return None
+
+
+def _alternatives(pattern: str) -> tuple[re.Pattern, ...]:
+    """The regexes of ``pattern`` with its ``{a,b}`` alternatives expanded (as :func:`_expand`), built once per pattern:
+    every key of a config is looked up in the whole table."""
+    if pattern not in _ALTERNATIVES:
+        _ALTERNATIVES[pattern] = tuple(_regex(r.pattern) for r in _expand(Rule(pattern=pattern, kind=""))) if "{" in pattern else (_regex(pattern),)
+    return _ALTERNATIVES[pattern]
+
+
+_ALTERNATIVES: dict[str, tuple[re.Pattern, ...]] = {}
 
 
 def _expand(rule: Rule) -> list[Rule]:

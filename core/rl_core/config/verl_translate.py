@@ -20,6 +20,7 @@ import attrs
 
 from rl_core.config import verl_keys as vk
 from rl_core.problems import Problem
+from rl_core.type_hints import type_hints
 
 #: verl's top-level names with no section of ours: a config that uses one is written in verl's spelling
 VERL_ONLY_ROOTS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler", "distillation"})
@@ -126,7 +127,7 @@ def is_ours(key: str) -> bool:
         fields = {f.name: f for f in attrs.fields(cls)}
         if part not in fields:
             return False
-        tp = typing.get_type_hints(cls)[part]
+        tp = type_hints(cls)[part]
         sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
         if sections:
             cls = sections[0]

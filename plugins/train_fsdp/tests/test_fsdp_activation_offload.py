@@ -13,18 +13,11 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
 engine_mod = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
 CPU = WorkerContext(rank=0, world_size=1, device="cpu")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cfg(model_dir, *, activation_offload=False, **fsdp):
@@ -50,9 +43,9 @@ def test_offload_modes():
     assert modes("critic", f, False) == (True, False, False) and modes("critic", None, False) == (False, False, False)
 
 
-def test_critic_offload_gives_the_same_update(tmp_path):
+def test_critic_offload_gives_the_same_update(tiny_model_dir):
     """critic.fsdp_config (verl's critic.fsdp / critic.model.fsdp_config offload switches): the same values and update."""
-    model_dir = make_tiny_model_dir(tmp_path, "qwen2", hidden=32, layers=2)
+    model_dir = tiny_model_dir("qwen2", hidden=32, layers=2)
     step = make_step_batch(model_dir)
     base = _cfg(model_dir)
     cfg = attrs.evolve(base, critic=attrs.evolve(base.critic, enable=True))
@@ -63,8 +56,8 @@ def test_critic_offload_gives_the_same_update(tmp_path):
     assert torch.equal(plain.compute_values(step), off.compute_values(step))
 
 
-def test_offload_policy_and_activation_offload_give_the_same_update(tmp_path):
-    model_dir = make_tiny_model_dir(tmp_path, "qwen2", hidden=32, layers=2)
+def test_offload_policy_and_activation_offload_give_the_same_update(tiny_model_dir):
+    model_dir = tiny_model_dir("qwen2", hidden=32, layers=2)
     step = make_step_batch(model_dir)
     plain = engine_mod.build_engine("actor", _cfg(model_dir), CPU)
     off = engine_mod.build_engine("actor", _cfg(model_dir, activation_offload=True, offload_policy=True), CPU)

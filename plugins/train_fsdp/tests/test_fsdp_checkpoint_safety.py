@@ -11,14 +11,12 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.testing.train_conformance import default_config, make_step_batch, single_rank_order
 from rl_core.trainer.checkpoint import CheckpointError, read_dcp_metadata
 from rl_core.trainer.dcp_io import PLAIN_FILE
 from rl_train_fsdp.engine import build_engine
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.usefixtures("one_thread")]
 
 
 class _WritesMarker:
@@ -29,17 +27,11 @@ class _WritesMarker:
         return (open, (self.marker, "w"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
+def saved(tmp_path_factory, tiny_model_dir):
     """An actor checkpoint after one update (lr 1e-3, betas (0.9, 0.999), weight decay 0.01, cosine schedule)."""
     root = tmp_path_factory.mktemp("fsdp_ckpt")
-    model_dir = make_tiny_model_dir(root / "model", "qwen2")
+    model_dir = tiny_model_dir("qwen2")
     shard = single_rank_order(make_step_batch(model_dir), 2, 2)
     a = build_engine("actor", default_config(model_dir), WorkerContext())
     a.update(shard)
@@ -145,9 +137,9 @@ def test_tensor_entry_pointing_at_a_pickle_payload_is_refused(saved, tmp_path):
     assert not marker.exists()
 
 
-def test_model_of_another_shape_is_a_clear_error(saved, tmp_path):
+def test_model_of_another_shape_is_a_clear_error(saved, tiny_model_dir):
     model_dir, ck, _, _ = saved
-    other = make_tiny_model_dir(tmp_path / "other", "llama")
+    other = tiny_model_dir("llama")
     b = build_engine("actor", default_config(other), WorkerContext())
     with pytest.raises(CheckpointError, match="written for another model"):
         b.load_checkpoint(str(ck))

@@ -9,21 +9,16 @@ import pytest
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
-from rl_core.testing.distributed import run_distributed, torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.distributed import run_distributed
 from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import FSDPBackend, build_engine
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("fsdp_model"), "qwen2")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("qwen2")
 
 
 @pytest.fixture(scope="module")

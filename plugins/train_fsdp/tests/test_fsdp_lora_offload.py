@@ -10,24 +10,17 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import run_distributed, torch_threads
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.distributed import run_distributed
 from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import build_engine
 
 pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]')")
-pytestmark = pytest.mark.dist
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = [pytest.mark.dist, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("fsdp_lora_model"), "qwen2", hidden=32, layers=2)
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("qwen2", hidden=32, layers=2)
 
 
 def _cfg(model_dir, *, rank=0, offload=False):

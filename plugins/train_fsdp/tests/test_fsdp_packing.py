@@ -6,26 +6,20 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import torch_threads
 from rl_core.testing.mixed_lengths import loss_and_grads, mixed_length_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.testing.train_conformance import default_config
 from rl_train_fsdp.engine import FSDPBackend
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # very different lengths: 2 to 40 prompt tokens, 3 to 150 response tokens, in one micro-batch
 PROMPTS = [2, 40, 17, 9, 33]
 RESPONSES = [150, 3, 61, 12, 97]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
-def model_dir(request, tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp(f"pack_{request.param}"), request.param)
+def model_dir(request, tiny_model_dir):
+    return tiny_model_dir(request.param)
 
 
 def _backend(model_dir, role, packed: bool | None, **model):

@@ -9,27 +9,22 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import run_distributed, torch_threads
+from rl_core.testing.distributed import run_distributed
 from rl_core.testing.mixed_lengths import loss_and_grads, mixed_length_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.testing.tiny_run import read_metrics, write_tiny_run
 from rl_core.testing.train_conformance import default_config
 from rl_train_fsdp.engine import FSDPBackend
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = [2, 30, 11]
 RESPONSES = [90, 3, 41]  # packed: 177 tokens, padded to 178 for 2 ranks (an odd total: the padding segment is exercised)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with torch_threads(1):
-        yield
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def model_dir(tiny_model_dir):
     # 4 query heads, 1 key / value head: SP 2 splits the query heads and repeats the key / value head (as verl does)
-    return make_tiny_model_dir(tmp_path_factory.mktemp("sp_model"), "llama", heads=4, kv_heads=1)
+    return tiny_model_dir("llama", heads=4, kv_heads=1)
 
 
 def _cfg(model_dir, sp: int, fsdp_size: int = -1):
