@@ -45,3 +45,13 @@ def test_only_the_chosen_steps_roles_and_ranks_are_recorded(tmp_path):
     assert load_config(None, ["profiler.tool=torch", "profiler.steps=[1]"]).profiler.tool == "torch"
     assert profiled_roles(load_config(None, [])) == {"actor", "rollout", "ref", "critic", "reward_model"}  # none set: every role
 
+
+def test_profiler_rules():
+    from rl_core.config.load import load_report
+
+    def errors(*overrides):
+        return [p.key for p in load_report(None, list(overrides)).problems if p.severity == "error"]
+
+    assert errors("profiler.tool=torch", "profiler.steps=[1]") == []
+    assert errors("profiler.tool=torch", "profiler.steps=[1]", "rollout.n_gpus_per_node=1", "async.max_staleness=1") == ["profiler.tool"]
+    assert errors("profiler.tool=torch", "profiler.steps=[0]") == ["profiler.steps"]
