@@ -329,6 +329,11 @@ RULES: tuple[Rule, ...] = (
     _m("actor_rollout_ref.actor.profiler.all_ranks", "profiler.all_ranks"),
     *(_tie(f"actor_rollout_ref.{r}.profiler.{k}", f"profiler.{k}", "one set of profiled ranks for every role (the roles share the workers)")
       for r in ("rollout", "ref") for k in ("ranks", "all_ranks")),
+    _m("critic.profiler.enable", "profiler.critic", note="record the critic's calls in the chosen steps"),
+    *(_tie(f"critic.profiler.{k}", f"profiler.{k}", "one set of profiled ranks for every role (the roles share the workers)") for k in ("ranks", "all_ranks")),
+    _tie("critic.profiler.tool", "profiler.tool", "one profiler tool for every role (global_profiler.tool)"),
+    _tie("critic.profiler.save_path", "profiler.save_path", "one trace folder for every role (global_profiler.save_path)"),
+    _no("critic.profiler.*", "this setting of verl's per-role profiler", "profiler.* (torch.profiler traces of the chosen steps)"),
     _tie("actor_rollout_ref.*.profiler.tool", "profiler.tool", "one profiler tool for every role (global_profiler.tool)"),
     _tie("actor_rollout_ref.*.profiler.save_path", "profiler.save_path", "one trace folder for every role (global_profiler.save_path)"),
     _no("actor_rollout_ref.*.profiler.tool_config.npu.*", "Ascend NPU profiler settings (verl's npu tool)", "profiler.tool=torch"),
