@@ -329,9 +329,9 @@ class MegatronBackend(TrainBackend):
         return norm
 
     def step_metrics(self) -> dict[str, float]:
-        """MoE: the routers' aux / z losses of the last mini-batch (mean over layers, micro-batches and data-parallel
-        ranks), as megatron-core's tracker recorded them."""
-        return dict(getattr(self, "_moe_metrics", {}) or {})
+        """MoE: ``<role>/moe/<loss>``, the routers' aux / z losses of the last mini-batch (mean over layers, micro-batches
+        and data-parallel ranks), as megatron-core's tracker recorded them (unscaled: without their coefficients)."""
+        return {f"{self.role}/{k}": v for k, v in (getattr(self, "_moe_metrics", {}) or {}).items()}
 
     def _tied_copy(self, name: str) -> bool:
         """The last stage's copy of the tied embedding (PP > 1): the same weight as the first stage's."""

@@ -121,8 +121,8 @@ def test_backward_equals_transformers_with_router_losses(qwen3_moe):
     for name, g in grads.items():
         torch.testing.assert_close(g, ref_grads[name], atol=2e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     # the routers' gradients come from the main loss and from both router losses: without them they would differ
-    assert metrics["moe/load_balancing_loss"] == pytest.approx(float(ref_aux), rel=1e-5)
-    assert metrics["moe/z_loss"] == pytest.approx(float(ref_z), rel=1e-5)
+    assert metrics["actor/moe/load_balancing_loss"] == pytest.approx(float(ref_aux), rel=1e-5)
+    assert metrics["actor/moe/z_loss"] == pytest.approx(float(ref_z), rel=1e-5)
 
 
 def run_ep(rank: int, world: int, config, step) -> dict:
@@ -149,7 +149,7 @@ def test_ep2_on_two_processes_equals_one_process(qwen3_moe):
     assert one["experts"] == 2 * 4 * 2 and [o["experts"] for o in two] == [2 * 2 * 2] * 2  # 2 layers x (4 | 2 local experts) x fc1, fc2
     torch.testing.assert_close(torch.cat([o["log_probs"] for o in two]), one["log_probs"], atol=1e-5, rtol=0)
     for out in two:
-        for key in ("loss", "grad_norm", "actor/pg_loss", "moe/load_balancing_loss", "moe/z_loss"):
+        for key in ("loss", "grad_norm", "actor/pg_loss", "actor/moe/load_balancing_loss", "actor/moe/z_loss"):
             assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
         assert set(out["weights"]) == set(one["weights"])
         for name, w in one["weights"].items():
