@@ -84,8 +84,11 @@ MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size`
     ranks in lockstep (dummy batches for a rank without requests), so every
     rank must call ``generate`` equally often: the plugin's checks refuse
     DP > 1 with multi-turn rollouts and with more ranks than one engine.
-    Not run here: vLLM's CPU build has no MoE kernels for EP, and DP > 1 needs
-    a GPU job (the arguments reaching vLLM's ``ParallelConfig`` are tested).
+    DP 2 ran end to end on the CPU with a dense model (one GRPO step, vLLM's
+    DP ranks 0 and 1, rollout log-probs equal to the actor's:
+    bench/verl_scripts/vllm_dp_smoke.py); EP did not run (vLLM's CPU build has
+    no MoE expert-parallel kernels; the arguments reaching vLLM's
+    ``ParallelConfig`` are tested).
 
 Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 (``max_model_len``, ``max_num_seqs``, ``enable_prefix_caching``,
