@@ -10,7 +10,9 @@ engine starts, ~1 min of CPU), so CI does not run it. Run in the vLLM venv, with
 
 It checks that vLLM assigned DP ranks 0 and 1 to the two processes, that the step trained, and that the rollout's
 log-probs match the actor's (rollout_corr/log_prob_abs_diff_max); it prints one line per check and exits non-zero on
-a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt.
+a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt. ``--moe`` (a tiny Qwen3-MoE with
+rollout.expert_parallel_size=2) builds vLLM's EP engine but stops at the first weight sync: rl-core does not convert the
+actor's fused expert tensors for vLLM yet (bench/verl_scripts/vllm_ep_smoke.txt).
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="a folder for the tiny run (model, data, outputs, log)")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--moe", action="store_true", help="a tiny Qwen3-MoE (4 experts) with rollout.expert_parallel_size=2 (EP = TP x DP)")
     args = ap.parse_args()
     from rl_core.testing.tiny_run import write_tiny_run
 
     out = Path(args.out)
-    cfg = write_tiny_run(out, nprocs=2, steps=1, model=dict(arch="qwen2", hidden=128, layers=2, heads=2, kv_heads=1),  # head 64: vLLM CPU
+    arch, extra = ("qwen3_moe", {"rollout__expert_parallel_size": 2}) if args.moe else ("qwen2", {})
+    cfg = write_tiny_run(out, nprocs=2, steps=1, model=dict(arch=arch, hidden=128, layers=2, heads=2, kv_heads=1),  # head 64: vLLM CPU
                          rollout__name="vllm", rollout__calculate_log_probs=True, rollout__data_parallel_size=2,
-                         trainer__test_freq=-1, trainer__val_before_train=False)
+                         trainer__test_freq=-1, trainer__val_before_train=False, **extra)
     env = {**os.environ, "RL_CORE_PLUGINS": "", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     res = subprocess.run([sys.executable, "-m", "rl_core", "train", "--no-progress", str(cfg)], capture_output=True, text=True,
                          env=env, timeout=args.timeout)
@@ -47,6 +51,8 @@ def main() -> int:
         ("rlcore train exit code 0", res.returncode == 0, res.returncode),
         ("vLLM built with data_parallel_size 2 on both ranks", log.count("'data_parallel_size': 2") >= 2, log.count("'data_parallel_size': 2")),
         ("vLLM assigned DP ranks 0 and 1", dp_ranks == ["0", "1"], dp_ranks),
+        *([("vLLM built with enable_expert_parallel on both ranks", log.count("'enable_expert_parallel': True") >= 2,
+            log.count("'enable_expert_parallel': True"))] if args.moe else []),
         ("step 1 trained (actor/pg_loss present)", "actor/pg_loss" in step, step.get("actor/pg_loss")),
         ("rollout log-probs match the actor's (max abs diff < 1e-4)", step.get("rollout_corr/log_prob_abs_diff_max", 1.0) < 1e-4,
          step.get("rollout_corr/log_prob_abs_diff_max")),
