@@ -11,8 +11,8 @@ engine starts, ~1 min of CPU), so CI does not run it. Run in the vLLM venv, with
 It checks that vLLM assigned DP ranks 0 and 1 to the two processes, that the step trained, and that the rollout's
 log-probs match the actor's (rollout_corr/log_prob_abs_diff_max); it prints one line per check and exits non-zero on
 a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt. ``--moe`` (a tiny Qwen3-MoE with
-rollout.expert_parallel_size=2) builds vLLM's EP engine but stops at the first weight sync: rl-core does not convert the
-actor's fused expert tensors for vLLM yet (bench/verl_scripts/vllm_ep_smoke.txt).
+rollout.expert_parallel_size=2) builds vLLM's EP engine but stops at the first weight sync: rl-core's sync check gets no
+read-back of the fused expert tensors from vLLM's MoE layers yet (bench/verl_scripts/vllm_ep_smoke.txt).
 """
 
 from __future__ import annotations
