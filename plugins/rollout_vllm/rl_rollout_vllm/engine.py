@@ -86,9 +86,10 @@ MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size`
     DP > 1 with multi-turn rollouts and with more ranks than one engine.
     DP 2 ran end to end on the CPU with a dense model (one GRPO step, vLLM's
     DP ranks 0 and 1, rollout log-probs equal to the actor's:
-    bench/verl_scripts/vllm_dp_smoke.py); EP did not run (vLLM's CPU build has
-    no MoE expert-parallel kernels; the arguments reaching vLLM's
-    ``ParallelConfig`` are tested).
+    bench/verl_scripts/vllm_dp_smoke.py). EP: vLLM builds the engine on the
+    CPU for a tiny Qwen3-MoE, but the first weight sync is refused by rl-core's
+    sync check (no read-back of the fused expert tensors from vLLM's MoE
+    layers: MoE weight sync to vLLM is not verified; vllm_ep_smoke.txt).
 
 Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 (``max_model_len``, ``max_num_seqs``, ``enable_prefix_caching``,
