@@ -73,7 +73,7 @@ def test_megatron_checks_experts_tp_pp_and_expert_tp(tmp_path):
     assert "not an MoE model" in p.what
 
 
-def test_moe_transformer_config_fields_pass_or_are_refused_by_key():
+def test_moe_transformer_config_fields_pass_or_are_refused_by_key(tmp_path):
     plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
     pytest.importorskip("megatron.core", reason="needs megatron-core")
     tc = f"{V}.actor.megatron.override_transformer_config"
@@ -88,6 +88,10 @@ def test_moe_transformer_config_fields_pass_or_are_refused_by_key():
     keys = sorted(p.key for p in plugin.check_transformer_config(on_cpu))
     assert keys == ["train.options.transformer_config.moe_enable_deepep", "train.options.transformer_config.moe_token_dispatcher_type"]
     assert all("GPU only" in p.what for p in plugin.check_transformer_config(on_cpu))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 4, "num_hidden_layers": 2}))
+    dense = load_config(None, ["model_engine=megatron", f"model.path={tmp_path}", f"+{tc}.moe_aux_loss_coeff=0.01"])
+    (w,) = plugin.check_transformer_config(dense)  # passed nowhere: said, not silently dropped
+    assert w.severity == "warning" and "dense model" in w.what
 
 
 def test_check_shows_the_expert_layout(tmp_path):

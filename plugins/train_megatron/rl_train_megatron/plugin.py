@@ -206,11 +206,16 @@ def check_transformer_config(config) -> list[Problem]:
     if config.trainer.device == "cpu":
         out += [Problem(key=f"{base}.{name}", what=f"{why}; it runs on a GPU only (trainer.device=cpu)",
                         fix=f"remove {base}.{name} to train on the CPU, or run on a GPU") for name, why in moe_cpu_problems(given)]
+    data = _model_config(config)
+    dense = data is not None and data.get("model_type") not in ("qwen2_moe", "qwen3_moe")
     for name, value in given.items():
         key = f"{base}.{name}"
         if name in MOE_PASSED:
             if name not in fields:
                 out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})", fix=f"remove {key}"))
+            elif dense:
+                out.append(Problem(key=key, severity="warning", what=f"has no effect: {config.model.path!r} is a dense model (no MoE layers to pass it to)",
+                                   fix=f"remove {key}"))
             continue
         if name == "moe_router_enable_expert_bias" and _same_value(value, False):
             continue
