@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 
 PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
 
@@ -19,7 +20,10 @@ def run_cli(argv: list[str], log: str) -> None:
     os.dup2(fd, 2)
     from rl_core.cli.main import main
 
-    os._exit(main(argv))
+    code = main(argv)
+    sys.stdout.flush()  # os._exit skips the interpreter's own flush
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def forkserver_context():

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.reliability import tally
-from tests.reliability.cli_child import forkserver_context
 from tests.reliability.cli_child import run_cli as _child
 from tests.reliability.runs import make_run, metrics_equal, read_metrics, set_config
 
@@ -31,8 +30,8 @@ LOCAL = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
-def ctx():
-    return forkserver_context()
+def ctx(rlcore_forkserver):
+    return rlcore_forkserver
 
 
 def _start(ctx, cfg: Path, log: Path, *extra: str):
@@ -71,12 +70,25 @@ def _listening(pids: list[int]) -> set[tuple[str, int]]:
     return out
 
 
-def _kill_chain(ctx, tmp: Path, *, seed: int, kills: int, nprocs: int, steps: int, target: str) -> tuple[int, bool, str]:
+@pytest.fixture(scope="module")
+def reference(ctx, tmp_path_factory):
+    """``reference(nprocs, steps)``: the metrics of an uninterrupted run of that shape (run once per shape; the
+    chains of the same shape compare with the same run)."""
+    done: dict[tuple[int, int], list[dict]] = {}
+
+    def get(nprocs: int, steps: int) -> list[dict]:
+        if (nprocs, steps) not in done:
+            tmp = tmp_path_factory.mktemp(f"ref_{nprocs}x{steps}")
+            _run_to_end(ctx, _setup(tmp / "ref", nprocs, steps), tmp / "ref.log")
+            done[nprocs, steps] = read_metrics(tmp / "ref" / "out")
+        return done[nprocs, steps]
+
+    return get
+
+
+def _kill_chain(ctx, tmp: Path, reference: list[dict], *, seed: int, kills: int, nprocs: int, steps: int, target: str) -> tuple[int, bool, str]:
     """Run, kill ``kills`` times (controller or a worker), resume to the end; (kills done, identical, detail)."""
     rng = random.Random(seed)
-    ref_cfg = _setup(tmp / "ref", nprocs, steps)
-    _run_to_end(ctx, ref_cfg, tmp / "ref.log")
-    reference = read_metrics(tmp / "ref" / "out")
     cfg = _setup(tmp / "run", nprocs, steps)
     out = tmp / "run" / "out"
     log = tmp / "run.log"
@@ -130,9 +142,9 @@ CHAINS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chain", list(CHAINS))
-def test_kill_and_resume_gives_identical_metrics(ctx, tmp_path, chain):
+def test_kill_and_resume_gives_identical_metrics(ctx, reference, tmp_path, chain):
     seed, kills, nprocs, steps, target = CHAINS[chain]
-    done, same, detail = _kill_chain(ctx, tmp_path, seed=seed, kills=kills, nprocs=nprocs, steps=steps, target=target)
+    done, same, detail = _kill_chain(ctx, tmp_path, reference(nprocs, steps), seed=seed, kills=kills, nprocs=nprocs, steps=steps, target=target)
     for i in range(done):
         tally.record("kills", f"{chain}, kill {i + 1}", same)
     assert done >= 1, "no kill landed before the run finished"

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tests.reliability import tally
-from tests.reliability.cli_child import forkserver_context
 from tests.reliability.cli_child import run_cli as _child
 from tests.reliability.runs import make_run, set_config
 
@@ -24,8 +23,8 @@ pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip
 
 
 @pytest.fixture(scope="module")
-def ctx():
-    return forkserver_context()
+def ctx(rlcore_forkserver):
+    return rlcore_forkserver
 
 
 def _rows(out: Path) -> int:

