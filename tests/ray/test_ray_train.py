@@ -19,6 +19,7 @@ import time
 import pytest
 
 from tests.e2e.helpers import read_metrics, write_tiny_run
+from tests.reliability.runs import cli
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
 
@@ -80,8 +81,8 @@ def reference(tmp_path_factory) -> list[dict]:
     """The same job in-process mode: LocalCluster, 2 spawned ranks on gloo, same seed."""
     tmp = tmp_path_factory.mktemp("local")
     cfg = write_tiny_run(tmp, nprocs=2, steps=STEPS, trainer__save_freq=1)
-    out = subprocess.run([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    code, out, err = cli("train", str(cfg), "--no-progress")  # in this process: its ranks are spawned as always
+    assert code == 0, out + err
     rows = read_metrics(tmp / "out")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     return rows
@@ -149,8 +150,8 @@ def test_critic_in_a_pool_of_its_own_on_the_other_node(tmp_path, two_node_cluste
     actor's pool and the critic's land on different nodes, and the run equals the colocated in-process one."""
     common = dict(estimator="gae", steps=2, trainer__torch_threads=1)
     local = write_tiny_run(tmp_path / "local", **common)
-    out = subprocess.run([sys.executable, "-m", "rl_core", "train", str(local), "--no-progress"], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
+    code, out, err = cli("train", str(local), "--no-progress")  # in this process, one torch thread as the Ray run's
+    assert code == 0, out + err
     cfg = write_tiny_run(tmp_path / "ray", **common, trainer__placement="ray", ray__address=two_node_cluster.address, critic__n_gpus_per_node=1)
     run = Train(cfg, two_node_cluster.env)
     assert run.finish() == 0, run.output
