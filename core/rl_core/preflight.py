@@ -68,11 +68,32 @@ def first_rows(path: str, n: int = FIRST_ROWS) -> list[Any]:
     return rows
 
 
-def _file_problems(key: str, path: str, prompt_key: str) -> tuple[list[Problem], list[dict]]:
+def _custom_dataset_problems(d: Any) -> list[Problem]:
+    """The dataset class of data.custom_cls imports, is a map-style class and takes verl's constructor arguments
+    (it is built, with the tokenizer, only when the run starts)."""
+    c = d.custom_cls
+    if not c.path or not c.name:
+        return []
+    from rl_core.data.custom import constructor_problem, load_dataset_class
+    from rl_core.data.dataset import DataError
+
+    try:
+        cls = load_dataset_class(c)
+    except DataError as exc:
+        key, _, what = str(exc).partition(": ")
+        return [Problem(key=key, what=what, fix=f"point data.custom_cls.path at a .py file that imports cleanly and defines the class {c.name!r}")]
+    why = constructor_problem(cls, c)
+    return [Problem(key="data.custom_cls.name", what=why, fix="accept data_files, tokenizer, config, processor, max_samples")] if why else []
+
+
+def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = False) -> tuple[list[Problem], list[dict]]:
+    """``own_reader``: the user's dataset class (data.custom_cls) reads the file, so only its existence is checked here."""
     from rl_core.data.dataset import DataError, validate_row
 
     if not os.path.exists(path):
         return [Problem(key=key, what=f"data file {path!r} does not exist (working directory {os.getcwd()})", fix=f"point {key} at a .jsonl or .parquet file; `rlcore data gsm8k` fetches GSM8K into data/gsm8k/, `rlcore data --help` lists the rest")], []
+    if own_reader:
+        return [], []
     if os.path.isdir(path):
         return [Problem(key=key, what=f"{path!r} is a folder, not a data file", fix=f"list the .jsonl / .parquet files in {key}")], []
     if not path.endswith((".parquet", ".jsonl", ".json")):
@@ -160,13 +181,13 @@ def _generator_kwargs_problem(key: str, gen: Any) -> Problem | None:
 def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
     """Problems with the train / val data, and the first rows read (for the reward checks)."""
     d = config.data
-    problems: list[Problem] = []
+    problems: list[Problem] = _custom_dataset_problems(d)
     rows: list[dict] = []
     for split in ("train", "val"):
         files = getattr(d, f"{split}_files")
         for i, path in enumerate(files):
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
-            found, got = _file_problems(key, str(path), d.prompt_key)
+            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path))
             problems += found
             rows += got
         gen = getattr(d, f"{split}_generator")

@@ -340,7 +340,19 @@ def _filter_groups(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler, _checkpoint_contents)
+def _custom_dataset(cfg: Any) -> Problem | None:
+    c = cfg.data.custom_cls
+    if c.path and not c.name:
+        return Problem(key="data.custom_cls.name", what=f"is not set while data.custom_cls.path={c.path!r} is",
+                       fix="name the dataset class defined in that file, e.g. data.custom_cls.name=MyDataset")
+    if c.name and not c.path:
+        return Problem(key="data.custom_cls.path", what=f"is not set while data.custom_cls.name={c.name!r} is",
+                       fix="give the .py file that defines the class, e.g. data.custom_cls.path=my_dataset.py")
+    return None
+
+
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler, _checkpoint_contents,
+                                                                          _custom_dataset)
 
 
 def check_config(cfg: Any) -> list[Problem]:

@@ -84,6 +84,16 @@ class GeneratorConfig:
 
 
 @attrs.frozen(kw_only=True)
+class CustomDatasetConfig:
+    """The user's own dataset class (verl's data.custom_cls): ``name`` in the .py file ``path``, built as verl builds
+    it (data_files, tokenizer, config, processor, max_samples); its items' chat messages and reward fields become the
+    rows (rl_core.data.custom)."""
+
+    path: str | None = None
+    name: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class DataConfig:
     train_files: list[str] = field(factory=list)
     val_files: list[str] = field(factory=list)
@@ -105,6 +115,8 @@ class DataConfig:
     truncation: str = choice("error", ("error", "left", "right", "middle"))
     chat_template_kwargs: dict[str, Any] = field(factory=dict)  # passed to the chat template (e.g. enable_thinking: false)
     apply_chat_template: bool = True
+    # rows from the user's own dataset class instead of rl-core's file reader (verl's data.custom_cls)
+    custom_cls: CustomDatasetConfig = field(factory=CustomDatasetConfig)
 
 
 @attrs.frozen(kw_only=True)

@@ -285,10 +285,16 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
     gen = data.train_generator if split == "train" else data.val_generator
     rows: list[dict[str, Any]] = []
     origins: list[str] = []
-    for path in files:
-        got = read_rows(path, data.prompt_key)
-        rows.extend(got)
-        origins.extend(f"{path}, row {i}" for i in range(len(got)))
+    custom = getattr(data, "custom_cls", None)
+    if custom is not None and custom.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
+        from rl_core.data.custom import custom_rows
+
+        rows, origins = custom_rows(data, tokenizer, split, files)
+    else:
+        for path in files:
+            got = read_rows(path, data.prompt_key)
+            rows.extend(got)
+            origins.extend(f"{path}, row {i}" for i in range(len(got)))
     if gen is not None and gen.name:
         got = generate_rows(gen, split)
         rows.extend(got)

@@ -7,17 +7,15 @@ processes import this module and nothing heavy.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
 import math
 import numbers
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from rl_core.problems import UserError
+from rl_core.user_code import load_user_object
 
 
 class RewardConfigError(UserError, ValueError):
@@ -52,45 +50,8 @@ class ScorerSpec:
 
 def load_custom_function(path: str, func_name: str) -> Callable:
     """Import ``func_name`` from the Python file at ``path`` (verl's ``custom_reward_function``)."""
-    full = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(full):
-        where = "is a directory" if os.path.isdir(full) else "does not exist"
-        raise RewardConfigError(
-            f"reward.custom.path: {path!r} {where} (resolved to {full}, working directory {os.getcwd()}); "
-            f"give the path of a .py file that defines {func_name!r}"
-        )
-    module_name = "_rl_core_custom_reward_" + hashlib.sha1(full.encode()).hexdigest()[:12]
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, full)
-        if spec is None or spec.loader is None:
-            raise RewardConfigError(f"reward.custom.path: {path!r} cannot be imported as Python (use a .py file)")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException as exc:
-            del sys.modules[module_name]
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            raise RewardConfigError(
-                f"reward.custom.path: importing {path!r} raised {type(exc).__name__}: {exc}"
-            ) from exc
-    if not hasattr(module, func_name):
-        defined = sorted(
-            n for n, v in vars(module).items()
-            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module_name
-        )
-        raise RewardConfigError(
-            f"reward.custom.name: {path!r} defines no {func_name!r}; "
-            f"functions it defines: {', '.join(defined) or 'none'}"
-        )
-    fn = getattr(module, func_name)
-    if not callable(fn):
-        raise RewardConfigError(
-            f"reward.custom.name: {func_name!r} in {path!r} is a {type(fn).__name__}, not a function"
-        )
-    return fn
+    return load_user_object(path, func_name, path_key="reward.custom.path", name_key="reward.custom.name",
+                            error=RewardConfigError, prefix="_rl_core_custom_reward_")
 
 
 _LOADED: dict[ScorerSpec, Callable] = {}

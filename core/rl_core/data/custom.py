@@ -1,0 +1,90 @@
+"""Rows from the user's own dataset class (verl's ``data.custom_cls.path`` / ``.name``).
+
+verl builds the class named in the config as ``cls(data_files=..., tokenizer=..., config=<the data section>,
+processor=None, max_samples=...)`` and reads its items; an item is a row dict as verl's RLHFDataset returns it:
+the chat messages under ``raw_prompt`` (or ``data.prompt_key``), ``data_source``, ``reward_model.ground_truth``,
+``extra_info``. rl-core does the same and hands each item to :func:`rl_core.data.dataset.validate_row`, so the rows
+go through rl-core's own rendering, tokenizing and batching like rows read from a file. The class is the user's code
+named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.user_code`). rl-core trains
+text-only models: no processor is passed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+#: the keyword arguments verl passes to a dataset class (verl/trainer/ppo/utils.py create_rl_dataset)
+CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_samples")
+
+
+def load_dataset_class(custom: Any) -> type:
+    """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
+    from rl_core.data.dataset import DataError
+    from rl_core.user_code import load_user_object
+
+    cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
+                           prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))
+    missing = [m for m in ("__getitem__", "__len__") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise DataError(f"data.custom_cls.name: {custom.name!r} in {custom.path!r} has no {' / '.join(missing)}: rl-core reads a map-style "
+                        "dataset (len(ds) items, ds[i] a row dict), as verl's RLHFDataset; subclass torch.utils.data.Dataset and define both")
+    return cls
+
+
+def constructor_problem(cls: type, custom: Any) -> str | None:
+    """Why ``cls`` cannot be built with verl's keyword arguments, or None."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(**{a: None for a in CONSTRUCTOR_ARGS})
+    except TypeError as exc:
+        return (f"{custom.name}({', '.join(CONSTRUCTOR_ARGS)}) cannot be called as verl (and rl-core) build a dataset class: {exc}; "
+                "give __init__ these keyword arguments (verl's RLHFDataset's signature)")
+    return None
+
+
+def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows (validated, canonical) and their origins from the dataset class built over ``files``."""
+    import attrs
+    from omegaconf import OmegaConf
+
+    from rl_core.data.dataset import DataError, validate_row
+
+    custom = data.custom_cls
+    cls = load_dataset_class(custom)
+    why = constructor_problem(cls, custom)
+    if why:
+        raise DataError(f"data.custom_cls.name: {why}")
+    limit = data.val_max_samples if split == "val" and data.val_max_samples is not None else -1
+    config = OmegaConf.create(attrs.asdict(data))
+    try:
+        ds = cls(data_files=list(files), tokenizer=tokenizer, config=config, processor=None, max_samples=limit)
+        n = len(ds)
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's class failing on its files is the finding
+        raise DataError(f"data.custom_cls.name: building {custom.name} from {custom.path} over data.{split}_files {files} raised "
+                        f"{type(exc).__name__}: {exc}") from exc
+    label = f"data.custom_cls.name={custom.name} ({custom.path})"
+    rows, origins = [], []
+    for i in range(n):
+        where = f"{label}, {split} item {i}"
+        try:
+            item = ds[i]
+        except Exception as exc:  # noqa: BLE001
+            raise DataError(f"{where}: reading it raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(item, Mapping):
+            raise DataError(f"{where}: an item must be a row dict (raw_prompt or {data.prompt_key!r} chat messages, data_source, "
+                            f"reward_model.ground_truth), got {type(item).__name__}")
+        row = dict(item)
+        if "raw_prompt" in row:  # verl's RLHFDataset: the messages built from prompt_key (what verl's rollout reads)
+            row[data.prompt_key] = row["raw_prompt"]
+        rows.append(validate_row(row, where, data.prompt_key))
+        origins.append(where)
+    if not rows:
+        raise DataError(f"{label}: the class gave no {split} items from {files}")
+    return rows, origins

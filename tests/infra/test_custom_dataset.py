@@ -1,0 +1,121 @@
+"""verl's data.custom_cls: the user's own dataset class (a .py file named in the config) gives the rows."""
+
+import json
+import textwrap
+
+import pytest
+from rl_core.config.schema import CustomDatasetConfig, DataConfig
+from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
+from rl_core.preflight import data_problems
+
+# verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
+# whose chat messages are under raw_prompt. This one reads a csv-like text format rl-core's reader does not know.
+CLASS = textwrap.dedent('''
+    class Lines:
+        def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
+            assert processor is None and tokenizer is not None
+            self.rows = [line.strip().split("|") for f in data_files for line in open(f) if line.strip()]
+            if max_samples > 0:
+                self.rows = self.rows[:max_samples]
+            self.seen_prompt_key = config.get("prompt_key")
+            self.seen_max_len = config.max_prompt_length
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            q, a = self.rows[i]
+            return {"data_source": "lines", "raw_prompt": [{"role": "user", "content": "Q: " + q}],
+                    "reward_model": {"ground_truth": a}, "extra_info": {"index": i}, "dummy_tensor": [0]}
+
+    class NoRows(Lines):
+        def __getitem__(self, i):
+            return {"data_source": "lines", "raw_prompt": [{"role": "user", "content": "hi"}]}
+
+    class NotADict(Lines):
+        def __getitem__(self, i):
+            return ("hi", "1")
+
+    class OldSignature:
+        def __init__(self, files):
+            pass
+        def __len__(self):
+            return 0
+        def __getitem__(self, i):
+            return {}
+
+    class Iterable:
+        def __iter__(self):
+            return iter(())
+
+    compute = 3
+''')
+
+
+@pytest.fixture
+def setup(tmp_path):
+    code = tmp_path / "my_dataset.py"
+    code.write_text(CLASS)
+    data = tmp_path / "qa.txt"
+    data.write_text("".join(f"what is {i} plus {i} ?|{2 * i}\n" for i in range(6)))
+    return str(code), str(data)
+
+
+def _cfg(code, data, name, **kw):
+    return DataConfig(train_files=[data], val_files=[data], custom_cls=CustomDatasetConfig(path=code, name=name), **kw)
+
+
+def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
+    code, data = setup
+    cfg = _cfg(code, data, "Lines", train_batch_size=2, val_max_samples=4, shuffle=False)
+    train = load_prompt_dataset(cfg, tiny_tokenizer, "train")
+    assert len(train) == 6
+    item = train[3]
+    assert item["prompt"] == [{"role": "user", "content": "Q: what is 3 plus 3 ?"}]  # raw_prompt, as verl's rollout reads it
+    assert (item["data_source"], item["ground_truth"], item["extra_info"]) == ("lines", "6", {"index": 3})
+    assert item["input_ids"] == tiny_tokenizer(item["prompt_text"], add_special_tokens=False)["input_ids"]
+    assert "Q: what is 3 plus 3 ?" in item["prompt_text"]
+    loader, val, info = build_loaders(cfg, tiny_tokenizer)
+    assert info["train_prompts"] == 6 and info["val_prompts"] == 4  # max_samples reaches the class for validation
+    batch = loader.next_batch()
+    assert list(batch["ground_truth"]) == ["0", "2"]
+
+
+@pytest.mark.parametrize("name, path, message", [
+    ("Lines", "missing.py", r"data.custom_cls.path: 'missing.py' does not exist"),
+    ("Linez", None, r"data.custom_cls.name: .* defines no 'Linez'; classes it defines: Iterable, Lines, NoRows, NotADict, OldSignature"),
+    ("compute", None, r"data.custom_cls.name: 'compute' in .* is a int, not a class"),
+    ("Iterable", None, r"data.custom_cls.name: 'Iterable' .* has no __getitem__ / __len__: rl-core reads a map-style dataset"),
+    ("OldSignature", None, r"data.custom_cls.name: OldSignature\(data_files, tokenizer, config, processor, max_samples\) cannot be called"),
+    ("NoRows", None, r"data.custom_cls.name=NoRows \(.*\), train item 0: no ground truth"),
+    ("NotADict", None, r"data.custom_cls.name=NotADict \(.*\), train item 0: an item must be a row dict"),
+])
+def test_bad_class_errors_name_the_key(setup, tiny_tokenizer, name, path, message):
+    code, data = setup
+    with pytest.raises(DataError, match=message):
+        load_prompt_dataset(_cfg(path or code, data, name), tiny_tokenizer, "train")
+
+
+def test_check_imports_the_class_and_reads_no_rows_itself(setup, tmp_path):
+    from types import SimpleNamespace
+
+    code, data = setup
+    problems, rows = data_problems(SimpleNamespace(data=_cfg(code, data, "Lines")))
+    assert problems == [] and rows == []  # the text file is the class's format, not a row file
+    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, data, "OldSignature")))
+    assert [p.key for p in problems] == ["data.custom_cls.name"]
+    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, str(tmp_path / "none.txt"), "Lines")))
+    assert {p.key for p in problems} == {"data.train_files", "data.val_files"}
+
+
+def test_verl_keys_map_and_a_lone_key_is_refused(setup):
+    from rl_core.config.load import load_report
+    from rl_core.problems import errors
+
+    code, data = setup
+    base = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=builtin:smollm2", f"data.train_files=['{data}']"]
+    loaded = load_report(None, [*base, f"data.custom_cls.path={code}", "data.custom_cls.name=Lines"])
+    assert not errors(loaded.problems)
+    assert (loaded.config.data.custom_cls.path, loaded.config.data.custom_cls.name) == (code, "Lines")
+    loaded = load_report(None, [*base, f"data.custom_cls.path={code}"])
+    assert [p.key for p in errors(loaded.as_written(loaded.problems))] == ["data.custom_cls.name"]
