@@ -481,6 +481,11 @@ class VLLMRollout:
             raise ValueError(f"load_weights: weight {name!r} has shape {tuple(tensor.shape)} but the rollout model's is {want}")
 
     def _reload(self, iterator) -> None:
+        if self.lora_rank:  # LoRA layers wrap the base weights: reload through them (rl_rollout_vllm.lora)
+            from rl_rollout_vllm.lora import reload_base_weights
+
+            self.llm.collective_rpc(reload_base_weights, args=(iterator,))
+            return
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=iterator, is_checkpoint_format=True))
 
     # ------------------------------------------------------------- memory

@@ -76,6 +76,29 @@ def add_adapter(worker, tensors: dict[str, torch.Tensor], peft_config: dict[str,
     return len(lora.loras)
 
 
+def reload_base_weights(worker, weights_iterator) -> None:
+    """Inside the vLLM worker: ``reload_weights`` with the model's LoRA layers unwrapped for the duration.
+
+    vLLM wraps every LoRA-capable layer (``QKVParallelLinear`` -> ``MergedQKVParallelLinearWithLoRA``), so the base
+    tensors live at ``<layer>.base_layer.weight``. vLLM 0.32's reload resolves names through the wrappers; 0.26's (the
+    GPU build) walks module names and fails on the first wrapped layer ("no module or parameter named
+    'layers.0.self_attn.qkv_proj.weight'"). The wrapper's base layer is the same module object either way: putting it in
+    the wrapper's place while the checkpoint-format names load, then putting the wrapper back, writes the same
+    tensors the wrapper computes with on both versions."""
+    from vllm.lora.layers import BaseLayerWithLoRA
+
+    model = worker.model_runner.get_model()
+    swapped = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, BaseLayerWithLoRA)]
+    for parent, name, child in swapped:
+        setattr(parent, name, child.base_layer)
+    try:
+        worker.reload_weights(weights_iterator=weights_iterator, is_checkpoint_format=True)
+    finally:
+        for parent, name, child in swapped:
+            setattr(parent, name, child)
+
+
 def _slot_module(models, module: str) -> tuple[Any, int] | None:
     """vLLM's LoRA layer holding HF module ``module`` and its slice (q_proj -> (qkv_proj layer, 0)); None if none."""
     layer = models.modules.get(module)
