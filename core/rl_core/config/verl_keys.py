@@ -210,8 +210,9 @@ RULES: tuple[Rule, ...] = (
        note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model, and for MoE models "
             "the router / aux-loss / dispatcher fields (moe_router_dtype, moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
             "moe_token_dispatcher_type, moe_enable_deepep, ...: rl_train_megatron.options.MOE_PASSED); any other field only "
-            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias, context parallelism, "
-            "sequence parallelism and uneven pipeline stages refused)"),
+            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias and "
+            "sequence parallelism refused). Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
+            "account_for_embedding / loss_in_pipeline_split) are passed and the conversion follows them (rl_train_megatron.stages)"),
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),
     _same("actor_rollout_ref.*.megatron.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),

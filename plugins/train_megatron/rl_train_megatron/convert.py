@@ -258,7 +258,11 @@ def merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
 
 
 def stage_layers(shape: ModelShape, pp: int, pp_rank: int) -> range:
-    """The global layer numbers on pipeline stage ``pp_rank`` (equal shares, in order)."""
+    """The global layer numbers on pipeline stage ``pp_rank``, in order: ``shape.stages`` (uneven stages,
+    :mod:`rl_train_megatron.stages`) or equal shares."""
+    if pp > 1 and shape.stages:
+        start = sum(shape.stages[:pp_rank])
+        return range(start, start + shape.stages[pp_rank])
     per = shape.layers // pp
     return range(pp_rank * per, (pp_rank + 1) * per)
 

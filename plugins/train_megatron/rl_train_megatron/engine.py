@@ -48,6 +48,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+import attrs
 import torch
 import torch.distributed as dist
 from rl_core.backends import WorkerContext
@@ -73,6 +74,16 @@ class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint written with another role or parallel layout."""
 
 
+def pipeline_stages(layers: int, pp: int, given: dict) -> tuple[int, ...]:
+    """Layers per stage (:func:`rl_train_megatron.stages.stage_sizes`); a bad split names its transformer_config field."""
+    from rl_train_megatron.stages import StageSplitError, stage_sizes
+
+    try:
+        return stage_sizes(layers, pp, given)
+    except StageSplitError as exc:
+        raise mmodel.ParallelSizeError(f"train.options.transformer_config.{exc.field}: {exc}") from None
+
+
 def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
     """The role's engine (core's driver over :class:`MegatronBackend`), for benches and tests; ``kwargs``: RoleEngine's."""
     return RoleEngine(MegatronBackend(role, config, context), **kwargs)
@@ -93,8 +104,10 @@ class MegatronBackend(TrainBackend):
         self.shape = mmodel.model_shape(hf.config, critic=role == "critic", key=key)
         if not self.shape.moe:
             etp = None  # a dense model has no experts to slice (a config's expert TP is only checked against MoE models)
-        mmodel.check_divisible(self.shape, tp, pp, ep, etp)
         opts = megatron_options(config)
+        if pp > 1:
+            self.shape = attrs.evolve(self.shape, stages=pipeline_stages(self.shape.layers, pp, opts.transformer_config))
+        mmodel.check_divisible(self.shape, tp, pp, ep, etp)
         if self.shape.moe and self.device.type == "cpu":
             mmodel.check_moe_on_cpu(opts.transformer_config)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
@@ -384,6 +397,8 @@ class MegatronBackend(TrainBackend):
         out = {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world, **({"cp": t.cp} if t.cp > 1 else {})}
         if self.shape.moe:
             out.update(ep=t.ep, etp=t.etp)
+        if self.shape.stages and len(set(self.shape.stages)) > 1:  # uneven pipeline stages
+            out["stages"] = list(self.shape.stages)
         return out
 
     def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:

@@ -71,6 +71,8 @@ class ModelShape:
     moe_ffn: int = 0  # each routed expert's intermediate size
     shared_ffn: int = 0  # Qwen2-MoE's shared expert (0: none)
     norm_topk: bool = True  # renormalise the top-k routing weights (HF norm_topk_prob)
+    # decoder layers on each pipeline stage (rl_train_megatron.stages; empty: layers / PP each)
+    stages: tuple[int, ...] = ()
 
     @property
     def moe(self) -> bool:
@@ -168,7 +170,10 @@ def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int |
     for what, n in dims:
         if n % tp:
             raise ParallelSizeError(f"{key}={tp} does not divide the model's {what} ({n} % {tp} = {n % tp}); pick a TP that divides {n}")
-    if shape.layers % pp:
+    if shape.stages:
+        if len(shape.stages) != pp or sum(shape.stages) != shape.layers:
+            raise ParallelSizeError(f"the pipeline split {shape.stages} does not give the model's {shape.layers} layers to {pp} stages")
+    elif shape.layers % pp:
         raise ParallelSizeError(
             f"train.pipeline_model_parallel_size={pp} does not divide the model's {shape.layers} layers "
             f"({shape.layers} % {pp} = {shape.layers % pp}); pick a PP that divides {shape.layers}"
@@ -216,9 +221,12 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     from rl_train_megatron.options import FIXED, PASSED_THROUGH
 
     from rl_train_megatron.options import MOE_PASSED
+    from rl_train_megatron.stages import split_fields
 
     moe = moe_config(shape, ep, tp if etp is None else etp)
     extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
+    if pp > 1:  # uneven pipeline stages: megatron-core builds each stage's layers by them (the conversion follows shape.stages)
+        extra.update(split_fields(passed))
     return TransformerConfig(
         num_layers=shape.layers,
         hidden_size=shape.hidden,

@@ -63,10 +63,11 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
             f"train.tensor_model_parallel_size={tp} x train.context_parallel_size={cp} x train.pipeline_model_parallel_size={pp} = {mp} "
             f"does not divide the {world} worker processes ({world} % {mp} = {world % mp}); choose TP x CP x PP among the divisors of {world}"
         )
-    if ep > 1 and pp > 1:
+    if ep > 1 and pp > 1 and etp != tp * cp:
         raise ParallelSizeError(
-            f"train.expert_model_parallel_size={ep} with train.pipeline_model_parallel_size={pp}: the engine lays a replica's pipeline "
-            "stages on consecutive ranks, where megatron-core's expert layout needs the pipeline stages last; use EP with PP 1"
+            f"train.expert_tensor_parallel_size={etp} with train.expert_model_parallel_size={ep} and train.pipeline_model_parallel_size={pp}: "
+            f"with expert parallelism across pipeline stages each expert must be sliced over the TP ranks ({tp}); "
+            f"set train.expert_tensor_parallel_size={tp} (or leave it null)"
         )
     if world % (etp * ep * pp):
         raise ParallelSizeError(
@@ -80,8 +81,11 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
         # megatron-core asks the expert layers' data-parallel size to equal the attention's unless pp is last in the
         # order; these models have no experts, so their (unused) expert groups are laid out like TP x CP
         extra = {"expert_tensor_parallel_size": tp * cp if cp > 1 and pp > 1 and ep == 1 else etp}
+        order = "tp-cp-pp-ep-dp" if ep > 1 else "tp-cp-pp-dp"
+        if ep > 1 and pp > 1:
+            order = _StagesInsideReplicas(order)
         mpu.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order="tp-cp-pp-ep-dp" if ep > 1 else "tp-cp-pp-dp",
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order=order,
             create_gloo_process_groups=False, expert_model_parallel_size=ep, **extra,
         )
         _STATE["sizes"] = (tp, pp, cp, ep, etp)
@@ -95,6 +99,22 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
         cpu_shims.install()
     _STATE["users"] += 1
     return current()
+
+
+class _StagesInsideReplicas(str):
+    """The rank order ``tp-cp-pp-ep-dp`` for expert parallelism with pipeline stages.
+
+    megatron-core 0.16.1's ``initialize_model_parallel`` asserts, for an order that does not end with ``pp``, that the
+    expert layers' data-parallel size equals the attention's; with EP > 1 and PP > 1 it never does (expert-DP = DP / EP).
+    The assertion protects megatron-core's own DDP / distributed-optimizer buffers, which this engine does not use
+    (gradients are summed here: :mod:`rl_train_megatron.grads`). What the layout needs is that both rank generators
+    put the pipeline stages on the same ranks, which megatron-core asserts right after (``get_ranks("pp")`` equal:
+    true when the expert TP is TP x CP). With this order a replica's stages stay on consecutive ranks (the
+    controller's dispatch) and an EP group joins the same stage of ``EP`` neighbouring replicas. The str reports
+    ending with ``pp`` to that one assertion; every other use reads the plain order."""
+
+    def endswith(self, suffix, *args):  # noqa: D102 - see the class
+        return True if suffix == "pp" and not args else str.endswith(self, suffix, *args)
 
 
 def current() -> Topology:

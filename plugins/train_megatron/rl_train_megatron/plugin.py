@@ -37,12 +37,11 @@ def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
     etp = config.train.expert_tensor_parallel_size
     out = []
     pp = config.train.pipeline_model_parallel_size
-    if ep > 1 and pp > 1:
-        out.append(Problem(key="train.expert_model_parallel_size",
-                           what=f"is {ep} with train.pipeline_model_parallel_size={pp}: expert parallelism together with pipeline stages is a "
-                                "feature rl-core's megatron train backend does not have (its ranks put a replica's stages side by side; "
-                                "megatron-core's expert layout needs the stages last)",
-                           fix="set train.pipeline_model_parallel_size=1 with expert parallelism (or train.expert_model_parallel_size=1)"))
+    if ep > 1 and pp > 1 and etp is not None and etp != tp:
+        out.append(Problem(key="train.expert_tensor_parallel_size",
+                           what=f"is {etp} with train.expert_model_parallel_size={ep} and train.pipeline_model_parallel_size={pp}: with experts "
+                                "split across pipeline stages the megatron train backend slices each expert over the TP ranks",
+                           fix=f"set train.expert_tensor_parallel_size={tp} (train.tensor_model_parallel_size), or leave it null"))
     if etp is not None and etp not in (1, tp):
         out.append(Problem(key="train.expert_tensor_parallel_size",
                            what=f"is {etp}: the megatron train backend slices each expert over 1 rank or over the TP ranks ({tp})",
@@ -100,7 +99,10 @@ def check_parallel_sizes(config) -> list[Problem]:
             )
             break
     layers = data.get("num_hidden_layers")
-    if pp > 1 and isinstance(layers, int) and layers % pp:
+    from rl_train_megatron.stages import split_fields
+
+    uneven = split_fields(((config.train.options or {}).get("transformer_config") or {}))  # checked by check_transformer_config
+    if pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
         problems.append(
             Problem(
                 key="train.pipeline_model_parallel_size",
@@ -163,10 +165,6 @@ _MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel
 _FEATURES = {
     "hierarchical_context_parallel_sizes": "hierarchical context parallelism (rl-core's CP is one group: train.context_parallel_size)",
     "sequence_parallel": "Megatron sequence parallelism",
-    "num_layers_in_first_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
-    "num_layers_in_last_pipeline_stage": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
-    "account_for_embedding_in_pipeline_split": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
-    "account_for_loss_in_pipeline_split": "uneven pipeline stages (the engine gives every stage an equal share of the layers)",
     "pipeline_model_parallel_layout": "a custom pipeline layout",
     "virtual_pipeline_model_parallel_size": "virtual (interleaved) pipeline stages",
     "fp8": "FP8 training",
@@ -189,6 +187,7 @@ def check_transformer_config(config) -> list[Problem]:
     TransformerConfig: recomputation fields are passed to the model; any other field only at the value the engine
     builds with; MoE, context parallelism, uneven pipeline stages and fields the dataclass lacks are refused."""
     from rl_train_megatron.options import FIXED, MOE_PASSED, PASSED_THROUGH, moe_cpu_problems
+    from rl_train_megatron.stages import FIELDS as SPLIT_FIELDS
 
     given = (config.train.options or {}).get("transformer_config") or {}
     if not isinstance(given, dict) or not given:
@@ -230,7 +229,7 @@ def check_transformer_config(config) -> list[Problem]:
         elif name not in fields:
             out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
                                fix=f"remove {key}, or fix its name"))
-        elif name in PASSED_THROUGH:
+        elif name in PASSED_THROUGH or name in SPLIT_FIELDS:
             continue
         elif name in _CP:
             out.extend(_cp_field(config, key, name, value))
@@ -247,7 +246,26 @@ def check_transformer_config(config) -> list[Problem]:
                     else f"is {value!r}, but the engine builds the model with {name}={getattr(ours, 'name', ours)!r} and passes through only "
                          f"activation recomputation ({', '.join(PASSED_THROUGH)})")
             out.append(Problem(key=key, what=what, fix=f"remove {key}" + ("" if feature else f", or set it to {getattr(ours, 'name', ours)!r}")))
-    return out
+    return out + _stage_split(config, given, data)
+
+
+def _stage_split(config, given: dict, data: dict | None) -> list[Problem]:
+    """Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, account_for_*_in_pipeline_split): the split
+    megatron-core would make must exist for the model's layers (checked when its config.json is readable)."""
+    from rl_train_megatron.stages import StageSplitError, split_fields, stage_sizes
+
+    if not split_fields(given):
+        return []
+    pp = config.train.pipeline_model_parallel_size
+    layers = (data or {}).get("num_hidden_layers")
+    try:
+        if pp == 1 or isinstance(layers, int):
+            stage_sizes(layers if isinstance(layers, int) else 1, pp, given)
+    except StageSplitError as exc:
+        key = f"train.options.transformer_config.{exc.field}" if exc.field != "pipeline_model_parallel_size" else "train.pipeline_model_parallel_size"
+        return [Problem(key=key, what=str(exc), fix="choose stage sizes that add up to the model's layers (num_hidden_layers "
+                        f"{layers}), the stages in between sharing the rest equally; or remove the uneven-stage fields")]
+    return []
 
 
 _CP = ("context_parallel_size", "cp_comm_type")

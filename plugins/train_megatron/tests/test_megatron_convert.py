@@ -76,6 +76,27 @@ def test_round_trip_is_exact(tmp_path, arch, critic, tp, pp):
         assert torch.equal(back[name], t), name
 
 
+def test_round_trip_with_uneven_pipeline_stages(tmp_path):
+    """num_layers_in_first_pipeline_stage=1 over PP 2 with TP 2: stage 0 holds layer 0, stage 1 layers 1-3 (local 0-2)."""
+    import attrs
+
+    from rl_train_megatron.stages import stage_sizes
+
+    cfg, hf = _hf(tmp_path, "qwen2", False)
+    shape = model_shape(cfg)
+    shape = attrs.evolve(shape, stages=stage_sizes(shape.layers, 2, {"num_layers_in_first_pipeline_stage": 1}))
+    assert shape.stages == (1, shape.layers - 1)
+    check_divisible(shape, 2, 2)
+    full = convert.hf_to_full(hf, shape)
+    per_rank = {(t, p): convert.split_for_rank(full, shape, 2, t, 2, p) for t in range(2) for p in range(2)}
+    layers = [{k.split(".")[2] for k in per_rank[(0, p)] if k.startswith("decoder.layers.")} for p in range(2)]
+    assert layers == [{"0"}, {str(i) for i in range(shape.layers - 1)}]
+    assert torch.equal(per_rank[(0, 1)]["decoder.layers.0.input_layernorm.weight"], hf["model.layers.1.input_layernorm.weight"])
+    back = convert.full_to_hf_dict(convert.merge_ranks(per_rank, shape, 2, 2), shape)
+    want = {k: v for k, v in hf.items() if not (shape.tied and k == "lm_head.weight")}
+    assert set(back) == set(want) and all(torch.equal(back[n], t) for n, t in want.items())
+
+
 def test_tied_embeddings_reach_the_last_pipeline_stage_as_its_lm_head(tmp_path):
     cfg, hf = _hf(tmp_path, "qwen2")
     shape = model_shape(cfg)

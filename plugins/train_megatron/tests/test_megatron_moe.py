@@ -3,8 +3,9 @@
 - HF -> Megatron (experts split over EP ranks) -> HF gives back every tensor bit for bit;
 - one process: a Qwen3-MoE backward equals transformers' on the same loss, with megatron-core's router aux and z
   losses computed independently from transformers' router logits (their gradients enter through megatron's scaler);
-- EP 2 on 2 gloo processes (each rank its half of the step: data parallel 2) equals one process: loss, gradient norm,
-  router-loss metrics, log-probs and the weights after the update.
+- EP 2 x PP 2 with uneven stages (1 + 2 layers) on 4 gloo processes (each replica its half of the step: data parallel
+  2; an EP group joins the same stage of both replicas) equals one process: loss, gradient norm, router-loss metrics,
+  log-probs and the weights after the update.
 """
 
 from __future__ import annotations
@@ -26,17 +27,21 @@ pytestmark = pytest.mark.megatron
 AUX, Z = 0.01, 0.001  # megatron's moe_aux_loss_coeff / moe_z_loss_coeff in the engine tests
 
 
-def _config(model_dir, ep: int = 1):
+def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None):
     cfg = default_config(model_dir)
-    # one mini-batch: each rank's half of the step then makes the same global mini-batch as one process's whole step
+    # one mini-batch: each replica's half of the step then makes the same global mini-batch as one process's whole step
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
     tc = {"moe_aux_loss_coeff": AUX, "moe_z_loss_coeff": Z, "moe_router_dtype": "fp32"}
-    return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, options={"transformer_config": tc}))
+    if first_stage is not None:
+        tc["num_layers_in_first_pipeline_stage"] = first_stage
+    train = attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, pipeline_model_parallel_size=pp, options={"transformer_config": tc})
+    return attrs.evolve(cfg, train=train)
 
 
 @pytest.fixture(scope="module")
 def qwen3_moe(tmp_path_factory):
-    return make_tiny_model_dir(tmp_path_factory.mktemp("qwen3_moe"), "qwen3_moe", hidden=32, layers=2, seed=0)
+    # 3 layers: two pipeline stages split them unevenly (1 + 2)
+    return make_tiny_model_dir(tmp_path_factory.mktemp("qwen3_moe"), "qwen3_moe", hidden=32, layers=3, seed=0)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "qwen2_moe"])
@@ -62,6 +67,12 @@ def test_conversion_round_trip_with_experts_split_over_ep_ranks(arch):
         assert set(back) == set(hf)
         for name, t in hf.items():
             assert torch.equal(back[name], t), (ep, name)
+    # experts split over EP 2 on each of 2 pipeline stages (layer 0 | layer 1)
+    staged = attrs.evolve(shape, stages=(1, 1))
+    shards = {(0, p, e): convert.split_for_rank(full, staged, 1, 0, 2, p, 2, e) for p in range(2) for e in range(2)}
+    assert all(sum(k.endswith("local_experts.0.linear_fc1.weight") for k in shards[(0, p, 0)]) == 1 for p in range(2))
+    back = convert.full_to_hf_dict(convert.merge_ranks(shards, staged, 1, 2, 2), staged)
+    assert set(back) == set(hf) and all(torch.equal(back[n], t) for n, t in hf.items())
 
 
 def _reference_loss(hf, t, R: int, mask: torch.Tensor):
@@ -128,11 +139,14 @@ def test_backward_equals_transformers_with_router_losses(qwen3_moe):
 def run_ep(rank: int, world: int, config, step) -> dict:
     from rl_train_megatron.engine import build_engine
 
-    half = len(step) // world
-    mine = step.index(torch.arange(rank * half, (rank + 1) * half))
+    stages = config.train.pipeline_model_parallel_size  # a replica's stages are consecutive ranks (the controller's dispatch)
+    half = len(step) // (world // stages)
+    replica = rank // stages
+    mine = step.index(torch.arange(replica * half, (replica + 1) * half))
     actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
     try:
-        out = {"experts": sum(1 for n, _ in actor.backend.model.named_parameters() if ".local_experts." in n)}
+        model = actor.backend.model
+        out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers)}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
         out["metrics"] = actor.update(mine)
         out["weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
@@ -142,13 +156,16 @@ def run_ep(rank: int, world: int, config, step) -> dict:
 
 
 @pytest.mark.dist
-def test_ep2_on_two_processes_equals_one_process(qwen3_moe):
+def test_ep2_across_two_uneven_pipeline_stages_equals_one_process(qwen3_moe):
+    """EP 2 x PP 2 on 4 processes (ranks 0-1: replica 0's stages, 2-3: replica 1's; EP groups {0, 2} and {1, 3}), the
+    first stage holding 1 layer and the last 2 (num_layers_in_first_pipeline_stage=1) == EP 1 x PP 1 on one process."""
     step = make_step_batch(qwen3_moe)
-    one = run_ep(0, 1, _config(qwen3_moe, ep=1), step)
-    two = run_distributed(run_ep, 2, _config(qwen3_moe, ep=2), step, timeout=300)
-    assert one["experts"] == 2 * 4 * 2 and [o["experts"] for o in two] == [2 * 2 * 2] * 2  # 2 layers x (4 | 2 local experts) x fc1, fc2
-    torch.testing.assert_close(torch.cat([o["log_probs"] for o in two]), one["log_probs"], atol=1e-5, rtol=0)
-    for out in two:
+    one = run_ep(0, 1, _config(qwen3_moe), step)
+    four = run_distributed(run_ep, 4, _config(qwen3_moe, ep=2, pp=2, first_stage=1), step, timeout=400)
+    assert one["layers"] == 3 and one["experts"] == 3 * 4 * 2  # 3 layers x 4 experts x fc1, fc2
+    assert [o["layers"] for o in four] == [1, 2, 1, 2] and [o["experts"] for o in four] == [1 * 2 * 2, 2 * 2 * 2] * 2  # E / EP = 2 local
+    torch.testing.assert_close(torch.cat([four[0]["log_probs"], four[2]["log_probs"]]), one["log_probs"], atol=1e-5, rtol=0)
+    for out in four:
         for key in ("loss", "grad_norm", "actor/pg_loss", "actor/moe/load_balancing_loss", "actor/moe/z_loss"):
             assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
         assert set(out["weights"]) == set(one["weights"])
