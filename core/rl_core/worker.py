@@ -99,7 +99,9 @@ class HybridWorker:
             out.meta["rollout_seconds"] = time.perf_counter() - start
             if receipt is not None:
                 out.meta["weight_receipt"] = receipt
-        if self.stack.config.rollout.enable_sleep and self.context.device != "cpu":
+        # a rollout pool of its own (no actor here) never sleeps: nothing else runs on its GPU, and a large engine
+        # would pay a host round trip of its weights and the graph captures every step for memory nobody uses
+        if self.stack.config.rollout.enable_sleep and self.context.device != "cpu" and self.actor is not None:
             self.rollout.sleep()
             self._sleeping = True
         return out

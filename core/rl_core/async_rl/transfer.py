@@ -105,6 +105,8 @@ class TransferGroup:
 
         def run() -> None:
             try:
+                if self.device.type == "cuda":  # the current GPU is per thread (a new one starts on cuda:0): NCCL's
+                    torch.cuda.set_device(self.device)  # stream and the header tensors on this member's GPU, not GPU 0's
                 self._send_packed(packed)
             except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by wait_sent
                 self._failure = exc
