@@ -281,6 +281,14 @@ def estimate(
         t["reference parameters"] = c * Pt / S
     if config.critic.enable and "critic" not in pools:
         t["critic parameters + AdamW"] = 12 * Pt / S
+    zero = getattr(config.train, "distributed_optimizer", False) and sharding == "model" and not actor.lora
+    if zero:  # AdamW's state dealt over the ranks holding the same weights (DP x CP; experts: expert-DP): 8 P / world per rank
+        world = max(1, sizes.world_size)
+        if t.get("actor AdamW state"):
+            t["actor AdamW state"] = 8 * P / world
+        if "critic parameters + AdamW" in t:
+            t["critic parameters + AdamW"] = 4 * Pt / S + 8 * P / world
+        notes_moe.append(f"train.distributed_optimizer: AdamW state over all {world} ranks (each rank steps the tensors it owns)")
     fraction_engine = bool(getattr(rollout, "memory_fraction", False)) and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
     kv_rows, kv_slots = static_cache_size(config, shape, device, gen_batch, prompt + R)

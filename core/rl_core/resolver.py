@@ -150,6 +150,14 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
         ("sp", "train.sequence_parallel_size", config.train.sequence_parallel_size),
         ("ulysses", "actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size),
     ]
+    if config.train.distributed_optimizer and "distributed_optimizer" not in train.parallelism:
+        sharded = " (it shards the AdamW state over every rank already)" if train.state_sharding == "data" else ""
+        problems.append(Problem(
+            key="train.distributed_optimizer",
+            what=f"train backend {train.name!r} has no distributed optimizer{sharded}",
+            fix=f"set train.distributed_optimizer=false, or use a train backend with one"
+                f"{_installed(registry, 'train', lambda c: 'distributed_optimizer' in c.parallelism)}",
+        ))
     for cap, key, size in wanted:
         if size > 1 and cap not in train.parallelism:
             problems.append(

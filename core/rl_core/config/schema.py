@@ -236,6 +236,9 @@ class TrainBackendConfig:
     # of each expert (null: train.tensor_model_parallel_size); ETP x EP x PP must divide the world
     expert_model_parallel_size: int = pos(1, hint="1 turns it off; it must divide the model's experts and, times the expert TP and PP, the world size")
     expert_tensor_parallel_size: int | None = pos(None, hint="null = train.tensor_model_parallel_size; 1 keeps each expert whole")
+    # AdamW's state sharded over the data-parallel ranks that hold the same weights (ZeRO stage 1; Megatron's
+    # use_distributed_optimizer): a train backend with "distributed_optimizer" (a backend that shards every state refuses it)
+    distributed_optimizer: bool = False
     options: dict[str, Any] = field(factory=dict)  # backend-specific knobs, passed through
 
 

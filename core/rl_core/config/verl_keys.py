@@ -202,10 +202,11 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.{use_flash_attn,persist_layer_norm,deallocate_pipeline_outputs,moe_grouped_gemm}",
          "a Megatron kernel switch (" + _PERF + ")"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.swiglu", [True], "a Megatron MLP other than SwiGLU", "none (rl-core's Megatron MLP is SwiGLU)"),
-    _same("actor_rollout_ref.*.megatron.override_transformer_config.use_distributed_optimizer", [False],
-          "Megatron's distributed optimizer (AdamW state sharded over data-parallel ranks; megatron-core 0.16's DistributedOptimizer "
-          "takes only torch.cuda parameters and its grad buffers use CUDA streams, so rl-core's megatron backend, tested on the CPU, "
-          "does not build it)", "train.options.optimizer_offload; train.name=fsdp shards it"),
+    _m("actor_rollout_ref.actor.megatron.override_transformer_config.use_distributed_optimizer", "train.distributed_optimizer",
+       note="Megatron's distributed optimizer: AdamW's state sharded over the data-parallel ranks that hold the same weights (ZeRO-1, "
+            "rl_train_megatron.zero; megatron-core's own DistributedOptimizer needs CUDA parameters, so the megatron backend deals "
+            "whole tensors to owner ranks and broadcasts their update: the same numbers as the plain optimizer)"),
+    _ign("actor_rollout_ref.ref.megatron.override_transformer_config.use_distributed_optimizer", "the reference model has no optimizer"),
     _m("actor_rollout_ref.actor.megatron.override_transformer_config.*", "train.options.transformer_config.*",
        note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model, and for MoE models "
             "the router / aux-loss / dispatcher fields (moe_router_dtype, moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "

@@ -61,7 +61,7 @@ from rl_core.train_engine import offload
 from rl_core.train_engine.hf_export import write_hf_folder
 
 from rl_train_megatron import context_parallel as cp_mod
-from rl_train_megatron import convert, grads, parallel
+from rl_train_megatron import convert, grads, parallel, zero
 from rl_train_megatron import model as mmodel
 from rl_train_megatron.options import megatron_options, transformer_overrides
 from rl_train_megatron.pipeline import Pipe
@@ -154,8 +154,23 @@ class MegatronBackend(TrainBackend):
         self.offload_log: list[tuple[str, str, int]] = []  # (what, where to, how many tensors): the tests' view
         if self.param_offload:
             self._send("params", torch.device("cpu"))
-        if self.trainable:
+        self.zero = None  # train.distributed_optimizer: AdamW state sharded over the replicas (rl_train_megatron.zero)
+        if self.trainable and getattr(config.train, "distributed_optimizer", False):
+            self.zero = self._sharded_state()
+            self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role)
+        elif self.trainable:
             self.optimizer = build_adamw(self.model, config, role)
+
+    def _sharded_state(self) -> "zero.ShardedState":
+        dense, experts = parallel.grad_group(), parallel.expert_dp_group() if self.shape.moe else None
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        state = zero.ShardedState(named, lambda n: experts if convert.is_expert(n) else dense)
+        if not state.owned:
+            raise mmodel.ParallelSizeError(
+                f"train.distributed_optimizer: rank {self.rank} owns none of its {len(named)} trainable tensors (more data-parallel ranks "
+                "than tensors to deal out); set train.distributed_optimizer=false for this model"
+            )
+        return state
 
     # -------------------------------------------------------------- offload
     def _send(self, what: str, device: torch.device) -> None:
@@ -190,7 +205,13 @@ class MegatronBackend(TrainBackend):
             self.offload_log.append(("optimizer state", "chunks", offload.streamed_step(self.optimizer, self.device, self.offload_chunk_bytes)))
         else:
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.zero is not None:  # each owner's updated parameters to the other replicas
+            self.zero.broadcast()
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Every parameter's gradient (with the distributed optimizer the AdamW holds only this rank's own)."""
+        self.model.zero_grad(set_to_none=True)
 
     def all_reduce(self, value: torch.Tensor, op: str, over: str = "data") -> torch.Tensor:
         return parallel.all_reduce(value, op, parallel.dp_group() if over == "data" else None)
@@ -397,6 +418,8 @@ class MegatronBackend(TrainBackend):
         out = {"role": self.role, "tp": t.tp, "pp": t.pp, "dp": t.dp, "world": t.world, **({"cp": t.cp} if t.cp > 1 else {})}
         if self.shape.moe:
             out.update(ep=t.ep, etp=t.etp)
+        if self.zero is not None:
+            out["distributed_optimizer"] = True
         if self.shape.stages and len(set(self.shape.stages)) > 1:  # uneven pipeline stages
             out["stages"] = list(self.shape.stages)
         return out

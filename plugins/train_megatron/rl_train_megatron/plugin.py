@@ -301,7 +301,7 @@ MEGATRON_CARD = TrainCard(
     description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE configs; tensor (vocab-parallel log-probs) x "
                 "context x pipeline x data parallelism, expert parallelism for MoE layers",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "tp", "pp", "cp", "ep"},
+    parallelism={"dp", "tp", "pp", "cp", "ep", "distributed_optimizer"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     architectures=ARCHITECTURES,

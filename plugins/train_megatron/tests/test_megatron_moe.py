@@ -136,32 +136,68 @@ def test_backward_equals_transformers_with_router_losses(qwen3_moe):
     assert metrics["actor/moe/z_loss"] == pytest.approx(float(ref_z), rel=1e-5)
 
 
-def run_ep(rank: int, world: int, config, step) -> dict:
+def run_ep(rank: int, world: int, config, step, workdir: str | None = None) -> dict:
+    """The plain run; with ``workdir`` also the distributed optimizer (train.distributed_optimizer) on the same layout:
+    an update, a checkpoint, a second update, and a fresh engine that resumes from the checkpoint and does the second."""
     from rl_train_megatron.engine import build_engine
 
     stages = config.train.pipeline_model_parallel_size  # a replica's stages are consecutive ranks (the controller's dispatch)
     half = len(step) // (world // stages)
     replica = rank // stages
     mine = step.index(torch.arange(replica * half, (replica + 1) * half))
-    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
+    ctx = WorkerContext(rank=rank, world_size=world, seed=0)
+    actor = build_engine("actor", config, ctx)
     try:
         model = actor.backend.model
         out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers)}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
         out["metrics"] = actor.update(mine)
         out["weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+        out["metrics_2"] = actor.update(mine)
+        out["weights_2"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+    finally:
+        actor.shutdown()
+    if workdir is None:
+        return out
+    zcfg = attrs.evolve(config, train=attrs.evolve(config.train, distributed_optimizer=True))
+    ckpt = f"{workdir}/zero"
+    actor = build_engine("actor", zcfg, ctx)
+    try:
+        b = actor.backend
+        out["owned"] = [id(p) for p in b.zero.owned]
+        out["trainable"] = [(n, id(p), p.numel()) for n, p in b.model.named_parameters() if p.requires_grad]
+        out["zero_metrics"] = actor.update(mine)
+        out["zero_weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+        out["zero_state_tensors"] = len(b.optimizer.state)
+        actor.save_checkpoint(ckpt)
+        out["zero_metrics_2"] = actor.update(mine)
+        out["zero_weights_2"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+    finally:
+        actor.shutdown()
+    actor = build_engine("actor", zcfg, ctx)
+    try:
+        actor.load_checkpoint(ckpt)
+        out["resumed_metrics_2"] = actor.update(mine)
+        out["resumed_weights_2"] = {n: w.detach().clone() for n, w in actor.named_weights()}
     finally:
         actor.shutdown()
     return out
 
 
-@pytest.mark.dist
-def test_ep2_across_two_uneven_pipeline_stages_equals_one_process(qwen3_moe):
-    """EP 2 x PP 2 on 4 processes (ranks 0-1: replica 0's stages, 2-3: replica 1's; EP groups {0, 2} and {1, 3}), the
-    first stage holding 1 layer and the last 2 (num_layers_in_first_pipeline_stage=1) == EP 1 x PP 1 on one process."""
+@pytest.fixture(scope="module")
+def ep_pp(qwen3_moe, tmp_path_factory):
+    """EP 2 x PP 2 on 4 processes (ranks 0-1: replica 0's stages, 2-3: replica 1's; EP groups {0, 2} and {1, 3}), the first
+    stage holding 1 layer and the last 2 (num_layers_in_first_pipeline_stage=1); and EP 1 x PP 1 on one process."""
     step = make_step_batch(qwen3_moe)
     one = run_ep(0, 1, _config(qwen3_moe), step)
-    four = run_distributed(run_ep, 4, _config(qwen3_moe, ep=2, pp=2, first_stage=1), step, timeout=400)
+    work = str(tmp_path_factory.mktemp("ep_pp"))
+    four = run_distributed(run_ep, 4, _config(qwen3_moe, ep=2, pp=2, first_stage=1), step, work, timeout=400)
+    return one, four
+
+
+@pytest.mark.dist
+def test_ep2_across_two_uneven_pipeline_stages_equals_one_process(ep_pp):
+    one, four = ep_pp
     assert one["layers"] == 3 and one["experts"] == 3 * 4 * 2  # 3 layers x 4 experts x fc1, fc2
     assert [o["layers"] for o in four] == [1, 2, 1, 2] and [o["experts"] for o in four] == [1 * 2 * 2, 2 * 2 * 2] * 2  # E / EP = 2 local
     torch.testing.assert_close(torch.cat([four[0]["log_probs"], four[2]["log_probs"]]), one["log_probs"], atol=1e-5, rtol=0)
@@ -171,3 +207,26 @@ def test_ep2_across_two_uneven_pipeline_stages_equals_one_process(qwen3_moe):
         assert set(out["weights"]) == set(one["weights"])
         for name, w in one["weights"].items():
             torch.testing.assert_close(out["weights"][name], w, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.dist
+def test_distributed_optimizer_shards_adamw_and_updates_as_the_plain_one(ep_pp):
+    """train.distributed_optimizer on the same 4 ranks: each dense tensor is owned by one of the 2 data-parallel replicas
+    (the experts by their one expert-data-parallel rank), each rank's AdamW holds only its own, and the weights after two
+    updates are the plain optimizer's bit for bit; a resume from its checkpoint repeats the second update exactly."""
+    _, four = ep_pp
+    for stage in (0, 1):  # the two replicas of a stage deal its dense tensors between them; experts stay with their rank
+        a, b = four[stage], four[stage + 2]
+        dense = [n for n, _, _ in a["trainable"] if ".local_experts." not in n]
+        mine = {n for n, i, _ in a["trainable"] if i in set(a["owned"])}
+        theirs = {n for n, i, _ in b["trainable"] if i in set(b["owned"])}
+        assert mine.isdisjoint(theirs - {n for n in theirs if ".local_experts." in n}) and set(dense) <= mine | theirs
+        assert 0 < len(mine & set(dense)) < len(dense) and a["zero_state_tensors"] == len(a["owned"]) < len(a["trainable"])
+    for out in four:
+        for key in ("loss", "grad_norm", "actor/pg_loss"):
+            assert out["zero_metrics"][key] == out["metrics"][key] and out["zero_metrics_2"][key] == out["metrics_2"][key], key
+            assert out["resumed_metrics_2"][key] == out["zero_metrics_2"][key], key
+        for name, w in out["weights"].items():
+            assert torch.equal(out["zero_weights"][name], w), name
+            assert torch.equal(out["zero_weights_2"][name], out["weights_2"][name]), name
+            assert torch.equal(out["resumed_weights_2"][name], out["zero_weights_2"][name]), name
