@@ -79,7 +79,6 @@ def test_an_engine_setting_lands_on_rl_cores_key(overrides, key, want):
     (f"{T}.distributed.expert_parallel_size=8", "expert parallelism"),
     (f"+{T}.module_patches=[]", "FSDP-Turbo"),
     (f"+{E}.impl_cfg.recompute=[core_attn]", "recomputing only some modules"),
-    (f"+{E}.impl_cfg.optimizer=fsdp2", "distributed optimizer"),
     (f"+{E}.impl_cfg.no_such_knob=1", "megatron-lite"),
     (f"{V}.fsdp_size=some", "not a number of ranks"),
     (f"{V}.fsdp_size=3", "does not divide"),
