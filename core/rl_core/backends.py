@@ -110,9 +110,10 @@ class TrainEngine(Protocol):
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Critic values ``[b, R]`` for the response tokens (critic role only)."""
 
-    def update(self, batch: Batch, *, on_policy: bool = False) -> dict[str, float]:
+    def update(self, batch: Batch, *, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
         """One PPO update (all epochs and mini-batches) of this role; returns metrics. ``on_policy`` (actor only):
-        the loop skipped the old log-prob pass; the old policy is the current one."""
+        the loop skipped the old log-prob pass; the old policy is the current one. ``keep_log_probs`` (with
+        ``on_policy``): also ``log_probs`` / ``log_probs_computed``, the update forward's (old policy's) log-probs."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (unsharded) HF-named weights, on every rank, one tensor at a time."""

@@ -193,9 +193,10 @@ class HybridWorker:
         """The reward model's outcomes for this worker's share of the step's requests (texts, not token ids)."""
         return self.reward_model.score(requests, rounds)
 
-    def update_actor(self, batch: Batch, on_policy: bool = False) -> dict[str, float]:
-        """``on_policy``: the loop skipped the old log-prob pass (one mini-batch, one epoch; ratio 1)."""
-        return engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy))
+    def update_actor(self, batch: Batch, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
+        """``on_policy``: the loop skipped the old log-prob pass (one mini-batch, one epoch; ratio 1);
+        ``keep_log_probs``: the update's own log-probs come back as ``actor/log_probs`` (+ ``actor/log_probs_computed``)."""
+        return engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy, keep_log_probs=keep_log_probs))
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("critic", self.critic.update(batch))

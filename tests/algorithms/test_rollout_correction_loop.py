@@ -83,3 +83,20 @@ def test_two_step_grpo_with_rollout_is_logs_weight_metrics(tmp_path):
         assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-3
         assert row["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-3)
         assert row["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
+
+
+def test_mismatch_metrics_of_the_update_s_log_probs_cover_only_the_rows_it_computed():
+    from rl_core.algorithms.rollout_correction import offpolicy_metrics
+    from rl_core.trainer.loop import mismatch_metrics
+
+    g = torch.Generator().manual_seed(1)
+    old, roll = -torch.rand(4, 6, generator=g), -torch.rand(4, 6, generator=g)
+    mask = torch.ones(4, 6)
+    mask[2, 4:] = 0
+    computed = torch.tensor([True, False, True, True])  # row 1 left out (zero advantage): its zeros are not log-probs
+    old[1] = 0.0
+    got = mismatch_metrics(old, computed, roll, mask)
+    want = offpolicy_metrics(old[[0, 2, 3]], roll[[0, 2, 3]], mask[[0, 2, 3]].bool())
+    assert got == {f"rollout_corr/{k}": v for k, v in want.items()}
+    assert got["rollout_corr/kl"] != pytest.approx(offpolicy_metrics(old, roll, mask.bool())["kl"])
+    assert mismatch_metrics(old, torch.zeros(4, dtype=torch.bool), roll, mask) == {}

@@ -74,14 +74,15 @@ def test_two_step_job(tmp_path, nprocs, estimator):
 
 
 def test_on_policy_update_skips_the_old_log_prob_pass_with_the_same_result(tmp_path):
-    """One mini-batch, one epoch: old == current, so skipping the extra forward pass changes nothing."""
+    """One mini-batch, one epoch: old == current, so skipping the extra forward pass changes nothing; with
+    rollout.calculate_log_probs the mismatch metrics come from the update's own forward, equal to the pass's."""
     rows = {}
     for recompute in (True, False):
         # every row in the update (no zero-advantage skipping): on-policy, actor/entropy comes from the update's
         # forward, and it must cover the same rows as the old-log-prob pass's to compare
         cfg_path = write_tiny_run(
             tmp_path / str(recompute), steps=1, actor__ppo_mini_batch_size=4, actor__recompute_old_log_prob=recompute,
-            actor__skip_zero_advantage_rows=False,
+            actor__skip_zero_advantage_rows=False, rollout__calculate_log_probs=True,
         )
         stack, problems = resolve(load_config(cfg_path))
         assert stack is not None, [p.render() for p in problems]
@@ -95,6 +96,11 @@ def test_on_policy_update_skips_the_old_log_prob_pass_with_the_same_result(tmp_p
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "reward/mean"):
         assert rows[True][key] == pytest.approx(rows[False][key], rel=1e-5, abs=1e-7), key
     assert rows[True]["actor/pg_clipfrac"] == rows[False]["actor/pg_clipfrac"] == 0.0
+    # pi_old's log-probs vs the rollout's: the same numbers from the pass and from the update's forward (the hf
+    # rollout runs the same fp32 model, so the gap itself is ~0; a wrong or missing row would show in it)
+    for key in ("training_log_ppl", "rollout_log_ppl", "kl", "k3_kl", "log_prob_abs_diff_mean", "log_prob_abs_diff_max", "chi2_seq"):
+        assert rows[True][f"rollout_corr/{key}"] == pytest.approx(rows[False][f"rollout_corr/{key}"], rel=1e-4, abs=1e-6), key
+    assert rows[False]["rollout_corr/log_prob_abs_diff_max"] < 1e-3
 
 
 def test_on_policy_is_the_default_only_when_it_holds(tmp_path):
@@ -108,5 +114,7 @@ def test_on_policy_is_the_default_only_when_it_holds(tmp_path):
     assert plan(actor__ppo_mini_batch_size=4) is False  # 4 prompts, one mini-batch, one epoch
     assert plan(actor__ppo_mini_batch_size=2) is True  # two optimizer steps: the second is off-policy
     assert plan(actor__ppo_mini_batch_size=4, actor__ppo_epochs=2) is True
-    # the rollout's log-probs are asked for to compare with pi_old's (rollout_corr/log_prob_abs_diff_*)
-    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True) is True
+    # the rollout's log-probs are asked for to compare with pi_old's (rollout_corr/*): the update's forward gives them
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True) is False
+    # a correction weights the loss by them: computed first
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True, algorithm__rollout_correction__rollout_is="token") is True

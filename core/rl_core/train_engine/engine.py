@@ -135,11 +135,14 @@ class RoleEngine:
             for group, base in zip(self.backend.optimizer.param_groups, self._scheduler.base_lrs):
                 group["lr"] = base * self._schedule(self._scheduler.last_epoch)
 
-    def update(self, batch: Batch, *, on_policy: bool = False) -> dict[str, float]:
+    def update(self, batch: Batch, *, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
         """One PPO update of this role over ``batch`` (this rank's shard of the step); returns metrics.
 
         ``on_policy`` (the actor only; said by the loop, which then skips the old log-prob pass): one mini-batch, one
         epoch, the old policy is the current one (ratio 1) and ``old_log_probs`` are not needed.
+        ``keep_log_probs`` (with ``on_policy``): the update's own forward log-probs come back too, as ``log_probs``
+        (``[rows, R]`` float32, CPU; the old policy's) and ``log_probs_computed`` (``[rows]`` bool: False for rows the
+        update left out, :mod:`rl_core.algorithms.zero_advantage`), so the loop needs no separate pass for them.
 
         ``loss`` (the role's loss on the global mini-batch, averaged over mini-batches and epochs), ``grad_norm``
         (before clipping, averaged over optimizer steps), ``lr``, and the loss functions' own metrics averaged over
@@ -157,16 +160,21 @@ class RoleEngine:
         sizes = self.sizes or role_sizes(self.config, self.role)
         if (problem := upd.on_policy_problem(self.role, batch, on_policy, sizes.mini_batches, sizes.epochs)) is not None:
             raise TrainSizeError(f"{self.role} update: {problem}")
+        if keep_log_probs and not on_policy:
+            raise TrainSizeError(f"{self.role} update: keep_log_probs=True needs on_policy=True (only then are the update's log-probs the old policy's)")
         cfg = role_config(self.config, self.role)
         temperature = upd.sampling_temperature(batch.meta.get("temperature", self.config.rollout.temperature))
         self.scheduler  # noqa: B018 - built before the lr is read (LambdaLR sets the first value)
         lr = b.optimizer.param_groups[0]["lr"]
         with b.on_device("update"):
-            out = self._update(batch, b, rows, sizes, cfg, temperature, on_policy)
+            kept = upd.KeptLogProbs(rows, batch.tensors["responses"].shape[1]) if keep_log_probs else None
+            out = self._update(batch, b, rows, sizes, cfg, temperature, on_policy, kept)
         out["lr"] = lr
+        if kept is not None:
+            out.update(log_probs=kept.values, log_probs_computed=kept.computed)
         return out
 
-    def _update(self, batch, b, rows, sizes, cfg, temperature, on_policy) -> dict[str, float]:
+    def _update(self, batch, b, rows, sizes, cfg, temperature, on_policy, kept=None) -> dict[str, float]:
         scheduler = self.scheduler
         mini_rows = sizes.mini_rows(rows)
         b.model.train()
@@ -180,8 +188,9 @@ class RoleEngine:
             else:
                 order = torch.arange(rows)
             for k in range(sizes.mini_batches):
-                mini = batch.index(order[k * mini_rows : (k + 1) * mini_rows])
-                loss, norm, metrics = upd.mini_batch_step(b, mini, sizes.micro, cfg, temperature, on_policy, self.policy_loss)
+                ids = order[k * mini_rows : (k + 1) * mini_rows]
+                mini = batch.index(ids)
+                loss, norm, metrics = upd.mini_batch_step(b, mini, sizes.micro, cfg, temperature, on_policy, self.policy_loss, kept, ids)
                 losses.append(loss)
                 norms.append(norm)
                 for name, value in metrics.items():

@@ -155,16 +155,41 @@ def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: boo
     )
 
 
-def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss) -> tuple[float, float, dict[str, float]]:
-    """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``."""
+class KeptLogProbs:
+    """The log-probs an on-policy update's own forward computed, per row of the update's batch (``rows x width``).
+
+    One mini-batch, one epoch: every micro-batch's forward runs before the only optimizer step, so these are the
+    old policy's log-probs (what a separate pass would give, up to rounding and dropout), kept instead of running
+    that pass (``rl_core.trainer.loop``: ``rollout.calculate_log_probs`` without a rollout correction). Rows the
+    update left out (zero advantage) stay marked not ``computed``.
+    """
+
+    def __init__(self, rows: int, width: int) -> None:
+        self.values = torch.zeros(rows, width, dtype=torch.float32)
+        self.computed = torch.zeros(rows, dtype=torch.bool)
+
+    def add(self, ids: torch.Tensor, log_probs: torch.Tensor) -> None:
+        ids = ids.cpu()
+        self.values[ids, : log_probs.shape[-1]] = log_probs.detach().float().cpu()
+        self.computed[ids] = True
+
+
+def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss,
+                    kept: KeptLogProbs | None = None, row_ids: torch.Tensor | None = None) -> tuple[float, float, dict[str, float]]:
+    """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``.
+
+    ``kept``: the forwards' log-probs are stored there (on the ranks holding the heads, then as those ranks have
+    them), at ``row_ids`` (``mini``'s rows in ``kept``; default ``0..len(mini)``)."""
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
     mask_all = mini.tensors["response_mask"]
     global_den = float(b.all_reduce(count(mask_all, mode).to(b.device), "sum"))
+    row_ids = torch.arange(len(mini)) if row_ids is None else row_ids
     if b.role == "actor" and b.uneven_micro_batches and can_skip_zero_advantage_rows(cfg):
         keep = rows_with_signal(mini.tensors["advantages"], mask_all)  # after the normaliser is fixed
         if len(keep) < len(mini):
             mini = mini.index(keep) if len(keep) else None
+            row_ids = row_ids[keep]
     entropy_grad = b.role == "actor" and cfg.entropy_coeff != 0
     b.zero_grad()
     loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
@@ -180,6 +205,8 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
         b.backward(loss, share)
         if not real or loss is None:
             continue
+        if kept is not None:
+            kept.add(row_ids[rows], heads.log_probs)
         loss_sum += loss.detach().to(torch.float64) * share
         for name, value in metrics.items():
             metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
@@ -191,7 +218,10 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     grad_norm = b.reduce_and_clip(cfg.optim.grad_clip)
     loss_total = float(b.all_reduce(loss_sum, "sum"))
     metrics_out = mean_metrics(b, metric_sums, n_micro)
-    loss_total, metrics_out = b.from_heads_stage((loss_total, metrics_out))
+    if kept is None:
+        loss_total, metrics_out = b.from_heads_stage((loss_total, metrics_out))
+    else:  # one object, so a pipelined backend broadcasts once
+        loss_total, metrics_out, (kept.values, kept.computed) = b.from_heads_stage((loss_total, metrics_out, (kept.values, kept.computed)))
     metrics_out.update(b.step_metrics())  # the backend's own (e.g. MoE router losses), the same on every rank
     optimizer_step(b, loss_total, grad_norm)
     return loss_total, grad_norm, metrics_out

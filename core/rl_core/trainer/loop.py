@@ -127,6 +127,9 @@ class Trainer:
         self.cluster.call(WorkerMethod.SET_TOTAL_STEPS, same_args=(self.total_steps,))
         self.step = 0
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
+        # rollout.calculate_log_probs on-policy without a correction: the mismatch metrics (rollout_corr/*) from the
+        # update forward's own log-probs (the old policy's), not from a separate forward pass
+        self.keep_update_log_probs = not self.recompute_old_log_prob and bool(cfg.rollout.calculate_log_probs)
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
         self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (rl_core.async_rl), else None
 
@@ -419,7 +422,11 @@ class Trainer:
                 with timed(t, "update_critic"):
                     metrics.update(_guard_update("critic", self._train_call(WorkerMethod.UPDATE_CRITIC, batch)))
             with timed(t, "update_actor"):
-                metrics.update(_guard_update("actor", self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob)))
+                per_rank = self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob, self.keep_update_log_probs)
+                kept = _pop_kept_log_probs(per_rank) if self.keep_update_log_probs else None
+                metrics.update(_guard_update("actor", per_rank))
+            if kept is not None and "rollout_log_probs" in batch.tensors.keys():
+                metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"]))
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -741,6 +748,23 @@ def _guard_update(role: str, per_rank: list[dict[str, float]]) -> dict[str, floa
     return mean_of(per_rank)
 
 
+def _pop_kept_log_probs(per_rank: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The on-policy update's own log-probs (``keep_log_probs``), taken out of each rank's metrics, in batch order."""
+    values = [m.pop("actor/log_probs") for m in per_rank]
+    computed = [m.pop("actor/log_probs_computed") for m in per_rank]
+    return torch.cat(values), torch.cat(computed)
+
+
+def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``rollout_corr/*`` diagnostics (no correction) of the rows whose old log-probs the update ``computed``
+    (rows it left out for a zero advantage are not in them); {} when there are none."""
+    rows = computed & mask.bool().any(-1)
+    if not rows.any():
+        return {}
+    got = rollout_corr.offpolicy_metrics(old[rows], rollout[rows], mask[rows].bool())
+    return {f"rollout_corr/{k}": v for k, v in got.items()}
+
+
 def needs_old_log_prob_pass(stack: Stack) -> bool:
     """Whether the step runs a separate forward pass for the old policy's log-probs.
 
@@ -751,8 +775,8 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
     cfg = stack.config
     if rollout_corr.correction_on(cfg):  # the IS weights compare the rollout's log-probs with pi_old's
         return True
-    if cfg.rollout.calculate_log_probs:  # asked for to measure the rollout / trainer mismatch (rollout_corr/*)
-        return True
+    # rollout.calculate_log_probs alone (the mismatch metrics, rollout_corr/*): on-policy, the update's own forward
+    # gives pi_old's log-probs (Trainer.keep_update_log_probs); no pass for them
     if cfg.actor.recompute_old_log_prob is not None:
         return cfg.actor.recompute_old_log_prob
     on_policy = stack.sizes.actor_mini_batches == 1 and cfg.actor.ppo_epochs == 1
