@@ -186,6 +186,22 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def keep_input_dtype(model: torch.nn.Module) -> int:
+    """Turn off peft's cast of each adapted layer's input to the adapters' dtype; the number of layers.
+
+    For a model that always runs under autocast (the fsdp backend's unsharded mixed precision): peft casts the
+    16-bit input of every adapted layer to the float32 adapters' dtype, and autocast casts it straight back to
+    16 bits for ``lora_A``'s matmul, so each adapted layer made a float32 copy and a second 16-bit copy of its
+    input (forward, and again in a checkpointed layer's recomputation) for the same values: bf16 -> fp32 -> bf16
+    is exact, so results are bit-identical without it (tests/core/test_lora_engine.py). Outside autocast a
+    16-bit input would then meet float32 weights and fail loudly (a dtype error), never silently."""
+    layers = 0
+    for _, layer in _lora_layers(model):
+        layer.cast_input_dtype_enabled = False  # read by peft's BaseTunerLayer._cast_input_dtype (peft >= 0.15)
+        layers += 1
+    return layers
+
+
 @contextlib.contextmanager
 def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
     """The reference policy: the same model with its adapters off."""

@@ -367,3 +367,48 @@ def test_lora_inside_compiled_decoder_layers_gives_the_same_update(model_dir, st
         assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
     for (name, x), (_, y) in zip(_adapters(eager.model).items(), _adapters(compiled.model).items()):
         torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_bf16_actor_skips_peft_s_fp32_input_copies_with_bit_identical_results(model_dir, step):
+    """Unsharded mixed precision (autocast): peft's cast of each adapted layer's 16-bit input to the float32
+    adapters' dtype is turned off (rl_core.lora.keep_input_dtype): autocast cast it straight back, so the log-probs
+    and the update are bit-identical without it, with fewer copies (counted per forward + backward)."""
+    from collections import Counter
+
+    from rl_core.lora import _lora_layers
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountCopies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.bytes = Counter(), 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.ops[func.overloadpacket] += 1
+            if func.overloadpacket is torch.ops.aten._to_copy:
+                self.bytes += out.numel() * out.element_size()
+            return out
+
+    cfg = _cfg(model_dir)
+    cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype="bfloat16"))
+    runs = {}
+    for cast in (False, True):
+        actor = build_engine("actor", cfg, CPU)
+        layers = [layer for _, layer in _lora_layers(actor.model)]
+        assert layers and all(layer.cast_input_dtype_enabled is False for layer in layers)
+        for layer in layers:  # True: peft's default, as before
+            layer.cast_input_dtype_enabled = cast
+        with torch.no_grad():  # non-zero B, so every adapter carries gradient
+            for n, p in actor.model.named_parameters():
+                if ".lora_B." in n:
+                    p.copy_(torch.full_like(p, 0.05))
+        with CountCopies() as count:
+            metrics = actor.update(step)
+        lp = actor.compute_log_prob(step)["log_probs"]
+        runs[cast] = (metrics, lp, _adapters(actor.model), count)
+    (m0, lp0, a0, c0), (m1, lp1, a1, c1) = runs[False], runs[True]
+    assert m0["loss"] == m1["loss"] and m0["grad_norm"] == m1["grad_norm"]
+    assert torch.equal(lp0, lp1) and all(torch.equal(a0[n], a1[n]) for n in a1)
+    copies = torch.ops.aten._to_copy
+    assert c0.ops[copies] < c1.ops[copies] and c0.bytes < c1.bytes, (c0.ops[copies], c1.ops[copies], c0.bytes, c1.bytes)

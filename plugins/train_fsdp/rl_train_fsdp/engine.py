@@ -122,6 +122,10 @@ class FSDPBackend(TrainBackend):
         self.mixed_precision = self.trainable and self.compute_dtype != torch.float32
         # sharded: FSDP2's MixedPrecisionPolicy computes in compute_dtype; unsharded: torch.autocast
         self.autocast_dtype = self.compute_dtype if self.mixed_precision and not self.sharded else None
+        if self.lora and self.autocast_dtype is not None:  # every forward runs under autocast: no fp32 copy of each adapted input
+            from rl_core.lora import keep_input_dtype
+
+            keep_input_dtype(model)
         if self.sharded:
             reduce = torch.bfloat16 if role == "actor" and fcfg.reduce_dtype == "bfloat16" else torch.float32
             model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce,
