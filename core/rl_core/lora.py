@@ -296,11 +296,13 @@ def iter_base(model: torch.nn.Module, gather=_detach) -> Iterator[tuple[str, tor
         yield base_name(name), gather(t)
 
 
-def engine_adapter(model: torch.nn.Module, gather=_detach) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def engine_adapter(model: torch.nn.Module, gather=_detach, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The live adapters as a rollout engine's LoRA API takes them: ``(tensors, config)``.
 
-    ``tensors``: peft's names (``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``), float32 copies
-    (nothing aliases the trained parameters), with the scale folded into ``B`` (``scale * B``); ``config``: a PEFT
+    ``tensors``: peft's names (``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``), copies in ``dtype``
+    (default float32; nothing aliases the trained parameters), with the scale folded into ``B`` (``scale * B``,
+    computed in float32 and then rounded once to ``dtype``: what an engine that rounds float32 adapters to its own
+    16-bit dtype would hold, in half the bytes); ``config``: a PEFT
     adapter config (``r``, ``lora_alpha`` = ``r``, so the engine's scale is exactly 1, ``target_modules``: the
     adapted modules' last names). Folding the scale here means the engine stores exactly what was sent, so the sync
     check (:mod:`rl_core.weight_sync_check`) can compare bit for bit."""
@@ -308,8 +310,8 @@ def engine_adapter(model: torch.nn.Module, gather=_detach) -> tuple[dict[str, to
     targets: set[str] = set()
     rank = None
     for name, layer in _lora_layers(model):
-        a = gather(layer.lora_A[ADAPTER_NAME].weight).detach().float().clone()
-        b = gather(layer.lora_B[ADAPTER_NAME].weight).detach().float() * float(layer.scaling[ADAPTER_NAME])
+        a = gather(layer.lora_A[ADAPTER_NAME].weight).detach().to(dtype or torch.float32, copy=True)
+        b = (gather(layer.lora_B[ADAPTER_NAME].weight).detach().float() * float(layer.scaling[ADAPTER_NAME])).to(dtype or torch.float32)
         tensors[f"{name}.lora_A.weight"], tensors[f"{name}.lora_B.weight"] = a, b
         targets.add(name.rsplit(".", 1)[-1])
         rank = a.shape[0]

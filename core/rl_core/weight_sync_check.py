@@ -115,7 +115,8 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
     computed apart from the stream (e.g. LoRA's ``W + scale * B @ A`` element by element,
     :func:`rl_core.lora.sample_effective`). A sync that sent base weights without the adapters merged, or an old
     copy, differs: :class:`StaleWeightsError`. ``expected`` None (nothing to compare): None; else the count.
-    Float32, within ``rtol`` / ``atol`` (a matrix product and a dot product round differently)."""
+    Float32, within ``rtol`` / ``atol`` (a matrix product and a dot product round differently); a tensor sent in a
+    16-bit dtype (LoRA adapters in an engine's dtype) within one rounding step of it (its ``eps``) at least."""
     if expected is None:
         return None
     wrong = []
@@ -123,7 +124,7 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
         want = expected.get(name)
         if want is None:
             wrong.append(f"{name} (the trainer has no such weight)")
-        elif not torch.allclose(sent.float(), want.float(), rtol=rtol, atol=atol):
+        elif not torch.allclose(sent.float(), want.float(), rtol=max(rtol, torch.finfo(sent.dtype).eps if sent.is_floating_point() else 0.0), atol=atol):
             diff = float((sent.double() - want.double()).abs().max())
             wrong.append(f"{name} (fingerprint sent {fingerprint(name, sent.float()):.6g}, trained {fingerprint(name, want.float()):.6g}; max |diff| {diff:.3g})")
     if wrong:

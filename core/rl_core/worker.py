@@ -123,7 +123,8 @@ class HybridWorker:
                 load_verified(self.rollout, self.actor.named_base_weights(), None, engine_name=name, version=self._weight_version,
                               load=getattr(self.rollout, "load_base_weights", None))  # an engine may keep the frozen base (hf)
                 self._base_sent = True
-            tensors, peft_config = self.actor.lora_adapter()
+            # in the dtype the engine holds adapters in (e.g. vLLM's bf16 LoRA slots): half the bytes, the same values
+            tensors, peft_config = self.actor.lora_adapter(getattr(self.rollout, "adapter_dtype", None))
             load_adapter_verified(self.rollout, tensors, peft_config, self.actor.sample_weights, engine_name=name, version=self._weight_version)
             return time.perf_counter() - start
         weights = self.actor.named_weights()

@@ -252,6 +252,12 @@ def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, st
     tensors, peft_config = actor.lora_adapter()
     assert peft_config["r"] == peft_config["lora_alpha"] == 4 and "q_proj" in peft_config["target_modules"]
     assert load_adapter_verified(engine, tensors, peft_config, actor.sample_weights, engine_name="fake", version=0) == len(tensors)
+    # in an engine's 16-bit dtype (vLLM's bf16 LoRA slots): the values it would round the float32 ones to, half the
+    # bytes, and the sync check still holds (sent == held exactly; sent vs trained within one bf16 rounding step)
+    half, _ = actor.lora_adapter(torch.bfloat16)
+    assert half.keys() == tensors.keys() and all(half[k].dtype == torch.bfloat16 and torch.equal(half[k], tensors[k].to(torch.bfloat16)) for k in half)
+    assert sum(t.numel() * t.element_size() for t in half.values()) * 2 == sum(t.numel() * t.element_size() for t in tensors.values())
+    assert load_adapter_verified(_AdapterEngine(), half, peft_config, actor.sample_weights, engine_name="fake", version=0) == len(half)
     merged = dict(actor.named_weights())
     for name, t in tensors.items():  # base + B_scaled @ A is the merged policy the merged path sends
         if name.endswith("lora_A.weight"):

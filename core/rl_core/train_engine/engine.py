@@ -206,10 +206,13 @@ class RoleEngine:
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         return self.backend.named_weights()
 
-    def lora_adapter(self) -> tuple[dict[str, torch.Tensor], dict] | None:
-        """``(tensors, peft_config)`` of the actor's LoRA adapters for a rollout engine's LoRA API; None without LoRA."""
+    def lora_adapter(self, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """``(tensors, peft_config)`` of the actor's LoRA adapters for a rollout engine's LoRA API, in ``dtype`` (the
+        engine's ``adapter_dtype``; None: float32); None without LoRA."""
         fn = getattr(self.backend, "lora_adapter", None)
-        return fn() if fn is not None else None
+        if fn is None:
+            return None
+        return fn(dtype) if dtype is not None else fn()
 
     def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The frozen base weights under LoRA (adapters not folded in), sent once to an engine that applies adapters."""

@@ -168,6 +168,7 @@ class VLLMRollout:
         self._shm_prefix: str | None = None
         # LoRA through vLLM's LoRA layers (rollout.lora_sync adapter / auto; rl_rollout_vllm.lora): the adapter in use
         self.lora_rank = int(config.model.lora_rank) if r.lora_sync != "merged" else 0
+        self._adapter_dtype: torch.dtype | None = None
         self._lora_request = None
 
         import torch.distributed as dist
@@ -457,6 +458,18 @@ class VLLMRollout:
         self.llm.reset_prefix_cache()
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         self._memory_stats.update({"rollout/weight_sync_s": time.perf_counter() - start, "rollout/weight_sync_gib": nbytes / 2**30, "rollout/weight_sync_calls": 1})
+
+    @property
+    def adapter_dtype(self) -> torch.dtype | None:
+        """The dtype vLLM's LoRA slots hold adapters in: the trainer sends them in it (half the bytes of float32
+        for a 16-bit model; vLLM would round them to it anyway, so it holds the same values). None without LoRA."""
+        if not self.lora_rank:
+            return None
+        if self._adapter_dtype is None:
+            from rl_rollout_vllm.lora import adapter_dtype
+
+            self._adapter_dtype = self.llm.collective_rpc(adapter_dtype)[0]
+        return self._adapter_dtype
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """What the engine holds at flat ``positions`` of HF-named weights and of the adapter in use (peft names), for

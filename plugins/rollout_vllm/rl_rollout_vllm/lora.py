@@ -61,8 +61,12 @@ def add_adapter(worker, tensors: dict[str, torch.Tensor], peft_config: dict[str,
     helper.validate_legal(manager.lora_config)
     model = models.model
     mapper = getattr(model, "hf_to_vllm_mapper", None)
+    # tensors already on the accelerator (the in-process engine, colocated) stay there: with device="cpu" vLLM would
+    # copy each to the host and pin it, then copy it back into its LoRA slots
+    first = next(iter(tensors.values()), None)
+    device = first.device if first is not None and first.device.type != "cpu" else "cpu"
     lora = LoRAModel.from_lora_tensors(
-        lora_model_id=lora_id, tensors=tensors, peft_helper=helper, device="cpu", dtype=manager.lora_config.lora_dtype,
+        lora_model_id=lora_id, tensors=tensors, peft_helper=helper, device=device, dtype=manager.lora_config.lora_dtype,
         model_vocab_size=manager.vocab_size, weights_mapper=lora_names_mapper(mapper),
         skip_prefixes=getattr(model, "lora_skip_prefixes", None),
     )
@@ -97,6 +101,12 @@ def reload_base_weights(worker, weights_iterator) -> None:
     finally:
         for parent, name, child in swapped:
             setattr(parent, name, child)
+
+
+def adapter_dtype(worker) -> torch.dtype:
+    """Inside the vLLM worker: the dtype its LoRA slots hold adapters in (``lora_dtype``, the model's by default)."""
+    dtype = worker.model_runner.lora_manager.lora_config.lora_dtype
+    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype))
 
 
 def _slot_module(models, module: str) -> tuple[Any, int] | None:

@@ -287,13 +287,14 @@ class FSDPBackend(TrainBackend):
 
         return iter_base(self.model, sharding.full_tensor)
 
-    def lora_adapter(self) -> tuple[dict[str, torch.Tensor], dict] | None:
-        """LoRA: the live adapters and their PEFT config as rollout engines' LoRA APIs take them (rl_core.lora.engine_adapter)."""
+    def lora_adapter(self, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """LoRA: the live adapters (in ``dtype``, default float32) and their PEFT config as rollout engines' LoRA APIs
+        take them (rl_core.lora.engine_adapter)."""
         if not self.lora:
             return None
         from rl_core.lora import engine_adapter
 
-        return engine_adapter(self.model, sharding.full_tensor)
+        return engine_adapter(self.model, sharding.full_tensor, dtype)
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The weights of the policy being trained at flat ``positions``, computed apart from :meth:`named_weights`
