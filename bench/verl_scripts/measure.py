@@ -7,7 +7,8 @@ through the same code as `rlcore check --skip-device-check` (load_report, resolv
 not this machine's devices, the target checks; missing engines / loggers are warnings). The training data is
 a local file of 4096 rows (the tiny fixture repeated) so that every script's batch fits. A reward model's path
 (replaced by the policy's builtin model in scripts.json) points at a tiny local sequence-classification folder
-(one label, a chat template), as verl's reward models (Skywork-Reward, FsfairX-RM) are. Scripts of verl
+(one label, a chat template), as verl's reward models (Skywork-Reward, FsfairX-RM) are; a dataset class's file
+(data.custom_cls.path, a file of the script author's checkout) points at a local stand-in class of that name. Scripts of verl
 features rl-core has no algorithm for (on-policy distillation, GDPO, OTB, MTP) are listed apart.
 """
 
@@ -48,10 +49,34 @@ def reward_model_folder(path: Path) -> str:
     return str(path)
 
 
-def check(overrides: list[str], data: str, registry, rm: str = "") -> list:
+#: a stand-in for a script's own dataset class (data.custom_cls.path names a file of the author's checkout, e.g. verl-recipe's
+#: recipe/minicpmo/rl_dataset.py, a subclass of verl's RLHFDataset): verl's constructor, the jsonl rows as they are
+STANDIN_DATASET = """import json
+
+
+class RLHFDataset:
+    def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
+        self.rows = [json.loads(line) for f in data_files for line in open(f) if line.strip()]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+"""
+
+
+def standin_dataset(path: Path) -> str:
+    path.write_text(STANDIN_DATASET)
+    return str(path)
+
+
+def check(overrides: list[str], data: str, registry, rm: str = "", dataset_cls: str = "") -> list:
     flag = lambda n: next((o.split("=", 1)[1] for o in overrides if o.startswith(f"--{n}=")), None)  # noqa: E731
     rest = [o.replace(FIXTURE, data) for o in overrides if not o.startswith("--")]
     rest = [f"{o.split('=', 1)[0]}={rm}" if rm and o.split("=", 1)[0].lstrip("+") in RM_KEYS else o for o in rest]
+    # the class keeps the script's name (data.custom_cls.name), its file is the stand-in
+    rest = [f"{o.split('=', 1)[0]}={dataset_cls}" if dataset_cls and o.split("=", 1)[0].lstrip("+") == "data.custom_cls.path" else o for o in rest]
     loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
     if errors(loaded.problems):
         return errors(loaded.problems)
@@ -67,7 +92,7 @@ IMAGE_DATA = frozenset(f"examples/{p}.sh" for p in (
     "grpo_trainer/run_qwen3_5_122b_a10b_megatron", "grpo_trainer/run_qwen3_5_27b_fsdp", "grpo_trainer/run_qwen3_5_27b_fsdp_turbo",
     "grpo_trainer/run_qwen3_5_2b_openr1_fsdp", "grpo_trainer/run_qwen3_5_35b_a3b_veomni", "grpo_trainer/run_qwen3_5_35b_fsdp",
     "grpo_trainer/run_qwen3_5_35b_fsdp_turbo", "grpo_trainer/run_qwen3_5_35b_megatron", "grpo_trainer/run_qwen3_5_35b_megatron_lite",
-    "grpo_trainer/run_qwen3_5_397b_megatron"))
+    "grpo_trainer/run_qwen3_5_397b_megatron", "grpo_trainer/run_minicpm_o_2_6_fsdp"))
 
 
 #: model families in megatron scripts' file names that rl-core's megatron backend does not build (it converts Llama,
@@ -127,7 +152,8 @@ def main() -> None:
         Path(data).write_text("\n".join(rows * (4096 // len(rows))) + "\n")
         t0 = time.time()
         rm = reward_model_folder(Path(tmp) / "reward_model")
-        result = {name: check(s["overrides"], data, registry, rm) for name, s in d["scripts"].items()}
+        cls = standin_dataset(Path(tmp) / "rl_dataset.py")
+        result = {name: check(s["overrides"], data, registry, rm, cls) for name, s in d["scripts"].items()}
         took = time.time() - t0
     mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER) and not n.startswith("recipe:")}
     dapo = {n: e for n, e in result.items() if n.startswith("recipe:")}

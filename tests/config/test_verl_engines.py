@@ -49,6 +49,10 @@ def _value(loaded, key):
     ([f"{V}.fsdp_size=-1"], "actor.fsdp_config.fsdp_size", -1),
     ([f"{V}.pad_to_length=True", f"{V}.pad_to_length_bucket=512"], "actor.fsdp_config.pad_to_length_bucket", 512),
     ([f"{A}.actor.optim.lr_min=1e-7"], "actor.optim.min_lr", 1e-7),
+    # expert parallelism of the fsdp backend (rl_train_fsdp.experts); the reference's size ties to the actor's
+    ([f"{V}.expert_parallel_size=8", f"{A}.ref.veomni.expert_parallel_size=8"], "train.expert_model_parallel_size", 8),
+    ([f"{T}.distributed.expert_parallel_size=4", f"{A}.ref.fsdp_config.turbo_config.distributed.expert_parallel_size=4"],
+     "train.expert_model_parallel_size", 4),
     ([f"{T}.distributed.fully_shard_parallel_size=4"], "actor.fsdp_config.fsdp_size", 4),
     ([f"{T}.distributed.fully_shard_parallel_size=16"], "actor.fsdp_config.fsdp_size", -1),  # more than the world: all ranks
     ([f"{T}.distributed.ulysses_parallel_size=2"], "actor.ulysses_sequence_parallel_size", 2),
@@ -70,13 +74,12 @@ def test_an_engine_setting_lands_on_rl_cores_key(overrides, key, want):
 
 
 @pytest.mark.parametrize(("override", "feature"), [
-    (f"{V}.expert_parallel_size=8", "expert parallelism"),
-    (f"{A}.ref.veomni.expert_parallel_size=8", "expert parallelism"),
+    (f"{A}.ref.veomni.expert_parallel_size=8", "train.expert_model_parallel_size"),  # differs from the actor's 1
     (f"+{V}.router_replay.mode=R3", "routing replay"),
     (f"{V}.attn_implementation=native-sparse", "native sparse attention"),
     (f"{V}.mixed_precision=False", "without mixed precision"),
     (f"{V}.no_such_knob=1", "veomni engine"),
-    (f"{T}.distributed.expert_parallel_size=8", "expert parallelism"),
+    (f"{T}.distributed.expert_fully_shard_parallel_size=2", "sharding each expert over FSDP ranks"),
     (f"+{T}.module_patches=[]", "FSDP-Turbo"),
     (f"+{E}.impl_cfg.recompute=[core_attn]", "recomputing only some modules"),
     (f"+{E}.impl_cfg.no_such_knob=1", "megatron-lite"),

@@ -232,7 +232,8 @@ class TrainBackendConfig:
     # context parallelism: the ranks of one model replica split each sequence's tokens (a train backend with "cp")
     context_parallel_size: int = pos(1)
     sequence_parallel_size: int = pos(1)
-    # MoE models: ranks that split each MoE layer's experts (Megatron EP; must divide the experts), and the TP size
+    # MoE models: ranks that split each MoE layer's experts (megatron: Megatron EP; fsdp: the experts out of FSDP, tokens
+    # exchanged by all-to-all, rl_train_fsdp.experts; must divide the experts), and the TP size
     # of each expert (null: train.tensor_model_parallel_size); ETP x EP x PP must divide the world
     expert_model_parallel_size: int = pos(1, hint="1 turns it off; it must divide the model's experts and, times the expert TP and PP, the world size")
     expert_tensor_parallel_size: int | None = pos(None, hint="null = train.tensor_model_parallel_size; 1 keeps each expert whole")

@@ -10,8 +10,8 @@ What verl's engines do, read from their code (verl 1dda039b; VeOmni d9774494), a
   ``enable_full_shard`` = reshard after forward (ZeRO-3; false: ZeRO-2), Ulysses SP, and an AdamW whose LR
   schedule defaults to **cosine** to ``lr_min=0`` over the run (verl's ``optim/veomni.yaml``; the fsdp engine's
   default is constant). The kernels, resharding, wrapping and prefetching change speed and memory only: each is
-  accepted with a warning that names it. Expert parallelism (``expert_parallel_size > 1``) and MoE routing replay
-  are refused by key.
+  accepted with a warning that names it. ``expert_parallel_size`` maps to train.expert_model_parallel_size (the fsdp
+  backend's expert parallelism); MoE routing replay is refused by key.
 * **fsdp_turbo** (``actor.strategy=fsdp_turbo``; verl/workers/engine/fsdp/fsdp_turbo_impl.py): verl's FSDP engine
   with the model wrapped by the fsdp-turbo library: ``turbo_config.distributed.fully_shard_parallel_size`` ranks per
   model copy, its own Ulysses (``ulysses_parallel_size``), module plans for wrapping / hooks (speed), recompute of
@@ -62,8 +62,9 @@ PROFILE_DEFAULTS: dict[str, dict[str, tuple[Any, tuple[str, ...]]]] = {
 
 _KERNEL = "a kernel choice of VeOmni's model code (speed only: the same function computed); rl-core's fsdp backend runs the model's transformers code"
 _PERF = "a speed / memory knob of verl's implementation; rl-core computes the same values its own way"
-_EP = "expert parallelism of an MoE model's experts (veomni / fsdp_turbo expert_parallel_size)"
-_EP_NEAREST = "expert_parallel_size=1: the fsdp backend shards an MoE model's experts with the rest of it"
+_EP_MAP = ("an MoE model's experts spread over this many ranks, tokens exchanged by all-to-all (the fsdp backend's expert parallelism, "
+           "rl_train_fsdp.experts); the rest stays FSDP-sharded")
+_EP_TIE = "every role's experts are spread like the actor's (train.expert_model_parallel_size)"
 _AR = "actor_rollout_ref"
 _V = f"{{{_AR}.*,critic}}.veomni"  # the actor's, the reference's and the critic's (veomni_critic) sections
 _T = f"{_AR}.*.fsdp_config.turbo_config"
@@ -88,7 +89,8 @@ ROWS: tuple[tuple, ...] = (
     ("tie", "critic.veomni.ulysses_parallel_size", "actor.ulysses_sequence_parallel_size", "every role uses the actor's Ulysses size"),
     ("ignore", f"{{{_AR}.ref,critic}}.veomni.fsdp_size", "the reference model and the critic are sharded like the actor (actor.fsdp_config.fsdp_size)"),
     ("tie", f"{_AR}.ref.veomni.ulysses_parallel_size", "actor.ulysses_sequence_parallel_size", "every role uses the actor's Ulysses size"),
-    ("same", f"{_V}.expert_parallel_size", [1], _EP, _EP_NEAREST),
+    ("map", f"{_AR}.actor.veomni.expert_parallel_size", "train.expert_model_parallel_size", _EP_MAP),
+    ("tie", f"{{{_AR}.ref,critic}}.veomni.expert_parallel_size", "train.expert_model_parallel_size", _EP_TIE),
     ("same", f"{_V}.router_replay.mode", ["disabled"], "MoE routing replay", "none"),
     ("ignore", f"{_V}.*_implementation", _KERNEL),
     ("alias", f"{_AR}.actor.veomni.pad_to_length", f"{_AR}.actor.pad_to_length", "packed micro-batches padded to a bucket multiple"),
@@ -120,7 +122,11 @@ ROWS: tuple[tuple, ...] = (
      "every role uses the actor's Ulysses size"),
     ("ignore", f"{_AR}.ref.fsdp_config.turbo_config.distributed.fully_shard_parallel_size",
      "the reference model is sharded like the actor (actor.fsdp_config.fsdp_size)"),
-    ("same", f"{_T}.distributed.{{expert_parallel_size,expert_fully_shard_parallel_size}}", [1], _EP, _EP_NEAREST),
+    ("map", f"{_AR}.actor.fsdp_config.turbo_config.distributed.expert_parallel_size", "train.expert_model_parallel_size", _EP_MAP),
+    ("tie", f"{_AR}.ref.fsdp_config.turbo_config.distributed.expert_parallel_size", "train.expert_model_parallel_size", _EP_TIE),
+    ("same", f"{_T}.distributed.expert_fully_shard_parallel_size", [1], "sharding each expert over FSDP ranks inside expert parallelism "
+     "(FSDP-Turbo's expert_fully_shard_parallel_size)", "1: the fsdp backend keeps a rank's experts whole and replicates them over the "
+     "expert-data-parallel ranks (expert_parallel_size spreads them)"),
     ("same", f"{_T}.distributed.tensor_parallel_size", [1], "tensor parallelism in FSDP-Turbo (reserved there)", "none"),
     ("ignore", f"{_T}.distributed.ep_plan.*", "FSDP-Turbo's expert-parallel plan (read only with expert_parallel_size > 1)"),
     ("ignore", f"{_T}.distributed.fsdp_plan.{{apply_modules,hook_modules,fsdp_implementation,num_to_forward_prefetch,num_to_backward_prefetch}}",

@@ -126,10 +126,12 @@ class FSDPBackend(TrainBackend):
             from rl_core.lora import keep_input_dtype
 
             keep_input_dtype(model)
+        self.experts = self._expert_parallel(model, config)
         if self.sharded:
             reduce = torch.bfloat16 if role == "actor" and fcfg.reduce_dtype == "bfloat16" else torch.float32
             model = sharding.shard_model(model, self.device, param_dtype=self.compute_dtype if self.mixed_precision else None, reduce_dtype=reduce,
-                                         shard_size=fcfg.fsdp_size, offload=self.host_offload)
+                                         shard_size=fcfg.fsdp_size, offload=self.host_offload,
+                                         ignored=set(self.experts.params) if self.experts is not None else None)
         else:
             model = model.to(self.device)
         self.model = model
@@ -144,6 +146,26 @@ class FSDPBackend(TrainBackend):
             # torchtitan runs it). Not for sharded CPU runs (gloo tests keep torch's default there).
             fused = (self.device.type == "cuda" and not self.host_offload) or not self.sharded  # host-offloaded: torch's CPU step
             self.optimizer = build_adamw(self.model, config, role, **({"fused": True} if fused else {}))
+            if self.experts is not None:  # the experts (DTensors of another mesh) in a parameter group of their own
+                own = {id(p) for p in self.experts.params}
+                group = self.optimizer.param_groups[0]  # nothing stepped yet: no state to move
+                group["params"] = [p for p in group["params"] if id(p) not in own]
+                self.optimizer.add_param_group({"params": [p for p in self.experts.params if p.requires_grad]})
+
+    def _expert_parallel(self, model: torch.nn.Module, config):
+        """``train.expert_model_parallel_size`` > 1: this rank's experts of every MoE layer (rl_train_fsdp.experts), else None."""
+        ep = int(getattr(config.train, "expert_model_parallel_size", 1) or 1)
+        if ep == 1:
+            return None
+        if not self.sharded:
+            raise ValueError(f"train.expert_model_parallel_size={ep} needs {ep} or more ranks with a process group; set it to 1")
+        if self.lora:
+            raise ValueError(f"train.expert_model_parallel_size={ep} with LoRA (model.lora_rank): not built together; set one of them off")
+        from rl_train_fsdp.experts import ExpertParallel
+
+        experts = ExpertParallel(ep, self.device, host=self.host_offload)
+        experts.shard(model)
+        return experts
 
     def _setup_packing(self, model: torch.nn.Module, config) -> None:
         """Packed sequences (``actor.use_remove_padding``, on where exact) and Ulysses SP (``actor.ulysses_sequence_parallel_size``)."""
@@ -262,7 +284,7 @@ class FSDPBackend(TrainBackend):
         (loss * (weight * self.world_size)).backward()
 
     def reduce_and_clip(self, max_norm: float | None) -> float:
-        return sharding.clip_grad_norm(list(self.model.parameters()), max_norm)
+        return sharding.clip_grad_norm(list(self.model.parameters()), max_norm, experts=self.experts)
 
     # ------------------------------------------------------------- weights
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from rl_core import hookimpl
 from rl_core.cards import TrainCard
-from rl_core.problems import Problem
+from rl_core.problems import Problem, nearest_divisors
 
 
 def check_hybrid_sharding(config) -> list[Problem]:
@@ -19,12 +23,43 @@ def check_hybrid_sharding(config) -> list[Problem]:
     return []
 
 
+def check_expert_parallel(config) -> list[Problem]:
+    """train.expert_model_parallel_size on the fsdp backend (rl_train_fsdp.experts): no expert TP, no LoRA with it."""
+    t = config.train
+    if t.expert_model_parallel_size == 1:
+        return []
+    if (t.expert_tensor_parallel_size or 1) > 1:
+        return [Problem(key="train.expert_tensor_parallel_size", what=f"is {t.expert_tensor_parallel_size}: the fsdp backend splits the experts over "
+                        "EP ranks, not within an expert (no tensor parallelism)", fix="set it to 1 (or null), or use train.name=megatron")]
+    ep = t.expert_model_parallel_size
+    if config.model.lora_rank > 0:
+        return [Problem(key="train.expert_model_parallel_size", what=f"is {ep} with LoRA (model.lora_rank="
+                        f"{config.model.lora_rank}): the fsdp backend does not build the two together", fix="set one of them off")]
+    try:  # the model's config.json, when the path is a local folder
+        data = json.loads((Path(os.path.expanduser(config.model.path)) / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return []
+    data = {**data, **(config.model.override_config or {})} if isinstance(data, dict) else {}
+    experts = data.get("num_experts", data.get("num_local_experts"))  # transformers 5 writes num_local_experts
+    if not isinstance(experts, int) or experts < 2:
+        return [Problem(key="train.expert_model_parallel_size", what=f"is {ep}, but {config.model.path!r} is not an MoE model (no num_experts in "
+                        f"its config.json, model_type {data.get('model_type')!r}): there are no experts to spread over ranks",
+                        fix="set train.expert_model_parallel_size=1")]
+    if experts % ep:
+        return [Problem(key="train.expert_model_parallel_size", what=f"EP {ep} does not divide the model's {experts} experts ({experts} % {ep} = {experts % ep})",
+                        why="expert parallelism gives every rank of an EP group an equal share of each MoE layer's experts",
+                        fix=f"set it to a divisor of {experts}: {', '.join(map(str, nearest_divisors(ep, experts)))}")]
+    return []
+
+
 FSDP_CARD = TrainCard(
     name="fsdp",
     factory="rl_train_fsdp.engine:FSDPBackend",
     description="torch FSDP2 (fully_shard) data-parallel sharding of any HF causal LM; bf16 mixed precision on GPU",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "fsdp", "ulysses"},  # Ulysses sequence parallelism (actor.ulysses_sequence_parallel_size, rl_train_fsdp.ulysses)
+    # Ulysses sequence parallelism (actor.ulysses_sequence_parallel_size, rl_train_fsdp.ulysses); ep: an MoE model's
+    # experts spread over train.expert_model_parallel_size ranks, tokens exchanged by all-to-all (rl_train_fsdp.experts)
+    parallelism={"dp", "fsdp", "ulysses", "ep"},
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     on_policy_without_old_log_probs=True,
@@ -35,7 +70,7 @@ FSDP_CARD = TrainCard(
     engine="torch",
     engine_versions=">=2.6",
     options="rl_core.card_options:Options",  # train.options: none (a Megatron option given with train.name=fsdp is refused)
-    checks=(check_hybrid_sharding,),
+    checks=(check_hybrid_sharding, check_expert_parallel),
 )
 
 

@@ -32,6 +32,7 @@ def shard_model(
     model: torch.nn.Module, device: torch.device, *, param_dtype: torch.dtype | None = None, reduce_dtype: torch.dtype = torch.float32,
     shard_size: int = -1,
     offload: bool = False,
+    ignored: set[torch.nn.Parameter] | None = None,
 ) -> torch.nn.Module:
     """``fully_shard`` every decoder layer and the root; ``param_dtype`` turns on mixed precision.
 
@@ -47,6 +48,8 @@ def shard_model(
     ``offload``: FSDP2's ``CPUOffloadPolicy``: the sharded parameters, their gradients and so the optimizer's
     state and step live in host memory (pinned on CUDA); a layer's parameters are copied to the device and
     gathered only while it computes.
+
+    ``ignored``: parameters FSDP leaves alone (the experts of expert parallelism, rl_train_fsdp.experts).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -64,6 +67,8 @@ def shard_model(
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=reduce_dtype)
     if offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    if ignored:
+        kwargs["ignored_params"] = ignored
     for layer in decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
@@ -104,8 +109,14 @@ def iter_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tenso
         yield name, full_tensor(t)
 
 
-def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> float:
-    """Total L2 norm of the gradients (over all shards); clips them to ``max_norm`` if it is > 0."""
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None, experts=None) -> float:
+    """Total L2 norm of the gradients (over all shards); clips them to ``max_norm`` if it is > 0.
+
+    ``experts`` (:class:`rl_train_fsdp.experts.ExpertParallel`): its parameters' gradients are reduced over the
+    expert-data-parallel ranks first and counted once each in the norm.
+    """
+    if experts is not None:
+        return _clip_with_experts(params, max_norm, experts)
     grads = [p for p in params if p.grad is not None]
     if not grads:
         return 0.0
@@ -113,6 +124,24 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> 
     norm = torch.nn.utils.clip_grad_norm_(grads, max_norm=limit)
     norm = full_tensor(norm)
     return float(norm)
+
+
+def _clip_with_experts(params: list[torch.nn.Parameter], max_norm: float | None, experts) -> float:
+    experts.reduce_grads()
+    own = {id(p) for p in experts.params}
+    rest = [p.grad for p in params if p.grad is not None and id(p) not in own]
+    sq = experts.grad_norm_sq()
+    if rest:
+        sq = sq + float(full_tensor(torch.nn.utils.get_total_norm(rest))) ** 2
+    norm = math.sqrt(float(sq))
+    if max_norm is not None and max_norm > 0:
+        coef = min(1.0, float(max_norm) / (norm + 1e-6))  # torch.nn.utils.clip_grad_norm_'s coefficient
+        if coef < 1.0:
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(coef)
+    return norm
 
 
 def all_reduce(value: torch.Tensor, op: str = "sum", group=None) -> torch.Tensor:

@@ -38,7 +38,7 @@ def test_card_is_registered_and_truthful():
     card = get_registry(reload=True).get("train", "fsdp")
     assert card.provider.distribution == "rl-train-fsdp"
     assert card.devices == {"cpu", "cuda"}
-    assert card.parallelism == {"dp", "fsdp", "ulysses"}
+    assert card.parallelism == {"dp", "fsdp", "ulysses", "ep"}  # ep: rl_train_fsdp.experts (test_fsdp_expert_parallel.py)
     assert card.roles == {"actor", "critic", "ref"}
     assert card.export_formats == {"hf"}
     assert card.load() is FSDPBackend
