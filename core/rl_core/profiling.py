@@ -9,6 +9,12 @@ on a GPU). Each call's trace is a Chrome trace file (chrome://tracing, Perfetto)
 ``<save_path>/step_<k>/<role>_<method>_rank<r>.json``, one file per call as verl's ``discrete`` mode writes them.
 Steps outside ``profiler.steps`` record nothing; a call that is not a computation (weight sync, checkpoints) is never
 recorded.
+
+``tool=nsys`` (verl's Nsight Systems tool; CUDA only): the same calls get an NVTX range ``<role>.<method>`` and a
+capture range (``torch.cuda.profiler.start`` / ``stop``: cudaProfilerStart / Stop) around each call
+(``profiler.discrete=true``) or around each chosen step (false, verl's default), for an
+``nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat`` that runs ``rlcore train``; nsys writes
+the report, rl-core writes nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ class StepProfiler:
         self.on_this_rank = p.all_ranks or rank in set(p.ranks)
         self.root = trace_dir(config)
         self.cuda = str(device).startswith("cuda")
+        self.nsys = p.tool == "nsys"
+        self.discrete = bool(p.discrete)
+        if self.nsys and not self.cuda:
+            raise ValueError(f"profiler.tool=nsys on a {device} worker: Nsight Systems' capture range is a CUDA call; use profiler.tool=torch")
+        self.capturing = False  # tool=nsys, discrete=false: the step's capture range is open
         self.step: int | None = None
         self.written: list[str] = []
 
@@ -59,6 +70,15 @@ class StepProfiler:
         return profiler if profiler.on_this_rank else None
 
     def set_step(self, step: int | None) -> None:
+        if self.nsys and not self.discrete:  # one capture range over the whole chosen step
+            import torch
+
+            if self.capturing:
+                torch.cuda.profiler.stop()
+                self.capturing = False
+            if step is not None:
+                torch.cuda.profiler.start()
+                self.capturing = True
         self.step = step
 
     def wanted(self, method: str, role: str) -> bool:
@@ -69,6 +89,10 @@ class StepProfiler:
         """Record the call ``method`` of ``role`` if this step and role are chosen; write its trace after it."""
         if not self.wanted(method, role):
             yield
+            return
+        if self.nsys:
+            with self._nvtx(f"{role}.{method}"):
+                yield
             return
         import torch.profiler as tp
 
@@ -81,6 +105,21 @@ class StepProfiler:
         path = os.path.join(folder, f"{role}_{method}_rank{self.rank}.json")
         prof.export_chrome_trace(path)
         self.written.append(path)
+
+    @contextlib.contextmanager
+    def _nvtx(self, name: str) -> Iterator[None]:
+        """tool=nsys: an NVTX range (and, discrete, a capture range of its own) around a chosen call."""
+        import torch
+
+        if self.discrete:
+            torch.cuda.profiler.start()
+        torch.cuda.nvtx.range_push(name)
+        try:
+            yield
+        finally:
+            torch.cuda.nvtx.range_pop()
+            if self.discrete:
+                torch.cuda.profiler.stop()
 
 
 def profiled_call(worker: Any, method: str, role: str, fn, args: tuple) -> Any:

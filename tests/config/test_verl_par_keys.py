@@ -67,7 +67,7 @@ def test_verl_profiler_keys_map_and_npu_is_refused():
     errs = {p.key: p for p in load_report(None, ["global_profiler.tool=npu", "global_profiler.steps=[1]",
                                                  f"{A}.actor.profiler.tool_config.npu.level=level0"]).problems if p.severity == "error"}
     assert set(errs) == {"global_profiler.tool", f"{A}.actor.profiler.tool_config.npu.level"}
-    assert "nsys / npu / torch_memory" in errs["global_profiler.tool"].what and "profiler.tool=torch" in errs["global_profiler.tool"].fix
+    assert "npu / torch_memory" in errs["global_profiler.tool"].what and "profiler.tool=torch" in errs["global_profiler.tool"].fix
     assert "NPU" in errs[f"{A}.actor.profiler.tool_config.npu.level"].what
     assert load_config(None, ["critic.profiler.enable=True", "critic.profiler.ranks=[0]"]).profiler.critic is True
     # the roles share the workers: a rollout rank list other than the actor's is refused

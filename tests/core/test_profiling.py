@@ -55,3 +55,51 @@ def test_profiler_rules():
     assert errors("profiler.tool=torch", "profiler.steps=[1]") == []
     assert errors("profiler.tool=torch", "profiler.steps=[1]", "rollout.n_gpus_per_node=1", "async.max_staleness=1") == ["profiler.tool"]
     assert errors("profiler.tool=torch", "profiler.steps=[0]") == ["profiler.steps"]
+
+
+def test_nsys_marks_the_chosen_calls_and_opens_the_capture_range(monkeypatch, tmp_path):
+    """tool=nsys: NVTX range per chosen call, cudaProfilerStart/Stop per step (discrete=false) or per call (true);
+    the CUDA calls are recorded here (no GPU), and nothing is written."""
+    calls = []
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("stop"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append("pop"))
+    x = torch.ones(8, 1)
+    for discrete, want in ((False, ["start", "push actor.update_actor", "pop", "stop"]),
+                           (True, ["start", "push actor.update_actor", "pop", "stop"] * 2)):
+        calls.clear()
+        cfg = load_config(None, ["profiler.tool=nsys", "profiler.steps=[2]", "profiler.actor=true", f"profiler.discrete={discrete}",
+                                 f"profiler.save_path={tmp_path}", "trainer.device=cuda"])
+        worker = _Worker(StepProfiler.for_worker(cfg, rank=0, device="cuda:0"))
+        dispatch(worker, "update_actor", (x,))  # step 1: nothing
+        dispatch(worker, "profile_step", (2,))
+        dispatch(worker, "update_actor", (x,))
+        dispatch(worker, "generate", (x,))  # not a chosen role
+        if discrete:
+            dispatch(worker, "update_actor", (x,))
+        dispatch(worker, "profile_step", (None,))
+        dispatch(worker, "update_actor", (x,))
+        assert calls == want, discrete
+    assert not list(tmp_path.rglob("*"))
+    import pytest
+
+    with pytest.raises(ValueError, match="profiler.tool=nsys on a cpu worker"):
+        StepProfiler.for_worker(cfg, rank=0, device="cpu")
+
+
+def test_nsys_rules_and_verl_keys():
+    from rl_core.config.load import load_report
+
+    def found(*overrides):
+        return [(p.key, p.severity) for p in load_report(None, list(overrides)).problems if p.key.startswith(("profiler", "global_profiler"))]
+
+    assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda") == [("profiler.tool", "warning")]  # run it under nsys
+    assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cpu") == [("profiler.tool", "error")]
+    assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda", "trainer.placement=ray") == [("profiler.tool", "error")]
+    loaded = load_report(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1]", "global_profiler.global_tool_config.nsys.discrete=true",
+                                "trainer.device=cuda"])
+    assert (loaded.config.profiler.tool, loaded.config.profiler.discrete) == ("nsys", True)
+    ray_nsight = load_report(None, ["global_profiler.tool=nsys", "trainer.device=cuda", "+global_profiler.global_tool_config.nsys.worker_nsight_options.trace=cuda"])
+    assert [p.key for p in ray_nsight.as_written(ray_nsight.problems) if p.severity == "error"] == [
+        "+global_profiler.global_tool_config.nsys.worker_nsight_options.trace"]

@@ -542,7 +542,9 @@ class AsyncConfig:
 class ProfilerConfig:
     """torch.profiler traces of chosen steps (:mod:`rl_core.profiling`; verl's ``global_profiler`` with tool=torch)."""
 
-    tool: str | None = choice(None, (None, "torch"), hint="torch records the chosen steps with torch.profiler; null: off (verl's nsys / npu / torch_memory tools are not run)")
+    # torch: torch.profiler traces written by rl-core; nsys: NVTX ranges + cudaProfilerStart/Stop for an `nsys profile
+    # --capture-range=cudaProfilerApi` that runs rlcore train (CUDA only; rl-core does not start nsys)
+    tool: str | None = choice(None, (None, "torch", "nsys"), hint="torch records the chosen steps with torch.profiler; nsys marks them for Nsight Systems; null: off")
     steps: list[int] = field(factory=list)  # the training steps (1-based) to record
     save_path: str | None = None  # null: <trainer.output_dir>/profile
     # whose calls are recorded: the roles set true; none set: every role (verl's <role>.profiler.enable)
@@ -553,6 +555,8 @@ class ProfilerConfig:
     reward_model: bool | None = None
     ranks: list[int] = field(factory=lambda: [0])  # the worker ranks that record
     all_ranks: bool = False
+    # tool=nsys: a capture range per recorded call (true) or one per recorded step (false), as verl's nsys.discrete
+    discrete: bool = False
 
 
 @attrs.frozen(kw_only=True)
