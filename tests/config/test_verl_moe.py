@@ -64,7 +64,8 @@ def test_megatron_checks_experts_tp_pp_and_expert_tp(tmp_path):
     (p,) = check("train.expert_model_parallel_size=4")
     assert p.key == "train.expert_model_parallel_size" and "6 experts" in p.what and "3" in p.fix
     (p,) = check("train.tensor_model_parallel_size=2")
-    assert p.key == "train.tensor_model_parallel_size" and "sequence parallelism" in p.what
+    assert p.key == "train.tensor_model_parallel_size" and "sequence parallelism" in p.what and "sequence_parallel=true" in p.fix
+    assert check("train.tensor_model_parallel_size=2", "train.options.transformer_config.sequence_parallel=true") == []
     assert check("train.expert_model_parallel_size=2", "train.pipeline_model_parallel_size=2") == []  # EP across pipeline stages
     (p,) = check("train.expert_tensor_parallel_size=2")
     assert p.key == "train.expert_tensor_parallel_size"
@@ -121,3 +122,17 @@ def test_memory_estimate_shards_the_routed_experts_over_ep(tmp_path):
     experts = 48 * 128 * 3 * 2048 * 768
     assert per_rank[1] == pytest.approx(4 * 30_532_110_336)
     assert per_rank[8] == pytest.approx(4 * (30_532_110_336 - experts + experts / 8))
+
+
+def test_megatron_sequence_parallelism_as_verl_writes_it(tmp_path):
+    plugin = pytest.importorskip("rl_train_megatron.plugin", reason="needs the rl-train-megatron plugin")
+    pytest.importorskip("megatron.core", reason="needs megatron-core")
+    meg = f"{V}.actor.megatron"
+    cfg = load_config(None, ["model_engine=megatron", f"model.path={_moe_dir(tmp_path)}", f"{meg}.tensor_model_parallel_size=2",
+                             f"{meg}.sequence_parallel=True", f"{V}.ref.megatron.sequence_parallel=True"])
+    assert cfg.train.options["transformer_config"] == {"sequence_parallel": True}
+    assert plugin.check_parallel_sizes(cfg) == [] and plugin.check_transformer_config(cfg) == []
+    with_cp = load_report(None, ["model_engine=megatron", f"+{meg}.override_transformer_config.sequence_parallel=True",
+                                 f"{meg}.tensor_model_parallel_size=2", f"{meg}.context_parallel_size=2"])
+    (p,) = with_cp.as_written(plugin.check_transformer_config(with_cp.config))
+    assert p.key == f"+{meg}.override_transformer_config.sequence_parallel" and "context parallelism" in p.what

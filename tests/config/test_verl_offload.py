@@ -59,7 +59,7 @@ def test_megatron_checks_transformer_config_fields_against_the_dataclass():
     ok = [f"{tc}.recompute_granularity=full", f"{tc}.recompute_method=uniform", f"{tc}.recompute_num_layers=1",
           f"{tc}.normalization=RMSNorm", f"{tc}.attention_backend=auto", f"{tc}.account_for_loss_in_pipeline_split=false"]
     assert plugin.check_transformer_config(load_config(None, ["train.name=megatron", *ok])) == []
-    bad = {"sequence_parallel=true": "Megatron sequence parallelism", "num_layers_in_first_pipeline_stage=3": "pipeline_model_parallel_size is 1",
+    bad = {"num_layers_in_first_pipeline_stage=3": "pipeline_model_parallel_size is 1",
            "context_parallel_size=2": "context parallelism", "moe_router_enable_expert_bias=true": "expert bias",
            "moe_layer_freq=2": "Megatron MoE setting",
            "no_such_field=1": "not a field of megatron-core's TransformerConfig", "hidden_size=64": "comes from the model",

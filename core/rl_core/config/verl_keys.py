@@ -171,7 +171,9 @@ RULES: tuple[Rule, ...] = (
        note="the megatron backend's context parallelism: 2 x CP load-balanced chunks per sequence, keys / values all-gathered (rl_train_megatron.context_parallel)"),
     _same("actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size", [None, 1], "Megatron virtual (interleaved) pipeline stages",
           "train.pipeline_model_parallel_size"),
-    _same("actor_rollout_ref.actor.megatron.sequence_parallel", [False], "Megatron sequence parallelism", "train.tensor_model_parallel_size"),
+    _m("actor_rollout_ref.actor.megatron.sequence_parallel", "train.options.transformer_config.sequence_parallel",
+       note="Megatron sequence parallelism with TP > 1 (rl_train_megatron.sequence_parallel; needed by MoE models with TP > 1); with TP 1 off, as in megatron-core"),
+    _ign("actor_rollout_ref.ref.megatron.sequence_parallel", "the reference model is built with the actor's TransformerConfig (its sequence parallelism)"),
     _tie("actor_rollout_ref.ref.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size", "the reference model uses the actor's parallel layout"),
     _tie("actor_rollout_ref.ref.megatron.pipeline_model_parallel_size", "train.pipeline_model_parallel_size", "the reference model uses the actor's parallel layout"),
     _tie("critic.megatron.tensor_model_parallel_size", "train.tensor_model_parallel_size", "the critic uses the actor's parallel layout"),
@@ -211,8 +213,8 @@ RULES: tuple[Rule, ...] = (
        note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model, and for MoE models "
             "the router / aux-loss / dispatcher fields (moe_router_dtype, moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
             "moe_token_dispatcher_type, moe_enable_deepep, ...: rl_train_megatron.options.MOE_PASSED); any other field only "
-            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias and "
-            "sequence parallelism refused). Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
+            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias refused); "
+            "sequence_parallel runs Megatron sequence parallelism with TP > 1. Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
             "account_for_embedding / loss_in_pipeline_split) are passed and the conversion follows them (rl_train_megatron.stages)"),
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),

@@ -21,11 +21,12 @@ megatron-core assumes a GPU in a few places the Megatron engine reaches:
   replaced by ones that keep no CUDA state (there is none; dropout is 0).
 - Megatron's optimizers and ``clip_grads`` assert CUDA tensors: the engine
   uses ``torch.optim.AdamW`` and its own gradient-norm code instead.
-- MoE layers (:func:`install_moe`): the router's ``gating`` moves a CPU weight to
+- MoE layers and sequence parallelism (:func:`install_moe`): the router's ``gating`` moves a CPU weight to
   ``torch.cuda.current_device()`` before its matmul, and the router allocates its expert-bias / global-aux-loss
   buffers there, and ``tensor_parallel.mappings``' gathers (which the token dispatcher calls over the expert-parallel
-  group) allocate their outputs there: the gating is replaced by the same matmul without the move, and the router and
-  mappings modules' ``torch.cuda.current_device()`` answers ``"cpu"``. Without TransformerEngine, megatron-core 0.16.1's router
+  group) allocate their outputs there, as do the linears' sequence-parallel backward (``tensor_parallel.layers``): the gating
+  is replaced by the same matmul without the move, and the router, mappings and layers modules' ``torch.cuda.current_device()``
+  answers ``"cpu"``. Without TransformerEngine, megatron-core 0.16.1's router
   matmul reads an undefined ``te_general_gemm``: set to None (its plain-torch branch). The engine builds MoE layers with the ``allgather`` token
   dispatcher and sequential experts (one GEMM per expert), which run on gloo; the ``alltoall`` / ``flex``
   dispatchers and grouped GEMMs need CUDA (the engine says so at start, :func:`rl_train_megatron.model.moe_cpu_problem`).
@@ -134,10 +135,12 @@ def install_moe() -> None:
 
     if not hasattr(moe_utils, "te_general_gemm"):  # 0.16.1 leaves the name undefined without TransformerEngine
         moe_utils.te_general_gemm = None
-    from megatron.core.tensor_parallel import mappings
+    from megatron.core.tensor_parallel import layers, mappings
 
     router.Router.gating = _cpu_gating
-    for module in (router, mappings):  # mappings: the dispatcher's all-gathers allocate their outputs on the current device
+    # mappings: the dispatcher's (and sequence parallelism's) all-gathers allocate their outputs on the current device;
+    # layers: under sequence parallelism the linears' backward allocates its reduce-scatter output there
+    for module in (router, mappings, layers):
         if not isinstance(module.torch, _TorchOnCPU):
             module.torch = _TorchOnCPU()
 

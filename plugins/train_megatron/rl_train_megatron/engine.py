@@ -63,6 +63,7 @@ from rl_core.train_engine.hf_export import write_hf_folder
 from rl_train_megatron import context_parallel as cp_mod
 from rl_train_megatron import convert, grads, parallel, zero
 from rl_train_megatron import model as mmodel
+from rl_train_megatron import sequence_parallel as seq_par
 from rl_train_megatron.options import megatron_options, transformer_overrides
 from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout
@@ -107,13 +108,14 @@ class MegatronBackend(TrainBackend):
         opts = megatron_options(config)
         if pp > 1:
             self.shape = attrs.evolve(self.shape, stages=pipeline_stages(self.shape.layers, pp, opts.transformer_config))
-        mmodel.check_divisible(self.shape, tp, pp, ep, etp)
+        self.sp = seq_par.wanted(opts.transformer_config, tp)  # Megatron sequence parallelism (rl_train_megatron.sequence_parallel)
+        mmodel.check_divisible(self.shape, tp, pp, ep, etp, self.sp)
         if self.shape.moe and self.device.type == "cpu":
             mmodel.check_moe_on_cpu(opts.transformer_config)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
         self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
-        if self.shape.moe and self.device.type == "cpu":
+        if (self.shape.moe or self.sp) and self.device.type == "cpu":  # sequence parallelism: the same gathers as the MoE dispatcher
             from rl_train_megatron import cpu_shims
 
             cpu_shims.install_moe()
@@ -266,6 +268,7 @@ class MegatronBackend(TrainBackend):
             ids, pos, mask = split.local(ids), split.local(pos), split.mask(attention)
         if not self.pipe.is_first:
             b, s = ids.shape
+            s = s // self.topo.tp if self.sp else s  # sequence parallelism: this rank's share of the columns
             h_in = self.pipe.recv_forward((s, b, self.shape.hidden), self.device)
         h = mmodel.stage_hidden(self.model, ids, attention, pos, h_in, mask=mask)
         if not self.pipe.is_last:
@@ -299,13 +302,17 @@ class MegatronBackend(TrainBackend):
         rows = y["input_ids"].shape[0]
         if self.topo.ep > 1:
             y = self._same_tokens_over_ep(y)
+        if self.sp:
+            y = seq_par.pad_columns(y, self.topo.tp)
         split = self._split(y)
-        h_in, h = self._run_stage(y, split)
+        h_in, h_out = self._run_stage(y, split)
+        if training:
+            self._pending = (h_in, h_out)
+        h = seq_par.gather_hidden(h_out) if self.sp and self.pipe.is_last else h_out
         if h.shape[1] != rows:  # the rows added for the expert-parallel group are dropped before the heads
             h = h[:, :rows]
             y = {k: v[:rows] for k, v in y.items()}
         if training:
-            self._pending = (h_in, h)
             if self.shape.moe:
                 mmodel.count_training_forward()
         heads = None
@@ -350,6 +357,8 @@ class MegatronBackend(TrainBackend):
         grads.reduce_tied_embedding_grads(self.model, pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
             grads.reduce_grads([p for n, p in self.model.named_parameters() if convert.is_qk_norm(n) and p.grad is not None], parallel.tp_group())
+        if self.sp:  # norms / routers saw this rank's share of the tokens only (q/k norms: summed above)
+            grads.reduce_grads(seq_par.sequence_parallel_params(self.model, convert.is_qk_norm), parallel.tp_group())
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         experts = [p for n, p in named if convert.is_expert(n)]
         grads.reduce_grads([p for n, p in named if not convert.is_expert(n)], parallel.grad_group())
@@ -359,7 +368,8 @@ class MegatronBackend(TrainBackend):
                    if not convert.is_expert(n) and (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
         expert_group = parallel.expert_mp_group() if experts else None
         norm = grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device, experts, expert_group)
-        self._moe_metrics = mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group()) if self.shape.moe else {}
+        self._moe_metrics = (mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group(), parallel.tp_group() if self.sp else None)
+                             if self.shape.moe else {})
         return norm
 
     def step_metrics(self) -> dict[str, float]:

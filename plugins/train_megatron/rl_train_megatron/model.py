@@ -141,7 +141,7 @@ def _moe_fields(hf_config, key: str) -> dict:
     )
 
 
-def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int | None = None) -> None:
+def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int | None = None, sp: bool = False) -> None:
     """TP must divide the heads, KV heads, FFN width and vocabulary; PP the layers; EP the experts and ETP each
     expert's width (clear errors)."""
     key = "train.tensor_model_parallel_size"
@@ -150,10 +150,11 @@ def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int |
         dims += [("shared_expert_intermediate_size", shape.shared_ffn)] if shape.shared_ffn else []
     else:
         dims += [("intermediate_size", shape.ffn)]
-    if shape.moe and tp > 1:
+    if shape.moe and tp > 1 and not sp:
         raise ParallelSizeError(
-            f"{key}={tp} with an MoE model: megatron-core's MoE layers train with TP > 1 only under sequence parallelism, which the "
-            "engine does not have; split the experts with train.expert_model_parallel_size instead and set train.tensor_model_parallel_size=1"
+            f"{key}={tp} with an MoE model: megatron-core's MoE layers train with TP > 1 only under sequence parallelism; set "
+            "train.options.transformer_config.sequence_parallel=true (verl: actor_rollout_ref.actor.megatron.sequence_parallel=True), or "
+            "split the experts with train.expert_model_parallel_size and set train.tensor_model_parallel_size=1"
         )
     if ep > 1 and not shape.moe:
         raise ParallelSizeError(f"train.expert_model_parallel_size={ep}, but the model has no experts (a dense model); set train.expert_model_parallel_size=1")
@@ -227,6 +228,10 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
     if pp > 1:  # uneven pipeline stages: megatron-core builds each stage's layers by them (the conversion follows shape.stages)
         extra.update(split_fields(passed))
+    from rl_train_megatron import sequence_parallel
+
+    if sequence_parallel.wanted(passed, tp):  # rl_train_megatron.sequence_parallel
+        extra["sequence_parallel"] = True
     return TransformerConfig(
         num_layers=shape.layers,
         hidden_size=shape.hidden,
@@ -256,7 +261,15 @@ def build_model(
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    check_divisible(shape, tp, pp, ep, etp)
+    from rl_train_megatron import sequence_parallel
+
+    sp = sequence_parallel.wanted(passed, tp)
+    check_divisible(shape, tp, pp, ep, etp, sp)
+    if sp:
+        if cp > 1:
+            raise ParallelSizeError("train.options.transformer_config.sequence_parallel with train.context_parallel_size > 1: not built by the "
+                                    "megatron backend (not tested together); set one of them off")
+        sequence_parallel.install_norm()
     if shape.moe and cp > 1:
         raise ParallelSizeError(
             f"train.context_parallel_size={cp} with an MoE model: context parallelism of MoE models is not built by the megatron "
@@ -282,6 +295,10 @@ def build_model(
         position_embedding_type="rope",
     )
     model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
+    if sp and model.post_process and hasattr(model, "output_layer"):
+        # the engine gathers the final hidden states itself and slices the predicting rows: the LM head runs as an ordinary
+        # vocabulary-parallel linear (input gradient summed over TP), not on sequence-parallel input
+        model.output_layer.sequence_parallel, model.output_layer.allreduce_dgrad = False, True
     if shape.critic and model.post_process:
         del model.output_layer
         model.value_head = torch.nn.Linear(shape.hidden, 1, bias=shape.score_bias)
@@ -409,10 +426,14 @@ def set_aux_loss_scale(weight: float, device: torch.device) -> None:
     MoEAuxLossAutoScaler.set_loss_scale(torch.tensor(float(weight), device=device))
 
 
-def aux_loss_metrics(shape: ModelShape, dp_group, pp_group) -> dict[str, float]:
+def aux_loss_metrics(shape: ModelShape, dp_group, pp_group, sp_group=None) -> dict[str, float]:
     """``moe/<loss>``: each router loss megatron-core recorded since the last call, mean over the MoE layers, the
     forward passes and the data-parallel ranks (summed over pipeline stages, which hold different layers); the
-    tracker is cleared. Every rank must call it (collectives)."""
+    tracker is cleared. Every rank must call it (collectives).
+
+    Sequence parallelism (``sp_group``: the TP group): each TP rank's router saw its share of the tokens. A loss
+    megatron-core records with a reduce group (the load-balancing losses: this rank's part of the whole) is summed over
+    it, one recorded without (the z loss: this share's mean) is averaged over the TP ranks (equal shares)."""
     from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
 
     tracker = get_moe_layer_wise_logging_tracker()
@@ -420,6 +441,12 @@ def aux_loss_metrics(shape: ModelShape, dp_group, pp_group) -> dict[str, float]:
     for name in AUX_LOSS_NAMES:
         entry = tracker.get(name)
         values = entry["values"].detach().float().cpu() if entry else torch.zeros(shape.layers)
+        if entry and sp_group is not None and not entry.get("reduce_group_has_dp", False):
+            group = entry.get("reduce_group")
+            values = values.clone()
+            torch.distributed.all_reduce(values, group=group if group is not None else sp_group)
+            if group is None:
+                values /= torch.distributed.get_world_size(sp_group)
         rows.append(torch.cat([values[: shape.layers], torch.tensor([float(entry is not None)])]))
         if entry:
             entry["values"].zero_()

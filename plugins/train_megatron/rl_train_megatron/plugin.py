@@ -59,11 +59,15 @@ def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
                            what=f"Megatron EP {ep} does not divide the model's {experts} experts (num_experts; {experts} % {ep} = {experts % ep})",
                            why="expert parallelism gives every rank an equal share of each MoE layer's experts",
                            fix=f"set train.expert_model_parallel_size to a divisor of {experts}: {', '.join(map(str, nearest_divisors(ep, experts)))}"))
-    if isinstance(experts, int) and tp > 1:
+    from rl_train_megatron.sequence_parallel import wanted
+
+    sp = wanted((config.train.options or {}).get("transformer_config"), tp)
+    if isinstance(experts, int) and tp > 1 and not sp:
         out.append(Problem(key="train.tensor_model_parallel_size",
                            what=f"is {tp} with an MoE model ({data.get('model_type')}): megatron-core's MoE layers train with TP > 1 only under "
-                                "Megatron sequence parallelism, which rl-core's megatron train backend does not have",
-                           fix="set train.tensor_model_parallel_size=1 and split the experts with train.expert_model_parallel_size"))
+                                "Megatron sequence parallelism, which is off",
+                           fix="set train.options.transformer_config.sequence_parallel=true (verl: actor_rollout_ref.actor.megatron.sequence_parallel=True), "
+                               "or set train.tensor_model_parallel_size=1 and split the experts with train.expert_model_parallel_size"))
     moe_ffn = data.get("moe_intermediate_size")
     etp_eff = tp if etp is None else etp
     if isinstance(experts, int) and isinstance(moe_ffn, int) and etp_eff > 1 and moe_ffn % etp_eff:
@@ -164,7 +168,6 @@ def check_unsupported_options(config) -> list[Problem]:
 _MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel_size")
 _FEATURES = {
     "hierarchical_context_parallel_sizes": "hierarchical context parallelism (rl-core's CP is one group: train.context_parallel_size)",
-    "sequence_parallel": "Megatron sequence parallelism",
     "pipeline_model_parallel_layout": "a custom pipeline layout",
     "virtual_pipeline_model_parallel_size": "virtual (interleaved) pipeline stages",
     "fp8": "FP8 training",
@@ -230,6 +233,12 @@ def check_transformer_config(config) -> list[Problem]:
             out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
                                fix=f"remove {key}, or fix its name"))
         elif name in PASSED_THROUGH or name in SPLIT_FIELDS:
+            continue
+        elif name == "sequence_parallel":  # rl_train_megatron.sequence_parallel (with TP > 1; TP 1: off, as megatron-core does)
+            if config.train.context_parallel_size > 1 and not _same_value(value, False):
+                out.append(Problem(key=key, what="is on together with train.context_parallel_size > 1: sequence parallelism with context "
+                                                 "parallelism is a feature rl-core's megatron train backend does not have",
+                                   fix=f"remove {key}, or set train.context_parallel_size=1"))
             continue
         elif name in _CP:
             out.extend(_cp_field(config, key, name, value))

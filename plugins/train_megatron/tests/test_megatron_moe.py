@@ -3,6 +3,7 @@
 - HF -> Megatron (experts split over EP ranks) -> HF gives back every tensor bit for bit;
 - one process: a Qwen3-MoE backward equals transformers' on the same loss, with megatron-core's router aux and z
   losses computed independently from transformers' router logits (their gradients enter through megatron's scaler);
+- TP 2 under Megatron sequence parallelism on 2 gloo processes equals one process (same checks);
 - EP 2 x PP 2 with uneven stages (1 + 2 layers) on 4 gloo processes (each replica its half of the step: data parallel
   2; an EP group joins the same stage of both replicas) equals one process: loss, gradient norm, router-loss metrics,
   log-probs and the weights after the update.
@@ -27,14 +28,17 @@ pytestmark = pytest.mark.megatron
 AUX, Z = 0.01, 0.001  # megatron's moe_aux_loss_coeff / moe_z_loss_coeff in the engine tests
 
 
-def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None):
+def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None, tp: int = 1):
     cfg = default_config(model_dir)
     # one mini-batch: each replica's half of the step then makes the same global mini-batch as one process's whole step
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
     tc = {"moe_aux_loss_coeff": AUX, "moe_z_loss_coeff": Z, "moe_router_dtype": "fp32"}
     if first_stage is not None:
         tc["num_layers_in_first_pipeline_stage"] = first_stage
-    train = attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, pipeline_model_parallel_size=pp, options={"transformer_config": tc})
+    if tp > 1:  # MoE layers with TP > 1 train under Megatron sequence parallelism
+        tc["sequence_parallel"] = True
+    train = attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, pipeline_model_parallel_size=pp, tensor_model_parallel_size=tp,
+                         options={"transformer_config": tc})
     return attrs.evolve(cfg, train=train)
 
 
@@ -141,9 +145,9 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None) -> d
     an update, a checkpoint, a second update, and a fresh engine that resumes from the checkpoint and does the second."""
     from rl_train_megatron.engine import build_engine
 
-    stages = config.train.pipeline_model_parallel_size  # a replica's stages are consecutive ranks (the controller's dispatch)
-    half = len(step) // (world // stages)
-    replica = rank // stages
+    mp = config.train.pipeline_model_parallel_size * config.train.tensor_model_parallel_size  # a replica's ranks are consecutive
+    half = len(step) // (world // mp)  # (the controller's dispatch)
+    replica = rank // mp
     mine = step.index(torch.arange(replica * half, (replica + 1) * half))
     ctx = WorkerContext(rank=rank, world_size=world, seed=0)
     actor = build_engine("actor", config, ctx)
@@ -230,3 +234,28 @@ def test_distributed_optimizer_shards_adamw_and_updates_as_the_plain_one(ep_pp):
             assert torch.equal(out["zero_weights"][name], w), name
             assert torch.equal(out["zero_weights_2"][name], out["weights_2"][name]), name
             assert torch.equal(out["resumed_weights_2"][name], out["zero_weights_2"][name]), name
+
+
+@pytest.mark.dist
+def test_tp2_with_sequence_parallelism_equals_one_process(ep_pp, qwen3_moe):
+    """MoE layers with TP 2 (experts sliced over both ranks) under Megatron sequence parallelism on 2 processes: each
+    rank's norms / router see half the tokens (7 of the 14 columns), the final hidden states are gathered for the head; log-probs, loss, grad norm, both router-loss metrics and the weights after two updates equal one process's."""
+    one, _ = ep_pp
+    two = run_distributed(run_ep, 2, _config(qwen3_moe, tp=2), make_step_batch(qwen3_moe), timeout=400)
+    for out in two:
+        torch.testing.assert_close(out["log_probs"], one["log_probs"], atol=1e-5, rtol=0)
+        for key in ("loss", "grad_norm", "actor/pg_loss", "actor/moe/load_balancing_loss", "actor/moe/z_loss"):
+            assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
+            assert out["metrics_2"][key] == pytest.approx(one["metrics_2"][key], rel=1e-5, abs=1e-7), key
+        for name, w in one["weights_2"].items():
+            torch.testing.assert_close(out["weights_2"][name], w, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_sequence_parallel_pads_the_columns_to_a_multiple_of_tp():
+    from rl_train_megatron.sequence_parallel import pad_columns
+
+    y = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.tensor([[1, 1, 1]]), "position_ids": torch.tensor([[0, 1, 2]]),
+         "responses": torch.tensor([[7]])}
+    out = pad_columns(y, 2)
+    assert out["input_ids"].tolist() == [[0, 5, 6, 7]] and out["attention_mask"].tolist() == [[0, 1, 1, 1]]
+    assert out["position_ids"].tolist() == [[0, 0, 1, 2]] and out["responses"] is y["responses"] and pad_columns(y, 3) is y
