@@ -85,7 +85,7 @@ def test_moe_transformer_config_fields_pass_or_are_refused_by_key(tmp_path):
               "moe_enable_deepep": True, "moe_router_enable_expert_bias": False}
     cfg = load_config(None, ["model_engine=megatron", *(f"+{tc}.{k}={v}" for k, v in passed.items()),
                              f"+{tc}.moe_grouped_gemm=True", f"+{tc}.moe_permute_fusion=True"])  # kernel switches: ignored with a warning
-    assert cfg.train.options["transformer_config"] == passed
+    assert cfg.train.options["transformer_config"] == passed | {"sequence_parallel": True}  # SP: verl's megatron default (profile)
     assert plugin.check_transformer_config(cfg) == []  # a GPU run: megatron-core receives them
     on_cpu = load_config(None, ["model_engine=megatron", "trainer.device=cpu", f"+{tc}.moe_token_dispatcher_type=flex", f"+{tc}.moe_enable_deepep=True"])
     keys = sorted(p.key for p in plugin.check_transformer_config(on_cpu))
@@ -136,3 +136,16 @@ def test_megatron_sequence_parallelism_as_verl_writes_it(tmp_path):
                                  f"{meg}.tensor_model_parallel_size=2", f"{meg}.context_parallel_size=2"])
     (p,) = with_cp.as_written(plugin.check_transformer_config(with_cp.config))
     assert p.key == f"+{meg}.override_transformer_config.sequence_parallel" and "context parallelism" in p.what
+
+
+def test_verl_profile_gives_megatron_verls_engine_defaults():
+    """verl's engine/megatron.yaml: sequence_parallel and use_distributed_optimizer are True; listed as profile defaults;
+    sequence parallelism stays off with context parallelism (not built together); the rl-core profile keeps rl-core's."""
+    loaded = load_report(None, ["model_engine=megatron", f"{V}.actor.megatron.tensor_model_parallel_size=2"])
+    assert loaded.config.train.distributed_optimizer and loaded.config.train.options["transformer_config"] == {"sequence_parallel": True}
+    assert {"train.distributed_optimizer", "train.options.transformer_config.sequence_parallel"} <= {k for k, _, _ in loaded.profile_defaults}
+    with_cp = load_config(None, ["model_engine=megatron", f"{V}.actor.megatron.context_parallel_size=2"])
+    assert with_cp.train.distributed_optimizer and "transformer_config" not in with_cp.train.options
+    own = load_config(None, ["model_engine=megatron", "profile=rl-core"])
+    assert not own.train.distributed_optimizer and own.train.options == {}
+    assert not load_config(None, [f"{V}.actor.strategy=fsdp2"]).train.distributed_optimizer

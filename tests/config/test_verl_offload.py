@@ -31,13 +31,14 @@ def test_megatron_offload_keys_map_to_the_backend_options():
                              f"+{V}.actor.megatron.override_transformer_config.recompute_granularity=full"])
     assert cfg.train.name == "megatron"
     assert cfg.train.options == {"param_offload": True, "grad_offload": True, "optimizer_offload": True, "ref_param_offload": True,
-                                 "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1, "transformer_config": {"recompute_granularity": "full"}}
+                                 "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1,
+                                 "transformer_config": {"recompute_granularity": "full", "sequence_parallel": True}}  # SP: verl's megatron default
     (w,) = _problems(*MEG, f"{V}.ref.megatron.grad_offload=True", severity="warning")
     assert "no gradients or optimizer" in w.what
     part = load_config(None, [*MEG, f"+{V}.actor.optim.override_optimizer_config.optimizer_offload_fraction=0.5"])
     assert part.train.options["optimizer_offload_fraction"] == 0.5  # the megatron plugin's check wants optimizer_cpu_offload with it
     cfg = load_config(None, [*MEG, f"+{V}.actor.megatron.override_transformer_config.moe_router_dtype=fp32"])
-    assert cfg.train.options["transformer_config"] == {"moe_router_dtype": "fp32"}  # checked and passed by the megatron backend
+    assert cfg.train.options["transformer_config"] == {"moe_router_dtype": "fp32", "sequence_parallel": True}  # checked and passed by the megatron backend
 
 
 def test_backend_options_are_checked_by_the_chosen_backend():

@@ -247,6 +247,17 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
             problems.append(Problem(key=f"{section}.optim.lr_warmup_steps", what=f"is {warmup}, and verl's veomni engine does not read it (its "
                                     "schedule warms up for lr_warmup_steps_ratio x the total steps only): the run would not warm up as written",
                                     fix="set the optimizer's lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
+    if profile == "verl" and get_dotted(tree, "train.name") == "megatron":
+        # verl's megatron engine config (engine/megatron.yaml): sequence_parallel and use_distributed_optimizer default to
+        # True; rl-core's megatron backend runs both (sequence parallelism with TP > 1, not together with CP)
+        megatron_defaults = {"train.distributed_optimizer": True}
+        if _int(get_dotted(tree, "train.context_parallel_size", 1)) == 1:
+            megatron_defaults["train.options.transformer_config.sequence_parallel"] = True
+        marker = object()
+        for key, value in megatron_defaults.items():
+            if get_dotted(tree, key, marker) is marker:
+                applied.append((key, value, get_dotted(config_to_dict(own, mask=False), key, False)))
+                set_dotted(tree, key, value)
     if profile == "verl" and engine in PROFILE_DEFAULTS:
         marker = object()
         for key, (value, groups) in PROFILE_DEFAULTS[engine].items():
