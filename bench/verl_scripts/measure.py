@@ -92,7 +92,7 @@ IMAGE_DATA = frozenset(f"examples/{p}.sh" for p in (
     "grpo_trainer/run_qwen3_5_122b_a10b_megatron", "grpo_trainer/run_qwen3_5_27b_fsdp", "grpo_trainer/run_qwen3_5_27b_fsdp_turbo",
     "grpo_trainer/run_qwen3_5_2b_openr1_fsdp", "grpo_trainer/run_qwen3_5_35b_a3b_veomni", "grpo_trainer/run_qwen3_5_35b_fsdp",
     "grpo_trainer/run_qwen3_5_35b_fsdp_turbo", "grpo_trainer/run_qwen3_5_35b_megatron", "grpo_trainer/run_qwen3_5_35b_megatron_lite",
-    "grpo_trainer/run_qwen3_5_397b_megatron", "grpo_trainer/run_minicpm_o_2_6_fsdp"))
+    "grpo_trainer/run_qwen3_5_397b_megatron"))
 
 
 #: model families in megatron scripts' file names that rl-core's megatron backend does not build (it converts Llama,
@@ -124,9 +124,12 @@ def real_model_caveat(name: str, overrides: list[str] = ()) -> str | None:
             return f"{family}: a model family rl-core's megatron backend does not build (refused when the model's config.json is read)"
     tp_keys = ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size", "actor_rollout_ref.actor.engine.tp")
     tp = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") in tp_keys), "1")
-    if any(k in base for k in MOE_NAMES) and str(tp) not in ("1", "null"):
-        return (f"Qwen3-MoE with tensor_model_parallel_size={tp}: megatron-core's MoE layers train with TP > 1 only under Megatron sequence "
-                "parallelism, which rl-core's megatron backend lacks (refused when the model's config.json is read)")
+    # Megatron sequence parallelism (on by verl's megatron defaults) is what MoE layers with TP > 1 need: only a script
+    # that turns it off would stop when the model's config.json is read
+    sp_off = any(o.split("=", 1)[0].lstrip("+").endswith("sequence_parallel") and o.split("=", 1)[1].lower() == "false" for o in overrides)
+    if any(k in base for k in MOE_NAMES) and str(tp) not in ("1", "null") and sp_off:
+        return (f"Qwen3-MoE with tensor_model_parallel_size={tp} and sequence_parallel=False: megatron-core's MoE layers train with TP > 1 "
+                "only under Megatron sequence parallelism (refused when the model's config.json is read)")
     return None
 
 
