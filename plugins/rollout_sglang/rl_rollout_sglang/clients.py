@@ -48,11 +48,15 @@ class InProcessClient:
     def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool) -> list[dict[str, Any]]:
         return self.engine.generate(input_ids=input_ids, sampling_params=sampling, return_logprob=return_logprob)
 
+    # 0.5.23 requires the session around update_weights_from_tensor; 0.5.17 (the newest SGLang for torch 2.11, the GPU
+    # image's) has neither call: there the session is nothing
     def begin_weight_update(self):
-        return self.engine.begin_weight_update()
+        begin = getattr(self.engine, "begin_weight_update", None)
+        return begin() if begin is not None else None
 
     def end_weight_update(self):
-        return self.engine.end_weight_update()
+        end = getattr(self.engine, "end_weight_update", None)
+        return end() if end is not None else None
 
     def update_weights_from_tensor(self, named_tensors, flush_cache: bool):
         return self.engine.update_weights_from_tensor(named_tensors=named_tensors, flush_cache=flush_cache)

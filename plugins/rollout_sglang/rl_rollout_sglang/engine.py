@@ -71,7 +71,12 @@ Tensor parallelism
 Memory
     GPU with ``rollout.enable_sleep``: ``sleep`` = ``release_memory_occupation()``
     (weights and KV cache leave the GPU), ``wake_up`` = ``resume_memory_occupation()``.
-    CPU: both do nothing (logged once).
+    SGLang drops the weights' contents on release unless the engine was started with
+    ``enable_weights_cpu_backup``; rl-core wakes an engine without a sync in between
+    (a reward judge's engine, generation before the first sync), so the adapter starts
+    it with the backup on (the weights go to host memory and back, as vLLM's sleep
+    level 1). ``rollout.engine_kwargs.enable_weights_cpu_backup=false`` skips that copy
+    where every generation follows a full sync. CPU: both do nothing (logged once).
 """
 
 from __future__ import annotations
@@ -196,6 +201,8 @@ class SGLangRollout:
                 mem_fraction_static=float(cfg.rollout.gpu_memory_utilization),
                 enable_memory_saver=self.release_enabled,
             )
+            if self.release_enabled:  # without it SGLang's resume brings back memory, not the weights (Memory above)
+                args["enable_weights_cpu_backup"] = True
         args.update(extra)
         return args
 

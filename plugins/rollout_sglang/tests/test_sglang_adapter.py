@@ -185,6 +185,11 @@ def test_engine_args_defaults_and_overrides(model_dir, monkeypatch):
     gpu = _adapter(model_dir, RecordingClient(), "rollout.gpu_memory_utilization=0.6", context=WorkerContext(device="cuda", local_rank=3))
     g = gpu.engine_args({})
     assert g["device"] == "cuda" and g["mem_fraction_static"] == 0.6 and g["base_gpu_id"] == 3 and g["enable_memory_saver"]
+    # released weights come back only from SGLang's host copy: on with sleep, the user's choice wins, off without sleep
+    assert g["enable_weights_cpu_backup"] is True
+    assert gpu.engine_args({"enable_weights_cpu_backup": False})["enable_weights_cpu_backup"] is False
+    awake = _adapter(model_dir, RecordingClient(), "rollout.enable_sleep=false", context=WorkerContext(device="cuda"))
+    assert "enable_weights_cpu_backup" not in awake.engine_args({}) and not awake.engine_args({})["enable_memory_saver"]
 
 
 # ------------------------------------------------------------------ quirks
@@ -208,6 +213,30 @@ def test_weight_update_session_brackets_only_where_supported():
 
     with sglang_quirks.weight_update_session(Old()):
         pass
+
+    # the in-process client over an engine without the session calls (SGLang 0.5.17, the GPU image's): a sync goes
+    # through with nothing bracketed; over one that has them (0.5.23) both are called
+    from rl_rollout_sglang.clients import InProcessClient
+
+    calls = []
+
+    class Engine017:
+        def update_weights_from_tensor(self, named_tensors, flush_cache):
+            calls.append(("update", [n for n, _ in named_tensors]))
+
+    class Engine023(Engine017):
+        def begin_weight_update(self):
+            calls.append(("begin",))
+
+        def end_weight_update(self):
+            calls.append(("end",))
+
+    for engine in (Engine017(), Engine023()):
+        client = InProcessClient.__new__(InProcessClient)
+        client.engine = engine
+        with sglang_quirks.weight_update_session(client):
+            client.update_weights_from_tensor([("w", None)], flush_cache=False)
+    assert calls == [("update", ["w"]), ("begin",), ("update", ["w"]), ("end",)]
 
 
 def test_check_result_forms():
