@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, Iterable, Iterator
 
 import attrs
@@ -142,6 +143,8 @@ class SGLangRollout:
         self.generation_batch_size = r.generation_batch_size
         self.max_prompt_length = config.data.max_prompt_length
         self._released = False
+        #: timings of the last sleep / wake / sync, put in the next generation's batch.meta (as vLLM's adapter does)
+        self._stats: dict[str, float] = {}
         self._noted: set[str] = set()
         self._tokenizer = None
         self._owns_client = client is None
@@ -233,6 +236,12 @@ class SGLangRollout:
 
     # ------------------------------------------------------------- generation
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
+        out = self._generate(batch, params)
+        out.meta.update(self._stats)  # rollout/sleep_s, sleep_freed_gib, wake_s, weight_sync_s ... since the last one
+        self._stats = {}
+        return out
+
+    def _generate(self, batch: Batch, params: SamplingParams) -> Batch:
         keys = set(batch.tensors.keys())
         if not {"input_ids", "attention_mask"} <= keys:
             raise ValueError(f"generate needs 'input_ids' and 'attention_mask' in the batch; it has {sorted(keys)}")
@@ -312,18 +321,20 @@ class SGLangRollout:
     # ------------------------------------------------------------ weight sync
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load HF-named tensors in buckets inside one weight-update session, then flush the cache."""
+        start = time.perf_counter()
         self._resume_if_released()
         if self.client is None:  # a non-leading TP rank: the leader's engine gets the weights
             for _ in weights:
                 pass
             return
-        sent = 0
+        sent = nbytes = calls = 0
 
         def checked(items) -> Iterator[tuple[str, torch.Tensor]]:
-            nonlocal sent
+            nonlocal sent, nbytes
             for name, tensor in items:
                 check_tensor(self._shapes, name, tensor)
                 sent += 1
+                nbytes += tensor.numel() * tensor.element_size()
                 yield name, tensor
 
         with sglang_quirks.weight_update_session(self.client):
@@ -331,8 +342,11 @@ class SGLangRollout:
                 payload = [(name, self._transportable(t)) for name, t in bucket]
                 result = self.client.update_weights_from_tensor(payload, flush_cache=False)
                 sglang_quirks.check_result(result, "update_weights_from_tensor")
+                calls += 1
                 del payload, bucket
         sglang_quirks.check_result(self.client.flush_cache(), "flush_cache")
+        self._stats.update({"rollout/weight_sync_s": time.perf_counter() - start, "rollout/weight_sync_gib": nbytes / 2**30,
+                            "rollout/weight_sync_calls": calls})
         log.info("weight sync: %d tensors in buckets of %.0f MiB", sent, self.bucket_bytes / 2**20)
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
@@ -366,7 +380,12 @@ class SGLangRollout:
             self._note_once("no-release", "SGLang keeps its memory between generations (%s): sleep() / wake_up() do nothing", why)
             return
         if self.client is not None and not self._released:
+            free_before = self._free_gpu_bytes()
+            start = time.perf_counter()
             sglang_quirks.check_result(self.client.release_memory_occupation(), "release_memory_occupation")
+            self._stats["rollout/sleep_s"] = time.perf_counter() - start
+            if free_before is not None:  # device-wide: SGLang's scheduler is another process
+                self._stats["rollout/sleep_freed_gib"] = (self._free_gpu_bytes() - free_before) / 2**30
             self._released = True
 
     def wake_up(self) -> None:
@@ -377,8 +396,20 @@ class SGLangRollout:
 
     def _resume_if_released(self) -> None:
         if self._released:
+            start = time.perf_counter()
+            if torch.cuda.is_available():
+                # the colocated trainer's freed blocks stay in this process's torch cache, out of SGLang's reach (its
+                # scheduler is another process): a resume after a large update could run out of memory otherwise
+                torch.cuda.empty_cache()
             sglang_quirks.check_result(self.client.resume_memory_occupation(), "resume_memory_occupation")
+            self._stats["rollout/wake_s"] = time.perf_counter() - start
             self._released = False
+
+    def _free_gpu_bytes(self) -> int | None:
+        """Free memory of this worker's GPU (None without CUDA here, e.g. tests with a recording client)."""
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.mem_get_info(torch.device(self.context.device))[0])
 
     def shutdown(self) -> None:
         client, self.client = getattr(self, "client", None), None

@@ -111,6 +111,10 @@ def test_weight_sync_is_bracketed_bucketed_and_flushed(model_dir):
     updates = [c for c in client.calls if c[0] == "update"]
     assert len(updates) > 2 and all(c[2] is False for c in updates)  # the cache is flushed once, at the end
     assert [n for c in updates for n in c[1]] == list(weights)  # every tensor once, in order
+    meta = eng.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2)).meta  # the sync's report
+    assert meta["rollout/weight_sync_calls"] == len(updates) and meta["rollout/weight_sync_s"] > 0
+    assert meta["rollout/weight_sync_gib"] * 2**30 == sum(v.numel() * v.element_size() for v in weights.values())
+    assert "rollout/weight_sync_s" not in eng.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2)).meta
 
 
 def test_weight_sync_failure_carries_sglangs_message_and_closes_the_session(model_dir):
@@ -146,7 +150,8 @@ def test_memory_release_on_gpu_only(model_dir, caplog):
     gpu = _adapter(model_dir, client, context=WorkerContext(device="cuda"))
     gpu.sleep()
     gpu.sleep()
-    gpu.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2))  # resumes first
+    out = gpu.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2))  # resumes first
+    assert out.meta["rollout/sleep_s"] >= 0 and out.meta["rollout/wake_s"] >= 0  # reported once, with the next batch
     gpu.sleep()
     gpu.wake_up()
     assert [c[0] for c in client.calls] == ["release", "resume", "generate", "release", "resume"]
