@@ -7,7 +7,13 @@
 # missing module or data file.
 #
 #   bash .ci/wheels.sh                  # from a venv with pytest and packaging (requirements-dev.txt)
+#   bash .ci/wheels.sh build            # only steps 0-1 (any python3: the build venv has what they need)
+#   bash .ci/wheels.sh install          # only step 3, on what `build` left in RL_CORE_WHEELS_WORK (any python3)
+#   bash .ci/wheels.sh check            # only steps 2 and 4, on what `build` and `install` left there
 #
+# .ci/run builds and installs in the background from its start (the main suite's tests/packaging checks these
+# wheels, RL_CORE_WHEELS_DIR, instead of building its own: each distribution is built once per CI run) and runs
+# `check` after the main suite. `build` writes $RL_CORE_WHEELS_WORK/built when the wheels are complete.
 # The wheels, the build venv and the user's venv go to RL_CORE_WHEELS_WORK (default .venv-ci-wheels/,
 # git-ignored, emptied at the start and kept after, like .ci/run's .venv-ci); the CLI runs in a temp
 # folder outside the checkout. ~1.7 min of CPU time (2 cores) with a warm pip cache.
@@ -19,12 +25,16 @@ unset PYTHONPATH
 PY=${PYTHON:-python}
 log() { echo "[wheels] ${SECONDS}s: $*"; }
 
+MODE=${1:-all}
+case "$MODE" in
+    all | build | install | check) ;;
+    *) echo "usage: wheels.sh [build|install|check]" >&2; exit 2;;
+esac
 WORK=$(realpath -m "${RL_CORE_WHEELS_WORK:-.venv-ci-wheels}")
-rm -rf "$WORK/src" "$WORK/dist" "$WORK/build-venv" "$WORK/venv"
-RUN=$(mktemp -d -t rlcore-wheels-run.XXXXXX)
-trap 'rm -rf "$RUN"' EXIT
-case "$RUN/" in "$REPO"/*) echo "[wheels] the run folder $RUN must be outside the checkout ($REPO): set TMPDIR" >&2; exit 2;; esac
 DIST=$WORK/dist VENV=$WORK/venv SRC=$WORK/src
+
+if [[ $MODE == all || $MODE == build ]]; then
+rm -rf "$SRC" "$DIST" "$WORK/build-venv" "$VENV" "$WORK/built"
 mkdir -p "$DIST" "$SRC"
 
 # 0. Build from a snapshot of what a clone has (tracked files, plus untracked ones git does not
@@ -41,26 +51,35 @@ cd "$SRC"
 #    install for each; ~4x faster than isolating every build), and `build` checks they are satisfied.
 DIRS=(.)
 for p in plugins/*/pyproject.toml; do DIRS+=("$(dirname "$p")"); done
-mapfile -t BUILD_REQUIRES < <("$PY" tests/packaging/wheel_check.py --build-requires)
-log "build venv: build ${BUILD_REQUIRES[*]}"
 python3 -m venv "$WORK/build-venv"
-"$WORK/build-venv/bin/python" -m pip install -q build "${BUILD_REQUIRES[@]}"
+BPY=$WORK/build-venv/bin/python
+"$BPY" -m pip install -q build  # brings `packaging`, which wheel_check.py reads the pyprojects with
+mapfile -t BUILD_REQUIRES < <("$BPY" tests/packaging/wheel_check.py --build-requires)
+log "build venv: build ${BUILD_REQUIRES[*]}"
+"$BPY" -m pip install -q "${BUILD_REQUIRES[@]}"
 for d in "${DIRS[@]}"; do
     log "build $d"
-    if ! "$WORK/build-venv/bin/python" -m build --no-isolation --outdir "$DIST" "$d" >"$WORK/build.log" 2>&1; then
+    if ! "$BPY" -m build --no-isolation --outdir "$DIST" "$d" >"$WORK/build.log" 2>&1; then
         tail -40 "$WORK/build.log" >&2
         echo "[wheels] building $d failed (log above)" >&2
         exit 1
     fi
 done
+log "built: $(cd "$DIST" && echo *)"
+touch "$WORK/built"
+fi
+[[ $MODE == build ]] && exit 0
+if [[ ! -e $WORK/built ]]; then
+    echo "[wheels] no complete build in $WORK: run \`bash .ci/wheels.sh build\` first (or plain \`bash .ci/wheels.sh\`)" >&2
+    exit 2
+fi
+cd "$SRC"
+CORE_WHEEL=$(ls "$DIST"/rl_core-*.whl)
 
-# 2. Every module, data file and entry-point target in its wheel; metadata and engine extras as tested.
-"$PY" tests/packaging/wheel_check.py --wheels "$DIST"
-RL_CORE_WHEELS_DIR=$DIST "$PY" -m pytest -q -p no:cacheprovider tests/packaging/test_wheel_metadata.py
-
+if [[ $MODE == all || $MODE == install ]]; then
+rm -rf "$VENV" "$WORK/installed"
 # 3. A fresh venv with what a user installs: torch (the local CPU wheel here), then the wheels by path
 #    (rl-core with its quickstart extra; every plugin without engine extras: engines are tested elsewhere).
-CORE_WHEEL=$(ls "$DIST"/rl_core-*.whl)
 PLUGIN_WHEELS=()
 for w in "$DIST"/*.whl; do [[ "$w" == "$CORE_WHEEL" ]] || PLUGIN_WHEELS+=("$w"); done
 log "install into a fresh venv: torch==2.13.0 rl-core[quickstart] ${PLUGIN_WHEELS[*]##*/}"
@@ -71,6 +90,21 @@ VPY=$VENV/bin/python
 "$VPY" -m pip install -q --no-compile torch==2.13.0 "$CORE_WHEEL[quickstart]" "${PLUGIN_WHEELS[@]}"
 "$VPY" -m pip check
 log "installed"
+touch "$WORK/installed"
+fi
+[[ $MODE == install ]] && exit 0
+if [[ ! -e $WORK/installed ]]; then
+    echo "[wheels] no venv of installed wheels in $WORK: run \`bash .ci/wheels.sh install\` first" >&2
+    exit 2
+fi
+VPY=$VENV/bin/python
+RUN=$(mktemp -d -t rlcore-wheels-run.XXXXXX)
+trap 'rm -rf "$RUN"' EXIT
+case "$RUN/" in "$REPO"/*) echo "[wheels] the run folder $RUN must be outside the checkout ($REPO): set TMPDIR" >&2; exit 2;; esac
+
+# 2. Every module, data file and entry-point target in its wheel; metadata and engine extras as tested.
+"$PY" tests/packaging/wheel_check.py --wheels "$DIST"
+RL_CORE_WHEELS_DIR=$DIST "$PY" -m pytest -q -p no:cacheprovider tests/packaging/test_wheel_metadata.py
 
 # 4. From outside the checkout: the installed copies are the ones imported, every plugin loads,
 #    the quickstart config resolves, and a 2-step GRPO job on a tiny random model trains.

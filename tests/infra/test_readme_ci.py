@@ -27,9 +27,16 @@ def test_ci_runs_the_blocks_before_anything_it_adds():
     lines = [line for line in run.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     at = {name: next(i for i, line in enumerate(lines) if f"readme_block.py {name}" in line) for name in ("setup", "test")}
     executed = next(i for i, line in enumerate(lines) if '$SETUP' in line and "bash -euo pipefail" in line)
-    installs = [i for i, line in enumerate(lines) if "pip install" in line or "wheels.sh" in line]
     assert at["setup"] < executed and at["test"] < executed
-    assert all(i > executed for i in installs), "something is installed before the README's own set-up runs"
+    # before it, only parts that install into folders of their own (the wheels' build venv, the engine venvs) are
+    # started, in the background; nothing is pip-installed into the README's venv or any other before its set-up
+    before = lines[:executed]
+    assert not [line for line in before if "pip install" in line], "something is installed before the README's own set-up runs"
+    assert not [line for line in before if "$CLONE/.venv" in line], "the README's venv is used before its set-up runs"
+    started = [line for line in before if "wheels.sh" in line or "engine_venv.sh" in line]
+    assert started and all(line.startswith("start ") for line in started), started
+    # the wheels' checks need the README's venv (pytest): they come after it
+    assert "wheels.sh check" not in "\n".join(before) and any("wheels.sh check" in line for line in lines[executed:])
 
 
 def test_requirements_hold_what_the_packaging_tests_need():
