@@ -24,6 +24,9 @@ checkpointing on: 19.9 s per step (median), peak 29.7 GB. Runs, one after the ot
   round trip of the 7B base per step);
 - ``rlcore_lora_vllm_merged``: ``rlcore_lora_vllm`` with ``rollout.lora_sync=merged`` (every weight merged and sent each
   step: the fallback if vLLM's in-memory adapter path fails on the GPU build);
+- ``rlcore_lora_vllm_nogc`` / ``rlcore_lora_vllm_nosleep_nogc``: those two without gradient checkpointing, in
+  micro-batches of 16 sequences (the recomputation is a third of the update's matmuls; the activations of 16 x 384
+  tokens fit: ``rlcore check`` estimates ~49 GiB in the update);
 - ``rlcore_offload``: the full fine-tune (no LoRA) with ``actor.fsdp_config.param_offload=true optimizer_offload=true``,
   3 steps.
 
@@ -62,6 +65,7 @@ SHAPE_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
 LORA = ["model.lora_rank=32", "model.lora_alpha=64", "model.target_modules=all-linear"]
 OFFLOAD = ["actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true"]
 VLLM = ["rollout.name=vllm", "rollout.calculate_log_probs=true"]
+NO_GC = ["model.enable_gradient_checkpointing=false", "actor.ppo_micro_batch_size_per_gpu=16"]
 # rl-core runs: name -> (overrides, steps or None for --steps)
 RUNS = {
     "rlcore_lora": (LORA, None),
@@ -74,6 +78,11 @@ RUNS = {
     "rlcore_lora_vllm_nosleep": (LORA + VLLM + ["rollout.lora_sync=adapter", "rollout.enable_sleep=false",
                                                 "rollout.gpu_memory_utilization=0.3"], None),
     "rlcore_lora_vllm_merged": (LORA + VLLM + ["rollout.lora_sync=merged"], None),
+    # no gradient checkpointing (one forward less per micro-batch: the frozen base needs no recomputation), in
+    # micro-batches of 16 sequences so the activations fit (rlcore check: ~49 GiB peak in the update on 80 GB)
+    "rlcore_lora_vllm_nogc": (LORA + VLLM + NO_GC + ["rollout.lora_sync=adapter"], None),
+    "rlcore_lora_vllm_nosleep_nogc": (LORA + VLLM + NO_GC + ["rollout.lora_sync=adapter", "rollout.enable_sleep=false",
+                                                             "rollout.gpu_memory_utilization=0.3"], None),
     "rlcore_offload": (OFFLOAD, 3),
 }
 
@@ -116,8 +125,18 @@ def estimate_gib(ov: list[str]) -> dict:
     from rl_core.memory import estimate
 
     config = load_config(str(CONFIG), ov)
-    config, sizes, _ = normalize(config)
-    est = estimate(config, sizes) if sizes is not None else None
+    from rl_core.resolver import resolve
+
+    # with the stack's cards, as `rlcore check` does: a vLLM / SGLang rollout reserves its memory fraction of the
+    # device in the same process, which torch's max_memory_allocated (the reported peak) counts (session 10: without
+    # the card the 7B vLLM row was compared with the hf rollout's 29.3 GiB instead of 53.3)
+    stack, _ = resolve(config)
+    if stack is not None:
+        config, sizes, cards = stack.config, stack.sizes, dict(rollout=stack.rollout, train=stack.train)
+    else:
+        config, sizes, _ = normalize(config)
+        cards = {}
+    est = estimate(config, sizes, **cards) if sizes is not None else None
     if est is None:
         return {"peak_gib": None}
     out = {"peak_gib": est.peak / 2**30, "lines": est.lines()}
