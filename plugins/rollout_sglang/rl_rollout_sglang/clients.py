@@ -45,8 +45,16 @@ class InProcessClient:
     def context_length(self) -> int:
         return int(self.engine.tokenizer_manager.model_config.context_len)
 
-    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool) -> list[dict[str, Any]]:
-        return self.engine.generate(input_ids=input_ids, sampling_params=sampling, return_logprob=return_logprob)
+    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool,
+                 lora_path: list[str] | None = None) -> list[dict[str, Any]]:
+        extra = {} if lora_path is None else {"lora_path": lora_path}
+        return self.engine.generate(input_ids=input_ids, sampling_params=sampling, return_logprob=return_logprob, **extra)
+
+    def load_lora_adapter_from_tensors(self, name: str, tensors: dict, config: dict):
+        return self.engine.load_lora_adapter_from_tensors(name, tensors, config)
+
+    def unload_lora_adapter(self, name: str):
+        return self.engine.unload_lora_adapter(name)
 
     # 0.5.23 requires the session around update_weights_from_tensor; 0.5.17 (the newest SGLang for torch 2.11, the GPU
     # image's) has neither call: there the session is nothing
@@ -130,9 +138,23 @@ class ServerClient:
     def _get(self, path: str) -> Any:
         return self._request(path, None)
 
-    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool) -> list[dict[str, Any]]:
-        out = self._request("/generate", {"input_ids": input_ids, "sampling_params": sampling, "return_logprob": return_logprob})
+    def generate(self, input_ids: list[list[int]], sampling: list[dict[str, Any]], return_logprob: bool,
+                 lora_path: list[str] | None = None) -> list[dict[str, Any]]:
+        body = {"input_ids": input_ids, "sampling_params": sampling, "return_logprob": return_logprob}
+        if lora_path is not None:
+            body["lora_path"] = lora_path
+        out = self._request("/generate", body)
         return out if isinstance(out, list) else [out]
+
+    def load_lora_adapter_from_tensors(self, name: str, tensors: dict, config: dict):
+        from sglang.srt.utils import MultiprocessingSerializer
+
+        payload = base64.b64encode(MultiprocessingSerializer.serialize(dict(tensors))).decode()
+        return self._request("/load_lora_adapter_from_tensors", {"lora_name": name, "config_dict": config,
+                                                                 "serialized_named_tensors": [payload] * self.tp_size})
+
+    def unload_lora_adapter(self, name: str):
+        return self._request("/unload_lora_adapter", {"lora_name": name})
 
     def begin_weight_update(self):
         return self._request("/begin_weight_update", {})

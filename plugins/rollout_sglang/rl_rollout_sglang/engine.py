@@ -145,6 +145,9 @@ class SGLangRollout:
         self._released = False
         #: timings of the last sleep / wake / sync, put in the next generation's batch.meta (as vLLM's adapter does)
         self._stats: dict[str, float] = {}
+        # LoRA through SGLang's adapter API (rollout.lora_sync=adapter / auto; rl_rollout_sglang.lora)
+        self.lora_rank = int(config.model.lora_rank) if r.lora_sync != "merged" else 0
+        self._lora_name: str | None = None
         self._noted: set[str] = set()
         self._tokenizer = None
         self._owns_client = client is None
@@ -187,6 +190,10 @@ class SGLangRollout:
             skip_tokenizer_init=True,
             log_level="error",
         )
+        if getattr(self, "lora_rank", 0):
+            from rl_rollout_sglang.lora import lora_engine_args
+
+            args.update(lora_engine_args(cfg, self.device_type))
         if cfg.rollout.expert_parallel_size > 1:  # = TP (the resolver's check): SGLang's MoE TP is then tp_size / ep_size = 1
             args["ep_size"] = int(cfg.rollout.expert_parallel_size)
         if m.override_config:
@@ -304,7 +311,8 @@ class SGLangRollout:
         samples: list[Sample] = []
         for start in range(0, len(requests), per_call):
             chunk = requests[start : start + per_call]
-            outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp)
+            lora = None if self._lora_name is None else [self._lora_name] * len(chunk)  # every request names the adapter
+            outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp, **({} if lora is None else {"lora_path": lora}))
             if len(outs) != len(chunk):
                 raise RuntimeError(f"SGLang answered {len(outs)} of {len(chunk)} requests")
             samples.extend(parse_output(o, want_lp) for o in outs)
@@ -349,6 +357,35 @@ class SGLangRollout:
                             "rollout/weight_sync_calls": calls})
         log.info("weight sync: %d tensors in buckets of %.0f MiB", sent, self.bucket_bytes / 2**20)
 
+    @property
+    def adapter_dtype(self) -> torch.dtype | None:
+        """The dtype the trainer sends LoRA adapters in: the model's (SGLang computes in it)."""
+        dtype = getattr(torch, str(self.config.model.dtype), None)
+        return dtype if self.lora_rank and isinstance(dtype, torch.dtype) else None
+
+    def load_adapter(self, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], version: int) -> None:
+        """LoRA adapters (peft names, scale folded in) of policy ``version`` through SGLang's
+        ``load_lora_adapter_from_tensors``, the previous version unloaded; every later request names it
+        (rl_rollout_sglang.lora). The base weights came once through :meth:`load_weights`."""
+        if not self.lora_rank:
+            raise RuntimeError("load_adapter: this SGLang engine was started without LoRA (model.lora_rank=0 or rollout.lora_sync=merged)")
+        self._resume_if_released()
+        if self.client is None:  # a non-leading TP rank: the leader's engine gets them
+            return
+        from rl_rollout_sglang.lora import adapter_name, peft_config_for_sglang
+
+        if self._lora_name is not None:
+            sglang_quirks.check_result(self.client.unload_lora_adapter(self._lora_name), "unload_lora_adapter")
+            self._lora_name = None
+        start = time.perf_counter()
+        name = adapter_name(version)
+        payload = {k: (t.detach().contiguous() if t.is_cuda else t.detach().clone()) for k, t in tensors.items()}  # shared with SGLang's process
+        sglang_quirks.check_result(self.client.load_lora_adapter_from_tensors(name, payload, peft_config_for_sglang(peft_config)), "load_lora_adapter_from_tensors")
+        self._lora_name = name
+        sglang_quirks.check_result(self.client.flush_cache(), "flush_cache")
+        self._stats.update({"rollout/weight_sync_s": time.perf_counter() - start, "rollout/weight_sync_calls": 1,
+                            "rollout/weight_sync_gib": sum(t.numel() * t.element_size() for t in payload.values()) / 2**30})
+
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """What the engine holds at flat ``positions`` of HF-named weights (rl_core.weight_sync_check), read in SGLang's
         scheduler (rl_rollout_sglang.held); None where it cannot be asked (a non-leading TP rank, TP > 1, a server
@@ -358,7 +395,10 @@ class SGLangRollout:
             return None
         from rl_rollout_sglang.held import answer, request
 
-        held = answer(self.client.get_weights_by_name(request(positions, self._shapes)), positions, dtype)
+        adapter = self._lora_name if any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions) else None
+        if adapter is None and any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions):
+            return {}  # no adapter loaded: nothing held (the check names each tensor as not reported)
+        held = answer(self.client.get_weights_by_name(request(positions, self._shapes, adapter)), positions, dtype)
         if held is None:
             self._note_once("unverified", "weight sync: SGLang cannot report its weights here (TP > 1 or a server without rl-rollout-sglang's hook): not verified", level=logging.WARNING)
         return held

@@ -23,10 +23,12 @@ PREFIX = "rlcore-sample:"
 HOOK_TARGET = "sglang.srt.model_executor.model_runner_components.weight_exporter.WeightExporter.get_weights_by_name"
 
 
-def request(positions: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]] | None) -> str:
-    """The ``name`` that asks the hook for the elements at ``positions``."""
-    return PREFIX + json.dumps({"names": list(positions), "positions": [p.tolist() for p in positions.values()],
-                                "shapes": {k: list(v) for k, v in (shapes or {}).items() if k in positions}})
+def request(positions: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]] | None, adapter: str | None = None) -> str:
+    """The ``name`` that asks the hook for the elements at ``positions``: of HF-named weights, or, with ``adapter``,
+    of the peft-named tensors of the LoRA adapter of that name (rl_rollout_sglang.lora)."""
+    shapes = shapes or {}
+    return PREFIX + json.dumps({"names": list(positions), "positions": [p.tolist() for p in positions.values()], "adapter": adapter,
+                                "shapes": {k: list(v) for k, v in shapes.items() if k in positions or adapter is not None}})
 
 
 def answer(rows: Any, positions: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
@@ -45,9 +47,13 @@ def sample_hook(original, exporter, name, truncate_size: int = 100):
     from rl_core.weight_sync_check import cut_rows, fused_location
 
     ask = json.loads(name[len(PREFIX):])
+    shapes = {k: tuple(v) for k, v in ask["shapes"].items()}
+    if ask.get("adapter"):  # the LoRA adapter SGLang keeps for the requests that name it (rl_rollout_sglang.lora)
+        from rl_rollout_sglang.lora import held_adapter_rows
+
+        return held_adapter_rows(ask["adapter"], ask["names"], ask["positions"], shapes)
     model = exporter.get_model()
     params = dict(model.named_parameters())
-    shapes = {k: tuple(v) for k, v in ask["shapes"].items()}
     rows = []
     for hf_name, pos in zip(ask["names"], ask["positions"]):
         found, shape = fused_location(params, hf_name, shapes, getattr(model, "packed_modules_mapping", None)), shapes.get(hf_name)

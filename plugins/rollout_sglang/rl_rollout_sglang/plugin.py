@@ -89,6 +89,7 @@ SGLANG_ROLLOUT = RolloutCard(
     weight_formats={"hf"},
     logprobs=True,
     memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
+    lora_adapters=True,  # LoRA through SGLang's load_lora_adapter_from_tensors (rl_rollout_sglang.lora)
     moe_parallel={"ep"},  # SGLang's ep_size (rollout.expert_parallel_size = TP); DP attention (attn_dp_size) not run
     engine="sglang",
     engine_versions="==0.5.23",

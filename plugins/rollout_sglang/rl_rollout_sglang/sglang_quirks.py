@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: Set to ``1`` in the environment SGLang's processes inherit to add request seeds on CPU.
 SEEDED_SAMPLING_ENV = "RL_SGLANG_SEEDED_SAMPLING"
+#: Set to ``1`` in the environment SGLang's processes inherit to make pinning host memory a no-op (CPU only).
+UNPINNED_ENV = "RL_SGLANG_CPU_UNPINNED"
 _SEED_HOOK_TARGET = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch"
 _HASH_HOOK_TARGET = "sglang.srt.layers.sampler.murmur_hash32"
 _M32 = 0xFFFFFFFF
@@ -60,7 +62,7 @@ _M32 = 0xFFFFFFFF
 
 def configure_cpu_environment(tp: int, first_core: int = 0) -> dict[str, str]:
     """Environment the CPU engine reads (only keys the user has not set); returns what was set."""
-    wanted = {"SGLANG_USE_CPU_ENGINE": "1", SEEDED_SAMPLING_ENV: "1"}
+    wanted = {"SGLANG_USE_CPU_ENGINE": "1", SEEDED_SAMPLING_ENV: "1", UNPINNED_ENV: "1"}
     if tp > 1:
         cores = os.cpu_count() or tp
         per_rank = max(1, cores // tp)
@@ -168,6 +170,43 @@ def _cpu_hash_kernel_missing() -> bool:
     return not hasattr(torch.ops.sgl_kernel, "murmur_hash32_cpu")
 
 
+#: Factories SGLang's LoRA code calls with ``pin_memory=True`` (sglang/srt/lora, 0.5.23).
+_PINNING_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "arange", "as_tensor", "empty_like", "zeros_like", "ones_like")
+
+
+def unpinned_on_cpu_only_torch() -> bool:
+    """On a torch without any accelerator, make pinning host memory a no-op; whether it did.
+
+    Pinned (page-locked) host memory only speeds up copies to an accelerator; a CPU-only torch has no allocator for
+    it and raises for ``pin_memory=True`` / ``Tensor.pin_memory()``, which SGLang 0.5.23's LoRA layers and memory pool
+    call unconditionally (26 calls in sglang/srt/lora): the CPU engine dies at start-up with ``enable_lora``. Here
+    ``Tensor.pin_memory()`` returns the tensor itself and the factories above drop ``pin_memory=True``: the same
+    tensors, unpinned, which is all a CPU-only process can have. Nothing changes where an accelerator exists."""
+    import functools
+
+    import torch
+
+    if torch.cuda.is_available() or getattr(torch, "_rl_unpinned", False):
+        return False
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return False
+
+    def unpinned(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            kwargs.pop("pin_memory", None)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name in _PINNING_FACTORIES:
+        setattr(torch, name, unpinned(getattr(torch, name)))
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+    torch._rl_unpinned = True
+    return True
+
+
 def sglang_plugin() -> None:
     """SGLang general plugin (entry point ``sglang.srt.plugins``): seeded sampling on CPU.
 
@@ -181,8 +220,13 @@ def sglang_plugin() -> None:
             from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
             HookRegistry.register(HOOK_TARGET, sample_hook, HookType.AROUND)
+            from rl_rollout_sglang.lora import MANAGER_HOOK_TARGET, remember_manager
+
+            HookRegistry.register(MANAGER_HOOK_TARGET, remember_manager, HookType.AFTER)  # the LoRA adapter's read-back
         except ImportError as exc:  # another SGLang layout: syncs are not verified
             log.warning("rl-rollout-sglang: the weight-sync check cannot read SGLang's weights (%s)", exc)
+    if os.environ.get(UNPINNED_ENV) == "1":  # the CPU engine (set by configure_cpu_environment): LoRA layers pin memory
+        unpinned_on_cpu_only_torch()
     if os.environ.get(SEEDED_SAMPLING_ENV) != "1":
         return
     try:

@@ -227,3 +227,24 @@ def test_expert_parallelism_is_sglangs_ep_size_and_dp_attention_is_refused(model
         pytest.skip("SGLang is not importable here (its own venv runs this)")
     server = ServerArgs(**{k: args[k] for k in ("model_path", "tp_size", "ep_size")})  # SGLang's own record takes them
     assert (server.tp_size, server.ep_size) == (2, 2)
+
+
+def test_lora_engine_args_and_where_sglang_keeps_each_adapter_tensor():
+    """rollout.lora_sync=adapter: SGLang starts with one adapter slot of model.lora_rank on the adapted modules
+    (torch_native backend on CPU); q/k/v and gate/up adapters are read back from SGLang's stacked rows."""
+    from types import SimpleNamespace
+
+    from rl_rollout_sglang.lora import lora_engine_args, stacked_location
+
+    cfg = SimpleNamespace(model=SimpleNamespace(lora_rank=8, target_modules="all-linear", exclude_modules=["down_proj"]))
+    args = lora_engine_args(cfg, "cpu")
+    assert args == dict(enable_lora=True, max_lora_rank=8, lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"],
+                        max_loras_per_batch=1, lora_backend="torch_native")
+    assert "lora_backend" not in lora_engine_args(cfg, "cuda")
+    shapes = {f"model.layers.3.self_attn.{m}.weight": s for m, s in (("q_proj", (64, 64)), ("k_proj", (32, 64)), ("v_proj", (32, 64)))}
+    shapes.update({f"model.layers.3.mlp.{m}.weight": (96, 64) for m in ("gate_proj", "up_proj")})
+    pre = "base_model.model.model.layers.3"
+    assert stacked_location(f"{pre}.self_attn.v_proj.lora_A.weight", shapes, 8) == (f"{pre}.self_attn.qkv_proj.lora_A.weight", 16)
+    assert stacked_location(f"{pre}.self_attn.v_proj.lora_B.weight", shapes, 8) == (f"{pre}.self_attn.qkv_proj.lora_B.weight", 96)
+    assert stacked_location(f"{pre}.mlp.up_proj.lora_B.weight", shapes, 8) == (f"{pre}.mlp.gate_up_proj.lora_B.weight", 96)
+    assert stacked_location(f"{pre}.self_attn.o_proj.lora_B.weight", shapes, 8) == (f"{pre}.self_attn.o_proj.lora_B.weight", 0)
