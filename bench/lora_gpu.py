@@ -174,7 +174,8 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit
     if rows:
         shutil.copy(run_dir / "metrics.jsonl", Path(args.out) / f"{name}.metrics.jsonl")
     est = estimate_gib([o for o in ov if not o.startswith("trainer.output_dir")])
-    stages = {k: [r[k] for r in rows if k in r] for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")}
+    stages = {k: [r[k] for r in rows if k in r] for k in ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/sync_weights",
+                                                          "perf/update_actor_max_memory_allocated_gb")}  # the update's own peak (GiB)
     return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s, "estimate_host_peak_gib": est.get("host_peak_gib"),
             "median_stage_s": {k: statistics.median(v[1:] or v) for k, v in stages.items() if v},
             "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,

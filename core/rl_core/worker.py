@@ -14,6 +14,7 @@ Ray actor.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from typing import Any
@@ -197,7 +198,28 @@ class HybridWorker:
     def update_actor(self, batch: Batch, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
         """``on_policy``: the loop skipped the old log-prob pass (one mini-batch, one epoch; ratio 1);
         ``keep_log_probs``: the update's own log-probs come back as ``actor/log_probs`` (+ ``actor/log_probs_computed``)."""
-        return engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy, keep_log_probs=keep_log_probs))
+        with self._phase_peak() as peak:
+            out = engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy, keep_log_probs=keep_log_probs))
+        if peak:
+            out["perf/update_actor_max_memory_allocated_gb"] = peak[0]
+        return out
+
+    @contextlib.contextmanager
+    def _phase_peak(self):
+        """On CUDA: the peak of allocated memory during the block (GiB, appended to the yielded list), the step's
+        peak for :meth:`peak_memory_gb` kept (what came before is remembered, then the counter is reset)."""
+        got: list[float] = []
+        if not self.context.device.startswith("cuda"):
+            yield got
+            return
+        self._step_peak = max(getattr(self, "_step_peak", 0.0), torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            yield got
+        finally:
+            phase = torch.cuda.max_memory_allocated()
+            self._step_peak = max(self._step_peak, phase)
+            got.append(phase / 2**30)
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("critic", self.critic.update(batch))
@@ -206,7 +228,8 @@ class HybridWorker:
         """Peak accelerator memory since the last call (None on CPU); resets the peak."""
         if not self.context.device.startswith("cuda"):
             return None
-        peak = torch.cuda.max_memory_allocated() / 2**30
+        peak = max(getattr(self, "_step_peak", 0.0), torch.cuda.max_memory_allocated()) / 2**30
+        self._step_peak = 0.0
         torch.cuda.reset_peak_memory_stats()
         return peak
 
