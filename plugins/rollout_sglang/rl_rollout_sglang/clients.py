@@ -157,9 +157,20 @@ class ServerClient:
         return self._request("/unload_lora_adapter", {"lora_name": name})
 
     def begin_weight_update(self):
-        return self._request("/begin_weight_update", {})
+        """The session 0.5.23 requires; a server without the route (0.5.17, the GPU image's) answers 404: no session."""
+        try:
+            result = self._request("/begin_weight_update", {})
+        except RuntimeError as exc:
+            if "answered HTTP 404" not in str(exc):
+                raise
+            self._no_session = True
+            return None
+        self._no_session = False
+        return result
 
     def end_weight_update(self):
+        if getattr(self, "_no_session", False):
+            return None
         return self._request("/end_weight_update", {})
 
     def update_weights_from_tensor(self, named_tensors, flush_cache: bool):

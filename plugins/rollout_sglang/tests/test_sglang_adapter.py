@@ -308,6 +308,27 @@ class _FakeServer(BaseHTTPRequestHandler):
         pass
 
 
+def test_server_without_the_session_routes_syncs_without_them():
+    """A 0.5.17 server has no /begin_weight_update: its 404 means no session (and no end call); other errors raise."""
+    client = ServerClient.__new__(ServerClient)
+    sent = []
+
+    def request(path, payload):
+        sent.append(path)
+        if path == "/begin_weight_update":
+            raise RuntimeError(f"SGLang server http://x{path} answered HTTP {status}: Not Found")
+        return {"success": True}
+
+    client._request = request
+    status = 404
+    with sglang_quirks.weight_update_session(client):
+        client.flush_cache()
+    assert sent == ["/begin_weight_update", "/flush_cache"]
+    status = 500
+    with pytest.raises(RuntimeError, match="HTTP 500"):
+        client.begin_weight_update()
+
+
 def test_server_client_maps_requests_and_answers(model_dir):
     server = HTTPServer(("127.0.0.1", 0), _FakeServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
