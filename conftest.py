@@ -6,11 +6,45 @@ the same kernels, so the same sums to the last bit, and no oversubscription of a
 ``tiny_model_dir``: ``tiny_model_dir(arch, **sizes)`` is :func:`rl_core.testing.tiny_model.make_tiny_model_dir`
 built once per test session for each set of arguments (the function is deterministic, so every caller gets the
 same weights it would build itself). The folder is shared: read it, never write into it.
+
+``rlcore_forkserver`` (session): a multiprocessing context whose forkserver imported torch, transformers, rl-core and
+the backends once (FORKSERVER_PRELOAD): processes started from it cost their work, not their imports. Every session
+also starts :func:`rl_core.testing.distributed.run_distributed`'s ranks from it (each still gets the caller's
+environment and folder); tests/testing/test_distributed.py checks the default spawn start as well.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
+
 import pytest
+
+# modules a missing package leaves out (the forkserver skips what does not import: e.g. megatron-core in a venv without it)
+FORKSERVER_PRELOAD = [
+    "torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine",
+    "megatron.core", "rl_train_megatron.engine",
+]
+
+
+def forkserver_context():
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return context
+
+
+@pytest.fixture(scope="session")
+def rlcore_forkserver():
+    """The forkserver context (above): ``rlcore`` children started from it (tests.reliability.cli_child.run_cli)."""
+    return forkserver_context()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ranks_start_from_the_forkserver():
+    from rl_core.testing import distributed
+
+    previous = distributed.start_ranks_from(forkserver_context())
+    yield
+    distributed.start_ranks_from(previous)
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RL_CORE_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 
-@pytest.fixture(scope="session")
-def rlcore_forkserver():
-    """A multiprocessing context whose forkserver imported torch, transformers and rl-core once: ``rlcore`` children
-    started from it (tests.reliability.cli_child.run_cli) cost their steps, not their imports."""
-    from tests.reliability.cli_child import forkserver_context
-
-    return forkserver_context()
-
-
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -1,16 +1,14 @@
-"""`rlcore` in a child process started by a forkserver that has the heavy modules preloaded (fast starts).
+"""`rlcore` in a child process started by a forkserver that has the heavy modules preloaded (fast starts: the
+``rlcore_forkserver`` fixture of the root conftest.py).
 
-Used by the tests that kill or signal a real run (test_signals.py, test_kill_resume.py): the child's target must
-live in an importable module for the forkserver to find it.
+Used by the tests that kill or signal a real run (test_signals.py, test_kill_resume.py, tests/e2e/test_resume.py):
+the child's target must live in an importable module for the forkserver to find it.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import sys
-
-PRELOAD = ["torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine"]
 
 
 def run_cli(argv: list[str], log: str) -> None:
@@ -25,8 +23,3 @@ def run_cli(argv: list[str], log: str) -> None:
     sys.stderr.flush()
     os._exit(code)
 
-
-def forkserver_context():
-    context = mp.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context

@@ -6,7 +6,16 @@ import os
 import time
 
 import pytest
+from rl_core.testing import distributed
 from rl_core.testing.distributed import DistributedError, run_distributed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _spawned_ranks():
+    """This file checks the default start (spawn); every other test's ranks start from the root conftest's forkserver."""
+    previous = distributed.start_ranks_from(None)
+    yield
+    distributed.start_ranks_from(previous)
 
 
 def _sum_ranks(rank, world_size, offset):
@@ -65,3 +74,19 @@ def test_timeout_kills_the_ranks():
 def test_a_rank_that_dies_is_reported():
     with pytest.raises(DistributedError, match="exit code 3"):
         run_distributed(_die, 2, timeout=60)
+
+
+def _env_and_folder(rank, world_size):
+    return os.environ.get("RL_CORE_TEST_MARK"), os.getcwd()
+
+
+@pytest.mark.dist
+def test_ranks_from_a_forkserver_get_the_callers_environment_and_folder(rlcore_forkserver, monkeypatch, tmp_path):
+    previous = distributed.start_ranks_from(rlcore_forkserver)
+    try:
+        run_distributed(_env_and_folder, 1)  # the server runs from here on, with the environment and folder of now
+        monkeypatch.setenv("RL_CORE_TEST_MARK", "set later")
+        monkeypatch.chdir(tmp_path)
+        assert run_distributed(_env_and_folder, 2) == [("set later", str(tmp_path))] * 2
+    finally:
+        distributed.start_ranks_from(previous)

@@ -9,7 +9,10 @@
     results = run_distributed(check, 2, model_dir)   # [result of rank 0, result of rank 1]
 
 Each rank is a ``spawn`` process (a fresh interpreter: nothing of the parent's
-torch state leaks in) with one torch thread, ``MASTER_ADDR`` / ``MASTER_PORT``
+torch state leaks in), or a child of the forkserver given to :func:`start_ranks_from`
+(a fresh interpreter that imported torch & co. once: the test suites' conftest does
+this, so that a rank costs its work, not its imports), with the caller's environment
+and working directory, one torch thread, ``MASTER_ADDR`` / ``MASTER_PORT``
 / ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` set and the default process
 group initialised (gloo by default). Results travel back pickled (tensors
 included, by value). A rank that raises makes the call raise
@@ -50,6 +53,21 @@ def torch_threads(n: int | None):
         torch.set_num_threads(old)
 
 
+_RANK_CONTEXT = None  # multiprocessing context the ranks start from; None: "spawn"
+
+
+def start_ranks_from(context):
+    """Start :func:`run_distributed`'s ranks from ``context`` (``None``: spawn, the default).
+
+    For a ``forkserver`` context with modules preloaded (``set_forkserver_preload``): a rank is then a fork of that
+    server (a fresh interpreter that only imported those), not a new interpreter importing torch again. A rank still
+    gets the caller's current environment and working directory, as a spawned one does.
+    """
+    global _RANK_CONTEXT
+    previous, _RANK_CONTEXT = _RANK_CONTEXT, context
+    return previous  # to restore
+
+
 class DistributedError(RuntimeError):
     """One or more ranks failed (message holds each failing rank's traceback)."""
 
@@ -60,7 +78,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(conn, fn, rank: int, world_size: int, port: int, backend: str, threads: int, timeout: float, args: tuple) -> None:
+def _rank_main(conn, fn, rank: int, world_size: int, port: int, backend: str, threads: int, timeout: float, args: tuple, env: dict, cwd: str) -> None:
+    # the caller's environment and folder now (a forkserver's child would otherwise have the server's, from its start)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
     )
@@ -111,15 +133,16 @@ def run_distributed(
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    ctx = mp.get_context("spawn")
+    ctx = _RANK_CONTEXT or mp.get_context("spawn")
     port = free_port()
+    env, cwd = dict(os.environ), os.getcwd()
     procs, conns = [], []
     try:
         for rank in range(world_size):
             parent, child = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_rank_main,
-                args=(child, fn, rank, world_size, port, backend, threads, timeout, args),
+                args=(child, fn, rank, world_size, port, backend, threads, timeout, args, env, cwd),
                 name=f"rl-core-test-rank-{rank}",
                 daemon=True,
             )

@@ -46,6 +46,15 @@ class TestVLLMRolloutLlama(RolloutConformance):
     def make_engine(self, model_dir, config):
         return build(config, WorkerContext())
 
+    @pytest.fixture
+    def fresh_engine(self, engine, model_dir):
+        """The class's engine (one engine start per class, not per test); the original weights are loaded back after
+        the test."""
+        from safetensors.torch import load_file
+
+        yield engine
+        engine.load_weights(load_file(str(Path(model_dir) / "model.safetensors")).items())
+
     # ------------------------------------------------------- vLLM specifics
     def test_bucketed_sync_equals_streaming_sync(self, model_dir, prompts):
         """Tiny buckets (one layer each) and one streaming call load the same weights."""
