@@ -98,6 +98,7 @@ class ServerClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.tp_size = tp_size
+        self._no_session = False  # begin_weight_update answered 404 (a server without the session routes)
         try:
             info = self._get("/server_info")
         except EngineStartError:
@@ -169,7 +170,7 @@ class ServerClient:
         return result
 
     def end_weight_update(self):
-        if getattr(self, "_no_session", False):
+        if self._no_session:
             return None
         return self._request("/end_weight_update", {})
 

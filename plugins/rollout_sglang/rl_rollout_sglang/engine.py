@@ -395,9 +395,10 @@ class SGLangRollout:
             return None
         from rl_rollout_sglang.held import answer, request
 
-        adapter = self._lora_name if any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions) else None
-        if adapter is None and any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions):
+        asks_adapter = any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions)
+        if asks_adapter and self._lora_name is None:
             return {}  # no adapter loaded: nothing held (the check names each tensor as not reported)
+        adapter = self._lora_name if asks_adapter else None
         held = answer(self.client.get_weights_by_name(request(positions, self._shapes, adapter)), positions, dtype)
         if held is None:
             self._note_once("unverified", "weight sync: SGLang cannot report its weights here (TP > 1 or a server without rl-rollout-sglang's hook): not verified", level=logging.WARNING)
