@@ -71,6 +71,7 @@ class HybridWorker:
             self.reward_model = RewardModelRole(stack, context, colocated="actor" in self.roles)
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
+        self._step_peak = 0.0  # CUDA: the step's peak allocated bytes before the last phase reset (_phase_peak)
         self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1)
         self._transfer = None  # the train -> rollout broadcast group of split pools (rl_core.async_rl.transfer)
         self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
@@ -212,7 +213,7 @@ class HybridWorker:
         if not self.context.device.startswith("cuda"):
             yield got
             return
-        self._step_peak = max(getattr(self, "_step_peak", 0.0), torch.cuda.max_memory_allocated())
+        self._step_peak = max(self._step_peak, torch.cuda.max_memory_allocated())
         torch.cuda.reset_peak_memory_stats()
         try:
             yield got
@@ -228,7 +229,7 @@ class HybridWorker:
         """Peak accelerator memory since the last call (None on CPU); resets the peak."""
         if not self.context.device.startswith("cuda"):
             return None
-        peak = max(getattr(self, "_step_peak", 0.0), torch.cuda.max_memory_allocated()) / 2**30
+        peak = max(self._step_peak, torch.cuda.max_memory_allocated()) / 2**30
         self._step_peak = 0.0
         torch.cuda.reset_peak_memory_stats()
         return peak
