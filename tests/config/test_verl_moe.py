@@ -67,6 +67,8 @@ def test_megatron_checks_experts_tp_pp_and_expert_tp(tmp_path):
     assert p.key == "train.tensor_model_parallel_size" and "sequence parallelism" in p.what and "sequence_parallel=true" in p.fix
     assert check("train.tensor_model_parallel_size=2", "train.options.transformer_config.sequence_parallel=true") == []
     assert check("train.expert_model_parallel_size=2", "train.pipeline_model_parallel_size=2") == []  # EP across pipeline stages
+    assert check("train.tensor_model_parallel_size=2", "train.options.transformer_config.sequence_parallel=true", "train.expert_tensor_parallel_size=1",
+                 "train.expert_model_parallel_size=2", "train.pipeline_model_parallel_size=2") == []  # whole experts, TP 2, stages
     (p,) = check("train.expert_tensor_parallel_size=2")
     assert p.key == "train.expert_tensor_parallel_size"
     dense = tmp_path / "dense"

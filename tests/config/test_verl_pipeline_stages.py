@@ -1,7 +1,7 @@
 """verl's uneven pipeline stages (issue #37): ``megatron.override_transformer_config.num_layers_in_{first,last}_pipeline_stage``
 and ``account_for_{embedding,loss}_in_pipeline_split`` reach the megatron backend (which builds and converts each stage's
 layers by megatron-core's rule); a split that does not exist is refused by the key as written. Expert parallelism
-together with pipeline stages resolves."""
+together with pipeline stages resolves, also with verl's expert_tensor_parallel_size=1 under TP > 1."""
 
 from __future__ import annotations
 
@@ -65,3 +65,12 @@ def test_expert_parallelism_across_pipeline_stages_resolves(tmp_path):
     meg = f"{V}.actor.megatron"
     assert _check(tmp_path, 3, f"{meg}.pipeline_model_parallel_size=2", f"{meg}.expert_model_parallel_size=2",
                   f"+{TC}.num_layers_in_first_pipeline_stage=1", moe=True) == []
+
+
+def test_expert_tp1_with_tp2_across_pipeline_stages_resolves(tmp_path):
+    """verl's run_qwen3_5_122b_a10b / run_qwen3_5_397b / moonlight layout (experts whole, attention over TP 2, stages): the
+    megatron backend trains it (plugins/train_megatron/tests/test_megatron_moe.py, 4 gloo processes == one)."""
+    meg = f"{V}.actor.megatron"
+    layout = [f"{meg}.tensor_model_parallel_size=2", f"{meg}.pipeline_model_parallel_size=2", f"{meg}.expert_model_parallel_size=2",
+              f"{meg}.expert_tensor_parallel_size=1", f"{V}.ref.megatron.expert_tensor_parallel_size=1", "trainer.n_gpus_per_node=8"]
+    assert _check(tmp_path, 4, *layout, moe=True) == []  # the verl profile turns sequence parallelism on (MoE with TP 2 needs it)

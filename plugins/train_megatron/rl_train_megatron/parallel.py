@@ -9,7 +9,9 @@ shard to the ``world / train_dp`` consecutive ranks of a replica).
 
 Expert parallelism (MoE models): ``train.expert_model_parallel_size`` (EP) ranks split each MoE layer's experts
 and ``train.expert_tensor_parallel_size`` (ETP, default TP) slice each expert; megatron-core lays the expert ranks
-out over the same processes (``world = ETP x EP x PP x expert-DP``), so the data a rank gets does not change.
+out over the same processes (``world = ETP x EP x PP x expert-DP``; within a pipeline stage its ranks, in order, are split
+expert TP first, then EP, then expert-DP: :func:`_replicas_consecutive`), so the data a rank gets does not change.
+The expert TP may differ from TP (e.g. 1: each expert whole on its rank), with or without pipeline stages.
 Expert gradients are summed over the expert-data-parallel group, the others over the data-parallel group.
 
 megatron-core needs ``torch.distributed``: with no process group (one
@@ -19,6 +21,8 @@ the process shuts down, so nothing outside the engine sees it.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import attrs
 import torch
@@ -63,12 +67,6 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
             f"train.tensor_model_parallel_size={tp} x train.context_parallel_size={cp} x train.pipeline_model_parallel_size={pp} = {mp} "
             f"does not divide the {world} worker processes ({world} % {mp} = {world % mp}); choose TP x CP x PP among the divisors of {world}"
         )
-    if ep > 1 and pp > 1 and etp != tp * cp:
-        raise ParallelSizeError(
-            f"train.expert_tensor_parallel_size={etp} with train.expert_model_parallel_size={ep} and train.pipeline_model_parallel_size={pp}: "
-            f"with expert parallelism across pipeline stages each expert must be sliced over the TP ranks ({tp}); "
-            f"set train.expert_tensor_parallel_size={tp} (or leave it null)"
-        )
     if world % (etp * ep * pp):
         raise ParallelSizeError(
             f"train.expert_tensor_parallel_size={etp} x train.expert_model_parallel_size={ep} x train.pipeline_model_parallel_size={pp} "
@@ -78,16 +76,12 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
         if _STATE["sizes"] != (tp, pp, cp, ep, etp):
             raise ParallelSizeError(f"megatron parallel state is already set up with TP, PP, CP, EP, ETP = {_STATE['sizes']}, this engine asks for {(tp, pp, cp, ep, etp)}")
     else:
-        # megatron-core asks the expert layers' data-parallel size to equal the attention's unless pp is last in the
-        # order; these models have no experts, so their (unused) expert groups are laid out like TP x CP
-        extra = {"expert_tensor_parallel_size": tp * cp if cp > 1 and pp > 1 and ep == 1 else etp}
-        order = "tp-cp-pp-ep-dp" if ep > 1 else "tp-cp-pp-dp"
-        if ep > 1 and pp > 1:
-            order = _StagesInsideReplicas(order)
-        mpu.initialize_model_parallel(
-            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order=order,
-            create_gloo_process_groups=False, expert_model_parallel_size=ep, **extra,
-        )
+        order = "tp-cp-ep-dp" if ep > 1 else "tp-cp-dp"
+        with _replicas_consecutive(mpu, tp * cp, world // (tp * cp * pp), pp):
+            mpu.initialize_model_parallel(
+                tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp, order=order + "-pp",
+                create_gloo_process_groups=False, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+            )
         _STATE["sizes"] = (tp, pp, cp, ep, etp)
         if device.type == "cuda":
             from megatron.core import tensor_parallel
@@ -101,20 +95,40 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
     return current()
 
 
-class _StagesInsideReplicas(str):
-    """The rank order ``tp-cp-pp-ep-dp`` for expert parallelism with pipeline stages.
+def stage_major_rank(virtual: int, inner: int, dp: int, pp: int) -> int:
+    """megatron-core's rank ``virtual`` in the pipeline-last order (``tp-cp-[ep-]dp-pp``: stage ``virtual // (inner x dp)``)
+    -> the process that plays it, a replica's ``inner = TP x CP`` ranks of each stage being consecutive and its stages
+    next to each other (``tp-cp-pp-dp``: the controller's dispatch)."""
+    i, d, p = virtual % inner, (virtual // inner) % dp, virtual // (inner * dp)
+    return i + inner * (p + pp * d)
 
-    megatron-core 0.16.1's ``initialize_model_parallel`` asserts, for an order that does not end with ``pp``, that the
-    expert layers' data-parallel size equals the attention's; with EP > 1 and PP > 1 it never does (expert-DP = DP / EP).
-    The assertion protects megatron-core's own DDP / distributed-optimizer buffers, which this engine does not use
-    (gradients are summed here: :mod:`rl_train_megatron.grads`). What the layout needs is that both rank generators
-    put the pipeline stages on the same ranks, which megatron-core asserts right after (``get_ranks("pp")`` equal:
-    true when the expert TP is TP x CP). With this order a replica's stages stay on consecutive ranks (the
-    controller's dispatch) and an EP group joins the same stage of ``EP`` neighbouring replicas. The str reports
-    ending with ``pp`` to that one assertion; every other use reads the plain order."""
 
-    def endswith(self, suffix, *args):  # noqa: D102 - see the class
-        return True if suffix == "pp" and not args else str.endswith(self, suffix, *args)
+@contextlib.contextmanager
+def _replicas_consecutive(mpu, inner: int, dp: int, pp: int):
+    """``initialize_model_parallel`` with its rank groups renumbered by :func:`stage_major_rank`.
+
+    megatron-core lays out the attention ranks (TP x CP x PP x DP) and the expert ranks (expert TP x EP x PP x expert-DP)
+    by two rank generators over one order and asserts that both give the same pipeline groups; with pipeline stages
+    that holds for any expert TP only when ``pp`` is last in the order (a stage is then one block of ranks, which each
+    generator splits its own way). The controller needs a replica's stages on consecutive ranks instead, so megatron-core
+    is given the pp-last order and every group it builds is mapped to the processes: the attention groups (TP, CP, DP,
+    PP, model-parallel) come out exactly as with the ``tp-cp-pp-dp`` order, and within a stage its ranks, in rank order,
+    are split expert TP first, then EP, then expert-DP. (With expert TP = TP x CP that is megatron-core's own
+    ``tp-cp-pp-ep-dp`` layout: an EP group joins the same stage of EP neighbouring replicas.)"""
+    plain = mpu.RankGenerator
+    if pp == 1:
+        yield
+        return
+
+    class Renumbered(plain):
+        def get_ranks(self, token):
+            return [[stage_major_rank(v, inner, dp, pp) for v in group] for group in super().get_ranks(token)]
+
+    mpu.RankGenerator = Renumbered
+    try:
+        yield
+    finally:
+        mpu.RankGenerator = plain
 
 
 def current() -> Topology:

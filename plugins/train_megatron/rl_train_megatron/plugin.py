@@ -36,12 +36,6 @@ def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
     ep, tp = config.train.expert_model_parallel_size, config.train.tensor_model_parallel_size
     etp = config.train.expert_tensor_parallel_size
     out = []
-    pp = config.train.pipeline_model_parallel_size
-    if ep > 1 and pp > 1 and etp is not None and etp != tp:
-        out.append(Problem(key="train.expert_tensor_parallel_size",
-                           what=f"is {etp} with train.expert_model_parallel_size={ep} and train.pipeline_model_parallel_size={pp}: with experts "
-                                "split across pipeline stages the megatron train backend slices each expert over the TP ranks",
-                           fix=f"set train.expert_tensor_parallel_size={tp} (train.tensor_model_parallel_size), or leave it null"))
     if etp is not None and etp not in (1, tp):
         out.append(Problem(key="train.expert_tensor_parallel_size",
                            what=f"is {etp}: the megatron train backend slices each expert over 1 rank or over the TP ranks ({tp})",

@@ -4,6 +4,7 @@
 - one process: a Qwen3-MoE backward equals transformers' on the same loss, with megatron-core's router aux and z
   losses computed independently from transformers' router logits (their gradients enter through megatron's scaler);
 - TP 2 under Megatron sequence parallelism on 2 gloo processes equals one process (same checks);
+- TP 2 x expert TP 1 x EP 2 x PP 2 on 4 gloo processes equals one process, and resumes from its checkpoint exactly;
 - EP 2 x PP 2 with uneven stages (1 + 2 layers) on 4 gloo processes (each replica its half of the step: data parallel
   2; an EP group joins the same stage of both replicas) equals one process: loss, gradient norm, router-loss metrics,
   log-probs and the weights after the update.
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.megatron
 AUX, Z = 0.01, 0.001  # megatron's moe_aux_loss_coeff / moe_z_loss_coeff in the engine tests
 
 
-def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None, tp: int = 1):
+def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None, tp: int = 1, etp: int | None = None):
     cfg = default_config(model_dir)
     # one mini-batch: each replica's half of the step then makes the same global mini-batch as one process's whole step
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
@@ -38,7 +39,7 @@ def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None,
     if tp > 1:  # MoE layers with TP > 1 train under Megatron sequence parallelism
         tc["sequence_parallel"] = True
     train = attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, pipeline_model_parallel_size=pp, tensor_model_parallel_size=tp,
-                         options={"transformer_config": tc})
+                         expert_tensor_parallel_size=etp, options={"transformer_config": tc})
     return attrs.evolve(cfg, train=train)
 
 
@@ -140,9 +141,10 @@ def test_backward_equals_transformers_with_router_losses(qwen3_moe):
     assert metrics["actor/moe/z_loss"] == pytest.approx(float(ref_z), rel=1e-5)
 
 
-def run_ep(rank: int, world: int, config, step, workdir: str | None = None) -> dict:
+def run_ep(rank: int, world: int, config, step, workdir: str | None = None, zero: bool = True) -> dict:
     """The plain run; with ``workdir`` also the distributed optimizer (train.distributed_optimizer) on the same layout:
-    an update, a checkpoint, a second update, and a fresh engine that resumes from the checkpoint and does the second."""
+    an update, a checkpoint, a second update, and a fresh engine that resumes from the checkpoint and does the second.
+    ``zero=False``: the plain run itself saves its checkpoint after the first update, and a fresh engine resumes from it."""
     from rl_train_megatron.engine import build_engine
 
     mp = config.train.pipeline_model_parallel_size * config.train.tensor_model_parallel_size  # a replica's ranks are consecutive
@@ -153,15 +155,27 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None) -> d
     actor = build_engine("actor", config, ctx)
     try:
         model = actor.backend.model
-        out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers)}
+        out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers),
+               "fc1": [tuple(p.shape) for n, p in model.named_parameters() if n.endswith("local_experts.0.linear_fc1.weight")][0]}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
         out["metrics"] = actor.update(mine)
         out["weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+        if workdir is not None and not zero:
+            actor.save_checkpoint(f"{workdir}/plain")
         out["metrics_2"] = actor.update(mine)
         out["weights_2"] = {n: w.detach().clone() for n, w in actor.named_weights()}
     finally:
         actor.shutdown()
     if workdir is None:
+        return out
+    if not zero:
+        actor = build_engine("actor", config, ctx)
+        try:
+            actor.load_checkpoint(f"{workdir}/plain")
+            out["resumed_metrics_2"] = actor.update(mine)
+            out["resumed_weights_2"] = {n: w.detach().clone() for n, w in actor.named_weights()}
+        finally:
+            actor.shutdown()
         return out
     zcfg = attrs.evolve(config, train=attrs.evolve(config.train, distributed_optimizer=True))
     ckpt = f"{workdir}/zero"
@@ -249,6 +263,59 @@ def test_tp2_with_sequence_parallelism_equals_one_process(ep_pp, qwen3_moe):
             assert out["metrics_2"][key] == pytest.approx(one["metrics_2"][key], rel=1e-5, abs=1e-7), key
         for name, w in one["weights_2"].items():
             torch.testing.assert_close(out["weights_2"][name], w, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.dist
+def test_expert_tp1_with_tp2_across_uneven_pipeline_stages_equals_one_process(ep_pp, qwen3_moe, tmp_path):
+    """TP 2 x expert TP 1 x EP 2 x PP 2 on 4 processes (verl's expert_tensor_parallel_size=1 with TP > 1): each stage's
+    2 ranks split the attention over TP (sequence parallel) and the experts whole over EP (2 of the 4 per rank, the
+    dispatcher gathering both TP ranks' tokens); stage 0 = ranks 0-1 (1 layer), stage 1 = ranks 2-3 (2 layers). Log-probs,
+    loss, grad norm, pg loss, both router-loss metrics, the exported HF weights after the update equal one process's;
+    a fresh engine resuming from the checkpoint taken after the first update repeats the second bit for bit."""
+    one, _ = ep_pp
+    four = run_distributed(run_ep, 4, _config(qwen3_moe, tp=2, etp=1, ep=2, pp=2, first_stage=1), make_step_batch(qwen3_moe), str(tmp_path), False,
+                           timeout=400)
+    assert [o["layers"] for o in four] == [1, 1, 2, 2] and [o["experts"] for o in four] == [1 * 2 * 2] * 2 + [2 * 2 * 2] * 2  # E / EP = 2 per rank
+    assert [o["fc1"] for o in four] == [one["fc1"]] * 4  # each expert whole (TP 2 would halve its width)
+    for out in four:
+        torch.testing.assert_close(out["log_probs"], one["log_probs"], atol=1e-5, rtol=0)
+        for key in ("loss", "grad_norm", "actor/pg_loss", "actor/moe/load_balancing_loss", "actor/moe/z_loss"):
+            assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
+        assert set(out["weights"]) == set(one["weights"])
+        for name, w in one["weights"].items():
+            torch.testing.assert_close(out["weights"][name], w, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        assert out["resumed_metrics_2"] == out["metrics_2"]
+        for name, w in out["weights_2"].items():
+            assert torch.equal(out["resumed_weights_2"][name], w), name
+
+
+def test_rank_groups_keep_the_replica_layout_and_split_each_stage_for_the_experts():
+    """With pipeline stages megatron-core gets the pp-last order and its groups are renumbered (rl_train_megatron.parallel):
+    the attention groups are those of the tp-cp-pp-dp order (a replica's stages on consecutive ranks); each stage's ranks,
+    in order, are split expert TP first, then EP, then expert-DP, whatever the expert TP (ETP = TP gives megatron-core's
+    own tp-cp-pp-ep-dp expert layout)."""
+    from megatron.core import parallel_state as mpu
+
+    from rl_train_megatron.parallel import _replicas_consecutive
+
+    def groups(gen, tokens):
+        return {t: sorted(gen.get_ranks(t)) for t in tokens}
+
+    attention = ("tp", "cp", "pp", "dp", "dp-cp", "tp-pp", "tp-cp", "tp-dp", "tp-dp-cp")
+    experts = ("tp", "ep", "dp", "pp", "tp-ep", "tp-ep-pp")
+    for tp, cp, pp, dp in [(2, 1, 2, 1), (2, 1, 2, 2), (1, 2, 3, 2), (2, 2, 2, 2)]:
+        with _replicas_consecutive(mpu, tp * cp, dp, pp):
+            renumbered = mpu.RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+        assert groups(renumbered, attention) == groups(mpu.RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-pp-dp"), attention)
+        if dp % 2 == 0:  # expert TP = TP x CP, EP 2
+            with _replicas_consecutive(mpu, tp * cp, dp, pp):
+                same = mpu.RankGenerator(tp=tp * cp, ep=2, dp=dp // 2, pp=pp, cp=1, order="tp-cp-ep-dp-pp")
+            plain = mpu.RankGenerator(tp=tp * cp, ep=2, dp=dp // 2, pp=pp, cp=1, order="tp-cp-pp-ep-dp")
+            assert {t: sorted(map(sorted, g)) for t, g in groups(same, experts).items()} == {t: sorted(map(sorted, g)) for t, g in groups(plain, experts).items()}
+    with _replicas_consecutive(mpu, 2, 1, 2):  # TP 2 x expert TP 1 x EP 2 x PP 2 (the 4-process test): stages {0, 1} and {2, 3}
+        gen = mpu.RankGenerator(tp=1, ep=2, dp=1, pp=2, cp=1, order="tp-cp-ep-dp-pp")
+    assert groups(gen, experts) == {"tp": [[0], [1], [2], [3]], "ep": [[0, 1], [2, 3]], "dp": [[0], [1], [2], [3]], "pp": [[0, 2], [1, 3]],
+                                    "tp-ep": [[0, 1], [2, 3]], "tp-ep-pp": [[0, 1, 2, 3]]}
 
 
 def test_sequence_parallel_pads_the_columns_to_a_multiple_of_tp():
