@@ -127,6 +127,8 @@ class RolloutCard(CardBase):
     lora_adapters: bool = False
     # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
     moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
+    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl_core.routing_replay)
+    routed_experts: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 
@@ -151,6 +153,8 @@ class TrainCard(CardBase):
     # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
     # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
     on_policy_without_old_log_probs: bool = False
+    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl_core.routing_replay)
+    router_replay: bool = False
     # how the train states (parameters, gradients, optimizer) are split, for the memory estimate:
     # "data" over every rank, "model" over the tensor x pipeline ranks, "none" a full copy per rank
     state_sharding: str = attrs.field(default="none", validator=attrs.validators.in_(("none", "data", "model")))

@@ -17,6 +17,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.checkpoints": "safe_load, check_dcp_metadata, save_rng_state / load_rng_state, CheckpointError",
     "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
     "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head",
+    "rl_core.routing_replay": "MoE routing replay: RouterReplay (records / forces an HF model's top-k routers), NO_ROUTE, the batch's routed_experts layout (actor.router_replay)",
     "rl_core.lora": "LoRA adapters (peft) on an HF model: apply_lora, adapters_disabled (the reference), iter_merged / iter_base / engine_adapter / sample_effective (weight sync and its check), write_adapter_folder (issue #32)",
     "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",
     "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",

@@ -169,6 +169,23 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
             )
 
 
+def _check_routing_replay(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem], registry: Registry) -> None:
+    """MoE routing replay (rl_core.routing_replay): the rollout card must return routed experts for R3, the train card
+    replay them (after the cards' own checks, so a card's more specific reason comes first)."""
+    if rollout is not None and config.rollout.return_routed_experts and not rollout.routed_experts:
+        problems.append(Problem(
+            key="rollout.return_routed_experts",
+            what=f"rollout backend {rollout.name!r} does not return the experts each token was routed to (MoE routing replay R3)",
+            fix=f"use actor.router_replay=R2, or a rollout backend that returns them{_installed(registry, 'rollout', lambda c: c.routed_experts)}",
+        ))
+    if train is not None and config.actor.router_replay != "disabled" and not train.router_replay:
+        problems.append(Problem(
+            key="actor.router_replay",
+            what=f"is {config.actor.router_replay} but train backend {train.name!r} does not replay MoE routing",
+            fix=f"set actor.router_replay=disabled, or use a train backend that replays it{_installed(registry, 'train', lambda c: c.router_replay)}",
+        ))
+
+
 def _check_weights(
     registry: Registry, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]
 ) -> ConverterCard | None:
@@ -343,6 +360,7 @@ def resolve(
     policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)
     reward_fn = load_factory(reward, "reward.name", problems)
     _run_card_checks(config, cards, problems)
+    _check_routing_replay(config, rollout, train, problems, registry)
     problems.extend(reward_model_problems(config, registry, card=reward_model))
     if world:
         from rl_core.preflight import world_problems

@@ -75,7 +75,7 @@ def test_an_engine_setting_lands_on_rl_cores_key(overrides, key, want):
 
 @pytest.mark.parametrize(("override", "feature"), [
     (f"{A}.ref.veomni.expert_parallel_size=8", "train.expert_model_parallel_size"),  # differs from the actor's 1
-    (f"+{V}.router_replay.mode=R3", "routing replay"),
+    (f"+{A}.ref.veomni.router_replay.mode=R3", "routing replay in the reference"),
     (f"{V}.attn_implementation=native-sparse", "native sparse attention"),
     (f"{V}.mixed_precision=False", "without mixed precision"),
     (f"{V}.no_such_knob=1", "veomni engine"),

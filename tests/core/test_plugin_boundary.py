@@ -129,7 +129,8 @@ def test_core_code_names_no_backend():
 # its longest listed prefix (``trainer.guard`` before ``trainer``): a few leaf modules sit below their package.
 LAYERS = [
     {"problems", "secrets", "hookspecs", "precision", "hf_cache", "micro_batches", "models", "engine_versions", "positions",
-     "user_paths", "weight_sync_check", "console", "lora", "type_hints", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io", "user_code"},
+     "user_paths", "weight_sync_check", "console", "lora", "type_hints", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io", "user_code",
+     "routing_replay"},
     {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
     {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs"},
     {"rollout", "agent", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},

@@ -206,6 +206,8 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)
     calculate_log_probs: bool = False
+    # the engine returns each token's routed experts (MoE models; batch field routed_experts) for actor.router_replay=R3
+    return_routed_experts: bool = False
     enable_sleep: bool = True
     stop: list[str] = field(factory=list)
     val_temperature: float = num(0.0, ge=0, hint="0 is greedy")
@@ -296,6 +298,10 @@ class ActorConfig:
     ulysses_sequence_parallel_size: int = pos(1, hint="1 turns it off; it must divide the attention heads and the world size")
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
+    # MoE routing replay (verl's router_replay.mode; rl_core.routing_replay): R2 replays, in the update, the experts the
+    # old-log-prob pass routed each token to; R3 replays the rollout engine's routing (rollout.return_routed_experts) in
+    # both; disabled routes every forward natively. A train backend whose card says router_replay
+    router_replay: str = choice("disabled", ("disabled", "R2", "R3"))
     # leave rows whose advantage is 0 everywhere (a group with equal rewards) out of the update's forward /
     # backward: the same gradient for less compute (rl_core.algorithms.zero_advantage)
     skip_zero_advantage_rows: bool = True

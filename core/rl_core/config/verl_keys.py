@@ -102,6 +102,19 @@ def _tie(pattern, target, note):
     return Rule(pattern=pattern, kind=TIE, target=target, note=note)
 
 
+_RR = ("MoE routing replay (rl_core.routing_replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's (with rollout.enable_rollout_routing_replay) in both; the train backend's card must say it replays (fsdp does)")
+
+
+def _RR_REST(engine: str | None) -> list[Rule]:
+    """verl's other router_replay keys of an engine section (None: the actor's / ref's own): the reference model routes
+    natively (verl's default ref mode is disabled); routing files are not read or written."""
+    sec = f".{engine}" if engine else ""
+    return [
+        _same(f"actor_rollout_ref.ref{sec}.router_replay.mode", ["disabled"], "MoE routing replay in the reference model", "actor.router_replay (the actor's)"),
+        _same(f"actor_rollout_ref.*{sec}.router_replay.{{record_file,replay_file}}", [None], "recording MoE routing to a file / replaying it from one", "actor.router_replay"),
+    ]
+
+
 def _strategy(value: Any) -> Any:
     """verl's engine names (fsdp2, dp, megatron_actor, veomni, fsdp_turbo, mlite_actor, ...) -> rl-core's train backend."""
     return BACKEND_OF.get(str(value).lower(), value)
@@ -219,7 +232,8 @@ RULES: tuple[Rule, ...] = (
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),
     _same("actor_rollout_ref.*.megatron.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),
-    _no("actor_rollout_ref.*.megatron.router_replay.*", "MoE routing replay", "train.name=fsdp"),
+    _m("actor_rollout_ref.actor.megatron.router_replay.mode", "actor.router_replay", note=_RR),
+    *_RR_REST("megatron"),
     _no("actor_rollout_ref.*.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     _no("critic.megatron.*", "this Megatron setting", "train.tensor_model_parallel_size, train.pipeline_model_parallel_size"),
     # ---------------------------------------------------------------- FSDP settings
@@ -357,7 +371,8 @@ RULES: tuple[Rule, ...] = (
     _m("critic.model.override_config.*", "model.override_config.*"),
     _tie("trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep", "one limit for every role's checkpoints (trainer.max_ckpt_to_keep)"),
     _no("critic.model.*", "this critic model setting", "critic.model_path; the critic is built like the actor"),
-    _no("actor_rollout_ref.actor.router_replay.*", "MoE routing replay", "none"),
+    _m("actor_rollout_ref.actor.router_replay.mode", "actor.router_replay", note=_RR),
+    *_RR_REST(None),
     # ---------------------------------------------------------------- rollout
     _m("actor_rollout_ref.rollout.val_kwargs.temperature", "rollout.val_temperature"),
     _m("actor_rollout_ref.rollout.val_kwargs.n", "rollout.val_n"),
@@ -390,7 +405,8 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.rollout.checkpoint_engine.*", "how verl moves weights into the rollout engine (" + _PERF + "; rl-core syncs them in buckets itself)"),
     _ign("actor_rollout_ref.rollout.multi_stage_wake_up", "waking the engine in stages (" + _PERF + ")"),
     _ign("actor_rollout_ref.rollout.layered_summon", "gathering FSDP weights layer by layer for the sync (" + _PERF + ")"),
-    _same("actor_rollout_ref.rollout.enable_rollout_routing_replay", [False], "MoE routing replay", "none"),
+    _m("actor_rollout_ref.rollout.enable_rollout_routing_replay", "rollout.return_routed_experts",
+       note="the rollout engine returns each token's routed experts, for router_replay.mode=R3 (rl_core.routing_replay)"),
     _m("actor_rollout_ref.rollout.multi_turn.{enable,max_assistant_turns,max_tool_response_length,tool_response_truncate_side,tool_config_path,format,max_parallel_calls}",
        "rollout.multi_turn.*", note="multi-turn / tool-calling rollouts (docs/agents.md)"),
     _m("actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode", "rollout.multi_turn.check_tokens",

@@ -48,6 +48,7 @@ HF_ROLLOUT = RolloutCard(
     weight_formats={"hf"},
     logprobs=True,
     lora_adapters=True,  # adapters merged in place into the targeted weights each sync (rl_core.rollout.lora_merge)
+    routed_experts=True,  # each token's top-k experts recorded in the decode loop (rl_core.routing_replay)
     engine="transformers",
     engine_versions=">=4.56",
     checks=(check_hf_engine_kwargs,),

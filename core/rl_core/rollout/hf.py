@@ -64,6 +64,11 @@ rounded up to ``decode_chunk``, with one captured graph per such capacity
 (the same tokens as one chunk, :mod:`rl_core.rollout.static_decode`).
 Stop strings use the plain loop.
 
+MoE routing replay (``rollout.return_routed_experts``, for ``actor.router_replay=R3``): every router's top-k of the
+prompt's forward and of each fed-back token is recorded (:mod:`rl_core.routing_replay`) and returned as the batch's
+``routed_experts`` ``[rows, P + R, layers, k]`` (the last sampled token, never fed back, and padding: -1); the plain
+decode loop runs then (the static decoder does not go through the model's routers).
+
 Sleep (``rollout.enable_sleep``, between rollouts on a GPU): the weights go to host
 memory (with LoRA adapter sync the merged weights and those that are the trainer's frozen tensors are
 freed instead, and rebuilt / pointed at again at wake-up: no copy either way) and the caches are dropped, unless together they hold at most
@@ -73,6 +78,7 @@ freed instead, and rebuilt / pointed at again at wake-up: no copy either way) an
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import warnings
@@ -94,6 +100,7 @@ from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
+from rl_core.routing_replay import NO_ROUTE, RouterReplay, stack_rollout
 
 
 class HFRolloutEngine:
@@ -134,7 +141,9 @@ class HFRolloutEngine:
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
-        self.static = self._static_decoder(config.rollout.engine_kwargs)
+        # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
+        self.routing = RouterReplay(self.model, key="rollout.return_routed_experts") if config.rollout.return_routed_experts else None
+        self.static = self._static_decoder(config.rollout.engine_kwargs) if self.routing is None else None
         # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl_core.rollout.lora_merge)
         self.lora = InPlaceLora() if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
@@ -180,11 +189,14 @@ class HFRolloutEngine:
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
 
-        responses, lengths, log_probs = [], [], []
+        responses, lengths, log_probs, routed = [], [], [], []
         for start in range(0, len(batch), per_chunk):
             ids = input_ids[start : start + per_chunk].to(self.device)
             mask = attention_mask[start : start + per_chunk].to(self.device)
-            r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop)
+            with self.routing.recording() if self.routing is not None else contextlib.nullcontext() as fires:
+                r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop)
+            if fires is not None:
+                routed.append(self._routed(fires, len(ids), ids.shape[1], n, R))
             responses.append(r.cpu())
             lengths.append(length.cpu())
             if params.logprobs:
@@ -193,7 +205,17 @@ class HFRolloutEngine:
         lengths_t = torch.cat(lengths)
 
         response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
-        return rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
+        out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
+        if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
+            experts = torch.cat(routed)
+            experts[~out["attention_mask"].bool()] = NO_ROUTE
+            out["routed_experts"] = experts
+        return out
+
+    def _routed(self, fires: dict[int, list[torch.Tensor]], rows: int, P: int, n: int, R: int) -> torch.Tensor:
+        """One chunk's recording (the prompt's forward, then one call per fed-back response token) as ``[rows * n, P + R, layers, k]``."""
+        layers = self.routing.router_layers
+        return stack_rollout([fires[layer][0] for layer in layers], [fires[layer][1:] for layer in layers], rows, P, n, R, self.routing.layers, layers)
 
     def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
         """Multi-turn rollouts (:mod:`rl_core.agent.runner`): the loops' turns are decoded here, all active ones together."""

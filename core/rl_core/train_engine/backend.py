@@ -57,12 +57,15 @@ class Heads:
     """What :meth:`TrainBackend.forward` returns for a micro-batch of ``b`` rows and ``R`` response columns.
 
     Actor / ref: ``log_probs`` ``[b, R]`` and, when asked, ``entropy`` ``[b, R]``; critic: ``values`` ``[b, R]``.
-    Padded response positions hold whatever the model gives there: core masks them.
+    Padded response positions hold whatever the model gives there: core masks them. ``routed_experts``: the experts
+    an MoE actor's forward routed each token to, ``[b, S, layers, k]`` int16 (``actor.router_replay=R2``'s
+    old-log-prob pass; :mod:`rl_core.routing_replay`), else None.
     """
 
     log_probs: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    routed_experts: torch.Tensor | None = None
 
 
 class TrainBackend(abc.ABC):

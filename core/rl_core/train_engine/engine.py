@@ -78,7 +78,8 @@ class RoleEngine:
     # ------------------------------------------------------------- inference
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False) -> dict[str, torch.Tensor]:
-        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1.
+        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1;
+        with ``"routed_experts"`` when the backend recorded them (:class:`~rl_core.train_engine.backend.Heads`).
 
         ``reference``: the reference policy's log-probs from this (actor) model, as its backend defines them
         (:meth:`TrainBackend.reference_policy`: LoRA's adapters off)."""
@@ -89,6 +90,8 @@ class RoleEngine:
         out = {"log_probs": torch.cat([h.log_probs.float().cpu() for h in heads])}
         if with_entropy:
             out["entropy"] = torch.cat([h.entropy.float().cpu() for h in heads])
+        if heads and heads[0].routed_experts is not None:  # actor.router_replay=R2: the routing this pass recorded
+            out["routed_experts"] = torch.cat([h.routed_experts.cpu() for h in heads])
         return out
 
     @torch.no_grad()

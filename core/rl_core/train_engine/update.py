@@ -78,6 +78,8 @@ def inputs(b: TrainBackend, batch: Batch, rows: slice | torch.Tensor, extra: tup
         out["response_mask"] = t["response_mask"][rows]
     else:
         out["response_mask"] = out["attention_mask"][:, -out["responses"].shape[1] :]
+    if "routed_experts" in t.keys():  # MoE routing replay (rl_core.routing_replay): the experts to route each token to
+        out["routed_experts"] = t["routed_experts"][rows]
     for key in extra:
         if key not in t.keys():
             raise KeyError(f"{b.role}.update needs {key!r} in the batch (fields: {sorted(batch.keys())})")

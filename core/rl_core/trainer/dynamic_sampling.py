@@ -26,7 +26,7 @@ from rl_core.problems import UserError
 SUMMED = ("reward/timeouts", "reward/errors")
 #: prompt-side fields, left-padded; [B, P + R] fields are padded on the prompt side too
 PROMPT_FIELDS = ("prompts",)
-FULL_FIELDS = ("input_ids", "attention_mask", "position_ids")
+FULL_FIELDS = ("input_ids", "attention_mask", "position_ids", "routed_experts")
 
 
 class DynamicSamplingError(UserError):
@@ -75,7 +75,7 @@ def left_pad(batch: Batch, prompt_width: int, pad_token_id: int) -> Batch:
     for name in (*PROMPT_FIELDS, *FULL_FIELDS):
         if name in tensors:
             t = tensors[name]
-            fill = pad_token_id if name in ("prompts", "input_ids") else 0
+            fill = pad_token_id if name in ("prompts", "input_ids") else -1 if name == "routed_experts" else 0  # -1: no routing (rl_core.routing_replay)
             tensors[name] = torch.cat([torch.full((t.shape[0], extra, *t.shape[2:]), fill, dtype=t.dtype, device=t.device), t], dim=1)
     return Batch(tensors, batch.non_tensors, batch.meta, batch_size=len(batch))
 

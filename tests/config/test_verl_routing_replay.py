@@ -1,0 +1,67 @@
+"""verl's MoE routing replay keys (router_replay.mode R2 / R3, rollout.enable_rollout_routing_replay) on rl-core's
+actor.router_replay / rollout.return_routed_experts (rl_core.routing_replay), and the backends that cannot do it refused
+by key: the megatron train backend, vLLM / SGLang as the recording rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl_core.config.load import load_config, load_report
+from rl_core.plugins import get_registry
+from rl_core.resolver import resolve
+
+A = "actor_rollout_ref"
+ON = f"{A}.rollout.enable_rollout_routing_replay=True"
+
+
+def _errors(*overrides):
+    loaded = load_report(None, [f"{A}.model.path=m", *overrides])
+    return loaded, [p for p in loaded.problems if p.severity == "error"]
+
+
+@pytest.mark.parametrize(("overrides", "mode", "returned"), [
+    (["model_engine=veomni", f"{A}.actor.veomni.router_replay.mode=R3", ON], "R3", True),
+    (["model_engine=megatron", f"{A}.actor.megatron.router_replay.mode=R2"], "R2", False),
+    ([f"{A}.actor.router_replay.mode=R2"], "R2", False),
+    ([f"{A}.actor.router_replay.mode=disabled", f"{A}.ref.router_replay.mode=disabled", f"{A}.rollout.enable_rollout_routing_replay=False"], "disabled", False),
+])
+def test_verls_modes_map(overrides, mode, returned):
+    loaded, errs = _errors(*overrides)
+    assert not errs, [p.render() for p in errs]
+    assert (loaded.config.actor.router_replay, loaded.config.rollout.return_routed_experts) == (mode, returned)
+
+
+@pytest.mark.parametrize(("overrides", "key", "words"), [
+    ([f"{A}.actor.router_replay.mode=R2", ON], f"{A}.rollout.enable_rollout_routing_replay", "only R3 replays"),  # verl refuses it too
+    ([f"{A}.actor.megatron.router_replay.mode=R3"], f"{A}.actor.megatron.router_replay.mode", "rollout.return_routed_experts=false"),
+    ([f"{A}.ref.veomni.router_replay.mode=R3", "model_engine=veomni"], f"{A}.ref.veomni.router_replay.mode", "routing replay in the reference"),
+    ([f"{A}.actor.router_replay.record_file=/tmp/r.pt"], f"{A}.actor.router_replay.record_file", "to a file"),
+    ([f"{A}.actor.router_replay.mode=R4"], f"{A}.actor.router_replay.mode", "R2"),
+])
+def test_refusals_name_the_key_as_written(overrides, key, words):
+    _, errs = _errors(*overrides)
+    assert [p.key for p in errs] == [key], [p.render() for p in errs]
+    assert words in errs[0].render()
+
+
+def _resolve_errors(model_dir, *overrides):
+    data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+    config = load_config(None, [f"model.path={model_dir}", data, "trainer.n_gpus_per_node=2", *overrides], profile="rl-core")
+    _, problems = resolve(config, get_registry(), world=True, devices=False)
+    return {p.key: p.render() for p in problems if p.severity == "error"}
+
+
+def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir):
+    path, registry = tiny_model_dir("qwen3_moe"), get_registry()
+    assert not _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+    if "megatron" in registry.cards["train"]:
+        errs = _resolve_errors(path, "train.name=megatron", "actor.router_replay=R2")
+        assert "does not replay MoE routing" in errs["actor.router_replay"] and "installed: fsdp" in errs["actor.router_replay"]
+    if "vllm" in registry.cards["rollout"]:
+        errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=vllm", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+        assert "Model Runner V2" in errs["rollout.return_routed_experts"] and "rollout.name=hf" in errs["rollout.return_routed_experts"]
+    if "sglang" in registry.cards["rollout"]:
+        errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=sglang", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+        assert "does not return the experts" in errs["rollout.return_routed_experts"]
