@@ -6,6 +6,12 @@ state (data position, RNG) is a few kilobytes. A model whose input embedding and
 tensor has that tensor written twice in the weights (the checkpoint names both; ``4 V h`` more). The
 final model (``hf_final``) is the actor's weights once, in float32 (``4P``), plus its tokenizer.
 
+LoRA (``model.lora_rank > 0``, ``A`` adapter parameters, :func:`rl_core.memory_lora.adapter_params`): a checkpoint
+holds the adapters and their AdamW state (``12A``; the frozen base is ``model.path``'s, except a tied input
+embedding / LM head, which torch keeps under the LM head's name: ``c V h`` in the compute dtype), and the final
+model is a PEFT adapter folder (``4A``, float32 adapters), plus the merged weights in the compute dtype (``cP``)
+when ``trainer.save_merged_lora`` asks for them.
+
 Checkpoints are written every ``trainer.save_freq`` steps and at the last step; ``trainer.max_ckpt_to_keep``
 of them stay on disk (older ones are deleted once a newer one is complete, so one more is on disk
 while the newest is written). Measured against real runs: ``tests/infra/test_disk_estimate.py``.
@@ -33,6 +39,7 @@ class DiskEstimate:
     saves: int | None  # checkpoints the run writes (None: the number of steps is not known before the data is read)
     kept: int | None  # at most this many on disk at once (None: every one)
     model: str
+    final_what: str = ""  # what hf_final holds, when it is not the model's float32 weights
 
     @property
     def written(self) -> int | None:
@@ -52,7 +59,7 @@ class DiskEstimate:
             every = "" if self.saves is None else f", {self.saves} written"
             keep = "every one kept" if self.kept is None else f"the latest {self.kept} kept"
             ckpt = f"{_gb(self.per_checkpoint)} per checkpoint{every}, {keep}"
-        out = [f"disk estimate ({self.model}):", f"  checkpoints        {ckpt}", f"  final model        {_gb(self.final_model)} (hf_final)"]
+        out = [f"disk estimate ({self.model}):", f"  checkpoints        {ckpt}", f"  final model        {_gb(self.final_model)} (hf_final{self.final_what})"]
         if self.written is not None:
             out.append(f"  the run writes     {_gb(self.written)} in all, at most {_gb(self.peak_on_disk)} on disk at once")
         return out
@@ -76,17 +83,27 @@ def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
     if shape is None:
         return None
     p = shape.params
-    tied = MASTER_BYTES_PER_PARAM * shape.vocab * shape.hidden if shape.tied else 0
-    per_role = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * p + tied
-    per_checkpoint = per_role
+    m = config.model
+    if m.lora_rank > 0:
+        from rl_core.memory import DTYPE_BYTES
+        from rl_core.memory_lora import adapter_params
+
+        a, c = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules), DTYPE_BYTES.get(m.dtype, 4)
+        per_checkpoint = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * a + (c * shape.vocab * shape.hidden if shape.tied else 0)
+        final = MASTER_BYTES_PER_PARAM * a + (c * p if config.trainer.save_merged_lora else 0)
+    else:
+        tied = MASTER_BYTES_PER_PARAM * shape.vocab * shape.hidden if shape.tied else 0
+        per_checkpoint = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * p + tied
+        final = MASTER_BYTES_PER_PARAM * p
     if getattr(config.critic, "enable", False):
         # a value model: the body plus a one-output head instead of the LM head
         body = p - (0 if shape.tied else shape.vocab * shape.hidden)
         per_checkpoint += (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * (body + shape.hidden)
     return DiskEstimate(
         per_checkpoint=per_checkpoint,
-        final_model=MASTER_BYTES_PER_PARAM * p,
+        final_model=final,
         saves=_saves(config),
         kept=config.trainer.max_ckpt_to_keep,
         model=f"{p / 1e6:.0f}M parameters" if p >= 1e6 else f"{p / 1e3:.0f}k parameters",
+        final_what="" if m.lora_rank <= 0 else ": a LoRA adapter folder" + (" + the merged weights" if config.trainer.save_merged_lora else ""),
     )

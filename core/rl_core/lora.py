@@ -20,6 +20,7 @@ The fsdp train backend applies it to the actor (``plugins/train_fsdp``): :func:`
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from pathlib import Path
@@ -364,9 +365,23 @@ def sample_effective(model: torch.nn.Module, positions: dict[str, torch.Tensor],
     return out
 
 
-def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_detach, *, write: bool = True) -> Path:
-    """A PEFT adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of the live adapters;
-    ``gather`` as in :func:`iter_merged` (every rank calls it; only ``write`` ranks write)."""
+MERGED_FOLDER = "merged"  # save_hf's merged weights inside the adapter folder (trainer.save_merged_lora)
+
+
+def base_model_reference(model_path: str | None) -> str | None:
+    """What an adapter folder names as its base (``base_model_name_or_path``): ``model.path`` as an absolute path when
+    it is a local folder (loads from any working directory), else as given."""
+    if not model_path:
+        return None
+    expanded = os.path.expanduser(str(model_path))
+    return os.path.abspath(expanded) if os.path.isdir(expanded) else str(model_path)
+
+
+def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_detach, *, write: bool = True, base_model: str | None = None) -> Path:
+    """A PEFT adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``) of the live adapters, which
+    ``peft.PeftModel.from_pretrained(base, folder)`` loads; ``gather`` as in :func:`iter_merged` (every rank calls it;
+    only ``write`` ranks write). ``base_model``: the base's path or name recorded in adapter_config.json
+    (:func:`base_model_reference`; default: what peft recorded when the adapters were applied)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
@@ -377,8 +392,23 @@ def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_det
     folder.mkdir(parents=True, exist_ok=True)
     weights = get_peft_model_state_dict(model, state_dict=full, adapter_name=ADAPTER_NAME)
     save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config[ADAPTER_NAME].save_pretrained(str(folder))
+    cfg = copy.copy(model.peft_config[ADAPTER_NAME])
+    cfg.inference_mode = True  # as peft's own save_pretrained records it
+    if base_model is not None:
+        cfg.base_model_name_or_path = base_model
+    cfg.save_pretrained(str(folder))
     return folder
+
+
+def adapter_folder_base(folder: str | Path) -> str | None:
+    """The base model an adapter folder names (``base_model_name_or_path``), or None when ``folder`` is not one."""
+    cfg = Path(folder).expanduser() / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        return json.loads(cfg.read_text()).get("base_model_name_or_path") or ""
+    except (OSError, ValueError):
+        return ""
 
 
 def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = False) -> Path:

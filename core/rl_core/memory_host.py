@@ -17,8 +17,12 @@ bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on th
 - the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
   host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.rollout.lora_merge`).
 
-- the final model (``hf_final``): rank 0 gathers the float32 weights (LoRA: merged) on the host while writing them,
-  ``4P`` on top of the rest, except a full fine-tune with ``param_offload`` on one GPU (its host buffers are written).
+- the final model (``hf_final``, :mod:`rl_core.train_engine.hf_export`): rank 0 copies the weights to the host one
+  safetensors shard at a time (``EXPORT_SHARD_BYTES``, 5 GB) and writes it, so the export holds at most one shard,
+  ``min(4P, 5 GB)`` for a full fine-tune (float32), plus safetensors' serialized copy of that shard (versions that
+  serialize a file into bytes first): ``2 min(4P, 5 GB)``. LoRA: the float32 adapters (``2 * 4A``), and with
+  ``trainer.save_merged_lora`` the merged weights in the compute dtype, again a shard at a time
+  (``2 min(cP, 5 GB)``); the larger of the two, as they are written one after the other.
 
 The peak is the larger of the load (runtime + load) and the end of training (everything above).
 """
@@ -32,6 +36,7 @@ import attrs
 GB = 2**30
 HOST_RUNTIME_GB = 4.0  # a GPU process's own resident memory (python, torch, CUDA libraries, tokenizer, data)
 SEGMENT_GB = 1.0  # rl_core.train_engine.offload.SEGMENT_BYTES
+EXPORT_SHARD_BYTES = 5 * 10**9  # rl_core.train_engine.hf_export.MAX_SHARD_BYTES
 
 
 @attrs.frozen(kw_only=True)
@@ -39,7 +44,7 @@ class HostEstimate:
     terms: dict[str, float]  # bytes per node, held through training
     load: float  # bytes per node while the models are built on the host
     available: float | None  # the node's RAM
-    export: float = 0.0  # the final model (hf_final) gathered on the host while it is written, on top of the terms
+    export: float = 0.0  # the final model (hf_final) held on the host while it is written (a shard), on top of the terms
 
     @property
     def peak(self) -> float:
@@ -59,7 +64,7 @@ class HostEstimate:
         out += [f"  {k:<58} {g(v)}" for k, v in self.terms.items() if v]
         out += [f"  peak while loading the model(s) on the host              {g(self.load)}",
                 f"  peak while training                                        {g(self.terms_total)}",
-                f"  peak while writing the final model (hf_final, float32)     {g(self.terms_total + self.export)}"]
+                f"  peak while writing the final model (hf_final, by shards)   {g(self.terms_total + self.export)}"]
         if self.available is not None:
             out.append(f"  peak {self.peak / GB:.2f} GiB vs {self.available / GB:.1f} GiB RAM: {'fits' if self.fits else 'does NOT fit'}")
         return out
@@ -112,9 +117,17 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
     if _rollout_sleeps_to_host(config, shape, c, lora):
         terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
     load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
-    # save_hf: rank 0 gathers the float32 weights (LoRA: merged) on the host; parameters already there are written as they are
-    export = 0.0 if (param_off and S == 1 and not lora) else 4 * P
+    export = export_bytes(config, P, A, c)
     return HostEstimate(terms=terms, load=load, available=available, export=export)
+
+
+def export_bytes(config: Any, P: int, A: int, c: int) -> float:
+    """Host bytes save_hf holds at once beyond training (rank 0): a shard of the weights it writes and safetensors'
+    serialized copy of it (see the module's docstring)."""
+    shard = lambda total: 2 * min(total, EXPORT_SHARD_BYTES)  # noqa: E731
+    if config.model.lora_rank <= 0:
+        return shard(4 * P)
+    return max(2 * 4 * A, shard(c * P) if config.trainer.save_merged_lora else 0)
 
 
 def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool:

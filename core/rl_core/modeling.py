@@ -57,6 +57,16 @@ def check_model_path(path: str | Path | None, *, key: str = "model.path") -> Pat
         raise ModelPathError(
             f"{key}={str(path)!r} does not exist (this machine has no model hub access, so it must be a local folder); {OFFLINE_MODEL_HINT}"
         )
+    if p.is_dir() and not (p / "config.json").is_file() and (p / "adapter_config.json").is_file():
+        from rl_core.lora import adapter_folder_base
+
+        base = adapter_folder_base(p)
+        raise ModelPathError(
+            f"{key}={str(path)!r} is a LoRA adapter folder (a PEFT adapter_config.json, e.g. a LoRA run's hf_final), not a "
+            f"model: set {key} to its base model ({base!r}, adapter_config.json's base_model_name_or_path) and "
+            f"model.lora_adapter_path={str(path)!r} to continue from the adapters, or use the merged weights of a run with "
+            "trainer.save_merged_lora=true (its hf_final/merged)"
+        )
     if not p.is_dir() or not (p / "config.json").is_file():
         raise ModelPathError(f"{key}={str(path)!r} is not a Hugging Face model folder (no config.json in it); {OFFLINE_MODEL_HINT}")
     return p

@@ -150,9 +150,6 @@ def test_reference_is_the_base_with_adapters_off_and_sync_is_merged_and_verified
 
 
 def test_adapter_checkpoint_resume_is_exact_and_save_hf_writes_a_peft_folder(model_dir, step, tmp_path):
-    import peft
-    from transformers import AutoModelForCausalLM
-
     cfg = _cfg(model_dir)
     torch.manual_seed(0)
     a = build_engine("actor", cfg, CPU)
@@ -176,14 +173,49 @@ def test_adapter_checkpoint_resume_is_exact_and_save_hf_writes_a_peft_folder(mod
     for n in sa["model"]:
         assert torch.equal(sa["model"][n], sb["model"][n]), n
 
+    _check_save_hf(a, step, model_dir, tmp_path)
+
+
+def _check_save_hf(a, step, model_dir, tmp_path):
+    """save_hf of a LoRA actor: a PEFT adapter folder naming model.path as its base, which peft loads to the trained
+    policy's log-probs; no merged weights unless trainer.save_merged_lora, then the merged state dict in model.dtype."""
+    import json
+
+    import peft
+    from rl_core.lora import MERGED_FOLDER, adapter_folder_base, merged_state_dict
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
     a.save_hf(str(tmp_path / "hf"))
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    folder = tmp_path / "hf"
+    assert sorted(p.name for p in folder.glob("*.safetensors")) == ["adapter_model.safetensors"]
+    assert not (folder / MERGED_FOLDER).exists() and not (folder / "config.json").exists()
+    assert (folder / "tokenizer_config.json").is_file()
+    assert adapter_folder_base(folder) == str(model_dir) and json.loads((folder / "adapter_config.json").read_text())["r"] == 4
+    from rl_core.modeling import ModelPathError, check_model_path
+
+    with pytest.raises(ModelPathError, match="is a LoRA adapter folder.*model.lora_adapter_path="):
+        check_model_path(folder)  # model.path=<a LoRA run's hf_final>: told to use it as the adapter path instead
     with torch.no_grad():
         mask = step.tensors["response_mask"].bool()
         want = a.compute_log_prob(step)["log_probs"][mask]
-        torch.testing.assert_close(_response_log_probs(merged, step)[mask], want, rtol=1e-4, atol=1e-4)
-        adapted = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tmp_path / "hf" / "lora_adapter").eval()
+        adapted = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(adapter_folder_base(folder), dtype=torch.float32), folder).eval()
         torch.testing.assert_close(_response_log_probs(adapted, step)[mask], want, rtol=1e-5, atol=1e-5)
+    # on request, the merged weights too (model.dtype; bfloat16 here, the base's dtype on a GPU run)
+    a.backend.config = attrs.evolve(a.backend.config, trainer=attrs.evolve(a.backend.config.trainer, save_merged_lora=True))
+    a.backend.compute_dtype = torch.bfloat16
+    try:
+        a.save_hf(str(tmp_path / "hf2"))
+    finally:
+        a.backend.compute_dtype = torch.float32
+    merged = load_file(str(tmp_path / "hf2" / MERGED_FOLDER / "model.safetensors"))
+    want_sd = merged_state_dict(a.backend.model, dtype=torch.bfloat16)
+    want_sd.pop("lm_head.weight", None) if "lm_head.weight" not in merged else None  # tied: written once, as HF does
+    assert merged.keys() == want_sd.keys()
+    for k in merged:
+        assert merged[k].dtype == torch.bfloat16 and torch.equal(merged[k], want_sd[k]), k
+    assert json.loads((tmp_path / "hf2" / MERGED_FOLDER / "config.json").read_text())["dtype"] == "bfloat16"
+    assert (tmp_path / "hf2" / "adapter_config.json").is_file()
 
 
 @pytest.mark.parametrize("rank", [0, 4])
@@ -418,3 +450,54 @@ def test_bf16_actor_skips_peft_s_fp32_input_copies_with_bit_identical_results(mo
     assert torch.equal(lp0, lp1) and all(torch.equal(a0[n], a1[n]) for n in a1)
     copies = torch.ops.aten._to_copy
     assert c0.ops[copies] < c1.ops[copies] and c0.bytes < c1.bytes, (c0.ops[copies], c1.ops[copies], c0.bytes, c1.bytes)
+
+
+def _arena_backed(engine):
+    """Put the engine's offloaded parameters (and, at its first step, AdamW's state) into HostArena segments, as
+    offload does on a GPU (pinned there, unpinned here): views into 64 KiB storages."""
+    from rl_core.train_engine.offload import HostArena
+
+    b = engine.backend
+    b.model._rl_host_copies = {"arena": HostArena(pin=False, segment_bytes=1 << 16)}
+    b.optimizer._rl_host_copies = {"arena": HostArena(pin=False, segment_bytes=1 << 16)}
+    rl_train_fsdp.offload.move_params(b.model, torch.device("cpu"))
+    return engine
+
+
+def test_offloaded_full_fine_tune_in_host_segments_saves_hf_and_resumes(model_dir, step, tmp_path, monkeypatch):
+    """The 7B offload run's end (bench/results/lora_gpu_h100/offload): its parameters were views into pinned 1 GiB
+    segments, which huggingface_hub refused to save, and the fallback checkpoint's DCP writer cloned each view. Now
+    save_hf streams its own copies in shards (loadable, equal to the weights) and the checkpoint hands DCP tensors on
+    storages of their own bytes (nothing for it to clone), with an exact resume."""
+    import rl_core.train_engine.hf_export as hf_export
+    from transformers import AutoModelForCausalLM
+
+    cfg = _cfg(model_dir, rank=0, param_offload=True, optimizer_offload=True)
+    torch.manual_seed(0)
+    a = _arena_backed(build_engine("actor", cfg, CPU))
+    a.update(step)
+    params = dict(a.backend.model.named_parameters())
+    assert all(p.untyped_storage().nbytes() > p.numel() * p.element_size() for p in params.values())  # segment views
+    state = [v for s in a.backend.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    assert state and all(t.untyped_storage().nbytes() > t.numel() * t.element_size() for t in state)
+    monkeypatch.setattr(hf_export, "MAX_SHARD_BYTES", 1 << 15)
+    a.save_hf(str(tmp_path / "hf"))
+    assert len(list((tmp_path / "hf").glob("model-*-of-*.safetensors"))) > 1 and (tmp_path / "hf" / hf_export.INDEX_NAME).is_file()
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).state_dict()
+    for name, p in params.items():
+        assert torch.equal(saved[name], p.detach()), name
+    handed = []
+    real = rl_train_fsdp.checkpointing.save_dcp
+    monkeypatch.setattr(rl_train_fsdp.checkpointing, "save_dcp", lambda d, m, o=None: handed.append((m, o)) or real(d, m, o))
+    a.save_checkpoint(str(tmp_path / "ckpt"))
+    tensors = [*handed[0][0].values(), *(v for s in handed[0][1]["state"].values() for v in s.values() if isinstance(v, torch.Tensor))]
+    assert len(tensors) >= len(params) + len(state)  # (a tied weight under both names)
+    assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in tensors)  # DCP clones no view
+    m_a = a.update(step)
+    torch.manual_seed(1)
+    b = _arena_backed(build_engine("actor", cfg, CPU))
+    b.load_checkpoint(str(tmp_path / "ckpt"))
+    assert b.update(step) == m_a
+    sa, sb = a.local_state_dict(), b.local_state_dict()
+    for n in sa["model"]:
+        assert torch.equal(sa["model"][n], sb["model"][n]), n

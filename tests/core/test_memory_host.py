@@ -27,8 +27,9 @@ def test_offload_terms_by_hand():
     est = host_estimate(_config(*both), SHAPE)
     assert est.terms == {"process runtime (python, torch, CUDA libraries)": RUNTIME, "actor parameters, pinned (param_offload)": 4 * 236,
                          "actor AdamW state, pinned (optimizer_offload)": 8 * 236, "pinned segments' unused tails (at most)": 2 * GB}
-    assert est.load == RUNTIME + 4 * 236 and est.peak == RUNTIME + 12 * 236 + 2 * GB and est.export == 0  # hf_final: the host buffers themselves
-    assert host_estimate(_config(both[1], both[2]), SHAPE).export == 4 * 236  # parameters on the GPU: gathered to the host to be written
+    # hf_final: a shard of float32 weights (here all of them) and safetensors' serialized copy, wherever the parameters are
+    assert est.load == RUNTIME + 4 * 236 and est.peak == RUNTIME + 12 * 236 + 2 * GB + 2 * 4 * 236 and est.export == 2 * 4 * 236
+    assert host_estimate(_config(both[1], both[2]), SHAPE).export == 2 * 4 * 236
     # two GPUs, sharded: FSDP2's CPUOffloadPolicy keeps each rank's shard of parameters, gradients and AdamW: 16P / 2 per process
     est = host_estimate(_config(*both, "trainer.n_gpus_per_node=2"), SHAPE, world_size=2)
     assert est.terms["actor shard on the host (sharded offload: parameters, gradients, AdamW)"] == 2 * 16 * 236 / 2
@@ -37,13 +38,35 @@ def test_offload_terms_by_hand():
     est = host_estimate(_config(*both, "model.lora_rank=2", "model.lora_alpha=4", "model.dtype=bfloat16"), SHAPE)
     assert est.terms["actor parameters, pinned (param_offload)"] == 2 * 236 + 4 * 128
     assert est.terms["actor AdamW state, pinned (optimizer_offload)"] == 8 * 128 and est.load == RUNTIME + 2 * 236
-    assert est.export == 4 * 236  # the merged float32 model
+    assert est.export == 2 * 4 * 128  # the float32 adapters (a PEFT folder), not the model
+    merged = ["trainer.save_merged_lora=true", "model.dtype=float32"]
+    assert host_estimate(_config(*both, "model.lora_rank=2", "model.lora_alpha=4", *merged), SHAPE).export == 2 * 4 * 236
     # the hf rollout asleep holds its weights on the host (a full fine-tune; no GPU here: counted as not kept) ...
     sleeping = host_estimate(_config("model.dtype=bfloat16"), SHAPE)
     assert sleeping.terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] == 2 * 236
     # ... but not with LoRA adapter sync (freed and rebuilt instead), nor without sleep
     assert len(host_estimate(_config("model.dtype=bfloat16", "model.lora_rank=2"), SHAPE).terms) == 1
     assert len(host_estimate(_config("rollout.enable_sleep=false"), SHAPE).terms) == 1
+
+
+def test_the_final_model_s_host_and_disk_bytes_full_and_lora():
+    """hf_final: the host holds one shard at a time (5 GB, the writer's limit) however big the model; on disk a full
+    fine-tune writes 4P, a LoRA run its float32 adapters 4A, plus the merged weights cP only when asked."""
+    from rl_core.disk import estimate_disk
+    from rl_core.memory_host import EXPORT_SHARD_BYTES, export_bytes
+    from rl_core.train_engine.hf_export import MAX_SHARD_BYTES
+
+    assert EXPORT_SHARD_BYTES == MAX_SHARD_BYTES
+    assert export_bytes(_config(), 7_000_000_000, 0, 2) == 2 * MAX_SHARD_BYTES  # a 7B float32 export: 28 GB in 5 GB shards
+    lora = ["model.lora_rank=2", "model.lora_alpha=4", "model.dtype=bfloat16"]
+    assert export_bytes(_config(*lora, "trainer.save_merged_lora=true"), 7_000_000_000, 80_000_000, 2) == 2 * MAX_SHARD_BYTES
+    assert export_bytes(_config(*lora), 7_000_000_000, 80_000_000, 2) == 2 * 4 * 80_000_000
+    assert estimate_disk(_config(), SHAPE).final_model == 4 * 236
+    adapter = estimate_disk(_config(*lora), SHAPE)
+    assert adapter.final_model == 4 * 128 and adapter.per_checkpoint == 12 * 128  # untied: the adapters and their AdamW state
+    assert "(hf_final: a LoRA adapter folder)" in "\n".join(adapter.lines())
+    both = estimate_disk(_config(*lora, "trainer.save_merged_lora=true"), SHAPE)
+    assert both.final_model == 4 * 128 + 2 * 236 and "a LoRA adapter folder + the merged weights" in "\n".join(both.lines())
 
 
 def test_check_refuses_a_run_the_host_cannot_hold_and_names_what_to_change():

@@ -501,6 +501,9 @@ class TrainerConfig:
     # optimizer (AdamW's state), extra (the LR schedule's state), hf_model (an HF folder hf/ in every checkpoint)
     save_contents: list[str] = field(factory=lambda: ["model", "optimizer", "extra"])
     load_contents: list[str] | None = None  # what a resume reads; null: all the checkpoint holds
+    # LoRA: save_hf (hf_final, a checkpoint's hf/) writes a PEFT adapter folder; true adds the merged weights in
+    # model.dtype as an HF folder merged/ inside it (rl_core.lora, docs/lora.md)
+    save_merged_lora: bool = False
     loggers: list[str] = field(factory=lambda: ["console", "jsonl"], metadata={RULE: Each(OneOf(_loggers))})
     project_name: str = text("rl-core")
     experiment_name: str = text("run")

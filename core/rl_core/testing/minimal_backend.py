@@ -77,8 +77,7 @@ class MinimalBackend(TrainBackend):
                 yield name, t.detach()
 
     def save_hf(self, path: str) -> None:
-        state = {n: t.to("cpu", copy=True).contiguous() for n, t in self.named_weights()}
-        write_hf_folder(Path(path), state, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config)
+        write_hf_folder(Path(path), self.named_weights(), self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config)
 
     def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:
         root = Path(path)

@@ -1,35 +1,112 @@
-"""``save_hf``'s folder: what every train engine writes once it has the full HF-named tensors on one rank."""
+"""``save_hf``'s folder: what every train engine writes from its full HF-named tensors (issue #32: streamed).
+
+The weights are written as they arrive, one safetensors shard at a time (:class:`ShardWriter`): the writer holds
+at most one shard's tensors (``MAX_SHARD_BYTES``, 5 GB as ``save_pretrained`` shards; a single larger tensor is a
+shard of its own), so a 7B float32 export needs ~5 GB of host memory beyond what training holds instead of the
+whole 28 GB model. More than one shard: ``model-00001-of-0000N.safetensors`` + ``model.safetensors.index.json``,
+the layout ``transformers`` writes and loads; one shard: ``model.safetensors``.
+
+Each tensor is copied into the shard (cast to ``dtype`` when one is given), so the writer never writes from the
+caller's storage: a parameter that is a view into a larger host buffer (``param_offload``'s pinned segments,
+:class:`rl_core.train_engine.offload.HostArena`) is written as its own bytes. Handing such views to
+``huggingface_hub.save_torch_state_dict`` fails ("None is covering the entire storage"): that refusal was the
+7B offload run's end (its fallback checkpoint then cloned every offloaded tensor, see
+``rl_train_fsdp.checkpointing``).
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import torch
 
+MAX_SHARD_BYTES = 5 * 10**9  # save_pretrained's default max_shard_size ("5GB")
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
 
-def write_hf_folder(path: Path, state: dict[str, torch.Tensor], hf_config: Any, hf_class: type, generation_config: Any, config: Any) -> None:
-    """config.json, the generation config, safetensors shards (5 GB) and the tokenizer, as ``save_pretrained`` writes them.
 
-    ``hf_class`` names the architecture in config.json (not a wrapper class such as FSDP's);
-    the generation config is written for causal LMs only; the tokenizer comes from
-    ``model.tokenizer_path`` or ``model.path`` when that is a folder. Neither of those two
-    extras can fail the export: the weights are what matters.
+class ShardWriter:
+    """safetensors shards of at most ``max_shard_bytes``, written one at a time as tensors are added.
+
+    ``peak_bytes``: the most tensor bytes the writer held at once (its pending shard); ``files``: the files
+    written, in order. Call :meth:`close` to write the last shard and the index.
     """
-    from huggingface_hub import save_torch_state_dict
 
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = copy.deepcopy(hf_config)
-    cfg.architectures = [hf_class.__name__]
-    cfg.save_pretrained(str(path))
-    if generation_config is not None and hf_class.__name__.endswith("ForCausalLM"):
-        try:
-            generation_config.save_pretrained(str(path))
-        except Exception:  # noqa: BLE001 - an odd generation config must not lose the weights
-            pass
-    save_torch_state_dict(state, str(path), max_shard_size="5GB")
+    def __init__(self, folder: str | Path, *, max_shard_bytes: int | None = None, dtype: torch.dtype | None = None) -> None:
+        max_shard_bytes = MAX_SHARD_BYTES if max_shard_bytes is None else max_shard_bytes
+        if max_shard_bytes <= 0:
+            raise ValueError(f"max_shard_bytes must be positive, got {max_shard_bytes}")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.max_shard_bytes = int(max_shard_bytes)
+        self.dtype = dtype
+        self._pending: dict[str, torch.Tensor] = {}
+        self._pending_bytes = 0
+        self._shards: list[tuple[str, list[str]]] = []  # (temporary file name, tensor names)
+        self.peak_bytes = 0
+        self.total_bytes = 0
+        self.files: list[str] = []
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        if name in self._pending or any(name in names for _, names in self._shards):
+            raise ValueError(f"tensor {name!r} written twice")
+        src = tensor.detach()
+        out = torch.empty(src.shape, dtype=self.dtype or src.dtype, device="cpu")
+        out.copy_(src)  # our own contiguous host bytes (a cast when dtype differs), whatever src's storage is
+        nbytes = out.numel() * out.element_size()
+        if self._pending and self._pending_bytes + nbytes > self.max_shard_bytes:
+            self._flush()
+        self._pending[name] = out
+        self._pending_bytes += nbytes
+        self.total_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self._pending_bytes)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        from safetensors.torch import save_file
+
+        tmp = f".shard-{len(self._shards):05d}.safetensors.tmp"
+        save_file(self._pending, str(self.folder / tmp), metadata={"format": "pt"})
+        self._shards.append((tmp, list(self._pending)))
+        self._pending = {}
+        self._pending_bytes = 0
+
+    def close(self) -> list[str]:
+        """Write the last shard, name the shards as ``transformers`` does, and the index when there are several."""
+        self._flush()
+        n = len(self._shards)
+        if n == 0:
+            raise ValueError(f"no tensors to write to {self.folder}")
+        names = [WEIGHTS_NAME] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        weight_map = {}
+        for (tmp, tensors), final in zip(self._shards, names):
+            os.replace(self.folder / tmp, self.folder / final)
+            weight_map.update(dict.fromkeys(tensors, final))
+        if n > 1:
+            index = {"metadata": {"total_size": self.total_bytes}, "weight_map": dict(sorted(weight_map.items()))}
+            (self.folder / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
+        self.files = names
+        return names
+
+
+def write_weights(folder: str | Path, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], *,
+                  dtype: torch.dtype | None = None, max_shard_bytes: int | None = None) -> ShardWriter:
+    """``weights`` (a dict, or ``(name, tensor)`` pairs consumed as they come) as safetensors shards in ``folder``."""
+    writer = ShardWriter(folder, max_shard_bytes=max_shard_bytes, dtype=dtype)
+    for name, t in weights.items() if isinstance(weights, Mapping) else weights:
+        writer.add(name, t)
+    writer.close()
+    return writer
+
+
+def write_tokenizer(path: str | Path, config: Any) -> None:
+    """The run's tokenizer (``model.tokenizer_path`` or ``model.path`` when that is a folder) into ``path``; a
+    folder without a tokenizer is still a model, so this never fails the export."""
     tok_dir = config.model.tokenizer_path or config.model.path
     if tok_dir and os.path.isdir(tok_dir):
         try:
@@ -38,3 +115,31 @@ def write_hf_folder(path: Path, state: dict[str, torch.Tensor], hf_config: Any, 
             load_tokenizer(tok_dir).save_pretrained(str(path))
         except Exception:  # noqa: BLE001 - a folder without a tokenizer is still a model
             pass
+
+
+def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], hf_config: Any, hf_class: type,
+                    generation_config: Any, config: Any, *, dtype: torch.dtype | None = None,
+                    max_shard_bytes: int | None = None) -> ShardWriter:
+    """config.json, the generation config, the weights in safetensors shards (:class:`ShardWriter`, streamed from
+    ``weights``) and the tokenizer, as ``save_pretrained`` writes them.
+
+    ``hf_class`` names the architecture in config.json (not a wrapper class such as FSDP's); ``dtype``: the
+    weights' dtype on disk (default: each tensor's own), also recorded in config.json; the generation config is
+    written for causal LMs only; the tokenizer comes from ``model.tokenizer_path`` or ``model.path`` when that is
+    a folder. Neither of those two extras can fail the export: the weights are what matters.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = copy.deepcopy(hf_config)
+    cfg.architectures = [hf_class.__name__]
+    if dtype is not None:
+        cfg.dtype = dtype
+    cfg.save_pretrained(str(path))
+    if generation_config is not None and hf_class.__name__.endswith("ForCausalLM"):
+        try:
+            generation_config.save_pretrained(str(path))
+        except Exception:  # noqa: BLE001 - an odd generation config must not lose the weights
+            pass
+    writer = write_weights(path, weights, dtype=dtype, max_shard_bytes=max_shard_bytes)
+    write_tokenizer(path, config)
+    return writer

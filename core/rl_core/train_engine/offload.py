@@ -79,15 +79,30 @@ def _to(t: torch.Tensor, device: torch.device, cache: dict, key) -> torch.Tensor
         return t.detach().to(device, copy=True, non_blocking=True)
     host = cache.get(key)
     if host is None or host.shape != t.shape or host.dtype != t.dtype:
-        if t.is_cuda:
+        if t.is_cuda or "arena" in cache:  # an arena put in the cache beforehand (tests: unpinned) is used on CPU too
             arena = cache.setdefault("arena", HostArena(pin=True))
             host = arena.take(t.shape, t.dtype)
-        else:  # host to host (CPU runs, tests): no pinning, no rounding
+        else:  # host to host (CPU runs): no pinning, no rounding
             host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
         cache[key] = host
     if host.data_ptr() != t.data_ptr():
         host.copy_(t.detach())
     return host
+
+
+def own_storage(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on a storage of exactly its own bytes, sharing its memory (no copy): a view into a :class:`HostArena`
+    segment otherwise looks like a slice of a 1 GiB storage, which writers copy or refuse (torch's DCP writer clones
+    such a tensor and keeps every clone until its file is closed: the whole offloaded state twice on the host).
+    Anything else (a device tensor, a DTensor, a tensor that owns its storage) is returned as it is."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "cpu" or not t.is_contiguous():
+        return t
+    nbytes = t.numel() * t.element_size()
+    storage = t.untyped_storage()
+    if nbytes == 0 or storage.nbytes() == nbytes:
+        return t
+    start = t.storage_offset() * t.element_size()
+    return torch.empty(0, dtype=t.dtype).set_(storage[start : start + nbytes], 0, t.shape, t.stride())  # the slice keeps the segment alive
 
 
 def _cache(owner) -> dict:

@@ -244,7 +244,7 @@ def check_previous_run(
             f"trainer.output_dir={output_dir!r}: --resume-anyway cannot resume the checkpoint ({where}) under these changes, "
             "which cannot take effect on resume:\n  " + "\n  ".join(fixed) + "\n"
             "Put them back to the checkpoint's values, or start a new run in another trainer.output_dir "
-            "(from the old run's weights: model.path=<its hf_final>)."
+            "(from the old run's weights: model.path=<its hf_final>; a LoRA run's: model.lora_adapter_path=<its hf_final>)."
         )
     raise OutputDirError(
         f"trainer.output_dir={output_dir!r} holds a checkpoint of a run with a different config ({where}), "

@@ -37,6 +37,8 @@ def save(self, path: str, scheduler: dict[str, Any] | None) -> None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=_state_options(self))
     else:
         model_sd, optim_sd = get_model_state_dict(self.model), None
+    if self.param_offload or self.optimizer_offload:  # host buffers are views into pinned segments: their own bytes only
+        model_sd, optim_sd = _own_storages(model_sd), _own_storages(optim_sd)
     with _quiet_dcp():
         plain = save_dcp(str(root / "dcp"), model_sd, optim_sd)  # tensors only
     if plain is not None and self.rank == 0:
@@ -81,6 +83,15 @@ def load(self, path: str) -> dict[str, Any] | None:
         _set_rng_state(extra["rng"], self.device)
     sharding.barrier()
     return extra.get("scheduler")
+
+def _own_storages(obj: Any) -> Any:
+    """``obj`` (a state dict, nested) with every tensor on a storage of its own bytes (rl_train_fsdp.offload.own_storage)."""
+    if isinstance(obj, dict):
+        return {k: _own_storages(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_own_storages(v) for v in obj]
+    return offload.own_storage(obj) if isinstance(obj, torch.Tensor) else obj
+
 
 def _state_options(self):
     """LoRA: the checkpoint holds the adapters and their AdamW state only (the frozen base is model.path's)."""

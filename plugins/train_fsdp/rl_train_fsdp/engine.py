@@ -47,7 +47,7 @@ from rl_core.modeling import compile_decoder_layers, forward_values
 from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model
 from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine import packing
-from rl_core.train_engine.hf_export import write_hf_folder
+from rl_core.train_engine.hf_export import write_hf_folder, write_tokenizer
 
 from rl_train_fsdp import activations, checkpointing, offload, sharding, ulysses
 
@@ -372,18 +372,28 @@ class FSDPBackend(TrainBackend):
         return sample_effective(self.model, positions, sharding.full_tensor)
 
     def save_hf(self, path: str) -> None:
-        """A normal HF folder at ``path`` (rank 0 writes; every rank must call). LoRA: the merged weights, and the
-        adapters alone as a PEFT folder in ``path/lora_adapter`` (load with ``peft.PeftModel.from_pretrained``)."""
+        """An HF folder at ``path`` (rank 0 writes; every rank must call), the weights streamed shard by shard
+        (rl_core.train_engine.hf_export: at most one shard held on the host). LoRA: a PEFT adapter folder
+        (``peft.PeftModel.from_pretrained(base, path)``; its base is ``model.path``), and with
+        ``trainer.save_merged_lora`` the merged weights in the model's dtype as an HF folder in ``path/merged``."""
+        write = self.rank == 0
+        folder, dtype = Path(path), None
         if self.lora:
-            from rl_core.lora import write_adapter_folder
+            from rl_core.lora import MERGED_FOLDER, base_model_reference, write_adapter_folder
 
-            write_adapter_folder(self.model, Path(path) / "lora_adapter", sharding.full_tensor, write=self.rank == 0)
-        state: dict[str, torch.Tensor] = {}
-        for name, t in self.named_weights():
-            if self.rank == 0:
-                state[name] = t.detach().to("cpu").contiguous()  # host tensors (param_offload, CPU runs) as they are: written now, not kept
-        if self.rank == 0:
-            write_hf_folder(Path(path), state, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config)
+            write_adapter_folder(self.model, folder, sharding.full_tensor, write=write, base_model=base_model_reference(self.config.model.path))
+            if write:
+                write_tokenizer(folder, self.config)
+            if not self.config.trainer.save_merged_lora:
+                sharding.barrier()
+                return
+            folder, dtype = folder / MERGED_FOLDER, self.compute_dtype
+        weights = self.named_weights()
+        if write:
+            write_hf_folder(folder, weights, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config, dtype=dtype)
+        else:
+            for _ in weights:  # the other ranks take part in every all-gather
+                pass
         sharding.barrier()
 
     # ----------------------------------------------------------- checkpoint

@@ -3,6 +3,6 @@ issue #32). The mechanisms are core's, shared with the megatron backend: :mod:`r
 
 from __future__ import annotations
 
-from rl_core.train_engine.offload import CHUNK_BYTES, move_optimizer_state, move_params, streamed_step
+from rl_core.train_engine.offload import CHUNK_BYTES, move_optimizer_state, move_params, own_storage, streamed_step
 
-__all__ = ["CHUNK_BYTES", "move_optimizer_state", "move_params", "streamed_step"]
+__all__ = ["CHUNK_BYTES", "move_optimizer_state", "move_params", "own_storage", "streamed_step"]
