@@ -49,13 +49,19 @@ def test_refusals_name_the_key_as_written(overrides, key, words):
 def _resolve_errors(model_dir, *overrides):
     data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
     config = load_config(None, [f"model.path={model_dir}", data, "trainer.n_gpus_per_node=2", *overrides], profile="rl-core")
-    _, problems = resolve(config, get_registry(), world=True, devices=False)
-    return {p.key: p.render() for p in problems if p.severity == "error"}
+    stack, problems = resolve(config, get_registry(), world=True, devices=False)
+    errs = {p.key: p.render() for p in problems if p.severity == "error"}
+    if not errs:
+        from rl_core.trainer.loop import describe_plan
+
+        errs["plan"] = describe_plan(stack)  # what `rlcore train --dry-run` prints
+    return errs
 
 
 def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir):
     path, registry = tiny_model_dir("qwen3_moe"), get_registry()
-    assert not _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+    ok = _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+    assert list(ok) == ["plan"] and "MoE routing replay: R3: the rollout's routing" in ok["plan"]
     if "megatron" in registry.cards["train"]:
         errs = _resolve_errors(path, "train.name=megatron", "actor.router_replay=R2")
         assert "does not replay MoE routing" in errs["actor.router_replay"] and "installed: fsdp" in errs["actor.router_replay"]

@@ -819,6 +819,12 @@ def describe_plan(stack: Stack) -> str:
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
+    rr = cfg.actor.router_replay
+    if rr != "disabled":  # rl_core.routing_replay
+        lines.append("MoE routing replay: " + (
+            "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
+            "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
+            "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively"))
     if "rollout" in stack.sizes.pools:  # rl_core.async_rl
         s = cfg.async_.max_staleness
         lines.append(

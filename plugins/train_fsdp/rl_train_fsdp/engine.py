@@ -246,7 +246,18 @@ class FSDPBackend(TrainBackend):
             raise RuntimeError(f"the {self.role} model has no LoRA adapters: the reference policy needs a ref model of its own (model.lora_rank=0)")
         from rl_core.lora import adapters_disabled
 
-        return adapters_disabled(self.model)
+        return self._native_routing(adapters_disabled(self.model))
+
+    @contextlib.contextmanager
+    def _native_routing(self, inner):
+        """The reference policy routes natively (verl's ref.router_replay.mode defaults to disabled), also when it is
+        this model with its LoRA adapters off under actor.router_replay."""
+        rr, self.router_replay = self.router_replay, None
+        try:
+            with inner:
+                yield
+        finally:
+            self.router_replay = rr
 
     @contextlib.contextmanager
     def on_device(self, phase: str):

@@ -90,3 +90,21 @@ def test_r2_records_then_the_update_replays(tiny_model_dir):
     assert len(ckpt_calls) == 2 * len(plain_calls)  # the backward's recompute ran the routers again, replaying too
     for k in ("loss", "grad_norm"):
         assert ckpt[k] == pytest.approx(plain[k], rel=1e-6), k
+
+
+def test_the_lora_reference_routes_natively(tiny_model_dir):
+    """verl's reference model does not replay (ref.router_replay.mode defaults to disabled): with LoRA the reference is
+    the actor's model with its adapters off, and it routes natively under actor.router_replay=R3 too."""
+    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_train_fsdp.engine import build_engine
+
+    path = tiny_model_dir("qwen3_moe")
+    cfg = _cfg(path, "R3")
+    cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=4, lora_alpha=8))
+    batch = HFRolloutEngine(cfg, WorkerContext()).generate(prompt_batch(path), SamplingParams(n=2, max_new_tokens=6, logprobs=True, seed=5))
+    actor = build_engine("actor", cfg, WorkerContext())
+    ref = actor.compute_log_prob(batch, reference=True)["log_probs"]
+    batch["routed_experts"] = torch.where(batch["routed_experts"] >= 0, (batch["routed_experts"] + 1) % 4, batch["routed_experts"])
+    assert torch.equal(actor.compute_log_prob(batch, reference=True)["log_probs"], ref)
+    mask = batch["response_mask"].bool()
+    assert (actor.compute_log_prob(batch)["log_probs"][mask] - ref[mask]).abs().max() > 1e-3  # the actor itself replays
