@@ -13,7 +13,7 @@ def test_actor_and_ref_context_parallel_size_map():
     cfg = load_config(None, [*MEG, f"{V}.actor.megatron.context_parallel_size=2", f"{V}.ref.megatron.context_parallel_size=2",
                              f"+{V}.actor.megatron.override_transformer_config.context_parallel_size=2"])
     assert cfg.train.name == "megatron" and cfg.train.context_parallel_size == 2
-    assert cfg.train.options["transformer_config"] == {"context_parallel_size": 2}  # checked against the train key by the plugin
+    assert cfg.train.options["transformer_config"] == {"context_parallel_size": 2, "sequence_parallel": True}  # CP checked against the train key by the plugin; SP: the verl profile
     assert load_config(None, [*MEG, f"{V}.actor.megatron.context_parallel_size=1"]).train.context_parallel_size == 1
 
 

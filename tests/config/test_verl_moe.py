@@ -134,20 +134,19 @@ def test_megatron_sequence_parallelism_as_verl_writes_it(tmp_path):
                              f"{meg}.sequence_parallel=True", f"{V}.ref.megatron.sequence_parallel=True"])
     assert cfg.train.options["transformer_config"] == {"sequence_parallel": True}
     assert plugin.check_parallel_sizes(cfg) == [] and plugin.check_transformer_config(cfg) == []
-    with_cp = load_report(None, ["model_engine=megatron", f"+{meg}.override_transformer_config.sequence_parallel=True",
+    with_cp = load_report(None, ["model_engine=megatron", f"model.path={_moe_dir(tmp_path)}", f"+{meg}.override_transformer_config.sequence_parallel=True",
                                  f"{meg}.tensor_model_parallel_size=2", f"{meg}.context_parallel_size=2"])
-    (p,) = with_cp.as_written(plugin.check_transformer_config(with_cp.config))
-    assert p.key == f"+{meg}.override_transformer_config.sequence_parallel" and "context parallelism" in p.what
+    assert plugin.check_transformer_config(with_cp.config) == [] and plugin.check_parallel_sizes(with_cp.config) == []  # SP with CP, MoE
 
 
 def test_verl_profile_gives_megatron_verls_engine_defaults():
-    """verl's engine/megatron.yaml: sequence_parallel and use_distributed_optimizer are True; listed as profile defaults;
-    sequence parallelism stays off with context parallelism (not built together); the rl-core profile keeps rl-core's."""
+    """verl's engine/megatron.yaml: sequence_parallel and use_distributed_optimizer are True; listed as profile defaults
+    (with context parallelism too); the rl-core profile keeps rl-core's."""
     loaded = load_report(None, ["model_engine=megatron", f"{V}.actor.megatron.tensor_model_parallel_size=2"])
     assert loaded.config.train.distributed_optimizer and loaded.config.train.options["transformer_config"] == {"sequence_parallel": True}
     assert {"train.distributed_optimizer", "train.options.transformer_config.sequence_parallel"} <= {k for k, _, _ in loaded.profile_defaults}
     with_cp = load_config(None, ["model_engine=megatron", f"{V}.actor.megatron.context_parallel_size=2"])
-    assert with_cp.train.distributed_optimizer and "transformer_config" not in with_cp.train.options
+    assert with_cp.train.distributed_optimizer and with_cp.train.options["transformer_config"] == {"sequence_parallel": True}
     own = load_config(None, ["model_engine=megatron", "profile=rl-core"])
     assert not own.train.distributed_optimizer and own.train.options == {}
     assert not load_config(None, [f"{V}.actor.strategy=fsdp2"]).train.distributed_optimizer

@@ -252,10 +252,8 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
                                     fix="set the optimizer's lr_warmup_steps_ratio instead, or remove lr_warmup_steps"))
     if profile == "verl" and get_dotted(tree, "train.name") == "megatron":
         # verl's megatron engine config (engine/megatron.yaml): sequence_parallel and use_distributed_optimizer default to
-        # True; rl-core's megatron backend runs both (sequence parallelism with TP > 1, not together with CP)
-        megatron_defaults = {"train.distributed_optimizer": True}
-        if _int(get_dotted(tree, "train.context_parallel_size", 1)) == 1:
-            megatron_defaults["train.options.transformer_config.sequence_parallel"] = True
+        # True; rl-core's megatron backend runs both (sequence parallelism with TP > 1, with or without CP)
+        megatron_defaults = {"train.distributed_optimizer": True, "train.options.transformer_config.sequence_parallel": True}
         marker = object()
         for key, value in megatron_defaults.items():
             if get_dotted(tree, key, marker) is marker:

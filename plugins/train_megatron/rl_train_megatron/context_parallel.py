@@ -69,8 +69,9 @@ class SeqSplit:
     columns: torch.Tensor  # [s_pad / cp] global columns of this rank
 
     @classmethod
-    def of(cls, s: int, cp: int, rank: int, device) -> "SeqSplit":
-        s_pad = -(-s // (2 * cp)) * 2 * cp
+    def of(cls, s: int, cp: int, rank: int, device, multiple: int = 1) -> "SeqSplit":
+        """``multiple``: each rank's ``s_pad / cp`` columns a multiple of it too (sequence parallelism: TP)."""
+        s_pad = -(-s // (2 * cp * multiple)) * 2 * cp * multiple
         return cls(cp=cp, rank=rank, s=s, s_pad=s_pad, columns=rank_columns(s_pad, cp, rank, device))
 
     def pad(self, t: torch.Tensor, value=0) -> torch.Tensor:

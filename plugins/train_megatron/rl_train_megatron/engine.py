@@ -254,10 +254,11 @@ class MegatronBackend(TrainBackend):
     # Every forward runs this rank's pipeline stage (:meth:`_run_stage`); the heads (log-probs, values) run on the
     # last stage. Inference results are broadcast from the last stage; the update back-propagates stage by stage.
     def _split(self, y: dict[str, torch.Tensor]) -> cp_mod.SeqSplit | None:
-        """This CP rank's columns of the batch (None without context parallelism)."""
+        """This CP rank's columns of the batch (None without context parallelism); with sequence parallelism each CP rank's
+        columns are a multiple of TP (the sequence is right-padded to a multiple of 2 x CP x TP)."""
         if self.topo.cp == 1:
             return None
-        return cp_mod.SeqSplit.of(y["input_ids"].shape[1], self.topo.cp, self.topo.cp_rank, self.device)
+        return cp_mod.SeqSplit.of(y["input_ids"].shape[1], self.topo.cp, self.topo.cp_rank, self.device, multiple=self.topo.tp if self.sp else 1)
 
     def _run_stage(self, y: dict[str, torch.Tensor], split: cp_mod.SeqSplit | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """``(input hidden leaf or None, this stage's output [s, b, h])``; sends the output on to the next stage.
@@ -302,7 +303,7 @@ class MegatronBackend(TrainBackend):
         rows = y["input_ids"].shape[0]
         if self.topo.ep > 1:
             y = self._same_tokens_over_ep(y)
-        if self.sp:
+        if self.sp and self.topo.cp == 1:  # (with CP the split pads)
             y = seq_par.pad_columns(y, self.topo.tp)
         split = self._split(y)
         h_in, h_out = self._run_stage(y, split)
@@ -368,7 +369,8 @@ class MegatronBackend(TrainBackend):
                    if not convert.is_expert(n) and (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
         expert_group = parallel.expert_mp_group() if experts else None
         norm = grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device, experts, expert_group)
-        self._moe_metrics = (mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group(), parallel.tp_group() if self.sp else None)
+        share = parallel.tp_cp_group() if self.sp or self.topo.cp > 1 else None  # the ranks whose routers share a sequence's tokens
+        self._moe_metrics = (mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group(), share)
                              if self.shape.moe else {})
         return norm
 

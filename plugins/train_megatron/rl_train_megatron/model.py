@@ -266,15 +266,7 @@ def build_model(
     sp = sequence_parallel.wanted(passed, tp)
     check_divisible(shape, tp, pp, ep, etp, sp)
     if sp:
-        if cp > 1:
-            raise ParallelSizeError("train.options.transformer_config.sequence_parallel with train.context_parallel_size > 1: not built by the "
-                                    "megatron backend (not tested together); set one of them off")
         sequence_parallel.install_norm()
-    if shape.moe and cp > 1:
-        raise ParallelSizeError(
-            f"train.context_parallel_size={cp} with an MoE model: context parallelism of MoE models is not built by the megatron "
-            "backend (not tested); set train.context_parallel_size=1"
-        )
     config = transformer_config(shape, tp, pp, passed, ep, etp)
     spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
     if cp > 1:
@@ -431,9 +423,9 @@ def aux_loss_metrics(shape: ModelShape, dp_group, pp_group, sp_group=None) -> di
     forward passes and the data-parallel ranks (summed over pipeline stages, which hold different layers); the
     tracker is cleared. Every rank must call it (collectives).
 
-    Sequence parallelism (``sp_group``: the TP group): each TP rank's router saw its share of the tokens. A loss
-    megatron-core records with a reduce group (the load-balancing losses: this rank's part of the whole) is summed over
-    it, one recorded without (the z loss: this share's mean) is averaged over the TP ranks (equal shares)."""
+    Sequence / context parallelism (``sp_group``: the TP x CP group): each rank's router saw its share of the tokens. A
+    loss megatron-core records with a reduce group (the load-balancing losses: this rank's part of the whole) is summed
+    over it, one recorded without (the z loss: this share's mean) is averaged over the group (equal shares)."""
     from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
 
     tracker = get_moe_layer_wise_logging_tracker()

@@ -193,6 +193,13 @@ def grad_group():
     return mpu.get_data_parallel_group(with_context_parallel=True)
 
 
+def tp_cp_group():
+    """The TP x CP ranks of a replica's stage: together they hold one stage's share of each sequence's tokens."""
+    from megatron.core import parallel_state as mpu
+
+    return mpu.get_tensor_and_context_parallel_group()
+
+
 def ep_group():
     from megatron.core import parallel_state as mpu
 

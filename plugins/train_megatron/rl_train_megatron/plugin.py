@@ -228,11 +228,7 @@ def check_transformer_config(config) -> list[Problem]:
                                fix=f"remove {key}, or fix its name"))
         elif name in PASSED_THROUGH or name in SPLIT_FIELDS:
             continue
-        elif name == "sequence_parallel":  # rl_train_megatron.sequence_parallel (with TP > 1; TP 1: off, as megatron-core does)
-            if config.train.context_parallel_size > 1 and not _same_value(value, False):
-                out.append(Problem(key=key, what="is on together with train.context_parallel_size > 1: sequence parallelism with context "
-                                                 "parallelism is a feature rl-core's megatron train backend does not have",
-                                   fix=f"remove {key}, or set train.context_parallel_size=1"))
+        elif name == "sequence_parallel":  # rl_train_megatron.sequence_parallel (with TP > 1; TP 1: off, as megatron-core does; with or without CP)
             continue
         elif name in _CP:
             out.extend(_cp_field(config, key, name, value))

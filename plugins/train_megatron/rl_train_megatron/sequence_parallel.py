@@ -5,7 +5,8 @@ megatron-core splits the activations outside the tensor-parallel matmuls (norms,
 the sequence over the TP ranks: the embedding scatters its output, column-parallel linears all-gather their input, row-
 parallel ones reduce-scatter their output. The engine adds what its own forward needs:
 
-- the sequence is left-padded (masked columns) to a multiple of TP (:func:`pad_columns`);
+- the sequence is left-padded (masked columns) to a multiple of TP (:func:`pad_columns`); with context parallelism
+  the CP split right-pads it so that each CP rank's columns are a multiple of TP (``SeqSplit.of(..., multiple=TP)``);
 - pipeline stages exchange their ``1 / TP`` share of the hidden states;
 - the last stage all-gathers the final hidden states before the heads (:func:`gather_hidden`: backward keeps this
   rank's share; the LM head is then an ordinary vocabulary-parallel linear, whose input gradient is summed over TP);

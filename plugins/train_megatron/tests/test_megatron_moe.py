@@ -5,6 +5,7 @@
   losses computed independently from transformers' router logits (their gradients enter through megatron's scaler);
 - TP 2 under Megatron sequence parallelism on 2 gloo processes equals one process (same checks);
 - TP 2 x expert TP 1 x EP 2 x PP 2 on 4 gloo processes equals one process, and resumes from its checkpoint exactly;
+- CP 2 x TP 2 (sequence parallel) x expert TP 1 x EP 2 on 4 gloo processes equals one process;
 - EP 2 x PP 2 with uneven stages (1 + 2 layers) on 4 gloo processes (each replica its half of the step: data parallel
   2; an EP group joins the same stage of both replicas) equals one process: loss, gradient norm, router-loss metrics,
   log-probs and the weights after the update.
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.megatron
 AUX, Z = 0.01, 0.001  # megatron's moe_aux_loss_coeff / moe_z_loss_coeff in the engine tests
 
 
-def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None, tp: int = 1, etp: int | None = None):
+def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None, tp: int = 1, etp: int | None = None, cp: int = 1):
     cfg = default_config(model_dir)
     # one mini-batch: each replica's half of the step then makes the same global mini-batch as one process's whole step
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
@@ -39,7 +40,7 @@ def _config(model_dir, ep: int = 1, pp: int = 1, first_stage: int | None = None,
     if tp > 1:  # MoE layers with TP > 1 train under Megatron sequence parallelism
         tc["sequence_parallel"] = True
     train = attrs.evolve(cfg.train, name="megatron", expert_model_parallel_size=ep, pipeline_model_parallel_size=pp, tensor_model_parallel_size=tp,
-                         expert_tensor_parallel_size=etp, options={"transformer_config": tc})
+                         expert_tensor_parallel_size=etp, context_parallel_size=cp, options={"transformer_config": tc})
     return attrs.evolve(cfg, train=train)
 
 
@@ -147,7 +148,8 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None, zero
     ``zero=False``: the plain run itself saves its checkpoint after the first update, and a fresh engine resumes from it."""
     from rl_train_megatron.engine import build_engine
 
-    mp = config.train.pipeline_model_parallel_size * config.train.tensor_model_parallel_size  # a replica's ranks are consecutive
+    t = config.train
+    mp = t.pipeline_model_parallel_size * t.tensor_model_parallel_size * t.context_parallel_size  # a replica's ranks are consecutive
     half = len(step) // (world // mp)  # (the controller's dispatch)
     replica = rank // mp
     mine = step.index(torch.arange(replica * half, (replica + 1) * half))
@@ -156,7 +158,8 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None, zero
     try:
         model = actor.backend.model
         out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers),
-               "fc1": [tuple(p.shape) for n, p in model.named_parameters() if n.endswith("local_experts.0.linear_fc1.weight")][0]}
+               "fc1": [tuple(p.shape) for n, p in model.named_parameters() if n.endswith("local_experts.0.linear_fc1.weight")][0],
+               "layout": (actor.backend.topo.tp, actor.backend.topo.cp, actor.backend.topo.ep, actor.backend.topo.etp, actor.backend.sp)}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
         out["metrics"] = actor.update(mine)
         out["weights"] = {n: w.detach().clone() for n, w in actor.named_weights()}
@@ -202,11 +205,27 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None, zero
     return out
 
 
+def _left_padded(step, columns: int):
+    """The step with masked columns added on the left of its sequences (the same positions for every rank layout)."""
+    from rl_core.batch import Batch
+
+    extra = columns - step.tensors["input_ids"].shape[1]
+    pad = lambda k, v: torch.nn.functional.pad(v, (extra, 0)) if k in ("input_ids", "attention_mask", "position_ids", "prompts") else v  # noqa: E731
+    return Batch({k: pad(k, v) for k, v in step.tensors.items()}, {k: list(v) for k, v in step.non_tensors.items()}, dict(step.meta))
+
+
 @pytest.fixture(scope="module")
-def ep_pp(qwen3_moe, tmp_path_factory):
+def moe_step(qwen3_moe):
+    """The step every layout below is compared on: 16 columns (2 masked on the left), a multiple of 2 x CP x TP for CP 2 x TP 2,
+    so that every layout routes the same positions (MoE layers count every position in their router losses)."""
+    return _left_padded(make_step_batch(qwen3_moe), 16)
+
+
+@pytest.fixture(scope="module")
+def ep_pp(qwen3_moe, moe_step, tmp_path_factory):
     """EP 2 x PP 2 on 4 processes (ranks 0-1: replica 0's stages, 2-3: replica 1's; EP groups {0, 2} and {1, 3}), the first
     stage holding 1 layer and the last 2 (num_layers_in_first_pipeline_stage=1); and EP 1 x PP 1 on one process."""
-    step = make_step_batch(qwen3_moe)
+    step = moe_step
     one = run_ep(0, 1, _config(qwen3_moe), step)
     work = str(tmp_path_factory.mktemp("ep_pp"))
     four = run_distributed(run_ep, 4, _config(qwen3_moe, ep=2, pp=2, first_stage=1), step, work, timeout=400)
@@ -250,13 +269,9 @@ def test_distributed_optimizer_shards_adamw_and_updates_as_the_plain_one(ep_pp):
             assert torch.equal(out["resumed_weights_2"][name], out["zero_weights_2"][name]), name
 
 
-@pytest.mark.dist
-def test_tp2_with_sequence_parallelism_equals_one_process(ep_pp, qwen3_moe):
-    """MoE layers with TP 2 (experts sliced over both ranks) under Megatron sequence parallelism on 2 processes: each
-    rank's norms / router see half the tokens (7 of the 14 columns), the final hidden states are gathered for the head; log-probs, loss, grad norm, both router-loss metrics and the weights after two updates equal one process's."""
-    one, _ = ep_pp
-    two = run_distributed(run_ep, 2, _config(qwen3_moe, tp=2), make_step_batch(qwen3_moe), timeout=400)
-    for out in two:
+def _assert_two_updates_equal(outs: list[dict], one: dict) -> None:
+    """Every rank's log-probs, update metrics (router losses included) after 1 and 2 updates and weights after 2 == one process's."""
+    for out in outs:
         torch.testing.assert_close(out["log_probs"], one["log_probs"], atol=1e-5, rtol=0)
         for key in ("loss", "grad_norm", "actor/pg_loss", "actor/moe/load_balancing_loss", "actor/moe/z_loss"):
             assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
@@ -266,14 +281,23 @@ def test_tp2_with_sequence_parallelism_equals_one_process(ep_pp, qwen3_moe):
 
 
 @pytest.mark.dist
-def test_expert_tp1_with_tp2_across_uneven_pipeline_stages_equals_one_process(ep_pp, qwen3_moe, tmp_path):
+def test_tp2_with_sequence_parallelism_equals_one_process(ep_pp, qwen3_moe, moe_step):
+    """MoE layers with TP 2 (experts sliced over both ranks) under Megatron sequence parallelism on 2 processes: each
+    rank's norms / router see half the tokens (8 of the 16 columns), the final hidden states are gathered for the head; log-probs, loss, grad norm, both router-loss metrics and the weights after two updates equal one process's."""
+    one, _ = ep_pp
+    two = run_distributed(run_ep, 2, _config(qwen3_moe, tp=2), moe_step, timeout=400)
+    _assert_two_updates_equal(two, one)
+
+
+@pytest.mark.dist
+def test_expert_tp1_with_tp2_across_uneven_pipeline_stages_equals_one_process(ep_pp, qwen3_moe, moe_step, tmp_path):
     """TP 2 x expert TP 1 x EP 2 x PP 2 on 4 processes (verl's expert_tensor_parallel_size=1 with TP > 1): each stage's
     2 ranks split the attention over TP (sequence parallel) and the experts whole over EP (2 of the 4 per rank, the
     dispatcher gathering both TP ranks' tokens); stage 0 = ranks 0-1 (1 layer), stage 1 = ranks 2-3 (2 layers). Log-probs,
     loss, grad norm, pg loss, both router-loss metrics, the exported HF weights after the update equal one process's;
     a fresh engine resuming from the checkpoint taken after the first update repeats the second bit for bit."""
     one, _ = ep_pp
-    four = run_distributed(run_ep, 4, _config(qwen3_moe, tp=2, etp=1, ep=2, pp=2, first_stage=1), make_step_batch(qwen3_moe), str(tmp_path), False,
+    four = run_distributed(run_ep, 4, _config(qwen3_moe, tp=2, etp=1, ep=2, pp=2, first_stage=1), moe_step, str(tmp_path), False,
                            timeout=400)
     assert [o["layers"] for o in four] == [1, 1, 2, 2] and [o["experts"] for o in four] == [1 * 2 * 2] * 2 + [2 * 2 * 2] * 2  # E / EP = 2 per rank
     assert [o["fc1"] for o in four] == [one["fc1"]] * 4  # each expert whole (TP 2 would halve its width)
@@ -287,6 +311,20 @@ def test_expert_tp1_with_tp2_across_uneven_pipeline_stages_equals_one_process(ep
         assert out["resumed_metrics_2"] == out["metrics_2"]
         for name, w in out["weights_2"].items():
             assert torch.equal(out["resumed_weights_2"][name], w), name
+
+
+@pytest.mark.dist
+def test_context_parallel_with_sequence_parallel_and_whole_experts_equals_one_process(ep_pp, qwen3_moe, moe_step):
+    """CP 2 x TP 2 (sequence parallel) x expert TP 1 x EP 2 on 4 processes (verl's glm_air / qwen3_vl layouts, smaller): each
+    CP rank holds 2 of the 4 chunks of the sequence (16 columns), its 2 TP ranks half of those each; the EP group is a CP
+    rank's TP pair (the dispatcher gathers its tokens), the expert-data-parallel group the 2 CP ranks. Log-probs, loss, grad
+    norm, pg loss, both router-loss metrics (summed / averaged over TP x CP) and the weights after two updates equal one
+    process's on the same 16 columns."""
+    one, _ = ep_pp
+    four = run_distributed(run_ep, 4, _config(qwen3_moe, tp=2, etp=1, ep=2, cp=2), moe_step, timeout=400)
+    assert [o["layout"] for o in four] == [(2, 2, 2, 1, True)] * 4
+    assert [o["fc1"] for o in four] == [one["fc1"]] * 4 and [o["experts"] for o in four] == [3 * 2 * 2] * 4
+    _assert_two_updates_equal(four, one)
 
 
 def test_rank_groups_keep_the_replica_layout_and_split_each_stage_for_the_experts():
