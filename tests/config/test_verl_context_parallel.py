@@ -37,3 +37,16 @@ def test_the_token_budget_stays_per_device_under_context_parallelism():
         cfg = load_config(None, ["actor.use_dynamic_bsz=true", "actor.ppo_max_token_len_per_gpu=32", f"train.context_parallel_size={cp}"])
         backend = types.SimpleNamespace(config=cfg, role="actor", sharded=False)
         assert len(token_budget_parts(backend, batch)) == micro_batches, cp
+
+
+def test_mindspeed_context_parallel_algo_and_naive_l2norm_as_verls_ascend_scripts_write_them():
+    """run_qwen3_5_122b_a10b_32k_megatron (Ascend) passes MindSpeed's context_parallel_algo=kvallgather_cp_algo (what rl-core's CP
+    does: keys / values all-gathered) and use_naive_l2norm (a kernel choice): accepted; another CP algorithm is refused by feature."""
+    tc = f"+{V}.actor.megatron.override_transformer_config"
+    ok = load_report(None, [*MEG, f"{V}.actor.megatron.context_parallel_size=2", f"{tc}.context_parallel_algo=kvallgather_cp_algo",
+                            f"+{V}.ref.megatron.override_transformer_config.context_parallel_algo=kvallgather_cp_algo", f"{tc}.use_naive_l2norm=True"])
+    assert ok.config is not None and "context_parallel_algo" not in ok.config.train.options["transformer_config"]
+    assert [(p.key, p.severity) for p in ok.problems] == [(f"{tc}.use_naive_l2norm", "warning")], [p.render() for p in ok.problems]
+    ring = load_report(None, [*MEG, f"{V}.actor.megatron.context_parallel_size=2", f"{tc}.context_parallel_algo=megatron_cp_algo"])
+    (p,) = ring.problems
+    assert p.key == f"{tc}.context_parallel_algo" and "ring attention" in p.what and "kvallgather_cp_algo" in p.render()

@@ -216,6 +216,12 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.use_fused_*", "a Megatron kernel-fusion switch (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.{use_flash_attn,persist_layer_norm,deallocate_pipeline_outputs,moe_grouped_gemm}",
          "a Megatron kernel switch (" + _PERF + ")"),
+    # MindSpeed's (Ascend) TransformerConfig fields that verl's Ascend scripts pass: its context-parallel algorithm (rl-core's CP is the
+    # KV all-gather one: rl_train_megatron.context_parallel) and its naive (torch) L2 norm instead of a fused kernel
+    _same("actor_rollout_ref.*.megatron.override_transformer_config.context_parallel_algo", ["kvallgather_cp_algo"],
+          "a context-parallel algorithm other than the keys / values all-gather (MindSpeed's megatron_cp_algo ring attention, ulysses_cp_algo, "
+          "hybrid_cp_algo)", "train.context_parallel_size (rl-core's Megatron CP all-gathers the keys and values: kvallgather_cp_algo)"),
+    _ign("actor_rollout_ref.*.megatron.override_transformer_config.use_naive_l2norm", "MindSpeed's choice of a plain L2-norm kernel (" + _PERF + ")"),
     _same("actor_rollout_ref.*.megatron.override_transformer_config.swiglu", [True], "a Megatron MLP other than SwiGLU", "none (rl-core's Megatron MLP is SwiGLU)"),
     _m("actor_rollout_ref.actor.megatron.override_transformer_config.use_distributed_optimizer", "train.distributed_optimizer",
        note="Megatron's distributed optimizer: AdamW's state sharded over the data-parallel ranks that hold the same weights (ZeRO-1, "
