@@ -35,7 +35,9 @@ less than ``--min-run`` seconds, default 60, is skipped and reported as such), s
 TRL and rl-core's best rows, the last ones only if time is left.
 
 The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
-(``perf/max_memory_allocated_gb``) are reported next to the estimate of ``rl_core.memory`` for the same config
+(``perf/max_memory_allocated_gb``; with a sleeping vLLM this still counts its unmapped weights and KV cache, so the
+update phase's device-level peak ``perf/update_actor_device_peak_gb`` is reported against the estimate's update
+phase too) are reported next to the estimate of ``rl_core.memory`` for the same config
 (what ``rlcore check`` prints), as ``OUT/results.json`` and ``OUT/README.md``. Acceptance: the LoRA step at most
 1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
 
@@ -139,7 +141,7 @@ def estimate_gib(ov: list[str]) -> dict:
     est = estimate(config, sizes, **cards) if sizes is not None else None
     if est is None:
         return {"peak_gib": None}
-    out = {"peak_gib": est.peak / 2**30, "lines": est.lines()}
+    out = {"peak_gib": est.peak / 2**30, "update_gib": est.phases.get("update", 0) / 2**30, "lines": est.lines()}
     if est.device != "cpu":  # host memory (offload, sleep, the model load): rl_core.memory_host
         from rl_core.memory_host import host_estimate, host_ram
 
@@ -175,11 +177,13 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit
         shutil.copy(run_dir / "metrics.jsonl", Path(args.out) / f"{name}.metrics.jsonl")
     est = estimate_gib([o for o in ov if not o.startswith("trainer.output_dir")])
     stages = {k: [r[k] for r in rows if k in r] for k in ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/sync_weights",
-                                                          "perf/update_actor_max_memory_allocated_gb")}  # the update's own peak (GiB)
+                                                          "perf/update_actor_max_memory_allocated_gb",  # the update's own peak (GiB)
+                                                          "perf/update_actor_device_peak_gb")}  # ... on the device (a sleeping vLLM unmapped)
     return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s, "estimate_host_peak_gib": est.get("host_peak_gib"),
             "median_stage_s": {k: statistics.median(v[1:] or v) for k, v in stages.items() if v},
             "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
             "peak_gib": max(peaks) if peaks else None, "estimate_peak_gib": est["peak_gib"], "estimate": est.get("lines"),
+            "estimate_update_gib": est.get("update_gib"),
             "wall_s": time.time() - start, "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
 
 
@@ -206,6 +210,15 @@ def report(results: dict, out: Path) -> None:
         stages = " / ".join(fmt(st.get(k)) for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")) if st else "-"
         lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {stages} | {fmt(r.get('peak_gib'))} | "
                      f"{fmt(r.get('estimate_peak_gib'))} | {ratio} | {fmt(r.get('estimate_host_peak_gib'))} |")
+    updates = []
+    for name, r in results["runs"].items():
+        st, want = r.get("median_stage_s") or {}, r.get("estimate_update_gib")
+        dev, alloc = st.get("perf/update_actor_device_peak_gb"), st.get("perf/update_actor_max_memory_allocated_gb")
+        if dev and want:
+            updates.append(f"- {name}: update phase on the device {dev:.2f} GiB vs estimated {want:.2f} GiB ({dev / want:.2f}); "
+                           f"torch's allocated peak {alloc:.2f} GiB (it still counts a sleeping vLLM's unmapped weights and KV cache)")
+    if updates:
+        lines += ["", "Update phase (median of steps), device-level peak = in use at its start + torch's new segments:", *updates]
     trl = results["runs"].get("trl_lora")
     if trl and trl["median_step_s"]:
         ratios = [f"{name} **{r['median_step_s'] / trl['median_step_s']:.2f}**" for name, r in results["runs"].items()

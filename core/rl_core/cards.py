@@ -123,6 +123,9 @@ class RolloutCard(CardBase):
     engine_install: str | None = None
     # the engine reserves rollout.gpu_memory_utilization of a GPU (the memory estimate counts that, not weights + KV)
     memory_fraction: bool = False
+    # GiB such an engine keeps on the device while asleep (rollout.enable_sleep): what its sleep does not release
+    # (e.g. CUDA graph memory, memory outside torch); counted in the memory estimate's training phases
+    asleep_gib: float = 0.0
     # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
     lora_adapters: bool = False
     # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)

