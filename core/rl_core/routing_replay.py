@@ -64,7 +64,7 @@ def find_routers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
     """``(decoder layer, router)`` of every top-k router in ``model``, in layer order."""
     out = []
     for name, m in model.named_modules():
-        if type(m).__name__.endswith("TopKRouter") or type(m).__name__ in ROUTERS:
+        if type(m).__name__.lower().endswith("topkrouter") or type(m).__name__ in ROUTERS:
             hit = _LAYER.search(name)
             if hit is None:
                 raise RoutingReplayError(f"routing replay: cannot tell the decoder layer of router {name!r}; set actor.router_replay=disabled")

@@ -184,3 +184,16 @@ def test_hf_rollout_records_every_routed_token(tiny_model_dir):
         replayed, _ = forward_response(model, *args)
     rmask = out["response_mask"].bool()
     torch.testing.assert_close(replayed[rmask], out["rollout_log_probs"][rmask], rtol=1e-5, atol=1e-5)
+
+
+def test_a_router_of_other_math_is_refused_by_name():
+    """DeepSeek-V3's router (sigmoid scores, expert groups, a correction bias) weights its experts otherwise: refused, not
+    replayed with the wrong weights."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16, num_hidden_layers=2, first_k_dense_replace=1,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+        q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8))
+    with pytest.raises(RoutingReplayError, match="DeepseekV3TopkRouter .layer 1. is not one rl-core can replay"):
+        RouterReplay(model)
