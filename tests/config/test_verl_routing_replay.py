@@ -25,6 +25,9 @@ def _errors(*overrides):
     (["model_engine=veomni", f"{A}.actor.veomni.router_replay.mode=R3", ON], "R3", True),
     (["model_engine=megatron", f"{A}.actor.megatron.router_replay.mode=R2"], "R2", False),
     ([f"{A}.actor.router_replay.mode=R2"], "R2", False),
+    # verl's examples/router_replay/run_qwen3_5_35b_a3b_veomni.sh: R2 with SGLang (token ids in and out, as rl-core's engines)
+    (["model_engine=veomni", f"{A}.actor.veomni.router_replay.mode=R2", f"{A}.rollout.name=sglang", f"{A}.rollout.enable_rollout_routing_replay=False",
+      f"{A}.rollout.skip_tokenizer_init=True"], "R2", False),
     ([f"{A}.actor.router_replay.mode=disabled", f"{A}.ref.router_replay.mode=disabled", f"{A}.rollout.enable_rollout_routing_replay=False"], "disabled", False),
 ])
 def test_verls_modes_map(overrides, mode, returned):

@@ -411,6 +411,8 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.rollout.checkpoint_engine.*", "how verl moves weights into the rollout engine (" + _PERF + "; rl-core syncs them in buckets itself)"),
     _ign("actor_rollout_ref.rollout.multi_stage_wake_up", "waking the engine in stages (" + _PERF + ")"),
     _ign("actor_rollout_ref.rollout.layered_summon", "gathering FSDP weights layer by layer for the sync (" + _PERF + ")"),
+    _same("actor_rollout_ref.rollout.skip_tokenizer_init", [True, False],
+          "token ids in and out of the rollout engine (rl-core's engines take prompt token ids and return token ids, whatever this says)"),
     _m("actor_rollout_ref.rollout.enable_rollout_routing_replay", "rollout.return_routed_experts",
        note="the rollout engine returns each token's routed experts, for router_replay.mode=R3 (rl_core.routing_replay)"),
     _m("actor_rollout_ref.rollout.multi_turn.{enable,max_assistant_turns,max_tool_response_length,tool_response_truncate_side,tool_config_path,format,max_parallel_calls}",
