@@ -23,6 +23,12 @@ bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on th
   serialize a file into bytes first): ``2 min(4P, 5 GB)``. LoRA: the float32 adapters (``2 * 4A``), and with
   ``trainer.save_merged_lora`` the merged weights in the compute dtype, again a shard at a time
   (``2 min(cP, 5 GB)``); the larger of the two, as they are written one after the other.
+- a checkpoint (``trainer.save_freq > 0``): torch's DCP writer copies each tensor that is on the device (or is a
+  view into a larger host buffer) to the host and keeps every copy until the rank's file is closed
+  (``torch.distributed.checkpoint.filesystem._write_files_from_queue``), so a rank's device-resident train state is on
+  the host by the end of the save: ``12P / S`` per process for a full fine-tune (less what one-GPU
+  ``param_offload`` / ``optimizer_offload`` keep in their host buffers, which are written as they are:
+  :func:`rl_core.train_engine.offload.own_storage`), ``12A / S`` under LoRA, ``12P / S`` more for a critic.
 
 The peak is the larger of the load (runtime + load) and the end of training (everything above).
 """
@@ -45,10 +51,11 @@ class HostEstimate:
     load: float  # bytes per node while the models are built on the host
     available: float | None  # the node's RAM
     export: float = 0.0  # the final model (hf_final) held on the host while it is written (a shard), on top of the terms
+    checkpoint: float = 0.0  # a checkpoint's copies of the device-resident train state (trainer.save_freq > 0), on top of the terms
 
     @property
     def peak(self) -> float:
-        return max(self.load, self.terms_total + self.export)
+        return max(self.load, self.terms_total + self.export, self.terms_total + self.checkpoint)
 
     @property
     def terms_total(self) -> float:
@@ -65,6 +72,8 @@ class HostEstimate:
         out += [f"  peak while loading the model(s) on the host              {g(self.load)}",
                 f"  peak while training                                        {g(self.terms_total)}",
                 f"  peak while writing the final model (hf_final, by shards)   {g(self.terms_total + self.export)}"]
+        if self.checkpoint:
+            out.append(f"  peak while writing a checkpoint (DCP)                      {g(self.terms_total + self.checkpoint)}")
         if self.available is not None:
             out.append(f"  peak {self.peak / GB:.2f} GiB vs {self.available / GB:.1f} GiB RAM: {'fits' if self.fits else 'does NOT fit'}")
         return out
@@ -118,7 +127,14 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
         terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
     load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
     export = export_bytes(config, P, A, c)
-    return HostEstimate(terms=terms, load=load, available=available, export=export)
+    checkpoint = 0.0
+    if (t.save_freq or 0) > 0:  # what a rank's DCP save copies to the host (module docstring)
+        one_gpu = S == 1
+        per = 12 * A if lora else (0 if param_off and one_gpu else 4 * P) + (0 if optim_off and one_gpu else 8 * P)
+        if getattr(config.critic, "enable", False):
+            per += 12 * P
+        checkpoint = k * per / S
+    return HostEstimate(terms=terms, load=load, available=available, export=export, checkpoint=checkpoint)
 
 
 def export_bytes(config: Any, P: int, A: int, c: int) -> float:

@@ -69,6 +69,22 @@ def test_the_final_model_s_host_and_disk_bytes_full_and_lora():
     assert both.final_model == 4 * 128 + 2 * 236 and "a LoRA adapter folder + the merged weights" in "\n".join(both.lines())
 
 
+def test_a_checkpoint_save_counts_the_device_state_torch_s_writer_copies_to_the_host():
+    """DCP keeps a host copy of every device tensor until the rank's file closes: 12P without offload (per process),
+    nothing for state already in offload's host buffers, 12A under LoRA; only when checkpoints are written."""
+    ckpt = ["trainer.save_freq=5", "rollout.enable_sleep=false"]
+    assert host_estimate(_config("rollout.enable_sleep=false"), SHAPE).checkpoint == 0  # save_freq=-1: none written
+    plain = host_estimate(_config(*ckpt), SHAPE)
+    assert plain.checkpoint == 12 * 236 and plain.peak == RUNTIME + 12 * 236
+    assert "peak while writing a checkpoint (DCP)" in "\n".join(plain.lines())
+    both = ["actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true"]
+    assert host_estimate(_config(*ckpt, *both), SHAPE).checkpoint == 0  # written from the pinned buffers themselves
+    assert host_estimate(_config(*ckpt, both[1]), SHAPE).checkpoint == 4 * 236  # the parameters on the GPU are copied
+    assert host_estimate(_config(*ckpt, "model.lora_rank=2", "model.lora_alpha=4"), SHAPE).checkpoint == 12 * 128
+    two = host_estimate(_config(*ckpt, "trainer.n_gpus_per_node=2"), SHAPE, world_size=2)
+    assert two.checkpoint == 2 * 12 * 236 / 2  # two processes, each its half
+
+
 def test_check_refuses_a_run_the_host_cannot_hold_and_names_what_to_change():
     from rl_core.cli.check_target import Target, parse_target, target_problems
     from rl_core.lora_checks import host_memory_problems
