@@ -64,7 +64,8 @@ def test_megatron_checks_transformer_config_fields_against_the_dataclass():
            "context_parallel_size=2": "context parallelism", "moe_router_enable_expert_bias=true": "expert bias",
            "moe_layer_freq=2": "Megatron MoE setting",
            "no_such_field=1": "not a field of megatron-core's TransformerConfig", "hidden_size=64": "comes from the model",
-           "attention_softmax_in_fp32=false": "builds the model with attention_softmax_in_fp32=True"}
+           "attention_softmax_in_fp32=false": "builds the model with attention_softmax_in_fp32=True",
+           "dsa_indexer_use_sparse_loss=true": "DeepSeek sparse attention's indexer", "mtp_num_layers=1": "multi-token-prediction"}
     for override, words in bad.items():
         (p,) = plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.{override}"]))
         assert p.key == f"{tc}.{override.split('=')[0]}" and words in p.what, (override, p.what)

@@ -168,6 +168,14 @@ _FEATURES = {
     "fp8_recipe": "FP8 training",
     "fp4": "FP4 training",
 }
+_FEATURE_PREFIXES = {  # field families of model architectures the backend does not build
+    "dsa_indexer_": "DeepSeek sparse attention's indexer (DeepSeek-V3.2 / V4 attention; the backend builds Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE)",
+    "mtp_": "multi-token-prediction (MTP) layers",
+}
+
+
+def _feature(name: str) -> str | None:
+    return _FEATURES.get(name) or next((f for p, f in _FEATURE_PREFIXES.items() if name.startswith(p)), None)
 _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
           "layernorm_epsilon", "add_qkv_bias", "tensor_model_parallel_size", "pipeline_model_parallel_size")
 
@@ -240,7 +248,7 @@ def check_transformer_config(config) -> list[Problem]:
             ours = FIXED.get(name, f.default if f.default is not dataclasses.MISSING else None)
             if _same_value(value, ours):
                 continue
-            feature = _FEATURES.get(name)
+            feature = _feature(name)
             what = (f"is {value!r}: {feature} is a feature rl-core's megatron train backend does not have" if feature
                     else f"is {value!r}, but the engine builds the model with {name}={getattr(ours, 'name', ours)!r} and passes through only "
                          f"activation recomputation ({', '.join(PASSED_THROUGH)})")
