@@ -2,8 +2,8 @@
 
 Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
 
-- :func:`lora_problems`: the LoRA keys are consistent (an adapter folder with ``lora_rank=0`` would be ignored:
-  refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
+- :func:`lora_problems`: the LoRA keys are consistent (an adapter folder or ``trainer.save_merged_lora`` with
+  ``lora_rank=0`` would be ignored: refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
   from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and a
   train backend whose card does not declare ``lora`` refuses ``lora_rank > 0`` instead of silently ignoring it.
 - :func:`offload_problems`: the same for parameter / optimizer offload (card ``offload``); on several ranks the
@@ -82,6 +82,9 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
         if m.lora_adapter_path:
             out.append(Problem(key="model.lora_adapter_path", what=f"is set ({m.lora_adapter_path!r}) but model.lora_rank is 0 (LoRA off): the adapter would be ignored",
                                fix="set model.lora_rank to the adapter's rank, or remove model.lora_adapter_path"))
+        if config.trainer.save_merged_lora:
+            out.append(Problem(key="trainer.save_merged_lora", what="is true but model.lora_rank is 0 (LoRA off): there are no adapters to merge "
+                               "(a full fine-tune's hf_final is the model's own weights)", fix="remove trainer.save_merged_lora, or set model.lora_rank"))
         return out
     from rl_core.lora import LoraError, LoraSpec, check_adapter_folder, target_problems
 

@@ -48,6 +48,7 @@ def test_bad_lora_values_and_ignored_settings_are_refused(base, capsys):
         (["model.lora_rank=-1"], "model.lora_rank", "0 turns LoRA off"),
         (["model.lora_rank=8", "model.lora_alpha=0"], "model.lora_alpha", "lora_alpha / lora_rank"),
         (["model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "model.lora_rank is 0"),
+        (["trainer.save_merged_lora=true"], "trainer.save_merged_lora", "no adapters to merge"),
         (["model.lora_rank=8", "model.lora_adapter_path=/nowhere"], "model.lora_adapter_path", "adapter_config.json"),
     ]:
         code, text = _check([*base, *args], capsys)
