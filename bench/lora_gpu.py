@@ -37,7 +37,8 @@ TRL and rl-core's best rows, the last ones only if time is left.
 The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
 (``perf/max_memory_allocated_gb``; with a sleeping vLLM this still counts its unmapped weights and KV cache, so the
 update phase's device-level peak ``perf/update_actor_device_peak_gb`` is reported against the estimate's update
-phase too) are reported next to the estimate of ``rl_core.memory`` for the same config
+phase too) are reported next to the estimate of ``rl_core.memory`` for the same config, and each run's peak resident
+host memory (``ru_maxrss``) next to ``rl_core.memory_host``'s host estimate
 (what ``rlcore check`` prints), as ``OUT/results.json`` and ``OUT/README.md``. Acceptance: the LoRA step at most
 1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
 
@@ -150,16 +151,24 @@ def estimate_gib(ov: list[str]) -> dict:
     return out
 
 
-def _call(cmd: list[str], log: Path, timeout: float) -> int | str:
-    """Run ``cmd`` with its output in ``log``; past ``timeout`` seconds its process group is killed ("timeout")."""
+def _call(cmd: list[str], log: Path, timeout: float) -> tuple[int | str, float]:
+    """Run ``cmd`` with its output in ``log``; past ``timeout`` seconds its process group is killed ("timeout").
+    Also its peak resident host memory in GiB (``ru_maxrss`` from ``wait4``: pinned buffers count, the page cache not):
+    what the host estimate (rl_core.memory_host) is compared with."""
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return "timeout"
+        deadline = time.time() + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+                return proc.returncode, usage.ru_maxrss / 2**20  # KiB -> GiB
+            if time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return "timeout", usage.ru_maxrss / 2**20
+            time.sleep(0.5)
 
 
 def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit: float) -> dict:
@@ -169,7 +178,7 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit
     cmd = [sys.executable, "-m", "rl_core", "train", str(CONFIG), *ov, "--no-progress"]
     log = Path(args.out) / f"{name}.log"
     start = time.time()
-    code = _call(cmd, log, limit)
+    code, host_peak = _call(cmd, log, limit)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()] if (run_dir / "metrics.jsonl").exists() else []
     steps_s = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
     peaks = [r["perf/max_memory_allocated_gb"] for r in rows if "perf/max_memory_allocated_gb" in r]
@@ -179,7 +188,7 @@ def run_rlcore(args, name: str, model: Path, extra: list[str], steps: int, limit
     stages = {k: [r[k] for r in rows if k in r] for k in ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/sync_weights",
                                                           "perf/update_actor_max_memory_allocated_gb",  # the update's own peak (GiB)
                                                           "perf/update_actor_device_peak_gb")}  # ... on the device (a sleeping vLLM unmapped)
-    return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s, "estimate_host_peak_gib": est.get("host_peak_gib"),
+    return {"exit": code, "steps_done": len(steps_s), "step_s": steps_s, "estimate_host_peak_gib": est.get("host_peak_gib"), "host_peak_gib": host_peak,
             "median_stage_s": {k: statistics.median(v[1:] or v) for k, v in stages.items() if v},
             "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
             "peak_gib": max(peaks) if peaks else None, "estimate_peak_gib": est["peak_gib"], "estimate": est.get("lines"),
@@ -191,25 +200,25 @@ def run_trl(args, model: Path, limit: float) -> dict:
     out = Path(args.out) / "trl_lora.json"
     cmd = [args.trl_python, str(ROOT / "bench/reference/trl_grpo.py"), "--model", str(model), "--data", str(args.data),
            "--steps", str(args.steps), "--gradient-checkpointing", "1", "--lora-rank", "32", "--out", str(out)]
-    code = _call(cmd, Path(args.out) / "trl_lora.log", limit)
+    code, host_peak = _call(cmd, Path(args.out) / "trl_lora.log", limit)
     res = json.loads(out.read_text()) if out.exists() else {}
     steps_s = res.get("step_s") or []
     return {"exit": code, "step_s": steps_s, "median_step_s": statistics.median(steps_s[1:] or steps_s) if steps_s else None,
-            "peak_gib": res.get("peak_mem_gib"), "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
+            "peak_gib": res.get("peak_mem_gib"), "host_peak_gib": host_peak, "command": " ".join(cmd).replace(str(ROOT) + "/", "")}
 
 
 def report(results: dict, out: Path) -> None:
     lines = ["# Issue #32 on one GPU: rl-core LoRA vs TRL + peft (7B anchor), 7B full fine-tune with offload", "",
              f"{results['when']}; device {results['device']}; `python bench/lora_gpu.py {' '.join(results['argv'])}`", "",
-             "| run | exit | steps | median step (s) | gen / update / sync (s) | peak GiB | estimate GiB | peak / estimate | host estimate GiB |",
-             "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "| run | exit | steps | median step (s) | gen / update / sync (s) | peak GiB | estimate GiB | peak / estimate | host peak GiB (max RSS) | host estimate GiB |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for name, r in results["runs"].items():
         ratio = f"{r['peak_gib'] / r['estimate_peak_gib']:.2f}" if r.get("peak_gib") and r.get("estimate_peak_gib") else "-"
         fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else ("-" if v is None else str(v))  # noqa: E731
         st = r.get("median_stage_s") or {}
         stages = " / ".join(fmt(st.get(k)) for k in ("timing_s/gen", "timing_s/update_actor", "timing_s/sync_weights")) if st else "-"
         lines.append(f"| {name} | {r['exit']} | {len(r['step_s'])} | {fmt(r['median_step_s'])} | {stages} | {fmt(r.get('peak_gib'))} | "
-                     f"{fmt(r.get('estimate_peak_gib'))} | {ratio} | {fmt(r.get('estimate_host_peak_gib'))} |")
+                     f"{fmt(r.get('estimate_peak_gib'))} | {ratio} | {fmt(r.get('host_peak_gib'))} | {fmt(r.get('estimate_host_peak_gib'))} |")
     updates = []
     for name, r in results["runs"].items():
         st, want = r.get("median_stage_s") or {}, r.get("estimate_update_gib")
