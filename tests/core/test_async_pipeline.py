@@ -33,6 +33,7 @@ class FakePools:
         self.rollout_version = -1
         self.sent_version = None
         self.generated = []  # prompt ids of each generation request
+        self.receives_started = []  # the versions the rollout pool was asked to receive on its own, in order
         self.keep_old_version, self.corrupt, self.wrong_tag = keep_old_version, corrupt, wrong_tag
         self.rollout, self.train = _Side(self, "rollout"), _Side(self, "train")
 
@@ -74,6 +75,7 @@ class _Side:
 
     def submit(self, method, per_rank_args=None, *, same_args=()):
         if method == WorkerMethod.RECEIVE_WEIGHTS:
+            self.pools.receives_started.append(same_args[0])
             return _Handle(lambda: self.pools.receive(same_args[0]))
         if method == WorkerMethod.GENERATE:
             result = self.pools.generate(per_rank_args)
@@ -165,6 +167,83 @@ def test_an_overlapped_sync_is_received_with_the_next_generation_and_checked_bef
     p.prompts(1)
     with pytest.raises(StaleWeightsError, match="rollout pool rank 0 kept stale weights"):
         p.batch(1, None, trainer_version=0)
+
+
+def test_a_sync_sent_in_the_background_before_the_last_step_is_received_during_that_step():
+    """Issue #36 (a hang on two GPUs): the last step prefetches nothing, so no generation request took the version
+    sent after the step before along, and the rollout pool received it only in drain() after the whole train step,
+    while the sender's thread waited in the broadcast. receive_pending() starts that receive at once; drain() checks it."""
+    for corrupt in (False, True):
+        pools = FakePools()
+        p, _ = _pipeline(pools, overlap_sync=True)
+        p.prompts(1)
+        p.batch(1, None, trainer_version=0)
+        p.prefetch(2, None)  # step 2 (the last one) is generated during step 1's update
+        p.drain()
+        p.sync(1)  # version 1 leaves in the background
+        p.batch(2, None, trainer_version=1)
+        p.receive_pending()  # the trainer's last step: nothing to prefetch
+        assert pools.receives_started == [1]  # asked before the train step's work, not after it
+        p.receive_pending()  # idempotent
+        assert pools.receives_started == [1]
+        pools.corrupt = corrupt
+        if corrupt:  # a receive started this way is checked like any other
+            with pytest.raises(StaleWeightsError, match="rollout pool rank 0 kept stale weights"):
+                p.drain()
+            continue
+        p.drain()  # the end of the train step: checked
+        assert pools.rollout_version == 1 and p._pending is None and p._receiving is None
+    # a generation in flight: its own request comes first (the rollout workers take one request at a time)
+    pools = FakePools()
+    p, _ = _pipeline(pools, overlap_sync=True)
+    p.prompts(1)
+    p.batch(1, None, trainer_version=0)
+    p.prefetch(2, None)
+    p.drain()
+    p.sync(1)
+    p.prefetch(3, None)  # takes version 1 along
+    p.receive_pending()
+    assert pools.receives_started == [] and pools.rollout_version == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL): the CPU has no streams")
+def test_a_background_send_on_gpus_does_not_hold_the_train_step_s_gpu_work():
+    """Issue #36: each broadcast's wait() orders the calling thread's current stream after the broadcast; the sender's
+    thread shared the default stream with the train step, so the step's GPU work (and its host reads) waited for a
+    broadcast that ends only once the rollout pool receives, which came after the step: NCCL's watchdog ended the
+    run. The train side here reads a GPU result while the receiver has not joined yet; it must not wait for it."""
+    from rl_core.async_rl.transfer import TransferGroup
+    from rl_core.placement.rendezvous import Rendezvous
+
+    weights = {"w": torch.randn(16, 2**20, device="cuda:0")}  # 64 MiB: more than NCCL's buffers hold
+    opened = Rendezvous(None)
+    groups, got = {}, {}
+
+    def join(rank):
+        torch.cuda.set_device(rank)
+        groups[rank] = TransferGroup(opened.address, rank, 2, timeout_s=20, device=f"cuda:{rank}", opened=opened if rank == 0 else None)
+
+    import threading
+
+    receiver = threading.Thread(target=join, args=(1,), daemon=True)
+    receiver.start()
+    assert _in_thread(lambda: join(0)) is None
+    receiver.join(60)
+    torch.cuda.set_device(0)
+    groups[0].send_in_background(iter(weights.items()), bucket_bytes=2**30)
+    step_done = threading.Event()
+
+    def train_step():
+        x = torch.ones(1024, 1024, device="cuda:0")
+        float((x @ x).sum())  # a host read of the train step's GPU work
+        step_done.set()
+
+    assert _in_thread(train_step, bound_s=15) is None and step_done.is_set()
+    assert _in_thread(lambda: got.update(groups[1].receive())) is None  # the rollout pool receives after the step
+    groups[0].wait_sent(30)
+    for g in groups.values():
+        g.close()
+    assert torch.equal(got["w"].cpu(), weights["w"].cpu())
 
 
 def test_a_background_send_is_a_snapshot_and_arrives_exactly():

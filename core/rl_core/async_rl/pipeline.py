@@ -63,6 +63,7 @@ class RolloutPipeline:
         self.cfg = async_cfg
         self.overlap_sync = overlap_sync
         self._pending: tuple[int, list] | None = None  # a version sent in the background, not yet received
+        self._receiving: tuple[int, list, Any] | None = None  # such a version being received on its own (receive_pending)
         self.receive_seconds: float | None = None  # the last overlapped receive (rollout side)
         self.gate = StalenessGate(async_cfg.max_staleness, async_cfg.on_stale)
         self.split, self.merge, self.draw, self.loader_state = split, merge, draw, loader_state
@@ -142,7 +143,26 @@ class RolloutPipeline:
         self.prompts(step)
         self._submit(self._next, params)
 
+    def receive_pending(self) -> None:
+        """Have the rollout pool receive a version sent in the background now, when no generation request follows
+        to take it along (the last step: nothing is prefetched). The sender's thread is waiting in the broadcast
+        for the rollout pool; left to :meth:`drain` after the train step, it would wait through the whole step
+        (longer than ``async.sync_timeout_s`` for a large model) and, on GPUs, hold NCCL work on the train GPU
+        that the step's own work may wait for. Checked by :meth:`drain` (or the next generation request)."""
+        if self._pending is None or self._receiving is not None or (self._next is not None and self._next.handle is not None):
+            return  # nothing sent, already receiving, or a generation in flight (it is collected first)
+        (version, sent), self._pending = self._pending, None
+        self._receiving = (version, sent, self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,)))
+
+    def _received(self) -> None:
+        """Check a receive started by :meth:`receive_pending` (the rollout workers then take other requests)."""
+        if self._receiving is None:
+            return
+        (version, sent, handle), self._receiving = self._receiving, None
+        check_transfer(version, sent, handle.result())
+
     def _submit(self, req: _Request, params) -> None:
+        self._received()  # the rollout workers take one request at a time
         args, req.pad = self.split(req.prompts, params)
         if self._pending is not None:  # the version sent in the background is received first, then generated with
             args = [(*a, self._pending[0]) for a in args]
@@ -176,6 +196,7 @@ class RolloutPipeline:
         background that no generation has taken along (received on its own, then checked)."""
         if self._next is not None and self._next.handle is not None:
             self._collect(self._next)
+        self._received()
         if self._pending is not None:
             (version, sent), self._pending = self._pending, None
             check_transfer(version, sent, self.rollout.call(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,)))
@@ -210,11 +231,11 @@ class RolloutPipeline:
     def close(self) -> None:
         """A sync still in the air is received (the sender's thread waits for it); the transfer group and its
         rendezvous belong to the workers (closed with them)."""
-        if self._pending is not None:
+        if self._pending is not None or self._receiving is not None:
             try:
                 self.drain()
             except Exception:  # noqa: BLE001 - closing after a failure: the workers report it
-                self._pending = None
+                self._pending = self._receiving = None
 
 
 def check_transfer(version: int, sent: list[dict[str, Any]], received: list[dict[str, Any]]) -> None:

@@ -42,6 +42,7 @@ class TransferGroup:
         self.opened = opened
         self._sending: threading.Thread | None = None  # a background send (send_in_background)
         self._failure: BaseException | None = None
+        self._send_stream = None  # CUDA: the background send's own stream (send_in_background)
         self.timeout = timedelta(seconds=timeout_s)
         self.device = member_device(device)
         if self.device.type == "cuda" and bind is None:
@@ -102,12 +103,27 @@ class TransferGroup:
         self.wait_sent()
         packed = list(_packed(weights, bucket_bytes, self.device))
         counts = (sum(n for _, _, n in packed), sum(flat.numel() for _, flat, _ in packed))
+        packed_at = None
+        if self.device.type == "cuda":  # the buckets are copied on the caller's stream: the sender's starts after that
+            packed_at = torch.cuda.Event()
+            packed_at.record(torch.cuda.current_stream(self.device))
 
         def run() -> None:
             try:
-                if self.device.type == "cuda":  # the current GPU is per thread (a new one starts on cuda:0): NCCL's
-                    torch.cuda.set_device(self.device)  # stream and the header tensors on this member's GPU, not GPU 0's
-                self._send_packed(packed)
+                if self.device.type != "cuda":
+                    self._send_packed(packed)
+                    return
+                # the current GPU is per thread (a new one starts on cuda:0): NCCL's stream and the header tensors on
+                # this member's GPU. And a stream of the sender's own: each broadcast's wait() makes the calling
+                # thread's current stream wait for the broadcast, and the default stream is shared with the caller's
+                # thread, so the train step's GPU work would queue behind a broadcast that ends only once the rollout
+                # pool receives, which it may do only after that train step (the last step: a hang, issue #36)
+                torch.cuda.set_device(self.device)
+                if self._send_stream is None:
+                    self._send_stream = torch.cuda.Stream(self.device)
+                self._send_stream.wait_event(packed_at)
+                with torch.cuda.stream(self._send_stream):
+                    self._send_packed(packed)
             except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by wait_sent
                 self._failure = exc
 

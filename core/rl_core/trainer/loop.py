@@ -314,6 +314,8 @@ class Trainer:
                 metrics.update(async_metrics)
                 if step < self.total_steps:
                     self.pipeline.prefetch(step + 1, self.sampling(step=step + 1))
+                else:  # no generation follows to take a sync sent in the background along: received during this step
+                    self.pipeline.receive_pending()
             if "rollout_log_probs" in batch:
                 check_finite(batch["rollout_log_probs"], stage="gen", role="rollout", tensor="rollout log-probs", mask=batch["response_mask"])
         with timed(t, "reward"):
