@@ -215,7 +215,7 @@ def test_a_background_send_on_gpus_does_not_hold_the_train_step_s_gpu_work():
     from rl_core.async_rl.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
 
-    weights = {"w": torch.randn(16, 2**20, device="cuda:0")}  # 64 MiB: more than NCCL's buffers hold
+    weights = {"w": torch.randn(16, 2**20, device="cuda:0")}  # 64 MiB: more than NCCL's buffers take without a receiver
     opened = Rendezvous(None)
     groups, got = {}, {}
 
@@ -223,23 +223,28 @@ def test_a_background_send_on_gpus_does_not_hold_the_train_step_s_gpu_work():
         torch.cuda.set_device(rank)
         groups[rank] = TransferGroup(opened.address, rank, 2, timeout_s=20, device=f"cuda:{rank}", opened=opened if rank == 0 else None)
 
-    import threading
+    def first_sync(rank):  # NCCL connects at the first collective, with both members in it: done before the test
+        join(rank)
+        if rank == 0:
+            groups[0].send(iter(weights.items()), bucket_bytes=2**30)
+        else:
+            list(groups[1].receive())
 
-    receiver = threading.Thread(target=join, args=(1,), daemon=True)
-    receiver.start()
-    assert _in_thread(lambda: join(0)) is None
-    receiver.join(60)
-    torch.cuda.set_device(0)
-    groups[0].send_in_background(iter(weights.items()), bucket_bytes=2**30)
-    step_done = threading.Event()
+    _run_members(first_sync)
 
     def train_step():
+        torch.cuda.set_device(0)
         x = torch.ones(1024, 1024, device="cuda:0")
-        float((x @ x).sum())  # a host read of the train step's GPU work
-        step_done.set()
+        float((x @ x).sum())  # a host read of the train step's GPU work, issued on the default stream
 
-    assert _in_thread(train_step, bound_s=15) is None and step_done.is_set()
-    assert _in_thread(lambda: got.update(groups[1].receive())) is None  # the rollout pool receives after the step
+    torch.cuda.set_device(0)
+    groups[0].send_in_background(iter(weights.items()), bucket_bytes=2**30)  # the rollout pool has not joined yet
+    assert _in_thread(train_step, bound_s=10) is None  # before the fix: waits for the receiver, then NCCL's timeout
+    def receive():
+        torch.cuda.set_device(1)
+        got.update(groups[1].receive())
+
+    assert _in_thread(receive) is None  # the rollout pool receives after the step
     groups[0].wait_sent(30)
     for g in groups.values():
         g.close()
