@@ -236,23 +236,60 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def compile_decoder_layers(model: torch.nn.Module) -> int:
+def compile_decoder_layers(model: torch.nn.Module, *, backend: Any = "inductor") -> int:
     """``torch.compile`` each decoder layer in place; returns how many (``model.compile``).
 
     Per block, as torchtitan does: the norms, rotary embedding, activation and residual adds of a block
     fuse into a few kernels in the forward and the backward, while the rest of the model (embeddings, the
     chunked LM head, the loss) stays eager. The blocks share one compiled graph (same code, parameters as
-    inputs); sequence lengths vary between micro-batches, so shapes are compiled dynamic after the first
-    change. Works under FSDP2 (compile first, then shard) and gradient checkpointing.
+    inputs). Rows and sequence / packed token lengths vary between micro-batches: they are compiled
+    dynamic from the first call (:func:`_mark_varying_dims`), feature sizes (hidden, heads, head_dim) stay
+    static, so a new micro-batch shape does not recompile (a recompile cost ~10 s a time on an H100).
+    Not covered: a first micro-batch of one row (dynamo always specializes size 1) recompiles once at the
+    next row count; packed rows graph-break at their attention (``torch.compiler.disable``), and the frames
+    after the break take intermediate tensors, unmarked: they still recompile once at a new token count.
+    Works under FSDP2 (compile first, then shard) and gradient checkpointing. ``backend``: torch.compile's
+    (tests pass a cheap one).
     """
     import torch._dynamo
 
     layers = decoder_layers(model)
-    # one entry per distinct shape kind and per block, well above the default of 8
+    # one entry per distinct guard set (grad mode, ...) and per block, well above the default of 8
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     for layer in layers:
-        layer.compile()
+        layer.compile(backend=backend)
+        layer._compiled_call_impl = _marking_varying_dims(layer._compiled_call_impl)
     return len(layers)
+
+
+def _marking_varying_dims(compiled):
+    """``compiled`` called after :func:`_mark_varying_dims` on its inputs (outside the compiled frame, where
+    dynamo forbids marking; ``nn.Module.__call__`` calls ``_compiled_call_impl`` with the layer's arguments)."""
+    import functools
+
+    @functools.wraps(compiled)
+    def call(*args, **kwargs):
+        _mark_varying_dims(args, kwargs)
+        return compiled(*args, **kwargs)
+
+    return call
+
+
+def _mark_varying_dims(args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """Mark the micro-batch dims of a decoder layer's tensor inputs dynamic (``maybe_mark_dynamic``).
+
+    ``hidden_states [b, t, hidden]``, rotary ``(cos, sin) [b, t, head_dim]``: every dim but the last (features);
+    ``position_ids [b, t]``, packed ``rlcore_seqlens [n]``, any 1-D / 2-D tensor and ``attention_mask`` (``[b, 1, q, k]``):
+    every dim. ``maybe_mark_dynamic``, not ``mark_dynamic``: a dim the layer's code fixes (or of size 0 / 1,
+    which dynamo always specializes) stays static instead of raising.
+    """
+    from torch._dynamo import maybe_mark_dynamic
+
+    for name, value in [*enumerate(args), *kwargs.items()]:
+        for t in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(t, torch.Tensor) and t.ndim:
+                every = t.ndim <= 2 or name == "attention_mask"
+                maybe_mark_dynamic(t, list(range(t.ndim if every else t.ndim - 1)))
 
 
 def _accepts(model: torch.nn.Module, name: str) -> bool:
