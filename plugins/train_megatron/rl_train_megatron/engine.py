@@ -415,13 +415,18 @@ class MegatronBackend(TrainBackend):
         )
 
     def save_hf(self, path: str) -> None:
-        """A normal HF folder at ``path`` (rank 0 writes; every rank must call)."""
-        state = {}
-        for name, t in self.named_weights():
-            if self.rank == 0:
-                state[name] = t.detach().to("cpu", copy=True).contiguous()
+        """A normal HF folder at ``path`` (rank 0 writes; every rank must call).
+
+        Streamed: rank 0 hands the weights to the shard writer one at a time as the ranks gather them (one shard
+        on the host at once, not the whole model); the other ranks only take part in the gathers.
+        """
+        weights = self.named_weights()
         if self.rank == 0:
-            write_hf_folder(Path(path), state, self.hf_config, self.hf_class, self.generation_config, self.config)
+            on_host = ((name, t.detach().to("cpu", copy=True).contiguous()) for name, t in weights)
+            write_hf_folder(Path(path), on_host, self.hf_config, self.hf_class, self.generation_config, self.config)
+        else:
+            for _ in weights:
+                pass
         parallel.barrier()
 
     # ----------------------------------------------------------- checkpoint
