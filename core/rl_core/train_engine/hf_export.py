@@ -119,7 +119,7 @@ def write_tokenizer(path: str | Path, config: Any) -> None:
 
 def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], hf_config: Any, hf_class: type,
                     generation_config: Any, config: Any, *, dtype: torch.dtype | None = None,
-                    max_shard_bytes: int | None = None) -> ShardWriter:
+                    max_shard_bytes: int | None = None, write: bool = True) -> ShardWriter | None:
     """config.json, the generation config, the weights in safetensors shards (:class:`ShardWriter`, streamed from
     ``weights``) and the tokenizer, as ``save_pretrained`` writes them.
 
@@ -127,7 +127,14 @@ def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[t
     weights' dtype on disk (default: each tensor's own), also recorded in config.json; the generation config is
     written for causal LMs only; the tokenizer comes from ``model.tokenizer_path`` or ``model.path`` when that is
     a folder. Neither of those two extras can fail the export: the weights are what matters.
+
+    Distributed engines: every rank calls it with its engine's ``named_weights()`` (their gathers are collective);
+    ranks with ``write=False`` only consume the iterator and write nothing (None).
     """
+    if not write:
+        for _ in weights.items() if isinstance(weights, Mapping) else weights:
+            pass
+        return None
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = copy.deepcopy(hf_config)

@@ -399,12 +399,8 @@ class FSDPBackend(TrainBackend):
                 sharding.barrier()
                 return
             folder, dtype = folder / MERGED_FOLDER, self.compute_dtype
-        weights = self.named_weights()
-        if write:
-            write_hf_folder(folder, weights, self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config, dtype=dtype)
-        else:
-            for _ in weights:  # the other ranks take part in every all-gather
-                pass
+        write_hf_folder(folder, self.named_weights(), self.hf_config, self.hf_class, getattr(self.model, "generation_config", None), self.config,
+                        dtype=dtype, write=write)
         sharding.barrier()
 
     # ----------------------------------------------------------- checkpoint

@@ -417,16 +417,12 @@ class MegatronBackend(TrainBackend):
     def save_hf(self, path: str) -> None:
         """A normal HF folder at ``path`` (rank 0 writes; every rank must call).
 
-        Streamed: rank 0 hands the weights to the shard writer one at a time as the ranks gather them (one shard
-        on the host at once, not the whole model); the other ranks only take part in the gathers.
+        Streamed: rank 0 hands the weights to the shard writer one at a time as the ranks gather them (the writer
+        copies each into its shard at once, so a reused gather buffer is safe; one shard on the host at once, not
+        the whole model); the other ranks only take part in the gathers.
         """
-        weights = self.named_weights()
-        if self.rank == 0:
-            on_host = ((name, t.detach().to("cpu", copy=True).contiguous()) for name, t in weights)
-            write_hf_folder(Path(path), on_host, self.hf_config, self.hf_class, self.generation_config, self.config)
-        else:
-            for _ in weights:
-                pass
+        write_hf_folder(Path(path), self.named_weights(), self.hf_config, self.hf_class, self.generation_config, self.config,
+                        write=self.rank == 0)
         parallel.barrier()
 
     # ----------------------------------------------------------- checkpoint
