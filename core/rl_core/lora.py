@@ -420,7 +420,7 @@ def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = F
     if merged:
         from safetensors.torch import save_file
 
-        out = folder / "merged"
+        out = folder / MERGED_FOLDER
         out.mkdir(exist_ok=True)
         weights = merged_state_dict(model)
         tied = getattr(model.get_base_model().config, "tie_word_embeddings", False)

@@ -51,7 +51,6 @@ ROUTERS: dict[str, tuple[str, bool]] = {
     "Qwen3VLMoeTextTopKRouter": ("always", True),
     "MixtralTopKRouter": ("always", False),
 }
-MODES = ("disabled", "R2", "R3")
 NO_ROUTE = -1
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -106,6 +105,7 @@ class RouterReplay:
         self._fires: dict[int, list[torch.Tensor]] = {}
         self._targets: torch.Tensor | None = None  # [N real tokens, layers, k]
         self._real: torch.Tensor | None = None  # flat row positions of the real tokens in the current forward
+        self._last_mask: torch.Tensor | None = None  # the last forward's attention_mask [b, width] (bool)
         for layer, r in routers:
             r.forward = self._wrapped(layer, r, r.forward)
         model.register_forward_pre_hook(self._read_mask, with_kwargs=True)
@@ -163,8 +163,6 @@ class RouterReplay:
         return out
 
     # ----------------------------------------------------------- internals
-    _last_mask: torch.Tensor | None = None
-
     def _read_mask(self, module, args, kwargs):
         mask = kwargs.get("attention_mask")
         if isinstance(mask, torch.Tensor) and mask.dim() == 2:
@@ -207,12 +205,6 @@ class RouterReplay:
             return logits, weights, chosen
 
         return replayed
-
-
-def check_mode(mode: str, key: str = "actor.router_replay") -> str:
-    if mode not in MODES:
-        raise RoutingReplayError(f"{key}={mode!r}: use one of {', '.join(MODES)}")
-    return mode
 
 
 def stack_rollout(prefill: list[torch.Tensor], steps: list[list[torch.Tensor]], rows: int, prompt_width: int, n: int, response_width: int,

@@ -21,6 +21,7 @@ import torch
 from rl_core.algorithms.group_filter import groups_in_order, kept_groups, rows_of
 from rl_core.batch import Batch
 from rl_core.problems import UserError
+from rl_core.routing_replay import NO_ROUTE  # a padded column of routed_experts routes natively
 
 #: per-round metrics that add up over rounds (the others are averaged, weighted by the round's samples)
 SUMMED = ("reward/timeouts", "reward/errors")
@@ -75,7 +76,7 @@ def left_pad(batch: Batch, prompt_width: int, pad_token_id: int) -> Batch:
     for name in (*PROMPT_FIELDS, *FULL_FIELDS):
         if name in tensors:
             t = tensors[name]
-            fill = pad_token_id if name in ("prompts", "input_ids") else -1 if name == "routed_experts" else 0  # -1: no routing (rl_core.routing_replay)
+            fill = pad_token_id if name in ("prompts", "input_ids") else NO_ROUTE if name == "routed_experts" else 0
             tensors[name] = torch.cat([torch.full((t.shape[0], extra, *t.shape[2:]), fill, dtype=t.dtype, device=t.device), t], dim=1)
     return Batch(tensors, batch.non_tensors, batch.meta, batch_size=len(batch))
 

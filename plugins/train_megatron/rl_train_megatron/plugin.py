@@ -176,6 +176,8 @@ _FEATURE_PREFIXES = {  # field families of model architectures the backend does 
 
 def _feature(name: str) -> str | None:
     return _FEATURES.get(name) or next((f for p, f in _FEATURE_PREFIXES.items() if name.startswith(p)), None)
+
+
 _SHAPE = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels", "ffn_hidden_size",
           "layernorm_epsilon", "add_qkv_bias", "tensor_model_parallel_size", "pipeline_model_parallel_size")
 
