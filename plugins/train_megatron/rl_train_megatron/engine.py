@@ -64,7 +64,7 @@ from rl_train_megatron import context_parallel as cp_mod
 from rl_train_megatron import convert, grads, parallel, zero
 from rl_train_megatron import model as mmodel
 from rl_train_megatron import sequence_parallel as seq_par
-from rl_train_megatron.options import megatron_options, transformer_overrides
+from rl_train_megatron.options import megatron_options, transformer_overrides, virtual_stages
 from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout
 
@@ -75,14 +75,16 @@ class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint written with another role or parallel layout."""
 
 
-def pipeline_stages(layers: int, pp: int, given: dict) -> tuple[int, ...]:
-    """Layers per stage (:func:`rl_train_megatron.stages.stage_sizes`); a bad split names its transformer_config field."""
-    from rl_train_megatron.stages import StageSplitError, stage_sizes
+def pipeline_stages(layers: int, pp: int, given: dict, vpp: int = 1) -> tuple[int, ...]:
+    """Layers per stage, or per virtual stage (:func:`rl_train_megatron.stages.virtual_split`); a bad split names its
+    key (a transformer_config field or train.options.virtual_pipeline_model_parallel_size)."""
+    from rl_train_megatron.stages import VIRTUAL, StageSplitError, virtual_split
 
     try:
-        return stage_sizes(layers, pp, given)
+        return virtual_split(layers, pp, vpp, given)
     except StageSplitError as exc:
-        raise mmodel.ParallelSizeError(f"train.options.transformer_config.{exc.field}: {exc}") from None
+        key = "train.options." + VIRTUAL if exc.field == VIRTUAL else f"train.options.transformer_config.{exc.field}"
+        raise mmodel.ParallelSizeError(f"{key}: {exc}") from None
 
 
 def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> RoleEngine:
@@ -106,10 +108,11 @@ class MegatronBackend(TrainBackend):
         if not self.shape.moe:
             etp = None  # a dense model has no experts to slice (a config's expert TP is only checked against MoE models)
         opts = megatron_options(config)
-        if pp > 1:
-            self.shape = attrs.evolve(self.shape, stages=pipeline_stages(self.shape.layers, pp, opts.transformer_config))
+        self.vpp = vpp = virtual_stages(opts)  # model chunks per pipeline stage (virtual pipeline stages)
+        if pp > 1 or vpp > 1:
+            self.shape = attrs.evolve(self.shape, stages=pipeline_stages(self.shape.layers, pp, opts.transformer_config, vpp))
         self.sp = seq_par.wanted(opts.transformer_config, tp)  # Megatron sequence parallelism (rl_train_megatron.sequence_parallel)
-        mmodel.check_divisible(self.shape, tp, pp, ep, etp, self.sp)
+        mmodel.check_divisible(self.shape, tp, pp * vpp, ep, etp, self.sp)
         if self.shape.moe and self.device.type == "cpu":
             mmodel.check_moe_on_cpu(opts.transformer_config)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
@@ -127,20 +130,26 @@ class MegatronBackend(TrainBackend):
         self.uneven_micro_batches = True  # gradients are reduced once per mini-batch, not in each backward
         if int(getattr(config.train, "expert_model_parallel_size", 1) or 1) > 1:
             self.uneven_micro_batches = False  # every forward is a collective of the expert-parallel group: same count on every rank
-        self.pipe = Pipe(parallel.pp_group(), pp, self.topo.pp_rank)
+        self.pipe = Pipe(parallel.pp_group(), pp, self.topo.pp_rank, vpp)
         self._stage_layout = None
-        self._pending: tuple[torch.Tensor | None, torch.Tensor] | None = None  # the training forward's (h_in, h)
+        self._pending: list[tuple[torch.Tensor | None, torch.Tensor]] | None = None  # the training forward's (h_in, h) per model chunk
         self.mixed_precision = self.device.type == "cuda" and self.compute_dtype != torch.float32
         self.autocast_dtype = self.compute_dtype if self.mixed_precision else None  # on the CPU: float32
 
         full = convert.hf_to_full(hf.state_dict(), self.shape)
         del hf
         t = self.topo
-        local = convert.split_for_rank(full, self.shape, tp, t.tp_rank, pp, t.pp_rank, t.ep, t.ep_rank, t.etp, t.etp_rank)
-        del full
         passed = transformer_overrides(config, opts) if self.trainable else opts.transformer_config
-        model = mmodel.build_model(self.shape, self.hf_config, tp, pp, passed, cp=cp, ep=t.ep, etp=t.etp if self.shape.moe else None)
-        convert.load_local_state(model, local)
+        self.chunks = []  # this stage's model chunks (one without virtual stages); chunk v is virtual stage v x PP + pp_rank
+        for v in range(vpp):
+            local = convert.split_for_rank(full, self.shape, tp, t.tp_rank, pp * vpp, v * pp + t.pp_rank, t.ep, t.ep_rank, t.etp, t.etp_rank)
+            chunk = mmodel.build_model(self.shape, self.hf_config, tp, pp, passed, cp=cp, ep=t.ep, etp=t.etp if self.shape.moe else None,
+                                       vpp=vpp, vp_stage=v)
+            convert.load_local_state(chunk, local)
+            self.chunks.append(chunk)
+        del full, local
+        # parameters named <chunk>.<megatron name> with virtual stages (checkpoints, optimizer, offload see one module)
+        model = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         if not self.trainable:
             model.requires_grad_(False)
         self.model = model.to(self.device)
@@ -260,27 +269,28 @@ class MegatronBackend(TrainBackend):
             return None
         return cp_mod.SeqSplit.of(y["input_ids"].shape[1], self.topo.cp, self.topo.cp_rank, self.device, multiple=self.topo.tp if self.sp else 1)
 
-    def _run_stage(self, y: dict[str, torch.Tensor], split: cp_mod.SeqSplit | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """``(input hidden leaf or None, this stage's output [s, b, h])``; sends the output on to the next stage.
-        With CP (``split``) ``s`` is this rank's columns."""
-        h_in = None
+    def _run_stage(self, y: dict[str, torch.Tensor], split: cp_mod.SeqSplit | None = None) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
+        """Per model chunk ``(input hidden leaf or None, the chunk's output [s, b, h])``; each output is sent on to the
+        next (virtual) stage. With CP (``split``) ``s`` is this rank's columns."""
         ids, attention, pos, mask = y["input_ids"], y["attention_mask"], y["position_ids"], None
         if split is not None:
             ids, pos, mask = split.local(ids), split.local(pos), split.mask(attention)
-        if not self.pipe.is_first:
-            b, s = ids.shape
-            s = s // self.topo.tp if self.sp else s  # sequence parallelism: this rank's share of the columns
-            h_in = self.pipe.recv_forward((s, b, self.shape.hidden), self.device)
-        h = mmodel.stage_hidden(self.model, ids, attention, pos, h_in, mask=mask)
-        if not self.pipe.is_last:
-            self.pipe.send_forward(h)
-        return h_in, h
+        b, s = ids.shape
+        s = s // self.topo.tp if self.sp else s  # sequence parallelism: this rank's share of the columns
+        out = []
+        for v, chunk in enumerate(self.chunks):
+            h_in = self.pipe.recv_forward((s, b, self.shape.hidden), self.device) if self.pipe.receives(v) else None
+            h = mmodel.stage_hidden(chunk, ids, attention, pos, h_in, mask=mask)
+            if self.pipe.sends(v):
+                self.pipe.send_forward(h)
+            out.append((h_in, h))
+        return out
 
     def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int, split=None):
         R = y["responses"].shape[1]
         # CP: this rank's columns that predict a response token (their labels: the next tokens), gathered after
         picked = split.predicting(R) if split is not None else None
-        logits = mmodel.local_logits(self.model, h[-R - 1 : -1] if split is None else h.index_select(0, picked))
+        logits = mmodel.local_logits(self.chunks[-1], h[-R - 1 : -1] if split is None else h.index_select(0, picked))
         labels = y["responses"] if split is None else split.labels(y["input_ids"], y["responses"]).index_select(1, picked)
         if temperature != 1.0:
             logits = logits / temperature
@@ -306,9 +316,10 @@ class MegatronBackend(TrainBackend):
         if self.sp and self.topo.cp == 1:  # (with CP the split pads)
             y = seq_par.pad_columns(y, self.topo.tp)
         split = self._split(y)
-        h_in, h_out = self._run_stage(y, split)
+        stages = self._run_stage(y, split)
+        h_out = stages[-1][1]
         if training:
-            self._pending = (h_in, h_out)
+            self._pending = stages
         h = seq_par.gather_hidden(h_out) if self.sp and self.pipe.is_last else h_out
         if h.shape[1] != rows:  # the rows added for the expert-parallel group are dropped before the heads
             h = h[:, :rows]
@@ -321,10 +332,10 @@ class MegatronBackend(TrainBackend):
             R = x["responses"].shape[1]
             if critic:
                 if split is None:
-                    heads = Heads(values=mmodel.values(self.model, h[-R - 1 : -1]))
+                    heads = Heads(values=mmodel.values(self.chunks[-1], h[-R - 1 : -1]))
                 else:
                     picked = split.predicting(R)
-                    heads = Heads(values=split.response(mmodel.values(self.model, h.index_select(0, picked)), R, picked))
+                    heads = Heads(values=split.response(mmodel.values(self.chunks[-1], h.index_select(0, picked)), R, picked))
             else:
                 lp, ent = self._log_probs_head(h, y, temperature, with_entropy, entropy_grad, cut, split)
                 heads = Heads(log_probs=lp, entropy=ent)
@@ -338,24 +349,26 @@ class MegatronBackend(TrainBackend):
         return Heads(log_probs=lp, entropy=ent)
 
     def backward(self, loss: torch.Tensor | None, weight: float) -> None:
-        """The last stage from the loss (summed over data-parallel ranks in :meth:`reduce_and_clip`), the others from
-        the next stage's gradient; then on to the previous stage."""
-        h_in, h = self._pending
+        """The last (virtual) stage from the loss (summed over data-parallel ranks in :meth:`reduce_and_clip`), the
+        others from the next stage's gradient; then on to the previous stage (chunks in reverse order)."""
+        stages = self._pending
         self._pending = None
         if self.shape.moe:  # the routers' aux / z losses enter the gradient with this micro-batch's weight (megatron's scaler)
             mmodel.set_aux_loss_scale(weight, self.device)
-        if loss is not None:
-            (loss * weight).backward()
-        else:
-            h.backward(self.pipe.recv_backward(h))
-        if h_in is not None:
-            self.pipe.send_backward(h_in.grad)
+        for v in reversed(range(len(stages))):
+            h_in, h = stages[v]
+            if loss is not None and not self.pipe.sends(v):
+                (loss * weight).backward()
+            else:
+                h.backward(self.pipe.recv_backward(h))
+            if h_in is not None:
+                self.pipe.send_backward(h_in.grad)
 
     def reduce_and_clip(self, max_norm: float | None) -> float:
         """Tied-embedding copies summed (PP > 1), gradients summed over data-parallel ranks, the whole-model norm
         (:mod:`rl_train_megatron.grads`)."""
         pp_tied = self.shape.tied and self.topo.pp > 1
-        grads.reduce_tied_embedding_grads(self.model, pp_tied)
+        grads.reduce_tied_embedding_grads(self.chunks[0] if self.chunks[0].pre_process else self.chunks[-1], pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
             grads.reduce_grads([p for n, p in self.model.named_parameters() if convert.is_qk_norm(n) and p.grad is not None], parallel.tp_group())
         if self.sp:  # norms / routers saw this rank's share of the tokens only (q/k norms: summed above)
@@ -380,13 +393,18 @@ class MegatronBackend(TrainBackend):
         return {f"{self.role}/{k}": v for k, v in (getattr(self, "_moe_metrics", {}) or {}).items()}
 
     def _tied_copy(self, name: str) -> bool:
-        """The last stage's copy of the tied embedding (PP > 1): the same weight as the first stage's."""
-        return self.shape.tied and self.topo.pp > 1 and not self.model.pre_process and name == "output_layer.weight"
+        """The last stage's copy of the tied embedding (PP > 1; the LM head of its last model chunk, named
+        ``output_layer.weight`` or ``<chunk>.output_layer.weight``): the same weight as the first stage's."""
+        return self.shape.tied and self.topo.pp > 1 and (name == "output_layer.weight" or name.endswith(".output_layer.weight"))
 
     # -------------------------------------------------------------- weights
     def _global_params(self) -> list[tuple[str, torch.Tensor]]:
-        offset = convert.stage_layers(self.shape, self.topo.pp, self.topo.pp_rank).start
-        return [(convert.global_name(n, offset), p.detach()) for n, p in self.model.named_parameters() if not self._tied_copy(n)]
+        """``(global Megatron name, parameter)`` of every model chunk of this rank (chunk v: virtual stage v x PP + pp_rank)."""
+        t, out = self.topo, []
+        for v, chunk in enumerate(self.chunks):
+            offset = convert.stage_layers(self.shape, t.pp * self.vpp, v * t.pp + t.pp_rank).start
+            out += [(convert.global_name(n, offset), p.detach()) for n, p in chunk.named_parameters() if not self._tied_copy(n)]
+        return out
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named float32 tensors on every rank, in buckets: broadcast over PP, all-gathered over TP.
@@ -435,6 +453,8 @@ class MegatronBackend(TrainBackend):
             out["distributed_optimizer"] = True
         if self.shape.stages and len(set(self.shape.stages)) > 1:  # uneven pipeline stages
             out["stages"] = list(self.shape.stages)
+        if self.vpp > 1:
+            out["vpp"] = self.vpp
         return out
 
     def save_checkpoint(self, path: str, scheduler: dict[str, Any] | None) -> None:

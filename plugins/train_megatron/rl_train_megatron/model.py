@@ -71,7 +71,8 @@ class ModelShape:
     moe_ffn: int = 0  # each routed expert's intermediate size
     shared_ffn: int = 0  # Qwen2-MoE's shared expert (0: none)
     norm_topk: bool = True  # renormalise the top-k routing weights (HF norm_topk_prob)
-    # decoder layers on each pipeline stage (rl_train_megatron.stages; empty: layers / PP each)
+    # decoder layers on each pipeline stage (rl_train_megatron.stages; empty: layers / PP each); with virtual stages on
+    # each model chunk, in virtual-stage order (chunk v of stage p: v x PP + p)
     stages: tuple[int, ...] = ()
 
     @property
@@ -214,7 +215,7 @@ def moe_config(shape: ModelShape, ep: int, etp: int) -> dict:
     return out
 
 
-def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None = None, ep: int = 1, etp: int | None = None):
+def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None = None, ep: int = 1, etp: int | None = None, vpp: int = 1):
     """The model's TransformerConfig: its shape, :data:`rl_train_megatron.options.FIXED`, and the ``passed`` fields
     (``train.options.transformer_config``: activation recomputation, :data:`~rl_train_megatron.options.PASSED_THROUGH`)."""
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -228,6 +229,8 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
     if pp > 1:  # uneven pipeline stages: megatron-core builds each stage's layers by them (the conversion follows shape.stages)
         extra.update(split_fields(passed))
+    if vpp > 1:  # virtual pipeline stages: each GPTModel chunk (vp_stage) builds its layers (rl_train_megatron.stages.virtual_split)
+        extra["virtual_pipeline_model_parallel_size"] = vpp
     from rl_train_megatron import sequence_parallel
 
     if sequence_parallel.wanted(passed, tp):  # rl_train_megatron.sequence_parallel
@@ -253,10 +256,13 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
 
 
 def build_model(
-    shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None, cp: int = 1, ep: int = 1, etp: int | None = None
+    shape: ModelShape, hf_config, tp: int, pp: int, passed: dict | None = None, cp: int = 1, ep: int = 1, etp: int | None = None,
+    vpp: int = 1, vp_stage: int = 0,
 ) -> torch.nn.Module:
     """This rank's ``GPTModel`` (fp32, CPU, uninitialised); the critic gets ``value_head`` instead of the LM head.
-    ``cp > 1``: the attention is :class:`rl_train_megatron.context_parallel.ContextParallelAttention`."""
+    ``cp > 1``: the attention is :class:`rl_train_megatron.context_parallel.ContextParallelAttention`. ``vpp > 1``: the
+    model chunk ``vp_stage`` of this pipeline stage (the embedding on chunk 0 of the first stage, the final norm and
+    the heads on the last chunk of the last stage)."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -264,10 +270,10 @@ def build_model(
     from rl_train_megatron import sequence_parallel
 
     sp = sequence_parallel.wanted(passed, tp)
-    check_divisible(shape, tp, pp, ep, etp, sp)
+    check_divisible(shape, tp, pp * vpp, ep, etp, sp)
     if sp:
         sequence_parallel.install_norm()
-    config = transformer_config(shape, tp, pp, passed, ep, etp)
+    config = transformer_config(shape, tp, pp, passed, ep, etp, vpp)
     spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
     if cp > 1:
         from rl_train_megatron import context_parallel
@@ -278,13 +284,14 @@ def build_model(
         transformer_layer_spec=spec,
         vocab_size=shape.vocab,
         max_sequence_length=shape.max_positions,
-        pre_process=mpu.is_pipeline_first_stage(),
-        post_process=mpu.is_pipeline_last_stage(),
+        pre_process=mpu.is_pipeline_first_stage() and vp_stage == 0,
+        post_process=mpu.is_pipeline_last_stage() and vp_stage == vpp - 1,
         parallel_output=True,
         # PP > 1: the last stage's LM head is a copy of the tied embedding (loaded from the same tensor, gradients
         # summed over the embedding group by the engine); megatron's own tying would move it to CUDA at build time
         share_embeddings_and_output_weights=shape.tied and pp == 1,
         position_embedding_type="rope",
+        **({"vp_stage": vp_stage} if vpp > 1 else {}),
     )
     model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
     if sp and model.post_process and hasattr(model, "output_layer"):

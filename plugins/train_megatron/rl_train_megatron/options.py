@@ -23,6 +23,12 @@ Offload between phases (verl's ``actor_rollout_ref.{actor,ref}.megatron.*_offloa
 Each changes where memory lives, not what is computed (AdamW is element-wise). On a CPU-only machine the copies are
 host to host (what the tests check); none of it was run on a GPU here.
 
+``virtual_pipeline_model_parallel_size``
+    Virtual (interleaved) pipeline stages (verl's ``megatron.virtual_pipeline_model_parallel_size``; megatron-core's
+    field of that name): each of the ``train.pipeline_model_parallel_size`` stages holds this many model chunks of
+    ``layers / (PP x VPP)`` layers, interleaved as megatron-core lays them out (:func:`rl_train_megatron.stages.virtual_split`);
+    a micro-batch goes through chunk 0 of every stage, then chunk 1, ... (:mod:`rl_train_megatron.pipeline`).
+
 ``transformer_config``
     Fields of megatron-core's ``TransformerConfig`` passed to the model the engine builds (verl's
     ``megatron.override_transformer_config``): activation recomputation (``recompute_granularity``,
@@ -48,6 +54,8 @@ class MegatronOptions(Options):
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = 1.0  # with optimizer_cpu_offload: the share (by numel) of parameters stepped on the host
     ref_param_offload: bool = False
+    # virtual (interleaved) pipeline stages: each pipeline stage holds this many model chunks (null / 1: one)
+    virtual_pipeline_model_parallel_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
     transformer_config: dict[str, Any] = attrs.field(factory=dict)
 
 
@@ -63,6 +71,11 @@ def transformer_overrides(config, opts: "MegatronOptions") -> dict[str, Any]:
     if getattr(config.model, "enable_gradient_checkpointing", False) and not any(k.startswith("recompute_") for k in given):
         given.update(LAYER_CHECKPOINTING)
     return given
+
+
+def virtual_stages(opts: "MegatronOptions") -> int:
+    """The model chunks per pipeline stage (1 without virtual stages)."""
+    return int(opts.virtual_pipeline_model_parallel_size or 1)
 
 
 def megatron_options(config) -> MegatronOptions:

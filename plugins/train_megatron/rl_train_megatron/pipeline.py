@@ -7,6 +7,11 @@ on gloo and NCCL; megatron-core's 1F1B schedule would overlap them. Hidden
 states and their gradients travel as float32 ``[s, b, h]`` tensors; results
 of the last stage (log-probs, values, metrics) are broadcast to every stage
 so all ranks of a replica return the same thing.
+
+Virtual (interleaved) pipeline stages (``vpp`` model chunks per stage): a micro-batch goes through chunk 0 of stage
+0, 1, ..., then chunk 1 of stage 0, 1, ... (virtual stage ``v x PP + p``), so the last stage sends on to the first
+stage; backward goes the same way in reverse. Still one virtual stage at a time: the result is the same as without
+virtual stages (megatron-core's interleaved schedule would overlap them to shrink the pipeline bubble).
 """
 
 from __future__ import annotations
@@ -18,11 +23,20 @@ import torch.distributed as dist
 
 
 class Pipe:
-    def __init__(self, group, pp: int, pp_rank: int) -> None:
-        self.group, self.pp, self.stage = group, pp, pp_rank
-        self.prev = dist.get_global_rank(group, pp_rank - 1) if pp_rank > 0 else None
-        self.next = dist.get_global_rank(group, pp_rank + 1) if pp_rank < pp - 1 else None
+    def __init__(self, group, pp: int, pp_rank: int, vpp: int = 1) -> None:
+        self.group, self.pp, self.stage, self.vpp = group, pp, pp_rank, vpp
+        # the neighbours (wrapping around: with virtual stages the last stage's chunk v feeds the first stage's chunk v + 1)
+        self.prev = dist.get_global_rank(group, (pp_rank - 1) % pp) if pp > 1 else None
+        self.next = dist.get_global_rank(group, (pp_rank + 1) % pp) if pp > 1 else None
         self.last = dist.get_global_rank(group, pp - 1) if pp > 1 else None
+
+    def receives(self, chunk: int) -> bool:
+        """Whether this stage's model chunk ``chunk`` takes its input from the previous virtual stage (not the tokens)."""
+        return not (self.stage == 0 and chunk == 0)
+
+    def sends(self, chunk: int) -> bool:
+        """Whether this stage's model chunk ``chunk`` hands its output on (it is not the model's last virtual stage)."""
+        return not (self.stage == self.pp - 1 and chunk == self.vpp - 1)
 
     @property
     def is_first(self) -> bool:

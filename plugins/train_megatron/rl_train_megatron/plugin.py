@@ -100,7 +100,10 @@ def check_parallel_sizes(config) -> list[Problem]:
     from rl_train_megatron.stages import split_fields
 
     uneven = split_fields(((config.train.options or {}).get("transformer_config") or {}))  # checked by check_transformer_config
-    if pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
+    vpp = _virtual(config)
+    if vpp != 1:
+        problems += _virtual_split(config, layers, vpp)
+    elif pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
         problems.append(
             Problem(
                 key="train.pipeline_model_parallel_size",
@@ -110,6 +113,35 @@ def check_parallel_sizes(config) -> list[Problem]:
             )
         )
     return problems
+
+
+VPP_KEY = "train.options.virtual_pipeline_model_parallel_size"
+
+
+def _virtual(config) -> Any:
+    value = (config.train.options or {}).get("virtual_pipeline_model_parallel_size")
+    return 1 if value is None else value
+
+
+def _virtual_split(config, layers: Any, vpp: Any) -> list[Problem]:
+    """Virtual pipeline stages: PP > 1, no uneven-stage fields, PP x VPP dividing the layers (megatron-core's rule)."""
+    from rl_train_megatron.stages import VIRTUAL, StageSplitError, virtual_split
+
+    if not isinstance(vpp, int) or isinstance(vpp, bool) or vpp < 1:
+        return []  # the typed options report it
+    pp = config.train.pipeline_model_parallel_size
+    try:
+        virtual_split(layers if isinstance(layers, int) else pp * vpp, pp, vpp, (config.train.options or {}).get("transformer_config"))
+    except StageSplitError as exc:
+        if exc.field != VIRTUAL:
+            return [Problem(key=f"train.options.transformer_config.{exc.field}", what=str(exc),
+                            fix=f"remove {exc.field} (each virtual stage then holds an equal share), or set {VPP_KEY}=1")]
+        fix = (f"set train.pipeline_model_parallel_size > 1 (verl: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size), or {VPP_KEY}=1"
+               if pp == 1 else f"set {VPP_KEY} to a value v with {pp} x v dividing {layers}: "
+               f"{', '.join(str(v) for v in range(1, layers + 1) if layers % (pp * v) == 0) or '1'}")
+        return [Problem(key=VPP_KEY, what=str(exc), why="megatron-core gives every model chunk the same number of layers" if pp > 1 else "",
+                        fix=fix)]
+    return []
 
 
 def check_unsupported_options(config) -> list[Problem]:
@@ -163,7 +195,6 @@ _MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel
 _FEATURES = {
     "hierarchical_context_parallel_sizes": "hierarchical context parallelism (rl-core's CP is one group: train.context_parallel_size)",
     "pipeline_model_parallel_layout": "a custom pipeline layout",
-    "virtual_pipeline_model_parallel_size": "virtual (interleaved) pipeline stages",
     "fp8": "FP8 training",
     "fp8_recipe": "FP8 training",
     "fp4": "FP4 training",
@@ -240,6 +271,10 @@ def check_transformer_config(config) -> list[Problem]:
             continue
         elif name == "sequence_parallel":  # rl_train_megatron.sequence_parallel (with TP > 1; TP 1: off, as megatron-core does; with or without CP)
             continue
+        elif name == "virtual_pipeline_model_parallel_size":
+            if str(value).strip("'\"").lower() not in ("none", "null", str(_virtual(config))) and not (_virtual(config) == 1 and str(value) == "1"):
+                out.append(Problem(key=key, what=f"is {value!r} but {VPP_KEY} is {_virtual(config)} (the engine's virtual pipeline stages)",
+                                   fix=f"remove {key} and set {VPP_KEY} (verl: actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size)"))
         elif name in _CP:
             out.extend(_cp_field(config, key, name, value))
         elif name in _SHAPE:
@@ -263,7 +298,7 @@ def _stage_split(config, given: dict, data: dict | None) -> list[Problem]:
     megatron-core would make must exist for the model's layers (checked when its config.json is readable)."""
     from rl_train_megatron.stages import StageSplitError, split_fields, stage_sizes
 
-    if not split_fields(given):
+    if not split_fields(given) or _virtual(config) != 1:  # with virtual stages: _virtual_split
         return []
     pp = config.train.pipeline_model_parallel_size
     layers = (data or {}).get("num_hidden_layers")

@@ -1,13 +1,15 @@
 """How many decoder layers each pipeline stage holds (imports neither torch nor megatron-core).
 
 megatron-core 0.16.1's rule (``transformer_block.get_num_layers_to_build`` / ``transformer_layer.get_transformer_layer_offset``,
-without virtual stages), from four TransformerConfig fields (verl's ``megatron.override_transformer_config.*``):
+without virtual stages; with them: :func:`virtual_split`), from four TransformerConfig fields (verl's ``megatron.override_transformer_config.*``):
 
 - ``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``: those stages hold that many layers,
   the stages in between share the rest equally;
 - ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``: the embedding (the loss) counts
   as one more layer of the first (last) stage, then ``layers + 1 (+ 1)`` are split equally;
-- none of them: ``layers / PP`` each.
+- none of them: ``layers / PP`` each;
+- virtual pipeline stages (``virtual_pipeline_model_parallel_size`` VPP, :func:`virtual_split`): each stage holds VPP
+  model chunks of ``layers / (PP x VPP)`` layers, interleaved.
 
 The engine passes these fields to megatron-core's TransformerConfig (which builds each stage's layers) and converts
 weights by :func:`stage_sizes` (:func:`rl_train_megatron.convert.stage_layers`); both must agree, which loading the
@@ -21,6 +23,7 @@ from typing import Any
 FIRST, LAST = "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"
 EMBEDDING, LOSS = "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"
 FIELDS = (FIRST, LAST, EMBEDDING, LOSS)
+VIRTUAL = "virtual_pipeline_model_parallel_size"
 
 
 class StageSplitError(ValueError):
@@ -99,6 +102,32 @@ def stage_sizes(layers: int, pp: int, given: dict[str, Any] | None = None) -> tu
         raise StageSplitError(EMBEDDING if embedding else LOSS, f"with {EMBEDDING if embedding else LOSS} a stage would hold no layer "
                                                                f"({sizes}); the megatron train backend needs at least one per stage")
     return tuple(sizes)
+
+
+def virtual_split(layers: int, pp: int, vpp: int, given: dict[str, Any] | None = None) -> tuple[int, ...]:
+    """Virtual (interleaved) pipeline stages: the layers of each of the ``pp x vpp`` model chunks in the order the
+    micro-batches go through them (chunk ``v`` of stage ``p`` is virtual stage ``v * pp + p``), megatron-core 0.16.1's
+    rule (``get_num_layers_to_build`` / ``get_transformer_layer_offset`` with ``vp_stage``): ``layers / (pp x vpp)`` each.
+    With 8 layers, PP 2, VPP 2: stage 0 holds layers [0, 1] and [4, 5], stage 1 [2, 3] and [6, 7].
+
+    Uneven stages together with virtual ones are refused (megatron-core splits each stage's layers over its chunks;
+    rl-core does not build that split)."""
+    if vpp == 1:
+        return stage_sizes(layers, pp, given) if pp > 1 else (layers,)
+    f = split_fields(given)
+    if f:
+        field = next(iter(f))
+        raise StageSplitError(field, f"{field} with virtual pipeline stages (train.options.virtual_pipeline_model_parallel_size={vpp}) is a split "
+                                     "the megatron train backend does not build; use one of them")
+    if pp == 1:
+        raise StageSplitError(VIRTUAL, f"virtual_pipeline_model_parallel_size={vpp} interleaves the layers over pipeline stages, but "
+                                       "train.pipeline_model_parallel_size is 1")
+    chunks = pp * vpp
+    if layers % chunks:
+        raise StageSplitError(VIRTUAL, f"train.pipeline_model_parallel_size={pp} x virtual_pipeline_model_parallel_size={vpp} = {chunks} model chunks "
+                                       f"do not divide the model's {layers} layers ({layers} % {chunks} = {layers % chunks}): every chunk holds "
+                                       "an equal share")
+    return (layers // chunks,) * chunks
 
 
 def stage_starts(sizes: tuple[int, ...]) -> tuple[int, ...]:

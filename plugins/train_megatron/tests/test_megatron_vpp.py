@@ -1,0 +1,227 @@
+"""Virtual (interleaved) pipeline stages: PP 2 x VPP 2 on 2 CPU processes (gloo) against one process, and the refusals.
+
+A 4-layer Qwen3 (tied embeddings, per-head q / k norms): each stage holds 2 model chunks of one layer, interleaved as
+megatron-core lays them out (stage 0: layers 0 and 2, stage 1: layers 1 and 3), the embedding on stage 0's first chunk,
+the final norm and the LM head (the tied embedding's copy) on stage 1's last chunk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
+
+from rl_core.backends import WorkerContext  # noqa: E402
+from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
+from rl_core.testing.distributed import run_distributed  # noqa: E402
+from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
+from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+
+pytestmark = pytest.mark.megatron
+
+VPP_KEY = "train.options.virtual_pipeline_model_parallel_size"
+
+
+def _config(model_dir, pp: int = 1, vpp: int | None = None, **transformer_config):
+    cfg = default_config(model_dir)
+    options = {"virtual_pipeline_model_parallel_size": vpp, "transformer_config": transformer_config}
+    return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", pipeline_model_parallel_size=pp, options=options))
+
+
+def _weights(engine) -> dict[str, torch.Tensor]:
+    return {n: t.detach().clone() for n, t in engine.named_weights()}
+
+
+def run_vpp(rank: int, world: int, config, step, workdir: str) -> dict:
+    from rl_train_megatron.engine import build_engine
+
+    ctx = WorkerContext(rank=rank, world_size=world, seed=0)
+    out = {}
+    actor = build_engine("actor", config, ctx)
+    # the global layer numbers megatron-core gave each chunk's layers (its own offset rule), and the chunk ends
+    out["layers"] = [[layer.layer_number - 1 for layer in chunk.decoder.layers] for chunk in actor.backend.chunks]
+    out["ends"] = [(chunk.pre_process, chunk.post_process) for chunk in actor.backend.chunks]
+    out["init_weights"] = _weights(actor)
+    out["log_probs"] = actor.compute_log_prob(step, temperature=1.0, with_entropy=True)
+    out["metrics"] = actor.update(step)
+    out["weights"] = _weights(actor)
+    actor.save_hf(str(Path(workdir) / "hf"))
+    actor.save_checkpoint(str(Path(workdir) / "actor"))
+    out["metrics_2"] = actor.update(step)
+    out["weights_2"] = _weights(actor)
+    actor.shutdown()
+    critic = build_engine("critic", config, ctx)
+    out["values"] = critic.compute_values(step)
+    out["critic_metrics"] = critic.update(step)
+    critic.shutdown()
+    return out
+
+
+def run_resume(rank: int, world: int, config, step, workdir: str) -> dict:
+    from rl_train_megatron.engine import build_engine
+
+    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
+    actor.load_checkpoint(str(Path(workdir) / "actor"))
+    out = {"loaded": _weights(actor), "metrics_2": actor.update(step), "weights_2": _weights(actor)}
+    actor.shutdown()
+    return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny_model_dir(tmp_path_factory.mktemp("vpp_model"), "qwen3", layers=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def step(model_dir):
+    return make_step_batch(model_dir)
+
+
+@pytest.fixture(scope="module")
+def one(model_dir, step, tmp_path_factory):
+    return run_vpp(0, 1, _config(model_dir), step, str(tmp_path_factory.mktemp("one")))
+
+
+@pytest.fixture(scope="module")
+def vpp2(model_dir, step, tmp_path_factory):
+    work = tmp_path_factory.mktemp("pp2vpp2")
+    outs = run_distributed(run_vpp, 2, _config(model_dir, 2, 2), step, str(work), timeout=400)
+    resumed = run_distributed(run_resume, 2, _config(model_dir, 2, 2), step, str(work), timeout=400)
+    return outs, resumed, work
+
+
+def _close(a: float, b: float, what: str) -> None:
+    assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"{what}: {a} vs {b}"
+
+
+@pytest.mark.dist
+def test_chunks_hold_megatron_cores_interleaved_layers(vpp2):
+    stage0, stage1 = vpp2[0]
+    assert stage0["layers"] == [[0], [2]] and stage1["layers"] == [[1], [3]]
+    assert stage0["ends"] == [(True, False), (False, False)]  # the embedding on the first chunk of the first stage
+    assert stage1["ends"] == [(False, False), (False, True)]  # the final norm and LM head on the last chunk of the last stage
+
+
+@pytest.mark.dist
+def test_weights_round_trip_exactly_through_the_chunks(vpp2, model_dir):
+    hf = {k: v for k, v in reference_model(model_dir).state_dict().items() if k != "lm_head.weight"}  # tied
+    for rank, out in enumerate(vpp2[0]):
+        assert set(out["init_weights"]) == set(hf), rank
+        for name, t in hf.items():
+            assert torch.equal(out["init_weights"][name], t), f"rank {rank}: {name}"
+
+
+@pytest.mark.dist
+def test_log_probs_match_one_process_and_transformers(vpp2, one, step, model_dir):
+    ref = reference_model(model_dir)
+    t = step.tensors
+    R = t["responses"].shape[1]
+    with torch.no_grad():
+        logits = ref(input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"]).logits[:, -R - 1 : -1].float()
+    lp = torch.log_softmax(logits, -1).gather(-1, t["responses"].unsqueeze(-1)).squeeze(-1)
+    mask = t["response_mask"].bool()
+    for out in vpp2[0]:
+        torch.testing.assert_close(out["log_probs"]["log_probs"][mask], lp[mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out["log_probs"]["log_probs"], one["log_probs"]["log_probs"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(out["log_probs"]["entropy"], one["log_probs"]["entropy"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.dist
+def test_update_equals_one_process(vpp2, one):
+    for out in vpp2[0]:
+        for key in ("loss", "grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+            _close(out["metrics"][key], one["metrics"][key], key)
+            _close(out["metrics_2"][key], one["metrics_2"][key], f"{key} (2nd update)")
+        for key in ("loss", "grad_norm"):
+            _close(out["critic_metrics"][key], one["critic_metrics"][key], f"critic {key}")
+        torch.testing.assert_close(out["values"], one["values"], atol=1e-5, rtol=0)
+        for name, w in one["weights"].items():
+            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core.testing.adam_weights)
+                continue
+            assert_adam_weights_close(out["weights"][name], w, one["init_weights"][name], name=name, atol=1e-5, rtol=1e-5)
+    a, b = vpp2[0][0]["weights"], vpp2[0][1]["weights"]
+    assert list(a) == list(b) and all(torch.equal(a[n], b[n]) for n in a)
+
+
+@pytest.mark.dist
+def test_exported_hf_folder_holds_the_updated_weights(vpp2, one):
+    from safetensors.torch import load_file
+
+    folder = vpp2[2] / "hf"
+    saved = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        saved.update(load_file(str(f)))
+    mine = vpp2[0][0]["weights"]
+    assert set(saved) - {"lm_head.weight"} == set(mine)
+    for name, w in mine.items():
+        assert torch.equal(saved[name], w), name
+    for name, w in one["weights"].items():
+        if not zero_grad_in_exact_arithmetic(name):
+            assert_adam_weights_close(saved[name], w, one["init_weights"][name], name=name, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.dist
+def test_checkpoint_resume_is_bit_identical(vpp2):
+    import json
+
+    assert json.loads((vpp2[2] / "actor" / "megatron.json").read_text())["vpp"] == 2
+    for rank, (before, after) in enumerate(zip(*vpp2[:2])):
+        for name, w in before["weights"].items():
+            assert torch.equal(after["loaded"][name], w), f"rank {rank}: {name}"
+        assert after["metrics_2"] == before["metrics_2"]
+        for name, w in before["weights_2"].items():
+            assert torch.equal(after["weights_2"][name], w), f"rank {rank}: {name}"
+
+
+# ------------------------------------------------------------------ refusals
+def _problems(config, check):
+    return [p for p in check(config) if p.severity == "error"]
+
+
+@pytest.mark.parametrize("pp, vpp, fix", [(2, 3, "1, 2"), (1, 2, "train.pipeline_model_parallel_size > 1")])
+def test_virtual_stages_that_do_not_split_the_layers_are_refused(model_dir, pp, vpp, fix):
+    from rl_train_megatron.plugin import check_parallel_sizes
+
+    problems = _problems(_config(model_dir, pp, vpp), check_parallel_sizes)
+    assert [p.key for p in problems] == [VPP_KEY]
+    assert fix in problems[0].fix
+    assert "virtual_pipeline_model_parallel_size" in problems[0].what
+
+
+def test_an_even_virtual_split_passes_the_check(model_dir):
+    from rl_train_megatron.plugin import check_parallel_sizes, check_transformer_config
+
+    config = _config(model_dir, 2, 2)
+    assert _problems(config, check_parallel_sizes) == [] and _problems(config, check_transformer_config) == []
+    config = _config(model_dir, 2, 2, virtual_pipeline_model_parallel_size=2)  # verl may repeat it in override_transformer_config
+    assert _problems(config, check_transformer_config) == []
+
+
+def test_uneven_stages_with_virtual_stages_are_refused(model_dir):
+    from rl_train_megatron.plugin import check_parallel_sizes, check_transformer_config
+
+    config = _config(model_dir, 2, 2, num_layers_in_first_pipeline_stage=1)
+    problems = _problems(config, check_parallel_sizes) + _problems(config, check_transformer_config)
+    assert [p.key for p in problems] == ["train.options.transformer_config.num_layers_in_first_pipeline_stage"]
+    assert VPP_KEY in problems[0].fix
+
+
+def test_a_transformer_config_vpp_other_than_the_options_is_refused(model_dir):
+    from rl_train_megatron.plugin import check_transformer_config
+
+    problems = _problems(_config(model_dir, 2, None, virtual_pipeline_model_parallel_size=2), check_transformer_config)
+    assert [p.key for p in problems] == ["train.options.transformer_config.virtual_pipeline_model_parallel_size"]
+    assert VPP_KEY in problems[0].fix
+
+
+def test_the_engine_refuses_virtual_stages_without_pipeline_stages(model_dir):
+    from rl_train_megatron.engine import build_engine
+    from rl_train_megatron.model import ParallelSizeError
+
+    with pytest.raises(ParallelSizeError, match=VPP_KEY.replace(".", r"\.") + ".*train.pipeline_model_parallel_size is 1"):
+        build_engine("actor", _config(model_dir, 1, 2), WorkerContext())
