@@ -19,6 +19,9 @@ Parallelism
     between stages), and the last stage's results are broadcast to all.
     With tied embeddings the last stage holds a copy of the embedding as its
     LM head; the two copies' gradients are summed before each step.
+    ``train.options.virtual_pipeline_model_parallel_size`` (VPP): each stage holds VPP model chunks
+    (megatron-core's interleaved layout, :func:`rl_train_megatron.stages.virtual_split`); a micro-batch
+    goes through the virtual stages in order (chunk v of stage p is virtual stage v x PP + p).
     ``train.context_parallel_size`` (CP) ranks of a replica split each
     sequence's columns (2 x CP load-balanced chunks) and all-gather keys /
     values in the attention (:mod:`rl_train_megatron.context_parallel`);

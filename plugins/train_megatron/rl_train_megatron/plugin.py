@@ -75,6 +75,9 @@ def check_parallel_sizes(config) -> list[Problem]:
     """TP must divide heads, KV heads, intermediate size and vocabulary; PP the layers; EP the experts."""
     data = _model_config(config)
     problems = check_expert_sizes(config, data)
+    vpp = _virtual(config)
+    if vpp != 1:  # (without a readable config.json: PP > 1 and no uneven stages)
+        problems += _virtual_split(config, (data or {}).get("num_hidden_layers"), vpp)
     if data is None:
         return problems
     tp, pp = config.train.tensor_model_parallel_size, config.train.pipeline_model_parallel_size
@@ -100,10 +103,7 @@ def check_parallel_sizes(config) -> list[Problem]:
     from rl_train_megatron.stages import split_fields
 
     uneven = split_fields(((config.train.options or {}).get("transformer_config") or {}))  # checked by check_transformer_config
-    vpp = _virtual(config)
-    if vpp != 1:
-        problems += _virtual_split(config, layers, vpp)
-    elif pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
+    if vpp == 1 and pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
         problems.append(
             Problem(
                 key="train.pipeline_model_parallel_size",
