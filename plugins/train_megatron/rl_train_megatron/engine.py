@@ -78,13 +78,14 @@ class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint written with another role or parallel layout."""
 
 
-def pipeline_stages(layers: int, pp: int, given: dict, vpp: int = 1) -> tuple[int, ...]:
-    """Layers per stage, or per virtual stage (:func:`rl_train_megatron.stages.virtual_split`); a bad split names its
-    key (a transformer_config field or train.options.virtual_pipeline_model_parallel_size)."""
-    from rl_train_megatron.stages import VIRTUAL, StageSplitError, virtual_split
+def pipeline_stages(layers: int, pp: int, given: dict, vpp: int | None = None) -> tuple[tuple[int, ...], int]:
+    """Layers per (virtual) stage and model chunks per stage (:func:`rl_train_megatron.layout.plan`); a bad split names
+    its key (a transformer_config field or train.options.virtual_pipeline_model_parallel_size)."""
+    from rl_train_megatron.layout import plan
+    from rl_train_megatron.stages import VIRTUAL, StageSplitError
 
     try:
-        return virtual_split(layers, pp, vpp, given)
+        return plan(layers, pp, vpp, given)
     except StageSplitError as exc:
         key = "train.options." + VIRTUAL if exc.field == VIRTUAL else f"train.options.transformer_config.{exc.field}"
         raise mmodel.ParallelSizeError(f"{key}: {exc}") from None
@@ -111,9 +112,11 @@ class MegatronBackend(TrainBackend):
         if not self.shape.moe:
             etp = None  # a dense model has no experts to slice (a config's expert TP is only checked against MoE models)
         opts = megatron_options(config)
-        self.vpp = vpp = virtual_stages(opts)  # model chunks per pipeline stage (virtual pipeline stages)
-        if pp > 1 or vpp > 1:
-            self.shape = attrs.evolve(self.shape, stages=pipeline_stages(self.shape.layers, pp, opts.transformer_config, vpp))
+        vpp = virtual_stages(opts)
+        if pp > 1 or vpp > 1:  # (a custom pipeline layout gives the model chunks per stage too)
+            stages, vpp = pipeline_stages(self.shape.layers, pp, opts.transformer_config, vpp)
+            self.shape = attrs.evolve(self.shape, stages=stages)
+        self.vpp = vpp  # model chunks per pipeline stage (virtual pipeline stages)
         self.sp = seq_par.wanted(opts.transformer_config, tp)  # Megatron sequence parallelism (rl_train_megatron.sequence_parallel)
         mmodel.check_divisible(self.shape, tp, pp * vpp, ep, etp, self.sp)
         if self.shape.moe and self.device.type == "cpu":

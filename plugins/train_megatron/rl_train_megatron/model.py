@@ -29,6 +29,8 @@ tensors: full-vocabulary logits are never gathered.
 
 from __future__ import annotations
 
+import contextlib
+
 import attrs
 import torch
 import torch.nn.functional as F
@@ -231,6 +233,10 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
         extra.update(split_fields(passed))
     if vpp > 1:  # virtual pipeline stages: each GPTModel chunk (vp_stage) builds its layers (rl_train_megatron.stages.virtual_split)
         extra["virtual_pipeline_model_parallel_size"] = vpp
+    from rl_train_megatron.layout import LAYOUT, layout_string
+
+    if pp > 1 and layout_string(passed):  # a custom pipeline layout (rl_train_megatron.layout; the conversion follows shape.stages)
+        extra[LAYOUT] = layout_string(passed)
     from rl_train_megatron import sequence_parallel
 
     if sequence_parallel.wanted(passed, tp):  # rl_train_megatron.sequence_parallel
@@ -279,7 +285,36 @@ def build_model(
         from rl_train_megatron import context_parallel
 
         context_parallel.use_in_spec(spec)
-    model = GPTModel(
+    with _virtual_world(mpu, vpp if config.pipeline_model_parallel_layout is not None else None):
+        model = _gpt_model(GPTModel, config, spec, shape, pp, vpp, vp_stage, mpu)
+    model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
+    if sp and model.post_process and hasattr(model, "output_layer"):
+        # the engine gathers the final hidden states itself and slices the predicting rows: the LM head runs as an ordinary
+        # vocabulary-parallel linear (input gradient summed over TP), not on sequence-parallel input
+        model.output_layer.sequence_parallel, model.output_layer.allreduce_dgrad = False, True
+    if shape.critic and model.post_process:
+        del model.output_layer
+        model.value_head = torch.nn.Linear(shape.hidden, 1, bias=shape.score_bias)
+    return model
+
+
+@contextlib.contextmanager
+def _virtual_world(mpu, vpp: int | None):
+    """megatron-core's custom pipeline layout reads the model chunks per stage from its parallel state (the engine does
+    not set it otherwise: it runs the virtual stages itself); set while a chunk is built."""
+    if not vpp or vpp == 1:
+        yield
+        return
+    before = mpu.get_virtual_pipeline_model_parallel_world_size()
+    mpu.set_virtual_pipeline_model_parallel_world_size(vpp)
+    try:
+        yield
+    finally:
+        mpu.set_virtual_pipeline_model_parallel_world_size(before)
+
+
+def _gpt_model(GPTModel, config, spec, shape: ModelShape, pp: int, vpp: int, vp_stage: int, mpu):
+    return GPTModel(
         config=config,
         transformer_layer_spec=spec,
         vocab_size=shape.vocab,
@@ -293,15 +328,6 @@ def build_model(
         position_embedding_type="rope",
         **({"vp_stage": vp_stage} if vpp > 1 else {}),
     )
-    model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
-    if sp and model.post_process and hasattr(model, "output_layer"):
-        # the engine gathers the final hidden states itself and slices the predicting rows: the LM head runs as an ordinary
-        # vocabulary-parallel linear (input gradient summed over TP), not on sequence-parallel input
-        model.output_layer.sequence_parallel, model.output_layer.allreduce_dgrad = False, True
-    if shape.critic and model.post_process:
-        del model.output_layer
-        model.value_head = torch.nn.Linear(shape.hidden, 1, bias=shape.score_bias)
-    return model
 
 
 # ------------------------------------------------------------------- forward

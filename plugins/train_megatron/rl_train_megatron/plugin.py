@@ -76,7 +76,7 @@ def check_parallel_sizes(config) -> list[Problem]:
     data = _model_config(config)
     problems = check_expert_sizes(config, data)
     vpp = _virtual(config)
-    if vpp != 1:  # (without a readable config.json: PP > 1 and no uneven stages)
+    if vpp != 1 or _layout(config):  # (without a readable config.json: PP > 1 and no uneven stages; a layout's own form)
         problems += _virtual_split(config, (data or {}).get("num_hidden_layers"), vpp)
     if data is None:
         return problems
@@ -103,7 +103,7 @@ def check_parallel_sizes(config) -> list[Problem]:
     from rl_train_megatron.stages import split_fields
 
     uneven = split_fields(((config.train.options or {}).get("transformer_config") or {}))  # checked by check_transformer_config
-    if vpp == 1 and pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
+    if vpp == 1 and not _layout(config) and pp > 1 and isinstance(layers, int) and layers % pp and not uneven:
         problems.append(
             Problem(
                 key="train.pipeline_model_parallel_size",
@@ -123,19 +123,39 @@ def _virtual(config) -> Any:
     return 1 if value is None else value
 
 
+def _layout(config) -> str | None:
+    from rl_train_megatron.layout import layout_string
+
+    given = (config.train.options or {}).get("transformer_config")
+    return layout_string(given) if isinstance(given, dict) else None
+
+
 def _virtual_split(config, layers: Any, vpp: Any) -> list[Problem]:
-    """Virtual pipeline stages: PP > 1, no uneven-stage fields, PP x VPP dividing the layers (megatron-core's rule)."""
-    from rl_train_megatron.stages import VIRTUAL, StageSplitError, virtual_split
+    """Virtual pipeline stages: PP > 1, no uneven-stage fields, PP x VPP dividing the layers (megatron-core's rule); a
+    custom pipeline layout (rl_train_megatron.layout): one megatron-core reads, that the backend can run."""
+    from rl_train_megatron.layout import plan
+    from rl_train_megatron.stages import VIRTUAL, StageSplitError
 
     if not isinstance(vpp, int) or isinstance(vpp, bool) or vpp < 1:
         return []  # the typed options report it
     pp = config.train.pipeline_model_parallel_size
+    if _layout(config) and not isinstance(layers, int):
+        return []  # checked against the model's layers when its config.json is readable (and by the engine)
     try:
-        virtual_split(layers if isinstance(layers, int) else pp * vpp, pp, vpp, (config.train.options or {}).get("transformer_config"))
+        plan(layers if isinstance(layers, int) else pp * vpp, pp, vpp, (config.train.options or {}).get("transformer_config"))
+    except ImportError:
+        return []  # megatron-core not installed here: check_transformer_config says the config was not checked
     except StageSplitError as exc:
+        key = f"train.options.transformer_config.{exc.field}"
+        if exc.field == "pipeline_model_parallel_layout":
+            return [Problem(key=key, what=str(exc), fix=f"write PP x VPP stages separated by '|' that place the model's {layers} decoder layers ('t', "
+                            "at least one per stage) with 'E' first in the first stage and 'L' last in the last one, e.g. 'Et*2|t*2L' for 4 layers "
+                            "over PP 2; or remove it (equal stages)")]
+        if _layout(config):
+            return [Problem(key=key if exc.field != VIRTUAL else VPP_KEY, what=str(exc),
+                            fix=f"remove {key if exc.field != VIRTUAL else VPP_KEY} (the layout gives each stage's layers and chunks)")]
         if exc.field != VIRTUAL:
-            return [Problem(key=f"train.options.transformer_config.{exc.field}", what=str(exc),
-                            fix=f"remove {exc.field} (each virtual stage then holds an equal share), or set {VPP_KEY}=1")]
+            return [Problem(key=key, what=str(exc), fix=f"remove {exc.field} (each virtual stage then holds an equal share), or set {VPP_KEY}=1")]
         fix = (f"set train.pipeline_model_parallel_size > 1 (verl: actor_rollout_ref.actor.megatron.pipeline_model_parallel_size), or {VPP_KEY}=1"
                if pp == 1 else f"set {VPP_KEY} to a value v with {pp} x v dividing {layers}: "
                f"{', '.join(str(v) for v in range(1, layers + 1) if layers % (pp * v) == 0) or '1'}")
@@ -194,7 +214,6 @@ def check_unsupported_options(config) -> list[Problem]:
 _MOE = ("num_moe_experts", "expert_model_parallel_size", "expert_tensor_parallel_size")
 _FEATURES = {
     "hierarchical_context_parallel_sizes": "hierarchical context parallelism (rl-core's CP is one group: train.context_parallel_size)",
-    "pipeline_model_parallel_layout": "a custom pipeline layout",
     "fp8": "FP8 training",
     "fp8_recipe": "FP8 training",
     "fp4": "FP4 training",
@@ -267,7 +286,7 @@ def check_transformer_config(config) -> list[Problem]:
         elif name not in fields:
             out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})",
                                fix=f"remove {key}, or fix its name"))
-        elif name in PASSED_THROUGH or name in SPLIT_FIELDS:
+        elif name in PASSED_THROUGH or name in SPLIT_FIELDS or name == "pipeline_model_parallel_layout":  # checked by check_parallel_sizes
             continue
         elif name == "sequence_parallel":  # rl_train_megatron.sequence_parallel (with TP > 1; TP 1: off, as megatron-core does; with or without CP)
             continue
@@ -298,7 +317,7 @@ def _stage_split(config, given: dict, data: dict | None) -> list[Problem]:
     megatron-core would make must exist for the model's layers (checked when its config.json is readable)."""
     from rl_train_megatron.stages import StageSplitError, split_fields, stage_sizes
 
-    if not split_fields(given) or _virtual(config) != 1:  # with virtual stages: _virtual_split
+    if not split_fields(given) or _virtual(config) != 1 or _layout(config):  # with virtual stages or a layout: _virtual_split
         return []
     pp = config.train.pipeline_model_parallel_size
     layers = (data or {}).get("num_hidden_layers")

@@ -225,3 +225,48 @@ def test_the_engine_refuses_virtual_stages_without_pipeline_stages(model_dir):
 
     with pytest.raises(ParallelSizeError, match=VPP_KEY.replace(".", r"\.") + ".*train.pipeline_model_parallel_size is 1"):
         build_engine("actor", _config(model_dir, 1, 2), WorkerContext())
+
+
+# ------------------------------------------------------------------ custom pipeline layout
+def run_layout(rank: int, world: int, config, step) -> dict:
+    from rl_train_megatron.engine import build_engine
+
+    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
+    out = {"layers": [[layer.layer_number - 1 for layer in chunk.decoder.layers] for chunk in actor.backend.chunks],
+           "init_weights": _weights(actor), "log_probs": actor.compute_log_prob(step, temperature=1.0, with_entropy=True),
+           "metrics": actor.update(step), "weights": _weights(actor)}
+    actor.shutdown()
+    return out
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("layout, layers", [
+    ("Et|t*3L", [[[0]], [[1, 2, 3]]]),  # uneven stages: 1 + 3 layers
+    ("Et|t|t|tL", [[[0], [2]], [[1], [3]]]),  # 4 stages over PP 2: two model chunks per stage (VPP 2 from the layout)
+], ids=["uneven", "virtual"])
+def test_a_custom_pipeline_layout_equals_one_process(model_dir, step, one, layout, layers):
+    outs = run_distributed(run_layout, 2, _config(model_dir, 2, pipeline_model_parallel_layout=layout), step, timeout=400)
+    assert [o["layers"] for o in outs] == layers  # megatron-core built each chunk's layers by the layout
+    for out in outs:
+        assert set(out["init_weights"]) == set(one["init_weights"])
+        assert all(torch.equal(out["init_weights"][n], w) for n, w in one["init_weights"].items())
+        torch.testing.assert_close(out["log_probs"]["log_probs"], one["log_probs"]["log_probs"], atol=1e-5, rtol=0)
+        for key in ("loss", "grad_norm", "actor/pg_loss"):
+            _close(out["metrics"][key], one["metrics"][key], key)
+        for name, w in one["weights"].items():
+            if not zero_grad_in_exact_arithmetic(name):
+                assert_adam_weights_close(out["weights"][name], w, one["init_weights"][name], name=name, atol=1e-5, rtol=1e-5)
+
+
+def test_layouts_the_backend_cannot_run_are_refused_by_key(model_dir):
+    from rl_train_megatron.plugin import check_parallel_sizes, check_transformer_config
+
+    key = "train.options.transformer_config.pipeline_model_parallel_layout"
+    for layout, what in (("Et|t*2L", "places 3 decoder layers"), ("E|t*4L", "without decoder layers"), ("Et|t*3mL", "(MTP)"),
+                         ("tEt|t*2L", "'E') once, first"), ("Et|t|tL", "not a layout megatron-core reads")):
+        config = _config(model_dir, 2, pipeline_model_parallel_layout=layout)
+        problems = _problems(config, check_parallel_sizes) + _problems(config, check_transformer_config)
+        assert [p.key for p in problems] == [key], layout
+        assert what in problems[0].what, (layout, problems[0].what)
+    problems = _problems(_config(model_dir, 2, 3, pipeline_model_parallel_layout="Et|t|t|tL"), check_parallel_sizes)
+    assert [p.key for p in problems] == [VPP_KEY] and "2 model chunk(s) per stage" in problems[0].what
