@@ -56,3 +56,11 @@ def test_run_qwen3_30b_a3b_megatrons_split_resolves_and_splits_that_do_not_exist
     assert p.key == vpp and "train.pipeline_model_parallel_size is 1" in p.what
     (p,) = _check(tmp_path / "d", 8, f"{pp}=2", f"{vpp}=2", f"+{V}.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage=2")
     assert p.key == f"+{V}.actor.megatron.override_transformer_config.num_layers_in_first_pipeline_stage" and "virtual_pipeline_model_parallel_size=1" in p.fix
+
+
+def test_a_custom_pipeline_layout_as_verl_writes_it_resolves_and_a_wrong_one_is_refused_by_key(tmp_path):
+    """run_deepseek_v4_flash_megatron passes ++...override_transformer_config.pipeline_model_parallel_layout='Et*6|t*6|...|t*5L'."""
+    pp, tc = f"{V}.actor.megatron.pipeline_model_parallel_size", f"{V}.actor.megatron.override_transformer_config"
+    assert _check(tmp_path / "a", 43, f"{pp}=8", f"++{tc}.pipeline_model_parallel_layout='Et*6|t*6|t*6|t*5|t*5|t*5|t*5|t*5L'") == []
+    (p,) = _check(tmp_path / "b", 44, f"{pp}=8", f"++{tc}.pipeline_model_parallel_layout='Et*6|t*6|t*6|t*5|t*5|t*5|t*5|t*5L'")
+    assert p.key == f"++{tc}.pipeline_model_parallel_layout" and "places 43 decoder layers ('t'), the model has 44" in p.what

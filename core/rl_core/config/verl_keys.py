@@ -235,7 +235,8 @@ RULES: tuple[Rule, ...] = (
             "moe_token_dispatcher_type, moe_enable_deepep, ...: rl_train_megatron.options.MOE_PASSED); any other field only "
             "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias refused); "
             "sequence_parallel runs Megatron sequence parallelism with TP > 1. Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
-            "account_for_embedding / loss_in_pipeline_split) are passed and the conversion follows them (rl_train_megatron.stages)"),
+            "account_for_embedding / loss_in_pipeline_split) and megatron-core's custom pipeline_model_parallel_layout are passed and the "
+            "conversion follows them (rl_train_megatron.stages, rl_train_megatron.layout)"),
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),
     _same("actor_rollout_ref.*.megatron.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),

@@ -44,6 +44,9 @@ def plan(layers: int, pp: int, vpp: int | None, given: dict[str, Any] | None) ->
     except (AssertionError, ValueError, KeyError) as exc:
         raise StageSplitError(LAYOUT, f"{layout!r} is not a layout megatron-core reads for train.pipeline_model_parallel_size={pp}: {exc}") from None
     chunks = parsed.virtual_pipeline_model_parallel_size
+    if pp == 1 and chunks > 1:
+        raise StageSplitError(LAYOUT, f"{layout!r} lists {chunks} pipeline stages, but train.pipeline_model_parallel_size is 1 (virtual stages "
+                                      "interleave over pipeline stages)")
     if vpp not in (None, 1, chunks):
         raise StageSplitError(VIRTUAL, f"virtual_pipeline_model_parallel_size={vpp}, but {LAYOUT} {layout!r} lists {pp * chunks} stages for "
                                        f"train.pipeline_model_parallel_size={pp}: {chunks} model chunk(s) per stage")

@@ -268,5 +268,8 @@ def test_layouts_the_backend_cannot_run_are_refused_by_key(model_dir):
         problems = _problems(config, check_parallel_sizes) + _problems(config, check_transformer_config)
         assert [p.key for p in problems] == [key], layout
         assert what in problems[0].what, (layout, problems[0].what)
+    problems = _problems(_config(model_dir, 1, pipeline_model_parallel_layout="Et|t*3L"), check_parallel_sizes)
+    assert [p.key for p in problems] == [key] and "train.pipeline_model_parallel_size is 1" in problems[0].what
+    assert _problems(_config(model_dir, 1, pipeline_model_parallel_layout="Et*4L"), check_parallel_sizes) == []  # one stage: the whole model
     problems = _problems(_config(model_dir, 2, 3, pipeline_model_parallel_layout="Et|t|t|tL"), check_parallel_sizes)
     assert [p.key for p in problems] == [VPP_KEY] and "2 model chunk(s) per stage" in problems[0].what
