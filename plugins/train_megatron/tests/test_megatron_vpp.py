@@ -18,9 +18,10 @@ pytest.importorskip("megatron.core", reason="needs megatron-core (pip install me
 from rl_core.backends import WorkerContext  # noqa: E402
 from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
 from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
 from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
 from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+import test_megatron_tp as tp_suite  # noqa: E402  (a module, so its tests are not collected here; its runs are pickled by name)
+from test_megatron_tp import _close, _weights, run_resume, run_tp  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -33,41 +34,18 @@ def _config(model_dir, pp: int = 1, vpp: int | None = None, **transformer_config
     return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", pipeline_model_parallel_size=pp, options=options))
 
 
-def _weights(engine) -> dict[str, torch.Tensor]:
-    return {n: t.detach().clone() for n, t in engine.named_weights()}
-
-
 def run_vpp(rank: int, world: int, config, step, workdir: str) -> dict:
+    """test_megatron_tp's run (actor: log-probs, two updates with a checkpoint between; critic: values, an update),
+    then the checkpoint after the first update reloaded: the chunks' layers and ends, and its HF export."""
     from rl_train_megatron.engine import build_engine
 
-    ctx = WorkerContext(rank=rank, world_size=world, seed=0)
-    out = {}
-    actor = build_engine("actor", config, ctx)
+    out = run_tp(rank, world, config, step, workdir)
+    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
     # the global layer numbers megatron-core gave each chunk's layers (its own offset rule), and the chunk ends
     out["layers"] = [[layer.layer_number - 1 for layer in chunk.decoder.layers] for chunk in actor.backend.chunks]
     out["ends"] = [(chunk.pre_process, chunk.post_process) for chunk in actor.backend.chunks]
-    out["init_weights"] = _weights(actor)
-    out["log_probs"] = actor.compute_log_prob(step, temperature=1.0, with_entropy=True)
-    out["metrics"] = actor.update(step)
-    out["weights"] = _weights(actor)
-    actor.save_hf(str(Path(workdir) / "hf"))
-    actor.save_checkpoint(str(Path(workdir) / "actor"))
-    out["metrics_2"] = actor.update(step)
-    out["weights_2"] = _weights(actor)
-    actor.shutdown()
-    critic = build_engine("critic", config, ctx)
-    out["values"] = critic.compute_values(step)
-    out["critic_metrics"] = critic.update(step)
-    critic.shutdown()
-    return out
-
-
-def run_resume(rank: int, world: int, config, step, workdir: str) -> dict:
-    from rl_train_megatron.engine import build_engine
-
-    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
     actor.load_checkpoint(str(Path(workdir) / "actor"))
-    out = {"loaded": _weights(actor), "metrics_2": actor.update(step), "weights_2": _weights(actor)}
+    actor.save_hf(str(Path(workdir) / "hf"))
     actor.shutdown()
     return out
 
@@ -95,10 +73,6 @@ def vpp2(model_dir, step, tmp_path_factory):
     return outs, resumed, work
 
 
-def _close(a: float, b: float, what: str) -> None:
-    assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"{what}: {a} vs {b}"
-
-
 @pytest.mark.dist
 def test_chunks_hold_megatron_cores_interleaved_layers(vpp2):
     stage0, stage1 = vpp2[0]
@@ -107,45 +81,29 @@ def test_chunks_hold_megatron_cores_interleaved_layers(vpp2):
     assert stage1["ends"] == [(False, False), (False, True)]  # the final norm and LM head on the last chunk of the last stage
 
 
+def _same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert set(a) == set(b)
+    for name, t in b.items():
+        assert torch.equal(a[name], t), name
+
+
+# the PP 2 tests' checks (test_megatron_tp), on PP 2 x VPP 2
 @pytest.mark.dist
 def test_weights_round_trip_exactly_through_the_chunks(vpp2, model_dir):
-    hf = {k: v for k, v in reference_model(model_dir).state_dict().items() if k != "lm_head.weight"}  # tied
-    for rank, out in enumerate(vpp2[0]):
-        assert set(out["init_weights"]) == set(hf), rank
-        for name, t in hf.items():
-            assert torch.equal(out["init_weights"][name], t), f"rank {rank}: {name}"
+    tp_suite.test_weights_round_trip_exactly_through_the_sharded_model(vpp2, model_dir)
 
 
 @pytest.mark.dist
-def test_log_probs_match_one_process_and_transformers(vpp2, one, step, model_dir):
-    ref = reference_model(model_dir)
-    t = step.tensors
-    R = t["responses"].shape[1]
-    with torch.no_grad():
-        logits = ref(input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"]).logits[:, -R - 1 : -1].float()
-    lp = torch.log_softmax(logits, -1).gather(-1, t["responses"].unsqueeze(-1)).squeeze(-1)
-    mask = t["response_mask"].bool()
+def test_log_probs_match_transformers_and_one_process(vpp2, one, step, model_dir):
+    tp_suite.test_log_probs_and_entropy_match_transformers(vpp2, step, model_dir)
     for out in vpp2[0]:
-        torch.testing.assert_close(out["log_probs"]["log_probs"][mask], lp[mask], atol=1e-5, rtol=0)
         torch.testing.assert_close(out["log_probs"]["log_probs"], one["log_probs"]["log_probs"], atol=1e-5, rtol=0)
-        torch.testing.assert_close(out["log_probs"]["entropy"], one["log_probs"]["entropy"], atol=1e-5, rtol=0)
 
 
 @pytest.mark.dist
 def test_update_equals_one_process(vpp2, one):
-    for out in vpp2[0]:
-        for key in ("loss", "grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
-            _close(out["metrics"][key], one["metrics"][key], key)
-            _close(out["metrics_2"][key], one["metrics_2"][key], f"{key} (2nd update)")
-        for key in ("loss", "grad_norm"):
-            _close(out["critic_metrics"][key], one["critic_metrics"][key], f"critic {key}")
-        torch.testing.assert_close(out["values"], one["values"], atol=1e-5, rtol=0)
-        for name, w in one["weights"].items():
-            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core.testing.adam_weights)
-                continue
-            assert_adam_weights_close(out["weights"][name], w, one["init_weights"][name], name=name, atol=1e-5, rtol=1e-5)
-    a, b = vpp2[0][0]["weights"], vpp2[0][1]["weights"]
-    assert list(a) == list(b) and all(torch.equal(a[n], b[n]) for n in a)
+    tp_suite.test_update_equals_one_process(vpp2, one)  # actor and critic: losses, grad norms, values, updated weights
+    tp_suite.test_weights_are_identical_on_both_ranks(vpp2)
 
 
 @pytest.mark.dist
@@ -170,12 +128,7 @@ def test_checkpoint_resume_is_bit_identical(vpp2):
     import json
 
     assert json.loads((vpp2[2] / "actor" / "megatron.json").read_text())["vpp"] == 2
-    for rank, (before, after) in enumerate(zip(*vpp2[:2])):
-        for name, w in before["weights"].items():
-            assert torch.equal(after["loaded"][name], w), f"rank {rank}: {name}"
-        assert after["metrics_2"] == before["metrics_2"]
-        for name, w in before["weights_2"].items():
-            assert torch.equal(after["weights_2"][name], w), f"rank {rank}: {name}"
+    tp_suite.test_checkpoint_resume_is_bit_identical(vpp2[:2])
 
 
 # ------------------------------------------------------------------ refusals
@@ -248,8 +201,7 @@ def test_a_custom_pipeline_layout_equals_one_process(model_dir, step, one, layou
     outs = run_distributed(run_layout, 2, _config(model_dir, 2, pipeline_model_parallel_layout=layout), step, timeout=400)
     assert [o["layers"] for o in outs] == layers  # megatron-core built each chunk's layers by the layout
     for out in outs:
-        assert set(out["init_weights"]) == set(one["init_weights"])
-        assert all(torch.equal(out["init_weights"][n], w) for n, w in one["init_weights"].items())
+        _same_weights(out["init_weights"], one["init_weights"])
         torch.testing.assert_close(out["log_probs"]["log_probs"], one["log_probs"]["log_probs"], atol=1e-5, rtol=0)
         for key in ("loss", "grad_norm", "actor/pg_loss"):
             _close(out["metrics"][key], one["metrics"][key], key)
