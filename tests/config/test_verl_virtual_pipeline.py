@@ -19,7 +19,7 @@ def _errors(overrides):
 
 
 def test_actor_and_ref_virtual_pipeline_size_map():
-    cfg = load_config(None, [*MEG, f"{V}.actor.{VPP}=2", f"{V}.ref.{VPP}=2"])
+    cfg = load_config(None, [*MEG, f"{V}.actor.{VPP}=2", f"{V}.ref.{VPP}=2", f"critic.{VPP}=2"])
     assert cfg.train.name == "megatron" and cfg.train.pipeline_model_parallel_size == 2
     assert cfg.train.options["virtual_pipeline_model_parallel_size"] == 2
 
@@ -30,8 +30,8 @@ def test_verls_default_null_is_no_virtual_stages():
 
 
 def test_a_reference_layout_other_than_the_actors_is_refused_by_its_key():
-    problems = _errors([*MEG, f"{V}.actor.{VPP}=2", f"{V}.ref.{VPP}=4"])
-    assert [p.key for p in problems] == [f"{V}.ref.{VPP}"], [p.render() for p in problems]
+    problems = _errors([*MEG, f"{V}.actor.{VPP}=2", f"{V}.ref.{VPP}=4", f"critic.{VPP}=1"])
+    assert sorted(p.key for p in problems) == [f"{V}.ref.{VPP}", f"critic.{VPP}"], [p.render() for p in problems]
 
 
 def _check(tmp_path, layers: int, *overrides: str):

@@ -197,6 +197,8 @@ RULES: tuple[Rule, ...] = (
     _tie("critic.megatron.context_parallel_size", "train.context_parallel_size", "the critic uses the actor's parallel layout"),
     _tie("actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size", "train.options.virtual_pipeline_model_parallel_size",
          "the reference model uses the actor's parallel layout"),
+    _tie("critic.megatron.virtual_pipeline_model_parallel_size", "train.options.virtual_pipeline_model_parallel_size",
+         "the critic uses the actor's parallel layout"),
     # Megatron offload between phases (rl_train_megatron.options, rl_core.train_engine.offload)
     *(_m(f"actor_rollout_ref.actor.megatron.{k}_offload", f"train.options.{k}_offload",
          note=f"the actor's {dict(param='parameters', grad='gradients', optimizer='AdamW state')[k]} in host memory between phases (megatron backend)") for k in ("param", "grad", "optimizer")),
