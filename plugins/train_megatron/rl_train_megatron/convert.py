@@ -259,7 +259,8 @@ def merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
 
 def stage_layers(shape: ModelShape, pp: int, pp_rank: int) -> range:
     """The global layer numbers on pipeline stage ``pp_rank``, in order: ``shape.stages`` (uneven stages,
-    :mod:`rl_train_megatron.stages`) or equal shares."""
+    :mod:`rl_train_megatron.stages`) or equal shares. With virtual stages pass ``pp`` = PP x VPP and the virtual stage
+    ``v x PP + pp_rank`` of model chunk ``v`` (:func:`split_for_rank` the same)."""
     if pp > 1 and shape.stages:
         start = sum(shape.stages[:pp_rank])
         return range(start, start + shape.stages[pp_rank])
