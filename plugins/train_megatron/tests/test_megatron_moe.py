@@ -157,7 +157,8 @@ def run_ep(rank: int, world: int, config, step, workdir: str | None = None, zero
     actor = build_engine("actor", config, ctx)
     try:
         model = actor.backend.model
-        out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n), "layers": len(model.decoder.layers),
+        out = {"experts": sum(1 for n, _ in model.named_parameters() if ".local_experts." in n),
+               "layers": sum(len(chunk.decoder.layers) for chunk in actor.backend.chunks),  # (virtual stages: several model chunks)
                "fc1": [tuple(p.shape) for n, p in model.named_parameters() if n.endswith("local_experts.0.linear_fc1.weight")][0],
                "layout": (actor.backend.topo.tp, actor.backend.topo.cp, actor.backend.topo.ep, actor.backend.topo.etp, actor.backend.sp)}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]

@@ -180,6 +180,26 @@ def test_the_engine_refuses_virtual_stages_without_pipeline_stages(model_dir):
         build_engine("actor", _config(model_dir, 1, 2), WorkerContext())
 
 
+# ------------------------------------------------------------------ MoE
+@pytest.mark.dist
+def test_moe_layers_across_virtual_stages_equal_one_process(tmp_path_factory):
+    """A 4-layer Qwen3-MoE with router aux / z losses on PP 2 x VPP 2 (2 processes): the routers' losses of all four chunks
+    enter the gradient and the metrics; log-probs, losses, grad norm, both router-loss metrics after two updates and the
+    weights equal one process's (test_megatron_moe's run and check)."""
+    from test_megatron_moe import _assert_two_updates_equal, _left_padded, run_ep
+    from test_megatron_moe import _config as moe_config
+
+    model = make_tiny_model_dir(tmp_path_factory.mktemp("vpp_moe"), "qwen3_moe", hidden=32, layers=4, seed=0)
+    step = _left_padded(make_step_batch(model), 16)
+    one = run_ep(0, 1, moe_config(model), step)
+    config = moe_config(model, pp=2)
+    config = attrs.evolve(config, train=attrs.evolve(config.train, options={**config.train.options, "virtual_pipeline_model_parallel_size": 2}))
+    two = run_distributed(run_ep, 2, config, step, timeout=400)
+    assert one["layers"] == 4 and [o["layers"] for o in two] == [2, 2]
+    assert one["metrics"]["actor/moe/load_balancing_loss"] > 0 and one["metrics"]["actor/moe/z_loss"] > 0
+    _assert_two_updates_equal(two, one)
+
+
 # ------------------------------------------------------------------ custom pipeline layout
 def run_layout(rank: int, world: int, config, step) -> dict:
     from rl_train_megatron.engine import build_engine
