@@ -180,6 +180,17 @@ def test_the_engine_refuses_virtual_stages_without_pipeline_stages(model_dir):
         build_engine("actor", _config(model_dir, 1, 2), WorkerContext())
 
 
+@pytest.mark.dist
+def test_tp2_sequence_parallel_with_virtual_stages_equals_one_process(model_dir, step, one, tmp_path):
+    """TP 2 (Megatron sequence parallelism: stages exchange each rank's half of the columns) x PP 2 x VPP 2 on 4 processes."""
+    config = _config(model_dir, 2, 2, sequence_parallel=True)
+    config = attrs.evolve(config, train=attrs.evolve(config.train, tensor_model_parallel_size=2))
+    four = run_distributed(run_tp, 4, config, step, str(tmp_path), timeout=400)
+    tp_suite.test_update_equals_one_process((four,), one)
+    for out in four:
+        torch.testing.assert_close(out["log_probs"]["log_probs"], one["log_probs"]["log_probs"], atol=1e-5, rtol=0)
+
+
 # ------------------------------------------------------------------ MoE
 @pytest.mark.dist
 def test_moe_layers_across_virtual_stages_equal_one_process(tmp_path_factory):
