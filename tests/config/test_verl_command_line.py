@@ -164,11 +164,11 @@ def test_laptop_check_of_a_gpu_config(capsys):
     assert "--target: 'tpu:8' is not a machine description" in capsys.readouterr().err
 
 
-def test_multimodal_rows_are_refused_when_read():
+def test_image_rows_without_a_vision_model_are_refused_when_read():
     from rl_core.data.dataset import DataError, PromptDataset
 
     rows = [{"prompt": [{"role": "user", "content": "what is shown?"}], "images": ["a.png"]}]
-    with pytest.raises(DataError, match="row 0: the row holds images; rl-core trains text-only models"):
+    with pytest.raises(DataError, match="row 0: the row holds images .* but the model has no vision tower"):
         PromptDataset(rows, None, max_prompt_length=64)
 
 

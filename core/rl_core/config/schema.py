@@ -100,6 +100,10 @@ class DataConfig:
     train_generator: GeneratorConfig | None = None
     val_generator: GeneratorConfig | None = None
     prompt_key: str = text("prompt", hint="the row key that holds the chat messages")
+    # image inputs (rl_core.data.images): the row key of a row's images, and verl's patch size (the processor's own)
+    image_key: str = text("images", hint="the row key that holds the images")
+    video_key: str = text("videos", hint="the row key of videos (refused when a row has some)")
+    image_patch_size: int | None = pos(None, hint="the model processor's patch_size (e.g. 14 for Qwen2-VL)")
     max_prompt_length: int = pos(512, hint="tokens")
     max_response_length: int = pos(512, hint="tokens")
     train_batch_size: int = pos(8, hint="prompts per step")

@@ -30,7 +30,7 @@ ULYSSES = "issue #33 (sequence parallelism)"
 MULTI_TURN = "issue #29 (agentic rollouts)"
 REWARD_MODEL = "issue #30 (reward models)"
 ASYNC = "issue #34 (asynchronous RL)"
-MULTIMODAL = "rl-core trains text-only models (no issue yet; " + DOC + ")"
+MULTIMODAL = "rl-core reads image inputs only, no video / audio (issue #37; docs/data.md)"
 
 
 @attrs.frozen(kw_only=True)
@@ -463,8 +463,10 @@ RULES: tuple[Rule, ...] = (
     _same("data.tokenizer", [None], "a tokenizer other than the model's", "model.tokenizer_path"),
     _same("data.reward_fn_key", ["data_source"], "choosing the reward by another row key", "reward.name"),
     _same("data.validation_shuffle", [False], "shuffling the validation set", "none"),
-    *(_same(f"data.{m}_key", [f"{m}s"], f"{m} inputs under another row key", "none", MULTIMODAL) for m in ("image", "video", "audio")),
-    _same("data.image_patch_size", [14], "image inputs", "none", MULTIMODAL),
+    _m("data.image_key", "data.image_key", note="the row key of a row's images (docs/data.md, image inputs)"),
+    _m("data.video_key", "data.video_key", note="the row key of videos: a row that holds some is refused (images only)"),
+    _same("data.audio_key", ["audios"], "audio inputs under another row key", "none", MULTIMODAL),
+    _m("data.image_patch_size", "data.image_patch_size", note="accepted where it equals the model processor's patch_size (images are resized by the processor)"),
     _same("data.return_multi_modal_inputs", [True, False], "image inputs", "none", MULTIMODAL),
     _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
     _m("data.apply_chat_template_kwargs", "data.chat_template_kwargs"),

@@ -42,8 +42,11 @@ class DataError(UserError, ValueError):
 
 
 # --------------------------------------------------------------------- rows
-def validate_row(row: Any, where: str, prompt_key: str) -> dict[str, Any]:
-    """Check one row and return it in canonical form; errors say ``where`` (file, row index)."""
+def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images", video_key: str = "videos") -> dict[str, Any]:
+    """Check one row and return it in canonical form; errors say ``where`` (file, row index).
+
+    A row's images (under ``image_key``, verl's multimodal rows) are kept as ``images``, undecoded
+    (:mod:`rl_core.data.images` reads them); videos (``video_key``) and audio are refused."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be an object, got {type(row).__name__}")
     if prompt_key not in row:
@@ -94,10 +97,30 @@ def validate_row(row: Any, where: str, prompt_key: str) -> dict[str, Any]:
     }
     if agent_name is not None:
         out["agent_name"] = agent_name
+    for key, what in ((video_key, "videos"), ("audios", "audio")):
+        if _present(row.get(key)):
+            raise DataError(f"{where}: the row holds {what} under {key!r}; rl-core reads image inputs only (data.image_key), "
+                            f"not video or audio: drop {key!r} from the rows or use image / text data")
+    images = row.get(image_key)
+    if _present(images):
+        if isinstance(images, np.ndarray):
+            images = images.tolist()
+        if not isinstance(images, list):
+            images = [images]
+        out["images"] = images
     return out
 
 
-def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
+def _present(value: Any) -> bool:
+    """A media field that holds something (parquet gives None or an empty array for a row without)."""
+    if value is None:
+        return False
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return len(value) > 0
+    return True
+
+
+def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", video_key: str = "videos") -> list[dict[str, Any]]:
     """Read and validate the rows of a ``.jsonl`` or ``.parquet`` file.
 
     Returns canonical rows ``{data_source, prompt, ground_truth, extra_info}``.
@@ -124,7 +147,7 @@ def read_rows(path: str, prompt_key: str = "prompt") -> list[dict[str, Any]]:
         ) from None
     if not raw:
         raise DataError(f"data file {path} has no rows")
-    return [validate_row(r, f"{path}, row {i}", prompt_key) for i, r in enumerate(raw)]
+    return [validate_row(r, f"{path}, row {i}", prompt_key, image_key, video_key) for i, r in enumerate(raw)]
 
 
 def _read_raw(path: str) -> list[Any]:
@@ -204,15 +227,13 @@ def truncate(ids: list[int], length: int, side: str) -> list[int]:
     return ids[:head] + ids[len(ids) - (length - head):]
 
 
-#: row fields of verl's multimodal data (its data.image_key / video_key / audio_key defaults)
-MEDIA_KEYS = ("images", "videos", "audios")
-
-
 class PromptDataset:
     """Tokenized prompts; items are dicts with ``input_ids`` (list of int) and the row's fields.
 
     ``filter_overlong=True`` drops prompts longer than ``max_prompt_length``
     tokens (``num_dropped`` counts them); ``False`` makes one an error.
+    Rows with ``images`` are encoded by ``processor`` (:mod:`rl_core.data.images`): their items carry
+    ``multi_modal_inputs`` (the processor's image tensors) and ids with the image tokens expanded.
     """
 
     def __init__(
@@ -228,23 +249,24 @@ class PromptDataset:
         tools: list[dict] | None = None,
         truncation: str = "error",
         template_kwargs: dict[str, Any] | None = None,
+        processor: Any = None,
+        prompt_key: str = "prompt",
+        image_key: str = "images",
     ) -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
         where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
-        for r, w in zip(rows, where):
-            media = [k for k in MEDIA_KEYS if r.get(k)]
-            if media:  # verl's multimodal rows (data.image_key): rl-core's models read text only
-                raise DataError(f"{w}: the row holds {', '.join(media)}; rl-core trains text-only models, so image / video / audio inputs "
-                                "are not read (docs/migrating-from-verl.md); drop those fields or use text-only data")
-        texts = [render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools, template_kwargs) for r, w in zip(rows, where)]
+        encoded = self._encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key)
+        texts = [encoded[i][0] if i in encoded else render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools, template_kwargs)
+                 for i, (r, w) in enumerate(zip(rows, where))]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
         ids = tokenizer(texts, add_special_tokens=not apply_chat_template)["input_ids"] if texts else []
+        ids = [encoded[i][1] if i in encoded else tok for i, tok in enumerate(ids)]
         self.items: list[dict[str, Any]] = []
         self.num_dropped = 0
         for i, (row, text, tok) in enumerate(zip(rows, texts, ids)):
-            if len(tok) > max_prompt_length and not filter_overlong and truncation != "error":
+            if len(tok) > max_prompt_length and not filter_overlong and truncation != "error" and i not in encoded:
                 tok = truncate(list(tok), max_prompt_length, truncation)  # data.truncation (verl's): keep a part
             if len(tok) > max_prompt_length:
                 if not filter_overlong:
@@ -254,7 +276,11 @@ class PromptDataset:
                     )
                 self.num_dropped += 1
                 continue
-            self.items.append({**row, "prompt_text": text, "input_ids": list(tok)})
+            item = {**row, "prompt_text": text, "input_ids": list(tok)}
+            if i in encoded:
+                item["multi_modal_inputs"] = encoded[i][2]
+            item.pop("images", None)
+            self.items.append(item)
         if self.num_dropped:
             logger.warning(
                 "%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
@@ -266,6 +292,28 @@ class PromptDataset:
                 f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length"
             )
 
+    @staticmethod
+    def _encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key) -> dict[int, tuple]:
+        """``{row index: (text, ids, image tensors)}`` of the rows that hold images."""
+        with_images = [i for i, r in enumerate(rows) if r.get("images")]
+        if not with_images:
+            return {}
+        first = where[with_images[0]]
+        if processor is None:
+            raise DataError(f"{first}: the row holds images ({image_key!r}) but the model has no vision tower or its folder no image "
+                            "processor (preprocessor_config.json): use a vision-language model (e.g. Qwen2.5-VL) or text-only rows")
+        if not apply_chat_template:
+            raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
+        from rl_core.data import images as img
+
+        out = {}
+        for i in with_images:
+            r, w = rows[i], where[i]
+            pics = [img.decode_image(v, f"{w}, {image_key!r}[{k}]") for k, v in enumerate(r["images"])]
+            messages = img.image_messages(r["prompt"], len(pics), w, prompt_key, image_key)
+            out[i] = img.encode(processor, messages, pics, w, template_kwargs)
+        return out
+
     def __len__(self) -> int:
         return len(self.items)
 
@@ -273,7 +321,7 @@ class PromptDataset:
         return self.items[i]
 
 
-def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None) -> PromptDataset:
+def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None) -> PromptDataset:
     """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`.
 
     Files and a generator may both be given (rows are concatenated, files
@@ -292,7 +340,7 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
         rows, origins = custom_rows(data, tokenizer, split, files)
     else:
         for path in files:
-            got = read_rows(path, data.prompt_key)
+            got = read_rows(path, data.prompt_key, data.image_key, data.video_key)
             rows.extend(got)
             origins.extend(f"{path}, row {i}" for i in range(len(got)))
     if gen is not None and gen.name:
@@ -313,6 +361,9 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
         tools=tools,
         truncation=data.truncation,
         template_kwargs=data.chat_template_kwargs,
+        processor=processor,
+        prompt_key=data.prompt_key,
+        image_key=data.image_key,
     )
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]
@@ -344,6 +395,8 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
         non["raw_prompt"] = [it.get("prompt") for it in items]
     if any(it.get("agent_name") for it in items):
         non["agent_name"] = [it.get("agent_name") for it in items]
+    if any(it.get("multi_modal_inputs") for it in items):  # image inputs: the processor's tensors per prompt (rl_core.multimodal)
+        non["multi_modal_inputs"] = [it.get("multi_modal_inputs") or {} for it in items]
     return Batch({"input_ids": input_ids, "attention_mask": mask}, non)
 
 
@@ -443,7 +496,7 @@ class PromptLoader:
         self.epoch, self.index = epoch, index
 
 
-def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
     """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`.
 
     The train loader shuffles with ``data.seed`` (``seed`` when that is None)
@@ -452,9 +505,14 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     ``data.val_batch_size`` (all at once when None). The dict counts prompts
     kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
     ``val_dropped``. ``tools`` (multi-turn rollouts): tool schemas the chat template renders into each prompt.
+    ``processor``: the model's (:func:`rl_core.data.images.processor_for_model`), for rows with images.
     """
     pad = pad_token_id_of(tokenizer)
-    train = load_prompt_dataset(data, tokenizer, "train", tools)
+    if processor is not None:
+        from rl_core.data.images import check_patch_size
+
+        check_patch_size(processor, data.image_patch_size)
+    train = load_prompt_dataset(data, tokenizer, "train", tools, processor)
     train_loader = PromptLoader(
         train,
         getattr(data, "gen_batch_size", None) or data.train_batch_size,  # dynamic sampling draws rounds of gen_batch_size
@@ -466,7 +524,7 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):
-        val = load_prompt_dataset(data, tokenizer, "val", tools)
+        val = load_prompt_dataset(data, tokenizer, "val", tools, processor)
         val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
         info.update(val_prompts=len(val), val_dropped=val.num_dropped)
     return train_loader, val_loader, info

@@ -184,6 +184,13 @@ def make_tiny_model_dir(
                     if name.endswith("mlp.gate.weight"):
                         p.normal_(0, 0.5)
     model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    save_quietly(model, path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+def save_quietly(model, path: str | Path) -> None:
+    """``model.save_pretrained(path)`` without transformers' progress bars."""
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
@@ -193,8 +200,6 @@ def make_tiny_model_dir(
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    build_tokenizer().save_pretrained(path)
-    return path
 
 
 def bigram_weights(model_dir: str | Path, successor: Mapping[int, int], *, scale: float = 2.0) -> dict[str, torch.Tensor]:

@@ -1,0 +1,86 @@
+"""A tiny random Qwen2-VL folder built offline (model, processor, tokenizer), for the image-input tests.
+
+:func:`make_tiny_vlm_dir` writes what a real Qwen2-VL folder holds: ``config.json`` (vision depth 1, text
+hidden 64), ``model.safetensors``, ``preprocessor_config.json`` (Qwen2-VL's image processor from its class
+defaults, pixels bounded so an image is a few patches), ``processor_config.json``, and the byte-level tokenizer of
+:mod:`rl_core.testing.tiny_model` plus Qwen's vision tokens and a chat template that places images.
+``AutoProcessor`` / ``AutoModelForImageTextToText`` load it with no network.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import torch
+
+from rl_core.testing.tiny_model import EOS_ID, IM_START_ID, PAD_ID, build_tokenizer, save_quietly
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+#: ids of VISION_TOKENS in the tokenizer (after the 3 specials and the 256 bytes)
+VISION_START_ID, VISION_END_ID, IMAGE_PAD_ID, VIDEO_PAD_ID = 259, 260, 261, 262
+VOCAB = 264
+
+TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def tiny_vlm_config():
+    from transformers import Qwen2VLConfig
+
+    cfg = Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            rope_parameters=dict(rope_type="default", mrope_section=[2, 3, 3], rope_theta=10000.0), max_position_embeddings=1024,
+            rms_norm_eps=1e-6, bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        ),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID, vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID,
+        tie_word_embeddings=False,
+    )
+    cfg.dtype = "float32"
+    return cfg
+
+
+def build_vlm_tokenizer():
+    tok = build_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
+    assert tok.convert_tokens_to_ids(list(VISION_TOKENS)) == [VISION_START_ID, VISION_END_ID, IMAGE_PAD_ID, VIDEO_PAD_ID]
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def make_tiny_vlm_dir(path: str | Path, seed: int = 0, *, max_pixels: int = 56 * 56) -> Path:
+    """Write a tiny random Qwen2-VL (fp32) with its processor to ``path``; an image becomes at most
+    ``max_pixels / 28**2`` image tokens (4 with the default)."""
+    from transformers import AutoModelForImageTextToText, GenerationConfig
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_config(tiny_vlm_config(), dtype=torch.float32)
+    model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    save_quietly(model, path)
+    build_vlm_tokenizer().save_pretrained(path)
+    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels).save_pretrained(path)
+    (path / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
+    return path
+
+
+def png_bytes(height: int, width: int, seed: int = 0) -> bytes:
+    """A random RGB image as PNG bytes."""
+    import numpy as np
+    from PIL import Image
+
+    arr = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
