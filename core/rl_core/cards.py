@@ -132,6 +132,8 @@ class RolloutCard(CardBase):
     moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
     # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl_core.routing_replay)
     routed_experts: bool = False
+    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl_core.multimodal)
+    images: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 
@@ -158,6 +160,8 @@ class TrainCard(CardBase):
     on_policy_without_old_log_probs: bool = False
     # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl_core.routing_replay)
     router_replay: bool = False
+    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl_core.multimodal)
+    images: bool = False
     # how the train states (parameters, gradients, optimizer) are split, for the memory estimate:
     # "data" over every rank, "model" over the tensor x pipeline ranks, "none" a full copy per rank
     state_sharding: str = attrs.field(default="none", validator=attrs.validators.in_(("none", "data", "model")))

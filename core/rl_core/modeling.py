@@ -150,17 +150,20 @@ def load_causal_lm(
     key: str = "model.path",
     init_device: str | None = None,
 ):
-    """``AutoModelForCausalLM`` from a local folder (or random weights from its config; ``init_device``: see ``_build``).
+    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a config with a vision tower) from a local folder
+    (or random weights from its config; ``init_device``: see ``_build``).
 
     Weights that the checkpoint lacks (and ``random_init`` models) are
     initialised under ``seed`` with the global RNG state restored afterwards,
     so every rank of a sharded run builds the same model.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
+    # a vision-language model (a vision tower in its config, e.g. Qwen2-VL) loads with its vision tower (rl_core.multimodal)
+    auto_cls = AutoModelForImageTextToText if getattr(cfg, "vision_config", None) is not None else AutoModelForCausalLM
     model = _build(
-        AutoModelForCausalLM, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed,
+        auto_cls, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed,
         init_device=init_device,
     )
     contiguous_lm_head_input(model)
@@ -380,7 +383,20 @@ def forward_response(
     if cut:
         input_ids, attention_mask, position_ids = (t[:, :-cut] for t in (input_ids, attention_mask, position_ids))
         responses = responses[:, :-cut]
-    logits = response_logits(model, input_ids, attention_mask, position_ids, R - cut, share_prompts=share_prompts).float()
+    logits = response_logits(model, input_ids, attention_mask, position_ids, R - cut, share_prompts=share_prompts)
+    log_probs, entropy = log_probs_and_entropy(logits, responses, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    if cut:  # the trimmed columns hold 0
+        log_probs = torch.nn.functional.pad(log_probs, (0, cut))
+        entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
+    return log_probs, entropy
+
+
+def log_probs_and_entropy(
+    logits: torch.Tensor, responses: torch.Tensor, *, temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(log_probs [b, R], entropy [b, R] or None)`` of ``responses`` under ``logits [b, R, V] / temperature`` (float32);
+    ``entropy_grad=False``: the entropy is a detached metric."""
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = log_probs_from_logits(logits, responses)
@@ -391,9 +407,6 @@ def forward_response(
         else:
             with torch.no_grad():
                 entropy = entropy_from_logits(logits.detach())
-    if cut:  # the trimmed columns hold 0
-        log_probs = torch.nn.functional.pad(log_probs, (0, cut))
-        entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
     return log_probs, entropy
 
 

@@ -132,7 +132,7 @@ LAYERS = [
      "user_paths", "weight_sync_check", "console", "lora", "type_hints", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io", "user_code",
      "routing_replay"},
     {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
-    {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs"},
+    {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs", "multimodal"},
     {"rollout", "agent", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},
     {"preflight", "resolver", "check_probes", "check_all"},
     {"worker", "cluster", "placement", "trainer", "async_rl"},

@@ -49,6 +49,7 @@ HF_ROLLOUT = RolloutCard(
     logprobs=True,
     lora_adapters=True,  # adapters merged in place into the targeted weights each sync (rl_core.rollout.lora_merge)
     routed_experts=True,  # each token's top-k experts recorded in the decode loop (rl_core.routing_replay)
+    images=True,  # prompts with images: the prefill reads them with the model's 3-D positions (rl_core.multimodal)
     engine="transformers",
     engine_versions=">=4.56",
     checks=(check_hf_engine_kwargs,),

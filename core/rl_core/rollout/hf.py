@@ -86,6 +86,7 @@ from typing import Any, Iterable
 
 import torch
 
+from rl_core import multimodal
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 from rl_core.hf_cache import cache_keyword, output_cache
@@ -184,7 +185,11 @@ class HFRolloutEngine:
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(int(params.seed))
+        mm = multimodal.rows_of(batch, slice(None))
         if self.config.rollout.multi_turn.enable:
+            if multimodal.has_images(mm):
+                raise ValueError("the prompts carry images, which multi-turn rollouts do not carry yet: set rollout.multi_turn.enable=false "
+                                 "or use text-only data")
             return self._generate_agentic(batch, params, generator)
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
@@ -193,8 +198,9 @@ class HFRolloutEngine:
         for start in range(0, len(batch), per_chunk):
             ids = input_ids[start : start + per_chunk].to(self.device)
             mask = attention_mask[start : start + per_chunk].to(self.device)
+            images = multimodal.to_device(mm[start : start + per_chunk], self.device) if multimodal.has_images(mm) else None
             with self.routing.recording() if self.routing is not None else contextlib.nullcontext() as fires:
-                r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop)
+                r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop, images=images)
             if fires is not None:
                 routed.append(self._routed(fires, len(ids), ids.shape[1], n, R))
             responses.append(r.cpu())
@@ -280,9 +286,12 @@ class HFRolloutEngine:
             )
 
     @torch.no_grad()
-    def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop):
-        """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated."""
-        if self.static is not None and not stop:
+    def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop, images=None):
+        """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated.
+
+        ``images``: the rows' ``multi_modal_inputs`` (:mod:`rl_core.multimodal`): the prefill reads them with the
+        model's 3-D positions; response tokens then continue from each prompt's largest position (plain loop)."""
+        if self.static is not None and not stop and images is None:
             temperature = 1.0 if greedy else float(params.temperature)
             eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
 
@@ -291,8 +300,16 @@ class HFRolloutEngine:
 
             return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
-        pos = position_ids_from_mask(mask)
-        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        if images is None:
+            pos = position_ids_from_mask(mask)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+        else:
+            kw = multimodal.model_kwargs(model, ids, mask, images)
+            if "position_ids" not in kw:
+                raise ValueError(f"the prompts carry images, and the hf rollout decodes images only with models that have multimodal RoPE "
+                                 f"(get_rope_index: Qwen2-VL, Qwen2.5-VL), not {type(model).__name__}")
+            out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kw)
+            pos = (multimodal.next_positions(kw["position_ids"]) - 1).unsqueeze(1)  # [b, 1]: the prompt's largest position
         cache = output_cache(out)
         cache_kw = cache_keyword(model) or "past_key_values"
         logits = out.logits[:, -1].float()

@@ -29,6 +29,7 @@ import torch
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
 from rl_core.micro_batches import token_budget_groups
+from rl_core import multimodal
 from rl_core.modeling import position_ids_from_mask
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
@@ -67,7 +68,8 @@ def autocast(b: TrainBackend):
 
 
 def inputs(b: TrainBackend, batch: Batch, rows: slice | torch.Tensor, extra: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
-    """The micro-batch ``rows`` of ``batch`` on the device: ids, masks, positions, responses and the ``extra`` fields."""
+    """The micro-batch ``rows`` of ``batch`` on the device: ids, masks, positions, responses and the ``extra`` fields
+    (and ``multi_modal_inputs``, a list of per-row dicts of tensors, when the prompts carry images)."""
     t = batch.tensors
     for key in ("input_ids", "attention_mask", "responses"):
         if key not in t.keys():
@@ -84,7 +86,11 @@ def inputs(b: TrainBackend, batch: Batch, rows: slice | torch.Tensor, extra: tup
         if key not in t.keys():
             raise KeyError(f"{b.role}.update needs {key!r} in the batch (fields: {sorted(batch.keys())})")
         out[key] = t[key][rows]
-    return {k: v.to(b.device, non_blocking=True) for k, v in out.items()}
+    out = {k: v.to(b.device, non_blocking=True) for k, v in out.items()}
+    mm = multimodal.rows_of(batch, rows)
+    if mm is not None:  # image inputs: the processor's tensors of each row (rl_core.multimodal)
+        out[multimodal.FIELD] = multimodal.to_device(mm, b.device)
+    return out
 
 
 def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:

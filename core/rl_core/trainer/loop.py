@@ -108,7 +108,13 @@ class Trainer:
             from rl_core.agent.resolve import build_tools
 
             tools = [t.schema for t in build_tools(cfg.rollout.multi_turn).values()] or None
-        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools)
+        from rl_core.multimodal import processor_for_model, stack_problems
+
+        processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
+        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
+        problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
+        if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
+            raise ConfigError(problems)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager.for_stack(stack)  # the resolver's reward function and cards

@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 import attrs
 import torch
+from rl_core import multimodal
 from rl_core.backends import WorkerContext
 from rl_core.checkpoints import copy_state
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
@@ -313,6 +314,8 @@ class FSDPBackend(TrainBackend):
     def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
+        if multimodal.has_images(x.get(multimodal.FIELD)):  # prompts with images (rl_core.multimodal): one plain forward
+            return self._forward_images(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
         if self.packed and not packing.run_padded(x["attention_mask"], chosen_by_default=self.packed_by_default, sequence_parallel=self.seq_parallel is not None):
             heads = self._forward_packed(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)
             if heads is not None:
@@ -327,6 +330,19 @@ class FSDPBackend(TrainBackend):
             self.model, x["input_ids"], x["attention_mask"], x["position_ids"], x["responses"],
             temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, share_prompts=self.share_prompts,
             chunk_size=chunk,
+        )
+        return Heads(log_probs=lp, entropy=ent)
+
+    def _forward_images(self, x: dict, *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
+        if self.seq_parallel is not None or self.pad_to_length:  # (a VLM is never packed: packing.can_pack)
+            raise ValueError("the prompts carry images, which packed sequences do not carry yet: set actor.ulysses_sequence_parallel_size=1 "
+                             "and actor.pad_to_length=false (padded batches)")
+        if self.role == "critic":
+            raise ValueError("the prompts carry images, which the critic's forward does not read yet: use a critic-free estimator "
+                             "(algorithm.adv_estimator=grpo, rloo, ...)")
+        lp, ent = multimodal.forward_response(
+            self.model, x["input_ids"], x["attention_mask"], x["responses"], x[multimodal.FIELD],
+            temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
         )
         return Heads(log_probs=lp, entropy=ent)
 

@@ -1,0 +1,136 @@
+"""Forward passes of a vision-language model over a batch whose prompts carry images.
+
+A batch with image inputs has the non-tensor field ``multi_modal_inputs``: per row, the dict of tensors the model
+processor returned for its prompt (Qwen2-VL: ``pixel_values [patches, C*T*P*P]``, ``image_grid_thw [images, 3]``;
+an empty dict for a row without images; :mod:`rl_core.data.images`). :func:`model_kwargs` concatenates them over
+the rows (the model scatters the image features into its image-pad tokens in row order) and adds what the model
+needs beside them: ``mm_token_type_ids`` (1 on image tokens) and, for models with multimodal RoPE (Qwen2-VL /
+Qwen2.5-VL: a ``get_rope_index`` method), the 3-D position ids ``[3, b, t]`` computed over the real tokens of each
+row (left and right padding skipped). Other VLM families compute their positions in their own forward.
+
+Response tokens are text: their three position components are equal and continue from the prompt's largest
+position (:func:`next_positions`), which is what ``get_rope_index`` gives the same tokens in the trainer's forward
+of prompt + response, so rollout and trainer log-probs agree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+import torch
+
+FIELD = "multi_modal_inputs"
+
+
+def has_images(mm: Sequence[dict] | None) -> bool:
+    return mm is not None and any(bool(d) for d in mm)
+
+
+def rope_index_owner(model: torch.nn.Module):
+    """The module with ``get_rope_index`` (the model or its inner ``.model``), or None."""
+    for m in (model, getattr(model, "model", None)):
+        if m is not None and callable(getattr(m, "get_rope_index", None)):
+            return m
+    return None
+
+
+def model_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, mm: Sequence[dict]) -> dict[str, Any]:
+    """Keyword arguments for ``model(input_ids=..., attention_mask=..., **kw)`` with the rows' images (see the module)."""
+    device = input_ids.device
+    keys = sorted({k for d in mm for k in d})
+    kw: dict[str, Any] = {k: torch.cat([d[k] for d in mm if k in d]).to(device) for k in keys}
+    cfg = model.config
+    image_token = getattr(cfg, "image_token_id", None)
+    if image_token is None:
+        image_token = getattr(cfg, "image_token_index", None)
+    params = inspect.signature(model.forward).parameters
+    types = (input_ids == image_token).int() if image_token is not None else None
+    if types is not None and "mm_token_type_ids" in params:
+        kw["mm_token_type_ids"] = types
+    owner = rope_index_owner(model)
+    if owner is not None and types is not None:
+        pos, _ = owner.get_rope_index(input_ids, mm_token_type_ids=types, image_grid_thw=kw.get("image_grid_thw"), attention_mask=attention_mask)
+        kw["position_ids"] = pos
+    return kw
+
+
+def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
+    """``[b]``: the position of the first generated token after a prompt with 3-D positions ``[3, b, t]`` (or ``[b, t]``)."""
+    if position_ids.dim() == 3:
+        return position_ids.amax(dim=(0, 2)) + 1
+    return position_ids[:, -1] + 1
+
+
+def forward_response(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    responses: torch.Tensor,
+    mm: Sequence[dict],
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`rl_core.modeling.forward_response` for prompts with images: ``(log_probs [b, R], entropy [b, R] or None)``.
+
+    One plain forward (no chunked LM head, no shared prompts, no packing); the logits are kept for the response
+    positions only (``logits_to_keep``)."""
+    from rl_core.modeling import log_probs_and_entropy
+
+    R = responses.shape[-1]
+    kw = model_kwargs(model, input_ids, attention_mask, mm)
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kw["logits_to_keep"] = R + 1
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, -R - 1 : -1]
+    return log_probs_and_entropy(logits, responses, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+
+
+def rows_of(batch: Any, rows: slice | torch.Tensor) -> list[dict] | None:
+    """The ``multi_modal_inputs`` of ``rows`` of a :class:`~rl_core.batch.Batch` (None when it has none)."""
+    if FIELD not in batch.non_tensors:
+        return None
+    arr = batch.non_tensors[FIELD]
+    if isinstance(rows, torch.Tensor):
+        rows = rows.cpu().numpy()
+    return list(arr[rows])
+
+
+def to_device(mm: Sequence[dict], device: torch.device) -> list[dict]:
+    return [{k: v.to(device, non_blocking=True) for k, v in d.items()} for d in mm]
+
+
+# ------------------------------------------------------------- the run
+def processor_for_model(model_cfg: Any):
+    """The processor of ``model.path`` (``model.tokenizer_path`` where given) when the model has a vision tower, else None."""
+    from rl_core.modeling import load_hf_config
+
+    cfg = load_hf_config(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
+    if getattr(cfg, "vision_config", None) is None:
+        return None
+    from rl_core.data.images import load_processor
+
+    key = "model.tokenizer_path" if model_cfg.tokenizer_path else "model.path"
+    return load_processor(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code, key=key)
+
+
+def stack_problems(stack: Any, datasets: list) -> list:
+    """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems."""
+    from rl_core.plugins import get_registry
+    from rl_core.problems import Problem
+
+    if not any("multi_modal_inputs" in it for ds in datasets if ds is not None for it in ds.items):
+        return []
+    cfg, out = stack.config, []
+    for kind, card, does in (("rollout", stack.rollout, "does not generate from prompts with images"), ("train", stack.train, "has forwards that do not read the prompts' images")):
+        if not card.images:
+            able = sorted(c.name for c in get_registry().cards[kind].values() if c.images)
+            out.append(Problem(key=f"{kind}.name", what=f"is {card.name!r}, which {does}",
+                               fix=f"set {kind}.name to a backend that reads images (installed: {', '.join(able) or 'none'}), or use text-only data"))
+    if stack.estimator.needs_critic:
+        out.append(Problem(key="algorithm.adv_estimator", what=f"is {cfg.algorithm.adv_estimator!r}, which needs a critic, and the critic's forward does not read images yet",
+                           fix="use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...), or text-only data"))
+    if cfg.rollout.multi_turn.enable:
+        out.append(Problem(key="rollout.multi_turn.enable", what="is true, and multi-turn rollouts do not carry images yet", fix="set it to false, or use text-only data"))
+    return out
