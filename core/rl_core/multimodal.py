@@ -10,7 +10,9 @@ row (left and right padding skipped). Other VLM families compute their positions
 
 Response tokens are text: their three position components are equal and continue from the prompt's largest
 position (:func:`next_positions`), which is what ``get_rope_index`` gives the same tokens in the trainer's forward
-of prompt + response, so rollout and trainer log-probs agree.
+of prompt + response, so rollout and trainer log-probs agree. A response must not contain the model's image /
+video pad tokens (the model would take one for an image's place): the hf rollout never samples them for prompts
+with images (their log-probs are still those of the full distribution).
 """
 
 from __future__ import annotations
@@ -35,8 +37,19 @@ def rope_index_owner(model: torch.nn.Module):
     return None
 
 
-def model_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, mm: Sequence[dict]) -> dict[str, Any]:
-    """Keyword arguments for ``model(input_ids=..., attention_mask=..., **kw)`` with the rows' images (see the module)."""
+def vision_token_ids(model: torch.nn.Module) -> list[int]:
+    """The ids the model replaces by vision features (its image / video pad tokens)."""
+    cfg = model.config
+    ids = [getattr(cfg, k, None) for k in ("image_token_id", "image_token_index", "video_token_id", "video_token_index")]
+    return sorted({int(i) for i in ids if isinstance(i, int)})
+
+
+def model_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, mm: Sequence[dict],
+                 response_length: int = 0) -> dict[str, Any]:
+    """Keyword arguments for ``model(input_ids=..., attention_mask=..., **kw)`` with the rows' images (see the module).
+
+    ``response_length``: the last columns are generated text; an image token among them is an error (the model
+    would take it for an image's place)."""
     device = input_ids.device
     keys = sorted({k for d in mm for k in d})
     kw: dict[str, Any] = {k: torch.cat([d[k] for d in mm if k in d]).to(device) for k in keys}
@@ -46,13 +59,29 @@ def model_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
         image_token = getattr(cfg, "image_token_index", None)
     params = inspect.signature(model.forward).parameters
     types = (input_ids == image_token).int() if image_token is not None else None
+    if response_length and bool(torch.isin(input_ids[:, -response_length:], torch.tensor(vision_token_ids(model), device=device)).any()):
+        raise ValueError(f"a response holds one of the model's image / video tokens {vision_token_ids(model)}, which the model would read as "
+                         "an image's place: generate with a rollout that never samples them (the hf rollout masks them)")
     if types is not None and "mm_token_type_ids" in params:
         kw["mm_token_type_ids"] = types
     owner = rope_index_owner(model)
     if owner is not None and types is not None:
+        _check_rows(model, types, mm)
         pos, _ = owner.get_rope_index(input_ids, mm_token_type_ids=types, image_grid_thw=kw.get("image_grid_thw"), attention_mask=attention_mask)
         kw["position_ids"] = pos
     return kw
+
+
+def _check_rows(model: torch.nn.Module, types: torch.Tensor, mm: Sequence[dict]) -> None:
+    """Each row holds as many image tokens as its images' grids say (a batch whose images were not carried with
+    their rows would otherwise give another row's pixels)."""
+    merge = getattr(getattr(model.config, "vision_config", None), "spatial_merge_size", 1) or 1
+    for r, d in enumerate(mm):
+        want = int(d["image_grid_thw"].prod(-1).sum()) // merge**2 if "image_grid_thw" in d else 0
+        have = int(types[r].sum())
+        if want != have:
+            raise ValueError(f"row {r} of the batch has {have} image tokens but its multi_modal_inputs hold images of {want}: "
+                             "the rows' images were not carried with their rows")
 
 
 def next_positions(position_ids: torch.Tensor) -> torch.Tensor:
@@ -80,7 +109,7 @@ def forward_response(
     from rl_core.modeling import log_probs_and_entropy
 
     R = responses.shape[-1]
-    kw = model_kwargs(model, input_ids, attention_mask, mm)
+    kw = model_kwargs(model, input_ids, attention_mask, mm, response_length=R)
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
         kw["logits_to_keep"] = R + 1
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kw).logits[:, -R - 1 : -1]
@@ -120,9 +149,16 @@ def stack_problems(stack: Any, datasets: list) -> list:
     from rl_core.plugins import get_registry
     from rl_core.problems import Problem
 
-    if not any("multi_modal_inputs" in it for ds in datasets if ds is not None for it in ds.items):
+    items = [it for ds in datasets if ds is not None for it in ds.items]
+    with_images = sum(FIELD in it for it in items)
+    if not with_images:
         return []
     cfg, out = stack.config, []
+    if with_images < len(items) and stack.sizes.ranks("actor")[0] > 1:
+        out.append(Problem(key="data.train_files", what=f"mix {with_images} prompts with images and {len(items) - with_images} without, over "
+                           f"{stack.sizes.ranks('actor')[0]} train ranks: a rank whose micro-batch has no image would skip the vision "
+                           "tower that the others run (its sharded weights are gathered collectively)",
+                           fix="use one train process (trainer.n_gpus_per_node=1), or data where every row has an image"))
     for kind, card, does in (("rollout", stack.rollout, "does not generate from prompts with images"), ("train", stack.train, "has forwards that do not read the prompts' images")):
         if not card.images:
             able = sorted(c.name for c in get_registry().cards[kind].values() if c.images)

@@ -200,3 +200,24 @@ def test_backends_without_images_are_refused_by_key(vlm_dir, processor, tmp_path
     assert "installed: fsdp" in keys["train.name"]
     gae = attrs.evolve(stack, estimator=attrs.evolve(stack.estimator, needs_critic=True))
     assert [p.key for p in multimodal.stack_problems(gae, [ds])] == ["algorithm.adv_estimator"]
+    assert multimodal.stack_problems(stack, [ds, text_only]) == []  # one train rank: rows with and without images mix
+    two = attrs.evolve(stack, sizes=attrs.evolve(stack.sizes, world_size=2, train_dp=2))
+    assert [p.key for p in multimodal.stack_problems(two, [ds, text_only])] == ["data.train_files"]
+    assert multimodal.stack_problems(two, [ds]) == []
+
+
+def test_the_rollout_never_samples_image_tokens_and_a_response_with_one_is_named(vlm_dir, processor):
+    ds = _dataset(processor, [_row("<image>What is x?", [{"bytes": png_bytes(50, 60)}])])
+    prompts = collate([ds[0]], 0, ["a"])
+    engine = hf_factory(RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(max_prompt_length=200)), WorkerContext())
+    with torch.no_grad():  # the image-pad token becomes by far the likeliest next token
+        engine.model.get_output_embeddings().weight[IMAGE_PAD_ID] = 50 * engine.model.get_output_embeddings().weight[IMAGE_PAD_ID].sign()
+    out = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=4, temperature=1.0, seed=0, logprobs=True))
+    assert IMAGE_PAD_ID not in out["responses"].tolist()[0] and not (out["responses"] == IMAGE_PAD_ID).any()
+    # the reported log-probs are the full distribution's (as the trainer computes them): very negative here
+    for r in range(len(out)):
+        torch.testing.assert_close(out["rollout_log_probs"][r][:1], _reference_log_probs(engine.model, out, r)[:1], atol=1e-4, rtol=0)
+    bad = out["input_ids"].clone()
+    bad[0, -1] = IMAGE_PAD_ID
+    with pytest.raises(ValueError, match=r"a response holds one of the model's image / video tokens \[261, 262\]"):
+        multimodal.forward_response(engine.model, bad, out["attention_mask"], out["responses"], list(out.non_tensors["multi_modal_inputs"]))

@@ -34,7 +34,9 @@ def write_parquet(path, rows) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-def test_rlcore_train_grpo_on_images_two_steps(tmp_path):
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_rlcore_train_grpo_on_images_two_steps(tmp_path, nprocs):
+    """nprocs=2: FSDP2 shards the language model and the vision tower over two gloo ranks."""
     model = make_tiny_vlm_dir(tmp_path / "model")
     write_parquet(tmp_path / "train.parquet", geo3k_rows())
     (tmp_path / "reward.py").write_text(REWARD)
@@ -44,10 +46,10 @@ def test_rlcore_train_grpo_on_images_two_steps(tmp_path):
                  "image_key": "images", "image_patch_size": 14},
         "rollout": {"name": "hf", "n": 2, "temperature": 1.0, "calculate_log_probs": True},
         "train": {"name": "fsdp"},
-        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4, "optim": {"lr": 1e-2}, "skip_zero_advantage_rows": False},
+        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4 // nprocs, "optim": {"lr": 1e-2}, "skip_zero_advantage_rows": False},
         "algorithm": {"adv_estimator": "grpo"},
         "reward": {"custom": {"path": str(tmp_path / "reward.py"), "name": "compute_score"}},
-        "trainer": {"device": "cpu", "n_gpus_per_node": 1, "total_training_steps": 2, "output_dir": str(tmp_path / "out"),
+        "trainer": {"device": "cpu", "n_gpus_per_node": nprocs, "total_training_steps": 2, "output_dir": str(tmp_path / "out"),
                     "loggers": ["jsonl"], "test_freq": -1, "save_freq": -1, "seed": 7},
     }
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))

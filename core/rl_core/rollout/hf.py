@@ -30,6 +30,11 @@ A response ends at the first EOS token (any id in the model's
 the token that completes one of ``SamplingParams.stop``; that token is
 included in ``response_mask`` and everything after it is the pad token.
 
+Prompts with images (the batch's ``multi_modal_inputs``, :mod:`rl_core.multimodal`): the prefill reads them with
+the model's 3-D positions (Qwen2-VL / Qwen2.5-VL), the plain decode loop continues, and the model's image / video
+pad tokens are never sampled (the model would read one as an image's place); reported log-probs are those of the
+full distribution, as for top-k / top-p.
+
 Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each incoming
 tensor into the existing parameter (``copy_`` converts dtype / device in one
 step, no intermediate tensor); a tensor that already *is* the parameter's
@@ -326,8 +331,10 @@ class HFRolloutEngine:
         eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
         temperature = 1.0 if greedy else float(params.temperature)
         ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
+        banned = torch.tensor(multimodal.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
         for t in range(R):
-            token, lp = _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=log_probs is not None)
+            token, lp = _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator,
+                                want_log_prob=log_probs is not None, banned=banned)
             token = torch.where(done, torch.full_like(token, self.pad_id), token)
             responses[:, t] = token
             if log_probs is not None:
@@ -488,13 +495,16 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return ids
 
 
-def _sample(logits: torch.Tensor, *, greedy: bool, temperature: float, top_k: int, top_p: float, generator, want_log_prob: bool):
-    """``(token [b], log_prob [b] or None)`` from float32 ``logits [b, V]`` (see the module docstring)."""
+def _sample(logits: torch.Tensor, *, greedy: bool, temperature: float, top_k: int, top_p: float, generator, want_log_prob: bool,
+            banned: torch.Tensor | None = None):
+    """``(token [b], log_prob [b] or None)`` from float32 ``logits [b, V]`` (see the module docstring); ``banned`` ids
+    (a VLM's image / video pad tokens) are never drawn."""
     scaled = logits if temperature == 1.0 else logits / temperature
+    pick = scaled if banned is None else scaled.index_fill(-1, banned, float("-inf"))
     if greedy:
-        token = scaled.argmax(dim=-1)
+        token = pick.argmax(dim=-1)
     else:
-        filtered = scaled
+        filtered = pick
         vocab = filtered.shape[-1]
         if top_k is not None and 0 < top_k < vocab:
             kth = torch.topk(filtered, top_k, dim=-1).values[:, -1:]
