@@ -52,13 +52,24 @@ def test_rlcore_train_grpo_on_images_two_steps(tmp_path, nprocs):
         "trainer": {"device": "cpu", "n_gpus_per_node": nprocs, "total_training_steps": 2, "output_dir": str(tmp_path / "out"),
                     "loggers": ["jsonl"], "test_freq": -1, "save_freq": -1, "seed": 7},
     }
+    if nprocs == 1:  # validation (greedy generation with the images) at the last step
+        cfg["data"].update(val_files=[str(tmp_path / "train.parquet")], val_max_samples=2)
+        cfg["trainer"]["test_freq"] = 2
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     done = run_rlcore("train", str(tmp_path / "run.yaml"), env={"HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_metrics(tmp_path / "out")
+    if nprocs == 1:  # step 0: validation before training
+        assert rows[0]["step"] == 0 and any(k.startswith("val") for k in rows.pop(0))
     assert [r["step"] for r in rows] == [1, 2]
     # step 1: the actor's log-probs of (prompt + image, response) equal the hf rollout's (same fp32 weights)
     assert rows[0]["rollout_corr/log_prob_abs_diff_max"] < 1e-4
     # the update changed the weights: at step 2 the rollout (synced) and the actor agree again, and the loss moved
     assert rows[1]["rollout_corr/log_prob_abs_diff_max"] < 1e-4
     assert rows[0]["actor/grad_norm"] > 0
+    if nprocs == 1:
+        assert any(k.startswith("val") for k in rows[1]), sorted(rows[1])  # and after the last step
+    # the exported model is a vision-language model folder again: weights, tokenizer and the processor's settings
+    final = tmp_path / "out" / "hf_final"
+    assert (final / "preprocessor_config.json").read_text() == (model / "preprocessor_config.json").read_text()
+    assert (final / "processor_config.json").is_file()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -104,9 +105,14 @@ def write_weights(folder: str | Path, weights: Mapping[str, torch.Tensor] | Iter
     return writer
 
 
+#: a vision-language model folder's processor settings (plain JSON / template files), copied with the tokenizer
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json", "chat_template.json")
+
+
 def write_tokenizer(path: str | Path, config: Any) -> None:
-    """The run's tokenizer (``model.tokenizer_path`` or ``model.path`` when that is a folder) into ``path``; a
-    folder without a tokenizer is still a model, so this never fails the export."""
+    """The run's tokenizer (``model.tokenizer_path`` or ``model.path`` when that is a folder) into ``path``, with a
+    vision-language model's processor files (:data:`PROCESSOR_FILES`, copied); a folder without a tokenizer is still
+    a model, so this never fails the export."""
     tok_dir = config.model.tokenizer_path or config.model.path
     if tok_dir and os.path.isdir(tok_dir):
         try:
@@ -115,6 +121,13 @@ def write_tokenizer(path: str | Path, config: Any) -> None:
             load_tokenizer(tok_dir).save_pretrained(str(path))
         except Exception:  # noqa: BLE001 - a folder without a tokenizer is still a model
             pass
+        for name in PROCESSOR_FILES:
+            src = os.path.join(tok_dir, name)
+            if os.path.isfile(src):
+                try:
+                    shutil.copyfile(src, os.path.join(str(path), name))
+                except OSError:  # as for the tokenizer: the weights are what matters
+                    pass
 
 
 def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], hf_config: Any, hf_class: type,
