@@ -13,7 +13,7 @@ from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunCon
 from rl_core.data import images as img
 from rl_core.data.dataset import DataError, PromptDataset, collate, read_rows, validate_row
 from rl_core.rollout.hf import factory as hf_factory
-from rl_core.testing.tiny_vlm import IMAGE_PAD_ID, VISION_END_ID, VISION_START_ID, make_tiny_vlm_dir, png_bytes
+from rl_core.testing.tiny_vlm import ARCHS, IMAGE_PAD_ID, VISION_END_ID, VISION_START_ID, make_tiny_vlm_dir, png_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -150,10 +150,17 @@ def _reference_log_probs(model, out, r):
     return torch.log_softmax(logits[-n - 1 : -1], -1).gather(-1, out["responses"][r][:n, None])[:, 0]
 
 
-def test_rollout_and_actor_log_probs_equal_a_plain_forward(vlm_dir, processor):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
+    """Qwen2-VL, Qwen2.5-VL (windowed vision attention) and Qwen3-VL (interleaved mrope, deepstack features)."""
     from rl_core.testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
     from transformers import AutoModelForImageTextToText
+
+    vlm_dir = make_tiny_vlm_dir(tmp_path / arch, arch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        processor = img.load_processor(str(vlm_dir))
 
     ds = _dataset(processor, [
         _row("<image>What is x?", [{"bytes": png_bytes(50, 60)}]),

@@ -1,8 +1,8 @@
-"""A tiny random Qwen2-VL folder built offline (model, processor, tokenizer), for the image-input tests.
+"""A tiny random Qwen-VL folder built offline (model, processor, tokenizer), for the image-input tests.
 
-:func:`make_tiny_vlm_dir` writes what a real Qwen2-VL folder holds: ``config.json`` (vision depth 1, text
-hidden 64), ``model.safetensors``, ``preprocessor_config.json`` (Qwen2-VL's image processor from its class
-defaults, pixels bounded so an image is a few patches), ``processor_config.json``, and the byte-level tokenizer of
+:func:`make_tiny_vlm_dir` writes what a real Qwen2-VL / Qwen2.5-VL / Qwen3-VL folder holds: ``config.json``
+(vision depth 1-2, text hidden 64), ``model.safetensors``, ``preprocessor_config.json`` (Qwen2-VL's image processor
+from its class defaults, pixels bounded so an image is a few tokens), ``processor_config.json``, and the tokenizer of
 :mod:`rl_core.testing.tiny_model` plus Qwen's vision tokens and a chat template that places images.
 ``AutoProcessor`` / ``AutoModelForImageTextToText`` load it with no network.
 """
@@ -31,19 +31,39 @@ TEMPLATE = (
 )
 
 
-def tiny_vlm_config():
-    from transformers import Qwen2VLConfig
+ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+#: the processor class and the vision patch size of each family
+PROCESSORS = {"qwen2_vl": ("Qwen2VLProcessor", 14), "qwen2_5_vl": ("Qwen2_5_VLProcessor", 14), "qwen3_vl": ("Qwen3VLProcessor", 16)}
 
-    cfg = Qwen2VLConfig(
-        text_config=dict(
-            vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            rope_parameters=dict(rope_type="default", mrope_section=[2, 3, 3], rope_theta=10000.0), max_position_embeddings=1024,
-            rms_norm_eps=1e-6, bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-        ),
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID, vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID,
-        tie_word_embeddings=False,
+
+def tiny_vlm_config(arch: str = "qwen2_vl"):
+    """The config :func:`make_tiny_vlm_dir` writes: text hidden 64 (4 heads of 16, multimodal RoPE sections 2 + 3 + 3),
+    a vision tower of depth 1-2 and width 32 whose output is the text width."""
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch={arch!r} is not supported; use one of {', '.join(ARCHS)}")
+    text = dict(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        rope_parameters=dict(rope_type="default", mrope_section=[2, 3, 3], rope_theta=10000.0), max_position_embeddings=1024,
+        rms_norm_eps=1e-6, bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
     )
+    ids = dict(image_token_id=IMAGE_PAD_ID, video_token_id=VIDEO_PAD_ID, vision_start_token_id=VISION_START_ID, vision_end_token_id=VISION_END_ID,
+               tie_word_embeddings=False)
+    patch = PROCESSORS[arch][1]
+    if arch == "qwen2_vl":
+        vision = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
+        cfg = Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+    elif arch == "qwen2_5_vl":  # block 0 windowed attention, block 1 full
+        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=patch, spatial_merge_size=2,
+                      temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
+        cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+    else:  # Qwen3-VL: interleaved mrope sections, deepstack features from vision block 0
+        text.update(head_dim=16)
+        text["rope_parameters"]["mrope_interleaved"] = True
+        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=patch, spatial_merge_size=2,
+                      temporal_patch_size=2, num_position_embeddings=64, deepstack_visual_indexes=[0])
+        cfg = Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
     cfg.dtype = "float32"
     return cfg
 
@@ -56,9 +76,10 @@ def build_vlm_tokenizer():
     return tok
 
 
-def make_tiny_vlm_dir(path: str | Path, seed: int = 0, *, max_pixels: int = 56 * 56) -> Path:
-    """Write a tiny random Qwen2-VL (fp32) with its processor to ``path``; an image becomes at most
-    ``max_pixels / 28**2`` image tokens (4 with the default)."""
+def make_tiny_vlm_dir(path: str | Path, arch: str = "qwen2_vl", seed: int = 0, *, max_tokens: int = 4) -> Path:
+    """Write a tiny random vision-language model (fp32; ``arch`` in :data:`ARCHS`) with its processor to ``path``;
+    the image processor (Qwen2-VL's, from its class defaults) resizes an image to between 1 and ``max_tokens`` image
+    tokens (each ``2 x patch`` pixels square)."""
     from transformers import AutoModelForImageTextToText, GenerationConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -66,12 +87,14 @@ def make_tiny_vlm_dir(path: str | Path, seed: int = 0, *, max_pixels: int = 56 *
     path.mkdir(parents=True, exist_ok=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForImageTextToText.from_config(tiny_vlm_config(), dtype=torch.float32)
+        model = AutoModelForImageTextToText.from_config(tiny_vlm_config(arch), dtype=torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=IM_START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
     save_quietly(model, path)
     build_vlm_tokenizer().save_pretrained(path)
-    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels).save_pretrained(path)
-    (path / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
+    name, patch = PROCESSORS[arch]
+    side = 2 * patch  # patch x spatial merge: the pixels of one image token
+    Qwen2VLImageProcessorPil(min_pixels=side * side, max_pixels=max_tokens * side * side, patch_size=patch).save_pretrained(path)
+    (path / "processor_config.json").write_text(json.dumps({"processor_class": name}))
     return path
 
 
