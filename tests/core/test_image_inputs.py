@@ -152,7 +152,8 @@ def _reference_log_probs(model, out, r):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
-    """Qwen2-VL, Qwen2.5-VL (windowed vision attention) and Qwen3-VL (interleaved mrope, deepstack features)."""
+    """Qwen2-VL, Qwen2.5-VL (windowed vision attention), Qwen3-VL (interleaved mrope, deepstack features) and Qwen3.5
+    (a linear-attention layer: the rollout prefills each sample's copy, its cache cannot be repeated)."""
     from rl_core.testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
     from transformers import AutoModelForImageTextToText

@@ -305,6 +305,10 @@ class HFRolloutEngine:
 
             return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
+        if n > 1 and not _cache_repeats(model):  # e.g. linear-attention layers (Qwen3.5): prefill each sample's copy
+            ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            images = [d for d in images for _ in range(n)] if images is not None else None
+            n = 1
         if images is None:
             pos = position_ids_from_mask(mask)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -312,7 +316,7 @@ class HFRolloutEngine:
             kw = multimodal.model_kwargs(model, ids, mask, images)
             if "position_ids" not in kw:
                 raise ValueError(f"the prompts carry images, and the hf rollout decodes images only with models that have multimodal RoPE "
-                                 f"(get_rope_index: Qwen2-VL, Qwen2.5-VL), not {type(model).__name__}")
+                                 f"(get_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...), not {type(model).__name__}")
             out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kw)
             pos = (multimodal.next_positions(kw["position_ids"]) - 1).unsqueeze(1)  # [b, 1]: the prompt's largest position
         cache = output_cache(out)
@@ -493,6 +497,13 @@ def _eos_ids(model, tokenizer) -> list[int]:
             if i is not None and int(i) not in ids:
                 ids.append(int(i))
     return ids
+
+
+def _cache_repeats(model) -> bool:
+    """Whether the model's KV cache can be repeated per sample (transformers' attention caches can; linear-attention
+    (recurrent) layers' states cannot: Qwen3.5, Qwen3-Next, ...)."""
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    return set(getattr(cfg, "layer_types", None) or ()) <= {"full_attention", "sliding_attention", "chunked_attention"}
 
 
 def _sample(logits: torch.Tensor, *, greedy: bool, temperature: float, top_k: int, top_p: float, generator, want_log_prob: bool,

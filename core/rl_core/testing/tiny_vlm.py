@@ -1,6 +1,6 @@
 """A tiny random Qwen-VL folder built offline (model, processor, tokenizer), for the image-input tests.
 
-:func:`make_tiny_vlm_dir` writes what a real Qwen2-VL / Qwen2.5-VL / Qwen3-VL folder holds: ``config.json``
+:func:`make_tiny_vlm_dir` writes what a real Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 folder holds: ``config.json``
 (vision depth 1-2, text hidden 64), ``model.safetensors``, ``preprocessor_config.json`` (Qwen2-VL's image processor
 from its class defaults, pixels bounded so an image is a few tokens), ``processor_config.json``, and the tokenizer of
 :mod:`rl_core.testing.tiny_model` plus Qwen's vision tokens and a chat template that places images.
@@ -31,15 +31,16 @@ TEMPLATE = (
 )
 
 
-ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+ARCHS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 #: the processor class and the vision patch size of each family
-PROCESSORS = {"qwen2_vl": ("Qwen2VLProcessor", 14), "qwen2_5_vl": ("Qwen2_5_VLProcessor", 14), "qwen3_vl": ("Qwen3VLProcessor", 16)}
+PROCESSORS = {"qwen2_vl": ("Qwen2VLProcessor", 14), "qwen2_5_vl": ("Qwen2_5_VLProcessor", 14), "qwen3_vl": ("Qwen3VLProcessor", 16),
+              "qwen3_5": ("Qwen3VLProcessor", 16)}
 
 
 def tiny_vlm_config(arch: str = "qwen2_vl"):
     """The config :func:`make_tiny_vlm_dir` writes: text hidden 64 (4 heads of 16, multimodal RoPE sections 2 + 3 + 3),
     a vision tower of depth 1-2 and width 32 whose output is the text width."""
-    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3_5Config, Qwen3VLConfig
 
     if arch not in ARCHS:
         raise ValueError(f"arch={arch!r} is not supported; use one of {', '.join(ARCHS)}")
@@ -58,6 +59,13 @@ def tiny_vlm_config(arch: str = "qwen2_vl"):
         vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=patch, spatial_merge_size=2,
                       temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
         cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **ids)
+    elif arch == "qwen3_5":  # Qwen3.5: a linear-attention (gated delta rule) layer, then a full-attention one (partial rotary)
+        text.update(head_dim=16, layer_types=["linear_attention", "full_attention"], linear_key_head_dim=16, linear_value_head_dim=16,
+                    linear_num_key_heads=2, linear_num_value_heads=4)
+        text["rope_parameters"] = dict(rope_type="default", mrope_section=[2, 1, 1], rope_theta=10000.0, partial_rotary_factor=0.5, mrope_interleaved=True)
+        vision = dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=64, num_heads=2, patch_size=patch, spatial_merge_size=2,
+                      temporal_patch_size=2, num_position_embeddings=64)
+        cfg = Qwen3_5Config(text_config=text, vision_config=vision, **ids)
     else:  # Qwen3-VL: interleaved mrope sections, deepstack features from vision block 0
         text.update(head_dim=16)
         text["rope_parameters"]["mrope_interleaved"] = True
