@@ -159,14 +159,54 @@ def stack_problems(stack: Any, datasets: list) -> list:
                            f"{stack.sizes.ranks('actor')[0]} train ranks: a rank whose micro-batch has no image would skip the vision "
                            "tower that the others run (its sharded weights are gathered collectively)",
                            fix="use one train process (trainer.n_gpus_per_node=1), or data where every row has an image"))
-    for kind, card, does in (("rollout", stack.rollout, "does not generate from prompts with images"), ("train", stack.train, "has forwards that do not read the prompts' images")):
-        if not card.images:
-            able = sorted(c.name for c in get_registry().cards[kind].values() if c.images)
+    out += card_problems(cfg, stack.rollout, stack.train, stack.estimator)
+    return out
+
+
+def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: Any = None) -> list:
+    """Prompts with images and the run's cards (any may be None: not resolved): a rollout / train backend that cannot
+    carry them, an estimator with a critic, multi-turn rollouts; as Problems naming the key."""
+    from rl_core.plugins import get_registry
+    from rl_core.problems import Problem
+
+    registry = registry or get_registry()
+    out = []
+    for kind, card, does in (("rollout", rollout, "does not generate from prompts with images"), ("train", train, "has forwards that do not read the prompts' images")):
+        if card is not None and not card.images:
+            able = sorted(c.name for c in registry.cards[kind].values() if c.images)
             out.append(Problem(key=f"{kind}.name", what=f"is {card.name!r}, which {does}",
                                fix=f"set {kind}.name to a backend that reads images (installed: {', '.join(able) or 'none'}), or use text-only data"))
-    if stack.estimator.needs_critic:
+    if estimator is not None and estimator.needs_critic:
         out.append(Problem(key="algorithm.adv_estimator", what=f"is {cfg.algorithm.adv_estimator!r}, which needs a critic, and the critic's forward does not read images yet",
                            fix="use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...), or text-only data"))
     if cfg.rollout.multi_turn.enable:
         out.append(Problem(key="rollout.multi_turn.enable", what="is true, and multi-turn rollouts do not carry images yet", fix="set it to false, or use text-only data"))
     return out
+
+
+def data_problems(cfg: Any, registry: Any, rows: list[dict]) -> list:
+    """``rlcore check``: the first rows read hold images (``images``) -> the model must have a vision tower and the
+    configured cards must carry them (:func:`card_problems`)."""
+    from rl_core.modeling import load_hf_config
+    from rl_core.problems import Problem
+
+    if not any(r.get("images") for r in rows):
+        return []
+    out = []
+    try:
+        vision = getattr(load_hf_config(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code), "vision_config", None) is not None
+    except Exception:  # noqa: BLE001 - the model folder's own problems are reported by its check
+        vision = True
+    if not vision:
+        out.append(Problem(key="model.path", what=f"{cfg.model.path!r} has no vision tower, and the data's rows hold images ({cfg.data.image_key!r})",
+                           fix="use a vision-language model (e.g. Qwen2.5-VL), or text-only rows"))
+
+    def card(kind: str, name: str | None):
+        cards = registry.cards[kind]
+        if name is None:
+            defaults = [c for c in cards.values() if getattr(c, "default", False)]
+            return defaults[0] if len(defaults) == 1 else None
+        return cards.get(name)
+
+    estimator = registry.cards["estimator"].get(cfg.algorithm.adv_estimator)
+    return out + card_problems(cfg, card("rollout", cfg.rollout.name), card("train", cfg.train.name), estimator, registry)

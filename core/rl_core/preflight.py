@@ -86,7 +86,7 @@ def _custom_dataset_problems(d: Any) -> list[Problem]:
     return [Problem(key="data.custom_cls.name", what=why, fix="accept data_files, tokenizer, config, processor, max_samples")] if why else []
 
 
-def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = False) -> tuple[list[Problem], list[dict]]:
+def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = False, image_key: str = "images", video_key: str = "videos") -> tuple[list[Problem], list[dict]]:
     """``own_reader``: the user's dataset class (data.custom_cls) reads the file, so only its existence is checked here."""
     from rl_core.data.dataset import DataError, validate_row
 
@@ -107,7 +107,7 @@ def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = Fals
     rows = []
     for i, row in enumerate(raw):
         try:
-            rows.append(validate_row(row, f"{path}, row {i}", prompt_key))
+            rows.append(validate_row(row, f"{path}, row {i}", prompt_key, image_key, video_key))
         except DataError as exc:
             return [Problem(key=key, what=str(exc), fix="fix the rows (see `rlcore data --help` for converters to verl's row format)")], rows
     return [], rows
@@ -187,7 +187,7 @@ def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
         files = getattr(d, f"{split}_files")
         for i, path in enumerate(files):
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
-            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path))
+            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path), image_key=d.image_key, video_key=d.video_key)
             problems += found
             rows += got
         gen = getattr(d, f"{split}_generator")
@@ -370,8 +370,10 @@ def world_checks(config: Any, registry: Any, *, devices: bool = True) -> list[tu
     data, rows = data_problems(config)
     from rl_core.agent.checks import agent_problems
 
+    from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
+
     checks = [("files", data), ("files", reward_problems(config, registry, rows)), ("files", agent_problems(config, registry, rows)),
-              ("files", logger_problems(config))]
+              ("files", image_problems(config, registry, rows)), ("files", logger_problems(config))]
     if devices:
         checks.append(("device", device_problems(config)))
     checks.append(("files", output_problems(config)))

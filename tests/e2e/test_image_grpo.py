@@ -34,24 +34,44 @@ def write_parquet(path, rows) -> None:
     pq.write_table(pa.Table.from_pylist(rows), path)
 
 
-@pytest.mark.parametrize("nprocs", [1, 2])
-def test_rlcore_train_grpo_on_images_two_steps(tmp_path, nprocs):
-    """nprocs=2: FSDP2 shards the language model and the vision tower over two gloo ranks."""
-    model = make_tiny_vlm_dir(tmp_path / "model")
+def _config(tmp_path, model) -> dict:
     write_parquet(tmp_path / "train.parquet", geo3k_rows())
     (tmp_path / "reward.py").write_text(REWARD)
-    cfg = {
+    return {
         "model": {"path": str(model)},
         "data": {"train_files": [str(tmp_path / "train.parquet")], "train_batch_size": 4, "max_prompt_length": 96, "max_response_length": 6,
                  "image_key": "images", "image_patch_size": 14},
         "rollout": {"name": "hf", "n": 2, "temperature": 1.0, "calculate_log_probs": True},
         "train": {"name": "fsdp"},
-        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4 // nprocs, "optim": {"lr": 1e-2}, "skip_zero_advantage_rows": False},
+        "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 4, "optim": {"lr": 1e-2}, "skip_zero_advantage_rows": False},
         "algorithm": {"adv_estimator": "grpo"},
         "reward": {"custom": {"path": str(tmp_path / "reward.py"), "name": "compute_score"}},
-        "trainer": {"device": "cpu", "n_gpus_per_node": nprocs, "total_training_steps": 2, "output_dir": str(tmp_path / "out"),
+        "trainer": {"device": "cpu", "n_gpus_per_node": 1, "total_training_steps": 2, "output_dir": str(tmp_path / "out"),
                     "loggers": ["jsonl"], "test_freq": -1, "save_freq": -1, "seed": 7},
     }
+
+
+def test_rlcore_check_names_what_cannot_carry_images(tmp_path, tiny_model_dir, capsys):
+    from rl_core.cli.main import main
+
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(_config(tmp_path, make_tiny_vlm_dir(tmp_path / "model"))))
+    run = ["check", "--quiet", "--skip-device-check", str(tmp_path / "run.yaml")]
+    assert main(run) == 0, capsys.readouterr().err
+    assert main([*run, "rollout.name=vllm", "algorithm.adv_estimator=gae", "critic.enable=true"]) == 1
+    err = capsys.readouterr().err
+    assert "rollout.name: is 'vllm', which does not generate from prompts with images" in err and "(installed: hf)" in err
+    assert "algorithm.adv_estimator: is 'gae', which needs a critic" in err
+    assert main([*run, f"model.path={tiny_model_dir('qwen2')}"]) == 1
+    assert "has no vision tower, and the data's rows hold images ('images')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_rlcore_train_grpo_on_images_two_steps(tmp_path, nprocs):
+    """nprocs=2: FSDP2 shards the language model and the vision tower over two gloo ranks."""
+    model = make_tiny_vlm_dir(tmp_path / "model")
+    cfg = _config(tmp_path, model)
+    cfg["actor"]["ppo_micro_batch_size_per_gpu"] = 4 // nprocs
+    cfg["trainer"]["n_gpus_per_node"] = nprocs
     if nprocs == 1:  # validation (greedy generation with the images) at the last step
         cfg["data"].update(val_files=[str(tmp_path / "train.parquet")], val_max_samples=2)
         cfg["trainer"]["test_freq"] = 2
