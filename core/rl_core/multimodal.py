@@ -67,7 +67,8 @@ def model_kwargs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask
     owner = rope_index_owner(model)
     if owner is not None and types is not None:
         _check_rows(model, types, mm)
-        pos, _ = owner.get_rope_index(input_ids, mm_token_type_ids=types, image_grid_thw=kw.get("image_grid_thw"), attention_mask=attention_mask)
+        extra = {"mm_token_type_ids": types} if "mm_token_type_ids" in inspect.signature(owner.get_rope_index).parameters else {}
+        pos, _ = owner.get_rope_index(input_ids, image_grid_thw=kw.get("image_grid_thw"), attention_mask=attention_mask, **extra)
         kw["position_ids"] = pos
     return kw
 
