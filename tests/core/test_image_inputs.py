@@ -100,6 +100,18 @@ def test_bad_image_rows_are_named(processor, content, images, message):
         _dataset(processor, [_row(content, images)])
 
 
+def test_long_image_prompts_are_dropped_or_named_never_cut(processor):
+    rows = [validate_row(_row("<image>" + "x" * 40, [{"bytes": png_bytes(50, 60)}]), "data, row 0", "prompt"),
+            validate_row(_row("y" * 40, None), "data, row 1", "prompt")]
+    lengths = [len(it["input_ids"]) for it in PromptDataset(rows, processor.tokenizer, max_prompt_length=200, processor=processor)]
+    assert lengths[0] > lengths[1]  # the image row is the longer one (its 4 image tokens)
+    kw = dict(max_prompt_length=lengths[0] - 1, processor=processor)
+    dropped = PromptDataset(rows, processor.tokenizer, **kw)
+    assert dropped.num_dropped == 1 and "multi_modal_inputs" not in dropped[0]
+    with pytest.raises(DataError, match=r"data, row 0: the prompt has \d+ tokens .* never cut by data.truncation"):
+        PromptDataset(rows, processor.tokenizer, truncation="left", filter_overlong=False, **kw)
+
+
 def test_videos_and_audio_are_refused_by_key():
     with pytest.raises(DataError, match=r"row 0: the row holds videos under 'videos'; rl-core reads image inputs only"):
         validate_row(_row("x", None, videos=[{"path": "a.mp4"}]), "row 0", "prompt")

@@ -273,6 +273,7 @@ class PromptDataset:
                     raise DataError(
                         f"{where[i]}: the prompt has {len(tok)} tokens > data.max_prompt_length="
                         f"{max_prompt_length}; raise max_prompt_length or set data.filter_overlong_prompts=true"
+                        + (" (a prompt with images is never cut by data.truncation: its image tokens must stay whole)" if i in encoded else "")
                     )
                 self.num_dropped += 1
                 continue
