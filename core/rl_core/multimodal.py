@@ -151,7 +151,7 @@ def stack_problems(stack: Any, datasets: list) -> list:
     from rl_core.problems import Problem
 
     items = [it for ds in datasets if ds is not None for it in ds.items]
-    with_images = sum(FIELD in it for it in items)
+    with_images = sum(bool(it.get("images")) for it in items)
     if not with_images:
         return []
     cfg, out = stack.config, []

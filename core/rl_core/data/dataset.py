@@ -232,8 +232,8 @@ class PromptDataset:
 
     ``filter_overlong=True`` drops prompts longer than ``max_prompt_length``
     tokens (``num_dropped`` counts them); ``False`` makes one an error.
-    Rows with ``images`` are encoded by ``processor`` (:mod:`rl_core.data.images`): their items carry
-    ``multi_modal_inputs`` (the processor's image tensors) and ids with the image tokens expanded.
+    Rows with ``images`` are encoded by ``processor`` (:mod:`rl_core.data.images`): their items carry ids with the
+    image tokens expanded and, when taken (``ds[i]``), ``multi_modal_inputs`` (the processor's image tensors).
     """
 
     def __init__(
@@ -257,6 +257,7 @@ class PromptDataset:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
         where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
+        self.processor, self._image_args = processor, (prompt_key, image_key, template_kwargs)
         encoded = self._encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key)
         texts = [encoded[i][0] if i in encoded else render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools, template_kwargs)
                  for i, (r, w) in enumerate(zip(rows, where))]
@@ -278,9 +279,10 @@ class PromptDataset:
                 self.num_dropped += 1
                 continue
             item = {**row, "prompt_text": text, "input_ids": list(tok)}
-            if i in encoded:
-                item["multi_modal_inputs"] = encoded[i][2]
-            item.pop("images", None)
+            if i in encoded:  # the images stay as read (bytes / paths); their tensors are made again when the item is taken
+                item["origin"] = where[i]
+            else:
+                item.pop("images", None)
             self.items.append(item)
         if self.num_dropped:
             logger.warning(
@@ -307,19 +309,25 @@ class PromptDataset:
             raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
         from rl_core.data import images as img
 
-        out = {}
-        for i in with_images:
-            r, w = rows[i], where[i]
-            pics = [img.decode_image(v, f"{w}, {image_key!r}[{k}]") for k, v in enumerate(r["images"])]
-            messages = img.image_messages(r["prompt"], len(pics), w, prompt_key, image_key)
-            out[i] = img.encode(processor, messages, pics, w, template_kwargs)
-        return out
+        return {i: img.encode_row(processor, rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.items[i]
+        """Item ``i``; one with images gets ``multi_modal_inputs`` (the processor's tensors, made now: only the
+        images as read are kept, so a large image dataset is not held decoded in memory)."""
+        item = self.items[i]
+        if not item.get("images"):
+            return item
+        from rl_core.data import images as img
+
+        _, ids, mm = img.encode_row(self.processor, item, item["origin"], *self._image_args)
+        if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
+            raise DataError(f"{item['origin']}: the processor gave other prompt ids on a second encoding; the image processor is not deterministic")
+        out = {k: v for k, v in item.items() if k != "images"}
+        out["multi_modal_inputs"] = mm
+        return out
 
 
 def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None) -> PromptDataset:

@@ -136,6 +136,13 @@ def check_patch_size(processor: Any, value: int | None) -> None:
                              f"(its patch_size is {own}); set data.image_patch_size={own} or leave it out")
 
 
+def encode_row(processor: Any, row: dict[str, Any], where: str, prompt_key: str, image_key: str, template_kwargs: dict[str, Any] | None):
+    """:func:`encode` of a canonical row with ``images`` (decoded here; placeholders checked)."""
+    pics = [decode_image(v, f"{where}, {image_key!r}[{k}]") for k, v in enumerate(row["images"])]
+    messages = image_messages(row["prompt"], len(pics), where, prompt_key, image_key)
+    return encode(processor, messages, pics, where, template_kwargs)
+
+
 def encode(processor: Any, messages: list[dict[str, Any]], images: list, where: str, template_kwargs: dict[str, Any] | None = None) -> tuple[str, list[int], dict[str, torch.Tensor]]:
     """``(prompt text, prompt ids with the image tokens expanded, per-prompt image tensors)`` for one row."""
     try:
