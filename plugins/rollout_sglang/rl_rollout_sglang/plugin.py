@@ -92,9 +92,9 @@ SGLANG_ROLLOUT = RolloutCard(
     lora_adapters=True,  # LoRA through SGLang's load_lora_adapter_from_tensors (rl_rollout_sglang.lora)
     moe_parallel={"ep"},  # SGLang's ep_size (rollout.expert_parallel_size = TP); DP attention (attn_dp_size) not run
     engine="sglang",
-    engine_versions="==0.5.23",
+    engine_versions="==0.5.17||==0.5.23",  # 0.5.17: H100 bf16 (test_sglang_gpu.py); 0.5.23: CPU
     engine_install=(
-        "GPU: pip install 'sglang==0.5.23'; CPU: PyPI has no CPU build (pip install sglang pulls ~4 GB of CUDA wheels "
+        "GPU: pip install 'sglang==0.5.17' (the release tested on an H100, torch 2.11); CPU: PyPI has no CPU build (pip install sglang pulls ~4 GB of CUDA wheels "
         "that do not run there): follow the rl-rollout-sglang README's CPU install (scripts/install_cpu_engine.sh)"
     ),
     checks=(check_engine_kwargs,),

@@ -78,7 +78,7 @@ def test_card_declares_its_capabilities():
     assert card.name == "sglang" and card.factory == "rl_rollout_sglang.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
     assert card.memory_fraction and card.logprobs and card.max_tp == 8
-    assert card.engine == "sglang" and card.engine_versions == "==0.5.23"
+    assert card.engine == "sglang" and card.engine_versions == "==0.5.17||==0.5.23"
     assert check_engine_kwargs in card.checks
 
 
@@ -126,8 +126,8 @@ def test_engine_version_outside_the_range_is_one_problem(model_path, sglang_vers
     errs = errors(problems)
     assert len(errs) == 1, [p.render() for p in problems]
     assert errs[0].key == "rollout.name"
-    assert "installed sglang 0.5.24 is outside the versions 'sglang' was tested with (==0.5.23)" in errs[0].what
-    assert "pip install 'sglang==0.5.23'" in errs[0].fix and resolver.ALLOW_UNTESTED_ENV in errs[0].fix
+    assert "installed sglang 0.5.24 is outside the versions 'sglang' was tested with (==0.5.17||==0.5.23)" in errs[0].what
+    assert "pip install 'sglang==0.5.17'" in errs[0].fix and resolver.ALLOW_UNTESTED_ENV in errs[0].fix
 
 
 def test_untested_version_is_a_warning_when_allowed(model_path, sglang_version, monkeypatch):
@@ -146,7 +146,7 @@ def test_missing_engine_is_one_problem_naming_the_package(model_path, sglang_ver
     assert len(errs) == 1, [p.render() for p in problems]
     assert errs[0].key == "rollout.name"
     assert "needs the engine sglang, which is not installed" in errs[0].what
-    assert "pip install 'sglang==0.5.23'" in errs[0].fix and "CPU install" in errs[0].fix
+    assert "pip install 'sglang==0.5.17'" in errs[0].fix and "CPU install" in errs[0].fix
 
 
 def test_missing_plugin_names_the_distribution(model_path):
