@@ -134,6 +134,9 @@ class RolloutCard(CardBase):
     routed_experts: bool = False
     # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl_core.multimodal)
     images: bool = False
+    # one engine's TP group may span nodes (TP > a node's devices), its ranks on several nodes of a Ray cluster
+    # (trainer.placement=ray); False: a TP group stays within one node
+    multi_node_tp: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
 
 

