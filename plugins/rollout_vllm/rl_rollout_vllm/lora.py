@@ -10,8 +10,9 @@ can never run with an older adapter: an id vLLM does not hold would make it look
 
 :func:`sample_held` reads back what the engine computes with: elements of the slot's stacked ``lora_a`` / ``lora_b``
 buffers (q/k/v and gate/up are slices of vLLM's fused layers) and of the base weights (``qkv_proj`` / ``gate_up_proj``
-rows located from the HF shapes), for :mod:`rl_core.weight_sync_check`. Tensor parallel > 1 shards both: not sampled
-(the sync is then not verified, and the log says so).
+rows located from the HF shapes), for :mod:`rl_core.weight_sync_check`. Tensor parallel > 1 shards both: the base
+weights are read from the worker holding each element (:mod:`rl_rollout_vllm.tp_shards`); adapters are not sampled
+then (the adapter sync is not verified, and the log says so).
 """
 
 from __future__ import annotations
@@ -124,14 +125,19 @@ def _slot_module(models, module: str) -> tuple[Any, int] | None:
 def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str, tuple[int, ...]] | None,
                 lora_id: int | None, rank: int) -> dict[str, torch.Tensor] | None:
     """Inside the vLLM worker: the elements the engine holds at flat ``positions`` of HF-named base weights and
-    peft-named adapter tensors (adapter ``lora_id``'s slot); a name the engine does not hold is left out. None
-    with tensor parallel > 1."""
+    peft-named adapter tensors (adapter ``lora_id``'s slot); a name the engine does not hold is left out. With
+    tensor parallel > 1 every worker of the TP group takes part and the base weights' elements come from the
+    worker holding each (:func:`rl_rollout_vllm.tp_shards.sample_sharded`); adapters are then not sampled (None)."""
     from vllm.distributed import get_tensor_model_parallel_world_size
 
-    if get_tensor_model_parallel_world_size() > 1:
-        return None
     runner = worker.model_runner
     model = runner.get_model()
+    if get_tensor_model_parallel_world_size() > 1:
+        if any(name.endswith((".lora_A.weight", ".lora_B.weight")) for name in positions):
+            return None
+        from rl_rollout_vllm.tp_shards import sample_sharded
+
+        return sample_sharded(model, positions, hf_shapes or {})
     params = dict(model.named_parameters())
     manager = getattr(runner, "lora_manager", None)
     models = getattr(manager, "_adapter_manager", None) if manager is not None else None

@@ -196,7 +196,7 @@ def check_routed_experts(config) -> list[Problem]:
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
-    description="vLLM offline engine in each worker (in-process); TP via external launcher; sleep/wake on GPU",
+    description="vLLM offline engine in each worker (in-process); TP via external launcher, across nodes on Ray; sleep/wake on GPU",
     devices={"cpu", "cuda"},
     max_tp=None,  # TP up to the rollout's devices; a TP group larger than one node spans nodes (Ray placement)
     multi_node_tp=True,  # each rank one vLLM worker of its TP group, wherever Ray put it (engine.py: "Across nodes")

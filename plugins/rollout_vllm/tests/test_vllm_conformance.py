@@ -180,3 +180,73 @@ def test_tensor_parallel_2_on_cpu(tmp_path):
     ref = reference_log_probs(reference_model(model_dir), out, 1.0)
     rm = r0["seeded"]["response_mask"].bool()
     torch.testing.assert_close(r0["seeded"]["rollout_log_probs"][rm], ref[rm], atol=1e-3, rtol=0)
+
+
+# ------------------------------------- weight sync with TP 2: every worker verified (issue #37)
+def _perturbed(model_dir, seed):
+    """The model's tensors moved by seeded noise: the same on every rank."""
+    from safetensors.torch import load_file
+
+    g = torch.Generator().manual_seed(seed)
+    return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in load_file(str(Path(model_dir) / "model.safetensors")).items()}
+
+
+def _tp_sync_rank(rank, world_size, model_dir, stale):
+    """Load new weights into a TP 2 engine, verified; then again with rank 1's worker silently skipping the tensors
+    in ``stale`` (it keeps their old values): every rank must see the stale copy."""
+    from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
+    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+
+    cfg = RunConfig(
+        model=ModelConfig(path=model_dir),
+        data=DataConfig(max_prompt_length=32, max_response_length=8),
+        rollout=RolloutConfig(name="vllm", tensor_model_parallel_size=2),
+        trainer=TrainerConfig(device="cpu", n_gpus_per_node=world_size),
+    )
+    eng = build(cfg, WorkerContext(rank=rank, world_size=world_size, local_rank=rank))
+    out = {}
+    try:
+        new = _perturbed(model_dir, 1)
+        out["verified"] = load_verified(eng, new.items(), None, engine_name="vllm", version=1)
+        out["tensors"] = len(new)
+        seeded = eng.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=8, temperature=1.0, logprobs=True, seed=5))
+        out["seeded"] = seeded.to_dict()["tensors"]
+        reload = eng._reload
+        for version, name in enumerate(stale, start=2):
+            if rank == 1:  # this worker drops one tensor on its way into vLLM: it keeps the old values
+                eng._reload = lambda it, name=name: reload(iter([(k, v) for k, v in it if k != name]))
+            try:
+                load_verified(eng, _perturbed(model_dir, version).items(), None, engine_name="vllm", version=version)
+                out[name] = "not detected"
+            except StaleWeightsError as exc:
+                out[name] = str(exc)
+            eng._reload = reload
+        return out
+    finally:
+        eng.shutdown()
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_tensor_parallel_2_weight_sync_is_verified_on_every_worker(tmp_path):
+    """TP 2 (2 ranks, each one vLLM worker holding half of most weights): a sync is verified element by element from
+    the worker holding each sampled element, generation afterwards uses the new weights on both workers (log-probs
+    equal transformers' with them), and a worker that kept a stale tensor (a q_proj, sharded into vLLM's fused qkv;
+    an o_proj, split by columns; the embedding, split by vocabulary rows; a norm, replicated) stops the run on
+    every rank, naming it."""
+    from rl_core.testing.distributed import run_distributed
+    from rl_core.testing.tiny_model import make_tiny_model_dir
+
+    model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
+    stale = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.o_proj.weight",
+             "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight")
+    r0, r1 = run_distributed(_tp_sync_rank, 2, model_dir, stale, timeout=500)
+    for r in (r0, r1):
+        assert r["verified"] == r["tensors"], r
+        for name in stale:
+            assert "kept stale weights" in r[name] and name in r[name], (name, r[name])
+    out = SimpleNamespace(tensors=r0["seeded"])
+    ref = reference_log_probs(reference_model(model_dir, _perturbed(model_dir, 1)), out, 1.0)
+    rm = r0["seeded"]["response_mask"].bool()
+    torch.testing.assert_close(r0["seeded"]["rollout_log_probs"][rm], ref[rm], atol=1e-3, rtol=0)
+    assert torch.equal(r0["seeded"]["responses"], r1["seeded"]["responses"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,8 @@ def write_run(tmp: Path, *, nprocs: int = 1, steps: int = 2) -> Path:
     )
 
 
-def _train(config: Path, *overrides: str, timeout: int = 540) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RL_CORE_PLUGINS": "", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+def _train(config: Path, *overrides: str, timeout: int = 540, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**(env or os.environ), "RL_CORE_PLUGINS": "", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
         [sys.executable, "-m", "rl_core", "train", "--no-progress", str(config), *overrides],
         capture_output=True, text=True, env=env, timeout=timeout,
@@ -104,3 +105,27 @@ def test_rollout_log_probs_match_the_fsdp_actor_after_sync(tmp_path):
     mask = gen["response_mask"].bool()
     gap = (actor[mask] - gen["rollout_log_probs"][mask]).abs().max().item()
     assert gap < 1e-3, f"vLLM log-probs differ from the FSDP actor's by {gap} after the sync"
+
+
+@pytest.mark.dist
+def test_tp_group_across_two_ray_nodes(tmp_path):
+    """Rollout TP 2 over two Ray nodes (trainer.nnodes=2 x 1, trainer.placement=ray against a running two-node
+    cluster): one vLLM engine whose TP group has a worker on each node (rl-core's ranks), generating, trained, and
+    synced with every worker's weights verified (a stale worker stops the run: test_vllm_conformance's TP 2 sync test)."""
+    pytest.importorskip("ray", reason="needs Ray in the engine's venv (pip install 'ray==2.60.*'): a real two-node cluster")
+    from tests.ray.conftest import TwoNodeCluster
+
+    (tmp_path / "ray").mkdir()
+    cluster = TwoNodeCluster(tmp_path / "ray")
+    try:
+        cfg = write_run(tmp_path)
+        res = _train(cfg, "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.placement=ray", f"ray.address={cluster.address}",
+                     "rollout.tensor_model_parallel_size=2", timeout=900, env={**cluster.env, "RL_CORE_PLUGINS": ""})
+        rows = _check_run(tmp_path, res)
+    finally:
+        cluster.stop()
+    placed = dict(re.findall(r"rank (\d) -> node \S+ \((\w+),", res.stdout + res.stderr))
+    assert len(placed) == 2 and placed["0"] != placed["1"], res.stdout[-3000:]  # one rank (one vLLM TP worker) per node
+    # vLLM's own engine-config line, forwarded from the Ray workers
+    assert "tensor_parallel_size=2," in res.stdout + res.stderr, "the engine did not start with TP 2"
+    assert all(r["timing_s/sync_weights"] > 0 for r in rows)

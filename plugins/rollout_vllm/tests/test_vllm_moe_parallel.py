@@ -56,13 +56,14 @@ def test_engine_kwargs_cannot_set_them_behind_rl_cores_back(tmp_path, vllm_cpu_v
     assert stack is None and "rollout.expert_parallel_size" in errs[0].render()
 
 
-def _engine_kwargs(*overrides, rank=0, world=8):
+def _engine_kwargs(*overrides, rank=0, world=8, local_rank=None, device="cuda"):
     """The ``vllm.LLM`` arguments VLLMRollout builds for ``rank`` (its set-up without starting vLLM)."""
     from rl_rollout_vllm.engine import VLLMRollout
 
     cfg = load_config(overrides=["model.path=/m", "rollout.name=vllm", "trainer.device=cuda", *overrides])
     engine = VLLMRollout.__new__(VLLMRollout)
-    engine.config, engine.context = cfg, WorkerContext(rank=rank, world_size=world, local_rank=rank, device="cuda")
+    local = rank if local_rank is None else local_rank
+    engine.config, engine.context = cfg, WorkerContext(rank=rank, world_size=world, local_rank=local, device=device)
     engine.tp, engine.lora_rank, engine.device_type = cfg.rollout.tensor_model_parallel_size, 0, "cuda"
     engine.sleep_enabled, engine.external = False, True
     return engine._llm_kwargs({})
@@ -86,3 +87,39 @@ def test_the_engine_is_built_with_vllms_arguments(monkeypatch):
     names = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "distributed_executor_backend")
     pc = ParallelConfig(**{k: kwargs[k] for k in names})
     assert (pc.world_size, pc.data_parallel_size, pc.data_parallel_rank, pc.enable_expert_parallel) == (8, 4, 2, True)
+
+
+def test_a_tp_group_across_ray_nodes_gets_its_gpu_and_the_node_address(monkeypatch):
+    """TP 16 over two Ray nodes of 8: rank 13 (the 6th on the second node) sees only its own GPU as cuda:0, so vLLM's
+    LOCAL_RANK is 0, not 5; vLLM's cross-node broadcast queue binds the address the node registered with Ray."""
+    import os
+    import sys
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "VLLM_HOST_IP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(
+        is_initialized=lambda: True, util=types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.2")))
+    kwargs = _engine_kwargs("rollout.tensor_model_parallel_size=16", rank=13, world=16, local_rank=5, device="cuda:0")
+    assert (kwargs["tensor_parallel_size"], kwargs["distributed_executor_backend"]) == (16, "external_launcher")
+    assert (os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], os.environ["VLLM_HOST_IP"]) == ("13", "0", "16", "10.0.0.2")
+    # a user's VLLM_HOST_IP is kept; local placement (cuda:LOCAL_RANK, no Ray worker) sets none
+    monkeypatch.setenv("VLLM_HOST_IP", "10.9.9.9")
+    monkeypatch.delenv("LOCAL_RANK")
+    _engine_kwargs("rollout.tensor_model_parallel_size=16", rank=13, world=16, local_rank=5, device="cuda:0")
+    assert os.environ["VLLM_HOST_IP"] == "10.9.9.9"
+    monkeypatch.delitem(sys.modules, "ray")
+    for key in ("LOCAL_RANK", "VLLM_HOST_IP"):
+        monkeypatch.delenv(key)
+    _engine_kwargs("rollout.tensor_model_parallel_size=2", rank=3, world=8, local_rank=3, device="cuda:3")
+    assert os.environ["LOCAL_RANK"] == "3" and "VLLM_HOST_IP" not in os.environ
+    try:
+        from vllm.config import ParallelConfig
+        from vllm.utils.network_utils import get_ip
+    except Exception:  # noqa: BLE001
+        pytest.skip("vLLM is not importable here (its own venv runs this)")
+    # vLLM's own reading of them: one TP group of 16 ranks (nothing about nodes: the process group spans them), and
+    # the address its queue binds is the one given
+    pc = ParallelConfig(tensor_parallel_size=16, distributed_executor_backend="external_launcher")
+    assert (pc.world_size, pc.nnodes) == (16, 1)
+    monkeypatch.setenv("VLLM_HOST_IP", "10.0.0.2")
+    assert get_ip() == "10.0.0.2"
