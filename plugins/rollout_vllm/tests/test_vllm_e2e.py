@@ -129,3 +129,7 @@ def test_tp_group_across_two_ray_nodes(tmp_path):
     # vLLM's own engine-config line, forwarded from the Ray workers
     assert "tensor_parallel_size=2," in res.stdout + res.stderr, "the engine did not start with TP 2"
     assert all(r["timing_s/sync_weights"] > 0 for r in rows)
+    # step 2 generated with the weights synced after step 1's update: vLLM's log-probs (TP 2, a worker per node) equal
+    # the FSDP actor's own, which they would not if either worker had kept its old shard
+    for row in rows:
+        assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-3, row
