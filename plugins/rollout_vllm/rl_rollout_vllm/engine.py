@@ -523,13 +523,13 @@ class VLLMRollout:
         """What the engine holds at flat ``positions`` of HF-named weights and of the adapter in use (peft names), for
         rl_core.weight_sync_check. With tensor parallel > 1 every rank of the TP group must call it (the same
         positions): each element comes from the worker holding it, NaN where its holders disagree
-        (rl_rollout_vllm.tp_shards); None for LoRA adapters with TP > 1 (not sampled)."""
+        (rl_rollout_vllm.tp_shards); None for LoRA adapters with TP > 1 and fully_sharded_loras (not sampled)."""
         from rl_rollout_vllm.lora import sample_held
 
         lora_id = self._lora_request.lora_int_id if self._lora_request is not None else None
         held = self.llm.collective_rpc(sample_held, args=(positions, self._shapes, lora_id, self.lora_rank))[0]
         if held is None:
-            self._note_once("unverified", "weight sync: LoRA adapters are not verified with tensor parallel > 1 (vLLM shards its LoRA slots)", level=logging.WARNING)
+            self._note_once("unverified", "weight sync: LoRA adapters are not verified with tensor parallel > 1 and fully_sharded_loras (another layout of vLLM's LoRA slots)", level=logging.WARNING)
         return held
 
     def _check_tensor(self, name: str, tensor: torch.Tensor) -> None:

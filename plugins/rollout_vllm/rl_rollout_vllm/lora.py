@@ -10,9 +10,9 @@ can never run with an older adapter: an id vLLM does not hold would make it look
 
 :func:`sample_held` reads back what the engine computes with: elements of the slot's stacked ``lora_a`` / ``lora_b``
 buffers (q/k/v and gate/up are slices of vLLM's fused layers) and of the base weights (``qkv_proj`` / ``gate_up_proj``
-rows located from the HF shapes), for :mod:`rl_core.weight_sync_check`. Tensor parallel > 1 shards both: the base
-weights are read from the worker holding each element (:mod:`rl_rollout_vllm.tp_shards`); adapters are not sampled
-then (the adapter sync is not verified, and the log says so).
+rows located from the HF shapes), for :mod:`rl_core.weight_sync_check`. Tensor parallel > 1 shards both: each element is
+read from the worker holding it (:mod:`rl_rollout_vllm.tp_shards`); with ``fully_sharded_loras`` (another layout)
+adapters are not sampled (the adapter sync is then not verified, and the log says so).
 """
 
 from __future__ import annotations
@@ -126,21 +126,17 @@ def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str,
                 lora_id: int | None, rank: int) -> dict[str, torch.Tensor] | None:
     """Inside the vLLM worker: the elements the engine holds at flat ``positions`` of HF-named base weights and
     peft-named adapter tensors (adapter ``lora_id``'s slot); a name the engine does not hold is left out. With
-    tensor parallel > 1 every worker of the TP group takes part and the base weights' elements come from the
-    worker holding each (:func:`rl_rollout_vllm.tp_shards.sample_sharded`); adapters are then not sampled (None)."""
+    tensor parallel > 1 every worker of the TP group takes part and each element comes from the worker holding it
+    (:mod:`rl_rollout_vllm.tp_shards`); None for adapters of ``fully_sharded_loras`` (not sampled)."""
     from vllm.distributed import get_tensor_model_parallel_world_size
 
     runner = worker.model_runner
     model = runner.get_model()
-    if get_tensor_model_parallel_world_size() > 1:
-        if any(name.endswith((".lora_A.weight", ".lora_B.weight")) for name in positions):
-            return None
-        from rl_rollout_vllm.tp_shards import sample_sharded
-
-        return sample_sharded(model, positions, hf_shapes or {})
     params = dict(model.named_parameters())
     manager = getattr(runner, "lora_manager", None)
     models = getattr(manager, "_adapter_manager", None) if manager is not None else None
+    if get_tensor_model_parallel_world_size() > 1:
+        return _sample_sharded(model, params, models, positions, hf_shapes or {}, lora_id, rank)
     out: dict[str, torch.Tensor] = {}
     for name, pos in positions.items():
         pos = pos.long()
@@ -152,6 +148,40 @@ def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str,
         if values is not None:
             out[name] = values.detach().cpu()
     return out
+
+
+def _sample_sharded(model, params, models, positions: dict[str, torch.Tensor], hf_shapes: dict[str, tuple[int, ...]],
+                    lora_id: int | None, rank: int) -> dict[str, torch.Tensor] | None:
+    """:func:`sample_held` with TP > 1: this worker's share of each tensor (rl_rollout_vllm.tp_shards), combined over
+    the TP group; None (not sampled) for adapters of ``fully_sharded_loras``, whose layout differs."""
+    from rl_rollout_vllm.tp_shards import base_local, combine
+
+    mine = {}
+    for name, pos in positions.items():
+        if not name.endswith((".lora_A.weight", ".lora_B.weight")):
+            got = base_local(model, params, name, pos, hf_shapes)
+        elif models is None or lora_id is None or lora_id not in models.lora_index_to_id:
+            got = None
+        elif getattr(models.lora_config, "fully_sharded_loras", False):
+            return None
+        else:
+            got = _adapter_local(models, name, pos, lora_id, rank, hf_shapes)
+        if got is not None:
+            mine[name] = got
+    return combine(mine, list(positions))
+
+
+def _adapter_local(models, name: str, pos: torch.Tensor, lora_id: int, rank: int, hf_shapes: dict[str, tuple[int, ...]]):
+    from vllm.lora.utils import parse_fine_tuned_lora_name
+
+    from rl_rollout_vllm.tp_shards import adapter_local
+
+    module, is_a = parse_fine_tuned_lora_name(name)
+    found, base_shape = _slot_module(models, module), hf_shapes.get(f"{module}.weight")
+    if found is None or base_shape is None:
+        return None
+    layer, part = found
+    return adapter_local(layer, part, is_a, models.lora_index_to_id.index(lora_id), rank, base_shape, pos)
 
 
 def _adapter_tensor(models, name: str, lora_id: int | None, rank: int) -> torch.Tensor | None:

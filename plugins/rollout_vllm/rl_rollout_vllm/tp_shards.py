@@ -13,9 +13,10 @@ weights, laid out by vLLM's parallel layers (``vllm.model_executor.layers.linear
 - anything else (norms, a replicated linear): whole on every rank.
 
 :func:`locate` maps HF rows / columns of one weight to this worker's ``(held, local row, local column)`` from those
-attributes of the layer; :func:`sample_sharded` reads the held elements (from the parameter, or through the layer's
-GEMM where vLLM's CPU kernels packed the weight away), exchanges them over the TP group's CPU group and returns, on
-every rank, each element from the first rank holding it. Where the ranks holding an element disagree (one worker
+attributes of the layer; :func:`base_local` reads the held elements (from the parameter, or through the layer's
+GEMM where vLLM's CPU kernels packed the weight away; :func:`adapter_local` a LoRA adapter's from vLLM's LoRA slots);
+:func:`combine` exchanges them over the TP group's CPU group and returns, on every rank, each element from the first
+rank holding it. Where the ranks holding an element disagree (one worker
 kept a stale copy), the element reads NaN, which equals nothing the trainer sent: every worker's copy is checked.
 """
 
@@ -98,33 +99,60 @@ def _where(model, params: dict[str, torch.Tensor], name: str, packed: dict[str, 
     return None
 
 
-def sample_sharded(model, positions: dict[str, torch.Tensor], hf_shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """Inside one TP worker (every worker of the group calls it with the same ``positions``): the elements of each
-    HF weight at ``positions``, each from the first worker holding it, NaN where the holders disagree; a weight no
-    worker holds (or one not held at every position) is left out."""
+def base_local(model, params: dict[str, torch.Tensor], name: str, pos: torch.Tensor, hf_shapes: dict[str, tuple[int, ...]]):
+    """This worker's ``(values, held mask)`` of HF weight ``name`` at flat ``pos`` (zeros where not held); None when
+    the engine has no such weight or cannot read it."""
+    shape, found = hf_shapes.get(name), _where(model, params, name, getattr(model, "packed_modules_mapping", None))
+    if shape is None or found is None:
+        return None
+    layer, held, leaf, part = found
+    mask, rows, cols = locate(layer, leaf, part, shape, pos)
+    values = torch.zeros(len(pos), dtype=held.dtype)
+    if mask.any():
+        got = _read(layer, held, rows[mask], None if cols is None else cols[mask])
+        if got is None:
+            return None
+        values[mask] = got.detach().to("cpu", values.dtype)
+    return values, mask
+
+
+def adapter_local(layer, part: int, is_a: bool, slot: int, rank: int, base_shape: tuple[int, ...], pos: torch.Tensor):
+    """This worker's ``(values, held mask)`` of a peft adapter tensor at flat ``pos``: ``lora_A`` ``[rank, in]`` or
+    ``lora_B`` ``[out, rank]`` of the HF linear of ``base_shape`` ``(out, in)`` held in slice ``part`` of vLLM's LoRA
+    layer ``layer``, adapter slot ``slot``. vLLM shards them as the base layer (not ``fully_sharded_loras``): a
+    column-parallel layer's B by output rows (its A whole), a row-parallel layer's A by input columns (its B whole)."""
+    from vllm.model_executor.layers.linear import RowParallelLinear
+
+    base = getattr(layer, "base_layer", layer)
+    shape = (rank, base_shape[1]) if is_a else (base_shape[0], rank)
+    pos = pos.long()
+    rows, cols = pos // shape[1], pos % shape[1]
+    mask = torch.ones_like(pos, dtype=torch.bool)
+    column = _parts(base, part)
+    if column is not None and not is_a:
+        local, _, shard = column
+        mask, rows = rows // local == shard, rows % local
+    elif isinstance(base, RowParallelLinear) and is_a:
+        local = int(base.input_size_per_partition)
+        mask, cols = cols // local == int(base.tp_rank), cols % local
+    stacked = (layer.lora_a_stacked if is_a else layer.lora_b_stacked)[part][slot, 0]  # A: [rank, in], B: [out, rank]
+    values = torch.zeros(len(pos), dtype=stacked.dtype)
+    if mask.any():
+        values[mask] = stacked[rows[mask].to(stacked.device), cols[mask].to(stacked.device)].detach().cpu()
+    return values, mask
+
+
+def combine(mine: dict[str, tuple[torch.Tensor, torch.Tensor]], names) -> dict[str, torch.Tensor]:
+    """Inside one TP worker (every worker of the group calls it with the same ``names``): exchange each worker's
+    ``(values, held mask)`` over the TP group's CPU group; each element from the first worker holding it, NaN where
+    the holders disagree. A name some worker could not read, or an element no worker holds, is left out."""
     from vllm.distributed.parallel_state import get_tp_group
 
-    params = dict(model.named_parameters())
-    packed = getattr(model, "packed_modules_mapping", None)
-    mine: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for name, pos in positions.items():
-        shape, found = hf_shapes.get(name), _where(model, params, name, packed)
-        if shape is None or found is None:
-            continue
-        layer, held, leaf, part = found
-        mask, rows, cols = locate(layer, leaf, part, shape, pos)
-        values = torch.zeros(len(pos), dtype=held.dtype)
-        if mask.any():
-            got = _read(layer, held, rows[mask], None if cols is None else cols[mask])
-            if got is None:
-                continue
-            values[mask] = got.detach().to("cpu", values.dtype)
-        mine[name] = (values, mask)
     group = get_tp_group()
     everyone: list = [None] * group.world_size
     torch.distributed.all_gather_object(everyone, mine, group=group.cpu_group)
     out: dict[str, torch.Tensor] = {}
-    for name in positions:
+    for name in names:
         seen = [r[name] for r in everyone if name in r]
         if len(seen) < len(everyone):
             continue  # some worker cannot report it: left out, so the check names it

@@ -191,11 +191,29 @@ def _perturbed(model_dir, seed):
     return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in load_file(str(Path(model_dir) / "model.safetensors")).items()}
 
 
+def _stale_on_rank_1(rank, eng, method, stale, spoiled, sync) -> dict[str, str]:
+    """For each name in ``stale``, one ``sync(version)`` (versions 2, 3, ...) with rank 1's engine ``method`` replaced
+    by ``spoiled(original, name)``: what the sync check said on this rank ("not detected" when it passed)."""
+    from rl_core.weight_sync_check import StaleWeightsError
+
+    out, original = {}, getattr(eng, method)
+    for version, name in enumerate(stale, start=2):
+        if rank == 1:
+            setattr(eng, method, spoiled(original, name))
+        try:
+            sync(version)
+            out[name] = "not detected"
+        except StaleWeightsError as exc:
+            out[name] = str(exc)
+        setattr(eng, method, original)
+    return out
+
+
 def _tp_sync_rank(rank, world_size, model_dir, stale):
     """Load new weights into a TP 2 engine, verified; then again with rank 1's worker silently skipping the tensors
     in ``stale`` (it keeps their old values): every rank must see the stale copy."""
     from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
-    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+    from rl_core.weight_sync_check import load_verified
 
     cfg = RunConfig(
         model=ModelConfig(path=model_dir),
@@ -211,16 +229,9 @@ def _tp_sync_rank(rank, world_size, model_dir, stale):
         out["tensors"] = len(new)
         seeded = eng.generate(prompt_batch(model_dir), SamplingParams(n=2, max_new_tokens=8, temperature=1.0, logprobs=True, seed=5))
         out["seeded"] = seeded.to_dict()["tensors"]
-        reload = eng._reload
-        for version, name in enumerate(stale, start=2):
-            if rank == 1:  # this worker drops one tensor on its way into vLLM: it keeps the old values
-                eng._reload = lambda it, name=name: reload(iter([(k, v) for k, v in it if k != name]))
-            try:
-                load_verified(eng, _perturbed(model_dir, version).items(), None, engine_name="vllm", version=version)
-                out[name] = "not detected"
-            except StaleWeightsError as exc:
-                out[name] = str(exc)
-            eng._reload = reload
+        # rank 1's worker drops one tensor on its way into vLLM: it keeps the old values
+        out.update(_stale_on_rank_1(rank, eng, "_reload", stale, lambda reload, name: lambda it: reload(iter([(k, v) for k, v in it if k != name])),
+                                    lambda v: load_verified(eng, _perturbed(model_dir, v).items(), None, engine_name="vllm", version=v)))
         return out
     finally:
         eng.shutdown()
@@ -250,3 +261,65 @@ def test_tensor_parallel_2_weight_sync_is_verified_on_every_worker(tmp_path):
     rm = r0["seeded"]["response_mask"].bool()
     torch.testing.assert_close(r0["seeded"]["rollout_log_probs"][rm], ref[rm], atol=1e-3, rtol=0)
     assert torch.equal(r0["seeded"]["responses"], r1["seeded"]["responses"])
+
+
+def _tp_lora_rank(rank, world_size, model_dir):
+    """A TP 2 engine with LoRA: a real peft adapter loaded and verified on both workers; then rank 1's worker keeps
+    the previous adapter for one tensor of each layout (a column-parallel B, sharded; a row-parallel A, sharded; a
+    column-parallel A, whole on both)."""
+    from peft import LoraConfig, get_peft_model
+    from peft.utils import get_peft_model_state_dict
+    from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
+    from rl_core.weight_sync_check import load_adapter_verified
+
+    cfg = RunConfig(
+        model=ModelConfig(path=model_dir, lora_rank=8, lora_alpha=16),
+        data=DataConfig(max_prompt_length=32, max_response_length=8),
+        rollout=RolloutConfig(name="vllm", tensor_model_parallel_size=2, lora_sync="adapter"),
+        trainer=TrainerConfig(device="cpu", n_gpus_per_node=world_size),
+    )
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(reference_model(model_dir), LoraConfig(r=8, lora_alpha=8, target_modules=targets))
+
+    def adapter(seed):
+        g = torch.Generator().manual_seed(seed)
+        return {k: 0.1 * torch.randn(v.shape, generator=g) for k, v in get_peft_model_state_dict(model).items()}
+
+    eng = build(cfg, WorkerContext(rank=rank, world_size=world_size, local_rank=rank))
+    out = {}
+    try:
+        first = adapter(1)
+        config = {"r": 8, "lora_alpha": 8, "target_modules": targets, "bias": "none"}  # scale 1, as rl_core.lora.engine_adapter sends
+        out["verified"], out["tensors"] = load_adapter_verified(eng, first, config, engine_name="vllm", version=1), len(first)
+        out["held"] = eng.sample_weights({k: torch.arange(min(16, v.numel())) for k, v in first.items()})
+        out["sent"] = {k: v.reshape(-1)[:16] for k, v in first.items()}
+        stale = ("base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight",
+                 "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight",
+                 "base_model.model.model.layers.0.mlp.gate_proj.lora_A.weight")
+        # rank 1's worker gets the previous adapter's values for one tensor
+        out.update(_stale_on_rank_1(rank, eng, "load_adapter", stale, lambda load, name: lambda t, c, v: load({**t, name: first[name]}, c, v),
+                                    lambda v: load_adapter_verified(eng, adapter(v), config, engine_name="vllm", version=v)))
+        return out
+    finally:
+        eng.shutdown()
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_tensor_parallel_2_lora_adapters_are_verified_on_every_worker(tmp_path):
+    """TP 2 with vLLM's LoRA slots sharded as their base layers: an adapter sync is verified element by element, and a
+    worker keeping one stale adapter tensor (sharded or whole) stops the run on every rank."""
+    pytest.importorskip("peft", reason="LoRA needs peft")
+    from rl_core.testing.distributed import run_distributed
+    from rl_core.testing.tiny_model import make_tiny_model_dir
+
+    model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
+    r0, r1 = run_distributed(_tp_lora_rank, 2, model_dir, timeout=500)
+    for r in (r0, r1):
+        assert r["verified"] == r["tensors"], r
+        for name, sent in r["sent"].items():  # the first 16 elements of each tensor, in the engine's dtype
+            assert torch.equal(r["held"][name], sent.to(r["held"][name].dtype)), name
+        stale = [k for k in r if k.startswith("base_model.")]
+        assert len(stale) == 3
+        for name in stale:
+            assert "kept stale weights" in r[name] and name in r[name], (name, r[name])
