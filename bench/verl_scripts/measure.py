@@ -106,6 +106,9 @@ MEGATRON_FAMILIES = (
     ("hy_v3", "Hunyuan V3"),
     ("mimo", "MiMo (multi-token prediction layers)"),
 )
+#: what image data needs (the backends whose cards take images; verl's image scripts use the vllm rollout)
+IMAGES = ("rl-core trains on images with rollout.name=hf and train.name=fsdp only (the vllm / sglang rollouts "
+          "and the megatron backend refuse rows with images when the data is read)")
 MOE_NAMES = ("a3b", "a22b", "_moe", "235b")  # Qwen3-MoE checkpoints in verl's script names (Qwen3-30B-A3B, -235B-A22B)
 
 
@@ -114,9 +117,9 @@ def real_model_caveat(name: str, overrides: list[str] = ()) -> str | None:
     :data:`IMAGE_DATA`; for Qwen3-MoE on the megatron backend, also its tensor-parallel size)."""
     base = name.rsplit("/", 1)[-1]
     if any(k in base for k in ("_vl_", "_vl", "1v_", "minicpm_o", "video")):
-        return "a vision-language model trained on image data in verl's example; rl-core trains text only (rows with images are refused when the data is read)"
+        return f"a vision-language model trained on image data in verl's example; {IMAGES}"
     if name in IMAGE_DATA:
-        return "trained on image data in verl's example (geo3k / openr1mm: problems with a figure); rl-core trains text only (rows with images are refused when the data is read)"
+        return f"trained on image data in verl's example (geo3k / openr1mm: problems with a figure); {IMAGES}"
     if "megatron" not in base:
         return None
     for key, family in MEGATRON_FAMILIES:
