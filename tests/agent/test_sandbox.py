@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -15,12 +18,12 @@ from rl_core.agent.tools import call_tool, tool_from_function
 LIMITS = SandboxLimits(wall_s=1.0, cpu_s=1, memory_mb=512)
 
 
-def _tool():
-    return tool_from_function(lambda code: run_code(code, LIMITS), schema=__import__("rl_core.agent.builtin", fromlist=["x"]).PYTHON_SCHEMA)
+def _tool(limits: SandboxLimits = LIMITS):
+    return tool_from_function(lambda code: run_code(code, limits), schema=__import__("rl_core.agent.builtin", fromlist=["x"]).PYTHON_SCHEMA)
 
 
-def _run(code: str):
-    return asyncio.run(call_tool(_tool(), "python", {"code": code}, timeout_s=20))
+def _run(code: str, limits: SandboxLimits = LIMITS):
+    return asyncio.run(call_tool(_tool(limits), "python", {"code": code}, timeout_s=20))
 
 
 def _ours() -> set[int]:
@@ -77,8 +80,6 @@ def test_escapes_are_contained_and_are_tool_errors(mode, case, code, why, monkey
         server.close()
     assert not r.ok and r.status == "error", (case, r)
     assert "hunter2" not in r.text
-    import re
-
     assert re.search(why, r.text), (case, r.text)
     assert not os.path.exists(os.path.join(repo, "SANDBOX_ESCAPE"))
     assert not _ours(), f"{case}: processes left behind"
@@ -86,3 +87,100 @@ def test_escapes_are_contained_and_are_tool_errors(mode, case, code, why, monkey
 
 def test_containment_is_reported():
     assert containment() in ("bwrap", "unshare-net", "rlimits")
+
+
+def _modes():
+    """Both containments, each skipped where this machine cannot run it."""
+    return [
+        pytest.param("bwrap", marks=pytest.mark.skipif(containment() != "bwrap", reason="bubblewrap (bwrap) is not installed or does not work here")),
+        pytest.param("unshare-net", marks=pytest.mark.skipif(not sandbox._works(["unshare", "-rn", "true"]), reason="unshare -rn does not work here")),
+    ]
+
+
+def _use(mode, monkeypatch):
+    monkeypatch.setattr(sandbox, "containment", lambda: mode)
+
+
+# {n} children that each live 0.5 s (n + 1 processes at once), then prints "{tag} {n}"
+FORKS = (
+    "import os, time\nkids = []\nfor _ in range({n}):\n    pid = os.fork()\n    if pid == 0:\n        time.sleep(0.5)\n"
+    "        os._exit(0)\n    kids.append(pid)\nfor k in kids:\n    os.waitpid(k, 0)\nprint('{tag}', len(kids))"
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run gets a user of its own only when rl-core runs as root")
+@pytest.mark.parametrize("mode", _modes())
+def test_concurrent_runs_each_have_their_own_process_budget(mode, monkeypatch):
+    """12 programs of 5 processes each at once (60, over one budget of 32): each run counts only its own processes.
+
+    Before each run had a user of its own, they all ran as ``nobody``, whose 32 processes were shared: with bwrap
+    most starts failed ("bwrap: Creating new namespace failed: Resource temporarily unavailable")."""
+    _use(mode, monkeypatch)
+    limits = SandboxLimits(wall_s=20.0, cpu_s=5, memory_mb=512, max_processes=8)
+    with ThreadPoolExecutor(12) as pool:
+        outs = list(pool.map(lambda i: _outcome(FORKS.format(n=4, tag=f"run{i}"), limits), range(12)))
+    assert outs == [f"run{i} 4" for i in range(12)]
+    assert not _ours()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a run gets a user of its own only when rl-core runs as root")
+@pytest.mark.parametrize("mode", _modes())
+def test_a_fork_bomb_does_not_starve_the_runs_beside_it(mode, monkeypatch):
+    """While one program exhausts its process limit, other programs start, fork and finish normally."""
+    _use(mode, monkeypatch)
+    bomb = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"
+    with ThreadPoolExecutor(1) as pool:
+        bombing = pool.submit(_outcome, bomb, SandboxLimits(wall_s=4.0, cpu_s=2, memory_mb=512))
+        time.sleep(1.0)
+        others = [_outcome(FORKS.format(n=3, tag=f"beside{i}"), LIMITS) for i in range(3)]
+        assert re.search("timed out|CPU|failed", bombing.result()), bombing.result()
+    assert others == [f"beside{i} 3" for i in range(3)]
+    assert not _ours()
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_a_daemon_that_leaves_the_tree_is_killed_too(mode, monkeypatch):
+    """A double fork into a new session (parent gone, so neither the tree nor the session finds it) is killed too:
+    with bwrap by its pid namespace; otherwise, as root, as a process of the run's own user."""
+    if mode == "unshare-net" and os.geteuid() != 0:
+        pytest.skip("without bwrap, a daemon is found by the run's own user, which only a root rl-core has")
+    _use(mode, monkeypatch)
+    marker = f"rlcore-daemon-{os.getpid()}-{mode}"
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sleep', [{marker!r}, '30'])\n    os._exit(0)\ntime.sleep(0.3)\nprint('parent done')"
+    )
+    assert _outcome(code, LIMITS) == "parent done"
+    deadline = time.monotonic() + 5
+    while (left := _with_marker(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"{mode}: the daemon survived the run: pids {left}"
+
+
+@pytest.mark.skipif(containment() != "bwrap", reason="bubblewrap (bwrap) is not installed or does not work here")
+def test_a_start_refused_by_the_process_limit_says_so():
+    """bwrap needs 2 processes of its own before the program: a limit of 1 refuses the start, and the error names
+    the limit (not "the program failed", which would blame the model's code)."""
+    r = _run("print('never')", SandboxLimits(max_processes=1))
+    assert not r.ok and r.status == "error"
+    assert "process limit" in r.text and "SandboxLimits.max_processes 1" in r.text and "never" not in r.text, r.text
+
+
+def _outcome(code: str, limits: SandboxLimits) -> str:
+    """The program's output, or the sandbox's error text."""
+    try:
+        return run_code(code, limits).strip()
+    except sandbox.SandboxError as e:
+        return str(e)
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for pid in sandbox._processes():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found

@@ -6,9 +6,13 @@ what this does and does not contain):
 - a fresh process group (``start_new_session``) killed as a whole (``SIGKILL``)
   at the wall-clock limit, and a CPU-time limit (``RLIMIT_CPU``);
 - an address-space limit (``RLIMIT_AS``: a 10 GiB allocation fails with ``MemoryError``);
-- at most :attr:`SandboxLimits.max_processes` processes (``RLIMIT_NPROC``; when
-  rl-core runs as root the child first drops to the ``nobody`` user, since the
-  kernel does not apply that limit to root);
+- at most :attr:`SandboxLimits.max_processes` processes of its own (``RLIMIT_NPROC``,
+  which the kernel counts per user and never applies to root): when rl-core runs
+  as root each run gets a user of its own, a uid from :data:`RUN_UIDS` that no
+  process has, so concurrent runs, and the exited processes of earlier runs that
+  the system has not reaped yet, do not share one budget (``nobody`` when those
+  uids are not mapped here); otherwise the limit is the processes its user already
+  has plus ``max_processes``. A start refused by that limit is an error that names it;
 - output capped at :attr:`SandboxLimits.output_bytes` (``RLIMIT_FSIZE`` on the
   capture file: writing more kills the process);
 - an empty working directory and a scrubbed environment (``PATH``, ``HOME``,
@@ -29,19 +33,29 @@ time / output limit)``, the exit status. An error is raised as
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import logging
 import os
+import random
 import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import attrs
 
 NOBODY = 65534
+# users for the runs of a root rl-core, one per run: 65536 uids in the range systemd leaves unassigned
+# (0x70000000-0x7ffdffff, below its "foreign" range; systemd.io/UIDS-GIDS), which no account or container range has
+RUN_UIDS = range(0x7FFE0000 - 0x10000, 0x7FFE0000)
+
+log = logging.getLogger(__name__)
 
 
 class SandboxError(RuntimeError):
@@ -77,7 +91,8 @@ def containment() -> str:
 
 
 def _bwrap_prefix(tmp_mb: int) -> list[str]:
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "--new-session"]
+    # by full path: the program's scrubbed PATH need not hold the folder bwrap was found in
+    cmd = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "--new-session"]
     home = os.path.expanduser("~")
     exe = os.path.realpath(interpreter())
     if home not in ("/", "") and os.path.isdir(home) and not exe.startswith(home.rstrip("/") + "/"):
@@ -114,14 +129,73 @@ def interpreter() -> str:
     return sys.executable
 
 
-def _drop_privileges() -> None:
+def _drop_privileges(uid: int = NOBODY) -> None:
     if os.geteuid() == 0:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
 
 
-def _child_setup(limits: SandboxLimits):
+def _mapped(ids: range) -> bool:
+    """Whether every uid and gid in ``ids`` exists in this user namespace (a container may map only 65536)."""
+    for name in ("uid_map", "gid_map"):
+        try:
+            with open(f"/proc/self/{name}") as f:
+                spans = [tuple(map(int, line.split()[:3])) for line in f if line.strip()]
+        except OSError:
+            return False
+        if not any(inside <= ids.start and ids.stop <= inside + count for inside, _, count in spans):
+            return False
+    return True
+
+
+def _uid_and_threads(pid: int | str) -> tuple[int, int] | None:
+    """A process's real uid and thread count (``/proc/<pid>/status``), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+        return int(status.split(b"\nUid:", 1)[1].split(None, 1)[0]), int(status.split(b"\nThreads:", 1)[1].split(None, 1)[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tasks_by_uid() -> dict[int, int]:
+    """Real uid -> how many tasks (threads included, zombies too: what ``RLIMIT_NPROC`` counts) it has in /proc."""
+    out: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (found := _uid_and_threads(entry)):
+            out[found[0]] = out.get(found[0], 0) + found[1]
+    return out
+
+
+_CLAIMED: set[int] = set()
+_CLAIM_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _run_user():
+    """``(uid, own)``: the user a run's program runs as, and whether that user is the run's own.
+
+    As root: a uid from :data:`RUN_UIDS` that no process has and no other run of this process holds (``own``);
+    ``nobody`` where those uids are not mapped. Otherwise rl-core's own user (the program cannot change it)."""
+    if os.geteuid() != 0:
+        yield os.getuid(), False
+        return
+    if not _mapped(RUN_UIDS):
+        yield NOBODY, False
+        return
+    busy = _tasks_by_uid()
+    with _CLAIM_LOCK:
+        uid = next(u for u in iter(lambda: random.choice(RUN_UIDS), None) if u not in busy and u not in _CLAIMED)
+        _CLAIMED.add(uid)
+    try:
+        yield uid, True
+    finally:
+        with _CLAIM_LOCK:
+            _CLAIMED.discard(uid)
+
+
+def _child_setup(limits: SandboxLimits, uid: int, nproc: int):
     def setup():
         mem = limits.memory_mb * 1024 * 1024
         # soft < hard: the kernel sends SIGXCPU at the soft limit (reported as a CPU-time error); with
@@ -129,8 +203,8 @@ def _child_setup(limits: SandboxLimits):
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _drop_privileges()
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        _drop_privileges(uid)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         # bwrap itself maps memory before it execs the program: the address-space cap applies to the
         # program as well (it is inherited), sized so bwrap's own setup still fits
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -169,10 +243,13 @@ def _tree(root: int) -> set[int]:
     return found
 
 
-def _kill_group(proc: subprocess.Popen) -> int:
-    """SIGKILL the program's whole tree (bwrap's namespace goes with its init); returns how many processes were still alive after 5 s."""
+def _kill_group(proc: subprocess.Popen, own_uid: int | None = None) -> int:
+    """SIGKILL the program's whole tree (bwrap's namespace goes with its init) and, given the run's own uid, every
+    process of that user (a daemon that left the tree and its session); returns how many were still alive after 5 s."""
     for _ in range(3):
         pids = _tree(proc.pid)
+        if own_uid is not None:
+            pids |= {pid for pid, uid in _owners().items() if uid == own_uid}
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -193,9 +270,14 @@ def _kill_group(proc: subprocess.Popen) -> int:
             alive = {p for p in alive if p in current}
             if alive:
                 time.sleep(0.02)
-        if not alive and not (_tree(proc.pid) - {proc.pid}):
+        if not alive and not (_tree(proc.pid) - {proc.pid}) and not (own_uid is not None and own_uid in _owners().values()):
             return 0
     return len(alive)
+
+
+def _owners() -> dict[int, int]:
+    """pid -> real uid of every live process visible in /proc (zombies left out, as in :func:`_processes`)."""
+    return {pid: found[0] for pid in _processes() if (found := _uid_and_threads(pid))}
 
 
 def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
@@ -204,11 +286,19 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         raise SandboxError(f"code must be a string, got {type(code).__name__}")
     mode = containment()
     host_dir = tempfile.mkdtemp(prefix="rlcore-sandbox-")
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, host_dir, ignore_errors=True)
+        uid, own = stack.enter_context(_run_user())
+        # RLIMIT_NPROC counts every task of the user: those it already has (none for a run's own user) + the budget
+        had = 0 if own else _tasks_by_uid().get(uid, 0)
+        nproc = had + limits.max_processes
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        if hard != resource.RLIM_INFINITY and os.geteuid() != 0:
+            nproc = min(nproc, hard)  # a user cannot raise its hard limit
         work = os.path.join(host_dir, "work")
         os.mkdir(work)
         if os.geteuid() == 0:
-            os.chown(work, NOBODY, NOBODY)
+            os.chown(work, uid, uid)
         out_path, err_path = os.path.join(host_dir, "stdout"), os.path.join(host_dir, "stderr")
         python = [interpreter(), "-I", "-c", code]
         if mode == "bwrap":
@@ -220,23 +310,26 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp" if mode == "bwrap" else work, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, preexec_fn=_child_setup(limits), close_fds=True,
-            )
+            try:
+                proc = subprocess.Popen(
+                    cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                    start_new_session=True, preexec_fn=_child_setup(limits, uid, nproc), close_fds=True,
+                )
+            except BlockingIOError:  # exec refused: the user was over RLIMIT_NPROC when the child became it
+                raise _process_limit_error(uid, had, nproc, limits) from None
             try:
                 proc.wait(timeout=limits.wall_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
-                _kill_group(proc)  # also whatever the program started and left running
+                _kill_group(proc, uid if own else None)  # also whatever the program started and left running
         elapsed = time.monotonic() - start
         stdout = _read(out_path, limits.output_bytes)
         stderr = _read(err_path, limits.output_bytes)
-    finally:
-        shutil.rmtree(host_dir, ignore_errors=True)
     rc = proc.returncode
+    if mode == "bwrap" and rc == 1 and _bwrap_could_not_fork(stderr):
+        raise _process_limit_error(uid, had, nproc, limits)
     if timed_out:
         raise SandboxError(f"the program timed out after {limits.wall_s:g} s (wall clock) and was killed")
     if rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
@@ -253,6 +346,23 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         why = "; ".join(tail) or (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
         raise SandboxError(f"the program failed: {why}")
     return stdout + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
+
+
+def _bwrap_could_not_fork(stderr: str) -> bool:
+    """bwrap's own start failed for want of processes (``bwrap: Creating new namespace failed: Resource ...``)."""
+    first = stderr.lstrip().partition("\n")[0]
+    return first.startswith("bwrap: ") and first.endswith(os.strerror(errno.EAGAIN))
+
+
+def _process_limit_error(uid: int, had: int, nproc: int, limits: SandboxLimits) -> SandboxError:
+    message = (
+        f"the sandbox could not start the program: its user (uid {uid}) reached the process limit (RLIMIT_NPROC "
+        f"{nproc}: the {had} tasks that user had before it started + SandboxLimits.max_processes "
+        f"{limits.max_processes}; it has {_tasks_by_uid().get(uid, 0)} now). Raise SandboxLimits.max_processes, "
+        f"or run fewer programs as that user at once"
+    )
+    log.warning("python tool: %s", message)
+    return SandboxError(message)
 
 
 def _read(path: str, limit: int) -> str:
