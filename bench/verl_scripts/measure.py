@@ -71,12 +71,35 @@ def standin_dataset(path: Path) -> str:
     return str(path)
 
 
-def check(overrides: list[str], data: str, registry, rm: str = "", dataset_cls: str = "") -> list:
+#: a stand-in for a reward function file of verl's own tree (reward.custom_reward_function.path=verl/utils/reward_score/
+#: openr1mm.py: the script runs from a verl checkout, which this measurement does not have): verl's signature, a constant
+STANDIN_REWARD = """def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return 0.0
+"""
+REWARD_PATH_KEYS = ("reward.custom_reward_function.path", "custom_reward_function.path")
+REWARD_NAME_KEYS = ("reward.custom_reward_function.name", "custom_reward_function.name")
+
+
+def in_verl_tree(value: str) -> bool:
+    """A path into verl's / verl-recipe's own checkout (where verl's example scripts run from)."""
+    return value.lstrip("/").startswith(("verl/", "recipe/"))
+
+
+def standin_reward(path: Path, name: str) -> str:
+    path.write_text(STANDIN_REWARD.replace("compute_score", name))
+    return str(path)
+
+
+def check(overrides: list[str], data: str, registry, rm: str = "", dataset_cls: str = "", tmp: str = "") -> list:
     flag = lambda n: next((o.split("=", 1)[1] for o in overrides if o.startswith(f"--{n}=")), None)  # noqa: E731
     rest = [o.replace(FIXTURE, data) for o in overrides if not o.startswith("--")]
     rest = [f"{o.split('=', 1)[0]}={rm}" if rm and o.split("=", 1)[0].lstrip("+") in RM_KEYS else o for o in rest]
     # the class keeps the script's name (data.custom_cls.name), its file is the stand-in
     rest = [f"{o.split('=', 1)[0]}={dataset_cls}" if dataset_cls and o.split("=", 1)[0].lstrip("+") == "data.custom_cls.path" else o for o in rest]
+    # a reward function file of verl's own tree: a stand-in with the function the script names (its own file is verl's)
+    name = next((o.split("=", 1)[1] for o in rest if o.split("=", 1)[0].lstrip("+") in REWARD_NAME_KEYS), "compute_score")
+    rest = [f"{o.split('=', 1)[0]}={standin_reward(Path(tmp or tempfile.gettempdir()) / f'reward_{name}.py', name)}"
+            if o.split("=", 1)[0].lstrip("+") in REWARD_PATH_KEYS and in_verl_tree(o.split("=", 1)[1]) else o for o in rest]
     loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
     if errors(loaded.problems):
         return errors(loaded.problems)
@@ -116,7 +139,9 @@ def real_model_caveat(name: str, overrides: list[str] = ()) -> str | None:
     """Why a script that resolves with the local model / data would not with its own (read from its file name, or
     :data:`IMAGE_DATA`; for Qwen3-MoE on the megatron backend, also its tensor-parallel size)."""
     base = name.rsplit("/", 1)[-1]
-    if any(k in base for k in ("_vl_", "_vl", "1v_", "minicpm_o", "video")):
+    if "video" in base:
+        return "trained on video data in verl's example; rl-core reads images, not videos (rows with videos are refused by data.video_key when the data is read)"
+    if any(k in base for k in ("_vl_", "_vl", "1v_", "minicpm_o")):
         return f"a vision-language model trained on image data in verl's example; {IMAGES}"
     if name in IMAGE_DATA:
         return f"trained on image data in verl's example (geo3k / openr1mm: problems with a figure); {IMAGES}"
@@ -159,7 +184,7 @@ def main() -> None:
         t0 = time.time()
         rm = reward_model_folder(Path(tmp) / "reward_model")
         cls = standin_dataset(Path(tmp) / "rl_dataset.py")
-        result = {name: check(s["overrides"], data, registry, rm, cls) for name, s in d["scripts"].items()}
+        result = {name: check(s["overrides"], data, registry, rm, cls, tmp) for name, s in d["scripts"].items()}
         took = time.time() - t0
     mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER) and not n.startswith("recipe:")}
     dapo = {n: e for n, e in result.items() if n.startswith("recipe:")}
@@ -173,7 +198,7 @@ def main() -> None:
              f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (dynamic sampling and the overlong penalty map "
              "onto algorithm.filter_groups.* / reward.overlong_penalty.*; the rest stop on the refusals listed below).", ""]
     caveats = {n: why for n in ok if (why := real_model_caveat(n, d["scripts"][n]["overrides"]))}
-    lines += [f"**Caveat: model and data paths are replaced** (the issue's method), so what the real model and data would add is not "
+    lines += [f"**Caveat: model and data paths are replaced** (the issue's method; also a dataset class file or a reward function file of verl's own tree, by a stand-in with the same class / function name), so what the real model and data would add is not "
               f"checked here. Judging by the scripts' file names and their own data files, {len(caveats)} of the {len(ok)} that resolve would still stop with verl's "
               f"own model / data ({len(ok) - len(caveats)} of {len(mine)} then):", ""]
     lines += [f"- `{n}`: {why}" for n, why in sorted(caveats.items())] + [""]
