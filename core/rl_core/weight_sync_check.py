@@ -11,7 +11,8 @@ engine method) and compares them after casting the trainer's to the engine's dty
 weight that moved by one rounding step in the engine's dtype is seen. Each name's fingerprint in the error
 message is the float64 sum of a fixed pseudo-random projection of its sampled elements.
 
-Cost per sync: ``SAMPLES`` elements gathered per tensor (no copy of any full tensor). Engines without
+Cost per sync: ``SAMPLES`` elements gathered per tensor, per matrix of a 3-D stack of them (fused MoE experts),
+no copy of any full tensor. Engines without
 ``sample_weights`` are not verified (:func:`verify_sync` returns ``None``).
 """
 
@@ -33,12 +34,16 @@ def _seed(name: str, numel: int) -> int:
     return zlib.crc32(f"{name}:{numel}".encode())
 
 
-def sample_positions(name: str, numel: int, k: int = SAMPLES) -> torch.Tensor:
-    """``k`` flat positions in a tensor of ``numel`` elements, fixed by the name and size (all of them if fewer)."""
-    if numel <= k:
+def sample_positions(name: str, numel: int, k: int = SAMPLES, slices: int = 1) -> torch.Tensor:
+    """``k`` flat positions in a tensor of ``numel`` elements, fixed by the name and size (all of them if fewer);
+    with ``slices`` > 1, ``k`` in each of that many equal contiguous slices (a stack of matrices: each one sampled)."""
+    if numel <= k * slices:
         return torch.arange(numel)
     g = torch.Generator().manual_seed(_seed(name, numel))
-    return torch.randint(0, numel, (k,), generator=g)
+    if slices <= 1 or numel % slices:
+        return torch.randint(0, numel, (k,), generator=g)
+    size = numel // slices
+    return (torch.arange(slices).repeat_interleave(k) * size + torch.randint(0, size, (k * slices,), generator=g))
 
 
 def gather(tensor: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -66,7 +71,8 @@ class WeightTap:
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in self._weights:
-            pos = sample_positions(name, tensor.numel(), self.k)
+            # a 3-D tensor stacks matrices (MoE experts fused, transformers 5): each of them sampled
+            pos = sample_positions(name, tensor.numel(), self.k, tensor.shape[0] if tensor.dim() == 3 else 1)
             self.positions[name] = pos
             self.values[name] = gather(tensor, pos)
             yield name, tensor

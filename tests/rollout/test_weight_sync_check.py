@@ -64,3 +64,39 @@ def test_engines_that_cannot_be_asked_are_not_verified():
     tap = WeightTap([("w", torch.ones(3))])
     list(tap)
     assert verify_sync(tap, object(), engine_name="vllm", version=0) is None
+
+
+class _Holder:
+    """An engine holding ``state`` as it is (its ``sample_weights`` reads it)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def sample_weights(self, positions):
+        from rl_core.weight_sync_check import sample_state
+
+        return sample_state(self.state.items(), positions)
+
+
+def test_every_expert_of_a_fused_3d_experts_tensor_is_sampled():
+    """transformers 5 stacks a layer's experts in one 3-D tensor: each expert's matrix gets its own SAMPLES positions,
+    so one stale expert among 64 is seen (16 positions over the whole tensor would miss most experts)."""
+    from rl_core.weight_sync_check import SAMPLES
+
+    name, experts, rows, cols = "model.layers.0.mlp.experts.down_proj", 64, 8, 4
+    pos = sample_positions(name, experts * rows * cols, SAMPLES, experts)
+    per_expert = torch.bincount(pos // (rows * cols), minlength=experts)
+    assert per_expert.tolist() == [SAMPLES] * experts
+    unstratified = sample_positions(name, experts * rows * cols)
+    missed = sorted(set(range(experts)) - set((unstratified // (rows * cols)).tolist()))
+    assert len(unstratified) == SAMPLES and missed  # the old sampling leaves experts out: pick one of those
+
+    sent = {name: torch.randn(experts, rows, cols), "model.norm.weight": torch.randn(cols)}
+    held = {k: v.clone() for k, v in sent.items()}
+    held[name][missed[0]] += 1.0  # the engine kept one expert stale
+    tap = WeightTap(sent.items())
+    list(tap)
+    assert len(tap.positions["model.norm.weight"]) == cols  # not 3-D: as before
+    with pytest.raises(StaleWeightsError, match=r"1 of 2 tensors differ from what the trainer sent: model\.layers\.0\.mlp\.experts\.down_proj \(fingerprint"):
+        verify_sync(tap, _Holder(held), engine_name="vllm", version=1)
+    assert verify_sync(tap, _Holder(sent), engine_name="vllm", version=1) == 2

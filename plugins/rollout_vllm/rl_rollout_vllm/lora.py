@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from rl_rollout_vllm import experts
+
 #: vLLM's allowed ``max_lora_rank`` values (vllm.config.lora.MaxLoRARanks, 0.32)
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -207,6 +209,9 @@ def _base_values(model, params: dict[str, torch.Tensor], name: str, pos: torch.T
     from rl_core.weight_sync_check import cut_rows, fused_location
 
     shape = hf_shapes.get(name)
+    if shape is not None and experts.prefix(name) is not None:  # a fused-MoE layer's: all of it on this one worker
+        got = experts.local(model, params, name, pos, shape)
+        return None if got is None or not bool(got[1].all()) else got[0]
     found = fused_location(params, name, hf_shapes, getattr(model, "packed_modules_mapping", None))
     if found is None or shape is None:
         return None

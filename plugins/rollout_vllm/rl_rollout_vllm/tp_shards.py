@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from rl_rollout_vllm import experts
+
 
 def _parts(layer, part: int) -> tuple[int, int, int] | None:
     """``(local size of the part, offset of its local block in the local parameter, shard index this rank holds)``
@@ -75,7 +77,8 @@ def _read(layer, held: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor | No
     gemm = getattr(layer, "cpu_linear", None)
     if gemm is None or cols is None:
         return None
-    width = int(getattr(layer, "input_size_per_partition", 0) or layer.weight.shape[-1])
+    # a ReplicatedLinear (an MoE router) has no input_size_per_partition, and its packed weight no width
+    width = int(getattr(layer, "input_size_per_partition", 0) or getattr(layer, "input_size", 0) or layer.weight.shape[-1])
     unique, which = torch.unique(cols, return_inverse=True)
     probe = torch.zeros(len(unique), width, dtype=held.dtype)
     probe[torch.arange(len(unique)), unique] = 1
@@ -102,7 +105,10 @@ def _where(model, params: dict[str, torch.Tensor], name: str, packed: dict[str, 
 def base_local(model, params: dict[str, torch.Tensor], name: str, pos: torch.Tensor, hf_shapes: dict[str, tuple[int, ...]]):
     """This worker's ``(values, held mask)`` of HF weight ``name`` at flat ``pos`` (zeros where not held); None when
     the engine has no such weight or cannot read it."""
-    shape, found = hf_shapes.get(name), _where(model, params, name, getattr(model, "packed_modules_mapping", None))
+    shape = hf_shapes.get(name)
+    if shape is not None and experts.prefix(name) is not None:  # a fused-MoE layer's (rl_rollout_vllm.experts)
+        return experts.local(model, params, name, pos, shape)
+    found = _where(model, params, name, getattr(model, "packed_modules_mapping", None))
     if shape is None or found is None:
         return None
     layer, held, leaf, part = found
