@@ -137,7 +137,7 @@ def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str,
     params = dict(model.named_parameters())
     manager = getattr(runner, "lora_manager", None)
     models = getattr(manager, "_adapter_manager", None) if manager is not None else None
-    if get_tensor_model_parallel_world_size() > 1:
+    if get_tensor_model_parallel_world_size() > 1 or _expert_group() is not None:
         return _sample_sharded(model, params, models, positions, hf_shapes or {}, lora_id, rank)
     out: dict[str, torch.Tensor] = {}
     for name, pos in positions.items():
@@ -154,8 +154,8 @@ def sample_held(worker, positions: dict[str, torch.Tensor], hf_shapes: dict[str,
 
 def _sample_sharded(model, params, models, positions: dict[str, torch.Tensor], hf_shapes: dict[str, tuple[int, ...]],
                     lora_id: int | None, rank: int) -> dict[str, torch.Tensor] | None:
-    """:func:`sample_held` with TP > 1: this worker's share of each tensor (rl_rollout_vllm.tp_shards), combined over
-    the TP group; None (not sampled) for adapters of ``fully_sharded_loras``, whose layout differs."""
+    """:func:`sample_held` with TP > 1 or expert parallel: this worker's share of each tensor (rl_rollout_vllm.tp_shards),
+    combined over the TP group (experts: over the expert-parallel group); None (not sampled) for adapters of ``fully_sharded_loras``, whose layout differs."""
     from rl_rollout_vllm.tp_shards import base_local, combine
 
     mine = {}
@@ -170,7 +170,24 @@ def _sample_sharded(model, params, models, positions: dict[str, torch.Tensor], h
             got = _adapter_local(models, name, pos, lora_id, rank, hf_shapes)
         if got is not None:
             mine[name] = got
-    return combine(mine, list(positions))
+    moe = [name for name in positions if experts.prefix(name) is not None]
+    held = combine({k: v for k, v in mine.items() if k not in moe}, [n for n in positions if n not in moe])
+    # experts over the expert-parallel group (each rank some experts), else the TP group (intermediate blocks)
+    held.update(combine({k: mine[k] for k in moe if k in mine}, moe, group=_expert_group()))
+    return held
+
+
+def _expert_group():
+    """vLLM's expert-parallel group when experts are spread over more than the TP group's ranks, else None."""
+    from vllm.distributed import parallel_state
+
+    try:
+        group = parallel_state.get_ep_group()
+    except (AssertionError, AttributeError):
+        return None
+    from vllm.distributed import get_tensor_model_parallel_world_size
+
+    return group if group.world_size > get_tensor_model_parallel_world_size() else None
 
 
 def _adapter_local(models, name: str, pos: torch.Tensor, lora_id: int, rank: int, hf_shapes: dict[str, tuple[int, ...]]):

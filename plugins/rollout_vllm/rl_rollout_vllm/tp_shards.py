@@ -148,13 +148,14 @@ def adapter_local(layer, part: int, is_a: bool, slot: int, rank: int, base_shape
     return values, mask
 
 
-def combine(mine: dict[str, tuple[torch.Tensor, torch.Tensor]], names) -> dict[str, torch.Tensor]:
+def combine(mine: dict[str, tuple[torch.Tensor, torch.Tensor]], names, group=None) -> dict[str, torch.Tensor]:
     """Inside one TP worker (every worker of the group calls it with the same ``names``): exchange each worker's
     ``(values, held mask)`` over the TP group's CPU group; each element from the first worker holding it, NaN where
-    the holders disagree. A name some worker could not read, or an element no worker holds, is left out."""
+    the holders disagree. A name some worker could not read, or an element no worker holds, is left out. ``group``:
+    another vLLM group (expert parallel) instead of the TP group."""
     from vllm.distributed.parallel_state import get_tp_group
 
-    group = get_tp_group()
+    group = group or get_tp_group()
     everyone: list = [None] * group.world_size
     torch.distributed.all_gather_object(everyone, mine, group=group.cpu_group)
     out: dict[str, torch.Tensor] = {}
