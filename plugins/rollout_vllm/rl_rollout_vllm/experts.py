@@ -99,8 +99,8 @@ def local(model, params: dict[str, torch.Tensor], name: str, pos: torch.Tensor, 
     held = (module.w2_weight if down else module.w13_weight).detach()
     if not held.numel():
         return None
-    config = getattr(module, "moe_config", None)
-    tp_rank, tp_size = int(getattr(config, "tp_rank", 0)), int(getattr(config, "tp_size", 1))
+    config = getattr(module, "moe_config", module)  # vLLM 0.32: its moe_config; older FusedMoE: the layer itself
+    tp_rank, tp_size = int(getattr(config, "tp_rank", getattr(module, "tp_rank", 0))), int(getattr(config, "tp_size", getattr(module, "tp_size", 1)))
     width = (held.shape[2] if down else held.shape[1] // 2)  # this rank's intermediate block (maybe padded)
     block = (shape[-1] if down else shape[-2] // (1 if _ONE.match(name) else 2)) // tp_size
     ids = torch.unique(expert)
