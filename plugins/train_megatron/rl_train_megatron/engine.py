@@ -322,6 +322,8 @@ class MegatronBackend(TrainBackend):
         if self.sp and self.topo.cp == 1:  # (with CP the split pads)
             y = seq_par.pad_columns(y, self.topo.tp)
         split = self._split(y)
+        if training and self.shape.moe:
+            mmodel.fit_aux_loss_tracker(self.shape.layers)
         stages = self._run_stage(y, split)
         h_out = stages[-1][1]
         if training:

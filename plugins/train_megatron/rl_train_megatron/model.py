@@ -490,5 +490,17 @@ def aux_loss_metrics(shape: ModelShape, dp_group, pp_group, sp_group=None) -> di
 _FORWARDS = {"n": 0}  # training forwards since the last aux_loss_metrics (this process)
 
 
+def fit_aux_loss_tracker(layers: int) -> None:
+    """megatron-core's router-loss tracker is one per process, each entry sized by the first model that recorded into
+    it: an entry sized for another depth (an engine of another model in this process: a critic, an earlier engine) would
+    make this model's deeper layers index past its end. Such entries are dropped before this model's training forward
+    (:func:`aux_loss_metrics` has already read and zeroed what the other engine recorded)."""
+    from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
+
+    tracker = get_moe_layer_wise_logging_tracker()
+    for name in [n for n, entry in tracker.items() if entry["values"].numel() != layers]:
+        del tracker[name]
+
+
 def count_training_forward() -> None:
     _FORWARDS["n"] += 1

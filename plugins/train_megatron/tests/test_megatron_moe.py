@@ -365,3 +365,19 @@ def test_sequence_parallel_pads_the_columns_to_a_multiple_of_tp():
     out = pad_columns(y, 2)
     assert out["input_ids"].tolist() == [[0, 5, 6, 7]] and out["attention_mask"].tolist() == [[0, 1, 1, 1]]
     assert out["position_ids"].tolist() == [[0, 0, 1, 2]] and out["responses"] is y["responses"] and pad_columns(y, 3) is y
+
+
+def test_an_engine_of_another_depth_in_the_process_does_not_break_the_router_loss_tracker(tmp_path):
+    """megatron-core keeps one router-loss tracker per process, sized by the first MoE model that trains: a 3-layer
+    engine's update, then a 4-layer one's in the same process (as a critic of another depth would, or one test after
+    another) used to fail with "index 3 is out of bounds for dimension 0 with size 3" in the deeper model's last layer.
+    Each update's router-loss metrics are its own model's."""
+    three = make_tiny_model_dir(tmp_path / "three", "qwen3_moe", hidden=32, layers=3, seed=0)
+    four = make_tiny_model_dir(tmp_path / "four", "qwen3_moe", hidden=32, layers=4, seed=0)
+    first = run_ep(0, 1, _config(three), _left_padded(make_step_batch(three), 16))
+    second = run_ep(0, 1, _config(four), _left_padded(make_step_batch(four), 16))
+    alone = run_distributed(run_ep, 1, _config(four), _left_padded(make_step_batch(four), 16))[0]  # a fresh process
+    for out in (first, second):
+        assert out["metrics"]["actor/moe/load_balancing_loss"] > 0
+    assert second["metrics"]["actor/moe/load_balancing_loss"] == pytest.approx(alone["metrics"]["actor/moe/load_balancing_loss"], rel=1e-6)
+    assert second["metrics"]["actor/moe/z_loss"] == pytest.approx(alone["metrics"]["actor/moe/z_loss"], rel=1e-6)
