@@ -141,6 +141,29 @@ def test_image_patch_size_is_the_processors(processor):
         img.check_patch_size(processor, 16)
 
 
+def test_image_patch_size_checked_before_the_data_is_read(vlm_dir, tmp_path):
+    """`rlcore check` compares data.image_patch_size with the folder's processor files (no processor loaded)."""
+    import json
+    import shutil
+
+    from rl_core.check_probes import patch_size_problems, processor_patch_size
+
+    cfg = RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(image_patch_size=14))
+    assert processor_patch_size(vlm_dir) == 14
+    assert patch_size_problems(cfg) == []
+    assert patch_size_problems(RunConfig(model=ModelConfig(path=str(vlm_dir)))) == []
+    (p,) = patch_size_problems(RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(image_patch_size=16)))
+    assert p.key == "data.image_patch_size" and "patch_size 14" in p.what and p.fix == "set data.image_patch_size=14 or leave it out"
+    # a folder whose processor records its settings under processor_config.json's image_processor section
+    other = tmp_path / "nested"
+    shutil.copytree(vlm_dir, other)
+    (other / "preprocessor_config.json").unlink()
+    (other / "processor_config.json").write_text(json.dumps({"image_processor": {"patch_size": 16}}))
+    assert processor_patch_size(other) == 16
+    (p,) = patch_size_problems(RunConfig(model=ModelConfig(path=str(other)), data=DataConfig(image_patch_size=14)))
+    assert "patch_size 16" in p.what
+
+
 def test_verl_image_keys_map():
     from rl_core.config.load import load_config
     from rl_core.problems import ConfigError
