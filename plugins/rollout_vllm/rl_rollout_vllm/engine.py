@@ -115,6 +115,12 @@ MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size`
     sync check (no read-back of the fused expert tensors from vLLM's MoE
     layers: MoE weight sync to vLLM is not verified; vllm_ep_smoke.txt).
 
+MoE routing replay R3 (``rollout.return_routed_experts``)
+    The engine is built with ``enable_return_routed_experts`` (vLLM 0.26's V1 model runner captures each token's
+    experts; the plugin's checks refuse engines that do not) and each generation's batch gets ``routed_experts``,
+    laid out as the hf rollout lays it out (:mod:`rl_rollout_vllm.routing`); at start-up vLLM's MoE layers are
+    checked against the HF model's router layers. Multi-turn rollouts do not record it (refused by the core rules).
+
 Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 (``max_model_len``, ``max_num_seqs``, ``enable_prefix_caching``,
 ``enforce_eager``, ``logprobs_mode``, ...).
@@ -134,7 +140,7 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 
-from rl_rollout_vllm import experts
+from rl_rollout_vllm import experts, routing
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 from rl_rollout_vllm.plugin import parallel_kwargs
 from rl_rollout_vllm.weights import buckets
@@ -226,8 +232,12 @@ class VLLMRollout:
                 f"rank {context.rank} of {context.world_size} (rollout TP {self.tp}) has no torch.distributed group; "
                 "rl-core's placement layer creates it before building the engine"
             )
+        # rollout.return_routed_experts (MoE routing replay R3): vLLM's routing of each token (rl_rollout_vllm.routing)
+        self.routing = routing.hf_layout(config) if r.return_routed_experts else None
         kwargs = self._llm_kwargs(extra)
         self.llm = self._create_llm(kwargs)
+        if self.routing is not None:
+            routing.check_layers(self.routing, self.llm.collective_rpc(routing.worker_moe_layers)[0], config.model.path)
         if not group_exists:
             _PROCESS["vllm_owns_group"] = True
         _PROCESS["engines"] += 1
@@ -270,6 +280,8 @@ class VLLMRollout:
             kwargs["gpu_memory_utilization"] = cfg.rollout.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = self.sleep_enabled
         kwargs.update(parallel_kwargs(cfg.rollout))
+        if cfg.rollout.return_routed_experts:
+            kwargs["enable_return_routed_experts"] = True
         if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -368,6 +380,7 @@ class VLLMRollout:
 
         per_call = len(prompts) if not self.generation_batch_size else max(1, self.generation_batch_size // params.n)
         samples: list[Sample] = []
+        routed: list = []  # each sample's CompletionOutput.routed_experts (rollout.return_routed_experts)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
             sampling = [self._sampling_params(params, greedy, None if seed is None else seed + (start + i) * params.n) for i in range(len(chunk))]
@@ -377,7 +390,12 @@ class VLLMRollout:
                     sample = Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
                     # vLLM refuses n > 1 with greedy decoding: one request, its answer n times.
                     samples.extend([sample] * (params.n if greedy else 1))
+                    if self.routing is not None:
+                        routed.extend([comp.routed_experts] * (params.n if greedy else 1))
         out = build_rollout_batch(batch, samples, params, self.pad_id)
+        if self.routing is not None:  # [rows, P + R, layers, k] int16, -1 where nothing was routed
+            out["routed_experts"] = routing.routed_field(routed, batch.tensors["attention_mask"], params.n, out["response_mask"].sum(-1),
+                                                         params.max_new_tokens, self.routing)
         out.meta.update(self._memory_stats)
         self._memory_stats = {}
         return out

