@@ -23,7 +23,9 @@ Megatron's fc1) / ``linear_fc2.weight``, one per expert: in the full layer the
 *global* expert number ``e``; on a rank, the local number ``e - ep_rank * E / EP``
 (:func:`split_for_rank` keeps only this expert-parallel rank's experts, sliced for
 its expert-tensor-parallel rank). Qwen2-MoE's shared expert and its gate map to
-``mlp.shared_experts.{linear_fc1, linear_fc2, gate_weight}``. HF's stacked expert
+``mlp.shared_experts.{linear_fc1, linear_fc2, gate_weight}``; HY-V3 / GLM-4-MoE's ungated ``mlp.shared_experts.*``
+likewise, their expert bias ``e_score_correction_bias`` to ``mlp.router.expert_bias`` and their dense first layers'
+MLPs as a dense model's (:mod:`rl_train_megatron.sigmoid_moe`). HF's stacked expert
 tensors are rebuilt when the last expert of a layer comes by (:class:`ExpertStacker`).
 
 Every step is an exact copy (no arithmetic), so HF -> shards -> HF gives back
@@ -38,6 +40,7 @@ from typing import Mapping
 import torch
 
 from rl_train_megatron.model import ModelShape
+from rl_train_megatron.sigmoid_moe import router_names, shared_fc1_names
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
@@ -52,8 +55,6 @@ _SIMPLE = {
 # Qwen3's per-head query / key norms (whole on every TP rank: one weight of head_dim shared by every head)
 _QK_NORM = {"self_attention.q_layernorm.weight": "self_attn.q_norm.weight", "self_attention.k_layernorm.weight": "self_attn.k_norm.weight"}
 _EXPERT = re.compile(r"^(.*)\.mlp\.experts\.local_experts\.(\d+)\.(linear_fc[12])\.weight$")
-_MOE_SIMPLE = {"mlp.router.weight": "mlp.gate.weight", "mlp.shared_experts.linear_fc2.weight": "mlp.shared_expert.down_proj.weight",
-               "mlp.shared_experts.gate_weight": "mlp.shared_expert_gate.weight"}
 _ROW_SPLIT = ("embedding.word_embeddings.weight", "output_layer.weight", "linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight")
 _COL_SPLIT = ("linear_proj.weight", "linear_fc2.weight")
 
@@ -73,21 +74,19 @@ def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, t
     for i in range(shape.layers):
         p = f"model.layers.{i}."
         q = f"decoder.layers.{i}."
-        for mc, h in _layer_simple(shape).items():
+        for mc, h in _layer_simple(shape, i).items():
             out[q + mc] = hf[p + h]
         for kind in ("weight",) + (("bias",) if shape.qkv_bias else ()):
             out[q + f"self_attention.linear_qkv.{kind}"] = fuse_qkv(
                 hf[p + f"self_attn.q_proj.{kind}"], hf[p + f"self_attn.k_proj.{kind}"], hf[p + f"self_attn.v_proj.{kind}"], shape
             )
-        if shape.moe:
+        if shape.moe_layer(i):
             gate_up, down = hf[p + "mlp.experts.gate_up_proj"], hf[p + "mlp.experts.down_proj"]
             for e in range(shape.experts):
                 out[q + f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = gate_up[e]
                 out[q + f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = down[e]
             if shape.shared_ffn:
-                out[q + "mlp.shared_experts.linear_fc1.weight"] = torch.cat(
-                    [hf[p + "mlp.shared_expert.gate_proj.weight"], hf[p + "mlp.shared_expert.up_proj.weight"]], 0
-                )
+                out[q + "mlp.shared_experts.linear_fc1.weight"] = torch.cat([hf[p + n] for n in shared_fc1_names(shape)], 0)
         else:
             out[q + "mlp.linear_fc1.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]], 0)
     out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
@@ -99,12 +98,12 @@ def hf_to_full(hf: Mapping[str, torch.Tensor], shape: ModelShape) -> dict[str, t
     return out
 
 
-def _layer_simple(shape: ModelShape) -> dict[str, str]:
-    """The per-layer one-to-one names of this model (Megatron suffix -> HF suffix)."""
+def _layer_simple(shape: ModelShape, layer: int) -> dict[str, str]:
+    """The one-to-one names of global layer ``layer`` of this model (Megatron suffix -> HF suffix)."""
     out = dict(_SIMPLE)
-    if shape.moe:
+    if shape.moe_layer(layer):
         del out["mlp.linear_fc2.weight"]
-        out.update({k: v for k, v in _MOE_SIMPLE.items() if shape.shared_ffn or "shared" not in k})
+        out.update(router_names(shape))
     if shape.qk_norm:
         out.update(_QK_NORM)
     return out
@@ -147,7 +146,7 @@ def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape, stacker: ExpertSta
     if not m:
         raise ConversionError(f"no HF name for Megatron parameter {name!r}")
     p, suffix = f"model.layers.{m.group(1)}.", m.group(2)
-    simple = _layer_simple(shape)
+    simple = _layer_simple(shape, int(m.group(1)))
     if suffix in simple:
         return [(p + simple[suffix], t)]
     e = _EXPERT.match(name)
@@ -157,7 +156,7 @@ def full_to_hf(name: str, t: torch.Tensor, shape: ModelShape, stacker: ExpertSta
         return stacker.add(p, int(e.group(2)), e.group(3), t)
     if suffix == "mlp.shared_experts.linear_fc1.weight" and shape.shared_ffn:
         gate, up = t.chunk(2, 0)
-        return [(p + "mlp.shared_expert.gate_proj.weight", gate), (p + "mlp.shared_expert.up_proj.weight", up)]
+        return list(zip([p + n for n in shared_fc1_names(shape)], (gate, up)))
     if suffix.startswith("self_attention.linear_qkv."):
         kind = suffix.rsplit(".", 1)[1]
         q, k, v = split_qkv(t, shape)
@@ -172,14 +171,14 @@ def expected_hf_names(shape: ModelShape) -> list[str]:
     names = ["model.embed_tokens.weight"]
     for i in range(shape.layers):
         p = f"model.layers.{i}."
-        names += [p + h for h in _layer_simple(shape).values()]
+        names += [p + h for h in _layer_simple(shape, i).values()]
         names += [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
         if shape.qkv_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-        if shape.moe:
+        if shape.moe_layer(i):
             names += [p + "mlp.experts.gate_up_proj", p + "mlp.experts.down_proj"]
             if shape.shared_ffn:
-                names += [p + "mlp.shared_expert.gate_proj.weight", p + "mlp.shared_expert.up_proj.weight"]
+                names += [p + n for n in shared_fc1_names(shape)]
         else:
             names += [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
     names.append("model.norm.weight")

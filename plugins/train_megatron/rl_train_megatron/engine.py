@@ -69,6 +69,7 @@ from rl_train_megatron import model as mmodel
 from rl_train_megatron import sequence_parallel as seq_par
 from rl_train_megatron.options import megatron_options, transformer_overrides, virtual_stages
 from rl_train_megatron.pipeline import Pipe
+from rl_train_megatron import sigmoid_moe
 from rl_train_megatron.weights import gather_hf_weights, stage_layout
 
 MANIFEST = "megatron.json"
@@ -393,6 +394,8 @@ class MegatronBackend(TrainBackend):
         share = parallel.tp_cp_group() if self.sp or self.topo.cp > 1 else None  # the ranks whose routers share a sequence's tokens
         self._moe_metrics = (mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group(), share)
                              if self.shape.moe else {})
+        if self.shape.expert_bias:  # megatron-core's aux-loss-free bias update (its finalize_model_grads; rl_train_megatron.sigmoid_moe)
+            sigmoid_moe.update_expert_bias(self.model, sigmoid_moe.stage_group())
         return norm
 
     def step_metrics(self) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE config, and its forward passes.
+"""megatron-core ``GPTModel`` built from a Hugging Face Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / HY-V3 / GLM-4-MoE config, and its
+forward passes.
 
 :func:`model_shape` reads what the conversion and the model need from the
 HF config (and rejects what they cannot express, naming the field);
@@ -11,7 +12,8 @@ MoE models (Qwen2-MoE, Qwen3-MoE) get megatron-core's ``MoELayer`` in every laye
 (``norm_topk_prob`` true = softmax over the top-k logits, megatron's ``moe_router_pre_softmax=False``; false = the
 top-k of the softmax over all experts, ``pre_softmax=True``), ``SequentialMLP`` experts (one SwiGLU per expert,
 split over ``train.expert_model_parallel_size`` ranks), Qwen2-MoE's shared expert with its sigmoid gate, and the
-``allgather`` token dispatcher unless ``moe_token_dispatcher_type`` says otherwise (on a GPU).
+``allgather`` token dispatcher unless ``moe_token_dispatcher_type`` says otherwise (on a GPU). HY-V3 and GLM-4-MoE
+(:mod:`rl_train_megatron.sigmoid_moe`): sigmoid routers with an expert bias, an ungated shared expert, dense first layers.
 
 The forward pass (:func:`response_hidden`) calls the model's embedding,
 decoder and head itself instead of ``GPTModel.forward``, for two reasons:
@@ -36,9 +38,10 @@ import torch
 import torch.nn.functional as F
 from rl_core.problems import UserError
 
-CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
-MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
-MOE_TYPES = ("qwen2_moe", "qwen3_moe")
+CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+                           "HYV3ForCausalLM", "Glm4MoeForCausalLM")
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "hy_v3", "glm4_moe")
+MOE_TYPES = ("qwen2_moe", "qwen3_moe", "hy_v3", "glm4_moe")
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -73,6 +76,14 @@ class ModelShape:
     moe_ffn: int = 0  # each routed expert's intermediate size
     shared_ffn: int = 0  # Qwen2-MoE's shared expert (0: none)
     norm_topk: bool = True  # renormalise the top-k routing weights (HF norm_topk_prob)
+    # sigmoid-routed families (rl_train_megatron.sigmoid_moe): the HF naming family (model_type), the router's score function
+    # (a sigmoid router carries an expert bias), its top-k scaling factor and expert groups, the layers with a dense MLP
+    family: str = ""
+    score: str = "softmax"
+    topk_scale: float | None = None
+    groups: int | None = None
+    group_topk: int | None = None
+    dense_layers: tuple[int, ...] = ()
     # decoder layers on each pipeline stage (rl_train_megatron.stages; empty: layers / PP each); with virtual stages on
     # each model chunk, in virtual-stage order (chunk v of stage p: v x PP + p)
     stages: tuple[int, ...] = ()
@@ -80,6 +91,14 @@ class ModelShape:
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def expert_bias(self) -> bool:
+        return self.moe and self.score == "sigmoid"
+
+    def moe_layer(self, layer: int) -> bool:
+        """Whether global layer ``layer`` is an MoE layer (else a dense SwiGLU MLP of width ``ffn``)."""
+        return self.moe and layer not in self.dense_layers
 
     @property
     def group_rows(self) -> int:
@@ -107,8 +126,13 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
         raise UnsupportedModelError(f"{key}: use_sliding_window=true is not supported by the Megatron backend (set train.name=fsdp)")
     heads = hf_config.num_attention_heads
     moe = {}
-    if mtype in MOE_TYPES:
+    if mtype in ("hy_v3", "glm4_moe"):
+        from rl_train_megatron.sigmoid_moe import shape_fields
+
+        moe = shape_fields(hf_config, key)
+    elif mtype in MOE_TYPES:
         moe = _moe_fields(hf_config, key)
+    moe = {"qkv_bias": mtype in ("qwen2", "qwen2_moe"), "qk_norm": mtype in ("qwen3", "qwen3_moe"), "family": mtype, **moe}
     return ModelShape(
         layers=hf_config.num_hidden_layers,
         hidden=hf_config.hidden_size,
@@ -118,12 +142,10 @@ def model_shape(hf_config, *, critic: bool = False, key: str = "model.path") -> 
         ffn=hf_config.intermediate_size,
         vocab=hf_config.vocab_size,
         tied=bool(getattr(hf_config, "tie_word_embeddings", False)) and not critic,
-        qkv_bias=mtype in ("qwen2", "qwen2_moe"),
         eps=float(hf_config.rms_norm_eps),
         max_positions=int(getattr(hf_config, "max_position_embeddings", 4096)),
         critic=critic,
         score_bias=bool(getattr(hf_config, "token_classification_bias", True)),
-        qk_norm=mtype in ("qwen3", "qwen3_moe"),
         **moe,
     )
 
@@ -151,6 +173,7 @@ def check_divisible(shape: ModelShape, tp: int, pp: int, ep: int = 1, etp: int |
     dims = [("attention heads", shape.heads), ("key/value heads", shape.kv_heads), ("vocab_size", shape.vocab)]
     if shape.moe:
         dims += [("shared_expert_intermediate_size", shape.shared_ffn)] if shape.shared_ffn else []
+        dims += [("intermediate_size (dense layers)", shape.ffn)] if shape.dense_layers else []
     else:
         dims += [("intermediate_size", shape.ffn)]
     if shape.moe and tp > 1 and not sp:
@@ -188,6 +211,8 @@ def rotary_inv_freq(hf_config) -> torch.Tensor:
     """The rotary inverse frequencies transformers uses for this config (any rope type with no attention scaling)."""
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+    if getattr(hf_config, "model_type", None) == "glm4_moe":  # GLM rotates part of each head (partial_rotary_factor)
+        from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeRotaryEmbedding as LlamaRotaryEmbedding
     rope = LlamaRotaryEmbedding(hf_config)
     if float(getattr(rope, "attention_scaling", 1.0)) != 1.0:
         raise UnsupportedModelError(
@@ -196,7 +221,7 @@ def rotary_inv_freq(hf_config) -> torch.Tensor:
     return rope.inv_freq.detach().float().clone()
 
 
-def moe_config(shape: ModelShape, ep: int, etp: int) -> dict:
+def moe_config(shape: ModelShape, ep: int, etp: int, passed: dict | None = None) -> dict:
     """The TransformerConfig fields of the model's MoE layers (none for a dense model)."""
     if not shape.moe:
         return {}
@@ -214,6 +239,10 @@ def moe_config(shape: ModelShape, ep: int, etp: int) -> dict:
     )
     if shape.shared_ffn:
         out.update(moe_shared_expert_intermediate_size=shape.shared_ffn, moe_shared_expert_gate=True)
+    if shape.expert_bias:
+        from rl_train_megatron import sigmoid_moe
+
+        out.update(sigmoid_moe.moe_config(shape, passed))
     return out
 
 
@@ -227,8 +256,10 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     from rl_train_megatron.options import MOE_PASSED
     from rl_train_megatron.stages import split_fields
 
-    moe = moe_config(shape, ep, tp if etp is None else etp)
+    moe = moe_config(shape, ep, tp if etp is None else etp, passed)
     extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
+    if shape.expert_bias:  # the model's router scaling and the parsed update rate (rl_train_megatron.sigmoid_moe)
+        extra = {k: v for k, v in extra.items() if k not in ("moe_router_topk_scaling_factor", "moe_router_bias_update_rate")}
     if pp > 1:  # uneven pipeline stages: megatron-core builds each stage's layers by them (the conversion follows shape.stages)
         extra.update(split_fields(passed))
     if vpp > 1:  # virtual pipeline stages: each GPTModel chunk (vp_stage) builds its layers (rl_train_megatron.stages.virtual_split)
@@ -271,7 +302,6 @@ def build_model(
     the heads on the last chunk of the last stage)."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     from rl_train_megatron import sequence_parallel
 
@@ -280,14 +310,14 @@ def build_model(
     if sp:
         sequence_parallel.install_norm()
     config = transformer_config(shape, tp, pp, passed, ep, etp, vpp)
-    spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
-    if cp > 1:
-        from rl_train_megatron import context_parallel
-
-        context_parallel.use_in_spec(spec)
     with _virtual_world(mpu, vpp if config.pipeline_model_parallel_layout is not None else None):
+        spec = _layer_spec(shape, config, cp, vpp, vp_stage)
         model = _gpt_model(GPTModel, config, spec, shape, pp, vpp, vp_stage, mpu)
     model.rotary_pos_emb.inv_freq = rotary_inv_freq(hf_config)
+    if shape.expert_bias:
+        from rl_train_megatron.sigmoid_moe import hold_bias_as_parameter
+
+        hold_bias_as_parameter(model)
     if sp and model.post_process and hasattr(model, "output_layer"):
         # the engine gathers the final hidden states itself and slices the predicting rows: the LM head runs as an ordinary
         # vocabulary-parallel linear (input gradient summed over TP), not on sequence-parallel input
@@ -296,6 +326,25 @@ def build_model(
         del model.output_layer
         model.value_head = torch.nn.Linear(shape.hidden, 1, bias=shape.score_bias)
     return model
+
+
+def _layer_spec(shape: ModelShape, config, cp: int, vpp: int, vp_stage: int):
+    """The local layer spec (every layer alike), or with dense layers in an MoE model megatron-core's block spec of
+    this stage's layers (``moe_layer_freq``); with ``cp > 1`` the context-parallel attention in each."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
+
+    if shape.dense_layers:
+        spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm", vp_stage=vp_stage if vpp > 1 else None)
+        layers = spec.layer_specs
+    else:
+        spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
+        layers = [spec]
+    if cp > 1:
+        from rl_train_megatron import context_parallel
+
+        for layer in layers:
+            context_parallel.use_in_spec(layer)
+    return spec
 
 
 @contextlib.contextmanager
@@ -483,7 +532,7 @@ def aux_loss_metrics(shape: ModelShape, dp_group, pp_group, sp_group=None) -> di
     if dp_group is not None and torch.distributed.get_world_size(dp_group) > 1:
         torch.distributed.all_reduce(table, group=dp_group)
         torch.distributed.all_reduce(forwards, group=dp_group)
-    n = max(float(forwards), 1.0) * shape.layers
+    n = max(float(forwards), 1.0) * (shape.layers - len(shape.dense_layers))  # (dense layers record no router loss)
     return {f"moe/{name}": float(table[i, :-1].sum()) / n for i, name in enumerate(AUX_LOSS_NAMES) if table[i, -1] > 0}
 
 
