@@ -18,7 +18,10 @@ from rl_core import hookimpl
 from rl_core.cards import TrainCard
 from rl_core.problems import Problem, nearest_divisors
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+from rl_train_megatron.router_checks import MOE_TYPES, check_model_fields, num_experts, router_field
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "HYV3ForCausalLM",
+                 "Glm4MoeForCausalLM")
 
 
 def _model_config(config) -> dict[str, Any] | None:
@@ -43,11 +46,12 @@ def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
     if data is None:
         return out
     # transformers 5 writes num_local_experts, earlier versions (and the published checkpoints) num_experts
-    experts = data.get("num_experts", data.get("num_local_experts")) if data.get("model_type") in ("qwen2_moe", "qwen3_moe") else None
+    experts = num_experts(data)
     if ep > 1 and not isinstance(experts, int):
         out.append(Problem(key="train.expert_model_parallel_size",
                            what=f"is {ep}, but {config.model.path!r} is not an MoE model the megatron backend builds (model_type {data.get('model_type')!r})",
-                           fix="set train.expert_model_parallel_size=1 (expert parallelism splits the experts of Qwen2-MoE / Qwen3-MoE layers)"))
+                           fix="set train.expert_model_parallel_size=1 (expert parallelism splits the experts of Qwen2-MoE / Qwen3-MoE / HY-V3 / "
+                               "GLM-4-MoE layers)"))
     elif isinstance(experts, int) and experts % ep:
         out.append(Problem(key="train.expert_model_parallel_size",
                            what=f"Megatron EP {ep} does not divide the model's {experts} experts (num_experts; {experts} % {ep} = {experts % ep})",
@@ -71,6 +75,13 @@ def check_expert_sizes(config, data: dict[str, Any] | None) -> list[Problem]:
     return out
 
 
+def _shared_width(data: dict[str, Any]) -> Any:
+    """HY-V3 / GLM-4-MoE: the shared expert's width (moe_intermediate_size x shared experts), split over TP."""
+    n = data.get("num_shared_experts", data.get("n_shared_experts")) if data.get("model_type") in ("hy_v3", "glm4_moe") else None
+    width = data.get("moe_intermediate_size")
+    return n * width if isinstance(n, int) and isinstance(width, int) and n > 0 else None
+
+
 def check_parallel_sizes(config) -> list[Problem]:
     """TP must divide heads, KV heads, intermediate size and vocabulary; PP the layers; EP the experts."""
     data = _model_config(config)
@@ -86,6 +97,7 @@ def check_parallel_sizes(config) -> list[Problem]:
         ("attention heads (num_attention_heads)", heads),
         ("key/value heads (num_key_value_heads)", data.get("num_key_value_heads") or heads),
         ("MLP width (intermediate_size)", data.get("intermediate_size") if data.get("model_type") not in ("qwen2_moe", "qwen3_moe") else None),
+        ("shared expert width", _shared_width(data)),
         ("vocabulary (vocab_size)", data.get("vocab_size")),
     ]
     for what, n in dims:
@@ -263,9 +275,13 @@ def check_transformer_config(config) -> list[Problem]:
         out += [Problem(key=f"{base}.{name}", what=f"{why}; it runs on a GPU only (trainer.device=cpu)",
                         fix=f"remove {base}.{name} to train on the CPU, or run on a GPU") for name, why in moe_cpu_problems(given)]
     data = _model_config(config)
-    dense = data is not None and data.get("model_type") not in ("qwen2_moe", "qwen3_moe")
+    dense = data is not None and data.get("model_type") not in MOE_TYPES
     for name, value in given.items():
         key = f"{base}.{name}"
+        routed = None if dense else router_field(config, key, name, value, data)  # expert bias, router scale (rl_train_megatron.router_checks)
+        if routed is not None:
+            out.extend(routed)
+            continue
         if name in MOE_PASSED:
             if name not in fields:
                 out.append(Problem(key=key, what=f"is not a field of megatron-core's TransformerConfig (megatron-core {_version()})", fix=f"remove {key}"))
@@ -273,12 +289,10 @@ def check_transformer_config(config) -> list[Problem]:
                 out.append(Problem(key=key, severity="warning", what=f"has no effect: {config.model.path!r} is a dense model (no MoE layers to pass it to)",
                                    fix=f"remove {key}"))
             continue
-        if name == "moe_router_enable_expert_bias" and _same_value(value, False):
-            continue
         if name == "moe_router_enable_expert_bias":
-            out.append(Problem(key=key, what="is true: aux-loss-free expert bias is a feature rl-core's megatron train backend does not have "
-                                             "(megatron-core applies it to sigmoid routers, e.g. DeepSeek-V3's; the Qwen2-MoE / Qwen3-MoE routers it builds are softmax)",
-                               fix=f"remove {key} (routers balance with moe_aux_loss_coeff)"))
+            if not _same_value(value, False):
+                out.append(Problem(key=key, severity="warning", what=f"has no effect: {config.model.path!r} is a dense model (no MoE routers)",
+                                   fix=f"remove {key}"))
         elif name.startswith("moe_") or name in _MOE:
             out.append(Problem(key=key, what=f"is {value!r}: this Megatron MoE setting is a feature rl-core's megatron train backend does not have "
                                              f"(it passes {', '.join(MOE_PASSED)} to MoE layers; the expert layout comes from train.expert_* and the model)",
@@ -374,7 +388,7 @@ MEGATRON_CARD = TrainCard(
     engine_versions=">=0.16,<0.17",
     offload=False,  # actor.fsdp_config.*_offload are FSDP's; Megatron's offload is train.options.*_offload (rl_train_megatron.options)
     options="rl_train_megatron.options:MegatronOptions",
-    checks=(check_parallel_sizes, check_unsupported_options, check_transformer_config),
+    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config),
 )
 
 

@@ -15,6 +15,8 @@ built from a config (no downloads), with a random expert bias (``e_score_correct
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
@@ -42,13 +44,13 @@ def sigmoid_config(arch: str, *, layers: int = 3, **over):
     if arch == "hy_v3":
         from transformers import HYV3Config
 
-        cfg = HYV3Config(num_experts=8, num_shared_experts=1, router_scaling_factor=2.5, **{**common, **over})
+        cfg = HYV3Config(**{**common, "num_experts": 8, "num_shared_experts": 1, "router_scaling_factor": 2.5, **over})
     else:
         from transformers import Glm4MoeConfig
 
-        cfg = Glm4MoeConfig(n_routed_experts=8, n_shared_experts=1, routed_scaling_factor=2.5, n_group=2, topk_group=1,
-                            first_k_dense_replace=1, attention_bias=True, use_qk_norm=True, num_nextn_predict_layers=0,
-                            **{**common, **over})
+        glm = dict(n_routed_experts=8, n_shared_experts=1, routed_scaling_factor=2.5, n_group=2, topk_group=1, first_k_dense_replace=1,
+                   attention_bias=True, use_qk_norm=True, num_nextn_predict_layers=0)
+        cfg = Glm4MoeConfig(**{**common, **glm, **over})
     cfg.dtype = "float32"
     return cfg
 
@@ -288,7 +290,11 @@ def test_tp2_and_ep2_equal_one_process(sigmoid_model, layout):
     cfg = _config(model_dir, rate=0.01, tp=2) if layout == "tp2" else _config(model_dir, rate=0.01, ep=2)
     two = run_distributed(run_layout, 2, cfg, step, timeout=400)
     assert one["experts"] == 2 * 8 * 2 and [o["experts"] for o in two] == [2 * (8 // (2 if layout == "ep2" else 1)) * 2] * 2
-    assert any(not torch.equal(b, 0 * b) for b in one["bias"])
+    initial = [t for n, t in _reference(model_dir).named_buffers() if n.endswith("e_score_correction_bias")]
+    for b, b0 in zip(one["bias"], initial, strict=True):  # two steps of +-0.01 (or 0 for an expert at the mean load)
+        moved = ((b - b0) / 0.01).round()
+        torch.testing.assert_close(b - b0, moved * 0.01, atol=1e-6, rtol=0)
+        assert moved.abs().max() > 0 and moved.abs().max() <= 2
     for out in two:
         rows = slice(None) if layout == "tp2" else slice(0, len(out["log_probs"]))
         if layout == "tp2":
@@ -353,3 +359,56 @@ def test_mtp_layers_and_unknown_config_fields_are_refused_by_name(tmp_path):
     probs = [p for p in _problems(_with(default_config(glm), glm, {})) if p.severity == "error"]
     assert [p.key for p in probs] == ["model.path"] and "num_nextn_predict_layers=1" in probs[0].what
     assert not [p for p in _problems(_with(default_config(glm), glm, {}, num_nextn_predict_layers=0)) if p.severity == "error"]
+
+
+# --------------------------------------------------------------------- e2e
+@pytest.mark.slow
+def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path):
+    """``rlcore train`` (GRPO, hf rollout, train.name=megatron, verl's Hy3 router keys with a moving bias) on a tiny HY-V3:
+    each step's rollout log-probs equal the actor's (the synced weights, bias included, are the trained ones); the final
+    checkpoint's Megatron tensors converted to HF names are hf_final's, bit for bit; the bias moved by whole steps of the rate."""
+    import os
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from rl_core.testing.bounded_run import communicate_bounded
+    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+    from rl_train_megatron import convert
+    from rl_train_megatron.model import model_shape
+
+    tc = {"moe_router_enable_expert_bias": True, "moe_router_bias_update_rate": 0.01, "moe_router_load_balancing_type": "none"}
+    cfg = write_tiny_run(tmp_path, steps=2, train__name="megatron", train__options={"transformer_config": tc}, rollout__calculate_log_probs=True,
+                         trainer__save_freq=2, trainer__val_before_train=False)
+    shutil.rmtree(tmp_path / "model")
+    make_sigmoid_model_dir(tmp_path / "model", "hy_v3")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    out = communicate_bounded(proc, timeout=600)
+    assert proc.returncode == 0, out[-6000:]
+    rows = read_metrics(tmp_path / "out")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-3, row
+    # (transformers writes HY-V3's checkpoint names on disk; in memory, and in hf_final, its model's own names)
+    before = _reference(tmp_path / "model").state_dict()
+    after = load_file(str(tmp_path / "out" / "hf_final" / "model.safetensors"))
+    assert set(after) == set(before)
+    reloaded = _reference(tmp_path / "out" / "hf_final").state_dict()  # transformers reads hf_final back, every tensor
+    assert set(reloaded) == set(after) and all(torch.equal(reloaded[n], t) for n, t in after.items())
+    from transformers import AutoConfig
+
+    shape = model_shape(AutoConfig.from_pretrained(tmp_path / "model"))
+    ckpt = torch.load(tmp_path / "out" / "checkpoints" / "global_step_2" / "actor" / "rank0.pt", weights_only=True)["model"]
+    trained = convert.full_to_hf_dict(ckpt, shape)
+    assert set(trained) == set(after)
+    for name, t in trained.items():
+        assert torch.equal(after[name], t), name
+    biases = [n for n in after if n.endswith("e_score_correction_bias")]
+    assert len(biases) == 2
+    for n in biases:
+        moved = ((after[n] - before[n]) / 0.01).round()
+        torch.testing.assert_close(after[n] - before[n], moved * 0.01, atol=1e-6, rtol=0)
+        assert moved.abs().max() > 0
+    assert not torch.equal(after["model.layers.1.mlp.gate.weight"], before["model.layers.1.mlp.gate.weight"])
