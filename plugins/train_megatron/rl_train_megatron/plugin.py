@@ -375,7 +375,7 @@ def _version() -> str:
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
-    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE configs; tensor (vocab-parallel log-probs) x "
+    description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE / HY-V3 / GLM-4-MoE configs; tensor (vocab-parallel log-probs) x "
                 "context x pipeline x data parallelism, expert parallelism for MoE layers",
     devices={"cpu", "cuda"},
     parallelism={"dp", "tp", "pp", "cp", "ep", "distributed_optimizer"},
