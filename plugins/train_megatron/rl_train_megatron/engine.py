@@ -120,6 +120,7 @@ class MegatronBackend(TrainBackend):
         self.vpp = vpp  # model chunks per pipeline stage (virtual pipeline stages)
         self.sp = seq_par.wanted(opts.transformer_config, tp)  # Megatron sequence parallelism (rl_train_megatron.sequence_parallel)
         mmodel.check_divisible(self.shape, tp, pp * vpp, ep, etp, self.sp)
+        sigmoid_moe.check_expert_bias(self.shape, opts.transformer_config)  # (before the parallel state is set up)
         if self.shape.moe and self.device.type == "cpu":
             mmodel.check_moe_on_cpu(opts.transformer_config)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):

@@ -257,6 +257,10 @@ def transformer_config(shape: ModelShape, tp: int, pp: int, passed: dict | None 
     from rl_train_megatron.stages import split_fields
 
     moe = moe_config(shape, ep, tp if etp is None else etp, passed)
+    if moe:
+        from rl_train_megatron.sigmoid_moe import check_expert_bias
+
+        check_expert_bias(shape, passed)
     extra = {k: v for k, v in (passed or {}).items() if k in PASSED_THROUGH or (moe and k in MOE_PASSED)}
     if shape.expert_bias:  # the model's router scaling and the parsed update rate (rl_train_megatron.sigmoid_moe)
         extra = {k: v for k, v in extra.items() if k not in ("moe_router_topk_scaling_factor", "moe_router_bias_update_rate")}

@@ -123,6 +123,22 @@ def moe_config(shape, passed: dict | None) -> dict:
     return out
 
 
+def check_expert_bias(shape, passed: dict | None) -> None:
+    """``moe_router_enable_expert_bias`` as given must be the model's router (the same rule as
+    :func:`rl_train_megatron.router_checks.router_field`, at build time for a config.json the check could not read)."""
+    value = (passed or {}).get("moe_router_enable_expert_bias")
+    if value is None:
+        return
+    on = value is True or str(value).strip("'\"").lower() == "true"
+    key = "train.options.transformer_config.moe_router_enable_expert_bias"
+    if on and not shape.expert_bias:
+        raise _error(key, f"is true, but the model ({shape.family}) routes with a softmax: megatron-core applies the expert bias to sigmoid "
+                          "routers only; remove it (softmax routers balance with moe_aux_loss_coeff)")
+    if not on and shape.expert_bias:
+        raise _error(key, f"is {value!r}, but the model ({shape.family}) routes with its checkpoint's expert bias (e_score_correction_bias); "
+                          "remove it, or set it to true (the bias moves only with moe_router_bias_update_rate > 0)")
+
+
 def bias_update_rate(passed: dict | None) -> float:
     """``moe_router_bias_update_rate`` as given (verl's override_transformer_config), 0 when not given."""
     value = (passed or {}).get("moe_router_bias_update_rate")

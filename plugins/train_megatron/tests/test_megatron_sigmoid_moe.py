@@ -412,3 +412,19 @@ def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path
         torch.testing.assert_close(after[n] - before[n], moved * 0.01, atol=1e-6, rtol=0)
         assert moved.abs().max() > 0
     assert not torch.equal(after["model.layers.1.mlp.gate.weight"], before["model.layers.1.mlp.gate.weight"])
+
+
+def test_engine_refuses_expert_bias_on_a_softmax_router(tmp_path):
+    """Without the check (config.json unread when checked), the engine refuses it when it builds the model, by key."""
+    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_train_megatron.engine import MegatronBackend
+    from rl_train_megatron.model import UnsupportedModelError
+
+    qwen = make_tiny_model_dir(tmp_path / "qwen", "qwen3_moe", hidden=32, layers=2)
+    with pytest.raises(UnsupportedModelError, match=r"transformer_config\.moe_router_enable_expert_bias: is true.*softmax"):
+        MegatronBackend("actor", _config(qwen), WorkerContext())
+    hy = make_sigmoid_model_dir(tmp_path / "hy", "hy_v3")
+    cfg = _config(hy)
+    cfg = attrs.evolve(cfg, train=attrs.evolve(cfg.train, options={"transformer_config": {"moe_router_enable_expert_bias": False}}))
+    with pytest.raises(UnsupportedModelError, match=r"moe_router_enable_expert_bias: is False.*e_score_correction_bias"):
+        MegatronBackend("actor", cfg, WorkerContext())
