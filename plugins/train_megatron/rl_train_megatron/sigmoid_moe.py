@@ -131,7 +131,7 @@ def check_expert_bias(shape, passed: dict | None) -> None:
         return
     on = value is True or str(value).strip("'\"").lower() == "true"
     key = "train.options.transformer_config.moe_router_enable_expert_bias"
-    if on and not shape.expert_bias:
+    if on and shape.moe and not shape.expert_bias:  # (a dense model: no routers, a warning at check time)
         raise _error(key, f"is true, but the model ({shape.family}) routes with a softmax: megatron-core applies the expert bias to sigmoid "
                           "routers only; remove it (softmax routers balance with moe_aux_loss_coeff)")
     if not on and shape.expert_bias:
