@@ -87,7 +87,8 @@ def _resolve(model_path, *more):
 
 def test_card_declares_tp_and_the_architectures_it_converts():
     assert MEGATRON_CARD.name == "megatron" and {"tp", "pp", "cp", "ep", "dp"} <= MEGATRON_CARD.parallelism
-    assert MEGATRON_CARD.architectures == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"}
+    assert MEGATRON_CARD.architectures == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+                                           "HYV3ForCausalLM", "Glm4MoeForCausalLM"}
     assert MEGATRON_CARD.engine == "megatron-core" and check_parallel_sizes in MEGATRON_CARD.checks
 
 
