@@ -390,7 +390,7 @@ class MegatronBackend(TrainBackend):
             grads.reduce_grads(experts, parallel.expert_dp_group())
         counted = [p for n, p in self.model.named_parameters()
                    if not convert.is_expert(n) and (convert.split_dim(n) is not None or self.topo.tp_rank == 0) and not self._tied_copy(n)]
-        expert_group = parallel.expert_mp_group() if experts else None
+        expert_group = parallel.expert_mp_group() if self.shape.moe else None  # (a stage of dense layers only: its norm part is 0)
         norm = grads.clip_grad_norm(list(self.model.parameters()), counted, max_norm, self.device, experts, expert_group)
         share = parallel.tp_cp_group() if self.sp or self.topo.cp > 1 else None  # the ranks whose routers share a sequence's tokens
         self._moe_metrics = (mmodel.aux_loss_metrics(self.shape, parallel.dp_group(), parallel.pp_group(), share)

@@ -88,7 +88,7 @@ def sigmoid_model(request, tmp_path_factory):
     return request.param, make_sigmoid_model_dir(tmp_path_factory.mktemp(request.param), request.param)
 
 
-def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1):
+def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1, pp: int = 1):
     cfg = default_config(model_dir)
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
     # verl's run_hy_v3_megatron.sh: expert bias on, load balancing none (rate 0 there; > 0 here so the bias moves)
@@ -96,7 +96,10 @@ def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1):
           "moe_router_dtype": "fp32"}
     if tp > 1:
         tc["sequence_parallel"] = True
-    train = attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp, expert_model_parallel_size=ep, options={"transformer_config": tc})
+    if pp > 1:  # the dense layer 0 alone on the first stage, the 2 MoE layers on the second
+        tc["num_layers_in_first_pipeline_stage"] = 1
+    train = attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp, expert_model_parallel_size=ep, pipeline_model_parallel_size=pp,
+                         options={"transformer_config": tc})
     return attrs.evolve(cfg, train=train)
 
 
@@ -257,13 +260,14 @@ def run_layout(rank: int, world: int, config, step) -> dict:
     from rl_train_megatron.engine import build_engine
 
     t = config.train
-    mp = t.tensor_model_parallel_size
+    mp = t.tensor_model_parallel_size * t.pipeline_model_parallel_size
     half = len(step) // (world // mp)
     replica = rank // mp
     mine = step.index(torch.arange(replica * half, (replica + 1) * half))
     actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
     try:
-        out = {"experts": sum(1 for n, _ in actor.backend.model.named_parameters() if ".local_experts." in n)}
+        out = {"experts": sum(1 for n, _ in actor.backend.model.named_parameters() if ".local_experts." in n),
+               "layers": len(actor.backend.model.decoder.layers)}
         out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0)["log_probs"]
         out["metrics"] = actor.update(mine)
         out["metrics_2"] = actor.update(mine)
@@ -275,11 +279,12 @@ def run_layout(rank: int, world: int, config, step) -> dict:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("layout", ["tp2", "ep2"])
-def test_tp2_and_ep2_equal_one_process(sigmoid_model, layout):
-    """TP 2 (sequence parallel: each rank's routers count half the tokens, the counts summed over TP x DP) or EP 2 (2
-    replicas, each its half of the step, 4 of the 8 experts per rank): log-probs, loss, grad norm, and after two
-    updates the weights and the moved bias equal one process's."""
+@pytest.mark.parametrize("layout", ["tp2", "ep2", "pp2"])
+def test_tp2_ep2_pp2_equal_one_process(sigmoid_model, layout):
+    """TP 2 (sequence parallel: each rank's routers count half the tokens, the counts summed over TP x DP), EP 2 (2
+    replicas, each its half of the step, 4 of the 8 experts per rank) or PP 2 (the dense layer on the first stage, the
+    MoE layers on the second: megatron-core's block spec per stage): log-probs, loss, grad norm, and after two updates
+    the weights and the moved bias equal one process's."""
     _, model_dir = sigmoid_model
     step = make_step_batch(model_dir)
     if step.tensors["input_ids"].shape[1] % 2:  # TP 2 splits the columns
@@ -287,18 +292,19 @@ def test_tp2_and_ep2_equal_one_process(sigmoid_model, layout):
 
         step = _left_padded(step, step.tensors["input_ids"].shape[1] + 1)
     one = run_layout(0, 1, _config(model_dir, rate=0.01), step)
-    cfg = _config(model_dir, rate=0.01, tp=2) if layout == "tp2" else _config(model_dir, rate=0.01, ep=2)
+    cfg = _config(model_dir, rate=0.01, **{layout[:2]: 2})
     two = run_distributed(run_layout, 2, cfg, step, timeout=400)
-    assert one["experts"] == 2 * 8 * 2 and [o["experts"] for o in two] == [2 * (8 // (2 if layout == "ep2" else 1)) * 2] * 2
+    experts = {"tp2": [2 * 8 * 2] * 2, "ep2": [2 * 4 * 2] * 2, "pp2": [0, 2 * 8 * 2]}[layout]
+    assert one["experts"] == 2 * 8 * 2 and [o["experts"] for o in two] == experts
+    assert [o["layers"] for o in two] == ([1, 2] if layout == "pp2" else [3, 3])
     initial = [t for n, t in _reference(model_dir).named_buffers() if n.endswith("e_score_correction_bias")]
     for b, b0 in zip(one["bias"], initial, strict=True):  # two steps of +-0.01 (or 0 for an expert at the mean load)
         moved = ((b - b0) / 0.01).round()
         torch.testing.assert_close(b - b0, moved * 0.01, atol=1e-6, rtol=0)
         assert moved.abs().max() > 0 and moved.abs().max() <= 2
     for out in two:
-        rows = slice(None) if layout == "tp2" else slice(0, len(out["log_probs"]))
-        if layout == "tp2":
-            torch.testing.assert_close(out["log_probs"], one["log_probs"][rows], atol=1e-5, rtol=0)
+        if layout != "ep2":
+            torch.testing.assert_close(out["log_probs"], one["log_probs"], atol=1e-5, rtol=0)
         for key in ("loss", "grad_norm", "actor/pg_loss"):
             assert out["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-5, abs=1e-7), key
             assert out["metrics_2"][key] == pytest.approx(one["metrics_2"][key], rel=1e-5, abs=1e-7), key
