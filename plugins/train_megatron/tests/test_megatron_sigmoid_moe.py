@@ -88,7 +88,7 @@ def sigmoid_model(request, tmp_path_factory):
     return request.param, make_sigmoid_model_dir(tmp_path_factory.mktemp(request.param), request.param)
 
 
-def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1, pp: int = 1):
+def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1, pp: int = 1, cp: int = 1):
     cfg = default_config(model_dir)
     cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, ppo_mini_batch_size=PROMPTS_PER_STEP))
     # verl's run_hy_v3_megatron.sh: expert bias on, load balancing none (rate 0 there; > 0 here so the bias moves)
@@ -99,7 +99,7 @@ def _config(model_dir, *, rate: float = 0.0, tp: int = 1, ep: int = 1, pp: int =
     if pp > 1:  # the dense layer 0 alone on the first stage, the 2 MoE layers on the second
         tc["num_layers_in_first_pipeline_stage"] = 1
     train = attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp, expert_model_parallel_size=ep, pipeline_model_parallel_size=pp,
-                         options={"transformer_config": tc})
+                         context_parallel_size=cp, options={"transformer_config": tc})
     return attrs.evolve(cfg, train=train)
 
 
@@ -260,7 +260,7 @@ def run_layout(rank: int, world: int, config, step) -> dict:
     from rl_train_megatron.engine import build_engine
 
     t = config.train
-    mp = t.tensor_model_parallel_size * t.pipeline_model_parallel_size
+    mp = t.tensor_model_parallel_size * t.pipeline_model_parallel_size * t.context_parallel_size
     half = len(step) // (world // mp)
     replica = rank // mp
     mine = step.index(torch.arange(replica * half, (replica + 1) * half))
@@ -279,22 +279,24 @@ def run_layout(rank: int, world: int, config, step) -> dict:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("layout", ["tp2", "ep2", "pp2"])
-def test_tp2_ep2_pp2_equal_one_process(sigmoid_model, layout):
+@pytest.mark.parametrize("layout", ["tp2", "ep2", "pp2", "cp2"])
+def test_tp2_ep2_pp2_cp2_equal_one_process(sigmoid_model, layout):
     """TP 2 (sequence parallel: each rank's routers count half the tokens, the counts summed over TP x DP), EP 2 (2
     replicas, each its half of the step, 4 of the 8 experts per rank) or PP 2 (the dense layer on the first stage, the
-    MoE layers on the second: megatron-core's block spec per stage): log-probs, loss, grad norm, and after two updates
+    MoE layers on the second: megatron-core's block spec per stage) or CP 2 (each rank 2 of the 4 chunks of the sequence,
+    the context-parallel attention in the dense and the MoE layers' specs): log-probs, loss, grad norm, and after two updates
     the weights and the moved bias equal one process's."""
     _, model_dir = sigmoid_model
     step = make_step_batch(model_dir)
-    if step.tensors["input_ids"].shape[1] % 2:  # TP 2 splits the columns
+    columns = step.tensors["input_ids"].shape[1]
+    if columns % 4:  # TP 2 splits the columns, CP 2 into 4 chunks
         from test_megatron_moe import _left_padded
 
-        step = _left_padded(step, step.tensors["input_ids"].shape[1] + 1)
+        step = _left_padded(step, columns + (-columns) % 4)
     one = run_layout(0, 1, _config(model_dir, rate=0.01), step)
     cfg = _config(model_dir, rate=0.01, **{layout[:2]: 2})
     two = run_distributed(run_layout, 2, cfg, step, timeout=400)
-    experts = {"tp2": [2 * 8 * 2] * 2, "ep2": [2 * 4 * 2] * 2, "pp2": [0, 2 * 8 * 2]}[layout]
+    experts = {"tp2": [2 * 8 * 2] * 2, "ep2": [2 * 4 * 2] * 2, "pp2": [0, 2 * 8 * 2], "cp2": [2 * 8 * 2] * 2}[layout]
     assert one["experts"] == 2 * 8 * 2 and [o["experts"] for o in two] == experts
     assert [o["layers"] for o in two] == ([1, 2] if layout == "pp2" else [3, 3])
     initial = [t for n, t in _reference(model_dir).named_buffers() if n.endswith("e_score_correction_bias")]
