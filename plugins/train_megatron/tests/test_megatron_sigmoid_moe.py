@@ -371,8 +371,9 @@ def test_mtp_layers_and_unknown_config_fields_are_refused_by_name(tmp_path):
 
 # --------------------------------------------------------------------- e2e
 @pytest.mark.slow
-def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path):
-    """``rlcore train`` (GRPO, hf rollout, train.name=megatron, verl's Hy3 router keys with a moving bias) on a tiny HY-V3:
+@pytest.mark.parametrize("arch", ARCHS)
+def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path, arch):
+    """``rlcore train`` (GRPO, hf rollout, train.name=megatron, verl's Hy3 router keys with a moving bias) on a tiny HY-V3 / GLM-4-MoE:
     each step's rollout log-probs equal the actor's (the synced weights, bias included, are the trained ones); the final
     checkpoint's Megatron tensors converted to HF names are hf_final's, bit for bit; the bias moved by whole steps of the rate."""
     import os
@@ -389,7 +390,7 @@ def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path
     cfg = write_tiny_run(tmp_path, steps=2, train__name="megatron", train__options={"transformer_config": tc}, rollout__calculate_log_probs=True,
                          trainer__save_freq=2, trainer__val_before_train=False)
     shutil.rmtree(tmp_path / "model")
-    make_sigmoid_model_dir(tmp_path / "model", "hy_v3")
+    make_sigmoid_model_dir(tmp_path / "model", arch)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
