@@ -64,7 +64,7 @@ from rl_core.train_engine import offload
 from rl_core.train_engine.hf_export import write_hf_folder
 
 from rl_train_megatron import context_parallel as cp_mod
-from rl_train_megatron import convert, grads, parallel, zero
+from rl_train_megatron import convert, fully_sharded, grads, parallel, zero
 from rl_train_megatron import model as mmodel
 from rl_train_megatron import sequence_parallel as seq_par
 from rl_train_megatron.options import megatron_options, transformer_overrides, virtual_stages
@@ -162,6 +162,11 @@ class MegatronBackend(TrainBackend):
             model.requires_grad_(False)
         self.model = model.to(self.device)
         self.model.eval()
+        self.stage = None  # train.options.fully_shard: the root FSDP unit over the data-parallel group (rl_train_megatron.fully_sharded)
+        if opts.fully_shard:
+            fully_sharded.check(self, config, opts)
+            self.stage = fully_sharded.shard(self.chunks[0], parallel.grad_group(), self.device)
+            self.uneven_micro_batches = False  # every forward / backward gathers over the data-parallel group: same count on every rank
         # offload between phases (train.options, verl's megatron.*_offload; rl_core.train_engine.offload)
         actor = role == "actor"
         self.param_offload = opts.param_offload if actor else role == "ref" and opts.ref_param_offload
@@ -174,7 +179,7 @@ class MegatronBackend(TrainBackend):
         if self.param_offload:
             self._send("params", torch.device("cpu"))
         self.zero = None  # train.distributed_optimizer: AdamW state sharded over the replicas (rl_train_megatron.zero)
-        if self.trainable and getattr(config.train, "distributed_optimizer", False):
+        if self.trainable and getattr(config.train, "distributed_optimizer", False) and self.stage is None:  # (fully sharded: already)
             self.zero = self._sharded_state()
             self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role)
         elif self.trainable:
@@ -314,6 +319,8 @@ class MegatronBackend(TrainBackend):
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
         """This rank's stage; the heads on the last stage. Inference: broadcast to every stage; training: None on the
         other stages, which keep their ``(h_in, h)`` for :meth:`backward`."""
+        if self.stage is not None and not self.stage.running:  # train.options.fully_shard: inside the root FSDP unit
+            return self.stage.heads(self.forward, x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
         critic = self.role == "critic"
         # MoE: no trim (every position goes through the routers and counts in their losses: the same positions whatever
         # the rank layout)
@@ -377,6 +384,8 @@ class MegatronBackend(TrainBackend):
     def reduce_and_clip(self, max_norm: float | None) -> float:
         """Tied-embedding copies summed (PP > 1), gradients summed over data-parallel ranks, the whole-model norm
         (:mod:`rl_train_megatron.grads`)."""
+        if self.stage is not None:  # train.options.fully_shard: summed by FSDP's reduce-scatter in the backward
+            return fully_sharded.reduce_and_clip(self, max_norm)
         pp_tied = self.shape.tied and self.topo.pp > 1
         grads.reduce_tied_embedding_grads(self.chunks[0] if self.chunks[0].pre_process else self.chunks[-1], pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
@@ -436,6 +445,8 @@ class MegatronBackend(TrainBackend):
     def _named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         bucket_mb = float(self.config.train.options.get("weight_bucket_mb", 256))
         params = self._global_params()
+        if self.stage is not None:  # each tensor all-gathered over the data-parallel group as the buckets reach it
+            params = fully_sharded.gathered(params)
         if self._stage_layout is None:
             self._stage_layout = stage_layout(params, parallel.pp_group())
         moe = self.shape.moe
@@ -463,6 +474,8 @@ class MegatronBackend(TrainBackend):
             out.update(ep=t.ep, etp=t.etp)
         if self.zero is not None:
             out["distributed_optimizer"] = True
+        if self.stage is not None:
+            out["fully_shard"] = True
         if self.shape.stages and len(set(self.shape.stages)) > 1:  # uneven pipeline stages
             out["stages"] = list(self.shape.stages)
         if self.vpp > 1:
@@ -503,12 +516,18 @@ class MegatronBackend(TrainBackend):
         params = dict(self.model.named_parameters())
         if not isinstance(saved_model, dict):
             raise CheckpointMismatchError(f"{self.role}: {root / f'rank{self.rank}.pt'} holds no model shards; the checkpoint is damaged")
-        wrong = [n for n, p in params.items() if not isinstance(saved_model.get(n), torch.Tensor) or saved_model[n].shape != p.shape]
+        wrong = [n for n, p in params.items()
+                 if not isinstance(saved_model.get(n), torch.Tensor) or saved_model[n].shape != fully_sharded.local(p).shape]
         if wrong:
             raise CheckpointMismatchError(
                 f"{self.role}: the checkpoint at {str(root)!r} does not fit this model (missing or other shape: {wrong[:5]}); "
                 "it was written for another model (model.path, its shape); resume with the config it was written under"
             )
+        if self.stage is not None:  # this rank's shards of the parameters and of the AdamW state
+            fully_sharded.load_local_state(self.model, self.optimizer, state)
+            load_rng_state(state["rng"])
+            parallel.barrier()
+            return state.get("scheduler")
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(saved_model[name])
@@ -522,6 +541,8 @@ class MegatronBackend(TrainBackend):
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's parameter shards and AdamW state (copies, plain data)."""
+        if self.stage is not None:
+            return fully_sharded.local_state(self.model, self.optimizer)
         out: dict[str, Any] = {"model": {n: p.detach().clone() for n, p in self.model.named_parameters()}}
         if self.optimizer is not None:
             out["optim"] = copy_state(self.optimizer.state_dict())

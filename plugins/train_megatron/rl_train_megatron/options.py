@@ -29,6 +29,14 @@ host to host (what the tests check); none of it was run on a GPU here.
     ``layers / (PP x VPP)`` layers, interleaved as megatron-core lays them out (:func:`rl_train_megatron.stages.virtual_split`);
     a micro-batch goes through chunk 0 of every stage, then chunk 1, ... (:mod:`rl_train_megatron.pipeline`).
 
+``fully_shard``
+    Fully sharded data parallelism (verl's ``megatron.use_megatron_fsdp``; ZeRO-3): parameters, gradients and AdamW
+    state sharded over the data-parallel ranks of each TP shard with torch FSDP2's ``fully_shard`` on megatron-core's
+    modules, gathered layer by layer for forward and backward, gradients reduce-scattered; the numbers of plain data
+    parallelism (:mod:`rl_train_megatron.fully_sharded`). Not NVIDIA's ``megatron_fsdp`` package (CUDA only): the same
+    sharding on torch's FSDP2 kernels. Dense models with TP x DP; not with pipeline / virtual stages, context
+    parallelism, MoE models, LoRA or offload (refused by key).
+
 ``transformer_config``
     Fields of megatron-core's ``TransformerConfig`` passed to the model the engine builds (verl's
     ``megatron.override_transformer_config``): activation recomputation (``recompute_granularity``,
@@ -57,6 +65,8 @@ class MegatronOptions(Options):
     # virtual (interleaved) pipeline stages: each pipeline stage holds this many model chunks (null / 1: one)
     virtual_pipeline_model_parallel_size: int | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
     transformer_config: dict[str, Any] = attrs.field(factory=dict)
+    # fully sharded data parallelism (verl's megatron.use_megatron_fsdp): rl_train_megatron.fully_sharded
+    fully_shard: bool = False
 
 
 #: model.enable_gradient_checkpointing on the megatron backend: each layer's input kept, the layer recomputed in backward
@@ -148,3 +158,32 @@ FIXED: dict[str, Any] = dict(
     use_cpu_initialization=True,
     perform_initialization=False,
 )
+
+
+def fully_shard_problems(config, model_type: str | None = None) -> list[tuple[str, str, str]]:
+    """``(key, what, fix)`` for each setting ``train.options.fully_shard`` is not built with (dense TP x DP is;
+    :mod:`rl_train_megatron.fully_sharded`); ``model_type``: the model's (an MoE model is refused)."""
+    opts = dict(config.train.options or {})
+    if opts.get("fully_shard") is not True:
+        return []
+    t, off = config.train, "; or set train.options.fully_shard=false (verl: megatron.use_megatron_fsdp=False)"
+    out = []
+    sizes = (("train.pipeline_model_parallel_size", t.pipeline_model_parallel_size, "pipeline stages"),
+             ("train.options.virtual_pipeline_model_parallel_size", opts.get("virtual_pipeline_model_parallel_size") or 1, "virtual pipeline stages"),
+             ("train.context_parallel_size", t.context_parallel_size, "context parallelism"),
+             ("train.expert_model_parallel_size", getattr(t, "expert_model_parallel_size", 1) or 1, "expert parallelism"))
+    for key, value, what in sizes:
+        if value != 1:
+            out.append((key, f"is {value} with train.options.fully_shard=true: fully sharded data parallelism is built for TP x DP only, "
+                             f"not with {what}", f"set {key}=1{off}"))
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        out.append(("train.options.fully_shard", f"is true for an MoE model ({model_type}): its routed experts are not sharded this way",
+                    "set train.options.fully_shard=false (train.distributed_optimizer shards the AdamW state of MoE models)"))
+    for name in ("param_offload", "grad_offload", "optimizer_offload", "optimizer_cpu_offload", "ref_param_offload"):
+        if opts.get(name) is True:
+            out.append((f"train.options.{name}", "is true with train.options.fully_shard=true: the offload between phases moves whole "
+                        "parameters, not FSDP's shards", f"set train.options.{name}=false (fully sharded: each rank holds 1 / DP of the state){off}"))
+    if (getattr(config.model, "lora_rank", 0) or 0) > 0:
+        out.append(("model.lora_rank", "is > 0 with train.options.fully_shard=true: LoRA adapters are not sharded this way",
+                    f"set model.lora_rank=0{off}"))
+    return out
