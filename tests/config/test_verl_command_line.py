@@ -110,7 +110,6 @@ def test_engineering_keys_map(override, target, value):
 
 
 @pytest.mark.parametrize("override, words", [
-    (f"{V}.actor.megatron.use_megatron_fsdp=True", "Megatron-FSDP"),
     (f"{V}.rollout.multi_turn.interaction_config_path=users.yaml", "#29"),
     ("trainer.critic_warmup=5", "verl feature"),
     ("trainer.resume_mode=resume_path", "trainer.resume"),

@@ -209,10 +209,15 @@ RULES: tuple[Rule, ...] = (
       for k in ("param", "grad", "optimizer")),
     *(_ign(f"{r}.megatron.{k}", "how verl converts HF weights for Megatron; rl-core converts Llama / Qwen2 / Qwen3 (dense) weights itself (rl_train_megatron.convert)")
       for r in _ROLES for k in ("use_mbridge", "vanilla_mbridge", "use_dist_checkpointing", "dist_checkpointing_path")),
-    # megatron-core 0.16.1's Megatron-FSDP (distributed/fsdp/src/megatron_fsdp) creates torch.cuda.Stream()s and puts its
-    # buffers on cuda:current_device(): it cannot run on the CPU, so it is neither wrapped nor tested here
-    *(_same(f"{r}.megatron.use_megatron_fsdp", [False], "Megatron-FSDP", "train.name=fsdp (rl-core's FSDP2 backend shards the same way; "
-            "megatron-core's Megatron-FSDP needs CUDA streams and is not wrapped)") for r in _ROLES),
+    # Megatron-FSDP: fully sharded data parallelism of the Megatron model (rl_train_megatron.fully_sharded), on torch FSDP2's
+    # fully_shard, not megatron-core's megatron_fsdp package (CUDA streams; cannot run on the CPU): the same sharding and numbers
+    _m("actor_rollout_ref.actor.megatron.use_megatron_fsdp", "train.options.fully_shard",
+       note="fully sharded data parallelism (ZeRO-3) of the Megatron model: parameters, gradients and AdamW state sharded over the "
+            "data-parallel ranks of each TP shard, gathered layer by layer, gradients reduce-scattered; on torch FSDP2's fully_shard, not "
+            "NVIDIA's megatron_fsdp package (same sharding and numbers, other kernels and overlap); dense models, TP x DP "
+            "(rl_train_megatron.fully_sharded)"),
+    _tie("actor_rollout_ref.ref.megatron.use_megatron_fsdp", "train.options.fully_shard", "the reference model uses the actor's parallel layout"),
+    _tie("critic.megatron.use_megatron_fsdp", "train.options.fully_shard", "the critic uses the actor's parallel layout"),
     *(_same(f"{r}.megatron.dtype", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16", "model.dtype") for r in _ROLES),
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.*_fusion",
          "a Megatron kernel-fusion switch (" + _PERF + ")"),

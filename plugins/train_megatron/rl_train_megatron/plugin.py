@@ -176,6 +176,14 @@ def _virtual_split(config, layers: Any, vpp: Any) -> list[Problem]:
     return []
 
 
+def check_fully_shard(config) -> list[Problem]:
+    """train.options.fully_shard (verl's megatron.use_megatron_fsdp): what it is not built with, by key
+    (:func:`rl_train_megatron.options.fully_shard_problems`)."""
+    from rl_train_megatron.options import fully_shard_problems
+
+    return [Problem(key=key, what=what, fix=fix) for key, what, fix in fully_shard_problems(config, (_model_config(config) or {}).get("model_type"))]
+
+
 def check_unsupported_options(config) -> list[Problem]:
     """Train-side options of the HF models (and FSDP settings) that the Megatron GPT model does not have."""
     out = []
@@ -378,7 +386,7 @@ MEGATRON_CARD = TrainCard(
     description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE / HY-V3 / GLM-4-MoE configs; tensor (vocab-parallel log-probs) x "
                 "context x pipeline x data parallelism, expert parallelism for MoE layers",
     devices={"cpu", "cuda"},
-    parallelism={"dp", "tp", "pp", "cp", "ep", "distributed_optimizer"},
+    parallelism={"dp", "tp", "pp", "cp", "ep", "distributed_optimizer"},  # (+ train.options.fully_shard: ZeRO-3 over DP)
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     architectures=ARCHITECTURES,
@@ -388,7 +396,7 @@ MEGATRON_CARD = TrainCard(
     engine_versions=">=0.16,<0.17",
     offload=False,  # actor.fsdp_config.*_offload are FSDP's; Megatron's offload is train.options.*_offload (rl_train_megatron.options)
     options="rl_train_megatron.options:MegatronOptions",
-    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config),
+    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config, check_fully_shard),
 )
 
 
