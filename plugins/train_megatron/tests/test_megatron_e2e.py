@@ -130,3 +130,16 @@ def test_grpo_megatron_tp2_hf_kill_and_resume_matches_uninterrupted(tmp_path):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-7), k
+
+
+def test_two_step_grpo_megatron_fully_sharded_dp2(tmp_path):
+    """train.options.fully_shard (verl's megatron.use_megatron_fsdp) on 2 ranks (DP 2), the reference model too (KL loss): the
+    rollout's log-probs equal the actor's after each sync of the all-gathered shards; hf_final holds trained weights."""
+    cfg = write_tiny_run(tmp_path, nprocs=2, steps=2, model=dict(arch="llama", hidden=128, layers=2, heads=2, kv_heads=2),
+                         rollout__calculate_log_probs=True, train__name="megatron", train__options__fully_shard=True,
+                         actor__use_kl_loss=True, trainer__save_freq=2, trainer__val_before_train=False)
+    _run_to_end(cfg)
+    rows = _check_trained(tmp_path, 2)
+    assert any("actor/kl_loss" in r for r in rows)
+    layout = json.loads((tmp_path / "out" / "checkpoints" / "global_step_2" / "actor" / "megatron.json").read_text())
+    assert layout["fully_shard"] is True and layout["dp"] == 2

@@ -27,10 +27,12 @@ from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, 
 pytestmark = pytest.mark.megatron
 
 
-def _config(model_dir, tp: int = 1, fully_shard: bool = False, **options):
+def _config(model_dir, tp: int = 1, fully_shard: bool = False, recompute: bool = False, **options):
     cfg = default_config(model_dir)
     # one mini-batch per epoch: each replica's half of the step then makes the same global mini-batch as one process's whole step
-    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_mini_batch_size=PROMPTS_PER_STEP))
+    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ppo_mini_batch_size=PROMPTS_PER_STEP),
+                       critic=attrs.evolve(cfg.critic, ppo_mini_batch_size=PROMPTS_PER_STEP),
+                       model=attrs.evolve(cfg.model, enable_gradient_checkpointing=recompute))
     opts = {**dict(cfg.train.options or {}), **options, **({"fully_shard": True} if fully_shard else {})}
     return attrs.evolve(cfg, train=attrs.evolve(cfg.train, name="megatron", tensor_model_parallel_size=tp, options=opts))
 
@@ -60,6 +62,7 @@ def run(rank: int, world: int, config, step, workdir: str) -> dict:
     actor = build_engine("actor", config, ctx)
     b = actor.backend
     out["sharded"] = b.stage is not None
+    out["layout"] = (b.topo.tp, b.topo.dp, b.sp, b.chunks[0].config.recompute_granularity)
     out["init_weights"] = _weights(actor)
     out["log_probs"] = actor.compute_log_prob(mine, temperature=1.0, with_entropy=True)
     out["metrics"] = actor.update(mine)
@@ -76,6 +79,10 @@ def run(rank: int, world: int, config, step, workdir: str) -> dict:
     out["resumed_metrics_2"] = actor.update(mine)
     out["resumed_weights_2"] = _weights(actor)
     actor.shutdown()
+    critic = build_engine("critic", config, ctx)
+    out["values"] = critic.compute_values(mine)
+    out["critic_metrics"] = critic.update(mine)
+    critic.shutdown()
     return out
 
 
@@ -95,13 +102,14 @@ def one(model_dir, step, tmp_path_factory):
     return run(0, 1, _config(model_dir), step, str(tmp_path_factory.mktemp("one")))
 
 
-@pytest.fixture(scope="module", params=[(1, 2), (2, 4)], ids=["dp2", "tp2_dp2"])
+@pytest.fixture(scope="module", params=[(1, 2), (2, 4)], ids=["dp2", "tp2_dp2_sp_recompute"])
 def sharded(request, model_dir, step, tmp_path_factory):
-    """DP 2 on 2 processes; TP 2 x DP 2 on 4, with Megatron sequence parallelism (verl's megatron default)."""
+    """DP 2 on 2 processes; TP 2 x DP 2 on 4, with Megatron sequence parallelism (verl's megatron default) and each layer
+    recomputed in the backward (model.enable_gradient_checkpointing: megatron-core's recomputation calls the FSDP unit again)."""
     tp, world = request.param
     work = tmp_path_factory.mktemp(f"fsdp_tp{tp}")
     extra = {"transformer_config": {"sequence_parallel": True}} if tp > 1 else {}
-    outs = run_distributed(run, world, _config(model_dir, tp, fully_shard=True, **extra), step, str(work), timeout=600)
+    outs = run_distributed(run, world, _config(model_dir, tp, fully_shard=True, recompute=tp > 1, **extra), step, str(work), timeout=600)
     return tp, world, outs, work
 
 
@@ -118,14 +126,18 @@ def _replicas(tp: int, outs: list[dict]) -> list[dict]:
 def test_log_probs_loss_grad_norm_and_weights_equal_one_process(sharded, one):
     tp, _, outs, _ = sharded
     assert all(o["sharded"] for o in outs) and not one["sharded"]
+    assert {o["layout"] for o in outs} == ({(1, 2, False, None)} if tp == 1 else {(2, 2, True, "full")})
     for key in ("log_probs", "entropy"):
         got = torch.cat([o["log_probs"][key] for o in _replicas(tp, outs)])
         torch.testing.assert_close(got, one["log_probs"][key], atol=1e-5, rtol=0)
     torch.testing.assert_close(torch.cat([o["ref_log_probs"] for o in _replicas(tp, outs)]), one["ref_log_probs"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.cat([o["values"] for o in _replicas(tp, outs)]), one["values"], atol=1e-5, rtol=0)
     for out in outs:
         for key in ("loss", "grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
             _close(out["metrics"][key], one["metrics"][key], key)
             _close(out["metrics_2"][key], one["metrics_2"][key], f"{key} (2nd update)")
+        for key in ("loss", "grad_norm"):
+            _close(out["critic_metrics"][key], one["critic_metrics"][key], f"critic {key}")
         assert set(out["weights_2"]) == set(one["weights_2"])
         for name in one["weights_2"]:
             assert torch.equal(out["init_weights"][name], one["init_weights"][name]), name
