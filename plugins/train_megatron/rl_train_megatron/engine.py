@@ -26,6 +26,9 @@ Parallelism
     sequence's columns (2 x CP load-balanced chunks) and all-gather keys /
     values in the attention (:mod:`rl_train_megatron.context_parallel`);
     their gradients are summed with the data-parallel ones.
+    ``train.options.fully_shard`` (verl's ``use_megatron_fsdp``): parameters, gradients and AdamW state sharded over the
+    data-parallel ranks of each TP shard (torch FSDP2 on megatron-core's modules, :mod:`rl_train_megatron.fully_sharded`);
+    the forward runs inside its root unit, the data-parallel all-reduce and ZeRO-1 are bypassed.
 
 Models
     Built from the HF config (:mod:`rl_train_megatron.model`); weights from the HF checkpoint (or
@@ -166,7 +169,8 @@ class MegatronBackend(TrainBackend):
         if opts.fully_shard:
             fully_sharded.check(self, config, opts)
             self.stage = fully_sharded.shard(self.chunks[0], parallel.grad_group(), self.device)
-            self.uneven_micro_batches = False  # every forward / backward gathers over the data-parallel group: same count on every rank
+            if fully_sharded.group_size(parallel.grad_group()) > 1:  # every forward / backward gathers over it: the same count on every rank
+                self.uneven_micro_batches = False
         # offload between phases (train.options, verl's megatron.*_offload; rl_core.train_engine.offload)
         actor = role == "actor"
         self.param_offload = opts.param_offload if actor else role == "ref" and opts.ref_param_offload
@@ -320,7 +324,8 @@ class MegatronBackend(TrainBackend):
         """This rank's stage; the heads on the last stage. Inference: broadcast to every stage; training: None on the
         other stages, which keep their ``(h_in, h)`` for :meth:`backward`."""
         if self.stage is not None and not self.stage.running:  # train.options.fully_shard: inside the root FSDP unit
-            return self.stage.heads(self.forward, x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+            inner = type(self).forward.__get__(self)  # (the class's: a wrapper set on the instance sees one call per micro-batch)
+            return self.stage.heads(inner, x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
         critic = self.role == "critic"
         # MoE: no trim (every position goes through the routers and counts in their losses: the same positions whatever
         # the rank layout)

@@ -22,7 +22,7 @@ from rl_core.backends import WorkerContext  # noqa: E402
 from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
 from rl_core.testing.distributed import run_distributed  # noqa: E402
 from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
+from rl_core.testing.train_conformance import PROMPTS_PER_STEP, TrainConformance, default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -194,3 +194,16 @@ def test_checkpoint_resume_is_bit_identical(sharded):
         assert out["resumed_metrics_2"] == out["metrics_2"]
         for name, w in out["weights_2"].items():
             assert torch.equal(out["resumed_weights_2"][name], w), f"rank {r}: {name}"
+
+
+class TestFullyShardedConformance(TrainConformance):
+    """The shared train conformance suite with ``train.options.fully_shard`` on (1 process, and DP 2 on 2)."""
+
+    factory = "rl_train_megatron.engine:MegatronBackend"
+    rollout_factory = "rl_core.rollout.hf:factory"
+    logprob_atol = 1e-5
+    sync_atol = 1e-4
+
+    def make_config(self, model_dir, **overrides):
+        cfg = default_config(model_dir, **overrides)
+        return attrs.evolve(cfg, train=attrs.evolve(cfg.train, options={**dict(cfg.train.options or {}), "fully_shard": True}))
