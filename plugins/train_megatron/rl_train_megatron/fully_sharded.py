@@ -30,16 +30,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-#: the combinations the engine does not build with ``train.fully_shard``: (what, the fix)
-NOT_WITH = {
-    "pipeline": "train.pipeline_model_parallel_size > 1 (pipeline stages)",
-    "vpp": "train.options.virtual_pipeline_model_parallel_size > 1 (virtual pipeline stages)",
-    "cp": "train.context_parallel_size > 1 (context parallelism)",
-    "moe": "an MoE model (expert parallelism / routed experts)",
-    "lora": "LoRA (model.lora_rank > 0)",
-    "offload": "train.options.*_offload (offload between phases)",
-}
-
 
 class Stage(torch.nn.Module):
     """The root FSDP unit: the model chunk, and a forward that runs the engine's function with its own parameters
@@ -48,8 +38,7 @@ class Stage(torch.nn.Module):
     def __init__(self, chunk: torch.nn.Module) -> None:
         super().__init__()
         self.chunk = chunk
-
-        self.running = False
+        self.running = False  # inside heads(): the engine's forward runs its own body
 
     def forward(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
@@ -206,10 +195,6 @@ def load_local_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | 
             if isinstance(v, torch.Tensor) and v.dim() > 0 and isinstance(p, DTensor):
                 s[n] = DTensor.from_local(v.to(local(p).device), p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
     optimizer.load_state_dict(sd)
-
-
-def local_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
-    return {n: tuple(local(p).shape) for n, p in model.named_parameters()}
 
 
 def group_size(group) -> int:
