@@ -23,7 +23,9 @@ def _model(tmp_path: Path, model_type: str = "qwen2") -> Path:
              "num_hidden_layers": 28, "rms_norm_eps": 1e-6}  # Qwen2-7B's
     if model_type == "qwen2_moe":
         shape.update(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=2368, shared_expert_intermediate_size=2368)
-    arch = {"qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}[model_type]
+    if model_type == "glm4_moe":  # a sigmoid-routed MoE
+        shape.update(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=2368, n_shared_experts=1, first_k_dense_replace=0)
+    arch = {"qwen2": "Qwen2ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "glm4_moe": "Glm4MoeForCausalLM"}[model_type]
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [arch], **shape}))
     return tmp_path
 
@@ -73,6 +75,8 @@ def test_combinations_it_is_not_built_with_are_refused_by_key(tmp_path, override
     assert p.key == key and words in p.what and "train.options.fully_shard=false" in p.fix, p.render()
 
 
-def test_moe_models_are_refused(tmp_path):
-    _, errs = _errors(_model(tmp_path, "qwen2_moe"))
-    assert [p.key for p in errs] == ["train.options.fully_shard"] and "MoE model (qwen2_moe)" in errs[0].what
+@pytest.mark.parametrize("model_type", ["qwen2_moe", "glm4_moe"])
+def test_moe_models_are_refused(tmp_path, model_type):
+    _, errs = _errors(_model(tmp_path, model_type))
+    mine = [p for p in errs if p.key == "train.options.fully_shard"]
+    assert len(mine) == 1 and f"MoE model ({model_type})" in mine[0].what, [p.render() for p in errs]

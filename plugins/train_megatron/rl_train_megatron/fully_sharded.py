@@ -206,7 +206,7 @@ def check(backend, config, opts) -> None:
     from rl_train_megatron.model import ParallelSizeError
     from rl_train_megatron.options import fully_shard_problems
 
-    problems = fully_shard_problems(config, getattr(backend.hf_config, "model_type", None))
+    problems = fully_shard_problems(config, getattr(backend.hf_config, "model_type", "MoE") if backend.shape.moe else None)
     if backend.vpp > 1 and not any(k.endswith("virtual_pipeline_model_parallel_size") for k, _, _ in problems):  # (a pipeline layout's chunks)
         problems.append(("train.options.virtual_pipeline_model_parallel_size", f"gives {backend.vpp} model chunks per stage with "
                          "train.options.fully_shard=true", "one model chunk per stage, or train.options.fully_shard=false"))

@@ -160,9 +160,9 @@ FIXED: dict[str, Any] = dict(
 )
 
 
-def fully_shard_problems(config, model_type: str | None = None) -> list[tuple[str, str, str]]:
+def fully_shard_problems(config, moe_type: str | None = None) -> list[tuple[str, str, str]]:
     """``(key, what, fix)`` for each setting ``train.options.fully_shard`` is not built with (dense TP x DP is;
-    :mod:`rl_train_megatron.fully_sharded`); ``model_type``: the model's (an MoE model is refused)."""
+    :mod:`rl_train_megatron.fully_sharded`); ``moe_type``: the model_type of an MoE model (refused), None for a dense one."""
     opts = dict(config.train.options or {})
     if opts.get("fully_shard") is not True:
         return []
@@ -176,8 +176,8 @@ def fully_shard_problems(config, model_type: str | None = None) -> list[tuple[st
         if value != 1:
             out.append((key, f"is {value} with train.options.fully_shard=true: fully sharded data parallelism is built for TP x DP only, "
                              f"not with {what}", f"set {key}=1{off}"))
-    if model_type in ("qwen2_moe", "qwen3_moe"):
-        out.append(("train.options.fully_shard", f"is true for an MoE model ({model_type}): its routed experts are not sharded this way",
+    if moe_type:
+        out.append(("train.options.fully_shard", f"is true for an MoE model ({moe_type}): its routed experts are not sharded this way",
                     "set train.options.fully_shard=false (train.distributed_optimizer shards the AdamW state of MoE models)"))
     for name in ("param_offload", "grad_offload", "optimizer_offload", "optimizer_cpu_offload", "ref_param_offload"):
         if opts.get(name) is True:

@@ -181,7 +181,9 @@ def check_fully_shard(config) -> list[Problem]:
     (:func:`rl_train_megatron.options.fully_shard_problems`)."""
     from rl_train_megatron.options import fully_shard_problems
 
-    return [Problem(key=key, what=what, fix=fix) for key, what, fix in fully_shard_problems(config, (_model_config(config) or {}).get("model_type"))]
+    data = _model_config(config) or {}
+    moe = data.get("model_type") if data.get("model_type") in MOE_TYPES else None
+    return [Problem(key=key, what=what, fix=fix) for key, what, fix in fully_shard_problems(config, moe)]
 
 
 def check_unsupported_options(config) -> list[Problem]:
