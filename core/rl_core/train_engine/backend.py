@@ -21,6 +21,8 @@ member                     what
 :meth:`reduce_and_clip`    reduce gradients over data-parallel ranks, clip to a
                            max norm, return the global norm before clipping
 :meth:`step`               the optimizer step (default: ``optimizer.step()``)
+:meth:`unscale_grads`      optional: multiply the gradients by a factor (float16's
+                           loss scaling; default: ``model``'s parameters' gradients)
 :meth:`all_reduce`         a number over the data-parallel ranks or the whole world
 :meth:`named_weights`      full HF-named tensors, on every rank
 :meth:`save_hf`            an HF folder (rank 0 writes)
@@ -47,7 +49,9 @@ import torch
 from rl_core.backends import WorkerContext
 from rl_core.cards import ROLES
 from rl_core.modeling import check_model_path, load_causal_lm, load_value_model, torch_dtype
+from rl_core.train_engine import loss_scale
 from rl_core.train_engine.batch_sizes import TrainSizeError, role_config
+from rl_core.train_engine.loss_scale import LossScaler
 
 Over = Literal["data", "world"]
 
@@ -98,6 +102,8 @@ class TrainBackend(abc.ABC):
     uneven_micro_batches: bool
     #: ``torch.autocast`` dtype around forwards (None: no autocast)
     autocast_dtype: torch.dtype | None
+    #: ``model.dtype=float16``'s dynamic loss scaling (:mod:`rl_core.train_engine.loss_scale`); None otherwise
+    loss_scaler: LossScaler | None
 
     def __init__(self, role: str, config: Any, context: WorkerContext) -> None:
         if role not in ROLES:
@@ -113,6 +119,7 @@ class TrainBackend(abc.ABC):
         self.sharded = False
         self.uneven_micro_batches = True
         self.autocast_dtype = None
+        self.loss_scaler = loss_scale.for_backend(self.trainable, config.model.dtype)
 
     # ------------------------------------------------------------ primitives
     @abc.abstractmethod
@@ -148,6 +155,13 @@ class TrainBackend(abc.ABC):
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+
+    def unscale_grads(self, factor: float) -> None:
+        """Multiply every gradient the optimizer steps on by ``factor`` (float16's loss scaling: ``1 / scale``, after
+        :meth:`reduce_and_clip`). Default: the gradients of ``model``'s parameters."""
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(factor)
 
     def step_metrics(self) -> dict[str, float]:
         """Metrics of the mini-batch just reduced (called on every rank after :meth:`reduce_and_clip`; the same

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from rl_core.batch import Batch
-from rl_core.train_engine import update as upd
+from rl_core.train_engine import loss_scale, update as upd
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.train_engine.batch_sizes import RoleSizes, TrainSizeError, inference_micro, role_config, role_sizes
 from rl_core.train_engine.lr_schedule import LRSchedule
@@ -203,6 +203,13 @@ class RoleEngine:
         b.model.eval()
         out = {name: sums[name] / counts[name] for name in sums}
         out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"))
+        if b.loss_scaler is not None:  # float16: steps skipped on an overflow report no norm
+            taken = [n for n in norms if not math.isnan(n)]
+            out.update(loss_scale=b.loss_scaler.scale, loss_scale_skipped_steps=len(norms) - len(taken))
+            if taken:
+                out["grad_norm"] = sum(taken) / len(taken)
+            else:
+                del out["grad_norm"]
         return out
 
     # ------------------------------------------------------ weights and state
@@ -235,6 +242,7 @@ class RoleEngine:
         optimizer while it saves (model only), without ``extra`` no LR-schedule state is written."""
         contents = set(self.config.trainer.save_contents)
         scheduler = self._scheduler_state() if self.backend.optimizer is not None and "extra" in contents else None
+        scheduler = loss_scale.with_state(scheduler, self.backend.loss_scaler)  # float16's loss scale rides with it
         with self._optimizer_hidden("optimizer" not in contents):
             self.backend.save_checkpoint(path, scheduler)
 
@@ -254,6 +262,7 @@ class RoleEngine:
         contents = {"model", "optimizer", "extra"} if contents is None else set(contents)
         with self._optimizer_hidden("optimizer" not in contents):
             state = self.backend.load_checkpoint(path)
+        state = loss_scale.restore(state if "extra" in contents else None, self.backend.loss_scaler)
         optimizer = self.backend.optimizer
         if optimizer is None:
             return

@@ -16,6 +16,12 @@ Zero-advantage rows (:mod:`rl_core.algorithms.zero_advantage`)
 Numerical guard (:mod:`rl_core.trainer.guard`)
     A non-finite loss or gradient norm stops the run before the step, on every
     rank alike; after the step every weight is checked.
+
+float16 (:mod:`rl_core.train_engine.loss_scale`)
+    Each micro-batch's loss weight is multiplied by the loss scale, clipping
+    compares the scaled norm with the scaled limit (the same factor), and the
+    gradients are divided by the scale before the step; a non-finite gradient
+    norm skips the step and lowers the scale instead of stopping the run.
 """
 
 from __future__ import annotations
@@ -199,6 +205,8 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
             mini = mini.index(keep) if len(keep) else None
             row_ids = row_ids[keep]
     entropy_grad = b.role == "actor" and cfg.entropy_coeff != 0
+    scaler = b.loss_scaler
+    scale = scaler.scale if scaler is not None else 1.0
     b.zero_grad()
     loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
     metric_sums: dict[str, torch.Tensor] = {}
@@ -210,7 +218,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
             heads = b.forward(x, temperature=temperature, with_entropy=want_entropy, entropy_grad=entropy_grad, training=True)
             loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss) if heads is not None else (None, {})
         share = micro_share(x["response_mask"], mode, global_den) if real else 0.0  # not real: a repeat for the collectives
-        b.backward(loss, share)
+        b.backward(loss, share * scale)  # scale: float16's loss scale (1 otherwise)
         if not real or loss is None:
             continue
         if kept is not None:
@@ -223,7 +231,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
         for p in b.model.parameters():
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
-    grad_norm = b.reduce_and_clip(cfg.optim.grad_clip)
+    grad_norm = b.reduce_and_clip(cfg.optim.grad_clip * scale if cfg.optim.grad_clip else cfg.optim.grad_clip) / scale
     loss_total = float(b.all_reduce(loss_sum, "sum"))
     metrics_out = mean_metrics(b, metric_sums, n_micro)
     if kept is None:
@@ -231,8 +239,24 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     else:  # one object, so a pipelined backend broadcasts once
         loss_total, metrics_out, (kept.values, kept.computed) = b.from_heads_stage((loss_total, metrics_out, (kept.values, kept.computed)))
     metrics_out.update(b.step_metrics())  # the backend's own (e.g. MoE router losses), the same on every rank
+    if scaler is not None and not scaled_step_taken(b, scaler, loss_total, grad_norm, scale):
+        return loss_total, float("nan"), metrics_out  # skipped: no gradient norm to report
     optimizer_step(b, loss_total, grad_norm)
     return loss_total, grad_norm, metrics_out
+
+
+def scaled_step_taken(b: TrainBackend, scaler, loss_total: float, grad_norm: float, scale: float) -> bool:
+    """float16 (:mod:`rl_core.train_engine.loss_scale`): whether the step goes ahead. A non-finite gradient norm
+    under a scale above the floor skips it (gradients dropped, the scale lowered); otherwise the gradients are
+    unscaled for the optimizer (a non-finite loss, or gradients at the floor, then stop the run in the guard)."""
+    if math.isfinite(loss_total) and not math.isfinite(grad_norm) and not scaler.at_floor():
+        scaler.update(grad_norm)
+        b.zero_grad()
+        return False
+    if math.isfinite(grad_norm):
+        scaler.update(grad_norm)
+        b.unscale_grads(1.0 / scale)
+    return True
 
 
 def mean_metrics(b: TrainBackend, metric_sums: dict[str, torch.Tensor], n_micro: int) -> dict[str, float]:

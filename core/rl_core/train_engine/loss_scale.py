@@ -1,0 +1,91 @@
+"""Dynamic loss scaling for ``model.dtype=float16``: float16's small range made safe for gradients.
+
+float16 has 5 exponent bits: gradients below ~6e-8 flush to zero and above 65504 overflow. As in
+megatron-core's ``DynamicGradScaler`` and ``torch.amp.GradScaler``, each micro-batch's loss is multiplied by
+the current scale before backward (through the loss weight core passes to ``TrainBackend.backward``), so small
+gradients stay representable in the float16 activations; the float32 master gradients are divided by it again
+before the optimizer step, and clipping compares the unscaled norm with the limit.
+
+A mini-batch whose gradient norm is not finite (an overflow under the current scale) is skipped: no optimizer
+step, the weights and AdamW state untouched, the scale multiplied by ``backoff`` (halved). After ``interval``
+finite steps in a row the scale is multiplied by ``growth`` (doubled). The scale never goes below ``min_scale``:
+gradients that are still not finite there are not an overflow of the scaling, and the numerical guard stops
+the run (:mod:`rl_core.trainer.guard`). A non-finite *loss* stops it as before: scaling changes only backward.
+
+The state (scale, good steps in a row, skipped steps) is part of the role's checkpoint (with the LR schedule's,
+``trainer.save_contents`` ``extra``), so a resumed run continues with the same scale.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+#: torch.amp.GradScaler's start; megatron-core starts at 2**32 and reaches the same region after a few skips
+INITIAL_SCALE = 2.0**16
+GROWTH = 2.0
+BACKOFF = 0.5
+#: finite steps in a row before the scale grows (megatron-core's loss_scale_window)
+INTERVAL = 1000
+MIN_SCALE = 1.0
+#: the key of the scaler's state inside the scheduler state a backend saves
+STATE_KEY = "loss_scaler"
+
+
+@attrs.define
+class LossScaler:
+    scale: float = INITIAL_SCALE
+    growth: float = GROWTH
+    backoff: float = BACKOFF
+    interval: int = INTERVAL
+    min_scale: float = MIN_SCALE
+    good_steps: int = 0  # finite steps since the last change of the scale
+    skipped: int = 0  # skipped steps over the run
+
+    def at_floor(self) -> bool:
+        return self.scale <= self.min_scale
+
+    def update(self, grad_norm: float) -> bool:
+        """Record a mini-batch's (global) gradient norm; whether the optimizer steps on it."""
+        if not math.isfinite(grad_norm):
+            self.scale = max(self.scale * self.backoff, self.min_scale)
+            self.good_steps = 0
+            self.skipped += 1
+            return False
+        self.good_steps += 1
+        if self.good_steps >= self.interval:
+            self.scale *= self.growth
+            self.good_steps = 0
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scale": float(self.scale), "good_steps": int(self.good_steps), "skipped": int(self.skipped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scale, self.good_steps, self.skipped = float(state["scale"]), int(state["good_steps"]), int(state["skipped"])
+
+
+def for_backend(trainable: bool, dtype_name: str) -> LossScaler | None:
+    """A scaler for a trainable role computing in float16; None otherwise (float32 / bfloat16 need none)."""
+    return LossScaler() if trainable and dtype_name == "float16" else None
+
+
+def with_state(scheduler: dict[str, Any] | None, scaler: LossScaler | None) -> dict[str, Any] | None:
+    """The scheduler state a backend saves, with the scaler's added (unchanged without a scaler)."""
+    if scheduler is None or scaler is None:
+        return scheduler
+    return {**scheduler, STATE_KEY: scaler.state_dict()}
+
+
+def restore(state: dict[str, Any] | None, scaler: LossScaler | None) -> dict[str, Any] | None:
+    """The scheduler state without the scaler's, which is loaded into ``scaler`` (a checkpoint of a run without one
+    leaves ``scaler`` at its start)."""
+    if state is None or STATE_KEY not in state:
+        return state
+    state = dict(state)
+    saved = state.pop(STATE_KEY)
+    if scaler is not None:
+        scaler.load_state_dict(saved)
+    return state
