@@ -29,7 +29,7 @@ import attrs
 import yaml
 
 from rl_core.config.rules import check_config
-from rl_core.config import verl_engines, verl_reward_model
+from rl_core.config import verl_dtype, verl_engines, verl_reward_model
 from rl_core.config.verl_profile import generated_batch, get_dotted, unset_defaults
 from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
@@ -401,6 +401,7 @@ def load_report(
     seen = {p.key for p in problems}
     problems.extend(p for p in check_config(config) if p.key not in seen)
     problems.extend(_ties(config, tr))
+    problems.extend(verl_dtype.agreement(config.model.dtype, tr.dtypes))  # verl's per-worker dtypes vs model.dtype
     problems = [_as_written(p, tr.origin) for p in problems]
     config = expand_user_paths(config)  # `~` once, here: check and the run see the same folders
     return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied, origin=dict(tr.origin))

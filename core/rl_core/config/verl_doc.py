@@ -68,7 +68,11 @@ def _row(rule: vk.Rule) -> str:
         what = f"`rollout.engine_kwargs.{rule.target}` (vLLM / SGLang engine argument)"
     elif rule.kind == vk.SAME:
         ok = ", ".join(f"`{v}`" for v in rule.ok)
-        what = f"{ok} (what rl-core does); other values: {rule.note} is a verl feature rl-core lacks"
+        what = f"{ok} (what rl-core does)"
+        if rule.maps:  # verl's float16 dtypes: rl_core.config.verl_dtype
+            what += "; " + ", ".join(f"`{v}`" for v in rule.maps) + f" -> `{rule.target}=float16` (float32 master weights, dynamic loss scaling; " \
+                    "the actor's dtype and rollout.dtype must both say it)"
+        what += f"; other values: {rule.note} is a verl feature rl-core lacks"
         if rule.nearest:
             what += f"; nearest: {rule.nearest}"
         if rule.ref != vk.DOC:

@@ -46,6 +46,8 @@ class Rule:
     soft: bool = False  # TIE: a disagreement is a warning (a speed / memory knob), not an error
     # MAP with ``ok``: only those values map; any other is refused naming this verl feature (with ``nearest``)
     refused: str = ""
+    # SAME with ``maps``: these values are mapped to ``target`` (with ``convert``) instead (verl's float16 dtypes)
+    maps: tuple = ()
 
     def matches(self, key: str) -> bool:
         return _regex(self.pattern).fullmatch(key) is not None
@@ -140,6 +142,16 @@ def _dtype_name(value: Any) -> Any:
     return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(str(value).lower(), value)
 
 
+FP16 = ("float16", "fp16", "half")
+
+
+def _dtype(pattern: str, ok, note: str) -> Rule:
+    """A verl compute-dtype key: bfloat16 spellings ``ok`` as before, float16 ones set model.dtype=float16 (float32
+    master weights and AdamW, dynamic loss scaling: rl_core.train_engine.loss_scale); their agreement with the other
+    dtype keys is checked after loading (rl_core.config.verl_dtype)."""
+    return Rule(pattern=pattern, kind=SAME, ok=tuple(ok), note=note, nearest="model.dtype", target="model.dtype", maps=FP16, convert=_dtype_name)
+
+
 def _loggers(value: Any) -> Any:
     items = value if isinstance(value, (list, tuple)) else [value]
     return ["console" if str(x) == "console" else str(x) for x in items]
@@ -218,7 +230,7 @@ RULES: tuple[Rule, ...] = (
             "(rl_train_megatron.fully_sharded)"),
     _tie("actor_rollout_ref.ref.megatron.use_megatron_fsdp", "train.options.fully_shard", "the reference model uses the actor's parallel layout"),
     _tie("critic.megatron.use_megatron_fsdp", "train.options.fully_shard", "the critic uses the actor's parallel layout"),
-    *(_same(f"{r}.megatron.dtype", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16", "model.dtype") for r in _ROLES),
+    *(_dtype(f"{r}.megatron.dtype", ["bfloat16", "bf16"], "a Megatron compute dtype other than bfloat16 / float16") for r in _ROLES),
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.*_fusion",
          "a Megatron kernel-fusion switch (" + _PERF + ")"),
     _ign("actor_rollout_ref.*.megatron.override_transformer_config.use_fused_*", "a Megatron kernel-fusion switch (" + _PERF + ")"),
@@ -283,7 +295,8 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.*.fsdp_config.wrap_policy.*", "FSDP wrapping (rl-core shards every decoder layer)"),
     _same("actor_rollout_ref.*.fsdp_config.model_dtype", ["fp32", "float32", "bfloat16", "bf16"],
           "FSDP parameters kept in half precision", "model.dtype"),
-    _same("actor_rollout_ref.*.fsdp_config.mixed_precision.param_dtype", ["bf16", "bfloat16"], "FSDP mixed precision other than bfloat16 parameters", "model.dtype"),
+    _dtype("actor_rollout_ref.*.fsdp_config.mixed_precision.param_dtype", ["bf16", "bfloat16"], "FSDP mixed precision other than bfloat16 / float16 parameters"),
+    _dtype("actor_rollout_ref.*.fsdp_config.dtype", ["bf16", "bfloat16"], "an FSDP engine compute dtype other than bfloat16 / float16"),
     _m("actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype", "actor.fsdp_config.reduce_dtype", _dtype_name,
        note="the dtype the actor's gradients are reduced in across ranks (FSDP2 MixedPrecisionPolicy); float32 / bfloat16"),
     _ign("actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype", "the reference model computes no gradients, so there is nothing to reduce"),
@@ -408,7 +421,7 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.rollout.moe_tensor_parallel_size", [1, None],
           "tensor parallelism of MoE layers in the rollout engine (verl itself accepts a size > 1 only with its TensorRT-LLM rollout: "
           "vLLM has no MoE TP size, SGLang derives it as TP / EP)", "rollout.expert_parallel_size"),
-    _same("actor_rollout_ref.rollout.dtype", ["bfloat16", "bf16", "auto"], "a rollout engine dtype other than bfloat16 (rl-core's GPU engines run bf16)", "model.dtype"),
+    _dtype("actor_rollout_ref.rollout.dtype", ["bfloat16", "bf16", "auto"], "a rollout engine dtype other than bfloat16 / float16"),
     _same("actor_rollout_ref.rollout.load_format", ["dummy", "dummy_dtensor", "auto", "safetensors", "hf"], "loading the engine's weights in another format", "none (rl-core syncs the actor's weights)"),
     _same("actor_rollout_ref.rollout.ignore_eos", [False], "generating past the end-of-sequence token", "none"),
     _same("actor_rollout_ref.rollout.mode", ["async", "sync"], "a rollout mode other than verl's sync / async (rl-core's engines batch the step's prompts)"),

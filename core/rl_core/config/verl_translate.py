@@ -43,6 +43,7 @@ class Translation:
     held: dict[str, tuple[str, Any]] = attrs.field(factory=dict)  # HOLD rules: name -> (key as written, value), for verl_engines.apply
     selected: dict[str, Any] = attrs.field(factory=dict)  # verl's engine selections: key as written -> value (veomni, mlite_actor, ...)
     profile: str | None = None  # "verl" / "rl-core" when a config says so
+    dtypes: list[tuple[str, str, Any]] = attrs.field(factory=list)  # verl's compute-dtype keys: (as written, key, value)
 
     def add(self, written: str, key: str, value: Any) -> None:
         self.items.append((key, value))
@@ -107,8 +108,13 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
     elif rule.kind == vk.TIE:
         tr.ties.append((written, value, vk.star_target(rule, key), rule.note, rule.soft))
     elif rule.kind == vk.SAME:
-        if not _accepted(value, rule.ok):
+        if rule.maps and _accepted(value, rule.maps):
+            tr.add(written, rule.target, rule.convert(value) if rule.convert else value)
+        elif not _accepted(value, rule.ok):
             tr.problems.append(refusal(written, value, rule))
+            return
+        if rule.maps:
+            tr.dtypes.append((written, key, value))
     elif rule.kind == vk.IGNORE:
         tr.problems.append(Problem(key=written, what=f"ignored: {rule.note}", severity="warning"))
     else:
