@@ -110,3 +110,31 @@ def test_two_step_grpo_fp16_sharded(tmp_path, rollout):
     if (why := engine_missing(rollout)) is not None:
         pytest.skip(why)
     fp16_grpo_run(tmp_path, nprocs=2, rollout=rollout, model=dict(arch="llama", hidden=128, layers=2, heads=2, kv_heads=2))  # head size 64: vLLM's CPU kernels
+
+
+def test_fp16_with_lora_adapters(model_dir, step):
+    """LoRA (docs/lora.md) in float16: the frozen base in float16, the adapters (the only trained weights) float32 under
+    AdamW, the loss scale over their gradients; the update within float16 tolerance of LoRA in float32."""
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]')")
+    shard = single_rank_order(step, 2, 2)
+
+    def lora(dtype):
+        cfg = _cfg(model_dir, dtype)
+        return build_engine("actor", attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=4, lora_alpha=8.0)), WorkerContext())
+
+    l32, l16 = lora("float32"), lora("float16")
+    trained = {p.dtype for p in l16.model.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in l16.model.parameters() if not p.requires_grad}
+    assert trained == {torch.float32} and frozen == {torch.float16}
+    m32, m16 = l32.update(shard), l16.update(shard)
+    assert m16["loss_scale"] == 2.0**16 and m16["loss_scale_skipped_steps"] == 0
+    assert m16["loss"] == pytest.approx(m32["loss"], rel=1e-2, abs=1e-3)
+    assert m16["grad_norm"] == pytest.approx(m32["grad_norm"], rel=2e-2)
+    a32 = {n: p.detach() for n, p in l32.model.named_parameters() if p.requires_grad}
+    a16 = {n: p.detach() for n, p in l16.model.named_parameters() if p.requires_grad}
+    s32, s16 = ({n: p.detach() for n, p in lora(dt).model.named_parameters() if p.requires_grad} for dt in ("float32", "float16"))  # seeded starts
+    d32 = torch.cat([(a32[n] - s32[n]).flatten() for n in a32])
+    d16 = torch.cat([(a16[n] - s16[n]).flatten() for n in a32])
+    assert d32.norm() > 0.01  # the adapters moved: AdamW steps of ~lr = 1e-3
+    # AdamW's steps are ~lr whatever the gradient's size: a few elements whose gradient is ~0 may differ in sign
+    assert float((d16 - d32).norm() / d32.norm()) < 0.05
