@@ -9,8 +9,8 @@ EPYC before Zen 4) torch emulates it and the model's matrix products run 5-8x
 a 2-core AMD EPYC, torch 2.13: ``bench/results/cpu_precision.md``).
 
 :func:`resolve_dtype` picks ``bfloat16`` where it is fast and ``float32``
-elsewhere (also on a GPU without bfloat16: float16 trains without loss
-scaling here). :func:`slow_low_precision` is the warning ``rlcore check``
+elsewhere (also on a GPU without bfloat16, where float16 with loss scaling is
+the explicit choice). :func:`slow_low_precision` is the warning ``rlcore check``
 gives for an explicit ``bfloat16`` / ``float16`` on such a CPU.
 """
 
@@ -60,7 +60,7 @@ def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
             return "bfloat16", "auto: a GPU run (no GPU here to ask; assumed to support bfloat16)"
         if torch.cuda.is_bf16_supported():
             return "bfloat16", f"auto: {torch.cuda.get_device_name()} computes bfloat16"
-        return "float32", f"auto: {torch.cuda.get_device_name()} has no bfloat16 (float16 would train without loss scaling)"
+        return "float32", f"auto: {torch.cuda.get_device_name()} has no bfloat16 (model.dtype=float16 trains there with loss scaling)"
     feature = cpu_bf16_support()
     if feature:
         return "bfloat16", f"auto: this CPU computes bfloat16 ({feature}); float32 weights and optimizer, bfloat16 compute"

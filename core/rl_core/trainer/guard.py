@@ -17,7 +17,7 @@ import torch
 from rl_core.problems import UserError
 
 ADVICE = (
-    "usual causes: a learning rate too high (check actor.optim.lr / critic.optim.lr), float16 without loss scaling, "
+    "usual causes: a learning rate too high (check actor.optim.lr / critic.optim.lr), float16 activations out of range (model.dtype=float16 overflowing even at loss scale 1), "
     "or a reward function returning NaN/inf"
 )
 

@@ -17,7 +17,8 @@ Precision
     ``model.dtype == "float32"``: everything in float32. ``"bfloat16"`` /
     ``"float16"``: actor and critic keep float32 parameters and optimizer
     state and compute in the low precision (FSDP2 ``MixedPrecisionPolicy``
-    when sharded, ``torch.autocast`` when not; no loss scaling for float16);
+    when sharded, ``torch.autocast`` when not; float16 with core's dynamic loss
+    scaling, rl_core.train_engine.loss_scale);
     the reference model, which never trains, is loaded in that dtype
     directly. Log-probs, entropies, values and losses are float32.
 
