@@ -14,25 +14,15 @@ import pytest
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.testing.distributed import run_distributed
-from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
+from rl_core.testing.train_conformance import make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import build_engine
+from test_fsdp_engine import _cfg as _model_cfg, model_dir, step  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("qwen2")
-
-
-@pytest.fixture(scope="module")
-def step(model_dir):
-    return make_step_batch(model_dir)
-
-
 def _cfg(model_dir, dtype="float16"):
-    cfg = default_config(model_dir)
-    return attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype=dtype))
+    return _model_cfg(model_dir, dtype=dtype)
 
 
 def _weights(engine) -> dict[str, torch.Tensor]:

@@ -8,7 +8,6 @@ Kill -9 after a checkpoint and rerun: the resumed run logs the same metrics as a
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from rl_core.testing.bounded_run import communicate_bounded
+from rl_core.testing.fp16_run import engine_missing
 from rl_core.testing.tiny_run import write_tiny_run
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
@@ -30,16 +30,7 @@ pytestmark = [pytest.mark.megatron, pytest.mark.slow, pytest.mark.dist]
 NON_TIMING = lambda row: {k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/"))}  # noqa: E731
 
 
-def _engine_importable(rollout: str) -> str | None:
-    """None when the rollout engine can run here, else why not."""
-    if rollout == "hf":
-        return None
-    try:
-        importlib.import_module(f"rl_rollout_{rollout}")
-        importlib.import_module(rollout)
-    except Exception as exc:  # noqa: BLE001
-        return f"needs the {rollout} engine and rl-rollout-{rollout} (run in that engine's venv): {type(exc).__name__}: {exc}"
-    return None
+_engine_importable = engine_missing  # None when the rollout engine can run here, else why not
 
 
 def write_run(tmp: Path, rollout: str, *, steps: int, save_freq: int = -1) -> Path:
