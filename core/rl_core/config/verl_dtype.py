@@ -17,7 +17,6 @@ from rl_core.config import verl_keys as vk
 from rl_core.problems import Problem
 
 ROLLOUT = "actor_rollout_ref.rollout.dtype"
-_ACTOR_KEYS = "actor_rollout_ref.actor.megatron.dtype / actor_rollout_ref.actor.fsdp_config.dtype"
 _ONE = "rl-core computes training and rollout in one dtype (model.dtype)"
 
 
@@ -43,5 +42,5 @@ def agreement(model_dtype: str, dtypes: list[tuple[str, str, Any]]) -> list[Prob
                            fix=f"set {ROLLOUT}=float16 too"))
     if not any(k.startswith("actor_rollout_ref.actor.") for _w, k in fp16):
         out.append(Problem(key=fp16[0][0], what=f"is float16 while the actor computes in verl's default bfloat16: verl would train the actor in "
-                           f"bfloat16; {_ONE}", fix=f"set the actor's dtype to float16 too ({_ACTOR_KEYS}=float16)"))
+                           f"bfloat16; {_ONE}", fix=f"set the actor's dtype to float16 too ({vk.ACTOR_DTYPE_KEYS}=float16)"))
     return out

@@ -143,6 +143,8 @@ def _dtype_name(value: Any) -> Any:
 
 
 FP16 = ("float16", "fp16", "half")
+#: the actor's compute-dtype keys, for messages (rl_core.config.verl_dtype)
+ACTOR_DTYPE_KEYS = "actor_rollout_ref.actor.megatron.dtype / actor_rollout_ref.actor.fsdp_config.dtype"
 
 
 def _dtype(pattern: str, ok, note: str) -> Rule:

@@ -203,13 +203,7 @@ class RoleEngine:
         b.model.eval()
         out = {name: sums[name] / counts[name] for name in sums}
         out.update(loss=sum(losses) / len(losses), grad_norm=(sum(norms) / len(norms)) if norms else float("nan"))
-        if b.loss_scaler is not None:  # float16: steps skipped on an overflow report no norm
-            taken = [n for n in norms if not math.isnan(n)]
-            out.update(loss_scale=b.loss_scaler.scale, loss_scale_skipped_steps=len(norms) - len(taken))
-            if taken:
-                out["grad_norm"] = sum(taken) / len(taken)
-            else:
-                del out["grad_norm"]
+        loss_scale.add_metrics(out, b.loss_scaler, norms)  # float16: the scale, skipped steps (no norm)
         return out
 
     # ------------------------------------------------------ weights and state
@@ -242,9 +236,8 @@ class RoleEngine:
         optimizer while it saves (model only), without ``extra`` no LR-schedule state is written."""
         contents = set(self.config.trainer.save_contents)
         scheduler = self._scheduler_state() if self.backend.optimizer is not None and "extra" in contents else None
-        scheduler = loss_scale.with_state(scheduler, self.backend.loss_scaler)  # float16's loss scale rides with it
-        with self._optimizer_hidden("optimizer" not in contents):
-            self.backend.save_checkpoint(path, scheduler)
+        with self._optimizer_hidden("optimizer" not in contents):  # float16's loss scale rides with the schedule's state
+            self.backend.save_checkpoint(path, loss_scale.with_state(scheduler, self.backend.loss_scaler))
 
     @contextlib.contextmanager
     def _optimizer_hidden(self, hide: bool):

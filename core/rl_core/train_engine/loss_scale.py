@@ -89,3 +89,16 @@ def restore(state: dict[str, Any] | None, scaler: LossScaler | None) -> dict[str
     if scaler is not None:
         scaler.load_state_dict(saved)
     return state
+
+
+def add_metrics(out: dict[str, float], scaler: LossScaler | None, norms: list[float]) -> None:
+    """An update's metrics with ``loss_scale`` and ``loss_scale_skipped_steps``; ``grad_norm`` averages the steps taken
+    (a skipped step's norm is NaN) and is left out when every step was skipped. Nothing without a scaler."""
+    if scaler is None:
+        return
+    taken = [n for n in norms if not math.isnan(n)]
+    out.update(loss_scale=scaler.scale, loss_scale_skipped_steps=len(norms) - len(taken))
+    if taken:
+        out["grad_norm"] = sum(taken) / len(taken)
+    else:
+        out.pop("grad_norm", None)
