@@ -10,7 +10,8 @@ same weights it would build itself). The folder is shared: read it, never write 
 ``rlcore_forkserver`` (session): a multiprocessing context whose forkserver imported torch, transformers, rl-core and
 the backends once (FORKSERVER_PRELOAD): processes started from it cost their work, not their imports. Every session
 also starts :func:`rl_core.testing.distributed.run_distributed`'s ranks from it (each still gets the caller's
-environment and folder); tests/testing/test_distributed.py checks the default spawn start as well.
+environment and folder; not where CUDA is available: ranks are spawned there, since a fork of a process that touched
+CUDA cannot use it); tests/testing/test_distributed.py checks the default spawn start as well.
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ def rlcore_forkserver():
 
 @pytest.fixture(scope="session", autouse=True)
 def _ranks_start_from_the_forkserver():
+    import torch
+
     from rl_core.testing import distributed
 
+    if torch.cuda.is_available():  # the preloaded megatron-core touches CUDA in the forkserver: its children could not use it
+        yield
+        return
     previous = distributed.start_ranks_from(forkserver_context())
     yield
     distributed.start_ranks_from(previous)
