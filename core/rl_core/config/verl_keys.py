@@ -421,8 +421,10 @@ RULES: tuple[Rule, ...] = (
     _eng("actor_rollout_ref.rollout.cudagraph_capture_sizes", "cudagraph_capture_sizes"),
     _eng("actor_rollout_ref.rollout.disable_log_stats", "disable_log_stats", note="the engine's periodic statistics log lines (logging only)"),
     _same("actor_rollout_ref.rollout.moe_tensor_parallel_size", [1, None],
-          "tensor parallelism of MoE layers in the rollout engine (verl itself accepts a size > 1 only with its TensorRT-LLM rollout: "
-          "vLLM has no MoE TP size, SGLang derives it as TP / EP)", "rollout.expert_parallel_size"),
+          "tensor parallelism of MoE layers in the rollout engine (verl itself refuses a size > 1 with the vllm and sglang rollouts, "
+          "taking one only with its TensorRT-LLM rollout: 'moe_tensor_parallel_size is only supported for trtllm'; vLLM has no MoE TP size, "
+          "SGLang derives it as TP / EP)",
+          "rollout.expert_parallel_size"),
     _dtype("actor_rollout_ref.rollout.dtype", ["bfloat16", "bf16", "auto"], "a rollout engine dtype other than bfloat16 / float16"),
     _same("actor_rollout_ref.rollout.load_format", ["dummy", "dummy_dtensor", "auto", "safetensors", "hf"], "loading the engine's weights in another format", "none (rl-core syncs the actor's weights)"),
     _same("actor_rollout_ref.rollout.ignore_eos", [False], "generating past the end-of-sequence token", "none"),
