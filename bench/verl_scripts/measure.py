@@ -170,10 +170,72 @@ def feature(p) -> str:
     return f"{p.key.lstrip('+~')}: {p.what[:120]}"
 
 
+VERDICTS = "bench/verl_scripts/verl_verdicts.json"
+
+
+#: what rl-core does where verl refuses (matched on verl's message): each answers "does rl-core accept something invalid?"
+READINGS = (
+    ("Could not append to config. An item is already at",
+     "Hydra's `+key` adds a key verl's config does not have; this one it has. rl-core reads `+key=value` as setting the key "
+     "(the value the script means); verl stops before it starts"),
+    ("main_ppo_sync", "the script runs a module that does not exist at this verl commit; rl-core reads the overrides only, "
+     "whichever entry point the script names"),
+    ("unexpected keyword argument 'tau_pos'",
+     "verl's SAPO temperatures are actor.tau_pos / tau_neg; the script writes them under actor.policy_loss, which verl's "
+     "PolicyLossConfig lacks. rl-core maps actor.policy_loss.* (tau_pos / tau_neg included) onto actor.policy_loss_options.*, so "
+     "the temperatures the script sets are used"),
+    ("reward_model.overlong_buffer", "the older DAPO recipe's spelling (verl's config has no reward_model.overlong_buffer now); "
+     "rl-core maps it onto reward.overlong_penalty.*"),
+    ("LexerNoViableAltException", "a placeholder the user must fill (`<path_to_...>`), which Hydra's grammar refuses; rl-core reads it "
+     "as a plain string, and the key it sits on (megatron.dist_checkpointing_path) is one rl-core ignores with a warning"),
+)
+
+
+def reading(error: str) -> str:
+    return next((text for marker, text in READINGS if marker in error), "not yet examined: a question for rl-core")
+
+
+def ours(errs) -> str:
+    """rl-core's refusals of one script, short: each key as written with the start of its message."""
+    return "; ".join(f"`{p.key}`: {p.what[:160]}" for p in errs[:3]) + (f"; and {len(errs) - 3} more" if len(errs) > 3 else "")
+
+
+def verl_lines(result: dict, mine: dict, verdicts: dict) -> tuple[list[str], list[str]]:
+    """The headline over the scripts verl's own config checks accept, and the sections comparing the two verdicts
+    (``verdicts``: bench/verl_scripts/verl_verdicts.json, written by verl_verdicts.py in a venv with verl's deps)."""
+    v = verdicts["scripts"]
+    accepted = [n for n in mine if v[n]["verdict"] == "accepted"]
+    ok = [n for n in accepted if not mine[n]]
+    unchecked = [n for n in mine if v[n]["verdict"] == "unchecked"]
+    why = "; ".join(f"`{n}`: {v[n]['why']}" for n in unchecked)
+    head = [f"Of the {len(accepted)} of these {len(mine)} that verl's own config checks accept (verl_verdicts.json: verl {verdicts['verl_commit'][:12]}, "
+            f"Hydra composition, validate_config, the config dataclasses' checks, the task runner's and workers' config steps), "
+            f"**{len(ok)} of {len(accepted)}** resolve unchanged ({100 * len(ok) / max(1, len(accepted)):.0f}%); "
+            f"verl itself refuses {sum(1 for n in mine if v[n]['verdict'] == 'refused')}"
+            + (f", and {len(unchecked)} could not be checked here ({why})" if unchecked else "")
+            + ".", ""]
+    refused = [n for n in result if v[n]["verdict"] == "refused"]
+    body = ["## Scripts verl itself refuses (its own config checks, before any GPU work)", "",
+            f"`python bench/verl_scripts/verl_verdicts.py` in a separate venv ({', '.join(f'{k} {x}' for k, x in verdicts['versions'].items())}) "
+            f"composes each script's config from verl's own tree at {verdicts['verl_commit'][:12]} (verl-recipe {str(verdicts.get('recipe_commit'))[:12]} for the DAPO "
+            "recipe, checked against that same verl; the recipe pins other verl commits) with the overrides as written, then runs what "
+            "`python -m verl.trainer.main_ppo` runs before its workers touch a device. Model paths point at a tiny stand-in model folder.", ""]
+    for n in refused:
+        tag = " (DAPO recipe)" if n.startswith("recipe:") else " (not an rl-core algorithm)" if n not in mine else ""
+        body += [f"- `{n}`{tag}", f"  - verl ({v[n]['stage']}): {v[n]['error'][:400]}",
+                 "  - rl-core: " + (ours(result[n]) if result[n] else "**resolves**")]
+    both_ok = [n for n in refused if not result[n]]
+    body += ["", "## Scripts rl-core accepts that verl refuses", "",
+             "Each is a question for rl-core: does it accept something invalid, or does it read what the script meant where verl stops?", ""]
+    body += [f"- `{n}`: verl ({v[n]['stage']}): {v[n]['error'][:200]}; rl-core: {reading(v[n]['error'])}" for n in both_ok] or ["- none"]
+    return head, body + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scripts", default="tests/config/verl_scripts/scripts.json")
     ap.add_argument("--out", default="bench/verl_scripts/RESULTS.md")
+    ap.add_argument("--verdicts", default=VERDICTS, help="verl's own verdicts (verl_verdicts.py's output)")
     args = ap.parse_args()
     d = json.loads(Path(args.scripts).read_text())
     registry = get_registry()
@@ -189,11 +251,12 @@ def main() -> None:
     mine = {n: e for n, e in result.items() if not any(f"/{a}/" in n for a in OTHER) and not n.startswith("recipe:")}
     dapo = {n: e for n, e in result.items() if n.startswith("recipe:")}
     ok = [n for n, e in mine.items() if not e]
+    head, verl_body = verl_lines(result, mine, json.loads(Path(args.verdicts).read_text()))
     lines = [f"# verl's example scripts through `rlcore check --skip-device-check`", "",
              f"verl commit {d['verl_commit']}; {len(d['scripts'])} scripts extracted; measured {time.strftime('%Y-%m-%d')} in {took:.0f} s.", "",
              f"**{len(ok)} of {len(mine)}** scripts of algorithms rl-core implements resolve unchanged "
              f"({100 * len(ok) / max(1, len(mine)):.0f}%); {len(result) - len(mine) - len(dapo)} more are of verl features rl-core lacks "
-             f"({', '.join(OTHER)}).", "",
+             f"({', '.join(OTHER)}).", "", *head,
              f"verl-recipe's DAPO scripts (commit {d.get('recipe_commit', '?')}; recipe.dapo.main_dapo): "
              f"**{sum(1 for e in dapo.values() if not e)} of {len(dapo)}** resolve (dynamic sampling and the overlong penalty map "
              "onto algorithm.filter_groups.* / reward.overlong_penalty.*; the rest stop on the refusals listed below).", ""]
@@ -202,6 +265,7 @@ def main() -> None:
               f"checked here. Judging by the scripts' file names and their own data files, {len(caveats)} of the {len(ok)} that resolve would still stop with verl's "
               f"own model / data ({len(ok) - len(caveats)} of {len(mine)} then):", ""]
     lines += [f"- `{n}`: {why}" for n, why in sorted(caveats.items())] + [""]
+    lines += verl_body
     lines += ["## What the scripts that do not resolve lack (verl features, from the refusals)", "",
               "Per feature: the scripts whose refusals name it, and of those the scripts it is the only feature missing for.", ""]
     needs = {n: {feature(p) for p in e} for n, e in mine.items() if e}
