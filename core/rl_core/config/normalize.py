@@ -266,8 +266,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
                 key=key,
                 what=f"expert TP {etp} x EP {ep} x PP {config.train.pipeline_model_parallel_size} = {emp} does not divide the {world} devices "
                      f"({world} % {emp} = {world % emp}): each MoE layer's experts are laid out over ETP x EP ranks of every pipeline stage",
-                why="megatron-core itself refuses this grid when verl's workers start (parallel_state.initialize_model_parallel: the world "
-                    "size must be divisible by expert TP x EP x PP; an unset expert TP is the TP size); verl's config checks do not look at it",
+                why="verl's training library itself refuses this grid when verl's workers start (its parallel-state setup requires the "
+                    "world size to be divisible by expert TP x EP x PP; an unset expert TP is the TP size); verl's config checks do not look at it",
                 fix=f"choose train.expert_model_parallel_size (x expert TP x PP) among the divisors of {world}: "
                     f"{', '.join(str(x) for x in range(1, world + 1) if world % (x * etp * config.train.pipeline_model_parallel_size) == 0)}",
             )

@@ -60,7 +60,7 @@ def moe_parallel_problems(config, card, installed: str = "") -> list[Problem]:
                 key="rollout.expert_parallel_size",
                 what=f"is {ep} but the engine has rollout.tensor_model_parallel_size x rollout.data_parallel_size = {tp} x {dp} = {tp * dp} ranks",
                 why="the experts are spread over all the ranks of one engine (an engine's expert parallelism has no size of its own); verl itself "
-                    "refuses this with the vllm and sglang rollouts (its RolloutConfig asserts expert_parallel_size == tensor_model_parallel_size x data_parallel_size)",
+                    "refuses this too (its RolloutConfig asserts expert_parallel_size == tensor_model_parallel_size x data_parallel_size)",
                 fix=f"set rollout.expert_parallel_size={tp * dp}, or 1 (no expert parallelism), or change TP / DP so that TP x DP = {ep}",
             )
         )

@@ -97,9 +97,9 @@ def rl_core_refusals(tmp_path_factory):
 def test_where_both_refuse_rl_core_says_verl_does_too(rl_core_refusals):
     by_key = {p.key: p for p in rl_core_refusals["examples/grpo_trainer/run_qwen3_235b_a22b_megatron.sh"]}
     ep = by_key["actor_rollout_ref.rollout.expert_parallel_size"]  # the key as the script writes it
-    assert "is 64 but" in ep.what and "verl itself refuses this" in ep.why
+    assert "is 64 but" in ep.what and "verl itself refuses this too" in ep.why
     grid = by_key["actor_rollout_ref.actor.megatron.expert_model_parallel_size"]
-    assert "= 128 does not divide the 64 devices" in grid.what and "megatron-core itself refuses this grid" in grid.why
+    assert "= 128 does not divide the 64 devices" in grid.what and "training library itself refuses this grid" in grid.why
     (moe_tp,) = rl_core_refusals["examples/grpo_trainer/run_qwen3_30b_a3b_megatron.sh"]
     assert moe_tp.key == "+actor_rollout_ref.rollout.moe_tensor_parallel_size"
     assert "verl itself refuses a size > 1 with the vllm and sglang rollouts" in moe_tp.what
