@@ -271,13 +271,13 @@ def main() -> None:
     needs = {n: {feature(p) for p in e} for n, e in mine.items() if e}
     every = collections.Counter(f for fs in needs.values() for f in fs)
     alone = collections.Counter(next(iter(fs)) for fs in needs.values() if len(fs) == 1)
-    lines += [f"- {c} ({alone.get(f, 0)} only this): {f}" for f, c in every.most_common()]
+    lines += [f"- {c} ({alone.get(f, 0)} only this): {f}" for f, c in sorted(every.items(), key=lambda fc: (-fc[1], fc[0]))]
     lines += ["", "## Refusals, by key as written (count of scripts)", ""]
     count = collections.Counter()
     for n, errs in mine.items():
         for k in sorted({p.key.lstrip('+~') for p in errs}):
             count[k] += 1
-    lines += [f"- {c} `{k}`" for k, c in count.most_common()]
+    lines += [f"- {c} `{k}`" for k, c in sorted(count.items(), key=lambda kc: (-kc[1], kc[0]))]
     lines += ["", "## Each script that does not resolve: its first refusal", ""]
     for n, errs in result.items():
         if errs:
