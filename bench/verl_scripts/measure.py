@@ -218,7 +218,7 @@ def verl_lines(result: dict, mine: dict, verdicts: dict) -> tuple[list[str], lis
     body = ["## Scripts verl itself refuses (its own config checks, before any GPU work)", "",
             f"`python bench/verl_scripts/verl_verdicts.py` in a separate venv ({', '.join(f'{k} {x}' for k, x in verdicts['versions'].items())}) "
             f"composes each script's config from verl's own tree at {verdicts['verl_commit'][:12]} (verl-recipe {str(verdicts.get('recipe_commit'))[:12]} for the DAPO "
-            "recipe, checked against that same verl; the recipe pins other verl commits) with the overrides as written, then runs what "
+            "recipe, checked against that same verl: at the older verl its REQUIRED_VERL.txt pins, its main_dapo does not import) with the overrides as written, then runs what "
             "`python -m verl.trainer.main_ppo` runs before its workers touch a device. Model paths point at a tiny stand-in model folder.", ""]
     for n in refused:
         tag = " (DAPO recipe)" if n.startswith("recipe:") else " (not an rl-core algorithm)" if n not in mine else ""

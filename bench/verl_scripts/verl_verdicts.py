@@ -35,7 +35,10 @@ Not run (they need the script's own model, the data, a cluster or devices): what
 the datasets, Ray, the engines (FSDP / Megatron parallel state, vLLM / SGLang servers). A script that needs NPUs or
 more nodes only at run time is "accepted" here. Every model path (scripts.json's ``builtin:smollm2``) points at the
 stand-in folder; data paths are scripts.json's (never read by these checks). The verdict is the first error, as verl
-would stop on it: its type and message. "unchecked": a package verl imports for that script is not installed here
+would stop on it: its type and message. The DAPO recipe is checked against the same verl commit: at the verl its
+dapo/REQUIRED_VERL.txt pins (rolling bcb6386, 2026-04) the recipe's main_dapo does not import (``--verl-commit bcb6386...
+--only recipe:`` gives ``No module named 'verl.trainer.main_ppo_v0'`` for 30 of its 31 scripts), so the recipe at the extracted
+commit runs with a newer verl, as the examples' commit is. "unchecked": a package verl imports for that script is not installed here
 (the error is this machine's, not verl's verdict).
 """
 
@@ -280,15 +283,19 @@ def main() -> None:
     ap.add_argument("--verl-mirror", default=VERL_MIRROR)
     ap.add_argument("--recipe-mirror", default=RECIPE_MIRROR)
     ap.add_argument("--out", default="bench/verl_scripts/verl_verdicts.json")
+    ap.add_argument("--verl-commit", help="check against this verl commit instead of scripts.json's (e.g. the one the DAPO recipe pins)")
+    ap.add_argument("--only", default="", help="only the scripts whose name starts with this (e.g. recipe:)")
     args = ap.parse_args()
     scripts_path = Path(args.scripts).resolve()
     d = json.loads(scripts_path.read_text())
+    verl_commit = args.verl_commit or d["verl_commit"]
+    d["scripts"] = {n: x for n, x in d["scripts"].items() if n.startswith(args.only)}
     out_path = Path(args.out).resolve()
     t0 = time.time()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp)
-        archive(args.verl_mirror, d["verl_commit"], "verl", src)
+        archive(args.verl_mirror, verl_commit, "verl", src)
         if d.get("recipe_commit"):
             (src / "recipe").mkdir()
             archive(args.recipe_mirror, d["recipe_commit"], "dapo", src / "recipe")
@@ -303,8 +310,9 @@ def main() -> None:
             r = results[name]
             print(f"{r['verdict']:9} {name}" + (f"  [{r['stage']}] {r['error'][:200]}" if "error" in r else ""))
     report = {
-        "verl_commit": d["verl_commit"], "recipe_commit": d.get("recipe_commit"),
-        "command": "python bench/verl_scripts/verl_verdicts.py (in .venv-verl; verl's tree git-archived from the mirror at verl_commit)",
+        "verl_commit": verl_commit, "recipe_commit": d.get("recipe_commit"),
+        "command": "python bench/verl_scripts/verl_verdicts.py" + "".join(f" {a}" for a in sys.argv[1:] if not a.startswith("/"))
+                   + " (in .venv-verl; verl's tree git-archived from the mirror at verl_commit)",
         "versions": versions(), "measured": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - t0),
         "checks": ["import", "compose", "auto_set_device", "migrate_legacy_reward_impl (DAPO recipe)", "validate_config",
                    "task_runner", "model_config (a stand-in model folder)", "workers"],
