@@ -320,8 +320,9 @@ def main() -> None:
         "scripts": results,
     }
     out_path.write_text(json.dumps(report, indent=1) + "\n")
-    refused = sum(1 for r in results.values() if r["verdict"] == "refused")
-    print(f"{len(results) - refused} of {len(results)} accepted by verl's config checks -> {out_path}")
+    count = {k: sum(1 for r in results.values() if r["verdict"] == k) for k in ("accepted", "refused", "unchecked")}
+    print(f"{count['accepted']} of {len(results)} accepted by verl's config checks, {count['refused']} refused, "
+          f"{count['unchecked']} unchecked -> {out_path}")
 
 
 if __name__ == "__main__":
