@@ -119,14 +119,13 @@ IMAGE_DATA = frozenset(f"examples/{p}.sh" for p in (
 
 
 #: model families in megatron scripts' file names that rl-core's megatron backend does not build (it converts Llama,
-#: Qwen2, Qwen3, Qwen2-MoE and Qwen3-MoE): the model is refused when its config.json is read
+#: Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, HY-V3 and GLM-4-MoE): the model is refused when its config.json is read
 MEGATRON_FAMILIES = (
     ("deepseek", "DeepSeek-V3 / V4 (multi-latent attention, sigmoid-routed MoE)"),
     ("moonlight", "Moonlight (the DeepSeek-V3 architecture: multi-latent attention)"),
     ("nemotron", "Nemotron-H (a Mamba / attention hybrid)"),
     ("qwen3_5", "Qwen3.5 (linear-attention layers: gated DeltaNet)"),
     ("qwen3_next", "Qwen3-Next (linear-attention layers: gated DeltaNet)"),
-    ("hy_v3", "Hunyuan V3"),
     ("mimo", "MiMo (multi-token prediction layers)"),
 )
 #: what image data needs (the backends whose cards take images; verl's image scripts use the vllm rollout)

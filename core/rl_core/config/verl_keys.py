@@ -254,7 +254,8 @@ RULES: tuple[Rule, ...] = (
        note="fields of megatron-core's TransformerConfig: activation recomputation (recompute_*) is passed to the model, and for MoE models "
             "the router / aux-loss / dispatcher fields (moe_router_dtype, moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_load_balancing_type, "
             "moe_token_dispatcher_type, moe_enable_deepep, ...: rl_train_megatron.options.MOE_PASSED); any other field only "
-            "at the value rl-core builds with (checked against the dataclass by the megatron backend; expert bias refused); "
+            "at the value rl-core builds with (checked against the dataclass by the megatron backend); aux-loss-free expert bias "
+            "(moe_router_enable_expert_bias, moe_router_bias_update_rate) for the sigmoid-routed HY-V3 / GLM-4-MoE only; "
             "sequence_parallel runs Megatron sequence parallelism with TP > 1. Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
             "account_for_embedding / loss_in_pipeline_split) and megatron-core's custom pipeline_model_parallel_layout are passed and the "
             "conversion follows them (rl_train_megatron.stages, rl_train_megatron.layout)"),
