@@ -65,10 +65,16 @@ def test_megatron_checks_transformer_config_fields_against_the_dataclass():
            "moe_layer_freq=2": "Megatron MoE setting",
            "no_such_field=1": "not a field of megatron-core's TransformerConfig", "hidden_size=64": "comes from the model",
            "attention_softmax_in_fp32=false": "builds the model with attention_softmax_in_fp32=True",
-           "dsa_indexer_use_sparse_loss=true": "DeepSeek sparse attention's indexer", "mtp_num_layers=1": "multi-token-prediction"}
+           "experimental_attention_variant=dsa": "attention other than softmax attention", "mtp_num_layers=1": "multi-token-prediction"}
     for override, words in bad.items():
         (p,) = plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.{override}"]))
         assert p.key == f"{tc}.{override.split('=')[0]}" and words in p.what, (override, p.what)
+    # DeepSeek sparse attention's indexer fields: megatron-core reads them only in DSA, which no model the backend builds has (a DSA
+    # model is refused by its architecture): a warning that they do nothing, never an error, never silence
+    assert plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.experimental_attention_variant=null"])) == []
+    for override in ("dsa_indexer_use_sparse_loss=true", "dsa_indexer_loss_coeff=0.0", "dsa_indexer_topk=2048"):
+        (p,) = plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.{override}"]))
+        assert p.severity == "warning" and "has no effect" in p.what and "DeepSeek sparse attention" in p.what, (override, p.what)
     # expert bias: judged by the model's router when its config.json is read (plugins/train_megatron/tests/test_megatron_sigmoid_moe.py), by the
     # engine when it builds the model otherwise
     assert plugin.check_transformer_config(load_config(None, ["train.name=megatron", f"{tc}.moe_router_enable_expert_bias=true"])) == []

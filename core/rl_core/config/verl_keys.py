@@ -258,7 +258,8 @@ RULES: tuple[Rule, ...] = (
             "(moe_router_enable_expert_bias, moe_router_bias_update_rate) for the sigmoid-routed HY-V3 / GLM-4-MoE only; "
             "sequence_parallel runs Megatron sequence parallelism with TP > 1. Uneven pipeline stages (num_layers_in_first / last_pipeline_stage, "
             "account_for_embedding / loss_in_pipeline_split) and megatron-core's custom pipeline_model_parallel_layout are passed and the "
-            "conversion follows them (rl_train_megatron.stages, rl_train_megatron.layout)"),
+            "conversion follows them (rl_train_megatron.stages, rl_train_megatron.layout). DeepSeek sparse attention's indexer fields "
+            "(dsa_indexer_*) have no effect (warning): no model the backend builds has DSA, and a DSA model is refused by its architecture"),
     Rule(pattern="actor_rollout_ref.ref.megatron.override_transformer_config.*", kind=TIE, target="train.options.transformer_config.*",
          note="the reference model is built with the actor's TransformerConfig fields"),
     _same("actor_rollout_ref.*.megatron.use_remove_padding", [True, False], "padding removal is a speed knob; rl-core masks padding"),

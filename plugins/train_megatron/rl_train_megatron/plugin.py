@@ -241,9 +241,30 @@ _FEATURES = {
     "fp4": "FP4 training",
 }
 _FEATURE_PREFIXES = {  # field families of model architectures the backend does not build
-    "dsa_indexer_": "DeepSeek sparse attention's indexer (DeepSeek-V3.2 / V4 attention; the backend builds Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE)",
     "mtp_": "multi-token-prediction (MTP) layers",
 }
+#: fields megatron-core reads only in DeepSeek sparse attention (DSA, DeepSeek-V3.2 / V4): no model the backend builds has
+#: it (MODEL_TYPES), and a DSA model is refused when its config.json is read, so they can never change a run
+_DSA_PREFIXES = ("dsa_indexer_", "experimental_attention_variant")
+
+
+def _dsa_field(key: str, name: str, value: Any) -> list[Problem] | None:
+    """None for a field outside DSA; else its problems (none for the default attention variant)."""
+    if not name.startswith(_DSA_PREFIXES):
+        return None
+    from rl_train_megatron.model import MODEL_TYPES
+
+    if name == "experimental_attention_variant":
+        if str(value).strip("'\"").lower() in ("none", "null", ""):
+            return []
+        return [Problem(key=key, what=f"is {value!r}: an attention other than softmax attention (megatron-core's experimental variants, "
+                        "DeepSeek sparse attention among them) is a feature rl-core's megatron train backend does not have",
+                        fix=f"remove {key}")]
+    return [Problem(key=key, severity="warning",
+                    what=f"is {value!r} and has no effect: megatron-core reads it in DeepSeek sparse attention's indexer only, and no "
+                         f"model the megatron train backend builds ({', '.join(MODEL_TYPES)}) has one (a DeepSeek-V3.2 / V4 model is "
+                         "refused when its config.json is read)",
+                    fix=f"remove {key}")]
 
 
 def _feature(name: str) -> str | None:
@@ -291,6 +312,10 @@ def check_transformer_config(config) -> list[Problem]:
         routed = None if dense else router_field(config, key, name, value, data)  # expert bias, router scale (rl_train_megatron.router_checks)
         if routed is not None:
             out.extend(routed)
+            continue
+        dsa = _dsa_field(key, name, value)
+        if dsa is not None:
+            out.extend(dsa)
             continue
         if name in MOE_PASSED:
             if name not in fields:
