@@ -121,31 +121,11 @@ def reduce_local_grads(params: list[torch.nn.Parameter], group) -> None:
         g.copy_(new)
 
 
-def clip_grad_norm(params: list[torch.nn.Parameter], counted: list[torch.nn.Parameter], max_norm: float | None, device: torch.device,
-                   dp_group, mp_group) -> float:
-    """The whole-model L2 norm: the squares of this rank's gradient shards of ``counted`` summed over the data-parallel
-    group, then over TP x PP; clips every gradient shard of ``params``."""
-    import math
-
-    from rl_train_megatron import parallel
-
-    sq = torch.zeros((), dtype=torch.float32, device=device)
-    for p in counted:
-        if p.grad is not None:
-            sq += local(p.grad).detach().float().pow(2).sum()
-    sq = parallel.all_reduce(parallel.all_reduce(sq, "sum", dp_group), "sum", mp_group)
-    norm = float(sq.sqrt())
-    grads = [local(p.grad) for p in params if p.grad is not None]
-    if grads and math.isfinite(norm) and max_norm is not None and max_norm > 0:
-        torch._foreach_mul_(grads, min(1.0, max_norm / (norm + 1e-6)))
-    return norm
-
-
 def reduce_and_clip(backend, max_norm: float | None) -> float:
     """The engine's ``reduce_and_clip`` when sharded: FSDP has summed the gradients over the data-parallel ranks in the
     backward; weights replicated over TP whose gradient covers this rank's heads (Qwen3's q/k norms) or tokens
     (sequence parallelism) are summed over TP; then the whole-model norm and the clipping."""
-    from rl_train_megatron import convert, parallel
+    from rl_train_megatron import convert, grads, parallel
     from rl_train_megatron import sequence_parallel as seq_par
 
     model, t = backend.model, backend.topo
@@ -154,7 +134,7 @@ def reduce_and_clip(backend, max_norm: float | None) -> float:
     if backend.sp:
         reduce_local_grads(seq_par.sequence_parallel_params(model, convert.is_qk_norm), parallel.tp_group())
     counted = [p for n, p in model.named_parameters() if convert.split_dim(n) is not None or t.tp_rank == 0]
-    return clip_grad_norm(list(model.parameters()), counted, max_norm, backend.device, parallel.grad_group(), parallel.mp_group())
+    return grads.clip_grad_norm(list(model.parameters()), counted, max_norm, backend.device, dp_group=parallel.grad_group())
 
 
 def local_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> int:

@@ -50,25 +50,33 @@ def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
 
 
 def _square_sum(params: list[torch.nn.Parameter], device: torch.device) -> torch.Tensor:
+    from rl_train_megatron.fully_sharded import local
+
     sq = torch.zeros((), dtype=torch.float32, device=device)
     for p in params:
         if p.grad is not None:
-            sq += p.grad.detach().float().pow(2).sum()
+            sq += local(p.grad).detach().float().pow(2).sum()
     return sq
 
 
 def clip_grad_norm(
     params: list[torch.nn.Parameter], counted: list[torch.nn.Parameter], max_norm: float | None, device: torch.device,
-    experts: list[torch.nn.Parameter] = (), expert_group=None,
+    experts: list[torch.nn.Parameter] = (), expert_group=None, dp_group=None,
 ) -> float:
     """Whole-model L2 norm of the gradients of ``counted`` (this rank's share), summed over TP x PP, plus those of
     ``experts`` summed over ``expert_group``; clips every gradient of ``params`` to ``max_norm`` (> 0) as
-    ``clip_grad_norm_`` does."""
-    sq = parallel.all_reduce(_square_sum(counted, device), "sum", parallel.mp_group())
+    ``clip_grad_norm_`` does. Gradients sharded over the data-parallel ranks (train.options.fully_shard: DTensor
+    shards, :mod:`rl_train_megatron.fully_sharded`) count their local shard, summed over ``dp_group`` first."""
+    from rl_train_megatron.fully_sharded import local
+
+    sq = _square_sum(counted, device)
+    if dp_group is not None:
+        sq = parallel.all_reduce(sq, "sum", dp_group)
+    sq = parallel.all_reduce(sq, "sum", parallel.mp_group())
     if expert_group is not None:
         sq = sq + parallel.all_reduce(_square_sum(list(experts), device), "sum", expert_group)
     norm = float(sq.sqrt())
-    grads = [p.grad for p in params if p.grad is not None]
+    grads = [local(p.grad) for p in params if p.grad is not None]
     if grads and math.isfinite(norm) and max_norm is not None and max_norm > 0:
         torch._foreach_mul_(grads, min(1.0, max_norm / (norm + 1e-6)))
     return norm
