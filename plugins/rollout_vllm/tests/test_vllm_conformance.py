@@ -191,14 +191,14 @@ def _perturbed(model_dir, seed):
     return {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in load_file(str(Path(model_dir) / "model.safetensors")).items()}
 
 
-def _stale_on_rank_1(rank, eng, method, stale, spoiled, sync) -> dict[str, str]:
-    """For each name in ``stale``, one ``sync(version)`` (versions 2, 3, ...) with rank 1's engine ``method`` replaced
-    by ``spoiled(original, name)``: what the sync check said on this rank ("not detected" when it passed)."""
+def _stale_on_rank_1(rank, eng, method, stale, spoiled, sync, on=1) -> dict[str, str]:
+    """For each name in ``stale``, one ``sync(version)`` (versions 2, 3, ...) with rank ``on``'s engine ``method``
+    replaced by ``spoiled(original, name)``: what the sync check said on this rank ("not detected" when it passed)."""
     from rl_core.weight_sync_check import StaleWeightsError
 
     out, original = {}, getattr(eng, method)
     for version, name in enumerate(stale, start=2):
-        if rank == 1:
+        if rank == on:
             setattr(eng, method, spoiled(original, name))
         try:
             sync(version)
