@@ -4,6 +4,7 @@ vLLM's own ``ParallelConfig`` where vLLM is installed (no engine start: vLLM's C
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -11,6 +12,7 @@ from rl_core.backends import WorkerContext
 from rl_core.config.load import load_config
 from rl_core.problems import errors
 from rl_rollout_vllm.plugin import VLLM_ROLLOUT, parallel_kwargs
+from rl_rollout_vllm.replicas import engine_rank_env
 
 from test_vllm_plugin import _model, _resolve, vllm_cpu_version  # noqa: F401  (fixture)
 
@@ -41,14 +43,70 @@ def test_dp_attention_and_ep_over_the_whole_rollout_resolve(tmp_path, vllm_cpu_v
         (("rollout.tensor_model_parallel_size=8", "rollout.expert_parallel_size=64"), "rollout.expert_parallel_size", "8 x 1 = 8 ranks"),
         (("rollout.tensor_model_parallel_size=4", "rollout.expert_parallel_size=2"), "rollout.expert_parallel_size", "set rollout.expert_parallel_size=4"),
         (("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=3"), "rollout.data_parallel_size", "does not divide the rollout's 8 devices"),
-        # two DP engines side by side: vLLM's external launcher would give the second one DP ranks 4..7
-        (("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=2"), "rollout.data_parallel_size", "RANK // TP"),
+        (("rollout.data_parallel_size=2", "rollout.multi_turn.enable=true"), "rollout.data_parallel_size", "lockstep"),
     ],
 )
 def test_bad_sizes_are_refused_by_key(tmp_path, vllm_cpu_version, overrides, key, words):
     stack, errs = _errs(tmp_path, *overrides)
     assert stack is None and [p.key for p in errs] == [key], [p.render() for p in errs]
     assert words in errs[0].render()
+
+
+def test_engines_side_by_side_resolve(tmp_path, vllm_cpu_version):
+    """Several engines of TP x DP over the rollout's devices (rl_rollout_vllm.replicas): 2 of TP 2 x DP 2 on 8 GPUs, 4 of
+    TP 1 x DP 2 with EP 2; verl's DeepSeek-V4 layout (TP 1 x DP 4, EP 4, 16 engines over 8 nodes of 8) too."""
+    for overrides in (("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=2"),
+                      ("rollout.data_parallel_size=2", "rollout.expert_parallel_size=2"),
+                      ("trainer.nnodes=8", "trainer.placement=ray", "data.train_batch_size=64", "actor.ppo_mini_batch_size=64",
+                       "rollout.data_parallel_size=4", "rollout.expert_parallel_size=4")):
+        stack, errs = _errs(tmp_path, *overrides)
+        assert stack is not None and not errs, (overrides, [p.render() for p in errs])
+
+
+def _measure():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("verl_scripts_measure", Path(__file__).parents[3] / "bench/verl_scripts/measure.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DSV4 = "examples/grpo_trainer/run_deepseek_v4_flash_megatron.sh"
+ROLLOUT = "actor_rollout_ref.rollout."
+
+
+def _verl_script_problems(tmp_path, replace=()):
+    """What ``rlcore check`` says of verl's DeepSeek-V4 script (model and data replaced, as bench/verl_scripts measures),
+    with ``replace`` (key -> value) changed in it."""
+    import json
+    from pathlib import Path
+
+    from rl_core.plugins import get_registry
+
+    m = _measure()
+    scripts = json.loads((Path(__file__).parents[3] / "tests/config/verl_scripts/scripts.json").read_text())["scripts"]
+    overrides = [f"{o.split('=', 1)[0]}={dict(replace)[o.split('=', 1)[0]]}" if o.split("=", 1)[0] in dict(replace) else o
+                 for o in scripts[DSV4]["overrides"]]
+    rows = (Path(__file__).parents[3] / m.FIXTURE).read_text().splitlines()
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(rows * (4096 // len(rows))) + "\n")
+    return m.check(overrides, str(data), get_registry(), m.reward_model_folder(tmp_path / "rm"), m.standin_dataset(tmp_path / "ds.py"), str(tmp_path))
+
+
+@pytest.mark.slow
+def test_verl_deepseek_v4_rollout_layout(tmp_path):
+    """verl's run_deepseek_v4_flash_megatron.sh: its rollout of 16 engines of TP 1 x DP 4 with EP 4 over 64 GPUs draws no
+    refusal of a rollout key; with TP x DP = 6 (EP 6), which does not divide 64, the refusal names the key as the script
+    wrote it and the sizes that fit."""
+    # (enable_rollout_routing_replay depends on the engine installed here: vllm-cpu refuses it, vLLM 0.26 returns them)
+    layout = lambda problems: [p for p in problems if p.key.startswith(ROLLOUT) and not p.key.endswith("routing_replay")]  # noqa: E731
+    problems = layout(_verl_script_problems(tmp_path))
+    assert not problems, [p.render() for p in problems]
+    (p,) = layout(_verl_script_problems(tmp_path, {f"{ROLLOUT}data_parallel_size": 6, f"{ROLLOUT}expert_parallel_size": 6}))
+    assert p.key == f"{ROLLOUT}data_parallel_size" and "TP x DP = 1 x 6 = 6 devices, which does not divide the rollout's 64 devices" in p.what, p.render()
+    assert "1, 2, 4, 8, 16, 32, 64" in p.fix, p.render()
 
 
 def test_engine_kwargs_cannot_set_them_behind_rl_cores_back(tmp_path, vllm_cpu_version):
@@ -83,10 +141,22 @@ def test_the_engine_is_built_with_vllms_arguments(monkeypatch):
     except Exception:  # noqa: BLE001
         pytest.skip("vLLM is not importable here (its own venv runs this)")
     # what vLLM makes of them on rank 5: one engine of TP 2 x DP 4 = 8 ranks, DP rank 5 // 2 = 2, experts spread
-    assert kwargs is not None and __import__("os").environ["RANK"] == "5"
+    assert kwargs is not None and os.environ["RANK"] == "5"
     names = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "distributed_executor_backend")
     pc = ParallelConfig(**{k: kwargs[k] for k in names})
     assert (pc.world_size, pc.data_parallel_size, pc.data_parallel_rank, pc.enable_expert_parallel) == (8, 4, 2, True)
+    # rank 13 of 16: the second engine. vLLM alone derives DP rank 13 // 2 = 6 and refuses; built as the engine builds it
+    # (rl_rollout_vllm.replicas: RANK is 13 % 8 = 5 meanwhile), DP rank 2 of that engine, and RANK is 13 again after
+    monkeypatch.delenv("RANK")
+    kwargs = _engine_kwargs("rollout.tensor_model_parallel_size=2", "rollout.data_parallel_size=4", "rollout.expert_parallel_size=8", rank=13, world=16)
+    assert os.environ["RANK"] == "13"
+    with pytest.raises(ValueError, match=r"data_parallel_rank \(6\)"):
+        ParallelConfig(**{k: kwargs[k] for k in names})
+    with engine_rank_env(13, kwargs) as local:
+        pc = ParallelConfig(**{k: kwargs[k] for k in names})
+    assert (local, pc.world_size, pc.data_parallel_rank, os.environ["RANK"]) == (5, 8, 2, "13")
+    with engine_rank_env(13, {**kwargs, "data_parallel_size": 1}) as local:  # no DP: vLLM does not read it, nothing changes
+        assert (local, os.environ["RANK"]) == (None, "13")
 
 
 def test_a_tp_group_across_ray_nodes_gets_its_gpu_and_the_node_address(monkeypatch):
