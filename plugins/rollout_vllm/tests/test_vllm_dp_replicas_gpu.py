@@ -40,7 +40,7 @@ def test_two_ep_engines_of_tp1_dp2_on_four_gpus(tmp_path):
     from rl_core.testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=128, heads=2, kv_heads=2))
-    results = run_distributed(ep_replica_rank, 4, model_dir, "cuda", backend="nccl", timeout=900)
+    results = run_distributed(ep_replica_rank, 4, model_dir, "cuda", backend="nccl", timeout=500)  # a device call lasts <= 600 s
     check_ep_replicas(results)
     ref_model = reference_model(model_dir, _trainer_state(model_dir, 1))
     for rank, r in enumerate(results):
