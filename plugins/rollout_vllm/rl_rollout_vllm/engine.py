@@ -111,8 +111,9 @@ MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size`
     replica with prompts of its own; vLLM runs the DP ranks of an engine in
     lockstep over the engine's DP group (dummy batches for a rank without
     requests), so they must call ``generate`` equally often: rl-core hands
-    every replica an equal share of the prompts (padded), hence the same
-    number of engine calls, and the plugin's checks refuse DP > 1 with
+    every replica an equal share of the prompts (padded;
+    tests/core/test_rollout_shards.py), hence the same number of engine
+    calls, and the plugin's checks refuse DP > 1 with
     multi-turn rollouts. EP spreads the experts over each engine's TP x DP
     ranks (vLLM's EP group = the engine), and the weight-sync check reads
     experts back over that group. Tested on the CPU with a dense model: one
