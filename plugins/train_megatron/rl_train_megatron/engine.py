@@ -69,6 +69,7 @@ from rl_core.train_engine.hf_export import write_hf_folder
 from rl_train_megatron import context_parallel as cp_mod
 from rl_train_megatron import convert, fully_sharded, grads, parallel, zero
 from rl_train_megatron import model as mmodel
+from rl_train_megatron import router_replay as rr_mod
 from rl_train_megatron import sequence_parallel as seq_par
 from rl_train_megatron.options import megatron_options, transformer_overrides, virtual_stages
 from rl_train_megatron.pipeline import Pipe
@@ -159,6 +160,7 @@ class MegatronBackend(TrainBackend):
             convert.load_local_state(chunk, local)
             self.chunks.append(chunk)
         del full, local
+        self.router_replay = self._router_replay(config)  # actor.router_replay R2 / R3 (rl_train_megatron.router_replay)
         # parameters named <chunk>.<megatron name> with virtual stages (checkpoints, optimizer, offload see one module)
         model = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         if not self.trainable:
@@ -188,6 +190,16 @@ class MegatronBackend(TrainBackend):
             self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role)
         elif self.trainable:
             self.optimizer = build_adamw(self.model, config, role)
+
+    def _router_replay(self, config) -> "rr_mod.MegatronRouterReplay | None":
+        """``actor.router_replay`` R2 / R3 (the actor only; the reference and the critic route natively, as verl's default
+        ``ref.router_replay.mode=disabled``): the routers' replay (:mod:`rl_train_megatron.router_replay`), else None."""
+        mode = getattr(config.actor, "router_replay", "disabled")
+        if mode == "disabled" or self.role != "actor":
+            return None
+        if not self.shape.moe:
+            raise rr_mod.RouterReplayError(f"actor.router_replay={mode}: the {self.shape.family} model has no MoE routers to replay; set it to disabled")
+        return rr_mod.MegatronRouterReplay(self.chunks, self.shape)
 
     def _sharded_state(self) -> "zero.ShardedState":
         dense, experts = parallel.grad_group(), parallel.expert_dp_group() if self.shape.moe else None
@@ -322,11 +334,44 @@ class MegatronBackend(TrainBackend):
 
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
         """This rank's stage; the heads on the last stage. Inference: broadcast to every stage; training: None on the
-        other stages, which keep their ``(h_in, h)`` for :meth:`backward`."""
+        other stages, which keep their ``(h_in, h)`` for :meth:`backward`.
+
+        ``actor.router_replay`` (:mod:`rl_train_megatron.router_replay`): the batch's ``routed_experts`` (R3: the
+        rollout's; R2: the old-log-prob pass's) are forced in this forward and kept for its backward (activation
+        recomputation); R2's old-log-prob pass records them (``Heads.routed_experts`` on every rank)."""
         if self.stage is not None and not self.stage.running:  # train.options.fully_shard: inside the root FSDP unit
             inner = type(self).forward.__get__(self)  # (the class's: a wrapper set on the instance sees one call per micro-batch)
             return self.stage.heads(inner, x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+        rr = self.router_replay
+        if rr is None:
+            return self._forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
+        action = "replay" if "routed_experts" in x else None
+        if action is None and self.config.actor.router_replay == "R3":
+            raise rr_mod.RouterReplayError("actor.router_replay=R3 but the batch has no routed_experts: the rollout engine returned none "
+                                           "(rollout.return_routed_experts=true with a rollout backend that records them)")
+        if action is None and not training:  # R2's old-log-prob pass
+            action = "record"
+        # else R2 on-policy without an old-log-prob pass: this forward is the one R2 would record; it routes natively
+        if action == "replay":
+            rr.check(x["routed_experts"], x["input_ids"])
+        elif action == "record":
+            rr.start_recording()
+        try:
+            heads = self._forward(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training, replay=action)
+            if action == "record":
+                groups = (parallel.tp_cp_group() if self.sp or self.topo.cp > 1 else None, parallel.pp_group() if self.topo.pp > 1 else None)
+                routed = rr.recorded(self._tokens, tuple(x["input_ids"].shape), groups)
+                routed[~x["attention_mask"].bool().to(routed.device)] = rr_mod.NO_ROUTE  # (padding: no recorded routing)
+                heads = attrs.evolve(heads, routed_experts=routed)
+            return heads
+        finally:
+            if not training:  # (training: kept for the backward's recomputation, dropped there)
+                rr.stop()
+
+    def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool,
+                 replay: str | None = None) -> Heads | None:
         critic = self.role == "critic"
+        tokens = rr_mod.TokenMap(*x["input_ids"].shape, self.device) if replay else None
         # MoE: no trim (every position goes through the routers and counts in their losses: the same positions whatever
         # the rank layout)
         y, cut = (x, 0) if critic or self.shape.moe else self._trim(x, x["responses"].shape[1])
@@ -336,6 +381,11 @@ class MegatronBackend(TrainBackend):
         if self.sp and self.topo.cp == 1:  # (with CP the split pads)
             y = seq_par.pad_columns(y, self.topo.tp)
         split = self._split(y)
+        if tokens is not None:  # the batch position of each token this rank's routers see (rl_train_megatron.router_replay)
+            tokens.fit(y)
+            self._tokens = tokens.local(split, self.topo.tp, self.topo.tp_rank, self.sp)
+            if replay == "replay":
+                self.router_replay.replay(x["routed_experts"], self._tokens)
         if training and self.shape.moe:
             mmodel.fit_aux_loss_tracker(self.shape.layers)
         stages = self._run_stage(y, split)
@@ -375,6 +425,13 @@ class MegatronBackend(TrainBackend):
         others from the next stage's gradient; then on to the previous stage (chunks in reverse order)."""
         stages = self._pending
         self._pending = None
+        try:
+            self._backward(stages, loss, weight)
+        finally:
+            if self.router_replay is not None:  # the replayed routing was kept for activation recomputation
+                self.router_replay.stop()
+
+    def _backward(self, stages, loss: torch.Tensor | None, weight: float) -> None:
         if self.shape.moe:  # the routers' aux / z losses enter the gradient with this micro-batch's weight (megatron's scaler)
             mmodel.set_aux_loss_scale(weight, self.device)
         for v in reversed(range(len(stages))):

@@ -418,6 +418,7 @@ MEGATRON_CARD = TrainCard(
     export_formats={"hf"},
     architectures=ARCHITECTURES,
     on_policy_without_old_log_probs=True,
+    router_replay=True,  # MoE routing replay R2 / R3 in the actor's forwards, every layout (rl_train_megatron.router_replay)
     state_sharding="model",  # each rank holds its tensor x pipeline shard; data-parallel replicas hold copies
     engine="megatron-core",
     engine_versions=">=0.16,<0.17",
