@@ -35,6 +35,11 @@ Models
     ``model.random_init`` under ``trainer.seed``), converted and sliced for this rank. The critic is the
     backbone plus a scalar ``value_head`` (HF ``*ForTokenClassification``'s ``score``).
 
+MoE routing replay
+    ``actor.router_replay`` R2 / R3 (the actor only): megatron-core's routers take the batch's ``routed_experts`` at the
+    positions of the tokens each of them sees on this rank; R2's old-log-prob pass records them
+    (:mod:`rl_train_megatron.router_replay`).
+
 Numbers
     Parameters, AdamW state, log-probs, entropies, values and losses are
     float32. ``model.dtype=bfloat16`` / ``float16`` computes under
@@ -127,6 +132,7 @@ class MegatronBackend(TrainBackend):
         sigmoid_moe.check_expert_bias(self.shape, opts.transformer_config)  # (before the parallel state is set up)
         if self.shape.moe and self.device.type == "cpu":
             mmodel.check_moe_on_cpu(opts.transformer_config)
+        replay = rr_mod.wanted(config, role, self.shape, opts.transformer_config)  # actor.router_replay (rl_train_megatron.router_replay)
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
         self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
@@ -160,7 +166,7 @@ class MegatronBackend(TrainBackend):
             convert.load_local_state(chunk, local)
             self.chunks.append(chunk)
         del full, local
-        self.router_replay = self._router_replay(config)  # actor.router_replay R2 / R3 (rl_train_megatron.router_replay)
+        self.router_replay = rr_mod.MegatronRouterReplay(self.chunks, self.shape) if replay else None
         # parameters named <chunk>.<megatron name> with virtual stages (checkpoints, optimizer, offload see one module)
         model = self.chunks[0] if vpp == 1 else torch.nn.ModuleList(self.chunks)
         if not self.trainable:
@@ -190,16 +196,6 @@ class MegatronBackend(TrainBackend):
             self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role)
         elif self.trainable:
             self.optimizer = build_adamw(self.model, config, role)
-
-    def _router_replay(self, config) -> "rr_mod.MegatronRouterReplay | None":
-        """``actor.router_replay`` R2 / R3 (the actor only; the reference and the critic route natively, as verl's default
-        ``ref.router_replay.mode=disabled``): the routers' replay (:mod:`rl_train_megatron.router_replay`), else None."""
-        mode = getattr(config.actor, "router_replay", "disabled")
-        if mode == "disabled" or self.role != "actor":
-            return None
-        if not self.shape.moe:
-            raise rr_mod.RouterReplayError(f"actor.router_replay={mode}: the {self.shape.family} model has no MoE routers to replay; set it to disabled")
-        return rr_mod.MegatronRouterReplay(self.chunks, self.shape)
 
     def _sharded_state(self) -> "zero.ShardedState":
         dense, experts = parallel.grad_group(), parallel.expert_dp_group() if self.shape.moe else None

@@ -186,6 +186,17 @@ def check_fully_shard(config) -> list[Problem]:
     return [Problem(key=key, what=what, fix=fix) for key, what, fix in fully_shard_problems(config, moe)]
 
 
+def check_router_replay(config) -> list[Problem]:
+    """actor.router_replay with a router megatron-core routes without a top-k (sinkhorn): nothing to replay, by key."""
+    mode = getattr(config.actor, "router_replay", "disabled")
+    balance = str(dict(config.train.options or {}).get("transformer_config", {}).get("moe_router_load_balancing_type", "")).strip("'\"")
+    if mode == "disabled" or balance != "sinkhorn":
+        return []
+    return [Problem(key="train.options.transformer_config.moe_router_load_balancing_type",
+                    what=f"is sinkhorn with actor.router_replay={mode}: sinkhorn routing has no top-k choice to record or replay",
+                    fix="set actor.router_replay=disabled, or another moe_router_load_balancing_type (aux_loss, seq_aux_loss, none)")]
+
+
 def check_unsupported_options(config) -> list[Problem]:
     """Train-side options of the HF models (and FSDP settings) that the Megatron GPT model does not have."""
     out = []
@@ -411,7 +422,7 @@ MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
     description="megatron-core GPT models from HF Llama / Qwen2 / Qwen3 and Qwen2-MoE / Qwen3-MoE / HY-V3 / GLM-4-MoE configs; tensor (vocab-parallel log-probs) x "
-                "context x pipeline x data parallelism, expert parallelism for MoE layers",
+                "context x pipeline x data parallelism, expert parallelism for MoE layers, MoE routing replay (R2 / R3)",
     devices={"cpu", "cuda"},
     parallelism={"dp", "tp", "pp", "cp", "ep", "distributed_optimizer"},  # (+ train.options.fully_shard: ZeRO-3 over DP)
     roles={"actor", "critic", "ref"},
@@ -424,7 +435,7 @@ MEGATRON_CARD = TrainCard(
     engine_versions=">=0.16,<0.17",
     offload=False,  # actor.fsdp_config.*_offload are FSDP's; Megatron's offload is train.options.*_offload (rl_train_megatron.options)
     options="rl_train_megatron.options:MegatronOptions",
-    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config, check_fully_shard),
+    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config, check_fully_shard, check_router_replay),
 )
 
 

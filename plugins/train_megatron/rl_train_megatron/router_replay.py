@@ -6,7 +6,8 @@ Where it hooks in
     megatron-core sets it from ``moe_enable_routing_replay``, whose instances live in one class-wide list: the engine
     sets its own :class:`LayerReplay` on each router instead, one per engine). So every router megatron-core builds
     here is covered the same way: softmax top-k (``moe_router_pre_softmax`` either way), the sigmoid routers of HY-V3 /
-    GLM-4-MoE with their expert bias and GLM's group-limited choice.
+    GLM-4-MoE with their expert bias and GLM's group-limited choice. (Transformer Engine's fused router,
+    ``moe_router_fusion``, would bypass it: the backend does not pass that field through.)
 
 What a replayed router computes (rl-core's semantics, megatron-core's arithmetic)
     The router's own top-k runs first (its choice for tokens without a recorded routing, ``-1``: padding, the last
@@ -101,6 +102,22 @@ class TokenMap:
         return pos.reshape(-1)
 
 
+def wanted(config, role: str, shape, given: dict | None) -> bool:
+    """Whether this role replays (``actor.router_replay`` on the actor); what it cannot replay is refused by key (before
+    the engine sets up its process groups)."""
+    mode = getattr(config.actor, "router_replay", "disabled")
+    if mode == "disabled" or role != "actor":
+        return False
+    if not shape.moe:
+        raise RouterReplayError(f"{KEY}={mode}: the {shape.family} model has no MoE routers to replay; set it to disabled")
+    if str((given or {}).get("moe_router_load_balancing_type", "")).strip("'\"") == "sinkhorn":
+        raise RouterReplayError(
+            f"{KEY}={mode}: train.options.transformer_config.moe_router_load_balancing_type=sinkhorn routes without a top-k that can be "
+            "replayed; set actor.router_replay=disabled, or another moe_router_load_balancing_type"
+        )
+    return True
+
+
 class MegatronRouterReplay:
     """The actor's routers under ``actor.router_replay``: :meth:`replay` / :meth:`record` per forward."""
 
@@ -109,11 +126,6 @@ class MegatronRouterReplay:
         self.routers = routers(chunks)
         self.layers, self.top_k = shape.layers, shape.topk
         for layer, r in self.routers:
-            if r.routing_type == "sinkhorn":
-                raise RouterReplayError(
-                    f"{KEY}: train.options.transformer_config.moe_router_load_balancing_type=sinkhorn routes without a top-k that can be "
-                    "replayed; set actor.router_replay=disabled, or another moe_router_load_balancing_type"
-                )
             r.router_replay = LayerReplay(layer, shape.experts)
 
     def check(self, routed: torch.Tensor, input_ids: torch.Tensor) -> None:

@@ -330,3 +330,23 @@ def test_two_step_grpo_through_rlcore_train(tmp_path, mode):
         assert row["actor/grad_norm"] > 0
         if mode == "R3":  # the actor replays the rollout's routing: its log-probs are the rollout's (fp32, same weights)
             assert row["rollout_corr/log_prob_abs_diff_max"] < 1e-4, row
+
+
+def test_what_cannot_be_replayed_is_refused_by_key(tmp_path):
+    from rl_train_megatron.engine import MegatronBackend
+    from rl_train_megatron.plugin import check_router_replay
+    from rl_train_megatron.router_replay import RouterReplayError
+
+    path = make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=32, layers=2, seed=0)
+    cfg = _config(path, "R2")
+    cfg = attrs.evolve(cfg, train=attrs.evolve(cfg.train, options={"transformer_config": {"moe_router_load_balancing_type": "sinkhorn"}}))
+    problems = check_router_replay(cfg)
+    assert [p.key for p in problems] == ["train.options.transformer_config.moe_router_load_balancing_type"]
+    assert "actor.router_replay=disabled" in problems[0].fix
+    assert check_router_replay(attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, router_replay="disabled"))) == []
+    with pytest.raises(RouterReplayError, match=r"actor.router_replay=R2: train.options.transformer_config.moe_router_load_balancing_type=sinkhorn"):
+        MegatronBackend("actor", cfg, WorkerContext())
+    dense = make_tiny_model_dir(tmp_path / "d", "qwen3", hidden=32, layers=2, seed=0)
+    with pytest.raises(RouterReplayError, match="actor.router_replay=R2: the qwen3 model has no MoE routers to replay; set it to disabled"):
+        MegatronBackend("actor", _config(dense, "R2"), WorkerContext())
+    MegatronBackend("ref", _config(dense, "R2"), WorkerContext()).release()  # (the reference routes natively: nothing to check)
