@@ -34,25 +34,15 @@ def _experts_calls(model):
 
 
 def test_r3_replays_the_rollouts_routing(tiny_model_dir):
-    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
     from rl_train_fsdp.engine import build_engine
 
     path = tiny_model_dir("qwen3_moe")
     cfg = _cfg(path, "R3")
-    rollout = HFRolloutEngine(cfg, WorkerContext())
-    batch = rollout.generate(prompt_batch(path), SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=5))
+    batch = r3_rollout_batch(cfg, path)
     actor = build_engine("actor", cfg, WorkerContext())
     assert actor.backend.router_replay is not None and not actor.backend.share_prompts
-    mask = batch["response_mask"].bool()
-    lp = actor.compute_log_prob(batch)
-    assert "routed_experts" not in lp  # R3 replays, it does not record
-    torch.testing.assert_close(lp["log_probs"][mask], batch["rollout_log_probs"][mask], rtol=1e-5, atol=1e-5)
-    # other experts forced: other log-probs (the replay is what decides the routing)
-    other = batch["routed_experts"].clone()
-    other[other >= 0] = (other[other >= 0] + 1) % 4
-    batch["routed_experts"] = other
-    moved = actor.compute_log_prob(batch)["log_probs"]
-    assert (moved[mask] - lp["log_probs"][mask]).abs().max() > 1e-3
+    assert_r3_replays_the_rollout(actor, batch, experts=4)
     del batch.tensors["routed_experts"]
     with pytest.raises(ValueError, match="R3 but the batch has no routed_experts"):
         actor.compute_log_prob(batch)

@@ -241,26 +241,16 @@ def test_layouts_record_and_replay_as_one_process(qwen3_moe, one_process, layout
 def test_r3_replays_the_hf_rollouts_routing(tmp_path):
     """The hf rollout records its routing (rollout.return_routed_experts); the megatron actor's log-probs under R3 are the
     rollout's own, and forcing other experts moves them (the replay decides the routing)."""
-    from rl_core.backends import SamplingParams
-    from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.testing.rollout_conformance import prompt_batch
+    from rl_core.testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
     from rl_train_megatron.engine import build_engine
 
     path = make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=32, layers=2, seed=0)
     cfg = _config(path, "R3")
     cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, return_routed_experts=True))
-    batch = HFRolloutEngine(cfg, WorkerContext()).generate(prompt_batch(path), SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=5))
+    batch = r3_rollout_batch(cfg, path)
     actor = build_engine("actor", cfg, WorkerContext())
     try:
-        mask = batch["response_mask"].bool()
-        lp = actor.compute_log_prob(batch)
-        assert "routed_experts" not in lp  # R3 replays, it does not record
-        torch.testing.assert_close(lp["log_probs"][mask], batch["rollout_log_probs"][mask], rtol=1e-5, atol=1e-5)
-        other = batch["routed_experts"].clone()
-        other[other >= 0] = (other[other >= 0] + 1) % 4
-        batch["routed_experts"] = other
-        moved = actor.compute_log_prob(batch)["log_probs"]
-        assert (moved[mask] - lp["log_probs"][mask]).abs().max() > 1e-3
+        assert_r3_replays_the_rollout(actor, batch, experts=4)
     finally:
         actor.shutdown()
 
