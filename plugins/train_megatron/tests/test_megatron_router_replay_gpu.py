@@ -18,17 +18,13 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
+from rl_core.backends import WorkerContext
+from rl_core.testing.distributed import run_distributed
+from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core.testing.train_conformance import default_config, make_step_batch
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
-if torch.cuda.device_count() < 2:
-    pytest.skip("needs 2 CUDA devices (NCCL)", allow_module_level=True)
-
-from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
-
-pytestmark = [pytest.mark.megatron, pytest.mark.gpu]
+pytestmark = [pytest.mark.megatron, pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL)")]
 
 
 def _config(model_dir, dtype: str, dispatcher: str):
