@@ -104,7 +104,7 @@ def _tie(pattern, target, note):
     return Rule(pattern=pattern, kind=TIE, target=target, note=note)
 
 
-_RR = ("MoE routing replay (rl_core.routing_replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's (with rollout.enable_rollout_routing_replay) in both; the train backend's card must say it replays (fsdp does)")
+_RR = ("MoE routing replay (rl_core.routing_replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's (with rollout.enable_rollout_routing_replay) in both; the train backend's card must say it replays (fsdp and megatron do)")
 
 
 def _RR_REST(engine: str | None) -> list[Rule]:
