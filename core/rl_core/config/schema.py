@@ -304,7 +304,7 @@ class ActorConfig:
     recompute_old_log_prob: bool | None = None
     # MoE routing replay (verl's router_replay.mode; rl_core.routing_replay): R2 replays, in the update, the experts the
     # old-log-prob pass routed each token to; R3 replays the rollout engine's routing (rollout.return_routed_experts) in
-    # both; disabled routes every forward natively. A train backend replays only where its card says router_replay (fsdp, megatron).
+    # both; disabled routes every forward natively. A train backend replays only where its card says router_replay.
     router_replay: str = choice("disabled", ("disabled", "R2", "R3"))
     # leave rows whose advantage is 0 everywhere (a group with equal rewards) out of the update's forward /
     # backward: the same gradient for less compute (rl_core.algorithms.zero_advantage)
