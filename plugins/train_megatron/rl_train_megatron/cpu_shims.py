@@ -27,7 +27,8 @@ megatron-core assumes a GPU in a few places the Megatron engine reaches:
   group) allocate their outputs there, as do the linears' sequence-parallel backward (``tensor_parallel.layers``): the gating
   is replaced by the same matmul without the move, and the router, mappings and layers modules' ``torch.cuda.current_device()``
   answers ``"cpu"``. Without TransformerEngine, megatron-core 0.16.1's router
-  matmul reads an undefined ``te_general_gemm``: set to None (its plain-torch branch). The engine builds MoE layers with the ``allgather`` token
+  matmul reads an undefined ``te_general_gemm``: set to None (its plain-torch branch; :func:`install_router_gemm_fallback`,
+  which the engine also calls on GPUs). The engine builds MoE layers with the ``allgather`` token
   dispatcher and sequential experts (one GEMM per expert), which run on gloo; the ``alltoall`` / ``flex``
   dispatchers and grouped GEMMs need CUDA (the engine says so at start, :func:`rl_train_megatron.model.moe_cpu_problem`).
 
@@ -121,6 +122,16 @@ def _cpu_gating(self, input: torch.Tensor) -> torch.Tensor:
     return router_gating_linear(input, self.weight, self.bias, dtype)
 
 
+def install_router_gemm_fallback() -> None:
+    """megatron-core 0.16.1's router matmul (``moe_utils.RouterGatingLinearFunction``) reads ``te_general_gemm``, a name it
+    defines only when TransformerEngine imports: without TE every MoE forward fails with a NameError, on the CPU and on
+    GPUs alike. Set to None, the function takes its plain-torch branch (idempotent; a real TE gemm is kept)."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def install_moe() -> None:
     """The MoE router's CPU stand-ins (idempotent; called by the engine on the CPU when the model has experts)."""
     from megatron.core.transformer.moe import router
@@ -131,10 +142,7 @@ def install_moe() -> None:
                 f"megatron-core has no megatron.core.transformer.moe.router.{attr}: the MoE CPU shims of rl-train-megatron were written "
                 "for megatron-core 0.16.1; install that version (pip install megatron-core==0.16.1) or run on a GPU"
             )
-    from megatron.core.transformer.moe import moe_utils
-
-    if not hasattr(moe_utils, "te_general_gemm"):  # 0.16.1 leaves the name undefined without TransformerEngine
-        moe_utils.te_general_gemm = None
+    install_router_gemm_fallback()
     from megatron.core.tensor_parallel import layers, mappings
 
     router.Router.gating = _cpu_gating

@@ -136,10 +136,12 @@ class MegatronBackend(TrainBackend):
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
         self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
-        if (self.shape.moe or self.sp) and self.device.type == "cpu":  # sequence parallelism: the same gathers as the MoE dispatcher
-            from rl_train_megatron import cpu_shims
+        from rl_train_megatron import cpu_shims
 
+        if (self.shape.moe or self.sp) and self.device.type == "cpu":  # sequence parallelism: the same gathers as the MoE dispatcher
             cpu_shims.install_moe()
+        elif self.shape.moe:  # on GPUs without TransformerEngine, megatron-core 0.16.1's router matmul needs it too
+            cpu_shims.install_router_gemm_fallback()
         self._released = False
         self.rank, self.world_size = self.topo.rank, self.topo.world
         if context.world_size > 1 and self.world_size != context.world_size:
