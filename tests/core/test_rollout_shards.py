@@ -41,13 +41,16 @@ def test_every_replica_gets_as_many_prompts(gpus, tp):
 
 @pytest.mark.parametrize("gpus, tp", [(4, 1), (8, 2)])
 def test_rollouts_come_back_in_order_without_the_padding(gpus, tp):
-    """Each replica's answer once (not once per TP rank), its counters summed over replicas, the padded row dropped."""
+    """Each replica's answer once (not once per TP rank), its counters summed over replicas and its durations the
+    slowest replica's (the engines sync / sleep at the same time), the padded row dropped."""
     trainer = SimpleNamespace(sizes=_sizes(gpus, tp))
     params = SamplingParams(n=2)
     args, pad = Trainer._rollout_args(trainer, Batch({"input_ids": torch.arange(7).unsqueeze(1)}), params)
     # each rank answers its prompts n = 2 times; each replica reports one empty response
-    results = [Batch({"input_ids": shard.tensors["input_ids"].repeat_interleave(2, dim=0)}, meta={"rollout/empty_responses": 1})
-               for shard, _ in args]
+    results = [Batch({"input_ids": shard.tensors["input_ids"].repeat_interleave(2, dim=0)},
+                     meta={"rollout/empty_responses": 1, "rollout/weight_sync_s": 0.5 + rank // tp, "rollout/weight_sync_calls": 1})
+               for rank, (shard, _) in enumerate(args)]
     out = Trainer._merge_rollouts(trainer, results, pad, params)
     assert out.tensors["input_ids"].flatten().tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6]
-    assert out.meta["rollout/empty_responses"] == 4
+    assert out.meta["rollout/empty_responses"] == 4 and out.meta["rollout/weight_sync_calls"] == 4
+    assert out.meta["rollout/weight_sync_s"] == 3.5  # replica 3's, the slowest of 0.5, 1.5, 2.5, 3.5

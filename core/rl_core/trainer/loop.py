@@ -70,6 +70,9 @@ TRAINER_STATE = "trainer_state.pt"
 ZERO_ADVANTAGE_STEPS = 3
 # meta keys engines report as counters, summed over replicas and logged as metrics
 COUNTER_PREFIXES = ("rollout/", "agent/")
+# ... except durations (``rollout/weight_sync_s``, ``sleep_s``, ``wake_s``): every replica's engine does that work at the
+# same time, so the step waits for the slowest: the largest over replicas, not the sum
+DURATION_SUFFIX = "_s"
 
 logger = logging.getLogger(__name__)
 
@@ -211,12 +214,13 @@ class Trainer:
     def _merge_rollouts(self, results: list[Batch], pad: int, params: SamplingParams) -> Batch:
         results = results[:: self.sizes.rollout_tp]
         out = Batch.concat(results)
-        # engines report counters (e.g. rollout/empty_responses, agent/tool_calls) in meta: sum them over replicas
+        # engines report counters (e.g. rollout/empty_responses, agent/tool_calls) in meta: sum them over replicas;
+        # durations: the slowest replica's
         out.meta = {k: v for k, v in out.meta.items() if not k.startswith(COUNTER_PREFIXES)}
         for part in results:
             for k, v in part.meta.items():
                 if k.startswith(COUNTER_PREFIXES):
-                    out.meta[k] = out.meta.get(k, 0) + v
+                    out.meta[k] = max(out.meta.get(k, v), v) if k.endswith(DURATION_SUFFIX) else out.meta.get(k, 0) + v
         return out.unpad(pad * params.n)
 
     def _cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
