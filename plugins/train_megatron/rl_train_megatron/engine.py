@@ -72,7 +72,7 @@ from rl_core.train_engine import offload
 from rl_core.train_engine.hf_export import write_hf_folder
 
 from rl_train_megatron import context_parallel as cp_mod
-from rl_train_megatron import convert, fully_sharded, grads, parallel, zero
+from rl_train_megatron import convert, cpu_shims, fully_sharded, grads, parallel, zero
 from rl_train_megatron import model as mmodel
 from rl_train_megatron import router_replay as rr_mod
 from rl_train_megatron import sequence_parallel as seq_par
@@ -136,8 +136,6 @@ class MegatronBackend(TrainBackend):
         if context.world_size > 1 and not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
         self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
-        from rl_train_megatron import cpu_shims
-
         if (self.shape.moe or self.sp) and self.device.type == "cpu":  # sequence parallelism: the same gathers as the MoE dispatcher
             cpu_shims.install_moe()
         elif self.shape.moe:  # on GPUs without TransformerEngine, megatron-core 0.16.1's router matmul needs it too

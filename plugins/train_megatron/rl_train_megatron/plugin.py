@@ -188,9 +188,10 @@ def check_fully_shard(config) -> list[Problem]:
 
 def check_router_replay(config) -> list[Problem]:
     """actor.router_replay with a router megatron-core routes without a top-k (sinkhorn): nothing to replay, by key."""
+    from rl_train_megatron.router_replay import top_k_free
+
     mode = getattr(config.actor, "router_replay", "disabled")
-    balance = str(dict(config.train.options or {}).get("transformer_config", {}).get("moe_router_load_balancing_type", "")).strip("'\"")
-    if mode == "disabled" or balance != "sinkhorn":
+    if mode == "disabled" or not top_k_free(dict(config.train.options or {}).get("transformer_config")):
         return []
     return [Problem(key="train.options.transformer_config.moe_router_load_balancing_type",
                     what=f"is sinkhorn with actor.router_replay={mode}: sinkhorn routing has no top-k choice to record or replay",

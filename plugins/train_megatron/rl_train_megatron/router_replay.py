@@ -102,6 +102,11 @@ class TokenMap:
         return pos.reshape(-1)
 
 
+def top_k_free(given: dict | None) -> bool:
+    """Whether train.options.transformer_config (``given``) routes without a top-k to record or replay (sinkhorn)."""
+    return str((given or {}).get("moe_router_load_balancing_type", "")).strip("'\"") == "sinkhorn"
+
+
 def wanted(config, role: str, shape, given: dict | None) -> bool:
     """Whether this role replays (``actor.router_replay`` on the actor); what it cannot replay is refused by key (before
     the engine sets up its process groups)."""
@@ -110,7 +115,7 @@ def wanted(config, role: str, shape, given: dict | None) -> bool:
         return False
     if not shape.moe:
         raise RouterReplayError(f"{KEY}={mode}: the {shape.family} model has no MoE routers to replay; set it to disabled")
-    if str((given or {}).get("moe_router_load_balancing_type", "")).strip("'\"") == "sinkhorn":
+    if top_k_free(given):
         raise RouterReplayError(
             f"{KEY}={mode}: train.options.transformer_config.moe_router_load_balancing_type=sinkhorn routes without a top-k that can be "
             "replayed; set actor.router_replay=disabled, or another moe_router_load_balancing_type"
