@@ -22,7 +22,7 @@ import pytest
 
 # modules a missing package leaves out (the forkserver skips what does not import: e.g. megatron-core in a venv without it)
 FORKSERVER_PRELOAD = [
-    "torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.worker", "rl_train_fsdp.engine",
+    "torch", "transformers", "rl_core.cli.main", "rl_core.trainer.loop", "rl_core.placement.worker", "rl_train_fsdp.engine",
     "megatron.core", "rl_train_megatron.engine",
 ]
 

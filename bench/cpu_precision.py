@@ -87,7 +87,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="write the report here (markdown) as well as printing it")
     args = ap.parse_args()
     import torch
-    from rl_core.precision import cpu_bf16_support, cpu_capability, resolve_dtype
+    from rl_core.util.precision import cpu_bf16_support, cpu_capability, resolve_dtype
 
     auto, why = resolve_dtype("auto", "cpu")
     lines = [

@@ -1,7 +1,7 @@
 """LoRA weight sync to the colocated hf rollout, side by side in one process (issue #32): the merged sync (every
 weight, ``W + s * B @ A`` in float32 per weight, sent and copied every step: ``rollout.lora_sync=merged``, what
 the 7B anchor measured 2.2-2.9 s for) vs the in-place adapter sync (``auto``: the frozen base once, then one
-GEMM per targeted weight into the rollout's own weights, ``rl_core.rollout.lora_merge``). Both verified as the
+GEMM per targeted weight into the rollout's own weights, ``rl_core.lora.merge``). Both verified as the
 Worker verifies them (``rl_core.weight_sync_check``); the verification's share is timed apart.
 
     python bench/lora_sync.py --shape 0.5b --layers 6 --out bench/lora_sync/cpu     # CPU (about 2 min here)

@@ -1,4 +1,4 @@
-"""Measured peak memory of a short training run next to `rlcore check`'s estimate (rl_core.memory).
+"""Measured peak memory of a short training run next to `rlcore check`'s estimate (rl_core.plan.memory).
 
     python bench/memory_estimate.py CONFIG [key=value ...] [--out bench/results/memory_estimate_X.md]
 
@@ -31,8 +31,8 @@ GB = 2**30
 
 def _estimate(config: str, overrides: list[str]):
     from rl_core.config.load import load_config
-    from rl_core.memory import estimate
-    from rl_core.resolver import resolve
+    from rl_core.plan.memory import estimate
+    from rl_core.plan.resolver import resolve
 
     cfg = load_config(config, overrides)
     stack, problems = resolve(cfg)

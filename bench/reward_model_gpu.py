@@ -64,8 +64,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from rl_core.config.load import load_config
-    from rl_core.memory import estimate
-    from rl_core.resolver import resolve
+    from rl_core.plan.memory import estimate
+    from rl_core.plan.resolver import resolve
     from rl_core.testing.tiny_run import read_metrics, write_tiny_run
     from rl_core.trainer.loop import Trainer
 

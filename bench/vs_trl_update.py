@@ -143,12 +143,12 @@ def rlcore_worker(seed: int, work: Path, steps: int):
     from rl_core.cli.train_cmd import materialise_builtin_model
     from rl_core.config.load import load_config
     from rl_core.plugins import get_registry
-    from rl_core.resolver import resolve
-    from rl_core.worker import HybridWorker
+    from rl_core.plan.resolver import resolve
+    from rl_core.placement.worker import HybridWorker
 
     overrides = side.rlcore_overrides("rlcore-same", seed, work, steps, 5, work / "logs" / f"update-s{seed}")
     cfg = materialise_builtin_model(load_config(side.CONFIG, overrides))
-    stack, problems = resolve(cfg, get_registry(), world=False)
+    stack, problems = resolve(cfg, get_registry())
     if stack is None:
         raise SystemExit("config problems: " + "; ".join(p.render() for p in problems))
     worker = HybridWorker(stack, WorkerContext(seed=cfg.trainer.seed))
@@ -193,7 +193,7 @@ def replay(args: argparse.Namespace) -> dict:
     worker, cfg = rlcore_worker(args.seed, work, args.steps)
     tokenizer = load_tokenizer(cfg.model.path)
     engine = worker.actor
-    reward = RewardManager(cfg.reward)
+    reward = RewardManager(cfg.reward, get_registry())
     trl_info = json.loads((dump / "trl.json").read_text())
     params = dict(engine.model.named_parameters())
     w0 = torch.load(dump / "weights-0.pt")
@@ -327,7 +327,7 @@ def evalcheck(args: argparse.Namespace) -> dict:
     worker, cfg = rlcore_worker(args.seed, work, args.steps)
     tokenizer = load_tokenizer(cfg.model.path)
     _, val_loader, _ = build_loaders(cfg.data, tokenizer, seed=cfg.data.seed)
-    reward = RewardManager(cfg.reward)
+    reward = RewardManager(cfg.reward, get_registry())
     model = worker.actor.model
     greedy_params = SamplingParams(n=1, temperature=cfg.rollout.val_temperature, top_p=1.0, top_k=-1,
                                    max_new_tokens=cfg.data.max_response_length, greedy=True)

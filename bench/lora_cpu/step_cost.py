@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(str(ROOT / "examples" / "quickstart.yaml"), ["trainer.device=cpu", *extra])
         import attrs
 
-        from rl_core.precision import resolve_dtype
+        from rl_core.util.precision import resolve_dtype
 
         dtype = resolve_dtype(cfg.model.dtype, "cpu")[0]  # the quickstart's auto: what is fast on this CPU
         cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype=dtype, path=str(ensure_builtin_model(cfg.model.path.split(':', 1)[1]))))

@@ -27,7 +27,8 @@ from rl_core.cli.check_target import as_elsewhere, node_problems
 from rl_core.config.load import load_report
 from rl_core.plugins import get_registry
 from rl_core.problems import errors
-from rl_core.resolver import resolve
+from rl_core.plan.checks import plan_for
+from rl_core.plan.resolver import resolve
 
 OTHER = ("on_policy_distillation_trainer", "gdpo_trainer", "otb_trainer", "mtp_trainer")
 FIXTURE = "tests/fixtures/data/tiny_gsm8k.jsonl"
@@ -106,7 +107,7 @@ def check(overrides: list[str], data: str, registry, rm: str = "", dataset_cls: 
     loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
     if errors(loaded.problems):
         return errors(loaded.problems)
-    _, problems = resolve(loaded.config, registry, world=True, devices=False)
+    _, problems = plan_for(loaded.config, registry, devices=False)
     return errors(loaded.as_written(as_elsewhere([*problems, *node_problems(loaded.config)])))
 
 

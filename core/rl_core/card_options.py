@@ -30,7 +30,7 @@ from typing import Any, Literal, Mapping, Union
 import attrs
 
 from rl_core.problems import Problem, did_you_mean
-from rl_core.type_hints import type_hints
+from rl_core.util.type_hints import type_hints
 
 
 @attrs.frozen(kw_only=True)
@@ -43,7 +43,7 @@ def options_class(card: Any) -> type | None:
     ref = getattr(card, "options", None)
     if ref is None:
         return None
-    from rl_core.cards import load_object
+    from rl_core.util.objects import load_object
 
     cls = load_object(ref)
     if not (isinstance(cls, type) and attrs.has(cls)):

@@ -11,10 +11,11 @@ Every card kind shares :class:`CardBase`; the plugin manager fills in
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, ClassVar
 
 import attrs
+
+from rl_core.util.objects import load_object  # noqa: F401 - re-exported: cards.load_object is public
 
 DEVICES = frozenset({"cpu", "cuda"})
 PARALLELISM = frozenset({"dp", "fsdp", "tp", "pp", "sp", "ulysses"})  # ulysses: Ulysses sequence parallelism (#33)
@@ -29,23 +30,6 @@ def _frozenset(value: Any) -> frozenset:
 
 def _opt_frozenset(value: Any) -> frozenset | None:
     return None if value is None else _frozenset(value)
-
-
-def load_object(ref: str | Callable) -> Any:
-    """Import ``"package.module:attr.sub"`` and return the object.
-
-    A callable is returned unchanged, so cards may hold either a dotted path
-    (preferred: nothing is imported until the object is needed) or the object.
-    """
-    if not isinstance(ref, str):
-        return ref
-    module_name, sep, attr_path = ref.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise ValueError(f"factory reference {ref!r} must look like 'package.module:attribute'")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 @attrs.frozen(kw_only=True)
@@ -286,7 +270,29 @@ class ToolParserCard(CardBase):
     kind: ClassVar[str] = "tool_parser"
 
 
+#: the stages of the plan's checks, in the order a user fixes them (rl_core.plan.checks runs them in this order)
+CHECK_STAGES = ("keys", "values", "rules", "names", "files", "device")
+
+
+@attrs.frozen(kw_only=True)
+class CheckCard(CardBase):
+    """A check of the run plan, registered beside the feature it checks (``rl_core_register_checks``).
+
+    ``factory`` is ``"module:function"``, called once per plan (`rlcore check`, `rlcore train`) as
+    ``check(config, registry) -> Iterable[Problem]`` on the normalised config, after the names resolved. ``stage``
+    (one of :data:`CHECK_STAGES`) places its problems in the fixing order; ``order`` orders checks within a stage
+    (lower first). ``device`` checks read this machine's GPUs and cores: `rlcore check --skip-device-check` skips them.
+    A check that raises becomes a problem naming it; the others still run.
+    """
+
+    kind: ClassVar[str] = "check"
+
+    stage: str = attrs.field(validator=attrs.validators.in_(CHECK_STAGES))
+    order: int = 100
+
+
 CARD_TYPES: dict[str, type[CardBase]] = {
     cls.kind: cls
-    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard, ToolParserCard)
+    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard,
+                ToolParserCard, CheckCard)
 }

@@ -76,3 +76,8 @@ def rl_core_register_agent_loops(register: Register) -> None:
 @hookspec
 def rl_core_register_tool_parsers(register: Register) -> None:
     """Register :class:`~rl_core.cards.ToolParserCard` s (tool-call formats, e.g. hermes)."""
+
+
+@hookspec
+def rl_core_register_checks(register: Register) -> None:
+    """Register :class:`~rl_core.cards.CheckCard` s (checks of the run plan, beside the feature they check)."""

@@ -16,7 +16,7 @@ for the duration of one call, so the computation runs *inside* the model's own
 forward. That keeps FSDP2 sound (the root unit, which owns the head, has its
 weights gathered there, and the result is the root's output, so its backward
 hooks fire). With ``share_prompts`` (unsharded models only, see
-:mod:`rl_core.shared_prompt`) the head returns the hidden states instead and the
+:mod:`rl_core.train_engine.shared_prompt`) the head returns the hidden states instead and the
 chunks run after the forward.
 
 Precision follows what the plain path does: the matmul runs in the autocast
@@ -37,7 +37,7 @@ from typing import Iterator
 import torch
 
 from rl_core.modeling import forward_response, response_columns_in_use
-from rl_core.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
+from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 
 DEFAULT_CHUNK = 2048  # tokens per chunk: 2048 x 152k float32 logits = 1.2 GiB
 

@@ -22,8 +22,8 @@ from typing import Any, Mapping
 import torch
 
 from rl_core.problems import UserError
-from rl_core.positions import position_ids_from_mask  # noqa: F401  (re-exported)
-from rl_core.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
+from rl_core.util.positions import position_ids_from_mask  # noqa: F401  (re-exported)
+from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
@@ -43,7 +43,7 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
         if name == "auto":
             raise ValueError(
                 "model.dtype=auto is chosen for the machine when the config is normalised "
-                "(rl_core.config.normalize.normalize, or rl_core.precision.resolve_dtype); pass the normalised config"
+                "(rl_core.config.normalize.normalize, or rl_core.util.precision.resolve_dtype); pass the normalised config"
             ) from None
         raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}") from None
 
@@ -333,7 +333,7 @@ def response_logits(
 
     Uses ``logits_to_keep`` where the model supports it so the LM head runs
     on the response positions only. With ``share_prompts``, consecutive rows
-    with the same prompt run it once (:mod:`rl_core.shared_prompt`) where the
+    with the same prompt run it once (:mod:`rl_core.train_engine.shared_prompt`) where the
     model allows it; the result is the same up to float rounding.
     """
     R = response_length

@@ -50,6 +50,7 @@ HOOK_KINDS = {
     "rl_core_register_tools": "tool",
     "rl_core_register_agent_loops": "agent_loop",
     "rl_core_register_tool_parsers": "tool_parser",
+    "rl_core_register_checks": "check",
 }
 
 # Where names that are not installed usually come from (hints for error messages

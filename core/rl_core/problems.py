@@ -27,7 +27,7 @@ class Problem:
             text += f"\n    why: {self.why}"
         if self.fix:
             text += f"\n    fix: {self.fix}"
-        from rl_core.secrets import mask_text  # a value echoed in a message may hold a secret (a URL's password)
+        from rl_core.util.secrets import mask_text  # a value echoed in a message may hold a secret (a URL's password)
 
         return mask_text(text)
 

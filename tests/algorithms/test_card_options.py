@@ -10,7 +10,7 @@ from rl_core.card_options import Options, options_problems
 from rl_core.cards import EstimatorCard, PolicyLossCard, Provider
 from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
-from rl_core.resolver import _check_options
+from rl_core.plan.resolver import _check_options
 
 
 def _problems(*overrides):

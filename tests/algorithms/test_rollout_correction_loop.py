@@ -12,7 +12,7 @@ from rl_core.algorithms.rollout_correction import config_problems, rollout_corre
 from rl_core.config.load import load_config
 from rl_core.config.schema import ActorConfig, RolloutCorrectionConfig
 from rl_core.problems import ConfigError
-from rl_core.resolver import resolve
+from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer, needs_old_log_prob_pass
 
 from tests.e2e.helpers import read_metrics, write_tiny_run

@@ -79,7 +79,7 @@ def test_the_megatron_backend_refuses_an_fsdp_reduce_dtype():
 
 
 def test_the_training_set_must_hold_one_generation_round(tmp_path):
-    from rl_core.check_probes import data_size_problems
+    from rl_core.plan.probes import data_size_problems
 
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": "x"}\n' * 10)

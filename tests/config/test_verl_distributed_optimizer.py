@@ -12,7 +12,8 @@ import pytest
 
 from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
-from rl_core.resolver import resolve
+from rl_core.plan.checks import plan_for
+from rl_core.plan.resolver import resolve
 
 DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
 
@@ -20,7 +21,7 @@ DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data"
 def _resolve(model: Path, *overrides):
     registry = get_registry()
     config = load_config(None, [f"model.path={model}", "model.random_init=true", DATA, *overrides], profile="rl-core")
-    stack, problems = resolve(config, registry, world=True, devices=False)
+    stack, problems = plan_for(config, registry, devices=False)
     return stack, [p for p in problems if p.severity == "error"]
 
 
@@ -40,7 +41,7 @@ def test_backends_without_a_distributed_optimizer_refuse_the_key(tmp_path):
 
 
 def test_memory_estimate_deals_adamw_over_every_rank(tmp_path):
-    from rl_core.memory import estimate
+    from rl_core.plan.memory import estimate
 
     if "megatron" not in get_registry().cards["train"]:
         pytest.skip("needs the rl-train-megatron plugin")

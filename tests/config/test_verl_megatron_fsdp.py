@@ -11,7 +11,8 @@ import pytest
 
 from rl_core.config.load import load_report
 from rl_core.plugins import get_registry
-from rl_core.resolver import resolve
+from rl_core.plan.checks import plan_for
+from rl_core.plan.resolver import resolve
 
 V = "actor_rollout_ref"
 DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
@@ -36,7 +37,7 @@ def _errors(model: Path, *overrides: str) -> tuple[object, list]:
     report = load_report(None, [f"{V}.model.path={model}", DATA, "model_engine=megatron",
                                 f"{V}.actor.megatron.tensor_model_parallel_size=4", "trainer.n_gpus_per_node=8", "data.train_batch_size=8",
                                 f"{V}.actor.megatron.use_megatron_fsdp=True", f"{V}.ref.megatron.use_megatron_fsdp=True", *overrides])
-    _, problems = resolve(report.config, get_registry(), world=True, devices=False)
+    _, problems = plan_for(report.config, get_registry(), devices=False)
     return report.config, [p for p in [*report.problems, *problems] if p.severity == "error" and p.key.startswith(("train.", "model.lora"))]
 
 

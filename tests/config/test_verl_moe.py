@@ -10,7 +10,8 @@ import pytest
 
 from rl_core.config.load import load_config, load_report
 from rl_core.plugins import get_registry
-from rl_core.resolver import resolve
+from rl_core.plan.checks import plan_for
+from rl_core.plan.resolver import resolve
 
 V = "actor_rollout_ref"
 MEG = ["model_engine=megatron", "trainer.n_gpus_per_node=4"]
@@ -22,7 +23,7 @@ def _resolve(tmp_path, *overrides):
         pytest.skip("needs the rl-train-megatron plugin")
     data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
     config = load_config(None, [f"model.path={_moe_dir(tmp_path, num_experts=8)}", "model.random_init=true", data, *overrides], profile="rl-core")
-    stack, problems = resolve(config, registry, world=True, devices=False)
+    stack, problems = plan_for(config, registry, devices=False)
     return stack, [p for p in problems if p.severity == "error"]
 
 
@@ -107,7 +108,7 @@ def test_check_shows_the_expert_layout(tmp_path):
 
 
 def test_memory_estimate_shards_the_routed_experts_over_ep(tmp_path):
-    from rl_core.memory import estimate
+    from rl_core.plan.memory import estimate
 
     shape = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
              "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,

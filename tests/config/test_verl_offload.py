@@ -43,12 +43,12 @@ def test_megatron_offload_keys_map_to_the_backend_options():
 
 def test_backend_options_are_checked_by_the_chosen_backend():
     from rl_core.plugins import get_registry
-    from rl_core.resolver import resolve
+    from rl_core.plan.resolver import resolve
 
     registry = get_registry()
     if "fsdp" not in registry.cards["train"]:
         pytest.skip("needs the rl-train-fsdp plugin")
-    _, problems = resolve(load_config(None, ["train.name=fsdp", "train.options.param_offload=true"]), registry, world=False, devices=False)
+    _, problems = resolve(load_config(None, ["train.name=fsdp", "train.options.param_offload=true"]), registry)
     (p,) = [p for p in problems if p.key.startswith("train.options")]
     assert p.severity == "error" and "is not an option of the train 'fsdp'" in p.what
 

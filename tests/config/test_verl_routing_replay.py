@@ -12,7 +12,8 @@ import pytest
 
 from rl_core.config.load import load_config, load_report
 from rl_core.plugins import get_registry
-from rl_core.resolver import resolve
+from rl_core.plan.checks import plan_for
+from rl_core.plan.resolver import resolve
 
 A = "actor_rollout_ref"
 ON = f"{A}.rollout.enable_rollout_routing_replay=True"
@@ -54,7 +55,7 @@ def test_refusals_name_the_key_as_written(overrides, key, words):
 def _resolve_errors(model_dir, *overrides):
     data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
     config = load_config(None, [f"model.path={model_dir}", data, "trainer.n_gpus_per_node=2", *overrides], profile="rl-core")
-    stack, problems = resolve(config, get_registry(), world=True, devices=False)
+    stack, problems = plan_for(config, get_registry(), devices=False)
     errs = {p.key: p.render() for p in problems if p.severity == "error"}
     if not errs:
         from rl_core.trainer.loop import describe_plan

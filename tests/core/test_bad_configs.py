@@ -138,7 +138,7 @@ CASES = {
 def no_generator_package(monkeypatch, request):
     """Simulates a machine without reasoning-gym for the one case that needs it."""
     if request.node.callspec.params["case"] == "generator package absent":
-        import rl_core.preflight as pf
+        import rl_core.plan.preflight as pf
 
         real = pf._installed
         monkeypatch.setattr(pf, "_installed", lambda m: False if m == "reasoning_gym" else real(m))

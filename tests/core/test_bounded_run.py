@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc") or not hasattr(os, "f
 HUNG = textwrap.dedent(
     """
     import subprocess, sys, time
-    from rl_core import stack_dump
+    from rl_core.util import stack_dump
     stack_dump.install()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print("CHILD-PID=%d" % child.pid, flush=True)

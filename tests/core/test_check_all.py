@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rl_core.check_all import STAGES, add_probe
-from rl_core.check_all import collect as collect_loaded
+import types
+
+from rl_core import hookimpl
+from rl_core.cards import CheckCard, Provider
 from rl_core.config.load import load_report
+from rl_core.plan.checks import STAGES, build_plan
+from rl_core.plugins import get_registry
 from rl_core.cli.main import main
 from rl_core.problems import Problem
 
@@ -24,8 +28,8 @@ SIX = {
 }
 
 
-def collect(path, overrides):
-    return collect_loaded(load_report(path, overrides))
+def collect(path, overrides, registry=None):
+    return build_plan(load_report(path, overrides), registry or get_registry())
 
 
 def six_mistakes(tmp_path: Path) -> Path:
@@ -66,23 +70,37 @@ def test_every_name_valued_key_gets_did_you_mean(capsys):
         assert f"did you mean {name!r}" in hints.get(key, ""), (key, hints)
 
 
-def test_a_probe_plugs_in_and_a_broken_one_is_named(monkeypatch):
-    from rl_core import check_all
+def _saw_it(config, registry):
+    return [Problem(key="trainer.device", what="check saw it", severity="warning")]
 
-    monkeypatch.setattr(check_all, "_PROBES", [])
-    add_probe("device", lambda config, registry: [Problem(key="trainer.device", what="probe saw it", severity="warning")])
 
-    def broken(config, registry):
-        raise RuntimeError("boom")
+def _broken(config, registry):
+    raise RuntimeError("boom")
 
-    add_probe("names", broken)
-    with pytest.raises(ValueError, match="unknown check stage"):
-        add_probe("later", broken)
-    report = collect(None, ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8",
-                            "rollout.n=4", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"])
+
+def test_a_check_plugs_in_and_a_broken_one_is_named():
+    """A plugin's check cards run in the pipeline; one that raises, and one whose path does not load, are named."""
+    plugin = types.ModuleType("a_checks_plugin")
+
+    @hookimpl
+    def rl_core_register_checks(register):
+        register(CheckCard(name="saw_it", stage="device", factory=f"{__name__}:_saw_it"))
+        register(CheckCard(name="broken", stage="names", factory=f"{__name__}:_broken"))
+        register(CheckCard(name="missing", stage="files", factory=f"{__name__}:_no_such_function"))
+
+    plugin.rl_core_register_checks = rl_core_register_checks
+    with pytest.raises(ValueError, match="stage"):
+        CheckCard(name="later", stage="later", factory=f"{__name__}:_broken")
+    registry = get_registry(extra=[(plugin, Provider(distribution="a-checks-plugin"))])
+    try:
+        report = collect(None, ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8",
+                                "rollout.n=4", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"], registry)
+    finally:
+        get_registry(reload=True)
     whats = [p.what for p in report.problems]
-    assert any("probe saw it" in w for w in whats)
-    assert any("broken raised RuntimeError: boom" in w for w in whats)
+    assert any("check saw it" in w for w in whats)
+    assert any("broken (a-checks-plugin) raised RuntimeError: boom" in w for w in whats), whats
+    assert any("'missing' from a-checks-plugin has a factory" in w and "does not load" in w for w in whats), whats
     assert STAGES.index("names") < STAGES.index("device")
 
 

@@ -91,7 +91,7 @@ def test_gpu_config_checked_for_another_machine(capsys):
 def test_cluster_runs_are_not_checked_against_this_machines_gpus(where, remote, monkeypatch):
     """The controller may run on a CPU-only head node: a cluster's GPUs are not this machine's."""
     from rl_core.config.load import load_config
-    from rl_core.preflight import device_problems, runs_elsewhere
+    from rl_core.plan.preflight import device_problems, runs_elsewhere
 
     _no_gpu()
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -107,7 +107,7 @@ def test_pools_count_against_this_machines_gpus(monkeypatch):
     """4 actor GPUs + a critic on 2 of its own need 6 GPUs here; a machine with 4 is told so, naming the pool."""
     import torch
     from rl_core.config.load import load_config
-    from rl_core.preflight import device_problems
+    from rl_core.plan.preflight import device_problems
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)

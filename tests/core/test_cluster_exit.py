@@ -21,7 +21,7 @@ def test_exit_without_close_kills_the_workers(tmp_path):
         from pathlib import Path
         from rl_core.placement.local import LocalCluster
         from rl_core.config.load import load_config
-        from rl_core.resolver import resolve
+        from rl_core.plan.resolver import resolve
         from tests.e2e.helpers import write_tiny_run
 
         stack, problems = resolve(load_config(write_tiny_run(Path({str(tmp_path)!r}), nprocs=2)))

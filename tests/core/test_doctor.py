@@ -20,7 +20,7 @@ def test_doctor_reports_versions_plugins_devices_and_a_working_allreduce(capsys)
     assert any(p.startswith("rl-train-fsdp ") for p in report["plugins"]["plugins"])
     assert {"backend": "train fsdp"}.items() <= next(e for e in report["plugins"]["engines"] if e["backend"] == "train fsdp").items()
     assert "cores" in report["devices"]["cpu"]
-    assert "bfloat16" in report["devices"]["cpu"]  # what model.dtype=auto will pick on this CPU (rl_core.precision)
+    assert "bfloat16" in report["devices"]["cpu"]  # what model.dtype=auto will pick on this CPU (rl_core.util.precision)
     gloo = next(c for c in report["collectives"] if c["backend"] == "gloo")
     # the ranks checked the sum of every all-reduce, so ok means the collective gave the right answer
     assert gloo["ok"] is True and gloo["processes"] == 2

@@ -1,11 +1,11 @@
-"""rl_core.hf_cache: the KV-cache keyword under transformers' old name and its new one."""
+"""rl_core.util.hf_cache: the KV-cache keyword under transformers' old name and its new one."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from rl_core.hf_cache import cache_keyword, output_cache
-from rl_core.shared_prompt import can_share_prompts
+from rl_core.util.hf_cache import cache_keyword, output_cache
+from rl_core.train_engine.shared_prompt import can_share_prompts
 
 
 class _Old(torch.nn.Module):  # transformers <= 5.23

@@ -146,7 +146,7 @@ def test_image_patch_size_checked_before_the_data_is_read(vlm_dir, tmp_path):
     import json
     import shutil
 
-    from rl_core.check_probes import patch_size_problems, processor_patch_size
+    from rl_core.plan.probes import patch_size_problems, processor_patch_size
 
     cfg = RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(image_patch_size=14))
     assert processor_patch_size(vlm_dir) == 14
@@ -231,7 +231,7 @@ def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
 def test_backends_without_images_are_refused_by_key(vlm_dir, processor, tmp_path):
     import attrs
     from rl_core.config.load import load_config
-    from rl_core.resolver import resolve
+    from rl_core.plan.resolver import resolve
     from rl_core.testing.tiny_run import write_tiny_run
 
     stack, problems = resolve(load_config(write_tiny_run(tmp_path)))

@@ -9,7 +9,7 @@ import pytest
 from rl_core.cards import TrainCard
 from rl_core.cli.main import main
 from rl_core.config.schema import ModelConfig, RunConfig
-from rl_core.lora_checks import lora_problems, offload_problems
+from rl_core.lora.checks import lora_problems, offload_problems
 
 pytest.importorskip("peft")
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
@@ -73,7 +73,7 @@ def test_a_train_backend_without_lora_or_offload_refuses_them():
 def test_adapter_sync_needs_an_engine_with_a_lora_api():
     import attrs
     from rl_core.cards import RolloutCard
-    from rl_core.lora_checks import lora_sync_problems
+    from rl_core.lora.checks import lora_sync_problems
 
     plain, able = RolloutCard(name="plain", factory="x:y"), RolloutCard(name="able", factory="x:y", lora_adapters=True)
     registry = SimpleNamespace(cards={"rollout": {"plain": plain, "able": able}})

@@ -157,7 +157,7 @@ def test_adapter_checkpoint_resume_is_exact_and_save_hf_writes_a_peft_folder(mod
     a.save_checkpoint(str(tmp_path / "ckpt"))
     held = torch.load(str(tmp_path / "ckpt" / "extra_rank0.pt"), weights_only=True)
     assert held["role"] == "actor"
-    from rl_core.trainer.checkpoint import read_dcp_metadata
+    from rl_core.checkpoints.store import read_dcp_metadata
 
     keys = set(read_dcp_metadata(str(tmp_path / "ckpt" / "dcp" / ".metadata")).state_dict_metadata)
     assert any(".lora_A." in k for k in keys) and any(k.startswith("optim.") for k in keys)
@@ -271,7 +271,7 @@ def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, st
     from types import SimpleNamespace
 
     from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
-    from rl_core.worker import lora_sync_mode
+    from rl_core.placement.worker import lora_sync_mode
     from transformers import AutoModelForCausalLM
 
     cfg = _cfg(model_dir)
@@ -328,7 +328,7 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     the rollout samples the trained policy; a stale, lost or unmerged adapter stops the run."""
     from rl_core.rollout.hf import HFRolloutEngine
     from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
-    from rl_core.worker import lora_sync_mode
+    from rl_core.placement.worker import lora_sync_mode
 
     cfg = _cfg(model_dir)
     actor = build_engine("actor", cfg, CPU)

@@ -16,7 +16,7 @@ import torch
 from rl_core.config.schema import CriticConfig, ModelConfig, OptimConfig
 from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine.loss_scale import LossScaler
-from rl_core.trainer.guard import NonFiniteError
+from rl_core.train_engine.guard import NonFiniteError
 
 from tests.core.test_train_engine import SavingToy, ToyCritic, _config, _critic_batch
 

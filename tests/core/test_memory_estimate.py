@@ -1,4 +1,4 @@
-"""The memory estimate (rl_core.memory): parameter counts, hand-worked terms, and what check prints."""
+"""The memory estimate (rl_core.plan.memory): parameter counts, hand-worked terms, and what check prints."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import attrs
 import pytest
 from rl_core.config.load import load_config
-from rl_core.memory import GB, estimate, model_shape, shape_from_config
-from rl_core.resolver import resolve
+from rl_core.plan.memory import GB, estimate, model_shape, shape_from_config
+from rl_core.plan.resolver import resolve
 from rl_core.testing.tiny_model import make_tiny_model_dir, tiny_config
 
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"

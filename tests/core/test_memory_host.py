@@ -1,4 +1,4 @@
-"""The host-memory estimate of a GPU run (rl_core.memory_host), its refusal in rlcore check, and the pinned arena
+"""The host-memory estimate of a GPU run (rl_core.plan.memory_host), its refusal in rlcore check, and the pinned arena
 that keeps offloaded state at its size (rl_core.train_engine.offload.HostArena). Numbers worked by hand."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 from rl_core.config.load import load_config
-from rl_core.memory import GB, ModelShape
-from rl_core.memory_host import HOST_RUNTIME_GB, host_estimate
+from rl_core.plan.memory import GB, ModelShape
+from rl_core.plan.memory_host import HOST_RUNTIME_GB, host_estimate
 
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 # hidden 4, 1 layer, 2 heads of 2 (1 KV head), MLP 8, vocab 10, untied: attention 4*4 + 2*4*2 + 4*4 = 48, layer
@@ -52,8 +52,8 @@ def test_offload_terms_by_hand():
 def test_the_final_model_s_host_and_disk_bytes_full_and_lora():
     """hf_final: the host holds one shard at a time (5 GB, the writer's limit) however big the model; on disk a full
     fine-tune writes 4P, a LoRA run its float32 adapters 4A, plus the merged weights cP only when asked."""
-    from rl_core.disk import estimate_disk
-    from rl_core.memory_host import EXPORT_SHARD_BYTES, export_bytes
+    from rl_core.plan.disk import estimate_disk
+    from rl_core.plan.memory_host import EXPORT_SHARD_BYTES, export_bytes
     from rl_core.train_engine.hf_export import MAX_SHARD_BYTES
 
     assert EXPORT_SHARD_BYTES == MAX_SHARD_BYTES
@@ -87,7 +87,7 @@ def test_a_checkpoint_save_counts_the_device_state_torch_s_writer_copies_to_the_
 
 def test_check_refuses_a_run_the_host_cannot_hold_and_names_what_to_change():
     from rl_core.cli.check_target import Target, parse_target, target_problems
-    from rl_core.lora_checks import host_memory_problems
+    from rl_core.lora.checks import host_memory_problems
 
     # Qwen2.5-7B (7.6B parameters) full fine-tune with both offloads on one GPU: 4P + 8P pinned + the rollout asleep 2P ~ 110 GiB
     seven_b = _config("model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=1", "model.dtype=bfloat16", "data.train_batch_size=8",

@@ -1,4 +1,4 @@
-"""The memory estimate under LoRA and CPU offload (rl_core.memory_lora): a 7B full fine-tune does not fit one 80 GB GPU; LoRA and offload would."""
+"""The memory estimate under LoRA and CPU offload (rl_core.lora.memory): a 7B full fine-tune does not fit one 80 GB GPU; LoRA and offload would."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import attrs
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
-from rl_core.memory import GB, estimate, model_shape
-from rl_core.memory_lora import adapter_params
+from rl_core.plan.memory import GB, estimate, model_shape
+from rl_core.lora.memory import adapter_params
 
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 # the issue's workload on one H100: 8 prompts x 8 samples, 128 + 256 tokens, bf16, gradient checkpointing
@@ -29,7 +29,7 @@ def test_adapter_count_matches_peft_on_a_real_model():
     pytest.importorskip("peft")
     import torch
     from rl_core.lora import LoraSpec, apply_lora, trainable_parameters
-    from rl_core.memory import shape_from_config
+    from rl_core.plan.memory import shape_from_config
     from rl_core.testing.tiny_model import tiny_config
     from transformers import AutoModelForCausalLM
 
@@ -79,7 +79,7 @@ def test_seven_b_full_fine_tune_does_not_fit_one_80gb_gpu_and_lora_or_offload_wo
 
 
 def test_check_refuses_the_seven_b_full_fine_tune_on_one_80gb_gpu_naming_what_would_fit():
-    from rl_core.lora_checks import memory_problems
+    from rl_core.lora.checks import memory_problems
 
     config = load_config(None, SEVEN_B)
     (p,) = memory_problems(config, available=80 * GB)

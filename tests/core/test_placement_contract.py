@@ -12,7 +12,7 @@ from rl_core.placement.contract import Pending, Placement, WorkerError, WorkerMe
 from rl_core.placement.local import LocalCluster
 from rl_core.placement.pools import PooledCluster
 from rl_core.placement.ray_cluster import RayCluster
-from rl_core.worker import HybridWorker
+from rl_core.placement.worker import HybridWorker
 
 
 def test_every_worker_method_is_a_method_of_the_hybrid_worker():
@@ -52,7 +52,7 @@ def _stack(world_size=1):
 
 
 def test_local_placement_in_process_dispatches_typed_methods(monkeypatch):
-    monkeypatch.setattr("rl_core.worker.HybridWorker", FakeWorker)
+    monkeypatch.setattr("rl_core.placement.worker.HybridWorker", FakeWorker)
     cluster = LocalCluster(_stack())
     assert isinstance(cluster, Placement)
     assert cluster.call(WorkerMethod.UPDATE_ACTOR, [("b0",)]) == [{"rank": 0, "batch": "b0"}]

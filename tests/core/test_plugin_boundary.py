@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,13 +71,13 @@ ALLOWED = {
     ("config/schema.py", 'strategy: str = choice("replicate", ("replicate", "fsdp"))'): "reward_model.strategy: torch FSDP2 sharding of the reward model, verl's value",
 }
 # reward_model.strategy's value "fsdp" (torch FSDP2 sharding of the reward model inside core, verl's name for it)
-ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("memory.py", "rewards/classifier.py", "rewards/model_role.py", "trainer/loop.py")})
+ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "rewards/classifier.py", "rewards/model_role.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
 ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
-                ("lora_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_lora.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory_host.py", "fsdp_config"): "verl's actor.fsdp_config", ("memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
+                ("lora/checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("lora/memory.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory_host.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # whole files: verl's key names and values, which the migration layer translates (docs/migrating-from-verl.md)
 # actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
-ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
+ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("plan/memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
 ALLOWED_FILES = {"config/verl_keys.py", "config/verl_translate.py", "config/verl_profile.py", "config/verl_doc.py", "config/verl_engines.py",
                  "config/verl_reward_model.py"}
 
@@ -125,83 +126,74 @@ def test_core_code_names_no_backend():
 
 
 # --------------------------------------------------------------- core's import graph
-# lower layers first; a module may import modules of its own layer and lower ones only. A module's layer is that of
-# its longest listed prefix (``trainer.guard`` before ``trainer``): a few leaf modules sit below their package.
-LAYERS = [
-    {"problems", "secrets", "hookspecs", "precision", "hf_cache", "micro_batches", "models", "engine_versions", "positions",
-     "user_paths", "weight_sync_check", "console", "lora", "type_hints", "trainer.guard", "trainer.checkpoint", "trainer.dcp_io", "user_code",
-     "routing_replay"},
-    {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
-    {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs", "multimodal"},
-    {"rollout", "agent", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},
-    {"preflight", "resolver", "check_probes", "check_all"},
-    {"worker", "cluster", "placement", "trainer", "async_rl"},
-    {"cli", "testing", "__main__"},
-]
+# The layer table is docs/design.md's (between its <!-- layers --> markers), not the code's: lower layers first, a
+# module may import modules of its own layer and lower ones only. A module's layer is that of its longest listed
+# prefix (``lora.checks`` before ``lora``). Every import counts, those written inside functions too.
+DESIGN = ROOT / "docs" / "design.md"
 
 
-UNLISTED = 4  # a module not listed yet counts as a feature module (the preflight / resolver layer); list it when you can
+def design_layers() -> list[set[str]]:
+    text = DESIGN.read_text()
+    start, end = text.index("<!-- layers -->"), text.index("<!-- /layers -->")
+    layers = []
+    for row in text[start:end].splitlines():
+        cells = row.split("|")
+        if len(cells) > 3 and cells[1].strip()[:1].isdigit():
+            layers.append(set(re.findall(r"`([\w.]+)`", cells[2])))
+    return layers
 
 
-def _layer(module: str) -> int:
+def _layer(module: str, layers: list[set[str]]) -> int | None:
     parts = module.split(".")[1:]
     for n in range(len(parts), 0, -1):
         prefix = ".".join(parts[:n])
-        for i, layer in enumerate(LAYERS):
+        for i, layer in enumerate(layers):
             if prefix in layer:
                 return i
-    return UNLISTED
+    return None
 
 
-def _module_graph(import_time_only: bool = False) -> dict[str, set[str]]:
-    """Module -> the rl_core modules it imports (``import_time_only``: at module level, not inside functions)."""
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the rl_core modules it imports, at module level or inside functions (a package's __init__ too)."""
     graph: dict[str, set[str]] = {}
     for path in sorted(CORE.rglob("*.py")):
         rel = path.relative_to(CORE.parent).with_suffix("").as_posix().replace("/", ".")
         name = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
         deps = graph.setdefault(name, set())
-        tree = ast.parse(path.read_text())
-        nodes = _module_level(tree) if import_time_only else ast.walk(tree)
-        for node in nodes:
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("rl_core"):
                 for a in node.names:  # `from rl_core.rollout import samples` imports a module
                     sub = f"{node.module}.{a.name}"
-                    deps.add(sub if (CORE.parent / (sub.replace(".", "/") + ".py")).exists() else node.module)
+                    as_path = CORE.parent / sub.replace(".", "/")
+                    deps.add(sub if as_path.with_suffix(".py").exists() or as_path.is_dir() else node.module)
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names if a.name.startswith("rl_core"))
         deps.discard(name)
     return graph
 
 
-def _module_level(tree: ast.AST):
-    """The statements that run when the module is imported (not inside functions or methods)."""
-    todo = list(tree.body)
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            todo.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
-
-
-def _top(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+def test_every_core_module_has_a_layer_in_the_design():
+    layers = design_layers()
+    assert len(layers) >= 5, f"docs/design.md's layer table was not found or is too short: {layers}"
+    unlisted = [m for m in _module_graph() if m not in ("rl_core", "rl_core.__main__") and _layer(m, layers) is None]
+    assert not unlisted, "modules with no layer in docs/design.md's table (add them there):\n" + "\n".join(unlisted)
 
 
 def test_core_import_graph_has_no_upward_import():
+    layers = design_layers()
     bad = []
     for module, deps in _module_graph().items():
-        if _top(module) == "__init__":
+        if module in ("rl_core", "rl_core.__main__"):
             continue
         for dep in deps:
-            if _top(dep) != "__init__" and _layer(dep) > _layer(module):
-                bad.append(f"{module} (layer {_layer(module)}) imports {dep} (layer {_layer(dep)})")
+            if dep != "rl_core" and (_layer(dep, layers) is None or _layer(dep, layers) > _layer(module, layers)):
+                bad.append(f"{module} (layer {_layer(module, layers)}) imports {dep} (layer {_layer(dep, layers)})")
     assert not bad, "\n".join(sorted(bad))
 
 
 def test_core_import_graph_has_no_circle():
-    """No circle among the imports that run when a module is imported (a function's own import runs later)."""
-    graph = _module_graph(import_time_only=True)
+    """No circle among core's imports, counting those written inside functions (a circle hidden in a function is one)."""
+    graph = _module_graph()
     state: dict[str, int] = {}
     stack: list[str] = []
     circles = []
@@ -223,6 +215,23 @@ def test_core_import_graph_has_no_circle():
         if m not in state:
             visit(m)
     assert not circles, "\n".join(circles)
+
+
+def test_the_graph_checks_find_what_they_look_for(tmp_path, monkeypatch):
+    """The checks above can fail: a circle written inside functions and an upward import are both found."""
+    pkg = tmp_path / "rl_core"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("def f():\n    from rl_core import high\n")
+    (pkg / "high.py").write_text("from rl_core.low import f\n")
+    monkeypatch.setattr(sys.modules[__name__], "CORE", pkg)
+    graph = _module_graph()
+    assert graph["rl_core.low"] == {"rl_core.high"} and graph["rl_core.high"] == {"rl_core.low"}
+    with pytest.raises(AssertionError, match="rl_core.high -> rl_core.low -> rl_core.high|rl_core.low -> rl_core.high -> rl_core.low"):
+        test_core_import_graph_has_no_circle()
+    monkeypatch.setattr(sys.modules[__name__], "design_layers", lambda: [{"low"}, {"high"}])
+    with pytest.raises(AssertionError, match="rl_core.low .layer 0. imports rl_core.high .layer 1."):
+        test_core_import_graph_has_no_upward_import()
 
 
 @pytest.mark.parametrize("module", ["rl_core.train_engine.backend", "rl_core.train_engine.engine", "rl_core.train_engine.update"])

@@ -145,7 +145,7 @@ def test_a_missing_engine_is_installed_at_its_tested_version(monkeypatch):
     """The fix names the version the card was tested with (a bare `pip install X` may fetch an untested one)."""
     import importlib.metadata as md
 
-    import rl_core.resolver as resolver
+    import rl_core.plan.resolver as resolver
     from rl_core.cards import RolloutCard, TrainCard
 
     def missing(dist):

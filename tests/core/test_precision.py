@@ -1,4 +1,4 @@
-"""model.dtype=auto (rl_core.precision): bfloat16 where the hardware computes it, float32 elsewhere; a warning for an
+"""model.dtype=auto (rl_core.util.precision): bfloat16 where the hardware computes it, float32 elsewhere; a warning for an
 explicit bfloat16 on a CPU that only emulates it (7.5x slower matrix products on a 2-core AVX2 machine)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_core import precision
+from rl_core.util import precision
 from rl_core.cli.main import main
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
 from rl_core.modeling import torch_dtype
-from rl_core.preflight import device_problems
+from rl_core.plan.preflight import device_problems
 
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 GOOD = ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",

@@ -1,4 +1,4 @@
-"""profiler.* (rl_core.profiling; verl's global_profiler with tool=torch): torch.profiler traces of the chosen steps,
+"""profiler.* (rl_core.util.profiling; verl's global_profiler with tool=torch): torch.profiler traces of the chosen steps,
 roles and ranks, written under profiler.save_path; nothing for the other steps. The trainer's side (the step set on
 every worker, 2 processes) is checked in tests/e2e/test_loop.py::test_two_step_job[grpo-2]."""
 
@@ -9,7 +9,7 @@ import json
 import torch
 from rl_core.config.load import load_config
 from rl_core.placement.contract import dispatch
-from rl_core.profiling import StepProfiler, profiled_roles
+from rl_core.util.profiling import StepProfiler, profiled_roles
 
 
 class _Worker:

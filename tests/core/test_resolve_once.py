@@ -9,7 +9,7 @@ import attrs
 from rl_core.cards import EstimatorCard, PolicyLossCard, Provider, TrainCard
 from rl_core.config.load import load_config
 from rl_core.plugins import Registry, get_registry
-from rl_core.resolver import resolve
+from rl_core.plan.resolver import resolve
 from rl_core.testing.tiny_run import write_tiny_run
 
 
@@ -82,7 +82,7 @@ def test_a_train_factory_attribute_typo_is_a_check_error_without_importing_the_e
 
 
 def test_factory_source_reading(tmp_path, monkeypatch):
-    from rl_core.factory_paths import module_binds
+    from rl_core.plan.factory_paths import module_binds
 
     pkg = tmp_path / "fake_engine_pkg"
     pkg.mkdir()
@@ -111,3 +111,41 @@ def test_train_name_defaults_to_the_card_that_says_so(tmp_path):
     chosen = attrs.evolve(two, cards={**two.cards, "train": {"minimal": attrs.evolve(_minimal_train(), default=True), "other": TrainCard(name="other", factory="x:y")}})
     stack, _ = resolve(cfg, chosen)
     assert stack is not None and stack.config.train.name == "minimal"
+
+
+def test_rlcore_train_builds_the_plan_once_and_runs_each_check_once(tmp_path, monkeypatch):
+    """`rlcore train` resolves the names once, runs the schema's rules once, the rollout-correction rule once and
+    every registered check once, and hands that one plan to the loop (which checks nothing again)."""
+    from rl_core.algorithms import rollout_correction
+    from rl_core.cli.main import main
+    from rl_core.config import load as load_mod, normalize as normalize_mod, rules
+    from rl_core.plan import checks
+    from rl_core.trainer import loop
+
+    calls: dict[str, int] = {}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(checks, "resolve", counted("resolve", checks.resolve))
+    monkeypatch.setattr(load_mod, "check_config", counted("check_config", rules.check_config))
+    monkeypatch.setattr(normalize_mod, "check_config", counted("check_config", rules.check_config))
+    monkeypatch.setattr(rollout_correction, "config_problems", counted("rollout_correction", rollout_correction.config_problems))
+    real_checks = checks.registered_checks
+
+    def registered(registry):
+        return [(stage, name, counted(f"check {name}", fn)) for stage, name, fn in real_checks(registry)]
+
+    monkeypatch.setattr(checks, "registered_checks", registered)
+    seen = []
+    monkeypatch.setattr(loop, "train", lambda plan, **kw: seen.append(plan) or {})
+    config = write_tiny_run(tmp_path, trainer__output_dir=str(tmp_path / "out"))
+    assert main(["train", str(config), "--no-progress"]) == 0
+    assert len(seen) == 1 and seen[0].config.trainer.output_dir == str(tmp_path / "out")
+    names = [n for n in calls if n.startswith("check ")]
+    assert len(names) >= 8, calls  # the kernel's own checks: files, devices, model_path, probes, lora, long context
+    assert calls == {**{n: 1 for n in names}, "resolve": 1, "check_config": 1, "rollout_correction": 1}, calls

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rl_core.modeling import forward_response, load_causal_lm, position_ids_from_mask
-from rl_core.shared_prompt import can_share_prompts, prompt_groups
+from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,7 @@ from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw
 from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine.batch_sizes import TrainSizeError, inference_micro, mini_micro_epochs, split_sizes
 from rl_core.train_engine.lr_schedule import LRSchedule
-from rl_core.trainer.guard import NonFiniteError
+from rl_core.train_engine.guard import NonFiniteError
 
 
 # -------------------------------------------------------------- schedule

@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-from rl_core.worker import HybridWorker, device_phase_peak
+from rl_core.placement.worker import HybridWorker, device_phase_peak
 
 GIB = 2**30
 

@@ -13,7 +13,7 @@ __all__ = ["REWARD", "read_metrics", "train_tiny", "write_tiny_run"]
 def train_tiny(tmp: Path, **overrides: Any) -> list[dict[str, Any]]:
     """Write a tiny run under ``tmp`` (``write_tiny_run``'s keywords), train it to the end, return its metric rows."""
     from rl_core.config.load import load_config
-    from rl_core.resolver import resolve
+    from rl_core.plan.resolver import resolve
     from rl_core.trainer.loop import Trainer
 
     stack, problems = resolve(load_config(write_tiny_run(tmp, **overrides)))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rl_core.config.load import load_config
-from rl_core.resolver import resolve
+from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
@@ -31,7 +31,7 @@ def _trainer(tmp_path) -> Trainer:
 
 @pytest.mark.dist
 def test_one_step_off_policy_then_the_rollout_worker_killed_and_resumed(tmp_path, capsys):
-    from rl_core.cluster import WorkerError
+    from rl_core.placement.contract import WorkerError
 
     trainer = _trainer(tmp_path)
     rollout_proc = trainer.cluster.pool("rollout")._procs[0]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 from rl_core.config.load import load_config
-from rl_core.resolver import resolve
+from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer
 
 from tests.e2e.helpers import read_metrics, write_tiny_run

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from rl_core.trainer.checkpoint import (
+from rl_core.checkpoints.store import (
     LATEST_FILE,
     MARKER,
     CheckpointError,

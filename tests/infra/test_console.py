@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from rl_core import console
+from rl_core.util import console
 
 
 def test_a_long_phase_says_what_it_does_and_how_long_it_took():

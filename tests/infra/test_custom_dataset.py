@@ -6,7 +6,7 @@ import textwrap
 import pytest
 from rl_core.config.schema import CustomDatasetConfig, DataConfig
 from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
-from rl_core.preflight import data_problems
+from rl_core.plan.preflight import data_problems
 
 # verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
 # whose chat messages are under raw_prompt. This one reads a csv-like text format rl-core's reader does not know.

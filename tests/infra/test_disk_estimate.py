@@ -15,8 +15,8 @@ def _bytes(folder: Path, pattern: str = "*") -> int:
 
 def test_checkpoint_and_final_model_sizes_match_the_estimate(tmp_path):
     from rl_core.config.load import load_config
-    from rl_core.disk import estimate_disk
-    from rl_core.resolver import resolve
+    from rl_core.plan.disk import estimate_disk
+    from rl_core.plan.resolver import resolve
     from tests.e2e.helpers import train_tiny, write_tiny_run
 
     # a tied-embedding model big enough that tensors, not file headers, make the size

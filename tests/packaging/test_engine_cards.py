@@ -34,7 +34,7 @@ def plugin_cards() -> tuple[dict, ...]:
 
 
 def admitted(engine_versions: str | None, version: str) -> bool:
-    """The resolver's rule (rl_core.resolver.engine_version_problem): ``||`` separates alternatives; none = any."""
+    """The resolver's rule (rl_core.plan.resolver.engine_version_problem): ``||`` separates alternatives; none = any."""
     if not engine_versions:
         return True
     return any(SpecifierSet(part.strip()).contains(version, prereleases=True) for part in engine_versions.split("||"))

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import yaml
-from rl_core.trainer.checkpoint import MARKER, RUN_CONFIG, file_digest
+from rl_core.checkpoints.store import MARKER, RUN_CONFIG, file_digest
 
 from tests.e2e.helpers import read_metrics, write_tiny_run
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from rl_core.algorithms.advantages import EstimatorOutputError, compute_advantage
 from rl_core.cards import EstimatorCard, Provider
-from rl_core.check_probes import estimator_problems
+from rl_core.plan.probes import estimator_problems
 from rl_core.config.load import load_config
 from rl_core.plugins import Registry
 

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 import torch
-from rl_core.trainer.checkpoint import MARKER, CheckpointError, check_dcp_metadata, file_digest, safe_load
+from rl_core.checkpoints.store import MARKER, CheckpointError, check_dcp_metadata, file_digest, safe_load
 
 from tests.reliability import tally
 from tests.reliability.evil import WritesMarker, payload

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from rl_core.trainer.checkpoint import CheckpointManager
+from rl_core.checkpoints.store import CheckpointManager
 from rl_core.trainer.outputs import OutputDirError, ensure_writable
 from rl_core.trainer.tracking import JsonlLogger, LoggerError
 
@@ -104,7 +104,7 @@ def test_full_disk_while_appending_metrics(tmp_path):
 
 def test_full_disk_at_hf_final_without_checkpoints_keeps_the_run(tmp_path, monkeypatch):
     """save_freq=-1: hf_final fails -> no half folder, the state is saved as a checkpoint, the rerun writes hf_final."""
-    from rl_core.worker import HybridWorker
+    from rl_core.placement.worker import HybridWorker
 
     cfg = make_run(tmp_path)
     set_config(cfg, trainer__save_freq=-1, trainer__total_training_steps=1)

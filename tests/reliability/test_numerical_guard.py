@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from rl_core.trainer.checkpoint import CheckpointManager
+from rl_core.checkpoints.store import CheckpointManager
 
 from tests.reliability import tally
 from tests.reliability.runs import cli, make_run, read_metrics, set_config
@@ -66,7 +66,7 @@ def _inject_rewards(monkeypatch, at_step):
 
 
 def _inject_log_probs(monkeypatch, at_step):
-    from rl_core.worker import HybridWorker
+    from rl_core.placement.worker import HybridWorker
 
     original = HybridWorker.compute_log_prob
 

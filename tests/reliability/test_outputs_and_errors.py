@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from rl_core.trainer.checkpoint import CheckpointManager
+from rl_core.checkpoints.store import CheckpointManager
 
 from tests.reliability import tally
 from tests.reliability.runs import cli, copy_run, make_run, read_metrics, set_config
@@ -88,7 +88,7 @@ def test_output_dir_without_write_permission(tmp_path):
 
 # ---------------------------------------------------------- disk at save time
 def _fail_save_at_step_2(monkeypatch, exc):
-    from rl_core.worker import HybridWorker
+    from rl_core.placement.worker import HybridWorker
 
     original = HybridWorker.save_checkpoint
 

@@ -17,7 +17,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from rl_core.trainer.checkpoint import (
+from rl_core.checkpoints.store import (
     MARKER,
     CheckpointError,
     CheckpointManager,
@@ -27,7 +27,7 @@ from rl_core.trainer.checkpoint import (
     read_run_config,
     safe_load,
 )
-from rl_core.trainer.dcp_io import read_plain
+from rl_core.checkpoints.dcp_io import read_plain
 from rl_core.trainer.outputs import OutputDirError, read_previous_config
 
 from tests.reliability import tally
@@ -189,7 +189,7 @@ def test_json_files_cannot_name_code_or_be_links(tmp_path):
     """optim_plain.json, run_config.json, COMPLETE: json only; tags cannot name anything; links and giant files refused."""
     plain = tmp_path / "optim_plain.json"
     plain.write_text(json.dumps({"state": {"w": {"x": {"__tensor__": [1], "dtype": "os.system"}}}, "param_groups": []}))
-    from rl_core.trainer.dcp_io import _from_json
+    from rl_core.checkpoints.dcp_io import _from_json
 
     with pytest.raises(CheckpointError, match="not a torch dtype"):
         _from_json(read_plain(str(plain))["state"]["w"]["x"])
@@ -259,7 +259,7 @@ def test_every_file_a_resume_reads_is_planted(finished_run):
 
 def test_rng_state_of_the_wrong_shape_is_a_clear_error():
     """A trainer_state.pt that loads (plain data) but whose RNG state is nonsense: CheckpointError, not a traceback."""
-    from rl_core.trainer.checkpoint import load_rng_state, save_rng_state
+    from rl_core.checkpoints.store import load_rng_state, save_rng_state
 
     good = save_rng_state()
     for bad in ({**good, "python": [3, "x", None]}, {**good, "numpy": [1, 2]}, {**good, "torch": torch.zeros(3)}, [1, 2]):

@@ -13,8 +13,9 @@ import textwrap
 import pytest
 from rl_core.batch import Batch
 from rl_core.config.schema import CustomRewardConfig, RewardConfig
+from rl_core.plugins import get_registry
 from rl_core.rewards.manager import RewardError, RewardManager
-from rl_core.trainer.stopping import StopSignals  # as during training: a real Ctrl-C is never a KeyboardInterrupt there
+from rl_core.util.stopping import StopSignals  # as during training: a real Ctrl-C is never a KeyboardInterrupt there
 
 from tests.reliability import tally
 
@@ -59,12 +60,12 @@ def test_a_reward_function_that_exits_is_contained(tmp_path, name, workers):
     path = _reward_file(tmp_path, body)
     cfg = dict(custom=CustomRewardConfig(path=str(path), name="my_score"), num_workers=workers, timeout_s=30)
     pid = os.getpid()
-    with StopSignals(), RewardManager(RewardConfig(on_error="raise", **cfg)) as manager:
+    with StopSignals(), RewardManager(RewardConfig(on_error="raise", **cfg), get_registry()) as manager:
         with pytest.raises(RewardError) as info:
             manager.score(_batch())
     text = str(info.value)
     raised_ok = os.getpid() == pid and "sample 1" in text and "my_score" in text and shown in text
-    with StopSignals(), RewardManager(RewardConfig(on_error="skip", **cfg)) as manager:
+    with StopSignals(), RewardManager(RewardConfig(on_error="skip", **cfg), get_registry()) as manager:
         scores, metrics, extras = manager.score(_batch())
     skipped_ok = scores.tolist() == [1.0, 0.0, 1.0] and metrics.get("reward/errors", 0) > 0
     tally.record("reward_exits", f"{name}, {'pool' if workers else 'in-process'}", raised_ok and skipped_ok)

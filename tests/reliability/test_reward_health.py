@@ -45,7 +45,9 @@ def test_in_process_timeout_unit(tmp_path):
     path.write_text("def compute_score(solution_str, **kw):\n    while solution_str == 'stuck':\n        pass\n    return 1.0\n")
     cfg = RewardConfig(custom=CustomRewardConfig(path=str(path), name="compute_score"), num_workers=0, timeout_s=0.3)
     batch = Batch({"x": torch.zeros(3, 1)}, {"response_text": ["a", "stuck", "b"], "data_source": ["d"] * 3})
-    with RewardManager(cfg) as rm:
+    from rl_core.plugins import get_registry
+
+    with RewardManager(cfg, get_registry()) as rm:
         scores, metrics, extras = rm.score(batch)
     ok = scores.tolist() == [1.0, 0.0, 1.0] and metrics["reward/timeouts"] == 1.0 and extras[1].get("reward_timeout")
     tally.record("user_errors", "stuck in-process scorer (reward.num_workers=0) times out", bool(ok))

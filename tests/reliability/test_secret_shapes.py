@@ -6,7 +6,7 @@ import pytest
 from rl_core.cli.main import main
 from rl_core.config.load import config_to_dict, load_config
 from rl_core.problems import Problem
-from rl_core.secrets import mask_text
+from rl_core.util.secrets import mask_text
 from rl_core.trainer.outputs import write_config
 
 from tests.reliability import tally

@@ -108,7 +108,7 @@ def test_weights_per_source_pick_parts_and_failures_count_once():
 
 def test_memory_estimate_counts_the_reward_model(tmp_path):
     from rl_core.config.normalize import normalize
-    from rl_core.memory import estimate
+    from rl_core.plan.memory import estimate
     from rl_core.testing.tiny_model import make_tiny_model_dir
 
     policy = make_tiny_model_dir(tmp_path / "policy")

@@ -35,12 +35,11 @@ _PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipf
 
 
 def get_policy_loss(name: str, registry: Any = None) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
-    """The policy-loss function registered as ``name`` (built-in or third-party)."""
-    if registry is None:
-        from rl_core.plugins import get_registry
+    """The policy-loss function registered as ``name`` in ``registry``; without one, the built-in loss of that name
+    (a run passes the plan's loaded function instead: nothing is looked up while it trains)."""
+    from rl_core.algorithms.builtin import builtin_card
 
-        registry = get_registry()
-    return registry.get("policy_loss", name).load()
+    return (registry.get("policy_loss", name) if registry is not None else builtin_card("policy_loss", name)).load()
 
 
 def compute_actor_loss(
@@ -76,7 +75,7 @@ def compute_actor_loss(
             ``kl_loss_type``; ``policy_loss_options`` and ``loss_scale_factor``
             if the config has them).
         policy_loss: the loaded policy-loss function (the engine passes the one the resolver loaded);
-            None looks ``cfg.policy_loss`` up in ``registry`` (default :func:`rl_core.plugins.get_registry`).
+            None looks ``cfg.policy_loss`` up in ``registry``, else among the built-in losses.
 
     Returns:
         (0-d float32 loss, metrics).

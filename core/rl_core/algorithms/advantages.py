@@ -428,15 +428,13 @@ def compute_advantage(name: str, *, registry: Any = None, card: Any = None, fn: 
     clear error for any estimator: ``needs_critic`` -> ``values``,
     ``needs_groups`` -> ``index``, ``needs_greedy_baseline`` ->
     ``baseline_rewards``. The loop passes the resolved ``card`` and its loaded
-    function ``fn`` (:class:`rl_core.resolver.Stack`); without them ``name`` is
-    looked up in ``registry`` (default :func:`rl_core.plugins.get_registry`).
+    function ``fn`` (:class:`rl_core.plan.resolver.Plan`); without them ``name`` is
+    looked up in ``registry`` when given, else among the built-in estimators.
     """
     if card is None:
-        if registry is None:
-            from rl_core.plugins import get_registry
+        from rl_core.algorithms.builtin import builtin_card
 
-            registry = get_registry()
-        card = registry.get("estimator", name)
+        card = registry.get("estimator", name) if registry is not None else builtin_card("estimator", name)
     needs = (
         ("needs_critic", "values", "a critic's values"),
         ("needs_groups", "index", "group ids (rollout.n > 1)"),

@@ -112,3 +112,15 @@ def rl_core_register_policy_losses(register):
         name="gspo", options=opt.LossOptions, factory=f"{_PG}:gspo",
         description="sequence-level importance ratio and clipping (GSPO, Zheng et al. 2025)",
     ))
+
+
+def builtin_card(kind: str, name: str) -> EstimatorCard | PolicyLossCard:
+    """The built-in ``estimator`` / ``policy_loss`` card named ``name``, without the registry: for code that runs
+    without a plan (tests, notebooks). A run uses the plan's loaded cards; a plugin's name is not found here."""
+    found: list = []
+    (rl_core_register_advantage_estimators if kind == "estimator" else rl_core_register_policy_losses)(found.append)
+    cards = {c.name: c for c in found}
+    if name not in cards:
+        raise LookupError(f"no built-in {kind} named {name!r} (built in: {', '.join(sorted(cards))}); a plugin's {kind} comes "
+                          "from the run's plan, or pass its registry")
+    return cards[name]

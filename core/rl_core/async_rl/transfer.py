@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from rl_core.placement.rendezvous import Rendezvous, gloo_device, join_store
+from rl_core.placement.rendezvous import Rendezvous, gloo_device, join_store, loopback_interface
 from rl_core.weight_sync_check import WeightTap
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
@@ -49,7 +49,6 @@ class TransferGroup:
             # one node: NCCL's bootstrap sockets on the loopback interface, as the workers' own groups (placement.local);
             # read when this process first starts NCCL, so set before the group's first collective. Across nodes NCCL
             # picks the interface itself (no address-to-interface lookup here).
-            from rl_core.placement.local import loopback_interface
 
             os.environ.setdefault("NCCL_SOCKET_IFNAME", loopback_interface())
         store = join_store(address, rank, size, timeout_s, opened)

@@ -10,7 +10,7 @@ from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.config.load import config_to_dict, load_config
 from rl_core.plugins import get_registry
 from rl_core.problems import Problem, errors
-from rl_core.resolver import resolve
+from rl_core.plan.resolver import resolve
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -81,9 +81,9 @@ def print_plan(stack, out=None) -> None:
 
 
 def print_memory(stack, out=None) -> None:
-    """The per-device memory estimate (rl_core.memory); a warning on stderr when it does not fit."""
+    """The per-device memory estimate (rl_core.plan.memory); a warning on stderr when it does not fit."""
     out = out or sys.stdout
-    from rl_core.memory import estimate
+    from rl_core.plan.memory import estimate
 
     est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train)
     if est is None:
@@ -91,8 +91,8 @@ def print_memory(stack, out=None) -> None:
         return
     for line in est.lines():
         print(line, file=out)
-    if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.memory_host
-        from rl_core.memory_host import host_estimate, host_ram
+    if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.plan.memory_host
+        from rl_core.plan.memory_host import host_estimate, host_ram
 
         here = host_ram() if est.available is not None else None  # this machine's RAM only when the GPU is this machine's
         for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here).lines():
@@ -102,11 +102,11 @@ def print_memory(stack, out=None) -> None:
 
 
 def print_disk(stack, out=None) -> None:
-    """Disk per checkpoint, for the final model and for the run (rl_core.disk); a warning when the folder's disk is smaller."""
+    """Disk per checkpoint, for the final model and for the run (rl_core.plan.disk); a warning when the folder's disk is smaller."""
     import os
     import shutil
 
-    from rl_core.disk import GB, estimate_disk
+    from rl_core.plan.disk import GB, estimate_disk
 
     out = out or sys.stdout
     est = estimate_disk(stack.config)
@@ -126,14 +126,14 @@ def print_disk(stack, out=None) -> None:
 
 
 def print_problems(problems, out=None) -> None:
-    """Every problem, errors and warnings, in the order given (rl_core.check_all orders them as a user fixes them)."""
+    """Every problem, errors and warnings, in the order given (rl_core.plan.checks orders them as a user fixes them)."""
     out = out or sys.stderr
     for p in problems:
         print(("error: " if p.severity == "error" else "warning: ") + p.render(), file=out)
 
 
 def run(args) -> int:
-    from rl_core.check_all import collect
+    from rl_core.plan.checks import build_plan
     from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
     from rl_core.config.load import load_report
     from rl_core.problems import ConfigError
@@ -145,9 +145,9 @@ def run(args) -> int:
     elsewhere = args.skip_device_check or target is not None
     loaded = load_report(path, [*overrides, *(target_overrides(target) if target else [])], **config_kwargs(args))
     registry = get_registry()
-    report = collect(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target),
-                     rewrite=as_elsewhere if elsewhere else None)
-    stack = report.stack
+    report = build_plan(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target),
+                        rewrite=as_elsewhere if elsewhere else None)
+    stack = report.plan
     if stack is not None and not args.quiet:
         print("# resolved config")
         print(yaml.safe_dump(config_to_dict(stack.config), sort_keys=False).rstrip())

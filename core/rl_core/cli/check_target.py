@@ -23,7 +23,7 @@ class Target:
     device: str  # "cuda" or "cpu"
     per_node: int | None  # GPUs (processes) per node, None: not said
     memory_gib: float | None
-    ram_gib: float | None = None  # the node's host memory (``,ram=128GB``): checked against rl_core.memory_host
+    ram_gib: float | None = None  # the node's host memory (``,ram=128GB``): checked against rl_core.plan.memory_host
 
     def describe(self) -> str:
         gpus = f"{self.per_node} x " if self.per_node else ""
@@ -62,7 +62,7 @@ def target_problems(config, target: Target | None) -> list[Problem]:
                            fix=f"set trainer.n_gpus_per_node to at most {target.per_node}, or use more nodes (trainer.nnodes with trainer.placement=ray)"))
     out.extend(node_problems(config))
     if target is not None and target.ram_gib and target.device == "cuda":
-        from rl_core.lora_checks import host_memory_problems
+        from rl_core.lora.checks import host_memory_problems
 
         out.extend(host_memory_problems(config, available=target.ram_gib * 2**30))
     return out

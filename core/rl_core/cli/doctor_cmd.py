@@ -88,8 +88,8 @@ def plugins() -> dict[str, Any]:
 def devices() -> dict[str, Any]:
     import torch
 
-    from rl_core.memory import device_memory
-    from rl_core.precision import cpu_bf16_support, cpu_capability
+    from rl_core.plan.memory import device_memory
+    from rl_core.util.precision import cpu_bf16_support, cpu_capability
 
     ram = device_memory("cpu")
     out: dict[str, Any] = {"cpu": f"{os.cpu_count()} cores, {ram / 2**30:.1f} GiB RAM" if ram else f"{os.cpu_count()} cores"}
@@ -97,7 +97,7 @@ def devices() -> dict[str, Any]:
     out["cpu"] += f"; kernels for {cpu_capability()}, " + (
         f"bfloat16 in hardware ({bf16})" if bf16 else "no bfloat16 hardware (model.dtype auto -> float32 on the CPU)"
     )
-    from rl_core.console import busy_cpu_warning, cpu_load
+    from rl_core.util.console import busy_cpu_warning, cpu_load
 
     load = cpu_load()
     if load is not None:

@@ -13,10 +13,11 @@ import importlib
 import os
 import sys
 
-from rl_core import __version__, stack_dump
+from rl_core import __version__
+from rl_core.util import stack_dump
 from rl_core.placement.contract import WorkerError
 from rl_core.problems import ConfigError, UserError
-from rl_core.secrets import mask_text
+from rl_core.util.secrets import mask_text
 
 SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot", "doctor")
 

@@ -8,10 +8,14 @@ import attrs
 
 from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, print_problems, split_config_args
 from rl_core.cli.plugins_cmd import print_load_problems
+from rl_core.cli.check_target import node_problems
+from rl_core.config.load import load_report
+from rl_core.plan.checks import build_plan
+from rl_core.plan.model_path import run_here
 from rl_core.plugins import get_registry
-from rl_core.problems import UserError, errors
-from rl_core.resolver import resolve
-from rl_core.trainer.stopping import Interrupted
+from rl_core.problems import UserError
+from rl_core.util.console import phase
+from rl_core.util.stopping import Interrupted
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -30,13 +34,12 @@ def add_parser(sub) -> None:
 
 
 def materialise_builtin_model(config):
-    """``model.path: builtin:smollm2`` -> the offline model, converted once into a cache folder."""
+    """``model.path: builtin:smollm2`` -> the offline model, converted once into a cache folder (a plan already knows
+    its architecture: nothing is resolved again)."""
     path = config.model.path
     if not path.startswith(BUILTIN_PREFIX):
         return config
     from rl_core.models import ensure_builtin_model
-
-    from rl_core.console import phase
 
     with phase(f"preparing {path} (converted on first use, then cached)"):
         local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
@@ -47,35 +50,23 @@ def run(args) -> int:
     path, overrides = split_config_args(args)
     if path is None and not overrides:
         raise UserError("name a config, e.g. `rlcore train examples/quickstart.yaml` (add key=value overrides after it)")
-    from rl_core.check_all import collect
-    from rl_core.config.load import load_report
-    from rl_core.model_path import model_path_problems
-
     loaded = load_report(path, overrides, **config_kwargs(args))
     registry = get_registry()
-    from rl_core.cli.check_target import node_problems
-
-    report = collect(loaded, registry, extra=node_problems)  # several nodes need Ray: refused as in `rlcore check`
-    # the run happens here: a model folder that is not here is an error, not a warning as in `rlcore check`
-    strict = model_path_problems(report.config, strict=True) if report.config is not None else []
-    problems = [p for p in report.problems if p.key not in {s.key for s in strict}] + strict
+    # the plan, once; several nodes need Ray (refused as in `rlcore check`), and the run happens here: a model folder
+    # that is not here is an error, not a warning as in `rlcore check`
+    report = build_plan(loaded, registry, extra=node_problems, rewrite=run_here)
     print_load_problems(registry)
-    print_problems(problems)
-    if errors(problems):
-        print(f"\n{len(errors(problems))} problem(s): nothing was started", file=sys.stderr)
+    print_problems(report.problems)
+    if report.errors:
+        print(f"\n{len(report.errors)} problem(s): nothing was started", file=sys.stderr)
         return 1
-    config = loaded.config if args.dry_run else materialise_builtin_model(loaded.config)
-    stack, late = resolve(config, registry)  # the world was read by collect(); this resolves the built-in model's folder
-    if stack is None:
-        print_problems([p for p in loaded.as_written(late) if p not in problems])
-        print(f"\n{len(errors(late))} problem(s): nothing was started", file=sys.stderr)
-        return 1
+    stack = report.plan if args.dry_run else attrs.evolve(report.plan, config=materialise_builtin_model(report.plan.config))
     print_plan(stack)
     from rl_core.trainer.loop import describe_plan, train
 
     print(describe_plan(stack))
     if stack.config.trainer.device == "cpu":
-        from rl_core.console import busy_cpu_warning
+        from rl_core.util.console import busy_cpu_warning
 
         if busy := busy_cpu_warning():
             print(f"warning: {busy}", file=sys.stderr)
@@ -95,7 +86,7 @@ def run(args) -> int:
 
 def run_stoppable(args) -> int:
     """:func:`run` with SIGINT / SIGTERM handled from the first moment (loading the config, resolving the stack)."""
-    from rl_core.trainer.stopping import StopSignals, signal_name
+    from rl_core.util.stopping import StopSignals, signal_name
 
     try:
         with StopSignals():

@@ -8,7 +8,7 @@ together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
 
 :func:`config_to_dict` masks values whose keys look like credentials
 (:func:`mask_secrets`), and secret-shaped parts of any string value
-(:func:`rl_core.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
+(:func:`rl_core.util.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
 trackers' copies never hold them.
 
 verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
@@ -35,9 +35,9 @@ from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten,
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
-from rl_core.secrets import mask_text
-from rl_core.type_hints import type_hints
-from rl_core.user_paths import expand_user_paths
+from rl_core.util.secrets import mask_text
+from rl_core.util.type_hints import type_hints
+from rl_core.util.user_paths import expand_user_paths
 
 logger = logging.getLogger(__name__)
 
@@ -351,6 +351,7 @@ class Loaded:
     profile: str
     profile_defaults: list[tuple[str, Any, Any]]  # (rl-core key, verl's value, rl-core's own) applied under the verl profile
     origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as the user wrote it
+    rule_keys: frozenset[str] = frozenset()  # keys a cross-key rule reported (the ``rules`` stage of rlcore check)
 
     def as_written(self, problems: Iterable[Problem]) -> list[Problem]:
         """Later problems (resolver, normaliser) naming the keys as the user wrote them, or as verl's defaults."""
@@ -399,12 +400,13 @@ def load_report(
     applied += rm_defaults
     config = structure(RunConfig, tree, "", problems)
     seen = {p.key for p in problems}
-    problems.extend(p for p in check_config(config) if p.key not in seen)
+    rule_keys: set[str] = set()
+    problems.extend(p for p in check_config(config, rule_keys=rule_keys) if p.key not in seen)
     problems.extend(_ties(config, tr))
     problems.extend(verl_dtype.agreement(config.model.dtype, tr.dtypes))  # verl's per-worker dtypes vs model.dtype
     problems = [_as_written(p, tr.origin) for p in problems]
     config = expand_user_paths(config)  # `~` once, here: check and the run see the same folders
-    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied, origin=dict(tr.origin))
+    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied, origin=dict(tr.origin), rule_keys=frozenset(rule_keys))
 
 
 def load_config(
@@ -507,7 +509,7 @@ def looks_secret(name: str) -> bool:
 
 def mask_secrets(value: Any) -> Any:
     """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``,
-    and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``, ``sk-...``: rl_core.secrets).
+    and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``, ``sk-...``: rl_core.util.secrets).
 
     Only non-empty scalars are masked (``max_tokens: 512`` is a number and stays).
     """
@@ -525,7 +527,7 @@ def mask_secrets(value: Any) -> Any:
 
 
 def _mask_shapes(value: Any) -> Any:
-    """Every string of a dict / list tree with its secret-shaped parts masked (rl_core.secrets)."""
+    """Every string of a dict / list tree with its secret-shaped parts masked (rl_core.util.secrets)."""
     if isinstance(value, dict):
         return {k: _mask_shapes(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

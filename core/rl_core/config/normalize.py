@@ -22,7 +22,7 @@ import attrs
 
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
-from rl_core.precision import resolve_dtype
+from rl_core.util.precision import resolve_dtype
 from rl_core.problems import Problem, nearest_divisors
 
 
@@ -173,7 +173,7 @@ def _first_mult(mini: int, n: int, dp: int) -> int:
     return m
 
 
-def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConfig, Sizes | None, list[Problem]]:
+def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = True) -> tuple[RunConfig, Sizes | None, list[Problem]]:
     """Fill derived defaults and compute per-rank sizes.
 
     Returns the filled config, the sizes (None when a size problem prevents
@@ -182,8 +182,10 @@ def normalize(config: RunConfig, *, needs_critic: bool = False) -> tuple[RunConf
     problems: list[Problem] = []
     d, r, a, c, t = config.data, config.rollout, config.actor, config.critic, config.trainer
 
-    # Value ranges are the schema's rules (checked at load; again here for configs built in code).
-    problems.extend(check_config(config))
+    # Value ranges are the schema's rules: checked when a config is loaded (rules=False then: once is enough), here for
+    # configs built in code.
+    if rules:
+        problems.extend(check_config(config))
     ok = not problems
 
     # Fill derived defaults (frozen config: evolve).

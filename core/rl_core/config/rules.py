@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 import attrs
 
 from rl_core.problems import Problem, did_you_mean
-from rl_core.type_hints import type_hints
+from rl_core.util.type_hints import type_hints
 
 RULE = "rl_core_rule"
 
@@ -380,13 +380,17 @@ CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greed
                                                                           _custom_dataset, _router_replay)
 
 
-def check_config(cfg: Any) -> list[Problem]:
-    """Every value rule and cross-key rule of a RunConfig; at most one problem per key."""
+def check_config(cfg: Any, *, rule_keys: set[str] | None = None) -> list[Problem]:
+    """Every value rule and cross-key rule of a RunConfig; at most one problem per key.
+
+    ``rule_keys``: filled with the keys a cross-key rule reported (the ``rules`` stage of `rlcore check`)."""
     problems = check_values(cfg)
     seen = {p.key for p in problems}
     for rule in CROSS_RULES:
         found = rule(cfg)
         for p in found if isinstance(found, list) else [found] if found is not None else []:
+            if rule_keys is not None:
+                rule_keys.add(p.key)
             if p.key not in seen:
                 seen.add(p.key)
                 problems.append(p)

@@ -65,10 +65,12 @@ def _generators() -> tuple[str, ...]:
     return ("reasoning_gym",)
 
 
-def _loggers() -> tuple[str, ...]:
-    from rl_core.trainer.tracking import BACKENDS
+#: the metric loggers trainer.loggers may name (rl_core.trainer.tracking implements each)
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 
-    return tuple(BACKENDS)
+
+def _loggers() -> tuple[str, ...]:
+    return LOGGERS
 
 
 @attrs.frozen(kw_only=True)
@@ -127,7 +129,7 @@ class DataConfig:
 class ModelConfig:
     path: str = ""
     tokenizer_path: str | None = None
-    # auto: bfloat16 where the hardware computes it (GPUs with bf16, CPUs with AVX512-BF16 / AMX), else float32 (rl_core.precision)
+    # auto: bfloat16 where the hardware computes it (GPUs with bf16, CPUs with AVX512-BF16 / AMX), else float32 (rl_core.util.precision)
     dtype: str = choice("float32", ("float32", "bfloat16", "float16", "auto"))
     trust_remote_code: bool = False
     enable_gradient_checkpointing: bool = False
@@ -553,7 +555,7 @@ class AsyncConfig:
 
 @attrs.frozen(kw_only=True)
 class ProfilerConfig:
-    """torch.profiler traces of chosen steps (:mod:`rl_core.profiling`; verl's ``global_profiler`` with tool=torch)."""
+    """torch.profiler traces of chosen steps (:mod:`rl_core.util.profiling`; verl's ``global_profiler`` with tool=torch)."""
 
     # torch: torch.profiler traces written by rl-core; nsys: NVTX ranges + cudaProfilerStart/Stop for an `nsys profile
     # --capture-range=cudaProfilerApi` that runs rlcore train (CUDA only; rl-core does not start nsys)

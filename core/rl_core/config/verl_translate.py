@@ -20,7 +20,7 @@ import attrs
 
 from rl_core.config import verl_keys as vk
 from rl_core.problems import Problem
-from rl_core.type_hints import type_hints
+from rl_core.util.type_hints import type_hints
 
 #: verl's top-level names with no section of ours: a config that uses one is written in verl's spelling
 VERL_ONLY_ROOTS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler", "distillation"})

@@ -5,7 +5,7 @@ processor=None, max_samples=...)`` and reads its items; an item is a row dict as
 the chat messages under ``raw_prompt`` (or ``data.prompt_key``), ``data_source``, ``reward_model.ground_truth``,
 ``extra_info``. rl-core does the same and hands each item to :func:`rl_core.data.dataset.validate_row`, so the rows
 go through rl-core's own rendering, tokenizing and batching like rows read from a file. The class is the user's code
-named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.user_code`). rl-core trains
+named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.util.user_code`). rl-core trains
 text-only models: no processor is passed.
 """
 
@@ -21,8 +21,8 @@ CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_sampl
 
 def load_dataset_class(custom: Any) -> type:
     """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
-    from rl_core.data.dataset import DataError
-    from rl_core.user_code import load_user_object
+    from rl_core.data.rows import DataError
+    from rl_core.util.user_code import load_user_object
 
     cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
                            prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))
@@ -52,7 +52,7 @@ def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tupl
     import attrs
     from omegaconf import OmegaConf
 
-    from rl_core.data.dataset import DataError, validate_row
+    from rl_core.data.rows import DataError, validate_row
 
     custom = data.custom_cls
     cls = load_dataset_class(custom)

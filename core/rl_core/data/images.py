@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from rl_core.data.dataset import DataError
+from rl_core.data.rows import DataError
 
 PLACEHOLDER = "<image>"
 #: tensors of a processor's output that are not per-image (they are rebuilt for the whole sequence)

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 BUILTIN_MODELS = ("smollm2",)
+#: each built-in model's architecture (its config.json's ``architectures[0]``), known before it is converted
+BUILTIN_ARCHITECTURES = {"smollm2": "LlamaForCausalLM"}
 
 
 def cache_dir() -> Path:

@@ -1,6 +1,6 @@
 """The placement contract: how the controller starts workers, calls them, gathers results and stops them.
 
-A *placement* is one pool of workers, one per rank, each a :class:`~rl_core.worker.HybridWorker` holding some
+A *placement* is one pool of workers, one per rank, each a :class:`~rl_core.placement.worker.HybridWorker` holding some
 roles (``roles``; all of the hybrid engine's when ``None``). Three implement it:
 :class:`rl_core.placement.local.LocalCluster` (this machine: in-process for one rank, else spawned processes),
 :class:`rl_core.placement.ray_cluster.RayCluster` (Ray actors) and
@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from rl_core.profiling import profiled_call
+from rl_core.util.profiling import profiled_call
 
 
 class WorkerError(RuntimeError):
@@ -53,7 +53,7 @@ class WorkerMethod(str, enum.Enum):
     JOIN_WEIGHT_GROUP = "join_weight_group"
     SEND_WEIGHTS = "send_weights"
     RECEIVE_WEIGHTS = "receive_weights"
-    # profiler.* (rl_core.profiling): the step whose calls the chosen ranks record (None: none)
+    # profiler.* (rl_core.util.profiling): the step whose calls the chosen ranks record (None: none)
     PROFILE_STEP = "profile_step"
 
     @property
@@ -74,7 +74,7 @@ class WorkerMethod(str, enum.Enum):
             raise ValueError(
                 f"unknown worker method {method!r}: a placement calls only the methods of "
                 f"rl_core.placement.contract.WorkerMethod ({known}); add a member there (and the method to "
-                "rl_core.worker.HybridWorker) to call a new one"
+                "rl_core.placement.worker.HybridWorker) to call a new one"
             ) from None
 
 
@@ -105,7 +105,7 @@ def after_a_death(errors: list[str]) -> list[str]:
 
 def dispatch(worker: Any, method: WorkerMethod | str, args: tuple) -> Any:
     """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike); a chosen step's
-    computations are recorded by the worker's profiler (``profiler.*``, :mod:`rl_core.profiling`)."""
+    computations are recorded by the worker's profiler (``profiler.*``, :mod:`rl_core.util.profiling`)."""
     m = WorkerMethod.named(method)
     return profiled_call(worker, m.value, m.role, getattr(worker, m.value), args)
 

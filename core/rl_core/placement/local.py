@@ -1,6 +1,6 @@
 """Worker placement: the only layer a Ray mode replaces.
 
-:class:`LocalCluster` runs one :class:`~rl_core.worker.HybridWorker` per
+:class:`LocalCluster` runs one :class:`~rl_core.placement.worker.HybridWorker` per
 rank on this machine: in the controller's own process when there is one
 rank (easy to debug, no start-up cost), else in spawned processes joined by
 ``torch.distributed`` (gloo on CPU, NCCL on GPU). It implements
@@ -28,12 +28,12 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import traceback
 from typing import Any, Sequence
 
 from rl_core.backends import WorkerContext
+from rl_core.placement.rendezvous import loopback_interface  # noqa: F401 - re-exported
 from rl_core.placement.contract import Done, Pending, WorkerError, WorkerMethod, after_a_death, dispatch, per_rank
 
 __all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env", "loopback_interface"]
@@ -96,18 +96,6 @@ def _end_own_children(grace_s: float = 2.0) -> None:
             child.join(grace_s)
 
 
-def loopback_interface() -> str:
-    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS)."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except (OSError, AttributeError):
-        names = []
-    for name in ("lo", "lo0"):
-        if name in names:
-            return name
-    return next((n for n in names if n.startswith("lo")), "lo")
-
-
 def local_rendezvous_env() -> dict[str, str]:
     """Environment for the worker processes: collective libraries bind to the loopback interface only."""
     lo = loopback_interface()
@@ -135,10 +123,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
-    from rl_core.trainer.stopping import ignore_stop_signals
+    from rl_core.util.stopping import ignore_stop_signals
 
     ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
-    from rl_core import stack_dump
+    from rl_core.util import stack_dump
 
     stack_dump.install()  # `kill -USR1 <worker pid>`: its stacks, as in the controller
     os.environ.update(env)
@@ -159,7 +147,7 @@ def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: 
                 # the group's device, so barriers do not have to guess it (and warn)
                 device_id=context.torch_device if context.device.startswith("cuda") else None,
             )
-        from rl_core.worker import HybridWorker
+        from rl_core.placement.worker import HybridWorker
 
         worker = HybridWorker(stack, context, roles)
         conn.send(("ok", None))
@@ -223,7 +211,7 @@ class LocalCluster:
         threads = config.trainer.torch_threads
         processes = processes or self.world_size
         if threads is None and self.device == "cpu" and processes > 1:
-            from rl_core.console import usable_cores
+            from rl_core.util.console import usable_cores
 
             threads = max(1, usable_cores() // processes)  # the cores this process may run on (taskset, cgroups' cpusets)
         self._in_flight: Pending | None = None
@@ -240,7 +228,7 @@ class LocalCluster:
         if not spawn:
             import torch
 
-            from rl_core.worker import HybridWorker
+            from rl_core.placement.worker import HybridWorker
 
             if threads:
                 torch.set_num_threads(threads)

@@ -14,7 +14,7 @@ routes each call to the pool of the role it serves (:attr:`WorkerMethod.role
 data-parallel ranks (``Sizes.ranks(role)``).
 
 Adding a pool: give ``Sizes.pools`` an entry ``role -> (workers, data-parallel ranks)`` (config/normalize.py) and
-make :func:`rl_core.worker.worker_roles` say what its workers hold; :func:`make_pooled_cluster` starts it with the
+make :func:`rl_core.placement.worker.worker_roles` say what its workers hold; :func:`make_pooled_cluster` starts it with the
 configured placement, and every :class:`WorkerMethod` whose ``role`` is that pool's name goes there.
 :meth:`PooledCluster.pool` hands one pool's placement out (e.g. to overlap its calls with the main pool's).
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from rl_core.placement.contract import Pending, WorkerMethod
-from rl_core.worker import worker_roles
+from rl_core.placement.worker import worker_roles
 
 
 class PooledCluster:

@@ -3,7 +3,7 @@
 The placement contract (:class:`rl_core.placement.contract.Placement`), as
 :class:`rl_core.placement.local.LocalCluster`: ``call(method,
 per_rank_args)`` runs the :class:`~rl_core.placement.contract.WorkerMethod` on every rank's
-:class:`~rl_core.worker.HybridWorker` and returns one result per rank, in
+:class:`~rl_core.placement.worker.HybridWorker` and returns one result per rank, in
 rank order; ``close()`` stops them. The controller does not know which one
 it drives.
 
@@ -41,7 +41,7 @@ class RayCluster:
     """
 
     def __init__(self, stack, *, log_placement: bool = True, roles: tuple[str, ...] | None = None, pool: str = "main") -> None:
-        from rl_core.worker import worker_roles
+        from rl_core.placement.worker import worker_roles
 
         ray = import_ray()
         config = stack.config

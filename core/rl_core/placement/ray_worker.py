@@ -5,7 +5,7 @@ wraps it with ``ray.remote`` (so importing this module needs no Ray). The
 actor is told its rank and world, joins the workers' ``torch.distributed``
 group (gloo on CPU, NCCL on GPU; the store is rank 0's, on its node's Ray address
 at a port free there; ranks that share one node meet through a FileStore there
-and bind loopback: :mod:`rl_core.placement.rendezvous`), then builds the same :class:`~rl_core.worker.HybridWorker`
+and bind loopback: :mod:`rl_core.placement.rendezvous`), then builds the same :class:`~rl_core.placement.worker.HybridWorker`
 the local cluster builds, with the same :class:`~rl_core.backends.WorkerContext`.
 
 Errors travel back as :class:`RankFailure` with plain text: a user error's
@@ -104,7 +104,7 @@ class RankWorker:
     # --------------------------------------------------------------- worker
     def start(self, stack, device: str, seed: int, roles: tuple[str, ...] | None = None) -> None:
         from rl_core.backends import WorkerContext
-        from rl_core.worker import HybridWorker
+        from rl_core.placement.worker import HybridWorker
 
         context = WorkerContext(rank=self.rank, world_size=self.world_size, local_rank=self.local_rank, device=device, seed=seed)
         try:

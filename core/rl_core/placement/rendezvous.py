@@ -54,6 +54,18 @@ class Rendezvous:
             self.folder = None
 
 
+def loopback_interface() -> str:
+    """The name of the loopback network interface ("lo" on Linux, "lo0" on macOS)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        names = []
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return next((n for n in names if n.startswith("lo")), "lo")
+
+
 def join_store(address: str, rank: int, size: int, timeout_s: float, opened: Rendezvous | None = None):
     """The group's store: ``opened`` is the train rank 0's :class:`Rendezvous` (it hosts a TCP store)."""
     import torch.distributed as dist
@@ -80,7 +92,6 @@ def gloo_device(bind: str | None) -> Any:
     """The gloo device of one member: its node's address (several nodes), else the loopback interface."""
     import torch.distributed as dist
 
-    from rl_core.placement.local import loopback_interface
 
     if bind is None:
         return dist.ProcessGroupGloo.create_device(interface=loopback_interface())

@@ -10,7 +10,7 @@ Which function scores a sample:
    first, then glob patterns (``"reasoning_gym/*"``), the longest pattern
    winning.
 
-The trainer builds the manager from the resolved :class:`~rl_core.resolver.Stack`
+The trainer builds the manager from the resolved :class:`~rl_core.plan.resolver.Plan`
 (:meth:`RewardManager.for_stack`): ``reward.name``'s function is the one the
 resolver loaded (``stack.reward_fn``), and data sources are matched against the
 reward cards the resolver saw (``stack.reward_cards``), each card's function
@@ -117,8 +117,8 @@ def _spec_from_card(card: RewardCard) -> ScorerSpec:
 class RewardManager:
     """Scores batches; owns the scorer pool (use as a context manager, or call :meth:`close`).
 
-    ``registry`` defaults to :func:`rl_core.plugins.get_registry`; pass one to
-    control exactly which rewards exist (tests). ``start_method`` is the
+    A run builds it from its plan (:meth:`for_stack`); code without a plan passes a ``registry``
+    (:func:`rl_core.plugins.get_registry`, or one that controls exactly which rewards exist: tests). ``start_method`` is the
     multiprocessing start method of the pool (default ``forkserver`` where
     available, else ``spawn``; never ``fork`` with torch loaded).
     """
@@ -172,9 +172,8 @@ class RewardManager:
                 self._fns[self._fixed[0]] = named_fn
             return
         if registry is None:
-            from rl_core.plugins import get_registry
-
-            registry = get_registry()
+            raise TypeError("RewardManager needs the reward cards: RewardManager.for_stack(plan) in a run, or a registry "
+                            "(rl_core.plugins.get_registry()) in code that has no plan")
         self._cards = dict(registry.cards["reward"])
         self._broken = tuple(sorted({e.distribution for e in registry.errors}))
         if cfg.name:

@@ -24,7 +24,7 @@ def _hf_json(folder: str, name: str) -> dict[str, Any] | None:
     """``name`` (config.json, tokenizer_config.json) of a local folder or a hub name's cached snapshot."""
     candidates = [os.path.join(os.path.expanduser(folder), name)]
     if not folder.startswith(("/", ".", "~")):
-        from rl_core.memory import _hub_config
+        from rl_core.plan.memory import _hub_config
 
         hub = _hub_config(folder)
         if hub:

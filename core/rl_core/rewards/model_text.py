@@ -49,7 +49,7 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]], *, apply_cha
 
 def scorer_dtype(config: Any, device: str) -> str:
     """``reward_model.model.dtype`` (null: ``model.dtype``), ``auto`` resolved for ``device``."""
-    from rl_core.precision import resolve_dtype
+    from rl_core.util.precision import resolve_dtype
 
     requested = config.reward_model.model.dtype or config.model.dtype
     return resolve_dtype(requested, "cpu" if device == "cpu" else "cuda")[0] if requested == "auto" else requested

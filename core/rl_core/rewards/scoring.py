@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from rl_core.problems import UserError
-from rl_core.user_code import load_user_object
+from rl_core.util.user_code import load_user_object
 
 
 class RewardConfigError(UserError, ValueError):

@@ -40,7 +40,7 @@ tensor into the existing parameter (``copy_`` converts dtype / device in one
 step, no intermediate tensor); a tensor that already *is* the parameter's
 storage is skipped. LoRA (``rollout.lora_sync`` auto / adapter): the frozen base
 arrives once, then :meth:`HFRolloutEngine.load_adapter` merges each sync's adapters
-in place into the targeted weights (:mod:`rl_core.rollout.lora_merge`). With ``rollout.engine_kwargs={"share_weights": True}``
+in place into the targeted weights (:mod:`rl_core.lora.merge`). With ``rollout.engine_kwargs={"share_weights": True}``
 on a colocated single process, an incoming tensor of the same device and
 dtype is adopted instead of copied (zero-copy: the engine then reads the
 trainer's live parameters, so it always generates with the latest weights;
@@ -94,14 +94,14 @@ import torch
 from rl_core import multimodal
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
-from rl_core.hf_cache import cache_keyword, output_cache
+from rl_core.util.hf_cache import cache_keyword, output_cache
 from rl_core.modeling import (
     load_causal_lm,
     load_tokenizer,
     position_ids_from_mask,
     torch_dtype,
 )
-from rl_core.rollout.lora_merge import InPlaceLora
+from rl_core.lora.merge import InPlaceLora
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
@@ -150,7 +150,7 @@ class HFRolloutEngine:
         # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
         self.routing = RouterReplay(self.model, key="rollout.return_routed_experts") if config.rollout.return_routed_experts else None
         self.static = self._static_decoder(config.rollout.engine_kwargs) if self.routing is None else None
-        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl_core.rollout.lora_merge)
+        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl_core.lora.merge)
         self.lora = InPlaceLora() if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
     def _static_decoder(self, kwargs) -> StaticDecoder | None:
@@ -417,7 +417,7 @@ class HFRolloutEngine:
 
     def load_adapter(self, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], version: int) -> None:
         """LoRA adapters (peft names, ``lora_A`` / ``lora_B``) merged in place into the targeted weights, on top of
-        the base :meth:`load_weights` got once (:mod:`rl_core.rollout.lora_merge`)."""
+        the base :meth:`load_weights` got once (:mod:`rl_core.lora.merge`)."""
         if self.lora is None:
             raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync (model.lora_rank=0 or rollout.lora_sync=merged)")
         if self._offloaded:

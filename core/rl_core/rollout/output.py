@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from rl_core.batch import Batch
-from rl_core.positions import position_ids_from_mask  # noqa: F401  (also importable from here)
+from rl_core.util.positions import position_ids_from_mask  # noqa: F401  (also importable from here)
 
 GENERATED = frozenset({"prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask", "rollout_log_probs"})
 

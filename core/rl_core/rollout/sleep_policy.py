@@ -7,7 +7,7 @@ hundred milliseconds of copies and captures per step, next to a trainer holding 
 and AdamW state. So the engine keeps what it holds while that is at most
 ``rollout.engine_kwargs.sleep_threshold`` of the device's memory (default 0.1; 0 frees on every sleep,
 as vLLM's sleep mode does) and frees it otherwise. ``rlcore check``'s memory estimate applies the same
-rule (:mod:`rl_core.memory`).
+rule (:mod:`rl_core.plan.memory`).
 """
 
 from __future__ import annotations

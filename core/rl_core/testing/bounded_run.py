@@ -2,7 +2,7 @@
 
 A test that starts ``rlcore train`` and waits for it must not turn a hang into a bare ``TimeoutExpired``: this
 sends SIGUSR1 to the run's process tree (rl-core's controller and workers print every thread's stack,
-:mod:`rl_core.stack_dump`), kills the tree (and the process group, for a process started with
+:mod:`rl_core.util.stack_dump`), kills the tree (and the process group, for a process started with
 ``start_new_session=True``), and fails with the tail of the run's output.
 """
 

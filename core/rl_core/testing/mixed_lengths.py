@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from rl_core.batch import Batch
-from rl_core.positions import position_ids_from_mask
+from rl_core.util.positions import position_ids_from_mask
 
 
 def mixed_length_batch(prompt_lens: list[int], response_lens: list[int], *, prompt_len: int | None = None, response_len: int | None = None,

@@ -44,7 +44,7 @@ class RoleEngine:
     """One role (actor, critic or ref) of a train backend in one worker process; see the module docstring.
 
     ``sizes``: the resolved :class:`rl_core.config.normalize.Sizes` (None: computed from the config);
-    ``policy_loss``: the loaded policy-loss function (None: the one ``actor.policy_loss`` names, looked up once here).
+    ``policy_loss``: the loaded policy-loss function (the plan's; None: the built-in loss ``actor.policy_loss`` names).
     """
 
     def __init__(self, backend: TrainBackend, *, sizes: Any = None, policy_loss: Callable | None = None) -> None:

@@ -10,7 +10,7 @@ A mini-batch whose gradient norm is not finite (an overflow under the current sc
 step, the weights and AdamW state untouched, the scale multiplied by ``backoff`` (halved). After ``interval``
 finite steps in a row the scale is multiplied by ``growth`` (doubled). The scale never goes below ``min_scale``:
 gradients that are still not finite there are not an overflow of the scaling, and the numerical guard stops
-the run (:mod:`rl_core.trainer.guard`). A non-finite *loss* stops it as before: scaling changes only backward.
+the run (:mod:`rl_core.train_engine.guard`). A non-finite *loss* stops it as before: scaling changes only backward.
 
 The state (scale, good steps in a row, skipped steps) is part of the role's checkpoint (with the LR schedule's,
 ``trainer.save_contents`` ``extra``), so a resumed run continues with the same scale.

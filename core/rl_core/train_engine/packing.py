@@ -304,7 +304,7 @@ def row_multiple(bucket: int | None, sequence_parallel: int = 1) -> int:
 
 def packing_enabled(config: Any, *, share_prompts: bool = False) -> bool:
     """``actor.use_remove_padding``; None: on, except where the backend runs the shared-prompt forward
-    (:mod:`rl_core.shared_prompt`, the CPU default), which measured faster for groups of responses to one prompt."""
+    (:mod:`rl_core.train_engine.shared_prompt`, the CPU default), which measured faster for groups of responses to one prompt."""
     value = getattr(config.actor, "use_remove_padding", None)
     if value is None and getattr(config.actor, "pad_to_length", False):
         return True  # fixed packed shapes asked for: packed, also where the shared-prompt forward would run

@@ -13,7 +13,7 @@ Zero-advantage rows (:mod:`rl_core.algorithms.zero_advantage`)
     run different numbers of micro-batches (``uneven_micro_batches``). When every
     row is left out, AdamW still steps on a zero gradient.
 
-Numerical guard (:mod:`rl_core.trainer.guard`)
+Numerical guard (:mod:`rl_core.train_engine.guard`)
     A non-finite loss or gradient norm stops the run before the step, on every
     rank alike; after the step every weight is checked.
 
@@ -34,11 +34,11 @@ import torch
 
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
-from rl_core.micro_batches import token_budget_groups
+from rl_core.train_engine.micro_batches import token_budget_groups
 from rl_core import multimodal
 from rl_core.modeling import position_ids_from_mask
 from rl_core.train_engine.backend import TrainBackend
-from rl_core.trainer.guard import first_non_finite_parameter, non_finite_error
+from rl_core.train_engine.guard import first_non_finite_parameter, non_finite_error
 
 
 def sampling_temperature(value) -> float:

@@ -6,7 +6,7 @@
             --old / ref log-probs, values--> --estimator--> advantages
             --critic / actor update--> new weights --weight sync--> rollout
 
-The controller holds the loop and the data; workers (:mod:`rl_core.worker`)
+The controller holds the loop and the data; workers (:mod:`rl_core.placement.worker`)
 hold the models, placed by :mod:`rl_core.placement` (the loop talks only to its
 :class:`~rl_core.placement.contract.Placement` protocol). Every stage is timed
 (``timing_s/<stage>``) and logged; checkpoints are atomic and resumed
@@ -32,11 +32,11 @@ from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
 from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
-from rl_core.console import phase
-from rl_core.precision import precision_line
+from rl_core.util.console import phase
+from rl_core.util.precision import precision_line
 from rl_core.problems import ConfigError, UserError
-from rl_core.resolver import Stack
-from rl_core.trainer.checkpoint import (
+from rl_core.plan.resolver import Plan
+from rl_core.checkpoints.store import (
     RUN_CONFIG,
     CheckpointError,
     CheckpointManager,
@@ -47,7 +47,7 @@ from rl_core.trainer.checkpoint import (
     save_rng_state,
     save_tensors,
 )
-from rl_core.trainer.guard import NonFiniteError, check_finite
+from rl_core.train_engine.guard import NonFiniteError, check_finite
 from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
 from rl_core.trainer.outputs import (
     changed_keys,
@@ -61,7 +61,7 @@ from rl_core.trainer.outputs import (
 )
 from rl_core.trainer.dynamic_sampling import collect_groups, filter_values, merge_round_metrics
 from rl_core.trainer.progress import ProgressBar
-from rl_core.trainer.stopping import Interrupted, StopSignals, signal_name
+from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 
@@ -79,7 +79,7 @@ logger = logging.getLogger(__name__)
 
 class Trainer:
     def __init__(
-        self, stack: Stack, *, cluster: Placement | None = None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
+        self, stack: Plan, *, cluster: Placement | None = None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
     ) -> None:
         from rl_core.data.dataset import build_loaders
         from rl_core.modeling import load_tokenizer
@@ -87,10 +87,7 @@ class Trainer:
         from rl_core.rewards.overlong import OverlongPenalty
 
         self.stack = stack
-        self.config = cfg = stack.config
-        problems = rollout_corr.config_problems(cfg, getattr(stack.rollout, "logprobs", None))
-        if problems:  # algorithm.rollout_correction without the rollout's log-probs
-            raise ConfigError(problems)
+        self.config = cfg = stack.config  # checked when the plan was built (rl_core.plan.checks): nothing is checked again
         self.sizes = stack.sizes
         # the output folder first: writable, and not holding a checkpoint of another config
         # (config.yaml itself is written by fit(), once everything below was built)
@@ -619,7 +616,7 @@ class Trainer:
             for step in range(start + 1, self.total_steps + 1):
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch() if self.pipeline is None else self.pipeline.prompts(step)
-                profiled = self.config.profiler.tool is not None and step in self.config.profiler.steps  # rl_core.profiling
+                profiled = self.config.profiler.tool is not None and step in self.config.profiler.steps  # rl_core.util.profiling
                 try:
                     if profiled:
                         self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(step,))
@@ -712,9 +709,9 @@ class Trainer:
         return f"The run's state was saved instead as {saved}: after freeing space, a rerun resumes from it and writes hf_final"
 
     def _disk_estimate(self):
-        """rl_core.disk's estimate of this run (None when the model's shape is unknown), computed once."""
+        """rl_core.plan.disk's estimate of this run (None when the model's shape is unknown), computed once."""
         if not hasattr(self, "_disk"):
-            from rl_core.disk import estimate_disk
+            from rl_core.plan.disk import estimate_disk
 
             try:
                 self._disk = estimate_disk(self.config)
@@ -724,7 +721,7 @@ class Trainer:
 
     @property
     def final_size(self) -> int | None:
-        """Bytes hf_final will take (rl_core.disk's estimate, else the model folder's weight files; None if unknown)."""
+        """Bytes hf_final will take (rl_core.plan.disk's estimate, else the model folder's weight files; None if unknown)."""
         est = self._disk_estimate()
         return est.final_model if est is not None else model_weights_size(self.config.model.path)
 
@@ -779,7 +776,7 @@ def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.T
     return {f"rollout_corr/{k}": v for k, v in got.items()}
 
 
-def needs_old_log_prob_pass(stack: Stack) -> bool:
+def needs_old_log_prob_pass(stack: Plan) -> bool:
     """Whether the step runs a separate forward pass for the old policy's log-probs.
 
     On-policy updates (one mini-batch, one epoch) have old == current, so a
@@ -797,8 +794,8 @@ def needs_old_log_prob_pass(stack: Stack) -> bool:
     return not (on_policy and stack.train.on_policy_without_old_log_probs and not cfg.algorithm.use_kl_in_reward)
 
 
-def train(stack: Stack, **kwargs) -> dict[str, float]:
-    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.trainer.stopping.Interrupted` (module docstring there).
+def train(stack: Plan, **kwargs) -> dict[str, float]:
+    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.util.stopping.Interrupted` (module docstring there).
 
     The output folder is locked for the whole run (one run per folder).
     """
@@ -818,7 +815,7 @@ def train(stack: Stack, **kwargs) -> dict[str, float]:
             trainer.close(force=not finished)  # after a failure or a signal the workers may be mid-call: no waiting
 
 
-def describe_plan(stack: Stack) -> str:
+def describe_plan(stack: Plan) -> str:
     """What `rlcore train --dry-run` prints after the resolved sizes."""
     cfg = stack.config
     lines = [

@@ -24,6 +24,7 @@ import re
 import time
 from typing import Any, Callable, Mapping
 
+from rl_core.config.schema import LOGGERS
 from rl_core.problems import UserError
 
 logger = logging.getLogger(__name__)
@@ -217,6 +218,7 @@ BACKENDS: dict[str, type] = {
     "tensorboard": TensorboardLogger,
     "wandb": WandbLogger,
 }
+assert tuple(BACKENDS) == LOGGERS, "rl_core.config.schema.LOGGERS names the loggers trainer.loggers accepts: keep it in step"
 
 
 # ------------------------------------------------------------------ tracker

@@ -86,7 +86,7 @@ def test_rollout_log_probs_match_the_fsdp_actor_after_sync(tmp_path):
     """In-process loop: after an update and a weight sync, vLLM's log-probs equal the FSDP actor's."""
     import attrs
     from rl_core.config.load import load_config
-    from rl_core.resolver import resolve
+    from rl_core.plan.resolver import resolve
     from rl_core.trainer.loop import Trainer
 
     cfg = write_run(tmp_path, steps=1)

@@ -38,7 +38,7 @@ def _worker(trainer):
 def lora_job(tmp_path_factory):
     """A 2-step LoRA GRPO job through the Trainer with rollout.name=vllm (lora_sync auto -> adapter)."""
     from rl_core.config.load import load_config
-    from rl_core.resolver import resolve
+    from rl_core.plan.resolver import resolve
     from rl_core.trainer.loop import Trainer
 
     tmp = tmp_path_factory.mktemp("vllm_lora")

@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-import rl_core.resolver as resolver
+import rl_core.plan.resolver as resolver
 from rl_core import hookimpl
 from rl_core.cards import Provider, RolloutCard, TrainCard
 from rl_core.config.load import load_config

@@ -96,7 +96,7 @@ class FSDPBackend(TrainBackend):
             raise RuntimeError(f"the process group has {self.world_size} ranks but the worker context says {context.world_size}")
         self.sharded = sharding.is_distributed()
         self.uneven_micro_batches = not self.sharded  # FSDP2 gathers in every forward: ranks must run alike
-        # one prompt forward per group of responses; not under FSDP (see rl_core.shared_prompt);
+        # one prompt forward per group of responses; not under FSDP (see rl_core.train_engine.shared_prompt);
         # by default on CPU only: on an H100 it measured no faster (bench/results/shared_prompt_h100.md)
         share = config.model.share_prompt_forward
         self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded

@@ -86,7 +86,7 @@ def test_compiled_decoder_layers_give_the_same_update(model_dir, step):
 def _grouped(batch):
     """Rows 2k+1 get row 2k's prompt, so the batch has groups of two responses per prompt (as GRPO's do)."""
     from rl_core.modeling import position_ids_from_mask
-    from rl_core.shared_prompt import prompt_groups
+    from rl_core.train_engine.shared_prompt import prompt_groups
 
     t = batch.tensors
     R = t["responses"].shape[1]

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import rl_core.resolver as resolver
+import rl_core.plan.resolver as resolver
 from rl_core.cards import Provider
 from rl_core.cli.main import main
 from rl_core.config.load import load_config

@@ -147,7 +147,6 @@ def processor_for_model(model_cfg: Any):
 
 def stack_problems(stack: Any, datasets: list) -> list:
     """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems."""
-    from rl_core.plugins import get_registry
     from rl_core.problems import Problem
 
     items = [it for ds in datasets if ds is not None for it in ds.items]
@@ -167,16 +166,14 @@ def stack_problems(stack: Any, datasets: list) -> list:
 def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: Any = None) -> list:
     """Prompts with images and the run's cards (any may be None: not resolved): a rollout / train backend that cannot
     carry them, an estimator with a critic, multi-turn rollouts; as Problems naming the key."""
-    from rl_core.plugins import get_registry
     from rl_core.problems import Problem
 
-    registry = registry or get_registry()
     out = []
     for kind, card, does in (("rollout", rollout, "does not generate from prompts with images"), ("train", train, "has forwards that do not read the prompts' images")):
         if card is not None and not card.images:
-            able = sorted(c.name for c in registry.cards[kind].values() if c.images)
+            able = ", ".join(sorted(c.name for c in registry.cards[kind].values() if c.images)) or "none" if registry is not None else "`rlcore plugins` lists them"
             out.append(Problem(key=f"{kind}.name", what=f"is {card.name!r}, which {does}",
-                               fix=f"set {kind}.name to a backend that reads images (installed: {', '.join(able) or 'none'}), or use text-only data"))
+                               fix=f"set {kind}.name to a backend that reads images (installed: {able}), or use text-only data"))
     if estimator is not None and estimator.needs_critic:
         out.append(Problem(key="algorithm.adv_estimator", what=f"is {cfg.algorithm.adv_estimator!r}, which needs a critic, and the critic's forward does not read images yet",
                            fix="use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...), or text-only data"))

@@ -6,7 +6,7 @@ state (data position, RNG) is a few kilobytes. A model whose input embedding and
 tensor has that tensor written twice in the weights (the checkpoint names both; ``4 V h`` more). The
 final model (``hf_final``) is the actor's weights once, in float32 (``4P``), plus its tokenizer.
 
-LoRA (``model.lora_rank > 0``, ``A`` adapter parameters, :func:`rl_core.memory_lora.adapter_params`): a checkpoint
+LoRA (``model.lora_rank > 0``, ``A`` adapter parameters, :func:`rl_core.lora.memory.adapter_params`): a checkpoint
 holds the adapters and their AdamW state (``12A``; the frozen base is ``model.path``'s, except a tied input
 embedding / LM head, which torch keeps under the LM head's name: ``c V h`` in the compute dtype), and the final
 model is a PEFT adapter folder (``4A``, float32 adapters), plus the merged weights in the compute dtype (``cP``)
@@ -77,7 +77,7 @@ def _saves(config: Any) -> int | None:
 
 def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
     """The run's checkpoint, final-model and total disk use; None when the model's shape is unknown."""
-    from rl_core.memory import model_shape
+    from rl_core.plan.memory import model_shape
 
     shape = shape or model_shape(config.model.path, getattr(config.model, "override_config", None) or None)
     if shape is None:
@@ -85,8 +85,8 @@ def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
     p = shape.params
     m = config.model
     if m.lora_rank > 0:
-        from rl_core.memory import DTYPE_BYTES
-        from rl_core.memory_lora import adapter_params
+        from rl_core.plan.memory import DTYPE_BYTES
+        from rl_core.lora.memory import adapter_params
 
         a, c = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules), DTYPE_BYTES.get(m.dtype, 4)
         per_checkpoint = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * a + (c * shape.vocab * shape.hidden if shape.tied else 0)

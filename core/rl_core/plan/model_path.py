@@ -2,7 +2,7 @@
 
 rl-core loads models from local folders only (nothing is downloaded at run time), so a path that is
 not a folder here fails the run. A hub-style name (``org/name``) may be a folder on the machine the
-config is meant for: `rlcore check` warns about it, `rlcore train` refuses it (``strict``). Anything
+config is meant for: `rlcore check` warns about it, `rlcore train` refuses it (:func:`run_here` turns the warning into an error). Anything
 else that is not here (a path whose parent folder exists, an absolute or ``./`` path, more than one
 ``/``) is an error in both.
 """
@@ -14,11 +14,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rl_core.check_all import add_probe
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 BUILTIN = "builtin:"
+_RUN_HERE_WOULD_FAIL = ", so a run here would fail"
 
 
 def _how_to_get(name: str) -> str:
@@ -40,7 +42,7 @@ def path_problem(key: str, path: str, *, strict: bool) -> Problem | None:
     hub_like = bool(HUB_ID.match(path)) and not os.path.isdir(first)
     where = f"no folder {path!r} here (working directory {os.getcwd()})"
     if hub_like and not strict:
-        return Problem(key=key, severity="warning", what=f"{where}; rl-core loads local folders only and downloads nothing, so a run here would fail",
+        return Problem(key=key, severity="warning", what=f"{where}; rl-core loads local folders only and downloads nothing{_RUN_HERE_WOULD_FAIL}",
                        fix=f"if the config is meant for a machine that has this folder, ignore this; else {_how_to_get(path)}")
     return Problem(key=key, what=where + ("; rl-core loads local folders only and downloads nothing" if hub_like else ""),
                    fix=_how_to_get(path) if hub_like else f"point {key} at an existing model folder (with config.json)")
@@ -57,4 +59,18 @@ def model_path_problems(config: Any, registry: Any = None, *, strict: bool = Fal
     return out
 
 
-add_probe("files", model_path_problems)
+def run_here(problems: list[Problem]) -> list[Problem]:
+    """`rlcore train`: the run happens on this machine, so a hub-style name that is not a folder here (a warning for
+    `rlcore check`, whose config may be meant for another machine) is an error."""
+    out = []
+    for p in problems:
+        if p.key in ("model.path", "model.tokenizer_path") and p.severity == "warning" and p.what.endswith(_RUN_HERE_WOULD_FAIL):
+            p = Problem(key=p.key, what=p.what.removesuffix(_RUN_HERE_WOULD_FAIL), fix=p.fix.split("; else ", 1)[-1])
+        out.append(p)
+    return out
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="model_path", stage="files", order=20, factory="rl_core.plan.model_path:model_path_problems",
+                       description="model.path / model.tokenizer_path: a folder a run can load"))

@@ -24,7 +24,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefix
 from rl_core.batch import Batch
-from rl_core.profiling import StepProfiler
+from rl_core.util.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
 
 
@@ -77,7 +77,7 @@ class HybridWorker:
         self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
         self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
         self._base_sent = False
-        self.profiler = StepProfiler.for_worker(config, context.rank, context.device)  # profiler.* (rl_core.profiling)
+        self.profiler = StepProfiler.for_worker(config, context.rank, context.device)  # profiler.* (rl_core.util.profiling)
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import attrs
 
-from rl_core.memory_lora import actor_terms, fitting_alternatives
+from rl_core.lora.memory import actor_terms, fitting_alternatives
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
 GB = 2**30
@@ -274,7 +274,7 @@ def estimate(
     share = (device == "cpu" if m.share_prompt_forward is None else m.share_prompt_forward) and not sharded
 
     t: dict[str, float] = {}
-    actor = actor_terms(config, shape, S, c)  # full fine-tune, LoRA or CPU offload (rl_core.memory_lora)
+    actor = actor_terms(config, shape, S, c)  # full fine-tune, LoRA or CPU offload (rl_core.lora.memory)
     t.update(actor.states)
     pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
     Pt = shape.train_params  # P with the routed experts' share under expert parallelism

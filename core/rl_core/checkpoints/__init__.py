@@ -1,5 +1,5 @@
 """Checkpoint helpers for train plugins (public API; the on-disk format and loading live in
-:mod:`rl_core.trainer.checkpoint`, re-exported here so plugins need no core internals).
+:mod:`rl_core.checkpoints.store`, re-exported here so plugins need no core internals).
 
 ==========================  ==========================================================
 name                        what
@@ -13,7 +13,7 @@ name                        what
                             (a full disk is an ``OSError``, nothing half-written)
 ``save_dcp`` / ``load_dcp`` a ``torch.distributed.checkpoint`` of tensors only, and the
                             optimizer's non-tensor values as JSON (``write_plain`` /
-                            ``read_plain`` at ``PLAIN_FILE``), :mod:`rl_core.trainer.dcp_io`
+                            ``read_plain`` at ``PLAIN_FILE``), :mod:`rl_core.checkpoints.dcp_io`
 ``copy_state(obj)``         a detached copy of every tensor in a nested state dict
 ``CheckpointError``         a checkpoint that cannot be used (a user error)
 ==========================  ==========================================================
@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from rl_core.trainer.checkpoint import CheckpointError, check_dcp_metadata, load_rng_state, safe_load, save_rng_state, save_tensors
-from rl_core.trainer.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
+from rl_core.checkpoints.store import CheckpointError, check_dcp_metadata, load_rng_state, safe_load, save_rng_state, save_tensors
+from rl_core.checkpoints.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
 
 __all__ = [
     "copy_state",

@@ -1,14 +1,14 @@
 """Deeper `rlcore check` probes: what a run would otherwise find out only after building everything.
 
 Each probe is a pure function ``probe(config, registry) -> list[Problem]`` that never raises (the
-collector of :mod:`rl_core.check_all` runs them all and reports every problem in one run):
+collector of :mod:`rl_core.plan.checks` runs them all and reports every problem in one run):
 
 - :func:`model_folder_problems`: the model folders a run loads (``model.path``, ``model.tokenizer_path``,
   ``critic.model.path``, ``ref.model.path`` when set): ``config.json`` parses and transformers accepts it,
   a folder that asks to run its own code (``auto_map``) is refused unless ``model.trust_remote_code``,
   the weights are readable (every safetensors header parses and the file holds what it declares; an index
   names files that exist), the tokenizer loads. A folder that does not exist is
-  :mod:`rl_core.model_path`'s to report.
+  :mod:`rl_core.plan.model_path`'s to report.
 - :func:`estimator_problems`: the advantage estimator (built-in or a plugin's) runs on a probe batch and
   returns ``(advantages, returns)`` of the declared shape ``[B, T]``.
 - :func:`data_size_problems`: the training set holds at least one batch (``data.train_batch_size`` prompts).
@@ -17,7 +17,7 @@ collector of :mod:`rl_core.check_all` runs them all and reports every problem in
 - :func:`non_finite_problems`: NaN / inf inside free-form option dicts (``algorithm.options``,
   ``reward.kwargs``, ``rollout.engine_kwargs``, ...).
 
-``~`` in paths is expanded when the config is loaded (:func:`rl_core.user_paths.expand_user_paths`), so
+``~`` in paths is expanded when the config is loaded (:func:`rl_core.util.user_paths.expand_user_paths`), so
 `check` looks where the run will write.
 """
 
@@ -32,8 +32,10 @@ from typing import Any, Iterable
 
 import attrs
 
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
-from rl_core.user_paths import get_key
+from rl_core.util.user_paths import get_key
 
 # ------------------------------------------------------------------ model folders
 def _model_folders(config: Any) -> list[tuple[str, str]]:
@@ -147,7 +149,7 @@ def model_folder_problems(config: Any, registry: Any = None) -> list[Problem]:
     for key, path in _model_folders(config):
         folder = Path(os.path.expanduser(path))
         if not (folder / "config.json").is_file():
-            continue  # missing folders are rl_core.model_path's problem
+            continue  # missing folders are rl_core.plan.model_path's problem
         problems = _config_problems(key, folder, trust)
         if not problems and not (random_init and key == "model.path"):
             problems = _weights_problems(key, folder)
@@ -329,21 +331,8 @@ PROBES = (
 )
 
 
-def all_problems(config: Any, registry: Any) -> list[Problem]:
-    """Every probe of this module (for callers without :mod:`rl_core.check_all`); a probe that raises is a problem."""
-    out: list[Problem] = []
-    for _, probe in PROBES:
-        try:
-            out += probe(config, registry)
-        except Exception as exc:  # noqa: BLE001
-            out.append(Problem(key="check", what=f"the probe {probe.__name__} failed: {type(exc).__name__}: {exc}", severity="warning"))
-    return out
-
-
-try:  # register with rlcore check's collector where it exists
-    from rl_core.check_all import add_probe
-except ImportError:  # pragma: no cover - before the collector lands
-    pass
-else:
-    for _stage, _probe in PROBES:
-        add_probe(_stage, _probe)
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    for i, (stage, probe) in enumerate(PROBES):
+        register(CheckCard(name=probe.__name__.removesuffix("_problems"), stage=stage, order=30 + i, factory=f"{__name__}:{probe.__name__}",
+                           description=(probe.__doc__ or "").strip().splitlines()[0]))

@@ -1,4 +1,4 @@
-"""The actor's train-state terms of the memory estimate (rl_core.memory) under LoRA and CPU offload (issue #32).
+"""The actor's train-state terms of the memory estimate (rl_core.plan.memory) under LoRA and CPU offload (issue #32).
 
 Bytes per rank, ``P`` parameters, ``S`` ranks sharing the train states, ``c`` bytes of the compute dtype,
 ``A`` adapter parameters (:func:`adapter_params`):

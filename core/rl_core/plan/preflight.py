@@ -1,6 +1,6 @@
 """Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
 
-:func:`world_problems` returns problems (and warnings) for a config whose
+:func:`file_problems` and :func:`device_check` (checks this module registers) return problems (and warnings) for a config whose
 values already passed the schema's rules:
 
 - data: every file exists, parses, and its first rows pass the row validation
@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
-import itertools
 import json
 import os
 import types
 import typing
 from typing import Any, Callable
 
-from rl_core.precision import slow_low_precision
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
+from rl_core.util.precision import slow_low_precision
 from rl_core.problems import Problem, did_you_mean
 
 FIRST_ROWS = 8  # rows of each data file checked
@@ -348,7 +349,7 @@ def output_problems(config: Any) -> list[Problem]:
     if not config.trainer.resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
         import warnings
 
-        from rl_core.trainer.checkpoint import CheckpointManager
+        from rl_core.checkpoints.store import CheckpointManager
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # half-written debris is reported by the run itself
@@ -365,32 +366,26 @@ def output_problems(config: Any) -> list[Problem]:
     return []
 
 
-def world_checks(config: Any, registry: Any, *, devices: bool = True) -> list[tuple[str, list[Problem]]]:
-    """The world checks as ``(stage, problems)`` pairs: ``files`` (data, reward, loggers, output folder), ``device``."""
+def file_problems(config: Any, registry: Any) -> list[Problem]:
+    """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them), reward
+    function, agent tools, image inputs, logger packages, the output folder."""
     data, rows = data_problems(config)
     from rl_core.agent.checks import agent_problems
 
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
-    checks = [("files", data), ("files", reward_problems(config, registry, rows)), ("files", agent_problems(config, registry, rows)),
-              ("files", image_problems(config, registry, rows)), ("files", logger_problems(config))]
-    if devices:
-        checks.append(("device", device_problems(config)))
-    checks.append(("files", output_problems(config)))
-    return checks
+    return [*data, *reward_problems(config, registry, rows), *agent_problems(config, registry, rows), *image_problems(config, registry, rows),
+            *logger_problems(config), *output_problems(config)]
 
 
-def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[Problem]:
-    """Every world check, in the order a user would fix them.
+def device_check(config: Any, registry: Any) -> list[Problem]:
+    """The ``device`` stage: this machine's GPUs and cores (`rlcore check --skip-device-check` leaves it out)."""
+    return device_problems(config)
 
-    ``devices=False`` (``rlcore check --skip-device-check``) leaves out this
-    machine's GPUs and cores: for a config written here and run elsewhere.
-    """
-    checks = [found for _, found in world_checks(config, registry, devices=devices)]
-    from rl_core.check_probes import all_problems  # model folders, estimator on a probe batch, data >= one batch, ...
 
-    checks.append(all_problems(config, registry))
-    from rl_core.lora_checks import lora_and_offload_problems  # issue #32: refused until the engines apply them
-
-    checks.append(lora_and_offload_problems(config, registry))
-    return list(itertools.chain.from_iterable(checks))
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="files", stage="files", order=10, factory="rl_core.plan.preflight:file_problems",
+                       description="data rows, reward function, agent tools, image inputs, logger packages, output folder"))
+    register(CheckCard(name="devices", stage="device", order=10, factory="rl_core.plan.preflight:device_check",
+                       description="GPUs, CPU cores, precision on this machine"))

@@ -1,6 +1,6 @@
 """Host (CPU) memory of a GPU run, per node: what CPU offload, sleep and the model load keep in RAM (issue #32).
 
-The device estimate (:mod:`rl_core.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
+The device estimate (:mod:`rl_core.plan.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
 was ended by the host's OOM killer (125 GiB) with nothing predicting it. Bytes per node, ``P`` parameters, ``c``
 bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on the node (``trainer.n_gpus_per_node``),
 ``S`` ranks sharing the train states:
@@ -15,7 +15,7 @@ bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on th
 - pinned buffers come from 1 GiB segments (:class:`rl_core.train_engine.offload.HostArena`): up to one segment
   per kind (parameters, optimizer state) and process is counted as slack;
 - the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
-  host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.rollout.lora_merge`).
+  host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.lora.merge`).
 
 - the final model (``hf_final``, :mod:`rl_core.train_engine.hf_export`): rank 0 copies the weights to the host one
   safetensors shard at a time (``EXPORT_SHARD_BYTES``, 5 GB) and writes it, so the export holds at most one shard,
@@ -97,9 +97,9 @@ def host_ram() -> float | None:
 
 
 def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: float | None = None) -> HostEstimate:
-    """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.memory.ModelShape`)."""
-    from rl_core.memory import DTYPE_BYTES
-    from rl_core.memory_lora import adapter_params
+    """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.plan.memory.ModelShape`)."""
+    from rl_core.plan.memory import DTYPE_BYTES
+    from rl_core.lora.memory import adapter_params
 
     m, t = config.model, config.trainer
     P = shape.params
@@ -153,7 +153,7 @@ def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool
         return False
     if lora and r.lora_sync != "merged":
         return False
-    from rl_core.memory import device_memory
+    from rl_core.plan.memory import device_memory
     from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
     total = device_memory("cuda")

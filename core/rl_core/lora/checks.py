@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 
 def _train_card(config: Any, registry: Any):
@@ -30,7 +32,7 @@ def _train_card(config: Any, registry: Any):
     if config.train.name is not None:
         return cards.get(config.train.name)
     chosen = [c for c in cards.values() if c.default] or (list(cards.values()) if len(cards) == 1 else [])
-    return chosen[0] if len(chosen) == 1 else None  # as rl_core.resolver.default_train_name picks it
+    return chosen[0] if len(chosen) == 1 else None  # as rl_core.plan.resolver.default_train_name picks it
 
 
 def _unsupported(config: Any, registry: Any, feature: str) -> str | None:
@@ -141,13 +143,13 @@ def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
 
 def memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
     """A full fine-tune whose train states alone (float32 weights, AdamW, gradients) exceed the GPU's memory can
-    never run, whatever the batch sizes: refused, naming which of LoRA or CPU offload would fit (rl_core.memory_lora).
+    never run, whatever the batch sizes: refused, naming which of LoRA or CPU offload would fit (rl_core.lora.memory).
     ``available``: the GPU's bytes (default: this machine's GPU; nothing is checked without one)."""
     if config.trainer.device == "cpu" or config.model.lora_rank > 0:
         return []
     from rl_core.config.normalize import normalize
-    from rl_core.memory import GB, estimate
-    from rl_core.memory_lora import actor_terms
+    from rl_core.plan.memory import GB, estimate
+    from rl_core.lora.memory import actor_terms
 
     config, sizes, _ = normalize(config)
     if sizes is None or sizes.device == "cpu":
@@ -166,13 +168,13 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
 
 
 def host_memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
-    """A GPU run whose host-memory estimate (rl_core.memory_host: offloaded state, the model load, the rollout
+    """A GPU run whose host-memory estimate (rl_core.plan.memory_host: offloaded state, the model load, the rollout
     asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
     ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
     for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
     from rl_core.config.normalize import normalize
-    from rl_core.memory import GB, device_memory, model_shape
-    from rl_core.memory_host import host_estimate, host_ram
+    from rl_core.plan.memory import GB, device_memory, model_shape
+    from rl_core.plan.memory_host import host_estimate, host_ram
 
     if config.trainer.device == "cpu":
         return []
@@ -204,12 +206,18 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     return [Problem(key=switches[0] if switches else "trainer.n_gpus_per_node",
                     what=f"the run needs about {est.peak / GB:.0f} GiB of host memory per node (largest: {biggest}, {est.terms[biggest] / GB:.0f} GiB) "
                          f"but the node has {available / GB:.0f} GiB of RAM",
-                    why="the host's OOM killer would end the run partway (rl_core.memory_host)", fix="; or ".join(fixes))]
+                    why="the host's OOM killer would end the run partway (rl_core.plan.memory_host)", fix="; or ".join(fixes))]
 
 
 PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems), ("values", host_memory_problems))
 
 
 def lora_and_offload_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """Both probes (what :func:`rl_core.preflight.world_problems` runs)."""
+    """Both checks, registered below as one (``lora_and_offload``)."""
     return lora_problems(config, registry) + offload_problems(config, registry) + memory_problems(config, registry) + host_memory_problems(config, registry)
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="lora_and_offload", stage="values", order=40, factory=f"{__name__}:lora_and_offload_problems",
+                       description="model.lora_* and actor.fsdp_config.*_offload: what the engines apply"))

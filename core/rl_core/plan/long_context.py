@@ -1,6 +1,6 @@
 """`rlcore check` rules for long-context training (issue #33): Ulysses sequence parallelism and packing.
 
-:func:`sequence_parallel_problems` (a ``files``-stage probe, :data:`rl_core.check_all.PROBE_FUNCTIONS`):
+:func:`sequence_parallel_problems` (a ``files``-stage check this module registers):
 with ``actor.ulysses_sequence_parallel_size`` > 1 the model's attention heads must be divisible by it (the
 all-to-all gives each rank ``heads / size`` query heads; key / value heads that it does not divide are
 repeated, as verl does), the model must be one the packed attention serves, and packing must not be
@@ -13,13 +13,15 @@ import json
 import os
 from typing import Any
 
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 
 KEY = "actor.ulysses_sequence_parallel_size"
 
 
 def _model_config(config: Any) -> dict[str, Any] | None:
-    from rl_core.memory import KNOWN_SHAPES
+    from rl_core.plan.memory import KNOWN_SHAPES
 
     path = os.path.expanduser(config.model.path or "")
     cand = os.path.join(path, "config.json")
@@ -62,3 +64,9 @@ def sequence_parallel_problems(config: Any, registry: Any = None) -> list[Proble
             fix=f"choose a size that divides {heads} (and the number of devices): one of {ok}",
         ))
     return problems
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="sequence_parallel", stage="files", order=40, factory=f"{__name__}:sequence_parallel_problems",
+                       description="Ulysses sequence parallelism and packing on the model's attention"))

@@ -10,7 +10,7 @@ elsewhere could therefore run code on resume. Here:
   non-tensor per-parameter value) goes to a JSON file (:data:`PLAIN_FILE`)
   written by :func:`plain_optim_state` and read back with ``json``;
 - :func:`load_dcp` reads ``.metadata`` with
-  :func:`rl_core.trainer.checkpoint.read_dcp_metadata` (an exact list of
+  :func:`rl_core.checkpoints.store.read_dcp_metadata` (an exact list of
   torch's metadata classes, nothing else resolved) and refuses any non-tensor
   entry instead of unpickling it, so a checkpoint written by an older
   rl-core (which stored the hyper-parameters as pickled bytes) still loads:
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from rl_core.trainer.checkpoint import CheckpointError, read_dcp_metadata, read_json
+from rl_core.checkpoints.store import CheckpointError, read_dcp_metadata, read_json
 
 PLAIN_FILE = "optim_plain.json"
 

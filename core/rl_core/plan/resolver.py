@@ -1,4 +1,4 @@
-"""The resolver: config names -> cards -> a matched :class:`Stack`, or problems.
+"""The resolver: config names -> cards -> a matched :class:`Plan`, or problems.
 
 Runs before anything heavy is imported or any device is touched. Each check
 reads only cards (declared capabilities) and light metadata (installed
@@ -27,17 +27,25 @@ from rl_core.cards import (
 )
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
-from rl_core.factory_paths import factory_path_problem
-from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.resolver's names before)
+from rl_core.plan.factory_paths import factory_path_problem
+from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
+from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.problems import Problem, errors
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 
 
 
+#: keys whose value is a name looked up among the installed plugins
+NAME_KEYS = frozenset({"rollout.name", "train.name", "algorithm.adv_estimator", "actor.policy_loss", "reward.name", "reward.custom.path", "reward.custom.name"})
+
+
 @attrs.frozen(kw_only=True)
-class Stack:
-    """A config whose backends are known to fit together."""
+class Plan:
+    """The run plan: a config whose backends are known to fit together, sized, with every card it names loaded once.
+
+    Built once per run (:func:`rl_core.plan.checks.build_plan`); the loop, the workers and the engines read this and
+    never the registry or the raw config."""
 
     config: RunConfig
     sizes: Sizes
@@ -49,7 +57,7 @@ class Stack:
     converter: ConverterCard | None
     warnings: tuple[Problem, ...] = ()
     reward_model: RewardModelCard | None = None  # reward_model.enable: the model-based reward's card
-    # the cards' loaded functions (module-level, so the Stack pickles to worker processes by reference):
+    # the cards' loaded functions (module-level, so the Plan pickles to worker processes by reference):
     # the loop, the workers and the engines use these; nothing looks a name up again
     estimator_fn: Callable[..., Any] | None = None
     policy_loss_fn: Callable[..., Any] | None = None
@@ -93,7 +101,9 @@ def default_train_name(registry: Registry, problems: list[Problem]) -> str | Non
 
 
 def model_architecture(path: str) -> str | None:
-    """``architectures[0]`` from a local model folder's config.json, if readable."""
+    """``architectures[0]`` from a local model folder's config.json, if readable (a built-in model's from its table)."""
+    if path.startswith("builtin:"):
+        return BUILTIN_ARCHITECTURES.get(path.removeprefix("builtin:"))
     cfg = Path(os.path.expanduser(path)) / "config.json"
     try:
         archs = json.loads(cfg.read_text()).get("architectures") or []
@@ -336,16 +346,14 @@ def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) ->
                 problems.append(Problem(key=f"{card.kind}.{card.name}", what=f"the check {getattr(check, '__name__', check)} from {card.provider} raised {type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
 
 
-def resolve(
-    config: RunConfig, registry: Registry | None = None, *, world: bool = False, devices: bool = True
-) -> tuple[Stack | None, list[Problem]]:
-    """Match the config's named backends and sizes; a Stack, or None plus problems.
+def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool = True) -> tuple[Plan | None, list[Problem]]:
+    """Match the config's named backends and sizes; a Plan, or None plus problems.
 
-    ``world=True`` (the CLI's check and train) also reads the world without heavy work:
-    data files, the reward function, logger packages, the device (:mod:`rl_core.preflight`);
-    ``devices=False`` leaves this machine's GPUs and cores out of it.
+    The names, cards and sizes only: :func:`rl_core.plan.checks.build_plan` runs this once and then every registered
+    check. ``rules=False``: the schema's value and cross-key rules already ran (when the config was loaded).
+    Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks).
     """
-    registry = registry or get_registry()
+    registry = registry if registry is not None else get_registry()
     problems: list[Problem] = []
     if not config.model.path:
         problems.append(Problem(key="model.path", what="is required", fix="set model.path to a local HF folder or a hub name; `rlcore model smollm2 --out models/smollm2` makes an offline one"))
@@ -366,7 +374,7 @@ def resolve(
 
     reward_model = reward_model_card(config, registry, problems)
 
-    config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic))
+    config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
@@ -393,15 +401,11 @@ def resolve(
     _run_card_checks(config, cards, problems)
     _check_routing_replay(config, rollout, train, problems, registry)
     problems.extend(reward_model_problems(config, registry, card=reward_model))
-    if world:
-        from rl_core.preflight import world_problems
-
-        problems.extend(world_problems(config, registry, devices=devices))
     problems = first_per_key(problems)
 
     if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model is None):
         return None, problems
-    stack = Stack(
+    stack = Plan(
         config=config,
         sizes=sizes,
         rollout=rollout,

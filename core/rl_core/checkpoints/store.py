@@ -24,7 +24,7 @@ in from elsewhere cannot run code on resume. torch's distributed-checkpoint
 metadata (``.metadata``, a pickle) is never given to ``pickle.load``:
 :func:`read_dcp_metadata` rebuilds it with an unpickler that resolves an
 exact list of torch's metadata classes and nothing else, and
-:mod:`rl_core.trainer.dcp_io` reads the tensors through it. Non-tensor
+:mod:`rl_core.checkpoints.dcp_io` reads the tensors through it. Non-tensor
 state (optimizer step counts, hyper-parameters) travels as JSON, never as
 pickled bytes.
 

@@ -9,7 +9,7 @@ gradients as the plain forward (tests compare both, values and gradients);
 the compute saved is ``(n - 1) / n`` of the prompt tokens.
 
 Used when it is sound: a causal LM whose ``forward`` takes a KV cache
-(``cache``, or ``past_key_values`` before transformers 5.24: :mod:`rl_core.hf_cache`) and ``position_ids``, gradient checkpointing off (transformers drops the cache
+(``cache``, or ``past_key_values`` before transformers 5.24: :mod:`rl_core.util.hf_cache`) and ``position_ids``, gradient checkpointing off (transformers drops the cache
 under it), and at least one group of two or more rows. Callers keep a plain
 path for everything else (FSDP-sharded modules included: a module used twice
 in one forward is not something every FSDP version reduces correctly).
@@ -21,7 +21,7 @@ import inspect
 
 import torch
 
-from rl_core.hf_cache import cache_keyword, output_cache
+from rl_core.util.hf_cache import cache_keyword, output_cache
 
 
 def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int) -> torch.Tensor:
