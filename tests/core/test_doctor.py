@@ -68,6 +68,7 @@ def _fails_on_rank_1(rank, world):
     return rank
 
 
+@pytest.mark.dist
 def test_local_group_names_the_failing_and_dead_ranks_and_stops_the_rest():
     """The doctor's runner (rl_core.placement.local_group): a rank that raises or dies is named; nothing hangs."""
     import time
