@@ -12,8 +12,8 @@ from rl_core.config.schema import RunConfig
 from rl_core.rewards.classifier import SequenceClassifierScorer
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rewards.pool import OK
-from rl_core_testing.tiny_model import build_tokenizer
 from rl_core.trainer.loop import Trainer
+from rl_core_testing.tiny_model import build_tokenizer
 
 from tests.rewards.rm_fixtures import build_rm_tokenizer, make_reward_model_dir, with_reward_model
 

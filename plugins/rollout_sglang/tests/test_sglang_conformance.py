@@ -206,8 +206,8 @@ def test_lora_actor_reaches_sglang_merged_and_verified(shared):
     pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
     rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin")
     import attrs
-    from rl_core_testing.train_conformance import default_config, make_step_batch
     from rl_core.weight_sync_check import load_verified
+    from rl_core_testing.train_conformance import default_config, make_step_batch
     from safetensors.torch import load_file
 
     model_dir, client = shared

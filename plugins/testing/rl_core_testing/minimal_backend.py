@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-
 from rl_core.checkpoints import copy_state, load_rng_state, safe_load, save_rng_state, save_tensors
 from rl_core.modeling import forward_values
 from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model

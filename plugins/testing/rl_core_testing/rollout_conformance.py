@@ -38,10 +38,10 @@ from typing import Any
 import attrs
 import pytest
 import torch
-
 from rl_core.backends import RolloutEngine, SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+
 from rl_core_testing.distributed import torch_threads as _threads
 from rl_core_testing.tiny_model import (
     EOS_ID,
@@ -369,7 +369,6 @@ class RolloutConformance:
         if not self.supports_multi_turn:
             pytest.skip("this backend has no multi-turn (agent) rollout")
         import numpy as np
-
         from rl_core.agent.chat import ChatDelta
         from rl_core.config.schema import MultiTurnConfig
         from rl_core.testing.agent_fixtures import count_chars, register_fixtures

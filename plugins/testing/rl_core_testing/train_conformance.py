@@ -51,7 +51,6 @@ from typing import Any
 import attrs
 import pytest
 import torch
-
 from rl_core.backends import SamplingParams, TrainEngine, WorkerContext
 from rl_core.batch import Batch
 from rl_core.cards import load_object
@@ -65,13 +64,14 @@ from rl_core.config.schema import (
     RunConfig,
     TrainerConfig,
 )
+from rl_core.train_engine.backend import TrainBackend
+from rl_core.train_engine.engine import RoleEngine, build_role_engine
+
 from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
 from rl_core_testing.distributed import run_distributed
 from rl_core_testing.distributed import torch_threads as _threads
 from rl_core_testing.rollout_conformance import prompt_batch, reference_model
 from rl_core_testing.tiny_model import PAD_ID, make_tiny_model_dir
-from rl_core.train_engine.backend import TrainBackend
-from rl_core.train_engine.engine import RoleEngine, build_role_engine
 
 PROMPTS_PER_STEP = 4
 N_SAMPLES = 2

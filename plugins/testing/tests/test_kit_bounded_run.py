@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from rl_core_testing.bounded_run import communicate_bounded, descendants
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc") or not hasattr(os, "fork"), reason="needs Linux /proc")
