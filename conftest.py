@@ -3,15 +3,15 @@
 ``one_thread``: one torch thread for a whole test module (``pytestmark = pytest.mark.usefixtures("one_thread")``):
 the same kernels, so the same sums to the last bit, and no oversubscription of a small CI machine.
 
-``tiny_model_dir``: ``tiny_model_dir(arch, **sizes)`` is :func:`rl_core.testing.tiny_model.make_tiny_model_dir`
+``tiny_model_dir``: ``tiny_model_dir(arch, **sizes)`` is :func:`rl_core_testing.tiny_model.make_tiny_model_dir`
 built once per test session for each set of arguments (the function is deterministic, so every caller gets the
 same weights it would build itself). The folder is shared: read it, never write into it.
 
 ``rlcore_forkserver`` (session): a multiprocessing context whose forkserver imported torch, transformers, rl-core and
 the backends once (FORKSERVER_PRELOAD): processes started from it cost their work, not their imports. Every session
-also starts :func:`rl_core.testing.distributed.run_distributed`'s ranks from it (each still gets the caller's
+also starts :func:`rl_core_testing.distributed.run_distributed`'s ranks from it (each still gets the caller's
 environment and folder; not where CUDA is available: ranks are spawned there, since a fork of a process that touched
-CUDA cannot use it); tests/testing/test_distributed.py checks the default spawn start as well.
+CUDA cannot use it); plugins/testing/tests/test_kit_distributed.py checks the default spawn start as well.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def rlcore_forkserver():
 def _ranks_start_from_the_forkserver():
     import torch
 
-    from rl_core.testing import distributed
+    from rl_core_testing import distributed
 
     if torch.cuda.is_available():  # the preloaded megatron-core touches CUDA in the forkserver: its children could not use it
         yield
@@ -55,7 +55,7 @@ def _ranks_start_from_the_forkserver():
 
 @pytest.fixture(scope="module")
 def one_thread():
-    from rl_core.testing.distributed import torch_threads
+    from rl_core_testing.distributed import torch_threads
 
     with torch_threads(1):
         yield
@@ -63,7 +63,7 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     built: dict[tuple, str] = {}
 

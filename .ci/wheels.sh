@@ -111,22 +111,32 @@ RL_CORE_WHEELS_DIR=$DIST "$PY" -m pytest -q -p no:cacheprovider tests/packaging/
 cp examples/quickstart.yaml "$RUN/quickstart.yaml"
 cd "$RUN"
 "$VPY" - "$VENV" "$DIST" <<'PY'
-import importlib, json, subprocess, sys
+import importlib, json, subprocess, sys, zipfile
 from pathlib import Path
 
 venv, dist = Path(sys.argv[1]).resolve(), Path(sys.argv[2])
-names = sorted(w.name.split("-")[0] for w in dist.glob("*.whl"))
+
+
+def rl_core_entry_points(wheel: Path) -> bool:
+    with zipfile.ZipFile(wheel) as z:
+        return any(n.endswith(".dist-info/entry_points.txt") and "[rl_core]" in z.read(n).decode() for n in z.namelist())
+
+
+wheels = sorted(dist.glob("*.whl"))
+names = sorted(w.name.split("-")[0] for w in wheels)
 for name in names:
     f = Path(importlib.import_module(name).__file__).resolve()
     assert f.is_relative_to(venv), f"{name} was imported from {f}, not from the venv's installed wheel"
+# the plugins: every wheel with an rl_core entry point (rl-core-testing, the test kit, has none: tests import it)
+plugin_names = sorted(w.name.split("-")[0] for w in wheels if rl_core_entry_points(w))
 out = subprocess.run([str(venv / "bin" / "rlcore"), "plugins", "--json"], capture_output=True, text=True)
 assert out.returncode == 0, out.stdout + out.stderr
 report = json.loads(out.stdout)
 Path("plugins.json").write_text(out.stdout)
 assert not report["errors"] and not report["conflicts"], report
 loaded = {p["distribution"].replace("-", "_") for p in report["plugins"]}
-assert set(names) <= loaded, f"installed but not loaded: {sorted(set(names) - loaded)}"
-print(f"[wheels] imported from the venv and loaded as plugins: {', '.join(names)}")
+assert set(plugin_names) <= loaded, f"installed but not loaded: {sorted(set(plugin_names) - loaded)}"
+print(f"[wheels] imported from the venv: {', '.join(names)}; loaded as plugins: {', '.join(plugin_names)}")
 print("[wheels] rlcore plugins: " + ", ".join(f"{c['kind']} {c['name']} ({c['distribution']})" for c in report["cards"]))
 PY
 "$VENV/bin/rlcore" check quickstart.yaml >check.log 2>&1 || { cat check.log; exit 1; }
@@ -139,7 +149,7 @@ import json
 from pathlib import Path
 
 import yaml
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.tiny_model import make_tiny_model_dir
 
 make_tiny_model_dir("model")
 rows = [

@@ -114,7 +114,7 @@ def ensure_algorithms_registered() -> None:
 
 def write_model_dir(path: Path, shape: dict) -> Path:
     """config.json (random weights are built from it: model.random_init) and the tiny byte-level tokenizer."""
-    from rl_core.testing.tiny_model import build_tokenizer
+    from rl_core_testing.tiny_model import build_tokenizer
 
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({**shape, "torch_dtype": "float32"}, indent=2))

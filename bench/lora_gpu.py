@@ -95,7 +95,7 @@ def make_model(base: Path | None, out: Path, tiny: bool) -> Path:
     if out.exists():
         shutil.rmtree(out)
     if tiny:
-        from rl_core.testing.tiny_model import make_tiny_model_dir
+        from rl_core_testing.tiny_model import make_tiny_model_dir
 
         make_tiny_model_dir(out, "qwen2", hidden=128, heads=2, kv_heads=1)  # head_dim 64: vLLM's CPU attention
         return out

@@ -36,7 +36,7 @@ SHAPES = {
 
 
 def make_model(out: Path, shape: dict) -> Path:
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     make_tiny_model_dir(out, "qwen2")  # its tokenizer; the weights are drawn at load (model.random_init)
     cfg = json.loads((out / "config.json").read_text())
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rl_core.backends import WorkerContext
     from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.testing.train_conformance import default_config
     from rl_core.weight_sync_check import load_adapter_verified, load_verified
+    from rl_core_testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
 
     ctx = WorkerContext(rank=0, world_size=1, device=args.device)

@@ -51,7 +51,7 @@ def build(model_dir: str, *, gc: bool, cast: bool):
     import attrs
     from rl_core.backends import WorkerContext
     from rl_core.lora import _lora_layers
-    from rl_core.testing.train_conformance import default_config
+    from rl_core_testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
 
     cfg = default_config(model_dir)
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     rows, prompt, response = 16, 32, 64
     with tempfile.TemporaryDirectory() as tmp:

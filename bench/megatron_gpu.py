@@ -133,7 +133,7 @@ def run_rank(rank: int, world: int, args, model_dir: str, device_name: str, dtyp
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
-    from rl_core.testing.distributed import run_distributed
+    from rl_core_testing.distributed import run_distributed
 
     device_name = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     tp = args.tp or (2 if args.smoke else max(1, min(2, torch.cuda.device_count())))

@@ -35,7 +35,7 @@ parts() {
 
 install() {
     export PYTHONPATH=/tmp/site_ray${PYTHONPATH:+:$PYTHONPATH}
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/train_fsdp -e plugins/reward_rule
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule
     if python3 -c 'import ray' 2>/dev/null; then return 0; fi
     mkdir -p /tmp/rayparts && cp .gpu/ray_p1/* /tmp/rayparts/
     cat /tmp/rayparts/ray_part-* > /tmp/ray_wheels.tar

@@ -66,8 +66,8 @@ def main() -> None:
     from rl_core.config.load import load_config
     from rl_core.plan.memory import estimate
     from rl_core.plan.resolver import resolve
-    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
     from rl_core.trainer.loop import Trainer
+    from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
     work = Path(tempfile.mkdtemp(prefix="rm_bench_"))
     config_path = args.config

@@ -28,7 +28,7 @@ def _clean(row: dict) -> dict:
 
 
 def capture(out: Path, only: set[str] | None = None) -> None:
-    from rl_core.testing.tiny_run import read_metrics
+    from rl_core_testing.tiny_run import read_metrics
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         qs = Path(tmp) / "qs"

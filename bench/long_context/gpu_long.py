@@ -92,7 +92,7 @@ def row_command(name: str, row, *, tiny: bool, steps: int | None, gpu_dir: Path,
         "model.random_init=true", f"trainer.total_training_steps={steps}", f"trainer.output_dir={run_dir}",
     ]
     if tiny:
-        from rl_core.testing.tiny_run import write_tiny_run
+        from rl_core_testing.tiny_run import write_tiny_run
 
         cfg = write_tiny_run(work / f"{name}_files", steps=steps)
         model_dir = work / f"{name}_files" / "model"

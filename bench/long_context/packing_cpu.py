@@ -20,9 +20,9 @@ import time
 import attrs
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.mixed_lengths import mixed_length_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
-from rl_core.testing.train_conformance import default_config
+from rl_core_testing.mixed_lengths import mixed_length_batch
+from rl_core_testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.train_conformance import default_config
 from rl_train_fsdp.engine import build_engine
 
 FULL = dict(hidden=256, layers=4, heads=8, kv_heads=4, prompts=[16, 96, 40, 70, 24, 88, 32, 60], responses=[1024, 24, 300, 64, 700, 40, 150, 90])

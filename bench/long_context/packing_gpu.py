@@ -75,7 +75,7 @@ def main() -> int:
         args.rows, args.micro, args.max_prompt, args.max_response, args.repeats = 8, 4, 16, 96, 1
     tmp = tempfile.TemporaryDirectory()
     if args.tiny:
-        from rl_core.testing.tiny_model import make_tiny_model_dir
+        from rl_core_testing.tiny_model import make_tiny_model_dir
 
         model_dir = str(make_tiny_model_dir(Path(tmp.name) / "model", "qwen2"))
     else:
@@ -83,7 +83,7 @@ def main() -> int:
         if not (Path(model_dir) / "config.json").exists():
             raise SystemExit(f"{model_dir}/config.json is missing: carry .gpu/qwen05b-gpt2 (or pass --model)")
     vocab = json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
-    from rl_core.testing.mixed_lengths import mixed_length_batch
+    from rl_core_testing.mixed_lengths import mixed_length_batch
 
     prompts, responses = lengths(args.rows, args.max_prompt, args.max_response)
     batch = mixed_length_batch(prompts, responses, vocab=min(vocab, 50000) - 3)

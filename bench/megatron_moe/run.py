@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
 KEYS = ("actor/pg_loss", "actor/grad_norm", "actor/moe/load_balancing_loss", "actor/moe/z_loss", "reward/mean", "response_length/mean")
 

@@ -560,8 +560,8 @@ def part_sp(args) -> None:
 
 # --------------------------------------------------------------------------- tiny
 def tiny_config(tmp: Path, *, nprocs: int, steps: int) -> Path:
-    """A tiny random model from a config on the CPU (rl_core.testing.tiny_run): gloo, one process per "GPU"."""
-    from rl_core.testing.tiny_run import write_tiny_run
+    """A tiny random model from a config on the CPU (rl_core_testing.tiny_run): gloo, one process per "GPU"."""
+    from rl_core_testing.tiny_run import write_tiny_run
 
     return write_tiny_run(tmp, nprocs=nprocs, steps=steps, trainer__torch_threads=1, actor__ppo_mini_batch_size=4)
 

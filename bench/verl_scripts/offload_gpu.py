@@ -36,7 +36,7 @@ import attrs
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
-from rl_core.testing.train_conformance import default_config
+from rl_core_testing.train_conformance import default_config
 
 ROOT = Path(__file__).resolve().parents[2]
 GB = 2**30
@@ -133,7 +133,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.tiny else "cuda"
     if args.tiny:
-        from rl_core.testing.tiny_model import make_tiny_model_dir
+        from rl_core_testing.tiny_model import make_tiny_model_dir
 
         model, random_init = str(make_tiny_model_dir(out / "tiny_model", "qwen2", hidden=32, layers=2)), False
         args.rows, args.prompt, args.response, args.updates = 4, 8, 16, 2

@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--nprocs", type=int, default=2, help="processes: 2 = one engine of TP 1 x DP 2; 4 = two such engines side by side")
     ap.add_argument("--moe", action="store_true", help="a tiny Qwen3-MoE (4 experts) with rollout.expert_parallel_size=2 (EP = TP x DP)")
     args = ap.parse_args()
-    from rl_core.testing.tiny_run import write_tiny_run
+    from rl_core_testing.tiny_run import write_tiny_run
 
     out = Path(args.out)
     arch, extra = ("qwen3_moe", {"rollout__expert_parallel_size": 2}) if args.moe else ("qwen2", {})

@@ -8,7 +8,7 @@ from rl_core.agent.checks import agent_problems
 from rl_core.cards import Provider, ToolCard
 from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
 from rl_core.plugins import PluginManager, get_registry
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.tiny_model import make_tiny_model_dir
 
 
 def _cfg(model="unused", **mt) -> RunConfig:

@@ -10,9 +10,9 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, MultiTurnConfig, OptimConfig, RolloutConfig, RunConfig, TrainerConfig
 from rl_core.testing.agent_fixtures import register_fixtures
-from rl_core.testing.distributed import torch_threads
-from rl_core.testing.rollout_conformance import prompt_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.distributed import torch_threads
+from rl_core_testing.rollout_conformance import prompt_batch
+from rl_core_testing.tiny_model import make_tiny_model_dir
 
 pytest.importorskip("rl_train_fsdp", reason="the actor update runs on the fsdp train engine (pip install -e plugins/train_fsdp)")
 

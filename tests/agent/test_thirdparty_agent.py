@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     from rl_core.backends import SamplingParams
     from rl_core.batch import Batch
     from rl_core.config.schema import MultiTurnConfig
-    from rl_core.testing.tiny_model import EOS_ID, PAD_ID, build_tokenizer
+    from rl_core_testing.tiny_model import EOS_ID, PAD_ID, build_tokenizer
 
     tok = build_tokenizer()
     mt = MultiTurnConfig(enable=True, tools=["reverse_text"], agent_loop="one_call_agent")

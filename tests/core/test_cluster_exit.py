@@ -60,7 +60,7 @@ def test_a_failed_start_ends_every_worker_and_the_processes_they_started(tmp_pat
             print(exc, file=sys.stderr)
             sys.exit(3)
     """)
-    from rl_core.testing.bounded_run import communicate_bounded
+    from rl_core_testing.bounded_run import communicate_bounded
 
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
     out = communicate_bounded(proc, timeout=180)  # before the fix: never returned

@@ -27,7 +27,7 @@ def test_decoder_layers_compile_once_for_every_row_count_and_length(fresh_dynamo
     from transformers import AutoModelForCausalLM
 
     from rl_core.modeling import compile_decoder_layers
-    from rl_core.testing.tiny_model import tiny_config
+    from rl_core_testing.tiny_model import tiny_config
 
     torch.manual_seed(0)
     cfg = tiny_config("qwen2", hidden=32, layers=2)

@@ -53,3 +53,34 @@ def test_cluster_mode_hands_over(monkeypatch):
 def test_bad_nprocs(bad, capsys):
     assert main(["doctor", "--nprocs", bad]) == 1
     assert "--nprocs must be >= 1" in capsys.readouterr().err
+
+
+def _fails_on_rank_1(rank, world):
+    import os
+
+    if rank == 1:
+        raise ValueError("boom on rank 1")
+    if world == 3 and rank == 2:
+        os._exit(3)
+    import time
+
+    time.sleep(600)  # rank 0 hangs: stopped 2 s after another rank failed, not waited for
+    return rank
+
+
+@pytest.mark.dist
+def test_local_group_names_the_failing_and_dead_ranks_and_stops_the_rest():
+    """The doctor's runner (rl_core.placement.local_group): a rank that raises or dies is named; nothing hangs."""
+    import time
+
+    from rl_core.placement.local_group import LocalGroupError, run_on_local_group
+
+    start = time.monotonic()
+    with pytest.raises(LocalGroupError) as err:
+        run_on_local_group(_fails_on_rank_1, 3, timeout=120.0)
+    text = str(err.value)
+    assert "3 rank(s) failed" in text and "--- rank 1 ---" in text and "ValueError: boom on rank 1" in text
+    assert "exit code 3" in text and "stopped after another rank failed" in text
+    assert time.monotonic() - start < 90  # not the 120 s timeout
+    with pytest.raises(ValueError, match="world_size must be >= 1"):
+        run_on_local_group(_fails_on_rank_1, 0)

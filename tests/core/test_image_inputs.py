@@ -13,7 +13,7 @@ from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunCon
 from rl_core.data import images as img
 from rl_core.data.dataset import DataError, PromptDataset, collate, read_rows, validate_row
 from rl_core.rollout.hf import factory as hf_factory
-from rl_core.testing.tiny_vlm import ARCHS, IMAGE_PAD_ID, VISION_END_ID, VISION_START_ID, make_tiny_vlm_dir, png_bytes
+from rl_core_testing.tiny_vlm import ARCHS, IMAGE_PAD_ID, VISION_END_ID, VISION_START_ID, make_tiny_vlm_dir, png_bytes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -193,7 +193,7 @@ def _reference_log_probs(model, out, r):
 def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
     """Qwen2-VL, Qwen2.5-VL (windowed vision attention), Qwen3-VL (interleaved mrope, deepstack features) and Qwen3.5
     (a linear-attention layer: the rollout prefills each sample's copy, its cache cannot be repeated)."""
-    from rl_core.testing.train_conformance import default_config
+    from rl_core_testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
     from transformers import AutoModelForImageTextToText
 
@@ -232,7 +232,7 @@ def test_backends_without_images_are_refused_by_key(vlm_dir, processor, tmp_path
     import attrs
     from rl_core.config.load import load_config
     from rl_core.plan.resolver import resolve
-    from rl_core.testing.tiny_run import write_tiny_run
+    from rl_core_testing.tiny_run import write_tiny_run
 
     stack, problems = resolve(load_config(write_tiny_run(tmp_path)))
     assert stack is not None, [p.render() for p in problems]

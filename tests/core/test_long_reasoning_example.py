@@ -12,7 +12,7 @@ SHAPE_1_5B = "{hidden_size: 1536, intermediate_size: 8960, num_hidden_layers: 28
 
 
 def test_long_reasoning_example_checks_and_budgets_16k_tokens(tmp_path):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model = make_tiny_model_dir(tmp_path / "model", "qwen2")  # its tokenizer; the 1.5B shape comes from override_config
     data = ROOT / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"

@@ -21,7 +21,7 @@ from rl_core.lora import (  # noqa: E402
     target_problems,
     trainable_parameters,
 )
-from rl_core.testing.tiny_model import tiny_config  # noqa: E402
+from rl_core_testing.tiny_model import tiny_config  # noqa: E402
 
 SPEC = LoraSpec(rank=4, alpha=8.0)
 

@@ -17,7 +17,7 @@ TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gs
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model = make_tiny_model_dir(tmp_path_factory.mktemp("m") / "model", hidden=32, layers=1)
     return [f"model.path={model}", f"data.train_files={TINY_DATA}", "trainer.device=cpu", "data.train_batch_size=8", "rollout.n=4",

@@ -8,7 +8,7 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
 pytest.importorskip("peft")
 rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")

@@ -132,9 +132,9 @@ def test_float16_update_of_a_tiny_model_matches_float32(tmp_path):
     """One actor update of a tiny Qwen2 model (MinimalBackend: float32 weights and AdamW, autocast float16 on the CPU)
     against the same update in float32: loss, gradient norm and the updated weights within float16 tolerance."""
     from rl_core.backends import WorkerContext
-    from rl_core.testing.minimal_backend import MinimalBackend
-    from rl_core.testing.tiny_model import make_tiny_model_dir
-    from rl_core.testing.train_conformance import default_config, make_step_batch
+    from rl_core_testing.minimal_backend import MinimalBackend
+    from rl_core_testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.train_conformance import default_config, make_step_batch
 
     model_dir = make_tiny_model_dir(tmp_path / "m")
     step = make_step_batch(model_dir)

@@ -9,7 +9,7 @@ import pytest
 from rl_core.config.load import load_config
 from rl_core.plan.memory import GB, estimate, model_shape, shape_from_config
 from rl_core.plan.resolver import resolve
-from rl_core.testing.tiny_model import make_tiny_model_dir, tiny_config
+from rl_core_testing.tiny_model import make_tiny_model_dir, tiny_config
 
 TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 

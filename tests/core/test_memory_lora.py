@@ -30,7 +30,7 @@ def test_adapter_count_matches_peft_on_a_real_model():
     import torch
     from rl_core.lora import LoraSpec, apply_lora, trainable_parameters
     from rl_core.plan.memory import shape_from_config
-    from rl_core.testing.tiny_model import tiny_config
+    from rl_core_testing.tiny_model import tiny_config
     from transformers import AutoModelForCausalLM
 
     cfg = tiny_config("qwen2", hidden=32, layers=2, heads=4, kv_heads=2)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.train_engine.micro_batches import TokenBudgetError, token_budget_groups
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.train_conformance import default_config, make_step_batch, rank_shard, single_rank_order
 
 rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
 

@@ -1,7 +1,9 @@
 """The core / plugin boundary, read from the source (no imports):
 
 - a plugin package imports only rl-core's public modules (rl_core.plugin_api.PLUGIN_API, listed in
-  docs/plugins.md), and no name with a leading underscore;
+  docs/plugins.md), and no name with a leading underscore; the test kit (plugins/testing, rl_core_testing) may
+  import core's internals too, each listed in its README;
+- core imports no plugin package (the test kit included), counting imports inside functions;
 - core's code names no backend (vllm, sglang, fsdp, megatron): backends come from cards. Docstrings and
   comments may; so may the few tables listed here, each with its reason;
 - core's import graph has no circle and no upward import (a module importing one of a higher layer).
@@ -19,7 +21,8 @@ from rl_core.plugin_api import PLUGIN_API
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "core" / "rl_core"
-PLUGIN_PACKAGES = sorted(p for p in (ROOT / "plugins").glob("*/rl_*") if p.is_dir())
+KIT = ROOT / "plugins" / "testing" / "rl_core_testing"  # test support: tracks core's internals (its README lists them)
+PLUGIN_PACKAGES = sorted(p for p in (ROOT / "plugins").glob("*/rl_*") if p.is_dir() and p != KIT)
 
 
 def _imports(tree: ast.AST):
@@ -45,6 +48,50 @@ def test_plugins_import_only_the_public_api():
                         bad.append(f"{where}: {module} is not in rl_core.plugin_api.PLUGIN_API")
                 bad += [f"{where}: {module}.{n} is private" for n in names if n.startswith("_")]
                 bad += [f"{where}: {module} has a private part" for part in module.split(".") if part.startswith("_")]
+    assert not bad, "\n".join(bad)
+
+
+def _module_of(module: str, names: list[str]) -> list[str]:
+    """The modules an import brings: ``from rl_core.train_engine import update`` imports rl_core.train_engine.update."""
+    subs = [f"{module}.{n}" for n in names if (CORE.parent / (f"{module}.{n}".replace(".", "/") + ".py")).exists()]
+    return subs or [module]
+
+
+def test_the_test_kit_lists_the_internals_it_imports():
+    readme = (KIT.parent / "README.md").read_text()
+    bad = []
+    for path in sorted(KIT.rglob("*.py")):
+        for module, names, line in _imports(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            for m in _module_of(module, names):
+                if m not in PLUGIN_API and f"- `{m}`" not in readme:
+                    bad.append(f"{where}: {m} is neither in rl_core.plugin_api.PLUGIN_API nor listed in plugins/testing/README.md (add it there)")
+            bad += [f"{where}: {module}.{n} is private" for n in names if n.startswith("_")]
+    assert not bad, "\n".join(bad)
+
+
+# core modules that still import a plugin package, each with its reason (none may be added)
+CORE_IMPORTS_PLUGIN = {
+    "testing/reward_tokenizer.py": "test support leaving core: moves to the reward-model plugin (issue 46)",
+}
+
+
+def test_core_imports_no_plugin():
+    plugin_packages = {p.name for p in (ROOT / "plugins").glob("*/rl_*") if p.is_dir()}
+    assert "rl_core_testing" in plugin_packages
+    bad = []
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE).as_posix()
+        if rel in CORE_IMPORTS_PLUGIN:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                mods = [node.module]
+            elif isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            else:
+                continue
+            bad += [f"core/rl_core/{rel}:{node.lineno}: imports {m} (a plugin)" for m in mods if m.split(".")[0] in plugin_packages]
     assert not bad, "\n".join(bad)
 
 

@@ -10,7 +10,7 @@ from rl_core.cards import EstimatorCard, PolicyLossCard, Provider, TrainCard
 from rl_core.config.load import load_config
 from rl_core.plugins import Registry, get_registry
 from rl_core.plan.resolver import resolve
-from rl_core.testing.tiny_run import write_tiny_run
+from rl_core_testing.tiny_run import write_tiny_run
 
 
 def _registry(**extra) -> Registry:
@@ -24,7 +24,7 @@ def _registry(**extra) -> Registry:
 
 
 def _minimal_train() -> TrainCard:
-    return TrainCard(name="minimal", factory="rl_core.testing.minimal_backend:MinimalBackend", provider=Provider(distribution="rl-core"))
+    return TrainCard(name="minimal", factory="rl_core_testing.minimal_backend:MinimalBackend", provider=Provider(distribution="rl-core"))
 
 
 def _config(tmp_path, **kw):

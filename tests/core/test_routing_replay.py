@@ -159,7 +159,7 @@ def test_hf_rollout_records_every_routed_token(tiny_model_dir):
     from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, RolloutConfig, RunConfig
     from rl_core.modeling import forward_response
     from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.testing.rollout_conformance import prompt_batch
+    from rl_core_testing.rollout_conformance import prompt_batch
 
     path = tiny_model_dir("qwen3_moe")
     cfg = RunConfig(model=ModelConfig(path=str(path)), data=DataConfig(max_prompt_length=32),

@@ -1,6 +1,6 @@
 """model.dtype=float16 on one GPU: 2 GRPO steps through ``rlcore train`` on the fsdp and megatron backends (float16
 under ``torch.autocast`` / FSDP2's policy, float32 master weights, dynamic loss scaling) with the float16 hf rollout
-and, where vLLM's GPU build is installed, vLLM with ``dtype="float16"`` (rl_core.testing.fp16_run checks each step:
+and, where vLLM's GPU build is installed, vLLM with ``dtype="float16"`` (rl_core_testing.fp16_run checks each step:
 loss scale 2**16 and no skipped step, finite gradient norm, rollout log-probs within 0.05 nats of the actor's,
 every weight updated). The CPU runs of the same checks: plugins/train_{fsdp,megatron}/tests/test_*_fp16.py.
 """
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])
 @pytest.mark.parametrize("train", ["fsdp", "megatron"])
 def test_two_step_grpo_fp16_on_a_gpu(tmp_path, train, rollout):
-    from rl_core.testing.fp16_run import engine_missing, fp16_grpo_run
+    from rl_core_testing.fp16_run import engine_missing, fp16_grpo_run
 
     if (why := engine_missing(rollout)) is not None:
         pytest.skip(why)

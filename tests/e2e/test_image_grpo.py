@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from rl_core.testing.tiny_run import REWARD, read_metrics
-from rl_core.testing.tiny_vlm import make_tiny_vlm_dir, png_bytes
+from rl_core_testing.tiny_run import REWARD, read_metrics
+from rl_core_testing.tiny_vlm import make_tiny_vlm_dir, png_bytes
 
 from tests.conftest import run_rlcore
 

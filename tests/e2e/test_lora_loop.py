@@ -7,8 +7,8 @@ import pytest
 import torch
 from rl_core.config.load import load_config
 from rl_core.plan.resolver import resolve
-from rl_core.testing.tiny_run import read_metrics, write_tiny_run
 from rl_core.trainer.loop import Trainer
+from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
 pytest.importorskip("peft")
 

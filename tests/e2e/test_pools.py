@@ -26,7 +26,7 @@ def _same(a: list[dict], b: list[dict], rel: float, later_rel: float | None = No
 
     ``later_rel``: inputs that differ by rounding (log-probs from another split of the batch) give
     gradients that differ by rounding, and AdamW turns an entry whose gradient is rounding noise into a
-    step of ~lr either way (rl_core.testing.adam_weights), so the next step's metrics differ by more
+    step of ~lr either way (rl_core_testing.adam_weights), so the next step's metrics differ by more
     (relatively, and absolutely for metrics near 0 such as GRPO's pg_loss: abs 1e-6 then).
     """
     assert [r["step"] for r in a] == [r["step"] for r in b]

@@ -1,6 +1,6 @@
 """A tiny ChatML tokenizer for the data tests (no downloads).
 
-The project's :func:`rl_core.testing.tiny_model.make_tiny_model_dir` is used
+The project's :func:`rl_core_testing.tiny_model.make_tiny_model_dir` is used
 when it is importable; otherwise a word-level tokenizer is built here.
 """
 
@@ -36,7 +36,7 @@ def make_tiny_tokenizer(chat_template: str | None = CHATML):
 @pytest.fixture(scope="session")
 def _tiny_tokenizer_dir(tmp_path_factory):
     try:
-        from rl_core.testing.tiny_model import make_tiny_model_dir
+        from rl_core_testing.tiny_model import make_tiny_model_dir
     except ImportError:
         return None
     return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"))

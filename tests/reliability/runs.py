@@ -1,6 +1,6 @@
 """Tiny training runs for the reliability tests, in this process (no start-up cost) or in a child.
 
-The model is the random tiny one of :mod:`rl_core.testing.tiny_model` and the
+The model is the random tiny one of :mod:`rl_core_testing.tiny_model` and the
 reward the digit-fraction function of :mod:`tests.e2e.helpers`, so every run
 is seconds long and needs nothing from the network.
 """

@@ -98,7 +98,7 @@ def test_over_long_prompts_are_dropped_and_counted(tmp_path, caplog):
     """filter_overlong_prompts=true (the default): long prompts are dropped with a count, the rest train."""
     from rl_core.data.dataset import PromptDataset, read_rows
     from rl_core.modeling import load_tokenizer
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     rows_file = tmp_path / "t.jsonl"
     _jsonl(rows_file, _with_bad_row(_row(5, prompt=[{"role": "user", "content": "9 " * 400}])))

@@ -1,4 +1,4 @@
-"""Tiny reward models and judges built offline, with vocabularies unlike the policy's (rl_core.testing.tiny_model)."""
+"""Tiny reward models and judges built offline, with vocabularies unlike the policy's (rl_core_testing.tiny_model)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from rl_core.config.schema import RunConfig
 from rl_core.rewards.judge import JudgeScorer
 from rl_core.rewards.manager import RewardError, RewardManager
 from rl_core.rewards.model_role import in_process
-from rl_core.testing.tiny_model import EOS_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
+from rl_core_testing.tiny_model import EOS_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
 
 from tests.rewards.rm_fixtures import with_reward_model
 

@@ -12,8 +12,8 @@ from rl_core.config.schema import RunConfig
 from rl_core.rewards.classifier import SequenceClassifierScorer
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rewards.pool import OK
-from rl_core.testing.tiny_model import build_tokenizer
 from rl_core.trainer.loop import Trainer
+from rl_core_testing.tiny_model import build_tokenizer
 
 from tests.rewards.rm_fixtures import build_rm_tokenizer, make_reward_model_dir, with_reward_model
 
@@ -112,7 +112,7 @@ def _sharded_scores(rank, world_size, rm_dir, texts_per_rank):
 
 @pytest.mark.dist
 def test_fsdp_sharded_reward_model_scores_like_the_whole_one(rm_dir):
-    from rl_core.testing.distributed import run_distributed
+    from rl_core_testing.distributed import run_distributed
 
     texts_per_rank = [["a", "bb", "the cc", "dd"], ["e"]]  # rank 1 runs one empty round to keep the collectives in step
     got = run_distributed(_sharded_scores, 2, str(rm_dir), texts_per_rank, timeout=180)

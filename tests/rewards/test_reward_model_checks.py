@@ -35,7 +35,7 @@ def test_missing_reward_model_is_named_with_the_fix(tmp_path):
 
 
 def test_a_causal_lm_has_no_classification_head(tmp_path):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     lm = make_tiny_model_dir(tmp_path / "lm")
     p = keys(rm_problems(model={"path": str(lm)}))["reward_model.model.path"]
@@ -52,7 +52,7 @@ def test_a_tokenizer_without_chat_template(tmp_path):
 
 
 def test_judge_engine_not_installed_is_named_with_its_install_line(tmp_path, monkeypatch):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     registry = Registry()
     card = RolloutCard(name="fastgen", factory="nowhere:factory", engine="fastgen-engine-not-installed", engine_install="pip install fastgen-engine==1.0")
@@ -109,7 +109,7 @@ def test_weights_per_source_pick_parts_and_failures_count_once():
 def test_memory_estimate_counts_the_reward_model(tmp_path):
     from rl_core.config.normalize import normalize
     from rl_core.plan.memory import estimate
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     policy = make_tiny_model_dir(tmp_path / "policy")
     rm = make_reward_model_dir(tmp_path / "rm", hidden=64, layers=4)

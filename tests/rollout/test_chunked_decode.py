@@ -16,7 +16,7 @@ from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunCon
 from rl_core.rollout.builtin import check_hf_engine_kwargs
 from rl_core.rollout.hf import factory
 from rl_core.rollout.static_decode import CacheTooLarge
-from rl_core.testing.rollout_conformance import prompt_batch
+from rl_core_testing.rollout_conformance import prompt_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

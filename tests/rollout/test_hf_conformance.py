@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rl_core.backends import WorkerContext
 from rl_core.rollout.hf import factory
-from rl_core.testing.rollout_conformance import RolloutConformance
+from rl_core_testing.rollout_conformance import RolloutConformance
 
 
 class TestHFRolloutLlama(RolloutConformance):

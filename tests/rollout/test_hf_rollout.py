@@ -8,7 +8,7 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.problems import UserError
 from rl_core.rollout.hf import HFRolloutEngine, factory
-from rl_core.testing.rollout_conformance import prompt_batch
+from rl_core_testing.rollout_conformance import prompt_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,7 +13,7 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.rollout.hf import factory
 from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
-from rl_core.testing.rollout_conformance import RolloutConformance, prompt_batch
+from rl_core_testing.rollout_conformance import RolloutConformance, prompt_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

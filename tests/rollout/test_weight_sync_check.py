@@ -7,8 +7,8 @@ import torch
 from rl_core.backends import WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.rollout.hf import factory
-from rl_core.testing.tiny_model import make_tiny_model_dir
 from rl_core.weight_sync_check import StaleWeightsError, WeightTap, sample_positions, verify_sync
+from rl_core_testing.tiny_model import make_tiny_model_dir
 
 
 @pytest.fixture(scope="module")

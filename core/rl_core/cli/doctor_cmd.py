@@ -147,7 +147,7 @@ def _allreduce_rank(rank: int, world: int, device: str) -> dict[str, float]:
 def collectives(nprocs: int | None) -> list[dict[str, Any]]:
     import torch
 
-    from rl_core.testing.distributed import run_distributed
+    from rl_core.placement.local_group import run_on_local_group
 
     results = []
     backends = [("gloo", "cpu")] + ([("nccl", "cuda")] if torch.cuda.is_available() and torch.distributed.is_nccl_available() else [])
@@ -155,7 +155,7 @@ def collectives(nprocs: int | None) -> list[dict[str, Any]]:
         n = min(nprocs or torch.cuda.device_count(), torch.cuda.device_count()) if device == "cuda" else (nprocs or 2)
         start = time.perf_counter()
         try:
-            per_rank = run_distributed(_allreduce_rank, n, device, backend=backend, timeout=180.0)
+            per_rank = run_on_local_group(_allreduce_rank, n, device, backend=backend, timeout=180.0)
         except Exception as exc:  # noqa: BLE001 - a failing collective is the finding
             results.append({"backend": backend, "processes": n, "ok": False, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"})
             continue

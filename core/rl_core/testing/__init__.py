@@ -1,13 +1,7 @@
-"""Test helpers shipped with the core, for the project's tests and every backend's.
+"""Test helpers still shipped with the core, until their feature packages take them.
 
-- :mod:`rl_core.testing.tiny_model`: ``make_tiny_model_dir`` (a tiny random
-  llama / qwen2 HF folder with a byte-level ChatML tokenizer, offline, < 1 s)
-  and ``bigram_weights`` (a model whose next token is known by construction);
-- :mod:`rl_core.testing.distributed`: ``run_distributed(fn, world_size, *args)``
-  on spawned processes with a gloo (or NCCL) process group;
-- :mod:`rl_core.testing.rollout_conformance` / :mod:`rl_core.testing.train_conformance`:
-  the pytest base classes every rollout / train backend subclasses.
-
-Importing this package imports nothing heavy; the modules import torch and
-transformers (and pytest, for the conformance suites).
+The test kit (conformance suites, tiny models, the distributed test runner,
+the minimal backend) is the distribution ``rl-core-testing`` (``plugins/testing``,
+import ``rl_core_testing``). Left here: ``agent_fixtures``, ``reward_model_task``
+and ``reward_tokenizer`` (the agent and reward-model plugins take them).
 """

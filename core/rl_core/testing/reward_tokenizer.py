@@ -1,4 +1,4 @@
-"""A byte-level tokenizer whose vocabulary differs from :func:`rl_core.testing.tiny_model.build_tokenizer`'s.
+"""A byte-level tokenizer whose vocabulary differs from :func:`rl_core_testing.tiny_model.build_tokenizer`'s.
 
 Other special tokens (``<pad>`` 0, ``<s>`` 1, ``</s>`` 2), the 256 bytes in reverse order and three merges:
 no token id means the same text to both, so a reward model built on it scores garbage if it is given the
@@ -7,7 +7,7 @@ policy's ids, and the right thing only if the text is re-encoded (tests of model
 
 from __future__ import annotations
 
-from rl_core.testing.tiny_model import _bytes_to_unicode
+from rl_core_testing.tiny_model import _bytes_to_unicode
 
 OTHER_SPECIALS = ("<pad>", "<s>", "</s>")
 OTHER_MERGES = [("t", "h"), ("h", "e"), ("a", "a")]

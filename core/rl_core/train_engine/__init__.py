@@ -23,5 +23,5 @@ module              what
 ==================  ==============================================================
 
 Importing the package imports nothing; ``backend``, ``engine`` and ``update`` import torch.
-The worked example of a backend: :mod:`rl_core.testing.minimal_backend`.
+The worked example of a backend: :mod:`rl_core_testing.minimal_backend` (the test kit, plugins/testing).
 """

@@ -34,7 +34,7 @@ member                     what
                            update) that brings offloaded state to the device
 =========================  ==========================================================
 
-The worked example is :mod:`rl_core.testing.minimal_backend` (one process, plain PyTorch).
+The worked example is :mod:`rl_core_testing.minimal_backend` (the test kit, plugins/testing; one process, plain PyTorch).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.load import load_config
-from rl_core.testing.rollout_conformance import prompt_batch
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.rollout_conformance import prompt_batch
+from rl_core_testing.tiny_model import make_tiny_model_dir
 from rl_rollout_sglang import sglang_quirks
 from rl_rollout_sglang.clients import EngineStartError, ServerClient
 from rl_rollout_sglang.engine import SGLangRollout

@@ -26,13 +26,13 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
     )
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import (  # noqa: E402
+from rl_core_testing.rollout_conformance import (  # noqa: E402
     RolloutConformance,
     prompt_batch,
     reference_log_probs,
     reference_model,
 )
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
 from rl_rollout_sglang.clients import EngineStartError, InProcessClient  # noqa: E402
 from rl_rollout_sglang.convert import EMPTY_META_KEY  # noqa: E402
 from rl_rollout_sglang.engine import SGLangRollout  # noqa: E402
@@ -206,8 +206,8 @@ def test_lora_actor_reaches_sglang_merged_and_verified(shared):
     pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
     rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin")
     import attrs
-    from rl_core.testing.train_conformance import default_config, make_step_batch
     from rl_core.weight_sync_check import load_verified
+    from rl_core_testing.train_conformance import default_config, make_step_batch
     from safetensors.torch import load_file
 
     model_dir, client = shared

@@ -32,8 +32,8 @@ except Exception as exc:  # noqa: BLE001
 import attrs  # noqa: E402
 import test_sglang_conformance as cpu_suite  # noqa: E402  (a module, so its CPU classes are not collected here)
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
 from rl_rollout_sglang.engine import SGLangRollout  # noqa: E402
 
 pytestmark = [pytest.mark.sglang, pytest.mark.gpu]

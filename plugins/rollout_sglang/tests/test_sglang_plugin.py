@@ -15,7 +15,7 @@ from rl_core.cards import Provider, TrainCard
 from rl_core.config.load import load_config
 from rl_core.plugins import PluginManager
 from rl_core.problems import errors
-from rl_core.testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.tiny_model import make_tiny_model_dir
 from rl_rollout_sglang import plugin
 from rl_rollout_sglang.plugin import SGLANG_ROLLOUT, check_engine_kwargs
 

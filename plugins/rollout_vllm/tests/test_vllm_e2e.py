@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_core.testing.tiny_run import write_tiny_run
+from rl_core_testing.tiny_run import write_tiny_run
 
 try:
     import vllm  # noqa: F401

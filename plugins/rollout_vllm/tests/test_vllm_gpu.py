@@ -26,7 +26,7 @@ except Exception as exc:  # noqa: BLE001
 
 import test_vllm_conformance as cpu_suite  # noqa: E402  (a module, so its CPU classes are not collected here)
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_log_probs, reference_model  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.gpu]

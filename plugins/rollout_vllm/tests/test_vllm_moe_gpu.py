@@ -21,7 +21,7 @@ except Exception as exc:  # noqa: BLE001
     pytest.skip(f"needs the vLLM engine (pip install 'rl-rollout-vllm[gpu]'): {type(exc).__name__}: {exc}", allow_module_level=True)
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.gpu]
@@ -44,7 +44,7 @@ def test_moe_weight_sync_bf16_gpu(tmp_path, arch):
     import attrs
 
     from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
     from rl_core.weight_sync_check import StaleWeightsError, load_verified
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", arch, hidden=128, heads=2, kv_heads=2))

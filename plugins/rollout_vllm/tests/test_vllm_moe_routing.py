@@ -33,7 +33,7 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
 from rl_core.routing_replay import NO_ROUTE, find_routers  # noqa: E402
-from rl_core.testing.rollout_conformance import prompt_batch, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import prompt_batch, reference_model  # noqa: E402
 from rl_rollout_vllm import routing  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
@@ -47,7 +47,7 @@ LAYERS, DENSE, TOP_K = 3, (1,), 2
 
 def make_moe_dir(path: Path) -> Path:
     """The tiny Qwen3-MoE with decoder layer 1 dense (transformers and vLLM both read ``mlp_only_layers``)."""
-    from rl_core.testing.tiny_model import build_tokenizer, save_quietly, tiny_config
+    from rl_core_testing.tiny_model import build_tokenizer, save_quietly, tiny_config
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     cfg = tiny_config("qwen3_moe", hidden=128, layers=LAYERS, heads=2, kv_heads=2)  # head_dim 64: vLLM's CPU kernels
@@ -184,7 +184,7 @@ def test_two_step_grpo_vllm_r3_fsdp(tmp_path):
     there), bf16 on one GPU."""
     import json
 
-    from rl_core.testing.tiny_run import write_tiny_run
+    from rl_core_testing.tiny_run import write_tiny_run
 
     pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
     cfg = write_tiny_run(tmp_path, steps=2, model=dict(arch="qwen3_moe", hidden=128, layers=2, heads=2, kv_heads=2),
@@ -226,7 +226,7 @@ def _tp_rank(rank: int, world_size: int, model_dir: str, ep: int) -> dict:
 def test_tp2_and_expert_parallel_return_global_expert_ids(model_dir, ep):
     """TP 2 (EP 2: each rank holds 2 of the 4 experts): every rank returns the same routing, with global expert ids
     (the reference's top-2 over all 4 experts), laid out as with one GPU."""
-    from rl_core.testing.distributed import run_distributed
+    from rl_core_testing.distributed import run_distributed
 
     results = run_distributed(_tp_rank, 2, str(model_dir), ep, backend="nccl", timeout=500)
     assert torch.equal(results[0]["routed_experts"], results[1]["routed_experts"])

@@ -20,7 +20,7 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
                 allow_module_level=True)
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -96,8 +96,8 @@ _STALE = {"model.layers.0.mlp.experts.1.down_proj.weight": "model.layers.0.mlp.e
 def test_moe_weight_sync_tp1(tmp_path, arch, bucket_mb):
     """TP 1: the trainer's fused experts load into vLLM's fused-MoE layers, verified; generation follows them; one
     stale expert (a down_proj, an up_proj, a gate_proj) is caught and the fused tensor holding it named."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", arch, hidden=128, heads=2, kv_heads=2))
     stale = tuple(_STALE)
@@ -110,8 +110,8 @@ def test_moe_weight_sync_tp1(tmp_path, arch, bucket_mb):
 def test_moe_weight_sync_tp2_every_worker_verified(tmp_path):
     """TP 2 (vLLM shards each expert's intermediate dim): verified from the worker holding each element; a stale
     expert on rank 1 only stops both ranks."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=128, heads=2, kv_heads=2))
     stale = tuple(_STALE)

@@ -80,7 +80,7 @@ def test_missing_routing_and_sample_count_are_refused():
 def test_hf_layout_is_the_models_router_layers(tmp_path):
     import attrs
     from rl_core.config.schema import ModelConfig, RunConfig
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     path = make_tiny_model_dir(tmp_path / "moe", "qwen3_moe", hidden=64, layers=3, heads=2, kv_heads=2)
     cfg = RunConfig(model=ModelConfig(path=str(path)))

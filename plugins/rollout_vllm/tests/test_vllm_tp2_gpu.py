@@ -29,7 +29,7 @@ except Exception as exc:  # noqa: BLE001
 from test_vllm_conformance import _perturbed  # noqa: E402
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
+from rl_core_testing.rollout_conformance import prompt_batch, reference_log_probs, reference_model  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.gpu, pytest.mark.dist]
 
@@ -77,8 +77,8 @@ def _tp2_rank(rank, world_size, model_dir, custom_all_reduce):
 def test_tp2_generates_and_syncs_verified_on_two_gpus(tmp_path, custom_all_reduce):
     """Both ranks of the TP group return the same samples; every tensor of the sync is verified on both workers; the
     samples after it have the new weights' log-probs (a float32 transformers reference within bf16 tolerance)."""
-    from rl_core.testing.distributed import run_distributed
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", "llama", hidden=128, heads=2, kv_heads=2))
     r0, r1 = run_distributed(_tp2_rank, 2, model_dir, custom_all_reduce, backend="nccl", timeout=TIMEOUT)

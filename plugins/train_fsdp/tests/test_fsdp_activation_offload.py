@@ -13,7 +13,7 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
 engine_mod = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin installed (pip install -e plugins/train_fsdp)")
 CPU = WorkerContext(rank=0, world_size=1, device="cpu")

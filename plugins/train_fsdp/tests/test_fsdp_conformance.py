@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl_core.testing.train_conformance import TrainConformance
+from rl_core_testing.train_conformance import TrainConformance
 
 
 class TestFSDPConformance(TrainConformance):

@@ -7,9 +7,9 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.train_conformance import default_config, make_step_batch, rank_shard
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.train_conformance import default_config, make_step_batch, rank_shard
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

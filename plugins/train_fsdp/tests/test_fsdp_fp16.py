@@ -13,8 +13,8 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.train_conformance import make_step_batch, rank_shard, single_rank_order
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.train_conformance import make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import build_engine
 from test_fsdp_engine import _cfg as _model_cfg, model_dir, step  # noqa: F401  (fixtures)
 
@@ -95,7 +95,7 @@ def test_fp16_sharded_mixed_precision_and_resume(model_dir, step, tmp_path):
 def test_two_step_grpo_fp16_sharded(tmp_path, rollout):
     """``rlcore train``: FSDP2 over 2 CPU processes in float16 with the float16 hf rollout (or vLLM's CPU engine
     with dtype="float16" in the vLLM venv), weights synced each step."""
-    from rl_core.testing.fp16_run import engine_missing, fp16_grpo_run
+    from rl_core_testing.fp16_run import engine_missing, fp16_grpo_run
 
     if (why := engine_missing(rollout)) is not None:
         pytest.skip(why)

@@ -10,8 +10,8 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch, rank_shard, single_rank_order
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import build_engine
 
 pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]')")

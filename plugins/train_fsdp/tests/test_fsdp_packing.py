@@ -6,8 +6,8 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.mixed_lengths import loss_and_grads, mixed_length_batch
-from rl_core.testing.train_conformance import default_config
+from rl_core_testing.mixed_lengths import loss_and_grads, mixed_length_batch
+from rl_core_testing.train_conformance import default_config
 from rl_train_fsdp.engine import FSDPBackend
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,8 +9,8 @@ import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.routing_replay import NO_ROUTE
-from rl_core.testing.rollout_conformance import prompt_batch
-from rl_core.testing.train_conformance import default_config, make_step_batch
+from rl_core_testing.rollout_conformance import prompt_batch
+from rl_core_testing.train_conformance import default_config, make_step_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,7 +34,7 @@ def _experts_calls(model):
 
 
 def test_r3_replays_the_rollouts_routing(tiny_model_dir):
-    from rl_core.testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
+    from rl_core_testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
     from rl_train_fsdp.engine import build_engine
 
     path = tiny_model_dir("qwen3_moe")

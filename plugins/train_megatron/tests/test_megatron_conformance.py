@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
-from rl_core.testing.train_conformance import TrainConformance  # noqa: E402
+from rl_core_testing.train_conformance import TrainConformance  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
-from rl_core.testing.tiny_model import make_tiny_model_dir, tiny_config  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir, tiny_config  # noqa: E402
 from rl_train_megatron import convert  # noqa: E402
 from rl_train_megatron.model import ModelShape, UnsupportedModelError, check_divisible, model_shape  # noqa: E402
 

@@ -14,9 +14,9 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from rl_core.testing.bounded_run import communicate_bounded
-from rl_core.testing.fp16_run import engine_missing
-from rl_core.testing.tiny_run import write_tiny_run
+from rl_core_testing.bounded_run import communicate_bounded
+from rl_core_testing.fp16_run import engine_missing
+from rl_core_testing.tiny_run import write_tiny_run
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.megatron, pytest.mark.slow, pytest.mark.dist]
 
 @pytest.mark.parametrize("rollout", ["hf", "vllm"])
 def test_two_step_grpo_megatron_tp2_fp16(tmp_path, rollout):
-    from rl_core.testing.fp16_run import engine_missing, fp16_grpo_run
+    from rl_core_testing.fp16_run import engine_missing, fp16_grpo_run
 
     if (why := engine_missing(rollout)) is not None:
         pytest.skip(why)

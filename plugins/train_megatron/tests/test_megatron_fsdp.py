@@ -19,10 +19,10 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, TrainConformance, default_config, make_step_batch  # noqa: E402
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, TrainConformance, default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -141,7 +141,7 @@ def test_log_probs_loss_grad_norm_and_weights_equal_one_process(sharded, one):
         assert set(out["weights_2"]) == set(one["weights_2"])
         for name in one["weights_2"]:
             assert torch.equal(out["init_weights"][name], one["init_weights"][name]), name
-            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core.testing.adam_weights)
+            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core_testing.adam_weights)
                 continue
             for k in ("weights", "weights_2"):
                 assert_adam_weights_close(out[k][name], one[k][name], one["init_weights"][name], name=f"{k} {name}", atol=1e-5, rtol=1e-5)

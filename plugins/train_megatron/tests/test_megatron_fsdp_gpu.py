@@ -22,9 +22,9 @@ if torch.cuda.device_count() < 2:
     pytest.skip("needs 2 CUDA devices (NCCL)", allow_module_level=True)
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
 
 pytestmark = [pytest.mark.megatron, pytest.mark.gpu]
 

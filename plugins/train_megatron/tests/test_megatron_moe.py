@@ -20,10 +20,10 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_model  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -54,7 +54,7 @@ def qwen3_moe(tmp_path_factory):
 def test_conversion_round_trip_with_experts_split_over_ep_ranks(arch):
     from transformers import AutoModelForCausalLM
 
-    from rl_core.testing.tiny_model import tiny_config
+    from rl_core_testing.tiny_model import tiny_config
     from rl_train_megatron import convert
     from rl_train_megatron.model import model_shape
 

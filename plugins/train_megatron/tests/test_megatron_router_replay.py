@@ -24,10 +24,10 @@ pytest.importorskip("megatron.core", reason="needs megatron-core (pip install me
 
 from rl_core.backends import WorkerContext  # noqa: E402
 from rl_core.routing_replay import RouterReplay  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_model  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -241,7 +241,7 @@ def test_layouts_record_and_replay_as_one_process(qwen3_moe, one_process, layout
 def test_r3_replays_the_hf_rollouts_routing(tmp_path):
     """The hf rollout records its routing (rollout.return_routed_experts); the megatron actor's log-probs under R3 are the
     rollout's own, and forcing other experts moves them (the replay decides the routing)."""
-    from rl_core.testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
+    from rl_core_testing.routing_replay import assert_r3_replays_the_rollout, r3_rollout_batch
     from rl_train_megatron.engine import build_engine
 
     path = make_tiny_model_dir(tmp_path / "m", "qwen3_moe", hidden=32, layers=2, seed=0)
@@ -302,8 +302,8 @@ def test_two_step_grpo_through_rlcore_train(tmp_path, mode):
     import subprocess
     import sys
 
-    from rl_core.testing.bounded_run import communicate_bounded
-    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+    from rl_core_testing.bounded_run import communicate_bounded
+    from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
     extra = {"rollout__return_routed_experts": True} if mode == "R3" else {}
     cfg = write_tiny_run(tmp_path, steps=2, model={"arch": "qwen3_moe"}, train__name="megatron", actor__router_replay=mode,

@@ -17,10 +17,10 @@ import torch
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.tiny_run import read_metrics, write_tiny_run  # noqa: E402
-from rl_core.testing.train_conformance import make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.tiny_run import read_metrics, write_tiny_run  # noqa: E402
+from rl_core_testing.train_conformance import make_step_batch  # noqa: E402
 from test_megatron_router_replay import _config, _random_routing, run_layout  # noqa: E402
 
 pytestmark = [pytest.mark.megatron, pytest.mark.dist]
@@ -62,7 +62,7 @@ def test_two_step_r3_grpo_in_the_scripts_layout(tmp_path):
     import subprocess
     import sys
 
-    from rl_core.testing.bounded_run import communicate_bounded
+    from rl_core_testing.bounded_run import communicate_bounded
 
     options = {**OFFLOAD, "transformer_config": {**RECOMPUTE, "pipeline_model_parallel_layout": LAYOUT}}
     cfg = write_tiny_run(tmp_path, nprocs=4, steps=2, model={"arch": "qwen3_moe", "layers": 4, "hidden": 32}, train__name="megatron",

@@ -19,9 +19,9 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.tiny_model import make_tiny_model_dir
-from rl_core.testing.train_conformance import default_config, make_step_batch
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.tiny_model import make_tiny_model_dir
+from rl_core_testing.train_conformance import default_config, make_step_batch
 
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 pytestmark = [pytest.mark.megatron, pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL)")]

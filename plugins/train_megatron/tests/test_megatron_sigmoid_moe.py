@@ -26,9 +26,9 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import EOS_ID, IM_START_ID, PAD_ID, build_tokenizer, save_quietly  # noqa: E402
-from rl_core.testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import EOS_ID, IM_START_ID, PAD_ID, build_tokenizer, save_quietly  # noqa: E402
+from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -330,7 +330,7 @@ def _with(cfg, model_dir, tc: dict, **override):
 
 
 def test_expert_bias_is_accepted_for_sigmoid_routers_and_refused_for_softmax_ones(tmp_path):
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     hy = make_sigmoid_model_dir(tmp_path / "hy", "hy_v3")
     qwen = make_tiny_model_dir(tmp_path / "qwen", "qwen3_moe", hidden=32, layers=2)
@@ -381,8 +381,8 @@ def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path
 
     from safetensors.torch import load_file
 
-    from rl_core.testing.bounded_run import communicate_bounded
-    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+    from rl_core_testing.bounded_run import communicate_bounded
+    from rl_core_testing.tiny_run import read_metrics, write_tiny_run
     from rl_train_megatron import convert
     from rl_train_megatron.model import model_shape
 
@@ -425,7 +425,7 @@ def test_two_step_grpo_through_rlcore_train_exports_the_trained_weights(tmp_path
 
 def test_engine_refuses_expert_bias_on_a_softmax_router(tmp_path):
     """Without the check (config.json unread when checked), the engine refuses it when it builds the model, by key."""
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
     from rl_train_megatron.engine import MegatronBackend
     from rl_train_megatron.model import UnsupportedModelError
 

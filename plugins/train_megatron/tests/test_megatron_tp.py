@@ -14,11 +14,11 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.rollout_conformance import reference_model  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.rollout_conformance import reference_model  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import default_config, make_step_batch  # noqa: E402
 
 pytestmark = pytest.mark.megatron
 
@@ -129,7 +129,7 @@ def test_update_equals_one_process(tp2, tp1):
             _close(out["critic_metrics"][key], tp1["critic_metrics"][key], f"critic {key}")
         torch.testing.assert_close(out["values"], tp1["values"], atol=1e-5, rtol=0)
         for name, w in tp1["weights"].items():
-            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core.testing.adam_weights)
+            if zero_grad_in_exact_arithmetic(name):  # Adam amplifies rounding (rl_core_testing.adam_weights)
                 continue
             assert_adam_weights_close(out["weights"][name], w, tp1["init_weights"][name], name=name, atol=1e-5, rtol=1e-5)
 

@@ -16,10 +16,10 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
-from rl_core.testing.distributed import run_distributed  # noqa: E402
-from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
-from rl_core.testing.train_conformance import default_config, make_step_batch  # noqa: E402
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic  # noqa: E402
+from rl_core_testing.distributed import run_distributed  # noqa: E402
+from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+from rl_core_testing.train_conformance import default_config, make_step_batch  # noqa: E402
 import test_megatron_tp as tp_suite  # noqa: E402  (a module, so its tests are not collected here; its runs are pickled by name)
 from test_megatron_tp import _close, _weights, run_resume, run_tp  # noqa: E402
 

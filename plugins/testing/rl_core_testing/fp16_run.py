@@ -1,6 +1,6 @@
 """A 2-step GRPO ``rlcore train`` run with ``model.dtype=float16``, for the train / rollout plugins' tests.
 
-:func:`fp16_grpo_run` writes the tiny run (:mod:`rl_core.testing.tiny_run`) with float16 set, checks it with
+:func:`fp16_grpo_run` writes the tiny run (:mod:`rl_core_testing.tiny_run`) with float16 set, checks it with
 ``rlcore check``, trains it, and asserts what float16 must show in every step's metrics: the loss scale
 (``actor/loss_scale``, :mod:`rl_core.train_engine.loss_scale`) at its start with no skipped step, a finite
 gradient norm, the rollout's log-probs close to the actor's (``rollout_corr/log_prob_abs_diff_max``), and every
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_core.testing.bounded_run import communicate_bounded
-from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+from rl_core_testing.bounded_run import communicate_bounded
+from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
 
 def engine_missing(rollout: str) -> str | None:

@@ -3,7 +3,7 @@
 :func:`make_tiny_vlm_dir` writes what a real Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 folder holds: ``config.json``
 (vision depth 1-2, text hidden 64), ``model.safetensors``, ``preprocessor_config.json`` (Qwen2-VL's image processor
 from its class defaults, pixels bounded so an image is a few tokens), ``processor_config.json``, and the tokenizer of
-:mod:`rl_core.testing.tiny_model` plus Qwen's vision tokens and a chat template that places images.
+:mod:`rl_core_testing.tiny_model` plus Qwen's vision tokens and a chat template that places images.
 ``AutoProcessor`` / ``AutoModelForImageTextToText`` load it with no network.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from rl_core.testing.tiny_model import EOS_ID, IM_START_ID, PAD_ID, build_tokenizer, save_quietly
+from rl_core_testing.tiny_model import EOS_ID, IM_START_ID, PAD_ID, build_tokenizer, save_quietly
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 #: ids of VISION_TOKENS in the tokenizer (after the 3 specials and the 256 bytes)

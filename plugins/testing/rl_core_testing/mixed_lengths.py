@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from rl_core.batch import Batch
 from rl_core.util.positions import position_ids_from_mask
 

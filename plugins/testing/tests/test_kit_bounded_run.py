@@ -1,4 +1,4 @@
-"""rl_core.testing.bounded_run: a hung ``rlcore``-like subprocess fails with its stacks and is killed, children too."""
+"""rl_core_testing.bounded_run: a hung ``rlcore``-like subprocess fails with its stacks and is killed, children too."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import sys
 import textwrap
 
 import pytest
-
-from rl_core.testing.bounded_run import communicate_bounded, descendants
+from rl_core_testing.bounded_run import communicate_bounded, descendants
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc") or not hasattr(os, "fork"), reason="needs Linux /proc")
 

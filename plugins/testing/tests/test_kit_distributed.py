@@ -6,8 +6,8 @@ import os
 import time
 
 import pytest
-from rl_core.testing import distributed
-from rl_core.testing.distributed import DistributedError, run_distributed
+from rl_core_testing import distributed
+from rl_core_testing.distributed import DistributedError, run_distributed
 
 
 @pytest.fixture(scope="module", autouse=True)

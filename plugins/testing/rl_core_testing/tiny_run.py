@@ -5,7 +5,7 @@ config into ``tmp`` and returns the config's path, for tests that run
 ``rlcore train`` (core's and every plugin's). Any config key can be set with
 ``section__key=value`` keywords (``rollout__name="vllm"``,
 ``train__tensor_model_parallel_size=2``); ``model`` picks the tiny model's
-shape (:func:`rl_core.testing.tiny_model.make_tiny_model_dir` arguments).
+shape (:func:`rl_core_testing.tiny_model.make_tiny_model_dir` arguments).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def write_tiny_run(
     **extra: Any,
 ) -> Path:
     """Writes model, data, reward and config into ``tmp``; returns the config path."""
-    from rl_core.testing.tiny_model import make_tiny_model_dir
+    from rl_core_testing.tiny_model import make_tiny_model_dir
 
     tmp = Path(tmp)
     model_dir = make_tiny_model_dir(tmp / "model", **(model or {}))

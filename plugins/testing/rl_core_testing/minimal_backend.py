@@ -1,9 +1,9 @@
 """A minimal train backend: one process, plain PyTorch, the whole :class:`TrainBackend` contract in one file.
 
 The worked example of docs/plugins.md; it passes the train conformance suite
-(tests/core/test_minimal_backend.py). A card would register it as::
+(plugins/testing/tests/test_kit_minimal_backend.py). A card would register it as::
 
-    TrainCard(name="minimal", factory="rl_core.testing.minimal_backend:MinimalBackend", roles={"actor", "critic", "ref"})
+    TrainCard(name="minimal", factory="rl_core_testing.minimal_backend:MinimalBackend", roles={"actor", "critic", "ref"})
 
 Core's :class:`~rl_core.train_engine.engine.RoleEngine` does everything else:
 epochs, mini- and micro-batches, loss weighting, zero-advantage rows, the LR
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
-
 from rl_core.checkpoints import copy_state, load_rng_state, safe_load, save_rng_state, save_tensors
 from rl_core.modeling import forward_values
 from rl_core.train_engine.backend import Heads, TrainBackend, build_adamw, load_role_model

@@ -3,7 +3,7 @@
 A backend's test module subclasses :class:`RolloutConformance` and says how
 to build its engine::
 
-    from rl_core.testing.rollout_conformance import RolloutConformance
+    from rl_core_testing.rollout_conformance import RolloutConformance
 
     class TestMyRollout(RolloutConformance):
         logprob_atol = 1e-3              # capabilities / tolerances: class attributes
@@ -14,7 +14,7 @@ to build its engine::
 Every backend gets the same inputs and the same assertions, checked against
 independent references: a plain ``transformers`` forward pass of the same
 weights (log-probs, greedy tokens) and a tiny model whose next token is
-known by construction (:func:`rl_core.testing.tiny_model.bigram_weights`:
+known by construction (:func:`rl_core_testing.tiny_model.bigram_weights`:
 EOS handling, masks, stop strings, weight loading).
 
 Class attributes a subclass may change:
@@ -38,12 +38,12 @@ from typing import Any
 import attrs
 import pytest
 import torch
-
 from rl_core.backends import RolloutEngine, SamplingParams
 from rl_core.batch import Batch
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.testing.distributed import torch_threads as _threads
-from rl_core.testing.tiny_model import (
+
+from rl_core_testing.distributed import torch_threads as _threads
+from rl_core_testing.tiny_model import (
     EOS_ID,
     PAD_ID,
     bigram_weights,
@@ -369,7 +369,6 @@ class RolloutConformance:
         if not self.supports_multi_turn:
             pytest.skip("this backend has no multi-turn (agent) rollout")
         import numpy as np
-
         from rl_core.agent.chat import ChatDelta
         from rl_core.config.schema import MultiTurnConfig
         from rl_core.testing.agent_fixtures import count_chars, register_fixtures

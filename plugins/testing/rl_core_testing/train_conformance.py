@@ -5,7 +5,7 @@ factory (the same dotted path as its :class:`~rl_core.cards.TrainCard`, returnin
 a :class:`~rl_core.train_engine.backend.TrainBackend`; spawned ranks import it by
 name). Core's :class:`~rl_core.train_engine.engine.RoleEngine` drives it::
 
-    from rl_core.testing.train_conformance import TrainConformance
+    from rl_core_testing.train_conformance import TrainConformance
 
     class TestMyTrainer(TrainConformance):
         factory = "my_pkg.engine:MyBackend"
@@ -51,7 +51,6 @@ from typing import Any
 import attrs
 import pytest
 import torch
-
 from rl_core.backends import SamplingParams, TrainEngine, WorkerContext
 from rl_core.batch import Batch
 from rl_core.cards import load_object
@@ -65,13 +64,14 @@ from rl_core.config.schema import (
     RunConfig,
     TrainerConfig,
 )
-from rl_core.testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
-from rl_core.testing.distributed import run_distributed
-from rl_core.testing.distributed import torch_threads as _threads
-from rl_core.testing.rollout_conformance import prompt_batch, reference_model
-from rl_core.testing.tiny_model import PAD_ID, make_tiny_model_dir
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.train_engine.engine import RoleEngine, build_role_engine
+
+from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
+from rl_core_testing.distributed import run_distributed
+from rl_core_testing.distributed import torch_threads as _threads
+from rl_core_testing.rollout_conformance import prompt_batch, reference_model
+from rl_core_testing.tiny_model import PAD_ID, make_tiny_model_dir
 
 PROMPTS_PER_STEP = 4
 N_SAMPLES = 2
@@ -669,7 +669,7 @@ class TrainConformance:
             for key in ("loss", "grad_norm"):
                 assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
             # the inference forward's log-probs equal the training forward's up to rounding: AdamW's first step
-            # lets entries whose gradient is rounding noise differ (rl_core.testing.adam_weights)
+            # lets entries whose gradient is rounding noise differ (rl_core_testing.adam_weights)
             ea, eb = dict(told.named_weights()), dict(given.named_weights())
             for name, w in eb.items():
                 if not zero_grad_in_exact_arithmetic(name):

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import torch
-
 from rl_core.backends import SamplingParams, WorkerContext
 
 
 def r3_rollout_batch(cfg, model_dir):
-    """The hf rollout's batch of :func:`~rl_core.testing.rollout_conformance.prompt_batch` (2 samples, 6 tokens), with the
+    """The hf rollout's batch of :func:`~rl_core_testing.rollout_conformance.prompt_batch` (2 samples, 6 tokens), with the
     routing it recorded (``cfg``: ``rollout.return_routed_experts=true``)."""
     from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.testing.rollout_conformance import prompt_batch
+
+    from rl_core_testing.rollout_conformance import prompt_batch
 
     rollout = HFRolloutEngine(cfg, WorkerContext())
     return rollout.generate(prompt_batch(model_dir), SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=5))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from rl_core.testing.tiny_model import EOS_ID, PAD_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
+from rl_core_testing.tiny_model import EOS_ID, PAD_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
 
 
 def _digest(path) -> str:
