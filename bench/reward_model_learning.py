@@ -1,7 +1,7 @@
 """A learned reward model drives GRPO and PPO on the CPU (issue 30's end-to-end acceptance).
 
 1. Train a tiny reward model (LlamaForSequenceClassification, its own byte vocabulary in another order)
-   to predict a property of text: the fraction of ASCII letters (rl_core.testing.reward_model_task).
+   to predict a property of text: the fraction of ASCII letters (rl_reward_model.testing).
 2. Train the tiny random policy against it with GRPO and with PPO (reward = the model's score alone;
    responses decoded with the policy's tokenizer and re-encoded with the reward model's).
 3. Measure the TRUE property (not the model's score) on held-out prompts the policy never trained on,
@@ -24,7 +24,8 @@ HELD_OUT = [[{"role": "user", "content": f"Tell me about {w}."}] for w in ("rive
 def run(algo: str, tmp: Path, rm_dir: Path, steps: int, seed: int) -> dict:
     from rl_core.config.load import load_config
     from rl_core.plan.resolver import resolve
-    from rl_core.testing.reward_model_task import sample_property
+    from rl_reward_model.testing import sample_property
+    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
     from rl_core.trainer.loop import Trainer
     from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from rl_core.testing.reward_model_task import train_property_reward_model
+    from rl_reward_model.testing import train_property_reward_model
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -76,7 +77,7 @@ def main() -> None:
         "",
         f"Reward model: tiny LlamaForSequenceClassification trained in {rm_seconds:.0f} s ({args.rm_steps} steps x 32 random responses) "
         f"to predict the fraction of ASCII letters; held-out fit: MAE {fit['mae']:.3f}, correlation {fit['corr']:.3f}. Its vocabulary differs "
-        "from the policy's (rl_core.testing.reward_tokenizer).",
+        "from the policy's (rl_reward_model.reward_tokenizer).",
         "",
         "| algorithm | steps | train s | RM score, step 1 | RM score, last step | TRUE letter fraction on 8 held-out prompts, before | after |",
         "|---|---|---|---|---|---|---|",

@@ -42,7 +42,7 @@ def reward_model_folder(path: Path) -> str:
     """A tiny LlamaForSequenceClassification (one label) with a tokenizer that has a chat template, saved to ``path``."""
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from rl_core.testing.reward_tokenizer import build_other_tokenizer
+    from rl_reward_model.reward_tokenizer import build_other_tokenizer
 
     tok = build_other_tokenizer()
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,

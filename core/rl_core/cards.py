@@ -64,7 +64,7 @@ class CardBase:
 
     def capabilities(self) -> dict[str, Any]:
         """The declared capabilities as plain JSON-able data (for `rlcore plugins`)."""
-        skip = {"name", "factory", "description", "provider", "checks"}
+        skip = {"name", "factory", "description", "provider", "checks", "memory"}  # memory: a function (RewardModelCard)
         out = {}
         for field in attrs.fields(type(self)):
             if field.name in skip:
@@ -212,18 +212,28 @@ class RewardCard(CardBase):
 class RewardModelCard(CardBase):
     """A model-based reward (a learned reward model, an LLM judge): ``reward_model.name``.
 
-    ``factory`` is called as ``factory(config, context)`` inside the worker that
-    holds the reward model (the actor's, or a pool of its own) and returns an
-    object following :class:`rl_core.rewards.model_role.ModelScorer`: it scores
+    ``factory`` is loaded once when the stack resolves (``Stack.reward_model_fn``) and called as
+    ``factory(config, context)`` inside the worker that holds the reward model (the actor's, or a pool
+    of its own, :class:`rl_core.rewards.model_role.RewardModelRole`); it returns an object following
+    :class:`rl_core.rewards.model_role.ModelScorer`: it scores
     :class:`~rl_core.rewards.model_role.ScoreRequest` s (texts, never the
     policy's token ids). ``checks`` are light ``check(run_config) -> list[Problem]``
     callables (``rlcore check``) that must not load the model.
+
+    ``rollout_key``: a dotted config key naming a rollout card the reward model generates with (a
+    generative judge); the resolver puts that card in ``Stack.reward_model_rollout`` and the factory is
+    then called as ``factory(config, context, rollout=card)``. ``memory``: the memory estimate's
+    reward-model terms, ``memory(config, shape, dtype_bytes) -> (parameters, extra bytes)``: the
+    parameters it holds on the device and the bytes one micro-batch needs beyond a forward's temporaries
+    (e.g. a KV cache); None: the whole model of ``reward_model.model.path``, a forward only.
     """
 
     kind: ClassVar[str] = "reward_model"
 
     devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    rollout_key: str | None = None
+    memory: Callable | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(kw_only=True)

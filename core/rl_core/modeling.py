@@ -138,6 +138,9 @@ def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code
     return model.to(device)
 
 
+build_model = _build  # the public name, for plugins building a model with another head (e.g. sequence classification)
+
+
 def load_causal_lm(
     path: str | Path,
     *,

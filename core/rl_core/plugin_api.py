@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, EstimatorCard, PolicyLossCard, ConverterCard)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, CheckCard: a check of the run plan)",
     "rl_core.card_options": "Options: the base of an estimator's / policy loss's options class (typed card options)",
     "rl_core.engine_versions": "installed_engine: the installed distribution and version of a card's engine (package metadata, no import)",
     "rl_core.problems": "Problem (what a card's check returns), UserError, nearest_divisors",
@@ -33,5 +33,11 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.offload": "CPU offload between phases: move_params / move_grads / move_optimizer_state, streamed_step, host_step, own_storage (issues #32, #37)",
     "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
     "rl_core.train_engine.hf_export": "write_hf_folder / write_weights (ShardWriter: streamed safetensors shards) / write_tokenizer: the HF folder save_hf writes",
+    "rl_core.plugins": "Registry (what a check receives: get, names), UnknownCardError",
+    "rl_core.util.precision": "resolve_dtype: auto resolved for a device",
+    "rl_core.plan.memory": "hub_config: a hub name's cached config.json (the Hugging Face cache, no download)",
+    "rl_core.rewards.model_role": "the reward-model role's contract: ScoreRequest (texts in), ModelScorer, chat_of / plain_prompt, requests_from_batch, in_process",
+    "rl_core.rewards.pool": "Outcome and its statuses OK / ERROR / TIMEOUT: what a scorer returns per sample",
+    "rl_core.rewards.scoring": "call_with_timeout / ScorerTimeout (a scorer call with a time limit), RewardConfigError",
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
 }

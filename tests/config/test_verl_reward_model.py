@@ -55,7 +55,7 @@ def test_what_cannot_be_matched_is_refused_by_the_key_as_written():
 
 
 def test_a_judge_needs_a_length():
-    from rl_core.rewards.model_checks import judge_problems
+    from rl_reward_model.checks import judge_problems
 
     loaded, errors, _ = _report("reward_model.name=judge", "reward_model.max_length=null")
     assert any(p.key == "reward_model.max_length" for p in judge_problems(loaded.config))

@@ -85,7 +85,7 @@ def print_memory(stack, out=None) -> None:
     out = out or sys.stdout
     from rl_core.plan.memory import estimate
 
-    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train)
+    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, reward_model=stack.reward_model)
     if est is None:
         print(f"memory estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally); point model.path at a local folder to get one", file=out)
         return

@@ -449,7 +449,7 @@ class RewardModelModelConfig:
 
 @attrs.frozen(kw_only=True)
 class JudgeConfig:
-    """A generative judge (``reward_model.name=judge``): rl_core.rewards.judge."""
+    """A generative judge (``reward_model.name=judge``, a plugin's card; docs/reward-models.md): data only."""
 
     engine: str = "hf"  # a rollout engine by name (a registered rollout card) that runs the judge's model
     # the judge's prompt: {prompt} (the policy's prompt as text), {response}, {ground_truth} are filled in

@@ -154,7 +154,8 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
     config, sizes, _ = normalize(config)
     if sizes is None or sizes.device == "cpu":
         return []
-    est = estimate(config, sizes, available=available)
+    rm_card = registry.cards["reward_model"].get(config.reward_model.name) if registry is not None and config.reward_model.enable else None
+    est = estimate(config, sizes, available=available, reward_model=rm_card)
     if est is None or est.available is None or est.fits is not False:
         return []
     terms = actor_terms(config, est.shape, sizes.world_size if sizes.world_size > 1 else 1, 4)

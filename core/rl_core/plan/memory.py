@@ -146,7 +146,8 @@ def _moe_shape(cfg: dict[str, Any]) -> dict[str, int]:
                 topk=int(cfg.get("num_experts_per_tok") or 1))
 
 
-def _hub_config(name: str) -> str | None:
+def hub_config(name: str) -> str | None:
+    """The config.json of a hub name's newest snapshot in the Hugging Face cache (None when not cached)."""
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
     hits = sorted(glob.glob(os.path.join(hub, "models--" + name.replace("/", "--"), "snapshots", "*", "config.json")))
     return hits[-1] if hits else None
@@ -163,7 +164,7 @@ def model_shape(path: str, override: dict[str, Any] | None = None) -> ModelShape
         known = name
     else:
         candidates.append(os.path.join(os.path.expanduser(path), "config.json"))
-        candidates.append(_hub_config(path) or "")
+        candidates.append(hub_config(path) or "")
         known = path.lower()
     for cand in candidates:
         if cand and os.path.isfile(cand):
@@ -237,12 +238,12 @@ def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
 
 def estimate(
     config: Any, sizes: Any, *, rollout: Any = None, train: Any = None, available: float | None = None, shape: ModelShape | None = None,
-    alternatives: bool = True,
+    alternatives: bool = True, reward_model: Any = None,
 ) -> Estimate | None:
     """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown.
 
     ``rollout`` / ``train``: the stack's cards (what each backend holds: ``RolloutCard.memory_fraction``,
-    ``TrainCard.state_sharding``).
+    ``TrainCard.state_sharding``); ``reward_model``: the reward model's card (its ``memory`` terms).
     """
     shape = shape or model_shape(config.model.path, config.model.override_config)
     if shape is None:
@@ -341,7 +342,7 @@ def estimate(
         t["critic gradients + activations (update)"] = 4 * P / Sc + act
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
-    rm = reward_model_terms(config, sizes, device)
+    rm = reward_model_terms(config, sizes, device, reward_model)
     rm_kept = rm.get("reward model weights (kept)", 0.0)  # colocated and not offloaded: held through every phase
     if rm_kept:
         t["reward model weights (kept)"] = rm_kept
@@ -394,7 +395,7 @@ def estimate(
     ranks = sizes.world_size if device == "cpu" else 1
     est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=(), notes=tuple(notes))
     if est.fits is False and alternatives:
-        with_cards = functools.partial(estimate, rollout=rollout, train=train)
+        with_cards = functools.partial(estimate, rollout=rollout, train=train, reward_model=reward_model)
         est = attrs.evolve(
             est,
             advice=tuple(advice(config, sizes, est, fraction_engine=fraction_engine, sharding=sharding))
@@ -403,10 +404,11 @@ def estimate(
     return est
 
 
-def reward_model_terms(config: Any, sizes: Any, device: str) -> dict[str, float]:
+def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:
     """Bytes per rank of the reward model (``reward_model.enable``): ``weights``, one micro-batch's forward, and
     ``reward model weights (kept)`` when it stays on the device (colocated without offload, or any CPU run).
-    Empty when off or its shape is unknown."""
+    Empty when off or its shape is unknown. ``card``: the reward model's card, whose ``memory(config, shape,
+    dtype_bytes)`` gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
     rm = config.reward_model
     if not rm.enable:
         return {}
@@ -416,16 +418,12 @@ def reward_model_terms(config: Any, sizes: Any, device: str) -> dict[str, float]
     c = DTYPE_BYTES.get(rm.model.dtype or config.model.dtype, 4)
     pools = getattr(sizes, "pools", {}) or {}
     holders = pools["reward_model"][0] if "reward_model" in pools else sizes.world_size
-    params = shape.params
-    if rm.name != "judge" and not shape.tied:
-        params -= shape.vocab * shape.hidden  # a classifier's head is one row, not the LM head
+    params, extra = (shape.params, 0.0) if getattr(card, "memory", None) is None else card.memory(config, shape, c)
     weights = c * params / (holders if rm.strategy == "fsdp" and holders > 1 else 1)
     # max_length null (the model's context): the longest prompt + response the run makes
     micro, length = rm.micro_batch_size_per_gpu, rm.max_length or config.data.max_prompt_length + config.data.max_response_length
     # one layer's temporaries of an inference forward (hidden states, attention and MLP intermediates)
-    work = micro * length * c * (4 * shape.hidden + 2 * shape.intermediate)
-    if rm.name == "judge":  # its engine's KV cache for one micro-batch of prompts + answers
-        work += micro * (length + rm.judge.max_new_tokens) * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
+    work = micro * length * c * (4 * shape.hidden + 2 * shape.intermediate) + extra
     out = {"weights": weights, "reward model forward (one micro-batch)": float(work)}
     offloaded = rm.offload if rm.offload is not None else device != "cpu"
     if "reward_model" not in pools and (device == "cpu" or not offloaded or rm.strategy == "fsdp"):

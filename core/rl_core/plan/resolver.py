@@ -57,11 +57,14 @@ class Plan:
     converter: ConverterCard | None
     warnings: tuple[Problem, ...] = ()
     reward_model: RewardModelCard | None = None  # reward_model.enable: the model-based reward's card
+    # the rollout card named by the reward model card's rollout_key (a generative judge's engine), if any
+    reward_model_rollout: RolloutCard | None = None
     # the cards' loaded functions (module-level, so the Plan pickles to worker processes by reference):
     # the loop, the workers and the engines use these; nothing looks a name up again
     estimator_fn: Callable[..., Any] | None = None
     policy_loss_fn: Callable[..., Any] | None = None
     reward_fn: Callable[..., Any] | None = None
+    reward_model_fn: Callable[..., Any] | None = None  # the reward model card's factory (rl_core.rewards.model_role)
     # without reward.name, each sample's data_source is matched against these (the cards seen when resolving)
     reward_cards: tuple[RewardCard, ...] = ()
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
@@ -337,6 +340,20 @@ def load_factory(card, key: str, problems: list[Problem]) -> Any:
         return None
 
 
+def _reward_model_rollout(config: RunConfig, card: RewardModelCard | None, registry: Registry) -> RolloutCard | None:
+    """The rollout card named by ``card.rollout_key`` (None without one, or when the name is unknown: the reward
+    model's checks name that problem)."""
+    if card is None or not card.rollout_key:
+        return None
+    value: Any = config
+    for part in card.rollout_key.split("."):
+        value = getattr(value, part, None)
+    try:
+        return registry.get("rollout", value) if isinstance(value, str) else None
+    except UnknownCardError:
+        return None
+
+
 def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) -> None:
     for card, _key in cards:
         for check in getattr(card, "checks", ()) if card is not None else ():
@@ -370,9 +387,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
     policy_loss = _lookup(registry, "policy_loss", config.actor.policy_loss, "actor.policy_loss", problems)
     reward = _check_reward(config, registry, problems)
-    from rl_core.rewards.model_checks import reward_model_card, reward_model_problems
-
-    reward_model = reward_model_card(config, registry, problems)
+    rm = config.reward_model
+    reward_model = _lookup(registry, "reward_model", rm.name, "reward_model.name", problems) if rm.enable else None
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
@@ -398,12 +414,17 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
     policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)
     reward_fn = load_factory(reward, "reward.name", problems)
-    _run_card_checks(config, cards, problems)
+    reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
+    reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
+    _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
-    problems.extend(reward_model_problems(config, registry, card=reward_model))
+    from rl_core.rewards.mixing import mixing_problems
+
+    # reward.weights and a rule reward the model's score replaces (the reward model's folder: its plugin's probe, rl_core.plan.checks)
+    problems.extend(mixing_problems(config))
     problems = first_per_key(problems)
 
-    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model is None):
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model_fn is None):
         return None, problems
     stack = Plan(
         config=config,
@@ -419,6 +440,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         estimator_fn=estimator_fn,
         policy_loss_fn=policy_loss_fn,
         reward_fn=reward_fn,
+        reward_model_fn=reward_model_fn,
+        reward_model_rollout=reward_model_rollout,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -46,6 +46,21 @@ def weight_problems(weights: Mapping[str, Any], model_enabled: bool) -> list[Pro
     return out
 
 
+def mixing_problems(config: Any) -> list[Problem]:
+    """``reward.weights`` (:func:`weight_problems`), and a rule reward left unused: with ``reward_model.enable``
+    the reward is the model's score alone unless ``reward.weights`` weight the rule part (the resolver's check)."""
+    rm_enabled, reward = config.reward_model.enable, config.reward
+    out = weight_problems(reward.weights, rm_enabled)
+    if rm_enabled and (reward.name or reward.custom.path):
+        weights = RewardWeights(reward.weights, model_enabled=True)
+        if not reward.weights or all("rule" not in weights.for_source(s) for s in [*reward.weights, None]):
+            key = "reward.custom.path" if reward.custom.path else "reward.name"
+            out.append(Problem(key=key, severity="warning",
+                               what="is set, but with reward_model.enable the reward is the model's score alone unless reward.weights weight the rule part",
+                               fix="mix them, e.g. reward.weights={default: {rule: 1.0, model: 1.0}}, or remove the rule reward"))
+    return out
+
+
 class RewardWeights:
     """Which parts score a data source, and with which weights."""
 

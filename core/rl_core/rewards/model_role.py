@@ -13,9 +13,10 @@ The controller splits the requests over the workers that hold it (:func:`split_r
 runs the same number of micro-batch rounds, so a model sharded with FSDP (``reward_model.strategy=fsdp``)
 keeps its collectives in step.
 
-A scorer is what a :class:`~rl_core.cards.RewardModelCard`'s factory returns (``factory(config, context)``):
-the built-in ``classifier`` (:mod:`rl_core.rewards.classifier`) and ``judge`` (:mod:`rl_core.rewards.judge`),
-or a plugin's (``rl_core_register_reward_models``).
+A scorer is what a :class:`~rl_core.cards.RewardModelCard`'s factory returns (``factory(config, context)``,
+loaded once when the stack resolves: ``Stack.reward_model_fn``), from a plugin registering it through
+``rl_core_register_reward_models`` (docs/reward-models.md). This module is core's side of the contract:
+the requests, the scorer's protocol, the controller's split and the worker's role.
 """
 
 from __future__ import annotations
@@ -134,10 +135,12 @@ class RewardModelRole:
 
     def __init__(self, stack: Any, context: Any, *, colocated: bool) -> None:
         cfg = stack.config.reward_model
-        card = stack.reward_model
-        if card is None:  # pragma: no cover - the resolver sets it whenever reward_model.enable
-            raise ValueError("reward_model.enable is set but the stack has no reward-model card; resolve the config first")
-        self.scorer = card.load()(stack.config, context)
+        card, factory = stack.reward_model, stack.reward_model_fn
+        if card is None or factory is None:  # pragma: no cover - the resolver sets them whenever reward_model.enable
+            raise ValueError("reward_model.enable is set but the stack has no loaded reward-model card; resolve the config first")
+        # a card with a rollout_key (a generative judge) gets the rollout card the resolver found for it
+        extra = {"rollout": stack.reward_model_rollout} if card.rollout_key else {}
+        self.scorer = factory(stack.config, context, **extra)
         on_device = context.device != "cpu"
         self.offloads = bool(cfg.offload if cfg.offload is not None else (colocated and on_device)) and on_device
         if self.offloads and cfg.strategy == "fsdp":

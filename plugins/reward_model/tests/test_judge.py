@@ -11,12 +11,12 @@ from rl_core.plugins import get_registry
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.config.schema import RunConfig
-from rl_core.rewards.judge import JudgeScorer
+from rl_reward_model.judge import JudgeScorer
 from rl_core.rewards.manager import RewardError, RewardManager
 from rl_core.rewards.model_role import in_process
 from rl_core_testing.tiny_model import EOS_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
 
-from tests.rewards.rm_fixtures import with_reward_model
+from rm_fixtures import with_reward_model
 
 
 def tok_id(ch: str) -> int:
@@ -50,7 +50,10 @@ def batch_of(texts):
 
 def test_tiny_judge_scores_and_counts_parse_failures(judge_dir):
     config = judge_config(judge_dir)
-    scorer = JudgeScorer(config, WorkerContext())  # the hf engine, found by name among the rollout cards
+    from rl_core.plugins import get_registry
+
+    hf = get_registry().get("rollout", config.reward_model.judge.engine)  # what the resolver finds (Stack.reward_model_rollout)
+    scorer = JudgeScorer(config, WorkerContext(), rollout=hf)  # the hf engine, built from that rollout card
     texts = ["good answer", "bad x", "lazy z", "fine"]
     batch = batch_of(texts)
     skip = attrs.evolve(config.reward, on_error="skip")

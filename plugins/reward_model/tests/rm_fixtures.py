@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 import torch
-from rl_core.testing.reward_tokenizer import OTHER_TEMPLATE, build_other_tokenizer
+from rl_reward_model.reward_tokenizer import OTHER_TEMPLATE, build_other_tokenizer
 
 RM_TEMPLATE = OTHER_TEMPLATE
 build_rm_tokenizer = build_other_tokenizer

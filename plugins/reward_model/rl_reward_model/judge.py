@@ -24,9 +24,10 @@ import attrs
 import torch
 
 from rl_core.rewards.model_role import ScoreRequest
-from rl_core.rewards.model_text import load_scorer_tokenizer, render_chat, scorer_dtype
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import ScorerTimeout, call_with_timeout
+
+from rl_reward_model.text import load_scorer_tokenizer, render_chat, scorer_dtype
 
 TEMPLATE_FIELDS = ("prompt", "response", "ground_truth")
 
@@ -53,7 +54,7 @@ def judge_run_config(config: Any) -> Any:
 
 
 class JudgeScorer:
-    def __init__(self, config: Any, context: Any, *, engine: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, config: Any, context: Any, *, engine: Any = None, tokenizer: Any = None, rollout: Any = None) -> None:
         from rl_core.backends import SamplingParams
 
         self.cfg = rm = config.reward_model
@@ -61,13 +62,13 @@ class JudgeScorer:
         self.pattern = re.compile(self.judge.score_pattern)
         self.tokenizer = tokenizer if tokenizer is not None else load_scorer_tokenizer(rm, padding_side="left")
         if engine is None:
-            from rl_core.plugins import get_registry
-
+            if rollout is None:  # the resolver finds it (the card's rollout_key); the check names an unknown one
+                raise ValueError(f"reward_model.judge.engine={self.judge.engine!r}: the resolved stack has no rollout card for the judge; "
+                                 "run `rlcore check` and set it to an installed rollout engine (rlcore plugins)")
             jconfig = judge_run_config(config)
             if jconfig.model.dtype == "auto":
                 jconfig = attrs.evolve(jconfig, model=attrs.evolve(jconfig.model, dtype=scorer_dtype(config, context.device)))
-            card = get_registry().get("rollout", self.judge.engine)
-            engine = card.load()(jconfig, context)
+            engine = rollout.load()(jconfig, context)
         self.engine = engine
         self.params = SamplingParams(n=1, greedy=True, temperature=0.0, max_new_tokens=self.judge.max_new_tokens)
         pad = self.tokenizer.pad_token_id
@@ -152,6 +153,6 @@ class JudgeScorer:
             closer()
 
 
-def factory(config: Any, context: Any) -> JudgeScorer:
-    """The ``judge`` card's factory."""
-    return JudgeScorer(config, context)
+def factory(config: Any, context: Any, *, rollout: Any = None) -> JudgeScorer:
+    """The ``judge`` card's factory; ``rollout``: the card of ``reward_model.judge.engine`` (``Stack.reward_model_rollout``)."""
+    return JudgeScorer(config, context, rollout=rollout)

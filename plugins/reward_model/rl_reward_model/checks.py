@@ -1,11 +1,17 @@
 """`rlcore check` probes for model-based rewards: pure functions returning problems, loading no model.
 
-- :func:`reward_model_problems` ``(config, registry)``: ``reward.weights``, a rule reward left unused, the
-  reward model's folder, then the card's own checks;
+- :func:`reward_model_problems` ``(config, registry)``: the check this plugin registers
+  (a :class:`rl_core.cards.CheckCard`, stage ``rules``): the reward model's folder (any reward-model card's,
+  ``reward_model.model.path``), then the judge's engine (not registered or not installed), which needs the
+  registry;
 - :func:`classifier_problems` (the ``classifier`` card's check): a model without a sequence-classification
   head, more than one label, a tokenizer without a chat template;
-- :func:`judge_problems` (the ``judge`` card's check): the judge's engine not registered or not installed, a
-  template with unknown fields, a score pattern that does not compile, a bad score range, no chat template.
+- :func:`judge_problems` (the ``judge`` card's check): a missing prompt budget, a template with unknown
+  fields, a score pattern that does not compile, a bad score range, a classifier as the judge, no chat template.
+
+``reward.weights`` and a rule reward the model's score replaces are core's checks
+(:func:`rl_core.rewards.mixing.mixing_problems`); the card's checks run with the other cards' (the resolver).
+The parts that read the reward model's files run only when its folder is there (the probe names it otherwise).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ def _hf_json(folder: str, name: str) -> dict[str, Any] | None:
     """``name`` (config.json, tokenizer_config.json) of a local folder or a hub name's cached snapshot."""
     candidates = [os.path.join(os.path.expanduser(folder), name)]
     if not folder.startswith(("/", ".", "~")):
-        from rl_core.plan.memory import _hub_config
+        from rl_core.plan.memory import hub_config
 
-        hub = _hub_config(folder)
+        hub = hub_config(folder)
         if hub:
             candidates.append(os.path.join(os.path.dirname(hub), name))
     for cand in candidates:
@@ -42,35 +48,16 @@ def _has_folder(path: str) -> bool:
     return os.path.isdir(os.path.expanduser(path)) or _hf_json(path, "config.json") is not None
 
 
-def reward_model_card(config: Any, registry: Any, problems: list[Problem]):
-    """The card named by ``reward_model.name`` when ``reward_model.enable`` (None otherwise, or a problem)."""
+def _folder_ok(config: Any) -> bool:
+    """Whether the reward model's folder can be read (the probe names the problem when it cannot)."""
+    path = config.reward_model.model.path
+    return bool(path) and _has_folder(path)
+
+
+def reward_model_problems(config: Any, registry: Any) -> list[Problem]:
+    """The reward model's folder, then the judge's engine: the probe ``rlcore check`` runs (this plugin registers it)."""
     rm = config.reward_model
-    if not rm.enable:
-        return None
-    from rl_core.plugins import UnknownCardError
-
-    try:
-        return registry.get("reward_model", rm.name)
-    except UnknownCardError as exc:
-        names = ", ".join(registry.names("reward_model")) or "(none installed)"
-        problems.append(Problem(key="reward_model.name", what=str(exc), fix=f"set reward_model.name to one of: {names}"))
-        return None
-
-
-def reward_model_problems(config: Any, registry: Any = None, *, card: Any = None) -> list[Problem]:
-    """Every problem of the model-based reward's settings (the probe ``rlcore check`` runs)."""
-    from rl_core.rewards.mixing import RewardWeights, weight_problems
-
-    rm, reward = config.reward_model, config.reward
-    out = weight_problems(reward.weights, rm.enable)
-    rule_set = bool(reward.name or reward.custom.path)
-    if rm.enable and rule_set:
-        weights = RewardWeights(reward.weights, model_enabled=True)
-        if not reward.weights or all("rule" not in weights.for_source(s) for s in [*reward.weights, None]):
-            key = "reward.custom.path" if reward.custom.path else "reward.name"
-            out.append(Problem(key=key, severity="warning",
-                               what="is set, but with reward_model.enable the reward is the model's score alone unless reward.weights weight the rule part",
-                               fix="mix them, e.g. reward.weights={default: {rule: 1.0, model: 1.0}}, or remove the rule reward"))
+    out: list[Problem] = []
     if not rm.enable:
         return out
     if not rm.model.path:
@@ -84,21 +71,29 @@ def reward_model_problems(config: Any, registry: Any = None, *, card: Any = None
     if rm.model.tokenizer_path and not _has_folder(rm.model.tokenizer_path):
         out.append(Problem(key="reward_model.model.tokenizer_path", what=f"{rm.model.tokenizer_path!r} is not a folder",
                            fix="point it at the reward model's tokenizer folder, or remove it to use reward_model.model.path's"))
-    if card is None and registry is not None:
-        card = reward_model_card(config, registry, out)
-    for check in getattr(card, "checks", ()) if card is not None else ():
-        try:
-            out.extend(check(config) or [])
-        except Exception as exc:  # noqa: BLE001 - a plugin's check must not crash `rlcore check`
-            out.append(Problem(key=f"reward_model.{card.name}", what=f"the check {getattr(check, '__name__', check)} from {card.provider} raised {type(exc).__name__}: {exc}",
-                               fix="report this to the plugin's authors"))
+    if rm.name == "judge" and registry is not None:
+        out.extend(judge_engine_problems(config, registry))
     return out
+
+
+def judge_engine_problems(config: Any, registry: Any) -> list[Problem]:
+    """``reward_model.judge.engine``: a registered rollout card whose engine is installed."""
+    from rl_core.engine_versions import engine_version_problem
+    from rl_core.plugins import UnknownCardError
+
+    engine = config.reward_model.judge.engine
+    try:
+        card = registry.get("rollout", engine)
+    except UnknownCardError as exc:
+        return [Problem(key="reward_model.judge.engine", what=str(exc), fix=f"set reward_model.judge.engine to one of: {', '.join(registry.names('rollout'))}")]
+    p = engine_version_problem(card, "reward_model.judge.engine")
+    return [p] if p is not None else []
 
 
 def chat_template_problem(config: Any) -> Problem | None:
     """A reward-model tokenizer without a chat template while one is to be applied."""
     rm = config.reward_model
-    if not rm.apply_chat_template or rm.model.chat_template:
+    if not rm.apply_chat_template or rm.model.chat_template or not _folder_ok(config):
         return None
     folder = rm.model.tokenizer_path or rm.model.path
     tok_cfg = _hf_json(folder, "tokenizer_config.json") or {}
@@ -114,7 +109,7 @@ def classifier_problems(config: Any) -> list[Problem]:
     """The ``classifier`` card's check."""
     rm = config.reward_model
     out: list[Problem] = []
-    cfg = _hf_json(rm.model.path, "config.json")
+    cfg = _hf_json(rm.model.path, "config.json") if _folder_ok(config) else None
     if cfg is not None:
         archs = cfg.get("architectures") or []
         if archs and not any(a.endswith(CLASSIFIER_SUFFIX) for a in archs):
@@ -132,8 +127,8 @@ def classifier_problems(config: Any) -> list[Problem]:
 
 
 def judge_problems(config: Any) -> list[Problem]:
-    """The ``judge`` card's check."""
-    from rl_core.rewards.judge import TEMPLATE_FIELDS, template_fields
+    """The ``judge`` card's check (its engine needs the registry: :func:`judge_engine_problems`, in the probe)."""
+    from rl_reward_model.judge import TEMPLATE_FIELDS, template_fields
 
     rm = config.reward_model
     j = rm.judge
@@ -141,18 +136,6 @@ def judge_problems(config: Any) -> list[Problem]:
     if rm.max_length is None:
         out.append(Problem(key="reward_model.max_length", what="is null (the model's whole context), but the judge needs a budget for its prompt",
                            fix="set reward_model.max_length to the judge prompt's token budget, e.g. 4096"))
-    from rl_core.plugins import UnknownCardError, get_registry
-
-    registry = get_registry()
-    try:
-        card = registry.get("rollout", j.engine)
-    except UnknownCardError as exc:
-        out.append(Problem(key="reward_model.judge.engine", what=str(exc), fix=f"set reward_model.judge.engine to one of: {', '.join(registry.names('rollout'))}"))
-    else:
-        from rl_core.engine_versions import engine_version_problem
-
-        if (p := engine_version_problem(card, "reward_model.judge.engine")) is not None:
-            out.append(p)
     try:
         unknown = sorted(set(template_fields(j.template)) - set(TEMPLATE_FIELDS))
         if unknown:
@@ -171,7 +154,7 @@ def judge_problems(config: Any) -> list[Problem]:
         out.append(Problem(key="reward_model.judge.score_pattern", what=f"is not a regular expression: {exc}", fix=r"e.g. (\d+(?:\.\d+)?)"))
     if not j.score_min < j.score_max:
         out.append(Problem(key="reward_model.judge.score_max", what=f"must be above score_min ({j.score_min:g}), got {j.score_max:g}", fix="e.g. score_min=0, score_max=10"))
-    cfg = _hf_json(rm.model.path, "config.json")
+    cfg = _hf_json(rm.model.path, "config.json") if _folder_ok(config) else None
     archs = (cfg or {}).get("architectures") or []
     if archs and any(a.endswith(CLASSIFIER_SUFFIX) for a in archs):
         out.append(Problem(key="reward_model.model.path", what=f"{rm.model.path!r} is a {archs[0]}: a classifier cannot write an answer for the judge",

@@ -35,7 +35,7 @@ def train_property_reward_model(out: Path, *, steps: int = 300, batch: int = 64,
     """Train and save the reward model to ``out``; returns its held-out fit (``mae``, ``corr``)."""
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from rl_core.testing.reward_tokenizer import build_other_tokenizer
+    from rl_reward_model.reward_tokenizer import build_other_tokenizer
 
     tok = build_other_tokenizer(ONLY_RESPONSE_TEMPLATE)
     cfg = LlamaConfig(

@@ -1,4 +1,4 @@
-"""A byte-level tokenizer whose vocabulary differs from :func:`rl_core_testing.tiny_model.build_tokenizer`'s.
+"""A byte-level tokenizer whose vocabulary differs from rl-core's tiny test policy's (``tiny_model.build_tokenizer``).
 
 Other special tokens (``<pad>`` 0, ``<s>`` 1, ``</s>`` 2), the 256 bytes in reverse order and three merges:
 no token id means the same text to both, so a reward model built on it scores garbage if it is given the
@@ -6,8 +6,6 @@ policy's ids, and the right thing only if the text is re-encoded (tests of model
 """
 
 from __future__ import annotations
-
-from rl_core_testing.tiny_model import _bytes_to_unicode
 
 OTHER_SPECIALS = ("<pad>", "<s>", "</s>")
 OTHER_MERGES = [("t", "h"), ("h", "e"), ("a", "a")]
@@ -19,8 +17,9 @@ def build_other_tokenizer(chat_template: str | None = OTHER_TEMPLATE):
     """The tokenizer (right padding, pad ``<pad>``, eos ``</s>``), with ``chat_template`` (None: none)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> printable character table
 
-    table = _bytes_to_unicode()
+    table = bytes_to_unicode()
     vocab = {tok: i for i, tok in enumerate(OTHER_SPECIALS)}
     for byte in reversed(range(256)):
         vocab[table[byte]] = len(vocab)

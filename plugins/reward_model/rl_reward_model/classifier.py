@@ -1,7 +1,7 @@
 """The ``classifier`` reward model: a sequence-classification model (``AutoModelForSequenceClassification``).
 
 Each request's (prompt, response) chat is rendered with the reward model's own chat template and encoded
-with its own tokenizer (:mod:`rl_core.rewards.model_text`); inputs longer than ``reward_model.max_length``
+with its own tokenizer (:mod:`rl_reward_model.text`); inputs longer than ``reward_model.max_length``
 (null: the model's ``max_position_embeddings``, no cut when it has none) keep their end (the scored last
 token) and count in ``reward/model/truncated``. Micro-batches of
 ``reward_model.micro_batch_size_per_gpu`` are right-padded; the score is the model's first logit at the
@@ -16,13 +16,14 @@ from typing import Any, Sequence
 import torch
 
 from rl_core.rewards.model_role import ScoreRequest, chat_of
-from rl_core.rewards.model_text import load_scorer_tokenizer, render_chat, scorer_dtype
 from rl_core.rewards.pool import ERROR, OK, Outcome
+
+from rl_reward_model.text import load_scorer_tokenizer, render_chat, scorer_dtype
 
 
 class SequenceClassifierScorer:
     def __init__(self, config: Any, context: Any, *, model: Any = None, tokenizer: Any = None) -> None:
-        from rl_core.modeling import _build, load_hf_config
+        from rl_core.modeling import build_model, load_hf_config
 
         rm = config.reward_model
         self.cfg = rm
@@ -33,7 +34,7 @@ class SequenceClassifierScorer:
 
             m = rm.model
             hf_cfg = load_hf_config(m.path, trust_remote_code=m.trust_remote_code, key="reward_model.model.path")
-            model = _build(
+            model = build_model(
                 AutoModelForSequenceClassification, m.path, hf_cfg, dtype=scorer_dtype(config, context.device),
                 device=self.device, random_init=False, trust_remote_code=m.trust_remote_code, seed=context.seed,
             )

@@ -1,20 +1,17 @@
-"""`rlcore check` probes of model-based rewards, mixing weights, and the memory estimate with a reward model."""
+"""`rlcore check` probes of model-based rewards (the cards' checks and the plugin's probe), and the memory
+estimate with a reward model (the cards' memory terms). The weights' checks are core's (tests/rewards/test_reward_mixing.py)."""
 
 from __future__ import annotations
 
-import attrs
-import pytest
 import torch
-from rl_core.batch import Batch
 from rl_core.cards import Provider, RolloutCard
 from rl_core.config.load import load_config
-from rl_core.config.schema import RewardConfig, RunConfig
+from rl_core.config.schema import RunConfig
 from rl_core.plugins import Registry
-from rl_core.rewards.manager import RewardConfigError, RewardManager
-from rl_core.rewards.model_checks import reward_model_problems
-from rl_core.rewards.pool import ERROR, OK, Outcome
+from rl_reward_model.checks import reward_model_problems
+from rl_reward_model.plugin import CLASSIFIER, JUDGE
 
-from tests.rewards.rm_fixtures import make_reward_model_dir, with_reward_model
+from rm_fixtures import make_reward_model_dir, with_reward_model
 
 
 def keys(problems, severity="error"):
@@ -22,9 +19,13 @@ def keys(problems, severity="error"):
 
 
 def rm_problems(**rm):
+    """What `rlcore check` reports of the reward model: the plugin's probe, then the card's checks (the resolver's)."""
     from rl_core.plugins import get_registry
 
-    return reward_model_problems(with_reward_model(RunConfig(), enable=True, **rm), get_registry())
+    registry = get_registry()
+    config = with_reward_model(RunConfig(), enable=True, **rm)
+    card = registry.get("reward_model", config.reward_model.name)
+    return reward_model_problems(config, registry) + [p for check in card.checks for p in check(config)]
 
 
 def test_missing_reward_model_is_named_with_the_fix(tmp_path):
@@ -57,9 +58,7 @@ def test_judge_engine_not_installed_is_named_with_its_install_line(tmp_path, mon
     registry = Registry()
     card = RolloutCard(name="fastgen", factory="nowhere:factory", engine="fastgen-engine-not-installed", engine_install="pip install fastgen-engine==1.0")
     registry.add(card, Provider(distribution="rl-rollout-fastgen"))
-    from rl_core.rewards.model_builtin import JUDGE
-
-    registry.add(JUDGE, Provider(distribution="rl-core"))
+    registry.add(JUDGE, Provider(distribution="rl-reward-model"))
     monkeypatch.setattr("rl_core.plugins.get_registry", lambda **_: registry)
     lm = make_tiny_model_dir(tmp_path / "lm")
     got = keys(rm_problems(name="judge", model={"path": str(lm)}, judge={"engine": "fastgen", "template": "{response} {answer}"}))
@@ -67,43 +66,6 @@ def test_judge_engine_not_installed_is_named_with_its_install_line(tmp_path, mon
     assert "{answer}" in got["reward_model.judge.template"].what
     got = keys(rm_problems(name="judge", model={"path": str(lm)}, judge={"engine": "vllmx"}))
     assert "vllmx" in got["reward_model.judge.engine"].what and "fastgen" in got["reward_model.judge.engine"].fix
-
-
-def test_weights_and_an_unused_rule_reward():
-    cfg = with_reward_model(RunConfig(), enable=False)
-    cfg = attrs.evolve(cfg, reward=RewardConfig(weights={"a": {"rule": 1, "modle": 2}, "b": {"model": 1}}))
-    got = keys(reward_model_problems(cfg, None))
-    assert "not a part" in got["reward.weights.a.modle"].what and "reward_model.enable" in got["reward.weights.b.model"].fix
-    with pytest.raises(RewardConfigError, match="reward.weights.a.modle"):
-        RewardManager(cfg.reward)
-    cfg = with_reward_model(attrs.evolve(RunConfig(), reward=RewardConfig(name="gsm8k")), enable=True, model={"path": "x"})
-    warn = keys(reward_model_problems(cfg, None), "warning")["reward.name"]
-    assert "model's score alone" in warn.what and "reward.weights" in warn.fix
-
-
-def test_weights_per_source_pick_parts_and_failures_count_once():
-    """gsm8k: rule + model; chat/*: model only (no rule reward needed); the rest: rule only."""
-    cfg = RewardConfig(weights={"gsm8k": {"rule": 1.0, "model": 0.5}, "chat/*": {"model": 2.0}, "default": {"rule": 1.0}}, on_error="skip")
-    from tests.rewards.test_reward_manager import make_registry
-    from rl_core.cards import RewardCard
-
-    registry = make_registry(RewardCard(name="len", factory="tests.rewards.scorers:text_length", fields=()))
-    cfg = attrs.evolve(cfg, name="len")
-    batch = Batch({}, {"response_text": ["ab", "abcd", "abc", "a"], "data_source": ["gsm8k", "chat/x", "other", "chat/y"]})
-    asked = []
-
-    def model(rows):
-        asked.extend(rows)
-        return {1: Outcome(OK, 0.25), 0: Outcome(OK, 1.0), 3: Outcome(ERROR, error="boom")}
-
-    scores, metrics, extras = RewardManager(cfg, registry, model_name="classifier").score(batch, model=model)
-    rule = [len(t) / 10 for t in ["ab", "abcd", "abc", "a"]]
-    assert sorted(asked) == [0, 1, 3]
-    assert scores.tolist() == pytest.approx([rule[0] + 0.5, 0.5, rule[2], 0.0])
-    assert metrics["reward/errors"] == 1 and metrics["reward/model/errors"] == 1
-    assert metrics["reward/chat/y/failed"] == 1 and metrics["reward/gsm8k/rule_mean"] == pytest.approx(rule[0])
-    assert metrics["reward/gsm8k/model_mean"] == 1.0 and "reward/other/model_mean" not in metrics
-    assert extras[3] == {"reward_error": "boom"}
 
 
 def test_memory_estimate_counts_the_reward_model(tmp_path):
@@ -116,12 +78,36 @@ def test_memory_estimate_counts_the_reward_model(tmp_path):
     base = load_config(overrides=[f"model.path={policy}", "trainer.device=cuda", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"])
     on = with_reward_model(base, enable=True, model={"path": str(rm)})
     pooled = with_reward_model(base, enable=True, model={"path": str(rm)}, n_gpus_per_node=1)
-    est = {name: estimate(*normalize(c)[:2], available=80 * 2**30) for name, c in (("off", base), ("on", on), ("pool", pooled))}
+    est = {name: estimate(*normalize(c)[:2], available=80 * 2**30, reward_model=CLASSIFIER) for name, c in (("off", base), ("on", on), ("pool", pooled))}
     assert "reward model" not in est["off"].phases
     # colocated on a GPU: on the device only while scoring (offloaded), so it has a phase of its own over the states
     assert est["on"].phases["reward model"] > est["on"].phases["log-probs"] - est["on"].terms.get("logits (log-probs, chunked)", 0)
     assert est["on"].terms["reward model weights (on device while scoring)"] > 0
     assert "reward model (own devices)" in est["pool"].phases and "reward model" not in est["pool"].phases
     kept = with_reward_model(base, enable=True, model={"path": str(rm)}, offload=False)
-    assert estimate(*normalize(kept)[:2], available=80 * 2**30).phases["update"] > est["on"].phases["update"]
+    assert estimate(*normalize(kept)[:2], available=80 * 2**30, reward_model=CLASSIFIER).phases["update"] > est["on"].phases["update"]
     assert torch.tensor(list(est["on"].phases.values())).isfinite().all()
+
+
+def test_rlcore_check_runs_the_probe_the_plugin_registers(tmp_path):
+    """In a fresh process the entry point imports rl_reward_model.plugin, whose probe (the reward model's folder,
+    then the judge's engine among the registry's rollout cards) `rlcore check` runs."""
+    from tests.conftest import REPO, run_rlcore
+
+    base = ["model.path=Qwen/Qwen2.5-0.5B", f"data.train_files={REPO / 'tests' / 'fixtures' / 'data' / 'tiny_gsm8k.jsonl'}", "rollout.n=1",
+            "reward_model.enable=true"]
+    res = run_rlcore("check", *base, "reward_model.name=judge", f"reward_model.model.path={tmp_path}", "reward_model.judge.engine=vllmx")
+    assert res.returncode == 1 and "reward_model.judge.engine" in res.stdout + res.stderr and "vllmx" in res.stdout + res.stderr
+
+
+def test_memory_terms_of_the_cards():
+    """The cards' memory terms: a classifier's head is one row (not the LM head); a judge adds its engine's KV cache."""
+    from types import SimpleNamespace
+
+    from rl_reward_model.memory import classifier_memory, judge_memory
+
+    shape = SimpleNamespace(params=1000, tied=False, vocab=10, hidden=4, layers=2, kv_heads=1, head_dim=4)
+    cfg = with_reward_model(RunConfig(), enable=True, name="judge", micro_batch_size_per_gpu=2, max_length=8, judge={"max_new_tokens": 4})
+    assert classifier_memory(cfg, shape, 2) == (1000 - 10 * 4, 0.0)
+    assert classifier_memory(cfg, SimpleNamespace(**{**vars(shape), "tied": True}), 2) == (1000, 0.0)
+    assert judge_memory(cfg, shape, 2) == (1000, 2 * (8 + 4) * 2 * 2 * 1 * 4 * 2)

@@ -9,13 +9,13 @@ import torch
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
 from rl_core.config.schema import RunConfig
-from rl_core.rewards.classifier import SequenceClassifierScorer
+from rl_reward_model.classifier import SequenceClassifierScorer
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rewards.pool import OK
 from rl_core.trainer.loop import Trainer
 from rl_core_testing.tiny_model import build_tokenizer
 
-from tests.rewards.rm_fixtures import build_rm_tokenizer, make_reward_model_dir, with_reward_model
+from rm_fixtures import build_rm_tokenizer, make_reward_model_dir, with_reward_model
 
 PROMPTS = [[{"role": "system", "content": "be kind"}, {"role": "user", "content": "what is the weather?"}], [{"role": "user", "content": "2+2="}]]
 RESPONSES = ["the heather is there", "4", "aaaa the end", ""]
@@ -96,10 +96,10 @@ def test_requests_split_evenly_and_rounds_cover_the_largest_share():
 def _sharded_scores(rank, world_size, rm_dir, texts_per_rank):
     from rl_core.backends import WorkerContext
     from rl_core.config.schema import RunConfig
-    from rl_core.rewards.classifier import SequenceClassifierScorer
+    from rl_reward_model.classifier import SequenceClassifierScorer
     from torch.distributed.fsdp import FSDPModule
 
-    from tests.rewards.rm_fixtures import with_reward_model
+    from rm_fixtures import with_reward_model
 
     config = with_reward_model(RunConfig(), enable=True, model={"path": rm_dir}, strategy="fsdp", micro_batch_size_per_gpu=2)
     scorer = SequenceClassifierScorer(config, WorkerContext(rank=rank, world_size=world_size))

@@ -1,0 +1,40 @@
+"""Registers the model-based rewards: ``classifier`` (a learned reward model) and ``judge`` (an LLM judge),
+and the check of ``rlcore check`` that reads the reward model's folder and the judge's engine."""
+
+from __future__ import annotations
+
+from rl_core import hookimpl
+from rl_core.cards import CheckCard, RewardModelCard
+
+from rl_reward_model.checks import classifier_problems, judge_problems
+from rl_reward_model.memory import classifier_memory, judge_memory
+
+CLASSIFIER = RewardModelCard(
+    name="classifier",
+    factory="rl_reward_model.classifier:factory",
+    description="a sequence-classification reward model (AutoModelForSequenceClassification) with its own tokenizer and chat template",
+    checks=(classifier_problems,),
+    memory=classifier_memory,
+)
+
+JUDGE = RewardModelCard(
+    name="judge",
+    factory="rl_reward_model.judge:factory",
+    description="an LLM judge on a rollout engine chosen by name (reward_model.judge.engine); its answer parsed into a score",
+    checks=(judge_problems,),
+    rollout_key="reward_model.judge.engine",
+    memory=judge_memory,
+)
+
+
+
+@hookimpl
+def rl_core_register_reward_models(register):
+    register(CLASSIFIER)
+    register(JUDGE)
+
+
+@hookimpl
+def rl_core_register_checks(register):
+    register(CheckCard(name="reward_model", stage="rules", factory="rl_reward_model.checks:reward_model_problems",
+                       description="the reward model's folder, then the judge's engine"))
