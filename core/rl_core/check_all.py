@@ -55,6 +55,18 @@ def probe(stage: str) -> Callable[[Probe], Probe]:
     return lambda fn: add_probe(stage, fn)
 
 
+def data_rows(config: Any) -> list[dict]:
+    """The first rows of the config's train / val data, as the ``files`` checks read them (for probes that check rows)."""
+    from rl_core.preflight import data_problems
+
+    return data_problems(config)[1]
+
+
+def plugin_probe_problems(config: Any, registry: Any) -> list[Problem]:
+    """The problems of the probes that plugins registered (modules outside rl_core), for callers without :func:`collect`."""
+    return [p for stage, fn in list(_PROBES) if not getattr(fn, "__module__", "").startswith("rl_core.") for _, p in _run_probe(stage, fn, config, registry)]
+
+
 def registered_probes() -> list[tuple[str, Probe]]:
     for name in PROBE_MODULES:
         importlib.import_module(name)

@@ -368,11 +368,9 @@ def output_problems(config: Any) -> list[Problem]:
 def world_checks(config: Any, registry: Any, *, devices: bool = True) -> list[tuple[str, list[Problem]]]:
     """The world checks as ``(stage, problems)`` pairs: ``files`` (data, reward, loggers, output folder), ``device``."""
     data, rows = data_problems(config)
-    from rl_core.agent.checks import agent_problems
-
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
-    checks = [("files", data), ("files", reward_problems(config, registry, rows)), ("files", agent_problems(config, registry, rows)),
+    checks = [("files", data), ("files", reward_problems(config, registry, rows)),
               ("files", image_problems(config, registry, rows)), ("files", logger_problems(config))]
     if devices:
         checks.append(("device", device_problems(config)))
@@ -393,4 +391,7 @@ def world_problems(config: Any, registry: Any, *, devices: bool = True) -> list[
     from rl_core.lora_checks import lora_and_offload_problems  # issue #32: refused until the engines apply them
 
     checks.append(lora_and_offload_problems(config, registry))
+    from rl_core.check_all import plugin_probe_problems  # probes plugins registered at load (rl-agent: rollout.multi_turn)
+
+    checks.append(plugin_probe_problems(config, registry))
     return list(itertools.chain.from_iterable(checks))

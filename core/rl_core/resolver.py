@@ -57,6 +57,8 @@ class Stack:
     # without reward.name, each sample's data_source is matched against these (the cards seen when resolving)
     reward_cards: tuple[RewardCard, ...] = ()
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
+    # rollout.multi_turn: the agent runtime an agent-loop card's runner built (rl_core.rollout.multi_turn.agent_runtime)
+    agent: Any = None
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -390,6 +392,10 @@ def resolve(
     estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
     policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)
     reward_fn = load_factory(reward, "reward.name", problems)
+    from rl_core.rollout.multi_turn import agent_runtime
+
+    agent, agent_problems = agent_runtime(config, registry)
+    problems.extend(agent_problems)
     _run_card_checks(config, cards, problems)
     _check_routing_replay(config, rollout, train, problems, registry)
     problems.extend(reward_model_problems(config, registry, card=reward_model))
@@ -415,6 +421,7 @@ def resolve(
         estimator_fn=estimator_fn,
         policy_loss_fn=policy_loss_fn,
         reward_fn=reward_fn,
+        agent=agent,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -133,7 +133,7 @@ LAYERS = [
      "routing_replay"},
     {"batch", "cards", "card_options", "factory_paths", "shared_prompt", "plugins", "data", "checkpoints", "algorithms", "plugin_api"},
     {"config", "trainer.tracking", "trainer.outputs", "backends", "modeling", "logprobs", "multimodal"},
-    {"rollout", "agent", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},
+    {"rollout", "rewards", "memory", "memory_lora", "memory_host", "lora_checks", "train_engine"},
     {"preflight", "resolver", "check_probes", "check_all"},
     {"worker", "cluster", "placement", "trainer", "async_rl"},
     {"cli", "testing", "__main__"},
