@@ -7,7 +7,7 @@ from rl_core.rollout.hf import factory
 from rl_core.testing.rollout_conformance import RolloutConformance
 
 try:  # the multi-turn case is rl-agent's (plugins/agent); without it installed, it is not collected
-    from rl_agent.testing import MultiTurnConformance
+    from rl_agent.conformance import MultiTurnConformance
 except ImportError:  # pragma: no cover
     MultiTurnConformance = object  # type: ignore[misc,assignment]
 

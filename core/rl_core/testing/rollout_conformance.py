@@ -28,7 +28,7 @@ Class attributes a subclass may change:
                         whose kernels round differently enough to flip ties)
 ``supports_multi_turn`` ``rollout.multi_turn.enable`` honoured (agentic rollouts): the
                         multi-turn case is the agent plugin's mixin
-                        (rl-agent's ``testing.MultiTurnConformance``), which
+                        (rl-agent's ``conformance.MultiTurnConformance``), which
                         skips otherwise
 """
 

@@ -9,7 +9,7 @@
 - :mod:`rl_agent.runner`: many loops over one engine, their turns batched, into the rollout batch
   (:class:`~rl_agent.runner.AgentRuntime`: what rollout backends call, the ``tool_agent`` card's runner);
 - :mod:`rl_agent.checks`: ``rlcore check``'s checks of ``rollout.multi_turn`` (a probe registered by :mod:`rl_agent.plugin`);
-- :mod:`rl_agent.testing`: fixtures and the rollout conformance suite's multi-turn case.
+- :mod:`rl_agent.testing`: fixtures; :mod:`rl_agent.conformance`: the rollout conformance suite's multi-turn case.
 
 Importing this package is cheap; the entry point :mod:`rl_agent.plugin` registers the cards.
 """

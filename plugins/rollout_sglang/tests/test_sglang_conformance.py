@@ -34,7 +34,7 @@ from rl_core.testing.rollout_conformance import (  # noqa: E402
 )
 from rl_core.testing.tiny_model import make_tiny_model_dir  # noqa: E402
 try:  # the multi-turn case is rl-agent's (plugins/agent); without it installed, it is not collected
-    from rl_agent.testing import MultiTurnConformance  # noqa: E402
+    from rl_agent.conformance import MultiTurnConformance  # noqa: E402
 except ImportError:  # pragma: no cover
     MultiTurnConformance = object  # type: ignore[misc,assignment]
 from rl_rollout_sglang.clients import EngineStartError, InProcessClient  # noqa: E402

@@ -30,7 +30,7 @@ from rl_core.testing.rollout_conformance import (  # noqa: E402
     reference_model,
 )
 try:  # the multi-turn case is rl-agent's (plugins/agent); without it installed, it is not collected
-    from rl_agent.testing import MultiTurnConformance  # noqa: E402
+    from rl_agent.conformance import MultiTurnConformance  # noqa: E402
 except ImportError:  # pragma: no cover
     MultiTurnConformance = object  # type: ignore[misc,assignment]
 from rl_rollout_vllm.convert import EMPTY_META_KEY  # noqa: E402
