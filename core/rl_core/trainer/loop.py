@@ -110,7 +110,7 @@ class Trainer:
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
             from rl_core.rollout.multi_turn import require_agent
 
-            tools = require_agent(stack.agent, "the trainer").tool_schemas()
+            tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
         from rl_core.multimodal import processor_for_model, stack_problems
 
         processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
