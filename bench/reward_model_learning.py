@@ -25,7 +25,7 @@ def run(algo: str, tmp: Path, rm_dir: Path, steps: int, seed: int) -> dict:
     from rl_core.config.load import load_config
     from rl_core.plan.resolver import resolve
     from rl_reward_model.testing import sample_property
-    from rl_core.testing.tiny_run import read_metrics, write_tiny_run
+    from rl_core_testing.tiny_run import read_metrics, write_tiny_run
     from rl_core.trainer.loop import Trainer
     from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 

@@ -14,7 +14,9 @@ from rl_core.cli.train_cmd import materialise_builtin_model
 from rl_core.config.load import load_config
 from rl_core.data.dataset import build_loaders
 from rl_core.modeling import load_tokenizer
+from rl_core.plugins import get_registry
 from rl_core.rollout.hf import factory
+from rl_core.rollout.multi_turn import agent_runtime
 
 path = sys.argv[1] if len(sys.argv) > 1 else "examples/agent_calculator.yaml"
 n_prompts = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -22,7 +24,9 @@ cfg = materialise_builtin_model(load_config(path, [f"data.train_batch_size={n_pr
 tok = load_tokenizer(cfg.model.path)
 loader, _, _ = build_loaders(cfg.data, tok, seed=0)
 prompts = loader.next_batch()
-engine = factory(cfg, WorkerContext())
+agent, problems = agent_runtime(cfg, get_registry())  # what the resolver puts on the stack (Stack.agent)
+assert not problems, problems
+engine = factory(cfg, WorkerContext(agent=agent))
 t = time.time()
 out = engine.generate(prompts, SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.data.max_response_length, temperature=1.0, seed=0))
 took = time.time() - t

@@ -32,6 +32,8 @@ class WorkerContext:
     local_rank: int = 0
     device: str = "cpu"
     seed: int = 0
+    # rollout.multi_turn: the resolved stack's agent runtime (rl_core.rollout.multi_turn.AgentRuntime), for rollout engines
+    agent: Any = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def torch_device(self) -> torch.device:

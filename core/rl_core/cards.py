@@ -251,11 +251,11 @@ class ConverterCard(CardBase):
 
 @attrs.frozen(kw_only=True)
 class ToolCard(CardBase):
-    """A tool an agent loop may call (:mod:`rl_core.agent.tools`).
+    """A tool an agent loop may call (tools of the ``rl-agent`` plugin, ``plugins/agent``).
 
     ``factory`` resolves to a plain typed function with a docstring (its
     schema then comes from ``transformers.utils.get_json_schema``), or to a
-    zero-argument callable returning an :class:`rl_core.agent.tools.Tool`.
+    zero-argument callable returning a ``Tool`` of the agent plugin.
     ``schema`` is an OpenAI-style function schema
     (``{"type": "function", "function": {"name", "description", "parameters"}}``);
     given here, it is shown by ``rlcore plugins`` and checked without importing the tool.
@@ -268,14 +268,21 @@ class ToolCard(CardBase):
 
 @attrs.frozen(kw_only=True)
 class AgentLoopCard(CardBase):
-    """An agent loop (:mod:`rl_core.agent.loop`): ``async fn(handle, sample) -> Trajectory``."""
+    """An agent loop (the ``rl-agent`` plugin's handle and trajectory): ``async fn(handle, sample) -> Trajectory``.
+
+    ``runner``: the factory of the runtime that runs loops over a rollout engine, ``runner(multi_turn_config,
+    cards) -> rl_core.rollout.multi_turn.AgentRuntime`` (dotted path or callable; loaded once when the stack is
+    resolved). A loop built on another plugin's handle may leave it None: the one runner installed runs it.
+    """
 
     kind: ClassVar[str] = "agent_loop"
+
+    runner: str | Callable | None = attrs.field(default=None, eq=False)
 
 
 @attrs.frozen(kw_only=True)
 class ToolParserCard(CardBase):
-    """A tool-call format (:mod:`rl_core.agent.parsers`): ``factory() -> ToolCallParser``."""
+    """A tool-call format (parsers of the ``rl-agent`` plugin): ``factory() -> ToolCallParser``."""
 
     kind: ClassVar[str] = "tool_parser"
 

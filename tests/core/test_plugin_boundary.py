@@ -71,9 +71,7 @@ def test_the_test_kit_lists_the_internals_it_imports():
 
 
 # core modules that still import a plugin package, each with its reason (none may be added)
-CORE_IMPORTS_PLUGIN = {
-    "testing/reward_tokenizer.py": "test support leaving core: moves to the reward-model plugin (issue 46)",
-}
+CORE_IMPORTS_PLUGIN: dict[str, str] = {}
 
 
 def test_core_imports_no_plugin():

@@ -175,7 +175,7 @@ class OptimConfig:
 
 @attrs.frozen(kw_only=True)
 class MultiTurnConfig:
-    """Agentic rollouts (rl_core.agent, docs/agents.md): tool calls between assistant turns."""
+    """Agentic rollouts (the rl-agent plugin, docs/agents.md): tool calls between assistant turns. Data only: the plugin reads it."""
 
     enable: bool = False
     agent_loop: str = text("tool_agent", hint="a registered agent loop")  # a data row's agent_name overrides it

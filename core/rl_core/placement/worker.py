@@ -19,6 +19,7 @@ import random
 import time
 from typing import Any
 
+import attrs
 import numpy as np
 import torch
 
@@ -63,7 +64,9 @@ class HybridWorker:
             if role in self.roles and not (role == "ref" and self.ref_from_actor)
         }
         self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
-        self.rollout = stack.rollout.load()(config, context) if "rollout" in self.roles else None
+        # the rollout engine gets the resolved agent runtime (rollout.multi_turn) with its context
+        rollout_context = attrs.evolve(context, agent=stack.agent) if getattr(stack, "agent", None) is not None else context
+        self.rollout = stack.rollout.load()(config, rollout_context) if "rollout" in self.roles else None
         self.reward_model = None
         if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
             from rl_core.rewards.model_role import RewardModelRole

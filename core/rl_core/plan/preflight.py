@@ -366,16 +366,29 @@ def output_problems(config: Any) -> list[Problem]:
     return []
 
 
-def file_problems(config: Any, registry: Any) -> list[Problem]:
-    """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them), reward
-    function, agent tools, image inputs, logger packages, the output folder."""
-    data, rows = data_problems(config)
-    from rl_core.agent.checks import agent_problems
+_READ: list = []  # [(config, (problems, rows))]: the data rows of the plan being built, read once for every check
 
+
+def _data_read(config: Any) -> tuple[list[Problem], list[dict]]:
+    if not (_READ and _READ[0][0] is config):
+        _READ[:] = [(config, data_problems(config))]
+    return _READ[0][1]
+
+
+def data_rows(config: Any) -> list[dict]:
+    """The first rows of the run's train / val data as the ``files`` check read them: once per plan, for every check
+    that reads rows (a plugin's too: the agent's tools, ...)."""
+    return _data_read(config)[1]
+
+
+def file_problems(config: Any, registry: Any) -> list[Problem]:
+    """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them:
+    :func:`data_rows`), reward function, image inputs, logger packages, the output folder."""
+    data, rows = _data_read(config)
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
-    return [*data, *reward_problems(config, registry, rows), *agent_problems(config, registry, rows), *image_problems(config, registry, rows),
-            *logger_problems(config), *output_problems(config)]
+    return [*data, *reward_problems(config, registry, rows), *image_problems(config, registry, rows), *logger_problems(config),
+            *output_problems(config)]
 
 
 def device_check(config: Any, registry: Any) -> list[Problem]:
@@ -386,6 +399,6 @@ def device_check(config: Any, registry: Any) -> list[Problem]:
 @hookimpl
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="files", stage="files", order=10, factory="rl_core.plan.preflight:file_problems",
-                       description="data rows, reward function, agent tools, image inputs, logger packages, output folder"))
+                       description="data rows, reward function, image inputs, logger packages, output folder"))
     register(CheckCard(name="devices", stage="device", order=10, factory="rl_core.plan.preflight:device_check",
                        description="GPUs, CPU cores, precision on this machine"))

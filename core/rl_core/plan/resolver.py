@@ -68,6 +68,8 @@ class Plan:
     # without reward.name, each sample's data_source is matched against these (the cards seen when resolving)
     reward_cards: tuple[RewardCard, ...] = ()
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
+    # rollout.multi_turn: the agent runtime an agent-loop card's runner built (rl_core.rollout.multi_turn.agent_runtime)
+    agent: Any = None
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -416,6 +418,10 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_fn = load_factory(reward, "reward.name", problems)
     reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
     reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
+    from rl_core.rollout.multi_turn import agent_runtime
+
+    agent, agent_problems = agent_runtime(config, registry)
+    problems.extend(agent_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
     from rl_core.rewards.mixing import mixing_problems
@@ -442,6 +448,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         reward_fn=reward_fn,
         reward_model_fn=reward_model_fn,
         reward_model_rollout=reward_model_rollout,
+        agent=agent,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -229,21 +229,23 @@ class HFRolloutEngine:
         return stack_rollout([fires[layer][0] for layer in layers], [fires[layer][1:] for layer in layers], rows, P, n, R, self.routing.layers, layers)
 
     def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
-        """Multi-turn rollouts (:mod:`rl_core.agent.runner`): the loops' turns are decoded here, all active ones together."""
-        from rl_core.agent.runner import AgentSetup, run_agent_rollout
+        """Multi-turn rollouts (:mod:`rl_core.rollout.multi_turn`: the agent runtime of ``WorkerContext.agent``): the loops'
+        turns are decoded here, all active ones together."""
+        from rl_core.rollout.multi_turn import require_agent
 
+        agent = require_agent(getattr(self.context, "agent", None), "the hf rollout engine")
         if getattr(self, "_agent_setup", None) is None:
-            self._agent_setup = AgentSetup(self.config.rollout.multi_turn, self.tokenizer)
+            self._agent_setup = agent.setup(self.tokenizer)
         greedy = params.greedy or params.temperature <= 0
-        return run_agent_rollout(
+        return agent.rollout(
             self._agent_setup, batch, params, lambda prompts, budgets, stop: self.decode_requests(prompts, budgets, stop, params=params, greedy=greedy, generator=generator),
             pad_id=self.pad_id, eos_ids=self.eos_ids,
         )
 
     def decode_requests(self, prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...], *, params: SamplingParams, greedy: bool, generator) -> list:
         """One turn of many trajectories: each prompt (token ids) continued for at most its budget, in chunks of
-        ``rollout.generation_batch_size``; returns :class:`rl_core.agent.loop.Generated` per prompt (exact ids, log-probs)."""
-        from rl_core.agent.loop import Generated
+        ``rollout.generation_batch_size``; returns :class:`rl_core.rollout.multi_turn.Generated` per prompt (exact ids, log-probs)."""
+        from rl_core.rollout.multi_turn import Generated
 
         per_chunk = self.generation_batch_size or len(prompts)
         out: list[Generated] = []

@@ -1,49 +1,130 @@
-"""Multi-turn (agent) rollouts for a rollout plugin: the engine continues token ids, rl-core does the rest.
+"""Multi-turn (agent) rollouts: the contract between rollout backends and the agent runtime of a plugin.
 
-A rollout engine whose ``generate`` sees ``rollout.multi_turn.enable`` hands
-the batch to :meth:`MultiTurn.generate` together with one function of its
-own, ``continue_ids(prompts, budgets, stop) -> list[Sample]``: continue each
-token-id prompt for at most its budget of new tokens, stopping at EOS or at
-any of the ``stop`` strings, and return the engine's exact sampled ids and
-their log-probs (:class:`rl_core.rollout.samples.Sample`). Everything else,
-the agent loops, tools, template tokens between turns, ``response_mask``,
-log-probs of 0 on inserted tokens, ``agent/*`` counters, the token check,
-is :mod:`rl_core.agent.runner`, the same code the ``hf`` backend runs, so
-every backend builds trajectories the same way (the rollout conformance
-suite's multi-turn case checks it).
+Core holds no tool, parser or agent loop: those come from a plugin (``rl-agent``, ``plugins/agent``, registers
+``tool_agent``, ``calculator``, ``python``, ``hermes``). What every rollout backend needs to serve agent loops is here:
 
-``continue_ids`` is called once per turn with the requests of every active
-trajectory (finished ones drop out). A turn's response ends with the token
-that completes a stop string (:func:`cut_at_stop` applies that cut for
-engines that stop later or not at all).
+- :class:`Generated`: what one turn of one trajectory returns (the engine's exact sampled ids, their log-probs,
+  why the turn ended);
+- ``decode(prompts, budgets, stop) -> list[Generated]``: the batched turn a backend exposes (:data:`Decode`); a
+  backend that continues token ids into :class:`rl_core.rollout.samples.Sample` s hands :class:`MultiTurn` its
+  ``continue_ids(prompts, budgets, stop) -> list[Sample]`` instead, and :class:`MultiTurn` turns samples into
+  :class:`Generated` (:func:`cut_at_stop` applies a stop string's cut for engines that stop later or not at all);
+- :class:`AgentRuntime`: what the resolver hands the backend (``Stack.agent``, reaching the engine as
+  ``WorkerContext.agent``): built once per run by :func:`agent_runtime` from the runner an
+  :class:`~rl_core.cards.AgentLoopCard` names, with the agent cards seen when resolving (nothing looks a name up
+  again at run time);
+- the batch: ``responses`` are the sampled ids and the inserted template / tool ids, ``response_mask`` is 1 on
+  sampled tokens only, the attention mask 1 on every real token, ``rollout_log_probs`` 0 on inserted tokens
+  (:func:`rl_core.rollout.output.rollout_batch`); each row's ``extra_info`` gains ``messages`` and ``agent``;
+  :func:`final_turn_mask` reads a row's last assistant turn from ``response_mask``.
+
+``continue_ids`` / ``decode`` is called once per turn with the requests of every active trajectory (finished
+ones drop out). A turn's response ends with the token that completes a stop string. The rollout conformance
+suite's multi-turn case (the rl-agent plugin's ``MultiTurnConformance``) checks every backend builds trajectories the
+same way.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
+
+import attrs
+import torch
 
 from rl_core.batch import Batch
+from rl_core.cards import load_object
+from rl_core.problems import Problem
 from rl_core.rollout.samples import Sample
 
 ContinueIds = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Sample]]
 
-__all__ = ["ContinueIds", "MultiTurn", "cut_at_stop", "eos_token_ids"]
+__all__ = ["AgentRuntime", "ContinueIds", "Decode", "Generated", "MultiTurn", "agent_runtime", "cut_at_stop", "eos_token_ids",
+           "final_turn_mask", "require_agent"]
+
+#: the card kinds an agent runtime reads (tools, tool-call formats, agent loops)
+AGENT_KINDS = ("tool", "tool_parser", "agent_loop")
+
+
+@attrs.frozen
+class Generated:
+    """One turn of one trajectory: the engine's exact sampled ids (the stop string's last token included)."""
+
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...] | None
+    finish_reason: str  # "eos", "stop" (a stop string, e.g. the end of a tool call) or "length"
+
+
+Decode = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Generated]]
+
+
+class AgentRuntime(Protocol):
+    """What a rollout backend calls for ``rollout.multi_turn`` (a plugin's runner builds it: :func:`agent_runtime`)."""
+
+    def tool_schemas(self) -> list[dict] | None:
+        """The configured tools' function schemas (the trainer renders them into the prompts), or None."""
+
+    def setup(self, tokenizer: Any) -> Any:
+        """Tools, parser and loops for one engine, built once (fails on an unknown tool, format or default loop)."""
+
+    def rollout(self, setup: Any, batch: Batch, params: Any, decode: Decode, *, pad_id: int, eos_ids: Sequence[int]) -> Batch:
+        """``params.n`` trajectories per prompt of ``batch``, each turn of all active ones decoded by one ``decode`` call."""
+
+
+def agent_runtime(config: Any, registry: Any) -> tuple[AgentRuntime | None, list[Problem]]:
+    """The runtime of ``rollout.multi_turn`` (None when it is off), from the runner of the agent-loop card it names.
+
+    ``rollout.multi_turn.agent_loop``'s card gives the runner when it names one; otherwise the one runner the
+    installed agent-loop cards name (a third-party loop built on rl-agent's handle needs none of its own). The
+    runner, ``runner(multi_turn_config, cards)``, receives the tool, format and loop cards as a registry of those
+    kinds only. Unknown tool / format / loop names are the agent plugin's checks' to report.
+    """
+    mt = config.rollout.multi_turn
+    if not mt.enable:
+        return None, []
+    loops = registry.cards.get("agent_loop", {})
+    chosen = loops.get(mt.agent_loop)
+    runners = sorted({c.runner for c in loops.values() if c.runner is not None}, key=str)
+    if chosen is not None and chosen.runner is not None:
+        runner, card = chosen.runner, chosen
+    elif len(runners) == 1:
+        runner, card = runners[0], next(c for c in loops.values() if c.runner == runners[0])
+    elif not runners:
+        return None, [Problem(key="rollout.multi_turn.enable", what="is true but no installed plugin runs agent loops (no agent_loop card names a runner)",
+                              fix="pip install rl-agent (plugins/agent in this repository), or set rollout.multi_turn.enable=false")]
+    else:
+        return None, [Problem(key="rollout.multi_turn.agent_loop", what=f"{mt.agent_loop!r} names no runner and the installed agent loops name several ({', '.join(map(str, runners))})",
+                              fix="set rollout.multi_turn.agent_loop to a loop of the plugin whose runner should run the trajectories")]
+    try:
+        factory = load_object(runner)
+    except Exception as exc:  # noqa: BLE001 - a plugin's import failure is reported by name
+        return None, [Problem(key="rollout.multi_turn.agent_loop", what=f"agent_loop {card.name!r} from {card.provider or 'an unregistered card'} has a runner {runner!r} that does not load: {type(exc).__name__}: {exc}",
+                              fix=f"fix the card's runner path (report it to the authors of {card.provider.distribution if card.provider else 'the plugin'})")]
+    cards = attrs.evolve(registry, cards={k: dict(registry.cards.get(k, {})) for k in AGENT_KINDS}, plugins=[])
+    return factory(mt, cards), []
+
+
+def require_agent(agent: AgentRuntime | None, engine: str = "this rollout engine") -> AgentRuntime:
+    """``agent`` (``WorkerContext.agent``), or a clear error for an engine built without the resolved stack."""
+    if agent is None:
+        raise RuntimeError(
+            f"rollout.multi_turn.enable is true but {engine} was built without an agent runtime (WorkerContext.agent is None); "
+            "build engines from the resolved stack (rl_core.plan.resolver.resolve: Plan.agent, which the workers pass on), "
+            "or pass WorkerContext(agent=rl_core.rollout.multi_turn.agent_runtime(config, registry)[0]) yourself"
+        )
+    return agent
 
 
 class MultiTurn:
     """The agent set-up of one engine (tools, parser, loops of ``rollout.multi_turn``), built once."""
 
-    def __init__(self, config, tokenizer, eos_ids: Sequence[int]) -> None:
-        from rl_core.agent.runner import AgentSetup
-
-        self.setup = AgentSetup(config.rollout.multi_turn, tokenizer)
+    def __init__(self, config, tokenizer, eos_ids: Sequence[int], *, agent: AgentRuntime | None = None) -> None:
+        self.agent = require_agent(agent)
+        self.setup = self.agent.setup(tokenizer)
         self.tokenizer = tokenizer
         self.eos_ids = [int(i) for i in eos_ids]
 
     def generate(self, batch: Batch, params, continue_ids: ContinueIds, *, pad_id: int) -> Batch:
-        """``params.n`` trajectories per prompt of ``batch`` (the layout of :func:`rl_core.agent.runner.run_agent_rollout`)."""
-        from rl_core.agent.runner import run_agent_rollout
-
+        """``params.n`` trajectories per prompt of ``batch`` (the layout of :meth:`AgentRuntime.rollout`)."""
         eos = set(self.eos_ids)
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
 
@@ -53,12 +134,10 @@ class MultiTurn:
                 raise RuntimeError(f"the engine answered {len(outs)} of {len(prompts)} multi-turn requests")
             return [_generated(cut_at_stop(s, stop, decode), budget, eos) for s, budget in zip(outs, budgets)]
 
-        return run_agent_rollout(self.setup, batch, params, decode_turn, pad_id=pad_id, eos_ids=self.eos_ids)
+        return self.agent.rollout(self.setup, batch, params, decode_turn, pad_id=pad_id, eos_ids=self.eos_ids)
 
 
-def _generated(sample: Sample, budget: int, eos: set[int]):
-    from rl_core.agent.loop import Generated
-
+def _generated(sample: Sample, budget: int, eos: set[int]) -> Generated:
     ids = tuple(int(i) for i in sample.token_ids[:budget])
     lps = None if sample.log_probs is None else tuple(float(x) for x in sample.log_probs[: len(ids)])
     if ids and ids[-1] in eos:
@@ -68,6 +147,26 @@ def _generated(sample: Sample, budget: int, eos: set[int]):
     else:
         finish = "stop"
     return Generated(ids, lps, finish)
+
+
+def final_turn_mask(response_mask: torch.Tensor) -> torch.Tensor:
+    """1 on each row's last run of sampled tokens (its last assistant turn), 0 elsewhere.
+
+    What a multi-turn row's ``solution_str`` is decoded from (:meth:`rl_core.trainer.loop.Trainer.decode_responses`):
+    the model's final answer, not its earlier turns, tool calls or the tool results between them. A one-turn
+    response (one run) keeps its whole mask.
+    """
+    mask = response_mask.bool()
+    out = torch.zeros_like(mask)
+    for r in range(mask.shape[0]):
+        on = mask[r].nonzero().flatten().tolist()
+        if not on:
+            continue
+        end = start = on[-1]
+        while start > 0 and mask[r, start - 1]:
+            start -= 1
+        out[r, start : end + 1] = True
+    return out
 
 
 def cut_at_stop(sample: Sample, stop: Sequence[str], decode: Callable[[list[int]], str]) -> Sample:

@@ -29,7 +29,7 @@ def rollout_batch(
     ``responses`` / ``response_mask`` / ``log_probs`` are ``[B*n, R]`` with the n samples of a
     prompt adjacent. Prompt rows and every other field are repeated n times; positions continue
     from each prompt's last real token. ``log_probs`` are zeroed outside the mask.
-    ``response_attention_mask`` (multi-turn rollouts, :mod:`rl_core.agent.runner`): 1 on every real
+    ``response_attention_mask`` (multi-turn rollouts, :mod:`rl_core.rollout.multi_turn`): 1 on every real
     response token, the inserted tool / template tokens included; default ``response_mask``.
     """
     input_ids = batch.tensors["input_ids"].cpu()

@@ -105,9 +105,9 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
-            from rl_core.agent.resolve import build_tools
+            from rl_core.rollout.multi_turn import require_agent
 
-            tools = [t.schema for t in build_tools(cfg.rollout.multi_turn).values()] or None
+            tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
         from rl_core.multimodal import processor_for_model, stack_problems
 
         processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
@@ -263,7 +263,7 @@ class Trainer:
     def decode_responses(self, batch: Batch) -> list[str]:
         """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
         its last assistant turn, the final answer (the whole conversation is in ``extra_info["messages"]``)."""
-        from rl_core.agent.runner import final_turn_mask
+        from rl_core.rollout.multi_turn import final_turn_mask
 
         masks = batch["response_mask"].bool()
         infos = batch.non_tensors.get("extra_info")
@@ -447,7 +447,7 @@ class Trainer:
                 else:
                     self.pipeline.sync(step)
         metrics.update({k: float(v) for k, v in batch.meta.items() if k.startswith(COUNTER_PREFIXES)})
-        if metrics.get("agent/trajectories"):  # multi-turn rollouts (rl_core.agent): per-trajectory means
+        if metrics.get("agent/trajectories"):  # multi-turn rollouts (rl_core.rollout.multi_turn): per-trajectory means
             metrics["agent/turns_mean"] = metrics["agent/turns"] / metrics["agent/trajectories"]
             metrics["agent/tool_calls_mean"] = metrics.get("agent/tool_calls", 0.0) / metrics["agent/trajectories"]
         metrics.update(batch_metrics(batch, cfg.data.max_response_length))

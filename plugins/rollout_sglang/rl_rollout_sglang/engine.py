@@ -293,7 +293,7 @@ class SGLangRollout:
             raise ValueError("multi-turn rollouts need the model's tokenizer (chat template), and none was found at model.tokenizer_path / model.path")
         if getattr(self, "_multi_turn", None) is None:
             m = self.config.model
-            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code))
+            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code), agent=self.context.agent)
         turn = [0]
 
         def continue_ids(prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...]) -> list[Sample]:

@@ -33,6 +33,10 @@ from rl_core_testing.rollout_conformance import (  # noqa: E402
     reference_model,
 )
 from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402
+try:  # the multi-turn case is rl-agent's (plugins/agent); without it installed, it is not collected
+    from rl_agent.conformance import MultiTurnConformance  # noqa: E402
+except ImportError:  # pragma: no cover
+    MultiTurnConformance = object  # type: ignore[misc,assignment]
 from rl_rollout_sglang.clients import EngineStartError, InProcessClient  # noqa: E402
 from rl_rollout_sglang.convert import EMPTY_META_KEY  # noqa: E402
 from rl_rollout_sglang.engine import SGLangRollout  # noqa: E402
@@ -55,7 +59,7 @@ def shared(tmp_path_factory):
     adapter.shutdown()
 
 
-class TestSGLangRollout(RolloutConformance):
+class TestSGLangRollout(RolloutConformance, MultiTurnConformance):
     """fp32 SGLang on CPU: log-probs of sampled tokens within 1e-3 of a transformers forward pass."""
 
     logprob_atol = 1e-3
@@ -73,8 +77,8 @@ class TestSGLangRollout(RolloutConformance):
         yield
         type(self).client = None
 
-    def make_engine(self, model_dir, config):
-        return SGLangRollout(config, WorkerContext(), client=self.client)
+    def make_engine(self, model_dir, config, context=None):
+        return SGLangRollout(config, context or WorkerContext(), client=self.client)
 
     @pytest.fixture
     def fresh_engine(self, model_dir):

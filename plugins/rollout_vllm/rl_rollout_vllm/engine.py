@@ -427,7 +427,7 @@ class VLLMRollout:
         if getattr(self, "_multi_turn", None) is None:
             tok = self._hf_tokenizer()
             m = self.config.model
-            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code))
+            self._multi_turn = MultiTurn(self.config, tok, eos_token_ids(m.path, tok, trust_remote_code=m.trust_remote_code), agent=self.context.agent)
         turn = [0]
 
         def continue_ids(prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...]) -> list[Sample]:

@@ -29,13 +29,17 @@ from rl_core_testing.rollout_conformance import (  # noqa: E402
     reference_log_probs,
     reference_model,
 )
+try:  # the multi-turn case is rl-agent's (plugins/agent); without it installed, it is not collected
+    from rl_agent.conformance import MultiTurnConformance  # noqa: E402
+except ImportError:  # pragma: no cover
+    MultiTurnConformance = object  # type: ignore[misc,assignment]
 from rl_rollout_vllm.convert import EMPTY_META_KEY  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
 
-class TestVLLMRolloutLlama(RolloutConformance):
+class TestVLLMRolloutLlama(RolloutConformance, MultiTurnConformance):
     """fp32 vLLM on CPU: log-probs of sampled tokens within 1e-3 of a transformers forward pass."""
 
     logprob_atol = 1e-3
@@ -43,8 +47,8 @@ class TestVLLMRolloutLlama(RolloutConformance):
     arch = "llama"
     hidden, heads, kv_heads = 128, 2, 1  # head_dim 64: one the CPU attention kernels support
 
-    def make_engine(self, model_dir, config):
-        return build(config, WorkerContext())
+    def make_engine(self, model_dir, config, context=None):
+        return build(config, context or WorkerContext())
 
     @pytest.fixture
     def fresh_engine(self, engine, model_dir):

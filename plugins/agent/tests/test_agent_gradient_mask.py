@@ -9,7 +9,7 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, MultiTurnConfig, OptimConfig, RolloutConfig, RunConfig, TrainerConfig
-from rl_core.testing.agent_fixtures import register_fixtures
+from rl_agent.testing import agent_context, register_fixtures
 from rl_core_testing.distributed import torch_threads
 from rl_core_testing.rollout_conformance import prompt_batch
 from rl_core_testing.tiny_model import make_tiny_model_dir
@@ -37,7 +37,7 @@ def test_gradient_is_zero_on_inserted_tokens_and_not_on_sampled(tmp_path):
     prompts = prompt_batch(model_dir, [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages])
     prompts.non_tensors["raw_prompt"] = np.array(messages + [None], dtype=object)[:2]
     with torch_threads(1):
-        rollout = rollout_factory(cfg, WorkerContext())
+        rollout = rollout_factory(cfg, agent_context(cfg))
         batch = rollout.generate(prompts, SamplingParams(n=2, max_new_tokens=R, temperature=1.0, seed=3))
         rollout.shutdown()
         mask = batch["response_mask"]

@@ -34,7 +34,7 @@ def agent_problems(config: Any, registry: Any, rows: list[dict] | None = None) -
     mt = config.rollout.multi_turn
     if not mt.enable:
         return []
-    from rl_core.agent.tools import schema_problems, tool_config_problems
+    from rl_agent.tools import schema_problems, tool_config_problems
 
     out: list[Problem] = []
     for i, name in enumerate(mt.tools):
@@ -63,6 +63,16 @@ def agent_problems(config: Any, registry: Any, rows: list[dict] | None = None) -
     if mt.format in registry.cards.get("tool_parser", {}):
         out.extend(template_problems(config, registry))
     return out
+
+
+def agent_probe(config: Any, registry: Any) -> list[Problem]:
+    """The plan's check (stage ``files``): :func:`agent_problems` with the data's first rows (their ``agent_name``), as
+    the plan's ``files`` check read them."""
+    if not config.rollout.multi_turn.enable:
+        return []
+    from rl_core.plan.preflight import data_rows
+
+    return agent_problems(config, registry, data_rows(config))
 
 
 def template_problems(config: Any, registry: Any) -> list[Problem]:

@@ -33,13 +33,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from rl_core.agent.chat import ChatDelta, token_check
-from rl_core.agent.loop import AgentHandle, AgentSample, Generated, Trajectory
-from rl_core.agent.tools import Tool, ToolResult, hung_calls
-from rl_core.batch import Batch
-from rl_core.rollout.output import rollout_batch
+import attrs
 
-Decode = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Generated]]
+from rl_agent.chat import ChatDelta, token_check
+from rl_agent.loop import AgentHandle, AgentSample, Generated, Trajectory
+from rl_agent.tools import Tool, ToolResult, hung_calls
+from rl_core.batch import Batch
+from rl_core.rollout.multi_turn import Decode
+from rl_core.rollout.output import rollout_batch
 
 
 class AgentStats:
@@ -63,10 +64,13 @@ class AgentStats:
 
 
 class AgentSetup:
-    """Tools, parser and loops of ``rollout.multi_turn``, built once per engine (:func:`setup_for`)."""
+    """Tools, parser and loops of ``rollout.multi_turn``, built once per engine (:meth:`AgentRuntime.setup`).
 
-    def __init__(self, mt, tokenizer, registry=None) -> None:
-        from rl_core.agent.resolve import agent_loop, build_tools, tool_parser
+    ``registry``: the agent cards (:func:`rl_core.rollout.multi_turn.agent_runtime` hands the runtime those the
+    resolver saw; a test may pass ``rl_core.plugins.get_registry()``)."""
+
+    def __init__(self, mt, tokenizer, registry) -> None:
+        from rl_agent.resolve import build_tools, tool_parser
 
         self.config = mt
         self.tokenizer = tokenizer
@@ -79,7 +83,7 @@ class AgentSetup:
 
     def loop(self, name: str):
         if name not in self._loops:
-            from rl_core.agent.resolve import agent_loop
+            from rl_agent.resolve import agent_loop
 
             self._loops[name] = agent_loop(name, self._registry)
         return self._loops[name]
@@ -258,21 +262,24 @@ def _count(stats: AgentStats, traj: Trajectory) -> None:
     stats.add("agent/inserted_tokens", len(traj.response_mask) - sum(traj.response_mask))
 
 
-def final_turn_mask(response_mask: torch.Tensor) -> torch.Tensor:
-    """1 on each row's last run of sampled tokens (its last assistant turn), 0 elsewhere.
+@attrs.frozen
+class AgentRuntime:
+    """What rollout backends call for ``rollout.multi_turn`` (:class:`rl_core.rollout.multi_turn.AgentRuntime`): the
+    runner of the ``tool_agent`` card, built once when the stack is resolved, with the agent cards it saw."""
 
-    What a multi-turn row's ``solution_str`` is decoded from (:meth:`rl_core.trainer.loop.Trainer.decode_responses`):
-    the model's final answer, not its earlier turns, tool calls or the tool results between them. A one-turn
-    response (one run) keeps its whole mask.
-    """
-    mask = response_mask.bool()
-    out = torch.zeros_like(mask)
-    for r in range(mask.shape[0]):
-        on = mask[r].nonzero().flatten().tolist()
-        if not on:
-            continue
-        end = start = on[-1]
-        while start > 0 and mask[r, start - 1]:
-            start -= 1
-        out[r, start : end + 1] = True
-    return out
+    config: Any  # rollout.multi_turn
+    registry: Any  # the tool, tool_parser and agent_loop cards
+
+    def tools(self) -> dict[str, Tool]:
+        from rl_agent.resolve import build_tools
+
+        return build_tools(self.config, self.registry)
+
+    def tool_schemas(self) -> list[dict] | None:
+        return [t.schema for t in self.tools().values()] or None
+
+    def setup(self, tokenizer) -> AgentSetup:
+        return AgentSetup(self.config, tokenizer, self.registry)
+
+    def rollout(self, setup: AgentSetup, batch: Batch, params, decode: Decode, *, pad_id: int, eos_ids: Sequence[int]) -> Batch:
+        return run_agent_rollout(setup, batch, params, decode, pad_id=pad_id, eos_ids=eos_ids)

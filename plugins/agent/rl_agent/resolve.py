@@ -1,20 +1,20 @@
-"""``rollout.multi_turn`` names -> tools, a parser and agent loops from the plugin registry."""
+"""``rollout.multi_turn`` names -> tools, a parser and agent loops from the agent cards the resolver handed the runtime.
+
+``registry`` is the :class:`rl_core.plugins.Registry` of the agent card kinds
+(:func:`rl_core.rollout.multi_turn.agent_runtime`); nothing here looks up the process registry.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rl_core.agent.tools import Tool, ToolConfigError, as_tool, load_tool_config
-from rl_core.plugins import UnknownCardError, get_registry
+from rl_agent.tools import Tool, ToolConfigError, as_tool, load_tool_config
+from rl_core.plugins import UnknownCardError
 
 
-def _registry(registry):
-    return registry if registry is not None else get_registry()
-
-
-def build_tools(mt, registry=None) -> dict[str, Tool]:
+def build_tools(mt, registry) -> dict[str, Tool]:
     """The tools named in ``rollout.multi_turn.tools`` and those of ``tool_config_path``, by name."""
-    reg = _registry(registry)
+    reg = registry
     tools: dict[str, Tool] = {}
     for i, name in enumerate(mt.tools):
         try:
@@ -31,17 +31,17 @@ def build_tools(mt, registry=None) -> dict[str, Tool]:
     return tools
 
 
-def tool_parser(name: str, registry=None) -> Any:
+def tool_parser(name: str, registry) -> Any:
     try:
-        card = _registry(registry).get("tool_parser", name)
+        card = registry.get("tool_parser", name)
     except UnknownCardError as exc:
         raise ToolConfigError(f"rollout.multi_turn.format: {exc}") from None
     return card.load()()
 
 
-def agent_loop(name: str, registry=None) -> Any:
+def agent_loop(name: str, registry) -> Any:
     try:
-        card = _registry(registry).get("agent_loop", name)
+        card = registry.get("agent_loop", name)
     except UnknownCardError as exc:
         raise ToolConfigError(f"rollout.multi_turn.agent_loop (or a data row's agent_name): {exc}") from None
     return card.load()

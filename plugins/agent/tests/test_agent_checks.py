@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from rl_core.agent.checks import agent_problems
+from rl_agent.checks import agent_problems
 from rl_core.cards import Provider, ToolCard
 from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
 from rl_core.plugins import PluginManager, get_registry
@@ -41,7 +41,7 @@ def test_names_schemas_and_tool_configs(tmp_path):
         @staticmethod
         @hookimpl
         def rl_core_register_tools(register):
-            register(ToolCard(name="broken_schema", factory="rl_core.agent.calculator:calculator", schema={"type": "function", "function": {"name": "x y"}}))
+            register(ToolCard(name="broken_schema", factory="rl_agent.calculator:calculator", schema={"type": "function", "function": {"name": "x y"}}))
 
     pm = PluginManager()
     pm.register_module(BadSchema, Provider(distribution="test", entry_point="bad"))

@@ -6,9 +6,8 @@ from types import SimpleNamespace
 
 import torch
 
-from rl_core.agent.runner import final_turn_mask
 from rl_core.batch import Batch
-from rl_core.rollout.multi_turn import _generated, cut_at_stop
+from rl_core.rollout.multi_turn import _generated, cut_at_stop, final_turn_mask
 from rl_core.rollout.samples import Sample
 from rl_core.trainer.loop import Trainer
 
@@ -65,8 +64,8 @@ def test_a_turn_s_requests_reach_the_engine_in_trajectory_order():
     same call on every run and on every rank of a TP group), and each loop gets its own answer back."""
     import asyncio
 
-    from rl_core.agent.loop import Generated
-    from rl_core.agent.runner import _Batcher, _run_loops
+    from rl_agent.loop import Generated
+    from rl_agent.runner import _Batcher, _run_loops
 
     calls = []
 

@@ -12,21 +12,22 @@ import pytest
 
 from tests.conftest import REPO, pip_install_target, run_rlcore
 
-FIXTURE = REPO / "tests" / "fixtures" / "agent_plugin"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "agent_plugin"
 
 SCRIPT = textwrap.dedent(
     """
     import json, numpy as np, torch
-    from rl_core.agent.loop import Generated
-    from rl_core.agent.runner import AgentSetup, run_agent_rollout
+    from rl_agent.loop import Generated
+    from rl_agent.runner import AgentSetup, run_agent_rollout
     from rl_core.backends import SamplingParams
     from rl_core.batch import Batch
     from rl_core.config.schema import MultiTurnConfig
+    from rl_core.plugins import get_registry
     from rl_core_testing.tiny_model import EOS_ID, PAD_ID, build_tokenizer
 
     tok = build_tokenizer()
     mt = MultiTurnConfig(enable=True, tools=["reverse_text"], agent_loop="one_call_agent")
-    setup = AgentSetup(mt, tok)
+    setup = AgentSetup(mt, tok, get_registry())
     script = ['<tool_call>{"name": "reverse_text", "arguments": {"text": "abc"}}</tool_call>', "It is cba."]
 
     def decode(prompts, budgets, stop):  # a scripted engine: a trajectory's n-th turn says script[n]

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rl_core.agent import sandbox
-from rl_core.agent.sandbox import SandboxLimits, containment, run_code
-from rl_core.agent.tools import call_tool, tool_from_function
+from rl_agent import sandbox
+from rl_agent.sandbox import SandboxLimits, containment, run_code
+from rl_agent.tools import call_tool, tool_from_function
 
 LIMITS = SandboxLimits(wall_s=1.0, cpu_s=1, memory_mb=512)
 # for programs that must finish: a wall-clock limit a loaded CI machine does not reach by accident (at a load
@@ -22,7 +22,7 @@ ROOMY = SandboxLimits(wall_s=15.0, cpu_s=1, memory_mb=512)
 
 
 def _tool(limits: SandboxLimits = LIMITS):
-    return tool_from_function(lambda code: run_code(code, limits), schema=__import__("rl_core.agent.builtin", fromlist=["x"]).PYTHON_SCHEMA)
+    return tool_from_function(lambda code: run_code(code, limits), schema=__import__("rl_agent.plugin", fromlist=["x"]).PYTHON_SCHEMA)
 
 
 def _run(code: str, limits: SandboxLimits = LIMITS):

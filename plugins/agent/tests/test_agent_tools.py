@@ -9,9 +9,9 @@ from fractions import Fraction
 
 import pytest
 
-from rl_core.agent.calculator import CalculatorError, calculator, evaluate
-from rl_core.agent.parsers import HermesParser
-from rl_core.agent.tools import ToolConfigError, call_tool, hung_calls, load_tool_config, tool_from_function
+from rl_agent.calculator import CalculatorError, calculator, evaluate
+from rl_agent.parsers import HermesParser
+from rl_agent.tools import ToolConfigError, call_tool, hung_calls, load_tool_config, tool_from_function
 
 
 def test_calculator_is_exact_and_refuses_code():
@@ -115,8 +115,8 @@ def test_verl_tool_config_yaml(tmp_path):
     schema = "{type: function, function: {name: echo, description: echo, parameters: {type: object, properties: {text: {type: string}}, required: [text]}}}"
     cfg.write_text(
         "tools:\n"
-        f"  - class_name: tests.agent.test_tools.EchoTool\n    config: {{type: native, prefix: '> '}}\n    tool_schema: {schema}\n"
-        "  - class_name: rl_core.agent.calculator.calculator\n"
+        f"  - class_name: test_agent_tools.EchoTool\n    config: {{type: native, prefix: '> '}}\n    tool_schema: {schema}\n"
+        "  - class_name: rl_agent.calculator.calculator\n"
     )
     tools = {t.name: t for t in load_tool_config(cfg)}
     assert set(tools) == {"echo", "calculator"}
@@ -126,7 +126,7 @@ def test_verl_tool_config_yaml(tmp_path):
     bad.write_text("tools:\n  - class_name: no_such_pkg.Tool\n    tool_schema: " + schema + "\n")
     with pytest.raises(ToolConfigError, match=r"tools\[0\]\.class_name.*no_such_pkg"):
         load_tool_config(bad)
-    bad.write_text("tools:\n  - class_name: tests.agent.test_tools.EchoTool\n    tool_schema: {type: function, function: {name: 'bad name!'}}\n")
+    bad.write_text("tools:\n  - class_name: test_agent_tools.EchoTool\n    tool_schema: {type: function, function: {name: 'bad name!'}}\n")
     with pytest.raises(ToolConfigError, match="function.name"):
         load_tool_config(bad)
 
@@ -187,9 +187,9 @@ def test_calls_to_tools_that_do_not_exist_share_one_counter():
     """A model's made-up tool names (a number, a typo) are errors counted under "<unknown tool>", not one metric each."""
     from types import SimpleNamespace
 
-    from rl_core.agent.loop import AgentHandle, AgentSample
-    from rl_core.agent.parsers import ToolCall
-    from rl_core.agent.runner import AgentStats
+    from rl_agent.loop import AgentHandle, AgentSample
+    from rl_agent.parsers import ToolCall
+    from rl_agent.runner import AgentStats
 
     stats = AgentStats()
     handle = AgentHandle(tokenizer=None, parser=None, tools={"calculator": tool_from_function(calculator)},

@@ -10,7 +10,7 @@ trajectory from token ids only:
 - ``await handle.call_tools(calls, sample)``: the calls run concurrently, each
   under ``rollout.multi_turn.tool_timeout_s``; failures come back as results;
 - ``handle.chat.inserted_ids(messages, ended_with_eos=...)``: the template
-  tokens to insert after a turn (:mod:`rl_core.agent.chat`);
+  tokens to insert after a turn (:mod:`rl_agent.chat`);
 - :meth:`Trajectory.add_sampled` / :meth:`Trajectory.add_inserted`: the only
   ways to grow the response, so ``response_mask`` is 1 exactly on sampled
   tokens and the log-probs line up with it.
@@ -23,8 +23,11 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import attrs
 
-from rl_core.agent.parsers import ToolCall
-from rl_core.agent.tools import Tool, ToolResult, call_tool
+from rl_agent.parsers import ToolCall
+from rl_agent.tools import Tool, ToolResult, call_tool
+from rl_core.rollout.multi_turn import Generated  # the turn record every rollout backend returns (core's contract)
+
+__all__ = ["AgentHandle", "AgentLoop", "AgentSample", "Generated", "Trajectory"]
 
 
 @attrs.define
@@ -59,13 +62,6 @@ class Trajectory:
         self.response_ids.extend(int(i) for i in ids)
         self.response_mask.extend([0] * len(ids))
         self.log_probs.extend([0.0] * len(ids))
-
-
-@attrs.frozen
-class Generated:
-    token_ids: tuple[int, ...]
-    log_probs: tuple[float, ...] | None
-    finish_reason: str  # "eos", "stop" (a stop string, e.g. the end of a tool call) or "length"
 
 
 class AgentHandle:

@@ -1,9 +1,11 @@
-"""Registers the built-in tools (``calculator``, ``python``), the ``hermes`` format and the ``tool_agent`` loop."""
+"""rl-agent's entry point: the tools ``calculator`` and ``python``, the ``hermes`` format, the ``tool_agent`` loop (whose
+card names the runner rollout backends call, :class:`rl_agent.runner.AgentRuntime`), and the ``rollout.multi_turn``
+checks as a check of the run plan (:func:`rl_agent.checks.agent_probe`, a ``CheckCard`` of stage ``files``)."""
 
 from __future__ import annotations
 
-from rl_core.cards import AgentLoopCard, ToolCard, ToolParserCard
-from rl_core.hookspecs import hookimpl
+from rl_core import hookimpl
+from rl_core.cards import AgentLoopCard, CheckCard, ToolCard, ToolParserCard
 
 CALCULATOR_SCHEMA = {
     "type": "function",
@@ -34,18 +36,24 @@ PYTHON_SCHEMA = {
 
 @hookimpl
 def rl_core_register_tools(register):
-    register(ToolCard(name="calculator", factory="rl_core.agent.calculator:calculator", schema=CALCULATOR_SCHEMA,
+    register(ToolCard(name="calculator", factory="rl_agent.calculator:calculator", schema=CALCULATOR_SCHEMA,
                       description="exact arithmetic (ast-parsed rationals, bounded sizes)"))
-    register(ToolCard(name="python", factory="rl_core.agent.sandbox:python", schema=PYTHON_SCHEMA,
+    register(ToolCard(name="python", factory="rl_agent.sandbox:python", schema=PYTHON_SCHEMA,
                       description="Python code in a sandboxed process (time, memory, output limits; bubblewrap when present)"))
 
 
 @hookimpl
 def rl_core_register_tool_parsers(register):
-    register(ToolParserCard(name="hermes", factory="rl_core.agent.parsers:hermes", description='<tool_call>{"name", "arguments"}</tool_call>'))
+    register(ToolParserCard(name="hermes", factory="rl_agent.parsers:hermes", description='<tool_call>{"name", "arguments"}</tool_call>'))
 
 
 @hookimpl
 def rl_core_register_agent_loops(register):
-    register(AgentLoopCard(name="tool_agent", factory="rl_core.agent.tool_agent:tool_agent",
+    register(AgentLoopCard(name="tool_agent", factory="rl_agent.tool_agent:tool_agent", runner="rl_agent.runner:AgentRuntime",
                            description="generate, call tools, append results through the chat template, repeat"))
+
+
+@hookimpl
+def rl_core_register_checks(register):
+    register(CheckCard(name="agent", stage="files", order=15, factory="rl_agent.checks:agent_probe",
+                       description="rollout.multi_turn: the tools, the tool-call format, the agent loops the data names"))

@@ -1,4 +1,5 @@
-"""A deterministic tool and tool-call format for multi-turn tests on tiny random models.
+"""A deterministic tool and tool-call format for multi-turn tests on tiny random models (and :func:`agent_context`:
+the engine context that carries the agent runtime; the conformance case is :mod:`rl_agent.conformance`).
 
 A random model never writes a well-formed tool call, so the ``every_turn``
 format reads *every* assistant turn as one call of ``count_chars`` on that
@@ -11,9 +12,12 @@ every turn: the run must go on and count them. Register them with
 
 from __future__ import annotations
 
-from rl_core.agent.parsers import ToolCall
+from typing import Any
+
+from rl_agent.parsers import ToolCall
+from rl_core import hookimpl
+from rl_core.backends import WorkerContext
 from rl_core.cards import Provider, ToolCard, ToolParserCard
-from rl_core.hookspecs import hookimpl
 
 
 def count_chars(text: str) -> str:
@@ -93,3 +97,15 @@ def register_fixtures():
     if "count_chars" in reg.cards["tool"]:
         return reg
     return get_registry(extra=[(sys.modules[__name__], Provider(distribution="rl-core-testing", entry_point="agent_fixtures"))])
+
+
+def agent_context(config: Any, registry: Any = None, **context: Any) -> WorkerContext:
+    """A :class:`WorkerContext` carrying ``config``'s agent runtime, as the workers hand rollout engines the resolved
+    stack's (``Stack.agent``); ``registry``: the process registry by default (fixtures included once registered)."""
+    from rl_core.plugins import get_registry
+    from rl_core.rollout.multi_turn import agent_runtime
+
+    agent, problems = agent_runtime(config, registry if registry is not None else get_registry())
+    if problems:
+        raise RuntimeError("; ".join(f"{p.key}: {p.what} ({p.fix})" for p in problems))
+    return WorkerContext(agent=agent, **context)

@@ -3,7 +3,7 @@ counted tool errors / timeouts in the step's agent/* metrics, and the run goes o
 
 from __future__ import annotations
 
-from rl_core.testing.agent_fixtures import register_fixtures
+from rl_agent.testing import register_fixtures
 
 from tests.e2e.helpers import train_tiny
 

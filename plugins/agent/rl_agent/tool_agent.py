@@ -12,8 +12,8 @@ turn run; the rest are answered with an error message.
 
 from __future__ import annotations
 
-from rl_core.agent.loop import AgentHandle, AgentSample, Trajectory
-from rl_core.agent.tools import ToolResult
+from rl_agent.loop import AgentHandle, AgentSample, Trajectory
+from rl_agent.tools import ToolResult
 
 
 async def tool_agent(handle: AgentHandle, sample: AgentSample) -> Trajectory:
