@@ -14,7 +14,7 @@ from rl_core.config.load import load_config
 from rl_core.plugins import get_registry
 from rl_core.resolver import resolve
 
-DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+DATA = "data.train_files=" + str(Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl")
 
 
 def _resolve(model: Path, *overrides):

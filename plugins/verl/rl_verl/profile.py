@@ -4,7 +4,7 @@ A config is in verl's spelling when it uses a name only verl has (``actor_rollou
 ``reward_model.*``, ``model_engine=...``, a Hydra group ``x@y=...``) or names verl's own config file
 (``--config-name ppo_trainer``). ``profile=verl`` / ``profile=rl-core`` (an override, or a top-level
 ``profile:`` in the YAML) chooses either way. :data:`VERL_DEFAULTS` holds verl's default for every rl-core
-key whose own default differs (verl 0.9's ``ppo_trainer.yaml``; ``tests/config/test_verl_profile.py``
+key whose own default differs (verl 0.9's ``ppo_trainer.yaml``; ``plugins/verl/tests/test_verl_profile.py``
 compares them with verl's generated config). ``rlcore check`` lists each one a config leaves unset.
 """
 
