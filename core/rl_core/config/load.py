@@ -27,8 +27,8 @@ from typing import Any, Iterable, Mapping
 import attrs
 import yaml
 
-from rl_core.config.dialect import KEYWORD_SECTIONS, Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.cards import load_object
+from rl_core.config.dialect import KEYWORD_SECTIONS, Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig

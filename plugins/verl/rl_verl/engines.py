@@ -30,6 +30,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rl_core.config.load import config_to_dict, set_dotted
+from rl_core.config.schema import RunConfig
+from rl_core.problems import Problem
+from rl_verl.profile import get_dotted
+from rl_verl.values import norm
+
 #: verl's engine names (model_engine / actor.strategy / Hydra actor group option) -> rl-core's train backend
 BACKEND_OF = {
     "fsdp": "fsdp", "fsdp2": "fsdp", "dp": "fsdp", "dp_actor": "fsdp", "dp_ref": "fsdp", "dp_critic": "fsdp",
@@ -199,11 +205,6 @@ def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
     """The fix-ups one key cannot decide alone, on the translated ``tree`` (profile defaults applied) of the
     :class:`rl_verl.translate.Translation` ``tr``: ``(problems, profile defaults applied as (key, value,
     rl-core's own))``. A key set here is named as the user wrote it in later problems (``tr.origin``)."""
-    from rl_core.config.load import config_to_dict, set_dotted
-    from rl_core.config.schema import RunConfig
-    from rl_verl.keys import norm
-    from rl_verl.profile import get_dotted
-    from rl_core.problems import Problem
 
     problems: list = []
     applied: list = []

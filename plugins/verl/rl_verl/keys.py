@@ -20,6 +20,7 @@ import attrs
 
 from rl_verl.engines import BACKEND_OF, ROWS as ENGINE_ROWS, VALUE_ROWS as ENGINE_VALUES
 from rl_verl.reward_model import KNOBS as RM_KNOBS, NOTES as RM_NOTES, PREFIX as RM_PREFIX
+from rl_verl.values import norm
 
 MAP, SAME, ENGINE, IGNORE, REFUSE, TIE = "map", "same", "engine", "ignore", "refuse", "tie"
 ALIAS, HOLD = "alias", "hold"  # ALIAS: read as another verl key (target); HOLD: kept for rl_verl.engines.apply
@@ -60,24 +61,6 @@ def _regex(pattern: str) -> re.Pattern:
     if pattern not in _CACHE:
         _CACHE[pattern] = re.compile(re.escape(pattern).replace(r"\*", r"[^=]+"))
     return _CACHE[pattern]
-
-
-def norm(value: Any) -> Any:
-    """verl's values as Hydra hands them over: "True" -> True, "0" -> 0, "null" -> None."""
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in {"true", "false"}:
-            return low == "true"
-        if low in {"null", "none", "~"}:
-            return None
-        try:
-            f = float(low)
-            return int(f) if f.is_integer() else f
-        except ValueError:
-            return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 def _m(pattern, target, convert=None, note=""):
