@@ -59,3 +59,21 @@ def test_the_cli_names_the_plugin_of_an_option(no_dialect, capsys):
 def test_a_launch_is_a_plain_record():
     launch = Launch(data={"a": 1}, overrides=["b=2"], options={"config_name": None})
     assert launch.overrides == ("b=2",) and launch.options == {"config_name": None}
+
+
+def test_plugin_commands_join_the_cli_and_never_replace_cores(monkeypatch, capsys):
+    from rl_core.cards import CommandCard, Provider
+    from rl_core.cli import main as cli
+    from rl_core.plugins import Registry
+
+    def add_parser(sub):
+        p = sub.add_parser("hello-test", help="says hello")
+        p.set_defaults(func=lambda args: print("hello") or 0)
+
+    registry = Registry()
+    for card in (CommandCard(name="hello-test", factory=add_parser), CommandCard(name="check", factory=add_parser)):
+        registry.add(card, Provider(distribution="thirdparty-test"))
+    monkeypatch.setattr("rl_core.plugins.get_registry", lambda **kw: registry)
+    assert cli.main(["hello-test"]) == 0
+    out = capsys.readouterr()
+    assert "hello" in out.out and "the command 'check' of thirdparty-test is left out" in out.err

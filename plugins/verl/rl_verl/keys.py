@@ -8,7 +8,7 @@ warning in ``rlcore check`` and ``rlcore train``. ``docs/migrating-from-verl.md`
 
 Keys are verl's full dotted names (``actor_rollout_ref.actor.X``); ``*`` matches one or more key parts.
 The first matching rule wins; keys no rule names fall back to the section prefixes of
-:data:`rl_core.config.load.VERL_PREFIXES` and are then checked against rl-core's schema.
+:data:`rl_verl.dialect.VERL_PREFIXES` and are then checked against rl-core's schema.
 """
 
 from __future__ import annotations
