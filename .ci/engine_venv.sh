@@ -31,7 +31,8 @@ if [[ $ENGINE == vllm ]]; then
     # + the Megatron backend (light: megatron-core needs only torch, numpy, packaging) for its vLLM job (`tox -e vllm-megatron`)
     # + peft: the LoRA jobs with adapter-only sync to vLLM (plugins/rollout_vllm/tests/test_vllm_lora.py)
     # + Ray: rollout TP across two Ray nodes, with every worker's weights verified (test_vllm_e2e.py::test_tp_group_across_two_ray_nodes)
-    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/train_fsdp -e plugins/rollout_vllm -e plugins/train_megatron \
+    # + rl-verl: the plugin's tests of verl launches (test_vllm_plugin.py, test_vllm_moe_parallel.py; skipped without it)
+    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/train_fsdp -e plugins/rollout_vllm -e plugins/train_megatron -e plugins/verl \
         megatron-core==0.16.1 pytest peft==0.21.2 ray==2.60.0
 else
     # PyPI has no CPU build of SGLang: the script installs torch 2.13 (CPU) + sglang 0.5.23 --no-deps + its

@@ -1,8 +1,8 @@
 """How many of verl's example launch scripts resolve in rl-core, as `rlcore check --skip-device-check` sees them.
 
-    python bench/verl_scripts/measure.py [--scripts tests/config/verl_scripts/scripts.json] [--out bench/verl_scripts/RESULTS.md]
+    python bench/verl_scripts/measure.py [--scripts plugins/verl/tests/verl_scripts/scripts.json] [--out bench/verl_scripts/RESULTS.md]
 
-Each script's overrides (extracted by tests/config/verl_scripts/extract.py; model and data paths replaced) go
+Each script's overrides (extracted by plugins/verl/tests/verl_scripts/extract.py; model and data paths replaced) go
 through the same code as `rlcore check --skip-device-check` (load_report, resolve with the world checks but
 not this machine's devices, the target checks; missing engines / loggers are warnings). The training data is
 a local file of 4096 rows (the tiny fixture repeated) so that every script's batch fits. A reward model's path
@@ -32,7 +32,7 @@ from rl_core.plan.resolver import resolve
 
 OTHER = ("on_policy_distillation_trainer", "gdpo_trainer", "otb_trainer", "mtp_trainer")
 FIXTURE = "tests/fixtures/data/tiny_gsm8k.jsonl"
-MODEL = "builtin:smollm2"  # the model every script's model path was replaced by (tests/config/verl_scripts/extract.py)
+MODEL = "builtin:smollm2"  # the model every script's model path was replaced by (plugins/verl/tests/verl_scripts/extract.py)
 
 
 RM_KEYS = ("reward.reward_model.model_path", "reward_model.model.path")
@@ -104,7 +104,9 @@ def check(overrides: list[str], data: str, registry, rm: str = "", dataset_cls: 
     name = next((o.split("=", 1)[1] for o in rest if o.split("=", 1)[0].lstrip("+") in REWARD_NAME_KEYS), "compute_score")
     rest = [f"{o.split('=', 1)[0]}={standin_reward(Path(tmp or tempfile.gettempdir()) / f'reward_{name}.py', name)}"
             if o.split("=", 1)[0].lstrip("+") in REWARD_PATH_KEYS and in_verl_tree(o.split("=", 1)[1]) else o for o in rest]
-    loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
+    # a verl launch script is a verl launch (verl's defaults for what it leaves unset): the profile says so, as
+    # `rlcore check --profile verl` does (the rl-verl plugin's dialect, rl_verl.dialect.detect)
+    loaded = load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"), profile="verl")
     if errors(loaded.problems):
         return errors(loaded.problems)
     _, problems = plan_for(loaded.config, registry, devices=False)
@@ -274,7 +276,7 @@ def verl_lines(result: dict, mine: dict, verdicts: dict) -> tuple[list[str], lis
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scripts", default="tests/config/verl_scripts/scripts.json")
+    ap.add_argument("--scripts", default="plugins/verl/tests/verl_scripts/scripts.json")
     ap.add_argument("--out", default="bench/verl_scripts/RESULTS.md")
     ap.add_argument("--verdicts", default=VERDICTS, help="verl's own verdicts (verl_verdicts.py's output)")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 """verl's offload switches on one GPU (issue #37): device memory between phases, peak memory of the update, step time,
 and the results against the same engine without them. Until this runs, they are tested on the CPU only (where every
-copy is host to host: tests/config/test_verl_offload.py, plugins/*/tests/test_*offload*.py).
+copy is host to host: plugins/verl/tests/test_verl_offload.py, plugins/*/tests/test_*offload*.py).
 
     python bench/verl_scripts/offload_gpu.py --out $OUT/offload                 # one GPU, Qwen2.5-0.5B shape (~3-5 min)
     python bench/verl_scripts/offload_gpu.py --tiny --out /tmp/offload_tiny     # CPU smoke (what this file was run with)

@@ -1,6 +1,6 @@
 """verl's own verdict on each of its example launch scripts: do verl's config checks (those that run before any GPU work) accept it?
 
-    .venv-verl/bin/python bench/verl_scripts/verl_verdicts.py [--scripts tests/config/verl_scripts/scripts.json]
+    .venv-verl/bin/python bench/verl_scripts/verl_verdicts.py [--scripts plugins/verl/tests/verl_scripts/scripts.json]
         [--verl-mirror /work/.mirror/verl-project+verl/repo] [--recipe-mirror /work/.mirror/verl-project+verl-recipe/repo]
         [--out bench/verl_scripts/verl_verdicts.json]
 
@@ -279,7 +279,7 @@ def versions() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scripts", default="tests/config/verl_scripts/scripts.json")
+    ap.add_argument("--scripts", default="plugins/verl/tests/verl_scripts/scripts.json")
     ap.add_argument("--verl-mirror", default=VERL_MIRROR)
     ap.add_argument("--recipe-mirror", default=RECIPE_MIRROR)
     ap.add_argument("--out", default="bench/verl_scripts/verl_verdicts.json")

@@ -313,3 +313,41 @@ CARD_TYPES: dict[str, type[CardBase]] = {
     for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard,
                 ToolParserCard, CheckCard)
 }
+
+
+def _cli_options(value: Any) -> tuple:
+    return tuple((str(flag), dict(kwargs)) for flag, kwargs in value)
+
+
+@attrs.frozen(kw_only=True)
+class DialectCard(CardBase):
+    """Another framework's way of writing a launch, read into rl-core's config (:mod:`rl_core.config.dialect`).
+
+    ``factory`` resolves to ``translate(launch) -> Translated`` (a whole launch in the dialect's syntax, the
+    dialect's defaults included); ``detect`` to ``detect(launch) -> bool`` (is this launch in that syntax?);
+    ``keys`` (optional) to ``keys(launch) -> Translated`` (a native launch's keys that are not rl-core's, no
+    defaults). All three are ``"module:function"`` paths, imported when a launch is read. ``cli_options`` are the
+    command-line options the dialect reads, ``(flag, argparse keyword arguments)``: ``rlcore check`` / ``train``
+    take them, and the launch carries them by dest (``--config-name`` -> ``config_name``). ``detects`` says in
+    words what makes a launch the dialect's (``rlcore plugins``).
+    """
+
+    kind: ClassVar[str] = "dialect"
+
+    detect: str | Callable
+    keys: str | Callable | None = None
+    cli_options: tuple[tuple[str, dict], ...] = attrs.field(default=(), converter=_cli_options, eq=False)
+    detects: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class CommandCard(CardBase):
+    """An ``rlcore`` sub-command of a plugin: ``factory`` resolves to ``add_parser(subparsers)``, which adds the
+    command's parser and sets its ``func(args) -> int`` (as core's own commands, rl_core.cli.main)."""
+
+    kind: ClassVar[str] = "command"
+
+    help: str = ""
+
+
+CARD_TYPES.update({cls.kind: cls for cls in (DialectCard, CommandCard)})

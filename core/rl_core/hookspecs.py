@@ -81,3 +81,13 @@ def rl_core_register_tool_parsers(register: Register) -> None:
 @hookspec
 def rl_core_register_checks(register: Register) -> None:
     """Register :class:`~rl_core.cards.CheckCard` s (checks of the run plan, beside the feature they check)."""
+
+
+@hookspec
+def rl_core_register_dialects(register: Register) -> None:
+    """Register :class:`~rl_core.cards.DialectCard` s (another framework's launch syntax read into rl-core's config)."""
+
+
+@hookspec
+def rl_core_register_commands(register: Register) -> None:
+    """Register :class:`~rl_core.cards.CommandCard` s (``rlcore`` sub-commands)."""

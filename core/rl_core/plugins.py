@@ -51,6 +51,8 @@ HOOK_KINDS = {
     "rl_core_register_agent_loops": "agent_loop",
     "rl_core_register_tool_parsers": "tool_parser",
     "rl_core_register_checks": "check",
+    "rl_core_register_dialects": "dialect",
+    "rl_core_register_commands": "command",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -65,6 +67,20 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
         "reasoning_gym": "rl-reward-rule",
     },
 }
+
+
+#: what only another framework's launch writes (a top-level key of its config, a command-line option, its override
+#: grammar "+key / ~key / group@package") -> the distribution of the dialect that reads it (hints for messages only)
+KNOWN_DIALECTS: dict[str, str] = {
+    **dict.fromkeys(("actor_rollout_ref", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler",
+                     "distillation", "--config-path", "--config-name", "--profile", "+key / ~key / group@package"), "rl-verl"),
+}
+
+
+def dialect_hint(what: str) -> str:
+    """``"; pip install <distribution> (its dialect reads it)"`` for a key, option or grammar :data:`KNOWN_DIALECTS` knows, else ``""``."""
+    dist = KNOWN_DIALECTS.get(what) or KNOWN_DIALECTS.get(what.split(".")[0].lstrip("+~"))
+    return f"; pip install {dist} (its dialect reads it)" if dist else ""
 
 
 @attrs.frozen

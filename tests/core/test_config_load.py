@@ -48,30 +48,6 @@ def test_all_problems_reported_together():
     assert {p.key for p in problems} == {"rollout.nn", "actor.ppo_epochs", "bad"}
 
 
-def test_verl_keys_are_translated():
-    cfg = load_config(None, ["actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.default_local_dir=/tmp/x"])
-    assert cfg.rollout.n == 5 and cfg.actor.ppo_mini_batch_size == 4 and cfg.trainer.output_dir == "/tmp/x"
-    cfg = load_config(None, ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.rollout.response_length=64", "actor_rollout_ref.actor.grad_clip=0.5"])
-    assert cfg.train.name == "megatron" and cfg.data.max_response_length == 64 and cfg.actor.optim.grad_clip == 0.5
-
-
-def test_verl_yaml_layout_is_translated(tmp_path):
-    f = tmp_path / "verl.yaml"
-    f.write_text("actor_rollout_ref:\n  actor:\n    ppo_epochs: 2\n  rollout:\n    temperature: 0.6\n")
-    cfg = load_config(f)
-    assert cfg.actor.ppo_epochs == 2 and cfg.rollout.temperature == 0.6
-
-
-def test_verl_ray_init_keys_are_translated(tmp_path):
-    f = tmp_path / "verl.yaml"
-    f.write_text("ray_kwargs:\n  ray_init:\n    num_cpus: 8\n    runtime_env: {env_vars: {A: '1'}}\n")
-    cfg = load_config(f, ["ray_kwargs.ray_init.address=auto"])
-    assert cfg.ray.num_cpus == 8 and cfg.ray.runtime_env == {"env_vars": {"A": "1"}} and cfg.ray.address == "auto"
-    assert load_config(None, ["ray_init.num_cpus=4"]).ray.num_cpus == 4  # older verl
-    (p,) = _problems("ray_kwargs.ray_init.num_gpus=2")  # no counterpart: named as written, ours beside it
-    assert p.key == "ray_kwargs.ray_init.num_gpus" and "rl-core's ray.num_gpus" in p.what
-
-
 def test_missing_and_invalid_files(tmp_path):
     (p,) = _problems(path=tmp_path / "nope.yaml")
     assert "does not exist" in p.what

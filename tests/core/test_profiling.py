@@ -88,18 +88,13 @@ def test_nsys_marks_the_chosen_calls_and_opens_the_capture_range(monkeypatch, tm
         StepProfiler.for_worker(cfg, rank=0, device="cpu")
 
 
-def test_nsys_rules_and_verl_keys():
+def test_nsys_rules():
     from rl_core.config.load import load_report
 
     def found(*overrides):
-        return [(p.key, p.severity) for p in load_report(None, list(overrides)).problems if p.key.startswith(("profiler", "global_profiler"))]
+        return [(p.key, p.severity) for p in load_report(None, list(overrides)).problems if p.key.startswith("profiler")]
 
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda") == [("profiler.tool", "warning")]  # run it under nsys
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cpu") == [("profiler.tool", "error")]
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda", "trainer.placement=ray") == [("profiler.tool", "error")]
-    loaded = load_report(None, ["global_profiler.tool=nsys", "global_profiler.steps=[1]", "global_profiler.global_tool_config.nsys.discrete=true",
-                                "trainer.device=cuda"])
-    assert (loaded.config.profiler.tool, loaded.config.profiler.discrete) == ("nsys", True)
-    ray_nsight = load_report(None, ["global_profiler.tool=nsys", "trainer.device=cuda", "+global_profiler.global_tool_config.nsys.worker_nsight_options.trace=cuda"])
-    assert [p.key for p in ray_nsight.as_written(ray_nsight.problems) if p.severity == "error"] == [
-        "+global_profiler.global_tool_config.nsys.worker_nsight_options.trace"]
+

@@ -108,14 +108,13 @@ def test_check_imports_the_class_and_reads_no_rows_itself(setup, tmp_path):
     assert {p.key for p in problems} == {"data.train_files", "data.val_files"}
 
 
-def test_verl_keys_map_and_a_lone_key_is_refused(setup):
-    from rl_core.config.load import load_report
-    from rl_core.problems import errors
+def test_the_data_section_without_omegaconf(monkeypatch):
+    """omegaconf is no dependency of rl-core (rl-verl brings it): without it the class gets a dict whose keys read as attributes."""
+    import sys
 
-    code, data = setup
-    base = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=builtin:smollm2", f"data.train_files=['{data}']"]
-    loaded = load_report(None, [*base, f"data.custom_cls.path={code}", "data.custom_cls.name=Lines"])
-    assert not errors(loaded.problems)
-    assert (loaded.config.data.custom_cls.path, loaded.config.data.custom_cls.name) == (code, "Lines")
-    loaded = load_report(None, [*base, f"data.custom_cls.path={code}"])
-    assert [p.key for p in errors(loaded.as_written(loaded.problems))] == ["data.custom_cls.name"]
+    from rl_core.data.custom import Section, data_section
+
+    monkeypatch.setitem(sys.modules, "omegaconf", None)
+    section = data_section(DataConfig(prompt_key="question", max_prompt_length=64))
+    assert isinstance(section, Section) and section.get("prompt_key") == "question" and section.max_prompt_length == 64
+    assert section.custom_cls.path is None and section.get("missing", 1) == 1

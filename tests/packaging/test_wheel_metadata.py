@@ -136,3 +136,11 @@ def test_core_keeps_heavy_parts_behind_extras(built):
         if dist == "rl-core":
             problems += extra_mismatches(extras.get(extra, []), records, f"rl-core[{extra}]")
     assert problems == []
+
+
+def test_verls_command_line_is_the_plugins_dependency(built):
+    """hydra-core and omegaconf (verl's command line and config files) come with rl-verl, never with rl-core alone."""
+    core, _ = split_requirements(wheel_metadata(built["rl-core"].wheel))
+    assert not {"hydra-core", "omegaconf"} & {canonicalize_name(r.name) for r in core}
+    verl, _ = split_requirements(wheel_metadata(built["rl-verl"].wheel))
+    assert {"hydra-core", "omegaconf"} <= {canonicalize_name(r.name) for r in verl}

@@ -14,20 +14,20 @@ from rl_core.plan.resolver import resolve
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
+    from rl_core.config.load import dialects
+
     p.add_argument("config", nargs="?", help=config_help)
-    p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="dotted overrides, e.g. rollout.n=8; verl's too, in Hydra's grammar (+key=v, ~key, group@pkg=option)")
-    p.add_argument("--config-path", help="verl / Hydra: the folder of --config-name")
-    p.add_argument("--config-name", help="verl / Hydra: a config file in --config-path (its defaults list is followed); "
-                                         "verl's own ppo_trainer / ppo_megatron_trainer select verl's defaults")
-    p.add_argument("--profile", choices=("verl", "rl-core"),
-                   help="whose defaults fill what the config leaves unset (default: verl's for a config in verl's spelling)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. rollout.n=8 (a dialect plugin reads its own grammar)")
+    for card in dialects():  # the options a dialect reads (rl_core.cards.DialectCard.cli_options)
+        for flag, kwargs in card.cli_options:
+            p.add_argument(flag, **{"help": f"({card.name}) " + kwargs.get("help", ""), **{k: v for k, v in kwargs.items() if k != "help"}})
 
 
 def config_kwargs(args) -> dict:
-    """load_config's keyword arguments from the command line (--config-path, --config-name, --profile)."""
-    return {"config_path": getattr(args, "config_path", None), "config_name": getattr(args, "config_name", None),
-            "profile": getattr(args, "profile", None)}
+    """load_report's keyword arguments from the command line: the dialects' options (rl_core.config.load.option_dests)."""
+    from rl_core.config.load import option_dests
+
+    return {dest: getattr(args, dest, None) for dest in option_dests()}
 
 
 def split_config_args(args) -> tuple[str | None, list[str]]:
@@ -165,10 +165,10 @@ def run(args) -> int:
 
 
 def print_profile(loaded, out=None) -> None:
-    """Under the verl profile: every default taken from verl that differs from rl-core's own."""
+    """Under a dialect's profile: every default taken from the dialect that differs from rl-core's own."""
     out = out or sys.stdout
-    if loaded.profile != "verl" or not loaded.profile_defaults:
+    if loaded.profile == "rl-core" or not loaded.profile_defaults:
         return
-    print("verl profile: unset keys take verl's defaults (--profile rl-core for rl-core's); where they differ from rl-core's:", file=out)
-    for key, verl, own in loaded.profile_defaults:
-        print(f"  {key:<36} {verl!r:<34} (rl-core: {own!r})", file=out)
+    print(loaded.defaults_heading or f"{loaded.profile} profile: unset keys take {loaded.profile}'s defaults; where they differ from rl-core's:", file=out)
+    for key, theirs, own in loaded.profile_defaults:
+        print(f"  {key:<36} {theirs!r:<34} (rl-core: {own!r})", file=out)

@@ -29,7 +29,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"rl_core.cli.{name}_cmd")
         module.add_parser(sub)
+    add_plugin_commands(sub)
     return parser
+
+
+def add_plugin_commands(sub) -> None:
+    """The plugins' sub-commands (rl_core.cards.CommandCard): each card's ``add_parser(subparsers)``; one that fails to
+    load, or names a command that exists, is left out with a warning (``rlcore plugins`` lists it)."""
+    from rl_core.plugins import get_registry
+
+    commands = get_registry().cards.get("command", {})
+    for name in sorted(commands):
+        card = commands[name]
+        if name in sub.choices:
+            print(f"warning: the command {name!r} of {card.provider} is left out: rlcore has a command of that name", file=sys.stderr)
+            continue
+        try:
+            card.load()(sub)
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the other commands down
+            print(f"warning: the command {name!r} of {card.provider} is left out: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rl_core.plugins import dialect_hint
+
+        hints = "".join(dialect_hint(e.split("=")[0]) for e in extra if e.startswith("--"))
+        parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (an option of a dialect plugin{hints})" if hints else ""))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

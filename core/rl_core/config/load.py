@@ -11,9 +11,8 @@ together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
 (:func:`rl_core.util.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
 trackers' copies never hold them.
 
-verl users can paste their keys: ``actor_rollout_ref.actor.X`` maps to
-``actor.X``, ``actor_rollout_ref.rollout.X`` to ``rollout.X`` and so on
-(see :data:`VERL_PREFIXES` and docs/config.md).
+Another framework's launch (its config files, its command line) is read by a dialect plugin
+(:mod:`rl_core.config.dialect`, :class:`rl_core.cards.DialectCard`); this module reads rl-core's own.
 """
 
 from __future__ import annotations
@@ -28,65 +27,17 @@ from typing import Any, Iterable, Mapping
 import attrs
 import yaml
 
+from rl_core.cards import load_object
+from rl_core.config.dialect import KEYWORD_SECTIONS, Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
-from rl_core.config import verl_dtype, verl_engines, verl_reward_model
-from rl_core.config.verl_profile import generated_batch, get_dotted, unset_defaults
-from rl_core.config.verl_translate import DELETE, ENGINES, Translation, flatten, parse_override, read_hydra_config, translate_item
 from rl_core.config.typenames import article as _article, type_name as _type_name
-from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
+from rl_core.config.schema import RunConfig
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
 from rl_core.util.user_paths import expand_user_paths
 
 logger = logging.getLogger(__name__)
-
-VERL_KEYS = {
-    "actor_rollout_ref.actor.strategy": "train.name",
-    "actor_rollout_ref.actor.policy_loss.loss_mode": "actor.policy_loss",
-    "actor_rollout_ref.actor.grad_clip": "actor.optim.grad_clip",
-    "actor_rollout_ref.rollout.val_kwargs.temperature": "rollout.val_temperature",
-    "actor_rollout_ref.rollout.val_kwargs.n": "rollout.val_n",
-    "actor_rollout_ref.rollout.response_length": "data.max_response_length",
-    "critic.grad_clip": "critic.optim.grad_clip",
-    "trainer.max_actor_ckpt_to_keep": "trainer.max_ckpt_to_keep",
-    "trainer.default_local_dir": "trainer.output_dir",
-    "trainer.logger": "trainer.loggers",
-    "rollout.response_length": "data.max_response_length",
-}
-# verl's knobs of individual policy losses (rl_core.algorithms.policy_loss_pg / _cov) -> their options
-VERL_KEYS.update({f"actor_rollout_ref.actor.policy_loss.{k}": f"actor.policy_loss_options.{k}" for k in (
-    "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")})
-VERL_KEYS.update({f"actor_rollout_ref.actor.{k}": f"actor.policy_loss_options.{k}" for k in ("tau_pos", "tau_neg")})
-VERL_PREFIXES = {
-    "actor_rollout_ref.actor.": "actor.",
-    "actor_rollout_ref.rollout.": "rollout.",
-    "actor_rollout_ref.ref.": "ref.",
-    "actor_rollout_ref.model.": "model.",
-    "reward_model.": "reward.",
-    "custom_reward_function.": "reward.custom.",
-    "ray_kwargs.ray_init.": "ray.",  # address, runtime_env, num_cpus (verl >= 0.5)
-    "ray_init.": "ray.",  # older verl
-}
-
-
-_REWARD_MODEL_FIELDS = frozenset(f.name for f in attrs.fields(RewardModelConfig))
-
-#: verl's top-level sections that have no section of ours: their keys are translated one by one
-VERL_SECTIONS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init"})
-
-
-def translate_verl_key(key: str) -> str:
-    if key in VERL_KEYS:
-        return VERL_KEYS[key]
-    parts = key.split(".")
-    if parts[0] == "reward_model" and len(parts) > 1 and parts[1] in _REWARD_MODEL_FIELDS:
-        return key  # our own reward_model section (verl's keys of these names mean the same)
-    for old, new in VERL_PREFIXES.items():
-        if key == old or key.startswith(old):
-            return new + key[len(old):]
-    return key
-
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
@@ -146,9 +97,16 @@ def duplicate_keys(node: yaml.Node | None, prefix: str = "") -> dict[str, list[i
 
 
 def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
-    """``["a.b=1", "c=x"]`` -> nested dict of rl-core keys (Hydra's grammar; verl's keys translated)."""
-    tr = translate(overrides=overrides)
-    return tr_tree({}, tr), tr.problems
+    """``["a.b=1", "c=x"]`` -> nested dict of rl-core keys (rl-core's own override form: :func:`rl_core.config.dialect.parse_override`)."""
+    tree: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for text in overrides:
+        key, value, problem = parse_override(text)
+        if problem is not None:
+            problems.append(problem)
+        else:
+            set_dotted(tree, key, value)
+    return tree, problems
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -170,40 +128,6 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def translate(data: Mapping[str, Any] | None = None, overrides: Iterable[str] = ()) -> Translation:
-    """A config file's keys, then the overrides in order, as rl-core's flat items (:mod:`rl_core.config.verl_translate`)."""
-    tr = Translation()
-    for key, value in flatten(data or {}):
-        translate_item(tr, key, key, value, fallback=translate_verl_key)
-    for text in overrides:
-        written, key, value, problem = parse_override(text)
-        if problem is not None:
-            tr.problems.append(problem)
-            continue
-        translate_item(tr, written, key, value, fallback=translate_verl_key)
-    return tr
-
-
-def tr_tree(base: Mapping[str, Any], tr: Translation) -> dict[str, Any]:
-    """``base`` with the translation's items set (``~key`` items deleted) in order."""
-    out = merge({}, base)
-    for key, value in tr.items:
-        if value is DELETE:
-            _del_dotted(out, key)
-        else:
-            set_dotted(out, key, value)
-    return out
-
-
-def _del_dotted(tree: dict[str, Any], key: str) -> None:
-    parts = key.split(".")
-    node: Any = tree
-    for part in parts[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        node.pop(parts[-1], None)
 
 
 # ----------------------------------------------------------------- structuring
@@ -296,10 +220,6 @@ def _typo(key: str, fields: Iterable[str]) -> str:
     return f": looks like a typo{hint}" if hint else ""
 
 
-#: config sections whose key is a Python keyword: the schema's field carries a trailing underscore
-KEYWORD_SECTIONS = {"async": "async_"}
-
-
 def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
     """Build ``cls`` from ``data``, appending a problem for every bad key."""
     hints = type_hints(cls)
@@ -348,65 +268,111 @@ class Loaded:
 
     config: RunConfig | None
     problems: list[Problem]
-    profile: str
-    profile_defaults: list[tuple[str, Any, Any]]  # (rl-core key, verl's value, rl-core's own) applied under the verl profile
+    profile: str  # whose defaults filled what the launch left unset: "rl-core", or a dialect's (rl_core.config.dialect)
+    profile_defaults: list[tuple[str, Any, Any]]  # (rl-core key, the dialect's value, rl-core's own) applied under its profile
     origin: dict[str, str] = attrs.field(factory=dict)  # rl-core key -> key as the user wrote it
     rule_keys: frozenset[str] = frozenset()  # keys a cross-key rule reported (the ``rules`` stage of rlcore check)
+    defaults_heading: str = ""  # rlcore check's line above profile_defaults (the dialect's)
+    default_note: str = ""  # ends a later problem about a key from profile_defaults (the dialect's)
+    unknown_note: str = ""  # ends a later problem about an unknown translated key (the dialect's)
 
     def as_written(self, problems: Iterable[Problem]) -> list[Problem]:
-        """Later problems (resolver, normaliser) naming the keys as the user wrote them, or as verl's defaults."""
+        """Later problems (resolver, normaliser) naming the keys as the user wrote them, or as the dialect's defaults."""
         from_profile = {k for k, _, _ in self.profile_defaults}
-        return [attrs.evolve(p, what=p.what + f" ({p.key} is verl's default, from the verl profile; set it, or --profile rl-core)")
-                if p.key in from_profile else _as_written(p, self.origin) for p in problems]
+        return [attrs.evolve(p, what=p.what + f" ({p.key} {self.default_note})")
+                if p.key in from_profile else _as_written(p, self.origin, self.unknown_note) for p in problems]
+
+
+def dialects() -> list:
+    """The installed :class:`rl_core.cards.DialectCard` s, by name."""
+    from rl_core.plugins import get_registry
+
+    table = get_registry().cards.get("dialect", {})
+    return [table[name] for name in sorted(table)]
+
+
+def option_dests(cards: Iterable[Any] | None = None) -> dict[str, str]:
+    """``{argparse dest: flag}`` of every command-line option the dialects read (``config_name``: ``--config-name``)."""
+    return {kw.get("dest") or flag.lstrip("-").replace("-", "_"): flag
+            for card in (dialects() if cards is None else cards) for flag, kw in card.cli_options}
+
+
+def _native(launch: Launch) -> Translated:
+    """rl-core's own launch: the file's keys, then ``key=value`` overrides in order."""
+    tree: dict[str, Any] = {}
+    problems: list[Problem] = []
+    items: list[tuple[str, Any]] = list(flatten(launch.data))
+    for text in launch.overrides:
+        if grammar_of(text):
+            problems.append(Problem(key=text.partition("=")[0].strip(), what=f"{text!r} is written in Hydra's override grammar (+key, ~key, "
+                                    "group@package), which rl-core reads only through a dialect plugin, and no installed dialect reads it",
+                                    fix="write key=value" + plugin_hint("+key / ~key / group@package")))
+            continue
+        key, value, problem = parse_override(text)
+        if problem is not None:
+            problems.append(problem)
+        else:
+            items.append((key, value))
+    for key, value in items:
+        hint = plugin_hint(key)
+        if hint and not is_ours(key):
+            problems.append(Problem(key=key, what="is another framework's spelling of a key, and no installed dialect plugin reads it",
+                                    fix="write rl-core's key (docs/config.md)" + hint))
+        else:
+            set_dotted(tree, key, value)
+    return Translated(raw=tree, problems=problems)
+
+
+def plugin_hint(what: str) -> str:
+    from rl_core.plugins import dialect_hint
+
+    return dialect_hint(what)
+
+
+def _translate(launch: Launch, problems: list[Problem]) -> Translated:
+    """The launch as rl-core's raw config: by the dialect whose syntax it is, else rl-core's own (a dialect translating
+    the keys that are not rl-core's)."""
+    cards = dialects()
+    for card in cards:
+        if load_object(card.detect)(launch):
+            return card.load()(launch)
+    given = {dest: value for dest, value in launch.options.items() if value is not None}
+    known = option_dests(cards)
+    for dest in given:
+        if dest not in known:
+            flag = "--" + dest.replace("_", "-")
+            problems.append(Problem(key=flag, what="is an option of a dialect plugin, and no installed dialect reads it",
+                                    fix=f"remove {flag}" + plugin_hint(flag)))
+    keys = [k for k, _ in flatten(launch.data)] + [t.partition("=")[0].strip() for t in launch.overrides]
+    if any(not is_ours(k) for k in keys):
+        for card in cards:
+            if card.keys is not None:
+                return load_object(card.keys)(launch)
+    return _native(launch)
 
 
 def load_report(
-    path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None,
-    config_path: str | None = None, config_name: str | None = None, profile: str | None = None,
+    path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None, **options: Any,
 ) -> Loaded:
-    """YAML file or ``--config-path`` / ``--config-name`` (optional) + overrides -> :class:`Loaded`; never raises ConfigError."""
+    """YAML file (optional) + overrides (+ the dialects' options, e.g. ``config_name``) -> :class:`Loaded`; never raises ConfigError."""
     problems: list[Problem] = []
     data: dict[str, Any] = dict(base or {})
-    selections: list[tuple[str, Any]] = []
-    verl_file = False
     if path is not None:
         data = merge(data, read_yaml(path))
-    if config_name is not None:
-        extra, selections, found, verl_file = read_hydra_config(config_path, config_name)
-        problems += found
-        data = merge(data, extra)
-    tr = translate(data, [*(f"{k}={_hydra_value(v)}" for k, v in selections), *overrides])
+    launch = Launch(path=None if path is None else str(path), data=data, overrides=tuple(overrides), options=options)
+    tr = _translate(launch, problems)
     problems += tr.problems
-    chosen = profile or tr.profile or ("verl" if (tr.verl_spelled or verl_file) else "rl-core")
-    if chosen not in ("verl", "rl-core"):
-        problems.append(Problem(key="profile", what=f"{chosen!r} is not a profile", fix="use profile=verl (verl's defaults) or profile=rl-core"))
-        chosen = "rl-core"
-    tree = tr_tree({}, tr)
-    tree = _engine_kwargs(tree, problems)
-    applied: list[tuple[str, Any, Any]] = []
-    if chosen == "verl":
-        own = config_to_dict(RunConfig(), mask=False)
-        for key, value in unset_defaults(tree):
-            applied.append((key, value, get_dotted(own, key)))
-            set_dotted(tree, key, value)
-        batch = generated_batch(tree)  # data.gen_batch_size without dynamic sampling: the step's batch, as in verl
-        if batch is not None:
-            problems.append(batch)
-    found, engine_defaults = verl_engines.apply(tree, tr, chosen)  # veomni / fsdp_turbo / mlite settings
-    problems += found
-    applied += engine_defaults
-    found, rm_defaults = verl_reward_model.apply(tree, tr)  # reward.reward_model.rollout.*: a reward model verl serves
-    problems += found
-    applied += rm_defaults
-    config = structure(RunConfig, tree, "", problems)
+    config = structure(RunConfig, tr.raw, "", problems)
     seen = {p.key for p in problems}
     rule_keys: set[str] = set()
     problems.extend(p for p in check_config(config, rule_keys=rule_keys) if p.key not in seen)
-    problems.extend(_ties(config, tr))
-    problems.extend(verl_dtype.agreement(config.model.dtype, tr.dtypes))  # verl's per-worker dtypes vs model.dtype
-    problems = [_as_written(p, tr.origin) for p in problems]
+    if tr.after is not None:
+        problems.extend(tr.after(config))
+    problems = [_as_written(p, tr.origin, tr.unknown_note) for p in problems]
     config = expand_user_paths(config)  # `~` once, here: check and the run see the same folders
-    return Loaded(config=config, problems=problems, profile=chosen, profile_defaults=applied, origin=dict(tr.origin), rule_keys=frozenset(rule_keys))
+    return Loaded(config=config, problems=problems, profile=tr.profile, profile_defaults=tr.defaults, origin=dict(tr.origin),
+                  defaults_heading=tr.defaults_heading, default_note=tr.default_note, unknown_note=tr.unknown_note,
+                  rule_keys=frozenset(rule_keys))
 
 
 def load_config(
@@ -415,7 +381,7 @@ def load_config(
 ) -> RunConfig:
     """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem.
 
-    Warnings (verl keys ignored with a reason, ...) go to ``warnings`` when given, else to the log.
+    Warnings (a dialect's keys ignored with a reason, ...) go to ``warnings`` when given, else to the log.
     """
     loaded = load_report(path, overrides, base=base, **kw)
     errs = [p for p in loaded.problems if p.severity == "error"]
@@ -429,54 +395,7 @@ def load_config(
     return loaded.config
 
 
-def _hydra_value(value: Any) -> str:
-    return "null" if value is None else str(value)
-
-
-def _engine_kwargs(tree: dict[str, Any], problems: list[Problem]) -> dict[str, Any]:
-    """verl's ``rollout.engine_kwargs.<engine>.*``: the chosen engine's part is its kwargs; the others are unused (as in verl)."""
-    kwargs = get_dotted(tree, "rollout.engine_kwargs")
-    if not isinstance(kwargs, dict) or not any(e in kwargs for e in ENGINES):
-        return tree
-    name = str(get_dotted(tree, "rollout.name") or RolloutConfig().name)
-    out = {k: v for k, v in kwargs.items() if k not in ENGINES}
-    for engine in ENGINES:
-        part = kwargs.get(engine)
-        if part is None:
-            continue
-        if engine == name and isinstance(part, dict):
-            out.update(part)
-        elif part:
-            problems.append(Problem(key=f"actor_rollout_ref.rollout.engine_kwargs.{engine}", what=f"ignored: arguments of the {engine} engine, and this run's rollout.name is {name!r} (verl passes on only the chosen engine's part too)", severity="warning"))
-    tree["rollout"]["engine_kwargs"] = out
-    return tree
-
-
-def _ties(config: RunConfig, tr: Translation) -> list[Problem]:
-    """verl keys that rl-core has one setting for: accepted when they agree with it."""
-    from rl_core.config.verl_keys import norm
-
-    out = []
-    flat = config_to_dict(config, mask=False)
-    for written, value, target, note, soft in tr.ties:
-        have = get_dotted(flat, target) if target != "@world" else config.trainer.nnodes * config.trainer.n_gpus_per_node
-        want = norm(value)
-        if target == "@world" and want in (-1, have):
-            continue
-        if isinstance(want, str) and target == "train.name":
-            want = verl_engines.BACKEND_OF.get(want.lower(), want)
-        if want is None or want == norm(have) or (isinstance(have, str) and str(want) == have):
-            continue
-        target = "the world size (trainer.nnodes x trainer.n_gpus_per_node)" if target == "@world" else target
-        if soft:
-            out.append(Problem(key=written, what=f"is {value!r}; rl-core uses {target}={have!r} for it: {note}", severity="warning"))
-            continue
-        out.append(Problem(key=written, what=f"is {value!r} but rl-core's {target} is {have!r}: {note}",
-                           fix=f"give both the same value (set {target}={value!r}), or remove {written}"))
-    return out
-
-
-def _as_written(p: Problem, origin: Mapping[str, str]) -> Problem:
+def _as_written(p: Problem, origin: Mapping[str, str], unknown_note: str = "") -> Problem:
     """A problem about a translated key names the key as the user wrote it, rl-core's name beside it."""
     key = p.key
     hit = next((k for k in sorted(origin, key=len, reverse=True) if key == k or key.startswith(k + ".") or key.startswith(k + "[")), None)
@@ -488,12 +407,9 @@ def _as_written(p: Problem, origin: Mapping[str, str]) -> Problem:
             return p
         written = origin[below][: len(origin[below]) - len(below) + len(key)]
     what = p.what
-    if what.startswith("unknown key") and "looks like a typo" not in what:
-        what += f": not a typo of a key of ours; as a verl setting it is a verl feature rl-core does not have ({DOC_VERL} lists every verl key rl-core reads)"
+    if what.startswith("unknown key") and "looks like a typo" not in what and unknown_note:
+        what += f": {unknown_note}"
     return attrs.evolve(p, key=written, what=f"{what} (rl-core's {key})")
-
-
-DOC_VERL = "docs/migrating-from-verl.md"
 
 
 # --------------------------------------------------------------------- secrets

@@ -47,11 +47,31 @@ def constructor_problem(cls: type, custom: Any) -> str | None:
     return None
 
 
+class Section(dict):
+    """A config section as a dict whose keys also read as attributes (``config.get("prompt_key")``, ``config.max_prompt_length``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def data_section(data: Any) -> Any:
+    """The data section as verl hands it to a dataset class: an OmegaConf DictConfig where omegaconf is installed
+    (the rl-verl plugin brings it; it is no dependency of rl-core), else a :class:`Section` (what verl's RLHFDataset reads)."""
+    import attrs
+
+    plain = attrs.asdict(data)
+    try:
+        from omegaconf import OmegaConf  # optional (rl-verl's dependency)
+    except ImportError:
+        return Section({k: Section(v) if isinstance(v, dict) else v for k, v in plain.items()})
+    return OmegaConf.create(plain)
+
+
 def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows (validated, canonical) and their origins from the dataset class built over ``files``."""
-    import attrs
-    from omegaconf import OmegaConf
-
     from rl_core.data.rows import DataError, validate_row
 
     custom = data.custom_cls
@@ -60,7 +80,7 @@ def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tupl
     if why:
         raise DataError(f"data.custom_cls.name: {why}")
     limit = data.val_max_samples if split == "val" and data.val_max_samples is not None else -1
-    config = OmegaConf.create(attrs.asdict(data))
+    config = data_section(data)
     try:
         ds = cls(data_files=list(files), tokenizer=tokenizer, config=config, processor=None, max_samples=limit)
         n = len(ds)

@@ -309,9 +309,10 @@ def test_a_backend_without_multi_node_tp_is_refused_by_its_card(tmp_path, vllm_c
 
 
 def test_verl_spelling_is_refused_by_the_key_as_written(tmp_path):
-    """`rlcore check` on verl's spelling: too few nodes names actor_rollout_ref.rollout.tensor_model_parallel_size."""
+    """`rlcore check` on a verl launch (rl-verl's dialect): too few nodes names actor_rollout_ref.rollout.tensor_model_parallel_size."""
+    pytest.importorskip("rl_verl", reason="verl's spelling is read by the rl-verl plugin")
     model = _model(tmp_path, 2048, 16)
-    args = [sys.executable, "-m", "rl_core", "check", "--skip-device-check", f"actor_rollout_ref.model.path={model}",
+    args = [sys.executable, "-m", "rl_core", "check", "--skip-device-check", "--profile", "verl", f"actor_rollout_ref.model.path={model}",
             f"{R}.name=vllm", f"{R}.tensor_model_parallel_size=16", "trainer.nnodes=1", "trainer.n_gpus_per_node=8",
             "data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32", f"{R}.n=2"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=300)

@@ -4,11 +4,11 @@ passed to the rollout engine, ignored with a warning (no effect on what is compu
 A refusal says that the key is a verl feature rl-core does not have, the nearest rl-core setting, and the
 doc or issue that covers it. Nothing is accepted and then silently ignored: an ``ignore`` rule prints a
 warning in ``rlcore check`` and ``rlcore train``. ``docs/migrating-from-verl.md`` is generated from
-:data:`RULES` (``python -m rl_core.config.verl_doc``).
+:data:`RULES` (``python -m rl_verl.doc``).
 
 Keys are verl's full dotted names (``actor_rollout_ref.actor.X``); ``*`` matches one or more key parts.
 The first matching rule wins; keys no rule names fall back to the section prefixes of
-:data:`rl_core.config.load.VERL_PREFIXES` and are then checked against rl-core's schema.
+:data:`rl_verl.dialect.VERL_PREFIXES` and are then checked against rl-core's schema.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any, Callable
 
 import attrs
 
-from rl_core.config.verl_engines import BACKEND_OF, ROWS as ENGINE_ROWS, VALUE_ROWS as ENGINE_VALUES
-from rl_core.config.verl_reward_model import KNOBS as RM_KNOBS, NOTES as RM_NOTES, PREFIX as RM_PREFIX
+from rl_verl.engines import BACKEND_OF, ROWS as ENGINE_ROWS, VALUE_ROWS as ENGINE_VALUES
+from rl_verl.reward_model import KNOBS as RM_KNOBS, NOTES as RM_NOTES, PREFIX as RM_PREFIX
+from rl_verl.values import norm
 
 MAP, SAME, ENGINE, IGNORE, REFUSE, TIE = "map", "same", "engine", "ignore", "refuse", "tie"
-ALIAS, HOLD = "alias", "hold"  # ALIAS: read as another verl key (target); HOLD: kept for rl_core.config.verl_engines.apply
+ALIAS, HOLD = "alias", "hold"  # ALIAS: read as another verl key (target); HOLD: kept for rl_verl.engines.apply
 
 DOC = "docs/migrating-from-verl.md"
 OFFLOAD = "issue #32 (LoRA / offload)"
@@ -60,24 +61,6 @@ def _regex(pattern: str) -> re.Pattern:
     if pattern not in _CACHE:
         _CACHE[pattern] = re.compile(re.escape(pattern).replace(r"\*", r"[^=]+"))
     return _CACHE[pattern]
-
-
-def norm(value: Any) -> Any:
-    """verl's values as Hydra hands them over: "True" -> True, "0" -> 0, "null" -> None."""
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in {"true", "false"}:
-            return low == "true"
-        if low in {"null", "none", "~"}:
-            return None
-        try:
-            f = float(low)
-            return int(f) if f.is_integer() else f
-        except ValueError:
-            return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 def _m(pattern, target, convert=None, note=""):
@@ -123,7 +106,7 @@ def _strategy(value: Any) -> Any:
 
 
 def _row(kind: str, pattern: str, *args: Any) -> Rule:
-    """A row of :data:`rl_core.config.verl_engines.ROWS` as a :class:`Rule`."""
+    """A row of :data:`rl_verl.engines.ROWS` as a :class:`Rule`."""
     if kind in (MAP, TIE, ALIAS, HOLD):
         return Rule(pattern=pattern, kind=kind, target=args[0], note=args[1], convert=args[2] if len(args) > 2 else None)
     if kind == SAME:
@@ -143,14 +126,14 @@ def _dtype_name(value: Any) -> Any:
 
 
 FP16 = ("float16", "fp16", "half")
-#: the actor's compute-dtype keys, for messages (rl_core.config.verl_dtype)
+#: the actor's compute-dtype keys, for messages (rl_verl.dtype)
 ACTOR_DTYPE_KEYS = "actor_rollout_ref.actor.megatron.dtype / actor_rollout_ref.actor.fsdp_config.dtype"
 
 
 def _dtype(pattern: str, ok, note: str) -> Rule:
     """A verl compute-dtype key: bfloat16 spellings ``ok`` as before, float16 ones set model.dtype=float16 (float32
     master weights and AdamW, dynamic loss scaling: rl_core.train_engine.loss_scale); their agreement with the other
-    dtype keys is checked after loading (rl_core.config.verl_dtype)."""
+    dtype keys is checked after loading (rl_verl.dtype)."""
     return Rule(pattern=pattern, kind=SAME, ok=tuple(ok), note=note, nearest="model.dtype", target="model.dtype", maps=FP16, convert=_dtype_name)
 
 
@@ -178,7 +161,7 @@ _ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
 RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- engine selection (Hydra groups)
     _m("model_engine", "train.name", _strategy,
-       note="verl's engine group: dp and veomni -> fsdp, megatron -> megatron (rl_core.config.verl_engines); torchtitan and automodel are refused"),
+       note="verl's engine group: dp and veomni -> fsdp, megatron -> megatron (rl_verl.engines); torchtitan and automodel are refused"),
     _m("actor@actor_rollout_ref.actor", "train.name", _strategy,
        note="dp_actor / veomni_actor -> fsdp, megatron_actor / mlite_actor (Megatron Lite) -> megatron"),
     _m("actor_rollout_ref.actor.strategy", "train.name", _strategy,
@@ -305,7 +288,7 @@ RULES: tuple[Rule, ...] = (
        note="the dtype the actor's gradients are reduced in across ranks (FSDP2 MixedPrecisionPolicy); float32 / bfloat16"),
     _ign("actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype", "the reference model computes no gradients, so there is nothing to reduce"),
     _same("actor_rollout_ref.*.fsdp_config.mixed_precision.buffer_dtype", ["fp32", "float32"], "FSDP buffers in a dtype other than float32", "model.dtype"),
-    # verl's veomni / fsdp_turbo / megatron-lite engines' settings (rl_core.config.verl_engines)
+    # verl's veomni / fsdp_turbo / megatron-lite engines' settings (rl_verl.engines)
     *(_row(*r) for r in ENGINE_ROWS),
     _no("actor_rollout_ref.*.torchtitan.*", "verl's torchtitan engine", "train.name=fsdp or megatron"),
     _m("actor_rollout_ref.actor.fsdp_config.pad_to_length_bucket", "actor.fsdp_config.pad_to_length_bucket"),
@@ -561,7 +544,7 @@ RULES: tuple[Rule, ...] = (
     _no("reward_model.launch_reward_fn_async", "scoring asynchronously with the next step's generation", "reward.num_workers"),
     _no("reward_model.sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
     _no("sandbox_fusion.*", "verl's sandbox-fusion code scoring", "a custom reward function (reward.custom.path)"),
-    # a reward model served by a rollout engine (rl_core.config.verl_reward_model); reward_model.rollout.* is verl's older spelling
+    # a reward model served by a rollout engine (rl_verl.reward_model); reward_model.rollout.* is verl's older spelling
     *(Rule(pattern=f"reward.reward_model.rollout.{k}", kind=HOLD, target=RM_PREFIX + k,
            note=RM_NOTES[k] + ("; vllm / sglang" if k == "name" else "") + "; accepted with a warning") for k in RM_KNOBS),
     _m("reward.reward_model.rollout.max_model_len", "reward_model.max_length",

@@ -1,19 +1,21 @@
-"""docs/migrating-from-verl.md, generated from the rules of :mod:`rl_core.config.verl_keys`.
+"""docs/migrating-from-verl.md, generated from the rules of :mod:`rl_verl.keys`.
 
-``python -m rl_core.config.verl_doc > docs/migrating-from-verl.md`` writes it;
-``tests/config/test_verl_doc.py`` checks that the committed file is current.
+``python -m rl_verl.doc > docs/migrating-from-verl.md`` writes it;
+``plugins/verl/tests/test_verl_doc.py`` checks that the committed file is current.
 """
 
 from __future__ import annotations
 
-from rl_core.config import verl_keys as vk
-from rl_core.config.load import VERL_KEYS, VERL_PREFIXES, config_to_dict
+from rl_core.config.load import config_to_dict
 from rl_core.config.schema import RunConfig
-from rl_core.config.verl_engines import PROFILE_DEFAULTS
-from rl_core.config.verl_profile import VERL_DEFAULTS, get_dotted
+from rl_verl import keys as vk
+from rl_verl.dialect import VERL_KEYS, VERL_PREFIXES
+from rl_verl.engines import PROFILE_DEFAULTS
+from rl_verl.profile import VERL_DEFAULTS, get_dotted
 
 HEAD = """# Migrating from verl
 
+`pip install rl-verl` (the plugin in `plugins/verl`: verl's dialect, with hydra-core and OmegaConf) and
 rl-core reads verl's command line and config files: `rlcore check` / `rlcore train` take verl's overrides
 as verl's `main_ppo` does (Hydra's grammar: `key=value`, `+key=value`, `++key=value`, `~key`,
 `group@package=option`, through hydra-core) and `--config-path` / `--config-name` (a YAML file and its
@@ -26,16 +28,19 @@ doc that covers it. No key is accepted and then silently ignored. Problems name 
 with rl-core's name beside it. A key not listed here and not one of rl-core's is "unknown": either a typo
 (a hint is given only when the spelling is very close) or a verl feature rl-core lacks.
 
-This file is generated from `core/rl_core/config/verl_keys.py` and `verl_engines.py` (`python -m rl_core.config.verl_doc`).
+This file is generated from `plugins/verl/rl_verl/keys.py` and `engines.py` (`python -m rl_verl.doc`).
 verl's other train engines are names for rl-core's backends: `veomni` and `fsdp_turbo` select the fsdp backend,
 `mlite` (Megatron Lite) the megatron backend, and their settings map by what they do (below).
 
 ## verl's defaults (the verl profile)
 
-A config in verl's spelling (any `actor_rollout_ref.*`, `reward_model.*`, `model_engine=...`,
-`group@package=...`, or `--config-name ppo_trainer`) takes verl's defaults for what it leaves unset;
-`--profile rl-core` (or `profile=rl-core`) keeps rl-core's own, `--profile verl` forces verl's. `rlcore
-check` lists every verl default it applied that differs from rl-core's. Where they differ:
+A verl launch (`--config-name`, e.g. verl's own `ppo_trainer`; an override in Hydra's grammar, `+key=v`,
+`~key`, `group@package=option`; or verl's profile chosen: `--profile verl`, `profile=verl`) takes verl's
+defaults for what it leaves unset; `--profile rl-core` (or `profile=rl-core`) keeps rl-core's own. A native
+launch (a YAML file and `key=value` overrides) that writes one of verl's keys gets that key translated and
+nothing else: rl-core's defaults stay. `rlcore check` lists every verl default it applied that differs from
+rl-core's. `rlcore import-verl run.sh > run.yaml` writes the native config a verl launch script means. Where
+the defaults differ:
 
 | rl-core key | verl's default | rl-core's own |
 |---|---|---|
@@ -69,7 +74,7 @@ def _row(rule: vk.Rule) -> str:
     elif rule.kind == vk.SAME:
         ok = ", ".join(f"`{v}`" for v in rule.ok)
         what = f"{ok} (what rl-core does)"
-        if rule.maps:  # verl's float16 dtypes: rl_core.config.verl_dtype
+        if rule.maps:  # verl's float16 dtypes: rl_verl.dtype
             what += "; " + ", ".join(f"`{v}`" for v in rule.maps) + f" -> `{rule.target}=float16` (float32 master weights, dynamic loss scaling; " \
                     "the actor's dtype and rollout.dtype must both say it)"
         what += f"; other values: {rule.note} is a verl feature rl-core lacks"
@@ -96,7 +101,7 @@ def render() -> str:
         own = get_dotted(own_defaults, key)
         lines.append(f"| `{key}` | `{value!r}` | `{own!r}` |")
     lines.append("| `trainer.output_dir` | `checkpoints/<project_name>/<experiment_name>` | `'outputs/run'` |")
-    for engine, defaults in PROFILE_DEFAULTS.items():  # verl's other engines' defaults (rl_core.config.verl_engines)
+    for engine, defaults in PROFILE_DEFAULTS.items():  # verl's other engines' defaults (rl_verl.engines)
         lines += [f"| `{key}` with the {engine} engine (`{groups[0]}={engine}`) | `{value!r}` | `{get_dotted(own_defaults, key)!r}` |"
                   for key, (value, groups) in defaults.items()]
     lines += ["", "## Every verl key", "",

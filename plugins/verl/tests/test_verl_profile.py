@@ -1,5 +1,5 @@
 """Under the verl profile, keys a verl config leaves unset resolve to verl's defaults: compared with verl's own
-generated default config (tests/config/verl_scripts/verl_generated_ppo_trainer.yaml, vendored from verl)."""
+generated default config (plugins/verl/tests/verl_scripts/verl_generated_ppo_trainer.yaml, vendored from verl)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_core.config.load import config_to_dict, load_report
-from rl_core.config.verl_keys import MAP, norm, rule_for, star_target
-from rl_core.config.verl_profile import get_dotted
+from rl_verl.keys import MAP, norm, rule_for, star_target
+from rl_verl.profile import get_dotted
 
 VERL = OmegaConf.load(Path(__file__).parent / "verl_scripts" / "verl_generated_ppo_trainer.yaml")
 A = "actor_rollout_ref"
@@ -40,7 +40,7 @@ PREFIX = {f"{A}.actor.": "actor.", f"{A}.rollout.": "rollout.", f"{A}.model.": "
 
 @pytest.fixture(scope="module")
 def resolved():
-    loaded = load_report(None, [f"{A}.model.path=m"])  # a verl-spelled config that sets nothing else
+    loaded = load_report(None, [f"{A}.model.path=m"], config_name="ppo_trainer")  # a verl launch that sets nothing else
     assert loaded.profile == "verl" and not [p for p in loaded.problems if p.severity == "error"]
     return config_to_dict(loaded.config, mask=False)
 

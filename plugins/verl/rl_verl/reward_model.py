@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-#: HOLD names of rl_core.config.verl_keys' rows, by verl key part
+from rl_core.config.load import set_dotted
+from rl_core.config.schema import RunConfig
+from rl_core.problems import Problem
+from rl_verl.profile import get_dotted
+from rl_verl.values import norm
+
+#: HOLD names of rl_verl.keys' rows, by verl key part
 PREFIX = "rm_rollout."
 KNOBS = ("name", "gpu_memory_utilization", "tensor_model_parallel_size", "prompt_length", "response_length")
 ENGINES = ("vllm", "sglang")
@@ -39,11 +45,6 @@ NOTES = {
 def apply(tree: dict[str, Any], tr: Any) -> tuple[list, list]:
     """The held ``reward.reward_model.rollout.*`` keys of ``tr`` on the translated ``tree``: ``(problems,
     defaults applied as (key, value, rl-core's own))``."""
-    from rl_core.config.load import set_dotted
-    from rl_core.config.schema import RunConfig
-    from rl_core.config.verl_keys import norm
-    from rl_core.config.verl_profile import get_dotted
-    from rl_core.problems import Problem
 
     held = {name[len(PREFIX):]: tr.held[name] for name in list(tr.held) if name.startswith(PREFIX)}
     if not held:

@@ -12,8 +12,8 @@ import pytest
 
 from rl_core.problems import Problem
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPTS = json.loads((REPO / "tests/config/verl_scripts/scripts.json").read_text())
+REPO = Path(__file__).resolve().parents[4]
+SCRIPTS = json.loads((REPO / "plugins/verl/tests/verl_scripts/scripts.json").read_text())
 VERDICTS = json.loads((REPO / "bench/verl_scripts/verl_verdicts.json").read_text())
 STAGES = {"import", "compose", "auto_set_device", "migrate_legacy_reward_impl", "validate_config", "task_runner", "model_config", "workers"}
 

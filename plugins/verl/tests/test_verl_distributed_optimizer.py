@@ -15,7 +15,7 @@ from rl_core.plugins import get_registry
 from rl_core.plan.checks import plan_for
 from rl_core.plan.resolver import resolve
 
-DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+DATA = "data.train_files=" + str(Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl")
 
 
 def _resolve(model: Path, *overrides):

@@ -53,7 +53,7 @@ def test_refusals_name_the_key_as_written(overrides, key, words):
 
 
 def _resolve_errors(model_dir, *overrides):
-    data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+    data = "data.train_files=" + str(Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl")
     config = load_config(None, [f"model.path={model_dir}", data, "trainer.n_gpus_per_node=2", *overrides], profile="rl-core")
     stack, problems = plan_for(config, get_registry(), devices=False)
     errs = {p.key: p.render() for p in problems if p.severity == "error"}

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from rl_core.config import verl_keys as vk
-from rl_core.config.verl_doc import render
+from rl_verl import keys as vk
+from rl_verl.doc import render
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "migrating-from-verl.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "migrating-from-verl.md"
 
 
 def test_the_doc_is_current():
-    assert DOC.read_text() == render(), "docs/migrating-from-verl.md is stale: python -m rl_core.config.verl_doc > docs/migrating-from-verl.md"
+    assert DOC.read_text() == render(), "docs/migrating-from-verl.md is stale: python -m rl_verl.doc > docs/migrating-from-verl.md"
 
 
 def test_every_rule_is_a_row_and_every_refusal_says_where_to_go():

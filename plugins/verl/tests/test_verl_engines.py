@@ -1,4 +1,4 @@
-"""verl's veomni / fsdp_turbo / megatron-lite engines as names for rl-core's backends (rl_core.config.verl_engines):
+"""verl's veomni / fsdp_turbo / megatron-lite engines as names for rl-core's backends (rl_verl.engines):
 each engine setting lands on rl-core's key with verl's meaning, speed knobs are warnings that name them, the rest is
 refused by the key as written, and verl's own scripts for these engines resolve."""
 
@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rl_core.config.load import config_to_dict, load_report
-from rl_core.config.verl_profile import get_dotted
+from rl_verl.profile import get_dotted
 
 HERE = Path(__file__).parent / "verl_scripts"
 A = "actor_rollout_ref"

@@ -1,4 +1,4 @@
-"""verl's reward model served by a rollout engine (reward.reward_model.rollout.*, rl_core.config.verl_reward_model):
+"""verl's reward model served by a rollout engine (reward.reward_model.rollout.*, rl_verl.reward_model):
 the serving knobs are warnings naming the key, the input limit maps onto reward_model.max_length (null: the model's
 context, as verl's server), and what rl-core cannot match (a custom reward function calling the server, TensorRT-LLM,
 the server's other settings) is refused by the key as written."""

@@ -1,4 +1,4 @@
-"""verl's command line and config files onto rl-core's keys (rules: :mod:`rl_core.config.verl_keys`).
+"""verl's command line and config files onto rl-core's keys (rules: :mod:`rl_verl.keys`).
 
 * Overrides are parsed with hydra-core's override grammar, as verl's ``main_ppo`` reads them:
   ``key=value``, ``+key=value``, ``++key=value``, ``~key`` (back to the default) and group selections
@@ -6,21 +6,21 @@
   ``[a,b]`` lists, quoted strings, ``null``.
 * ``--config-path`` / ``--config-name`` name a YAML file read with OmegaConf (interpolations resolved);
   its Hydra ``defaults`` list may name the user's own files beside it and verl's ``ppo_trainer`` /
-  ``ppo_megatron_trainer``, which select the verl profile (:mod:`rl_core.config.verl_profile`).
+  ``ppo_megatron_trainer``, which select the verl profile (:mod:`rl_verl.profile`).
 * Every problem names the key as the user wrote it, with rl-core's name beside it.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import attrs
 
-from rl_core.config import verl_keys as vk
+from rl_core.config.dialect import is_ours, parse_override as native_override
 from rl_core.problems import Problem
-from rl_core.util.type_hints import type_hints
+from rl_verl import keys as vk
+
 
 #: verl's top-level names with no section of ours: a config that uses one is written in verl's spelling
 VERL_ONLY_ROOTS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler", "distillation"})
@@ -54,20 +54,12 @@ class Translation:
 DELETE = object()
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``; an empty mapping stays a leaf."""
-    out: list[tuple[str, Any]] = []
-    for k, v in data.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, Mapping) and v:
-            out.extend(flatten(v, key))
-        else:
-            out.append((key, v))
-    return out
-
-
-def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallback: Callable[[str], str]) -> None:
-    """One verl (or rl-core) key and its value -> rl-core items / problems in ``tr``."""
+def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallback: Callable[[str], str], native: bool = False) -> None:
+    """One verl (or rl-core) key and its value -> rl-core items / problems in ``tr``. ``native``: a key of rl-core's
+    schema is taken as it is (a native launch: only verl's keys are translated)."""
+    if native and written == key and is_ours(key):
+        tr.add(written, key, value)
+        return
     root = key.split(".")[0]
     if (root in VERL_ONLY_ROOTS and not (root == "reward_model" and is_ours(key))) or "@" in key:
         tr.verl_spelled = True  # rl-core's own reward_model.* keys (i30) do not make a config verl-spelled
@@ -87,7 +79,7 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
     if rule.target == "train.name" and value is not DELETE:
         tr.selected[written] = vk.norm(value)
     if rule.kind == vk.ALIAS:  # read as the verl key it names (a megatron-lite / veomni spelling of it), named as written
-        translate_item(tr, written, rule.target, rule.convert(value) if rule.convert and value is not DELETE else value, fallback=fallback)
+        translate_item(tr, written, rule.target, rule.convert(value) if rule.convert and value is not DELETE else value, fallback=fallback, native=native)
         return
     if rule.kind == vk.HOLD:
         if value is DELETE:
@@ -119,27 +111,6 @@ def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallb
         tr.problems.append(Problem(key=written, what=f"ignored: {rule.note}", severity="warning"))
     else:
         tr.problems.append(refusal(written, value, rule))
-
-
-def is_ours(key: str) -> bool:
-    """Whether ``key`` is one of rl-core's schema keys (or lies inside one of its free-form dict fields)."""
-    import typing
-
-    from rl_core.config.schema import RunConfig
-
-    cls: Any = RunConfig
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = {f.name: f for f in attrs.fields(cls)}
-        if part not in fields:
-            return False
-        tp = type_hints(cls)[part]
-        sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
-        if sections:
-            cls = sections[0]
-            continue
-        return i == len(parts) - 1 or typing.get_origin(tp) is dict or tp is dict
-    return False
 
 
 def _target(rule: vk.Rule, key: str) -> str:
@@ -212,22 +183,10 @@ def parse_override(text: str) -> tuple[str, str, Any, Problem | None]:
 _YAML_FLOATS = {".nan": float("nan"), ".inf": float("inf"), "+.inf": float("inf"), "-.inf": float("-inf")}
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][\w\-]*(\.([\w\-]+|\*))*$")
-
-
 def _plain_override(text: str) -> tuple[str, str, Any, None] | None:
     """rl-core's override form that Hydra's grammar refuses: a plain dotted key, ``=``, a YAML scalar or list."""
-    import yaml
-
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not _PLAIN_KEY.match(key):
-        return None
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        return None
-    return key, key, value, None
+    key, value, problem = native_override(text)
+    return None if problem is not None else (key, key, value, None)
 
 
 def _plain(value: Any) -> Any:

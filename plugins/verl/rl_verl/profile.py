@@ -1,11 +1,12 @@
-"""The verl profile: a config written in verl's spelling gets verl's defaults for what it leaves unset.
+"""The verl profile: a verl launch gets verl's defaults for what it leaves unset.
 
-A config is in verl's spelling when it uses a name only verl has (``actor_rollout_ref.*``,
-``reward_model.*``, ``model_engine=...``, a Hydra group ``x@y=...``) or names verl's own config file
-(``--config-name ppo_trainer``). ``profile=verl`` / ``profile=rl-core`` (an override, or a top-level
-``profile:`` in the YAML) chooses either way. :data:`VERL_DEFAULTS` holds verl's default for every rl-core
-key whose own default differs (verl 0.9's ``ppo_trainer.yaml``; ``tests/config/test_verl_profile.py``
-compares them with verl's generated config). ``rlcore check`` lists each one a config leaves unset.
+A launch is verl's (:func:`rl_verl.dialect.detect`) when it names a config file (``--config-name``, e.g. verl's
+own ``ppo_trainer``), writes an override in Hydra's grammar (``+key``, ``~key``, ``group@package=...``), selects
+verl's ``model_engine`` group, or chooses the profile: ``--profile verl``, ``profile=verl`` (an override, or a
+top-level ``profile:`` in the YAML); ``profile=rl-core`` keeps rl-core's defaults. A native launch with some of
+verl's keys never takes these defaults. :data:`VERL_DEFAULTS` holds verl's default for every rl-core key whose own
+default differs (verl 0.9's ``ppo_trainer.yaml``; ``plugins/verl/tests/test_verl_profile.py`` compares them with
+verl's generated config). ``rlcore check`` lists each one a launch leaves unset.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 verl sets the dtype per worker: the actor's engine (``actor.megatron.dtype``, ``actor.fsdp_config.dtype`` /
 ``mixed_precision.param_dtype``), the reference's and critic's, and the rollout's (``rollout.dtype``), each
 defaulting to bfloat16. rl-core trains, scores and samples in one ``model.dtype``. A float16 value sets it
-(:mod:`rl_core.config.verl_keys`: ``_dtype`` rules); then every dtype key the config writes must say float16, and
+(:mod:`rl_verl.keys`: ``_dtype`` rules); then every dtype key the config writes must say float16, and
 the actor and the rollout must both say it: verl's fp16 recipes set ``rollout.dtype`` and the actor's dtype
 together, and one of them alone would be verl training in one dtype and sampling in another, which rl-core
 does not do.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_core.config import verl_keys as vk
+from rl_verl import keys as vk
 from rl_core.problems import Problem
 
 ROLLOUT = "actor_rollout_ref.rollout.dtype"

@@ -15,7 +15,7 @@ from rl_core.plan.checks import plan_for
 from rl_core.plan.resolver import resolve
 
 V = "actor_rollout_ref"
-DATA = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+DATA = "data.train_files=" + str(Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl")
 SCRIPT = "examples/grpo_trainer/run_qwen2-7b_math_megatron_fsdp.sh"
 
 

@@ -49,13 +49,14 @@ def test_dapo_refusals_name_the_key(overrides, key, words):
 
 
 def test_verl_profile_puts_several_nodes_on_ray():
-    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=2"]).trainer.placement == "ray"
-    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=1"]).trainer.placement == "local"
+    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=2"], profile="verl").trainer.placement == "ray"
+    assert load_config(None, [f"{V}.rollout.n=2", "trainer.nnodes=1"], profile="verl").trainer.placement == "local"
     assert load_config(None, ["rollout.n=2", "trainer.nnodes=2"], profile="rl-core").trainer.placement == "local"
 
 
 def test_gen_batch_size_without_dynamic_sampling_is_the_step_batch_as_in_verl():
-    loaded = load_report(None, [f"{V}.rollout.n=2", "data.gen_batch_size=48", "data.train_batch_size=16", "algorithm.filter_groups.enable=False"])
+    loaded = load_report(None, [f"{V}.rollout.n=2", "data.gen_batch_size=48", "data.train_batch_size=16", "algorithm.filter_groups.enable=False"],
+                         profile="verl")
     assert loaded.config.data.train_batch_size == 48 and loaded.config.data.gen_batch_size is None
     (w,) = [p for p in loaded.problems if p.key == "data.gen_batch_size"]
     assert w.severity == "warning" and "verl trains each step on all 48 generated prompts" in w.what

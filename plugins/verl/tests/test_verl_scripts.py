@@ -1,4 +1,4 @@
-"""verl's own example launch scripts (their overrides: tests/config/verl_scripts/scripts.json) through rl-core's
+"""verl's own example launch scripts (their overrides: plugins/verl/tests/verl_scripts/scripts.json) through rl-core's
 config loading: which resolve unchanged, and that every refusal names the key as the script wrote it and
 says it is a verl feature rl-core lacks (or a value rl-core refuses), never a did-you-mean of another meaning."""
 
@@ -19,7 +19,8 @@ OTHER_ALGORITHMS = ("on_policy_distillation_trainer", "gdpo_trainer", "otb_train
 def _load(overrides: list[str]):
     flag = lambda name: next((o.split("=", 1)[1] for o in overrides if o.startswith(f"--{name}=")), None)  # noqa: E731
     rest = [o for o in overrides if not o.startswith("--")]
-    return load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"))
+    # a verl launch script is a verl launch: verl's profile, as `python -m verl.trainer.main_ppo` composes ppo_trainer
+    return load_report(None, rest, config_path=flag("config-path"), config_name=flag("config-name"), profile="verl")
 
 
 @pytest.fixture(scope="module")

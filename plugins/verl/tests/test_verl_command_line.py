@@ -31,9 +31,10 @@ def test_rl_cores_own_override_forms_still_read():
 
 
 def test_hydra_syntax_errors_name_the_override():
-    (p,) = _errors("data.train_batch_size=[1,")
+    # a verl launch (--profile verl) reads its overrides by Hydra's grammar
+    (p,) = _errors("data.train_batch_size=[1,", profile="verl")
     assert p.key == "data.train_batch_size" and "'data.train_batch_size=[1,' is not a valid override (Hydra" in p.what
-    (p,) = _errors("trainer.logger=console,wandb")
+    (p,) = _errors("trainer.logger=console,wandb", profile="verl")
     assert "sweep" in p.what and "[a,b]" in p.fix
 
 
@@ -51,7 +52,7 @@ def test_engine_selection(overrides, name, tp, pp):
 
 def test_megatron_job_is_never_turned_into_fsdp():
     # a verl engine rl-core lacks, a reference model on another layout: refused by name (expert parallelism on the fsdp
-    # backend: tests/config/test_verl_moe.py)
+    # backend: plugins/verl/tests/test_verl_moe.py)
     for overrides, key in [(["model_engine=torchtitan"], "model_engine"),
                            (["model_engine=megatron", f"{V}.actor.megatron.tensor_model_parallel_size=2", f"{V}.ref.megatron.tensor_model_parallel_size=4"],
                             f"{V}.ref.megatron.tensor_model_parallel_size")]:
@@ -116,7 +117,7 @@ def test_engineering_keys_map(override, target, value):
     ("trainer.device=npu", "Ascend"),
 ])
 def test_refusals_say_verl_feature_nearest_setting_and_issue(override, words):
-    (p,) = _errors(override)
+    (p,) = _errors(override, profile="verl")  # a verl launch: trainer.device / resume_mode are read as verl's
     assert p.key == override.split("=")[0] and words in p.render(), p.render()
 
 

@@ -21,7 +21,7 @@ What verl's engines do, read from their code (verl 1dda039b; VeOmni d9774494), a
   ``actor.engine.{tp,pp,vpp,cp,ep,etp}`` are Megatron's parallel sizes and ``{param,optimizer,grad}_offload`` its
   offload switches: they read as the megatron engine's keys (``actor.megatron.*``), so they map exactly as those do.
 
-The rows are plain tuples (``(kind, pattern, ...)``) turned into :class:`rl_core.config.verl_keys.Rule` there;
+The rows are plain tuples (``(kind, pattern, ...)``) turned into :class:`rl_verl.keys.Rule` there;
 :func:`apply` runs after the translation for what one key alone cannot decide (sizes that depend on the world or
 on another key, the engine's profile defaults).
 """
@@ -29,6 +29,12 @@ on another key, the engine's profile defaults).
 from __future__ import annotations
 
 from typing import Any
+
+from rl_core.config.load import config_to_dict, set_dotted
+from rl_core.config.schema import RunConfig
+from rl_core.problems import Problem
+from rl_verl.profile import get_dotted
+from rl_verl.values import norm
 
 #: verl's engine names (model_engine / actor.strategy / Hydra actor group option) -> rl-core's train backend
 BACKEND_OF = {
@@ -197,13 +203,8 @@ def engine_of(selected: dict[str, Any]) -> str | None:
 
 def apply(tree: dict[str, Any], tr: Any, profile: str) -> tuple[list, list]:
     """The fix-ups one key cannot decide alone, on the translated ``tree`` (profile defaults applied) of the
-    :class:`rl_core.config.verl_translate.Translation` ``tr``: ``(problems, profile defaults applied as (key, value,
+    :class:`rl_verl.translate.Translation` ``tr``: ``(problems, profile defaults applied as (key, value,
     rl-core's own))``. A key set here is named as the user wrote it in later problems (``tr.origin``)."""
-    from rl_core.config.load import config_to_dict, set_dotted
-    from rl_core.config.schema import RunConfig
-    from rl_core.config.verl_keys import norm
-    from rl_core.config.verl_profile import get_dotted
-    from rl_core.problems import Problem
 
     problems: list = []
     applied: list = []

@@ -2,7 +2,7 @@
 
 Usage (a verl checkout or bare mirror, e.g. the one the ``fetch`` tool writes)::
 
-    python tests/config/verl_scripts/extract.py /path/to/verl.git [--out tests/config/verl_scripts/scripts.json]
+    python plugins/verl/tests/verl_scripts/extract.py /path/to/verl.git [--out plugins/verl/tests/verl_scripts/scripts.json]
 
 Each ``examples/**/*trainer*/*.sh`` is run by bash itself, so arrays, ``${VAR:-default}``, ``$((...))``,
 ``case`` branches and quoting resolve exactly as they do for a verl user with the script's defaults

@@ -21,7 +21,7 @@ def _resolve(tmp_path, *overrides):
     registry = get_registry()
     if "megatron" not in registry.cards["train"]:
         pytest.skip("needs the rl-train-megatron plugin")
-    data = "data.train_files=" + str(Path(__file__).parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl")
+    data = "data.train_files=" + str(Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl")
     config = load_config(None, [f"model.path={_moe_dir(tmp_path, num_experts=8)}", "model.random_init=true", data, *overrides], profile="rl-core")
     stack, problems = plan_for(config, registry, devices=False)
     return stack, [p for p in problems if p.severity == "error"]
