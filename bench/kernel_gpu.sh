@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 46's GPU row: the reference GRPO step (bench/reference/grpo_reference.yaml: 0.5B shape, 8 prompts x 8 samples,
 # 256 new tokens, hf rollout, FSDP) on the kernel before the regrouping (main 50aadb2, unpacked in .gpu/base) and on
-# this tree, side by side in one call, alternating ROUNDS times, STEPS steps each.
+# this tree, side by side in one call, ROUNDS rounds (the order alternating: ABBA), STEPS steps each.
 #
 # Prepared here (all under the git-ignored .gpu/):
 #   wheels the GPU image lacks (tensordict, pyvers; omegaconf, hydra-core, antlr4 for the old kernel) in .gpu/whl:
@@ -46,5 +46,8 @@ if [ "${SMOKE:-0}" = 1 ]; then
     done
     echo "smoke: both kernels install and resolve"; exit 0
 fi
-for r in $(seq 1 "$ROUNDS"); do run before "$r"; run after "$r"; done
+# ABBA: each round runs both kernels, the order alternating, so that a drift over the call (clocks, caches) weighs on both
+for r in $(seq 1 "$ROUNDS"); do
+    if ((r % 2)); then run before "$r"; run after "$r"; else run after "$r"; run before "$r"; fi
+done
 $PY bench/kernel_gpu_table.py "$OUT" | tee "$OUT/table.md"
