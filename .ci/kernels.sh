@@ -14,8 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the files whose tests compare two computations of the same numbers with tolerances tighter than their dtype's
-# worst case: compiled vs eager, kernels vs reference, micro-batched / packed / shared-prompt vs plain
+# worst case: compiled vs eager, kernels vs reference, micro-batched / packed / shared-prompt vs plain; and the
+# tolerances' own float64 AdamW reference against torch's (fused) AdamW kernels
 FILES=(
+    tests/infra/test_numerics_helpers.py
     tests/core/test_lora_engine.py
     tests/core/test_compile_layers.py
     tests/core/test_logprobs.py
