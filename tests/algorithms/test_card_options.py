@@ -103,9 +103,9 @@ def test_every_builtin_card_declares_options_whose_defaults_are_the_functions(ki
                 assert x.keys() == y.keys()
                 x, y = list(x.values()), list(y.values())
                 for u, v in zip(x, y):
-                    torch.testing.assert_close(torch.as_tensor(u), torch.as_tensor(v), msg=f"{kind} {name}")
+                    torch.testing.assert_close(torch.as_tensor(u), torch.as_tensor(v), msg=lambda m: f"{kind} {name}: {m}")
             else:
-                torch.testing.assert_close(x, y, msg=f"{kind} {name}")
+                torch.testing.assert_close(x, y, msg=lambda m: f"{kind} {name}: {m}")
 
 
 def test_rlcore_check_reports_it(capsys):

@@ -72,7 +72,7 @@ def test_shared_forward_matches_plain_forward(model, temperature):
     torch.testing.assert_close(shared[1][valid], plain[1][valid], rtol=0, atol=1e-5)
     assert plain[2].keys() == shared[2].keys() and len(plain[2]) > 0
     for name, grad in plain[2].items():
-        torch.testing.assert_close(shared[2][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(shared[2][name], grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
 
 
 def test_all_distinct_prompts_and_one_token_responses_use_the_plain_forward(model):
@@ -129,4 +129,4 @@ def test_trailing_padding_columns_are_not_computed(model):
     valid = rmask.bool()
     torch.testing.assert_close(lp[valid], full.detach()[valid], rtol=0, atol=1e-5)
     for name, grad in ref_grads.items():
-        torch.testing.assert_close(model.get_parameter(name).grad, grad, rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")

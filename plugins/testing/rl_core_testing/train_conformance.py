@@ -602,7 +602,7 @@ class TrainConformance:
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
         ea, eb = dict(wa.named_weights()), dict(wb.named_weights())
         for name in eb:
-            torch.testing.assert_close(ea[name], eb[name], rtol=1e-5, atol=1e-6, msg=name)
+            torch.testing.assert_close(ea[name], eb[name], rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
     def test_token_budget_micro_batches_give_the_same_update(self, config, step):
         """``actor.use_dynamic_bsz``: micro-batches of at most ``ppo_max_token_len_per_gpu`` tokens, weighted by their

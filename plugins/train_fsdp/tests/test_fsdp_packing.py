@@ -40,12 +40,12 @@ def test_packed_equals_padded(model_dir, role):
     for field in ("log_probs", "entropy", "values"):
         a, b = getattr(heads_a, field), getattr(heads_b, field)
         if a is not None:
-            torch.testing.assert_close(b[mask], a[mask], rtol=1e-4, atol=1e-5, msg=field)
+            torch.testing.assert_close(b[mask], a[mask], rtol=1e-4, atol=1e-5, msg=lambda m: f"{field}: {m}")
             assert not b[~mask].any(), f"{field}: packed padding positions hold 0"
     torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
     assert grads_a.keys() == grads_b.keys()
     for name in grads_a:
-        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert any(g.abs().sum() > 0 for g in grads_b.values())
 
 
@@ -141,4 +141,4 @@ def test_pad_to_length_pads_each_packed_row_to_the_bucket(model_dir, monkeypatch
     torch.testing.assert_close(heads_b.log_probs[mask], heads_a.log_probs[mask], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-6)
     for name in grads_a:
-        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(grads_b[name], grads_a[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")

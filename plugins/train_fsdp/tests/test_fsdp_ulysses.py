@@ -53,9 +53,9 @@ def test_sp2_equals_sp1(model_dir, role, fsdp_size):
         torch.testing.assert_close(out["loss"], loss, rtol=1e-5, atol=1e-6)
         for field, ref in (("log_probs", heads.log_probs), ("entropy", heads.entropy), ("values", heads.values)):
             if ref is not None:
-                torch.testing.assert_close(out["heads"][field].detach()[mask], ref.detach()[mask], rtol=1e-4, atol=1e-5, msg=field)
+                torch.testing.assert_close(out["heads"][field].detach()[mask], ref.detach()[mask], rtol=1e-4, atol=1e-5, msg=lambda m: f"{field}: {m}")
         for name, g in grads.items():
-            torch.testing.assert_close(out["grads"][name], g, rtol=1e-4, atol=1e-6, msg=name)
+            torch.testing.assert_close(out["grads"][name], g, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.slow

@@ -87,11 +87,11 @@ def test_cp2_gives_the_one_process_log_probs_loss_and_gradients(runs, step):
     assert [o["layout"] for o in two] == [(2, 0, 1), (2, 1, 1)]
     for rank, out in enumerate(two):
         for key in ("log_probs", "entropy"):
-            torch.testing.assert_close(out["log_probs"][key][mask], one["log_probs"][key][mask], atol=1e-5, rtol=0, msg=f"rank {rank} {key}")
+            torch.testing.assert_close(out["log_probs"][key][mask], one["log_probs"][key][mask], atol=1e-5, rtol=0, msg=lambda m: f"rank {rank} {key}: {m}")
         for key in ("loss", "grad_norm", "actor/pg_loss", "actor/entropy"):
             a, b = out["metrics"][key], one["metrics"][key]
             assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"rank {rank} {key}: {a} vs {b}"
         assert set(out["grads"]) == set(one["grads"]) and one["grads"]
         for name, g in one["grads"].items():
-            torch.testing.assert_close(out["grads"][name], g, atol=1e-6, rtol=1e-4, msg=f"rank {rank} grad {name}")
-        torch.testing.assert_close(out["values"][mask], one["values"][mask], atol=1e-5, rtol=0, msg=f"rank {rank} values")
+            torch.testing.assert_close(out["grads"][name], g, atol=1e-6, rtol=1e-4, msg=lambda m: f"rank {rank} grad {name}: {m}")
+        torch.testing.assert_close(out["values"][mask], one["values"][mask], atol=1e-5, rtol=0, msg=lambda m: f"rank {rank} values: {m}")
