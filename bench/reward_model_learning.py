@@ -27,7 +27,6 @@ def run(algo: str, tmp: Path, rm_dir: Path, steps: int, seed: int) -> dict:
     from rl_reward_model.testing import sample_property
     from rl_core_testing.tiny_run import read_metrics, write_tiny_run
     from rl_core.trainer.loop import Trainer
-    from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 
     cfg = write_tiny_run(
         tmp, estimator=algo, steps=steps,

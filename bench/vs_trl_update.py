@@ -183,6 +183,7 @@ def replay(args: argparse.Namespace) -> dict:
     import torch
     from rl_core.algorithms.advantages import compute_advantage, group_index
     from rl_core.modeling import load_tokenizer
+    from rl_core.plugins import get_registry
     from rl_core.rewards.manager import RewardManager, scores_to_token_level
 
     work, dump = Path(args.work), Path(args.dump) / f"s{args.seed}"
@@ -322,6 +323,8 @@ def evalcheck(args: argparse.Namespace) -> dict:
 
     sys.path.insert(0, str(ROOT / "plugins" / "reward_rule"))
     from rl_reward_rule.gsm8k import score
+
+    from rl_core.plugins import get_registry
 
     work, dump = Path(args.work), Path(args.dump) / f"s{args.seed}"
     worker, cfg = rlcore_worker(args.seed, work, args.steps)

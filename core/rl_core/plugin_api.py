@@ -38,7 +38,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.offload": "CPU offload between phases: move_params / move_grads / move_optimizer_state, streamed_step, host_step, own_storage (issues #32, #37)",
     "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
     "rl_core.train_engine.hf_export": "write_hf_folder / write_weights (ShardWriter: streamed safetensors shards) / write_tokenizer: the HF folder save_hf writes",
-    "rl_core.plugins": "Registry (what a check receives: get, names), UnknownCardError",
     "rl_core.util.precision": "resolve_dtype: auto resolved for a device",
     "rl_core.plan.memory": "hub_config: a hub name's cached config.json (the Hugging Face cache, no download)",
     "rl_core.rewards.model_role": "the reward-model role's contract: ScoreRequest (texts in), ModelScorer, chat_of / plain_prompt, requests_from_batch, in_process",

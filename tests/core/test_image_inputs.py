@@ -242,7 +242,10 @@ def test_backends_without_images_are_refused_by_key(vlm_dir, processor, tmp_path
     assert multimodal.stack_problems(stack, [ds, None]) == []
     other = attrs.evolve(stack, rollout=attrs.evolve(stack.rollout, name="vllm", images=False), train=attrs.evolve(stack.train, name="megatron", images=False))
     assert multimodal.stack_problems(other, [text_only]) == []  # nothing to carry
-    keys = {p.key: p.render() for p in multimodal.stack_problems(other, [ds])}
+    assert "rlcore plugins" in multimodal.stack_problems(other, [ds])[0].render()  # a run: no registry to ask
+    from rl_core.plugins import get_registry
+
+    keys = {p.key: p.render() for p in multimodal.stack_problems(other, [ds], get_registry())}
     assert "installed: hf" in keys["rollout.name"] and "is 'vllm'" in keys["rollout.name"]
     assert "installed: fsdp" in keys["train.name"]
     gae = attrs.evolve(stack, estimator=attrs.evolve(stack.estimator, needs_critic=True))

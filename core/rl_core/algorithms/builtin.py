@@ -121,6 +121,8 @@ def builtin_card(kind: str, name: str) -> EstimatorCard | PolicyLossCard:
     (rl_core_register_advantage_estimators if kind == "estimator" else rl_core_register_policy_losses)(found.append)
     cards = {c.name: c for c in found}
     if name not in cards:
-        raise LookupError(f"no built-in {kind} named {name!r} (built in: {', '.join(sorted(cards))}); a plugin's {kind} comes "
+        from rl_core.plugins import UnknownCardError
+
+        raise UnknownCardError(f"no built-in {kind} named {name!r} (built in: {', '.join(sorted(cards))}); a plugin's {kind} comes "
                           "from the run's plan, or pass its registry")
     return cards[name]

@@ -145,8 +145,9 @@ def processor_for_model(model_cfg: Any):
     return load_processor(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code, key=key)
 
 
-def stack_problems(stack: Any, datasets: list) -> list:
-    """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems."""
+def stack_problems(stack: Any, datasets: list, registry: Any = None) -> list:
+    """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems.
+    ``registry`` (code that has one) names the installed backends that read images; a run has none to ask."""
     from rl_core.problems import Problem
 
     items = [it for ds in datasets if ds is not None for it in ds.items]
@@ -159,7 +160,7 @@ def stack_problems(stack: Any, datasets: list) -> list:
                            f"{stack.sizes.ranks('actor')[0]} train ranks: a rank whose micro-batch has no image would skip the vision "
                            "tower that the others run (its sharded weights are gathered collectively)",
                            fix="use one train process (trainer.n_gpus_per_node=1), or data where every row has an image"))
-    out += card_problems(cfg, stack.rollout, stack.train, stack.estimator)
+    out += card_problems(cfg, stack.rollout, stack.train, stack.estimator, registry)
     return out
 
 

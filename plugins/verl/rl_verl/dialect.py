@@ -78,18 +78,6 @@ def translate_verl_key(key: str) -> str:
     return key
 
 
-def translate_verl_key(key: str) -> str:
-    if key in VERL_KEYS:
-        return VERL_KEYS[key]
-    parts = key.split(".")
-    if parts[0] == "reward_model" and len(parts) > 1 and parts[1] in _REWARD_MODEL_FIELDS:
-        return key  # our own reward_model section (verl's keys of these names mean the same)
-    for old, new in VERL_PREFIXES.items():
-        if key == old or key.startswith(old):
-            return new + key[len(old):]
-    return key
-
-
 #: verl's config groups a launch selects by name (a Hydra defaults-list choice: composing verl's config)
 GROUPS = frozenset({"model_engine"})
 
