@@ -31,6 +31,7 @@ import attrs
 
 from rl_core.problems import Problem, did_you_mean
 from rl_core.util.type_hints import type_hints
+from rl_core.util.objects import load_object
 
 
 @attrs.frozen(kw_only=True)
@@ -43,7 +44,6 @@ def options_class(card: Any) -> type | None:
     ref = getattr(card, "options", None)
     if ref is None:
         return None
-    from rl_core.util.objects import load_object
 
     cls = load_object(ref)
     if not (isinstance(cls, type) and attrs.has(cls)):

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar
 import attrs
 
 from rl_core.util.objects import load_object  # noqa: F401 - re-exported: cards.load_object is public
+from rl_core.card_options import describe, options_class
 
 DEVICES = frozenset({"cpu", "cuda"})
 PARALLELISM = frozenset({"dp", "fsdp", "tp", "pp", "sp", "ulysses"})  # ulysses: Ulysses sequence parallelism (#33)
@@ -73,7 +74,6 @@ class CardBase:
             if isinstance(value, frozenset):
                 value = sorted(value)
             if field.name == "options" and value is not None:  # typed options: "name: type = default, ..."
-                from rl_core.card_options import describe, options_class
 
                 try:
                     value = describe(options_class(self))

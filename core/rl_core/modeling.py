@@ -24,6 +24,8 @@ import torch
 from rl_core.problems import UserError
 from rl_core.util.positions import position_ids_from_mask  # noqa: F401  (re-exported)
 from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
+from rl_core.algorithms.entropy import entropy_from_logits as _entropy
+from rl_core.lora import adapter_folder_base
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
@@ -58,8 +60,6 @@ def check_model_path(path: str | Path | None, *, key: str = "model.path") -> Pat
             f"{key}={str(path)!r} does not exist (this machine has no model hub access, so it must be a local folder); {OFFLINE_MODEL_HINT}"
         )
     if p.is_dir() and not (p / "config.json").is_file() and (p / "adapter_config.json").is_file():
-        from rl_core.lora import adapter_folder_base
-
         base = adapter_folder_base(p)
         raise ModelPathError(
             f"{key}={str(path)!r} is a LoRA adapter folder (a PEFT adapter_config.json, e.g. a LoRA run's hf_final), not a "
@@ -318,7 +318,6 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` over the last dim (from :mod:`rl_core.algorithms.entropy`)."""
-    from rl_core.algorithms.entropy import entropy_from_logits as _entropy
 
     return _entropy(logits.float())
 

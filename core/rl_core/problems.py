@@ -11,6 +11,7 @@ import difflib
 from typing import Iterable
 
 import attrs
+from rl_core.util.secrets import mask_text
 
 
 @attrs.frozen(kw_only=True)
@@ -27,7 +28,6 @@ class Problem:
             text += f"\n    why: {self.why}"
         if self.fix:
             text += f"\n    fix: {self.fix}"
-        from rl_core.util.secrets import mask_text  # a value echoed in a message may hold a secret (a URL's password)
 
         return mask_text(text)
 

@@ -279,3 +279,85 @@ def test_train_engine_files_are_small(module):
     import importlib
 
     assert len(Path(importlib.import_module(module).__file__).read_text().splitlines()) < 300
+
+
+# --------------------------------------------------------------- imports inside functions
+# An import written inside a function is for a heavy dependency only: it keeps a light module (one whose import pulls
+# none of these packages, e.g. what `rlcore check` and the plugin registry load) light. Anywhere else it hides
+# structure, so core writes its imports at the top, except these, each with its reason:
+HEAVY_PACKAGES = {"torch", "transformers", "tensordict", "safetensors", "pyarrow", "peft", "accelerate", "gguf", "ray", "matplotlib",
+                  "numpy", "tensorboard", "wandb"}
+LATE_IMPORTS = {  # (module, imported module): why it is imported when called
+    ("rl_core.config.load", "rl_core.plugins"): "get_registry: tests patch it (the dialects a launch sees)",
+    ("rl_core.lora.checks", "rl_core.plugins"): "get_registry: tests patch it",
+    ("rl_core.cli.main", "rl_core.plugins"): "get_registry: tests patch it",
+    ("rl_core.cli.doctor_cmd", "rl_core.plugins"): "get_registry: tests patch it",
+    ("rl_core.cli.doctor_cmd", "rl_core.util.console"): "cpu_count / cpu_load: tests patch them",
+    ("rl_core.cli.check_cmd", "rl_core.config.load"): "load_report's check_config: tests patch it",
+    ("rl_core.cli.plot_cmd", "rl_core.cli.main"): "UserError: plot_cmd has a UserError of its own at module level",
+    ("rl_core.train_engine.update", "rl_core.algorithms.actor_loss"): "compute_actor_loss: tests patch it",
+    ("rl_core.placement.local", "rl_core.placement.worker"): "HybridWorker: tests patch it (and a spawned rank imports it itself)",
+}
+
+
+def _module_level_nodes(tree: ast.AST):
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.ClassDef):
+            todo.extend(n for n in node.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
+
+
+def heavy_modules() -> set[str]:
+    """Core modules whose import pulls a heavy package, at module level, directly or through other core modules."""
+    modules = {}
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE.parent).with_suffix("").as_posix().replace("/", ".")
+        modules[rel[: -len(".__init__")] if rel.endswith(".__init__") else rel] = ast.parse(path.read_text())
+    direct, uses = {}, {}
+    for name, tree in modules.items():
+        ext, internal = set(), set()
+        for node in _module_level_nodes(tree):
+            found = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            ext |= {f.split(".")[0] for f in found} & HEAVY_PACKAGES
+            internal |= {f for f in found if f in modules}
+        parts = name.split(".")
+        internal |= {".".join(parts[:i]) for i in range(1, len(parts))} & set(modules)  # a package's __init__ runs first
+        direct[name], uses[name] = bool(ext), internal - {name}
+    heavy = {m for m, is_heavy in direct.items() if is_heavy}
+    while True:
+        more = {m for m in modules if m not in heavy and uses[m] & heavy}
+        if not more:
+            return heavy
+        heavy |= more
+
+
+def test_imports_inside_functions_are_for_heavy_dependencies_only():
+    heavy = heavy_modules()
+    assert "rl_core.rollout.hf" in heavy and "rl_core.cards" not in heavy  # the rule sees what it is about
+    bad, seen = [], set()
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE.parent).with_suffix("").as_posix().replace("/", ".")
+        module = rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level and node.module.startswith("rl_core"):
+                    targets = [f"{node.module}.{a.name}" if (CORE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists()
+                               else node.module for a in node.names]
+                elif isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names if a.name.startswith("rl_core")]
+                else:
+                    continue
+                for target in targets:
+                    if (module, target) in LATE_IMPORTS:
+                        seen.add((module, target))
+                    elif module in heavy or target not in heavy:
+                        bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target} imported inside a function of "
+                                   f"{'a heavy module' if module in heavy else 'a light module, and it is light too'}: import it at the top")
+    assert not bad, "\n".join(bad)
+    assert seen == set(LATE_IMPORTS), f"LATE_IMPORTS lists imports that are gone: {sorted(set(LATE_IMPORTS) - seen)}"

@@ -29,6 +29,7 @@ from rl_core.algorithms.aggregation import agg_loss
 from rl_core.algorithms.kl import kl_penalty
 from rl_core.algorithms.masked import masked_mean
 from rl_core.algorithms.value_loss import value_loss
+from rl_core.algorithms.builtin import builtin_card
 
 # policy-loss metric name -> logged name
 _PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipfrac_lower": "actor/pg_clipfrac_lower"}
@@ -37,7 +38,6 @@ _PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipf
 def get_policy_loss(name: str, registry: Any = None) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
     """The policy-loss function registered as ``name`` in ``registry``; without one, the built-in loss of that name
     (a run passes the plan's loaded function instead: nothing is looked up while it trains)."""
-    from rl_core.algorithms.builtin import builtin_card
 
     return (registry.get("policy_loss", name) if registry is not None else builtin_card("policy_loss", name)).load()
 

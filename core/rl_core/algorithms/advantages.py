@@ -60,6 +60,7 @@ from rl_core.algorithms.masked import (
     masked_whiten,
     zero_masked,
 )
+from rl_core.algorithms.builtin import builtin_card
 
 GRPO_EPS = 1e-6  # added to the group std (DeepSeekMath / verl use the same order of magnitude)
 
@@ -432,8 +433,6 @@ def compute_advantage(name: str, *, registry: Any = None, card: Any = None, fn: 
     looked up in ``registry`` when given, else among the built-in estimators.
     """
     if card is None:
-        from rl_core.algorithms.builtin import builtin_card
-
         card = registry.get("estimator", name) if registry is not None else builtin_card("estimator", name)
     needs = (
         ("needs_critic", "values", "a critic's values"),

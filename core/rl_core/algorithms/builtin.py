@@ -17,6 +17,7 @@ from __future__ import annotations
 from rl_core import hookimpl
 from rl_core.algorithms import options as opt
 from rl_core.cards import EstimatorCard, PolicyLossCard
+from rl_core.plugins import UnknownCardError
 
 _ADV = "rl_core.algorithms.advantages"
 _GB = "rl_core.algorithms.group_baselines"
@@ -121,8 +122,6 @@ def builtin_card(kind: str, name: str) -> EstimatorCard | PolicyLossCard:
     (rl_core_register_advantage_estimators if kind == "estimator" else rl_core_register_policy_losses)(found.append)
     cards = {c.name: c for c in found}
     if name not in cards:
-        from rl_core.plugins import UnknownCardError
-
         raise UnknownCardError(f"no built-in {kind} named {name!r} (built in: {', '.join(sorted(cards))}); a plugin's {kind} comes "
                           "from the run's plan, or pass its registry")
     return cards[name]

@@ -21,6 +21,7 @@ from rl_core.algorithms.advantages import (
     _prepare,
     _sequence_scores,
 )
+from rl_core.algorithms.advantages import rloo
 
 
 @torch.no_grad()
@@ -132,7 +133,6 @@ def gpg(
 def rloo_vectorized(**kwargs: Any) -> tuple[Tensor, Tensor]:
     """verl's ``rloo_vectorized``: RLOO, except that a group of one gets advantage 0 (verl's
     loop version ``rloo`` keeps its raw score; the two disagree there, and we follow each)."""
-    from rl_core.algorithms.advantages import rloo
 
     options = {**(kwargs.pop("options", None) or {}), "zero_singleton_groups": True}
     return rloo(options=options, **kwargs)

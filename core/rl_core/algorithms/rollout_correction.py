@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from rl_core.algorithms.masked import masked_mean, masked_sum
+from rl_core.problems import Problem
 
 SAFETY_BOUND = 20.0
 IS_LEVELS = ("token", "sequence")
@@ -299,7 +300,6 @@ def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
     ``rollout_logprobs``: whether the rollout backend's card says it returns log-probs
     (None: unknown, not checked).
     """
-    from rl_core.problems import Problem
 
     rc = config.algorithm.rollout_correction
     key = "algorithm.rollout_correction"

@@ -30,6 +30,7 @@ from rl_core.async_rl.staleness import DROP, USE, StaleBatchError, StalenessGate
 from rl_core.batch import Batch
 from rl_core.placement.contract import WorkerMethod
 from rl_core.weight_sync_check import StaleWeightsError, compare_samples
+from rl_core.placement.contract import WorkerError
 
 # seconds a failed transfer waits for a rollout worker's death to be reported (its sockets close first)
 DEATH_GRACE_S = 5.0
@@ -117,8 +118,6 @@ class RolloutPipeline:
             time.sleep(0.1)
             dead = dead_ranks()
         if dead:
-            from rl_core.placement.contract import WorkerError
-
             rank, code = dead[0]
             where = getattr(self.rollout, "where", None)  # Ray: the node and process; local: this machine
             return WorkerError(

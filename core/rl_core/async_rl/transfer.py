@@ -24,6 +24,8 @@ import torch
 
 from rl_core.placement.rendezvous import Rendezvous, gloo_device, join_store, loopback_interface
 from rl_core.weight_sync_check import WeightTap
+from rl_core.weight_sync_check import verify_sent
+from rl_core.weight_sync_check import verify_sync
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
 
@@ -256,7 +258,6 @@ def send_weights(
     (:func:`rl_core.weight_sync_check.verify_sent`: LoRA adapters merged, no old copy). ``background``: the
     weights are copied now and broadcast from a thread (:meth:`TransferGroup.send_in_background`), so the
     train pool goes on with the next step while the rollout pool receives."""
-    from rl_core.weight_sync_check import verify_sent
 
     start = time.perf_counter()
     tap = WeightTap(weights)
@@ -276,7 +277,6 @@ def send_weights(
 def receive_weights(group: TransferGroup, engine: Any, *, version: int, engine_name: str) -> dict[str, Any]:
     """The rollout side: receive, load into ``engine``, and report what the engine holds (or, for an engine that
     cannot be asked, what arrived) at the checked positions."""
-    from rl_core.weight_sync_check import verify_sync
 
     start = time.perf_counter()
     received = list(group.receive())

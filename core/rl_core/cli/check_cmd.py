@@ -11,6 +11,13 @@ from rl_core.config.load import config_to_dict, load_config
 from rl_core.plugins import get_registry
 from rl_core.problems import Problem, errors
 from rl_core.plan.resolver import resolve
+from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
+from rl_core.config.load import load_report
+from rl_core.config.load import option_dests
+from rl_core.plan.checks import build_plan
+from rl_core.plan.disk import GB, estimate_disk
+from rl_core.plan.memory_host import host_estimate, host_ram
+from rl_core.problems import ConfigError
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -25,7 +32,6 @@ def add_config_args(p, config_help: str = "YAML config file (omit to check the b
 
 def config_kwargs(args) -> dict:
     """load_report's keyword arguments from the command line: the dialects' options (rl_core.config.load.option_dests)."""
-    from rl_core.config.load import option_dests
 
     return {dest: getattr(args, dest, None) for dest in option_dests()}
 
@@ -92,7 +98,6 @@ def print_memory(stack, out=None) -> None:
     for line in est.lines():
         print(line, file=out)
     if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.plan.memory_host
-        from rl_core.plan.memory_host import host_estimate, host_ram
 
         here = host_ram() if est.available is not None else None  # this machine's RAM only when the GPU is this machine's
         for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here).lines():
@@ -106,7 +111,6 @@ def print_disk(stack, out=None) -> None:
     import os
     import shutil
 
-    from rl_core.plan.disk import GB, estimate_disk
 
     out = out or sys.stdout
     est = estimate_disk(stack.config)
@@ -133,11 +137,6 @@ def print_problems(problems, out=None) -> None:
 
 
 def run(args) -> int:
-    from rl_core.plan.checks import build_plan
-    from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
-    from rl_core.config.load import load_report
-    from rl_core.problems import ConfigError
-
     path, overrides = split_config_args(args)
     target = parse_target(args.target) if args.target else None
     if isinstance(target, Problem):

@@ -19,6 +19,8 @@ import json
 import sys
 
 from rl_core.data.convert import DataConvertError
+from rl_core.data import convert
+from rl_core.data.hub import fetch_records
 
 
 def add_parser(sub) -> None:
@@ -54,16 +56,12 @@ def _kwargs(text: str | None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rl_core.data import convert
-
     try:
         if args.data_command == "gsm8k":
             if args.src is not None:
                 args.out = args.out or f"data/gsm8k/{args.split or convert.infer_split(args.src)}.parquet"
                 n = convert.convert_gsm8k(args.src, args.out, split=args.split)
             else:
-                from rl_core.data.hub import fetch_records
-
                 split = args.split or "train"
                 args.out = args.out or f"data/gsm8k/{split}.parquet"
                 records = fetch_records("gsm8k", split)

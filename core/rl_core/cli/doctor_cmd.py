@@ -20,6 +20,9 @@ import statistics
 import sys
 import time
 from typing import Any
+from rl_core.cards import CARD_TYPES
+from rl_core.problems import UserError
+from rl_core.util.precision import cpu_bf16_support, cpu_capability
 
 LIBRARIES = ("rl-core", "torch", "transformers", "accelerate", "tensordict", "pluggy", "attrs", "numpy", "pyarrow", "safetensors", "tokenizers", "ray")
 LATENCY_BYTES = 4
@@ -61,7 +64,6 @@ def versions() -> dict[str, Any]:
 
 
 def plugins() -> dict[str, Any]:
-    from rl_core.cards import CARD_TYPES
     from rl_core.plugins import get_registry
 
     reg = get_registry()
@@ -89,7 +91,6 @@ def devices() -> dict[str, Any]:
     import torch
 
     from rl_core.plan.memory import device_memory
-    from rl_core.util.precision import cpu_bf16_support, cpu_capability
 
     ram = device_memory("cpu")
     out: dict[str, Any] = {"cpu": f"{os.cpu_count()} cores, {ram / 2**30:.1f} GiB RAM" if ram else f"{os.cpu_count()} cores"}
@@ -218,8 +219,6 @@ def run(args) -> int:
         fn = getattr(cluster, "run", None) or cluster.main
         return int(fn(args) or 0)
     if args.nprocs is not None and args.nprocs < 1:
-        from rl_core.problems import UserError
-
         raise UserError(f"--nprocs must be >= 1, got {args.nprocs}")
 
     report: dict[str, Any] = {"versions": versions(), "plugins": plugins(), "devices": devices()}

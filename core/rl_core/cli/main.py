@@ -18,6 +18,7 @@ from rl_core.util import stack_dump
 from rl_core.placement.contract import WorkerError
 from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
+from rl_core.plugins import dialect_hint
 
 SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot", "doctor")
 
@@ -58,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
     elif extra:
-        from rl_core.plugins import dialect_hint
-
         hints = "".join(dialect_hint(e.split("=")[0]) for e in extra if e.startswith("--"))
         parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (an option of a dialect plugin{hints})" if hints else ""))
     if not getattr(args, "func", None):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 from rl_core.models import BUILTIN_MODELS
+from rl_core.cli.main import UserError
+from rl_core.models.smollm2 import ModelConversionError, convert_smollm2
 
 
 def add_parser(sub) -> None:
@@ -20,9 +22,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from rl_core.cli.main import UserError
-    from rl_core.models.smollm2 import ModelConversionError, convert_smollm2
-
     try:
         out = convert_smollm2(args.out, force=args.force, log=lambda m: print(m, file=sys.stderr))
     except ModelConversionError as e:

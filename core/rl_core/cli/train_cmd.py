@@ -16,6 +16,9 @@ from rl_core.plugins import get_registry
 from rl_core.problems import UserError
 from rl_core.util.console import phase
 from rl_core.util.stopping import Interrupted
+from rl_core.models import ensure_builtin_model
+from rl_core.util.console import busy_cpu_warning
+from rl_core.util.stopping import StopSignals, signal_name
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -39,7 +42,6 @@ def materialise_builtin_model(config):
     path = config.model.path
     if not path.startswith(BUILTIN_PREFIX):
         return config
-    from rl_core.models import ensure_builtin_model
 
     with phase(f"preparing {path} (converted on first use, then cached)"):
         local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
@@ -66,8 +68,6 @@ def run(args) -> int:
 
     print(describe_plan(stack))
     if stack.config.trainer.device == "cpu":
-        from rl_core.util.console import busy_cpu_warning
-
         if busy := busy_cpu_warning():
             print(f"warning: {busy}", file=sys.stderr)
     if args.dry_run:
@@ -86,7 +86,6 @@ def run(args) -> int:
 
 def run_stoppable(args) -> int:
     """:func:`run` with SIGINT / SIGTERM handled from the first moment (loading the config, resolving the stack)."""
-    from rl_core.util.stopping import StopSignals, signal_name
 
     try:
         with StopSignals():

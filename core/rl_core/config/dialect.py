@@ -25,6 +25,7 @@ import yaml
 
 from rl_core.problems import Problem
 from rl_core.util.type_hints import type_hints
+from rl_core.config.schema import RunConfig
 
 
 @attrs.frozen(kw_only=True)
@@ -60,7 +61,6 @@ KEYWORD_SECTIONS = {"async": "async_"}
 
 def is_ours(key: str) -> bool:
     """Whether ``key`` is one of rl-core's schema keys (or lies inside one of its free-form dict fields)."""
-    from rl_core.config.schema import RunConfig
 
     cls: Any = RunConfig
     parts = key.split(".")

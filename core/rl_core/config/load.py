@@ -36,6 +36,7 @@ from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
 from rl_core.util.user_paths import expand_user_paths
+from rl_core.plugins import dialect_hint
 
 logger = logging.getLogger(__name__)
 
@@ -324,8 +325,6 @@ def _native(launch: Launch) -> Translated:
 
 
 def plugin_hint(what: str) -> str:
-    from rl_core.plugins import dialect_hint
-
     return dialect_hint(what)
 
 

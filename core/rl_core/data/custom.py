@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from typing import Any
+from rl_core.util.user_code import load_user_object
 
 #: the keyword arguments verl passes to a dataset class (verl/trainer/ppo/utils.py create_rl_dataset)
 CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_samples")
@@ -22,7 +23,6 @@ CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_sampl
 def load_dataset_class(custom: Any) -> type:
     """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
     from rl_core.data.rows import DataError
-    from rl_core.util.user_code import load_user_object
 
     cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
                            prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))

@@ -30,6 +30,10 @@ import torch
 from rl_core.batch import Batch
 from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
 from rl_core.problems import UserError
+from rl_core.data import images as img
+from rl_core.data.convert import DataConvertError, generate_reasoning_gym_rows
+from rl_core.data.custom import custom_rows
+from rl_core.data.images import check_patch_size
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +98,6 @@ def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
         raise DataError(f"{key}.name {gen.name!r} is unknown; allowed: {list(GENERATORS)}")
     if not gen.dataset:
         raise DataError(f"{key}.dataset is empty; name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic")
-    from rl_core.data.convert import DataConvertError, generate_reasoning_gym_rows
 
     try:
         raw = generate_reasoning_gym_rows(gen.dataset, gen.size, gen.seed, dict(gen.kwargs), gen.system_prompt, split=split)
@@ -223,7 +226,6 @@ class PromptDataset:
                             "processor (preprocessor_config.json): use a vision-language model (e.g. Qwen2.5-VL) or text-only rows")
         if not apply_chat_template:
             raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
-        from rl_core.data import images as img
 
         return {i: img.encode_row(processor, rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
 
@@ -236,7 +238,6 @@ class PromptDataset:
         item = self.items[i]
         if not item.get("images"):
             return item
-        from rl_core.data import images as img
 
         _, ids, mm = img.encode_row(self.processor, item, item["origin"], *self._image_args)
         if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
@@ -260,7 +261,6 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
     origins: list[str] = []
     custom = getattr(data, "custom_cls", None)
     if custom is not None and custom.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
-        from rl_core.data.custom import custom_rows
 
         rows, origins = custom_rows(data, tokenizer, split, files)
     else:
@@ -434,8 +434,6 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     """
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
-        from rl_core.data.images import check_patch_size
-
         check_patch_size(processor, data.image_patch_size)
     train = load_prompt_dataset(data, tokenizer, "train", tools, processor)
     train_loader = PromptLoader(

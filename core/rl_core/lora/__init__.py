@@ -30,6 +30,7 @@ import attrs
 import torch
 
 from rl_core.problems import UserError
+from rl_core.problems import did_you_mean
 
 ALL_LINEAR = "all-linear"
 ADAPTER_NAME = "default"
@@ -112,7 +113,6 @@ def target_names(model: torch.nn.Module, spec: LoraSpec) -> list[str]:
 
 def target_problems(model: torch.nn.Module, spec: LoraSpec) -> list[tuple[str, str, str]]:
     """``(key, what, fix)`` for each name in ``target_modules`` / ``exclude_modules`` that matches no linear layer."""
-    from rl_core.problems import did_you_mean
 
     leaves = sorted(set(linear_names(model).values()))
     out = []

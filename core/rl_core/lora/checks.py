@@ -21,6 +21,13 @@ from typing import Any
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
+from rl_core.config.normalize import normalize
+from rl_core.lora import LoraError, LoraSpec, check_adapter_folder, target_problems
+from rl_core.lora.memory import actor_terms
+from rl_core.models import cache_dir
+from rl_core.plan.memory import GB, device_memory, model_shape
+from rl_core.plan.memory import GB, estimate
+from rl_core.plan.memory_host import host_estimate, host_ram
 
 def _train_card(config: Any, registry: Any):
     """The train card the run would use (None when it cannot be told)."""
@@ -56,8 +63,6 @@ def _capable(registry: Any, feature: str) -> str:
 
 def _model_dir(path: str) -> Path | None:
     if path.startswith("builtin:"):
-        from rl_core.models import cache_dir
-
         folder = cache_dir() / "models" / path.split(":", 1)[1]
     else:
         folder = Path(os.path.expanduser(path))
@@ -88,7 +93,6 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
             out.append(Problem(key="trainer.save_merged_lora", what="is true but model.lora_rank is 0 (LoRA off): there are no adapters to merge "
                                "(a full fine-tune's hf_final is the model's own weights)", fix="remove trainer.save_merged_lora, or set model.lora_rank"))
         return out
-    from rl_core.lora import LoraError, LoraSpec, check_adapter_folder, target_problems
 
     spec = LoraSpec.from_model_config(m)
     if spec.adapter_path:
@@ -147,9 +151,6 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
     ``available``: the GPU's bytes (default: this machine's GPU; nothing is checked without one)."""
     if config.trainer.device == "cpu" or config.model.lora_rank > 0:
         return []
-    from rl_core.config.normalize import normalize
-    from rl_core.plan.memory import GB, estimate
-    from rl_core.lora.memory import actor_terms
 
     config, sizes, _ = normalize(config)
     if sizes is None or sizes.device == "cpu":
@@ -173,9 +174,6 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
     ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
     for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
-    from rl_core.config.normalize import normalize
-    from rl_core.plan.memory import GB, device_memory, model_shape
-    from rl_core.plan.memory_host import host_estimate, host_ram
 
     if config.trainer.device == "cpu":
         return []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from rl_core.models.smollm2 import ModelConversionError, convert_smollm2, is_complete_model_dir
 
 BUILTIN_MODELS = ("smollm2",)
 #: each built-in model's architecture (its config.json's ``architectures[0]``), known before it is converted
@@ -26,11 +27,6 @@ def cache_dir() -> Path:
 
 def ensure_builtin_model(name: str, out_dir: str | os.PathLike | None = None) -> Path:
     """A local HF folder for built-in model ``name``, converting it on first use (progress on stderr)."""
-    from rl_core.models.smollm2 import (
-        ModelConversionError,
-        convert_smollm2,
-        is_complete_model_dir,
-    )
 
     if name not in BUILTIN_MODELS:
         raise ModelConversionError(f"unknown built-in model {name!r}; allowed: {list(BUILTIN_MODELS)} (e.g. model.path=builtin:smollm2)")

@@ -21,6 +21,10 @@ import inspect
 from typing import Any, Sequence
 
 import torch
+from rl_core.data.images import load_processor
+from rl_core.modeling import load_hf_config
+from rl_core.modeling import log_probs_and_entropy
+from rl_core.problems import Problem
 
 FIELD = "multi_modal_inputs"
 
@@ -107,7 +111,6 @@ def forward_response(
 
     One plain forward (no chunked LM head, no shared prompts, no packing); the logits are kept for the response
     positions only (``logits_to_keep``)."""
-    from rl_core.modeling import log_probs_and_entropy
 
     R = responses.shape[-1]
     kw = model_kwargs(model, input_ids, attention_mask, mm, response_length=R)
@@ -134,12 +137,10 @@ def to_device(mm: Sequence[dict], device: torch.device) -> list[dict]:
 # ------------------------------------------------------------- the run
 def processor_for_model(model_cfg: Any):
     """The processor of ``model.path`` (``model.tokenizer_path`` where given) when the model has a vision tower, else None."""
-    from rl_core.modeling import load_hf_config
 
     cfg = load_hf_config(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
     if getattr(cfg, "vision_config", None) is None:
         return None
-    from rl_core.data.images import load_processor
 
     key = "model.tokenizer_path" if model_cfg.tokenizer_path else "model.path"
     return load_processor(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code, key=key)
@@ -148,7 +149,6 @@ def processor_for_model(model_cfg: Any):
 def stack_problems(stack: Any, datasets: list, registry: Any = None) -> list:
     """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems.
     ``registry`` (code that has one) names the installed backends that read images; a run has none to ask."""
-    from rl_core.problems import Problem
 
     items = [it for ds in datasets if ds is not None for it in ds.items]
     with_images = sum(bool(it.get("images")) for it in items)
@@ -167,7 +167,6 @@ def stack_problems(stack: Any, datasets: list, registry: Any = None) -> list:
 def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: Any = None) -> list:
     """Prompts with images and the run's cards (any may be None: not resolved): a rollout / train backend that cannot
     carry them, an estimator with a critic, multi-turn rollouts; as Problems naming the key."""
-    from rl_core.problems import Problem
 
     out = []
     for kind, card, does in (("rollout", rollout, "does not generate from prompts with images"), ("train", train, "has forwards that do not read the prompts' images")):
@@ -186,8 +185,6 @@ def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: 
 def data_problems(cfg: Any, registry: Any, rows: list[dict]) -> list:
     """``rlcore check``: the first rows read hold images (``images``) -> the model must have a vision tower and the
     configured cards must carry them (:func:`card_problems`)."""
-    from rl_core.modeling import load_hf_config
-    from rl_core.problems import Problem
 
     if not any(r.get("images") for r in rows):
         return []

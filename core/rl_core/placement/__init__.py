@@ -11,6 +11,7 @@ cluster each, behind :class:`rl_core.placement.pools.PooledCluster`.
 """
 
 from __future__ import annotations
+from rl_core.placement.ray_cluster import RayCluster
 
 
 def make_cluster(stack):
@@ -36,8 +37,6 @@ def _maker(stack):
 
 
 def _ray_cluster(stack, *, roles=None, pool: str = "main"):
-    from rl_core.placement.ray_cluster import RayCluster
-
     return RayCluster(stack, roles=roles, pool=pool)
 
 

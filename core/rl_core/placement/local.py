@@ -35,6 +35,11 @@ from typing import Any, Sequence
 from rl_core.backends import WorkerContext
 from rl_core.placement.rendezvous import loopback_interface  # noqa: F401 - re-exported
 from rl_core.placement.contract import Done, Pending, WorkerError, WorkerMethod, after_a_death, dispatch, per_rank
+from rl_core.placement.listeners import descendants
+from rl_core.problems import UserError
+from rl_core.util import stack_dump
+from rl_core.util.console import usable_cores
+from rl_core.util.stopping import ignore_stop_signals
 
 __all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env", "loopback_interface"]
 
@@ -45,7 +50,6 @@ def _kill_with_its_children(proc) -> None:
     A worker killed alone leaves its engine's processes (SGLang's scheduler, a child still starting) orphaned and
     running: they keep the run's output pipe open and hold memory. The tree is read before the kill (an orphan is
     re-parented and cannot be found from the worker afterwards)."""
-    from rl_core.placement.listeners import descendants
 
     below = descendants(proc.pid)[1:] if proc.pid is not None else []
     proc.kill()
@@ -115,7 +119,6 @@ def _is_disk_or_permission_error(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     """A user error's message alone; anything else with the worker's traceback."""
-    from rl_core.problems import UserError
 
     if isinstance(exc, UserError) or _is_disk_or_permission_error(exc):
         return f"{type(exc).__name__}: {exc}"
@@ -123,10 +126,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
-    from rl_core.util.stopping import ignore_stop_signals
-
     ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
-    from rl_core.util import stack_dump
 
     stack_dump.install()  # `kill -USR1 <worker pid>`: its stacks, as in the controller
     os.environ.update(env)
@@ -211,8 +211,6 @@ class LocalCluster:
         threads = config.trainer.torch_threads
         processes = processes or self.world_size
         if threads is None and self.device == "cpu" and processes > 1:
-            from rl_core.util.console import usable_cores
-
             threads = max(1, usable_cores() // processes)  # the cores this process may run on (taskset, cgroups' cpusets)
         self._in_flight: Pending | None = None
         self._procs: list[mp.Process] = []

@@ -22,6 +22,9 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from rl_core.placement.contract import dispatch
+from rl_core.placement.rendezvous import Rendezvous
+from rl_core.placement.rendezvous import join_store
+from rl_core.problems import UserError
 
 GROUP_NAME = "workers"  # the default process group of one worker group: every rank of it
 
@@ -31,8 +34,6 @@ class RankFailure(RuntimeError):
 
 
 def describe_error(exc: BaseException) -> str:
-    from rl_core.problems import UserError
-
     if isinstance(exc, UserError):
         return f"{type(exc).__name__}: {exc}"
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
@@ -70,7 +71,6 @@ class RankWorker:
     def open_rendezvous(self, host: str | None) -> str:
         """Rank 0: where the group meets. ``host`` None: a FileStore in a private folder on this node (every rank
         is here); else a TCP store listening on ``host`` only (this node's Ray address), at a port free there."""
-        from rl_core.placement.rendezvous import Rendezvous
 
         self._rendezvous = Rendezvous(host)
         return self._rendezvous.address
@@ -81,7 +81,6 @@ class RankWorker:
         import torch.distributed as dist
 
         from rl_core.placement.local import local_rendezvous_env
-        from rl_core.placement.rendezvous import join_store
 
         self.backend, self.timeout_s = backend, timeout_s
         if loopback:

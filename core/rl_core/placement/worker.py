@@ -27,6 +27,12 @@ from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefi
 from rl_core.batch import Batch
 from rl_core.util.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
+from rl_core.async_rl.transfer import TransferGroup
+from rl_core.async_rl.transfer import receive_weights
+from rl_core.async_rl.transfer import send_weights
+from rl_core.placement.rendezvous import Rendezvous
+from rl_core.rewards.model_role import RewardModelRole
+from rl_core.weight_sync_check import load_adapter_verified, load_verified
 
 
 def seed_everything(seed: int) -> None:
@@ -69,7 +75,6 @@ class HybridWorker:
         self.rollout = stack.rollout.load()(config, rollout_context) if "rollout" in self.roles else None
         self.reward_model = None
         if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
-            from rl_core.rewards.model_role import RewardModelRole
 
             self.reward_model = RewardModelRole(stack, context, colocated="actor" in self.roles)
         self._convert = stack.converter.load() if stack.converter is not None else None
@@ -119,7 +124,6 @@ class HybridWorker:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-        from rl_core.weight_sync_check import load_adapter_verified, load_verified  # the trainer's own view is in its names: not after a converter
 
         self._weight_version += 1
         name = self.stack.config.rollout.name
@@ -142,7 +146,6 @@ class HybridWorker:
     def open_weight_rendezvous(self, host: str | None, opens: bool) -> str | None:
         """Train pool (``opens`` on its rank 0): open the transfer group's rendezvous; its address for the others.
         ``host``: this node's address when the group spans nodes (a TCP store there), None: a FileStore here."""
-        from rl_core.placement.rendezvous import Rendezvous
 
         if not opens:
             return None
@@ -152,7 +155,6 @@ class HybridWorker:
     def join_weight_group(self, address: str, rank: int | None, size: int, timeout_s: float, bind: str | None = None) -> None:
         """Join the train -> rollout broadcast group (train rank 0 and every rollout worker; ``rank`` None: not a
         member); ``bind``: this worker's node address when the group spans nodes (None: loopback)."""
-        from rl_core.async_rl.transfer import TransferGroup
 
         if rank is None:
             self._transfer = None
@@ -163,7 +165,6 @@ class HybridWorker:
     def send_weights(self, version: int, bucket_bytes: int, background: bool = False) -> dict[str, Any]:
         """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check);
         ``background``: copied now, broadcast from a thread while the next step runs (rl_core.async_rl)."""
-        from rl_core.async_rl.transfer import send_weights
 
         weights = self.actor.named_weights()
         if self._convert is not None:
@@ -174,7 +175,6 @@ class HybridWorker:
 
     def receive_weights(self, version: int) -> dict[str, Any]:
         """Rollout pool: receive policy ``version`` into the engine; what the engine holds comes back to be checked."""
-        from rl_core.async_rl.transfer import receive_weights
 
         if self._sleeping:
             self.rollout.wake_up()

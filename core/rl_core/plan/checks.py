@@ -29,6 +29,7 @@ from rl_core.plan.resolver import NAME_KEYS, resolve
 from rl_core.plugins import Registry, get_registry
 from rl_core.problems import ConfigError, Problem, errors
 from rl_core.util.type_hints import type_hints
+from rl_core.config.schema import RunConfig
 
 STAGES = CHECK_STAGES
 Check = Callable[[Any, Any], Iterable[Problem]]
@@ -71,7 +72,6 @@ def _broken(card: Any, exc: Exception) -> Check:
 
 def _schema_knows(key: str) -> bool:
     """Whether a dotted key names a field of the schema (anything under a free-form dict counts)."""
-    from rl_core.config.schema import RunConfig
 
     cls: Any = RunConfig
     for part in key.split("."):

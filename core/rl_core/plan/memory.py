@@ -49,6 +49,9 @@ import attrs
 
 from rl_core.lora.memory import actor_terms, fitting_alternatives
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
+from rl_core.logprobs import DEFAULT_CHUNK
+from rl_core.models import cache_dir
+from rl_core.rollout.static_decode import ARCHS, CACHE_ROUND
 
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
@@ -157,8 +160,6 @@ def model_shape(path: str, override: dict[str, Any] | None = None) -> ModelShape
     """The model's shape from its config.json (local folder, built-in cache, HF cache), or a known shape; None if unknown."""
     candidates = []
     if path.startswith("builtin:"):
-        from rl_core.models import cache_dir
-
         name = path.split(":", 1)[1]
         candidates.append(str(cache_dir() / "models" / name / "config.json"))
         known = name
@@ -435,8 +436,6 @@ def logprob_chunk(config: Any, device: str) -> int:
     """Tokens per LM-head chunk in train-side forwards (0: off), as the train backend resolves ``model.logprob_chunk_size``."""
     chunk = config.model.logprob_chunk_size
     if chunk is None:
-        from rl_core.logprobs import DEFAULT_CHUNK
-
         return 0 if device == "cpu" else DEFAULT_CHUNK
     return int(chunk)
 
@@ -457,7 +456,6 @@ def static_cache_size(config: Any, shape: ModelShape, device: str, sequences: in
     ``engine_kwargs.static_decode=true``, for a Llama-family model) it allocates its cache whole, rows padded to a
     power-of-two bucket and slots rounded up to 128; elsewhere the plain loop's cache grows to ``sequences x tokens``.
     """
-    from rl_core.rollout.static_decode import ARCHS, CACHE_ROUND
 
     r = config.rollout
     wanted = (r.engine_kwargs or {}).get("static_decode")

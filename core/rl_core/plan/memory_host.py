@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
 GB = 2**30
 HOST_RUNTIME_GB = 4.0  # a GPU process's own resident memory (python, torch, CUDA libraries, tokenizer, data)
@@ -154,7 +155,6 @@ def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool
     if lora and r.lora_sync != "merged":
         return False
     from rl_core.plan.memory import device_memory
-    from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
     total = device_memory("cuda")
     return total is None or not keeps_through_sleep(c * shape.params, total, threshold_of(r.engine_kwargs))

@@ -31,6 +31,9 @@ from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
 from rl_core.util.precision import slow_low_precision
 from rl_core.problems import Problem, did_you_mean
+from rl_core.cards import load_object
+from rl_core.data.custom import constructor_problem, load_dataset_class
+from rl_core.rewards.scoring import RewardConfigError, load_custom_function
 
 FIRST_ROWS = 8  # rows of each data file checked
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
@@ -75,7 +78,6 @@ def _custom_dataset_problems(d: Any) -> list[Problem]:
     c = d.custom_cls
     if not c.path or not c.name:
         return []
-    from rl_core.data.custom import constructor_problem, load_dataset_class
     from rl_core.data.dataset import DataError
 
     try:
@@ -221,8 +223,6 @@ def signature_problem(fn: Callable, kwargs: dict[str, Any], key: str, label: str
 
 
 def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Problem]:
-    from rl_core.rewards.scoring import RewardConfigError, load_custom_function
-
     r = config.reward
     if r.custom.path:
         if r.name:
@@ -264,7 +264,6 @@ def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Pro
     Only registered rewards get the trial call (plugin code, meant to be cheap); a user's own function
     may call a service, so it is only checked by signature.
     """
-    from rl_core.cards import load_object
 
     try:
         fn = load_object(card.factory)

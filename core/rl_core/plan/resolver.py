@@ -33,6 +33,8 @@ from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.problems import Problem, errors
 from rl_core.rollout.moe_parallel import moe_parallel_problems
+from rl_core.card_options import options_problems
+from rl_core.rewards.mixing import mixing_problems
 
 
 
@@ -306,7 +308,6 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
 
 def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
     """algorithm.options / actor.policy_loss_options against the options class the chosen card declares."""
-    from rl_core.card_options import options_problems
 
     if estimator is not None:
         problems.extend(options_problems(estimator, config.algorithm.options, "algorithm.options"))
@@ -402,8 +403,6 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     _check_estimator(config, estimator, train, problems)
     _check_options(config, estimator, policy_loss, problems)
     if train is not None:
-        from rl_core.card_options import options_problems
-
         problems.extend(options_problems(train, config.train.options, "train.options"))
     from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
 
@@ -424,7 +423,6 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(agent_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
-    from rl_core.rewards.mixing import mixing_problems
 
     # reward.weights and a rule reward the model's score replaces (the reward model's folder: its plugin's probe, rl_core.plan.checks)
     problems.extend(mixing_problems(config))

@@ -60,6 +60,7 @@ from rl_core.rewards.scoring import (
     normalize_result,
     numeric,
 )
+from rl_core.plugins import UnknownCardError
 
 __all__ = ["RewardManager", "RewardConfigError", "RewardError", "scores_to_token_level", "match_data_source"]
 
@@ -177,8 +178,6 @@ class RewardManager:
         self._cards = dict(registry.cards["reward"])
         self._broken = tuple(sorted({e.distribution for e in registry.errors}))
         if cfg.name:
-            from rl_core.plugins import UnknownCardError
-
             try:
                 card = registry.get("reward", cfg.name)
             except UnknownCardError as exc:

@@ -16,6 +16,7 @@ from typing import Any, Callable, NamedTuple
 
 from rl_core.problems import UserError
 from rl_core.util.user_code import load_user_object
+from rl_core.cards import load_object
 
 
 class RewardConfigError(UserError, ValueError):
@@ -64,8 +65,6 @@ def load_scorer(spec: ScorerSpec) -> Callable:
         if spec.path is not None:
             fn = load_custom_function(spec.path, spec.func_name or "compute_score")
         else:
-            from rl_core.cards import load_object
-
             fn = load_object(spec.ref)
             if not callable(fn):
                 raise RewardConfigError(f"reward {spec.label!r}: its factory {spec.ref!r} is not callable")

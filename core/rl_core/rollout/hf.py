@@ -107,6 +107,9 @@ from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised her
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
 from rl_core.routing_replay import NO_ROUTE, RouterReplay, stack_rollout
+from rl_core.rollout.multi_turn import Generated
+from rl_core.rollout.multi_turn import require_agent
+from rl_core.weight_sync_check import sample_state
 
 
 class HFRolloutEngine:
@@ -231,7 +234,6 @@ class HFRolloutEngine:
     def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
         """Multi-turn rollouts (:mod:`rl_core.rollout.multi_turn`: the agent runtime of ``WorkerContext.agent``): the loops'
         turns are decoded here, all active ones together."""
-        from rl_core.rollout.multi_turn import require_agent
 
         agent = require_agent(getattr(self.context, "agent", None), "the hf rollout engine")
         if getattr(self, "_agent_setup", None) is None:
@@ -245,7 +247,6 @@ class HFRolloutEngine:
     def decode_requests(self, prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...], *, params: SamplingParams, greedy: bool, generator) -> list:
         """One turn of many trajectories: each prompt (token ids) continued for at most its budget, in chunks of
         ``rollout.generation_batch_size``; returns :class:`rl_core.rollout.multi_turn.Generated` per prompt (exact ids, log-probs)."""
-        from rl_core.rollout.multi_turn import Generated
 
         per_chunk = self.generation_batch_size or len(prompts)
         out: list[Generated] = []
@@ -437,7 +438,6 @@ class HFRolloutEngine:
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The elements at flat ``positions`` of each named weight as this engine holds them (rl_core.weight_sync_check);
         with LoRA adapter sync also the adapters it merged (peft names)."""
-        from rl_core.weight_sync_check import sample_state
 
         if self._offloaded:
             self.wake_up()

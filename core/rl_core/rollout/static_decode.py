@@ -51,6 +51,7 @@ from typing import Callable
 import torch
 
 from rl_core.rollout.packed_weights import LayerPack, pack_layer, still_packed
+from rl_core.rollout.output import position_ids_from_mask
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +330,6 @@ class StaticDecoder:
 
         ``sample(logits) -> (token, log_prob)`` is the plain loop's sampler.
         """
-        from rl_core.rollout.output import position_ids_from_mask
 
         self._ensure_packed()
         b0, P = ids.shape

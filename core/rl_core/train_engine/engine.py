@@ -33,6 +33,7 @@ from rl_core.train_engine import loss_scale, update as upd
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.train_engine.batch_sizes import RoleSizes, TrainSizeError, inference_micro, role_config, role_sizes
 from rl_core.train_engine.lr_schedule import LRSchedule
+from rl_core.algorithms.actor_loss import get_policy_loss
 
 
 def build_role_engine(factory: Callable[..., TrainBackend], role: str, config, context, *, sizes=None, policy_loss=None) -> "RoleEngine":
@@ -56,8 +57,6 @@ class RoleEngine:
         self.trainable = backend.trainable
         self.sizes: RoleSizes | None = role_sizes(self.config, self.role, sizes) if self.trainable and sizes is not None else None
         if self.role == "actor" and policy_loss is None:
-            from rl_core.algorithms.actor_loss import get_policy_loss
-
             policy_loss = get_policy_loss(self.config.actor.policy_loss)
         self.policy_loss = policy_loss
         self._schedule: LRSchedule | None = None

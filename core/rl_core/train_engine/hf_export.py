@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import torch
+from rl_core.modeling import load_tokenizer
 
 MAX_SHARD_BYTES = 5 * 10**9  # save_pretrained's default max_shard_size ("5GB")
 WEIGHTS_NAME = "model.safetensors"
@@ -116,8 +117,6 @@ def write_tokenizer(path: str | Path, config: Any) -> None:
     tok_dir = config.model.tokenizer_path or config.model.path
     if tok_dir and os.path.isdir(tok_dir):
         try:
-            from rl_core.modeling import load_tokenizer
-
             load_tokenizer(tok_dir).save_pretrained(str(path))
         except Exception:  # noqa: BLE001 - a folder without a tokenizer is still a model
             pass

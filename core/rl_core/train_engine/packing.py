@@ -37,6 +37,7 @@ from typing import Any, Callable, Protocol
 
 import attrs
 import torch
+from rl_core.logprobs import _head_forward, _plain_head, chunked_log_probs
 
 ATTENTION = "rlcore_packed"
 DENSE_MASK_TOKENS = 8192  # CPU: packed rows up to this long use one masked SDPA call (an N x N bool mask, 64 MiB at most)
@@ -254,7 +255,6 @@ def forward_log_probs_packed(
     shard: SequenceShard | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``(log_probs [b, R], entropy [b, R] or None)`` of the packed micro-batch; None when the head cannot be chunked."""
-    from rl_core.logprobs import _head_forward, _plain_head, chunked_log_probs
 
     head = _plain_head(model)
     if head is None:

@@ -64,6 +64,20 @@ from rl_core.trainer.progress import ProgressBar
 from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
+from rl_core.async_rl.pipeline import RolloutPipeline
+from rl_core.data.dataset import build_loaders
+from rl_core.data.dataset import pad_token_id_of
+from rl_core.modeling import load_tokenizer
+from rl_core.multimodal import processor_for_model, stack_problems
+from rl_core.placement import make_cluster
+from rl_core.plan.disk import estimate_disk
+from rl_core.rewards.manager import RewardManager
+from rl_core.rewards.manager import scores_to_token_level
+from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
+from rl_core.rewards.overlong import OverlongPenalty
+from rl_core.rewards.overlong import response_lengths
+from rl_core.rollout.multi_turn import final_turn_mask
+from rl_core.rollout.multi_turn import require_agent
 
 TRAINER_STATE = "trainer_state.pt"
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
@@ -81,11 +95,6 @@ class Trainer:
     def __init__(
         self, stack: Plan, *, cluster: Placement | None = None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
     ) -> None:
-        from rl_core.data.dataset import build_loaders
-        from rl_core.modeling import load_tokenizer
-        from rl_core.rewards.manager import RewardManager
-        from rl_core.rewards.overlong import OverlongPenalty
-
         self.stack = stack
         self.config = cfg = stack.config  # checked when the plan was built (rl_core.plan.checks): nothing is checked again
         self.sizes = stack.sizes
@@ -105,10 +114,8 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
-            from rl_core.rollout.multi_turn import require_agent
 
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
-        from rl_core.multimodal import processor_for_model, stack_problems
 
         processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
         self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
@@ -126,8 +133,6 @@ class Trainer:
         self.progress_enabled = progress
         self.stop = stop or StopSignals()  # not installed: a bare Trainer (tests, notebooks) keeps the caller's handlers
         if cluster is None:
-            from rl_core.placement import make_cluster
-
             cluster = make_cluster(stack)  # trainer.placement: local processes, or Ray actors
         self.cluster: Placement = cluster
         self.cluster.call(WorkerMethod.SET_TOTAL_STEPS, same_args=(self.total_steps,))
@@ -143,7 +148,6 @@ class Trainer:
         """rollout.n_gpus_per_node: the rollout pool's schedule and weight transfer; the first sync (version 0) done."""
         if "rollout" not in self.sizes.pools:
             return None
-        from rl_core.async_rl.pipeline import RolloutPipeline
 
         if self.config.async_.max_staleness > 0 and not rollout_corr.correction_on(self.config):
             logger.warning(
@@ -263,7 +267,6 @@ class Trainer:
     def decode_responses(self, batch: Batch) -> list[str]:
         """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
         its last assistant turn, the final answer (the whole conversation is in ``extra_info["messages"]``)."""
-        from rl_core.rollout.multi_turn import final_turn_mask
 
         masks = batch["response_mask"].bool()
         infos = batch.non_tensors.get("extra_info")
@@ -279,8 +282,6 @@ class Trainer:
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
         """``(scores, metrics, scores before the overlong penalty, the reward function's per-row dicts)``; training
         rewards (``train``) get reward.overlong_penalty (rl_core.rewards.overlong), validation scores do not."""
-        from rl_core.rewards.manager import scores_to_token_level
-        from rl_core.rewards.overlong import response_lengths
 
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
@@ -300,7 +301,6 @@ class Trainer:
         that hold it, split evenly; each re-encodes them with the reward model's own tokenizer."""
         import time
 
-        from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 
         start = time.perf_counter()
         rm = self.config.reward_model
@@ -335,7 +335,6 @@ class Trainer:
 
     def _dynamic_sampling(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
         """algorithm.filter_groups (rl_core.trainer.dynamic_sampling): the step's batch of data.train_batch_size groups."""
-        from rl_core.data.dataset import pad_token_id_of
 
         rounds: list[tuple[int, dict[str, float]]] = []
 
@@ -711,8 +710,6 @@ class Trainer:
     def _disk_estimate(self):
         """rl_core.plan.disk's estimate of this run (None when the model's shape is unknown), computed once."""
         if not hasattr(self, "_disk"):
-            from rl_core.plan.disk import estimate_disk
-
             try:
                 self._disk = estimate_disk(self.config)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # advisory only

@@ -34,6 +34,7 @@ from typing import Any, Iterator, Mapping
 import yaml
 
 from rl_core.problems import UserError
+from rl_core.config.load import config_to_dict
 
 CONFIG_FILE = "config.yaml"
 
@@ -158,7 +159,6 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def plain_config(config: Any) -> dict[str, Any]:
     """A config (object or dict) as JSON data: what a checkpoint stores and what resumes compare."""
-    from rl_core.config.load import config_to_dict
 
     data = config if isinstance(config, Mapping) else config_to_dict(config)
     return json.loads(json.dumps(data, default=str))

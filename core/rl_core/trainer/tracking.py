@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from rl_core.config.schema import LOGGERS
 from rl_core.problems import UserError
+from rl_core.trainer.outputs import write_failure
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,6 @@ class JsonlLogger:
                 os.ftruncate(self._f.fileno(), start)  # no torn row left behind
             except OSError:
                 pass
-            from rl_core.trainer.outputs import write_failure
 
             raise LoggerError(
                 f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept; "

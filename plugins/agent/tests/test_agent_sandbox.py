@@ -29,8 +29,24 @@ def _run(code: str, limits: SandboxLimits = LIMITS):
     return asyncio.run(call_tool(_tool(limits), "python", {"code": code}, timeout_s=20))
 
 
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before():
+    """The processes already under this test process when a test starts (an earlier test's forkserver or scorer pool,
+    in a whole-suite run): not the sandbox's, so not counted as left behind."""
+    _BEFORE.clear()
+    _BEFORE.update(_descendants())
+    yield
+
+
 def _ours() -> set[int]:
-    """Processes under this test process (any that the sandbox left would show here or in its session)."""
+    """Processes under this test process that the test started (any that the sandbox left would show here)."""
+    return _descendants() - _BEFORE
+
+
+def _descendants() -> set[int]:
     me = os.getpid()
     procs = sandbox._processes()
     found, changed = {me}, True
