@@ -7,7 +7,9 @@ weighting that makes micro-batching invisible, the LR schedule and the numerical
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import attrs
 import pytest
@@ -243,3 +245,83 @@ def test_the_driver_checks_roles_and_calls():
         engine.compute_log_prob(_critic_batch())
     values = engine.compute_values(_critic_batch(rows=5))
     assert values.shape == (5, 3) and values.dtype == torch.float32
+
+
+def test_the_optional_members_have_safe_defaults():
+    """A backend without LoRA, a sampled view or a local state: core's driver gets None (LoRA's base weights: a clear error)."""
+    engine = _toy(micro=2)
+    assert engine.lora_adapter() is None and engine.lora_adapter(torch.bfloat16) is None
+    assert engine.sample_weights({"weight": torch.tensor([0, 1])}) is None
+    assert engine.local_state_dict() is None
+    with pytest.raises(NotImplementedError, match="the toy train backend has no LoRA base weights to send"):
+        engine.named_base_weights()
+
+
+# ------------------------------------------- the contract: every member core reads is declared
+CORE = Path(__file__).resolve().parents[2] / "core" / "rl_core"
+
+
+def _is_backend_annotation(node) -> bool:
+    text = ast.unparse(node) if node is not None else ""
+    return text.strip("'\"").split(".")[-1] == "TrainBackend"
+
+
+def _backend_reads(tree: ast.AST) -> tuple[set[str], list[str]]:
+    """``(attributes read or written on a train backend, getattr / hasattr probes of one)`` in ``tree``.
+
+    A backend is ``<x>.backend`` (RoleEngine's), a parameter annotated ``TrainBackend``, or a name assigned from one."""
+    members, probes = set(), []
+    for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        names = {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs] if _is_backend_annotation(a.annotation)}
+
+        def is_backend(node) -> bool:
+            return (isinstance(node, ast.Attribute) and node.attr == "backend") or (isinstance(node, ast.Name) and node.id in names)
+
+        for node in ast.walk(fn):  # names bound to a backend (b = self.backend)
+            if isinstance(node, ast.Assign) and is_backend(node.value):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and is_backend(node.value):
+                members.add(node.attr)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                  and node.args and is_backend(node.args[0])):
+                probes.append(f"{node.func.id}({ast.unparse(node.args[0])}, ...) at line {node.lineno}")
+    return members, probes
+
+
+def _core_backend_reads() -> tuple[dict[str, set[str]], list[str]]:
+    """Per core module that imports the train engine: what it reads on a backend; and every probe, with its file."""
+    found, probes = {}, []
+    for path in sorted(CORE.rglob("*.py")):
+        if path == CORE / "train_engine" / "backend.py":
+            continue  # the contract itself
+        text = path.read_text()
+        if "rl_core.train_engine" not in text and path.parent.name != "train_engine":
+            continue
+        members, found_probes = _backend_reads(ast.parse(text))
+        if members:
+            found[str(path.relative_to(CORE))] = members
+        probes += [f"{path.relative_to(CORE)}: {p}" for p in found_probes]
+    return found, probes
+
+
+def test_the_scan_finds_backend_reads():
+    members, probes = _backend_reads(ast.parse(
+        "def f(b: TrainBackend):\n    b.declared()\n    getattr(b, 'x', None)\n"
+        "def g(self):\n    c = self.backend\n    c.other = 1\n    return self.backend.third\n"
+    ))
+    assert members == {"declared", "other", "third"} and len(probes) == 1
+
+
+def test_train_backend_declares_every_member_core_reads():
+    """Every attribute core reads (or sets) on a backend is declared on TrainBackend (a method, or an annotated
+    attribute), and core asks none of them by getattr / hasattr: a backend knows from the class what core calls."""
+    found, probes = _core_backend_reads()
+    assert not probes, "core probes backends instead of calling declared members:\n" + "\n".join(probes)
+    read = set().union(*found.values())
+    # the scan sees the driver and the update loop, and the members issue 46 found undeclared
+    assert {"forward", "backward", "reduce_and_clip", "optimizer", "on_device", "lora_adapter", "named_base_weights",
+            "sample_weights", "local_state_dict"} <= read, sorted(read)
+    declared = {n for n in read if hasattr(TrainBackend, n) or n in TrainBackend.__annotations__}
+    missing = {f"{n} (read in {', '.join(m for m, ms in found.items() if n in ms)})" for n in read - declared}
+    assert not missing, f"TrainBackend does not declare: {sorted(missing)}"

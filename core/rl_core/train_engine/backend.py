@@ -25,6 +25,14 @@ member                     what
                            loss scaling; default: ``model``'s parameters' gradients)
 :meth:`all_reduce`         a number over the data-parallel ranks or the whole world
 :meth:`named_weights`      full HF-named tensors, on every rank
+:meth:`named_base_weights` optional (LoRA): the frozen base weights, adapters not
+                           folded in (``rollout.lora_sync=adapter``)
+:meth:`lora_adapter`       optional (LoRA): the live adapters and their PEFT config
+                           (default: None, no adapters)
+:meth:`sample_weights`     optional: the trained policy's weights at given positions,
+                           for the weight sync check (default: None, not compared)
+:meth:`local_state_dict`   optional: this rank's model / optimizer state, for tests
+                           (default: None)
 :meth:`save_hf`            an HF folder (rank 0 writes)
 :meth:`save_checkpoint`    model, optimizer, RNG and the scheduler state core passes
 :meth:`load_checkpoint`    the reverse; returns the scheduler state
@@ -154,6 +162,7 @@ class TrainBackend(abc.ABC):
         self.optimizer.zero_grad(set_to_none=True)
 
     def zero_grad(self) -> None:
+        """Clear the gradients before a mini-batch's first backward (default: the optimizer's)."""
         self.optimizer.zero_grad(set_to_none=True)
 
     def unscale_grads(self, factor: float) -> None:
@@ -175,6 +184,28 @@ class TrainBackend(abc.ABC):
     @abc.abstractmethod
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named tensors, identical on every rank (every rank must drain it)."""
+
+    def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """LoRA: the frozen base weights (HF names, adapters not folded in; every rank must drain it), sent once to a
+        rollout engine that applies the adapters itself (``rollout.lora_sync=adapter``). Backends without LoRA raise."""
+        raise NotImplementedError(f"the {self.name} train backend has no LoRA base weights to send (rollout.lora_sync=adapter): "
+                                  "use a train backend whose card declares lora, or set model.lora_rank=0")
+
+    def lora_adapter(self, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict] | None:
+        """LoRA: ``(tensors, peft_config)`` of the live adapters in ``dtype`` (None: float32) as rollout engines' LoRA
+        APIs take them (every rank must call); None without adapters (the default)."""
+        return None
+
+    def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """The trained policy's weights at flat ``positions`` (HF name -> element indices), computed apart from
+        :meth:`named_weights` (the trainer's side of :mod:`rl_core.weight_sync_check`, e.g. LoRA's ``W + scale * B @ A``);
+        None (the default) when the backend has no such view: what was sent is then not compared."""
+        return None
+
+    def local_state_dict(self) -> dict[str, Any] | None:
+        """This rank's model (``"model"``) and optimizer (``"optim"``) state as plain tensors (copies), for tests: two
+        backends with equal states on every rank are in the same training state. None (the default): not provided."""
+        return None
 
     @abc.abstractmethod
     def save_hf(self, path: str) -> None:

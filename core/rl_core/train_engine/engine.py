@@ -176,7 +176,7 @@ class RoleEngine:
             out.update(log_probs=kept.values, log_probs_computed=kept.computed)
         return out
 
-    def _update(self, batch, b, rows, sizes, cfg, temperature, on_policy, kept=None) -> dict[str, float]:
+    def _update(self, batch, b: TrainBackend, rows, sizes, cfg, temperature, on_policy, kept=None) -> dict[str, float]:
         scheduler = self.scheduler
         mini_rows = sizes.mini_rows(rows)
         b.model.train()
@@ -212,10 +212,7 @@ class RoleEngine:
     def lora_adapter(self, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict] | None:
         """``(tensors, peft_config)`` of the actor's LoRA adapters for a rollout engine's LoRA API, in ``dtype`` (the
         engine's ``adapter_dtype``; None: float32); None without LoRA."""
-        fn = getattr(self.backend, "lora_adapter", None)
-        if fn is None:
-            return None
-        return fn(dtype) if dtype is not None else fn()
+        return self.backend.lora_adapter(dtype)
 
     def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The frozen base weights under LoRA (adapters not folded in), sent once to an engine that applies adapters."""
@@ -224,8 +221,7 @@ class RoleEngine:
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The trained policy's weights at flat ``positions`` as the backend computes them apart from
         :meth:`named_weights` (rl_core.weight_sync_check.verify_sent); None when the backend has no such view."""
-        fn = getattr(self.backend, "sample_weights", None)
-        return fn(positions) if fn is not None else None
+        return self.backend.sample_weights(positions)
 
     def save_hf(self, path: str) -> None:
         self.backend.save_hf(path)
@@ -280,11 +276,8 @@ class RoleEngine:
 
     def local_state_dict(self) -> dict[str, Any] | None:
         """The backend's own model / optimizer state for tests (None when it has none), with the scheduler's."""
-        fn = getattr(self.backend, "local_state_dict", None)
-        if fn is None:
-            return None
-        out = fn()
-        if self.backend.optimizer is not None:
+        out = self.backend.local_state_dict()
+        if out is not None and self.backend.optimizer is not None:
             out["scheduler"] = self._scheduler_state()
         return out
 

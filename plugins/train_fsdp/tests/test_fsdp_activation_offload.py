@@ -33,7 +33,8 @@ def _cfg(model_dir, *, activation_offload=False, **fsdp):
 
 
 def test_offload_modes():
-    modes = engine_mod.offload_modes
+    from rl_train_fsdp.offload import offload_modes as modes
+
     f = SimpleNamespace(param_offload=False, optimizer_offload=False, offload_policy=True)
     assert modes("actor", f, False) == (True, True, False)  # one device: both of rl_train_fsdp.offload's mechanisms
     assert modes("actor", f, True) == (False, False, True)  # sharded: FSDP2's CPUOffloadPolicy

@@ -15,12 +15,14 @@ come out when its last expert has come by (:class:`rl_train_megatron.convert.Exp
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator
 
 import torch
 import torch.distributed as dist
+from rl_core.train_engine.hf_export import write_hf_folder
 
-from rl_train_megatron import convert
+from rl_train_megatron import convert, fully_sharded, parallel
 from rl_train_megatron.model import ModelShape
 
 
@@ -146,3 +148,55 @@ def _flush(bucket, local, shape: ModelShape, tp: int, tp_group, pp_group, src_st
 def _device(group) -> torch.device:
     """Where collectives of ``group`` run: CUDA for NCCL, else the CPU."""
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
+
+
+class WeightExport:
+    """TrainBackend's :meth:`named_weights` and :meth:`save_hf` over the backend's chunks (mixed into
+    :class:`rl_train_megatron.engine.MegatronBackend`)."""
+
+    def _global_params(self) -> list[tuple[str, torch.Tensor]]:
+        """``(global Megatron name, parameter)`` of every model chunk of this rank (chunk v: virtual stage v x PP + pp_rank)."""
+        t, out = self.topo, []
+        for v, chunk in enumerate(self.chunks):
+            offset = convert.stage_layers(self.shape, t.pp * self.vpp, v * t.pp + t.pp_rank).start
+            out += [(convert.global_name(n, offset), p.detach()) for n, p in chunk.named_parameters() if not self._tied_copy(n)]
+        return out
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named float32 tensors on every rank, in buckets: broadcast over PP, all-gathered over TP.
+
+        Every rank must drain it. With TP 1 and PP 1 the tensors that need no
+        re-layout are detached views of the parameters (copy them to keep them
+        past the next update). With param_offload the parameters are on the device while it is drained.
+        """
+        if self.param_offload:
+            return self._weights_on_device()
+        return self._named_weights()
+
+    def _weights_on_device(self) -> Iterator[tuple[str, torch.Tensor]]:
+        with self.on_device("weights"):
+            yield from self._named_weights()
+
+    def _named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        bucket_mb = float(self.config.train.options.get("weight_bucket_mb", 256))
+        params = self._global_params()
+        if self.stage is not None:  # each tensor all-gathered over the data-parallel group as the buckets reach it
+            params = fully_sharded.gathered(params)
+        if self._stage_layout is None:
+            self._stage_layout = stage_layout(params, parallel.pp_group())
+        moe = self.shape.moe
+        return gather_hf_weights(
+            params, self.shape, parallel.tp_group(), pp_group=parallel.pp_group(), layout=self._stage_layout, bucket_bytes=int(bucket_mb * 2**20),
+            ep_group=parallel.ep_group() if moe else None, etp=self.topo.etp if moe else None,
+        )
+
+    def save_hf(self, path: str) -> None:
+        """A normal HF folder at ``path`` (rank 0 writes; every rank must call).
+
+        Streamed: rank 0 hands the weights to the shard writer one at a time as the ranks gather them (the writer
+        copies each into its shard at once, so a reused gather buffer is safe; one shard on the host at once, not
+        the whole model); the other ranks only take part in the gathers.
+        """
+        write_hf_folder(Path(path), self.named_weights(), self.hf_config, self.hf_class, self.generation_config, self.config,
+                        write=self.rank == 0)
+        parallel.barrier()

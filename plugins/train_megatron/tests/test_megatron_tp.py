@@ -162,7 +162,8 @@ def test_resuming_with_another_layout_is_a_clear_error(tp1, model_dir, tmp_path_
     import json
     import shutil
 
-    from rl_train_megatron.engine import CheckpointMismatchError, build_engine
+    from rl_train_megatron.checkpoint import CheckpointMismatchError
+    from rl_train_megatron.engine import build_engine
 
     src = next(Path(tmp_path_factory.getbasetemp()).glob("tp1*/actor"))
     dst = tmp_path_factory.mktemp("other_layout") / "actor"
