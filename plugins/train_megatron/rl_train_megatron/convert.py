@@ -361,19 +361,6 @@ def load_local_state(model: torch.nn.Module, local: dict[str, torch.Tensor]) -> 
             p.copy_(local[name])
 
 
-def reduce_grads(params: list[torch.nn.Parameter], group) -> None:
-    """Sum the gradients over the data-parallel group, one flat buffer per dtype."""
-    if not params or dist.get_world_size(group) == 1:
-        return
-    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
-    grads = [p.grad for p in params]
-    flat = _flatten_dense_tensors(grads)
-    dist.all_reduce(flat, group=group)
-    for g, new in zip(grads, _unflatten_dense_tensors(flat, grads)):
-        g.copy_(new)
-
-
 def is_qk_norm(name: str) -> bool:
     """A Qwen3 query / key norm weight: each TP rank's gradient covers only its own heads (summed over TP)."""
     return name.endswith(("self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight"))
