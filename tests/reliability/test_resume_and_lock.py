@@ -104,6 +104,22 @@ def test_lock_of_a_dead_run_is_named_and_taken_over(tmp_path, capsys):
     tally.record("user_errors", "stale lock of a killed run", True)
 
 
+def test_deleting_the_lock_file_does_not_let_a_second_run_in(tmp_path):
+    """The lock is the folder's own (flock on the directory): removing .rlcore.lock during a run changes nothing."""
+    holder = _start_holder(tmp_path)
+    try:
+        (tmp_path / LOCK_FILE).unlink()
+        with pytest.raises(OutputDirError, match="in use by another run.*record .rlcore.lock was deleted"):
+            with output_lock(str(tmp_path)):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with output_lock(str(tmp_path)):  # the holder is gone: the folder is free again
+        pass
+    tally.record("user_errors", "lock file deleted during a run", True)
+
+
 def test_two_processes_never_hold_the_lock_together(tmp_path):
     """Two processes race for one folder: exactly one gets it at any time."""
     script = """

@@ -285,6 +285,8 @@ def _lock_record(fd: int) -> dict[str, Any]:
 
 
 def _describe(record: Mapping[str, Any]) -> str:
+    if not record.get("pid"):  # the holder's record file was deleted or emptied under it; the folder's lock still holds
+        return f"its record {LOCK_FILE} was deleted; `fuser -v` on the folder names the process"
     return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, started {record.get('started', '?')}"
 
 
@@ -296,16 +298,24 @@ def output_lock(output_dir: str) -> Iterator[None]:
     the pid, host and start time of the one that holds it. The lock goes
     with its process (``flock``), so a run that died (kill -9, a crash)
     leaves a record but no lock: the next run names it and takes over.
+    The lock is held on the FOLDER itself (an open descriptor of the
+    directory), not on the record file: deleting ``.rlcore.lock`` during a
+    run (a cleanup script, a user) cannot let a second run in.
     """
     ensure_writable(output_dir)
     path = os.path.join(output_dir, LOCK_FILE)
     try:
+        dir_fd = os.open(output_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise OutputDirError(f"trainer.output_dir={output_dir!r}: cannot open the folder to lock it ({_why(exc)})") from None
+    try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
+        os.close(dir_fd)
         raise OutputDirError(f"trainer.output_dir={output_dir!r}: cannot create the lock file {path} ({_why(exc)})") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # e.g. ENOLCK: no locks on this filesystem
                 print(
@@ -337,6 +347,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
             yield
         finally:
             os.ftruncate(fd, 0)  # a clean end: the next run finds no record to report
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(dir_fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+        os.close(dir_fd)
