@@ -76,6 +76,27 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def pickled_weights_problem(path: Path) -> str | None:
+    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads).
+
+    Read as transformers / peft read it, ``torch.load(weights_only=True)`` (memory-mapped: the tensors' bytes are not
+    read): anything but tensors and plain data stops the unpickler before it is called; nothing in the file runs.
+    """
+    import torch
+
+    try:
+        try:
+            torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            torch.load(str(path), map_location="cpu", weights_only=True)  # the legacy (non-zip) format cannot be mapped
+    except Exception as exc:  # noqa: BLE001 - whatever the pickle holds, it is refused, never run
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"is not a file of plain tensors (refused by weights-only loading: {first})"
+    return None
+
+
 def _weights_problems(key: str, folder: Path) -> list[Problem]:
     fix = "download or copy the model folder again"
     index = folder / "model.safetensors.index.json"
@@ -92,8 +113,11 @@ def _weights_problems(key: str, folder: Path) -> list[Problem]:
     else:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
-        if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
-            return []  # pickled weights: transformers reads them with weights_only loading
+        pickled = sorted([*folder.glob("*.bin"), *folder.glob("*.pt")])
+        if pickled:  # read as train reads them (weights_only): a file that holds anything but tensors is refused here
+            return [Problem(key=key, what=f"weight file {f} {why}", fix="use a model folder with *.safetensors weights (convert it where you "
+                            "trust the file), or delete the file if you did not put it there")
+                    for f in pickled if (why := pickled_weights_problem(f))]
         return [Problem(key=key, what=f"{folder} holds no weights (no *.safetensors or pytorch_model.bin)", fix=f"{fix}, or set model.random_init=true for random weights")]
     out = []
     for f in files:
