@@ -8,7 +8,6 @@ n > 1, NaN in a free-form option dict, and ``~`` in trainer.output_dir (expanded
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -27,7 +27,7 @@ from rl_core.plan.probes import pickled_weights_problem
 from rl_core.lora.memory import actor_terms
 from rl_core.models import cache_dir
 from rl_core.plan.memory import GB, device_memory, model_shape
-from rl_core.plan.memory import GB, estimate
+from rl_core.plan.memory import estimate
 from rl_core.plan.memory_host import host_estimate, host_ram
 
 def _train_card(config: Any, registry: Any):
