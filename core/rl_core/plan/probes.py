@@ -345,8 +345,30 @@ def non_finite_problems(config: Any, registry: Any = None) -> list[Problem]:
     return out
 
 
+def _strings(value: Any, where: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}[{i}]")
+    elif attrs.has(type(value)):
+        for f in attrs.fields(type(value)):
+            yield from _strings(getattr(value, f.name), f"{where}.{f.name}" if where else f.name)
+
+
+def interpolation_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """A Hydra / OmegaConf interpolation (``${...}``) left in a value: it would be taken literally (a folder named so)."""
+    return [Problem(key=where, what=f"is {text!r}: an interpolation (${{...}}) that nothing resolved; rl-core would take it literally",
+                    fix="write the value itself (a verl launch with rl-verl installed resolves ${...} as verl does)")
+            for where, text in _strings(config, "") if "${" in text]
+
+
 PROBES = (
     ("values", non_finite_problems),
+    ("values", interpolation_problems),
     ("rules", greedy_group_problems),
     ("names", estimator_problems),
     ("files", model_folder_problems),
