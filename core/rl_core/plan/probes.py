@@ -165,6 +165,44 @@ def _tokenizer_problems(key: str, folder: Path, trust_remote_code: bool) -> list
     return []
 
 
+def _vocab_problems(key: str, folder: Path, tok_key: str, tok_folder: Path, trust_remote_code: bool) -> list[Problem]:
+    """Token ids the tokenizer can produce that the model's embedding has no row for (an index error at the first such token)."""
+    try:
+        rows = json.loads((folder / "config.json").read_text())
+        rows = (rows.get("text_config") or rows).get("vocab_size") if isinstance(rows, dict) else None
+        from transformers import AutoTokenizer
+
+        n = len(AutoTokenizer.from_pretrained(str(tok_folder), trust_remote_code=trust_remote_code, local_files_only=True))
+    except Exception:  # noqa: BLE001 - unreadable config / tokenizer: reported by their own probes
+        return []
+    if not isinstance(rows, int) or n <= rows:
+        return []
+    return [Problem(key=tok_key, what=f"the tokenizer in {tok_folder} has {n} tokens but the model in {folder} ({key}) has {rows} embedding rows "
+                    f"(vocab_size): ids {rows}..{n - 1} would index past the embedding", fix=f"use the tokenizer the model was trained with ({key}'s own)")]
+
+
+def folder_problems(key: str, path: str, *, tokenizer_key: str | None = None, tokenizer_path: str | None = None,
+                    trust_remote_code: bool = False, weights: bool = True) -> list[Problem]:
+    """One local model folder as a run loads it: ``config.json`` (and remote code), the weights (safetensors headers,
+    the index, pickled files read weights-only), the tokenizer (``tokenizer_path`` or the folder's own) and that its ids
+    fit the embedding. ``[]`` for a path that is not a local folder with a config.json (hub names, missing folders: the
+    caller's own message). For a plugin's model role (a reward model, a teacher) as for the policy."""
+    folder = Path(os.path.expanduser(path))
+    if not (folder / "config.json").is_file():
+        return []
+    out = _config_problems(key, folder, trust_remote_code)
+    if out:
+        return out  # the tokenizer would fail on the same config.json: one message for one cause
+    if weights:
+        out = _weights_problems(key, folder)
+    tok_key = tokenizer_key if tokenizer_path else key
+    tok_folder = Path(os.path.expanduser(tokenizer_path)) if tokenizer_path else folder
+    if tok_folder.is_dir() and not any(p.key == tok_key and "auto_map" in p.what for p in out):
+        tok = _tokenizer_problems(tok_key, tok_folder, trust_remote_code)
+        out += tok or _vocab_problems(key, folder, tok_key, tok_folder, trust_remote_code)
+    return out
+
+
 def model_folder_problems(config: Any, registry: Any = None) -> list[Problem]:
     """Config, remote code, weights and tokenizer of every local model folder the run loads."""
     out: list[Problem] = []
