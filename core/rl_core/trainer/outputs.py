@@ -193,6 +193,26 @@ def changed_keys(diff: list[str]) -> list[str]:
     return [line.split(": ", 1)[0] for line in diff]
 
 
+def dropped_adapters(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """What a resume under ``new`` drops of the LoRA adapters ``old`` trained (LoRA turned off, target modules narrowed,
+    modules excluded), in words; None when every trained adapter stays."""
+    was, now = (old.get("model") or {}), (new.get("model") or {})
+    if not int(was.get("lora_rank") or 0):
+        return None
+    if not int(now.get("lora_rank") or 0):
+        return "model.lora_rank is now 0: every adapter"
+
+    def names(value: Any) -> set[str]:
+        return {value} if isinstance(value, str) else set(value or ())
+
+    before, after = names(was.get("target_modules")), names(now.get("target_modules"))
+    gone = sorted(before - after) if "all-linear" not in after else []
+    excluded = sorted(names(now.get("exclude_modules")) - names(was.get("exclude_modules")))
+    parts = ([f"model.target_modules no longer names {', '.join(gone)}"] if gone else []) + (
+        [f"model.exclude_modules now leaves out {', '.join(excluded)}"] if excluded else [])
+    return "; ".join(parts) or None
+
+
 def _fixed(key: str) -> str | None:
     for fixed, why in FIXED_BY_CHECKPOINT.items():
         if key == fixed or key.startswith(fixed + "."):
@@ -206,7 +226,7 @@ def check_previous_run(
     *,
     has_checkpoint: bool,
     resume: bool,
-    resume_anyway: bool,
+    resume_anyway: bool | int,
     saved_config: Mapping[str, Any] | None = None,
     saved_where: str | None = None,
 ) -> list[str]:
@@ -236,6 +256,13 @@ def check_previous_run(
     if not (diff and has_checkpoint and resume):
         return diff
     fixed = [f"{line}  ({_fixed(key)})" for line, key in zip(diff, changed_keys(diff)) if _fixed(key)]
+    dropped = dropped_adapters(old, config)
+    if resume_anyway and not fixed and dropped and int(resume_anyway) < 2:
+        raise OutputDirError(
+            f"trainer.output_dir={output_dir!r}: --resume-anyway would drop trained LoRA adapters of the checkpoint ({where}): "
+            f"{dropped}; what they learned is lost from the next step on. If that is what you want, give --resume-anyway twice; "
+            "otherwise put the LoRA keys back to the checkpoint's values."
+        )
     if resume_anyway and not fixed:
         return diff
     shown = "\n  ".join(diff[:40]) + (f"\n  ... and {len(diff) - 40} more" if len(diff) > 40 else "")
