@@ -8,7 +8,6 @@ n > 1, NaN in a free-form option dict, and ``~`` in trainer.output_dir (expanded
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -96,6 +95,8 @@ def test_a_sound_run_passes(run):
         ("greedy decoding with GRPO and n > 1", ["rollout.do_sample=false", "rollout.temperature=0"], "identical"),
         ("NaN inside algorithm.options", ["algorithm.options={epsilon: .nan}"], "algorithm.options.epsilon: is NaN or infinite"),
         ("inf inside reward.kwargs", ["reward.kwargs={scale: .inf}"], "reward.kwargs.scale: is NaN or infinite"),
+        ("a response longer than the model's positions", ["data.max_response_length=100000"], "1024 positions (max_position_embeddings)"),
+        ("an output folder that cannot be created", ["trainer.output_dir=/proc/rlcore-nope/out"], "cannot be created"),
     ],
 )
 def test_silent_mistakes_are_reported(run, case, overrides, expected):
@@ -141,3 +142,74 @@ def test_an_estimator_with_a_broken_contract_is_named(case):
     assert ok, [p.render() for p in problems] + [str(info.value)]
     registry.add(EstimatorCard(name="good", factory="tests.reliability.probe_estimators:fine"), Provider(distribution="x", version="0", entry_point="x"))
     assert estimator_problems(load_config(None, ["algorithm.adv_estimator=good"]), registry) == []
+
+
+# ------------------------------------------------- what train refuses at load, check refuses first (issue 47)
+def _pickled_weights(model: Path, marker: Path) -> None:
+    """The model's weights as a pickled pytorch_model.bin that also carries a payload (no safetensors beside it)."""
+    from safetensors.torch import load_file
+
+    from tests.reliability.evil import WritesMarker
+
+    state = load_file(str(model / "model.safetensors"))
+    (model / "model.safetensors").unlink()
+    torch.save({**state, "extra": WritesMarker(str(marker))}, model / "pytorch_model.bin")
+
+
+def test_pickled_model_weights_with_a_payload_are_refused_by_check(run, tmp_path):
+    cfg, root = run
+    model, marker = _model_copy(root, tmp_path), tmp_path / "ran"
+    _pickled_weights(model, marker)
+    code, text = _check(cfg, f"model.path={model}")
+    ok = code == 1 and "pytorch_model.bin" in text and "not a file of plain tensors" in text and "Traceback" not in text and not marker.exists()
+    tally.record("check_probes", "pickled model weights (.bin) with a payload", ok)
+    assert ok, text[-3000:]
+
+
+def test_plain_pickled_model_weights_pass(run, tmp_path):
+    """An old-style pytorch_model.bin of plain tensors is what transformers reads: not refused."""
+    from safetensors.torch import load_file
+
+    cfg, root = run
+    model = _model_copy(root, tmp_path)
+    torch.save(load_file(str(model / "model.safetensors")), model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    code, text = _check(cfg, f"model.path={model}")
+    assert "pytorch_model.bin" not in text, text[-3000:]
+
+
+def _adapter(root: Path, tmp_path: Path, rank: int, targets: list[str], pickled_payload: Path | None = None) -> Path:
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": rank, "target_modules": targets}))
+    weights = {"base_model.model.x.lora_A.weight": torch.zeros(rank, 4)}
+    if pickled_payload is not None:
+        from tests.reliability.evil import WritesMarker
+
+        torch.save({**weights, "extra": WritesMarker(str(pickled_payload))}, folder / "adapter_model.bin")
+    else:
+        from safetensors.torch import save_file
+
+        save_file(weights, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+LORA_CASES = {
+    "LoRA rank larger than every layer": (lambda root, tmp: [], ["model.lora_rank=100000"], "larger than every targeted layer"),
+    "pickled adapter weights with a payload": (
+        lambda root, tmp: [f"model.lora_adapter_path={_adapter(root, tmp, 8, ['q_proj'], tmp / 'ran')}"], ["model.lora_rank=8"],
+        "not a file of plain tensors"),
+    "an adapter trained on another architecture": (
+        lambda root, tmp: [f"model.lora_adapter_path={_adapter(root, tmp, 8, ['c_attn', 'c_fc'])}"], ["model.lora_rank=8"],
+        "trained on another model"),
+}
+
+
+@pytest.mark.parametrize("case", list(LORA_CASES))
+def test_lora_settings_train_would_refuse(run, tmp_path, case):
+    cfg, root = run
+    make, overrides, expected = LORA_CASES[case]
+    code, text = _check(cfg, *make(root, tmp_path), *overrides)
+    ok = code == 1 and expected in text and "Traceback" not in text and not (tmp_path / "ran").exists()
+    tally.record("check_probes", case, ok)
+    assert ok, text[-3000:]

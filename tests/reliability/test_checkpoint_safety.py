@@ -116,3 +116,25 @@ def test_safe_load_refuses_objects_and_reads_tensors(tmp_path):
 
 def test_dcp_metadata_of_a_real_checkpoint_passes_the_check(finished_run):
     check_dcp_metadata(str(finished_run / "out" / "checkpoints" / "global_step_2" / "actor" / "dcp"))
+
+
+def _nested(p):
+    p.write_text("[" * 200_000 + "]" * 200_000)  # valid JSON nested past the parser's stack
+
+
+NESTED = {"COMPLETE": MARKER, "run_config.json": "run_config.json", "optimizer plain state": "actor/optim_plain.json"}
+
+
+@pytest.mark.parametrize("where", sorted(NESTED))
+def test_deeply_nested_json_in_a_checkpoint_falls_back_to_the_previous_one(finished_run, tmp_path, where):
+    """JSON of any shape (here nesting that overflows the parser) is damage like any other: no traceback, step 1 resumes."""
+    cfg = copy_run(finished_run, tmp_path / "run")
+    out_dir = tmp_path / "run" / "out"
+    target = out_dir / "checkpoints" / "global_step_2" / NESTED[where]
+    assert target.exists(), sorted(p.name for p in target.parent.iterdir())
+    _nested(target)
+    code, out, err = cli("train", str(cfg), "--no-progress", "trainer.total_training_steps=3")
+    rows = read_metrics(out_dir)
+    ok = code == 0 and "(step 1)" in out and "Traceback" not in err and [r["step"] for r in rows] == [1, 2, 3]
+    tally.record("malicious", f"deeply nested JSON in a checkpoint's {where}", ok)
+    assert ok, out + err

@@ -174,3 +174,54 @@ def test_write_failure_names_the_cause():
     assert "read-only" in write_failure(OSError(errno.EROFS, "Read-only file system"), "/x")
     # a worker's error arrives as text (multi-process runs): still a full disk
     assert "is full" in write_failure(RuntimeError("rank 0 failed in save_checkpoint: OSError: [Errno 28] No space left on device"), "/x")
+
+
+def test_full_disk_at_metrics_without_checkpoints_saves_the_step(tmp_path, monkeypatch):
+    """save_freq=-1 and metrics.jsonl cannot grow: no 'resume from the last checkpoint' (there is none): the step is
+    saved as a checkpoint instead, the message says so, and the rerun resumes from it."""
+    cfg = make_run(tmp_path)
+    set_config(cfg, trainer__save_freq=-1, trainer__total_training_steps=2)
+    original = JsonlLogger.log
+
+    def log(self, row, step):
+        if step == 2:
+            self._f = _FillsUp(self._f)
+            try:
+                return original(self, row, step)
+            finally:
+                self._f = self._f.real
+        return original(self, row, step)
+
+    monkeypatch.setattr(JsonlLogger, "log", log)
+    code, out, err = cli("train", str(cfg), "--no-progress")
+    out_dir = tmp_path / "out"
+    first = (
+        _clear(code, err, "could not append step 2", "is full", "no checkpoint yet, so step 2 was saved as", "global_step_2")
+        and "resumes from the last checkpoint" not in err
+    )
+    monkeypatch.setattr(JsonlLogger, "log", original)
+    code2, out2, err2 = cli("train", str(cfg), "--no-progress")
+    ok = first and code2 == 0 and "(step 2)" in out2 and (out_dir / "hf_final").exists()
+    tally.record("disk", "disk full at metrics.jsonl with save_freq=-1 (step saved, message true)", ok)
+    assert first, err[-3000:]
+    assert ok, (out2[-2000:], err2[-2000:])
+
+
+def test_a_checkpoint_exception_is_a_failed_save_not_a_signal(finished_run, tmp_path, monkeypatch):
+    """torch's CheckpointException derives from BaseException: a writer error that is not an OSError used to pass
+    through the save as if it were Ctrl-C (a raw torch traceback). Now: the save's clear error, step 1 intact."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    cfg = copy_run(finished_run, tmp_path / "run")
+    out_dir = tmp_path / "run" / "out"
+    shutil.rmtree(out_dir / "hf_final")
+    shutil.rmtree(out_dir / "checkpoints" / "global_step_2")
+
+    def write_data(self, plan, planner):
+        raise RuntimeError("quota exceeded on the storage backend")
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    code, out, err = cli("train", str(cfg), "--no-progress", "trainer.total_training_steps=3")
+    ok = _clear(code, err, "could not write the checkpoint of step 2", "quota exceeded", "global_step_1", "intact")
+    tally.record("disk", "torch CheckpointException (not an OSError) at a save", ok)
+    assert ok, err[-3000:]

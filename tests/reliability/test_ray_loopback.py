@@ -56,10 +56,12 @@ def test_opting_out_of_loopback_is_a_warning():
 
 
 @pytest.mark.dist
-def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path):
+@pytest.mark.parametrize("to_group", [False, True], ids=["controller", "process-group"])
+def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path, to_group):
     """A 2-rank `rlcore train` with trainer.placement=ray (its own local Ray instance), mid-run: every listening
     socket of the controller and of every process it started is on loopback; then SIGTERM: one line, exit 143,
-    the step saved, no Ray process left."""
+    the step saved, no Ray process left. ``to_group``: SIGTERM to the run's whole process group, as Slurm's scancel
+    sends it (the GCS and raylet used to die under the controller: Ray's "GCS may have been killed" after 60 s)."""
     pytest.importorskip("ray", reason=NEEDS_RAY)
     pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
     if not Path("/proc/net/tcp").exists():
@@ -71,7 +73,8 @@ def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path):
     env.pop("RAY_ADDRESS", None)
     log_path = tmp_path / "run.log"
     with log_path.open("w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        p = subprocess.Popen([sys.executable, "-m", "rl_core", "train", str(cfg), "--no-progress"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=to_group)
     try:
         deadline = time.monotonic() + 300
         metrics = tmp_path / "out" / "metrics.jsonl"  # a first step logged: Ray and the workers' group are up
@@ -80,7 +83,10 @@ def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path):
         assert p.poll() is None, log_path.read_text()[-3000:]
         pids = descendants(p.pid)
         sockets = listening_sockets(pids)
-        p.send_signal(signal.SIGTERM)
+        if to_group:
+            os.killpg(p.pid, signal.SIGTERM)  # the run's group: the controller, Ray's processes, the workers
+        else:
+            p.send_signal(signal.SIGTERM)
         code = p.wait(120)
     finally:
         if p.poll() is None:
@@ -100,7 +106,7 @@ def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path):
     time.sleep(1)
     left = [pid for pid in pids if pid != p.pid and Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]]
     ok = code == 143 and "Traceback" not in text and "stopped by SIGTERM after step" in text and "run the same command to resume" in text and not left
-    tally.record("signals", "SIGTERM to the controller of a 2-rank Ray run (local instance)", ok)
+    tally.record("signals", f"SIGTERM to the {'process group' if to_group else 'controller'} of a 2-rank Ray run (local instance)", ok)
     assert code == 143 and "Traceback" not in text, text[-3000:]
     assert "stopped by SIGTERM after step" in text and "run the same command to resume" in text, text[-3000:]
     assert not left, f"processes of the run still alive: {left}"

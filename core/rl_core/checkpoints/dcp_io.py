@@ -140,8 +140,17 @@ def save_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
             inner = failure[0] if isinstance(failure, tuple) else failure
             if isinstance(inner, OSError):
                 raise OSError(inner.errno, inner.strerror or str(inner), inner.filename or dcp_dir) from None
-        raise
+        # CheckpointException is a BaseException: as one, it would pass for a signal; a failed save is an error
+        raise RuntimeError(f"torch could not save the checkpoint {dcp_dir}: {_last_line(exc)}") from None
     return plain
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of the first rank's failure inside a torch CheckpointException (its str holds whole tracebacks)."""
+    inner = getattr(exc, "failures", None)
+    detail = next(iter(inner.values())) if isinstance(inner, dict) and inner else exc
+    detail = detail[0] if isinstance(detail, tuple) else detail
+    return (str(detail).strip().splitlines() or [type(detail).__name__])[-1][:300]
 
 
 def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | None = None, plain: dict[str, Any] | None = None) -> None:
@@ -160,6 +169,7 @@ def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
     request: dict[str, Any] = {"model": model_sd}
     if optim_sd is not None:
         request["optim"] = _tensor_part(optim_sd)
+    read_dcp_metadata(os.path.join(dcp_dir, ".metadata"))  # refused here, before torch's loader can print its tracebacks
     reader, planner = _safe_reader_and_planner(dcp_dir)
     try:
         dcp.load(request, storage_reader=reader, planner=planner)
@@ -171,7 +181,7 @@ def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
         detail = detail[0] if isinstance(detail, tuple) else detail
         if isinstance(detail, CheckpointError):
             raise detail from None
-        first = (str(detail).strip().splitlines() or [type(detail).__name__])[-1][:300]
+        first = _last_line(exc)
         raise CheckpointError(
             f"cannot load the checkpoint {dcp_dir} into this model: {first}. It was written for another model "
             "(model.path, its shape or LoRA settings) or is damaged; resume with the config it was written under, "

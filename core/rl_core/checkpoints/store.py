@@ -479,8 +479,9 @@ def read_json(path: str, max_bytes: int = JSON_MAX_BYTES) -> Any:
     try:
         with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}; the checkpoint is damaged, delete it to resume from the previous one") from None
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser's stack
+        why = "nested deeper than rl-core ever writes" if isinstance(exc, RecursionError) else exc
+        raise CheckpointError(f"cannot read {path}: {why}; the checkpoint is damaged, delete it to resume from the previous one") from None
 
 
 # ---------------------------------------------- torch distributed checkpoint metadata

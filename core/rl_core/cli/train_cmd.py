@@ -30,8 +30,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
         "--resume-anyway",
-        action="store_true",
-        help="resume the checkpoint in trainer.output_dir even though it was written under a different config",
+        action="count",
+        default=0,
+        help="resume the checkpoint in trainer.output_dir even though it was written under a different config "
+        "(twice: even when that drops trained LoRA adapters)",
     )
     p.set_defaults(func=run_stoppable)
 

@@ -22,11 +22,12 @@ from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 from rl_core.config.normalize import normalize
-from rl_core.lora import LoraError, LoraSpec, check_adapter_folder, target_problems
+from rl_core.lora import ALL_LINEAR, LoraError, LoraSpec, check_adapter_folder, linear_names, target_names, target_problems
+from rl_core.plan.probes import pickled_weights_problem
 from rl_core.lora.memory import actor_terms
 from rl_core.models import cache_dir
 from rl_core.plan.memory import GB, device_memory, model_shape
-from rl_core.plan.memory import GB, estimate
+from rl_core.plan.memory import estimate
 from rl_core.plan.memory_host import host_estimate, host_ram
 
 def _train_card(config: Any, registry: Any):
@@ -95,14 +96,17 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
         return out
 
     spec = LoraSpec.from_model_config(m)
+    adapter: dict[str, Any] | None = None
     if spec.adapter_path:
         try:
-            check_adapter_folder(spec)
+            adapter = check_adapter_folder(spec)
         except LoraError as exc:
             out.append(Problem(key="model.lora_adapter_path", what=str(exc).split(": ", 1)[-1], fix="point it at a folder written by save_pretrained of a LoRA adapter"))
+        else:
+            out += _adapter_weight_problems(Path(os.path.expanduser(spec.adapter_path)))
     try:
         model = meta_model(m.path, m.override_config, m.trust_remote_code)
-        found = [] if model is None else target_problems(model, spec)
+        found = [] if model is None else target_problems(model, spec) + rank_problems(model, spec) + _adapter_fit(model, adapter)
     except Exception as exc:  # noqa: BLE001 - the model-folder probes report an unreadable config
         out.append(Problem(key="model.target_modules", severity="warning", what=f"not checked: the model could not be built from its config.json ({type(exc).__name__}: {exc})"))
         found = []
@@ -112,6 +116,42 @@ def lora_problems(config: Any, registry: Any = None) -> list[Problem]:
                            why="the run would train every weight and ignore the adapters' settings",
                            fix=f"use {_capable(registry, 'lora')}, or model.lora_rank=0 (full fine-tune)"))
     return out + lora_sync_problems(config, registry)
+
+
+def rank_problems(model: Any, spec: LoraSpec) -> list[tuple[str, str, str]]:
+    """A rank above every targeted layer's smaller side (A: r x in, B: out x r) adds memory and compute, never capacity:
+    refused. (Above only some layers' width, e.g. narrow grouped-query k/v projections, it is common and allowed.)"""
+    targets = set(target_names(model, spec))
+    widths = {n: min(mod.in_features, mod.out_features) for n, mod in model.named_modules() if n in targets and hasattr(mod, "in_features")}
+    if not widths or spec.rank <= max(widths.values()):
+        return []
+    widest = max(widths, key=widths.get)
+    return [("model.lora_rank", f"is {spec.rank}, larger than every targeted layer: the widest, {widest}, is {widths[widest]} on its smaller side, "
+             "so the extra rank adds memory and compute but no capacity (an update's rank cannot exceed it)",
+             f"set model.lora_rank <= {widths[widest]} (8 to 64 is usual)")]
+
+
+def _adapter_fit(model: Any, adapter: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """An adapter folder whose target modules are not linear layers of this model (another architecture's adapter)."""
+    if not adapter:
+        return []
+    wanted = adapter.get("target_modules") or []
+    wanted = [wanted] if isinstance(wanted, str) else wanted
+    leaves = set(linear_names(model).values())
+    missing = [t for t in wanted if isinstance(t, str) and t != ALL_LINEAR and t.rsplit(".", 1)[-1] not in leaves]
+    if not missing:
+        return []
+    return [("model.lora_adapter_path", f"holds an adapter for the modules {missing}, which are not linear layers of {model.config.model_type!r} "
+             f"({', '.join(sorted(leaves))}): it was trained on another model", "use an adapter trained on this model (model.path)")]
+
+
+def _adapter_weight_problems(folder: Path) -> list[Problem]:
+    """Adapter weights as peft reads them: a pickled ``adapter_model.bin`` must hold plain tensors (checked without running it)."""
+    if (folder / "adapter_model.safetensors").is_file() or not (folder / "adapter_model.bin").is_file():
+        return []
+    why = pickled_weights_problem(folder / "adapter_model.bin")
+    return [] if why is None else [Problem(key="model.lora_adapter_path", what=f"{folder / 'adapter_model.bin'} {why}",
+                                           fix="use an adapter saved as adapter_model.safetensors, or delete the file if you did not put it there")]
 
 
 def lora_sync_problems(config: Any, registry: Any = None) -> list[Problem]:

@@ -26,9 +26,13 @@ cluster (``ray.address``) leaves binding to whoever started the cluster.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import signal
+import threading
 import warnings
+from typing import Iterator
 
 DISABLE_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -62,8 +66,32 @@ def exposure_warnings(ray_config) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def _group_signals_spared() -> Iterator[None]:
+    """SIGTERM blocked in this thread while Ray starts its local processes (GCS, raylet, ...), which inherit the mask.
+
+    Ray blocks SIGINT in them itself, not SIGTERM: a scheduler's SIGTERM to the run's whole process group (Slurm's
+    scancel, ``kill -TERM -PGID``) killed the GCS under the controller, which then could not save the step and
+    exited after 60 s with Ray's "GCS may have been killed". Spared, they live until the controller has saved the step
+    and shuts them down itself (they still die with it: Ray's kill-on-parent-death)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def start_local(ray, kwargs: dict, node_ip_address: str | None) -> None:
-    """``ray.init(**kwargs)`` for a new local instance, bound to loopback unless ``node_ip_address`` says otherwise."""
+    """``ray.init(**kwargs)`` for a new local instance, bound to loopback unless ``node_ip_address`` says otherwise;
+    its processes spared a SIGTERM to the run's process group (:func:`_group_signals_spared`)."""
+    with _group_signals_spared():
+        _start_local(ray, kwargs, node_ip_address)
+
+
+def _start_local(ray, kwargs: dict, node_ip_address: str | None) -> None:
     if node_ip_address and not is_loopback_host(node_ip_address):
         ray.init(**kwargs, _node_ip_address=node_ip_address)
         return

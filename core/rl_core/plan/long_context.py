@@ -15,6 +15,7 @@ from typing import Any
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
+from rl_core.models import cache_dir
 from rl_core.problems import Problem
 
 KEY = "actor.ulysses_sequence_parallel_size"
@@ -24,6 +25,8 @@ def _model_config(config: Any) -> dict[str, Any] | None:
     from rl_core.plan.memory import KNOWN_SHAPES
 
     path = os.path.expanduser(config.model.path or "")
+    if path.startswith("builtin:"):  # a model rl-core converts on first use (rl_core.models): its cached folder
+        path = str(cache_dir() / "models" / path.split(":", 1)[1])
     cand = os.path.join(path, "config.json")
     try:
         with open(cand) as f:
@@ -66,7 +69,31 @@ def sequence_parallel_problems(config: Any, registry: Any = None) -> list[Proble
     return problems
 
 
+def positions_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """Prompt + response longer than the model's positions: train would fail (or the model read garbage) at the first long
+    sample. Refused when the model has no position scaling; a warning when ``rope_scaling`` may stretch it."""
+    cfg = _model_config(config)
+    positions = (cfg or {}).get("max_position_embeddings")
+    if not isinstance(positions, int) or positions <= 0:
+        return []
+    prompt, response = int(config.data.max_prompt_length or 0), int(config.data.max_response_length or 0)
+    if prompt + response <= positions:
+        return []
+    scaled = bool(cfg.get("rope_scaling"))
+    return [Problem(
+        key="data.max_response_length",
+        what=f"data.max_prompt_length ({prompt}) + data.max_response_length ({response}) = {prompt + response} tokens, but the model "
+             f"{config.model.path!r} has {positions} positions (max_position_embeddings)"
+             + (" and a rope_scaling entry that may or may not cover it" if scaled else ""),
+        fix=f"keep prompt + response within {positions} tokens (e.g. data.max_response_length={max(positions - prompt, 1)}), "
+            "or use a model with a longer context",
+        severity="warning" if scaled else "error",
+    )]
+
+
 @hookimpl
 def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="positions", stage="files", order=41, factory=f"{__name__}:positions_problems",
+                       description="prompt + response within the model's positions"))
     register(CheckCard(name="sequence_parallel", stage="files", order=40, factory=f"{__name__}:sequence_parallel_problems",
                        description="Ulysses sequence parallelism and packing on the model's attention"))

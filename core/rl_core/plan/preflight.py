@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import json
 import os
+import tempfile
 import types
 import typing
 from typing import Any, Callable
@@ -345,6 +346,11 @@ def output_problems(config: Any) -> list[Problem]:
         parent = os.path.dirname(parent)
     if not os.access(parent, os.W_OK):
         return [Problem(key="trainer.output_dir", what=f"{config.trainer.output_dir!r} cannot be written ({parent} is not writable)", fix="point trainer.output_dir at a writable folder")]
+    try:  # os.access says yes to root everywhere: make (and remove) a folder where train would make its own
+        os.rmdir(tempfile.mkdtemp(prefix=".rlcore-check-", dir=parent))
+    except OSError as exc:
+        return [Problem(key="trainer.output_dir", what=f"{config.trainer.output_dir!r} cannot be created: a folder in {parent} cannot be made "
+                        f"({exc.strerror or exc})", fix="point trainer.output_dir at a folder on a writable disk")]
     if not config.trainer.resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
         import warnings
 

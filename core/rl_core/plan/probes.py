@@ -76,6 +76,27 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def pickled_weights_problem(path: Path) -> str | None:
+    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads).
+
+    Read as transformers / peft read it, ``torch.load(weights_only=True)`` (memory-mapped: the tensors' bytes are not
+    read): anything but tensors and plain data stops the unpickler before it is called; nothing in the file runs.
+    """
+    import torch
+
+    try:
+        try:
+            torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            torch.load(str(path), map_location="cpu", weights_only=True)  # the legacy (non-zip) format cannot be mapped
+    except Exception as exc:  # noqa: BLE001 - whatever the pickle holds, it is refused, never run
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return f"is not a file of plain tensors (refused by weights-only loading: {first})"
+    return None
+
+
 def _weights_problems(key: str, folder: Path) -> list[Problem]:
     fix = "download or copy the model folder again"
     index = folder / "model.safetensors.index.json"
@@ -92,8 +113,11 @@ def _weights_problems(key: str, folder: Path) -> list[Problem]:
     else:
         files = sorted(folder.glob("*.safetensors"))
     if not files:
-        if any(folder.glob("*.bin")) or any(folder.glob("*.pt")):
-            return []  # pickled weights: transformers reads them with weights_only loading
+        pickled = sorted([*folder.glob("*.bin"), *folder.glob("*.pt")])
+        if pickled:  # read as train reads them (weights_only): a file that holds anything but tensors is refused here
+            return [Problem(key=key, what=f"weight file {f} {why}", fix="use a model folder with *.safetensors weights (convert it where you "
+                            "trust the file), or delete the file if you did not put it there")
+                    for f in pickled if (why := pickled_weights_problem(f))]
         return [Problem(key=key, what=f"{folder} holds no weights (no *.safetensors or pytorch_model.bin)", fix=f"{fix}, or set model.random_init=true for random weights")]
     out = []
     for f in files:
@@ -139,6 +163,44 @@ def _tokenizer_problems(key: str, folder: Path, trust_remote_code: bool) -> list
         return [Problem(key=key, what=f"the tokenizer in {folder} does not load: {type(exc).__name__}: {first[:300]}",
                         fix="restore tokenizer.json / tokenizer_config.json, or point model.tokenizer_path at a folder with a working tokenizer")]
     return []
+
+
+def _vocab_problems(key: str, folder: Path, tok_key: str, tok_folder: Path, trust_remote_code: bool) -> list[Problem]:
+    """Token ids the tokenizer can produce that the model's embedding has no row for (an index error at the first such token)."""
+    try:
+        rows = json.loads((folder / "config.json").read_text())
+        rows = (rows.get("text_config") or rows).get("vocab_size") if isinstance(rows, dict) else None
+        from transformers import AutoTokenizer
+
+        n = len(AutoTokenizer.from_pretrained(str(tok_folder), trust_remote_code=trust_remote_code, local_files_only=True))
+    except Exception:  # noqa: BLE001 - unreadable config / tokenizer: reported by their own probes
+        return []
+    if not isinstance(rows, int) or n <= rows:
+        return []
+    return [Problem(key=tok_key, what=f"the tokenizer in {tok_folder} has {n} tokens but the model in {folder} ({key}) has {rows} embedding rows "
+                    f"(vocab_size): ids {rows}..{n - 1} would index past the embedding", fix=f"use the tokenizer the model was trained with ({key}'s own)")]
+
+
+def folder_problems(key: str, path: str, *, tokenizer_key: str | None = None, tokenizer_path: str | None = None,
+                    trust_remote_code: bool = False, weights: bool = True) -> list[Problem]:
+    """One local model folder as a run loads it: ``config.json`` (and remote code), the weights (safetensors headers,
+    the index, pickled files read weights-only), the tokenizer (``tokenizer_path`` or the folder's own) and that its ids
+    fit the embedding. ``[]`` for a path that is not a local folder with a config.json (hub names, missing folders: the
+    caller's own message). For a plugin's model role (a reward model, a teacher) as for the policy."""
+    folder = Path(os.path.expanduser(path))
+    if not (folder / "config.json").is_file():
+        return []
+    out = _config_problems(key, folder, trust_remote_code)
+    if out:
+        return out  # the tokenizer would fail on the same config.json: one message for one cause
+    if weights:
+        out = _weights_problems(key, folder)
+    tok_key = tokenizer_key if tokenizer_path else key
+    tok_folder = Path(os.path.expanduser(tokenizer_path)) if tokenizer_path else folder
+    if tok_folder.is_dir() and not any(p.key == tok_key and "auto_map" in p.what for p in out):
+        tok = _tokenizer_problems(tok_key, tok_folder, trust_remote_code)
+        out += tok or _vocab_problems(key, folder, tok_key, tok_folder, trust_remote_code)
+    return out
 
 
 def model_folder_problems(config: Any, registry: Any = None) -> list[Problem]:
@@ -321,8 +383,30 @@ def non_finite_problems(config: Any, registry: Any = None) -> list[Problem]:
     return out
 
 
+def _strings(value: Any, where: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}[{i}]")
+    elif attrs.has(type(value)):
+        for f in attrs.fields(type(value)):
+            yield from _strings(getattr(value, f.name), f"{where}.{f.name}" if where else f.name)
+
+
+def interpolation_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """A Hydra / OmegaConf interpolation (``${...}``) left in a value: it would be taken literally (a folder named so)."""
+    return [Problem(key=where, what=f"is {text!r}: an interpolation (${{...}}) that nothing resolved; rl-core would take it literally",
+                    fix="write the value itself (a verl launch with rl-verl installed resolves ${...} as verl does)")
+            for where, text in _strings(config, "") if "${" in text]
+
+
 PROBES = (
     ("values", non_finite_problems),
+    ("values", interpolation_problems),
     ("rules", greedy_group_problems),
     ("names", estimator_problems),
     ("files", model_folder_problems),

@@ -61,8 +61,8 @@ from rl_core.trainer.outputs import (
 )
 from rl_core.trainer.dynamic_sampling import collect_groups, filter_values, merge_round_metrics
 from rl_core.trainer.progress import ProgressBar
-from rl_core.util.stopping import Interrupted, StopSignals, signal_name
-from rl_core.trainer.tracking import Tracker
+from rl_core.util.stopping import Interrupted, StopSignals, is_failure, signal_name
+from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 from rl_core.async_rl.pipeline import RolloutPipeline
 from rl_core.data.dataset import build_loaders
@@ -105,7 +105,11 @@ class Trainer:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # debris is reported when resuming
             latest = self.ckpt.latest()
-        saved = read_run_config(latest[1]) if latest is not None else None  # the config inside the checkpoint
+        try:
+            saved = read_run_config(latest[1]) if latest is not None else None  # the config inside the checkpoint
+        except CheckpointError:  # damaged: the verified fallback (maybe_resume's) names it; compare against that one
+            latest = self.ckpt.latest(verify=True)
+            saved = read_run_config(latest[1]) if latest is not None else None
         self.config_diff = check_previous_run(
             cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
             resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
@@ -543,7 +547,7 @@ class Trainer:
             return self.ckpt.commit(step)
         except BaseException as exc:
             self.ckpt.abort(step)  # no half-written temporary folder stays behind
-            if not isinstance(exc, Exception):  # interrupted mid-save (a signal): that error, not a disk one
+            if not is_failure(exc):  # interrupted mid-save (a signal): that error, not a disk one
                 raise
             previous = self.ckpt.latest()
             raise CheckpointError(
@@ -635,7 +639,10 @@ class Trainer:
                     metrics.update(self.validate())
                 # Log before saving: a crash between the two resumes from the previous
                 # checkpoint, which truncates this row away; the reverse order would lose it.
-                self.tracker.log(metrics, step=step)
+                try:
+                    self.tracker.log(metrics, step=step)
+                except LoggerError as exc:  # a full disk: say what is kept, and keep the step's state if nothing else is
+                    raise LoggerError(f"{exc} {self._kept_after_failure(step)}") from None
                 bar.update(step, metrics)
                 self.stop.graceful = False  # while saving, a signal stops at once (the save is then undone)
                 if stopping or (cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps)):
@@ -689,7 +696,7 @@ class Trainer:
                 os.replace(partial, path)
         except BaseException as exc:  # a worker's failure arrives as a WorkerError / torch error
             shutil.rmtree(partial, ignore_errors=True)  # no half folder, whatever stopped the write
-            if not isinstance(exc, Exception):  # a signal: that error, not a disk one
+            if not is_failure(exc):  # a signal: that error, not a disk one
                 raise
             why = write_failure(exc, path, self.final_size)
             latest = self.ckpt.latest()
@@ -698,6 +705,17 @@ class Trainer:
             else:
                 kept = self._keep_state_after_failed_final()
             raise CheckpointError(f"could not write the final model to {path}: {why}. {kept}") from None
+
+    def _kept_after_failure(self, step: int) -> str:
+        """What a run stopped by a write failure after ``step`` keeps: its last checkpoint, or one saved now if it has none."""
+        latest = self.ckpt.latest()
+        if latest is not None:
+            return f"The last checkpoint, {latest[1]} (step {latest[0]}), is intact: after freeing space, a rerun resumes from it."
+        try:
+            saved = self.save_checkpoint(step)
+        except CheckpointError as exc:
+            return f"There was no checkpoint yet and saving one of step {step} failed too ({exc}): a rerun starts over."
+        return f"There was no checkpoint yet, so step {step} was saved as {saved}: after freeing space, a rerun resumes from it."
 
     def _keep_state_after_failed_final(self) -> str:
         """hf_final failed and the last step has no checkpoint: try to save one (the partial folder's room is free again)."""

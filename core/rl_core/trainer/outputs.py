@@ -193,6 +193,26 @@ def changed_keys(diff: list[str]) -> list[str]:
     return [line.split(": ", 1)[0] for line in diff]
 
 
+def dropped_adapters(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """What a resume under ``new`` drops of the LoRA adapters ``old`` trained (LoRA turned off, target modules narrowed,
+    modules excluded), in words; None when every trained adapter stays."""
+    was, now = (old.get("model") or {}), (new.get("model") or {})
+    if not int(was.get("lora_rank") or 0):
+        return None
+    if not int(now.get("lora_rank") or 0):
+        return "model.lora_rank is now 0: every adapter"
+
+    def names(value: Any) -> set[str]:
+        return {value} if isinstance(value, str) else set(value or ())
+
+    before, after = names(was.get("target_modules")), names(now.get("target_modules"))
+    gone = sorted(before - after) if "all-linear" not in after else []
+    excluded = sorted(names(now.get("exclude_modules")) - names(was.get("exclude_modules")))
+    parts = ([f"model.target_modules no longer names {', '.join(gone)}"] if gone else []) + (
+        [f"model.exclude_modules now leaves out {', '.join(excluded)}"] if excluded else [])
+    return "; ".join(parts) or None
+
+
 def _fixed(key: str) -> str | None:
     for fixed, why in FIXED_BY_CHECKPOINT.items():
         if key == fixed or key.startswith(fixed + "."):
@@ -206,7 +226,7 @@ def check_previous_run(
     *,
     has_checkpoint: bool,
     resume: bool,
-    resume_anyway: bool,
+    resume_anyway: bool | int,
     saved_config: Mapping[str, Any] | None = None,
     saved_where: str | None = None,
 ) -> list[str]:
@@ -236,6 +256,13 @@ def check_previous_run(
     if not (diff and has_checkpoint and resume):
         return diff
     fixed = [f"{line}  ({_fixed(key)})" for line, key in zip(diff, changed_keys(diff)) if _fixed(key)]
+    dropped = dropped_adapters(old, config)
+    if resume_anyway and not fixed and dropped and int(resume_anyway) < 2:
+        raise OutputDirError(
+            f"trainer.output_dir={output_dir!r}: --resume-anyway would drop trained LoRA adapters of the checkpoint ({where}): "
+            f"{dropped}; what they learned is lost from the next step on. If that is what you want, give --resume-anyway twice; "
+            "otherwise put the LoRA keys back to the checkpoint's values."
+        )
     if resume_anyway and not fixed:
         return diff
     shown = "\n  ".join(diff[:40]) + (f"\n  ... and {len(diff) - 40} more" if len(diff) > 40 else "")
@@ -285,6 +312,8 @@ def _lock_record(fd: int) -> dict[str, Any]:
 
 
 def _describe(record: Mapping[str, Any]) -> str:
+    if not record.get("pid"):  # the holder's record file was deleted or emptied under it; the folder's lock still holds
+        return f"its record {LOCK_FILE} was deleted; `fuser -v` on the folder names the process"
     return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, started {record.get('started', '?')}"
 
 
@@ -296,16 +325,24 @@ def output_lock(output_dir: str) -> Iterator[None]:
     the pid, host and start time of the one that holds it. The lock goes
     with its process (``flock``), so a run that died (kill -9, a crash)
     leaves a record but no lock: the next run names it and takes over.
+    The lock is held on the FOLDER itself (an open descriptor of the
+    directory), not on the record file: deleting ``.rlcore.lock`` during a
+    run (a cleanup script, a user) cannot let a second run in.
     """
     ensure_writable(output_dir)
     path = os.path.join(output_dir, LOCK_FILE)
     try:
+        dir_fd = os.open(output_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise OutputDirError(f"trainer.output_dir={output_dir!r}: cannot open the folder to lock it ({_why(exc)})") from None
+    try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
+        os.close(dir_fd)
         raise OutputDirError(f"trainer.output_dir={output_dir!r}: cannot create the lock file {path} ({_why(exc)})") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # e.g. ENOLCK: no locks on this filesystem
                 print(
@@ -337,6 +374,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
             yield
         finally:
             os.ftruncate(fd, 0)  # a clean end: the next run finds no record to report
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(dir_fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+        os.close(dir_fd)

@@ -140,8 +140,8 @@ class JsonlLogger:
                 pass
 
             raise LoggerError(
-                f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept; "
-                "a rerun resumes from the last checkpoint and logs the later steps again"
+                f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept "
+                "(a resumed run logs the later steps again)."
             ) from None
 
     def truncate_after(self, step: int) -> int:

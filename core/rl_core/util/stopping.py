@@ -91,3 +91,13 @@ class StopSignals:
             )
             return
         raise Interrupted(signum)
+
+
+def is_failure(exc: BaseException) -> bool:
+    """An error to report (a full disk, a bad file), as opposed to a signal / Ctrl-C that must propagate.
+
+    torch's ``CheckpointException`` derives from ``BaseException``, not
+    ``Exception``, yet it is a failed save or load (a full disk on one rank),
+    never a request to stop.
+    """
+    return isinstance(exc, Exception) or type(exc).__name__ == "CheckpointException"

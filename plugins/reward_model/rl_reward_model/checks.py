@@ -21,6 +21,7 @@ import os
 import re
 from typing import Any
 
+from rl_core.plan.probes import folder_problems
 from rl_core.problems import Problem
 
 CLASSIFIER_SUFFIX = "ForSequenceClassification"
@@ -68,9 +69,13 @@ def reward_model_problems(config: Any, registry: Any) -> list[Problem]:
         out.append(Problem(key="reward_model.model.path", what=f"{rm.model.path!r} is neither a folder nor a model in the Hugging Face cache",
                            fix="download it first (e.g. `huggingface-cli download NAME --local-dir DIR`) and point reward_model.model.path at DIR"))
         return out
-    if rm.model.tokenizer_path and not _has_folder(rm.model.tokenizer_path):
+    if rm.model.tokenizer_path is not None and not (rm.model.tokenizer_path and _has_folder(rm.model.tokenizer_path)):
         out.append(Problem(key="reward_model.model.tokenizer_path", what=f"{rm.model.tokenizer_path!r} is not a folder",
-                           fix="point it at the reward model's tokenizer folder, or remove it to use reward_model.model.path's"))
+                           fix="point it at the reward model's tokenizer folder, or remove it (null) to use reward_model.model.path's"))
+        return out
+    # its files as the reward model's workers will load them: config, weights, tokenizer and vocabulary
+    out += folder_problems("reward_model.model.path", rm.model.path, tokenizer_key="reward_model.model.tokenizer_path",
+                           tokenizer_path=rm.model.tokenizer_path, trust_remote_code=bool(rm.model.trust_remote_code))
     if rm.name == "judge" and registry is not None:
         out.extend(judge_engine_problems(config, registry))
     return out

@@ -111,3 +111,41 @@ def test_memory_terms_of_the_cards():
     assert classifier_memory(cfg, shape, 2) == (1000 - 10 * 4, 0.0)
     assert classifier_memory(cfg, SimpleNamespace(**{**vars(shape), "tied": True}), 2) == (1000, 0.0)
     assert judge_memory(cfg, shape, 2) == (1000, 2 * (8 + 4) * 2 * 2 * 1 * 4 * 2)
+
+
+def _truncate_weights(rm):
+    w = rm / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+
+
+def _bad_config(rm):
+    (rm / "config.json").write_text((rm / "config.json").read_text()[:-15])
+
+
+def _small_vocab(rm):
+    import json
+
+    data = json.loads((rm / "config.json").read_text())
+    data["vocab_size"] = 16  # fewer embedding rows than the tokenizer has tokens
+    (rm / "config.json").write_text(json.dumps(data))
+
+
+BROKEN = {  # issue 47: each passed `rlcore check` and then failed the run with a traceback
+    "truncated weights": (_truncate_weights, {}, "reward_model.model.path", "truncated"),
+    "config.json that does not parse": (_bad_config, {}, "reward_model.model.path", "does not parse"),
+    "tokenizer ids beyond the vocabulary": (_small_vocab, {}, "reward_model.model.path", "16 embedding rows"),
+    "an empty tokenizer_path": (lambda rm: None, {"tokenizer_path": ""}, "reward_model.model.tokenizer_path", "is not a folder"),
+}
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_reward_model_folders_are_refused_by_check(tmp_path, case):
+    damage, extra, key, expected = BROKEN[case]
+    rm = make_reward_model_dir(tmp_path / "rm")
+    assert keys(rm_problems(model={"path": str(rm)})) == {}  # sound before the damage
+    damage(rm)
+    got = keys(rm_problems(model={"path": str(rm), **extra}))
+    assert key in got and expected in got[key].what, {k: p.what for k, p in got.items()}

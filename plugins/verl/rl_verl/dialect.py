@@ -109,6 +109,7 @@ def translation(data: Mapping[str, Any] | None = None, overrides: Iterable[str] 
     tr = Translation()
     for key, value in flatten(data or {}):
         translate_item(tr, key, key, value, fallback=translate_verl_key, native=native)
+    tr.stage = "overrides"  # an override may change what the file says, under any spelling; two spellings within one level may not
     for text in overrides:
         if native:
             key, value, problem = native_override(text)
@@ -162,7 +163,7 @@ def _run(launch: Launch, *, whole: bool) -> Translated:
     if chosen not in PROFILES:
         problems.append(Problem(key="profile", what=f"{chosen!r} is not a profile", fix="use profile=verl (verl's defaults) or profile=rl-core"))
         chosen = "rl-core"
-    tree = tr_tree({}, tr)
+    tree = _resolve_interpolations(tr_tree({}, tr), tr, problems)
     tree = _engine_kwargs(tree, problems)
     applied: list[tuple[str, Any, Any]] = []
     if chosen == "verl":
@@ -189,6 +190,38 @@ def _run(launch: Launch, *, whole: bool) -> Translated:
         default_note="is verl's default, from the verl profile; set it, or --profile rl-core",
         unknown_note=f"not a typo of a key of ours; as a verl setting it is a verl feature rl-core does not have ({DOC_VERL} lists every verl key rl-core reads)",
     )
+
+
+def _resolve_interpolations(tree: dict[str, Any], tr: Translation, problems: list[Problem]) -> dict[str, Any]:
+    """``${a.b}`` in values, resolved as verl resolves its config (OmegaConf, against the whole config, rl-core's key names
+    and the verl names as written); one that does not resolve is refused, never taken literally."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    def has(node: Any) -> bool:
+        if isinstance(node, str):
+            return "${" in node
+        if isinstance(node, dict):
+            return any(has(v) for v in node.values())
+        return isinstance(node, list) and any(has(v) for v in node)
+
+    if not has(tree):
+        return tree
+    written = tr_tree({}, Translation(items=[(w, get_dotted(tree, k)) for k, w in tr.origin.items() if get_dotted(tree, k) is not None]))
+    # a reference may use rl-core's name or the verl name as written; unset keys have rl-core's defaults
+    scope = merge(merge(config_to_dict(RunConfig(), mask=False), written), tree)
+    out = merge({}, tree)
+    for key, value in flatten(tree):
+        if not has(value):
+            continue
+        try:
+            resolved = OmegaConf.to_container(OmegaConf.create({**scope, "__value__": value}), resolve=True)["__value__"]
+        except OmegaConfBaseException as exc:
+            problems.append(Problem(key=tr.origin.get(key, key), what=f"is {value!r}: an interpolation that does not resolve "
+                                    f"({type(exc).__name__}: {str(exc).splitlines()[0]})", fix="write the value itself, or refer to a key the config sets"))
+            continue
+        set_dotted(out, key, resolved)
+    return out
 
 
 def _hydra_value(value: Any) -> str:

@@ -45,13 +45,39 @@ class Translation:
     profile: str | None = None  # "verl" / "rl-core" when a config says so
     dtypes: list[tuple[str, str, Any]] = attrs.field(factory=list)  # verl's compute-dtype keys: (as written, key, value)
 
+    stage: str = "file"  # where the items being added come from: "file" (the config file), then "overrides"
+    setters: dict[str, tuple[str, Any, str]] = attrs.field(factory=dict)  # rl-core key -> (key as written, value, stage)
+
     def add(self, written: str, key: str, value: Any) -> None:
+        before = self.setters.get(key)
+        if before is not None and before[2] == self.stage and before[0] != written and value is not DELETE and before[1] is not DELETE \
+                and key not in AGREED_ELSEWHERE and _differ(before[1], value):
+            where = "the config file" if self.stage == "file" else "the overrides"
+            self.problems.append(Problem(
+                key=written,
+                what=f"is {value!r} but {before[0]}={before[1]!r}, also in {where}, is the same setting ({key}) with another value: "
+                     "which one the run should use is ambiguous",
+                fix=f"keep one of {before[0]} and {written} (rl-core's name is {key})",
+            ))
+        self.setters[key] = (written, value, self.stage)
         self.items.append((key, value))
         if written != key:
             self.origin[key] = written
 
 
+def _differ(a: Any, b: Any) -> bool:
+    """Two spellings of a value that differ (1e-5 and 0.00001 are the same; "1e-5" from a command line and 1e-5 too)."""
+    if a == b:
+        return False
+    try:
+        return float(a) != float(b)
+    except (TypeError, ValueError):
+        return str(a) != str(b)
+
+
 DELETE = object()
+#: keys that several verl keys set on purpose, whose disagreement rl_verl.dtype.agreement reports with its own message
+AGREED_ELSEWHERE = frozenset({"model.dtype"})
 
 
 def translate_item(tr: Translation, written: str, key: str, value: Any, *, fallback: Callable[[str], str], native: bool = False) -> None:
