@@ -27,6 +27,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "reward_exits": ("reward functions that exit / kill their process", "contained, sample and function named, reward.on_error applied"),
     "secrets": ("secret-shaped values under ordinary key names", "masked in printouts, config.yaml and logger configs"),
     "check_probes": ("mistakes only a deeper rlcore check finds", "reported by rlcore check (not a traceback in train)"),
+    "engines": ("rollout engines that die or hang mid-run", "replaced (weights re-synced and verified, the call repeated), the run finishes its steps"),
 }
 
 _counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])

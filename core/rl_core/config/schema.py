@@ -215,6 +215,11 @@ class RolloutConfig:
     # the engine returns each token's routed experts (MoE models; batch field routed_experts) for actor.router_replay=R3
     return_routed_experts: bool = False
     enable_sleep: bool = True
+    # an engine whose call raises or does not return within engine_timeout_s seconds (null: no limit) is killed, rebuilt,
+    # given the current weights (verified) and the call again; more than engine_restarts in engine_restart_window_s stop the run
+    engine_timeout_s: float | None = num(None, gt=0, hint="seconds a rollout call may take before its engine counts as hung; null: no limit")
+    engine_restarts: int = num(2, ge=0, hint="engine replacements allowed within rollout.engine_restart_window_s; 0 stops at the first failure")
+    engine_restart_window_s: float = num(3600.0, gt=0, hint="seconds over which rollout.engine_restarts are counted")
     stop: list[str] = field(factory=list)
     val_temperature: float = num(0.0, ge=0, hint="0 is greedy")
     val_n: int = pos(1, hint="samples per validation prompt")

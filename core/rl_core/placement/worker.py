@@ -32,6 +32,7 @@ from rl_core.async_rl.transfer import receive_weights
 from rl_core.async_rl.transfer import send_weights
 from rl_core.placement.rendezvous import Rendezvous
 from rl_core.rewards.model_role import RewardModelRole
+from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
 
 
@@ -73,6 +74,10 @@ class HybridWorker:
         # the rollout engine gets the resolved agent runtime (rollout.multi_turn) with its context
         rollout_context = attrs.evolve(context, agent=stack.agent) if getattr(stack, "agent", None) is not None else context
         self.rollout = stack.rollout.load()(config, rollout_context) if "rollout" in self.roles else None
+        self._engines = None if self.rollout is None else EngineSupervisor(  # an engine that dies or hangs is replaced
+            self.rollout, build=lambda: stack.rollout.load()(config, rollout_context),
+            resync=self._resync_new_engine if "actor" in self.roles else None, name=config.rollout.name, rank=context.rank,
+            timeout_s=config.rollout.engine_timeout_s, restarts=config.rollout.engine_restarts, window_s=config.rollout.engine_restart_window_s)
         self.reward_model = None
         if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
 
@@ -102,7 +107,8 @@ class HybridWorker:
             replica = self.context.rank // self.stack.sizes.rollout_tp
             params = _with_seed(params, params.seed + 7919 * replica)
         start = time.perf_counter()
-        out = self.rollout.generate(batch, params)
+        out = self._engines.generate(batch, params)
+        self.rollout = self._engines.engine  # a replacement, after a recovery
         out.meta["policy_version"] = self._weight_version  # the weights that sampled it (rl_core.async_rl)
         if self.actor is None:  # a rollout pool of its own: every sample carries its version, and the time it took
             out["policy_version"] = torch.full((len(out),), self._weight_version, dtype=torch.long)
@@ -115,6 +121,12 @@ class HybridWorker:
             self.rollout.sleep()
             self._sleeping = True
         return out
+
+    def _resync_new_engine(self, engine: Any) -> None:
+        """A replacement rollout engine (:class:`EngineSupervisor`) gets the actor's current weights, verified."""
+        self.rollout, self._sleeping, self._base_sent = engine, False, False
+        self._weight_version -= 1  # the same policy version again, in the new engine
+        self.sync_weights()
 
     def sync_weights(self) -> float:
         """Load the actor's current weights into the rollout engine; returns seconds."""

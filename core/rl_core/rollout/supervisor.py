@@ -1,0 +1,114 @@
+"""Rollout engines that die or hang are replaced (issue 47): the worker's rollout calls go through an
+:class:`EngineSupervisor`.
+
+A call that raises (an engine process killed, a CUDA / NCCL error inside the engine) or does not return within
+``rollout.engine_timeout_s`` (a hang) ends that engine: it is killed (its ``kill()`` if the engine has one, else
+``shutdown()``), a new one is built from the same card, given the actor's current weights through the verified
+sync, and the call's whole batch (the step's unfinished requests) is submitted again. Each recovery prints one
+note naming the engine, the rank, what happened and the count. More than ``rollout.engine_restarts`` recoveries
+within ``rollout.engine_restart_window_s`` stop the run with :class:`EngineFailed` (the loop saves what it can and
+names the last cause).
+
+A hung call runs on in a daemon thread that is abandoned once its engine is killed: an engine whose generate cannot
+be interrupted by killing its processes (the in-process hf engine stuck inside a kernel) keeps that thread until
+it returns, but the step goes on with the new engine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from rl_core.problems import UserError
+
+
+class EngineFailed(UserError):
+    """The rollout engine failed more often than ``rollout.engine_restarts`` allows within the window."""
+
+
+class EngineHung(RuntimeError):
+    """A rollout call that did not return within ``rollout.engine_timeout_s``."""
+
+
+def call_with_deadline(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """``fn()``, or :class:`EngineHung` when it has not returned after ``timeout_s`` seconds (None: wait forever)."""
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
+            box["exc"] = exc
+
+    thread = threading.Thread(target=run, name="rollout-call", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise EngineHung(f"no answer within rollout.engine_timeout_s={timeout_s:g} s")
+    if "exc" in box:
+        raise box["exc"]
+    return box["out"]
+
+
+class EngineSupervisor:
+    """Runs rollout calls on ``engine``; replaces it (``build()``, then ``resync(engine)``) when a call fails or hangs."""
+
+    def __init__(self, engine: Any, *, build: Callable[[], Any], resync: Callable[[Any], None] | None, name: str, rank: int,
+                 timeout_s: float | None, restarts: int, window_s: float, clock: Callable[[], float] = time.monotonic,
+                 log: Callable[[str], None] = lambda text: print(text, flush=True)) -> None:
+        self.engine, self._build, self._resync = engine, build, resync
+        self.name, self.rank, self.timeout_s, self.restarts, self.window_s = name, rank, timeout_s, restarts, window_s
+        self._clock, self._log = clock, log
+        self._recent: deque[float] = deque()
+        self.recoveries = 0
+
+    def generate(self, batch: Any, params: Any) -> Any:
+        while True:
+            try:
+                return call_with_deadline(lambda engine=self.engine: engine.generate(batch, params), self.timeout_s)
+            except UserError:
+                raise  # a bad input or setting: the same on any engine, not a failure to recover from
+            except Exception as exc:  # noqa: BLE001 - an engine's failure, whatever its type: replace the engine
+                self._replace(exc, len(batch))
+
+    def _replace(self, exc: BaseException, requests: int) -> None:
+        now = self._clock()
+        while self._recent and now - self._recent[0] > self.window_s:
+            self._recent.popleft()
+        what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}".rstrip(": ")
+        if len(self._recent) >= self.restarts:
+            raise EngineFailed(
+                f"the {self.name} rollout engine on rank {self.rank} failed {len(self._recent) + 1} times within "
+                f"rollout.engine_restart_window_s={self.window_s:g} s (rollout.engine_restarts={self.restarts}); the last: {what}. "
+                "Look at the engine's own log above; raise rollout.engine_restarts to tolerate more"
+            ) from exc
+        self._recent.append(now)
+        self.recoveries += 1
+        self._kill(self.engine)
+        if self._resync is None:
+            raise EngineFailed(
+                f"the {self.name} rollout engine on rank {self.rank} failed ({what}) in a rollout pool of its own, whose "
+                "weights arrive from the trainer by broadcast: it cannot be rebuilt with the current weights here"
+            ) from exc
+        self.engine = self._build()
+        self._resync(self.engine)  # the actor's current weights, verified as every sync is
+        self._log(
+            f"note: the {self.name} rollout engine on rank {self.rank} {'hung' if isinstance(exc, EngineHung) else 'failed'} ({what}): "
+            f"replaced ({len(self._recent)} of {self.restarts} allowed within {self.window_s:g} s), the current weights loaded and "
+            f"verified, the call's {requests} requests submitted again"
+        )
+
+    @staticmethod
+    def _kill(engine: Any) -> None:
+        for method in ("kill", "shutdown"):
+            fn = getattr(engine, method, None)
+            if callable(fn):
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - a dead engine may fail to stop: it is dropped either way
+                    pass
+                return
