@@ -92,21 +92,87 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def iter_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """HF-named full tensors, one at a time, identical on every rank.
+BUCKET_BYTES = 64 << 20  # local shard bytes gathered by one collective (issue 54)
+
+
+def iter_full_weights(model: torch.nn.Module, bucket_bytes: int = BUCKET_BYTES) -> Iterator[tuple[str, torch.Tensor]]:
+    """HF-named full tensors, identical on every rank, in ``state_dict`` order.
 
     Names are the model's ``state_dict`` names; a tensor tied under two
     names (``lm_head.weight`` = ``model.embed_tokens.weight``) is yielded
     once under the first, as HF checkpoints store it. Every rank must drain
-    the iterator (each sharded tensor is an all-gather). Unsharded models
-    yield detached views of their parameters (no copy).
+    the iterator. Sharded tensors are gathered in buckets of about
+    ``bucket_bytes`` of local shard (one all-gather per bucket, not one per
+    tensor: :func:`_gather_bucket`); unsharded models yield detached views of
+    their parameters (no copy).
     """
     seen: set[int] = set()
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
     for name, t in model.state_dict(keep_vars=True).items():
         if id(t) in seen:
             continue
         seen.add(id(t))
+        if _bucketable(t) and (not bucket or _same_group(bucket[0][1], t)):
+            bucket.append((name, t))
+            size += t.to_local().numel() * t.element_size()
+            if size >= bucket_bytes:
+                yield from _gather_bucket(bucket)
+                bucket, size = [], 0
+            continue
+        if bucket:
+            yield from _gather_bucket(bucket)
+            bucket, size = [], 0
+        if _bucketable(t):
+            bucket, size = [(name, t)], t.to_local().numel() * t.element_size()
+            continue
         yield name, full_tensor(t)
+    if bucket:
+        yield from _gather_bucket(bucket)
+
+
+def _bucketable(t: torch.Tensor) -> bool:
+    """A DTensor sharded on dim 0 over a 1-D mesh, its shard on the mesh's device (FSDP2's layout)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    return (isinstance(t, DTensor) and t.device_mesh.ndim == 1 and len(t.placements) == 1 and t.placements[0] == Shard(0)
+            and t.device.type == t.device_mesh.device_type and t.dim() >= 1)
+
+
+def _same_group(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.device_mesh == b.device_mesh and a.dtype == b.dtype
+
+
+def _gather_bucket(bucket: list[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Full tensors of ``bucket`` (Shard(0) DTensors of one mesh and dtype) from ONE all-gather of their local shards.
+
+    Each rank packs its shards, each padded to ``ceil(rows / world)`` rows (DTensor's chunking: rank r holds rows
+    ``[r * c, min((r + 1) * c, rows))``), into one flat buffer; the gathered buffer is cut back per rank and the
+    valid rows concatenated: the same values as ``full_tensor()``, every byte sent once."""
+    mesh = bucket[0][1].device_mesh
+    world, group = mesh.size(), mesh.get_group()
+    first = bucket[0][1]
+    layout = []  # (name, full shape, padded rows per rank, elements per row, offset in the per-rank buffer)
+    offset = 0
+    for name, t in bucket:
+        rows, inner = t.shape[0], math.prod(t.shape[1:])
+        chunk = -(-rows // world)
+        layout.append((name, tuple(t.shape), chunk, inner, offset))
+        offset += chunk * inner
+    local = torch.zeros(offset, dtype=first.dtype, device=first.to_local().device)
+    for (name, shape, chunk, inner, off), (_, t) in zip(layout, bucket):
+        shard = t.to_local().detach().reshape(-1)
+        local[off : off + shard.numel()].copy_(shard)
+    gathered = torch.empty(world * offset, dtype=local.dtype, device=local.device)
+    if dist.get_backend(group) == "gloo":  # gloo has no all_gather_into_tensor: the list form, one collective too
+        dist.all_gather(list(gathered.chunk(world)), local, group=group)
+    else:
+        dist.all_gather_into_tensor(gathered, local, group=group)
+    per_rank = gathered.view(world, offset)
+    for name, shape, chunk, inner, off in layout:
+        rows = shape[0]
+        pieces = [per_rank[r, off : off + chunk * inner].view(chunk, inner)[: max(0, min(chunk, rows - r * chunk))] for r in range(world)]
+        yield name, torch.cat(pieces).view(shape)
 
 
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float | None, experts=None) -> float:
