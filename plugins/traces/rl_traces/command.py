@@ -62,7 +62,7 @@ def export(run_dir: str | Path, step: int, out: str | Path | None = None, phase:
     rows = export_rows(run_dir, step, phase)
     tmp = path.with_name(f".{path.name}.tmp")
     if path.suffix == ".parquet":
-        table = pa.Table.from_pylist([{**r, "extra_info": json.dumps(r["extra_info"])} for r in rows])
+        table = pa.Table.from_pylist(rows)
         pq.write_table(table, tmp)
     else:
         with open(tmp, "w", encoding="utf-8") as f:
