@@ -21,13 +21,15 @@ def _obj(values: list) -> np.ndarray:
 
 def synthetic_rollouts(step: int, tokenizer: Any, *, groups: int = 8, n: int = 4, max_response_length: int = 16,
                        phase: str = "train", multi_turn: bool = False, seed: int = 0, log_probs: bool = True) -> StepRollouts:
-    """One step's rollouts: ``a+b`` prompts, answers right with a probability growing with ``step``, some truncated."""
+    """One step's rollouts: ``a+b`` prompts (validation: the same ones at every step), answers right with a
+    probability growing with ``step``, some truncated."""
     rng = random.Random(seed * 1_000_003 + step * 7 + (phase == "val"))
+    prompt_rng = random.Random(seed) if phase == "val" else rng
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     prompts, responses, rewards, messages_col, infos, uids, truths, texts = [], [], [], [], [], [], [], []
     for g in range(groups):
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        a, b = prompt_rng.randint(0, 99), prompt_rng.randint(0, 99)
         messages = [{"role": "system", "content": "Answer with the final number only."}, {"role": "user", "content": f"What is {a} + {b}?"}]
         prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
         for _ in range(n):
@@ -73,12 +75,12 @@ def synthetic_rollouts(step: int, tokenizer: Any, *, groups: int = 8, n: int = 4
         attn[i, P - len(p): P + len(r)] = 1
     mask = attn[:, P:].clone()
     scores = torch.tensor(rewards)
-    grouped = scores.view(groups, n)
-    adv_seq = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(-1)
     tensors = {"prompts": prompt_t, "responses": resp_t, "attention_mask": attn, "response_mask": mask,
                "input_ids": torch.cat([prompt_t, resp_t], -1)}
     trainer_lp = None
-    if phase == "train":
+    if phase == "train":  # GRPO's advantages: the reward's z-score within its group
+        grouped = scores.view(groups, n)
+        adv_seq = ((grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-6)).view(-1)
         tensors["advantages"] = adv_seq[:, None] * mask
         tensors["token_level_scores"] = torch.zeros((rows, R))
         if log_probs:
