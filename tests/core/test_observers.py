@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import pytest
 from rl_core import hookimpl
 from rl_core.card_options import Options
@@ -13,8 +14,6 @@ from rl_core.config.schema import RunConfig, TrainerConfig
 from rl_core.observers import Observers, observer_plan
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError
-
-import attrs
 
 
 @attrs.frozen(kw_only=True)

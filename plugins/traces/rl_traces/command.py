@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from rl_core.problems import UserError
+
 from rl_traces.page import write_page
 from rl_traces.reader import Traces
 

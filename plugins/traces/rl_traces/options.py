@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import attrs
-
 from rl_core.card_options import Options
 
 _ge0 = attrs.validators.ge(0)

@@ -9,8 +9,8 @@ from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from rl_core.problems import UserError
+
 from rl_traces.writer import META_KEY, PHASES, TRACES, step_file, step_of
 
 

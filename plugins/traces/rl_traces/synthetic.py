@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from rl_core.batch import Batch
 from rl_core.observers import StepRollouts
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from rl_core_testing.tiny_model import build_tokenizer
-
 from rl_traces.options import TracesOptions
 from rl_traces.page import write_page
 from rl_traces.reader import Traces

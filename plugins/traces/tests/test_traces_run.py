@@ -15,7 +15,6 @@ from rl_core.config.load import load_config
 from rl_core.plan.disk import estimate_disk
 from rl_core_testing.tiny_model import build_tokenizer
 from rl_core_testing.tiny_run import read_metrics, write_tiny_run
-
 from rl_traces.options import TracesOptions
 from rl_traces.reader import Traces
 from rl_traces.synthetic import synthetic_rollouts

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 from rl_core.data.dataset import read_rows
 from rl_core_testing.tiny_model import build_tokenizer
-
 from rl_traces import page as page_mod
 from rl_traces import writer as writer_mod
 from rl_traces.command import export
