@@ -25,7 +25,6 @@ from typing import Any, Callable, Protocol
 
 import attrs
 
-from rl_core.batch import Batch
 from rl_core.card_options import options_problems
 from rl_core.problems import Problem, UserError, did_you_mean
 
@@ -52,7 +51,7 @@ class StepRollouts:
 
     step: int
     phase: str = attrs.field(validator=attrs.validators.in_(("train", "val")))
-    batch: Batch
+    batch: Any  # rl_core.batch.Batch (not imported: this module stays light for the plan, which loads observer cards)
     scores: Any
     raw_scores: Any = None
     reward_extras: list | None = None
