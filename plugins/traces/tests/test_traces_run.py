@@ -65,13 +65,15 @@ def test_a_run_writes_resumes_and_pages_its_traces(tmp_path):
     shutil.rmtree(run / "checkpoints" / "global_step_3")
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
     shutil.rmtree(run / "hf_final")
-    code, out, err = cli("train", str(cfg), "--no-progress", "trainer.total_training_steps=4")
+    # (the traces' options may change on a resume: they read the run, never change it)
+    code, out, err = cli("train", str(cfg), "--no-progress", "trainer.total_training_steps=4", "trainer.observers.traces.token_limit=4")
     assert code == 0, err
     assert "resumed from" in out + err
     assert t.steps("train") == [1, 2, 3, 4] and t.steps("val") == [0, 2, 4]
     for s in (1, 2, 3, 4):
         steps = t.read("train", s, ["step"]).column("step").to_pylist()
         assert steps == [s] * 8
+    assert max(len(x) for x in t.read("train", 4, ["tokens"]).column("tokens").to_pylist()) == 4
     assert {s: t.read("train", s).to_pylist() for s in (1, 2)} == before  # the kept steps untouched
 
     # the page and an export
