@@ -93,4 +93,4 @@ def synthetic_rollouts(step: int, tokenizer: Any, *, groups: int = 8, n: int = 4
     batch = Batch(tensors, non)
     extras = [{"acc": r} for r in rewards]
     return StepRollouts(step=step, phase=phase, batch=batch, scores=scores, raw_scores=scores, reward_extras=extras if phase == "train" else None,
-                        trainer_log_probs=trainer_lp, policy_version=max(step - 1, 0), tokenizer=tokenizer, max_response_length=max_response_length)
+                        trainer_log_probs=trainer_lp, policy_version=step if phase == "val" else max(step - 1, 0), tokenizer=tokenizer, max_response_length=max_response_length)
