@@ -21,7 +21,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rl_core_testing.tiny_model import build_tokenizer
-
 from rl_traces.command import export
 from rl_traces.options import TracesOptions
 from rl_traces.page import page_data, render
