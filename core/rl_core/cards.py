@@ -351,3 +351,19 @@ class CommandCard(CardBase):
 
 
 CARD_TYPES.update({cls.kind: cls for cls in (DialectCard, CommandCard)})
+
+
+@attrs.frozen(kw_only=True)
+class ObserverCard(CardBase):
+    """A step observer (``rl_core_register_observers``): the controller hands it each step's rollouts and each
+    validation's (:mod:`rl_core.observers`). ``factory`` resolves to ``make(config, options, output_dir) -> observer |
+    None`` (None: off for this run), called once when the trainer starts; ``options``: what
+    ``trainer.observers.<name>`` may hold (as EstimatorCard.options), checked by ``rlcore check``. Every installed
+    observer is built for every run; its options say whether it does anything."""
+
+    kind: ClassVar[str] = "observer"
+
+    options: Any = None
+
+
+CARD_TYPES.update({ObserverCard.kind: ObserverCard})

@@ -91,3 +91,8 @@ def rl_core_register_dialects(register: Register) -> None:
 @hookspec
 def rl_core_register_commands(register: Register) -> None:
     """Register :class:`~rl_core.cards.CommandCard` s (``rlcore`` sub-commands)."""
+
+
+@hookspec
+def rl_core_register_observers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.ObserverCard` s (step observers: each step's rollouts, :mod:`rl_core.observers`)."""

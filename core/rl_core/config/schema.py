@@ -521,6 +521,9 @@ class TrainerConfig:
     output_dir: str = text("outputs/run", hint="a folder for checkpoints and metrics, e.g. outputs/run")
     seed: int = 0
     torch_threads: int | None = pos(None)
+    # step observers (rl_core.observers): an installed observer card's options, by its name (rl-traces: traces.*);
+    # checked against the card's options class by `rlcore check`
+    observers: dict[str, Any] = field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

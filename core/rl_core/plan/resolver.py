@@ -31,6 +31,7 @@ from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
+from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.card_options import options_problems
@@ -72,6 +73,8 @@ class Plan:
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
     # rollout.multi_turn: the agent runtime an agent-loop card's runner built (rl_core.rollout.multi_turn.agent_runtime)
     agent: Any = None
+    # step observers (rl_core.observers): (card, its loaded factory) of every installed ObserverCard
+    observers: tuple = ()
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -421,6 +424,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
 
     agent, agent_problems = agent_runtime(config, registry)
     problems.extend(agent_problems)
+    observers, observer_problems = observer_plan(config, registry)
+    problems.extend(observer_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
 
@@ -447,6 +452,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         reward_model_fn=reward_model_fn,
         reward_model_rollout=reward_model_rollout,
         agent=agent,
+        observers=observers,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

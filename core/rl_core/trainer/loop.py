@@ -69,6 +69,7 @@ from rl_core.data.dataset import build_loaders
 from rl_core.data.dataset import pad_token_id_of
 from rl_core.modeling import load_tokenizer
 from rl_core.multimodal import processor_for_model, stack_problems
+from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
 from rl_core.plan.disk import estimate_disk
 from rl_core.rewards.manager import RewardManager
@@ -147,6 +148,8 @@ class Trainer:
         self.keep_update_log_probs = not self.recompute_old_log_prob and bool(cfg.rollout.calculate_log_probs)
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
         self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (rl_core.async_rl), else None
+        # step observers (rl_core.observers, e.g. rl-traces): each step's rollouts and each validation's
+        self.observers = Observers(getattr(stack, "observers", ()), cfg, cfg.trainer.output_dir)
 
     def _rollout_pipeline(self):
         """rollout.n_gpus_per_node: the rollout pool's schedule and weight transfer; the first sync (version 0) done."""
@@ -256,6 +259,10 @@ class Trainer:
 
     def _keep_val_generations(self, batch: Batch, scores: torch.Tensor) -> None:
         """trainer.log_val_generations: append the first N validation samples to <output_dir>/val_generations.jsonl."""
+        if self.observers:  # rl_core.observers: the validation's rows, at the step whose weights they measure
+            self.observers.call("on_rollouts", StepRollouts(
+                step=self._val_step, phase="val", batch=batch, scores=scores, policy_version=self._val_step,
+                tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
         n = self.config.trainer.log_val_generations
         kept = getattr(self, "_val_kept", 0)
         if n <= kept:
@@ -334,6 +341,7 @@ class Trainer:
             check_finite(scores, stage="reward", role="reward", tensor="reward scores")
             metrics.update(reward_metrics)
             metrics.update(self._reward_health(step, len(scores), reward_metrics))
+        self._scored = (batch, scores, raw, extras)  # the step's observers get them (the last round's)
         f = self.config.algorithm.filter_groups
         return batch, (filter_values(f.metric, scores=scores, raw_scores=raw, extras=extras) if f.enable else None)
 
@@ -441,6 +449,9 @@ class Trainer:
                 metrics.update(_guard_update("actor", per_rank))
             if kept is not None and "rollout_log_probs" in batch.tensors.keys():
                 metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"]))
+            if self.observers:
+                with timed(t, "observers"):
+                    self._observe_step(step, batch, kept)
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -461,6 +472,18 @@ class Trainer:
             metrics["perf/max_memory_allocated_gb"] = max(peaks)
         metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
         return metrics
+
+    def _observe_step(self, step: int, batch: Batch, kept: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """Hand the step's trained rows to the step observers (rl_core.observers)."""
+        scored_batch, scores, raw, extras = self._scored
+        if scored_batch is not batch:  # dynamic sampling kept some rows of several rounds: the scores the step trained on
+            scores, raw, extras = batch["token_level_scores"].sum(-1), None, None
+        trainer_lp = batch["old_log_probs"] if "old_log_probs" in batch.tensors.keys() else None
+        if trainer_lp is None and kept is not None:  # the on-policy update's own, for the rows it computed
+            trainer_lp = torch.where(kept[1].bool().unsqueeze(-1), kept[0], torch.full_like(kept[0], float("nan")))
+        self.observers.call("on_rollouts", StepRollouts(
+            step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras, trainer_log_probs=trainer_lp,
+            policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
 
     # ---------------------------------------------------------------- health
     def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
@@ -489,9 +512,10 @@ class Trainer:
         return {"critic/advantages_all_zero": float(zero)}
 
     # ------------------------------------------------------------- validation
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int = 0) -> dict[str, float]:
         if self.val_loader is None:
             return {}
+        self._val_step = step  # the step whose weights this validation measures (step observers)
         t: dict[str, float] = {}
         scores_all, lengths = [], []
         agent: dict[str, float] = {}  # multi-turn rollouts: val/agent/* counters (tool calls, errors, stops)
@@ -601,6 +625,7 @@ class Trainer:
         # metrics.jsonl describes this run only: rows after the resumed step (all of them on a fresh
         # start, e.g. after a crash before the first checkpoint) belong to a run that is gone
         self.tracker.truncate_after(start if start > 0 else -1)
+        self.observers.call("on_start", start)  # what they kept after the resumed step is gone too
         if self.config_diff and start > 0:
             print(
                 f"resuming under a changed config (--resume-anyway); from step {start + 1} the run uses the new values:\n  "
@@ -611,8 +636,9 @@ class Trainer:
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
             with phase("validating before training (greedy, every held-out prompt)"):
-                val = self.validate()
+                val = self.validate(step=0)
             self.tracker.log(val, step=0)
+            self.observers.call("on_step_end", 0)
             last.update(val)
         bar = ProgressBar(self.total_steps, initial=start, enable=self.progress_enabled)
         try:
@@ -636,13 +662,14 @@ class Trainer:
                     ) from None
                 stopping = self.stop.requested
                 if cfg.test_freq > 0 and not stopping and (step % cfg.test_freq == 0 or step == self.total_steps):
-                    metrics.update(self.validate())
+                    metrics.update(self.validate(step=step))
                 # Log before saving: a crash between the two resumes from the previous
                 # checkpoint, which truncates this row away; the reverse order would lose it.
                 try:
                     self.tracker.log(metrics, step=step)
                 except LoggerError as exc:  # a full disk: say what is kept, and keep the step's state if nothing else is
                     raise LoggerError(f"{exc} {self._kept_after_failure(step)}") from None
+                self.observers.call("on_step_end", step)  # before the checkpoint, as the metrics row
                 bar.update(step, metrics)
                 self.stop.graceful = False  # while saving, a signal stops at once (the save is then undone)
                 if stopping or (cfg.save_freq > 0 and (step % cfg.save_freq == 0 or step == self.total_steps)):
@@ -665,6 +692,7 @@ class Trainer:
             self.stop.graceful = False
             bar.close()
             self.tracker.close()
+            self.observers.call("close")
         return last
 
     def interrupted_text(self, signum: int) -> str:

@@ -53,6 +53,7 @@ RESUMABLE_KEYS = frozenset(
         "trainer.torch_threads",
         "trainer.output_dir",  # where the run is (a moved folder)
         "trainer.resume",
+        "trainer.observers",  # step observers (rl_core.observers, e.g. traces) read the run, they never change it
         "data.val_files",
         "data.val_batch_size",
         "data.val_max_samples",
