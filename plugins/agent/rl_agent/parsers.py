@@ -36,6 +36,7 @@ class HermesParser:
     _pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        text = as_text(text)
         calls = []
         for body in self._pattern.findall(text):
             calls.append(self._call(body.strip()))
@@ -46,19 +47,40 @@ class HermesParser:
 
     @staticmethod
     def _call(body: str) -> ToolCall:
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            return ToolCall(name="", error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+        data, problem = loads(body)
+        if problem:
+            return ToolCall(name="", error=f"the tool call is not valid JSON ({problem})")
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             return ToolCall(name="", error='a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}')
         args = data.get("arguments", {})
         if isinstance(args, str):  # some models write the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
+            args, problem = loads(args)
+            if problem:
                 return ToolCall(name=data["name"], error="the arguments are a string that is not a JSON object")
         return ToolCall(name=data["name"], arguments=args)
+
+
+def as_text(text: Any) -> str:
+    """A parser's input as ``str``: bytes decoded (invalid UTF-8 replaced), anything else by ``str()``."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, (bytes, bytearray)):
+        return bytes(text).decode("utf-8", errors="replace")
+    return str(text)
+
+
+def loads(body: str) -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, what is wrong)`` for any text a model can write: invalid JSON, nesting
+    deeper than the interpreter's recursion limit, an integer beyond Python's digit limit (whose ValueError has no
+    ``msg``), a bare constant such as ``NaN``."""
+    try:
+        return json.loads(body), None
+    except json.JSONDecodeError as exc:
+        return None, f"{exc.msg} at character {exc.pos}"
+    except RecursionError:
+        return None, "nested too deeply"
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        return None, str(exc).split(";")[0][:200]
 
 
 def hermes() -> HermesParser:
