@@ -314,7 +314,8 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
     mode = containment()
     if (refused := refusal()) is not None:
         raise SandboxError(refused)
-    host_dir = tempfile.mkdtemp(prefix="rlcore-sandbox-")
+    sweep_stale()
+    host_dir = tempfile.mkdtemp(prefix=f"rlcore-sandbox-{os.getpid()}-")
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, host_dir, ignore_errors=True)
         uid, own = stack.enter_context(_run_user())
@@ -383,6 +384,25 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         why = "; ".join(tail) or (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
         raise SandboxError(f"the program failed: {why}")
     return stdout + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
+
+
+def sweep_stale() -> None:
+    """Remove the host folders (captured output) of runs whose rl-core process is gone (killed before it could)."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or not name.startswith("rlcore-sandbox-") or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except (PermissionError, OverflowError):
+            pass
 
 
 def _bwrap_could_not_fork(stderr: str) -> bool:
