@@ -14,6 +14,7 @@ chat template must pass through unchanged for the format to work (checked by
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -32,6 +33,7 @@ class HermesParser:
     start, end = "<tool_call>", "</tool_call>"
     stop = ("</tool_call>",)
     markers = ("<tool_call>", "</tool_call>")
+    _pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # kept for code that reads it; parse scans linearly
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
         text = as_text(text)

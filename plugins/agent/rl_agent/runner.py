@@ -342,3 +342,6 @@ class AgentRuntime:
 
     def rollout(self, setup: AgentSetup, batch: Batch, params, decode: Decode, *, pad_id: int, eos_ids: Sequence[int]) -> Batch:
         return run_agent_rollout(setup, batch, params, decode, pad_id=pad_id, eos_ids=eos_ids)
+
+
+_check_trajectory = check_trajectory  # its name before issue 47
