@@ -289,3 +289,30 @@ def test_check_refuses_what_train_refuses(tmp_path):
 class RaisesInInit:
     def __init__(self, config, tool_schema):
         raise RuntimeError("no endpoint configured")
+
+
+@pytest.mark.parametrize("case", ["a tool config path that is a folder", "the python tool without any sandbox"])
+def test_rlcore_check_refuses_at_the_cli(tmp_path, monkeypatch, case):
+    """Through ``rlcore check`` itself (before: the folder crashed check with IsADirectoryError; the python tool
+    without bubblewrap was approved with a network namespace only)."""
+    from tests.reliability.runs import cli, make_run
+
+    cfg = make_run(tmp_path / "run")
+    overrides = ["rollout.multi_turn.enable=true"]
+    if case.startswith("a tool config"):
+        overrides.append(f"rollout.multi_turn.tool_config_path={tmp_path}")
+        shown = "is a folder"
+    else:
+        monkeypatch.setenv("RL_CORE_SANDBOX_NO_BWRAP", "1")
+        monkeypatch.setattr(sandbox, "fallback_command", lambda *a, **k: ["/bin/false"])
+        sandbox.containment.cache_clear()
+        overrides.append("rollout.multi_turn.tools=[python]")
+        shown = "bubblewrap"
+    try:
+        code, out, err = cli("check", str(cfg), *overrides)
+    finally:
+        sandbox.containment.cache_clear()
+    text = out + err
+    ok = code != 0 and shown in text and "Traceback" not in text
+    tally.record("check_probes", f"agent, rlcore check: {case}", ok)
+    assert ok, (code, text[-2000:])

@@ -289,6 +289,7 @@ def tool_config_problems(path: str) -> list[Problem]:
         load_tool_config(path)
     except Exception as exc:  # noqa: BLE001 - a ToolConfigError, or what building a tool raised that train would meet too
         what = str(exc) if isinstance(exc, ToolConfigError) else f"{path}: building its tools failed: {type(exc).__name__}: {exc}"
+        what = what.removeprefix("rollout.multi_turn.tool_config_path: ")  # the key is the Problem's
         return [Problem(key="rollout.multi_turn.tool_config_path", what=what, fix="fix the tool config file (verl format: tools: [{class_name, config, tool_schema}])")]
     return []
 
