@@ -48,12 +48,12 @@ def tool_thread():
     """Mark the current thread as running a tool (``os._exit`` refused in it) for the ``with`` block."""
     if os._exit is not _guarded_exit:  # (re)installed: a reward call's own guard restores what it found
         os._exit = _guarded_exit
-    depth = getattr(_local, "depth", 0)
-    _local.depth, _local.pid = depth + 1, os.getpid()
+    # a count, not a saved value: async tools on one event loop enter and leave in any order
+    _local.depth, _local.pid = getattr(_local, "depth", 0) + 1, os.getpid()
     try:
         yield
     finally:
-        _local.depth = depth
+        _local.depth -= 1
 
 
 def _exit_error(name: str, exc: BaseException) -> ToolExit:

@@ -272,3 +272,34 @@ def test_an_agent_loop_that_breaks_the_contract_is_named(model, registry, loop, 
         _rollout(model, registry, ["hello"], loop=loop)
     text = str(info.value)
     assert f"agent loop {loop!r}" in text and "rl-agent-trust-tests 0.0.1" in text and what in text, text
+
+
+def test_os_exit_is_refused_for_an_async_tool_that_outlives_another(model, registry):
+    """Two async tools on one event loop: the first one finishing must not lift the guard of the second."""
+    import asyncio
+
+    from rl_agent.tools import call_tool, tool_from_function
+
+    async def quick(text: str) -> str:
+        """Returns at once.
+
+        Args:
+            text: ignored
+        """
+        return "quick"
+
+    async def late_exit(text: str) -> str:
+        """Calls os._exit after a moment.
+
+        Args:
+            text: ignored
+        """
+        await asyncio.sleep(0.2)
+        os._exit(7)
+
+    async def both():
+        tools = [tool_from_function(quick), tool_from_function(late_exit)]
+        return await asyncio.gather(*(call_tool(t, t.name, {"text": "a"}, timeout_s=5) for t in tools))
+
+    first, second = asyncio.run(both())
+    assert first.ok and second.status == "error" and "os._exit(7)" in second.text, second
