@@ -303,3 +303,24 @@ def test_os_exit_is_refused_for_an_async_tool_that_outlives_another(model, regis
 
     first, second = asyncio.run(both())
     assert first.ok and second.status == "error" and "os._exit(7)" in second.text, second
+
+
+def test_an_agent_runtime_that_breaks_the_contract_is_named():
+    """A plugin's runtime (core's rl_core.rollout.multi_turn.AgentRuntime) returning something else than the rollout
+    batch: an error naming its class and distribution, not a traceback deep in the trainer."""
+    import torch
+
+    from rl_core.batch import Batch
+    from rl_core.rollout.multi_turn import MultiTurn
+
+    class BadRuntime:
+        def setup(self, tokenizer):
+            return None
+
+        def rollout(self, setup, batch, params, decode, *, pad_id, eos_ids):
+            return Batch({"responses": torch.zeros(1, 3, dtype=torch.long), "response_mask": torch.zeros(1, 3)}, {})
+
+    mt = MultiTurn(None, tokenizer=None, eos_ids=[0], agent=BadRuntime())
+    batch = Batch({"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 4, dtype=torch.long)}, {})
+    with pytest.raises(RuntimeError, match=r"agent runtime .*BadRuntime broke the multi-turn contract: its responses is \(1, 3\), not \(4, 8\)"):
+        mt.generate(batch, SimpleNamespace(n=2, max_new_tokens=8), lambda *a: [], pad_id=0)
