@@ -28,6 +28,11 @@ ROWS: dict[str, tuple[str, str]] = {
     "secrets": ("secret-shaped values under ordinary key names", "masked in printouts, config.yaml and logger configs"),
     "check_probes": ("mistakes only a deeper rlcore check finds", "reported by rlcore check (not a traceback in train)"),
     "engines": ("rollout engines that die or hang mid-run", "replaced (weights re-synced and verified, the call repeated), the run finishes its steps"),
+    "agent_output": ("malformed tool calls in a model's text (deep nesting, huge numbers, bad UTF-8, megabytes)", "a failed tool call, parsed in < 5 s"),
+    "agent_tools": ("tools that exit / os._exit / return invalid text / flood / hang", "a failed tool call, the process lives"),
+    "agent_loops": ("agent loops that break the trajectory contract", "an error naming the loop, its plugin and what was wrong"),
+    "agent_sandbox": ("escapes of the python tool's sandbox without bubblewrap", "contained (no file left, no host socket, no other process's cmdline)"),
+    "agent_orphans": ("a second Ctrl-C / SIGTERM to the group while python-tool programs run", "no tool process outlives rl-core"),
 }
 
 _counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -26,6 +26,7 @@ same way.
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any, Callable, Protocol, Sequence
 
 import attrs
@@ -134,7 +135,35 @@ class MultiTurn:
                 raise RuntimeError(f"the engine answered {len(outs)} of {len(prompts)} multi-turn requests")
             return [_generated(cut_at_stop(s, stop, decode), budget, eos) for s, budget in zip(outs, budgets)]
 
-        return self.agent.rollout(self.setup, batch, params, decode_turn, pad_id=pad_id, eos_ids=self.eos_ids)
+        out = self.agent.rollout(self.setup, batch, params, decode_turn, pad_id=pad_id, eos_ids=self.eos_ids)
+        if (problem := _rollout_problem(out, len(batch) * params.n, params.max_new_tokens)) is not None:
+            raise RuntimeError(f"the agent runtime {_who(self.agent)} broke the multi-turn contract: {problem}; it returns the "
+                               "rollout batch of rl_core.rollout.output.rollout_batch (report it to the plugin's authors)")
+        return out
+
+
+def _rollout_problem(out: Any, rows: int, R: int) -> str | None:
+    """What is wrong with an agent runtime's rollout batch (``responses`` / ``response_mask`` of ``rows x R``)."""
+    if not isinstance(out, Batch):
+        return f"it returned {type(out).__name__}, not a Batch"
+    for key in ("responses", "response_mask"):
+        t = out.tensors.get(key)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (rows, R):
+            return f"its {key} is {tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}, not ({rows}, {R})"
+    return None
+
+
+def _who(obj: Any) -> str:
+    """``module.Class (distribution version)`` of a plugin's object."""
+    module = type(obj).__module__
+    name = f"{module}.{type(obj).__qualname__}"
+    dists = metadata.packages_distributions().get(module.split(".")[0], [])
+    if dists:
+        try:
+            name += f" ({dists[0]} {metadata.version(dists[0])})"
+        except metadata.PackageNotFoundError:
+            name += f" ({dists[0]})"
+    return name
 
 
 def _generated(sample: Sample, budget: int, eos: set[int]) -> Generated:

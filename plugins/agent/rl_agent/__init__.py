@@ -2,7 +2,9 @@
 
 - :mod:`rl_agent.tools`: the :class:`~rl_agent.tools.Tool` object, tools from typed
   functions, verl's tool-config YAML, and calling a tool with a timeout (errors become results);
-- :mod:`rl_agent.calculator`, :mod:`rl_agent.sandbox`: the built-in ``calculator`` and ``python`` tools;
+- :mod:`rl_agent.containment`: a tool call cannot end the run (exit attempts, invalid text, floods);
+- :mod:`rl_agent.calculator`, :mod:`rl_agent.sandbox`: the built-in ``calculator`` and ``python`` tools
+  (:mod:`rl_agent.sandbox_ns`: its sandbox without bubblewrap);
 - :mod:`rl_agent.parsers`: tool-call formats by name (``hermes``);
 - :mod:`rl_agent.chat`: the tokens a chat template inserts between turns, and the token check;
 - :mod:`rl_agent.loop`: what an agent loop receives and returns; :mod:`rl_agent.tool_agent`: the built-in loop;

@@ -1,8 +1,10 @@
 """``rlcore check`` probes for ``rollout.multi_turn``: every problem named by its key, nothing run.
 
 - a tool name nobody registered (with the nearest name), a registered tool whose schema is not a
-  function schema;
-- ``tool_config_path``: the file, each ``class_name`` importing, each ``tool_schema``;
+  function schema, whose factory does not import or gives no tool (no schema, no docstring to derive one);
+- the ``python`` tool where no sandbox works here (install bubblewrap; :func:`rl_agent.sandbox.refusal`);
+- ``tool_config_path``: the file (a folder is not one), each ``class_name`` importing, each ``tool_schema``,
+  each verl tool class built (its ``__init__``);
 - ``format`` and ``agent_loop`` not registered; a data row's ``agent_name`` not registered;
 - a chat template that cannot carry the format: it fails on, or drops, a ``tool`` message, or changes
   the format's markers inside an assistant message (the model would never see what it wrote);
@@ -34,7 +36,7 @@ def agent_problems(config: Any, registry: Any, rows: list[dict] | None = None) -
     mt = config.rollout.multi_turn
     if not mt.enable:
         return []
-    from rl_agent.tools import schema_problems, tool_config_problems
+    from rl_agent.tools import as_tool, schema_problems, tool_config_problems
 
     out: list[Problem] = []
     for i, name in enumerate(mt.tools):
@@ -44,8 +46,24 @@ def agent_problems(config: Any, registry: Any, rows: list[dict] | None = None) -
             continue
         card = registry.cards["tool"][name]
         if card.schema is not None:
-            for what in schema_problems(card.schema, f"the schema of tool {name!r} ({card.provider})"):
+            problems = schema_problems(card.schema, f"the schema of tool {name!r} ({card.provider})")
+            for what in problems:
                 out.append(Problem(key=f"rollout.multi_turn.tools[{i}]", what=what, fix="fix the ToolCard's schema in the plugin that registers it"))
+            if problems:
+                continue
+        try:  # as rollouts build it
+            as_tool(card.load(), name=card.name, schema=card.schema)
+        except Exception as exc:  # noqa: BLE001 - an import / attribute error, a ToolConfigError, the factory's own error
+            out.append(Problem(key=f"rollout.multi_turn.tools[{i}]",
+                               what=f"the tool {name!r} ({card.factory}, from {card.provider or 'an unregistered card'}) cannot be built: {type(exc).__name__}: {exc}",
+                               fix="install or fix the plugin that registers it (a tool is a typed function with a docstring, or has a schema)"))
+            continue
+        if card.factory == "rl_agent.sandbox:python":
+            from rl_agent.sandbox import refusal
+
+            if (why := refusal()) is not None:
+                out.append(Problem(key=f"rollout.multi_turn.tools[{i}]", what=why,
+                                   fix="install bubblewrap (bwrap), or leave the python tool out of rollout.multi_turn.tools"))
     if mt.tool_config_path:
         out.extend(tool_config_problems(mt.tool_config_path))
     if not mt.tools and not mt.tool_config_path:

@@ -99,6 +99,20 @@ class AgentHandle:
             return text[:half] + mark + text[len(text) - (limit - half) :]
         return text[:limit] + mark
 
+    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+        """``parser.parse(text)`` that never raises: a parser that fails (a plugin's, on text it did not expect) gives
+        one malformed call (a failed tool call the model sees, counted in ``agent/parser_errors``)."""
+        try:
+            content, calls = self.parser.parse(text)
+            calls = list(calls)
+            if not all(isinstance(c, ToolCall) for c in calls):
+                raise TypeError(f"it returned {sorted({type(c).__name__ for c in calls})}, not ToolCall objects")
+        except Exception as exc:  # noqa: BLE001 - a parser must not end the run (RecursionError included)
+            self.stats.add("agent/parser_errors")
+            what = f"{type(exc).__name__}: {exc}"[:300].encode("utf-8", "replace").decode("utf-8")
+            return text, [ToolCall(name="", error=f"the tool call could not be parsed ({what})")]
+        return content, calls
+
     async def call_tools(self, calls: Sequence[ToolCall], sample: AgentSample) -> list[ToolResult]:
         """Run ``calls`` concurrently; malformed calls are answered without running anything."""
 

@@ -33,32 +33,63 @@ class HermesParser:
     start, end = "<tool_call>", "</tool_call>"
     stop = ("</tool_call>",)
     markers = ("<tool_call>", "</tool_call>")
-    _pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+    _pattern = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)  # kept for code that reads it; parse scans linearly
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        calls = []
-        for body in self._pattern.findall(text):
-            calls.append(self._call(body.strip()))
-        if not calls and self.start in text:  # an opened call never closed (e.g. cut by the budget)
+        text = as_text(text)
+        calls, content, pos, opened = [], [], 0, False
+        # a scan with str.find, linear in the text (a lazy regex rescans the rest of the text from every unclosed
+        # <tool_call>: quadratic, minutes on a model's 1 MB of "<tool_call>" repeated)
+        while (start := text.find(self.start, pos)) != -1:
+            content.append(text[pos:start])
+            end = text.find(self.end, start + len(self.start))
+            if end == -1:
+                opened = True
+                break
+            calls.append(self._call(text[start + len(self.start) : end].strip()))
+            pos = end + len(self.end)
+        else:
+            content.append(text[pos:])
+        if not calls and opened:  # an opened call never closed (e.g. cut by the budget)
             calls.append(ToolCall(name="", error="a <tool_call> was opened but not closed with </tool_call>"))
-        content = self._pattern.sub("", text).split(self.start)[0].strip()
-        return content, calls
+        return "".join(content).strip(), calls
 
     @staticmethod
     def _call(body: str) -> ToolCall:
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            return ToolCall(name="", error=f"the tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+        data, problem = loads(body)
+        if problem:
+            return ToolCall(name="", error=f"the tool call is not valid JSON ({problem})")
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             return ToolCall(name="", error='a tool call must be a JSON object {"name": "<tool>", "arguments": {...}}')
         args = data.get("arguments", {})
         if isinstance(args, str):  # some models write the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
+            args, problem = loads(args)
+            if problem:
                 return ToolCall(name=data["name"], error="the arguments are a string that is not a JSON object")
         return ToolCall(name=data["name"], arguments=args)
+
+
+def as_text(text: Any) -> str:
+    """A parser's input as ``str``: bytes decoded (invalid UTF-8 replaced), anything else by ``str()``."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, (bytes, bytearray)):
+        return bytes(text).decode("utf-8", errors="replace")
+    return str(text)
+
+
+def loads(body: str) -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, what is wrong)`` for any text a model can write: invalid JSON, nesting
+    deeper than the interpreter's recursion limit, an integer beyond Python's digit limit (whose ValueError has no
+    ``msg``), a bare constant such as ``NaN``."""
+    try:
+        return json.loads(body), None
+    except json.JSONDecodeError as exc:
+        return None, f"{exc.msg} at character {exc.pos}"
+    except RecursionError:
+        return None, "nested too deeply"
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        return None, str(exc).split(";")[0][:200]
 
 
 def hermes() -> HermesParser:

@@ -21,7 +21,13 @@ def build_tools(mt, registry) -> dict[str, Tool]:
             card = reg.get("tool", name)
         except UnknownCardError as exc:
             raise ToolConfigError(f"rollout.multi_turn.tools[{i}]: {exc}") from None
-        tool = as_tool(card.load(), name=card.name, schema=card.schema)
+        try:
+            tool = as_tool(card.load(), name=card.name, schema=card.schema)
+        except ToolConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the factory's module or attribute is missing, or it fails
+            raise ToolConfigError(f"rollout.multi_turn.tools[{i}]: the tool {name!r} ({card.factory}, from {card.provider or 'an unregistered card'}) "
+                                  f"cannot be built: {type(exc).__name__}: {exc}") from None
         tools[tool.name] = tool
     if mt.tool_config_path:
         for tool in load_tool_config(mt.tool_config_path):

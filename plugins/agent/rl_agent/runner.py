@@ -39,6 +39,7 @@ from rl_agent.chat import ChatDelta, token_check
 from rl_agent.loop import AgentHandle, AgentSample, Generated, Trajectory
 from rl_agent.tools import Tool, ToolResult, hung_calls
 from rl_core.batch import Batch
+from rl_core.problems import UserError
 from rl_core.rollout.multi_turn import Decode
 from rl_core.rollout.output import rollout_batch
 
@@ -88,6 +89,13 @@ class AgentSetup:
             self._loops[name] = agent_loop(name, self._registry)
         return self._loops[name]
 
+    def describe(self, name: str) -> str:
+        """``agent loop 'name' (factory, from distribution version)``: who to blame for a broken trajectory."""
+        card = self._registry.cards.get("agent_loop", {}).get(name)
+        if card is None:
+            return f"agent loop {name!r}"
+        return f"agent loop {name!r} ({card.factory if isinstance(card.factory, str) else getattr(card.factory, '__qualname__', card.factory)}, from {card.provider or 'an unregistered card'})"
+
 
 _TRAJECTORY: contextvars.ContextVar[int] = contextvars.ContextVar("rl_core_agent_trajectory", default=0)
 
@@ -101,6 +109,7 @@ class _Batcher:
         self.pending: list[tuple[list[int], int, asyncio.Future, int]] = []
         self.active = 0
         self.wake = asyncio.Event()
+        self.engine_errors: list[BaseException] = []  # the engine's failures handed to the loops (not the loops' fault)
 
     async def generate(self, ids: list[int], budget: int) -> Generated:
         fut = asyncio.get_running_loop().create_future()
@@ -129,6 +138,7 @@ class _Batcher:
                 try:
                     outs = self.decode([b[0] for b in batch], [b[1] for b in batch], self.stop)
                 except BaseException as exc:  # the engine failed: every waiting loop gets the error
+                    self.engine_errors.append(exc)
                     for _, _, fut, _ in batch:
                         fut.set_exception(exc)
                     continue
@@ -202,7 +212,7 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
         tokenizer=setup.tokenizer, parser=setup.parser, tools=setup.tools, config=mt, chat=setup.chat,
         eos_ids=eos_ids, generate=batcher.generate, stats=stats,
     )
-    samples, loops = [], []
+    samples, loops, loop_names = [], [], []
     for i in range(B):
         info = infos[i] if isinstance(infos[i], dict) else {}
         messages = list(raw[i]) if raw[i] is not None else []
@@ -210,7 +220,8 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
             samples.append(AgentSample(index=i, prompt_ids=prompts[i], messages=messages, budget=R, extra_info=info,
                                        tools_kwargs=dict(info.get("tools_kwargs") or {})))
             loops.append(setup.loop(names[i] or mt.agent_loop))
-    trajectories: list[Trajectory] = _run_loops(batcher, [loop(handle, s) for loop, s in zip(loops, samples)])
+            loop_names.append(names[i] or mt.agent_loop)
+    trajectories: list[Trajectory] = _run_loops(batcher, [_named(setup, batcher, n, r, loop, handle, s) for r, (n, loop, s) in enumerate(zip(loop_names, loops, samples))])
 
     rows = B * n
     responses = torch.full((rows, R), int(pad_id), dtype=batch.tensors["input_ids"].dtype)
@@ -219,7 +230,7 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
     log_probs = torch.zeros((rows, R), dtype=torch.float32)
     new_infos = []
     for r, (traj, sample) in enumerate(zip(trajectories, samples)):
-        _check_trajectory(traj, R, r)
+        check_trajectory(traj, R, r, setup.describe(loop_names[r]))
         k = len(traj.response_ids)
         responses[r, :k] = torch.tensor(traj.response_ids, dtype=responses.dtype)
         response_mask[r, :k] = torch.tensor(traj.response_mask, dtype=response_mask.dtype)
@@ -246,12 +257,60 @@ def run_agent_rollout(setup: AgentSetup, batch: Batch, params, decode: Decode, *
     return out
 
 
-def _check_trajectory(traj: Trajectory, R: int, row: int) -> None:
+class AgentLoopError(UserError, RuntimeError):
+    """An agent loop (a plugin's) broke the trajectory contract (:mod:`rl_agent.loop`) or raised: names the loop, its
+    plugin and what was wrong."""
+
+
+async def _named(setup: AgentSetup, batcher: _Batcher, name: str, row: int, loop, handle: AgentHandle, sample: AgentSample):
+    """``loop(handle, sample)``; what it raises becomes an :class:`AgentLoopError` naming the loop and its plugin
+    (an engine failure it passed on stays the engine's)."""
+    try:
+        return await loop(handle, sample)
+    except (AgentLoopError, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        if any(exc is e for e in batcher.engine_errors):
+            raise
+        raise _loop_error(setup, name, row, exc) from exc
+
+
+def _loop_error(setup: AgentSetup, name: str, row: int, exc: BaseException) -> "AgentLoopError":
+    return AgentLoopError(f"{setup.describe(name)} raised {type(exc).__name__} on trajectory {row}: {exc}; "
+                          "an agent loop's failures are its plugin's to fix (report it to its authors)")
+
+
+def check_trajectory(traj: Any, R: int, row: int, loop: str = "the agent loop") -> None:
+    """What every agent loop must return (:class:`~rl_agent.loop.Trajectory`); an :class:`AgentLoopError` naming
+    ``loop`` (its name and plugin) and what was wrong otherwise."""
+
+    def broken(what: str) -> AgentLoopError:
+        return AgentLoopError(f"{loop} broke the trajectory contract on trajectory {row}: {what}; an agent loop returns an "
+                              "rl_agent.loop.Trajectory grown with add_sampled / add_inserted (report it to the loop's authors)")
+
+    if not isinstance(traj, Trajectory):
+        raise broken(f"it returned {type(traj).__name__}, not a Trajectory")
+    for name in ("prompt_ids", "response_ids", "response_mask", "log_probs", "messages", "turns"):
+        value = getattr(traj, name, None)
+        if not isinstance(value, (list, tuple)):
+            raise broken(f"Trajectory.{name} is {type(value).__name__}, not a list")
     k = len(traj.response_ids)
     if not (k == len(traj.response_mask) == len(traj.log_probs)):
-        raise ValueError(f"agent loop returned trajectory {row} with {k} response ids, {len(traj.response_mask)} mask entries and {len(traj.log_probs)} log-probs; grow it with add_sampled / add_inserted")
+        raise broken(f"{k} response ids, {len(traj.response_mask)} mask entries and {len(traj.log_probs)} log-probs")
     if k > R:
-        raise ValueError(f"agent loop returned trajectory {row} with {k} response tokens, more than the budget data.max_response_length={R}")
+        raise broken(f"{k} response tokens, more than the budget data.max_response_length={R}")
+    bad = next((i for i in traj.response_ids if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < 0), None)
+    if bad is not None:
+        raise broken(f"response_ids holds {bad!r}, not a token id (an int >= 0)")
+    if any(m not in (0, 1) for m in traj.response_mask):
+        raise broken("response_mask holds values other than 0 and 1")
+    if not all(isinstance(x, (int, float, np.floating, np.integer)) for x in traj.log_probs):
+        raise broken("log_probs holds values that are not numbers")
+    if not all(isinstance(m, dict) for m in traj.messages):
+        raise broken("messages holds entries that are not mappings")
+    if not isinstance(traj.stop_reason, str):
+        raise broken(f"stop_reason is {type(traj.stop_reason).__name__}, not a string")
+
 
 
 def _count(stats: AgentStats, traj: Trajectory) -> None:
@@ -283,3 +342,6 @@ class AgentRuntime:
 
     def rollout(self, setup: AgentSetup, batch: Batch, params, decode: Decode, *, pad_id: int, eos_ids: Sequence[int]) -> Batch:
         return run_agent_rollout(setup, batch, params, decode, pad_id=pad_id, eos_ids=eos_ids)
+
+
+_check_trajectory = check_trajectory  # its name before issue 47

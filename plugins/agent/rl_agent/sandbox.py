@@ -20,10 +20,18 @@ what this does and does not contain):
 - with `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``) on
   ``PATH`` and working: new user, pid, network, IPC and UTS namespaces, the
   whole filesystem read-only, a private size-limited ``/tmp`` as the working
-  directory, the caller's home hidden, a private ``/proc``; without it, the
-  ``unshare`` tool's network namespace when that works, else no network
-  isolation. :func:`containment` says which, and the tool's result starts with nothing
-  about it (the model sees only its program's output).
+  directory and ``/dev/shm``, the caller's home hidden, a private ``/proc``;
+  without it (or with ``RL_CORE_SANDBOX_NO_BWRAP=1``), ``unshare``'s user, mount,
+  network and PID namespaces set up by :mod:`rl_agent.sandbox_ns` (the same: the
+  filesystem read-only, private capped ``/tmp`` and ``/dev/shm``, empty ``/var/tmp``
+  and ``/run``, its own ``/proc``, no capabilities); in both, a seccomp filter
+  refuses Unix-domain sockets (a host's sockets stay out of reach). Where neither
+  works, :func:`containment` says ``"rlimits"``: the tool refuses to run
+  (:func:`refusal`), and ``rlcore check`` refuses a run that names it;
+- ``SIGKILL`` to the first process when the rl-core thread that started it ends
+  (``PR_SET_PDEATHSIG``): no program outlives rl-core (a second Ctrl-C, ``SIGTERM``
+  to its process group, ``kill -9``). The tool's result starts with nothing
+  about its containment (the model sees only its program's output).
 
 The result is the program's stdout (then stderr, marked), or an error the
 model sees: ``Error: ... timed out``, ``... killed (out of memory / CPU
@@ -50,6 +58,8 @@ import time
 
 import attrs
 
+from rl_agent.sandbox_ns import fallback_command, seccomp_filter, set_parent_death_signal
+
 NOBODY = 65534
 # users for the runs of a root rl-core, one per run: 65536 uids in the range systemd leaves unassigned
 # (0x70000000-0x7ffdffff, below its "foreign" range; systemd.io/UIDS-GIDS), which no account or container range has
@@ -70,6 +80,7 @@ class SandboxLimits:
     output_bytes: int = 16_384
     max_processes: int = 32
     tmp_mb: int = 64
+    max_files: int = 2048  # files and folders in the private /tmp (and, apart, in /dev/shm)
 
 
 def _works(cmd: list[str]) -> bool:
@@ -81,23 +92,38 @@ def _works(cmd: list[str]) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def containment() -> str:
-    """``"bwrap"`` (namespaces + read-only filesystem), ``"unshare-net"`` (network namespace only) or ``"rlimits"``."""
+    """``"bwrap"`` (bubblewrap's namespaces), ``"unshare-net"`` (the same made by ``unshare``, :mod:`rl_agent.sandbox_ns`;
+    the name is kept from when it was a network namespace only) or ``"rlimits"`` (neither works: the tool refuses).
+    ``RL_CORE_SANDBOX_NO_BWRAP=1`` skips bubblewrap."""
     if os.environ.get("RL_CORE_SANDBOX_NO_BWRAP") != "1" and shutil.which("bwrap"):
         if _works(_bwrap_prefix(64) + ["true"]):
             return "bwrap"
-    if shutil.which("unshare") and _works(["unshare", "-rn", "true"]):
+    fallback = fallback_command(interpreter(), [interpreter(), "-I", "-c", "pass"], tmp_mb=1, max_files=64)
+    if fallback and _works(fallback):
         return "unshare-net"
     return "rlimits"
 
 
-def _bwrap_prefix(tmp_mb: int) -> list[str]:
+def refusal() -> str | None:
+    """Why the python tool cannot run here (no containment it would accept), or None."""
+    if containment() != "rlimits":
+        return None
+    return ("the python tool needs a sandbox and none works here: bubblewrap (bwrap) is not installed or does not work, and the "
+            "fallback (unshare's user, mount, network and PID namespaces, setpriv, a seccomp filter) failed. Install bubblewrap "
+            "(apt-get install bubblewrap / dnf install bubblewrap) or allow unprivileged user namespaces")
+
+
+def _bwrap_prefix(tmp_mb: int, max_files: int = 2048, seccomp_fd: int | None = None) -> list[str]:
     # by full path: the program's scrubbed PATH need not hold the folder bwrap was found in
     cmd = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent", "--new-session"]
     home = os.path.expanduser("~")
     exe = os.path.realpath(interpreter())
     if home not in ("/", "") and os.path.isdir(home) and not exe.startswith(home.rstrip("/") + "/"):
         cmd += ["--tmpfs", home]
-    cmd += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    size = str(tmp_mb * 1024 * 1024)
+    cmd += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm", "--chdir", "/tmp"]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     return cmd
 
 
@@ -204,6 +230,7 @@ def _child_setup(limits: SandboxLimits, uid: int, nproc: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes, limits.output_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _drop_privileges(uid)
+        set_parent_death_signal()  # after the change of user, which clears it
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         # bwrap itself maps memory before it execs the program: the address-space cap applies to the
         # program as well (it is inherited), sized so bwrap's own setup still fits
@@ -285,7 +312,10 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
     if not isinstance(code, str):
         raise SandboxError(f"code must be a string, got {type(code).__name__}")
     mode = containment()
-    host_dir = tempfile.mkdtemp(prefix="rlcore-sandbox-")
+    if (refused := refusal()) is not None:
+        raise SandboxError(refused)
+    sweep_stale()
+    host_dir = tempfile.mkdtemp(prefix=f"rlcore-sandbox-{os.getpid()}-")
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, host_dir, ignore_errors=True)
         uid, own = stack.enter_context(_run_user())
@@ -301,19 +331,27 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
             os.chown(work, uid, uid)
         out_path, err_path = os.path.join(host_dir, "stdout"), os.path.join(host_dir, "stderr")
         python = [interpreter(), "-I", "-c", code]
+        pass_fds: tuple[int, ...] = ()
         if mode == "bwrap":
-            cmd, cwd = _bwrap_prefix(limits.tmp_mb) + python, work
-        elif mode == "unshare-net":
-            cmd, cwd = ["unshare", "-rn"] + python, work
+            cmd = _bwrap_prefix(limits.tmp_mb, limits.max_files)
+            if (prog := seccomp_filter()) is not None:
+                with open(os.path.join(host_dir, "seccomp.bpf"), "wb") as f:
+                    f.write(prog)
+                fd = stack.enter_context(open(os.path.join(host_dir, "seccomp.bpf"), "rb")).fileno()
+                cmd, pass_fds = _bwrap_prefix(limits.tmp_mb, limits.max_files, fd), (fd,)
+            cmd += python
         else:
-            cmd, cwd = python, work
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp" if mode == "bwrap" else work, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+            cmd = fallback_command(interpreter(), python, tmp_mb=limits.tmp_mb, max_files=limits.max_files)
+            if cmd is None:
+                raise SandboxError("the sandbox's fallback needs unshare and setpriv (util-linux); install bubblewrap")
+        cwd = work
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(
                     cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                    start_new_session=True, preexec_fn=_child_setup(limits, uid, nproc), close_fds=True,
+                    start_new_session=True, preexec_fn=_child_setup(limits, uid, nproc), close_fds=True, pass_fds=pass_fds,
                 )
             except BlockingIOError:  # exec refused: the user was over RLIMIT_NPROC when the child became it
                 raise _process_limit_error(uid, had, nproc, limits) from None
@@ -346,6 +384,25 @@ def run_code(code: str, limits: SandboxLimits = SandboxLimits()) -> str:
         why = "; ".join(tail) or (f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}")
         raise SandboxError(f"the program failed: {why}")
     return stdout + (f"\n[stderr]\n{stderr}" if stderr.strip() else "")
+
+
+def sweep_stale() -> None:
+    """Remove the host folders (captured output) of runs whose rl-core process is gone (killed before it could)."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or not name.startswith("rlcore-sandbox-") or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except (PermissionError, OverflowError):
+            pass
 
 
 def _bwrap_could_not_fork(stderr: str) -> bool:

@@ -31,7 +31,7 @@ async def tool_agent(handle: AgentHandle, sample: AgentSample) -> Trajectory:
         ended_with_eos = bool(out.token_ids) and out.token_ids[-1] in handle.eos_ids
         text = handle.decode(out.token_ids[:-1] if ended_with_eos else out.token_ids)
         traj.messages.append({"role": "assistant", "content": text})
-        _content, calls = handle.parser.parse(text)
+        _content, calls = handle.parse(text)
         turn = {"sampled": len(out.token_ids), "inserted": 0, "finish_reason": out.finish_reason, "tool_calls": [c.name for c in calls]}
         traj.turns.append(turn)
         if not calls:

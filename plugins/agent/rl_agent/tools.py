@@ -20,7 +20,8 @@ them; a data row fills them through ``extra_info.tools_kwargs[<tool>]``
 
 :func:`call_tool` runs one call: arguments checked against the schema, sync
 functions in a thread, everything under a timeout. An exception, a timeout,
-unknown arguments or a non-string result become a :class:`ToolResult` with
+unknown arguments, a result that is not text (or not valid Unicode, or a flood), and an exit attempt
+(``sys.exit``, ``KeyboardInterrupt``, ``os._exit``: :mod:`rl_agent.containment`) become a :class:`ToolResult` with
 ``status`` other than ``"ok"`` and a message the model sees; the rollout goes
 on. A *sync* function that hangs cannot be killed from Python: its thread is
 abandoned after the timeout and counted as *hung* until it returns
@@ -44,6 +45,7 @@ from typing import Any, Callable
 
 import attrs
 
+from rl_agent.containment import call_async, call_sync, result_problem
 from rl_core.cards import load_object
 from rl_core.problems import Problem, UserError
 
@@ -190,12 +192,18 @@ async def _maybe_await(value):
     return await value if inspect.isawaitable(value) else value
 
 
-def _verl_class_tool(cls: type, config: dict, schema: dict) -> Tool:
+def _verl_class_tool(cls: type, config: dict, schema: dict, where: str = "tool config") -> Tool:
     """Adapt a class following verl's ``BaseTool`` protocol (create / execute / release)."""
     try:
-        instance = cls(config=config, tool_schema=_ns(schema))
-    except TypeError:
-        instance = cls(config, _ns(schema))
+        try:
+            instance = cls(config=config, tool_schema=_ns(schema))
+        except TypeError:
+            instance = cls(config, _ns(schema))
+    except Exception as exc:  # noqa: BLE001 - the class's own __init__ fails: a config error naming it
+        raise ToolConfigError(
+            f"{where}.class_name: {cls.__module__}.{cls.__qualname__}(config, tool_schema) raised {type(exc).__name__}: {exc}; "
+            "fix its config (tools[i].config) or the class"
+        ) from None
 
     async def run(**kwargs):
         hidden = kwargs.pop("__hidden__", {})
@@ -235,7 +243,7 @@ def load_tool_config(path: str | os.PathLike) -> list[Tool]:
         if inspect.isclass(obj):
             if schema is None:
                 raise ToolConfigError(f"{where}: the class {cls_name} needs a tool_schema (an OpenAI-style function schema)")
-            tools.append(_verl_class_tool(obj, dict(entry.get("config") or {}), schema))
+            tools.append(_verl_class_tool(obj, dict(entry.get("config") or {}), schema, where))
         else:
             tools.append(as_tool(obj, schema=schema))
     return tools
@@ -247,11 +255,15 @@ def _read_tool_config(path) -> list[dict[str, Any]]:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ToolConfigError(f"rollout.multi_turn.tool_config_path: {path} does not exist")
+    if not os.path.isfile(path):
+        raise ToolConfigError(f"rollout.multi_turn.tool_config_path: {path} is a folder, not a file; name the YAML file inside it")
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except yaml.YAMLError as exc:
         raise ToolConfigError(f"rollout.multi_turn.tool_config_path: {path} is not valid YAML: {exc}") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
+        raise ToolConfigError(f"rollout.multi_turn.tool_config_path: {path} cannot be read as YAML text ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
         raise ToolConfigError(f"{path}: a tool config is a mapping with a 'tools' list: tools: [{{class_name, config, tool_schema}}]")
     for i, entry in enumerate(data["tools"]):
@@ -275,8 +287,10 @@ def tool_config_problems(path: str) -> list[Problem]:
     """``rlcore check``: the tool-config file reads, every class imports, every schema is valid."""
     try:
         load_tool_config(path)
-    except ToolConfigError as exc:
-        return [Problem(key="rollout.multi_turn.tool_config_path", what=str(exc), fix="fix the tool config file (verl format: tools: [{class_name, config, tool_schema}])")]
+    except Exception as exc:  # noqa: BLE001 - a ToolConfigError, or what building a tool raised that train would meet too
+        what = str(exc) if isinstance(exc, ToolConfigError) else f"{path}: building its tools failed: {type(exc).__name__}: {exc}"
+        what = what.removeprefix("rollout.multi_turn.tool_config_path: ")  # the key is the Problem's
+        return [Problem(key="rollout.multi_turn.tool_config_path", what=what, fix="fix the tool config file (verl format: tools: [{class_name, config, tool_schema}])")]
     return []
 
 
@@ -348,7 +362,7 @@ def _in_daemon_thread(fn: Callable[..., Any], kwargs: dict[str, Any], call: _Thr
 
     def run() -> None:
         try:
-            value, ok = fn(**kwargs), True
+            value, ok = call_sync(call.name, fn, kwargs), True
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting call
             value, ok = exc, False
         finally:
@@ -367,6 +381,8 @@ async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: 
     start = time.perf_counter()
 
     def done(text: str, status: str) -> ToolResult:
+        if status != "ok":  # an error message may quote the model's arguments or the tool's own text: always valid text
+            text = text[:4000].encode("utf-8", "replace").decode("utf-8")
         return ToolResult(text=text, status=status, seconds=time.perf_counter() - start)
 
     if tool is None:
@@ -377,7 +393,7 @@ async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: 
     kwargs = {**arguments, **hidden_kwargs(tool, tools_kwargs)}
     try:
         if inspect.iscoroutinefunction(tool.fn):
-            result = await asyncio.wait_for(tool.fn(**kwargs), timeout_s)
+            result = await asyncio.wait_for(call_async(tool.name, tool.fn, kwargs), timeout_s)
         else:
             hung = hung_calls(tool.name)
             if hung >= max_hung:
@@ -391,7 +407,15 @@ async def call_tool(tool: Tool | None, name: str, arguments: Any, *, timeout_s: 
     except asyncio.TimeoutError:
         return done(f"Error: the tool {tool.name} timed out after {timeout_s:g} s", "timeout")
     except Exception as exc:  # noqa: BLE001 - a tool may raise anything; the model sees it
-        return done(f"Error: {type(exc).__name__}: {exc}", "error")
-    if not isinstance(result, str):
-        return done(f"Error: the tool {tool.name} returned {type(result).__name__}, not text", "bad_result")
+        return done(f"Error: {_describe(exc)}", "error")
+    if (problem := result_problem(tool.name, result)) is not None:
+        return done(f"Error: {problem}", "bad_result")
     return done(result, "ok")
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of a tool's exception, even when its ``str()`` fails."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a tool's exception class with a broken __str__
+        return f"{type(exc).__name__} (its message cannot be shown)"

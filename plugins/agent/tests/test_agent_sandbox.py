@@ -72,7 +72,7 @@ def test_ordinary_code_runs():
         ("10 GiB allocation", "x = bytearray(10 * 1024**3)", "MemoryError"),
         ("write outside its dir", "open(os.path.join({repo!r}, 'SANDBOX_ESCAPE'), 'w').write('x')", "Read-only|Permission denied|No such file"),
         ("parent's env secrets", "import os\nprint(os.environ['RLCORE_TEST_SECRET'])", "KeyError"),
-        ("parent's env via /proc", "import os\nenv = open(f'/proc/{{os.getppid()}}/environ').read()\nassert 'RLCORE_TEST_SECRET' not in env\nraise SystemExit('no secret')", "no secret|Permission denied"),
+        ("parent's env via /proc", "import os\nenv = open(f'/proc/{{os.getppid()}}/environ').read()\nassert 'RLCORE_TEST_SECRET' not in env\nraise SystemExit('no secret')", "no secret|Permission denied|No such file"),
         ("socket to 127.0.0.1", "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)", "Connection refused|Network is unreachable|timed out|Permission"),
         ("output flood", "while True: print('x' * 1000)", "too large|printed more"),
     ],
