@@ -48,7 +48,8 @@ from rl_core.checkpoints.store import (
     save_tensors,
 )
 from rl_core.train_engine.guard import NonFiniteError, check_finite
-from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
+from rl_core.checkpoints.kept import kept_checkpoint
+from rl_core.trainer.metrics import batch_metrics, mean_of, scores_per_source, throughput, timed
 from rl_core.trainer.outputs import (
     changed_keys,
     check_previous_run,
@@ -485,11 +486,12 @@ class Trainer:
         return {"critic/advantages_all_zero": float(zero)}
 
     # ------------------------------------------------------------- validation
-    def validate(self) -> dict[str, float]:
+    def validate(self, per_source: bool = False) -> dict[str, float]:
+        """Greedy validation over the held-out prompts; ``per_source`` adds ``val/source/<data_source>/*`` (rlcore eval)."""
         if self.val_loader is None:
             return {}
         t: dict[str, float] = {}
-        scores_all, lengths = [], []
+        scores_all, lengths, sources = [], [], []
         agent: dict[str, float] = {}  # multi-turn rollouts: val/agent/* counters (tool calls, errors, stops)
         self._val_kept = 0
         failed = 0
@@ -500,6 +502,7 @@ class Trainer:
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
+                sources.extend(batch.non_tensors.get("data_source", ["unknown"] * scores.numel()))
                 lengths.append(batch["response_mask"].sum(-1).float())
                 for k, v in batch.meta.items():
                     if k.startswith("agent/"):
@@ -518,6 +521,7 @@ class Trainer:
             "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
             "val/response_length_mean": torch.cat(lengths).mean().item(),
             "val/samples": float(scores.numel()),
+            **(scores_per_source(scores, sources) if per_source else {}),
             **t,
         }
 
@@ -645,7 +649,7 @@ class Trainer:
                 if stopping:
                     raise Interrupted(
                         stopping,
-                        f"stopped by {signal_name(stopping)} after step {step} of {self.total_steps}: saved {saved}; "
+                        f"stopped by {signal_name(stopping)} after step {step} of {self.total_steps}: saved {kept_checkpoint(saved, cfg.output_dir)}; "
                         "run the same command to resume from it",
                     )
             self.stop.graceful = False
@@ -665,7 +669,8 @@ class Trainer:
         where = f"during step {self.step + 1}" if self.step < self.total_steps else "while writing the final model"
         latest = self.ckpt.latest()
         if latest is not None:
-            return f"stopped by {signal_name(signum)} {where}: the last checkpoint is {latest[1]} (step {latest[0]}); run the same command to resume from it"
+            return (f"stopped by {signal_name(signum)} {where}: the last checkpoint is {kept_checkpoint(latest[1], self.config.trainer.output_dir)} "
+                    f"(step {latest[0]}); run the same command to resume from it")
         return (
             f"stopped by {signal_name(signum)} {where}: nothing was saved (no checkpoint yet), so a rerun starts over. "
             "A single Ctrl-C / SIGTERM during training lets the step finish and saves a checkpoint; "
