@@ -12,8 +12,8 @@ import json
 import os
 
 import pytest
-
 from rl_core_testing.tiny_run import tiny_rows
+
 from tests.e2e.helpers import read_metrics, write_tiny_run
 from tests.reliability.runs import cli
 

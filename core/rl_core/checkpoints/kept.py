@@ -7,8 +7,6 @@ while keeping the metrics, plots and final model.
 
 from __future__ import annotations
 
-import os
-
 from rl_core.checkpoints.store import tree_size
 
 
