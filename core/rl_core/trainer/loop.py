@@ -110,6 +110,7 @@ class Trainer:
         self.config_diff = check_previous_run(
             cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
             resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
+            resumed_step=None if latest is None else latest[0],
         )
         self._check_room_for_final()
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
