@@ -102,3 +102,27 @@ def test_a_call_with_a_kv_cache_runs_the_layers_eagerly_with_the_same_result():
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(plain, want, rtol=1e-5, atol=1e-5)
     assert counter.frame_count == 1, f"{counter.frame_count} graphs: the cache-free forward compiles once, the cached one never"
+
+
+def test_rlcore_check_says_what_auto_chose_and_why(tmp_path):
+    from rl_core.config.compile_choice import MIN_STEPS, resolve_compile
+    from rl_core.config.load import load_config
+    from rl_core.config.normalize import normalize
+
+    from tests.reliability.runs import cli
+
+    cfg = write_tiny_run(tmp_path, model__compile="auto")
+    code, out, err = cli("check", str(cfg))
+    assert code == 0, out + err
+    (row,) = [line for line in out.splitlines() if line.strip().startswith("model.compile")]
+    assert "auto -> eager: on a CPU" in row, row
+    normalized, _, _ = normalize(load_config(cfg))
+    assert normalized.model.compile is False
+    code, out, err = cli("check", str(cfg), "model.compile=true")
+    assert code == 0 and "warning: model.compile: model.compile=true on a CPU" in err and "model.compile=auto picks eager" in err, err
+    gpu = load_config(cfg, ["trainer.device=cuda", f"trainer.total_training_steps={MIN_STEPS - 1}"])
+    compiled, why = resolve_compile("auto", "cuda", gpu)
+    assert compiled is False and "a short run" in why, why
+    long = load_config(cfg, ["trainer.device=cuda", f"trainer.total_training_steps={MIN_STEPS}"])
+    assert resolve_compile("auto", "cuda", long)[0] is True
+    assert resolve_compile(True, "cpu", long) == (True, "") and resolve_compile(False, "cuda", long) == (False, "")

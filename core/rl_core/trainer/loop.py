@@ -503,7 +503,8 @@ class Trainer:
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
-                sources.extend(batch.non_tensors.get("data_source", ["unknown"] * scores.numel()))
+                if per_source:
+                    sources.extend(batch.non_tensors.get("data_source", ["unknown"] * scores.numel()))
                 lengths.append(batch["response_mask"].sum(-1).float())
                 for k, v in batch.meta.items():
                     if k.startswith("agent/"):
