@@ -18,7 +18,7 @@ from tests.e2e.helpers import read_metrics, write_tiny_run
 from tests.reliability.runs import cli
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 
 def _write_rows(path, rows):

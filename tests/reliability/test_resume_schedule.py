@@ -31,6 +31,7 @@ def cosine_run(tmp_path):
     return cfg
 
 
+@pytest.mark.slow
 def test_more_steps_under_a_cosine_schedule_is_a_change_and_continues_over_the_new_total(cosine_run):
     cfg = cosine_run
     out_dir = cfg.parent / "out"
