@@ -256,6 +256,13 @@ def compile_decoder_layers(model: torch.nn.Module, *, backend: Any = "inductor")
     after the break take intermediate tensors, unmarked: they still recompile once at a new token count.
     Works under FSDP2 (compile first, then shard) and gradient checkpointing. ``backend``: torch.compile's
     (tests pass a cheap one).
+
+    A call that carries a KV cache (the shared-prompt forward of :mod:`rl_core.train_engine.shared_prompt`, a
+    generation through these layers) runs the layer eagerly: dynamo guards on the cache object, i.e. on each
+    layer's ``layer_idx`` (one graph per layer), on whether the cache's layer is filled yet and on the cache
+    tensors' sizes (unmarked), so every step recompiled each layer until the cache-size limit ("recompile limit",
+    then eager anyway): 523 s of a 570 s first GSM8K step on a CPU (issue 56). The cache-free forwards
+    (training, log-prob passes) stay compiled; ``tests/core/test_compile_recompiles.py`` counts compiles over steps.
     """
     import torch._dynamo
 
@@ -264,17 +271,23 @@ def compile_decoder_layers(model: torch.nn.Module, *, backend: Any = "inductor")
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     for layer in layers:
         layer.compile(backend=backend)
-        layer._compiled_call_impl = _marking_varying_dims(layer._compiled_call_impl)
+        layer._compiled_call_impl = _marking_varying_dims(layer._compiled_call_impl, layer._call_impl)
     return len(layers)
 
 
-def _marking_varying_dims(compiled):
+CACHE_KWARGS = ("cache", "past_key_values", "past_key_value")  # a decoder layer's KV-cache keyword, new and old names
+
+
+def _marking_varying_dims(compiled, eager):
     """``compiled`` called after :func:`_mark_varying_dims` on its inputs (outside the compiled frame, where
-    dynamo forbids marking; ``nn.Module.__call__`` calls ``_compiled_call_impl`` with the layer's arguments)."""
+    dynamo forbids marking; ``nn.Module.__call__`` calls ``_compiled_call_impl`` with the layer's arguments);
+    ``eager`` for a call with a KV cache (see :func:`compile_decoder_layers`)."""
     import functools
 
     @functools.wraps(compiled)
     def call(*args, **kwargs):
+        if any(kwargs.get(name) is not None for name in CACHE_KWARGS):
+            return eager(*args, **kwargs)
         _mark_varying_dims(args, kwargs)
         return compiled(*args, **kwargs)
 

@@ -85,6 +85,10 @@ def test_sigint_saves_the_step_and_the_same_command_resumes(ctx, tmp_path):
     assert "SIGINT: stopping after the current step" in text
     step = int(ckpts[0].name.rsplit("_", 1)[1]) if ckpts else None
     assert ckpts and f"stopped by SIGINT after step {step} of 200: saved {ckpts[0]}" in text, text[-2000:]
+    # the kept checkpoint's size (its files on disk) and how to free it (issue 56)
+    size = sum(f.stat().st_size for f in ckpts[0].rglob("*") if f.is_file() and not f.is_symlink())
+    shown = f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+    assert f"saved {ckpts[0]} ({shown} on disk; `rlcore clean {tmp_path / 'out'}` removes it" in text, text[-2000:]
     # the same command resumes from it
     set_config(cfg, trainer__total_training_steps=step + 1)
     from tests.reliability.runs import cli

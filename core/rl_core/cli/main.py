@@ -20,7 +20,7 @@ from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
 from rl_core.plugins import dialect_hint
 
-SUBCOMMANDS = ("plugins", "check", "train", "data", "model", "plot", "doctor")
+SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "data", "model", "plot", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ import attrs
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
 from rl_core.util.precision import resolve_dtype
+from rl_core.config.compile_choice import compile_warning, resolve_compile
 from rl_core.problems import Problem, nearest_divisors
 
 
@@ -52,6 +53,7 @@ class Sizes:
     actor_token_budget: int | None = None  # actor.use_dynamic_bsz: micro-batches of at most this many tokens
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
+    compile_choice: str = ""  # model.compile=auto: what it chose and why (rl_core.config.compile_choice)
 
     @property
     def devices(self) -> int:
@@ -84,6 +86,8 @@ class Sizes:
             etp, ep, edp = self.expert_layout
             rows.append(("train expert layout (MoE)", f"{self.world_size} / ({etp} (expert tp) x {ep} (ep) x pp) = {edp} expert data-parallel; "
                          f"each rank holds 1/{ep} of every MoE layer's experts"))
+        if self.compile_choice:
+            rows.append(("model.compile", self.compile_choice))
         for role, (workers, dp) in sorted(self.pools.items()):
             rows.append((f"{role} workers (own pool)", f"{workers} ({dp} data-parallel), {self.sequences_per_step // dp} sequences each"))
         if self.critic_mini_batches is not None:
@@ -217,9 +221,12 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
         problems.append(Problem(key="ref.enable", what=f"is false but {key}=true needs reference log-probs", fix=f"set ref.enable=true, or {key}=false"))
     data = attrs.evolve(d, seed=t.seed if d.seed is None else d.seed, val_batch_size=d.val_batch_size)
     dtype, _why = resolve_dtype(config.model.dtype, device)
+    compiled, compile_why = resolve_compile(config.model.compile, device, config)
+    if warning := compile_warning(config.model.compile, device):
+        problems.append(Problem(key="model.compile", what=warning, fix="set model.compile=auto (or false) on a CPU", severity="warning"))
     config = attrs.evolve(
         config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device),
-        model=attrs.evolve(config.model, dtype=dtype),
+        model=attrs.evolve(config.model, dtype=dtype, compile=compiled),
     )
     if not ok:
         return config, None, problems
@@ -331,6 +338,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
         critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
         critic_grad_accum=critic_sizes[3] if critic_sizes else None,
         pools=pools,
+        compile_choice=compile_why,
         expert_layout=(etp, ep, world // emp) if ep > 1 or config.train.expert_tensor_parallel_size is not None else None,
     )
     return config, sizes, problems

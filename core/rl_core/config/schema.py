@@ -143,8 +143,9 @@ class ModelConfig:
     # train-side log-probs / entropy: the LM head in chunks of this many tokens (rl_core.logprobs), never the
     # full-vocab float32 logits of a micro-batch; 0 = off (plain); null = 2048 on GPU, off on CPU
     logprob_chunk_size: int | None = num(None, ge=0, hint="tokens per chunk, e.g. 2048; 0 turns chunking off")
-    # torch.compile each decoder layer of the train-side models (rl_core.modeling.compile_decoder_layers)
-    compile: bool = False
+    # torch.compile each decoder layer of the train-side models (rl_core.modeling.compile_decoder_layers); auto: eager on a
+    # CPU and for short runs, compiled where it pays off (rl_core.config.compile_choice; `rlcore check` says which and why)
+    compile: bool | str = choice(False, (False, True, "auto"), hint="auto picks eager on a CPU and for short runs")
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
     # LoRA (rl_core.lora, docs/lora.md, issue #32): 0 = off (full fine-tune); the actor's adapters on the fsdp backend

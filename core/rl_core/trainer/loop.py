@@ -48,7 +48,8 @@ from rl_core.checkpoints.store import (
     save_tensors,
 )
 from rl_core.train_engine.guard import NonFiniteError, check_finite
-from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
+from rl_core.checkpoints.kept import kept_checkpoint
+from rl_core.trainer.metrics import batch_metrics, mean_of, scores_per_source, throughput, timed
 from rl_core.trainer.outputs import (
     changed_keys,
     check_previous_run,
@@ -114,6 +115,7 @@ class Trainer:
         self.config_diff = check_previous_run(
             cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
             resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
+            resumed_step=None if latest is None else latest[0],
         )
         self._check_room_for_final()
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
@@ -512,12 +514,13 @@ class Trainer:
         return {"critic/advantages_all_zero": float(zero)}
 
     # ------------------------------------------------------------- validation
-    def validate(self, step: int = 0) -> dict[str, float]:
+    def validate(self, step: int = 0, per_source: bool = False) -> dict[str, float]:
+        """Greedy validation over the held-out prompts; ``per_source`` adds ``val/source/<data_source>/*`` (rlcore eval)."""
         if self.val_loader is None:
             return {}
         self._val_step = step  # the step whose weights this validation measures (step observers)
         t: dict[str, float] = {}
-        scores_all, lengths = [], []
+        scores_all, lengths, sources = [], [], []
         agent: dict[str, float] = {}  # multi-turn rollouts: val/agent/* counters (tool calls, errors, stops)
         self._val_kept = 0
         failed = 0
@@ -528,6 +531,8 @@ class Trainer:
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
+                if per_source:
+                    sources.extend(batch.non_tensors.get("data_source", ["unknown"] * scores.numel()))
                 lengths.append(batch["response_mask"].sum(-1).float())
                 for k, v in batch.meta.items():
                     if k.startswith("agent/"):
@@ -546,6 +551,7 @@ class Trainer:
             "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
             "val/response_length_mean": torch.cat(lengths).mean().item(),
             "val/samples": float(scores.numel()),
+            **(scores_per_source(scores, sources) if per_source else {}),
             **t,
         }
 
@@ -679,7 +685,7 @@ class Trainer:
                 if stopping:
                     raise Interrupted(
                         stopping,
-                        f"stopped by {signal_name(stopping)} after step {step} of {self.total_steps}: saved {saved}; "
+                        f"stopped by {signal_name(stopping)} after step {step} of {self.total_steps}: saved {kept_checkpoint(saved, cfg.output_dir)}; "
                         "run the same command to resume from it",
                     )
             self.stop.graceful = False
@@ -700,7 +706,8 @@ class Trainer:
         where = f"during step {self.step + 1}" if self.step < self.total_steps else "while writing the final model"
         latest = self.ckpt.latest()
         if latest is not None:
-            return f"stopped by {signal_name(signum)} {where}: the last checkpoint is {latest[1]} (step {latest[0]}); run the same command to resume from it"
+            return (f"stopped by {signal_name(signum)} {where}: the last checkpoint is {kept_checkpoint(latest[1], self.config.trainer.output_dir)} "
+                    f"(step {latest[0]}); run the same command to resume from it")
         return (
             f"stopped by {signal_name(signum)} {where}: nothing was saved (no checkpoint yet), so a rerun starts over. "
             "A single Ctrl-C / SIGTERM during training lets the step finish and saves a checkpoint; "

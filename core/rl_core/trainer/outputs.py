@@ -35,6 +35,7 @@ import yaml
 
 from rl_core.problems import UserError
 from rl_core.config.load import config_to_dict
+from rl_core.trainer.schedule_resume import schedule_changes
 
 CONFIG_FILE = "config.yaml"
 
@@ -230,6 +231,7 @@ def check_previous_run(
     resume_anyway: bool | int,
     saved_config: Mapping[str, Any] | None = None,
     saved_where: str | None = None,
+    resumed_step: int | None = None,
 ) -> list[str]:
     """Stop if this run would resume a checkpoint written under another config; returns the diff lines.
 
@@ -253,7 +255,8 @@ def check_previous_run(
     if old is None:
         return []
     where = saved_where or os.path.join(output_dir, CONFIG_FILE)
-    diff = config_diff(old, config)
+    # a new total that moves the lr schedule is a change too (rl_core.trainer.schedule_resume)
+    diff = config_diff(old, config) + schedule_changes(old, config, resumed_step)
     if not (diff and has_checkpoint and resume):
         return diff
     fixed = [f"{line}  ({_fixed(key)})" for line, key in zip(diff, changed_keys(diff)) if _fixed(key)]

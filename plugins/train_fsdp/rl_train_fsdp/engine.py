@@ -74,7 +74,8 @@ class FSDPBackend(Forwards, LoraMembers, WeightExport, offload.Offload, TrainBac
         # one prompt forward per group of responses; not under FSDP (see rl_core.train_engine.shared_prompt);
         # by default on CPU only: on an H100 it measured no faster (bench/results/shared_prompt_h100.md)
         share = config.model.share_prompt_forward
-        self.share_prompts = (self.device.type == "cpu" if share is None else bool(share)) and not self.sharded
+        # (not by default under model.compile: a forward with a KV cache runs the compiled layers eagerly, rl_core.modeling)
+        self.share_prompts = (self.device.type == "cpu" and not config.model.compile if share is None else bool(share)) and not self.sharded
         mcfg = config.model
         # LoRA (issue #32, rl_core.lora): the actor's base weights frozen in the compute dtype, float32 adapters only
         self.lora = role == "actor" and mcfg.lora_rank > 0

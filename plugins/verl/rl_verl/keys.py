@@ -500,7 +500,7 @@ RULES: tuple[Rule, ...] = (
     _same("trainer.del_local_ckpt_after_load", [False], "deleting checkpoints after loading them", "trainer.max_ckpt_to_keep"),
     _same("trainer.esi_redundant_time", [0], "elastic server expiry (ESI) saving", "trainer.save_freq"),
     _same("trainer.remove_previous_ckpt_in_save", [False], "deleting the previous checkpoint when saving", "trainer.max_ckpt_to_keep=1"),
-    _same("trainer.val_only", [False], "a validation-only run", "none"),
+    _same("trainer.val_only", [False], "a validation-only run inside rlcore train", "`rlcore eval RUN_DIR_OR_MODEL [CONFIG]` (validation only, scores per data source)"),
     _no("trainer.profile_steps", "verl's profiler", "rlcore train's timing/* metrics"),
     Rule(pattern="global_profiler.tool", kind=MAP, target="profiler.tool", ok=("torch", "nsys", None),
          note="torch: torch.profiler traces of the chosen steps; nsys: NVTX ranges + cudaProfilerStart/Stop for nsys's capture range (rl_core.util.profiling)",

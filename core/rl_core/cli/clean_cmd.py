@@ -1,0 +1,59 @@
+"""`rlcore clean RUN_DIR [--dry-run]`: free a run folder's checkpoints, keep what the run produced.
+
+Removed: ``checkpoints/`` (every ``global_step_N``: the model, optimizer and random state a resume needs; 1.7 GB for
+the quickstart's 135M model) and the leftovers of an interrupted final write (``.hf_final.partial``,
+``.hf_final.old``). Kept: ``config.yaml``, ``metrics.jsonl``, the plots, the loggers' folders, ``val_generations.jsonl``,
+``eval/`` and the final model ``hf_final``. A run cannot be resumed afterwards (it starts over, or continues from
+``hf_final`` as a new run: ``model.path=RUN_DIR/hf_final``). The run's lock is taken first: a run still writing into
+the folder is refused by name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from rl_core.checkpoints.store import tree_size
+from rl_core.problems import UserError
+from rl_core.trainer.outputs import CONFIG_FILE, output_lock
+
+REMOVED = ("checkpoints", ".hf_final.partial", ".hf_final.old")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("clean", help="remove a run folder's checkpoints (keeps metrics, plots and the final model)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run's trainer.output_dir")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    p.set_defaults(func=run)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def clean(run_dir: str, *, dry_run: bool = False) -> list[tuple[str, int]]:
+    """Remove the checkpoints of the run in ``run_dir``; returns ``(path, bytes)`` of what was (or would be) removed."""
+    if not os.path.isdir(run_dir) or not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
+        raise UserError(f"{run_dir!r} is not a run folder (no {CONFIG_FILE} in it); name a run's trainer.output_dir")
+    found = [(p, tree_size(p)) for p in (os.path.join(run_dir, n) for n in REMOVED) if os.path.exists(p)]
+    if dry_run or not found:
+        return found
+    with output_lock(run_dir):  # a run writing into the folder is refused, naming its pid
+        for path, _ in found:
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return found
+
+
+def run(args) -> int:
+    found = clean(args.run_dir, dry_run=args.dry_run)
+    if not found:
+        print(f"{args.run_dir}: no checkpoints to remove")
+        return 0
+    total = sum(n for _, n in found)
+    verb = "would remove" if args.dry_run else "removed"
+    for path, n in found:
+        print(f"{verb} {path} ({_gb(n)})")
+    final = os.path.join(args.run_dir, "hf_final")
+    kept = f"kept the metrics, plots and {'the final model ' + final if os.path.isdir(final) else 'no final model (the run did not finish)'}"
+    print(f"{verb} {_gb(total)}; {kept}" + ("" if args.dry_run else "; the run can no longer be resumed"))
+    return 0

@@ -1,0 +1,109 @@
+"""`rlcore eval` (validation only) and `rlcore clean` (checkpoints out, results kept) on a finished tiny run (issue 56).
+
+The run is quickstart-shaped: it validates at its last step (test_freq), saves a checkpoint each step and writes
+hf_final. Its validation data holds two data sources. References: the run's own last validation (the trained weights in
+memory, logged in metrics.jsonl) for the overall scores of ``rlcore eval`` on hf_final read back from disk; an eval of
+one source's rows alone (``--data``) for that source's line of the full eval; the files on disk for ``rlcore clean``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from rl_core_testing.tiny_run import tiny_rows
+
+from tests.e2e.helpers import read_metrics, write_tiny_run
+from tests.reliability.runs import cli
+
+pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
+
+
+def _write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    rows = tiny_rows(8)
+    for r in rows[4:]:
+        r["data_source"] = "tiny/other"
+    _write_rows(tmp / "val.jsonl", rows)
+    _write_rows(tmp / "other.jsonl", rows[4:])
+    cfg = write_tiny_run(tmp, steps=2, data__val_files=[str(tmp / "val.jsonl")], data__val_max_samples=8,
+                         trainer__test_freq=2, trainer__save_freq=1, trainer__max_ckpt_to_keep=2)
+    code, out, err = cli("train", str(cfg), "--no-progress")
+    assert code == 0, out + err
+    return tmp, tmp / "out"
+
+
+def test_eval_scores_the_final_model_per_data_source(finished_run):
+    tmp, run = finished_run
+    logged = read_metrics(run)[-1]
+    assert logged["step"] == 2 and "val/reward_mean" in logged
+    before = {p for p in run.rglob("*")}
+    code, out, err = cli("eval", str(run))
+    assert code == 0, out + err
+    scores = json.loads((run / "eval" / "scores.json").read_text())
+    # the same greedy validation as the loop's, of the same weights (read back from hf_final)
+    assert scores["val/samples"] == logged["val/samples"] == 8
+    assert scores["val/reward_mean"] == pytest.approx(logged["val/reward_mean"], abs=1e-6)
+    assert scores["val/accuracy"] == pytest.approx(logged["val/accuracy"], abs=1e-6)
+    assert scores["model"] == str(run / "hf_final")
+    assert scores["val/source/tiny/digits/samples"] == scores["val/source/tiny/other/samples"] == 4
+    mean = (scores["val/source/tiny/digits/reward_mean"] + scores["val/source/tiny/other/reward_mean"]) / 2
+    assert mean == pytest.approx(scores["val/reward_mean"], abs=1e-6)
+    assert "tiny/digits: accuracy=" in out and "tiny/other: accuracy=" in out and "all: accuracy=" in out
+    # nothing large written: only the scores file is new in the run folder
+    new = {p for p in run.rglob("*")} - before
+    assert new == {run / "eval", run / "eval" / "scores.json"}, new
+    assert (run / "eval" / "scores.json").stat().st_size < 10_000
+    # any data file: one source's rows alone give that source's line of the full eval
+    code, out, err = cli("eval", str(run), "--data", str(tmp / "other.jsonl"))
+    assert code == 0, out + err
+    alone = json.loads((run / "eval" / "other.json").read_text())
+    assert alone["val/samples"] == 4
+    assert alone["val/reward_mean"] == pytest.approx(scores["val/source/tiny/other/reward_mean"], abs=1e-6)
+
+
+def test_eval_names_what_is_missing(finished_run, tmp_path):
+    tmp, run = finished_run
+    code, _, err = cli("eval", str(tmp / "model"))
+    assert code == 1 and "is a model: name the config" in err
+    code, _, err = cli("eval", str(tmp_path))
+    assert code == 1 and "neither a run folder" in err
+    (tmp_path / "config.yaml").write_text("{}\n")
+    code, _, err = cli("eval", str(tmp_path))
+    assert code == 1 and "has no final model" in err
+
+
+def test_clean_removes_the_checkpoints_and_keeps_the_results(finished_run):
+    _, run = finished_run
+    ckpts = run / "checkpoints"
+    size = sum(f.stat().st_size for f in ckpts.rglob("*") if f.is_file())
+    assert size > 0 and len(list(ckpts.glob("global_step_*"))) == 2
+    kept = {p: p.stat().st_size for p in run.rglob("*") if p.is_file() and ckpts not in p.parents}
+    assert run / "metrics.jsonl" in kept and run / "config.yaml" in kept and any(run / "hf_final" in p.parents for p in kept)
+    code, out, _ = cli("clean", str(run), "--dry-run")
+    assert code == 0 and f"would remove {ckpts}" in out and ckpts.is_dir()
+    # a run still writing into the folder holds its lock: clean refuses
+    from rl_core.trainer.outputs import output_lock
+
+    with output_lock(str(run)):
+        pid = os.fork()
+        if pid == 0:  # flock is per open file: another process, as a running trainer would be
+            code, _, err = cli("clean", str(run))
+            os._exit(0 if code == 1 and "in use by another run" in err else 1)
+        _, status = os.waitpid(pid, 0)
+    assert status == 0 and ckpts.is_dir()
+    code, out, _ = cli("clean", str(run))
+    assert code == 0, out
+    assert not ckpts.exists()
+    assert f"{size / 1e6:.1f} MB" in out or f"{size / 1e9:.2f} GB" in out, out
+    assert {p: p.stat().st_size for p in run.rglob("*") if p.is_file() and p.name != ".rlcore.lock"} == {
+        p: n for p, n in kept.items() if p.name != ".rlcore.lock"}
+    code, out, _ = cli("clean", str(run))
+    assert code == 0 and "no checkpoints to remove" in out
