@@ -76,6 +76,7 @@ from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rewards.overlong import OverlongPenalty
 from rl_core.rewards.overlong import response_lengths
+from rl_core.rollout import exact
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import require_agent
 
@@ -238,7 +239,7 @@ class Trainer:
             max_new_tokens=self.config.data.max_response_length,
             greedy=greedy or not r.do_sample,
             seed=self.config.trainer.seed * 1_000_003 + step,
-            logprobs=r.calculate_log_probs and not greedy,
+            logprobs=r.calculate_log_probs and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
         )
 
@@ -437,6 +438,7 @@ class Trainer:
                 metrics.update(_guard_update("actor", per_rank))
             if kept is not None and "rollout_log_probs" in batch.tensors.keys():
                 metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"]))
+            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.exact: the share and the bound
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -457,6 +459,22 @@ class Trainer:
             metrics["perf/max_memory_allocated_gb"] = max(peaks)
         metrics["training/epoch"] = float(self.train_loader.state_dict().get("epoch", 0))
         return metrics
+
+    def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
+        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.exact`) of
+        the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
+        if "rollout_log_probs" not in batch.tensors.keys():
+            return {}
+        if "old_log_probs" in batch.tensors.keys():
+            trainer, valid = batch["old_log_probs"], mask.bool()
+        elif kept is not None:
+            trainer, valid = kept[0], mask.bool() & kept[1].unsqueeze(-1)
+        else:
+            return {}
+        rc = self.config.rollout
+        exact.check_gap(trainer, batch["rollout_log_probs"], valid, bound=exact.bound_of(self.config), step=step, backend=rc.name,
+                        batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
+        return exact.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
 
     # ---------------------------------------------------------------- health
     def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
