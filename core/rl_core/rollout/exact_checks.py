@@ -1,9 +1,9 @@
-"""`rlcore check` rules of exact mode and deterministic runs (:mod:`rl_core.rollout.exact`, docs/exact.md).
+"""`rlcore check` rules of exact mode (:mod:`rl_core.rollout.exact`, docs/exact.md).
 
-:func:`exact_problems` (a ``values``-stage check this module registers): ``rollout.exact=true`` needs the hf
-rollout and a train backend that computes its log-probs with :func:`rl_core.rollout.exact.sequence_log_probs`
-(fsdp), the rollout's log-probs on, and none of the features whose log-probs take another path (LoRA adapters
-merged into the rollout's weights, multi-turn rollouts, Ulysses sequence parallelism).
+:func:`exact_problems` (a ``values``-stage check this module registers): ``rollout.exact=true`` needs a rollout card and
+a train card that declare ``exact`` (their log-probs come from :func:`rl_core.rollout.exact.sequence_log_probs`), the
+rollout's log-probs on, and none of the features whose log-probs take another path (LoRA adapters merged into the
+rollout's weights, multi-turn rollouts, Ulysses sequence parallelism).
 """
 
 from __future__ import annotations
@@ -12,25 +12,39 @@ from typing import Any
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
+from rl_core.plugins import get_registry
 from rl_core.problems import Problem
 
 KEY = "rollout.exact"
-EXACT_ROLLOUTS = ("hf",)
-EXACT_TRAIN = ("fsdp",)
+
+
+def _card(registry: Any, kind: str, name: str | None):
+    """The named card of ``kind`` (the default train card when ``name`` is None); None when it cannot be told."""
+    cards = registry.cards[kind]
+    if name is not None:
+        return cards.get(name)
+    chosen = [c for c in cards.values() if getattr(c, "default", False)] or (list(cards.values()) if len(cards) == 1 else [])
+    return chosen[0] if len(chosen) == 1 else None
+
+
+def _exact_names(registry: Any, kind: str) -> str:
+    names = sorted(c.name for c in registry.cards[kind].values() if getattr(c, "exact", False))
+    return " or ".join(names) if names else "none installed"
 
 
 def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
     if not config.rollout.exact:
         return []
+    if registry is None:
+        registry = get_registry()
     off = f"or set {KEY}=false"
     problems = []
-    if config.rollout.name not in EXACT_ROLLOUTS:
-        problems.append(Problem(key="rollout.name", what=f"is {config.rollout.name!r} but {KEY}=true runs only with the hf rollout (it recomputes "
-                                "the sampled sequences' log-probs with the trainer's per-sequence forward)",
-                                fix=f"set rollout.name=hf, {off} (docs/exact.md lists each engine's measured gap and the settings that reduce it)"))
-    if config.train.name is not None and config.train.name not in EXACT_TRAIN:
-        problems.append(Problem(key="train.name", what=f"is {config.train.name!r} but {KEY}=true needs a train backend whose forward is the "
-                                "canonical per-sequence one (fsdp)", fix=f"set train.name=fsdp, {off}"))
+    for kind, key, name in (("rollout", "rollout.name", config.rollout.name), ("train", "train.name", config.train.name)):
+        card = _card(registry, kind, name)
+        if card is not None and not card.exact:
+            problems.append(Problem(
+                key=key, what=f"is {card.name!r}, whose card does not declare exact log-probs, but {KEY}=true",
+                fix=f"set {key}={_exact_names(registry, kind)}, {off} (docs/exact.md: each engine's measured gap and the settings that reduce it)"))
     if not config.rollout.calculate_log_probs:
         problems.append(Problem(key="rollout.calculate_log_probs", what=f"is false but {KEY}=true is about the rollout's log-probs",
                                 fix=f"set rollout.calculate_log_probs=true, {off}"))
@@ -48,4 +62,4 @@ def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
 @hookimpl
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="exact", stage="values", order=60, factory=f"{__name__}:exact_problems",
-                       description="rollout.exact: the hf rollout and the fsdp backend, log-probs on, no LoRA / multi-turn / Ulysses"))
+                       description="rollout.exact: rollout and train cards that declare exact log-probs; log-probs on; no LoRA / multi-turn / Ulysses"))
