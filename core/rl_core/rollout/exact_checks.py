@@ -3,7 +3,7 @@
 :func:`exact_problems` (a ``values``-stage check this module registers): ``rollout.exact=true`` needs a rollout card and
 a train card that declare ``exact`` (their log-probs come from :func:`rl_core.rollout.exact.sequence_log_probs`), the
 rollout's log-probs on, and none of the features whose log-probs take another path (LoRA adapters merged into the
-rollout's weights, multi-turn rollouts, Ulysses sequence parallelism).
+rollout's weights, multi-turn rollouts, Ulysses sequence parallelism, compiled decoder layers).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
         ("model.lora_rank", config.model.lora_rank > 0, "the rollout merges the adapters into its weights, the trainer adds them per layer"),
         ("rollout.multi_turn.enable", config.rollout.multi_turn.enable, "multi-turn responses hold tool tokens the per-sequence forward does not separate"),
         ("actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size > 1, "each rank holds part of a sequence"),
+        ("model.compile", config.model.compile, "the trainer's compiled decoder layers fuse other kernels than the rollout's eager forward"),
     ):
         if on:
             problems.append(Problem(key=key, what=f"is on with {KEY}=true: {why}, so the two log-probs could not be equal",
@@ -62,4 +63,4 @@ def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
 @hookimpl
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="exact", stage="values", order=60, factory=f"{__name__}:exact_problems",
-                       description="rollout.exact: rollout and train cards that declare exact log-probs; log-probs on; no LoRA / multi-turn / Ulysses"))
+                       description="rollout.exact: rollout and train cards that declare exact log-probs; log-probs on; no LoRA / multi-turn / Ulysses / model.compile"))
