@@ -7,15 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/exact_cpu}; mkdir -p "$OUT"; PY=${PY:-python3}; STEPS=${STEPS:-5}; ROUNDS=${ROUNDS:-2}
 IN=/tmp/exact_cpu_inputs; mkdir -p "$IN"
-$PY - "$IN" <<'PYEOF' || exit 1
-import json, sys
-from pathlib import Path
-from rl_core_testing.tiny_model import make_tiny_model_dir
-d = Path(sys.argv[1]); make_tiny_model_dir(d / "model", "qwen2")
-rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {2 * i}?"}],
-         "reward_model": {"style": "rule", "ground_truth": str(3 * i)}} for i in range(32)]
-(d / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-PYEOF
+$PY bench/exact_inputs.py "$IN" 32 || exit 1
 run() {
     rm -rf "/tmp/exact_cpu_$1_$2"
     $PY -m rl_core train bench/reference/grpo_reference.yaml --no-progress model.path="$IN/model" model.random_init=false model.compile=false \

@@ -24,15 +24,7 @@ COMMON=(model.compile=false rollout.engine_kwargs.compile=false trainer.save_fre
 if [ "${SMOKE:-0}" = 1 ]; then
     # this venv; a tiny random llama and 8 GSM8K-like rows written here; the CPU, fp32 weights in bf16 compute
     SMOKE_DIR=$OUT/smoke_inputs; mkdir -p "$SMOKE_DIR"
-    $PY - "$SMOKE_DIR" <<'PYEOF' || exit 1
-import json, sys
-from pathlib import Path
-from rl_core_testing.tiny_model import make_tiny_model_dir
-d = Path(sys.argv[1]); make_tiny_model_dir(d / "model", "qwen2")
-rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + {2 * i}?"}],
-         "reward_model": {"style": "rule", "ground_truth": str(3 * i)}} for i in range(16)]
-(d / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-PYEOF
+    $PY bench/exact_inputs.py "$SMOKE_DIR" || exit 1
     COMMON+=(model.path="$SMOKE_DIR/model" model.random_init=false data.train_files=["$SMOKE_DIR/train.jsonl"] data.train_batch_size=4
              data.max_prompt_length=128 data.max_response_length=8 rollout.n=2 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_gpu=8 trainer.device=cpu)
 else

@@ -92,3 +92,45 @@ def test_deterministic_runs_are_identical(tmp_path, restore_determinism):
     assert not differ and len(runs["a"][0]) == len(runs["b"][0]) == 2, sorted(differ)
     assert runs["a"][1].keys() == runs["b"][1].keys() and all(torch.equal(runs["a"][1][k], runs["b"][1][k]) for k in runs["a"][1])
     assert runs["a"][0] != runs["other_seed"][0]  # the comparison can fail: the seed decides the samples
+
+
+def _exact_sharded(rank, world, model_dir, budget):
+    import attrs
+    from rl_core.backends import WorkerContext
+    from rl_core_testing.train_conformance import default_config, make_step_batch, rank_shard
+    from rl_train_fsdp.engine import build_engine
+
+    cfg = default_config(model_dir)
+    cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, exact=True),
+                       actor=attrs.evolve(cfg.actor, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=budget))
+    actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world))
+    shard = rank_shard(make_step_batch(model_dir), rank, world)
+    lp = actor.compute_log_prob(shard)["log_probs"]
+    actor.update(shard)  # the update's forwards and backwards: a rank with fewer rows per micro-batch must not hang
+    return {"lp": lp}
+
+
+@pytest.mark.dist
+def test_exact_sharded_ranks_with_different_rows_per_forward(tiny_model_dir):
+    """Two FSDP2 ranks whose token budgets give their micro-batches different row counts: exact mode's per-sequence
+    forwards run in lockstep (no hang), and each row's log-probs are the unsharded canonical ones, bit for bit."""
+    from rl_core.rollout.exact import sequence_log_probs
+    from rl_core_testing.distributed import run_distributed
+    from rl_core_testing.rollout_conformance import reference_model
+    from rl_core_testing.train_conformance import make_step_batch, rank_shard
+    from rl_core.train_engine.micro_batches import token_budget_groups
+
+    model_dir = tiny_model_dir("qwen2")
+    step = make_step_batch(model_dir)
+    lengths = step.tensors["attention_mask"].sum(-1)
+
+    def rows_per_group(budget):
+        return [[len(g) for g in token_budget_groups(rank_shard(step, r, 2).tensors["attention_mask"].sum(-1), budget)] for r in range(2)]
+
+    budget = next(b for b in range(int(lengths.max()), int(lengths.sum())) if len({tuple(c) for c in rows_per_group(b)}) > 1)
+    outs = run_distributed(_exact_sharded, 2, model_dir, budget, timeout=600)
+    with torch.no_grad():
+        want, _ = sequence_log_probs(reference_model(model_dir), step["input_ids"], step["attention_mask"], step["responses"])
+    mask = step["response_mask"].bool()
+    got = torch.cat([o["lp"] for o in outs])
+    assert torch.equal(got[mask], want[mask])

@@ -35,6 +35,7 @@ import os
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from rl_core.problems import UserError
 
@@ -57,6 +58,7 @@ def sequence_log_probs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     compute_dtype: torch.dtype | None = None,
+    lockstep: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(log_probs [b, R], entropy [b, R] or None)`` (float32) of ``responses [b, R]``, one forward per sequence.
 
@@ -65,7 +67,9 @@ def sequence_log_probs(
     last, whose prediction nobody reads), positions from 0, the causal mask of the model's attention; the LM head
     sees only the response's positions. Columns past a response's end hold 0. Gradients flow when grad is on.
     ``compute_dtype``: run with the floating weights cast to it (differentiably; the trainer's bf16 over float32
-    weights), autocast off.
+    weights), autocast off. ``lockstep``: the model's forwards run collectives (FSDP2's all-gathers when sharded):
+    every rank of the default process group runs as many forwards as the rank with the most, the extra ones on a
+    one-token dummy whose output enters the result times 0 (its backward runs too; no number changes).
     """
     b, R = responses.shape
     P = input_ids.shape[1] - R
@@ -73,6 +77,7 @@ def sequence_log_probs(
     lp = torch.zeros((b, R), dtype=torch.float32, device=input_ids.device)
     ent = torch.zeros((b, R), dtype=torch.float32, device=input_ids.device) if with_entropy else None
     lp_rows, ent_rows = [], []
+    keep = None  # the lockstep dummies' outputs, times 0
     with _casting(model, compute_dtype) as run:
         for i in range(b):
             real = attention_mask[i].bool()
@@ -95,11 +100,26 @@ def sequence_log_probs(
             if with_entropy:
                 e = -(logp.exp() * logp).sum(-1)
                 ent_rows.append(e if entropy_grad else e.detach())
+        ran = sum(r is not None for r in lp_rows)
+        dummy = input_ids[:1, :1] if b else torch.zeros((1, 1), dtype=torch.long, device=input_ids.device)
+        for _ in range(_lockstep_extra(ran, input_ids.device) if lockstep else 0):
+            out = run(input_ids=dummy, position_ids=torch.zeros_like(dummy), use_cache=False, logits_to_keep=1)
+            if torch.is_grad_enabled():
+                keep = 0.0 * out.logits.float().sum() + (0.0 if keep is None else keep)
     # assembled out of place so gradients reach every row
     lp = torch.stack([torch.cat([r, lp.new_zeros(R - r.numel())]) if r is not None else lp.new_zeros(R) for r in lp_rows]) if b else lp
     if with_entropy and b:
         ent = torch.stack([torch.cat([e, ent.new_zeros(R - e.numel())]) if e is not None else ent.new_zeros(R) for e in ent_rows])
-    return lp, ent
+    return (lp if keep is None else lp + keep), ent
+
+
+def _lockstep_extra(ran: int, device: torch.device) -> int:
+    """How many more forwards than its ``ran`` this rank runs: the most any rank of the default group ran, minus ``ran``."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return 0
+    most = torch.tensor([ran], dtype=torch.long, device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    return int(most.item()) - ran
 
 
 @contextlib.contextmanager

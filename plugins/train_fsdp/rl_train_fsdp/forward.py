@@ -66,6 +66,7 @@ class Forwards:
             lp, ent = exact.sequence_log_probs(
                 self.model, x["input_ids"], x["attention_mask"], x["responses"], temperature=temperature, with_entropy=with_entropy,
                 entropy_grad=entropy_grad, compute_dtype=self.autocast_dtype,  # unsharded bf16: the weights cast, not autocast
+                lockstep=self.sharded,  # FSDP2 gathers in every forward: as many per rank as the rank with the most rows
             )
             return Heads(log_probs=lp, entropy=ent)
         if multimodal.has_images(x.get(multimodal.FIELD)):  # prompts with images (rl_core.multimodal): one plain forward
