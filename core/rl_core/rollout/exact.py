@@ -78,6 +78,8 @@ def sequence_log_probs(
     ent = torch.zeros((b, R), dtype=torch.float32, device=input_ids.device) if with_entropy else None
     lp_rows, ent_rows = [], []
     keep = None  # the lockstep dummies' outputs, times 0
+    # before any forward: the collectives of every rank must come in the same order
+    extra = _lockstep_extra(int((attention_mask[:, P:].sum(-1) > 0).sum()), input_ids.device) if lockstep else 0
     with _casting(model, compute_dtype) as run:
         for i in range(b):
             real = attention_mask[i].bool()
@@ -100,9 +102,8 @@ def sequence_log_probs(
             if with_entropy:
                 e = -(logp.exp() * logp).sum(-1)
                 ent_rows.append(e if entropy_grad else e.detach())
-        ran = sum(r is not None for r in lp_rows)
         dummy = input_ids[:1, :1] if b else torch.zeros((1, 1), dtype=torch.long, device=input_ids.device)
-        for _ in range(_lockstep_extra(ran, input_ids.device) if lockstep else 0):
+        for _ in range(extra):
             out = run(input_ids=dummy, position_ids=torch.zeros_like(dummy), use_cache=False, logits_to_keep=1)
             if torch.is_grad_enabled():
                 keep = 0.0 * out.logits.float().sum() + (0.0 if keep is None else keep)
