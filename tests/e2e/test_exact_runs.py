@@ -115,10 +115,10 @@ def test_exact_sharded_ranks_with_different_rows_per_forward(tiny_model_dir):
     """Two FSDP2 ranks whose token budgets give their micro-batches different row counts: exact mode's per-sequence
     forwards run in lockstep (no hang), and each row's log-probs are the unsharded canonical ones, bit for bit."""
     from rl_core.rollout.exact import sequence_log_probs
+    from rl_core.train_engine.micro_batches import token_budget_groups
     from rl_core_testing.distributed import run_distributed
     from rl_core_testing.rollout_conformance import reference_model
     from rl_core_testing.train_conformance import make_step_batch, rank_shard
-    from rl_core.train_engine.micro_batches import token_budget_groups
 
     model_dir = tiny_model_dir("qwen2")
     step = make_step_batch(model_dir)
