@@ -158,6 +158,9 @@ def test_exact_check_refuses_what_cannot_be_exact():
     cfg = load_config(overrides=["rollout.exact=true", "rollout.name=vllm", "rollout.calculate_log_probs=false", "rollout.multi_turn.enable=true",
                                  "model.lora_rank=8", "train.name=megatron", "model.compile=true"])
     keys = {p.key for p in exact_problems(cfg)}
+    stale = ["rollout.exact=true", "rollout.n_gpus_per_node=1", "async.max_staleness=1"]
+    assert [p.key for p in exact_problems(load_config(overrides=stale))] == ["async.max_staleness"]
+    assert exact_problems(load_config(overrides=stale + ["rollout.mismatch.max_abs_diff=5"])) == []
     installed = {kind: get_registry().cards[kind] for kind in ("rollout", "train")}  # an uninstalled backend is the resolver's to report
     named = {k for k, kind, name in (("rollout.name", "rollout", "vllm"), ("train.name", "train", "megatron")) if name in installed[kind]}
     assert keys == named | {"rollout.calculate_log_probs", "model.lora_rank", "rollout.multi_turn.enable", "model.compile"}
