@@ -100,6 +100,8 @@ class RolloutCard(CardBase):
     max_tp: int | None = 1
     weight_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
     logprobs: bool = True
+    # rollout.exact: its log-probs from rl_core.rollout.exact.sequence_log_probs, the trainer's per-sequence forward (issue 51)
+    exact: bool = False
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
@@ -157,6 +159,8 @@ class TrainCard(CardBase):
     # trains LoRA adapters (model.lora_rank > 0) / offloads to host memory (actor.fsdp_config.*_offload): issue #32
     lora: bool = False
     offload: bool = False
+    # rollout.exact: the actor / ref log-probs from rl_core.rollout.exact.sequence_log_probs (issue 51)
+    exact: bool = False
     # what train.options may hold (as EstimatorCard.options): an attrs class deriving from rl_core.card_options.Options,
     # or its "module:Class" path; checked by `rlcore check` (None: unchecked, with a warning when train.options is set)
     options: Any = None

@@ -30,6 +30,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.plan.preflight": "data_rows: the first rows of the run's data, as the plan's files check read them (once per plan), for a plugin's check that reads rows",
     "rl_core.plugins": "get_registry (extra=: more plugin modules; testing helpers), Registry, UnknownCardError: the installed cards (run-time code gets its cards from the resolved stack)",
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",
+    "rl_core.rollout.exact": "exact on-policy training: sequence_log_probs (the canonical per-sequence forward both sides run), the mismatch bound, apply_determinism (issue 51)",
     "rl_core.rollout.engine_kwargs": "problems of rollout.engine_kwargs a rollout card's checks report",
     "rl_core.rollout.moe_parallel": "rollout_devices / engine_size: the rollout's devices and one engine's ranks (TP x DP) under rollout.data_parallel_size",
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",

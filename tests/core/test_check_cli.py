@@ -26,7 +26,7 @@ BAD = {
     "zero size": (["data.train_batch_size=0"], "data.train_batch_size", "positive"),
     "negative size": (["rollout.n=-2"], "rollout.n", "positive"),
     "value outside allowed set": (["trainer.device=tpu"], "trainer.device", "auto, cpu, cuda"),
-    "rollout correction without the rollout's log-probs": (["algorithm.rollout_correction.rollout_is=token"], "rollout.calculate_log_probs",
+    "rollout correction without the rollout's log-probs": (["algorithm.rollout_correction.rollout_is=token", "rollout.calculate_log_probs=false"], "rollout.calculate_log_probs",
                                                            "set rollout.calculate_log_probs=true"),
 }
 

@@ -34,6 +34,7 @@ from rl_core.placement.rendezvous import Rendezvous
 from rl_core.rewards.model_role import RewardModelRole
 from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
+from rl_core.rollout.exact import apply_determinism
 
 
 def seed_everything(seed: int) -> None:
@@ -61,6 +62,7 @@ class HybridWorker:
         self.context = context
         config = stack.config
         self.roles = worker_roles(config) if roles is None else tuple(roles)
+        apply_determinism(config)  # trainer.deterministic (rl_core.rollout.exact): before this process's first CUDA op
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()
         # LoRA (issue #32): the reference policy is the actor's model with its adapters off, not a second copy

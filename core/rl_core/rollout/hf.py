@@ -102,6 +102,7 @@ from rl_core.modeling import (
     torch_dtype,
 )
 from rl_core.lora.merge import InPlaceLora
+from rl_core.rollout import exact
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
@@ -132,7 +133,8 @@ class HFRolloutEngine:
         )
         self.model.eval()
         self.model.requires_grad_(False)
-        attn = config.rollout.engine_kwargs.get("attn_implementation", "eager" if self.device.type == "cpu" else None)
+        # rollout.exact (rl_core.rollout.exact): the trainer's attention, the one its model loaded with
+        attn = config.rollout.engine_kwargs.get("attn_implementation", "eager" if self.device.type == "cpu" and not config.rollout.exact else None)
         if attn and hasattr(self.model, "set_attn_implementation"):
             self.model.set_attn_implementation(attn)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(
@@ -220,6 +222,8 @@ class HFRolloutEngine:
 
         response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
         out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
+        if params.logprobs and self.config.rollout.exact:  # the trainer's per-sequence forward's log-probs (rl_core.rollout.exact)
+            out["rollout_log_probs"] = exact.rollout_log_probs(self.model, out, temperature=1.0 if greedy else params.temperature, device=self.device)
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
             experts = torch.cat(routed)
             experts[~out["attention_mask"].bool()] = NO_ROUTE

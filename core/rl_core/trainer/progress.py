@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from rl_core.trainer.tracking import format_metric, key_metrics
 
-PROGRESS_GROUPS = ("reward", "validation", "response_length", "step_time")
+PROGRESS_GROUPS = ("reward", "validation", "response_length", "mismatch", "step_time")
 
 
 class ProgressBar:

@@ -37,11 +37,13 @@ METRIC_GROUPS: dict[str, tuple[str, str]] = {
     "reward": (r"^(?!val|timing|perf).*(reward|score)", "reward"),
     "validation": (r"^val(?!.*(timing|response_len|samples))", "val"),
     "response_length": (r"^(?!val|timing|perf).*(response_len|resp_len)", "len"),
-    "kl": (r"^(?!reward/)(.*([/_]|^)kl($|[/_])|.*kl_loss|.*ppo_kl)", "kl"),
+    "kl": (r"^(?!reward/|rollout_corr/)(.*([/_]|^)kl($|[/_])|.*kl_loss|.*ppo_kl)", "kl"),
     "entropy": (r"entropy", "ent"),
     "grad_norm": (r"grad_norm", "gnorm"),
     "lr": (r"(^|/)lr$|learning_rate", "lr"),
     "step_time": (r"timing_s/step$|step_time|time_per_step", "s/step"),
+    # the largest rollout-vs-trainer log-prob gap of the step (rl_core.rollout.exact)
+    "mismatch": (r"^rollout_corr/log_prob_abs_diff_max$", "dlogp"),
 }
 
 

@@ -38,8 +38,7 @@ def write_run(tmp: Path, *, steps: int = 2) -> Path:
         steps=steps,
         model=dict(arch="qwen2", hidden=64, layers=2, heads=4, kv_heads=2),  # tied embeddings
         rollout__name="sglang",
-        rollout__calculate_log_probs=True,
-        trainer__test_freq=steps,
+        trainer__test_freq=steps,  # rollout.calculate_log_probs is on by default: the rollout_corr/* gap every step (issue 51)
         trainer__val_before_train=True,
     )
 
@@ -55,7 +54,8 @@ def test_two_step_grpo_sglang_fsdp(tmp_path):
     steps = [r for r in rows if r.get("step", 0) >= 1]
     assert [r["step"] for r in steps] == [1, 2], rows
     for row in steps:
-        for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/gen", "timing_s/sync_weights", "response_length/mean"):
+        for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/gen", "timing_s/sync_weights", "response_length/mean",
+                    "rollout_corr/log_prob_abs_diff_max", "rollout_corr/log_prob_abs_diff_mean", "rollout_corr/kl", "rollout_corr/log_prob_gap_frac"):
             assert key in row and math.isfinite(row[key]), (key, sorted(row))
         # SGLang sampled with the weights synced from the FSDP actor (at start, then after step 1's update): its
         # log-probs of its own tokens equal the actor's (the loop logs |rollout - actor| with calculate_log_probs)

@@ -37,8 +37,7 @@ def write_run(tmp: Path, *, nprocs: int = 1, steps: int = 2) -> Path:
         steps=steps,
         model=dict(arch="qwen2", hidden=128, layers=2, heads=2, kv_heads=1),  # head_dim 64: vLLM's CPU kernels
         rollout__name="vllm",
-        rollout__calculate_log_probs=True,
-        trainer__test_freq=steps,
+        trainer__test_freq=steps,  # rollout.calculate_log_probs is on by default: the rollout_corr/* gap every step (issue 51)
         trainer__val_before_train=True,
     )
 
@@ -57,7 +56,8 @@ def _check_run(tmp: Path, res: subprocess.CompletedProcess) -> list[dict]:
     steps = [r for r in rows if r.get("step", 0) >= 1]
     assert [r["step"] for r in steps] == [1, 2], rows
     for row in steps:
-        for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/gen", "timing_s/sync_weights", "response_length/mean"):
+        for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "timing_s/gen", "timing_s/sync_weights", "response_length/mean",
+                    "rollout_corr/log_prob_abs_diff_max", "rollout_corr/log_prob_abs_diff_mean", "rollout_corr/kl", "rollout_corr/log_prob_gap_frac"):
             assert key in row, (key, sorted(row))
             assert math.isfinite(row[key]), (key, row[key])
     assert any("val/reward_mean" in r for r in rows), "validation (greedy vLLM generation) did not run"

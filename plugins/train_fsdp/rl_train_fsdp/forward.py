@@ -18,6 +18,7 @@ from rl_core import multimodal
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import forward_values
+from rl_core.rollout import exact
 from rl_core.train_engine import packing
 from rl_core.train_engine.backend import Heads
 
@@ -61,6 +62,13 @@ class Forwards:
     def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
+        if self.config.rollout.exact and self.role != "critic":  # rl_core.rollout.exact: the hf rollout's forward, bit for bit
+            lp, ent = exact.sequence_log_probs(
+                self.model, x["input_ids"], x["attention_mask"], x["responses"], temperature=temperature, with_entropy=with_entropy,
+                entropy_grad=entropy_grad, compute_dtype=self.autocast_dtype,  # unsharded bf16: the weights cast, not autocast
+                lockstep=self.sharded,  # FSDP2 gathers in every forward: as many per rank as the rank with the most rows
+            )
+            return Heads(log_probs=lp, entropy=ent)
         if multimodal.has_images(x.get(multimodal.FIELD)):  # prompts with images (rl_core.multimodal): one plain forward
             return self._forward_images(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
         if self.packed and not packing.run_padded(x["attention_mask"], chosen_by_default=self.packed_by_default, sequence_parallel=self.seq_parallel is not None):

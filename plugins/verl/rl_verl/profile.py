@@ -24,7 +24,6 @@ VERL_DEFAULTS: dict[str, Any] = {
     "model.enable_gradient_checkpointing": True,
     "rollout.n": 1,
     "rollout.tensor_model_parallel_size": 2,
-    "rollout.calculate_log_probs": True,
     "algorithm.adv_estimator": "gae",
     "trainer.total_epochs": 30,
     "trainer.max_ckpt_to_keep": None,  # keep every checkpoint
