@@ -102,6 +102,7 @@ from rl_core.modeling import (
     torch_dtype,
 )
 from rl_core.lora.merge import InPlaceLora
+from rl_core.rollout import prefill_share
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
@@ -148,6 +149,8 @@ class HFRolloutEngine:
         self.max_prompt_length = config.data.max_prompt_length
         self.generation_batch_size = config.rollout.generation_batch_size
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
+        self.share_prefill = prefill_share.enabled(config.rollout.engine_kwargs)  # one prefill per group (rl_core.rollout.prefill_share)
+        self.prefill_tokens = 0
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
         # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
@@ -201,6 +204,7 @@ class HFRolloutEngine:
             return self._generate_agentic(batch, params, generator)
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
+        self.prefill_tokens = 0
 
         responses, lengths, log_probs, routed = [], [], [], []
         for start in range(0, len(batch), per_chunk):
@@ -220,6 +224,7 @@ class HFRolloutEngine:
 
         response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
         out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
+        out.meta[prefill_share.META_KEY] = self.prefill_tokens
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
             experts = torch.cat(routed)
             experts[~out["attention_mask"].bool()] = NO_ROUTE
@@ -299,7 +304,12 @@ class HFRolloutEngine:
 
         ``images``: the rows' ``multi_modal_inputs`` (:mod:`rl_core.multimodal`): the prefill reads them with the
         model's 3-D positions; response tokens then continue from each prompt's largest position (plain loop)."""
-        if self.static is not None and not stop and images is None:
+        static = self.static is not None and not stop and images is None
+        if n > 1 and (not self.share_prefill or (not static and not _cache_repeats(self.model))):
+            # sharing off, or a cache that cannot be repeated (linear-attention layers: Qwen3.5): each sample's copy
+            ids, mask, images, n = prefill_share.expand(ids, mask, n, images)
+        self.prefill_tokens += prefill_share.prompt_tokens(mask)  # rl_core.rollout.prefill_share
+        if static:
             temperature = 1.0 if greedy else float(params.temperature)
             eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
 
@@ -308,10 +318,6 @@ class HFRolloutEngine:
 
             return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
-        if n > 1 and not _cache_repeats(model):  # e.g. linear-attention layers (Qwen3.5): prefill each sample's copy
-            ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-            images = [d for d in images for _ in range(n)] if images is not None else None
-            n = 1
         if images is None:
             pos = position_ids_from_mask(mask)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
