@@ -60,7 +60,7 @@ the decode step before capturing it; default: on for CUDA; a step that fails to 
 is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
 and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
 off with ``share_weights``), ``decode_chunk`` (cache slots a step's attention
-capacity grows by, default 1024; 0: every step attends over the whole cache).
+capacity grows by, default 256, more for caches over 8,192 slots: :mod:`rl_core.rollout.static_decode`; 0: every step attends over the whole cache).
 The static cache is sized by the token count (batch x (prompt + response))
 and checked against the device's free memory before the first token; one
 that does not fit is refused naming the keys to lower. Long responses decode
@@ -174,7 +174,7 @@ class HFRolloutEngine:
             check_every=int(kwargs.get("check_every", 16)),
             compile=bool(kwargs.get("compile", self.device.type == "cuda")),
             pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
-            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"],
+            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"], auto_chunk=kwargs.get("decode_chunk") is None,
             fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
                 f"rollout.n, data.max_response_length or data.max_prompt_length",
         )
