@@ -9,7 +9,7 @@
 #   carry [".gpu/dv01"] .. [".gpu/dv06"], one per call, back to back: bash bench/device_setup.sh part
 #   carry [".gpu/dv07"]: bash bench/rollout_gpu.sh          (timeout_s 600; installs vLLM, then runs)
 # A machine that already has both segments installed (e.g. right after machine B's calls): carry [] and run the same.
-# Knobs: DEADLINE (seconds for the python part, default 360), PARTS (default hf,vllm,vllm_fp8).
+# Knobs: DEADLINE (seconds for the python part, default 420), PARTS (default hf,vllm,vllm_fp8).
 # SMOKE=1 on a CPU: tiny shapes, no bundle (the vLLM parts run where vllm imports, else say skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,6 @@ dev_install >"$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
 tail -3 "$OUT/install.log"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/versions.txt"
 python3 -c 'import vllm, torch, transformers; print("vllm", vllm.__version__, "| torch", torch.__version__, "| transformers", transformers.__version__)' 2>&1 | tail -1 | tee -a "$OUT/versions.txt"
-timeout $(( ${DEADLINE:-360} + 60 )) python3 bench/rollout_gpu.py --parts "${PARTS:-hf,vllm,vllm_fp8}" --deadline "${DEADLINE:-360}"
+timeout $(( ${DEADLINE:-420} + 60 )) python3 bench/rollout_gpu.py --parts "${PARTS:-hf,vllm,vllm_fp8}" --deadline "${DEADLINE:-420}"
 echo "exit $?"
 dev_pack

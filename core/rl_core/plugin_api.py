@@ -32,7 +32,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",
     "rl_core.rollout.engine_kwargs": "problems of rollout.engine_kwargs a rollout card's checks report",
     "rl_core.rollout.moe_parallel": "rollout_devices / engine_size: the rollout's devices and one engine's ranks (TP x DP) under rollout.data_parallel_size",
-    "rl_core.rollout.precision": "fp8_engine_kwargs: an engine's arguments for rollout.precision=fp8 (FP8 weights and KV cache)",
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",
     "rl_core.train_engine.engine": "RoleEngine: core's driver over a TrainBackend",
     "rl_core.train_engine.batch_sizes": "TrainSizeError, role sizes",

@@ -7,13 +7,13 @@ import types
 
 import pytest
 from rl_core.cards import RolloutCard
-from rl_core.config.schema import AlgorithmConfig, RolloutConfig, RolloutCorrectionConfig, RunConfig, TrainerConfig
+from rl_core.config.schema import AlgorithmConfig, ModelConfig, RolloutConfig, RolloutCorrectionConfig, RunConfig, TrainerConfig
 from rl_core.rollout import precision
 from rl_core.rollout.builtin import HF_ROLLOUT
 
 
 def _config(name="vllm", prec="fp8", device="cuda", **rollout):
-    return RunConfig(rollout=RolloutConfig(name=name, precision=prec, **rollout), trainer=TrainerConfig(device=device))
+    return RunConfig(model=ModelConfig(dtype="bfloat16"), rollout=RolloutConfig(name=name, precision=prec, **rollout), trainer=TrainerConfig(device=device))
 
 
 def _registry(*cards):
@@ -58,9 +58,10 @@ def test_tis_is_on_by_default_when_the_rollout_precision_differs():
     assert precision.apply_defaults(same) is same
 
 
-def test_engine_arguments():
-    assert precision.fp8_engine_kwargs("vllm") == {"quantization": "fp8", "kv_cache_dtype": "fp8"}
-    assert precision.fp8_engine_kwargs("sglang") == {"quantization": "fp8", "kv_cache_dtype": "fp8_e4m3"}
+def test_fp8_from_float32_weights_is_refused():
+    cfg = RunConfig(model=ModelConfig(dtype="float32"), rollout=RolloutConfig(name="vllm", precision="fp8"), trainer=TrainerConfig(device="cuda"))
+    (problem,) = precision.backend_problems(cfg, _registry(FP8_CARD))
+    assert "float32" in problem.what and "model.dtype=bfloat16" in problem.fix
 
 
 def test_the_schema_refuses_other_precisions():
@@ -73,10 +74,9 @@ def test_the_schema_refuses_other_precisions():
 def test_rlcore_check_reports_fp8_with_the_hf_rollout(tiny_model_dir):
     """Through every registered check (the plan `rlcore check` builds): the names check refuses it (the device stage,
     later in the fixing order, then does not run)."""
-    from rl_core.config.schema import ModelConfig
     from rl_core.plan.checks import plan_for
 
-    cfg = RunConfig(model=ModelConfig(path=str(tiny_model_dir("qwen2"))), rollout=RolloutConfig(name="hf", precision="fp8"),
+    cfg = RunConfig(model=ModelConfig(path=str(tiny_model_dir("qwen2")), dtype="bfloat16"), rollout=RolloutConfig(name="hf", precision="fp8"),
                     trainer=TrainerConfig(device="cpu"))
     plan, problems = plan_for(cfg)
     assert plan is None

@@ -1,7 +1,7 @@
 """``rollout.precision``: the rollout engine computes in FP8 while the trainer keeps ``model.dtype`` (issue 48).
 
 ``auto`` (default): the rollout runs in ``model.dtype``, as the trainer. ``fp8``: an engine whose card declares
-``fp8`` (vLLM, SGLang) quantizes the weights it receives to FP8 (E4M3, per-tensor scales computed as each
+``fp8`` (the engine packages' cards say which, and how they ask their engine for it) quantizes the weights it receives to FP8 (E4M3, per-tensor scales computed as each
 weight loads: vLLM / SGLang ``quantization="fp8"``) and keeps its KV cache in FP8 (``kv_cache_dtype``): a decode
 step then reads about half the bytes, which is what bounds it. Native only: FP8 GEMMs need compute capability
 8.9 or newer (Ada, Hopper, Blackwell); the ``device`` check refuses FP8 on older GPUs and on CPUs, and the ``hf``
@@ -21,21 +21,12 @@ import attrs
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
+from rl_core.plugins import get_registry
 from rl_core.problems import Problem
 
 PRECISIONS = ("auto", "fp8")
 #: the oldest compute capability with FP8 tensor cores (Ada / Hopper)
 FP8_CAPABILITY = (8, 9)
-#: each engine's arguments for FP8 weights and KV cache
-_ENGINE_KWARGS = {
-    "vllm": {"quantization": "fp8", "kv_cache_dtype": "fp8"},
-    "sglang": {"quantization": "fp8", "kv_cache_dtype": "fp8_e4m3"},
-}
-
-
-def fp8_engine_kwargs(engine: str) -> dict[str, str]:
-    """The engine's constructor arguments for ``rollout.precision=fp8``."""
-    return dict(_ENGINE_KWARGS[engine])
 
 
 def apply_defaults(config: Any) -> Any:
@@ -50,24 +41,25 @@ def apply_defaults(config: Any) -> Any:
     return attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=True), algorithm=algorithm)
 
 
-def _rollout_card(config: Any, registry: Any):
-    if registry is None:
-        from rl_core.plugins import get_registry
-
-        registry = get_registry()
-    return registry.cards["rollout"].get(config.rollout.name)
+def _registry(registry: Any):
+    return get_registry() if registry is None else registry
 
 
 def backend_problems(config: Any, registry: Any = None) -> list[Problem]:
     """``rollout.precision=fp8`` with a rollout backend whose card does not declare ``fp8``."""
     if config.rollout.precision == "auto":
         return []
-    card = _rollout_card(config, registry)
+    if config.model.dtype == "float32":
+        return [Problem(key="rollout.precision", what="is 'fp8' but model.dtype is float32: the engines quantize 16-bit weights to FP8 only",
+                        fix="model.dtype=bfloat16 (or auto on a GPU), or rollout.precision=auto")]
+    cards = _registry(registry).cards["rollout"]
+    card = cards.get(config.rollout.name)
     if card is None or getattr(card, "fp8", False):
         return []
+    capable = sorted(c.name for c in cards.values() if getattr(c, "fp8", False))
+    fix = (" or ".join(f"rollout.name={name}" for name in capable) + " (FP8 weights and KV cache), or ") if capable else "a rollout package with FP8 (none installed), or "
     return [Problem(key="rollout.precision", what=f"is {config.rollout.precision!r} but the {card.name!r} rollout has no FP8 kernels: "
-                    "it would quantize and dequantize every weight and only cost time",
-                    fix="rollout.name=vllm or rollout.name=sglang (FP8 weights and KV cache), or rollout.precision=auto")]
+                    "it would quantize and dequantize every weight and only cost time", fix=fix + "rollout.precision=auto")]
 
 
 def device_problems(config: Any, registry: Any = None, capability: tuple[int, int] | None = None) -> list[Problem]:

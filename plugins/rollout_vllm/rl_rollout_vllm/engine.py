@@ -225,7 +225,7 @@ class VLLMRollout:
         self.full_vocab_logprobs = "logprobs_mode" not in extra
         # one seed per generate call, not one generator per request (rl_rollout_vllm.fast_path)
         self.seed_mode = fast_path.seed_mode(extra)
-        self.precision = getattr(r, "precision", "auto")
+        self.precision = r.precision
         self.tp = int(r.tensor_model_parallel_size)
         self.sleep_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
         self.generation_batch_size = r.generation_batch_size
@@ -303,9 +303,7 @@ class VLLMRollout:
         if cfg.rollout.return_routed_experts:
             kwargs["enable_return_routed_experts"] = True
         if self.precision == "fp8":  # rollout.precision (rl_core.rollout.precision): FP8 weights and KV cache
-            from rl_core.rollout.precision import fp8_engine_kwargs
-
-            kwargs.update(fp8_engine_kwargs("vllm"))
+            kwargs.update(fast_path.FP8_KWARGS)
         if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"

@@ -30,6 +30,8 @@ from typing import Any, Iterator
 import torch
 
 SEED_MODES = ("batch", "request")
+#: ``rollout.precision=fp8``: weights quantized to FP8 (E4M3, per-tensor scales) as they load, and an FP8 KV cache
+FP8_KWARGS = {"quantization": "fp8", "kv_cache_dtype": "fp8"}
 
 
 def in_process() -> bool:
