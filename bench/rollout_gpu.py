@@ -219,6 +219,23 @@ def _prefilled(before: dict, after: dict) -> int | None:
     return int(prompt - (hits or 0))
 
 
+def _device_used_gib(device: str) -> float | None:
+    """GiB of the device in use by anything (this process: vLLM's engine, its graphs, torch's cache), after a row."""
+    import torch
+
+    if device != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
+def _fraction_gib(device: str, fraction: float) -> float | None:
+    """What `rlcore check` counts for the engine: rollout.gpu_memory_utilization x the device's memory."""
+    import torch
+
+    return fraction * torch.cuda.mem_get_info()[1] / 2**30 if device == "cuda" else None
+
+
 def part_vllm(args, precision: str) -> list[dict]:
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_rollout_vllm.engine import VLLMRollout
@@ -269,7 +286,8 @@ def part_vllm(args, precision: str) -> list[dict]:
             after = _vllm_counters(llm)
             rows.append(row(label, wname, t, tokens, floor, nominal_tokens=nominal, prefilled=_prefilled(before, after),
                             prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
-                            vllm_counters={k: v - before.get(k, 0.0) for k, v in after.items() if isinstance(v, float)}))
+                            vllm_counters={k: v - before.get(k, 0.0) for k, v in after.items() if isinstance(v, float)},
+                            device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization)))
             print(json.dumps(rows[-1]), flush=True)
     if device == "cuda" and args.deadline_ok():
         eng.sleep()
@@ -308,13 +326,15 @@ def table(results: dict) -> str:
              f"Floor: weights + KV at each step's context / {info['bandwidth'] / 1e12:.1f} TB/s"
              + (f" (measured copy bandwidth {info['copy_bandwidth'] / 1e12:.2f} TB/s)" if info.get("copy_bandwidth") else "") + "; workloads: "
              + "; ".join(f"{k} = {w['prompts']} prompts x {w['n']} samples, {w['prompt']} + {w['new']} tokens" for k, w in info["workloads"].items()), "",
-             "| run | workload | s | tokens/s | % of floor | prefilled prompt tokens (prompts x length) |", "|---|---|---:|---:|---:|---:|"]
+             "| run | workload | s | tokens/s | % of floor | prefilled prompt tokens (prompts x length) | device GiB in use (rollout.gpu_memory_utilization x total) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for r in results["rows"]:
         if r.get("workload") == "-":
-            lines.append(f"| {r['name']} | - | {r['seconds']:.2f} | - | - | freed {r.get('sleep_freed_gib') or 0:.1f} GiB |")
+            lines.append(f"| {r['name']} | - | {r['seconds']:.2f} | - | - | freed {r.get('sleep_freed_gib') or 0:.1f} GiB | - |")
             continue
         pre = "-" if r.get("prefilled") is None else f"{r['prefilled']:,} ({r['prompt_tokens']:,})"
-        lines.append(f"| {r['name']} | {r['workload']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | {r['pct_floor']:.1f}% | {pre} |")
+        mem = f"{r['device_used_gib']:.1f} ({r['fraction_gib']:.1f})" if r.get("device_used_gib") is not None else "-"
+        lines.append(f"| {r['name']} | {r['workload']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | {r['pct_floor']:.1f}% | {pre} | {mem} |")
     for name, err in results.get("errors", {}).items():
         lines.append(f"\n{name}: {err}")
     return "\n".join(lines) + "\n"
