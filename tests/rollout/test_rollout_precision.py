@@ -84,3 +84,19 @@ def test_rlcore_check_reports_fp8_with_the_hf_rollout(tiny_model_dir):
     assert any("no FP8 kernels" in p.what for p in mine)
     same = plan_for(cfg.__class__(model=cfg.model, trainer=cfg.trainer))[1]  # the same run in model.dtype
     assert not [p for p in same if p.key == "rollout.precision"]
+
+
+def test_the_plan_carries_tis_on(tiny_model_dir, monkeypatch):
+    """What the run uses is the resolved plan's config: with an FP8 rollout it has the rollout log-probs and TIS on."""
+    import attrs
+    from rl_core.plan.resolver import resolve
+    from rl_core.plugins import get_registry
+
+    registry = get_registry()
+    monkeypatch.setitem(registry.cards["rollout"], "hf", attrs.evolve(registry.cards["rollout"]["hf"], fp8=True))  # a stand-in FP8 engine
+    cfg = RunConfig(model=ModelConfig(path=str(tiny_model_dir("qwen2")), dtype="bfloat16"), rollout=RolloutConfig(name="hf", precision="fp8"),
+                    trainer=TrainerConfig(device="cpu"))
+    plan, problems = resolve(cfg, registry)
+    assert plan is not None, [p.render() for p in problems]
+    assert plan.config.rollout.calculate_log_probs is True
+    assert plan.config.algorithm.rollout_correction.rollout_is == "token"
