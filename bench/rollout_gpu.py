@@ -163,7 +163,8 @@ def part_hf(args) -> list[dict]:
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
-    eng = HFRolloutEngine(run_config(args.model, "hf"), WorkerContext(device=device, seed=0))
+    # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
+    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0))
     if eng.static is None and not SMOKE:
         raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
     rows = []
@@ -174,7 +175,8 @@ def part_hf(args) -> list[dict]:
         floor = floor_seconds(shape, w, args.bandwidth)
         variants = [("hf", {})] + ([("hf, no prefix sharing", {"share_prefill": False})] if wname == "long" else [])
         if wname == "scale" and eng.static is not None:
-            variants.append(("hf, decode_chunk=1024 (before)", {"decode_chunk": 1024}))
+            before = 16 if SMOKE else 1024  # the default before issue 48 (the smoke: a chunk its short cache crosses)
+            variants.append((f"hf, decode_chunk={before} (before)", {"decode_chunk": before}))
         for label, change in variants:
             if not args.deadline_ok():
                 print(f"skipped {label} {wname}: deadline", flush=True)
