@@ -124,6 +124,8 @@ class RolloutCard(CardBase):
     # (trainer.placement=ray); False: a TP group stays within one node
     multi_node_tp: bool = False
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    # the engine computes in FP8 (weights and KV cache) with rollout.precision=fp8 (rl_core.rollout.precision)
+    fp8: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -151,3 +151,17 @@ def test_cuda_graphs_per_capacity_give_the_unchunked_tokens(model_dir):
         torch.testing.assert_close(a.tensors["rollout_log_probs"], b.tensors["rollout_log_probs"], atol=1e-4, rtol=1e-4)
     views = [st for cache in chunked.static._caches.values() for st in cache.views.values()]
     assert len(views) >= 4 and all(st.graph is not None for st in views), [(st.cap, st.graph) for st in views]
+
+
+def test_default_chunk_is_256_and_grows_with_long_caches(model_dir):
+    """Without decode_chunk the capacity grows by 256 slots (issue 48: 1024 read 1.6x the KV at the mean context of
+    a 128 + 1,024-token decode), and by length / 32 (rounded up to 128) for caches over 8,192 slots, so a cache keeps
+    at most ~32 graphs; a decode_chunk the user gives is taken as it is."""
+    cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs={"static_decode": True}))
+    dec = factory(cfg, WorkerContext()).static
+    assert dec.chunk == 256 and dec.auto_chunk
+    # the scale workload: 128 + 1,024 tokens in a 1,152-slot cache
+    assert [dec.capacity(s, 1152) for s in (128, 255, 256, 1023, 1024, 1151)] == [256, 256, 512, 1024, 1152, 1152]
+    # a 32k-slot cache: steps of 1,024 slots; capacities stay at most 32
+    assert dec.capacity(0, 32768) == 1024 and len({dec.capacity(s, 32768) for s in range(32768)}) == 32
+    assert _engine(model_dir, 16).static.capacity(16, 32768) == 32  # the user's chunk as given

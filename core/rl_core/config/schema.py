@@ -249,6 +249,9 @@ class RolloutConfig:
     # a rollout pool of its own (rl_core.async_rl): null = in the actor's workers (hybrid engine, in-memory weight sync)
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
+    # auto: the rollout computes in model.dtype; fp8: FP8 weights and KV cache in an engine that has FP8 kernels
+    # (vllm, sglang; GPUs of compute capability >= 8.9), with the rollout correction on by default (rl_core.rollout.precision)
+    precision: str = choice("auto", ("auto", "fp8"), hint="auto (model.dtype) or fp8")
 
 
 @attrs.frozen(kw_only=True)

@@ -34,6 +34,7 @@ from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
 from rl_core.rollout.moe_parallel import moe_parallel_problems
+from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
 from rl_core.rewards.mixing import mixing_problems
 
@@ -398,6 +399,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
+    config = precision_defaults(config)  # rollout.precision=fp8: the rollout correction on unless set (rl_core.rollout.precision)
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
     _check_parallel(config, rollout, train, problems, registry)

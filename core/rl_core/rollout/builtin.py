@@ -6,11 +6,12 @@ from rl_core.cards import RolloutCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import engine_kwargs_problems
+from rl_core.rollout.precision import rl_core_register_checks  # noqa: F401 - rollout.precision's checks, registered with this module
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
 HF_ENGINE_KEYS = (
     "attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile", "pack_projections", "sleep_threshold",
-    "decode_chunk",
+    "decode_chunk", "share_prefill",
 )
 
 

@@ -60,7 +60,7 @@ the decode step before capturing it; default: on for CUDA; a step that fails to 
 is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
 and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
 off with ``share_weights``), ``decode_chunk`` (cache slots a step's attention
-capacity grows by, default 1024; 0: every step attends over the whole cache).
+capacity grows by, default 256, more for caches over 8,192 slots: :mod:`rl_core.rollout.static_decode`; 0: every step attends over the whole cache).
 The static cache is sized by the token count (batch x (prompt + response))
 and checked against the device's free memory before the first token; one
 that does not fit is refused naming the keys to lower. Long responses decode
@@ -103,6 +103,7 @@ from rl_core.modeling import (
 )
 from rl_core.lora.merge import InPlaceLora
 from rl_core.rollout import exact
+from rl_core.rollout import prefill_share
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
@@ -150,6 +151,8 @@ class HFRolloutEngine:
         self.max_prompt_length = config.data.max_prompt_length
         self.generation_batch_size = config.rollout.generation_batch_size
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
+        self.share_prefill = prefill_share.enabled(config.rollout.engine_kwargs)  # one prefill per group (rl_core.rollout.prefill_share)
+        self.prefill_tokens = 0
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
         # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
@@ -173,7 +176,7 @@ class HFRolloutEngine:
             check_every=int(kwargs.get("check_every", 16)),
             compile=bool(kwargs.get("compile", self.device.type == "cuda")),
             pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
-            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"],
+            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"], auto_chunk=kwargs.get("decode_chunk") is None,
             fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
                 f"rollout.n, data.max_response_length or data.max_prompt_length",
         )
@@ -203,6 +206,7 @@ class HFRolloutEngine:
             return self._generate_agentic(batch, params, generator)
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
+        self.prefill_tokens = 0
 
         responses, lengths, log_probs, routed = [], [], [], []
         for start in range(0, len(batch), per_chunk):
@@ -224,6 +228,7 @@ class HFRolloutEngine:
         out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
         if params.logprobs and self.config.rollout.exact:  # the trainer's per-sequence forward's log-probs (rl_core.rollout.exact)
             out["rollout_log_probs"] = exact.rollout_log_probs(self.model, out, temperature=1.0 if greedy else params.temperature, device=self.device)
+        out.meta[prefill_share.META_KEY] = self.prefill_tokens
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
             experts = torch.cat(routed)
             experts[~out["attention_mask"].bool()] = NO_ROUTE
@@ -303,7 +308,12 @@ class HFRolloutEngine:
 
         ``images``: the rows' ``multi_modal_inputs`` (:mod:`rl_core.multimodal`): the prefill reads them with the
         model's 3-D positions; response tokens then continue from each prompt's largest position (plain loop)."""
-        if self.static is not None and not stop and images is None:
+        static = self.static is not None and not stop and images is None
+        if n > 1 and (not self.share_prefill or (not static and not _cache_repeats(self.model))):
+            # sharing off, or a cache that cannot be repeated (linear-attention layers: Qwen3.5): each sample's copy
+            ids, mask, images, n = prefill_share.expand(ids, mask, n, images)
+        self.prefill_tokens += prefill_share.prompt_tokens(mask)  # rl_core.rollout.prefill_share
+        if static:
             temperature = 1.0 if greedy else float(params.temperature)
             eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
 
@@ -312,10 +322,6 @@ class HFRolloutEngine:
 
             return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
-        if n > 1 and not _cache_repeats(model):  # e.g. linear-attention layers (Qwen3.5): prefill each sample's copy
-            ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-            images = [d for d in images for _ in range(n)] if images is not None else None
-            n = 1
         if images is None:
             pos = position_ids_from_mask(mask)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)

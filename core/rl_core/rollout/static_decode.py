@@ -18,7 +18,8 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
 - the slots are the cache's *first* dimension (``[S, B, kv, d]``), so its
   first ``cap`` slots are one contiguous view: a decode step attends only over
   the capacity the response has reached, in steps of ``chunk`` slots
-  (``engine_kwargs.decode_chunk``, default 1024), not over all ``S`` slots from
+  (``engine_kwargs.decode_chunk``; by default 256 slots, or ``S / 32`` rounded up to 128 for caches longer
+  than 8,192 slots, so that a cache keeps at most ~32 graphs), not over all ``S`` slots from
   the first token (a 16k-token response would otherwise read 16k slots of
   keys / values for every token, about twice the traffic);
 - a decode step reads the token, position and cache slot from device tensors
@@ -57,7 +58,11 @@ logger = logging.getLogger(__name__)
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 CACHE_ROUND = 128
-DEFAULT_CHUNK = 1024  # cache slots a decode step's capacity grows by
+# cache slots a decode step's capacity grows by: a step reads the keys / values of its capacity, so on average
+# chunk / 2 slots more than the responses reached. 256 (1024 before issue 48): on the scale workload (128 + 1,024
+# tokens) a step read 1.6x the KV bytes at the mean context with 1024-slot steps, 1.2x with 256
+DEFAULT_CHUNK = 256
+AUTO_GRAPHS = 32  # the default chunk grows with the cache so that a cache keeps at most about this many graphs
 MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
 MAX_CACHES = 4  # batch buckets whose caches (and graphs) are kept at once
 MAX_VIEWS = 64  # capacities (and graphs) kept per cache: multi-turn calls of many lengths add a last capacity each
@@ -111,7 +116,7 @@ class StaticDecoder:
 
     def __init__(
         self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
-        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX,
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False,
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -138,6 +143,8 @@ class StaticDecoder:
         if chunk is not None and (isinstance(chunk, bool) or int(chunk) < 0):
             raise ValueError(f"rollout.engine_kwargs.decode_chunk must be a number of cache slots >= 0 (0: no chunks), got {chunk!r}")
         self.chunk = int(chunk or 0)  # 0: every step attends over the whole cache
+        # the default (no decode_chunk given): at least length / AUTO_GRAPHS slots per step, rounded up to CACHE_ROUND
+        self.auto_chunk = bool(auto_chunk) and self.chunk > 0
         self.fix = fix
         self._caches: dict[int, _Cache] = {}  # batch bucket -> its cache, buffers and per-capacity graphs
         self._pool = None
@@ -308,7 +315,10 @@ class StaticDecoder:
         """Slots a step writing ``slot`` attends over: the next multiple of ``chunk`` above it, at most ``length``."""
         if not self.chunk:
             return length
-        return min(length, (slot // self.chunk + 1) * self.chunk)
+        step = self.chunk
+        if self.auto_chunk:
+            step = max(step, -(-length // (AUTO_GRAPHS * CACHE_ROUND)) * CACHE_ROUND)
+        return min(length, (slot // step + 1) * step)
 
     def _view_for(self, cache: "_Cache", cap: int) -> "_View":
         st = cache.views.get(cap)

@@ -12,8 +12,13 @@ Generation
     max_tokens, stop, seed; ``greedy`` (or temperature 0) -> temperature 0,
     one request per prompt whose answer fills the n rows (vLLM refuses n > 1
     when greedy; greedy samples are identical anyway).
-    A seed gives prompt ``i`` the seed ``seed + i * n`` (vLLM adds the
-    sample's index), so no two samples of a batch share a random stream.
+    A seed seeds the device's generator for the call and the requests go
+    unseeded (one noise draw for the whole batch, as vLLM alone samples:
+    :mod:`rl_rollout_vllm.fast_path`); with ``rollout.engine_kwargs.seed_mode=request``
+    (or a multi-process engine) prompt ``i`` gets the seed ``seed + i * n`` (vLLM adds the
+    sample's index) and its own generator, which vLLM's sampler serves one row at a time.
+    ``rollout.precision=fp8``: vLLM quantizes the weights to FP8 as they load
+    (``quantization="fp8"``) and keeps an FP8 KV cache (:mod:`rl_core.rollout.precision`).
     A prompt longer than ``data.max_prompt_length``, or one that leaves fewer
     than ``max_new_tokens`` positions below the engine's max model length, is
     an error naming the sample and the lengths
@@ -136,6 +141,7 @@ Other ``rollout.engine_kwargs`` are passed to ``vllm.LLM`` unchanged
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -148,7 +154,7 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 
-from rl_rollout_vllm import experts, routing
+from rl_rollout_vllm import experts, fast_path, routing
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
 from rl_rollout_vllm.plugin import parallel_kwargs
 from rl_rollout_vllm.replicas import engine_rank_env
@@ -217,6 +223,9 @@ class VLLMRollout:
         self.bucket_bytes = int(float(extra.pop("weight_sync_bucket_mb", DEFAULT_BUCKET_MB)) * 2**20)
         self.sleep_level = int(extra.pop("sleep_level", 1))
         self.full_vocab_logprobs = "logprobs_mode" not in extra
+        # one seed per generate call, not one generator per request (rl_rollout_vllm.fast_path)
+        self.seed_mode = fast_path.seed_mode(extra)
+        self.precision = r.precision
         self.tp = int(r.tensor_model_parallel_size)
         self.sleep_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
         self.generation_batch_size = r.generation_batch_size
@@ -259,6 +268,8 @@ class VLLMRollout:
                 "(log_softmax(logits), temperature ignored), not log_softmax(logits / temperature)"
             )
         self._shapes, self._required = _model_tensors(config)
+        self.flat_logprobs = fast_path.flat_logprobs_supported()
+        self.batch_seeded = self.seed_mode == "batch" and fast_path.in_process()
 
     # ----------------------------------------------------------------- set-up
     def _llm_kwargs(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -291,6 +302,8 @@ class VLLMRollout:
         kwargs.update(parallel_kwargs(cfg.rollout))
         if cfg.rollout.return_routed_experts:
             kwargs["enable_return_routed_experts"] = True
+        if self.precision == "fp8":  # rollout.precision (rl_core.rollout.precision): FP8 weights and KV cache
+            kwargs.update(fast_path.FP8_KWARGS)
         if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -400,11 +413,18 @@ class VLLMRollout:
         routed: list = []  # each sample's CompletionOutput.routed_experts (rollout.return_routed_experts)
         for start in range(0, len(prompts), per_call):
             chunk = prompts[start : start + per_call]
-            sampling = [self._sampling_params(params, greedy, None if seed is None else seed + (start + i) * params.n) for i in range(len(chunk))]
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False, lora_request=self._lora_request)
+            if self.batch_seeded:  # one seed for the call, the requests unseeded (rl_rollout_vllm.fast_path)
+                one = self._sampling_params(params, greedy, None)
+                sampling = [one] * len(chunk)
+                seeded = fast_path.batch_seed(None if seed is None or greedy else seed + start * params.n, self.context.torch_device)
+            else:
+                sampling = [self._sampling_params(params, greedy, None if seed is None else seed + (start + i) * params.n) for i in range(len(chunk))]
+                seeded = contextlib.nullcontext()
+            with seeded:
+                outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False, lora_request=self._lora_request)
             for out in outputs:
                 for comp in sorted(out.outputs, key=lambda c: c.index):
-                    sample = Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
+                    sample = Sample(comp.token_ids, fast_path.sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason)
                     # vLLM refuses n > 1 with greedy decoding: one request, its answer n times.
                     samples.extend([sample] * (params.n if greedy else 1))
                     if self.routing is not None:
@@ -441,7 +461,7 @@ class VLLMRollout:
                 answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False, lora_request=self._lora_request)
                 for ans in answers:
                     comp = ans.outputs[0]
-                    out.append(Sample(comp.token_ids, _sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))
+                    out.append(Sample(comp.token_ids, fast_path.sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))
             return out
 
         out = self._multi_turn.generate(batch, params, continue_ids, pad_id=self.pad_id)
@@ -459,7 +479,9 @@ class VLLMRollout:
     def _sampling_params(self, params: SamplingParams, greedy: bool, seed: int | None):
         from vllm import SamplingParams as VSamplingParams
 
+        flat = {"flat_logprobs": True} if params.logprobs and self.flat_logprobs else {}
         return VSamplingParams(
+            **flat,
             n=1 if greedy else params.n,
             temperature=0.0 if greedy else float(params.temperature),
             top_p=1.0 if greedy else float(params.top_p),
@@ -579,6 +601,10 @@ class VLLMRollout:
         (rl_rollout_vllm.tp_shards); None for LoRA adapters with TP > 1 and fully_sharded_loras (not sampled)."""
         from rl_rollout_vllm.lora import sample_held
 
+        if self.precision == "fp8":  # the engine holds FP8 copies: they differ from the sent weights by design
+            self._note_once("fp8-unverified", "weight sync: not verified element-wise with rollout.precision=fp8 (vLLM holds FP8 "
+                            "copies of the weights; the rollout / trainer log-prob mismatch metrics show the gap)", level=logging.WARNING)
+            return None
         lora_id = self._lora_request.lora_int_id if self._lora_request is not None else None
         held = self.llm.collective_rpc(sample_held, args=(positions, self._shapes, lora_id, self.lora_rank))[0]
         if held is None:
@@ -791,13 +817,6 @@ def _set_rng_state(state: tuple) -> None:
     torch.set_rng_state(state[2])
     if state[3] is not None:
         torch.cuda.set_rng_state_all(state[3])
-
-
-def _sampled_log_probs(comp) -> list[float]:
-    """The sampled tokens' log-probs from a ``CompletionOutput`` asked with ``logprobs=0``."""
-    if comp.logprobs is None:
-        raise RuntimeError("vLLM returned no log-probs although logprobs=0 was requested")
-    return [float(comp.logprobs[pos][tok].logprob) for pos, tok in enumerate(comp.token_ids)]
 
 
 class _QuietLoggers:

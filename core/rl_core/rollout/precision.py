@@ -1,0 +1,89 @@
+"""``rollout.precision``: the rollout engine computes in FP8 while the trainer keeps ``model.dtype`` (issue 48).
+
+``auto`` (default): the rollout runs in ``model.dtype``, as the trainer. ``fp8``: an engine whose card declares
+``fp8`` (the engine packages' cards say which, and how they ask their engine for it) quantizes the weights it receives to FP8 (E4M3, per-tensor scales computed as each
+weight loads: vLLM / SGLang ``quantization="fp8"``) and keeps its KV cache in FP8 (``kv_cache_dtype``): a decode
+step then reads about half the bytes, which is what bounds it. Native only: FP8 GEMMs need compute capability
+8.9 or newer (Ada, Hopper, Blackwell); the ``device`` check refuses FP8 on older GPUs and on CPUs, and the ``hf``
+rollout (no FP8 kernels) is refused: such a setting would only cost time.
+
+The rollout's policy then differs from the trainer's by the quantization error, so by default the run corrects for
+it as for any rollout / trainer mismatch: :func:`apply_defaults` turns on ``rollout.calculate_log_probs`` and
+truncated importance sampling (``algorithm.rollout_correction.rollout_is=token``, threshold 2) where the config
+left them off; the ``rollout_corr/*`` metrics then log the mismatch every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from rl_core.cards import CheckCard
+from rl_core.hookspecs import hookimpl
+from rl_core.plugins import get_registry
+from rl_core.problems import Problem
+
+PRECISIONS = ("auto", "fp8")
+#: the oldest compute capability with FP8 tensor cores (Ada / Hopper)
+FP8_CAPABILITY = (8, 9)
+
+
+def apply_defaults(config: Any) -> Any:
+    """``config`` with the rollout correction on where ``rollout.precision`` differs from the trainer's and the
+    config left it off (see the module docstring)."""
+    if getattr(config.rollout, "precision", "auto") == "auto":
+        return config
+    rc = config.algorithm.rollout_correction
+    if rc.rollout_is is not None and config.rollout.calculate_log_probs:
+        return config
+    algorithm = attrs.evolve(config.algorithm, rollout_correction=attrs.evolve(rc, rollout_is=rc.rollout_is or "token"))
+    return attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=True), algorithm=algorithm)
+
+
+def _registry(registry: Any):
+    return get_registry() if registry is None else registry
+
+
+def backend_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """``rollout.precision=fp8`` with a rollout backend whose card does not declare ``fp8``."""
+    if config.rollout.precision == "auto":
+        return []
+    if config.model.dtype == "float32":
+        return [Problem(key="rollout.precision", what="is 'fp8' but model.dtype is float32: the engines quantize 16-bit weights to FP8 only",
+                        fix="model.dtype=bfloat16 (or auto on a GPU), or rollout.precision=auto")]
+    cards = _registry(registry).cards["rollout"]
+    card = cards.get(config.rollout.name)
+    if card is None or getattr(card, "fp8", False):
+        return []
+    capable = sorted(c.name for c in cards.values() if getattr(c, "fp8", False))
+    fix = (" or ".join(f"rollout.name={name}" for name in capable) + " (FP8 weights and KV cache), or ") if capable else "a rollout package with FP8 (none installed), or "
+    return [Problem(key="rollout.precision", what=f"is {config.rollout.precision!r} but the {card.name!r} rollout has no FP8 kernels: "
+                    "it would quantize and dequantize every weight and only cost time", fix=fix + "rollout.precision=auto")]
+
+
+def device_problems(config: Any, registry: Any = None, capability: tuple[int, int] | None = None) -> list[Problem]:
+    """FP8 needs a GPU of compute capability >= 8.9 (``capability``: that of this machine's first GPU when None)."""
+    if config.rollout.precision != "fp8":
+        return []
+    fix = "rollout.precision=auto (the rollout in model.dtype), or a GPU with FP8 tensor cores (compute capability >= 8.9: L4, L40, H100, H200, B200)"
+    if config.trainer.device != "cuda":
+        return [Problem(key="rollout.precision", what=f"is 'fp8' but trainer.device={config.trainer.device!r}: FP8 rollouts run on GPUs only", fix=fix)]
+    if capability is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return []  # the devices check reports the missing GPU
+        capability = tuple(torch.cuda.get_device_capability(0))
+    if tuple(capability) < FP8_CAPABILITY:
+        return [Problem(key="rollout.precision", what=f"is 'fp8' but this machine's GPU has compute capability {capability[0]}.{capability[1]}, "
+                        "which has no FP8 tensor cores (8.9 or newer)", why="the engine would emulate FP8 GEMMs: slower than bfloat16", fix=fix)]
+    return []
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="rollout_precision", stage="names", order=60, factory=f"{__name__}:backend_problems",
+                       description="rollout.precision=fp8: a rollout backend with FP8 kernels"))
+    register(CheckCard(name="rollout_precision_device", stage="device", order=60, factory=f"{__name__}:device_problems",
+                       description="rollout.precision=fp8: a GPU with FP8 tensor cores (compute capability >= 8.9)"))
