@@ -91,3 +91,8 @@ def rl_core_register_dialects(register: Register) -> None:
 @hookspec
 def rl_core_register_commands(register: Register) -> None:
     """Register :class:`~rl_core.cards.CommandCard` s (``rlcore`` sub-commands)."""
+
+
+@hookspec
+def rl_core_register_run_kinds(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RunKindCard` s (run kinds other than RL: ``trainer.kind``, e.g. sft)."""

@@ -34,6 +34,7 @@ from rl_core.problems import Problem, did_you_mean
 from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, load_custom_function
+from rl_core.run_kind import RL, run_kind_name
 
 FIRST_ROWS = 8  # rows of each data file checked
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
@@ -370,7 +371,8 @@ _READ: list = []  # [(config, (problems, rows))]: the data rows of the plan bein
 
 def _data_read(config: Any) -> tuple[list[Problem], list[dict]]:
     if not (_READ and _READ[0][0] is config):
-        _READ[:] = [(config, data_problems(config))]
+        # a run kind other than rl reads rows of its own (its card's check does: rl_core.run_kind), not prompt rows
+        _READ[:] = [(config, data_problems(config) if run_kind_name(config) == RL else ([], []))]
     return _READ[0][1]
 
 
