@@ -201,6 +201,7 @@ def build_examples(rows: list[tuple[str, dict]], tokenizer: Any, config: Any, op
                     "trainer.kind_options.truncation=right to cut the end off"
                 )
             ids, mask = ids[:limit], mask[:limit]
+        mask = [0, *mask[1:]]  # the first token has nothing before it to be predicted from
         if not any(mask):
             raise SFTDataError(f"{where}: the loss mask is empty after tokenizing{' and truncating' if len(ids) == limit else ''}: no token is trained on; "
                                "fill in the response, or raise trainer.kind_options.max_length")
