@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Protocol
 
-from rl_core.batch import Batch
+# a light module (the resolver and the checks import it): batches are rl_core.batch.Batch, not imported here (torch)
+Batch = Any
 
 #: the built-in run kind: the RL loop
 RL = "rl"
