@@ -623,7 +623,7 @@ class Trainer:
         write_config(cfg.output_dir, config_to_dict(self.config))  # everything is validated and built by now
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
-            with phase("validating before training (greedy, every held-out prompt)"):
+            with phase("validating before training" + (" (greedy, every held-out prompt)" if self.kind is None else "")):
                 val = self.validate()
             self.tracker.log(val, step=0)
             last.update(val)

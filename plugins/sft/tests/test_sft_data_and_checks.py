@@ -102,3 +102,15 @@ def test_a_good_sft_config_resolves_without_a_rollout_and_with_the_sft_loss(tmp_
     rep = report(write_sft_run(tmp_path))
     assert rep.plan is not None, [str(p) for p in rep.errors]
     assert rep.plan.config.actor.policy_loss == "sft" and not rep.plan.needs_rollout and rep.plan.run_kind.name == "sft"
+
+
+def test_verls_sft_keys_map_onto_the_sft_run(tmp_path):
+    pytest.importorskip("rl_verl", reason="needs the rl-verl plugin (pip install -e plugins/verl)")
+    rows = [{"question": f"{i}+1=", "answer": str(i + 1)} for i in range(8)]
+    cfg = write_sft_run(tmp_path, rows=rows)
+    rep = report(cfg, "data.prompt_key=question", "data.response_key=answer", "data.max_length=99", "optim.lr=0.5",
+                 "data.micro_batch_size_per_gpu=1", f"model.partial_pretrain={tmp_path / 'model'}", "data.multiturn.enable=false")
+    assert rep.plan is not None, [str(p) for p in rep.errors]
+    c = rep.plan.config
+    assert c.trainer.kind_options == {"response_key": "answer", "max_length": 99}
+    assert c.actor.optim.lr == 0.5 and c.actor.ppo_micro_batch_size_per_gpu == 1 and c.data.prompt_key == "question"
