@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rl_core.problems import Problem
+
 from rl_sft.data import SFTDataError, row_problems, split_rows
 from rl_sft.options import SFTOptions
 

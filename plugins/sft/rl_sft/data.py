@@ -25,7 +25,6 @@ import os
 from typing import Any
 
 import attrs
-
 from rl_core.data.dataset import generate_rows
 from rl_core.problems import Problem, UserError
 

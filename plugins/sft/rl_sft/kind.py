@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from rl_core.run_kind import RunHandle
+
 from rl_sft.data import build_examples, split_rows
 from rl_sft.loader import SFTLoader
 from rl_sft.options import SFTOptions

@@ -12,9 +12,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
-
 from rl_core.batch import Batch
 from rl_core.modeling import position_ids_from_mask
+
 from rl_sft.data import Example, SFTDataError
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 import attrs
-
 from rl_core.card_options import Options
 
 

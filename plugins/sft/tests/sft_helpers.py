@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from rl_core.config.load import load_report
 from rl_core.plan.checks import build_plan
 from rl_core.plugins import get_registry

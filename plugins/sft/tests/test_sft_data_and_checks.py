@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rl_core_testing.tiny_model import build_tokenizer
 from rl_sft.data import SFTDataError, build_examples, conversation, encode
 from rl_sft.options import SFTOptions

@@ -3,10 +3,8 @@ padded or packed, in any micro-batch split (fixed or by a token budget), with ho
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import torch
-
 from rl_core.backends import WorkerContext
 from rl_core.cards import load_object
 from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainerConfig

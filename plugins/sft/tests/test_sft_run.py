@@ -6,11 +6,10 @@ import signal
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from rl_core.trainer.loop import train
 from rl_core.util.stopping import Interrupted
 from rl_sft import kind as sft_kind
+from safetensors.torch import load_file
 from sft_helpers import metrics, plan, write_sft_run
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
