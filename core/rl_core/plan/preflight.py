@@ -189,7 +189,7 @@ def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
     rows: list[dict] = []
     for split in ("train", "val"):
         files = getattr(d, f"{split}_files")
-        for i, path in enumerate(files):
+        for i, path in enumerate(files if run_kind_name(config) == RL else ()):  # another run kind's check reads its files
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
             found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path), image_key=d.image_key, video_key=d.video_key)
             problems += found
@@ -371,8 +371,7 @@ _READ: list = []  # [(config, (problems, rows))]: the data rows of the plan bein
 
 def _data_read(config: Any) -> tuple[list[Problem], list[dict]]:
     if not (_READ and _READ[0][0] is config):
-        # a run kind other than rl reads rows of its own (its card's check does: rl_core.run_kind), not prompt rows
-        _READ[:] = [(config, data_problems(config) if run_kind_name(config) == RL else ([], []))]
+        _READ[:] = [(config, data_problems(config))]
     return _READ[0][1]
 
 
@@ -388,7 +387,8 @@ def file_problems(config: Any, registry: Any) -> list[Problem]:
     data, rows = _data_read(config)
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
-    return [*data, *reward_problems(config, registry, rows), *image_problems(config, registry, rows), *logger_problems(config),
+    rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
+    return [*data, *rewards, *image_problems(config, registry, rows), *logger_problems(config),
             *output_problems(config)]
 
 

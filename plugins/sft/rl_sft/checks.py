@@ -17,10 +17,7 @@ def sft_problems(config: Any, registry: Any = None) -> list[Problem]:
     if config.trainer.kind != "sft":
         return []
     out: list[Problem] = []
-    d = config.data
-    if not d.train_files and (d.train_generator is None or not d.train_generator.name):
-        out.append(Problem(key="data.train_files", what="no SFT data: neither data.train_files nor data.train_generator is set",
-                           fix="set data.train_files=[sft.jsonl] (prompt / response rows or chat messages; docs/sft.md)"))
+    # no data at all, and the generators' settings: core's files check (rl_core.plan.preflight) reports them
     if config.rollout.n != 1:
         out.append(Problem(key="rollout.n", what=f"is {config.rollout.n}, but an SFT row is one sequence (nothing is sampled)", fix="set rollout.n=1 (or leave it out of an SFT config)"))
     if config.actor.use_kl_loss:
@@ -37,7 +34,7 @@ def sft_problems(config: Any, registry: Any = None) -> list[Problem]:
         return out  # the resolver reported trainer.kind_options against the card's options class
     for split in ("train", "val"):
         try:
-            rows = split_rows(config, split, CHECK_ROWS)
+            rows = split_rows(config, split, CHECK_ROWS, generators=False)  # generated rows: core's files check (rl_core.plan.preflight)
         except SFTDataError as exc:
             out.append(Problem(key=f"data.{split}_files", what=str(exc), fix="point it at SFT data (.jsonl or .parquet; docs/sft.md)"))
             continue

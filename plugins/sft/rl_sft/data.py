@@ -65,15 +65,15 @@ def read_file(path: str) -> list[Any]:
     return rows
 
 
-def split_rows(config: Any, split: str, limit: int | None = None) -> list[tuple[str, dict]]:
-    """``(where, row)`` of a split's files, then its generator (its answers as the responses)."""
+def split_rows(config: Any, split: str, limit: int | None = None, *, generators: bool = True) -> list[tuple[str, dict]]:
+    """``(where, row)`` of a split's files, then its generator's (its answers as the responses; ``generators``)."""
     d = config.data
     out: list[tuple[str, dict]] = []
     for path in getattr(d, f"{split}_files"):
         raw = read_file(str(path))
         out += [(f"{path}, row {i}", r) for i, r in enumerate(raw[:limit])]
     gen = getattr(d, f"{split}_generator")
-    if gen is not None and gen.name:
+    if generators and gen is not None and gen.name:
         try:
             rows = generate_rows(gen, split)
         except UserError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rl_core_testing.tiny_model import build_tokenizer
 from rl_sft.data import SFTDataError, build_examples, conversation, encode
@@ -113,3 +115,22 @@ def test_verls_sft_keys_map_onto_the_sft_run(tmp_path):
     c = rep.plan.config
     assert c.trainer.kind_options == {"response_key": "answer", "max_length": 99}
     assert c.actor.optim.lr == 0.5 and c.actor.ppo_micro_batch_size_per_gpu == 1 and c.data.prompt_key == "question"
+
+
+def test_generated_rows_train_on_their_answers_and_need_no_reward(tmp_path):
+    pytest.importorskip("reasoning_gym", reason="needs reasoning-gym (rl-reward-rule[reasoning-gym])")
+    from rl_sft.data import split_rows
+
+    gen = ["data.train_files=[]", "data.val_files=[]", "data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic",
+           "data.train_generator.size=8", "data.train_generator.system_prompt=Answer with the final number only."]
+    rep = report(write_sft_run(tmp_path), *gen)
+    assert rep.plan is not None, [str(p) for p in rep.errors]  # no reward is asked for
+    from rl_core.data.dataset import generate_rows
+
+    rows = split_rows(rep.plan.config, "train")
+    generated = generate_rows(rep.plan.config.data.train_generator, "train")
+    assert [r["response"] for _, r in rows] == [g["ground_truth"] for g in generated] and len(rows) == 8
+    assert [r["prompt"] for _, r in rows] == [g["prompt"] for g in generated]
+    for _, row in rows:  # the worked answer, checked independently: the expression in the question evaluates to it
+        expr = json.loads(next(g for g in generated if g["prompt"] == row["prompt"])["extra_info"]["entry"])["metadata"]["expression"]
+        assert abs(eval(expr, {"__builtins__": {}}) - float(row["response"])) < 1e-9  # noqa: S307 - arithmetic made by the test's generator
