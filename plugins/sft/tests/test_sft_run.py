@@ -24,6 +24,7 @@ def weights(folder) -> dict[str, torch.Tensor]:
     return out
 
 
+@pytest.mark.slow
 def test_sft_run_learns_validates_and_resumes_bit_identical(tmp_path, monkeypatch):
     ref_cfg = write_sft_run(tmp_path / "ref")
     train(plan(ref_cfg))
@@ -59,6 +60,7 @@ def test_sft_run_learns_validates_and_resumes_bit_identical(tmp_path, monkeypatc
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_grpo_starts_from_the_sft_output_with_one_key(tmp_path):
     from rl_core_testing.tiny_run import write_tiny_run
 
@@ -76,3 +78,22 @@ def test_grpo_starts_from_the_sft_output_with_one_key(tmp_path):
     assert [r["step"] for r in metrics(tmp_path / "grpo" / "out")] == [1]
     for k in tuned:
         torch.testing.assert_close(after[k], tuned[k], rtol=0, atol=1e-6)  # it trained from the SFT weights, not the base
+
+
+@pytest.mark.slow
+def test_lora_and_megatron_run_the_same_sft_loss(tmp_path):
+    """The SFT kind over the other train paths: megatron's first loss equals fsdp's (same model, same batch);
+    LoRA trains and writes a PEFT folder with the merged model the RL run loads (hf_final/merged)."""
+    runs = {}
+    for name, over in {"fsdp": [], "lora": ["model.lora_rank=4", "trainer.save_merged_lora=true"], "megatron": ["train.name=megatron"]}.items():
+        if name == "megatron":
+            pytest.importorskip("rl_train_megatron", reason="needs the rl-train-megatron plugin")
+        cfg = write_sft_run(tmp_path / name, steps=2, save_freq=-1, test_freq=2)
+        train(plan(cfg, *over))
+        runs[name] = metrics(tmp_path / name / "out")
+    for name in ("lora", "megatron"):
+        assert runs[name][0]["val/loss"] == pytest.approx(runs["fsdp"][0]["val/loss"], rel=1e-5)  # the same model before training
+        assert runs[name][-1]["val/loss"] < runs[name][0]["val/loss"]
+    assert runs["megatron"][1]["sft/loss"] == pytest.approx(runs["fsdp"][1]["sft/loss"], rel=1e-5)  # the same batch, the same loss
+    merged = tmp_path / "lora" / "out" / "hf_final" / "merged"
+    assert (merged / "config.json").is_file() and (tmp_path / "lora" / "out" / "hf_final" / "adapter_config.json").is_file()
