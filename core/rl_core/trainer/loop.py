@@ -841,7 +841,8 @@ def describe_plan(stack: Plan) -> str:
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}"
         f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}"
         + (f", rollout {stack.rollout.name}" if getattr(stack, "needs_rollout", True) else f" (trainer.kind={cfg.trainer.kind}: no rollout)"),
-        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
+        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)")
+        if getattr(stack, "needs_rollout", True) else f"loss: actor.policy_loss={cfg.actor.policy_loss}",
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
     rr = cfg.actor.router_replay
