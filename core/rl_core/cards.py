@@ -373,3 +373,21 @@ class ObserverCard(CardBase):
 
 
 CARD_TYPES.update({ObserverCard.kind: ObserverCard})
+class RunKindCard(CardBase):
+    """A kind of run of the same loop and Plan (``trainer.kind``; the built-in ``rl`` is the loop itself).
+
+    ``factory`` resolves to ``make(handle) -> RunKind`` (:mod:`rl_core.run_kind`): the run's data loaders, its step
+    and its validation, over what the loop hands it (the actor's update and log-probs, the tokenizer, the config).
+    ``rollout``: whether its workers hold a rollout engine; ``policy_loss``: the policy-loss card its actor updates
+    with (None: the config's ``actor.policy_loss``); ``options``: what ``trainer.kind_options`` may hold (an attrs
+    class deriving from :class:`rl_core.card_options.Options`, checked as ``algorithm.options`` is).
+    """
+
+    kind: ClassVar[str] = "run_kind"
+
+    rollout: bool = False
+    policy_loss: str | None = None
+    options: Any = None
+
+
+CARD_TYPES[RunKindCard.kind] = RunKindCard

@@ -96,3 +96,8 @@ def rl_core_register_commands(register: Register) -> None:
 @hookspec
 def rl_core_register_observers(register: Register) -> None:
     """Register :class:`~rl_core.cards.ObserverCard` s (step observers: each step's rollouts, :mod:`rl_core.observers`)."""
+
+
+@hookspec
+def rl_core_register_run_kinds(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RunKindCard` s (run kinds other than RL: ``trainer.kind``, e.g. sft)."""

@@ -47,4 +47,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.rewards.scoring": "call_with_timeout / ScorerTimeout (a scorer call with a time limit), RewardConfigError",
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
     "rl_core.observers": "step observers (ObserverCard): StepRollouts, what the controller hands an observer each step and validation (issue 52)",
+    "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
+    "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
+    "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
 }

@@ -54,6 +54,7 @@ HOOK_KINDS = {
     "rl_core_register_dialects": "dialect",
     "rl_core_register_commands": "command",
     "rl_core_register_observers": "observer",
+    "rl_core_register_run_kinds": "run_kind",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -61,6 +62,7 @@ HOOK_KINDS = {
 KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "rollout": {"vllm": "rl-rollout-vllm", "sglang": "rl-rollout-sglang"},
     "train": {"fsdp": "rl-train-fsdp", "megatron": "rl-train-megatron"},
+    "run_kind": {"sft": "rl-sft"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",

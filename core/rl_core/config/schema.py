@@ -519,6 +519,10 @@ class TrainerConfig:
     placement: str = choice("local", ("local", "ray"))
     total_epochs: int = pos(1)
     total_training_steps: int | None = pos(None)
+    # the run kind (rl_core.run_kind): "rl" (the RL loop) or a registered RunKindCard's name (e.g. sft, rl-sft), with its
+    # options (checked against the card's Options class)
+    kind: str = text("rl", hint="rl, or an installed run kind such as sft")
+    kind_options: dict[str, Any] = field(factory=dict)
     log_val_generations: int = num(0, ge=0, hint="validation samples (response, score) written per validation to <output_dir>/val_generations.jsonl")
     save_freq: int = num(-1, ge=1, also=(-1,), hint="steps between checkpoints; -1 for only the final model")
     test_freq: int = num(-1, ge=1, also=(-1,), hint="steps between validations; -1 for none")

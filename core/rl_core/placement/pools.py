@@ -77,7 +77,7 @@ def make_pooled_cluster(stack, make: Callable[..., Any]) -> PooledCluster:
     """``make(stack, roles=..., pool=...)`` builds one placement per pool (local processes or Ray actors)."""
     clusters: dict[str, Any] = {}
     try:
-        clusters["main"] = make(stack, roles=worker_roles(stack.config), pool="main")
+        clusters["main"] = make(stack, roles=worker_roles(stack.config, rollout=getattr(stack, "needs_rollout", True)), pool="main")
         for role in sorted(stack.sizes.pools):
             clusters[role] = make(stack, roles=worker_roles(stack.config, role), pool=role)
     except BaseException:

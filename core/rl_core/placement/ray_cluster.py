@@ -46,7 +46,7 @@ class RayCluster:
         ray = import_ray()
         config = stack.config
         trainer, rcfg = config.trainer, config.ray
-        roles = tuple(roles) if roles is not None else worker_roles(config, pool)
+        roles = tuple(roles) if roles is not None else worker_roles(config, pool, rollout=getattr(stack, "needs_rollout", True))
         section = trainer if pool == "main" else getattr(config, pool)
         self.world_size = stack.sizes.world_size if pool == "main" else stack.sizes.pools[pool][0]
         self.device = stack.sizes.device

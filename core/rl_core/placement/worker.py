@@ -43,12 +43,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def worker_roles(config, pool: str = "main") -> tuple[str, ...]:
+def worker_roles(config, pool: str = "main", *, rollout: bool = True) -> tuple[str, ...]:
     """The roles the workers of ``pool`` hold: ``main`` (the actor, the rollout, and every enabled role without a
-    pool of its own, colocated as in verl's hybrid engine) or a role's own pool (``critic``, ``ref``)."""
+    pool of its own, colocated as in verl's hybrid engine) or a role's own pool (``critic``, ``ref``).
+    ``rollout=False``: no rollout engine (a run kind that generates nothing, ``Plan.needs_rollout``)."""
     if pool != "main":
         return (pool,)
-    roles = ["actor"] if config.rollout.n_gpus_per_node is not None else ["actor", "rollout"]
+    roles = ["actor"] if config.rollout.n_gpus_per_node is not None or not rollout else ["actor", "rollout"]
     for role in ("ref", "critic", "reward_model"):
         section = getattr(config, role)
         if section.enable and section.n_gpus_per_node is None:
@@ -61,7 +62,7 @@ class HybridWorker:
         self.stack = stack
         self.context = context
         config = stack.config
-        self.roles = worker_roles(config) if roles is None else tuple(roles)
+        self.roles = worker_roles(config, rollout=getattr(stack, "needs_rollout", True)) if roles is None else tuple(roles)
         apply_determinism(config)  # trainer.deterministic (rl_core.rollout.exact): before this process's first CUDA op
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()

@@ -35,6 +35,7 @@ from rl_core.problems import Problem, did_you_mean
 from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, load_custom_function
+from rl_core.run_kind import RL, run_kind_name
 
 FIRST_ROWS = 8  # rows of each data file checked
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
@@ -189,7 +190,7 @@ def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
     rows: list[dict] = []
     for split in ("train", "val"):
         files = getattr(d, f"{split}_files")
-        for i, path in enumerate(files):
+        for i, path in enumerate(files if run_kind_name(config) == RL else ()):  # another run kind's check reads its files
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
             found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path), image_key=d.image_key, video_key=d.video_key)
             problems += found
@@ -392,7 +393,8 @@ def file_problems(config: Any, registry: Any) -> list[Problem]:
     data, rows = _data_read(config)
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
-    return [*data, *reward_problems(config, registry, rows), *image_problems(config, registry, rows), *logger_problems(config),
+    rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
+    return [*data, *rewards, *image_problems(config, registry, rows), *logger_problems(config),
             *output_problems(config)]
 
 

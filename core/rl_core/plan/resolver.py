@@ -23,6 +23,7 @@ from rl_core.cards import (
     RewardCard,
     RewardModelCard,
     RolloutCard,
+    RunKindCard,
     TrainCard,
 )
 from rl_core.config.normalize import Sizes, normalize
@@ -37,11 +38,12 @@ from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
 from rl_core.rewards.mixing import mixing_problems
+from rl_core.run_kind import RL, run_kind_name
 
 
 
 #: keys whose value is a name looked up among the installed plugins
-NAME_KEYS = frozenset({"rollout.name", "train.name", "algorithm.adv_estimator", "actor.policy_loss", "reward.name", "reward.custom.path", "reward.custom.name"})
+NAME_KEYS = frozenset({"rollout.name", "train.name", "algorithm.adv_estimator", "actor.policy_loss", "reward.name", "reward.custom.path", "reward.custom.name", "trainer.kind"})
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +78,32 @@ class Plan:
     agent: Any = None
     # step observers (rl_core.observers): (card, its loaded factory) of every installed ObserverCard
     observers: tuple = ()
+    # trainer.kind other than rl (rl_core.run_kind): the run kind's card and its loaded factory
+    run_kind: RunKindCard | None = None
+    run_kind_fn: Callable[..., Any] | None = None
+
+    @property
+    def needs_rollout(self) -> bool:
+        """Whether the workers hold a rollout engine (the RL loop's do; a run kind's card says)."""
+        return self.run_kind is None or self.run_kind.rollout
+
+
+def _run_kind(config: RunConfig, registry: Registry, problems: list[Problem]) -> tuple[RunConfig, RunKindCard | None]:
+    """trainer.kind's card (None for rl), its options checked; the policy loss it names put into actor.policy_loss."""
+    name = run_kind_name(config)
+    if name == RL:
+        return config, None
+    card = _lookup(registry, "run_kind", name, "trainer.kind", problems)
+    if card is None:
+        return config, None
+    problems.extend(options_problems(card, config.trainer.kind_options, "trainer.kind_options"))
+    wanted, default = card.policy_loss, attrs.fields(type(config.actor)).policy_loss.default
+    if wanted is not None and config.actor.policy_loss != wanted:
+        if config.actor.policy_loss != default:
+            problems.append(Problem(key="actor.policy_loss", what=f"{config.actor.policy_loss!r} is not the loss of trainer.kind={name} ({wanted!r})",
+                                    fix=f"leave actor.policy_loss unset (trainer.kind={name} trains with {wanted!r})"))
+        config = attrs.evolve(config, actor=attrs.evolve(config.actor, policy_loss=wanted))
+    return config, card
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -389,6 +417,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
 
     if config.train.name is None and (name := default_train_name(registry, problems)) is not None:
         config = attrs.evolve(config, train=attrs.evolve(config.train, name=name))
+    config, run_kind = _run_kind(config, registry, problems)
     rollout = _lookup(registry, "rollout", config.rollout.name, "rollout.name", problems)
     train = _lookup(registry, "train", config.train.name, "train.name", problems) if config.train.name is not None else None
     estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
@@ -405,7 +434,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     _check_parallel(config, rollout, train, problems, registry)
     converter = _check_weights(registry, rollout, train, problems)
     _check_architecture(config, cards, problems)
-    _check_estimator(config, estimator, train, problems)
+    if run_kind is None or run_kind.rollout:  # a run kind that samples nothing computes no advantages
+        _check_estimator(config, estimator, train, problems)
     _check_options(config, estimator, policy_loss, problems)
     if train is not None:
         problems.extend(options_problems(train, config.train.options, "train.options"))
@@ -422,6 +452,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_fn = load_factory(reward, "reward.name", problems)
     reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
     reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
+    run_kind_fn = load_factory(run_kind, "trainer.kind", problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -435,7 +466,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(mixing_problems(config))
     problems = first_per_key(problems)
 
-    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model_fn is None):
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model_fn is None) \
+            or (run_kind_name(config) != RL and run_kind_fn is None):
         return None, problems
     stack = Plan(
         config=config,
@@ -455,6 +487,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         reward_model_rollout=reward_model_rollout,
         agent=agent,
         observers=observers,
+        run_kind=run_kind,
+        run_kind_fn=run_kind_fn,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

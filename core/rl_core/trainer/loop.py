@@ -125,14 +125,19 @@ class Trainer:
 
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
 
-        processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
-        self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
-        problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
-        if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
-            raise ConfigError(problems)
+        # trainer.kind other than rl (rl_core.run_kind): the run kind's data, steps and validation over this loop
+        self.kind = stack.run_kind_fn(self) if getattr(stack, "run_kind_fn", None) is not None else None
+        if self.kind is not None:
+            self.train_loader, self.val_loader, data_info = self.kind.loaders()
+        else:
+            processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
+            self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
+            problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
+            if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
+                raise ConfigError(problems)
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
-        self.reward = RewardManager.for_stack(stack)  # the resolver's reward function and cards
+        self.reward = RewardManager.for_stack(stack) if self.kind is None else None  # the resolver's reward function and cards
         self.overlong = OverlongPenalty.from_config(cfg)  # reward.overlong_penalty (DAPO), None when off
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
@@ -530,11 +535,23 @@ class Trainer:
             )
         return {"critic/advantages_all_zero": float(zero)}
 
+    # ------------------------------------------------------------- run kinds
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """A run kind's actor update (rl_core.run_kind.RunHandle): off-policy form, metrics averaged over ranks."""
+        return _guard_update("actor", self._train_call(WorkerMethod.UPDATE_ACTOR, batch, False, False))
+
+    def actor_log_probs(self, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
+        """A run kind's forward of the actor (rl_core.run_kind.RunHandle): per-token log-probs of the responses."""
+        parts = self._train_call(WorkerMethod.COMPUTE_LOG_PROB, batch, temperature, False)
+        return self._checked_cat([p["log_probs"] for p in parts], batch["response_mask"], stage="validate", role="actor", tensor="log-probs")
+
     # ------------------------------------------------------------- validation
     def validate(self, step: int = 0, per_source: bool = False) -> dict[str, float]:
         """Greedy validation over the held-out prompts; ``per_source`` adds ``val/source/<data_source>/*`` (rlcore eval)."""
         if self.val_loader is None:
             return {}
+        if self.kind is not None:
+            return self.kind.validate()
         self._val_step = step  # the step whose weights this validation measures (step observers)
         t: dict[str, float] = {}
         scores_all, lengths, sources = [], [], []
@@ -658,7 +675,7 @@ class Trainer:
         write_config(cfg.output_dir, config_to_dict(self.config))  # everything is validated and built by now
         last: dict[str, float] = {}
         if start == 0 and cfg.val_before_train and cfg.test_freq > 0 and self.val_loader is not None:
-            with phase("validating before training (greedy, every held-out prompt)"):
+            with phase("validating before training" + (" (greedy, every held-out prompt)" if self.kind is None else "")):
                 val = self.validate(step=0)
             self.tracker.log(val, step=0)
             self.observers.call("on_step_end", 0)
@@ -673,7 +690,7 @@ class Trainer:
                     if profiled:
                         self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(step,))
                     with phase(f"step {step} (the first step of a process also warms up / compiles)") if step == start + 1 else nullcontext():
-                        metrics = self.train_step(prompts, step)
+                        metrics = self.train_step(prompts, step) if self.kind is None else self.kind.train_step(prompts, step)
                     if profiled:
                         self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(None,))
                 except NonFiniteError as exc:
@@ -808,7 +825,8 @@ class Trainer:
     def close(self, force: bool = False) -> None:
         if getattr(self, "pipeline", None) is not None:
             self.pipeline.close()
-        self.reward.close()
+        if self.reward is not None:
+            self.reward.close()
         self.cluster.close(force=force)
 
 
@@ -891,8 +909,10 @@ def describe_plan(stack: Plan) -> str:
         f"checkpoints: every {cfg.trainer.save_freq} steps" if cfg.trainer.save_freq > 0 else "checkpoints: only at the end (hf_final)",
         f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}"
-        f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}, rollout {stack.rollout.name}",
-        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"),
+        f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}"
+        + (f", rollout {stack.rollout.name}" if getattr(stack, "needs_rollout", True) else f" (trainer.kind={cfg.trainer.kind}: no rollout)"),
+        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)")
+        if getattr(stack, "needs_rollout", True) else f"loss: actor.policy_loss={cfg.actor.policy_loss}",
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
     rr = cfg.actor.router_replay

@@ -485,6 +485,17 @@ RULES: tuple[Rule, ...] = (
     _m("data.gen_batch_size", "data.gen_batch_size", note="prompts per generation round of DAPO's dynamic sampling (algorithm.filter_groups)"),
     _no("data.datagen.*", "generating data with a custom class", "data.train_generator"),
     _tie("data.trust_remote_code", "model.trust_remote_code", "the tokenizer / processor follow model.trust_remote_code"),
+    # verl's SFT trainer (sft_trainer.yaml): rl-core's trainer.kind=sft (rl-sft, docs/sft.md)
+    _m("data.response_key", "trainer.kind_options.response_key", note="an SFT row's response (trainer.kind=sft: rl-sft, docs/sft.md)"),
+    _m("data.multiturn.messages_key", "trainer.kind_options.messages_key", note="an SFT chat row's messages (trainer.kind=sft)"),
+    _m("data.multiturn.tools_key", "trainer.kind_options.tools_key", note="an SFT chat row's tool schemas (trainer.kind=sft)"),
+    _same("data.multiturn.enable", [True, False], "rl-sft reads a row with messages as a conversation, one with a response as prompt / response, either way"),
+    _m("data.max_length", "trainer.kind_options.max_length", note="tokens per SFT sequence (trainer.kind=sft)"),
+    _m("data.micro_batch_size_per_gpu", "actor.ppo_micro_batch_size_per_gpu", note="SFT micro-batches (trainer.kind=sft)"),
+    _m("model.partial_pretrain", "model.path", note="the model an SFT run starts from (trainer.kind=sft)"),
+    _m("optim.lr", "actor.optim.lr", note="verl's SFT trainer's optimizer is the actor's (trainer.kind=sft)"),
+    _m("optim.weight_decay", "actor.optim.weight_decay"),
+    _m("optim.clip_grad", "actor.optim.grad_clip"),
     # ---------------------------------------------------------------- trainer
     _m("trainer.resume_mode", "trainer.resume", _resume, note="auto -> true, disable -> false; resume_path is refused (rl-core resumes from trainer.output_dir)"),
     _ign("trainer.resume_from_path", "verl reads it only with trainer.resume_mode=resume_path (refused: rl-core resumes from the latest complete checkpoint in trainer.output_dir)"),

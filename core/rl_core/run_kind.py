@@ -1,0 +1,74 @@
+"""Run kinds: other ways to train with the same loop, Plan, workers, checkpoints and exports (``trainer.kind``).
+
+``trainer.kind=rl`` (the default) is the RL loop itself (:mod:`rl_core.trainer.loop`). Any other value names a
+:class:`~rl_core.cards.RunKindCard` a plugin registered (``rl_core_register_run_kinds``; the rl-sft package's ``sft``).
+The resolver loads the card's factory once into the Plan (``Plan.run_kind_fn``); the loop calls it with a
+:class:`RunHandle` and then asks the returned :class:`RunKind` for its data loaders, each step's metrics and its
+validation. Everything else stays the loop's: the step count, metrics logging, checkpoints (workers' state, the
+loader's ``state_dict``, RNG), resume, signals and the final HF export (``<output_dir>/hf_final``).
+
+A run kind trains the actor through :meth:`RunHandle.update_actor`: a batch in the RL layout (``input_ids`` =
+left-padded prompt + right-padded response, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask``:
+the tokens the loss reads, ``advantages``, ``old_log_probs``) goes through core's update (mini- and micro-batches,
+token-budget batches, packing, loss weighting over the global mini-batch, the guard) with the policy loss the card
+names (``RunKindCard.policy_loss``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol
+
+# a light module (the resolver and the checks import it): batches are rl_core.batch.Batch, not imported here (torch)
+Batch = Any
+
+#: the built-in run kind: the RL loop
+RL = "rl"
+
+
+class Loader(Protocol):
+    """What the loop reads of a run kind's data loader (as :class:`rl_core.data.dataset.PromptLoader`)."""
+
+    def __len__(self) -> int: ...  # batches per epoch
+
+    def next_batch(self) -> Batch: ...
+
+    def iterate_once(self) -> Iterator[Batch]: ...  # validation: one pass, the resumable position left alone
+
+    def state_dict(self) -> dict[str, Any]: ...  # saved in every checkpoint; must hold "epoch"
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class RunHandle(Protocol):
+    """What the loop hands a run kind."""
+
+    config: Any  # the resolved RunConfig
+    tokenizer: Any
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        """One update of the actor on ``batch`` (off-policy form: ``old_log_probs`` are read by the loss, not recomputed);
+        the update's metrics averaged over ranks; a non-finite loss stops the step."""
+        ...
+
+    def actor_log_probs(self, batch: Batch, temperature: float = 1.0) -> Any:
+        """The actor's per-token log-probs of ``batch["responses"]`` (``[rows, R]`` float32), no gradient."""
+        ...
+
+
+class RunKind(Protocol):
+    def loaders(self) -> tuple[Loader, Loader | None, dict[str, int]]:
+        """``(train loader, validation loader or None, counts)``; built once, when the trainer starts."""
+        ...
+
+    def train_step(self, batch: Batch, step: int) -> dict[str, float]:
+        """Step ``step`` on the train loader's next ``batch``: its metrics."""
+        ...
+
+    def validate(self) -> dict[str, float]:
+        """The validation metrics (``val/...``)."""
+        ...
+
+
+def run_kind_name(config: Any) -> str:
+    """``trainer.kind`` of a config (``rl`` when the field is absent)."""
+    return getattr(getattr(config, "trainer", None), "kind", RL) or RL
