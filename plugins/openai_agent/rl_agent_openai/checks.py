@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_agent_openai.options import KEY, program_problems
 from rl_core.problems import Problem
+
+from rl_agent_openai.options import KEY, program_problems
 
 
 def program_probe(config: Any, registry: Any) -> list[Problem]:

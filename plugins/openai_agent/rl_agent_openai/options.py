@@ -11,7 +11,6 @@ import shlex
 from typing import Any
 
 import attrs
-
 from rl_core.problems import Problem, did_you_mean
 
 KEY = "rollout.multi_turn.program"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,8 +255,6 @@ class Programs:
                 run.seconds = time.monotonic() - run.started
                 self._finish(run)
             self._running.clear()
-        import shutil
-
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -26,16 +26,16 @@ from typing import Any, Sequence
 import attrs
 import numpy as np
 import torch
-
 from rl_agent.resolve import tool_parser
-from rl_agent_openai.options import ProgramOptions, program_options
-from rl_agent_openai.programs import Programs, Run, reward_of, visible_task
-from rl_agent_openai.server import Endpoint, Request, RequestQueue, RunSampling, serve, stop
-from rl_agent_openai.session import Session
 from rl_core.batch import Batch
 from rl_core.rollout.multi_turn import Decode
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import unpadded_prompts
+
+from rl_agent_openai.options import ProgramOptions, program_options
+from rl_agent_openai.programs import Programs, Run, reward_of, visible_task
+from rl_agent_openai.server import Endpoint, Request, RequestQueue, RunSampling, serve, stop
+from rl_agent_openai.session import Session
 
 
 async def openai_agent(handle, sample):  # the card's factory: this loop runs only under its own runner

@@ -35,11 +35,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import attrs
-
 from rl_agent.chat import ChatDelta
+
 from rl_agent_openai.openai_format import (
-    Refused, chat_chunks, chat_completion, chat_logprobs, check_messages, check_tools, completion, completion_chunks,
-    completion_logprobs, tool_calls_json,
+    Refused,
+    chat_chunks,
+    chat_completion,
+    chat_logprobs,
+    check_messages,
+    check_tools,
+    completion,
+    completion_chunks,
+    completion_logprobs,
+    tool_calls_json,
 )
 from rl_agent_openai.session import Session
 
@@ -393,20 +401,24 @@ class RequestQueue:
         self.q.put(req)
 
     def take(self, live: Callable[[], int], wait_s: float, poll_s: float = 0.02) -> list[Request]:
-        """The calls to decode together: after the first, more until every live program has one waiting or
-        ``wait_s`` passed; [] when none came within ``poll_s``."""
+        """The calls to decode together: after the first, more until every live program has one waiting, or no new
+        one came for ``wait_s`` (each arrival waits again, up to ``20 * wait_s`` in all); [] when none came within
+        ``poll_s``."""
         try:
             first = self.q.get(timeout=poll_s)
         except queue.Empty:
             return []
         batch = [first]
-        deadline = time.monotonic() + wait_s
+        start = time.monotonic()
+        deadline = start + wait_s
         while len(batch) < live():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = min(deadline, start + 20 * wait_s) - now
             if left <= 0:
                 break
             try:
                 batch.append(self.q.get(timeout=min(left, poll_s)))
+                deadline = time.monotonic() + wait_s
             except queue.Empty:
                 continue
         while True:

@@ -142,7 +142,6 @@ def floods_output(task):
 def floods_calls(task):
     _record_pid()
     client = _client(task)
-    messages = list(task["messages"])
     while True:
         try:
             client.chat.completions.create(model="p", messages=[{"role": "user", "content": "again"}], max_tokens=1)
