@@ -156,3 +156,15 @@ def returns_nothing(task):
 
 def dump(obj):  # for debugging a failing test: print what a program saw
     print(json.dumps(obj, indent=1))
+
+
+def mixed(task):
+    """Even rows: two calls (the second extends the first with a user message), reward 1; odd rows: one call, then a crash."""
+    client = _client(task)
+    messages = list(task["messages"])
+    r = client.chat.completions.create(model="p", messages=messages, max_tokens=3)
+    if task["index"] % 2:
+        raise RuntimeError("the agent crashed")
+    messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "go on"}]
+    client.chat.completions.create(model="p", messages=messages, max_tokens=3)
+    return 1.0
