@@ -231,7 +231,7 @@ class Programs:
         try:
             with open(log, "rb") as f:
                 f.seek(max(0, os.path.getsize(log) - 2000))
-                run.log_tail = f.read().decode(errors="replace")
+                run.log_tail = f.read().decode(errors="replace").replace(self.token, "<token>")  # never kept in the batch
         except OSError:
             run.log_tail = ""
         if run.status != "ok":

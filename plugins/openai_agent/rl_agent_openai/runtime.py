@@ -57,7 +57,7 @@ def _column(batch: Batch, key: str, rows: int) -> list:
     return list(batch.non_tensors[key]) if key in batch.non_tensors else [None] * rows
 
 
-def _serve(runs: list[Run], sessions: dict[str, Session], setup: OpenAISetup, params, decode: Decode, eos_ids) -> None:
+def _serve(runs: list[Run], sessions: dict[str, Session], setup: OpenAISetup, params, decode: Decode, eos_ids) -> Endpoint:
     opts = setup.options
     rq = RequestQueue()
     by_sid = {r.sid: r for r in runs}
@@ -86,6 +86,7 @@ def _serve(runs: list[Run], sessions: dict[str, Session], setup: OpenAISetup, pa
             req.done.set()
     if failure is not None:
         raise failure
+    return endpoint
 
 
 def _decode(reqs: list[Request], decode: Decode) -> BaseException | None:
@@ -127,10 +128,10 @@ def run_openai_rollout(setup: OpenAISetup, batch: Batch, params, decode: Decode,
             sid = secrets.token_hex(12)
             sessions[sid] = Session(sid, i, prompts[i], R, opts.max_calls)
             runs.append(Run(index=len(runs), sid=sid, task=visible_task(i, messages, info)))
-    _serve(runs, sessions, setup, params, decode, eos_ids)
+    endpoint = _serve(runs, sessions, setup, params, decode, eos_ids)
 
     rows = B * n
-    trajectories = [sessions[r.sid].trajectory() for r in runs]
+    trajectories = [sessions[r.sid].close() for r in runs]
     P = max(len(t[0]) for t in trajectories)
     dtype = batch.tensors["input_ids"].dtype
     mdtype = batch.tensors["attention_mask"].dtype
@@ -145,6 +146,8 @@ def run_openai_rollout(setup: OpenAISetup, batch: Batch, params, decode: Decode,
     def add(key: str, v: float = 1.0) -> None:
         stats[key] = stats.get(key, 0.0) + v
 
+    if endpoint.tools_ignored:  # the model never saw the tool schemas the program sent (e.g. SmolLM2's template)
+        add("agent/tools_ignored_by_template")
     new_infos = []
     for r, (run, (prompt, resp, mask, lps)) in enumerate(zip(runs, trajectories)):
         if len(resp) > R:  # cannot happen: every call's budget is the room left

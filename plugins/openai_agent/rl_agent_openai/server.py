@@ -181,12 +181,17 @@ class Endpoint:
         self._chats: dict[str, ChatDelta] = {}
         self._chat_lock = threading.Lock()
         self.closed = threading.Event()
+        self.tools_ignored = False  # a request's tools did not change the template's rendering
 
     def chat(self, tools: list[dict] | None) -> tuple[ChatDelta, str]:
         key = json.dumps(tools, sort_keys=True)
         with self._chat_lock:
             if key not in self._chats:
-                self._chats[key] = ChatDelta(self.tokenizer, tools)
+                self._chats[key] = delta = ChatDelta(self.tokenizer, tools)
+                if tools:  # a template without tool support renders nothing of them: say so (agent/tools_ignored_by_template)
+                    probe = [{"role": "user", "content": "x"}]
+                    plain = self.tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+                    self.tools_ignored = self.tools_ignored or delta.render(probe, add_generation_prompt=True) == plain
             return self._chats[key], key
 
     def decode(self, ids) -> str:
@@ -374,6 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    request_queue_size = 256  # every program of a rollout call may connect at once
 
 
 def serve(endpoint: Endpoint, token: str) -> tuple[_Server, str]:

@@ -78,6 +78,7 @@ class Session:
         self.tokens_mode = False
         self.ended_with_eos = False
         self.attempts = 0
+        self.closed = False  # the rollout call has ended: a late answer is not recorded
 
     # -- planning a call ------------------------------------------------------------------------------------------
     def _room(self, inserted: int) -> int:
@@ -153,6 +154,8 @@ class Session:
     def commit(self, plan: Pending, out_ids: Sequence[int], log_probs: Sequence[float] | None, finish: str, *, eos_ids: frozenset,
                reply: dict | None = None, returned_text: str | None = None) -> None:
         out_ids = [int(i) for i in out_ids]
+        if self.closed:
+            raise Refused(503, "the rollout call has ended; this answer was not recorded", code="engine_unavailable")
         if self.prompt_ids is None:
             self.prompt_ids = list(plan.ids)
             self.kind = plan.kind
@@ -169,7 +172,10 @@ class Session:
         elif not plan.tokens_mode:
             self.text = plan.text + (returned_text or "")
 
-    def trajectory(self) -> tuple[list[int], list[int], list[int], list[float]]:
-        """(prompt ids, response ids, response mask, log-probs); a session without a call keeps the row's prompt."""
-        prompt = self.prompt_ids if self.prompt_ids is not None else self.row_prompt_ids
-        return list(prompt), list(self.response_ids), list(self.mask), list(self.log_probs)
+    def close(self) -> tuple[list[int], list[int], list[int], list[float]]:
+        """End the session (later answers are not recorded) and return (prompt ids, response ids, response mask,
+        log-probs); a session without a call keeps the row's prompt."""
+        with self.lock:
+            self.closed = True
+            prompt = self.prompt_ids if self.prompt_ids is not None else self.row_prompt_ids
+            return list(prompt), list(self.response_ids), list(self.mask), list(self.log_probs)

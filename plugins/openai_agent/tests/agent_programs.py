@@ -159,12 +159,13 @@ def dump(obj):  # for debugging a failing test: print what a program saw
 
 
 def mixed(task):
-    """Even rows: two calls (the second extends the first with a user message), reward 1; odd rows: one call, then a crash."""
+    """Even rows: two calls (the second extends the first with a user message), reward 1; odd rows: a crash before
+    any call (an empty trajectory)."""
+    if task["index"] % 2:
+        raise RuntimeError("the agent crashed")
     client = _client(task)
     messages = list(task["messages"])
     r = client.chat.completions.create(model="p", messages=messages, max_tokens=3)
-    if task["index"] % 2:
-        raise RuntimeError("the agent crashed")
     messages += [r.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "go on"}]
     client.chat.completions.create(model="p", messages=messages, max_tokens=3)
     return 1.0

@@ -1,5 +1,5 @@
-"""Training steps through the trainer with the openai_agent loop (tiny model, fsdp): programs that crash beside
-programs that answer; every step completes, the crashed ones score failure_reward, the rest their returned reward."""
+"""Training steps through the trainer with the openai_agent loop (tiny model, fsdp): programs that crash before any
+call (empty trajectories) beside programs that answer; every step completes, the crashed ones score failure_reward, the rest their returned reward."""
 
 from __future__ import annotations
 
@@ -27,6 +27,6 @@ def test_training_steps_complete_with_crashing_programs(tmp_path):
         n = m["agent/trajectories"]
         ok, crashed = m.get("agent/stop/ok", 0), m.get("agent/stop/crash", 0)
         assert ok + crashed == n and ok > 0 and crashed > 0
-        assert m["agent/turns"] == 2 * ok + crashed  # two calls per answering program, one per crashed
+        assert m["agent/turns"] == 2 * ok  # two calls per answering program, none per crashed one (an empty trajectory)
         assert m["reward/mean"] == pytest.approx(ok / n)  # 1 per answering program, failure_reward 0 per crashed
         assert m["agent/inserted_tokens"] > 0  # the agent's "go on" between calls, masked

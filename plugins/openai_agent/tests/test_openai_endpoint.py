@@ -54,6 +54,7 @@ def test_three_call_session_is_token_exact(model_dir, backend):
     (p1, o1, l1, _), (p2, o2, l2, _), (p3, o3, l3, _) = rec.calls
     # call 1: the tools rendered by the chat template into what the engine saw
     assert "TOOLS: count_chars: Count the characters of a text (TOOLDESC)." in tok.decode(p1)
+    assert "agent/tools_ignored_by_template" not in batch.meta
     # the trainer's tokens = the last call's input + output; each call's input continues the one before
     prompt, resp, mask, lps = _row(batch, 0)
     assert prompt == p1
