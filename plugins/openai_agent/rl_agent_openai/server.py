@@ -381,6 +381,9 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = False
     request_queue_size = 256  # every program of a rollout call may connect at once
 
+    def handle_error(self, request, client_address):  # a killed program's broken connection: nothing to print
+        pass
+
 
 def serve(endpoint: Endpoint, token: str) -> tuple[_Server, str]:
     """Start serving ``endpoint`` on loopback (a free port) in a daemon thread; returns the server and its root URL."""
