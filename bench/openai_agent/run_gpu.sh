@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # examples/openai_agent.yaml on one GPU: the learning curve of an agent written only against the openai client
 # (SmolLM2-135M-Instruct, the calculator task), hf rollout. Results under $OUT: metrics.jsonl, curve.md, run.log.
-#   OUT=/tmp/oa bash bench/openai_agent/run_gpu.sh [STEPS [key=value ...]]   # default 20 steps, validation every 5
+#   OUT=/tmp/oa bash bench/openai_agent/run_gpu.sh [STEPS [key=value ...]]   # default 10 steps, validation every 5
 # CPU smoke of the script (a tiny random model, 1 step): OUT=/tmp/oa_smoke DEVICE=cpu VAL=4 bash bench/openai_agent/run_gpu.sh 1 \
 #   model.path=TINY_MODEL_DIR data.train_batch_size=2 rollout.n=2 actor.ppo_mini_batch_size=2 data.max_prompt_length=1024
 # Needs the venv with rl-agent-openai and openai==3.57.0 (requirements-dev.txt); offline (the model is the
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to a folder for the results}
-STEPS=${1:-20}
+STEPS=${1:-10}
 shift || true
 mkdir -p "$OUT"
 python bench/agent_calculator/make_data.py "$OUT/data" 2000 "${VAL:-64}"

@@ -73,7 +73,7 @@ def run_rollout(model_dir, program: dict, *, rows=1, n=1, R=96, greedy=False, te
     if "callable" in program and ":" not in program["callable"]:
         program["callable"] = f"{PROGRAMS}:{program['callable']}"
     mt = MultiTurnConfig(enable=True, agent_loop="openai_agent", format=fmt, max_tokens_per_turn=max_tokens_per_turn, program=program)
-    cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(train_batch_size=rows, max_prompt_length=64, max_response_length=R),
+    cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(train_batch_size=rows, max_prompt_length=256, max_response_length=R),
                     rollout=RolloutConfig(name=backend, n=n, temperature=temperature, multi_turn=mt), trainer=TrainerConfig(seed=0))
     tok = load_tokenizer(model_dir)
     msgs = (messages or MESSAGES)[:rows]
