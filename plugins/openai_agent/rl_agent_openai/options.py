@@ -84,5 +84,6 @@ def program_problems(mt) -> list[Problem]:
     try:
         program_options(mt)
     except (ValueError, TypeError) as exc:
-        return [Problem(key=KEY, what=str(exc), fix="see docs/agents.md, \"Agents written against the OpenAI API\"")]
+        what = str(exc).removeprefix(f"{KEY}: ").removeprefix(f"{KEY}.")  # the key is the problem's own
+        return [Problem(key=KEY, what=what, fix="see docs/agents.md, \"Agents written against the OpenAI API\"")]
     return []
