@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import attrs
 
@@ -64,17 +64,16 @@ class Run:
         return self.status not in ("ok",)
 
 
-def _limits(opts: ProgramOptions) -> Callable[[], None]:
-    def setup() -> None:
-        if opts.memory_mb:
-            mb = int(opts.memory_mb) * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (mb, mb))
-        if opts.cpu_s:
-            s = int(max(1, opts.cpu_s))
-            resource.setrlimit(resource.RLIMIT_CPU, (s, s + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (int(opts.max_output_bytes), int(opts.max_output_bytes)))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return setup
+def _limit(pid: int, opts: ProgramOptions) -> None:
+    """The program's rlimits, set on it right after it starts (``prlimit``: no code runs between fork and exec,
+    which is not safe in this multi-threaded process); its children inherit them."""
+    limits = [(resource.RLIMIT_FSIZE, (int(opts.max_output_bytes),) * 2), (resource.RLIMIT_CORE, (0, 0))]
+    if opts.memory_mb:
+        limits.append((resource.RLIMIT_AS, (int(opts.memory_mb) * 1024 * 1024,) * 2))
+    if opts.cpu_s:
+        limits.append((resource.RLIMIT_CPU, (int(max(1, opts.cpu_s)), int(max(1, opts.cpu_s)) + 1)))
+    for which, value in limits:
+        resource.prlimit(pid, which, value)
 
 
 def _session_members(sid: int) -> list[int]:
@@ -168,12 +167,19 @@ class Programs:
         log = open(os.path.join(folder, "output.log"), "wb")
         try:
             run.proc = subprocess.Popen(self._argv(), cwd=work, env=self._env(run, folder), stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_limits(self.opts), close_fds=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         except OSError as exc:
             run.status, run.log_tail = "start_failed", f"{type(exc).__name__}: {exc}"
             return
         finally:
             log.close()
+        try:
+            _limit(run.proc.pid, self.opts)
+        except OSError as exc:  # the limits cannot be set: never run it unlimited (unless it has ended already)
+            if run.proc.poll() is None:
+                kill_tree(run.proc)
+                run.status, run.log_tail = "start_failed", f"the limits could not be set: {type(exc).__name__}: {exc}"
+                return
         run.started = time.monotonic()
         run.status = "running"
         self._running.append(run)

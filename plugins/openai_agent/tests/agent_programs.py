@@ -133,6 +133,12 @@ def hangs(task):
     time.sleep(3600)
 
 
+def eats_memory(task):
+    _record_pid()
+    hog = bytearray(3 * 1024**3)  # 3 GiB: beyond memory_mb, a MemoryError
+    return len(hog)
+
+
 def floods_output(task):
     _record_pid()
     while True:

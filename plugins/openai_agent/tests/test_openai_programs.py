@@ -23,6 +23,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("program, status, limits", [
     ("crashes", "crash", {}),
     ("hangs", "timeout", {"timeout_s": 15}),
+    ("eats_memory", "crash", {"memory_mb": 1024}),
     ("floods_output", "output_limit", {"max_output_bytes": 200_000}),
     ("floods_calls", "too_many_calls", {"max_calls": 5}),
 ])
@@ -45,6 +46,8 @@ def test_failing_program_is_scored_and_leaves_nothing(model_dir, tmp_path, progr
         assert pids, "the programs recorded their processes"
     time.sleep(0.2)
     assert not [p for p in pids if _alive(p)], "a program's process (or one it started) outlived the rollout"
+    if program == "eats_memory":
+        assert all("MemoryError" in info["agent"]["output_tail"] for info in infos)
     if program == "floods_calls":  # 5 served calls per trajectory at most, then 429 and the program is stopped
         assert len(rec.calls) <= 4 * 5
     # a crashed program's served call is still in its trajectory (trained with the failure score)
