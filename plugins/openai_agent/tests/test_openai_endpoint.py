@@ -14,8 +14,7 @@ import subprocess
 
 import pytest
 import torch
-
-from conftest import run_rollout
+from openai_testkit import run_rollout
 
 pytest.importorskip("openai", reason="the tests drive the endpoint with the openai client (pip install -e 'plugins/openai_agent[test]')")
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from conftest import run_rollout
+from openai_testkit import run_rollout
 
 pytest.importorskip("openai", reason="the programs use the openai client (pip install -e 'plugins/openai_agent[test]')")
 
