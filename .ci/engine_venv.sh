@@ -33,9 +33,10 @@ if [[ $ENGINE == vllm ]]; then
     # + Ray: rollout TP across two Ray nodes, with every worker's weights verified (test_vllm_e2e.py::test_tp_group_across_two_ray_nodes)
     # + rl-verl: the plugin's tests of verl launches (test_vllm_plugin.py, test_vllm_moe_parallel.py; skipped without it)
     # + rl-agent: the multi-turn conformance case and multi-turn configs (rl_agent.conformance); rl-reward-model: the verl
-    #   script check's reward model (bench/verl_scripts/measure.py, test_vllm_moe_parallel.py)
+    #   script check's reward model (bench/verl_scripts/measure.py, test_vllm_moe_parallel.py); rl-agent-openai + openai: the
+    #   OpenAI endpoint's tests on this engine (python -m pytest plugins/openai_agent -k vllm)
     python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/train_fsdp -e plugins/rollout_vllm -e plugins/train_megatron -e plugins/verl \
-        -e plugins/agent -e plugins/reward_model \
+        -e plugins/agent -e plugins/reward_model -e plugins/openai_agent openai==3.57.0 \
         megatron-core==0.16.1 pytest peft==0.21.2 ray==2.60.0
 else
     # PyPI has no CPU build of SGLang: the script installs torch 2.13 (CPU) + sglang 0.5.23 --no-deps + its
@@ -44,8 +45,10 @@ else
     bash plugins/rollout_sglang/scripts/install_cpu_engine.sh
     echo "[engine_venv] sglang: the engine installed after $((SECONDS - t0)) s"
     # + the Megatron backend for its SGLang job (`tox -e sglang-megatron`); peft: the LoRA actor synced merged + verified;
-    # rl-agent: the multi-turn conformance case (rl_agent.conformance)
+    # rl-agent: the multi-turn conformance case (rl_agent.conformance); rl-agent-openai + openai: the OpenAI endpoint's
+    # tests on this engine (python -m pytest plugins/openai_agent -k sglang)
     python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/train_fsdp -e plugins/rollout_sglang -e plugins/train_megatron -e plugins/agent \
+        -e plugins/openai_agent openai==3.57.0 \
         megatron-core==0.16.1 pytest "torch==2.13.0" "transformers==5.19.0" peft==0.21.2
 fi
 echo "[engine_venv] $ENGINE: $VENV ready after $((SECONDS - t0)) s"

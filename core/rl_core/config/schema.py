@@ -193,6 +193,9 @@ class MultiTurnConfig:
     max_hung_tool_calls: int = pos(4, hint="hung calls of a sync tool before its calls are refused")
     stop_at_tool_call_end: bool = True  # end a turn at the format's end-of-call text (e.g. </tool_call>)
     check_tokens: bool = False  # compare each trajectory with the chat template's rendering (agent/token_check_mismatches)
+    # the agent program a loop starts per trajectory (rl-agent-openai's openai_agent loop: callable or command, limits,
+    # failure_reward; docs/agents.md); data only: that plugin checks its keys
+    program: dict[str, Any] = field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

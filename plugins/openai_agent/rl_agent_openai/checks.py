@@ -1,0 +1,26 @@
+"""``rlcore check`` for the ``openai_agent`` loop: ``rollout.multi_turn.program`` parsed and checked, nothing run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rl_core.problems import Problem
+
+from rl_agent_openai.options import KEY, program_problems
+
+
+def program_probe(config: Any, registry: Any) -> list[Problem]:
+    mt = config.rollout.multi_turn
+    if not mt.enable or mt.agent_loop != "openai_agent":
+        if getattr(mt, "program", None) and mt.enable:
+            return [Problem(key=KEY, severity="warning", what=f"is set but rollout.multi_turn.agent_loop is {mt.agent_loop!r}: no program is started",
+                            fix="set rollout.multi_turn.agent_loop=openai_agent, or remove rollout.multi_turn.program")]
+        return []
+    out = program_problems(mt)
+    if not getattr(mt, "program", None):
+        out = [Problem(key=KEY, what="the openai_agent loop needs an agent program", fix="set rollout.multi_turn.program.callable=\"module:function\" or .command=[argv...]")]
+    if mt.tools or mt.tool_config_path:
+        out.append(Problem(key="rollout.multi_turn.tools", severity="warning",
+                           what="the openai_agent loop runs no tools itself: the program's requests carry its tools and the program runs them",
+                           fix="leave rollout.multi_turn.tools empty (the run's format still parses the model's tool calls)"))
+    return out
