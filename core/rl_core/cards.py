@@ -373,6 +373,9 @@ class ObserverCard(CardBase):
 
 
 CARD_TYPES.update({ObserverCard.kind: ObserverCard})
+
+
+@attrs.frozen(kw_only=True)
 class RunKindCard(CardBase):
     """A kind of run of the same loop and Plan (``trainer.kind``; the built-in ``rl`` is the loop itself).
 
