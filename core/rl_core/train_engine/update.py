@@ -39,7 +39,7 @@ from rl_core.batch import Batch
 from rl_core.modeling import position_ids_from_mask
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.train_engine.guard import first_non_finite_parameter, non_finite_error
-from rl_core.train_engine.micro_batches import token_budget_groups
+from rl_core.train_engine.micro_batches import micro_row_slices, token_budget_groups
 
 
 def sampling_temperature(value) -> float:
@@ -104,7 +104,7 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
     """Micro-batch slices; every rank runs the same number of forwards (a rank with fewer repeats its last slice)."""
     mine = math.ceil(rows / micro)
     count = int(b.all_reduce(torch.tensor(mine, device=b.device), "max", "world").item()) if b.sharded else mine
-    slices = [slice(s, min(s + micro, rows)) for s in range(0, rows, micro)]
+    slices = micro_row_slices(rows, micro)
     return slices + [slices[-1]] * (count - mine)
 
 
@@ -221,7 +221,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
     metric_sums: dict[str, torch.Tensor] = {}
     n_micro = 0
-    parts = [] if mini is None else token_budget_parts(b, mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
+    parts = [] if mini is None else token_budget_parts(b, mini) or [(s, True) for s in micro_row_slices(len(mini), micro)]
     for rows, real in parts:
         x = inputs(b, mini, rows, extra)
         with autocast(b):
