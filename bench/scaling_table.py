@@ -1,5 +1,8 @@
 """Data-parallel scaling of a GRPO job from its runs' metrics.jsonl files (1 GPU first).
 
+Issue 54's successor runs the runs too: bench/scaling/run.py (one device command per GPU count, the scale workload,
+shares of the step, peak vs estimate per rank; ``--table`` merges its calls). This one reads any runs' metrics.
+
     python bench/scaling_table.py dp1/metrics.jsonl dp2/metrics.jsonl [dp2_strong/metrics.jsonl ...]
 
 Per run: GPUs, median step time and median tokens/s per GPU over the steps after the first two (the first

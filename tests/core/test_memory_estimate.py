@@ -186,3 +186,28 @@ def test_hf_static_decode_cache_counts_its_bucket_rows_and_rounded_slots(tmp_pat
     plain_cfg = attrs.evolve(stack.config, rollout=attrs.evolve(stack.config.rollout, engine_kwargs={"static_decode": False}))
     assert estimate(plain_cfg, gpu, available=80 * GB).terms["rollout KV cache"] == 20 * 32 * per_slot
     assert estimate(stack.config, stack.sizes, available=80 * GB).terms["rollout KV cache"] == 20 * 32 * per_slot  # CPU: the plain loop
+
+
+def test_check_on_a_multi_rank_config_says_the_estimate_is_per_rank(tmp_path, capsys):
+    """Issue 54: on 2 ranks every term and peak is one rank's (the AdamW state halved by the sharding), and the
+    printout says so; the one-rank printout keeps its wording."""
+    from rl_core.cli.main import main
+
+    model = make_tiny_model_dir(tmp_path / "model")
+    common = [f"model.path={model}", f"data.train_files=[{TINY_DATA}]", "trainer.device=cpu", "data.train_batch_size=4",
+              "rollout.n=2", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size_per_gpu=4"]
+    assert main(["check", *common, "trainer.n_gpus_per_node=2"]) == 0
+    two = capsys.readouterr().out
+    assert "memory estimate, per rank, each of 2 processes (RAM)" in two and "2 processes x peak" in two
+    assert main(["check", *common]) == 0
+    one = capsys.readouterr().out
+    assert "memory estimate, per process (RAM)" in one and "per rank" not in one.split("memory estimate")[1].splitlines()[0]
+    # the numbers are one rank's: with the weights sharded over the data-parallel ranks, half the AdamW state each
+    from rl_core.cards import TrainCard
+
+    stack = _stack(tmp_path / "s", "actor.ppo_micro_batch_size_per_gpu=4")
+    card = TrainCard(name="t", factory="x:y", state_sharding="data")
+    one_rank = estimate(stack.config, attrs.evolve(stack.sizes, world_size=1), train=card, available=64 * GB)
+    two_ranks = estimate(stack.config, attrs.evolve(stack.sizes, world_size=2), train=card, available=64 * GB)
+    assert two_ranks.world == 2 and two_ranks.lines()[0].startswith("memory estimate, per rank, each of 2")
+    assert two_ranks.terms["actor AdamW state"] == pytest.approx(one_rank.terms["actor AdamW state"] / 2)

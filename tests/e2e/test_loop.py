@@ -116,5 +116,10 @@ def test_on_policy_is_the_default_only_when_it_holds(tmp_path):
     assert plan(actor__ppo_mini_batch_size=4, actor__ppo_epochs=2) is True
     # the rollout's log-probs are asked for to compare with pi_old's (rollout_corr/*): the update's forward gives them
     assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True) is False
-    # a correction weights the loss by them: computed first
-    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True, algorithm__rollout_correction__rollout_is="token") is True
+    # importance weights alone: the on-policy update weights each row from its own forward (rollout_correction.in_update)
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True, algorithm__rollout_correction__rollout_is="token") is False
+    # rejection or batch-normalised weights need them before the update: computed first
+    rc = "algorithm__rollout_correction__"
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True, **{rc + "rollout_rs": "token_k1", rc + "rollout_rs_threshold": 2.0}) is True
+    assert plan(actor__ppo_mini_batch_size=4, rollout__calculate_log_probs=True, **{rc + "rollout_is": "token", rc + "rollout_is_batch_normalize": True}) is True
+    assert plan(actor__ppo_mini_batch_size=2, rollout__calculate_log_probs=True, algorithm__rollout_correction__rollout_is="token") is True

@@ -112,6 +112,48 @@ def _masked_min(x: Tensor, mask: Tensor) -> float:
     return float(x.masked_fill(~mask, float("inf")).min())
 
 
+def _raw_weights(log_ratio: Tensor, mask: Tensor, level: str, upper: float, lower: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(the log-ratio the metrics read, raw ratios, weights)`` (``is_weights`` without its metrics)."""
+    log_ratio = torch.where(mask, log_ratio.float(), torch.zeros_like(log_ratio, dtype=torch.float32))
+    if level == "token":
+        metric_log_ratio = log_ratio
+        raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    else:
+        metric_log_ratio = log_ratio.sum(dim=-1, keepdim=True)
+        raw = torch.exp(metric_log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
+    raw = raw * mask.float()
+    if lower is None:
+        weights = raw.clamp(max=upper)
+    else:
+        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    return metric_log_ratio, raw, weights
+
+
+def in_update(config: Any) -> bool:
+    """Whether an on-policy update (one mini-batch, one epoch) can weight its loss itself, from its own forward's
+    log-probs (pi_old's: every micro-batch's forward runs before the only optimizer step), instead of a separate
+    old-log-prob pass first: importance weights of each row alone (token or sequence level, truncated or masked),
+    no batch normalisation (a mean over the whole batch) and no rejection (the mask sets the loss normaliser, fixed
+    before the first forward)."""
+    rc = config.algorithm.rollout_correction
+    return rc.rollout_is is not None and rc.rollout_rs is None and not rc.rollout_is_batch_normalize
+
+
+def update_correction(role: str, config: Any, on_policy: bool) -> Any:
+    """``algorithm.rollout_correction`` when this on-policy actor update weights its loss itself from its own
+    forward's log-probs (:func:`in_update`; the loop then skips the old-log-prob pass), else None."""
+    if role != "actor" or not on_policy or not correction_on(config) or not in_update(config):
+        return None
+    return config.algorithm.rollout_correction
+
+
+def row_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor, rc: Any) -> Tensor:
+    """The weights :func:`is_weights` gives rows ``[B, T]`` (detached, no metrics, no host sync), for
+    :func:`in_update` corrections: ``rc`` is ``algorithm.rollout_correction``."""
+    upper, lower = parse_is_threshold(rc.rollout_is_threshold)
+    return _raw_weights((old_log_prob.detach().float() - rollout_log_prob.float()), mask.bool(), rc.rollout_is, upper, lower)[2]
+
+
 def is_weights(
     log_ratio: Tensor, mask: Tensor, level: str = "token", threshold: float | str = 2.0, batch_normalize: bool = False
 ) -> tuple[Tensor, dict[str, float]]:
@@ -126,19 +168,7 @@ def is_weights(
     if level not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use 'token', 'sequence' or null")
     upper, lower = parse_is_threshold(threshold)
-    log_ratio = torch.where(mask, log_ratio.float(), torch.zeros_like(log_ratio, dtype=torch.float32))
-    fmask = mask.float()
-    if level == "token":
-        metric_log_ratio = log_ratio
-        raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND))
-    else:
-        metric_log_ratio = log_ratio.sum(dim=-1, keepdim=True)
-        raw = torch.exp(metric_log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
-    raw = raw * fmask
-    if lower is None:
-        weights = raw.clamp(max=upper)
-    else:
-        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+    metric_log_ratio, raw, weights = _raw_weights(log_ratio, mask, level, upper, lower)
     low_bound = 1.0 / upper if lower is None else lower
     m: dict[str, float] = {}
     if level == "sequence":

@@ -192,6 +192,7 @@ class Estimate:
     ranks_sharing: int  # ranks whose peaks add up against ``available`` (CPU: all local ranks; GPU: 1)
     advice: tuple[str, ...]
     notes: tuple[str, ...] = ()  # how a term was counted (printed after the terms)
+    world: int = 1  # the run's ranks (each one holds these bytes)
 
     @property
     def peak(self) -> float:
@@ -204,6 +205,8 @@ class Estimate:
     def lines(self) -> list[str]:
         g = lambda b: f"{b / GB:6.2f} GiB"  # noqa: E731
         where = "per process (RAM)" if self.device == "cpu" else "per GPU"
+        if self.world > 1:  # multi-GPU configs: every term and peak is one rank's, not the job's (issue 54)
+            where = f"per rank, each of {self.world} {'processes (RAM)' if self.device == 'cpu' else 'GPUs'}"
         out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
         out += [f"  {k:<42} {g(v)}" for k, v in self.terms.items() if v]
         out += [f"    ({n})" for n in self.notes]
@@ -394,7 +397,8 @@ def estimate(
         t = {"process runtime (python, torch, ...)": runtime, **t}
     available = available if available is not None else device_memory(device)
     ranks = sizes.world_size if device == "cpu" else 1
-    est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=(), notes=tuple(notes))
+    est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=(), notes=tuple(notes),
+                   world=max(1, sizes.world_size))
     if est.fits is False and alternatives:
         with_cards = functools.partial(estimate, rollout=rollout, train=train, reward_model=reward_model)
         est = attrs.evolve(

@@ -40,3 +40,14 @@ def token_budget_groups(lengths: torch.Tensor | list[int], budget: int, *, key: 
         groups[-1].append(i)
         used += n
     return groups
+
+
+def micro_row_slices(rows: int, micro: int) -> list[slice]:
+    """Fixed micro-batches of ``micro`` rows over ``rows`` rows, except that a last micro-batch of one row takes one
+    from the one before (``..., micro - 1, 2``). With ``model.compile`` a one-row micro-batch is a shape of its own
+    (dynamo specialises dims of size 1 even when marked dynamic): it compiled the decoder layers again whenever a
+    rank's row count (zero-advantage rows left out, uneven data-parallel shards) left one row over (issue 54)."""
+    bounds = list(range(0, rows, micro)) + [rows]
+    if micro > 2 and len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+        bounds[-2] -= 1
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]

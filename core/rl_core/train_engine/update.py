@@ -32,13 +32,14 @@ from typing import Callable
 
 import torch
 
+from rl_core import multimodal
+from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
-from rl_core.train_engine.micro_batches import token_budget_groups
-from rl_core import multimodal
 from rl_core.modeling import position_ids_from_mask
 from rl_core.train_engine.backend import TrainBackend
 from rl_core.train_engine.guard import first_non_finite_parameter, non_finite_error
+from rl_core.train_engine.micro_batches import micro_row_slices, token_budget_groups
 
 
 def sampling_temperature(value) -> float:
@@ -103,7 +104,7 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
     """Micro-batch slices; every rank runs the same number of forwards (a rank with fewer repeats its last slice)."""
     mine = math.ceil(rows / micro)
     count = int(b.all_reduce(torch.tensor(mine, device=b.device), "max", "world").item()) if b.sharded else mine
-    slices = [slice(s, min(s + micro, rows)) for s in range(0, rows, micro)]
+    slices = micro_row_slices(rows, micro)
     return slices + [slices[-1]] * (count - mine)
 
 
@@ -150,12 +151,18 @@ def micro_share(response_mask: torch.Tensor, mode: str, global_den: float) -> fl
     return share
 
 
-def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: bool, policy_loss: Callable | None):
-    """``(loss, metrics)`` of the role on the micro-batch ``x`` (:mod:`rl_core.algorithms.actor_loss`)."""
+def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: bool, policy_loss: Callable | None, correction=None):
+    """``(loss, metrics)`` of the role on the micro-batch ``x`` (:mod:`rl_core.algorithms.actor_loss`).
+
+    ``correction`` (``rollout_corr.update_correction``): the weights from this forward's log-probs (pi_old's)."""
     from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 
     if role == "critic":
         return compute_critic_loss(vpreds=heads.values, values=x["values"], returns=x["returns"], response_mask=x["response_mask"], cfg=cfg)
+    weights = x.get("rollout_is_weights")
+    if correction is not None:
+        width = heads.log_probs.shape[-1]
+        weights = rollout_corr.row_weights(heads.log_probs, x["rollout_log_probs"][:, :width], x["response_mask"][:, :width], correction)
     return compute_actor_loss(
         log_prob=heads.log_probs,
         old_log_prob=heads.log_probs.detach() if on_policy_ else x["old_log_probs"],
@@ -163,7 +170,7 @@ def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: boo
         response_mask=x["response_mask"],
         entropy=heads.entropy,
         ref_log_prob=x.get("ref_log_prob"),
-        rollout_is_weights=x.get("rollout_is_weights"),
+        rollout_is_weights=weights,
         cfg=cfg,
         policy_loss=policy_loss,
     )
@@ -196,6 +203,9 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     them), at ``row_ids`` (``mini``'s rows in ``kept``; default ``0..len(mini)``)."""
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
+    correction = rollout_corr.update_correction(b.role, b.config, on_policy_)
+    if correction is not None:
+        extra = extra + ("rollout_log_probs",)
     mask_all = mini.tensors["response_mask"]
     global_den = float(b.all_reduce(count(mask_all, mode).to(b.device), "sum"))
     row_ids = torch.arange(len(mini)) if row_ids is None else row_ids
@@ -211,12 +221,12 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
     metric_sums: dict[str, torch.Tensor] = {}
     n_micro = 0
-    parts = [] if mini is None else token_budget_parts(b, mini) or [(slice(s, s + micro), True) for s in range(0, len(mini), micro)]
+    parts = [] if mini is None else token_budget_parts(b, mini) or [(s, True) for s in micro_row_slices(len(mini), micro)]
     for rows, real in parts:
         x = inputs(b, mini, rows, extra)
         with autocast(b):
             heads = b.forward(x, temperature=temperature, with_entropy=want_entropy, entropy_grad=entropy_grad, training=True)
-            loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss) if heads is not None else (None, {})
+            loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss, correction) if heads is not None else (None, {})
         share = micro_share(x["response_mask"], mode, global_den) if real else 0.0  # not real: a repeat for the collectives
         b.backward(loss, share * scale)  # scale: float16's loss scale (1 otherwise)
         if not real or loss is None:

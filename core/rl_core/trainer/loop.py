@@ -456,7 +456,7 @@ class Trainer:
                 kept = _pop_kept_log_probs(per_rank) if self.keep_update_log_probs else None
                 metrics.update(_guard_update("actor", per_rank))
             if kept is not None and "rollout_log_probs" in batch.tensors.keys():
-                metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"]))
+                metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"], cfg.algorithm.rollout_correction))
             if self.observers:
                 with timed(t, "observers"):
                     self._observe_step(step, batch, kept)
@@ -851,12 +851,15 @@ def _pop_kept_log_probs(per_rank: list[dict[str, Any]]) -> tuple[torch.Tensor, t
     return torch.cat(values), torch.cat(computed)
 
 
-def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """``rollout_corr/*`` diagnostics (no correction) of the rows whose old log-probs the update ``computed``
-    (rows it left out for a zero advantage are not in them); {} when there are none."""
+def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor, rc=None) -> dict[str, float]:
+    """``rollout_corr/*`` metrics of the rows whose old log-probs the update ``computed`` (rows it left out for a
+    zero advantage are not in them); {} when there are none. ``rc`` (``algorithm.rollout_correction``): with
+    importance weights on, the weights' metrics too (the update applied them itself: rollout_correction.in_update)."""
     rows = computed & mask.bool().any(-1)
     if not rows.any():
         return {}
+    if rc is not None and rc.rollout_is is not None:
+        return rollout_corr.rollout_correction(old[rows], rollout[rows], mask[rows], rc)[2]
     got = rollout_corr.offpolicy_metrics(old[rows], rollout[rows], mask[rows].bool())
     return {f"rollout_corr/{k}": v for k, v in got.items()}
 
@@ -869,7 +872,9 @@ def needs_old_log_prob_pass(stack: Plan) -> bool:
     its own update forward pass; KL-in-reward still needs them up front.
     """
     cfg = stack.config
-    if rollout_corr.correction_on(cfg):  # the IS weights compare the rollout's log-probs with pi_old's
+    # the IS weights compare the rollout's log-probs with pi_old's: first, unless an on-policy update can weight each
+    # row from its own forward (rollout_correction.in_update: no rejection, no batch normalisation)
+    if rollout_corr.correction_on(cfg) and not rollout_corr.in_update(cfg):
         return True
     # rollout.calculate_log_probs alone (the mismatch metrics, rollout_corr/*): on-policy, the update's own forward
     # gives pi_old's log-probs (Trainer.keep_update_log_probs); no pass for them
@@ -911,7 +916,8 @@ def describe_plan(stack: Plan) -> str:
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}"
         f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}"
         + (f", rollout {stack.rollout.name}" if getattr(stack, "needs_rollout", True) else f" (trainer.kind={cfg.trainer.kind}: no rollout)"),
-        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)")
+        "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"
+                            + (", which applies the rollout-correction weights itself" if rollout_corr.correction_on(cfg) else ""))
         if getattr(stack, "needs_rollout", True) else f"loss: actor.policy_loss={cfg.actor.policy_loss}",
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
