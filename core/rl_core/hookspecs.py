@@ -91,3 +91,8 @@ def rl_core_register_dialects(register: Register) -> None:
 @hookspec
 def rl_core_register_commands(register: Register) -> None:
     """Register :class:`~rl_core.cards.CommandCard` s (``rlcore`` sub-commands)."""
+
+
+@hookspec
+def rl_core_register_log_prob_roles(register: Register) -> None:
+    """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""

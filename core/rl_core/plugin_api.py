@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, LogProbRoleCard: a second model scoring the sampled tokens)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's)",
@@ -44,4 +44,5 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.rewards.pool": "Outcome and its statuses OK / ERROR / TIMEOUT: what a scorer returns per sample",
     "rl_core.rewards.scoring": "call_with_timeout / ScorerTimeout (a scorer call with a time limit), RewardConfigError",
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
+    "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

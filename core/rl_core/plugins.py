@@ -53,6 +53,7 @@ HOOK_KINDS = {
     "rl_core_register_checks": "check",
     "rl_core_register_dialects": "dialect",
     "rl_core_register_commands": "command",
+    "rl_core_register_log_prob_roles": "log_prob_role",
 }
 
 # Where names that are not installed usually come from (hints for error messages
