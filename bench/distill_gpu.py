@@ -40,7 +40,7 @@ def teacher(args) -> None:
         cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
     torch.manual_seed(0)
     with torch.device(args.device):
-        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.save_pretrained(out)
     n = sum(p.numel() for p in model.parameters())
     print(f"teacher {out}: {args.shape} shape, {n / 1e9:.2f}B parameters, random bf16 weights")

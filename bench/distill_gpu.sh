@@ -14,7 +14,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PY=${PY:-python3}
 WORK=${WORK:-/tmp/distill_gpu}; rm -rf "$WORK"; mkdir -p "$WORK"
 if [ "${SMOKE:-0}" = 1 ]; then
-    STEPS=${STEPS:-2}; DEVICE=cpu; SHAPE=tiny
+    STEPS=${STEPS:-2}; DEVICE=cpu; SHAPE=tiny; RUN_LIMIT=900
     $PY - "$WORK" <<'PYEOF'
 import json, sys
 from pathlib import Path
@@ -28,7 +28,7 @@ PYEOF
     SIZES="model.path=$STUDENT model.random_init=false model.compile=false data.train_files=[$WORK/train.jsonl] data.max_response_length=8 rollout.n=2 data.train_batch_size=4 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cpu model.dtype=float32"
     SITE=""
 else
-    STEPS=${STEPS:-8}; DEVICE=cuda; SHAPE=1.5b
+    STEPS=${STEPS:-8}; DEVICE=cuda; SHAPE=1.5b; RUN_LIMIT=150
     $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >"$OUT/install_whl.log" 2>&1 || { cat "$OUT/install_whl.log"; exit 1; }
     $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . plugins/train_fsdp plugins/reward_rule \
         plugins/distill >"$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; exit 1; }
@@ -46,7 +46,7 @@ PYEOF
 $PY bench/distill_gpu.py teacher "$STUDENT" "$WORK/teacher" --shape $SHAPE --device $DEVICE | tee "$OUT/teacher.txt" || exit 1
 run() {  # run NAME overrides...: one rlcore train of STEPS steps of the reference workload
     local name=$1; shift
-    timeout "${RUN_TIMEOUT:-150}" $PY -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="$STEPS" \
+    timeout "${RUN_TIMEOUT:-$RUN_LIMIT}" $PY -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="$STEPS" \
         trainer.output_dir="$WORK/$name" trainer.device=$DEVICE $SIZES "$@" >"$OUT/$name.log" 2>&1
     echo "$name: exit $?"
     cp "$WORK/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null

@@ -319,13 +319,11 @@ class LogProbRoleCard(CardBase):
     ``factory(config, tokenizer) -> role`` is called once by the trainer when the run's estimator names the card in
     its ``log_probs``; ``role.log_probs(batch, temperature) -> Tensor[B, T]`` (float32, CPU) is called every step
     after the reference model's pass, on the same batch (``input_ids``, ``attention_mask``, ``position_ids``,
-    ``responses``), and the result goes into the batch as ``<name>_log_prob`` and to the estimator. ``memory``:
-    optional ``memory(config) -> bytes`` of the role's model on the devices it uses (for the plan's estimate).
+    ``responses``), and the result goes into the batch as ``<name>_log_prob`` and to the estimator. The role's model
+    is not in the plan's memory estimate yet.
     """
 
     kind: ClassVar[str] = "log_prob_role"
-
-    memory: Any = None
 
 
 CARD_TYPES: dict[str, type[CardBase]] = {
