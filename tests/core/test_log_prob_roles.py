@@ -7,7 +7,6 @@ import types
 
 import pytest
 import torch
-
 from rl_core.batch import Batch
 from rl_core.cards import EstimatorCard
 from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
