@@ -25,7 +25,7 @@ make_tiny_model_dir(w / "student")
 (w / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tiny_rows()))
 PYEOF
     STUDENT=$WORK/student
-    SIZES="model.path=$STUDENT model.random_init=false model.compile=false data.train_files=[$WORK/train.jsonl] data.max_response_length=8 rollout.n=2 data.train_batch_size=4 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cpu model.dtype=float32"
+    SIZES="model.path=$STUDENT model.random_init=false model.compile=false data.train_files=[$WORK/train.jsonl] data.max_response_length=8 rollout.n=2 data.train_batch_size=4 actor.ppo_mini_batch_size=4 actor.ppo_micro_batch_size_per_gpu=4 trainer.device=cpu model.dtype=float32 trainer.torch_threads=1"
     SITE=""
 else
     STEPS=${STEPS:-8}; DEVICE=cuda; SHAPE=1.5b; RUN_LIMIT=150
