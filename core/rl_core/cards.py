@@ -185,6 +185,10 @@ class EstimatorCard(CardBase):
     # what algorithm.options may hold: an attrs class deriving from rl_core.card_options.Options, or its
     # "module:Class" path; checked by `rlcore check` (None: the card declares none, its options go unchecked)
     options: Any = None
+    # per-token log-probs of the sampled responses the estimator reads, by role name: "actor" (the policy that
+    # sampled: rollout log-probs or the old log-prob pass) or a LogProbRoleCard's name (e.g. "teacher"); the loop
+    # computes them and passes ``log_probs={name: Tensor[B, T]}`` (only to an estimator that declares some)
+    log_probs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 @attrs.frozen(kw_only=True)
@@ -314,10 +318,24 @@ class CheckCard(CardBase):
     order: int = 100
 
 
+@attrs.frozen(kw_only=True)
+class LogProbRoleCard(CardBase):
+    """A model role that scores the policy's sampled tokens: per-token log-probs of a second model (a teacher).
+
+    ``factory(config, tokenizer) -> role`` is called once by the trainer when the run's estimator names the card in
+    its ``log_probs``; ``role.log_probs(batch, temperature) -> Tensor[B, T]`` (float32, CPU) is called every step
+    after the reference model's pass, on the same batch (``input_ids``, ``attention_mask``, ``position_ids``,
+    ``responses``), and the result goes into the batch as ``<name>_log_prob`` and to the estimator. The role's model
+    is not in the plan's memory estimate yet.
+    """
+
+    kind: ClassVar[str] = "log_prob_role"
+
+
 CARD_TYPES: dict[str, type[CardBase]] = {
     cls.kind: cls
     for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard,
-                ToolParserCard, CheckCard)
+                ToolParserCard, CheckCard, LogProbRoleCard)
 }
 
 

@@ -101,3 +101,8 @@ def rl_core_register_observers(register: Register) -> None:
 @hookspec
 def rl_core_register_run_kinds(register: Register) -> None:
     """Register :class:`~rl_core.cards.RunKindCard` s (run kinds other than RL: ``trainer.kind``, e.g. sft)."""
+
+
+@hookspec
+def rl_core_register_log_prob_roles(register: Register) -> None:
+    """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""

@@ -55,6 +55,7 @@ HOOK_KINDS = {
     "rl_core_register_commands": "command",
     "rl_core_register_observers": "observer",
     "rl_core_register_run_kinds": "run_kind",
+    "rl_core_register_log_prob_roles": "log_prob_role",
 }
 
 # Where names that are not installed usually come from (hints for error messages

@@ -280,6 +280,8 @@ def estimator_problems(config: Any, registry: Any) -> list[Problem]:
         baseline_rewards=torch.rand(b, generator=gen) if getattr(card, "needs_greedy_baseline", False) else None,
         options={"norm_adv_by_std": config.algorithm.norm_adv_by_std_in_grpo, **config.algorithm.options},
     )
+    if getattr(card, "log_probs", ()):  # per-token log-probs of the roles it reads (EstimatorCard.log_probs)
+        kwargs["log_probs"] = {role: -torch.rand(b, t, generator=gen) for role in card.log_probs}
     try:
         with torch.no_grad():
             adv, ret = check_estimator_output(name, card, fn(**kwargs), rewards.shape)

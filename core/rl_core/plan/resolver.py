@@ -29,6 +29,7 @@ from rl_core.cards import (
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
+from rl_core.plan.roles import resolve_log_prob_roles
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
@@ -76,6 +77,8 @@ class Plan:
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
     # rollout.multi_turn: the agent runtime an agent-loop card's runner built (rl_core.rollout.multi_turn.agent_runtime)
     agent: Any = None
+    # the log-prob roles the estimator reads (EstimatorCard.log_probs): (name, card, loaded factory) (rl_core.plan.roles)
+    log_prob_roles: tuple[tuple[str, Any, Any], ...] = ()
     # step observers (rl_core.observers): (card, its loaded factory) of every installed ObserverCard
     observers: tuple = ()
     # trainer.kind other than rl (rl_core.run_kind): the run kind's card and its loaded factory
@@ -448,6 +451,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         if card is not None and (p := factory_path_problem(card, key)) is not None:
             problems.append(p)
     estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
+    log_prob_roles = resolve_log_prob_roles(registry, estimator, problems)
     policy_loss_fn = load_factory(policy_loss, "actor.policy_loss", problems)
     reward_fn = load_factory(reward, "reward.name", problems)
     reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
@@ -489,6 +493,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         observers=observers,
         run_kind=run_kind,
         run_kind_fn=run_kind_fn,
+        log_prob_roles=log_prob_roles,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

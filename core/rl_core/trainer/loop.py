@@ -62,6 +62,7 @@ from rl_core.trainer.outputs import (
 )
 from rl_core.trainer.dynamic_sampling import collect_groups, filter_values, merge_round_metrics
 from rl_core.trainer.progress import ProgressBar
+from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
 from rl_core.util.stopping import Interrupted, StopSignals, is_failure, signal_name
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
@@ -120,6 +121,7 @@ class Trainer:
         )
         self._check_room_for_final()
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        self.log_prob_roles = LogProbRoles(stack, self.tokenizer)  # e.g. a distillation teacher (rl_core.plan.roles)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
 
@@ -408,6 +410,7 @@ class Trainer:
                         self._train_call(WorkerMethod.COMPUTE_REF_LOG_PROB, batch, cfg.rollout.temperature), mask,
                         stage="ref", role="ref", tensor="reference log-probs",
                     )
+            self.log_prob_roles.compute(batch, cfg.rollout.temperature, t, metrics)  # a teacher's log-probs (rl_core.plan.roles)
             if cfg.critic.enable:
                 with timed(t, "values"):
                     batch["values"] = self._checked_cat(self._train_call(WorkerMethod.COMPUTE_VALUES, batch), mask, stage="values", role="critic", tensor="values")
@@ -442,6 +445,7 @@ class Trainer:
                     lam=cfg.algorithm.lam,
                     baseline_rewards=baseline,
                     options={"norm_adv_by_std": cfg.algorithm.norm_adv_by_std_in_grpo, **cfg.algorithm.options},
+                    **self.log_prob_roles.for_estimator(batch),
                 )
                 check_finite(rewards, stage="adv", role="controller", tensor="token-level rewards", mask=mask)
                 check_finite(adv, stage="adv", role="controller", tensor="advantages", mask=mask)
@@ -880,6 +884,8 @@ def needs_old_log_prob_pass(stack: Plan) -> bool:
     # gives pi_old's log-probs (Trainer.keep_update_log_probs); no pass for them
     if cfg.actor.recompute_old_log_prob is not None:
         return cfg.actor.recompute_old_log_prob
+    if needs_actor_log_probs(stack) and not cfg.rollout.calculate_log_probs:  # the estimator reads them before the update
+        return True
     on_policy = stack.sizes.actor_mini_batches == 1 and cfg.actor.ppo_epochs == 1
     return not (on_policy and stack.train.on_policy_without_old_log_probs and not cfg.algorithm.use_kl_in_reward)
 

@@ -578,7 +578,7 @@ RULES: tuple[Rule, ...] = (
     _m("custom_reward_function.*", "reward.custom.*"),
     _m("reward.custom_reward_function.*", "reward.custom.*"),
     # ---------------------------------------------------------------- whole verl features
-    _no("distillation.*", "on-policy distillation from a teacher model", "none"),
+    _no("distillation.*", "verl's on-policy distillation keys", "the rl-distill plugin: algorithm.adv_estimator=distill, algorithm.options.teacher_path (docs/distill.md)"),
     _no("transfer_queue.*", "verl's transfer queue", "none"),
     _no("ray_kwargs.timeline_json_file", "Ray timelines", "none"),
     _ign("hydra.*", "Hydra's own settings (its output folder, logging, searchpath): rl-core writes to trainer.output_dir"),
