@@ -2,6 +2,7 @@
 reference loop (rl_train_megatron.pipeline, one micro-batch at a time through the stages), same workload and results.
 
     .venv/bin/python bench/megatron_pipeline_cpu.py --out bench/results/megatron_pipeline_cpu
+    python bench/megatron_pipeline_cpu.py --device cuda --hidden 1536 --layers 8 --rows 64 --micro 4 --out $OUT   # 2 GPUs
 
 A tiny random Qwen3 (hidden --hidden, --layers layers, one stage each half), one mini-batch of --rows rows in
 micro-batches of --micro rows, --repeats timed actor updates after one warm-up, one torch thread per process.
@@ -22,18 +23,23 @@ import attrs
 import torch
 
 
-def run(rank: int, world: int, config, step, core: bool, repeats: int) -> dict:
+def run(rank: int, world: int, config, step, core: bool, repeats: int, device: str = "cpu") -> dict:
     torch.set_num_threads(1)
     from rl_core.backends import WorkerContext
     from rl_train_megatron.engine import MegatronBackend, build_engine
 
     MegatronBackend.core_pipeline = core
-    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, seed=0))
+    dev = f"cuda:{rank}" if device == "cuda" else "cpu"
+    actor = build_engine("actor", config, WorkerContext(rank=rank, world_size=world, local_rank=rank, device=dev, seed=0))
     times, losses = [], []
     for i in range(repeats + 1):
         torch.distributed.barrier()
+        if device == "cuda":
+            torch.cuda.synchronize()
         t = time.perf_counter()
         metrics = actor.update(step)
+        if device == "cuda":
+            torch.cuda.synchronize()
         torch.distributed.barrier()
         if i:
             times.append(time.perf_counter() - t)
@@ -51,6 +57,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--micro", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: 2 GPUs, NCCL, bf16 compute (the GPU row)")
     a = ap.parse_args()
     from rl_core_testing.distributed import run_distributed
     from rl_core_testing.tiny_model import make_tiny_model_dir
@@ -64,9 +71,11 @@ def main() -> None:
         cfg = attrs.evolve(cfg, data=attrs.evolve(cfg.data, train_batch_size=prompts),
                            actor=attrs.evolve(cfg.actor, ppo_mini_batch_size=prompts, ppo_micro_batch_size_per_gpu=a.micro, ppo_epochs=1),
                            train=attrs.evolve(cfg.train, name="megatron", pipeline_model_parallel_size=2))
+        if a.device == "cuda":
+            cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype="bfloat16"), trainer=attrs.evolve(cfg.trainer, device="cuda"))
         res = {}
         for name, core in (("megatron_core_1f1b", True), ("reference_loop", False)):
-            outs = run_distributed(run, 2, cfg, step, core, a.repeats, timeout=600)
+            outs = run_distributed(run, 2, cfg, step, core, a.repeats, a.device, backend="nccl" if a.device == "cuda" else "gloo", timeout=600)
             res[name] = {"median_s": statistics.median(outs[0]["times"]), "times_s": outs[0]["times"], "losses": outs[0]["losses"],
                          "schedule": outs[0]["schedule"]}
     import megatron.core
