@@ -11,8 +11,13 @@ told ``calculate_per_token_loss`` so it does not divide the loss by the micro-ba
 share), ``variable_seq_lengths`` so micro-batches of different rows / columns exchange their shapes first, and float32
 hidden states between stages (as :mod:`rl_train_megatron.pipeline` sends).
 
-What still runs the reference loop (:mod:`rl_train_megatron.pipeline`, :meth:`core_pipeline_problem` says why):
-virtual stages (megatron-core's interleaved schedule wants every micro-batch of equal shape), MoE models (the routers'
+Virtual stages: the code for megatron-core's interleaved schedule (``forward_backward_pipelining_with_interleaving``, the
+model chunks and one iterator over the micro-batches per chunk, M a multiple of PP) is here but off
+(``CorePipeline.interleaved``): on gloo, PP 2 x VPP 2 with micro-batches of different shapes
+(``variable_seq_lengths``), both ranks hung (400 s, test_megatron_core_pipeline's virtual-stage run); not debugged in
+issue 49's time. Virtual stages run the reference loop and are refused on GPUs (``rlcore check``).
+
+What still runs the reference loop (:mod:`rl_train_megatron.pipeline`, :meth:`core_pipeline_problem` says why): MoE models (the routers'
 aux-loss scale per micro-batch), context / sequence / expert parallelism, routing replay and ``fully_shard`` (their
 per-forward steps live in :meth:`rl_train_megatron.schedule.Schedule._forward`), and the forward-only passes (log-probs,
 values: one forward each, nothing to overlap with a backward).
@@ -37,6 +42,9 @@ _SCHEDULE_FIELDS = {"variable_seq_lengths": True, "calculate_per_token_loss": Tr
 class CorePipeline:
     #: False: every step through the reference loop (the tests' comparison, bench/megatron_pipeline_cpu.py)
     core_pipeline = True
+    #: virtual stages through megatron-core's interleaved schedule: off (it hung on gloo, PP 2 x VPP 2, micro-batches of
+    #: different shapes; not debugged: core_pipeline_problem sends virtual stages to the reference loop)
+    interleaved = False
 
     def core_pipeline_problem(self) -> str | None:
         """Why this backend's training steps do not go through megatron-core's schedule (None: they do)."""
@@ -60,13 +68,16 @@ class CorePipeline:
     def run_micro_batches(self, items, loss_of, *, temperature: float, with_entropy: bool, entropy_grad: bool) -> None:
         """The mini-batch's micro-batches ``(x, rows, real)`` through megatron-core's 1F1B schedule; ``loss_of(x, rows,
         real, heads) -> (loss, weight)`` on the last stage (gradients accumulate as the loop's ``backward`` would)."""
-        from megatron.core.pipeline_parallel import get_forward_backward_func
+        from megatron.core.pipeline_parallel import get_forward_backward_func, schedules
 
-        cpu_shims.install_schedule(self.device)  # (nothing unless the device is the CPU)
         items = list(items)
-        chunk = self.chunks[0]
-        config = chunk.config
-        saved = {k: getattr(config, k) for k in _SCHEDULE_FIELDS}
+        heads_kw = {"temperature": temperature, "with_entropy": with_entropy, "entropy_grad": entropy_grad}
+        pp, m = self.topo.pp, len(items)
+        if self.vpp > 1 and (not self.interleaved or m < pp or m % pp):  # the interleaved schedule takes groups of PP micro-batches
+            return self._reference_run(items, loss_of, heads_kw)
+        cpu_shims.install_schedule(self.device)  # (nothing unless the device is the CPU)
+        configs = [c.config for c in self.chunks]
+        saved = [{k: getattr(config, k) for k in _SCHEDULE_FIELDS} for config in configs]
         critic = self.role == "critic"
 
         def forward_step(data_iterator, model):
@@ -92,15 +103,30 @@ class CorePipeline:
 
             return h, loss_func
 
-        b, s = items[0][0]["input_ids"].shape
+        b, s = items[0][0]["input_ids"].shape  # (variable_seq_lengths: each micro-batch's shape is exchanged)
         self.core_schedule_runs = getattr(self, "core_schedule_runs", 0) + 1  # (the tests' view)
         try:
-            for k, v in _SCHEDULE_FIELDS.items():
-                setattr(config, k, v)
-            run = get_forward_backward_func()
+            for config in configs:
+                for k, v in _SCHEDULE_FIELDS.items():
+                    setattr(config, k, v)
+            if self.vpp > 1:  # (parallel_state knows no virtual size: the engine builds the chunks itself)
+                run, data = schedules.forward_backward_pipelining_with_interleaving, [iter(items) for _ in self.chunks]
+                for config in configs:
+                    config.microbatch_group_size_per_vp_stage = pp
+            else:
+                run, data = get_forward_backward_func(), iter(items)
             self.core_schedule_name = run.__name__
-            run(forward_step_func=forward_step, data_iterator=iter(items), model=[chunk], num_microbatches=len(items), seq_length=s,
+            run(forward_step_func=forward_step, data_iterator=data, model=list(self.chunks), num_microbatches=m, seq_length=s,
                 micro_batch_size=b, forward_only=False)
         finally:
-            for k, v in saved.items():
-                setattr(config, k, v)
+            for config, old in zip(configs, saved):
+                for k, v in old.items():
+                    setattr(config, k, v)
+
+    def _reference_run(self, items, loss_of, heads_kw) -> None:
+        """The update loop's per-micro-batch forward / backward (rl_train_megatron.pipeline's loop)."""
+        for x, rows, real in items:
+            with self._autocast():
+                heads = self.forward(x, training=True, **heads_kw)
+                loss, weight = loss_of(x, rows, real, heads)
+            self.backward(loss, weight)

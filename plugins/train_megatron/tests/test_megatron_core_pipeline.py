@@ -19,11 +19,12 @@ from test_megatron_tp import _close, run_tp  # noqa: E402
 pytestmark = pytest.mark.megatron
 
 
-def _config(model_dir, pp: int):
+def _config(model_dir, pp: int, vpp: int | None = None):
     cfg = default_config(model_dir)
-    # 4 micro-batches per mini-batch (the step batch's 8 rows, 2 per micro-batch): 1F1B has a steady phase on stage 0
+    # 2 micro-batches per mini-batch (the step batch's 8 rows in 2 mini-batches, 2 rows per micro-batch): 1F1B has a warm-up
     actor = attrs.evolve(cfg.actor, ppo_micro_batch_size_per_gpu=2)
-    return attrs.evolve(cfg, actor=actor, train=attrs.evolve(cfg.train, name="megatron", pipeline_model_parallel_size=pp))
+    options = {"virtual_pipeline_model_parallel_size": vpp} if vpp else {}
+    return attrs.evolve(cfg, actor=actor, train=attrs.evolve(cfg.train, name="megatron", pipeline_model_parallel_size=pp, options=options))
 
 
 def run_pipeline(rank: int, world: int, config, step, workdir: str, core: bool) -> dict:
@@ -36,16 +37,15 @@ def run_pipeline(rank: int, world: int, config, step, workdir: str, core: bool) 
     MegatronBackend.core_pipeline = core
     ran: list[str] = []
     out_micro: list[int] = []
-    real = schedules.forward_backward_pipelining_without_interleaving
+    for name in ("forward_backward_pipelining_without_interleaving", "forward_backward_pipelining_with_interleaving"):
+        def counted(*args, _real=getattr(schedules, name), _name=name, **kwargs):
+            ran.append(_name)
+            out_micro.append(kwargs["num_microbatches"])
+            return _real(*args, **kwargs)
 
-    def counted(*args, **kwargs):
-        ran.append("forward_backward_pipelining_without_interleaving")
-        out_micro.append(kwargs["num_microbatches"])
-        return real(*args, **kwargs)
-
-    counted.__name__ = real.__name__
-    schedules.forward_backward_pipelining_without_interleaving = counted
-    pipeline_parallel.schedules.forward_backward_pipelining_without_interleaving = counted
+        counted.__name__ = name
+        setattr(schedules, name, counted)
+        setattr(pipeline_parallel.schedules, name, counted)
     out = run_tp(rank, world, config, step, workdir)
     out["ran"], out["micro_batches"] = ran, out_micro
     return out
@@ -73,6 +73,28 @@ def runs(model_dir, step, tmp_path_factory):
     return core, ref
 
 
+@pytest.fixture(scope="module")
+def vruns(tmp_path_factory):
+    """PP 2 x VPP 2 on a 4-layer model: megatron-core's interleaved schedule vs the reference loop vs one process."""
+    model = make_tiny_model_dir(tmp_path_factory.mktemp("core_vpp_model"), "qwen3", layers=4, seed=0)
+    step = make_step_batch(model)
+    core = run_distributed(run_pipeline, 2, _config(model, 2, 2), step, str(tmp_path_factory.mktemp("vcore")), True, timeout=400)
+    ref = run_distributed(run_pipeline, 2, _config(model, 2, 2), step, str(tmp_path_factory.mktemp("vref")), False, timeout=400)
+    return core, ref, run_pipeline(0, 1, _config(model, 1), step, str(tmp_path_factory.mktemp("vone")), True)
+
+
+@pytest.mark.dist
+@pytest.mark.skip(reason="megatron-core's interleaved schedule hung on gloo (PP 2 x VPP 2, variable micro-batch shapes): "
+                         "CorePipeline.interleaved is off, virtual stages run the reference loop (test_megatron_vpp)")
+def test_virtual_stages_run_megatron_cores_interleaved_schedule_with_the_same_updates(vruns):
+    core, ref, one = vruns
+    assert core[0]["ran"] == core[1]["ran"] and len(core[0]["ran"]) >= 3
+    assert set(core[0]["ran"]) == {"forward_backward_pipelining_with_interleaving"}
+    assert [out["ran"] for out in ref] == [[], []]
+    _same_updates(core, ref)
+    _same_updates(core, [one, one])
+
+
 @pytest.mark.dist
 def test_megatron_cores_1f1b_runs_each_training_step(runs, one):
     core, ref = runs
@@ -88,8 +110,11 @@ def test_megatron_cores_1f1b_runs_each_training_step(runs, one):
 @pytest.mark.parametrize("against", ["reference_loop", "one_process"])
 def test_updates_equal_the_reference_loop_and_one_process(runs, one, against):
     core, ref = runs
-    for i, out in enumerate(core):
-        other = ref[i] if against == "reference_loop" else one
+    _same_updates(core, ref if against == "reference_loop" else [one, one])
+
+
+def _same_updates(core: list[dict], others: list[dict]) -> None:
+    for out, other in zip(core, others):
         for key in ("loss", "grad_norm", "lr", "actor/pg_loss", "actor/kl_loss", "actor/entropy"):
             _close(out["metrics"][key], other["metrics"][key], key)
             _close(out["metrics_2"][key], other["metrics_2"][key], f"{key} (2nd update)")
