@@ -38,6 +38,8 @@ def teacher(args) -> None:
         setattr(cfg, k, v)
     if hasattr(cfg, "head_dim"):
         cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
+    if getattr(cfg, "layer_types", None) is not None:  # one entry per layer: the new depth's (transformers 5 checks it)
+        cfg.layer_types = [cfg.layer_types[0]] * cfg.num_hidden_layers
     torch.manual_seed(0)
     with torch.device(args.device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)

@@ -167,6 +167,11 @@ class TrainCard(CardBase):
     # or its "module:Class" path; checked by `rlcore check` (None: unchecked, with a warning when train.options is set)
     options: Any = None
     checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    # how each feature runs on GPUs: {feature: "native" (the engine's own path, e.g. megatron-core's) | "reference" (a
+    # plain re-implementation kept for conformance: correct, not fast) | "emulated" (accepted, does not do what it is for)};
+    # the backend's checks warn when a GPU run would use a non-native path (empty: not stated)
+    features: dict[str, str] = attrs.field(factory=dict, converter=dict, hash=False, validator=attrs.validators.deep_mapping(
+        key_validator=attrs.validators.instance_of(str), value_validator=attrs.validators.in_(("native", "reference", "emulated"))))
 
 
 @attrs.frozen(kw_only=True)

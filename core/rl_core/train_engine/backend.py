@@ -146,6 +146,17 @@ class TrainBackend(abc.ABC):
         without the heads). ``weight`` is the micro-batch's share of the global mini-batch, so gradients summed over
         micro-batches and data-parallel ranks are the global loss's gradient."""
 
+    def runs_micro_batches(self) -> bool:
+        """Whether the update hands this backend a whole mini-batch (:meth:`run_micro_batches`: its own schedule, e.g.
+        megatron-core's pipeline) instead of calling :meth:`forward` / :meth:`backward` per micro-batch."""
+        return False
+
+    def run_micro_batches(self, items, loss_of, *, temperature: float, with_entropy: bool, entropy_grad: bool) -> None:
+        """A mini-batch's micro-batches ``(x, rows, real)`` forward and backward in the backend's own order:
+        ``loss_of(x, rows, real, heads) -> (loss, weight)`` on the ranks with the heads, then ``loss * weight``
+        back-propagated (gradients accumulated as per-micro-batch :meth:`backward` calls would)."""
+        raise NotImplementedError(f"{type(self).__name__} runs micro-batches through forward / backward")
+
     @abc.abstractmethod
     def reduce_and_clip(self, max_norm: float | None) -> float:
         """Sum gradients over data-parallel ranks, clip them to ``max_norm`` (> 0; None or 0: no clipping);

@@ -222,21 +222,31 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     metric_sums: dict[str, torch.Tensor] = {}
     n_micro = 0
     parts = [] if mini is None else token_budget_parts(b, mini) or [(s, True) for s in micro_row_slices(len(mini), micro)]
-    for rows, real in parts:
-        x = inputs(b, mini, rows, extra)
-        with autocast(b):
-            heads = b.forward(x, temperature=temperature, with_entropy=want_entropy, entropy_grad=entropy_grad, training=True)
-            loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss, correction) if heads is not None else (None, {})
+
+    def loss_of(x, rows, real, heads):
+        """The micro-batch's ``(loss or None, weight)``; its metrics and kept log-probs recorded (on the heads' ranks)."""
+        nonlocal loss_sum, n_micro
+        loss, metrics = role_loss(b.role, x, heads, cfg, on_policy_, policy_loss, correction) if heads is not None else (None, {})
         share = micro_share(x["response_mask"], mode, global_den) if real else 0.0  # not real: a repeat for the collectives
-        b.backward(loss, share * scale)  # scale: float16's loss scale (1 otherwise)
-        if not real or loss is None:
-            continue
-        if kept is not None:
-            kept.add(row_ids[rows], heads.log_probs)
-        loss_sum += loss.detach().to(torch.float64) * share
-        for name, value in metrics.items():
-            metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
-        n_micro += 1
+        if real and loss is not None:
+            if kept is not None:
+                kept.add(row_ids[rows], heads.log_probs)
+            loss_sum += loss.detach().to(torch.float64) * share
+            for name, value in metrics.items():
+                metric_sums[name] = metric_sums.get(name, 0.0) + value.detach().to(torch.float64)
+            n_micro += 1
+        return loss, share * scale  # scale: float16's loss scale (1 otherwise)
+
+    items = ((inputs(b, mini, rows, extra), rows, real) for rows, real in parts)
+    heads_kw = {"temperature": temperature, "with_entropy": want_entropy, "entropy_grad": entropy_grad}
+    if parts and b.runs_micro_batches():  # the backend's own schedule (e.g. megatron-core's pipeline)
+        b.run_micro_batches(items, loss_of, **heads_kw)  # (each micro-batch: its forward, loss_of on the heads' ranks, backward)
+    else:
+        for x, rows, real in items:
+            with autocast(b):
+                heads = b.forward(x, training=True, **heads_kw)
+                loss, weight = loss_of(x, rows, real, heads)
+            b.backward(loss, weight)
     if not parts:  # every row skipped: a zero gradient, so AdamW still steps (momentum) as it would have
         for p in b.model.parameters():
             if p.requires_grad:

@@ -33,8 +33,11 @@ megatron-core assumes a GPU in a few places the Megatron engine reaches:
   dispatchers and grouped GEMMs need CUDA (the engine says so at start, :func:`rl_train_megatron.model.moe_cpu_problem`).
 
 :func:`install` is called after ``parallel_state.initialize_model_parallel``
-when the engine's device is the CPU; it checks that the names it replaces
+with the engine's device; it checks that the names it replaces
 exist (feature detection, not a version check) and says which is missing.
+:func:`install` and :func:`install_moe` install nothing unless that device is the CPU (a GPU run never runs with
+a shim, whatever the caller; :func:`installed` says which are in place, for the tests).
+:func:`install_router_gemm_fallback` is no CPU shim: megatron-core 0.16.1 needs it without TransformerEngine on GPUs too.
 """
 
 from __future__ import annotations
@@ -132,8 +135,38 @@ def install_router_gemm_fallback() -> None:
         moe_utils.te_general_gemm = None
 
 
-def install_moe() -> None:
-    """The MoE router's CPU stand-ins (idempotent; called by the engine on the CPU when the model has experts)."""
+def _on_cpu(device) -> bool:
+    return torch.device(device).type == "cpu"
+
+
+def installed() -> list[str]:
+    """The CPU shims now in place in megatron-core (none on a GPU run)."""
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel import layers, mappings
+    from megatron.core.tensor_parallel import random as mp_random
+    from megatron.core.transformer.moe import router
+
+    out = []
+    if isinstance(mp_random._CUDA_RNG_STATE_TRACKER, CPURNGTracker):
+        out.append("rng_tracker")
+    if isinstance(parallel_state._GLOBAL_MEMORY_BUFFER, CPUMemoryBuffer):
+        out.append("memory_buffer")
+    if mp_random._get_cuda_rng_state is _no_cuda_rng_state or mp_random._set_cuda_rng_state is _set_no_cuda_rng_state:
+        out.append("cuda_rng_state")
+    if router.Router.gating is _cpu_gating:
+        out.append("router_gating")
+    out += [f"{m.__name__}.torch" for m in (router, mappings, layers) if isinstance(m.torch, _TorchOnCPU)]
+    from megatron.core.pipeline_parallel import p2p_communication, schedules
+
+    out += [f"{m.__name__}.torch" for m in (schedules, p2p_communication) if isinstance(m.torch, _TorchOnCPU)]
+    return out
+
+
+def install_moe(device) -> None:
+    """The MoE router's CPU stand-ins (idempotent; called by the engine when the model has experts or sequence
+    parallelism): nothing unless ``device`` is the CPU."""
+    if not _on_cpu(device):
+        return
     from megatron.core.transformer.moe import router
 
     for attr in ("Router", "router_gating_linear", "torch"):
@@ -153,8 +186,11 @@ def install_moe() -> None:
             module.torch = _TorchOnCPU()
 
 
-def install() -> None:
-    """Replace the CUDA-only RNG tracker and memory buffer of megatron-core with CPU ones (idempotent)."""
+def install(device) -> None:
+    """Replace the CUDA-only RNG tracker and memory buffer of megatron-core with CPU ones (idempotent): nothing unless
+    ``device`` is the CPU."""
+    if not _on_cpu(device):
+        return
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import random as mp_random
 
@@ -173,3 +209,38 @@ def install() -> None:
         parallel_state._GLOBAL_MEMORY_BUFFER = CPUMemoryBuffer()
     mp_random._get_cuda_rng_state = _no_cuda_rng_state
     mp_random._set_cuda_rng_state = _set_no_cuda_rng_state
+
+
+class _ScheduleCUDA(_CPUDevice):
+    """``torch.cuda`` for megatron-core's pipeline schedule and point-to-point modules on the CPU: the current device is
+    the CPU and ``synchronize`` (its guard around batched sends) has nothing to wait for (gloo's requests were waited)."""
+
+    @staticmethod
+    def synchronize(*args, **kwargs) -> None:
+        return None
+
+
+class _ScheduleTorch(_TorchOnCPU):
+    """``torch`` as megatron-core's ``pipeline_parallel.schedules`` / ``p2p_communication`` see it on the CPU: its token
+    counter is allocated with ``device="cuda"``, which becomes the CPU."""
+
+    cuda = _ScheduleCUDA()
+
+    @staticmethod
+    def zeros(*args, device=None, **kwargs):
+        return torch.zeros(*args, device="cpu" if device == "cuda" else device, **kwargs)
+
+
+def install_schedule(device) -> None:
+    """megatron-core's pipeline schedule (``get_forward_backward_func``) on the CPU (idempotent): nothing unless
+    ``device`` is the CPU (:mod:`rl_train_megatron.core_pipeline`)."""
+    if not _on_cpu(device):
+        return
+    from megatron.core.pipeline_parallel import p2p_communication, schedules
+
+    for module in (schedules, p2p_communication):
+        if not hasattr(module, "torch"):
+            raise RuntimeError(f"megatron-core's {module.__name__} does not import torch as the CPU shims of rl-train-megatron expect "
+                               "(written for megatron-core 0.16.1); install that version or run on a GPU")
+        if not isinstance(module.torch, _ScheduleTorch):
+            module.torch = _ScheduleTorch()

@@ -14,9 +14,9 @@ Parallelism
     mini-batch. Ranks of a TP group get the same shard of the step (the
     controller's dispatch, :mod:`rl_train_megatron.parallel`) and return
     identical results. ``train.pipeline_model_parallel_size`` (PP) stages
-    each hold an equal share of the layers; micro-batches go through the
-    stages one at a time (:mod:`rl_train_megatron.pipeline`: no overlap
-    between stages), and the last stage's results are broadcast to all.
+    each hold an equal share of the layers; training steps go through megatron-core's 1F1B schedule
+    (:mod:`rl_train_megatron.core_pipeline`), other passes and layouts one micro-batch at a time
+    (:mod:`rl_train_megatron.pipeline`: no overlap between stages); the last stage's results are broadcast to all.
     With tied embeddings the last stage holds a copy of the embedding as its
     LM head; the two copies' gradients are summed before each step.
     ``train.options.virtual_pipeline_model_parallel_size`` (VPP): each stage holds VPP model chunks
@@ -69,6 +69,7 @@ from rl_train_megatron import model as mmodel
 from rl_train_megatron import router_replay as rr_mod
 from rl_train_megatron import sequence_parallel as seq_par
 from rl_train_megatron.checkpoint import Checkpoints
+from rl_train_megatron.core_pipeline import CorePipeline
 from rl_train_megatron.offload import Offload
 from rl_train_megatron.options import megatron_options, transformer_overrides, virtual_stages
 from rl_train_megatron.pipeline import Pipe
@@ -95,7 +96,7 @@ def build_engine(role: str, config, context: WorkerContext, **kwargs: Any) -> Ro
     return RoleEngine(MegatronBackend(role, config, context), **kwargs)
 
 
-class MegatronBackend(Schedule, WeightExport, Checkpoints, Offload, TrainBackend):
+class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload, TrainBackend):
     """The ``megatron`` card's factory; its forward / backward, weight export, checkpoints and offload are mixed in from
     :mod:`rl_train_megatron.schedule`, :mod:`~rl_train_megatron.weights`, :mod:`~rl_train_megatron.checkpoint` and
     :mod:`~rl_train_megatron.offload`."""
@@ -130,7 +131,7 @@ class MegatronBackend(Schedule, WeightExport, Checkpoints, Offload, TrainBackend
             raise RuntimeError(f"world_size={context.world_size} but torch.distributed is not initialised in this process")
         self.topo = parallel.acquire(tp, pp, self.device, cp, ep, etp)
         if (self.shape.moe or self.sp) and self.device.type == "cpu":  # sequence parallelism: the same gathers as the MoE dispatcher
-            cpu_shims.install_moe()
+            cpu_shims.install_moe(self.device)
         elif self.shape.moe:  # on GPUs without TransformerEngine, megatron-core 0.16.1's router matmul needs it too
             cpu_shims.install_router_gemm_fallback()
         self._released = False

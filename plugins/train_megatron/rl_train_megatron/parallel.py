@@ -87,10 +87,9 @@ def acquire(tp: int, pp: int, device: torch.device, cp: int = 1, ep: int = 1, et
             from megatron.core import tensor_parallel
 
             tensor_parallel.model_parallel_cuda_manual_seed(1234)
-    if device.type == "cpu":
-        from rl_train_megatron import cpu_shims
+    from rl_train_megatron import cpu_shims
 
-        cpu_shims.install()
+    cpu_shims.install(device)  # (nothing unless the device is the CPU)
     _STATE["users"] += 1
     return current()
 

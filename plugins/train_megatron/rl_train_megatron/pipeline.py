@@ -1,6 +1,9 @@
-"""Point-to-point plumbing between pipeline stages (one model replica's PP group).
+"""Point-to-point plumbing between pipeline stages (one model replica's PP group): the reference loop.
 
-The engine runs one micro-batch at a time through the stages (forward on
+Training steps of dense models with PP > 1 go through megatron-core's 1F1B schedule instead
+(:mod:`rl_train_megatron.core_pipeline`); this loop runs the forward-only passes, virtual stages, MoE models and the
+layouts the schedule path does not take (``MegatronBackend.core_pipeline_problem`` says which).
+It runs one micro-batch at a time through the stages (forward on
 stage 0, 1, ..., the loss on the last stage, then backward from the last
 stage to the first): no overlap between stages, which is plain and the same
 on gloo and NCCL; megatron-core's 1F1B schedule would overlap them. Hidden

@@ -18,6 +18,7 @@ from rl_core import hookimpl
 from rl_core.cards import TrainCard
 from rl_core.problems import Problem, nearest_divisors
 
+from rl_train_megatron.native import FEATURES, check_native
 from rl_train_megatron.router_checks import MOE_TYPES, check_model_fields, num_experts, router_field
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "HYV3ForCausalLM",
@@ -419,6 +420,15 @@ def _version() -> str:
         return "?"
 
 
+def check_native_paths(config) -> list[Problem]:
+    """GPU runs: the reference paths they would take, by key (:func:`rl_train_megatron.native.check_native`)."""
+    from rl_train_megatron.sequence_parallel import wanted
+
+    data = _model_config(config) or {}
+    sp = wanted((config.train.options or {}).get("transformer_config"), config.train.tensor_model_parallel_size)
+    return check_native(config, FEATURES, moe=data.get("model_type") in MOE_TYPES or isinstance(num_experts(data), int), sp=sp)
+
+
 MEGATRON_CARD = TrainCard(
     name="megatron",
     factory="rl_train_megatron.engine:MegatronBackend",
@@ -436,7 +446,9 @@ MEGATRON_CARD = TrainCard(
     engine_versions=">=0.16,<0.17",
     offload=False,  # actor.fsdp_config.*_offload are FSDP's; Megatron's offload is train.options.*_offload (rl_train_megatron.options)
     options="rl_train_megatron.options:MegatronOptions",
-    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config, check_fully_shard, check_router_replay),
+    checks=(check_model_fields, check_parallel_sizes, check_unsupported_options, check_transformer_config, check_fully_shard, check_router_replay,
+            check_native_paths),
+    features=FEATURES,  # native (megatron-core's path) or reference (rl-core's CPU-conformant one), per feature (rl_train_megatron.native)
 )
 
 
