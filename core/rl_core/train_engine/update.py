@@ -1,27 +1,23 @@
 """The mini-batch step every train backend shares, over :class:`~rl_core.train_engine.backend.TrainBackend` primitives.
 
 Loss weighting
-    Each micro-batch's loss is weighted by its share of the *global* mini-batch's
-    tokens (``token-mean``) or sequences (``seq-mean-*``), counted over every
-    data-parallel rank (1 for ``token-sum``), so the gradient, the loss and the
-    gradient norm do not depend on how the batch is split over ranks and
-    micro-batches.
+    Each micro-batch's loss is weighted by its share of the *global* mini-batch's tokens (``token-mean``) or
+    sequences (``seq-mean-*``), counted over every data-parallel rank (1 for ``token-sum``), so the gradient, the
+    loss and the gradient norm do not depend on how the batch is split over ranks and micro-batches.
 
 Zero-advantage rows (:mod:`rl_core.algorithms.zero_advantage`)
-    After the normaliser is fixed, actor rows without a signal are left out of
-    the forward / backward when the loss allows it and the backend lets ranks
-    run different numbers of micro-batches (``uneven_micro_batches``). When every
-    row is left out, AdamW still steps on a zero gradient.
+    After the normaliser is fixed, actor rows without a signal are left out of the forward / backward when the
+    loss allows it and the backend lets ranks run different numbers of micro-batches (``uneven_micro_batches``).
+    When every row is left out, AdamW still steps on a zero gradient.
 
 Numerical guard (:mod:`rl_core.train_engine.guard`)
-    A non-finite loss or gradient norm stops the run before the step, on every
-    rank alike; after the step every weight is checked.
+    A non-finite loss or gradient norm stops the run before the step, on every rank alike; after the step every
+    weight is checked.
 
 float16 (:mod:`rl_core.train_engine.loss_scale`)
-    Each micro-batch's loss weight is multiplied by the loss scale, clipping
-    compares the scaled norm with the scaled limit (the same factor), and the
-    gradients are divided by the scale before the step; a non-finite gradient
-    norm skips the step and lowers the scale instead of stopping the run.
+    Each micro-batch's loss weight is multiplied by the loss scale, clipping compares the scaled norm with the
+    scaled limit (the same factor), and the gradients are divided by the scale before the step; a non-finite
+    gradient norm skips the step and lowers the scale instead of stopping the run.
 """
 
 from __future__ import annotations
