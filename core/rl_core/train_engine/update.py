@@ -100,8 +100,7 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
     """Micro-batch slices; every rank runs the same number of forwards (a rank with fewer repeats its last slice)."""
     mine = math.ceil(rows / micro)
     count = int(b.all_reduce(torch.tensor(mine, device=b.device), "max", "world").item()) if b.sharded else mine
-    slices = micro_row_slices(rows, micro)
-    return slices + [slices[-1]] * (count - mine)
+    return (slices := micro_row_slices(rows, micro)) + [slices[-1]] * (count - mine)
 
 
 def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
@@ -200,8 +199,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
     correction = rollout_corr.update_correction(b.role, b.config, on_policy_)
-    if correction is not None:
-        extra = extra + ("rollout_log_probs",)
+    extra = extra + ("rollout_log_probs",) if correction is not None else extra
     mask_all = mini.tensors["response_mask"]
     global_den = float(b.all_reduce(count(mask_all, mode).to(b.device), "sum"))
     row_ids = torch.arange(len(mini)) if row_ids is None else row_ids
