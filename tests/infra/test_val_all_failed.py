@@ -15,6 +15,7 @@ class _Batch(dict):
 
 def _trainer(errors_per_batch: list[int], batch: int = 4) -> Trainer:
     t = object.__new__(Trainer)  # validate() alone: the loader, generation and scoring are this test's
+    t.kind = None  # the RL loop's own validation (trainer.kind=rl)
     t.val_loader = types.SimpleNamespace(iterate_once=lambda: iter(range(len(errors_per_batch))))
     t.sampling = lambda **kw: None
     t.validation_sampling = lambda: None

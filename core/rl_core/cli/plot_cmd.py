@@ -38,6 +38,7 @@ TITLES = {
     "grad_norm": "gradient norm",
     "lr": "learning rate",
     "step_time": "time per step (s)",
+    "mismatch": "rollout vs trainer: max |delta log-prob|",
 }
 
 

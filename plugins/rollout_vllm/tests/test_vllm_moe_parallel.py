@@ -125,6 +125,7 @@ def _engine_kwargs(*overrides, rank=0, world=8, local_rank=None, device="cuda"):
     engine.config, engine.context = cfg, WorkerContext(rank=rank, world_size=world, local_rank=local, device=device)
     engine.tp, engine.lora_rank, engine.device_type = cfg.rollout.tensor_model_parallel_size, 0, "cuda"
     engine.sleep_enabled, engine.external = False, True
+    engine.precision = cfg.rollout.precision
     return engine._llm_kwargs({})
 
 
