@@ -17,14 +17,15 @@ ROWS_PER_STEP = [7, 5, 9, 6, 13, 3]  # one rank's rows over six steps; 5, 9 and 
 def test_micro_row_slices_cover_every_row_once_without_a_one_row_tail():
     for micro in (1, 2, 3, 4, 8):
         for rows in range(1, 40):
-            slices = micro_row_slices(rows, micro)
+            slices = micro_row_slices(rows, micro, compiled=True)
             assert [i for s in slices for i in range(rows)[s]] == list(range(rows))
             sizes = [s.stop - s.start for s in slices]
             assert max(sizes) <= micro and len(sizes) == -(-rows // micro)
             if micro > 2 and rows > 1:
                 assert min(sizes) > 1, (rows, micro, sizes)
-    assert [s.stop - s.start for s in micro_row_slices(9, 4)] == [4, 3, 2]
-    assert [s.stop - s.start for s in micro_row_slices(8, 4)] == [4, 4]  # unchanged where nothing is left over
+    assert [s.stop - s.start for s in micro_row_slices(9, 4, compiled=True)] == [4, 3, 2]
+    assert [s.stop - s.start for s in micro_row_slices(9, 4)] == [4, 4, 1]  # eager: the plain split
+    assert [s.stop - s.start for s in micro_row_slices(8, 4, compiled=True)] == [4, 4]  # unchanged where nothing is left over
 
 
 def _compiles(split) -> int:
@@ -61,4 +62,4 @@ def test_changing_row_counts_over_steps_compile_the_layers_once():
         return [slice(s, min(s + micro, rows)) for s in range(0, rows, micro)]
 
     assert _compiles(fixed) >= 2  # the one-row micro-batches compiled again (3 compiles with torch 2.11)
-    assert _compiles(micro_row_slices) == 1
+    assert _compiles(lambda rows, micro: micro_row_slices(rows, micro, compiled=True)) == 1

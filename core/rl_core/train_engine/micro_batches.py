@@ -42,12 +42,13 @@ def token_budget_groups(lengths: torch.Tensor | list[int], budget: int, *, key: 
     return groups
 
 
-def micro_row_slices(rows: int, micro: int) -> list[slice]:
-    """Fixed micro-batches of ``micro`` rows over ``rows`` rows, except that a last micro-batch of one row takes one
-    from the one before (``..., micro - 1, 2``). With ``model.compile`` a one-row micro-batch is a shape of its own
-    (dynamo specialises dims of size 1 even when marked dynamic): it compiled the decoder layers again whenever a
-    rank's row count (zero-advantage rows left out, uneven data-parallel shards) left one row over (issue 54)."""
+def micro_row_slices(rows: int, micro: int, compiled: bool = False) -> list[slice]:
+    """Fixed micro-batches of ``micro`` rows over ``rows`` rows; ``compiled`` (``model.compile``): a last micro-batch
+    of one row takes one from the one before (``..., micro - 1, 2``). Compiled, a one-row micro-batch is a shape of its
+    own (dynamo specialises dims of size 1 even when marked dynamic): it compiled the decoder layers again whenever a
+    rank's row count (zero-advantage rows left out, uneven data-parallel shards) left one row over (issue 54).
+    Eager runs keep the plain split (a backend may rely on micro-batches of ``micro`` rows but the last)."""
     bounds = list(range(0, rows, micro)) + [rows]
-    if micro > 2 and len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+    if compiled and micro > 2 and len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
         bounds[-2] -= 1
     return [slice(a, b) for a, b in zip(bounds, bounds[1:])]

@@ -100,7 +100,7 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
     """Micro-batch slices; every rank runs the same number of forwards (a rank with fewer repeats its last slice)."""
     mine = math.ceil(rows / micro)
     count = int(b.all_reduce(torch.tensor(mine, device=b.device), "max", "world").item()) if b.sharded else mine
-    return (slices := micro_row_slices(rows, micro)) + [slices[-1]] * (count - mine)
+    return (slices := micro_row_slices(rows, micro, b.config.model.compile is True)) + [slices[-1]] * (count - mine)
 
 
 def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
@@ -215,7 +215,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     loss_sum = torch.zeros((), dtype=torch.float64, device=b.device)
     metric_sums: dict[str, torch.Tensor] = {}
     n_micro = 0
-    parts = [] if mini is None else token_budget_parts(b, mini) or [(s, True) for s in micro_row_slices(len(mini), micro)]
+    parts = [] if mini is None else token_budget_parts(b, mini) or [(s, True) for s in micro_row_slices(len(mini), micro, b.config.model.compile is True)]
 
     def loss_of(x, rows, real, heads):
         """The micro-batch's ``(loss or None, weight)``; its metrics and kept log-probs recorded (on the heads' ranks)."""
