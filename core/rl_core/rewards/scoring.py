@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 from rl_core.problems import UserError
+from rl_core.util.threads import run_with_timeout
 from rl_core.util.user_code import load_user_object
 from rl_core.cards import load_object
 
@@ -173,22 +174,8 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True, name="rl-core-scorer")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise ScorerTimeout(f"the scorer ran longer than reward.timeout_s={timeout_s:g} s (left running in a background thread)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return run_with_timeout(fn, timeout_s, lambda: ScorerTimeout(
+        f"the scorer ran longer than reward.timeout_s={timeout_s:g} s (left running in a background thread)"), "rl-core-scorer")
 
 
 def _number(value: Any) -> float | None:

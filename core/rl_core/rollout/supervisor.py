@@ -16,12 +16,12 @@ it returns, but the step goes on with the new engine.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import Any, Callable
 
 from rl_core.problems import UserError
+from rl_core.util.threads import run_with_timeout
 
 
 class EngineFailed(UserError):
@@ -36,22 +36,7 @@ def call_with_deadline(fn: Callable[[], Any], timeout_s: float | None) -> Any:
     """``fn()``, or :class:`EngineHung` when it has not returned after ``timeout_s`` seconds (None: wait forever)."""
     if timeout_s is None:
         return fn()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["out"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread as it is
-            box["exc"] = exc
-
-    thread = threading.Thread(target=run, name="rollout-call", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise EngineHung(f"no answer within rollout.engine_timeout_s={timeout_s:g} s")
-    if "exc" in box:
-        raise box["exc"]
-    return box["out"]
+    return run_with_timeout(fn, timeout_s, lambda: EngineHung(f"no answer within rollout.engine_timeout_s={timeout_s:g} s"), "rollout-call")
 
 
 class EngineSupervisor:
