@@ -356,15 +356,23 @@ def greedy_group_problems(config: Any, registry: Any) -> list[Problem]:
 
 
 # ------------------------------------------------------------------ NaN / inf in option dicts
-def _non_finite(value: Any, where: str) -> Iterable[str]:
-    if isinstance(value, float) and not math.isfinite(value):
-        yield where
-    elif isinstance(value, dict):
+def _leaves(value: Any, where: str, into_attrs: bool = False) -> Iterable[tuple[str, Any]]:
+    """``(key, value)`` of every leaf under ``value`` (dicts and lists walked; attrs objects too with ``into_attrs``)."""
+    if isinstance(value, dict):
         for k, v in value.items():
-            yield from _non_finite(v, f"{where}.{k}")
+            yield from _leaves(v, f"{where}.{k}", into_attrs)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from _non_finite(v, f"{where}[{i}]")
+            yield from _leaves(v, f"{where}[{i}]", into_attrs)
+    elif into_attrs and attrs.has(type(value)):
+        for f in attrs.fields(type(value)):
+            yield from _leaves(getattr(value, f.name), f"{where}.{f.name}" if where else f.name, into_attrs)
+    else:
+        yield where, value
+
+
+def _non_finite(value: Any, where: str) -> Iterable[str]:
+    return (w for w, v in _leaves(value, where) if isinstance(v, float) and not math.isfinite(v))
 
 
 def non_finite_problems(config: Any, registry: Any = None) -> list[Problem]:
@@ -385,25 +393,11 @@ def non_finite_problems(config: Any, registry: Any = None) -> list[Problem]:
     return out
 
 
-def _strings(value: Any, where: str) -> Iterable[tuple[str, str]]:
-    if isinstance(value, str):
-        yield where, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(v, f"{where}.{k}")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{where}[{i}]")
-    elif attrs.has(type(value)):
-        for f in attrs.fields(type(value)):
-            yield from _strings(getattr(value, f.name), f"{where}.{f.name}" if where else f.name)
-
-
 def interpolation_problems(config: Any, registry: Any = None) -> list[Problem]:
     """A Hydra / OmegaConf interpolation (``${...}``) left in a value: it would be taken literally (a folder named so)."""
     return [Problem(key=where, what=f"is {text!r}: an interpolation (${{...}}) that nothing resolved; rl-core would take it literally",
                     fix="write the value itself (a verl launch with rl-verl installed resolves ${...} as verl does)")
-            for where, text in _strings(config, "") if "${" in text]
+            for where, text in _leaves(config, "", into_attrs=True) if isinstance(text, str) and "${" in text]
 
 
 PROBES = (
