@@ -92,7 +92,8 @@ def read_plain(path: str) -> dict[str, Any] | None:
     return data
 
 
-def _safe_reader_and_planner(dcp_dir: str):
+def _safe_reader_and_planner(dcp_dir: str, checked: Any = None):
+    """``checked``: the folder's ``.metadata`` already read by :func:`read_dcp_metadata` (not read a second time)."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
     from torch.distributed.checkpoint.metadata import StorageMeta
@@ -101,7 +102,8 @@ def _safe_reader_and_planner(dcp_dir: str):
         """torch's file reader, with ``.metadata`` rebuilt from an exact list of classes instead of ``pickle.load``."""
 
         def read_metadata(self, *args: Any, **kwargs: Any):
-            md = read_dcp_metadata(os.fspath(self._get_metadata_path(kwargs.get("rank"))))
+            path = os.fspath(self._get_metadata_path(kwargs.get("rank")))
+            md = checked if checked is not None and path == os.path.join(dcp_dir, ".metadata") else read_dcp_metadata(path)
             if getattr(md, "storage_meta", None) is None:
                 md.storage_meta = StorageMeta()
             md.storage_meta.load_id = self.load_id
@@ -169,8 +171,8 @@ def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
     request: dict[str, Any] = {"model": model_sd}
     if optim_sd is not None:
         request["optim"] = _tensor_part(optim_sd)
-    read_dcp_metadata(os.path.join(dcp_dir, ".metadata"))  # refused here, before torch's loader can print its tracebacks
-    reader, planner = _safe_reader_and_planner(dcp_dir)
+    checked = read_dcp_metadata(os.path.join(dcp_dir, ".metadata"))  # refused here, before torch's loader can print its tracebacks
+    reader, planner = _safe_reader_and_planner(dcp_dir, checked)
     try:
         dcp.load(request, storage_reader=reader, planner=planner)
     except CheckpointError:
