@@ -113,20 +113,17 @@ def iter_full_weights(model: torch.nn.Module, bucket_bytes: int = BUCKET_BYTES) 
         if id(t) in seen:
             continue
         seen.add(id(t))
-        if _bucketable(t) and (not bucket or _same_group(bucket[0][1], t)):
-            bucket.append((name, t))
-            size += t.to_local().numel() * t.element_size()
-            if size >= bucket_bytes:
-                yield from _gather_bucket(bucket)
-                bucket, size = [], 0
-            continue
-        if bucket:
+        if bucket and not (_bucketable(t) and _same_group(bucket[0][1], t)):  # order kept: the bucket goes first
             yield from _gather_bucket(bucket)
             bucket, size = [], 0
-        if _bucketable(t):
-            bucket, size = [(name, t)], t.to_local().numel() * t.element_size()
+        if not _bucketable(t):
+            yield name, full_tensor(t)
             continue
-        yield name, full_tensor(t)
+        bucket.append((name, t))
+        size += t.to_local().numel() * t.element_size()
+        if size >= bucket_bytes:
+            yield from _gather_bucket(bucket)
+            bucket, size = [], 0
     if bucket:
         yield from _gather_bucket(bucket)
 
