@@ -76,9 +76,10 @@ class HybridWorker:
         self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
         # the rollout engine gets the resolved agent runtime (rollout.multi_turn) with its context
         rollout_context = attrs.evolve(context, agent=stack.agent) if getattr(stack, "agent", None) is not None else context
-        self.rollout = stack.rollout.load()(config, rollout_context) if "rollout" in self.roles else None
+        build_rollout = lambda: stack.rollout.load()(config, rollout_context)  # noqa: E731 - also the supervisor's rebuild
+        self.rollout = build_rollout() if "rollout" in self.roles else None
         self._engines = None if self.rollout is None else EngineSupervisor(  # an engine that dies or hangs is replaced
-            self.rollout, build=lambda: stack.rollout.load()(config, rollout_context),
+            self.rollout, build=build_rollout,
             resync=self._resync_new_engine if "actor" in self.roles else None, name=config.rollout.name, rank=context.rank,
             timeout_s=config.rollout.engine_timeout_s, restarts=config.rollout.engine_restarts, window_s=config.rollout.engine_restart_window_s)
         self.reward_model = None
