@@ -48,6 +48,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import attrs
+
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = os.environ.get("SMOKE") == "1"
 WORKLOADS = {
@@ -263,20 +265,24 @@ def part_vllm(args, precision: str) -> list[dict]:
         nominal = w["prompts"] * w["n"] * w["new"]
         params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=3, logprobs=True)
 
-        def alone():
-            sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False)
-            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-            return sum(len(c.token_ids) for o in outs for c in o.outputs)
+        def alone(logprobs=None):
+            def go():
+                sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
+                outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+                return sum(len(c.token_ids) for o in outs for c in o.outputs)
+            return go
 
-        def rlcore(mode):
+        def rlcore(mode, logprobs=True):
             def go():
                 eng.batch_seeded = mode == "batch"
-                out = eng.generate(batch_of(prompts), params)
+                out = eng.generate(batch_of(prompts), attrs.evolve(params, logprobs=logprobs))
                 return int(out.tensors["response_mask"].sum())
             return go
 
-        runs = [(f"vLLM alone{suffix}", alone), (f"rl-core vLLM{suffix}", rlcore("batch"))]
-        if wname == "scale":
+        # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also without
+        runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix}", rlcore("batch")),
+                (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, no log-probs", rlcore("batch", logprobs=False))]
+        if wname == "scale" and os.environ.get("PER_REQUEST") == "1":
             runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore("request")))
         for label, fn in runs:
             if not args.deadline_ok():
