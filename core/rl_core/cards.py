@@ -417,3 +417,15 @@ class RunKindCard(CardBase):
 
 
 CARD_TYPES[RunKindCard.kind] = RunKindCard
+
+
+@attrs.frozen(kw_only=True)
+class ConfigSectionCard(CardBase):
+    """A config section a package contributes (``rl_core_register_config_sections``, :mod:`rl_core.config.sections`):
+    ``name`` is its key (``ray``; dotted under one of core's sections: ``rollout.multi_turn``), ``factory`` resolves to
+    its attrs class (defaults for every field; validators as core's sections use, rl_core.config.schema's helpers)."""
+
+    kind: ClassVar[str] = "config_section"
+
+
+CARD_TYPES[ConfigSectionCard.kind] = ConfigSectionCard

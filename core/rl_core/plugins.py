@@ -56,6 +56,7 @@ HOOK_KINDS = {
     "rl_core_register_observers": "observer",
     "rl_core_register_run_kinds": "run_kind",
     "rl_core_register_log_prob_roles": "log_prob_role",
+    "rl_core_register_config_sections": "config_section",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -79,6 +80,18 @@ KNOWN_DIALECTS: dict[str, str] = {
     **dict.fromkeys(("actor_rollout_ref", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler",
                      "distillation", "--config-path", "--config-name", "--profile", "+key / ~key / group@package"), "rl-verl"),
 }
+
+
+#: config sections a first-party package contributes (rl_core.config.sections) -> its distribution (hints for messages only)
+KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model"}
+
+
+def section_hint(key: str) -> str:
+    """``": the section ... of <distribution>; pip install <distribution>"`` for a key inside a section :data:`KNOWN_SECTIONS` knows."""
+    for section, dist in KNOWN_SECTIONS.items():
+        if key == section or key.startswith(section + "."):
+            return f": {section!r} is the config section of {dist}, which is not installed; pip install {dist}"
+    return ""
 
 
 def dialect_hint(what: str) -> str:

@@ -26,6 +26,7 @@ import yaml
 from rl_core.problems import Problem
 from rl_core.util.type_hints import type_hints
 from rl_core.config.schema import RunConfig
+from rl_core.config.sections import KEYWORD_SECTIONS, added_to
 
 
 @attrs.frozen(kw_only=True)
@@ -55,8 +56,6 @@ class Translated:
     after: Callable[[Any], list[Problem]] | None = None  # checks of the structured RunConfig (keys tied to one of ours)
 
 
-#: config sections whose key is a Python keyword: the schema's field carries a trailing underscore
-KEYWORD_SECTIONS = {"async": "async_"}
 
 
 def is_ours(key: str) -> bool:
@@ -64,10 +63,15 @@ def is_ours(key: str) -> bool:
 
     cls: Any = RunConfig
     parts = key.split(".")
-    if parts and parts[0] in KEYWORD_SECTIONS:
-        parts[0] = KEYWORD_SECTIONS[parts[0]]
     for i, part in enumerate(parts):
-        fields = {f.name: f for f in attrs.fields(cls)}
+        fields = {f.name: f for f in attrs.fields(cls) if f.name != "sections"}
+        added = added_to(cls)
+        if part in added:
+            cls = added[part]
+            if i == len(parts) - 1:
+                return True
+            continue
+        part = KEYWORD_SECTIONS.get(part, part) if i == 0 else part
         if part not in fields:
             return False
         tp = type_hints(cls)[part]

@@ -12,6 +12,7 @@ import attrs
 
 from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
 from rl_core.config.schema import RunConfig
+from rl_core.config.sections import added_to
 from rl_core.config.typenames import type_name
 
 
@@ -37,6 +38,8 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     rows = []
     hints = typing.get_type_hints(cls)
     for f in attrs.fields(cls):
+        if f.name == "sections":  # installed packages' sections under this one: after its own keys
+            continue
         key = f"{prefix}.{f.name}" if prefix else f.name.rstrip("_")  # RunConfig.async_ is the key "async"
         tp = hints[f.name]
         sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
@@ -46,6 +49,8 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
         default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
         shown = repr(default) if isinstance(default, str) else "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
         rows.append((key, type_name(tp), shown, describe(f.metadata.get(RULE))))
+    for name, section in added_to(cls).items():
+        rows += key_rows(section, f"{prefix}.{name}" if prefix else name)
     return rows
 
 

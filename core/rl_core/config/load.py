@@ -28,15 +28,16 @@ import attrs
 import yaml
 
 from rl_core.cards import load_object
-from rl_core.config.dialect import KEYWORD_SECTIONS, Launch, Translated, flatten, grammar_of, is_ours, parse_override
+from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
+from rl_core.config.sections import KEYWORD_SECTIONS, Sectioned, added_to, flatten_sections
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
 from rl_core.util.user_paths import expand_user_paths
-from rl_core.plugins import dialect_hint
+from rl_core.plugins import dialect_hint, section_hint
 
 logger = logging.getLogger(__name__)
 
@@ -224,19 +225,29 @@ def _typo(key: str, fields: Iterable[str]) -> str:
 def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Problem]) -> Any:
     """Build ``cls`` from ``data``, appending a problem for every bad key."""
     hints = type_hints(cls)
-    fields = {f.name: f for f in attrs.fields(cls)}
+    fields = {f.name: f for f in attrs.fields(cls) if f.name != "sections"}
+    added = added_to(cls)
     kwargs: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key in added:
+            if not isinstance(value, Mapping):
+                problems.append(Problem(key=dotted, what=f"expected a section, got {value!r} ({type(value).__name__})",
+                                        fix=f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"))
+            else:
+                given[key] = structure(added[key], value, dotted, problems)
+            continue
         if not prefix and key in KEYWORD_SECTIONS:
             key = KEYWORD_SECTIONS[key]
-        dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
             where = f"section {prefix!r}" if prefix else "the config"
+            names = [*fields, *added]
             problems.append(
                 Problem(
                     key=dotted,
-                    what=f"unknown key in {where}" + _typo(str(key), fields),
-                    fix=f"valid keys here: {', '.join(sorted(fields))}",
+                    what=f"unknown key in {where}" + (section_hint(dotted) or _typo(str(key), names)),
+                    fix=f"valid keys here: {', '.join(sorted(names))}",
                 )
             )
             continue
@@ -249,6 +260,8 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
             else:
                 fix = f"set {dotted} to {_article(_type_name(tp))}"
             problems.append(Problem(key=dotted, what=f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
+    if added:
+        kwargs["sections"] = {key: given[key] if key in given else schema() for key, schema in added.items()}
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:
@@ -454,7 +467,9 @@ def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
     """Mask inside free-form dicts (kwargs, options, ...); schema fields such as data.prompt_key are not secrets."""
     for f in attrs.fields(type(config)):
         value = getattr(config, f.name)
-        if attrs.has(type(value)):
+        if f.name == "sections" and isinstance(config, Sectioned):
+            data[f.name] = {k: _mask_config(v, data[f.name][k]) for k, v in value.items()}
+        elif attrs.has(type(value)):
             data[f.name] = _mask_config(value, data[f.name])
         elif isinstance(data.get(f.name), dict):
             data[f.name] = mask_secrets(data[f.name])
@@ -465,6 +480,7 @@ def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
     data = _mask_shapes(_mask_config(config, data)) if mask else data
+    data = flatten_sections(data)
     for key, name in KEYWORD_SECTIONS.items():  # written as the user writes it (``async:``), read back the same way
         if name in data:
             data[key] = data.pop(name)

@@ -190,6 +190,10 @@ def check_values(obj: Any, prefix: str = "") -> list[Problem]:
         if attrs.has(type(value)):
             problems.extend(check_values(value, key))
             continue
+        if f.name == "sections":  # packages' sections (rl_core.config.sections), keyed as the config writes them
+            for name, section in value.items():
+                problems.extend(check_values(section, f"{prefix}.{name}" if prefix else name))
+            continue
         if _is_float_typed(hints.get(f.name)):
             bad = [(sub, v) for sub, v in _floats(value) if not math.isfinite(v)]
             if bad:

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from rl_core.config.sections import Sectioned
 from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
 
 field = attrs.field
@@ -209,7 +210,8 @@ class MismatchConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RolloutConfig:
+class RolloutConfig(Sectioned):
+    SECTION_KEY = "rollout"
     name: str = "hf"
     n: int = pos(4, hint="samples per prompt")
     temperature: float = num(1.0, ge=0, hint="1.0 samples from the model; 0 only with do_sample=false")
@@ -416,7 +418,8 @@ class FilterGroupsConfig:
 
 
 @attrs.frozen(kw_only=True)
-class AlgorithmConfig:
+class AlgorithmConfig(Sectioned):
+    SECTION_KEY = "algorithm"
     adv_estimator: str = "grpo"
     gamma: float = frac(1.0, hint="the discount; 1.0 is usual for LLMs")
     lam: float = frac(1.0, hint="the GAE lambda; 1.0 or 0.95 are usual")
@@ -448,7 +451,8 @@ class OverlongPenaltyConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RewardConfig:
+class RewardConfig(Sectioned):
+    SECTION_KEY = "reward"
     name: str | None = None  # None: pick by each sample's data_source
     custom: CustomRewardConfig = field(factory=CustomRewardConfig)
     num_workers: int = num(0, ge=0, hint="0 scores in-process")  # 0: score in-process; >0: a process pool
@@ -473,27 +477,11 @@ class RewardModelModelConfig:
 
 
 @attrs.frozen(kw_only=True)
-class JudgeConfig:
-    """A generative judge (``reward_model.name=judge``, a plugin's card; docs/reward-models.md): data only."""
+class RewardModelConfig(Sectioned):
+    """A model-based reward (rl_core.rewards.model_role): a sequence classifier, a generative judge, or a plugin's
+    (a plugin's own settings: its section under this one, e.g. rl-reward-model's ``reward_model.judge``)."""
 
-    engine: str = "hf"  # a rollout engine by name (a registered rollout card) that runs the judge's model
-    # the judge's prompt: {prompt} (the policy's prompt as text), {response}, {ground_truth} are filled in
-    template: str = text(
-        "Rate the response to the question from 0 to 10.\nQuestion: {prompt}\nResponse: {response}\nScore:",
-        hint="a prompt with {prompt} and {response}",
-    )
-    # a regular expression: the first group of its LAST match in the judge's output is the score
-    score_pattern: str = text(r"(-?\d+(?:\.\d+)?)", hint="a regular expression with one group, e.g. (\\d+)")
-    score_min: float = 0.0  # scores are mapped from [score_min, score_max] to [0, 1]; outside is a parse failure
-    score_max: float = 10.0
-    max_new_tokens: int = pos(32)
-    timeout_s: float = num(120.0, gt=0, hint="seconds per judge call (one micro-batch), e.g. 120")
-    engine_kwargs: dict[str, Any] = field(factory=dict)  # the judge engine's rollout.engine_kwargs
-
-
-@attrs.frozen(kw_only=True)
-class RewardModelConfig:
-    """A model-based reward (rl_core.rewards.model_role): a sequence classifier, a generative judge, or a plugin's."""
+    SECTION_KEY = "reward_model"
 
     enable: bool = False
     name: str = text("classifier", hint="a registered reward model: classifier, judge, or a plugin's (rlcore plugins)")
@@ -510,12 +498,12 @@ class RewardModelConfig:
     # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
     n_gpus_per_node: int | None = pos(None, hint="devices of the reward model's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
-    judge: JudgeConfig = field(factory=JudgeConfig)
     options: dict[str, Any] = field(factory=dict)  # passed to a plugin's reward model
 
 
 @attrs.frozen(kw_only=True)
-class TrainerConfig:
+class TrainerConfig(Sectioned):
+    SECTION_KEY = "trainer"
     device: str = choice("auto", ("auto", "cpu", "cuda"))
     nnodes: int = pos(1)
     n_gpus_per_node: int = pos(1)  # on CPU: worker processes
@@ -609,7 +597,7 @@ class ProfilerConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RunConfig:
+class RunConfig(Sectioned):
     data: DataConfig = field(factory=DataConfig)
     model: ModelConfig = field(factory=ModelConfig)
     rollout: RolloutConfig = field(factory=RolloutConfig)

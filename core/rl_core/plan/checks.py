@@ -30,6 +30,7 @@ from rl_core.plugins import Registry, get_registry
 from rl_core.problems import ConfigError, Problem, errors
 from rl_core.util.type_hints import type_hints
 from rl_core.config.schema import RunConfig
+from rl_core.config.sections import Sectioned, added_to
 
 STAGES = CHECK_STAGES
 Check = Callable[[Any, Any], Iterable[Problem]]
@@ -79,6 +80,10 @@ def _schema_knows(key: str) -> bool:
         if not attrs.has(cls):
             return True  # inside a dict / free-form field
         fields = {f.name: f for f in attrs.fields(cls)}
+        added = added_to(cls)
+        if part in added:
+            cls = added[part]
+            continue
         if part not in fields:
             return False
         tp = type_hints(cls)[part]
@@ -103,6 +108,10 @@ def with_defaults(config: Any, keys: Iterable[str]) -> Any:
 
 
 def _reset(obj: Any, parts: list[str]) -> Any:
+    if isinstance(obj, Sectioned) and parts[0] in obj.sections:  # a package's section
+        section = obj.sections[parts[0]]
+        value = type(section)() if len(parts) == 1 else _reset(section, parts[1:])
+        return attrs.evolve(obj, sections={**obj.sections, parts[0]: value})
     field = {f.name: f for f in attrs.fields(type(obj))}[parts[0]]
     if len(parts) == 1:
         default = field.default

@@ -28,7 +28,7 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import attrs
 
@@ -365,10 +365,20 @@ def _leaves(value: Any, where: str, into_attrs: bool = False) -> Iterable[tuple[
         for i, v in enumerate(value):
             yield from _leaves(v, f"{where}[{i}]", into_attrs)
     elif into_attrs and attrs.has(type(value)):
-        for f in attrs.fields(type(value)):
-            yield from _leaves(getattr(value, f.name), f"{where}.{f.name}" if where else f.name, into_attrs)
+        for name, item in _members(value):
+            yield from _leaves(item, f"{where}.{name}" if where else name, into_attrs)
     else:
         yield where, value
+
+
+def _members(node: Any) -> Iterable[tuple[str, Any]]:
+    """``(key, value)`` of an attrs config's fields, with packages' sections (``sections``) under their own keys."""
+    for f in attrs.fields(type(node)):
+        value = getattr(node, f.name)
+        if f.name == "sections" and isinstance(value, Mapping):
+            yield from value.items()
+        else:
+            yield f.name, value
 
 
 def _non_finite(value: Any, where: str) -> Iterable[str]:
@@ -380,9 +390,8 @@ def non_finite_problems(config: Any, registry: Any = None) -> list[Problem]:
     out = []
 
     def walk(node: Any, prefix: str) -> None:
-        for f in attrs.fields(type(node)):
-            value = getattr(node, f.name)
-            key = f"{prefix}{f.name}"
+        for name, value in _members(node):
+            key = f"{prefix}{name}"
             if attrs.has(type(value)):
                 walk(value, key + ".")
             elif isinstance(value, dict):

@@ -25,11 +25,13 @@ def get_key(config: Any, dotted: str) -> Any:
     return node
 
 
-def _evolve(config: Any, dotted: str, value: Any) -> Any:
+def evolve_key(config: Any, dotted: str, value: Any) -> Any:
+    """``config`` with ``dotted`` set to ``value``: through core's fields and packages' sections (``sections``) alike."""
     head, _, rest = dotted.partition(".")
-    if not rest:
-        return attrs.evolve(config, **{head: value})
-    return attrs.evolve(config, **{head: _evolve(getattr(config, head), rest, value)})
+    new = value if not rest else evolve_key(getattr(config, head), rest, value)
+    if head in attrs.fields_dict(type(config)):
+        return attrs.evolve(config, **{head: new})
+    return attrs.evolve(config, sections={**config.sections, head: new})
 
 
 def _expand(path: Any) -> Any:
@@ -41,11 +43,11 @@ def expand_user_paths(config: Any) -> Any:
     for key in PATH_KEYS:
         value = get_key(config, key)
         if isinstance(value, str) and value.startswith("~"):
-            config = _evolve(config, key, _expand(value))
+            config = evolve_key(config, key, _expand(value))
     for key in PATH_LIST_KEYS:
         value = get_key(config, key)
         if isinstance(value, (list, tuple)) and any(isinstance(v, str) and v.startswith("~") for v in value):
-            config = _evolve(config, key, type(value)(_expand(v) for v in value))
+            config = evolve_key(config, key, type(value)(_expand(v) for v in value))
     return config
 
 

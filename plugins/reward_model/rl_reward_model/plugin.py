@@ -4,7 +4,7 @@ and the check of ``rlcore check`` that reads the reward model's folder and the j
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import CheckCard, RewardModelCard
+from rl_core.cards import CheckCard, ConfigSectionCard, RewardModelCard
 
 from rl_reward_model.checks import classifier_problems, judge_problems
 from rl_reward_model.memory import classifier_memory, judge_memory
@@ -38,3 +38,9 @@ def rl_core_register_reward_models(register):
 def rl_core_register_checks(register):
     register(CheckCard(name="reward_model", stage="rules", factory="rl_reward_model.checks:reward_model_problems",
                        description="the reward model's folder, then the judge's engine"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="reward_model.judge", factory="rl_reward_model.config:JudgeConfig",
+                               description="the generative judge's settings (reward_model.name=judge)"))

@@ -42,11 +42,15 @@ def make_reward_model_dir(path: Path, *, seed: int = 0, model: Any = None, chat_
 
 def with_reward_model(config: Any, **rm: Any) -> Any:
     """``config`` with ``reward_model`` fields set (``model`` takes a dict of reward_model.model fields)."""
-    from rl_core.config.schema import JudgeConfig, RewardModelModelConfig
+    from rl_core.config.schema import RewardModelModelConfig
+    from rl_core.config.sections import evolve_key
+    from rl_reward_model.config import JudgeConfig
 
     section = config.reward_model
     if "model" in rm:
         rm["model"] = attrs.evolve(section.model if isinstance(section.model, RewardModelModelConfig) else RewardModelModelConfig(), **rm["model"])
-    if "judge" in rm:
-        rm["judge"] = attrs.evolve(JudgeConfig(), **rm["judge"])
-    return attrs.evolve(config, reward_model=attrs.evolve(section, **rm))
+    judge = rm.pop("judge", None)
+    section = attrs.evolve(section, **rm)
+    if judge is not None:  # the judge's settings: rl-reward-model's own section under reward_model
+        section = evolve_key(section, "judge", attrs.evolve(JudgeConfig(), **judge))
+    return attrs.evolve(config, reward_model=section)
