@@ -11,7 +11,9 @@ def model_dir(tmp_path_factory):
     from rl_core.modeling import load_tokenizer
     from rl_core_testing.tiny_model import make_tiny_model_dir
 
-    path = make_tiny_model_dir(tmp_path_factory.mktemp("openai_agent") / "m", "llama", seed=0)
+    # qwen2 with head_dim 64: a shape vLLM's and SGLang's CPU engines run (vLLM's CPU attention has no head_dim 16;
+    # SGLang's llama path imports torchvision, which its CPU venv lacks), the same model on every backend
+    path = make_tiny_model_dir(tmp_path_factory.mktemp("openai_agent") / "m", "qwen2", hidden=128, heads=2, kv_heads=1, seed=0)
     tok = load_tokenizer(path)
     tok.chat_template = TOOLS_TEMPLATE
     tok.save_pretrained(path)
