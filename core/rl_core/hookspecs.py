@@ -106,3 +106,8 @@ def rl_core_register_run_kinds(register: Register) -> None:
 @hookspec
 def rl_core_register_log_prob_roles(register: Register) -> None:
     """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""
+
+
+@hookspec
+def rl_core_register_placements(register: Register) -> None:
+    """Register :class:`~rl_core.cards.PlacementCard` s (where the workers run: ``trainer.placement``, e.g. ray)."""

@@ -1,4 +1,5 @@
-"""A real two-node Ray cluster on this machine, shared by every test in tests/ray.
+"""A real two-node Ray cluster on this machine: rl-placement-ray's tests (plugins/placement_ray/tests) and the
+reliability and engine tests that run on Ray share it.
 
 The head is ``ray start --head --num-cpus=1`` and the second node joins it with
 ``ray start --address=HEAD --num-cpus=1``; each node has one CPU and a custom
@@ -23,13 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 NEEDS_RAY = "needs Ray (pip install 'ray==2.60.*'): the tests start a real two-node cluster"
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -57,7 +56,7 @@ def _stop(proc: subprocess.Popen) -> None:
 class TwoNodeCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, **RAY_ENV, "PYTHONUNBUFFERED": "1"}
         ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
@@ -98,20 +97,3 @@ class TwoNodeCluster:
             if proc is not None:
                 _stop(proc)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def two_node_cluster(tmp_path_factory):
-    pytest.importorskip("ray", reason=NEEDS_RAY)
-    cluster = TwoNodeCluster(tmp_path_factory.mktemp("ray_cluster"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def ray_env(monkeypatch):
-    pytest.importorskip("ray", reason=NEEDS_RAY)
-    for k, v in RAY_ENV.items():
-        monkeypatch.setenv(k, v)
