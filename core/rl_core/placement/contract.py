@@ -3,7 +3,7 @@
 A *placement* is one pool of workers, one per rank, each a :class:`~rl_core.placement.worker.HybridWorker` holding some
 roles (``roles``; all of the hybrid engine's when ``None``). Three implement it:
 :class:`rl_core.placement.local.LocalCluster` (this machine: in-process for one rank, else spawned processes),
-:class:`rl_core.placement.ray_cluster.RayCluster` (Ray actors) and
+:class:`rl_placement_ray.cluster.RayCluster` (Ray actors, the rl-placement-ray plugin: a ``PlacementCard``) and
 :class:`rl_core.placement.pools.PooledCluster` (several pools behind one placement, each call routed to the pool
 of the role its method serves). The trainer loop talks only to :class:`Placement`.
 

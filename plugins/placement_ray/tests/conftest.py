@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rl_core_testing.ray_cluster import NEEDS_RAY, RAY_ENV, TwoNodeCluster
 
@@ -11,7 +13,8 @@ from rl_core_testing.ray_cluster import NEEDS_RAY, RAY_ENV, TwoNodeCluster
 @pytest.fixture(scope="session")
 def two_node_cluster(tmp_path_factory):
     pytest.importorskip("ray", reason=NEEDS_RAY)
-    cluster = TwoNodeCluster(tmp_path_factory.mktemp("ray_cluster"))
+    # the workers import this folder's test modules: their probe functions travel by reference (test_ray_group.py)
+    cluster = TwoNodeCluster(tmp_path_factory.mktemp("ray_cluster"), pythonpath=(Path(__file__).parent,))
     try:
         yield cluster
     finally:

@@ -54,11 +54,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class TwoNodeCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pythonpath: tuple[Path, ...] = ()) -> None:
+        """``pythonpath``: folders the nodes' workers import from besides the installed packages (a test module
+        whose top-level functions a test sends to the workers: they are pickled by reference)."""
         self.root = root
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, **RAY_ENV, "PYTHONUNBUFFERED": "1"}
+        if pythonpath:
+            self.env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
         ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
         # a private temp dir (short: Ray's socket paths live under it): the head records its address there,
         # not in /tmp/ray where a later bare `ray.init()` elsewhere on the machine would find it
