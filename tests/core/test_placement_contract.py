@@ -129,3 +129,25 @@ def test_make_cluster_builds_the_placement_of_the_plans_card():
     with pytest.raises(ValueError, match="trainer.placement=elsewhere: this stack has no placement card"):
         make_cluster(SimpleNamespace(config=config, sizes=stack.sizes, placement=None))
     assert LOCAL.load().__name__ == "local_placement"
+
+
+def test_placement_ray_without_its_distribution_is_a_check_problem_naming_it(tmp_path, monkeypatch, capsys):
+    """rl-placement-ray not installed (its card absent from the registry): `rlcore check` stops on trainer.placement
+    with the pip install, no traceback; local still resolves to core's own card."""
+    import attrs
+    from rl_core.cli.main import main
+    from rl_core.config.load import load_config
+    from rl_core.plan.resolver import resolve
+    from rl_core.plugins import get_registry
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    base = get_registry()
+    without = attrs.evolve(base, cards={**base.cards, "placement": {"local": base.get("placement", "local")}})
+    monkeypatch.setattr("rl_core.cli.check_cmd.get_registry", lambda: without)
+    cfg = write_tiny_run(tmp_path)
+    code = main(["check", str(cfg), "trainer.placement=ray", "--skip-device-check"])
+    out = "".join(capsys.readouterr())
+    assert code == 1 and "Traceback" not in out, out
+    assert "trainer.placement: no placement named 'ray' is installed" in out and "pip install rl-placement-ray" in out, out
+    plan, problems = resolve(load_config(cfg), without)
+    assert plan is not None and plan.placement.name == "local" and plan.placement.provider.distribution == "rl-core"

@@ -159,8 +159,6 @@ class Done(Pending):
 class Placement(Protocol):
     """One or several pools of workers; what the controller starts, calls and stops.
 
-    (Ray placements also have ``run_on_workers(fn, *args)`` for ``rlcore doctor --cluster``'s probes.)
-
     Starting: the constructor (or :func:`rl_core.placement.make_cluster`) starts every worker and returns once
     each has built its engines; a failure there raises :class:`WorkerError` and leaves nothing running.
     """

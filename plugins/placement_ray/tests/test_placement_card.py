@@ -1,5 +1,6 @@
 """The ``ray`` placement card: registered by rl-placement-ray, resolved once into the Plan, its RayCluster keeping the
-placement protocol; without the distribution, ``rlcore check`` names ``pip install rl-placement-ray``."""
+placement protocol (without the distribution, tests/core/test_placement_contract.py: ``rlcore check`` names
+``pip install rl-placement-ray``)."""
 
 from __future__ import annotations
 
@@ -40,16 +41,6 @@ def test_the_plan_carries_the_placement_card(tmp_path):
     ray, problems = resolve(load_config(cfg, ["trainer.placement=ray"]))
     assert ray is not None, [p.render() for p in problems]
     assert ray.placement is get_registry().get("placement", "ray")
-
-
-def test_placement_ray_without_the_distribution_names_the_pip_install(tmp_path):
-    base = get_registry()
-    without = attrs.evolve(base, cards={**base.cards, "placement": {k: v for k, v in base.cards["placement"].items() if k != "ray"}})
-    plan, problems = resolve(load_config(write_tiny_run(tmp_path), ["trainer.placement=ray"]), without)
-    assert plan is None
-    (p,) = [p for p in problems if p.key == "trainer.placement"]
-    assert p.severity == "error" and "pip install rl-placement-ray" in p.what and "Traceback" not in p.render(), p.render()
-    assert "local" in p.fix
 
 
 def test_a_card_whose_factory_is_gone_is_a_check_problem(tmp_path):
