@@ -5,7 +5,8 @@ The placement contract (:class:`rl_core.placement.contract.Placement`), as
 per_rank_args)`` runs the :class:`~rl_core.placement.contract.WorkerMethod` on every rank's
 :class:`~rl_core.placement.worker.HybridWorker` and returns one result per rank, in
 rank order; ``close()`` stops them. The controller does not know which one
-it drives.
+it drives: it starts what the Plan's placement card builds (the ``ray`` card,
+:mod:`rl_placement_ray.plugin`: ``RayCluster(plan, roles=..., pool=...)``).
 
 Start-up: join or start Ray (:mod:`~rl_placement_ray.connect`), reserve
 one bundle per rank (:mod:`~rl_placement_ray.pools`: ``trainer.nnodes``
