@@ -30,13 +30,13 @@ if [[ $ENGINE == vllm ]]; then
     echo "[engine_venv] vllm: the engine installed after $((SECONDS - t0)) s"
     # + the Megatron backend (light: megatron-core needs only torch, numpy, packaging) for its vLLM job (`tox -e vllm-megatron`)
     # + peft: the LoRA jobs with adapter-only sync to vLLM (plugins/rollout_vllm/tests/test_vllm_lora.py)
-    # + Ray: rollout TP across two Ray nodes, with every worker's weights verified (test_vllm_e2e.py::test_tp_group_across_two_ray_nodes)
+    # + Ray (rl-placement-ray): rollout TP across two Ray nodes, with every worker's weights verified (test_vllm_e2e.py::test_tp_group_across_two_ray_nodes)
     # + rl-verl: the plugin's tests of verl launches (test_vllm_plugin.py, test_vllm_moe_parallel.py; skipped without it)
     # + rl-agent: the multi-turn conformance case and multi-turn configs (rl_agent.conformance); rl-reward-model: the verl
     #   script check's reward model (bench/verl_scripts/measure.py, test_vllm_moe_parallel.py); rl-agent-openai + openai: the
     #   OpenAI endpoint's tests on this engine (python -m pytest plugins/openai_agent -k vllm)
     python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/train_fsdp -e plugins/rollout_vllm -e plugins/train_megatron -e plugins/verl \
-        -e plugins/agent -e plugins/reward_model -e plugins/openai_agent openai==3.57.0 \
+        -e plugins/agent -e plugins/reward_model -e plugins/openai_agent -e plugins/placement_ray openai==3.57.0 \
         megatron-core==0.16.1 pytest peft==0.21.2 ray==2.60.0
 else
     # PyPI has no CPU build of SGLang: the script installs torch 2.13 (CPU) + sglang 0.5.23 --no-deps + its

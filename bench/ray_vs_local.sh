@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reference GRPO job (bench/reference/grpo_reference.yaml, Qwen2.5-0.5B shape, random weights, 5 steps) with one rank
 # per GPU on a 2-GPU machine, twice: in-process placement (LocalCluster, spawned ranks, NCCL) and through Ray
-# (RayCluster: a local Ray instance started by the run, one actor per GPU). Writes both timing tables and the
+# (rl-placement-ray's RayCluster: a local Ray instance started by the run, one actor per GPU). Writes both timing tables and the
 # per-step comparison to $REPORT (default bench/results/ray_vs_local_2gpu.md; copies, logs and metrics in $OUT
 # when that folder exists, as on the device machine).
 #
@@ -35,7 +35,7 @@ parts() {
 
 install() {
     export PYTHONPATH=/tmp/site_ray${PYTHONPATH:+:$PYTHONPATH}
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/placement_ray
     if python3 -c 'import ray' 2>/dev/null; then return 0; fi
     mkdir -p /tmp/rayparts && cp .gpu/ray_p1/* /tmp/rayparts/
     cat /tmp/rayparts/ray_part-* > /tmp/ray_wheels.tar

@@ -429,3 +429,23 @@ class ConfigSectionCard(CardBase):
 
 
 CARD_TYPES[ConfigSectionCard.kind] = ConfigSectionCard
+
+
+@attrs.frozen(kw_only=True)
+class PlacementCard(CardBase):
+    """Where the workers run (``trainer.placement``; core's own is ``local``, rl-placement-ray's ``ray``).
+
+    ``factory`` resolves to ``make(plan, *, roles=None, pool="main") -> Placement``
+    (:class:`rl_core.placement.contract.Placement`): one pool's workers started, holding ``roles`` (None: every role
+    of the main pool), ``pool`` ``main`` or a role with workers of its own (``Sizes.pools``). The Plan holds the card
+    (resolved once); :func:`rl_core.placement.make_cluster` loads its factory. ``doctor`` (optional,
+    ``"module:function"``): ``run(args) -> int``, what ``rlcore doctor --cluster`` runs to check the placement's
+    machines (``args.address``, ``args.json``).
+    """
+
+    kind: ClassVar[str] = "placement"
+
+    doctor: str | Callable | None = None
+
+
+CARD_TYPES[PlacementCard.kind] = PlacementCard

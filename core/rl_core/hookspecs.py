@@ -111,3 +111,8 @@ def rl_core_register_log_prob_roles(register: Register) -> None:
 @hookspec
 def rl_core_register_config_sections(register: Register) -> None:
     """Register :class:`~rl_core.cards.ConfigSectionCard` s (a feature's config section, read with core's own)."""
+
+
+@hookspec
+def rl_core_register_placements(register: Register) -> None:
+    """Register :class:`~rl_core.cards.PlacementCard` s (where the workers run: ``trainer.placement``, e.g. ray)."""

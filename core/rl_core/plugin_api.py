@@ -51,5 +51,10 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
     "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
+    "rl_core.placement.contract": "the placement contract a PlacementCard's factory returns: Placement, WorkerMethod, Pending / Done, per_rank, dispatch (the worker side of a call), WorkerError, after_a_death",
+    "rl_core.placement.worker": "HybridWorker (one rank's roles: what a placement starts per rank), worker_roles (the roles a pool's workers hold)",
+    "rl_core.placement.rendezvous": "Rendezvous / join_store: where a process group's members meet (a FileStore on one node, a TCP store bound to one address across nodes)",
+    "rl_core.placement.local": "local_rendezvous_env: collective libraries bound to the loopback interface (a placement whose ranks share one node)",
+    "rl_core.placement.listeners": "listening_sockets / descendants / describe / is_loopback: which processes listen on which TCP addresses (/proc)",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

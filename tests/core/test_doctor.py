@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 
 import pytest
 import torch
@@ -33,18 +32,32 @@ def test_doctor_text_output_without_collectives(capsys):
     assert "torch" in out and "backends and their engines:" in out and "rollout hf" in out and "devices:" in out
 
 
+def _registry_with_placements(*cards):
+    """The installed registry, its placement cards replaced by ``cards`` (a callable to patch get_registry with)."""
+    import attrs
+    from rl_core.plugins import get_registry
+
+    base = get_registry()
+    registry = attrs.evolve(base, cards={**base.cards, "placement": {c.name: c for c in cards}})
+    return lambda **_: registry
+
+
 def test_cluster_mode_absent_is_a_clear_message(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "rl_core.cli.doctor_cluster", None)  # import fails as if not installed
+    from rl_core.placement import LOCAL
+
+    # no placement card with a cluster check installed (rl-placement-ray absent): the local card has none
+    monkeypatch.setattr("rl_core.plugins.get_registry", _registry_with_placements(LOCAL))
     assert main(["doctor", "--cluster"]) == 1
     err = capsys.readouterr().err
-    assert "Ray mode is not installed" in err and "Traceback" not in err
+    assert "pip install rl-placement-ray" in err and "Traceback" not in err
 
 
-def test_cluster_mode_hands_over(monkeypatch):
+def test_cluster_mode_hands_over_to_the_placement_cards_doctor(monkeypatch):
+    from rl_core.cards import PlacementCard
+
     seen = {}
-    fake = types.ModuleType("rl_core.cli.doctor_cluster")
-    fake.run = lambda args: seen.setdefault("address", args.address) and 0
-    monkeypatch.setitem(sys.modules, "rl_core.cli.doctor_cluster", fake)
+    card = PlacementCard(name="elsewhere", factory="rl_core.placement:local_placement", doctor=lambda args: seen.setdefault("address", args.address) and 0)
+    monkeypatch.setattr("rl_core.plugins.get_registry", _registry_with_placements(card))
     assert main(["doctor", "--cluster", "--address", "10.0.0.1:6379"]) == 0
     assert seen == {"address": "10.0.0.1:6379"}
 

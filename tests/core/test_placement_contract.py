@@ -7,11 +7,11 @@ import inspect
 from types import SimpleNamespace
 
 import pytest
-
+from rl_core.cards import PlacementCard
+from rl_core.placement import LOCAL, make_cluster, start_pool
 from rl_core.placement.contract import Pending, Placement, WorkerError, WorkerMethod
 from rl_core.placement.local import LocalCluster
 from rl_core.placement.pools import PooledCluster
-from rl_core.placement.ray_cluster import RayCluster
 from rl_core.placement.worker import HybridWorker
 
 
@@ -20,7 +20,7 @@ def test_every_worker_method_is_a_method_of_the_hybrid_worker():
         assert callable(getattr(HybridWorker, method.value, None)), f"{method} names no HybridWorker method"
 
 
-@pytest.mark.parametrize("cls", [LocalCluster, RayCluster, PooledCluster])
+@pytest.mark.parametrize("cls", [LocalCluster, PooledCluster])  # RayCluster: plugins/placement_ray/tests
 def test_each_placement_has_the_protocols_methods(cls):
     for name in ("submit", "call", "close"):
         ours = inspect.signature(getattr(cls, name))
@@ -111,3 +111,43 @@ def test_pooled_placement_routes_each_method_to_the_pool_of_its_role():
         pooled.pool("ref")
     pooled.close()
     assert main.closed and critic.closed and rollout.closed
+
+
+def test_make_cluster_builds_the_placement_of_the_plans_card():
+    """The Plan's placement card decides (no registry, no name looked up): its factory gets the stack, the pool's roles
+    and the pool; a stack built in code without a card runs locally, and only when the config says local."""
+    made = []
+
+    def make(stack, *, roles=None, pool="main"):
+        made.append((roles, pool))
+        return FakePool(pool, 1)
+
+    config = SimpleNamespace(trainer=SimpleNamespace(placement="elsewhere"))
+    stack = SimpleNamespace(config=config, sizes=SimpleNamespace(pools={}), placement=PlacementCard(name="elsewhere", factory=make))
+    assert make_cluster(stack).name == "main" and made == [(None, "main")]
+    assert start_pool(stack, roles=("rollout",), pool="rollout").name == "rollout" and made[-1] == (("rollout",), "rollout")
+    with pytest.raises(ValueError, match="trainer.placement=elsewhere: this stack has no placement card"):
+        make_cluster(SimpleNamespace(config=config, sizes=stack.sizes, placement=None))
+    assert LOCAL.load().__name__ == "local_placement"
+
+
+def test_placement_ray_without_its_distribution_is_a_check_problem_naming_it(tmp_path, monkeypatch, capsys):
+    """rl-placement-ray not installed (its card absent from the registry): `rlcore check` stops on trainer.placement
+    with the pip install, no traceback; local still resolves to core's own card."""
+    import attrs
+    from rl_core.cli.main import main
+    from rl_core.config.load import load_config
+    from rl_core.plan.resolver import resolve
+    from rl_core.plugins import get_registry
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    base = get_registry()
+    without = attrs.evolve(base, cards={**base.cards, "placement": {"local": base.get("placement", "local")}})
+    monkeypatch.setattr("rl_core.cli.check_cmd.get_registry", lambda: without)
+    cfg = write_tiny_run(tmp_path)
+    code = main(["check", str(cfg), "trainer.placement=ray", "--skip-device-check"])
+    out = "".join(capsys.readouterr())
+    assert code == 1 and "Traceback" not in out, out
+    assert "trainer.placement: no placement named 'ray' is installed" in out and "pip install rl-placement-ray" in out, out
+    plan, problems = resolve(load_config(cfg), without)
+    assert plan is not None and plan.placement.name == "local" and plan.placement.provider.distribution == "rl-core"

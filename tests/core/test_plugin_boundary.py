@@ -109,7 +109,6 @@ ALLOWED = {
     ("plugins.py", '"rollout": {"vllm"'): "install hints for a backend that is not installed (no card to ask)",
     ("plugins.py", '"train": {"fsdp"'): "install hints for a backend that is not installed (no card to ask)",
     ("cards.py", "PARALLELISM = frozenset"): "'fsdp' is a kind of parallelism a card declares, not a backend",
-    ("cli/doctor_cluster.py", "ENGINES = ("): "engine distributions whose versions doctor reports on a node without cards",
     ("config/schema.py", 'strategy: str = choice("replicate", ("replicate", "fsdp"))'): "reward_model.strategy: torch FSDP2 sharding of the reward model, verl's value",
 }
 # reward_model.strategy's value "fsdp" (torch FSDP2 sharding of the reward model inside core, verl's name for it)

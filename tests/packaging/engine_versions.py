@@ -47,8 +47,8 @@ ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
         EngineRecord("sglang", ("0.5.17",), "H100 bf16: plugins/rollout_sglang/tests/test_sglang_gpu.py (bench/results/sglang_gpu_h100); the card also "
                      "admits 0.5.23, the CPU engine of pytest plugins/rollout_sglang (scripts/install_cpu_engine.sh, no PyPI extra)"),
     ),
-    ("rl-core", "ray"): (
-        EngineRecord("ray", ("2.60.0",), "CPU: pytest tests/ray (local two-node cluster)", patches=True),
+    ("rl-placement-ray", None): (
+        EngineRecord("ray", ("2.60.0",), "CPU: pytest plugins/placement_ray (local two-node cluster)", patches=True),
     ),
     ("rl-train-megatron", None): (
         EngineRecord("megatron-core", ("0.16.1",), "CPU: pytest plugins/train_megatron (gloo, TP/PP)", patches=True),

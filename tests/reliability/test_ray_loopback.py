@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 from rl_core.config.schema import RayConfig
-from rl_core.placement.listeners import _hex_to_ip, describe, descendants, is_loopback, listening_sockets
-from rl_core.placement.ray_loopback import exposure_warnings
+from rl_core.placement.listeners import _hex_to_ip, descendants, describe, is_loopback, listening_sockets
+from rl_core_testing.ray_cluster import NEEDS_RAY, RAY_ENV
 
-from tests.ray.conftest import NEEDS_RAY, RAY_ENV
 from tests.reliability import tally
 from tests.reliability.runs import make_run, set_config
+
+NEEDS_PLUGIN = "needs the rl-placement-ray plugin (pip install -e plugins/placement_ray)"
 
 
 def test_proc_addresses_decode():
@@ -50,6 +51,7 @@ def test_own_listener_is_seen():
 
 
 def test_opting_out_of_loopback_is_a_warning():
+    exposure_warnings = pytest.importorskip("rl_placement_ray.loopback", reason=NEEDS_PLUGIN).exposure_warnings
     assert exposure_warnings(RayConfig()) == []
     lines = exposure_warnings(RayConfig(node_ip_address="10.1.2.3", dashboard_host="0.0.0.0"))
     assert len(lines) == 2 and "ray.node_ip_address=10.1.2.3" in lines[0] and "ray.dashboard_host=0.0.0.0" in lines[1]
@@ -63,6 +65,7 @@ def test_a_ray_run_listens_on_loopback_only_and_stops_on_sigterm(tmp_path, to_gr
     the step saved, no Ray process left. ``to_group``: SIGTERM to the run's whole process group, as Slurm's scancel
     sends it (the GCS and raylet used to die under the controller: Ray's "GCS may have been killed" after 60 s)."""
     pytest.importorskip("ray", reason=NEEDS_RAY)
+    pytest.importorskip("rl_placement_ray", reason=NEEDS_PLUGIN)
     pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
     if not Path("/proc/net/tcp").exists():
         pytest.skip("reads /proc/net/tcp (Linux)")

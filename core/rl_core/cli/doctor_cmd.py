@@ -6,12 +6,12 @@ memory; whether gloo (and NCCL, with GPUs) initialise; and an all-reduce across 
 its latency (a 4-byte tensor) and bus bandwidth (a 64 MiB tensor, ``2 (N-1) / N x bytes / time``, as
 nccl-tests reports it). Exits 1 when a plugin fails to load or a collective fails.
 
-``--cluster`` hands over to the Ray cluster check (``rl_core.cli.doctor_cluster``) when Ray mode is installed.
+``--cluster`` hands over to the cluster check of the installed placement plugins (a ``PlacementCard``'s ``doctor``:
+rl-placement-ray's checks a Ray cluster).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import json
 import os
@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 from typing import Any
-from rl_core.cards import CARD_TYPES
+from rl_core.cards import CARD_TYPES, load_object
 from rl_core.problems import UserError
 from rl_core.util.precision import cpu_bf16_support, cpu_capability
 
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nprocs", type=int, default=None, metavar="N", help="processes for the all-reduce test (default: 2 for gloo, one per GPU for NCCL)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-collectives", action="store_true", help="skip the process-group and all-reduce tests")
-    p.add_argument("--cluster", action="store_true", help="check a Ray cluster instead (needs Ray mode installed)")
+    p.add_argument("--cluster", action="store_true", help="check a Ray cluster instead (needs rl-placement-ray)")
     p.add_argument("--address", default=None, help="with --cluster: the Ray cluster's address (default: $RAY_ADDRESS, else the local one)")
     p.set_defaults(func=run)
 
@@ -207,17 +207,21 @@ def _print(report: dict[str, Any]) -> None:
                 print(f"  {c['backend']:<5} FAILED ({c.get('processes', '?')} processes): {c['error']}")
 
 
+def cluster_doctor(args) -> int:
+    """``--cluster``: the ``doctor`` of every installed placement card that has one (rl-placement-ray's: a Ray cluster)."""
+    from rl_core.plugins import get_registry
+
+    cards = [c for c in get_registry().cards["placement"].values() if c.doctor is not None]
+    if not cards:
+        print("error: `rlcore doctor --cluster` checks a Ray cluster, and no installed placement has a cluster check: "
+              "pip install rl-placement-ray (`rlcore doctor` without --cluster checks this machine)", file=sys.stderr)
+        return 1
+    return max(int(load_object(c.doctor)(args) or 0) for c in sorted(cards, key=lambda c: c.name))
+
+
 def run(args) -> int:
     if args.cluster:
-        try:
-            cluster = importlib.import_module("rl_core.cli.doctor_cluster")
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("rl_core.cli.doctor_cluster", "ray"):
-                raise
-            print("error: Ray mode is not installed (no rl_core.cli.doctor_cluster" + (", no ray" if exc.name == "ray" else "") + "); `rlcore doctor` without --cluster checks this machine", file=sys.stderr)
-            return 1
-        fn = getattr(cluster, "run", None) or cluster.main
-        return int(fn(args) or 0)
+        return cluster_doctor(args)
     if args.nprocs is not None and args.nprocs < 1:
         raise UserError(f"--nprocs must be >= 1, got {args.nprocs}")
 

@@ -398,7 +398,7 @@ def _rollout_workers(problems: list[Problem], config: RunConfig) -> int | None:
             problems.append(Problem(key="async.max_staleness", what=f"is {stale}: generating while the trainer updates needs a rollout pool of its own",
                                     fix="set rollout.n_gpus_per_node (CPU: rollout processes), or async.max_staleness=0"))
         return None
-    if r.nnodes != 1 and config.trainer.placement != "ray":  # Ray places the pool node by node (rl_core.placement.ray_pools)
+    if r.nnodes != 1 and config.trainer.placement != "ray":  # Ray places the pool node by node (rl-placement-ray: rl_placement_ray.pools)
         problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes}: a rollout pool on several nodes needs Ray (local placement has one node)",
                                 fix="set rollout.nnodes=1, or trainer.placement=ray (docs/ray.md)"))
         return None

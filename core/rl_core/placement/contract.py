@@ -3,7 +3,7 @@
 A *placement* is one pool of workers, one per rank, each a :class:`~rl_core.placement.worker.HybridWorker` holding some
 roles (``roles``; all of the hybrid engine's when ``None``). Three implement it:
 :class:`rl_core.placement.local.LocalCluster` (this machine: in-process for one rank, else spawned processes),
-:class:`rl_core.placement.ray_cluster.RayCluster` (Ray actors) and
+:class:`rl_placement_ray.cluster.RayCluster` (Ray actors, the rl-placement-ray plugin: a ``PlacementCard``) and
 :class:`rl_core.placement.pools.PooledCluster` (several pools behind one placement, each call routed to the pool
 of the role its method serves). The trainer loop talks only to :class:`Placement`.
 
@@ -158,8 +158,6 @@ class Done(Pending):
 @runtime_checkable
 class Placement(Protocol):
     """One or several pools of workers; what the controller starts, calls and stops.
-
-    (Ray placements also have ``run_on_workers(fn, *args)`` for ``rlcore doctor --cluster``'s probes.)
 
     Starting: the constructor (or :func:`rl_core.placement.make_cluster`) starts every worker and returns once
     each has built its engines; a failure there raises :class:`WorkerError` and leaves nothing running.

@@ -5,11 +5,9 @@ Read from Linux's ``/proc`` (no extra dependency): ``/proc/net/tcp`` and
 ``/proc/<pid>/fd`` links each process's open sockets to those inodes. A socket
 in state LISTEN belongs to the process that holds it.
 
-:func:`ray_session_pids` names the processes of the Ray instance a Ray worker
-runs in, on that worker's node (the GCS, the raylet, its agents and workers,
-the monitors); ``rlcore doctor --cluster`` and the loopback test report their
-listeners with :func:`listening_sockets`. Elsewhere (macOS, Windows) both say
-they cannot tell (``None``) instead of guessing.
+:func:`listening_sockets` reports what a set of processes listens on (``rlcore doctor --cluster``, from
+rl-placement-ray, and the loopback tests); elsewhere (macOS, Windows) it says it cannot tell (``None``)
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -124,27 +122,6 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, []))
     return out
-
-
-def ray_session_pids(proc: Path = Path("/proc")) -> list[int]:
-    """Inside a Ray worker: the processes of its Ray instance on this node.
-
-    The raylet (this worker's parent) and everything below it (agents, workers), plus every process whose
-    command line names this session's folder (the GCS, the monitors, the dashboard on the head node).
-    """
-    import ray
-
-    session = ray._private.worker._global_node.get_session_dir_path()  # noqa: SLF001 - no public accessor in Ray 2.60
-    raylet = os.getppid()
-    pids = set(descendants(raylet, proc))
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            try:
-                if session.encode() in (entry / "cmdline").read_bytes():
-                    pids.add(int(entry.name))
-            except OSError:
-                continue
-    return sorted(pids)
 
 
 def not_loopback(sockets: list[dict]) -> list[dict]:

@@ -59,9 +59,6 @@ class PooledCluster:
     def call(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> list[Any]:
         return self.submit(method, per_rank_args, same_args=same_args).result()
 
-    def run_on_workers(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
-        return [r for c in self.clusters.values() for r in c.run_on_workers(fn, *args)]
-
     def close(self, force: bool = False) -> None:
         for cluster in reversed(list(self.clusters.values())):
             cluster.close(force=force)

@@ -5,12 +5,12 @@ Rank 0 of the group opens the rendezvous (:class:`Rendezvous`) and every member 
 - every member on one node: a ``FileStore`` in a private folder (0700) on that node, and gloo / NCCL bind the
   loopback interface: nothing listens on the network;
 - members on several (Ray) nodes: a ``TCPStore`` hosted by rank 0 on its node's Ray address (the address the node
-  registered with Ray: :func:`rl_core.placement.ray_connect.node_addresses`). The listening socket is bound to
+  registered with Ray: :func:`rl_placement_ray.connect.node_addresses`). The listening socket is bound to
   that address here and handed to the store, because a store that binds its own socket listens on every
   interface (0.0.0.0 / ``::``), unauthenticated. A local Ray instance registers 127.0.0.1 unless
-  ``ray.node_ip_address`` says otherwise (:mod:`rl_core.placement.ray_loopback`), so by default this is loopback.
+  ``ray.node_ip_address`` says otherwise (:mod:`rl_placement_ray.loopback`), so by default this is loopback.
 
-Used by the Ray workers' own group (:mod:`rl_core.placement.ray_group`) and the train -> rollout weight transfer
+Used by the Ray workers' own group (:mod:`rl_placement_ray.group`, rl-placement-ray) and the train -> rollout weight transfer
 group (:mod:`rl_core.async_rl.transfer`).
 """
 

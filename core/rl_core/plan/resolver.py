@@ -19,6 +19,7 @@ import attrs
 from rl_core.cards import (
     ConverterCard,
     EstimatorCard,
+    PlacementCard,
     PolicyLossCard,
     RewardCard,
     RewardModelCard,
@@ -84,6 +85,8 @@ class Plan:
     # trainer.kind other than rl (rl_core.run_kind): the run kind's card and its loaded factory
     run_kind: RunKindCard | None = None
     run_kind_fn: Callable[..., Any] | None = None
+    # trainer.placement's card: where the workers run (rl_core.placement.make_cluster loads its factory)
+    placement: PlacementCard | None = None
 
     @property
     def needs_rollout(self) -> bool:
@@ -428,6 +431,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward = _check_reward(config, registry, problems)
     rm = config.reward_model
     reward_model = _lookup(registry, "reward_model", rm.name, "reward_model.name", problems) if rm.enable else None
+    placement = _lookup(registry, "placement", config.trainer.placement, "trainer.placement", problems)
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
@@ -448,6 +452,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
+    for card, key in [*cards, (placement, "trainer.placement")]:
         if card is not None and (p := factory_path_problem(card, key)) is not None:
             problems.append(p)
     estimator_fn = load_factory(estimator, "algorithm.adv_estimator", problems)
@@ -470,7 +475,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(mixing_problems(config))
     problems = first_per_key(problems)
 
-    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss) or (config.reward_model.enable and reward_model_fn is None) \
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss, placement) or (config.reward_model.enable and reward_model_fn is None) \
             or (run_kind_name(config) != RL and run_kind_fn is None):
         return None, problems
     stack = Plan(
@@ -493,6 +498,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         observers=observers,
         run_kind=run_kind,
         run_kind_fn=run_kind_fn,
+        placement=placement,
         log_prob_roles=log_prob_roles,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),

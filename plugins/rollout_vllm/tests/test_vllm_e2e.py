@@ -113,7 +113,7 @@ def test_tp_group_across_two_ray_nodes(tmp_path):
     cluster): one vLLM engine whose TP group has a worker on each node (rl-core's ranks), generating, trained, and
     synced with every worker's weights verified (a stale worker stops the run: test_vllm_conformance's TP 2 sync test)."""
     pytest.importorskip("ray", reason="needs Ray in the engine's venv (pip install 'ray==2.60.*'): a real two-node cluster")
-    from tests.ray.conftest import TwoNodeCluster
+    from rl_core_testing.ray_cluster import TwoNodeCluster
 
     (tmp_path / "ray").mkdir()
     cluster = TwoNodeCluster(tmp_path / "ray")

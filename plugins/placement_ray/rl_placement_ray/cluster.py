@@ -5,14 +5,15 @@ The placement contract (:class:`rl_core.placement.contract.Placement`), as
 per_rank_args)`` runs the :class:`~rl_core.placement.contract.WorkerMethod` on every rank's
 :class:`~rl_core.placement.worker.HybridWorker` and returns one result per rank, in
 rank order; ``close()`` stops them. The controller does not know which one
-it drives.
+it drives: it starts what the Plan's placement card builds (the ``ray`` card,
+:mod:`rl_placement_ray.plugin`: ``RayCluster(plan, roles=..., pool=...)``).
 
-Start-up: join or start Ray (:mod:`~rl_core.placement.ray_connect`), reserve
-one bundle per rank (:mod:`~rl_core.placement.ray_pools`: ``trainer.nnodes``
+Start-up: join or start Ray (:mod:`~rl_placement_ray.connect`), reserve
+one bundle per rank (:mod:`~rl_placement_ray.pools`: ``trainer.nnodes``
 x ``trainer.n_gpus_per_node``; the actor, reference, critic and rollout roles
 are colocated in each rank's hybrid worker, so they share its bundle and its
 GPU), start the actors and their process group
-(:mod:`~rl_core.placement.ray_group`), then build the workers from the same
+(:mod:`~rl_placement_ray.group`), then build the workers from the same
 stack the local cluster gets.
 
 A rank that fails or dies stops the run with an error naming the role, the
@@ -25,9 +26,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from rl_core.placement.contract import Pending, WorkerMethod, per_rank
-from rl_core.placement.ray_connect import connect, import_ray
-from rl_core.placement.ray_group import RayWorkerGroup
-from rl_core.placement.ray_pools import ResourcePool
+
+from rl_placement_ray.connect import connect, import_ray
+from rl_placement_ray.group import RayWorkerGroup
+from rl_placement_ray.pools import ResourcePool
 
 
 class RayCluster:

@@ -8,15 +8,15 @@ import sys
 from importlib import metadata
 
 import pytest
-from rl_core.cli.doctor_cluster import disagreements, render, versions
 from rl_core.cli.main import SUBCOMMANDS
+from rl_placement_ray.doctor import disagreements, render, versions
 
 
 def _doctor_command(address: str) -> list[str]:
     if "doctor" in SUBCOMMANDS:
         return [sys.executable, "-m", "rl_core", "doctor", "--cluster", "--address", address, "--json"]
     # until `rlcore doctor` exists, the same code through its module entry point
-    return [sys.executable, "-m", "rl_core.cli.doctor_cluster", "--address", address, "--json"]
+    return [sys.executable, "-m", "rl_placement_ray.doctor", "--address", address, "--json"]
 
 
 @pytest.mark.dist
@@ -62,7 +62,7 @@ def test_nodes_that_disagree_are_named():
 
 
 def test_listeners_are_listed_per_node_and_exposed_ones_flagged():
-    from rl_core.cli.doctor_cluster import render_listeners
+    from rl_placement_ray.doctor import render_listeners
 
     result = {
         "nodes": [{"ip": "10.0.0.1", "node_id": "aaaabbbbcccc", "listeners": [

@@ -1,4 +1,5 @@
-"""A real two-node Ray cluster on this machine, shared by every test in tests/ray.
+"""A real two-node Ray cluster on this machine: rl-placement-ray's tests (plugins/placement_ray/tests) and the
+reliability and engine tests that run on Ray share it.
 
 The head is ``ray start --head --num-cpus=1`` and the second node joins it with
 ``ray start --address=HEAD --num-cpus=1``; each node has one CPU and a custom
@@ -23,13 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 NEEDS_RAY = "needs Ray (pip install 'ray==2.60.*'): the tests start a real two-node cluster"
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -55,11 +54,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 class TwoNodeCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pythonpath: tuple[Path, ...] = ()) -> None:
+        """``pythonpath``: folders the nodes' workers import from besides the installed packages (a test module
+        whose top-level functions a test sends to the workers: they are pickled by reference)."""
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, **RAY_ENV, "PYTHONUNBUFFERED": "1"}
+        if pythonpath:
+            self.env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
         ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
         # a private temp dir (short: Ray's socket paths live under it): the head records its address there,
         # not in /tmp/ray where a later bare `ray.init()` elsewhere on the machine would find it
@@ -98,20 +101,3 @@ class TwoNodeCluster:
             if proc is not None:
                 _stop(proc)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def two_node_cluster(tmp_path_factory):
-    pytest.importorskip("ray", reason=NEEDS_RAY)
-    cluster = TwoNodeCluster(tmp_path_factory.mktemp("ray_cluster"))
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def ray_env(monkeypatch):
-    pytest.importorskip("ray", reason=NEEDS_RAY)
-    for k, v in RAY_ENV.items():
-        monkeypatch.setenv(k, v)

@@ -1,13 +1,13 @@
 """A worker group on Ray: one actor per rank in a resource pool, joined by torch.distributed.
 
-:class:`RayWorkerGroup` places the actors (:class:`~rl_core.placement.ray_worker.RankWorker`,
-one per bundle of a :class:`~rl_core.placement.ray_pools.ResourcePool`), learns
+:class:`RayWorkerGroup` places the actors (:class:`~rl_placement_ray.worker.RankWorker`,
+one per bundle of a :class:`~rl_placement_ray.pools.ResourcePool`), learns
 where each landed, and forms the ``torch.distributed`` group among them:
 gloo on CPU, NCCL on GPU, the timeout ``collective_timeout_s``. When every rank is on one node (always
 so for a local Ray instance) they meet through a FileStore on that node and
 gloo / NCCL bind loopback, as the local placement does; across nodes through
 rank 0's TCP store, bound to rank 0's node's Ray address only
-(:mod:`rl_core.placement.rendezvous`). :class:`~rl_core.placement.ray_cluster.RayCluster`
+(:mod:`rl_core.placement.rendezvous`). :class:`~rl_placement_ray.cluster.RayCluster`
 builds the hybrid workers on top; ``rlcore doctor --cluster`` runs its probes
 on a bare group.
 
@@ -24,9 +24,10 @@ import time
 from typing import Any, Callable, Sequence
 
 from rl_core.placement.contract import WorkerError, after_a_death
-from rl_core.placement.ray_connect import import_ray, node_addresses
-from rl_core.placement.ray_pools import ResourcePool
-from rl_core.placement.ray_worker import RankFailure, RankWorker
+
+from rl_placement_ray.connect import import_ray, node_addresses
+from rl_placement_ray.pools import ResourcePool
+from rl_placement_ray.worker import RankFailure, RankWorker
 
 GRACE_S = 2.0  # after one rank fails, how long the others may take to report their own error
 

@@ -6,11 +6,12 @@ import os
 import time
 
 import pytest
-from rl_core.placement.contract import WorkerError
 from rl_core.config.schema import RayConfig
-from rl_core.placement.ray_connect import RayUnavailable, connect
-from rl_core.placement.ray_group import RayWorkerGroup
-from rl_core.placement.ray_pools import PlacementError, ResourcePool
+from rl_core.placement.contract import WorkerError
+from rl_core_testing.ray_cluster import free_port
+from rl_placement_ray.connect import RayUnavailable, connect
+from rl_placement_ray.group import RayWorkerGroup
+from rl_placement_ray.pools import PlacementError, ResourcePool
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_no_room_is_an_error_listing_the_nodes(connected):
 def test_unreachable_address_is_a_user_error(ray_env):
     import ray
 
-    port = __import__("tests.ray.conftest", fromlist=["_free_port"])._free_port()
+    port = free_port()
     with pytest.raises(RayUnavailable, match=r"cannot reach the Ray cluster at ray.address='127.0.0.1:\d+'"):
         connect(RayConfig(address=f"127.0.0.1:{port}"))
     assert not ray.is_initialized()
@@ -99,7 +100,7 @@ def test_unreachable_address_is_a_user_error(ray_env):
 def test_ray_mode_without_ray_says_how_to_install_it(monkeypatch):
     import sys
 
-    from rl_core.placement.ray_connect import import_ray
+    from rl_placement_ray.connect import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` does where Ray is not installed
     with pytest.raises(RayUnavailable, match=r"trainer.placement=ray needs Ray .*pip install 'ray==2.60.\*'.*trainer.placement=local"):

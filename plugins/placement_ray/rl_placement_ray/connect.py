@@ -8,7 +8,7 @@
   (127.0.0.1 unless configured: the dashboard can run code, so it is not
   opened to the network by default). Every server of that instance (GCS,
   raylet, object manager, agents, each worker's gRPC port) binds loopback
-  only (:mod:`~rl_core.placement.ray_loopback`), because Ray's servers are
+  only (:mod:`~rl_placement_ray.loopback`), because Ray's servers are
   unauthenticated when token auth is off; ``ray.node_ip_address`` opts into
   another address, with a warning;
 - ``auto``: the cluster started on this machine with ``ray start`` (a
@@ -26,8 +26,9 @@ import os
 import socket
 import sys
 
-from rl_core.placement.ray_loopback import exposure_warnings, start_local
 from rl_core.problems import UserError
+
+from rl_placement_ray.loopback import exposure_warnings, start_local
 
 
 class RayUnavailable(UserError):

@@ -14,12 +14,12 @@ import signal
 import time
 
 import pytest
-
 from rl_core.config.load import load_config
 from rl_core.placement.contract import WorkerError
 from rl_core.placement.listeners import listening_sockets
 from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer
+
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")

@@ -1,6 +1,6 @@
 """What runs inside each Ray actor: one rank's hybrid worker and its process group.
 
-:class:`RankWorker` is a plain class; :class:`~rl_core.placement.ray_cluster.RayCluster`
+:class:`RankWorker` is a plain class; :class:`~rl_placement_ray.cluster.RayCluster`
 wraps it with ``ray.remote`` (so importing this module needs no Ray). The
 actor is told its rank and world, joins the workers' ``torch.distributed``
 group (gloo on CPU, NCCL on GPU; the store is rank 0's, on its node's Ray address
@@ -22,8 +22,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from rl_core.placement.contract import dispatch
-from rl_core.placement.rendezvous import Rendezvous
-from rl_core.placement.rendezvous import join_store
+from rl_core.placement.rendezvous import Rendezvous, join_store
 from rl_core.problems import UserError
 
 GROUP_NAME = "workers"  # the default process group of one worker group: every rank of it
@@ -79,7 +78,6 @@ class RankWorker:
         """Join the group; ``loopback``: every rank is on this node, so gloo / NCCL bind the loopback interface."""
         import torch
         import torch.distributed as dist
-
         from rl_core.placement.local import local_rendezvous_env
 
         self.backend, self.timeout_s = backend, timeout_s

@@ -22,9 +22,9 @@ has, never a silent wait.
 from __future__ import annotations
 
 import attrs
-
-from rl_core.placement.ray_connect import describe_resources
 from rl_core.problems import UserError
+
+from rl_placement_ray.connect import describe_resources
 
 
 class PlacementError(UserError):

