@@ -85,7 +85,7 @@ KNOWN_DIALECTS: dict[str, str] = {
 
 
 #: config sections a first-party package contributes (rl_core.config.sections) -> its distribution (hints for messages only)
-KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model"}
+KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray"}
 
 
 def section_hint(key: str) -> str:

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from rl_core.config.schema import RayConfig
 from rl_core.placement.listeners import _hex_to_ip, descendants, describe, is_loopback, listening_sockets
 from rl_core_testing.ray_cluster import NEEDS_RAY, RAY_ENV
 
@@ -52,6 +51,7 @@ def test_own_listener_is_seen():
 
 def test_opting_out_of_loopback_is_a_warning():
     exposure_warnings = pytest.importorskip("rl_placement_ray.loopback", reason=NEEDS_PLUGIN).exposure_warnings
+    from rl_placement_ray.config import RayConfig
     assert exposure_warnings(RayConfig()) == []
     lines = exposure_warnings(RayConfig(node_ip_address="10.1.2.3", dashboard_host="0.0.0.0"))
     assert len(lines) == 2 and "ray.node_ip_address=10.1.2.3" in lines[0] and "ray.dashboard_host=0.0.0.0" in lines[1]

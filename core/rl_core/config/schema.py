@@ -507,7 +507,7 @@ class TrainerConfig(Sectioned):
     device: str = choice("auto", ("auto", "cpu", "cuda"))
     nnodes: int = pos(1)
     n_gpus_per_node: int = pos(1)  # on CPU: worker processes
-    placement: str = choice("local", ("local", "ray"))
+    placement: str = text("local", hint="a placement by name: local (this machine), ray (rl-placement-ray), or a plugin's (rlcore plugins)")
     total_epochs: int = pos(1)
     total_training_steps: int | None = pos(None)
     # the run kind (rl_core.run_kind): "rl" (the RL loop) or a registered RunKindCard's name (e.g. sft, rl-sft), with its
@@ -538,24 +538,6 @@ class TrainerConfig(Sectioned):
     # step observers (rl_core.observers): an installed observer card's options, by its name (rl-traces: traces.*);
     # checked against the card's options class by `rlcore check`
     observers: dict[str, Any] = field(factory=dict)
-
-
-@attrs.frozen(kw_only=True)
-class RayConfig:
-    """Used when ``trainer.placement=ray`` (docs/ray.md)."""
-
-    # null: the cluster in $RAY_ADDRESS (set by `ray job submit`), else start a local one;
-    # "auto": the cluster started on this machine with `ray start`; or "host:port" of the head
-    address: str | None = None
-    runtime_env: dict[str, Any] = field(factory=dict)  # passed to ray.init as is: env_vars, pip, working_dir, ...
-    namespace: str = text("rl-core")
-    cpus_per_worker: float = num(1.0, gt=0, hint="CPUs per worker, e.g. 1")  # CPUs each worker reserves (its placement-group bundle)
-    num_cpus: int | None = pos(None, hint="null: all")  # a local start only: CPUs Ray may use (null: all)
-    dashboard_host: str = "127.0.0.1"  # a local start only; 0.0.0.0 opens the dashboard to the network
-    # a local start only: null binds every Ray server to loopback; an address of this machine opens them to that network
-    node_ip_address: str | None = None
-    collective_timeout_s: float = num(600.0, gt=0, hint="seconds, e.g. 600")  # torch.distributed timeout of the workers' group
-    start_timeout_s: float = num(300.0, gt=0, hint="seconds, e.g. 300")  # waiting for the cluster to have room for every worker
 
 
 @attrs.frozen(kw_only=True)
@@ -609,6 +591,5 @@ class RunConfig(Sectioned):
     reward: RewardConfig = field(factory=RewardConfig)
     reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
-    ray: RayConfig = field(factory=RayConfig)
     async_: AsyncConfig = field(factory=AsyncConfig)  # config key "async" (rl_core.config.load.KEYWORD_SECTIONS)
     profiler: ProfilerConfig = field(factory=ProfilerConfig)

@@ -304,7 +304,8 @@ def runs_elsewhere(config: Any) -> bool:
     t = config.trainer
     if t.nnodes > 1:
         return True
-    return t.placement == "ray" and bool(config.ray.address or os.environ.get("RAY_ADDRESS"))
+    ray = getattr(config, "ray", None)  # rl-placement-ray's section (rl_core.config.sections): absent without it
+    return t.placement == "ray" and bool((ray is not None and ray.address) or os.environ.get("RAY_ADDRESS"))
 
 
 def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:

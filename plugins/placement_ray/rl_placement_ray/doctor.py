@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rl_core.config.schema import RayConfig
+from rl_placement_ray.config import RayConfig
 from rl_core.placement.listeners import descendants, describe, listening_sockets
 from rl_core.problems import UserError
 

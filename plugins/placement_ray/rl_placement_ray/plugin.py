@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import PlacementCard
+from rl_core.cards import ConfigSectionCard, PlacementCard
 
 RAY = PlacementCard(
     name="ray",
@@ -17,3 +17,9 @@ RAY = PlacementCard(
 @hookimpl
 def rl_core_register_placements(register):
     register(RAY)
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="ray", factory="rl_placement_ray.config:RayConfig",
+                               description="the Ray cluster to run on: address, runtime_env, loopback binding, timeouts"))

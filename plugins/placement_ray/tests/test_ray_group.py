@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from rl_core.config.schema import RayConfig
+from rl_placement_ray.config import RayConfig
 from rl_core.placement.contract import WorkerError
 from rl_core_testing.ray_cluster import free_port
 from rl_placement_ray.connect import RayUnavailable, connect
