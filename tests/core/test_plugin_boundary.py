@@ -296,7 +296,6 @@ HEAVY_PACKAGES = {"torch", "transformers", "tensordict", "safetensors", "pyarrow
                   "numpy", "tensorboard", "wandb"}
 LATE_IMPORTS = {  # (module, imported module): why it is imported when called
     ("rl_core.config.load", "rl_core.plugins"): "get_registry: tests patch it (the dialects a launch sees)",
-    ("rl_core.lora.checks", "rl_core.plugins"): "get_registry: tests patch it",
     ("rl_core.cli.main", "rl_core.plugins"): "get_registry: tests patch it",
     ("rl_core.cli.doctor_cmd", "rl_core.plugins"): "get_registry: tests patch it",
     ("rl_core.cli.doctor_cmd", "rl_core.util.console"): "cpu_count / cpu_load: tests patch them",

@@ -184,7 +184,7 @@ def _check_save_hf(a, step, model_dir, tmp_path):
     import json
 
     import peft
-    from rl_core.lora import MERGED_FOLDER, adapter_folder_base, merged_state_dict
+    from rl_lora.adapters import MERGED_FOLDER, adapter_folder_base, merged_state_dict
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -440,11 +440,11 @@ def test_lora_inside_compiled_decoder_layers_gives_the_same_update(model_dir, st
 
 def test_bf16_actor_skips_peft_s_fp32_input_copies_with_bit_identical_results(model_dir, step):
     """Unsharded mixed precision (autocast): peft's cast of each adapted layer's 16-bit input to the float32
-    adapters' dtype is turned off (rl_core.lora.keep_input_dtype): autocast cast it straight back, so the log-probs
+    adapters' dtype is turned off (rl_lora.adapters.keep_input_dtype): autocast cast it straight back, so the log-probs
     and the update are bit-identical without it, with fewer copies (counted per forward + backward)."""
     from collections import Counter
 
-    from rl_core.lora import _lora_layers
+    from rl_lora.adapters import _lora_layers
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class CountCopies(TorchDispatchMode):

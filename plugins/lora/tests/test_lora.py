@@ -1,4 +1,4 @@
-"""rl_core.lora: peft LoRA on a tiny causal LM (built from a config), checked against references built without it."""
+"""rl_lora.adapters: peft LoRA on a tiny causal LM (built from a config), checked against references built without it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("peft")
 
-from rl_core.lora import (  # noqa: E402
+from rl_lora.adapters import (  # noqa: E402
     LoraError,
     LoraSpec,
     adapter_state_dict,

@@ -1,6 +1,6 @@
 """LoRA adapters on a Hugging Face causal LM, from ``model.lora_*`` (issue #32, docs/lora.md).
 
-Built on the ``peft`` library (``pip install 'rl-core[lora]'``):
+Built on the ``peft`` library (``pip install rl-lora`` brings it):
 
 - :func:`apply_lora` wraps a model: the base weights are frozen and cast to the compute dtype (no float32
   master copy, no optimizer state, no gradients for them); only the adapters (float32) are trainable.
@@ -29,12 +29,12 @@ from typing import Any, Iterator
 import attrs
 import torch
 
-from rl_core.problems import UserError
-from rl_core.problems import did_you_mean
+from rl_core.modeling import adapter_folder_base  # noqa: F401  (a PEFT folder's base: core's model-path check reads it too)
+from rl_core.problems import UserError, did_you_mean
 
 ALL_LINEAR = "all-linear"
 ADAPTER_NAME = "default"
-INSTALL = "pip install 'rl-core[lora]' (installs peft)"
+INSTALL = "pip install rl-lora (installs peft)"
 
 
 class LoraError(UserError):
@@ -398,17 +398,6 @@ def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_det
         cfg.base_model_name_or_path = base_model
     cfg.save_pretrained(str(folder))
     return folder
-
-
-def adapter_folder_base(folder: str | Path) -> str | None:
-    """The base model an adapter folder names (``base_model_name_or_path``), or None when ``folder`` is not one."""
-    cfg = Path(folder).expanduser() / "adapter_config.json"
-    if not cfg.is_file():
-        return None
-    try:
-        return json.loads(cfg.read_text()).get("base_model_name_or_path") or ""
-    except (OSError, ValueError):
-        return ""
 
 
 def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = False) -> Path:
