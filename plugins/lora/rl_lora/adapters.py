@@ -28,7 +28,6 @@ from typing import Any, Iterator
 
 import attrs
 import torch
-
 from rl_core.modeling import adapter_folder_base  # noqa: F401  (a PEFT folder's base: core's model-path check reads it too)
 from rl_core.problems import UserError, did_you_mean
 
@@ -194,7 +193,7 @@ def keep_input_dtype(model: torch.nn.Module) -> int:
     16-bit input of every adapted layer to the float32 adapters' dtype, and autocast casts it straight back to
     16 bits for ``lora_A``'s matmul, so each adapted layer made a float32 copy and a second 16-bit copy of its
     input (forward, and again in a checkpointed layer's recomputation) for the same values: bf16 -> fp32 -> bf16
-    is exact, so results are bit-identical without it (tests/core/test_lora_engine.py). Outside autocast a
+    is exact, so results are bit-identical without it (plugins/train_fsdp/tests/test_fsdp_lora.py). Outside autocast a
     16-bit input would then meet float32 weights and fail loudly (a dtype error), never silently."""
     layers = 0
     for _, layer in _lora_layers(model):

@@ -24,6 +24,7 @@ from rl_core.problems import Problem
 
 from rl_lora.adapters import ALL_LINEAR, LoraError, LoraSpec, check_adapter_folder, linear_names, target_names, target_problems
 
+
 def _train_card(config: Any, registry: Any):
     """The train card the run would use (None when it cannot be told)."""
     if registry is None:

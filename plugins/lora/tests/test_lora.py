@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip("peft")
 
+from rl_core_testing.tiny_model import tiny_config  # noqa: E402
 from rl_lora.adapters import (  # noqa: E402
     LoraError,
     LoraSpec,
@@ -21,7 +22,6 @@ from rl_lora.adapters import (  # noqa: E402
     target_problems,
     trainable_parameters,
 )
-from rl_core_testing.tiny_model import tiny_config  # noqa: E402
 
 SPEC = LoraSpec(rank=4, alpha=8.0)
 

@@ -10,7 +10,6 @@ from rl_core.cards import TrainCard
 from rl_core.cli.main import main
 from rl_core.config.schema import ModelConfig, RunConfig
 from rl_core.plan.memory_checks import offload_problems
-
 from rl_lora.checks import lora_problems
 
 pytest.importorskip("peft")

@@ -10,7 +10,7 @@ from rl_core.config.load import load_config
 from rl_core.plan.disk import estimate_disk
 from rl_core.plan.features import load_features
 from rl_core.plan.memory import GB, ModelShape
-from rl_core.plan.memory_host import HOST_RUNTIME_GB, EXPORT_SHARD_BYTES, export_bytes, host_estimate
+from rl_core.plan.memory_host import EXPORT_SHARD_BYTES, HOST_RUNTIME_GB, export_bytes, host_estimate
 from rl_core.plugins import get_registry
 
 TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"

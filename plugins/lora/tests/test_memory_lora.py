@@ -10,7 +10,6 @@ from rl_core.config.normalize import normalize
 from rl_core.plan.features import load_features
 from rl_core.plan.memory import GB, estimate, model_shape
 from rl_core.plugins import get_registry
-
 from rl_lora.memory import adapter_params
 
 TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
@@ -31,9 +30,9 @@ def test_adapter_count_matches_peft_on_a_real_model():
 
     pytest.importorskip("peft")
     import torch
-    from rl_lora.adapters import LoraSpec, apply_lora, trainable_parameters
     from rl_core.plan.memory import shape_from_config
     from rl_core_testing.tiny_model import tiny_config
+    from rl_lora.adapters import LoraSpec, apply_lora, trainable_parameters
     from transformers import AutoModelForCausalLM
 
     cfg = tiny_config("qwen2", hidden=32, layers=2, heads=4, kv_heads=2)
