@@ -431,7 +431,9 @@ class HFRolloutEngine:
         """LoRA adapters (peft names, ``lora_A`` / ``lora_B``) merged in place into the targeted weights, on top of
         the base :meth:`load_weights` got once (rl-lora's ``rl_lora.merge``)."""
         if self.lora is None:
-            raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync (model.lora_rank=0 or rollout.lora_sync=merged)")
+            raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync: model.lora_rank=0, rollout.lora_sync=merged, "
+                               "or no rollout_adapters hook in its WorkerContext.features (a plan's worker hands the plan's; rl-lora provides "
+                               "it: pip install rl-lora)")
         if self._offloaded:
             self.wake_up()
         if self.lora.load(self.model.state_dict(keep_vars=True), tensors, peft_config, version) and self.static is not None:
@@ -558,16 +560,10 @@ def _inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
 
 def _rollout_adapters(config, context: WorkerContext) -> Any:
     """The in-place adapter state of LoRA adapter sync, from the plan's feature hook ``rollout_adapters``
-    (:mod:`rl_core.plan.features`; rl-lora registers it), handed over in ``WorkerContext.features``."""
-    features = context.features
-    make = features.hook(config, "rollout_adapters") if features is not None else None
-    if make is None:
-        raise RuntimeError(f"model.lora_rank={config.model.lora_rank} with rollout.lora_sync={config.rollout.lora_sync}: the hf rollout merges the adapters "
-                           "through the plan's rollout_adapters feature hook, which "
-                           + ("no installed feature provides (pip install rl-lora)" if features is not None else
-                              "this engine was not given: build it with WorkerContext(features=plan.features)")
-                           + ", or set rollout.lora_sync=merged")
-    return make()
+    (:mod:`rl_core.plan.features`; rl-lora registers it), handed over in ``WorkerContext.features``; None without
+    it (an engine built for generation alone: :meth:`HFRolloutEngine.load_adapter` then says what is missing)."""
+    make = context.features.hook(config, "rollout_adapters") if context.features is not None else None
+    return make() if make is not None else None
 
 
 def factory(config, context: WorkerContext) -> HFRolloutEngine:

@@ -1,5 +1,5 @@
 """rl-lora through the kernel's feature contract (rl_core.plan.features): the plan loads the ``lora`` FeatureCard once
-and pickles with it; the hf rollout gets LoRA's in-place merge from the plan's hook, and a clear error without it;
+and pickles with it; the hf rollout gets LoRA's in-place merge from the plan's hook (without it, a clear error at its first adapter sync);
 ``model.lora_rank > 0`` with no package providing LoRA is an `rlcore check` problem naming ``pip install rl-lora``."""
 
 from __future__ import annotations
@@ -65,14 +65,15 @@ def test_hf_rollout_without_the_plan_s_features_says_how_to_get_them(tmp_path):
     from rl_core.rollout.hf import HFRolloutEngine
 
     cfg = load_config(write_tiny_run(tmp_path, **{"model.lora_rank": 4, "model.lora_alpha": 8.0}))
-    with pytest.raises(RuntimeError, match=r"WorkerContext\(features=plan.features\)"):
-        HFRolloutEngine(cfg, WorkerContext())
-    with pytest.raises(RuntimeError, match="pip install rl-lora"):
-        HFRolloutEngine(cfg, WorkerContext(features=Features()))
-    engine = HFRolloutEngine(cfg, WorkerContext(features=plan_features()))
+    engine = HFRolloutEngine(cfg, WorkerContext(features=plan_features()))  # as a plan's worker builds it
     assert isinstance(engine.lora, InPlaceLora)
+    for context in (WorkerContext(), WorkerContext(features=Features())):  # built for generation alone / rl-lora missing
+        alone = HFRolloutEngine(cfg, context)
+        assert alone.lora is None
+        with pytest.raises(RuntimeError, match=r"no rollout_adapters hook in its WorkerContext.features .*pip install rl-lora"):
+            alone.load_adapter({}, {"r": 4}, 1)
     merged = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, lora_sync="merged"))
-    assert HFRolloutEngine(merged, WorkerContext()).lora is None  # merged sync: no adapter state, no hook needed
+    assert HFRolloutEngine(merged, WorkerContext(features=plan_features())).lora is None  # merged sync: no adapter state
 
 
 def test_lora_rank_without_rl_lora_is_a_check_problem_naming_the_package(tmp_path, monkeypatch, capsys):
@@ -91,3 +92,12 @@ def test_lora_rank_without_rl_lora_is_a_check_problem_naming_the_package(tmp_pat
     code = main(["check", str(write_tiny_run(tmp_path / "cli", **{"model.lora_rank": 4})), "--skip-device-check"])
     out = capsys.readouterr()
     assert code == 1 and "model.lora_rank" in out.out + out.err and "pip install rl-lora" in out.out + out.err
+
+
+def test_an_hf_judge_of_a_lora_run_gets_no_adapters(tmp_path):
+    """A generative judge's engine is built from the run's config with the judge's model: the policy's LoRA keys are
+    not the judge's (it would otherwise ask the hf rollout for adapter state it never gets)."""
+    judge = pytest.importorskip("rl_reward_model.judge", reason="needs rl-reward-model (pip install -e plugins/reward_model)")
+    cfg = load_config(write_tiny_run(tmp_path, **{"model.lora_rank": 4, "model.lora_alpha": 8.0, "model.lora_adapter_path": "/x"}))
+    jconfig = judge.judge_run_config(cfg)
+    assert (jconfig.model.lora_rank, jconfig.model.lora_adapter_path) == (0, None) and cfg.model.lora_rank == 4
