@@ -18,10 +18,10 @@ cd "$(dirname "$0")/.."
 # tolerances' own float64 AdamW reference against torch's (fused) AdamW kernels
 FILES=(
     tests/infra/test_numerics_helpers.py
-    tests/core/test_lora_engine.py
+    plugins/train_fsdp/tests/test_fsdp_lora.py
     tests/core/test_compile_layers.py
     tests/core/test_logprobs.py
-    tests/core/test_lora.py
+    plugins/lora/tests/test_lora.py
     tests/core/test_micro_batches.py
     tests/core/test_shared_prompt.py
     tests/core/test_loss_scale.py

@@ -50,10 +50,10 @@ vLLM's CPU kernels accept, so the vLLM rows run with the vLLM CPU engine: ``VLLM
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import json
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -125,9 +125,12 @@ def estimate_gib(ov: list[str]) -> dict:
     """``rl_core.plan.memory``'s estimate for the config (the numbers ``rlcore check`` prints)."""
     from rl_core.config.load import load_config
     from rl_core.config.normalize import normalize
+    from rl_core.plan.features import load_features
     from rl_core.plan.memory import estimate
+    from rl_core.plugins import get_registry
 
     config = load_config(str(CONFIG), ov)
+    features = load_features(get_registry(), [])  # LoRA's memory terms (rl-lora's feature card), as the plan's
     from rl_core.plan.resolver import resolve
 
     # with the stack's cards, as `rlcore check` does: a vLLM / SGLang rollout reserves its memory fraction of the
@@ -135,10 +138,10 @@ def estimate_gib(ov: list[str]) -> dict:
     # the card the 7B vLLM row was compared with the hf rollout's 29.3 GiB instead of 53.3)
     stack, _ = resolve(config)
     if stack is not None:
-        config, sizes, cards = stack.config, stack.sizes, dict(rollout=stack.rollout, train=stack.train)
+        config, sizes, cards = stack.config, stack.sizes, dict(rollout=stack.rollout, train=stack.train, features=stack.features)
     else:
         config, sizes, _ = normalize(config)
-        cards = {}
+        cards = dict(features=features)
     est = estimate(config, sizes, **cards) if sizes is not None else None
     if est is None:
         return {"peak_gib": None}
@@ -146,7 +149,7 @@ def estimate_gib(ov: list[str]) -> dict:
     if est.device != "cpu":  # host memory (offload, sleep, the model load): rl_core.plan.memory_host
         from rl_core.plan.memory_host import host_estimate, host_ram
 
-        host = host_estimate(config, est.shape, world_size=sizes.world_size, available=host_ram())
+        host = host_estimate(config, est.shape, world_size=sizes.world_size, available=host_ram(), features=features)
         out.update(host_peak_gib=host.peak / 2**30, lines=out["lines"] + host.lines())
     return out
 

@@ -1,7 +1,7 @@
 """LoRA weight sync to the colocated hf rollout, side by side in one process (issue #32): the merged sync (every
 weight, ``W + s * B @ A`` in float32 per weight, sent and copied every step: ``rollout.lora_sync=merged``, what
 the 7B anchor measured 2.2-2.9 s for) vs the in-place adapter sync (``auto``: the frozen base once, then one
-GEMM per targeted weight into the rollout's own weights, ``rl_core.lora.merge``). Both verified as the
+GEMM per targeted weight into the rollout's own weights, ``rl_lora.merge``). Both verified as the
 Worker verifies them (``rl_core.weight_sync_check``); the verification's share is timed apart.
 
     python bench/lora_sync.py --shape 0.5b --layers 6 --out bench/lora_sync/cpu     # CPU (about 2 min here)
@@ -88,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = make_model(args.work / f"model-{args.shape}", shape)
 
     from rl_core.backends import WorkerContext
+    from rl_core.plan.features import load_features
+    from rl_core.plugins import get_registry
     from rl_core.rollout.hf import HFRolloutEngine
     from rl_core.weight_sync_check import load_adapter_verified, load_verified
     from rl_core_testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
 
-    ctx = WorkerContext(rank=0, world_size=1, device=args.device)
+    # the hf rollout gets rl-lora's in-place merge from the plan's features (rollout_adapters), as a plan's worker hands them
+    ctx = WorkerContext(rank=0, world_size=1, device=args.device, features=load_features(get_registry(), []))
     device = ctx.torch_device
     cfg = default_config(model_dir)
     cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=32, lora_alpha=64.0, dtype=args.dtype, random_init=True),

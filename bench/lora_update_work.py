@@ -11,8 +11,8 @@ of 32 + 64 tokens), each switch of session 10 on and off:
   (``compute_log_prob``); on-policy it now comes from the update's own forward (rl_core.trainer.loop);
 - ``gradient checkpointing``: with a frozen base the recomputation is one more forward per micro-batch;
 - ``peft input cast``: peft cast every adapted layer's bf16 input to the fp32 adapters' dtype under autocast
-  (rl_core.lora.keep_input_dtype turns it off; bit-identical results);
-- ``adapter bytes``: what one adapter-only sync sends, fp32 vs the engine's bf16 (rl_core.lora.engine_adapter).
+  (rl_lora.adapters.keep_input_dtype turns it off; bit-identical results);
+- ``adapter bytes``: what one adapter-only sync sends, fp32 vs the engine's bf16 (rl_lora.adapters.engine_adapter).
 
 The 7B anchor's numbers follow by scale (FLOPs ~ 2 x params x tokens per forward; the cast bytes ~ tokens x the
 adapted layers' input widths), printed beside the counts.
@@ -24,7 +24,6 @@ import argparse
 import json
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -50,8 +49,8 @@ class CopyCounter(torch.utils._python_dispatch.TorchDispatchMode):
 def build(model_dir: str, *, gc: bool, cast: bool):
     import attrs
     from rl_core.backends import WorkerContext
-    from rl_core.lora import _lora_layers
     from rl_core_testing.train_conformance import default_config
+    from rl_lora.adapters import _lora_layers
     from rl_train_fsdp.engine import build_engine
 
     cfg = default_config(model_dir)

@@ -38,7 +38,7 @@ def _estimate(config: str, overrides: list[str]):
     stack, problems = resolve(cfg)
     if stack is None:
         sys.exit("the config does not resolve:\n" + "\n".join(p.render() for p in problems))
-    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train)
+    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, features=stack.features)
     if est is None:
         sys.exit(f"the shape of {cfg.model.path!r} is unknown: point model.path at a local folder")
     return stack, est

@@ -94,7 +94,7 @@ def main() -> None:
     stack, problems = resolve(load_config(config_path, overrides))
     if stack is None:
         raise SystemExit("\n".join(p.render() for p in problems))
-    est = estimate(stack.config, stack.sizes)
+    est = estimate(stack.config, stack.sizes, features=stack.features)
     trainer = Trainer(stack, progress=False)
     try:
         trainer.fit()

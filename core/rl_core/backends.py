@@ -34,6 +34,8 @@ class WorkerContext:
     seed: int = 0
     # rollout.multi_turn: the resolved stack's agent runtime (rl_core.rollout.multi_turn.AgentRuntime), for rollout engines
     agent: Any = attrs.field(default=None, eq=False, repr=False)
+    # the plan's cross-cutting features (rl_core.plan.features.Features: LoRA's rollout_adapters hook), for rollout engines
+    features: Any = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def torch_device(self) -> torch.device:

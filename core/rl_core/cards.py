@@ -449,3 +449,27 @@ class PlacementCard(CardBase):
 
 
 CARD_TYPES[PlacementCard.kind] = PlacementCard
+
+
+@attrs.frozen(kw_only=True)
+class FeatureCard(CardBase):
+    """A cross-cutting feature a config switches on (LoRA: rl-lora's ``lora``), registered by
+    ``rl_core_register_features`` and loaded once into the Plan (``Plan.features``, :mod:`rl_core.plan.features`).
+
+    ``factory`` resolves to ``enabled(config) -> bool``; ``keys``: the config keys that switch it on. Optional, each a
+    ``"module:function"`` path (or the object): ``memory(config, shape, S, c) -> MemoryTerms | None``, the actor's
+    train-state terms the plan's device / host / disk estimates use in place of a full fine-tune's;
+    ``alternatives(config) -> [(label, config)]``, configs with the feature on that the device estimate tries when a
+    full fine-tune does not fit; ``hooks``: ``{name: path}``, what the kernel calls where the feature acts
+    (``rollout_adapters``: the hf rollout's in-place adapter state).
+    """
+
+    kind: ClassVar[str] = "feature"
+
+    keys: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    memory: str | Callable | None = attrs.field(default=None, eq=False)
+    alternatives: str | Callable | None = attrs.field(default=None, eq=False)
+    hooks: dict[str, Any] = attrs.field(factory=dict, converter=dict, eq=False, hash=False)
+
+
+CARD_TYPES[FeatureCard.kind] = FeatureCard

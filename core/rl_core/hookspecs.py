@@ -116,3 +116,8 @@ def rl_core_register_config_sections(register: Register) -> None:
 @hookspec
 def rl_core_register_placements(register: Register) -> None:
     """Register :class:`~rl_core.cards.PlacementCard` s (where the workers run: ``trainer.placement``, e.g. ray)."""
+
+
+@hookspec
+def rl_core_register_features(register: Register) -> None:
+    """Register :class:`~rl_core.cards.FeatureCard` s (cross-cutting features a config switches on: LoRA, ...)."""

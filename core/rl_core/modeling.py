@@ -16,6 +16,7 @@ for greedy decoding. Positions come from :func:`position_ids_from_mask`.
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,7 +26,6 @@ from rl_core.problems import UserError
 from rl_core.util.positions import position_ids_from_mask  # noqa: F401  (re-exported)
 from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 from rl_core.algorithms.entropy import entropy_from_logits as _entropy
-from rl_core.lora import adapter_folder_base
 
 OFFLINE_MODEL_HINT = "for an offline model run `rlcore model smollm2 --out DIR` and set model.path=DIR"
 
@@ -48,6 +48,17 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
                 "(rl_core.config.normalize.normalize, or rl_core.util.precision.resolve_dtype); pass the normalised config"
             ) from None
         raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}") from None
+
+
+def adapter_folder_base(folder: str | Path) -> str | None:
+    """The base model a PEFT adapter folder names (``base_model_name_or_path``), or None when ``folder`` is not one."""
+    cfg = Path(folder).expanduser() / "adapter_config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        return json.loads(cfg.read_text()).get("base_model_name_or_path") or ""
+    except (OSError, ValueError):
+        return ""
 
 
 def check_model_path(path: str | Path | None, *, key: str = "model.path") -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's); num / pos / frac / choice / text for a package's section",
@@ -23,7 +23,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
     "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head",
     "rl_core.routing_replay": "MoE routing replay: RouterReplay (records / forces an HF model's top-k routers), NO_ROUTE, the batch's routed_experts layout (actor.router_replay)",
-    "rl_core.lora": "LoRA adapters (peft) on an HF model: apply_lora, adapters_disabled (the reference), iter_merged / iter_base / engine_adapter / sample_effective (weight sync and its check), write_adapter_folder / base_model_reference / adapter_folder_base (save_hf's PEFT folder, issue #32)",
     "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",
     "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
@@ -56,5 +55,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.placement.rendezvous": "Rendezvous / join_store: where a process group's members meet (a FileStore on one node, a TCP store bound to one address across nodes)",
     "rl_core.placement.local": "local_rendezvous_env: collective libraries bound to the loopback interface (a placement whose ranks share one node)",
     "rl_core.placement.listeners": "listening_sockets / descendants / describe / is_loopback: which processes listen on which TCP addresses (/proc)",
+    "rl_core.plan.features": "MemoryTerms: what a FeatureCard's memory function returns (the actor's train-state terms of the plan's estimates), Features: the plan's loaded feature cards",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

@@ -58,6 +58,7 @@ HOOK_KINDS = {
     "rl_core_register_log_prob_roles": "log_prob_role",
     "rl_core_register_config_sections": "config_section",
     "rl_core_register_placements": "placement",
+    "rl_core_register_features": "feature",
 }
 
 # Where names that are not installed usually come from (hints for error messages

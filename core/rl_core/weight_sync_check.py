@@ -119,7 +119,7 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
                 rtol: float = 1e-4, atol: float = 1e-6) -> int | None:
     """Compare what ``tap`` saw on its way out with ``expected``: the trainer's policy at the same positions,
     computed apart from the stream (e.g. LoRA's ``W + scale * B @ A`` element by element,
-    :func:`rl_core.lora.sample_effective`). A sync that sent base weights without the adapters merged, or an old
+    rl-lora's ``rl_lora.adapters.sample_effective``). A sync that sent base weights without the adapters merged, or an old
     copy, differs: :class:`StaleWeightsError`. ``expected`` None (nothing to compare): None; else the count.
     Float32, within ``rtol`` / ``atol`` (a matrix product and a dot product round differently); a tensor sent in a
     16-bit dtype (LoRA adapters in an engine's dtype) within one rounding step of it (its ``eps``) at least."""

@@ -91,7 +91,7 @@ def print_memory(stack, out=None) -> None:
     out = out or sys.stdout
     from rl_core.plan.memory import estimate
 
-    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, reward_model=stack.reward_model)
+    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, reward_model=stack.reward_model, features=stack.features)
     if est is None:
         print(f"memory estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally); point model.path at a local folder to get one", file=out)
         return
@@ -100,7 +100,7 @@ def print_memory(stack, out=None) -> None:
     if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.plan.memory_host
 
         here = host_ram() if est.available is not None else None  # this machine's RAM only when the GPU is this machine's
-        for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here).lines():
+        for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here, features=stack.features).lines():
             print(line, file=out)
     if est.fits is False:
         print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GiB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
@@ -113,7 +113,7 @@ def print_disk(stack, out=None) -> None:
 
 
     out = out or sys.stdout
-    est = estimate_disk(stack.config)
+    est = estimate_disk(stack.config, features=stack.features)
     if est is None:
         print(f"disk estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally)", file=out)
         return
@@ -144,7 +144,7 @@ def run(args) -> int:
     elsewhere = args.skip_device_check or target is not None
     loaded = load_report(path, [*overrides, *(target_overrides(target) if target else [])], **config_kwargs(args))
     registry = get_registry()
-    report = build_plan(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target),
+    report = build_plan(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target, registry),
                         rewrite=as_elsewhere if elsewhere else None)
     stack = report.plan
     if stack is not None and not args.quiet:

@@ -53,8 +53,9 @@ def target_overrides(target: Target) -> list[str]:
     return [f"trainer.device={target.device}"]
 
 
-def target_problems(config, target: Target | None) -> list[Problem]:
-    """What the target machine cannot run: more GPUs per node than it has; several nodes without Ray."""
+def target_problems(config, target: Target | None, registry=None) -> list[Problem]:
+    """What the target machine cannot run: more GPUs per node than it has; several nodes without Ray; more host memory
+    than its RAM (``registry``: the installed features' memory terms, rl_core.plan.features)."""
     out = []
     t = config.trainer
     if target is not None and target.per_node is not None and t.n_gpus_per_node > target.per_node:
@@ -62,9 +63,9 @@ def target_problems(config, target: Target | None) -> list[Problem]:
                            fix=f"set trainer.n_gpus_per_node to at most {target.per_node}, or use more nodes (trainer.nnodes with trainer.placement=ray)"))
     out.extend(node_problems(config))
     if target is not None and target.ram_gib and target.device == "cuda":
-        from rl_core.lora.checks import host_memory_problems
+        from rl_core.plan.memory_checks import host_memory_problems
 
-        out.extend(host_memory_problems(config, available=target.ram_gib * 2**30))
+        out.extend(host_memory_problems(config, registry, available=target.ram_gib * 2**30))
     return out
 
 

@@ -149,7 +149,7 @@ class ModelConfig:
     compile: bool | str = choice(False, (False, True, "auto"), hint="auto picks eager on a CPU and for short runs")
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
-    # LoRA (rl_core.lora, docs/lora.md, issue #32): 0 = off (full fine-tune); the actor's adapters on the fsdp backend
+    # LoRA (rl-lora: plugins/lora, docs/lora.md, issue #32): 0 = off (full fine-tune); the actor's adapters on the fsdp backend
     lora_rank: int = num(0, ge=0, hint="0 turns LoRA off; 8 to 64 is usual, e.g. 32")
     lora_alpha: float = num(16.0, gt=0, hint="the adapters' scale is lora_alpha / lora_rank; twice the rank is usual, e.g. 64")
     # module names (the last part of a module's dotted name, e.g. [q_proj, v_proj]) or "all-linear" (every nn.Linear
@@ -525,7 +525,7 @@ class TrainerConfig(Sectioned):
     save_contents: list[str] = field(factory=lambda: ["model", "optimizer", "extra"])
     load_contents: list[str] | None = None  # what a resume reads; null: all the checkpoint holds
     # LoRA: save_hf (hf_final, a checkpoint's hf/) writes a PEFT adapter folder; true adds the merged weights in
-    # model.dtype as an HF folder merged/ inside it (rl_core.lora, docs/lora.md)
+    # model.dtype as an HF folder merged/ inside it (rl-lora, docs/lora.md)
     save_merged_lora: bool = False
     loggers: list[str] = field(factory=lambda: ["console", "jsonl"], metadata={RULE: Each(OneOf(_loggers))})
     project_name: str = text("rl-core")

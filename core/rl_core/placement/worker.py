@@ -76,6 +76,8 @@ class HybridWorker:
         self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
         # the rollout engine gets the resolved agent runtime (rollout.multi_turn) with its context
         rollout_context = attrs.evolve(context, agent=stack.agent) if getattr(stack, "agent", None) is not None else context
+        if getattr(stack, "features", None) is not None:  # and the plan's features (LoRA's rollout_adapters hook: rl_core.plan.features)
+            rollout_context = attrs.evolve(rollout_context, features=stack.features)
         build_rollout = lambda: stack.rollout.load()(config, rollout_context)  # noqa: E731 - also the supervisor's rebuild
         self.rollout = build_rollout() if "rollout" in self.roles else None
         self._engines = None if self.rollout is None else EngineSupervisor(  # an engine that dies or hangs is replaced

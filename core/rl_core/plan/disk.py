@@ -6,7 +6,7 @@ state (data position, RNG) is a few kilobytes. A model whose input embedding and
 tensor has that tensor written twice in the weights (the checkpoint names both; ``4 V h`` more). The
 final model (``hf_final``) is the actor's weights once, in float32 (``4P``), plus its tokenizer.
 
-LoRA (``model.lora_rank > 0``, ``A`` adapter parameters, :func:`rl_core.lora.memory.adapter_params`): a checkpoint
+LoRA (``model.lora_rank > 0``, ``A`` adapter parameters: the plan's features, rl-lora's count): a checkpoint
 holds the adapters and their AdamW state (``12A``; the frozen base is ``model.path``'s, except a tied input
 embedding / LM head, which torch keeps under the LM head's name: ``c V h`` in the compute dtype), and the final
 model is a PEFT adapter folder (``4A``, float32 adapters), plus the merged weights in the compute dtype (``cP``)
@@ -75,20 +75,21 @@ def _saves(config: Any) -> int | None:
     return steps // t.save_freq + (1 if steps % t.save_freq else 0)  # every save_freq steps and at the last step
 
 
-def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
-    """The run's checkpoint, final-model and total disk use; None when the model's shape is unknown."""
-    from rl_core.plan.memory import model_shape
+def estimate_disk(config: Any, shape: Any = None, features: Any = None) -> DiskEstimate | None:
+    """The run's checkpoint, final-model and total disk use; None when the model's shape is unknown. ``features``: the
+    plan's (:class:`rl_core.plan.features.Features`: LoRA's adapter count; without them, a full fine-tune's)."""
+    from rl_core.plan.memory import DTYPE_BYTES, model_shape
 
     shape = shape or model_shape(config.model.path, getattr(config.model, "override_config", None) or None)
     if shape is None:
         return None
     p = shape.params
     m = config.model
-    if m.lora_rank > 0:
-        from rl_core.plan.memory import DTYPE_BYTES
-        from rl_core.lora.memory import adapter_params
-
-        a, c = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules), DTYPE_BYTES.get(m.dtype, 4)
+    c = DTYPE_BYTES.get(m.dtype, 4)
+    own = features.actor_terms(config, shape, 1, c) if features is not None else None
+    lora = own is not None and own.frozen_base  # the base frozen, ``a`` parameters trained (LoRA: rl-lora)
+    if lora:
+        a = own.trainable
         per_checkpoint = (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * a + (c * shape.vocab * shape.hidden if shape.tied else 0)
         final = MASTER_BYTES_PER_PARAM * a + (c * p if config.trainer.save_merged_lora else 0)
     else:
@@ -105,5 +106,5 @@ def estimate_disk(config: Any, shape: Any = None) -> DiskEstimate | None:
         saves=_saves(config),
         kept=config.trainer.max_ckpt_to_keep,
         model=f"{p / 1e6:.0f}M parameters" if p >= 1e6 else f"{p / 1e3:.0f}k parameters",
-        final_what="" if m.lora_rank <= 0 else ": a LoRA adapter folder" + (" + the merged weights" if config.trainer.save_merged_lora else ""),
+        final_what="" if not lora else ": a LoRA adapter folder" + (" + the merged weights" if config.trainer.save_merged_lora else ""),
     )

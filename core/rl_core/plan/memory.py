@@ -47,7 +47,7 @@ from typing import Any
 
 import attrs
 
-from rl_core.lora.memory import actor_terms, fitting_alternatives
+from rl_core.plan.features import Features, MemoryTerms
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.logprobs import DEFAULT_CHUNK
 from rl_core.models import cache_dir
@@ -242,12 +242,13 @@ def activation_bytes_per_token_layer(shape: ModelShape, c: int) -> int:
 
 def estimate(
     config: Any, sizes: Any, *, rollout: Any = None, train: Any = None, available: float | None = None, shape: ModelShape | None = None,
-    alternatives: bool = True, reward_model: Any = None,
+    alternatives: bool = True, reward_model: Any = None, features: Features | None = None,
 ) -> Estimate | None:
     """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown.
 
     ``rollout`` / ``train``: the stack's cards (what each backend holds: ``RolloutCard.memory_fraction``,
-    ``TrainCard.state_sharding``); ``reward_model``: the reward model's card (its ``memory`` terms).
+    ``TrainCard.state_sharding``); ``reward_model``: the reward model's card (its ``memory`` terms); ``features``: the
+    plan's (:mod:`rl_core.plan.features`: LoRA's actor terms; without them, a full fine-tune's).
     """
     shape = shape or model_shape(config.model.path, config.model.override_config)
     if shape is None:
@@ -279,15 +280,15 @@ def estimate(
     share = (device == "cpu" if m.share_prompt_forward is None else m.share_prompt_forward) and not sharded
 
     t: dict[str, float] = {}
-    actor = actor_terms(config, shape, S, c)  # full fine-tune, LoRA or CPU offload (rl_core.lora.memory)
+    actor = actor_terms(config, shape, S, c, features)  # full fine-tune, CPU offload, or a feature's (LoRA)
     t.update(actor.states)
     pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
     Pt = shape.train_params  # P with the routed experts' share under expert parallelism
-    if config.ref.enable and "ref" not in pools and not actor.lora:  # LoRA: the reference is the model with adapters off
+    if config.ref.enable and "ref" not in pools and not actor.frozen_base:  # LoRA: the reference is the model with adapters off
         t["reference parameters"] = c * Pt / S
     if config.critic.enable and "critic" not in pools:
         t["critic parameters + AdamW"] = 12 * Pt / S
-    zero = getattr(config.train, "distributed_optimizer", False) and sharding == "model" and not actor.lora
+    zero = getattr(config.train, "distributed_optimizer", False) and sharding == "model" and not actor.frozen_base
     if zero:  # AdamW's state dealt over the ranks holding the same weights (DP x CP; experts: expert-DP): 8 P / world per rank
         world = max(1, sizes.world_size)
         if t.get("actor AdamW state"):
@@ -327,7 +328,7 @@ def estimate(
     else:
         act = tokens * shape.layers * per_tl
     t.update(actor.update)
-    if mixed and not sharded and not actor.lora and not config.actor.fsdp_config.param_offload and not getattr(config.actor.fsdp_config, "offload_policy", False):
+    if mixed and not sharded and not actor.frozen_base and not config.actor.fsdp_config.param_offload and not getattr(config.actor.fsdp_config, "offload_policy", False):
         t["autocast weight copy (update)"] = c * P
     elif mixed and sharded:
         t["gathered layers (update)"] = 2 * c * P / shape.layers
@@ -400,13 +401,52 @@ def estimate(
     est = Estimate(device=device, shape=shape, terms=t, phases=phases, available=available, ranks_sharing=ranks, advice=(), notes=tuple(notes),
                    world=max(1, sizes.world_size))
     if est.fits is False and alternatives:
-        with_cards = functools.partial(estimate, rollout=rollout, train=train, reward_model=reward_model)
+        with_cards = functools.partial(estimate, rollout=rollout, train=train, reward_model=reward_model, features=features)
         est = attrs.evolve(
             est,
             advice=tuple(advice(config, sizes, est, fraction_engine=fraction_engine, sharding=sharding))
-            + tuple(fitting_alternatives(config, sizes, est, with_cards)),
+            + (() if actor.frozen_base else tuple(fitting_alternatives(config, sizes, est, with_cards, features))),
         )
     return est
+
+
+CHUNK = 1 << 30  # rl_train_fsdp.offload.CHUNK_BYTES: optimizer state brought to the device at once
+
+
+def actor_terms(config: Any, shape: Any, S: int, c: int, features: Features | None = None) -> MemoryTerms:
+    """The actor's train states: a feature's (LoRA: its frozen base and adapters, rl-lora) or a full fine-tune's, float32
+    parameters ``4P/S``, AdamW's moments ``8P/S``, gradients ``4P/S`` (update only). ``actor.fsdp_config.param_offload``:
+    the parameters are in host memory between phases but on the device for every pass, so the train phases keep
+    ``4P/S``; ``optimizer_offload``: AdamW's moments live in host memory, the step brings at most :data:`CHUNK` bytes
+    to the device at a time. Host memory taken by offloading is :mod:`rl_core.plan.memory_host`'s."""
+    own = features.actor_terms(config, shape, S, c) if features is not None else None
+    if own is not None:
+        return own
+    f = config.actor.fsdp_config
+    P = getattr(shape, "train_params", shape.params)  # expert parallelism: the routed experts' share on a rank
+    policy = getattr(f, "offload_policy", False)  # counted as both switches (sharded: FSDP2's CPUOffloadPolicy holds even less)
+    param_off, optim_off = f.param_offload or policy, f.optimizer_offload or policy
+    states = {("actor parameters (fp32, in host memory while generating)" if param_off else "actor parameters (fp32)"): 4 * P / S,
+              "actor AdamW state": 0.0 if optim_off else 8 * P / S}
+    update = {"actor gradients (update)": 4 * P / S}
+    if optim_off:
+        update["AdamW state chunk on the device (offloaded, step)"] = min(8 * P / S, CHUNK)
+    return MemoryTerms(states=states, update=update)
+
+
+def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any, features: Features | None = None) -> list[str]:
+    """For a full fine-tune that does not fit: which of the features' alternatives (LoRA) or CPU offload would, with their peaks."""
+    if est.available is None:
+        return []
+    offload = attrs.evolve(config.actor.fsdp_config, param_offload=True, optimizer_offload=True)
+    options = [*(features.alternatives(config) if features is not None else []),
+               ("offload: actor.fsdp_config.param_offload=true actor.fsdp_config.optimizer_offload=true",
+                attrs.evolve(config, actor=attrs.evolve(config.actor, fsdp_config=offload)))]
+    out = []
+    for label, alt in options:
+        other = estimate(alt, sizes, available=est.available, shape=est.shape, alternatives=False)
+        out.append(f"{label}: peak {other.peak / 2**30:.1f} GiB, {'fits' if other.fits else 'does not fit either'}")
+    return out
 
 
 def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:

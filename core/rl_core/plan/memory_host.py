@@ -2,7 +2,7 @@
 
 The device estimate (:mod:`rl_core.plan.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
 was ended by the host's OOM killer (125 GiB) with nothing predicting it. Bytes per node, ``P`` parameters, ``c``
-bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on the node (``trainer.n_gpus_per_node``),
+bytes of the compute dtype, ``A`` LoRA adapter parameters (a feature's trainable count, :mod:`rl_core.plan.features`), ``k`` processes on the node (``trainer.n_gpus_per_node``),
 ``S`` ranks sharing the train states:
 
 - process runtime: ``HOST_RUNTIME_GB`` per process (python, torch, the CUDA libraries);
@@ -15,7 +15,7 @@ bytes of the compute dtype, ``A`` LoRA adapter parameters, ``k`` processes on th
 - pinned buffers come from 1 GiB segments (:class:`rl_core.train_engine.offload.HostArena`): up to one segment
   per kind (parameters, optimizer state) and process is counted as slack;
 - the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
-  host memory during training, unless LoRA adapter sync frees them instead (:mod:`rl_core.lora.merge`).
+  host memory during training, unless LoRA adapter sync frees them instead (rl-lora's in-place merge).
 
 - the final model (``hf_final``, :mod:`rl_core.train_engine.hf_export`): rank 0 copies the weights to the host one
   safetensors shard at a time (``EXPORT_SHARD_BYTES``, 5 GB) and writes it, so the export holds at most one shard,
@@ -97,18 +97,19 @@ def host_ram() -> float | None:
         return None
 
 
-def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: float | None = None) -> HostEstimate:
-    """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.plan.memory.ModelShape`)."""
+def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: float | None = None, features: Any = None) -> HostEstimate:
+    """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.plan.memory.ModelShape`;
+    ``features``: the plan's, :class:`rl_core.plan.features.Features`: LoRA's adapter count)."""
     from rl_core.plan.memory import DTYPE_BYTES
-    from rl_core.lora.memory import adapter_params
 
     m, t = config.model, config.trainer
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
     k = max(1, int(getattr(t, "n_gpus_per_node", 1) or 1))
     S = max(1, int(world_size))
-    lora = m.lora_rank > 0
-    A = adapter_params(shape, m.lora_rank, m.target_modules, m.exclude_modules) if lora else 0
+    own = features.actor_terms(config, shape, S, c) if features is not None else None
+    lora = own is not None and own.frozen_base  # the base frozen in the compute dtype, A parameters trained
+    A = own.trainable if lora else 0
     f = config.actor.fsdp_config
     policy = bool(getattr(f, "offload_policy", False))
     param_off, optim_off = bool(f.param_offload) or policy, bool(f.optimizer_offload) or policy
@@ -127,7 +128,7 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
     if _rollout_sleeps_to_host(config, shape, c, lora):
         terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
     load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
-    export = export_bytes(config, P, A, c)
+    export = export_bytes(config, P, A, c, lora)
     checkpoint = 0.0
     if (t.save_freq or 0) > 0:  # what a rank's DCP save copies to the host (module docstring)
         one_gpu = S == 1
@@ -138,11 +139,11 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
     return HostEstimate(terms=terms, load=load, available=available, export=export, checkpoint=checkpoint)
 
 
-def export_bytes(config: Any, P: int, A: int, c: int) -> float:
+def export_bytes(config: Any, P: int, A: int, c: int, lora: bool) -> float:
     """Host bytes save_hf holds at once beyond training (rank 0): a shard of the weights it writes and safetensors'
     serialized copy of it (see the module's docstring)."""
     shard = lambda total: 2 * min(total, EXPORT_SHARD_BYTES)  # noqa: E731
-    if config.model.lora_rank <= 0:
+    if not lora:
         return shard(4 * P)
     return max(2 * 4 * A, shard(c * P) if config.trainer.save_merged_lora else 0)
 

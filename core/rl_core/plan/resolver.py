@@ -30,6 +30,7 @@ from rl_core.cards import (
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
+from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import resolve_log_prob_roles
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
@@ -87,6 +88,8 @@ class Plan:
     run_kind_fn: Callable[..., Any] | None = None
     # trainer.placement's card: where the workers run (rl_core.placement.make_cluster loads its factory)
     placement: PlacementCard | None = None
+    # cross-cutting features (LoRA, ...): every installed FeatureCard, loaded once (rl_core.plan.features)
+    features: Features = Features()
 
     @property
     def needs_rollout(self) -> bool:
@@ -468,6 +471,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(agent_problems)
     observers, observer_problems = observer_plan(config, registry)
     problems.extend(observer_problems)
+    features, feature_problems = resolve_features(config, registry)
+    problems.extend(feature_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
 
@@ -500,6 +505,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         run_kind_fn=run_kind_fn,
         placement=placement,
         log_prob_roles=log_prob_roles,
+        features=features,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -40,7 +40,7 @@ tensor into the existing parameter (``copy_`` converts dtype / device in one
 step, no intermediate tensor); a tensor that already *is* the parameter's
 storage is skipped. LoRA (``rollout.lora_sync`` auto / adapter): the frozen base
 arrives once, then :meth:`HFRolloutEngine.load_adapter` merges each sync's adapters
-in place into the targeted weights (:mod:`rl_core.lora.merge`). With ``rollout.engine_kwargs={"share_weights": True}``
+in place into the targeted weights (the plan's ``rollout_adapters`` feature hook: rl-lora's ``rl_lora.merge``). With ``rollout.engine_kwargs={"share_weights": True}``
 on a colocated single process, an incoming tensor of the same device and
 dtype is adopted instead of copied (zero-copy: the engine then reads the
 trainer's live parameters, so it always generates with the latest weights;
@@ -101,7 +101,6 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
-from rl_core.lora.merge import InPlaceLora
 from rl_core.rollout import exact
 from rl_core.rollout import prefill_share
 from rl_core.rollout.output import rollout_batch
@@ -158,8 +157,8 @@ class HFRolloutEngine:
         # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
         self.routing = RouterReplay(self.model, key="rollout.return_routed_experts") if config.rollout.return_routed_experts else None
         self.static = self._static_decoder(config.rollout.engine_kwargs) if self.routing is None else None
-        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl_core.lora.merge)
-        self.lora = InPlaceLora() if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
+        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (the plan's rollout_adapters hook)
+        self.lora = _rollout_adapters(config, context) if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
     def _static_decoder(self, kwargs) -> StaticDecoder | None:
         wanted = kwargs.get("static_decode", None)
@@ -430,9 +429,11 @@ class HFRolloutEngine:
 
     def load_adapter(self, tensors: dict[str, torch.Tensor], peft_config: dict[str, Any], version: int) -> None:
         """LoRA adapters (peft names, ``lora_A`` / ``lora_B``) merged in place into the targeted weights, on top of
-        the base :meth:`load_weights` got once (:mod:`rl_core.lora.merge`)."""
+        the base :meth:`load_weights` got once (rl-lora's ``rl_lora.merge``)."""
         if self.lora is None:
-            raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync (model.lora_rank=0 or rollout.lora_sync=merged)")
+            raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync: model.lora_rank=0, rollout.lora_sync=merged, "
+                               "or no rollout_adapters hook in its WorkerContext.features (a plan's worker hands the plan's; rl-lora provides "
+                               "it: pip install rl-lora)")
         if self._offloaded:
             self.wake_up()
         if self.lora.load(self.model.state_dict(keep_vars=True), tensors, peft_config, version) and self.static is not None:
@@ -555,6 +556,14 @@ def _inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
     cdf = probs.cumsum(dim=-1)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
+def _rollout_adapters(config, context: WorkerContext) -> Any:
+    """The in-place adapter state of LoRA adapter sync, from the plan's feature hook ``rollout_adapters``
+    (:mod:`rl_core.plan.features`; rl-lora registers it), handed over in ``WorkerContext.features``; None without
+    it (an engine built for generation alone: :meth:`HFRolloutEngine.load_adapter` then says what is missing)."""
+    make = context.features.hook(config, "rollout_adapters") if context.features is not None else None
+    return make() if make is not None else None
 
 
 def factory(config, context: WorkerContext) -> HFRolloutEngine:

@@ -802,7 +802,7 @@ class Trainer:
         """rl_core.plan.disk's estimate of this run (None when the model's shape is unknown), computed once."""
         if not hasattr(self, "_disk"):
             try:
-                self._disk = estimate_disk(self.config)
+                self._disk = estimate_disk(self.config, features=self.stack.features)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # advisory only
                 self._disk = None
         return self._disk

@@ -44,6 +44,7 @@ def judge_run_config(config: Any) -> Any:
     model = attrs.evolve(
         config.model, path=m.path, tokenizer_path=m.tokenizer_path, trust_remote_code=m.trust_remote_code,
         dtype=rm.model.dtype or config.model.dtype, random_init=False, override_config={}, compile=False, architecture=None,
+        lora_rank=0, lora_adapter_path=None,  # the policy's LoRA adapters are not the judge's (no adapter sync to it)
     )
     rollout = attrs.evolve(
         config.rollout, name=rm.judge.engine, n=1, tensor_model_parallel_size=1, generation_batch_size=None,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-#: The linear layers of a llama / qwen2 block (rl_core.lora.memory's list): what ``all-linear`` adapts there.
+#: The linear layers of a llama / qwen2 block (rl_lora.memory's list): what ``all-linear`` adapts there.
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: SGLang's stacked LoRA modules: peft module -> (stacked module, index of its part)
 STACKED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),

@@ -207,7 +207,7 @@ def test_lora_actor_reaches_sglang_merged_and_verified(shared):
     """LoRA on the fsdp actor, SGLang rollout with the merged fallback (rollout.lora_sync=merged; the adapter path:
     test_sglang_e2e.py): after each of two updates the merged weights are synced, verified in the engine
     and against the trainer's own W + scale*B@A, and SGLang's log-probs of its own samples equal the actor's."""
-    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora; peft==0.21.2 in the engine's venv)")
     rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl-train-fsdp plugin")
     import attrs
     from rl_core.weight_sync_check import load_verified

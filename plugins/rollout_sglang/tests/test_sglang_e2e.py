@@ -74,7 +74,7 @@ def test_two_step_lora_grpo_with_adapter_only_sync_to_sglang(tmp_path):
     backend, pinned memory off: rl_rollout_sglang.sglang_quirks). Every sync is verified by reading back what SGLang
     holds (base weights through its LoRA wrappers, the adapter as its LoRA manager keeps it), and SGLang's log-probs
     of its own samples equal the actor's at both steps, while the adapters move the policy well beyond that gap."""
-    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora; peft==0.21.2 in the engine's venv)")
     cfg = write_tiny_run(
         tmp_path, steps=2, model=dict(arch="qwen2", hidden=64, layers=2, heads=4, kv_heads=2), rollout__name="sglang",
         rollout__calculate_log_probs=True, rollout__lora_sync="adapter", model__lora_rank=4, model__lora_alpha=8,

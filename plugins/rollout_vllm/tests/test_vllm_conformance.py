@@ -293,7 +293,7 @@ def _tp_lora_rank(rank, world_size, model_dir):
     out = {}
     try:
         first = adapter(1)
-        config = {"r": 8, "lora_alpha": 8, "target_modules": targets, "bias": "none"}  # scale 1, as rl_core.lora.engine_adapter sends
+        config = {"r": 8, "lora_alpha": 8, "target_modules": targets, "bias": "none"}  # scale 1, as rl_lora.adapters.engine_adapter sends
         out["verified"], out["tensors"] = load_adapter_verified(eng, first, config, engine_name="vllm", version=1), len(first)
         out["held"] = eng.sample_weights({k: torch.arange(min(16, v.numel())) for k, v in first.items()})
         out["sent"] = {k: v.reshape(-1)[:16] for k, v in first.items()}

@@ -19,7 +19,7 @@ except Exception as exc:  # noqa: BLE001
         allow_module_level=True,
     )
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
-pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]'; peft==0.21.2 in the engine's venv)")
+pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora; peft==0.21.2 in the engine's venv)")
 
 from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified  # noqa: E402
 from rl_core_testing.tiny_run import write_tiny_run  # noqa: E402

@@ -77,7 +77,7 @@ class FSDPBackend(Forwards, LoraMembers, WeightExport, offload.Offload, TrainBac
         # (not by default under model.compile: a forward with a KV cache runs the compiled layers eagerly, rl_core.modeling)
         self.share_prompts = (self.device.type == "cpu" and not config.model.compile if share is None else bool(share)) and not self.sharded
         mcfg = config.model
-        # LoRA (issue #32, rl_core.lora): the actor's base weights frozen in the compute dtype, float32 adapters only
+        # LoRA (issue #32, rl_lora): the actor's base weights frozen in the compute dtype, float32 adapters only
         self.lora = role == "actor" and mcfg.lora_rank > 0
         fcfg = config.actor.fsdp_config
         self.param_offload, self.optimizer_offload, self.host_offload = offload.offload_modes(role, offload.role_offload_config(role, config), self.sharded)
@@ -91,7 +91,7 @@ class FSDPBackend(Forwards, LoraMembers, WeightExport, offload.Offload, TrainBac
         if self.trainable and mcfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.lora:
-            from rl_core.lora import LoraSpec, apply_lora
+            from rl_lora.adapters import LoraSpec, apply_lora
 
             model = apply_lora(model, LoraSpec.from_model_config(mcfg), dtype=self.compute_dtype, seed=config.trainer.seed)  # same start on every rank
         self.router_replay = self._router_replay(model, config)
@@ -103,7 +103,7 @@ class FSDPBackend(Forwards, LoraMembers, WeightExport, offload.Offload, TrainBac
         # sharded: FSDP2's MixedPrecisionPolicy computes in compute_dtype; unsharded: torch.autocast
         self.autocast_dtype = self.compute_dtype if self.mixed_precision and not self.sharded else None
         if self.lora and self.autocast_dtype is not None:  # every forward runs under autocast: no fp32 copy of each adapted input
-            from rl_core.lora import keep_input_dtype
+            from rl_lora.adapters import keep_input_dtype
 
             keep_input_dtype(model)
         self.experts = self._expert_parallel(model, config)

@@ -1,4 +1,4 @@
-"""The actor's LoRA members of the FSDP backend (issue #32, rl_core.lora; mixed into :class:`rl_train_fsdp.engine.FSDPBackend`).
+"""The actor's LoRA members of the FSDP backend (issue #32, rl_lora; mixed into :class:`rl_train_fsdp.engine.FSDPBackend`).
 
 The base weights are frozen in the compute dtype and only the float32 adapters train. The reference policy is the same
 model with its adapters off (no second copy); a rollout engine with a LoRA API gets the frozen base once
@@ -24,7 +24,7 @@ class LoraMembers:
         """LoRA: the same model with its adapters off (the base policy); no second copy is loaded."""
         if not self.lora:
             raise RuntimeError(f"the {self.role} model has no LoRA adapters: the reference policy needs a ref model of its own (model.lora_rank=0)")
-        from rl_core.lora import adapters_disabled
+        from rl_lora.adapters import adapters_disabled
 
         return self._native_routing(adapters_disabled(self.model))
 
@@ -42,16 +42,16 @@ class LoraMembers:
     def named_base_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """LoRA: the frozen base weights (HF names, adapters not folded in; every rank drains it), for an engine that
         applies the adapters itself (rollout.lora_sync=adapter)."""
-        from rl_core.lora import iter_base
+        from rl_lora.adapters import iter_base
 
         return iter_base(self.model, sharding.full_tensor)
 
     def lora_adapter(self, dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], dict] | None:
         """LoRA: the live adapters (in ``dtype``, default float32) and their PEFT config as rollout engines' LoRA APIs
-        take them (rl_core.lora.engine_adapter)."""
+        take them (rl_lora.adapters.engine_adapter)."""
         if not self.lora:
             return None
-        from rl_core.lora import engine_adapter
+        from rl_lora.adapters import engine_adapter
 
         return engine_adapter(self.model, sharding.full_tensor, dtype)
 
@@ -60,6 +60,6 @@ class LoraMembers:
         (the trainer's side of rl_core.weight_sync_check); None without LoRA (named_weights are the parameters)."""
         if not self.lora:
             return None
-        from rl_core.lora import sample_effective
+        from rl_lora.adapters import sample_effective
 
         return sample_effective(self.model, positions, sharding.full_tensor)

@@ -67,7 +67,7 @@ FSDP_CARD = TrainCard(
     images=True,  # prompts with images: the actor / ref forwards read them (rl_core.multimodal)
     state_sharding="data",  # FSDP2 shards parameters, gradients and optimizer state over every rank
     default=True,  # the train backend of a config without train.name
-    lora=True,  # the actor's LoRA adapters (peft), the reference = adapters off (rl_core.lora)
+    lora=True,  # the actor's LoRA adapters (peft), the reference = adapters off (rl_lora)
     offload=True,  # actor.fsdp_config.param_offload / optimizer_offload on one device (rl_train_fsdp.offload)
     exact=True,  # rollout.exact: the actor / ref forwards are rl_core.rollout.exact.sequence_log_probs (rl_train_fsdp.forward)
     engine="torch",

@@ -1,6 +1,6 @@
 """The FSDP backend's weights going out: full HF-named tensors, the HF folder, this rank's state for tests (mixed into
 :class:`rl_train_fsdp.engine.FSDPBackend`). LoRA: the adapters merged into the base model's names, and the PEFT adapter
-folder (rl_core.lora)."""
+folder (rl_lora)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class WeightExport:
         checkpoint convention).
         """
         if self.lora:  # the base model's names and shapes, adapters merged (float32): what any rollout engine loads
-            from rl_core.lora import iter_merged
+            from rl_lora.adapters import iter_merged
 
             return iter_merged(self.model, sharding.full_tensor)
         return sharding.iter_full_weights(self.model)
@@ -40,7 +40,7 @@ class WeightExport:
         write = self.rank == 0
         folder, dtype = Path(path), None
         if self.lora:
-            from rl_core.lora import MERGED_FOLDER, base_model_reference, write_adapter_folder
+            from rl_lora.adapters import MERGED_FOLDER, base_model_reference, write_adapter_folder
 
             write_adapter_folder(self.model, folder, sharding.full_tensor, write=write, base_model=base_model_reference(self.config.model.path))
             if write:

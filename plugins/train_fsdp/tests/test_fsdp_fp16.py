@@ -105,7 +105,7 @@ def test_two_step_grpo_fp16_sharded(tmp_path, rollout):
 def test_fp16_with_lora_adapters(model_dir, step):
     """LoRA (docs/lora.md) in float16: the frozen base in float16, the adapters (the only trained weights) float32 under
     AdamW, the loss scale over their gradients; the update within float16 tolerance of LoRA in float32."""
-    pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]')")
+    pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora)")
     shard = single_rank_order(step, 2, 2)
 
     def lora(dtype):

@@ -14,7 +14,7 @@ from rl_core_testing.distributed import run_distributed
 from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch, rank_shard, single_rank_order
 from rl_train_fsdp.engine import build_engine
 
-pytest.importorskip("peft", reason="LoRA needs peft (pip install 'rl-core[lora]')")
+pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora)")
 pytestmark = [pytest.mark.dist, pytest.mark.usefixtures("one_thread")]
 
 

@@ -306,7 +306,7 @@ RULES: tuple[Rule, ...] = (
        note="the activations a training forward saves are kept in host memory until backward (fsdp backend; rl_train_fsdp.activations)"),
     _tie("critic.model.enable_activation_offload", "model.enable_activation_offload", "the critic follows model.enable_activation_offload"),
     _same("actor_rollout_ref.model.use_shm", [False], "loading the model through shared memory", "model.path (a local folder)"),
-    # LoRA (rl_core.lora, docs/lora.md): verl's keys have rl-core's meaning ("all-linear" or a list of names)
+    # LoRA (rl-lora, docs/lora.md): verl's keys have rl-core's meaning ("all-linear" or a list of names)
     *(_m(f"actor_rollout_ref.model.{k}", f"model.{k}") for k in ("lora_rank", "lora_alpha", "target_modules", "lora_adapter_path")),
     _m("actor_rollout_ref.model.exclude_modules", "model.exclude_modules", lambda v: [] if v is None else v),
     _no("actor_rollout_ref.model.lora_*", "this LoRA setting", "model.lora_rank, lora_alpha, target_modules, exclude_modules, lora_dropout, lora_adapter_path", "docs/lora.md"),

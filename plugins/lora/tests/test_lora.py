@@ -1,4 +1,4 @@
-"""rl_core.lora: peft LoRA on a tiny causal LM (built from a config), checked against references built without it."""
+"""rl_lora.adapters: peft LoRA on a tiny causal LM (built from a config), checked against references built without it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 
 pytest.importorskip("peft")
 
-from rl_core.lora import (  # noqa: E402
+from rl_core_testing.tiny_model import tiny_config  # noqa: E402
+from rl_lora.adapters import (  # noqa: E402
     LoraError,
     LoraSpec,
     adapter_state_dict,
@@ -21,7 +22,6 @@ from rl_core.lora import (  # noqa: E402
     target_problems,
     trainable_parameters,
 )
-from rl_core_testing.tiny_model import tiny_config  # noqa: E402
 
 SPEC = LoraSpec(rank=4, alpha=8.0)
 

@@ -1,4 +1,4 @@
-"""The memory estimate under LoRA and CPU offload (rl_core.lora.memory): a 7B full fine-tune does not fit one 80 GB GPU; LoRA and offload would."""
+"""The memory estimate under LoRA (rl_lora.memory, through the plan's features) and CPU offload: a 7B full fine-tune does not fit one 80 GB GPU; LoRA and offload would."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from pathlib import Path
 import attrs
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
+from rl_core.plan.features import load_features
 from rl_core.plan.memory import GB, estimate, model_shape
-from rl_core.lora.memory import adapter_params
+from rl_core.plugins import get_registry
+from rl_lora.memory import adapter_params
 
-TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 # the issue's workload on one H100: 8 prompts x 8 samples, 128 + 256 tokens, bf16, gradient checkpointing
 SEVEN_B = ["model.path=Qwen/Qwen2.5-7B", f"data.train_files=[{TINY_DATA}]", "trainer.device=cuda", "trainer.n_gpus_per_node=1",
            "data.train_batch_size=8", "rollout.n=8", "actor.ppo_mini_batch_size=8", "actor.ppo_micro_batch_size_per_gpu=4",
@@ -20,7 +22,7 @@ SEVEN_B = ["model.path=Qwen/Qwen2.5-7B", f"data.train_files=[{TINY_DATA}]", "tra
 def _est(*overrides):
     config, sizes, problems = normalize(load_config(None, [*SEVEN_B, *overrides]))
     assert sizes is not None, problems
-    return config, estimate(config, sizes, available=80 * GB)
+    return config, estimate(config, sizes, available=80 * GB, features=load_features(get_registry(), []))
 
 
 def test_adapter_count_matches_peft_on_a_real_model():
@@ -28,9 +30,9 @@ def test_adapter_count_matches_peft_on_a_real_model():
 
     pytest.importorskip("peft")
     import torch
-    from rl_core.lora import LoraSpec, apply_lora, trainable_parameters
     from rl_core.plan.memory import shape_from_config
     from rl_core_testing.tiny_model import tiny_config
+    from rl_lora.adapters import LoraSpec, apply_lora, trainable_parameters
     from transformers import AutoModelForCausalLM
 
     cfg = tiny_config("qwen2", hidden=32, layers=2, heads=4, kv_heads=2)
@@ -79,13 +81,13 @@ def test_seven_b_full_fine_tune_does_not_fit_one_80gb_gpu_and_lora_or_offload_wo
 
 
 def test_check_refuses_the_seven_b_full_fine_tune_on_one_80gb_gpu_naming_what_would_fit():
-    from rl_core.lora.checks import memory_problems
+    from rl_core.plan.memory_checks import memory_problems
 
     config = load_config(None, SEVEN_B)
-    (p,) = memory_problems(config, available=80 * GB)
+    (p,) = memory_problems(config, get_registry(), available=80 * GB)
     assert p.severity == "error" and p.key == "model.lora_rank"
     assert "7.6B parameters need 113 GiB per GPU for their train states alone" in p.what and "80 GiB" in p.what
     assert "LoRA: model.lora_rank=32" in p.fix and "fits" in p.fix and "offload: actor.fsdp_config.param_offload=true" in p.fix
-    assert memory_problems(config, available=200 * GB) == []  # room enough: no refusal
-    assert memory_problems(load_config(None, [*SEVEN_B, "model.lora_rank=32"]), available=80 * GB) == []  # LoRA has its own refusal
-    assert memory_problems(load_config(None, [*SEVEN_B, "trainer.device=cpu"]), available=80 * GB) == []
+    assert memory_problems(config, get_registry(), available=200 * GB) == []  # room enough: no refusal
+    assert memory_problems(load_config(None, [*SEVEN_B, "model.lora_rank=32"]), get_registry(), available=80 * GB) == []  # LoRA has its own refusal
+    assert memory_problems(load_config(None, [*SEVEN_B, "trainer.device=cpu"]), get_registry(), available=80 * GB) == []

@@ -1,6 +1,6 @@
 """LoRA adapters on a Hugging Face causal LM, from ``model.lora_*`` (issue #32, docs/lora.md).
 
-Built on the ``peft`` library (``pip install 'rl-core[lora]'``):
+Built on the ``peft`` library (``pip install rl-lora`` brings it):
 
 - :func:`apply_lora` wraps a model: the base weights are frozen and cast to the compute dtype (no float32
   master copy, no optimizer state, no gradients for them); only the adapters (float32) are trainable.
@@ -28,13 +28,12 @@ from typing import Any, Iterator
 
 import attrs
 import torch
-
-from rl_core.problems import UserError
-from rl_core.problems import did_you_mean
+from rl_core.modeling import adapter_folder_base  # noqa: F401  (a PEFT folder's base: core's model-path check reads it too)
+from rl_core.problems import UserError, did_you_mean
 
 ALL_LINEAR = "all-linear"
 ADAPTER_NAME = "default"
-INSTALL = "pip install 'rl-core[lora]' (installs peft)"
+INSTALL = "pip install rl-lora (installs peft)"
 
 
 class LoraError(UserError):
@@ -194,7 +193,7 @@ def keep_input_dtype(model: torch.nn.Module) -> int:
     16-bit input of every adapted layer to the float32 adapters' dtype, and autocast casts it straight back to
     16 bits for ``lora_A``'s matmul, so each adapted layer made a float32 copy and a second 16-bit copy of its
     input (forward, and again in a checkpointed layer's recomputation) for the same values: bf16 -> fp32 -> bf16
-    is exact, so results are bit-identical without it (tests/core/test_lora_engine.py). Outside autocast a
+    is exact, so results are bit-identical without it (plugins/train_fsdp/tests/test_fsdp_lora.py). Outside autocast a
     16-bit input would then meet float32 weights and fail loudly (a dtype error), never silently."""
     layers = 0
     for _, layer in _lora_layers(model):
@@ -398,17 +397,6 @@ def write_adapter_folder(model: torch.nn.Module, folder: str | Path, gather=_det
         cfg.base_model_name_or_path = base_model
     cfg.save_pretrained(str(folder))
     return folder
-
-
-def adapter_folder_base(folder: str | Path) -> str | None:
-    """The base model an adapter folder names (``base_model_name_or_path``), or None when ``folder`` is not one."""
-    cfg = Path(folder).expanduser() / "adapter_config.json"
-    if not cfg.is_file():
-        return None
-    try:
-        return json.loads(cfg.read_text()).get("base_model_name_or_path") or ""
-    except (OSError, ValueError):
-        return ""
 
 
 def save_adapter(model: torch.nn.Module, folder: str | Path, *, merged: bool = False) -> Path:

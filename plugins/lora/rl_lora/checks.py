@@ -1,4 +1,4 @@
-"""`rlcore check` / `train` probes for ``model.lora_*`` and ``actor.fsdp_config.*_offload`` (issue #32).
+"""`rlcore check` / `train` probes for ``model.lora_*`` (issue #32): rl-lora's check (``lora``).
 
 Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
 
@@ -6,10 +6,10 @@ Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
   ``lora_rank=0`` would be ignored: refused), ``target_modules`` / ``exclude_modules`` name linear layers of the model (built on the meta device
   from its ``config.json``: no weights read), the adapter folder is a LoRA adapter of the configured rank; and a
   train backend whose card does not declare ``lora`` refuses ``lora_rank > 0`` instead of silently ignoring it.
-- :func:`offload_problems`: the same for parameter / optimizer offload (card ``offload``); on several ranks the
-  fsdp backend uses FSDP2's ``CPUOffloadPolicy``.
-- :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of
-  LoRA or offload would fit (e.g. Qwen2.5-7B on one 80 GB GPU).
+- :func:`lora_sync_problems`: ``rollout.lora_sync=adapter`` needs a rollout engine with a LoRA adapter API.
+
+Offload and what fits the memory are the kernel's checks (:mod:`rl_core.plan.memory_checks`), which read LoRA's
+terms through rl-lora's feature card.
 """
 
 from __future__ import annotations
@@ -18,17 +18,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rl_core.cards import CheckCard
-from rl_core.hookspecs import hookimpl
-from rl_core.problems import Problem
-from rl_core.config.normalize import normalize
-from rl_core.lora import ALL_LINEAR, LoraError, LoraSpec, check_adapter_folder, linear_names, target_names, target_problems
-from rl_core.plan.probes import pickled_weights_problem
-from rl_core.lora.memory import actor_terms
 from rl_core.models import cache_dir
-from rl_core.plan.memory import GB, device_memory, model_shape
-from rl_core.plan.memory import estimate
-from rl_core.plan.memory_host import host_estimate, host_ram
+from rl_core.plan.probes import pickled_weights_problem
+from rl_core.problems import Problem
+
+from rl_lora.adapters import ALL_LINEAR, LoraError, LoraSpec, check_adapter_folder, linear_names, target_names, target_problems
+
 
 def _train_card(config: Any, registry: Any):
     """The train card the run would use (None when it cannot be told)."""
@@ -171,92 +166,3 @@ def lora_sync_problems(config: Any, registry: Any = None) -> list[Problem]:
                     why="the engine can only load whole weights",
                     fix="set rollout.lora_sync=merged (or auto)" + (f", or use rollout.name={' or '.join(able)}" if able else ""))]
 
-
-def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
-    keys = [f"{role}.fsdp_config.{k}" for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")
-            if getattr(getattr(getattr(config, role), "fsdp_config", None), k, False)]
-    if not keys:
-        return []
-    out = []
-    if (backend := _unsupported(config, registry, "offload")) is not None:
-        out += [Problem(key=k, what=f"is true, but the {backend} train backend does not offload to host memory",
-                        why="the run would keep everything on the device and ignore the setting", fix=f"use {_capable(registry, 'offload')}, or set {k}=false")
-                for k in keys]
-    return out
-
-
-def memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
-    """A full fine-tune whose train states alone (float32 weights, AdamW, gradients) exceed the GPU's memory can
-    never run, whatever the batch sizes: refused, naming which of LoRA or CPU offload would fit (rl_core.lora.memory).
-    ``available``: the GPU's bytes (default: this machine's GPU; nothing is checked without one)."""
-    if config.trainer.device == "cpu" or config.model.lora_rank > 0:
-        return []
-
-    config, sizes, _ = normalize(config)
-    if sizes is None or sizes.device == "cpu":
-        return []
-    rm_card = registry.cards["reward_model"].get(config.reward_model.name) if registry is not None and config.reward_model.enable else None
-    est = estimate(config, sizes, available=available, reward_model=rm_card)
-    if est is None or est.available is None or est.fits is not False:
-        return []
-    terms = actor_terms(config, est.shape, sizes.world_size if sizes.world_size > 1 else 1, 4)
-    need = sum(terms.states.values()) + sum(terms.update.values())
-    if need <= est.available:
-        return []
-    fits = [a.split(" (not wired")[0] for a in est.advice if a.startswith(("LoRA: ", "offload: "))]
-    return [Problem(key="model.lora_rank", what=f"is 0 (full fine-tune): {est.shape.params / 1e9:.1f}B parameters need {need / GB:.0f} GiB per GPU for their train states alone "
-                    f"(float32 weights, AdamW state, gradients) but the GPU has {est.available / GB:.0f} GiB",
-                    why="no batch size makes it fit", fix="; or ".join(fits) + "; or more GPUs (trainer.n_gpus_per_node)")]
-
-
-def host_memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
-    """A GPU run whose host-memory estimate (rl_core.plan.memory_host: offloaded state, the model load, the rollout
-    asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
-    ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
-    for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
-
-    if config.trainer.device == "cpu":
-        return []
-    if available is None:
-        if device_memory("cuda") is None:  # no GPU here: the config is for another machine (--target ...,ram= checks it)
-            return []
-        available = host_ram()
-    config, sizes, _ = normalize(config)
-    shape = model_shape(config.model.path, config.model.override_config)
-    if sizes is None or sizes.device == "cpu" or shape is None or available is None:
-        return []
-    est = host_estimate(config, shape, world_size=sizes.world_size, available=available)
-    if est.fits is not False:
-        return []
-    f = config.actor.fsdp_config
-    switches = [f"actor.fsdp_config.{k}" for k in ("optimizer_offload", "param_offload", "offload_policy") if getattr(f, k, False)]
-    fixes = []
-    if config.model.lora_rank == 0:
-        import attrs
-
-        alt = attrs.evolve(config, model=attrs.evolve(config.model, lora_rank=32, lora_alpha=64.0, target_modules="all-linear"))
-        fixes.append(f"LoRA (model.lora_rank=32 model.lora_alpha=64: host peak {host_estimate(alt, shape, world_size=sizes.world_size).peak / GB:.0f} GiB)")
-    if switches:
-        fixes.append(f"{' / '.join(f'{k}=false' for k in switches)} if the GPU holds the state (see the device estimate)")
-    if config.rollout.enable_sleep:
-        fixes.append("rollout.enable_sleep=false (the rollout keeps its weights on the GPU)")
-    fixes.append(f"a node with at least {est.peak / GB:.0f} GiB of RAM")
-    biggest = max(est.terms, key=est.terms.get)
-    return [Problem(key=switches[0] if switches else "trainer.n_gpus_per_node",
-                    what=f"the run needs about {est.peak / GB:.0f} GiB of host memory per node (largest: {biggest}, {est.terms[biggest] / GB:.0f} GiB) "
-                         f"but the node has {available / GB:.0f} GiB of RAM",
-                    why="the host's OOM killer would end the run partway (rl_core.plan.memory_host)", fix="; or ".join(fixes))]
-
-
-PROBES = (("files", lora_problems), ("rules", offload_problems), ("values", memory_problems), ("values", host_memory_problems))
-
-
-def lora_and_offload_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """Both checks, registered below as one (``lora_and_offload``)."""
-    return lora_problems(config, registry) + offload_problems(config, registry) + memory_problems(config, registry) + host_memory_problems(config, registry)
-
-
-@hookimpl
-def rl_core_register_checks(register) -> None:
-    register(CheckCard(name="lora_and_offload", stage="values", order=40, factory=f"{__name__}:lora_and_offload_problems",
-                       description="model.lora_* and actor.fsdp_config.*_offload: what the engines apply"))

@@ -8,6 +8,8 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
+from rl_core.plan.features import load_features
+from rl_core.plugins import get_registry
 from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
 from tests.numerics import AdamWSteps, assert_adamw_steps, assert_fails, assert_reduction_close, lm_gradient_terms, perturbed
@@ -18,6 +20,8 @@ rl_train_fsdp = pytest.importorskip("rl_train_fsdp.engine", reason="needs the rl
 pytestmark = pytest.mark.usefixtures("one_thread")
 build_engine = rl_train_fsdp.build_engine
 CPU = WorkerContext(rank=0, world_size=1, device="cpu")
+# the hf rollout's context as a plan's worker builds it: the plan's features (rl-lora's rollout_adapters hook)
+ROLLOUT = WorkerContext(rank=0, world_size=1, device="cpu", features=load_features(get_registry(), []))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +132,7 @@ def test_reference_is_the_base_with_adapters_off_and_sync_is_merged_and_verified
     with pytest.raises(RuntimeError, match="no LoRA adapters"):
         build_engine("actor", _cfg(model_dir, rank=0), CPU).compute_log_prob(step, reference=True)
 
-    rollout = HFRolloutEngine(cfg, CPU)
+    rollout = HFRolloutEngine(cfg, ROLLOUT)
     n = load_verified(rollout, actor.named_weights(), actor.sample_weights, engine_name="hf", version=1)
     assert n == len(dict(plain.named_parameters()))  # every tensor verified (tied embeddings once)
     with torch.no_grad():  # the rollout now samples the trained policy
@@ -184,7 +188,7 @@ def _check_save_hf(a, step, model_dir, tmp_path):
     import json
 
     import peft
-    from rl_core.lora import MERGED_FOLDER, adapter_folder_base, merged_state_dict
+    from rl_lora.adapters import MERGED_FOLDER, adapter_folder_base, merged_state_dict
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -272,8 +276,8 @@ def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, st
     into B (engine scale 1); base + adapters == the merged policy; a stale or lost adapter names engine and version."""
     from types import SimpleNamespace
 
-    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
     from rl_core.placement.worker import lora_sync_mode
+    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
     from transformers import AutoModelForCausalLM
 
     cfg = _cfg(model_dir)
@@ -328,13 +332,13 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     """rollout.lora_sync=auto with the hf engine: the base once (the engine keeps the trainer's frozen tensors as its
     base: no copy), then each sync only the adapters, merged in place (W = W_base + B_scaled @ A, one GEMM per weight);
     the rollout samples the trained policy; a stale, lost or unmerged adapter stops the run."""
+    from rl_core.placement.worker import lora_sync_mode
     from rl_core.rollout.hf import HFRolloutEngine
     from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
-    from rl_core.placement.worker import lora_sync_mode
 
     cfg = _cfg(model_dir)
     actor = build_engine("actor", cfg, CPU)
-    rollout = HFRolloutEngine(cfg, CPU)
+    rollout = HFRolloutEngine(cfg, ROLLOUT)
     assert lora_sync_mode(cfg, rollout) == "adapter"
     load_verified(rollout, actor.named_base_weights(), None, engine_name="hf", version=0, load=rollout.load_base_weights)
     mask = step.tensors["response_mask"].bool()
@@ -380,13 +384,13 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     assert load_adapter_verified(rollout, newer, peft_config, actor.sample_weights, engine_name="hf", version=5) == len(newer)
 
     # share_weights: the engine adopts the trainer's tensors; the merge must give the weight storage of its own
-    shared = HFRolloutEngine(attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, engine_kwargs={"share_weights": True})), CPU)
+    shared = HFRolloutEngine(attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, engine_kwargs={"share_weights": True})), ROLLOUT)
     load_verified(shared, actor.named_base_weights(), None, engine_name="hf", version=0, load=shared.load_base_weights)
     load_adapter_verified(shared, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
     assert all(torch.equal(p, before[k]) for k, p in bases.items())
     # weights that came by plain load_weights (a split-pool transfer, a merged sync) are never kept: the engine merges
     # onto a copy of its own
-    own = HFRolloutEngine(cfg, CPU)
+    own = HFRolloutEngine(cfg, ROLLOUT)
     load_verified(own, actor.named_base_weights(), None, engine_name="hf", version=0)
     load_adapter_verified(own, newer, peft_config, actor.sample_weights, engine_name="hf", version=1)
     assert own.lora.owned == set(bases) and all(own.lora.bases[k].data_ptr() != p.data_ptr() for k, p in bases.items())
@@ -440,11 +444,11 @@ def test_lora_inside_compiled_decoder_layers_gives_the_same_update(model_dir, st
 
 def test_bf16_actor_skips_peft_s_fp32_input_copies_with_bit_identical_results(model_dir, step):
     """Unsharded mixed precision (autocast): peft's cast of each adapted layer's 16-bit input to the float32
-    adapters' dtype is turned off (rl_core.lora.keep_input_dtype): autocast cast it straight back, so the log-probs
+    adapters' dtype is turned off (rl_lora.adapters.keep_input_dtype): autocast cast it straight back, so the log-probs
     and the update are bit-identical without it, with fewer copies (counted per forward + backward)."""
     from collections import Counter
 
-    from rl_core.lora import _lora_layers
+    from rl_lora.adapters import _lora_layers
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class CountCopies(TorchDispatchMode):

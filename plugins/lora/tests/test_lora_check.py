@@ -1,4 +1,4 @@
-"""`rlcore check` on model.lora_* / actor.fsdp_config.*_offload: accepted where the train backend applies them (#32), names checked."""
+"""`rlcore check` on model.lora_* (rl-lora's check) / actor.fsdp_config.*_offload (the kernel's): accepted where the train backend applies them (#32), names checked."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 from rl_core.cards import TrainCard
 from rl_core.cli.main import main
 from rl_core.config.schema import ModelConfig, RunConfig
-from rl_core.lora.checks import lora_problems, offload_problems
+from rl_core.plan.memory_checks import offload_problems
+from rl_lora.checks import lora_problems
 
 pytest.importorskip("peft")
-TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_a_train_backend_without_lora_or_offload_refuses_them():
 def test_adapter_sync_needs_an_engine_with_a_lora_api():
     import attrs
     from rl_core.cards import RolloutCard
-    from rl_core.lora.checks import lora_sync_problems
+    from rl_lora.checks import lora_sync_problems
 
     plain, able = RolloutCard(name="plain", factory="x:y"), RolloutCard(name="able", factory="x:y", lora_adapters=True)
     registry = SimpleNamespace(cards={"rollout": {"plain": plain, "able": able}})

@@ -4,7 +4,6 @@ built), every sync to the hf rollout is verified, the rollout samples the traine
 from __future__ import annotations
 
 import pytest
-import torch
 from rl_core.config.load import load_config
 from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer

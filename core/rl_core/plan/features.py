@@ -1,0 +1,122 @@
+"""Cross-cutting features (LoRA, ...) resolved once into the Plan: the contract of :class:`rl_core.cards.FeatureCard`.
+
+A feature package (rl-lora: ``plugins/lora``) registers a ``FeatureCard`` (hook ``rl_core_register_features``); the
+resolver loads every installed one once into :class:`Features` (``Plan.features``). The kernel asks it, never the
+registry and never the package:
+
+- :meth:`Features.actor_terms`: an enabled feature's :class:`MemoryTerms` (the actor's train states; the device
+  estimate, :mod:`rl_core.plan.memory`; its trainable parameter count: the host and disk estimates);
+- :meth:`Features.alternatives`: configs with a feature on that the device estimate tries for a full fine-tune that
+  does not fit;
+- :meth:`Features.hook`: a named run-time hook of an enabled feature (the hf rollout's ``rollout_adapters``).
+
+A config that switches a feature on while no installed card provides it is a problem naming the package to install
+(:data:`KNOWN_FEATURES`), never a silent full fine-tune.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+
+from rl_core.cards import FeatureCard
+from rl_core.problems import Problem
+from rl_core.util.objects import load_object
+
+
+@attrs.frozen(kw_only=True)
+class MemoryTerms:
+    """The actor's train-state terms of a feature, bytes per rank: ``states`` held through every phase, ``update``
+    during the update only. ``trainable``: the parameters trained (None: all of them); a number means the base is
+    frozen in the compute dtype (no float32 master copy, no reference copy: the reference is the base, no autocast
+    weight cache, no optimizer state over it)."""
+
+    states: dict[str, float]
+    update: dict[str, float]
+    trainable: int | None = None
+
+    @property
+    def frozen_base(self) -> bool:
+        return self.trainable is not None
+
+
+@attrs.frozen(kw_only=True)
+class LoadedFeature:
+    """A feature card with its functions loaded (module-level objects: the Plan pickles them by reference)."""
+
+    card: FeatureCard
+    enabled: Callable[[Any], bool]
+    memory: Callable[..., MemoryTerms | None] | None = None
+    alternatives: Callable[[Any], list] | None = None
+    hooks: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Features:
+    """Every installed feature, loaded once (``Plan.features``); empty when none is installed."""
+
+    loaded: tuple[LoadedFeature, ...] = ()
+
+    def on(self, config: Any) -> list[LoadedFeature]:
+        return [f for f in self.loaded if f.enabled(config)]
+
+    def actor_terms(self, config: Any, shape: Any, S: int, c: int) -> MemoryTerms | None:
+        """The first enabled feature's actor terms (None: a full fine-tune's, the estimate's own)."""
+        for f in self.on(config):
+            terms = f.memory(config, shape, S, c) if f.memory is not None else None
+            if terms is not None:
+                return terms
+        return None
+
+    def alternatives(self, config: Any) -> list[tuple[str, Any]]:
+        return [alt for f in self.loaded if f.alternatives is not None for alt in f.alternatives(config)]
+
+    def hook(self, config: Any, name: str) -> Any:
+        """The hook ``name`` of the first enabled feature that has one (None: none)."""
+        return next((f.hooks[name] for f in self.on(config) if name in f.hooks), None)
+
+
+#: config keys that switch a feature on -> (the distribution that provides it, is it on?): for the message when no
+#: installed feature card lists the key (hints only; the cards themselves decide what runs)
+KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
+    "model.lora_rank": ("rl-lora", lambda config: config.model.lora_rank > 0, "model.lora_rank=0 (a full fine-tune)"),
+}
+
+
+def load_features(registry: Any, problems: list[Problem]) -> Features:
+    """Every installed feature card, loaded; a card whose functions do not load is a problem naming it."""
+    out = []
+    for card in sorted(registry.cards.get("feature", {}).values(), key=lambda c: c.name):
+        try:
+            out.append(LoadedFeature(card=card, enabled=card.load(), memory=_load(card.memory), alternatives=_load(card.alternatives),
+                                     hooks={k: load_object(v) for k, v in card.hooks.items()}))
+        except Exception as exc:  # noqa: BLE001 - a plugin's broken path is reported by name
+            problems.append(Problem(key=f"feature.{card.name}", what=f"the feature {card.name!r} from {card.provider} does not load: {type(exc).__name__}: {exc}",
+                                    fix=f"report this to the authors of {card.provider.distribution if card.provider else 'the plugin'}"))
+    return Features(tuple(out))
+
+
+def _load(ref: Any) -> Any:
+    return None if ref is None else load_object(ref)
+
+
+def missing_feature_problems(config: Any, features: Features) -> list[Problem]:
+    """A key of :data:`KNOWN_FEATURES` switched on while no installed feature card lists it."""
+    listed = {k for f in features.loaded for k in f.card.keys}
+    out = []
+    for key, (dist, on, off) in KNOWN_FEATURES.items():
+        if key not in listed and on(config):
+            value: Any = config
+            for part in key.split("."):
+                value = getattr(value, part)
+            out.append(Problem(key=key, what=f"is {value}, but no installed package provides it (it is {dist}'s)",
+                               why="the run would ignore the setting", fix=f"pip install {dist} (plugins/{dist.removeprefix('rl-')} in this repository), or set {off}"))
+    return out
+
+
+def resolve_features(config: Any, registry: Any) -> tuple[Features, list[Problem]]:
+    """The installed features, loaded once, and the problems of a config that needs one not installed."""
+    problems: list[Problem] = []
+    features = load_features(registry, problems)
+    return features, problems + missing_feature_problems(config, features)
