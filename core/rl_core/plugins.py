@@ -56,6 +56,7 @@ HOOK_KINDS = {
     "rl_core_register_observers": "observer",
     "rl_core_register_run_kinds": "run_kind",
     "rl_core_register_log_prob_roles": "log_prob_role",
+    "rl_core_register_rollout_pools": "rollout_pool",
 }
 
 # Where names that are not installed usually come from (hints for error messages
