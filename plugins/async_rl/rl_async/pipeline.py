@@ -62,8 +62,8 @@ class _Request:
 
 def make(handle: RolloutPoolHandle) -> RolloutPipeline:
     """The RolloutPoolCard's factory: the schedule of a run's rollout pool, from its ``async.*`` section."""
-    cfg = handle.config
-    if cfg.async_.max_staleness > 0 and not (cfg.algorithm.rollout_correction.rollout_is is not None or cfg.algorithm.rollout_correction.rollout_rs is not None):
+    cfg, rc = handle.config, handle.config.algorithm.rollout_correction
+    if cfg.async_.max_staleness > 0 and rc.rollout_is is None and rc.rollout_rs is None:  # no TIS / rejection reweights them
         logger.warning(
             "async.max_staleness=%d: batches come from weights up to that many updates old and nothing reweights them; "
             "set rollout.calculate_log_probs=true and algorithm.rollout_correction.rollout_is=token (TIS) to correct for it",

@@ -497,3 +497,27 @@ def test_member_device_names_the_workers_gpu():
 
     assert member_device("cpu") == torch.device("cpu")
     assert member_device("cuda:1") == torch.device("cuda", 1)  # a rollout pool's worker on the second GPU
+
+
+@pytest.mark.parametrize(
+    ("overrides", "overlap", "warns"),
+    [
+        (["async.max_staleness=1"], True, True),  # the CPU default: overlapped; nothing corrects for the staleness
+        (["async.max_staleness=1", "rollout.calculate_log_probs=true", "algorithm.rollout_correction.rollout_is=token"], True, False),
+        (["async.max_staleness=0", "async.overlap_sync=true"], False, False),  # synchronous: nothing to overlap with
+        (["async.max_staleness=1", "async.overlap_sync=false"], False, True),
+    ],
+)
+def test_the_card_s_factory_reads_the_async_section(overrides, overlap, warns, caplog):
+    import logging
+
+    from rl_async.pipeline import make
+    from rl_core.placement.rollout_pool import RolloutPoolHandle
+
+    pools = FakePools()
+    handle = RolloutPoolHandle(config=_config("rollout.n_gpus_per_node=1", *overrides), rollout=pools.rollout, train=pools.train,
+                               split=None, merge=None, draw=None, loader_state=None)
+    with caplog.at_level(logging.WARNING, logger="rl_async.pipeline"):
+        schedule = make(handle)
+    assert isinstance(schedule, RolloutPipeline) and schedule.overlap_sync is overlap and schedule.rollout is pools.rollout
+    assert ("nothing reweights them" in caplog.text) is warns
