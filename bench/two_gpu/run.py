@@ -8,7 +8,7 @@
 
 bench/two_gpu/RUNBOOK.md has each device call (carry, command, expected time) and the prediction. Parts:
 
-- ``nccl``: the weight transfer alone (rl_core.async_rl.transfer.TransferGroup, rank 0 on GPU 0, rank 1 on GPU 1,
+- ``nccl``: the weight transfer alone (rl_async.transfer.TransferGroup, rank 0 on GPU 0, rank 1 on GPU 1,
   ~1 GiB three times, the 3rd sent from a thread as async.overlap_sync does; received tensors compared);
   ``async`` runs it first (``--no-probe`` skips it) and, if it fails, runs only the colocated placement.
 - ``async``: the reference workload (bench/reference/grpo_reference.yaml: 0.5B shape, GPT-2 vocabulary, random bf16
@@ -231,7 +231,7 @@ def _probe_member(rank: int, address: str, device: str, total_mb: int, queue) ->
     try:
         import torch
 
-        from rl_core.async_rl.transfer import TransferGroup
+        from rl_async.transfer import TransferGroup
 
         group = TransferGroup(address, rank, 2, timeout_s=60, device=device)
 
@@ -278,7 +278,7 @@ def _probe_member(rank: int, address: str, device: str, total_mb: int, queue) ->
 
 def part_nccl(args) -> bool:
     """The weight transfer alone, before any trainer: rank 0 on GPU 0 (cpu with --tiny), rank 1 on GPU 1, gloo or
-    NCCL as the trainer's split pools use it (rl_core.async_rl.transfer.TransferGroup); ~1 GiB twice, checked."""
+    NCCL as the trainer's split pools use it (rl_async.transfer.TransferGroup); ~1 GiB twice, checked."""
     import multiprocessing as mp
 
     from rl_core.placement.rendezvous import Rendezvous

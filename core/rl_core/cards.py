@@ -473,3 +473,26 @@ class FeatureCard(CardBase):
 
 
 CARD_TYPES[FeatureCard.kind] = FeatureCard
+
+
+@attrs.frozen(kw_only=True)
+class RolloutPoolCard(CardBase):
+    """A rollout pool of its own (``rollout.n_gpus_per_node``): its step schedule and its weight transfer (the
+    ``rl-async`` package's ``async``; :mod:`rl_core.placement.rollout_pool` is the contract).
+
+    ``factory`` resolves to ``make(handle) -> RolloutSchedule``, called once when the trainer starts, on the
+    controller; ``worker`` (``"module:attr"``) to ``make(worker) -> extension``, called in every worker of the train
+    and rollout pools; ``methods``: the extension's methods the controller may call on those workers
+    (``WorkerMethod.EXTENSION``). The plan holds the one installed card when the rollout has a pool of its own."""
+
+    kind: ClassVar[str] = "rollout_pool"
+
+    worker: str | Callable = attrs.field()
+    methods: frozenset = attrs.field(converter=_frozenset, factory=frozenset)
+
+    def load_worker(self) -> Any:
+        """Import and return the worker extension's factory."""
+        return load_object(self.worker)
+
+
+CARD_TYPES[RolloutPoolCard.kind] = RolloutPoolCard

@@ -121,3 +121,8 @@ def rl_core_register_placements(register: Register) -> None:
 @hookspec
 def rl_core_register_features(register: Register) -> None:
     """Register :class:`~rl_core.cards.FeatureCard` s (cross-cutting features a config switches on: LoRA, ...)."""
+
+
+@hookspec
+def rl_core_register_rollout_pools(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RolloutPoolCard` s (a rollout pool of its own: its step schedule and weight transfer)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's); num / pos / frac / choice / text for a package's section",
@@ -48,6 +48,9 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
     "rl_core.observers": "step observers (ObserverCard): StepRollouts, what the controller hands an observer each step and validation (issue 52)",
     "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
+    "rl_core.placement.rollout_pool": "a rollout pool of its own: RolloutPoolHandle / RolloutSchedule, what a RolloutPoolCard's factory gets and returns",
+    "rl_core.placement.contract": "WorkerMethod (the workers' method table), ExtensionMethod (a worker extension's method), WorkerError",
+    "rl_core.placement.rendezvous": "Rendezvous, join_store, gloo_device, loopback_interface: a process group of a plugin's own",
     "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
     "rl_core.placement.contract": "the placement contract a PlacementCard's factory returns: Placement, WorkerMethod, Pending / Done, per_rank, dispatch (the worker side of a call), WorkerError, after_a_death",

@@ -59,6 +59,7 @@ HOOK_KINDS = {
     "rl_core_register_config_sections": "config_section",
     "rl_core_register_placements": "placement",
     "rl_core_register_features": "feature",
+    "rl_core_register_rollout_pools": "rollout_pool",
 }
 
 # Where names that are not installed usually come from (hints for error messages

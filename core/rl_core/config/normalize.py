@@ -238,7 +238,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     rtp = r.tensor_model_parallel_size
     size_ok = True
     before = len(problems)
-    rollout_workers = _rollout_workers(problems, config)  # a rollout pool of its own (rl_core.async_rl), or None
+    rollout_workers = _rollout_workers(problems, config)  # a rollout pool of its own (rl-async), or None
     if len(problems) > before:
         size_ok = False
     elif rollout_workers is not None:
@@ -387,23 +387,16 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
 
 
 def _rollout_workers(problems: list[Problem], config: RunConfig) -> int | None:
-    """Workers of the rollout's own pool (``rollout.n_gpus_per_node``), None when it shares the actor's; and
-    ``async.max_staleness`` > 0 only with such a pool (the overlap needs devices the update does not use)."""
-    r, stale = config.rollout, config.async_.max_staleness
+    """Workers of the rollout's own pool (``rollout.n_gpus_per_node``), None when it shares the actor's (what runs on
+    such a pool, and its own checks, come from the rl-async package: Plan.rollout_pool)."""
+    r = config.rollout
     if r.n_gpus_per_node is None:
         if r.nnodes != 1:
             problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes} but rollout.n_gpus_per_node is not set, so the rollout has no pool of its own",
                                     fix="set rollout.n_gpus_per_node too, or leave rollout.nnodes at 1"))
-        if stale:
-            problems.append(Problem(key="async.max_staleness", what=f"is {stale}: generating while the trainer updates needs a rollout pool of its own",
-                                    fix="set rollout.n_gpus_per_node (CPU: rollout processes), or async.max_staleness=0"))
         return None
     if r.nnodes != 1 and config.trainer.placement != "ray":  # Ray places the pool node by node (rl-placement-ray: rl_placement_ray.pools)
         problems.append(Problem(key="rollout.nnodes", what=f"is {r.nnodes}: a rollout pool on several nodes needs Ray (local placement has one node)",
                                 fix="set rollout.nnodes=1, or trainer.placement=ray (docs/ray.md)"))
-        return None
-    if config.rollout.multi_turn.enable:
-        problems.append(Problem(key="rollout.n_gpus_per_node", what="a rollout pool of its own does not run multi-turn rollouts yet",
-                                fix="remove rollout.n_gpus_per_node, or rollout.multi_turn.enable=false"))
         return None
     return r.nnodes * r.n_gpus_per_node

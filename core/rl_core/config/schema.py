@@ -251,7 +251,7 @@ class RolloutConfig(Sectioned):
     # the adapters through the engine's LoRA API; merged: W + scale*B@A every sync; auto: adapter where the engine can
     lora_sync: str = choice("auto", ("auto", "adapter", "merged"))
     multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
-    # a rollout pool of its own (rl_core.async_rl): null = in the actor's workers (hybrid engine, in-memory weight sync)
+    # a rollout pool of its own (the rl-async package): null = in the actor's workers (hybrid engine, in-memory weight sync)
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
     # auto: the rollout computes in model.dtype; fp8: FP8 weights and KV cache in an engine that has FP8 kernels
@@ -542,7 +542,7 @@ class TrainerConfig(Sectioned):
 
 @attrs.frozen(kw_only=True)
 class AsyncConfig:
-    """Off-policy training with a rollout pool of its own (``rollout.n_gpus_per_node``): :mod:`rl_core.async_rl`.
+    """Off-policy training with a rollout pool of its own (``rollout.n_gpus_per_node``): the rl-async package (plugins/async_rl).
 
     The config key is ``async`` (a Python keyword: the field is ``RunConfig.async_``)."""
 

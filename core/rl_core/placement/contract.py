@@ -21,6 +21,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+import attrs
+
 from rl_core.util.profiling import profiled_call
 
 
@@ -48,11 +50,6 @@ class WorkerMethod(str, enum.Enum):
     SAVE_CHECKPOINT = "save_checkpoint"
     LOAD_CHECKPOINT = "load_checkpoint"
     PEAK_MEMORY_GB = "peak_memory_gb"
-    # a rollout pool of its own (rl_core.async_rl): the train -> rollout weight transfer
-    OPEN_WEIGHT_RENDEZVOUS = "open_weight_rendezvous"
-    JOIN_WEIGHT_GROUP = "join_weight_group"
-    SEND_WEIGHTS = "send_weights"
-    RECEIVE_WEIGHTS = "receive_weights"
     # profiler.* (rl_core.util.profiling): the step whose calls the chosen ranks record (None: none)
     PROFILE_STEP = "profile_step"
 
@@ -65,12 +62,17 @@ class WorkerMethod(str, enum.Enum):
         return self in _EVERY_POOL
 
     @classmethod
-    def named(cls, method: WorkerMethod | str) -> WorkerMethod:
-        """``method`` as a member of the table, or a ValueError listing the table."""
+    def named(cls, method: WorkerMethod | ExtensionMethod | str, extensions: frozenset = frozenset()) -> WorkerMethod | ExtensionMethod:
+        """``method`` as a member of the table (or of ``extensions``, the worker extension's: :class:`ExtensionMethod`),
+        or a ValueError listing the table."""
+        if isinstance(method, ExtensionMethod):
+            return method
         try:
             return cls(method)
         except ValueError:
-            known = ", ".join(m.value for m in cls)
+            if method in extensions:
+                return ExtensionMethod(method)
+            known = ", ".join([m.value for m in cls] + sorted(extensions))
             raise ValueError(
                 f"unknown worker method {method!r}: a placement calls only the methods of "
                 f"rl_core.placement.contract.WorkerMethod ({known}); add a member there (and the method to "
@@ -78,9 +80,20 @@ class WorkerMethod(str, enum.Enum):
             ) from None
 
 
+@attrs.frozen
+class ExtensionMethod:
+    """A method of a worker's extension, the table's extension: those the Plan's
+    :class:`~rl_core.cards.RolloutPoolCard` names (``methods``; :mod:`rl_core.placement.rollout_pool`), e.g. rl-async's
+    ``send_weights``. The controller calls it on one pool's placement like a member; the worker runs
+    ``worker.extension.<value>``. A name of the table stays the table's."""
+
+    value: str
+    role: str = "actor"  # the controller calls it on a pool's placement, never routed by role
+    every_pool: bool = False
+
+
 _ROLE = {
     WorkerMethod.GENERATE: "rollout",
-    WorkerMethod.RECEIVE_WEIGHTS: "rollout",
     WorkerMethod.COMPUTE_VALUES: "critic",
     WorkerMethod.UPDATE_CRITIC: "critic",
     WorkerMethod.COMPUTE_REF_LOG_PROB: "ref",
@@ -103,11 +116,12 @@ def after_a_death(errors: list[str]) -> list[str]:
     return [e if " died during " in e else e.splitlines()[0] + " (after a peer died)" for e in errors]
 
 
-def dispatch(worker: Any, method: WorkerMethod | str, args: tuple) -> Any:
+def dispatch(worker: Any, method: WorkerMethod | ExtensionMethod | str, args: tuple) -> Any:
     """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike); a chosen step's
     computations are recorded by the worker's profiler (``profiler.*``, :mod:`rl_core.util.profiling`)."""
-    m = WorkerMethod.named(method)
-    return profiled_call(worker, m.value, m.role, getattr(worker, m.value), args)
+    m = WorkerMethod.named(method, getattr(worker, "extension_methods", frozenset()))
+    owner = worker.extension if isinstance(m, ExtensionMethod) else worker
+    return profiled_call(worker, m.value, m.role, getattr(owner, m.value), args)
 
 
 def per_rank(method: WorkerMethod, world_size: int, per_rank_args: Sequence[tuple] | None, same_args: tuple) -> list[tuple]:

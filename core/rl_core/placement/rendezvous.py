@@ -11,7 +11,7 @@ Rank 0 of the group opens the rendezvous (:class:`Rendezvous`) and every member 
   ``ray.node_ip_address`` says otherwise (:mod:`rl_placement_ray.loopback`), so by default this is loopback.
 
 Used by the Ray workers' own group (:mod:`rl_placement_ray.group`, rl-placement-ray) and the train -> rollout weight transfer
-group (:mod:`rl_core.async_rl.transfer`).
+group (the rl-async package's ``rl_async.transfer``).
 """
 
 from __future__ import annotations

@@ -27,10 +27,6 @@ from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefi
 from rl_core.batch import Batch
 from rl_core.util.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
-from rl_core.async_rl.transfer import TransferGroup
-from rl_core.async_rl.transfer import receive_weights
-from rl_core.async_rl.transfer import send_weights
-from rl_core.placement.rendezvous import Rendezvous
 from rl_core.rewards.model_role import RewardModelRole
 from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
@@ -91,20 +87,28 @@ class HybridWorker:
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
         self._step_peak = 0.0  # CUDA: the step's peak allocated bytes before the last phase reset (_phase_peak)
-        self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1)
-        self._transfer = None  # the train -> rollout broadcast group of split pools (rl_core.async_rl.transfer)
-        self._rendezvous = None  # its rendezvous while the group forms (train rank 0)
+        self._weight_version = -1  # the policy version the rollout engine holds (syncs so far - 1): weight_version
+        # a rollout pool of its own: the Plan's worker extension (rl_core.placement.rollout_pool), e.g. the weight transfer
+        make_extension = getattr(stack, "rollout_pool_worker_fn", None)
+        self.extension = make_extension(self) if make_extension is not None else None
+        self.extension_methods = frozenset(stack.rollout_pool.methods) if self.extension is not None else frozenset()
         self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
         self._base_sent = False
         self.profiler = StepProfiler.for_worker(config, context.rank, context.device)  # profiler.* (rl_core.util.profiling)
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 
+    @property
+    def weight_version(self) -> int:
+        """The policy version the rollout engine holds; a rollout pool's extension sets it when weights arrive."""
+        return self._weight_version
+
+    @weight_version.setter
+    def weight_version(self, version: int) -> None:
+        self._weight_version = version
+
     # ----------------------------------------------------------------- rollout
-    def generate(self, batch: Batch, params: SamplingParams, receive_version: int | None = None) -> Batch:
-        """``receive_version``: a rollout pool of its own first receives that policy version (the train pool sends
-        it in the background: rl_core.async_rl); the receipt rides back in ``meta["weight_receipt"]``."""
-        receipt = None if receive_version is None else self.receive_weights(receive_version)
+    def generate(self, batch: Batch, params: SamplingParams) -> Batch:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
@@ -115,12 +119,10 @@ class HybridWorker:
         start = time.perf_counter()
         out = self._engines.generate(batch, params)
         self.rollout = self._engines.engine  # a replacement, after a recovery
-        out.meta["policy_version"] = self._weight_version  # the weights that sampled it (rl_core.async_rl)
+        out.meta["policy_version"] = self._weight_version  # the weights that sampled it (rl-async)
         if self.actor is None:  # a rollout pool of its own: every sample carries its version, and the time it took
             out["policy_version"] = torch.full((len(out),), self._weight_version, dtype=torch.long)
             out.meta["rollout_seconds"] = time.perf_counter() - start
-            if receipt is not None:
-                out.meta["weight_receipt"] = receipt
         # a rollout pool of its own (no actor here) never sleeps: nothing else runs on its GPU, and a large engine
         # would pay a host round trip of its weights and the graph captures every step for memory nobody uses
         if self.stack.config.rollout.enable_sleep and self.context.device != "cpu" and self.actor is not None:
@@ -136,7 +138,7 @@ class HybridWorker:
 
     def sync_weights(self) -> float:
         """Load the actor's current weights into the rollout engine; returns seconds."""
-        if self.rollout is None or self.actor is None:  # split pools: the weights travel by send / receive_weights
+        if self.rollout is None or self.actor is None:  # split pools: the weights travel by the extension's transfer
             return 0.0
         start = time.perf_counter()
         if self._sleeping:
@@ -159,47 +161,6 @@ class HybridWorker:
             weights = self._convert(weights, self.stack.config)
         load_verified(self.rollout, weights, self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name, version=self._weight_version)
         return time.perf_counter() - start
-
-    # ------------------------------------------------- split pools (rl_core.async_rl)
-    def open_weight_rendezvous(self, host: str | None, opens: bool) -> str | None:
-        """Train pool (``opens`` on its rank 0): open the transfer group's rendezvous; its address for the others.
-        ``host``: this node's address when the group spans nodes (a TCP store there), None: a FileStore here."""
-
-        if not opens:
-            return None
-        self._rendezvous = Rendezvous(host)
-        return self._rendezvous.address
-
-    def join_weight_group(self, address: str, rank: int | None, size: int, timeout_s: float, bind: str | None = None) -> None:
-        """Join the train -> rollout broadcast group (train rank 0 and every rollout worker; ``rank`` None: not a
-        member); ``bind``: this worker's node address when the group spans nodes (None: loopback)."""
-
-        if rank is None:
-            self._transfer = None
-            return
-        opened, self._rendezvous = self._rendezvous, None
-        self._transfer = TransferGroup(address, rank, size, timeout_s=timeout_s, device=self.context.device, bind=bind, opened=opened)
-
-    def send_weights(self, version: int, bucket_bytes: int, background: bool = False) -> dict[str, Any]:
-        """Train pool: send the actor's weights as policy ``version`` (a report for the controller's check);
-        ``background``: copied now, broadcast from a thread while the next step runs (rl_core.async_rl)."""
-
-        weights = self.actor.named_weights()
-        if self._convert is not None:
-            weights = self._convert(weights, self.stack.config)
-        # the trainer's own view is in its names: checked against what was sent only without a converter (as sync_weights)
-        return send_weights(self._transfer, weights, version=version, bucket_bytes=bucket_bytes, background=background,
-                            trainer_sample=self.actor.sample_weights if self._convert is None else None, engine_name=self.stack.config.rollout.name)
-
-    def receive_weights(self, version: int) -> dict[str, Any]:
-        """Rollout pool: receive policy ``version`` into the engine; what the engine holds comes back to be checked."""
-
-        if self._sleeping:
-            self.rollout.wake_up()
-            self._sleeping = False
-        report = receive_weights(self._transfer, self.rollout, version=version, engine_name=self.stack.config.rollout.name)
-        self._weight_version = version
-        return report
 
     # ------------------------------------------------------------------- roles
     def compute_log_prob(self, batch: Batch, temperature: float, with_entropy: bool) -> dict[str, torch.Tensor]:
@@ -286,10 +247,8 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
-        """Close the transfer group, its rendezvous and every engine; one that raises does not keep the others running."""
-        closers = [self._transfer.close] if self._transfer is not None else []
-        if self._rendezvous is not None:
-            closers.append(self._rendezvous.close)
+        """Close the rollout pool's extension (its transfer group) and every engine; one that raises does not keep the others running."""
+        closers = [self.extension.close] if hasattr(self.extension, "close") else []
         for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
             if closer is not None:

@@ -24,11 +24,12 @@ from rl_core.cards import (
     RewardCard,
     RewardModelCard,
     RolloutCard,
+    RolloutPoolCard,
     RunKindCard,
     TrainCard,
 )
 from rl_core.config.normalize import Sizes, normalize
-from rl_core.config.schema import RunConfig
+from rl_core.config.schema import AsyncConfig, RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import resolve_log_prob_roles
@@ -90,6 +91,11 @@ class Plan:
     placement: PlacementCard | None = None
     # cross-cutting features (LoRA, ...): every installed FeatureCard, loaded once (rl_core.plan.features)
     features: Features = Features()
+    # rollout.n_gpus_per_node: the rollout pool's card (rl-async), its schedule's factory and its worker extension's
+    # (rl_core.placement.rollout_pool); None when the rollout lives in the actor's workers
+    rollout_pool: RolloutPoolCard | None = None
+    rollout_pool_fn: Callable[..., Any] | None = None
+    rollout_pool_worker_fn: Callable[..., Any] | None = None
 
     @property
     def needs_rollout(self) -> bool:
@@ -113,6 +119,34 @@ def _run_kind(config: RunConfig, registry: Registry, problems: list[Problem]) ->
                                     fix=f"leave actor.policy_loss unset (trainer.kind={name} trains with {wanted!r})"))
         config = attrs.evolve(config, actor=attrs.evolve(config.actor, policy_loss=wanted))
     return config, card
+
+
+def _rollout_pool(config: RunConfig, registry: Registry, problems: list[Problem]) -> tuple[RolloutPoolCard | None, Any, Any]:
+    """A rollout pool of its own (``rollout.n_gpus_per_node``) or ``async.*`` set: the one installed RolloutPoolCard
+    (the rl-async package's) and its two factories; None when the rollout lives in the actor's workers."""
+    own = config.rollout.n_gpus_per_node is not None
+    changed = [f"async.{f.name}" for f in attrs.fields(AsyncConfig) if getattr(config.async_, f.name) != getattr(AsyncConfig(), f.name)]
+    if not own and not changed:
+        return None, None, None
+    key = "rollout.n_gpus_per_node" if own else changed[0]
+    cards = sorted(registry.cards["rollout_pool"].values(), key=lambda c: c.name)
+    if len(cards) != 1:
+        names = ", ".join(f"{c.name} ({c.provider})" for c in cards)
+        problems.append(Problem(key=key, what="is set: a rollout pool of its own (its schedule and weight transfer, docs/async.md) comes from a "
+                                + (f"rollout-pool package, and several are installed: {names}" if cards else "package that is not installed"),
+                                fix="uninstall all but one of them" if cards else f"pip install rl-async, or remove {key}"))
+        return None, None, None
+    card = cards[0]
+    if not own:  # async.* without a pool: the package's check names what is missing
+        return None, None, None
+    schedule_fn = load_factory(card, key, problems)
+    try:
+        worker_fn = card.load_worker()
+    except Exception as exc:  # noqa: BLE001 - as load_factory: the plugin's failure, reported by name
+        problems.append(Problem(key=key, what=f"rollout pool {card.name!r} from {card.provider} has a worker extension {card.worker!r} that does not load: "
+                                f"{type(exc).__name__}: {exc}", fix=f"report this to the authors of {card.provider}"))
+        worker_fn = None
+    return card, schedule_fn, worker_fn
 
 
 def first_per_key(problems: list[Problem]) -> list[Problem]:
@@ -465,6 +499,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
     reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
     run_kind_fn = load_factory(run_kind, "trainer.kind", problems)
+    rollout_pool, rollout_pool_fn, rollout_pool_worker_fn = _rollout_pool(config, registry, problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -504,6 +539,9 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         run_kind=run_kind,
         run_kind_fn=run_kind_fn,
         placement=placement,
+        rollout_pool=rollout_pool,
+        rollout_pool_fn=rollout_pool_fn,
+        rollout_pool_worker_fn=rollout_pool_worker_fn,
         log_prob_roles=log_prob_roles,
         features=features,
         reward_cards=tuple(registry.cards["reward"].values()),

@@ -66,7 +66,7 @@ from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
 from rl_core.util.stopping import Interrupted, StopSignals, is_failure, signal_name
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
-from rl_core.async_rl.pipeline import RolloutPipeline
+from rl_core.placement.rollout_pool import RolloutPoolHandle
 from rl_core.data.dataset import build_loaders
 from rl_core.data.dataset import pad_token_id_of
 from rl_core.modeling import load_tokenizer
@@ -157,32 +157,20 @@ class Trainer:
         # update forward's own log-probs (the old policy's), not from a separate forward pass
         self.keep_update_log_probs = not self.recompute_old_log_prob and bool(cfg.rollout.calculate_log_probs)
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
-        self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (rl_core.async_rl), else None
+        self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (Plan.rollout_pool: rl-async), else None
         # step observers (rl_core.observers, e.g. rl-traces): each step's rollouts and each validation's
         self.observers = Observers(getattr(stack, "observers", ()), cfg, cfg.trainer.output_dir)
 
     def _rollout_pipeline(self):
-        """rollout.n_gpus_per_node: the rollout pool's schedule and weight transfer; the first sync (version 0) done."""
-        if "rollout" not in self.sizes.pools:
+        """rollout.n_gpus_per_node: the rollout pool's schedule (rl_core.placement.rollout_pool), started: its first sync
+        (version 0) done."""
+        if getattr(self.stack, "rollout_pool_fn", None) is None:
             return None
-
-        if self.config.async_.max_staleness > 0 and not rollout_corr.correction_on(self.config):
-            logger.warning(
-                "async.max_staleness=%d: batches come from weights up to that many updates old and nothing reweights them; "
-                "set rollout.calculate_log_probs=true and algorithm.rollout_correction.rollout_is=token (TIS) to correct for it",
-                self.config.async_.max_staleness,
-            )
-        overlap = self.config.async_.overlap_sync
-        if overlap is None:
-            overlap = self.config.async_.max_staleness >= 1 and self.config.trainer.device == "cpu"
-        pipeline = RolloutPipeline(
-            rollout=self.cluster.pool("rollout"), train=self.cluster.pool("main"), async_cfg=self.config.async_,
-            split=self._rollout_args, merge=self._merge_rollouts, draw=self.train_loader.next_batch, loader_state=self.train_loader.state_dict,
-            overlap_sync=bool(overlap and self.config.async_.max_staleness >= 1),
-        )
+        pipeline = self.stack.rollout_pool_fn(RolloutPoolHandle(
+            config=self.config, rollout=self.cluster.pool("rollout"), train=self.cluster.pool("main"), split=self._rollout_args,
+            merge=self._merge_rollouts, draw=self.train_loader.next_batch, loader_state=self.train_loader.state_dict))
         try:
-            pipeline.connect()
-            pipeline.sync(0)
+            pipeline.start()
         except BaseException:
             pipeline.close()
             self.cluster.close(force=True)  # workers blocked in the group's rendezvous would otherwise stay
@@ -604,7 +592,7 @@ class Trainer:
                 self.cluster.call(WorkerMethod.SAVE_HF, same_args=(os.path.join(tmp, "hf"),))
             state = {
                 "step": step,
-                # split pools: the loader's position before the prompts of a batch not trained yet (rl_core.async_rl.pipeline)
+                # split pools: the loader's position before the prompts of a batch not trained yet (rl_core.placement.rollout_pool)
                 "data": (self.pipeline and self.pipeline.data_state()) or self.train_loader.state_dict(),
                 "rng": save_rng_state(),
                 "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
@@ -933,7 +921,7 @@ def describe_plan(stack: Plan) -> str:
             "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
             "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
             "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively"))
-    if "rollout" in stack.sizes.pools:  # rl_core.async_rl
+    if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async)
         s = cfg.async_.max_staleness
         lines.append(
             f"rollout: {stack.sizes.pools['rollout'][0]} worker(s) of its own, weights sent after every update; "

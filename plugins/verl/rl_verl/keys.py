@@ -444,7 +444,7 @@ RULES: tuple[Rule, ...] = (
     _no("actor_rollout_ref.rollout.quantization*", "a quantized rollout model", "none"),
     # ---------------------------------------------------------------- top level of actor_rollout_ref
     _m("actor_rollout_ref.nccl_timeout", "ray.collective_timeout_s", note="the workers' torch.distributed timeout (seconds)"),
-    # ---------------------------------------------------------------- split pools / async (issue #34, rl_core.async_rl)
+    # ---------------------------------------------------------------- split pools / async (issue #34, the rl-async package)
     _same("actor_rollout_ref.hybrid_engine", [True, False],
           "true: actor and rollout share workers; false (verl's split pools) takes the rollout pool's size from "
           "rollout.n_gpus_per_node / rollout.nnodes, rl-core's keys of the same name (verl requires them with false too)"),

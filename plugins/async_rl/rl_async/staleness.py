@@ -16,7 +16,6 @@ log-probs) give the TIS weights / rejection masks, as in AReaL's decoupled objec
 from __future__ import annotations
 
 import attrs
-
 from rl_core.batch import Batch
 
 USE, DROP, WAIT = "use", "drop", "wait"

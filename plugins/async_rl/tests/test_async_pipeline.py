@@ -1,4 +1,4 @@
-"""rl_core.async_rl without processes: the staleness gate, a forced stale batch (dropped / generated again), and
+"""rl_async without processes: the staleness gate, a forced stale batch (dropped / generated again), and
 every way a weight sync can go missing (an old version, stale weights, a batch from weights never verified)."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import os
 
 import pytest
 import torch
-
-from rl_core.async_rl.pipeline import RolloutPipeline, check_transfer
-from rl_core.async_rl.staleness import DROP, USE, WAIT, StaleBatchError, StalenessGate
+from rl_async.pipeline import RECEIVE_AND_GENERATE, RECEIVE_WEIGHTS, SEND_WEIGHTS, RolloutPipeline, check_transfer
+from rl_async.staleness import DROP, USE, WAIT, StaleBatchError, StalenessGate
 from rl_core.batch import Batch
 from rl_core.config.schema import AsyncConfig
 from rl_core.placement.contract import WorkerMethod
@@ -49,9 +48,9 @@ class FakePools:
             self.rollout_version = version
         return [{"version": self.rollout_version, "held": held, "tensors": 1}]
 
-    def generate(self, args):
+    def generate(self, args, receive=False):
         prompts = args[0][0]
-        receipt = self.receive(args[0][2])[0] if len(args[0]) > 2 else None  # overlapped sync: receive first
+        receipt = self.receive(args[0][2])[0] if receive else None  # overlapped sync: receive first
         self.generated.append(prompts["ids"].tolist())
         version = self.rollout_version - (1 if self.wrong_tag else 0)
         out = Batch({"ids": prompts["ids"].clone(), "policy_version": torch.full((len(prompts),), version)}, meta={"policy_version": version})
@@ -67,18 +66,18 @@ class _Side:
         self.pools, self.side = pools, side
 
     def call(self, method, per_rank_args=None, *, same_args=()):
-        if method == WorkerMethod.SEND_WEIGHTS:
+        if method == SEND_WEIGHTS:
             return self.pools.send(same_args[0])
-        if method == WorkerMethod.RECEIVE_WEIGHTS:
+        if method == RECEIVE_WEIGHTS:
             return self.pools.receive(same_args[0])
         return [None]
 
     def submit(self, method, per_rank_args=None, *, same_args=()):
-        if method == WorkerMethod.RECEIVE_WEIGHTS:
+        if method == RECEIVE_WEIGHTS:
             self.pools.receives_started.append(same_args[0])
             return _Handle(lambda: self.pools.receive(same_args[0]))
-        if method == WorkerMethod.GENERATE:
-            result = self.pools.generate(per_rank_args)
+        if method in (WorkerMethod.GENERATE, RECEIVE_AND_GENERATE):
+            result = self.pools.generate(per_rank_args, receive=method == RECEIVE_AND_GENERATE)
             return _Handle(lambda: result)
         return _Handle(lambda: [None])
 
@@ -212,7 +211,7 @@ def test_a_background_send_on_gpus_does_not_hold_the_train_step_s_gpu_work():
     thread shared the default stream with the train step, so the step's GPU work (and its host reads) waited for a
     broadcast that ends only once the rollout pool receives, which came after the step: NCCL's watchdog ended the
     run. The train side here reads a GPU result while the receiver has not joined yet; it must not wait for it."""
-    from rl_core.async_rl.transfer import TransferGroup
+    from rl_async.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
 
     weights = {"w": torch.randn(16, 2**20, device="cuda:0")}  # 64 MiB: more than NCCL's buffers take without a receiver
@@ -253,7 +252,7 @@ def test_a_background_send_on_gpus_does_not_hold_the_train_step_s_gpu_work():
 
 def test_a_background_send_is_a_snapshot_and_arrives_exactly():
     """send_in_background copies the weights before it returns: changing them afterwards changes nothing sent."""
-    from rl_core.async_rl.transfer import TransferGroup
+    from rl_async.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
 
     weights = {"a": torch.randn(64, 8), "b": torch.arange(10).to(torch.bfloat16)}
@@ -316,19 +315,31 @@ def test_check_transfer_wants_exactly_one_sender():
         check_transfer(3, [{"version": 3, "sender": False}], [])
 
 
-def _sizes(*overrides):
+BASE = ["trainer.device=cpu", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"]
+
+
+def _config(*overrides):
     from rl_core.config.load import load_config
+
+    return load_config(None, [*BASE, *overrides])
+
+
+def _sizes(*overrides):
     from rl_core.config.normalize import normalize
 
-    base = ["trainer.device=cpu", "data.train_batch_size=4", "rollout.n=2", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"]
-    return normalize(load_config(None, [*base, *overrides]))
+    return normalize(_config(*overrides))
 
 
 def test_a_rollout_pool_of_its_own_is_sized_and_async_needs_one():
+    from rl_async.checks import problems as async_problems
+
     _, sizes, problems = _sizes("rollout.n_gpus_per_node=2", "async.max_staleness=1")
     assert not problems and sizes.pools["rollout"] == (2, 2) and sizes.rollout_replicas == 2 and sizes.devices == 3
-    _, sizes, problems = _sizes("async.max_staleness=1")
-    assert sizes is None and [p.key for p in problems] == ["async.max_staleness"] and "rollout.n_gpus_per_node" in problems[0].fix
+    assert not async_problems(_config("rollout.n_gpus_per_node=2", "async.max_staleness=1"))
+    (p,) = async_problems(_config("async.max_staleness=1"))  # rl-async's check (core sizes the run as a synchronous one)
+    assert p.key == "async.max_staleness" and "rollout.n_gpus_per_node" in p.fix
+    (p,) = async_problems(_config("rollout.n_gpus_per_node=1", "rollout.multi_turn.enable=true"))
+    assert p.key == "rollout.n_gpus_per_node" and "multi-turn" in p.what
     # Ray places the rollout pool like the others (tests/ray/test_ray_async.py), on several nodes too; local has one node
     _, sizes, problems = _sizes("rollout.n_gpus_per_node=1", "rollout.nnodes=2", "trainer.placement=ray", "async.max_staleness=1")
     assert not problems and sizes.pools["rollout"] == (2, 2)
@@ -336,13 +347,62 @@ def test_a_rollout_pool_of_its_own_is_sized_and_async_needs_one():
     assert sizes is None and [p.key for p in problems] == ["rollout.nnodes"] and "trainer.placement=ray" in problems[0].fix
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    return write_tiny_run(tmp_path_factory.mktemp("run"))
+
+
+def _plan(run, registry, *overrides):
+    from rl_core.config.load import load_config
+    from rl_core.plan.checks import plan_for
+
+    return plan_for(load_config(run, list(overrides)), registry, devices=False)
+
+
+def test_the_plan_holds_the_installed_rollout_pool(tiny_run):
+    from rl_core.plugins import get_registry
+
+    registry = get_registry()
+    plan, problems = _plan(tiny_run, registry, "rollout.n_gpus_per_node=1", "async.max_staleness=1")
+    assert plan is not None, [p.render() for p in problems]
+    assert plan.rollout_pool.name == "async" and plan.rollout_pool.provider.distribution == "rl-async"
+    assert plan.rollout_pool_fn is RolloutPipeline.__init__.__globals__["make"]
+    from rl_async.worker import WeightTransfer
+
+    assert plan.rollout_pool_worker_fn is WeightTransfer
+    # every method the schedule calls on the workers is one the card names and the extension has
+    from rl_async import pipeline
+
+    called = {v.value for v in vars(pipeline).values() if type(v).__name__ == "ExtensionMethod"}
+    assert called == set(plan.rollout_pool.methods) and all(callable(getattr(WeightTransfer, m, None)) for m in called)
+    plan, problems = _plan(tiny_run, registry)  # the rollout in the actor's workers: no rollout pool
+    assert plan is not None and plan.rollout_pool is None and plan.rollout_pool_fn is None
+    plan, problems = _plan(tiny_run, registry, "async.max_staleness=1")
+    assert plan is None and [p.key for p in problems if p.severity == "error"] == ["async.max_staleness"]
+
+
+@pytest.mark.parametrize("key", ["rollout.n_gpus_per_node=1", "async.max_staleness=1", "async.bucket_mb=64"])
+def test_without_rl_async_a_rollout_pool_or_an_async_key_names_the_package(tiny_run, key):
+    from rl_core.plugins import Registry, get_registry
+
+    installed = get_registry()
+    without = Registry(cards={**installed.cards, "rollout_pool": {}, "check": {n: c for n, c in installed.cards["check"].items()
+                                                                             if c.provider is None or c.provider.distribution != "rl-async"}})
+    plan, problems = _plan(tiny_run, without, key)
+    wrong = [p for p in problems if p.severity == "error"]
+    assert plan is None and [p.key for p in wrong] == [key.split("=")[0]], [p.render() for p in problems]
+    assert "pip install rl-async" in wrong[0].fix and "not installed" in wrong[0].what
+
+
 @pytest.mark.parametrize("where", ["one node", "several nodes"])
 def test_the_bucketed_transfer_rebuilds_every_tensor_exactly(where):
     """Two members of a gloo transfer group (threads of this process): many small buckets, mixed dtypes and shapes.
     One node: a FileStore in a private folder, loopback; several (Ray) nodes: a TCP store that the sender hosts on
     its node's address (here 127.0.0.1), each member's gloo device bound to its own node's address."""
+    from rl_async.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
-    from rl_core.async_rl.transfer import TransferGroup
 
     torch.manual_seed(0)
     sent = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.arange(6).reshape(2, 3)), ("d", torch.randn(0))]
@@ -394,10 +454,8 @@ def _in_thread(fn, bound_s=60):
 
 def test_a_transfer_member_whose_peer_never_joins_fails_instead_of_waiting():
     """The sender alone in a group of two: the store's wait for the missing member is bounded by async.sync_timeout_s."""
-    from rl_core.async_rl.transfer import TransferGroup
-    from rl_core.placement.rendezvous import Rendezvous
-
-    from rl_core.placement.rendezvous import join_store
+    from rl_async.transfer import TransferGroup
+    from rl_core.placement.rendezvous import Rendezvous, join_store
 
     opened = Rendezvous(None)
     try:
@@ -412,7 +470,7 @@ def test_a_transfer_member_whose_peer_never_joins_fails_instead_of_waiting():
 def test_a_receiver_whose_sender_never_sends_gets_a_named_timeout():
     """Both members join; the sender then sends nothing: the receiver's broadcast wait ends after the timeout with an
     error naming its side and the key to raise (the same bounded wait serves NCCL, whose plain wait() would not block)."""
-    from rl_core.async_rl.transfer import TransferGroup
+    from rl_async.transfer import TransferGroup
     from rl_core.placement.rendezvous import Rendezvous
 
     opened = Rendezvous(None)
@@ -435,7 +493,31 @@ def test_a_receiver_whose_sender_never_sends_gets_a_named_timeout():
 
 
 def test_member_device_names_the_workers_gpu():
-    from rl_core.async_rl.transfer import member_device
+    from rl_async.transfer import member_device
 
     assert member_device("cpu") == torch.device("cpu")
     assert member_device("cuda:1") == torch.device("cuda", 1)  # a rollout pool's worker on the second GPU
+
+
+@pytest.mark.parametrize(
+    ("overrides", "overlap", "warns"),
+    [
+        (["async.max_staleness=1"], True, True),  # the CPU default: overlapped; nothing corrects for the staleness
+        (["async.max_staleness=1", "rollout.calculate_log_probs=true", "algorithm.rollout_correction.rollout_is=token"], True, False),
+        (["async.max_staleness=0", "async.overlap_sync=true"], False, False),  # synchronous: nothing to overlap with
+        (["async.max_staleness=1", "async.overlap_sync=false"], False, True),
+    ],
+)
+def test_the_card_s_factory_reads_the_async_section(overrides, overlap, warns, caplog):
+    import logging
+
+    from rl_async.pipeline import make
+    from rl_core.placement.rollout_pool import RolloutPoolHandle
+
+    pools = FakePools()
+    handle = RolloutPoolHandle(config=_config("rollout.n_gpus_per_node=1", *overrides), rollout=pools.rollout, train=pools.train,
+                               split=None, merge=None, draw=None, loader_state=None)
+    with caplog.at_level(logging.WARNING, logger="rl_async.pipeline"):
+        schedule = make(handle)
+    assert isinstance(schedule, RolloutPipeline) and schedule.overlap_sync is overlap and schedule.rollout is pools.rollout
+    assert ("nothing reweights them" in caplog.text) is warns

@@ -1,6 +1,7 @@
 """The controller's side of a rollout pool of its own: generation requests, weight syncs, staleness.
 
-Step ``k`` with ``async.max_staleness`` = s (versions: :mod:`rl_core.async_rl.staleness`):
+The schedule core's loop drives (:class:`rl_core.placement.rollout_pool.RolloutSchedule`, made by :func:`make` from
+the Plan's rollout-pool card). Step ``k`` with ``async.max_staleness`` = s (versions: :mod:`rl_async.staleness`):
 
 - s = 0: generate step k's prompts with version k-1, update, sync version k (split pools, synchronous);
 - s >= 1: step k's batch was requested during step k-1 (version k-2); as soon as it is in, step k+1's prompts
@@ -20,17 +21,27 @@ again and generates them with the checkpoint's weights (staleness 0 for that one
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
 import attrs
-
-from rl_core.async_rl.transfer import member_addresses
-from rl_core.async_rl.staleness import DROP, USE, StaleBatchError, StalenessGate, batch_version
 from rl_core.batch import Batch
-from rl_core.placement.contract import WorkerMethod
+from rl_core.placement.contract import ExtensionMethod, WorkerError, WorkerMethod
+from rl_core.placement.rollout_pool import RolloutPoolHandle
 from rl_core.weight_sync_check import StaleWeightsError, compare_samples
-from rl_core.placement.contract import WorkerError
+
+from rl_async.staleness import DROP, USE, StaleBatchError, StalenessGate, batch_version
+from rl_async.transfer import member_addresses
+
+logger = logging.getLogger(__name__)
+
+# the worker extension's methods (rl_async.worker.WeightTransfer), each named in the card's ``methods`` (rl_async.plugin)
+OPEN_WEIGHT_RENDEZVOUS = ExtensionMethod("open_weight_rendezvous")
+JOIN_WEIGHT_GROUP = ExtensionMethod("join_weight_group")
+SEND_WEIGHTS = ExtensionMethod("send_weights")
+RECEIVE_WEIGHTS = ExtensionMethod("receive_weights")
+RECEIVE_AND_GENERATE = ExtensionMethod("receive_and_generate")
 
 # seconds a failed transfer waits for a rollout worker's death to be reported (its sockets close first)
 DEATH_GRACE_S = 5.0
@@ -47,6 +58,24 @@ class _Request:
     params: Any = None
     result: Batch | None = None
     receipt: tuple[int, list] | None = None  # (version, the train pool's send reports): received before generating
+
+
+def make(handle: RolloutPoolHandle) -> RolloutPipeline:
+    """The RolloutPoolCard's factory: the schedule of a run's rollout pool, from its ``async.*`` section."""
+    cfg, rc = handle.config, handle.config.algorithm.rollout_correction
+    if cfg.async_.max_staleness > 0 and rc.rollout_is is None and rc.rollout_rs is None:  # no TIS / rejection reweights them
+        logger.warning(
+            "async.max_staleness=%d: batches come from weights up to that many updates old and nothing reweights them; "
+            "set rollout.calculate_log_probs=true and algorithm.rollout_correction.rollout_is=token (TIS) to correct for it",
+            cfg.async_.max_staleness,
+        )
+    overlap = cfg.async_.overlap_sync
+    if overlap is None:
+        overlap = cfg.async_.max_staleness >= 1 and cfg.trainer.device == "cpu"
+    return RolloutPipeline(
+        rollout=handle.rollout, train=handle.train, async_cfg=cfg.async_, split=handle.split, merge=handle.merge, draw=handle.draw,
+        loader_state=handle.loader_state, overlap_sync=bool(overlap and cfg.async_.max_staleness >= 1),
+    )
 
 
 class RolloutPipeline:
@@ -73,18 +102,23 @@ class RolloutPipeline:
         self.rendezvous: str | None = None  # where the transfer group met (file://PATH on one node, tcp://HOST:PORT across nodes)
 
     # ------------------------------------------------------------ transfer
+    def start(self) -> None:
+        """Form the broadcast group and send policy version 0 (the loop closes the workers if this fails)."""
+        self.connect()
+        self.sync(0)
+
     def connect(self) -> None:
         """Form the broadcast group: train rank 0 is its rank 0 (and opens the rendezvous), rollout rank r its rank r + 1."""
         binds = member_addresses(self.train, self.rollout)  # None: one node (FileStore, loopback)
         host = None if binds is None else binds[0]
         size = 1 + self.rollout.world_size
         timeout = self.cfg.sync_timeout_s
-        address = self.rendezvous = self.train.call(WorkerMethod.OPEN_WEIGHT_RENDEZVOUS, [(host, r == 0) for r in range(self.train.world_size)])[0]
+        address = self.rendezvous = self.train.call(OPEN_WEIGHT_RENDEZVOUS, [(host, r == 0) for r in range(self.train.world_size)])[0]
         joining = self.rollout.submit(
-            WorkerMethod.JOIN_WEIGHT_GROUP, [(address, 1 + r, size, timeout, binds and binds[1 + r]) for r in range(self.rollout.world_size)]
+            JOIN_WEIGHT_GROUP, [(address, 1 + r, size, timeout, binds and binds[1 + r]) for r in range(self.rollout.world_size)]
         )
         try:
-            self.train.call(WorkerMethod.JOIN_WEIGHT_GROUP, [(address, 0 if r == 0 else None, size, timeout, host) for r in range(self.train.world_size)])
+            self.train.call(JOIN_WEIGHT_GROUP, [(address, 0 if r == 0 else None, size, timeout, host) for r in range(self.train.world_size)])
         except Exception as exc:
             raise self._named(exc, "join_weight_group") from None
         joining.result()
@@ -96,14 +130,14 @@ class RolloutPipeline:
         bucket_bytes = int(self.cfg.bucket_mb * 2**20)
         if self.overlap_sync:  # sent from a thread; received and checked with the next generation request
             try:
-                sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, bucket_bytes, True))
+                sent = self.train.call(SEND_WEIGHTS, same_args=(version, bucket_bytes, True))
             except Exception as exc:
                 raise self._named(exc, "sync_weights") from None
             self._pending, self.version = (version, sent), version
             return time.perf_counter() - start
-        receiving = self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,))
+        receiving = self.rollout.submit(RECEIVE_WEIGHTS, same_args=(version,))
         try:
-            sent = self.train.call(WorkerMethod.SEND_WEIGHTS, same_args=(version, bucket_bytes))
+            sent = self.train.call(SEND_WEIGHTS, same_args=(version, bucket_bytes))
         except Exception as exc:
             raise self._named(exc, "sync_weights") from None
         check_transfer(version, sent, receiving.result())
@@ -151,7 +185,7 @@ class RolloutPipeline:
         if self._pending is None or self._receiving is not None or (self._next is not None and self._next.handle is not None):
             return  # nothing sent, already receiving, or a generation in flight (it is collected first)
         (version, sent), self._pending = self._pending, None
-        self._receiving = (version, sent, self.rollout.submit(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,)))
+        self._receiving = (version, sent, self.rollout.submit(RECEIVE_WEIGHTS, same_args=(version,)))
 
     def _received(self) -> None:
         """Check a receive started by :meth:`receive_pending` (the rollout workers then take other requests)."""
@@ -163,11 +197,12 @@ class RolloutPipeline:
     def _submit(self, req: _Request, params) -> None:
         self._received()  # the rollout workers take one request at a time
         args, req.pad = self.split(req.prompts, params)
+        method = WorkerMethod.GENERATE
         if self._pending is not None:  # the version sent in the background is received first, then generated with
-            args = [(*a, self._pending[0]) for a in args]
+            args, method = [(*a, self._pending[0]) for a in args], RECEIVE_AND_GENERATE
             req.receipt, self._pending = self._pending, None
         req.params, req.version, req.result = params, self.version, None
-        req.handle = self.rollout.submit(WorkerMethod.GENERATE, args)
+        req.handle = self.rollout.submit(method, args)
 
     def _collect(self, req: _Request) -> Batch:
         if req.result is None:
@@ -198,7 +233,7 @@ class RolloutPipeline:
         self._received()
         if self._pending is not None:
             (version, sent), self._pending = self._pending, None
-            check_transfer(version, sent, self.rollout.call(WorkerMethod.RECEIVE_WEIGHTS, same_args=(version,)))
+            check_transfer(version, sent, self.rollout.call(RECEIVE_WEIGHTS, same_args=(version,)))
 
     def batch(self, step: int, params, trainer_version: int) -> tuple[Batch, dict[str, float]]:
         """Step ``step``'s batch, young enough for ``trainer_version``, and its ``async/*`` metrics."""

@@ -7,7 +7,7 @@ address: :mod:`rl_core.placement.rendezvous`, :func:`member_addresses`). A sync 
 buckets of about ``async.bucket_mb``: per bucket one header (a JSON list of names, shapes, dtypes; sent as bytes,
 never unpickled) and one flat byte buffer. The receivers rebuild the tensors, load them into their engine and
 report back what their engine holds at the positions of :mod:`rl_core.weight_sync_check`; the controller compares
-both sides (:func:`rl_core.async_rl.pipeline.check_transfer`). Every op of the group times out after
+both sides (:func:`rl_async.pipeline.check_transfer`). Every op of the group times out after
 ``async.sync_timeout_s``: a dead or stuck peer ends the sync with an error instead of a hang.
 """
 
@@ -21,11 +21,8 @@ from datetime import timedelta
 from typing import Any, Iterable, Iterator
 
 import torch
-
 from rl_core.placement.rendezvous import Rendezvous, gloo_device, join_store, loopback_interface
-from rl_core.weight_sync_check import WeightTap
-from rl_core.weight_sync_check import verify_sent
-from rl_core.weight_sync_check import verify_sync
+from rl_core.weight_sync_check import WeightTap, verify_sent, verify_sync
 
 _DTYPES = {str(d): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)}
 
