@@ -106,3 +106,13 @@ def rl_core_register_run_kinds(register: Register) -> None:
 @hookspec
 def rl_core_register_log_prob_roles(register: Register) -> None:
     """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""
+
+
+@hookspec
+def rl_core_register_reward_shapers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RewardShapingCard` s (a change of the training rewards, e.g. DAPO's overlong penalty)."""
+
+
+@hookspec
+def rl_core_register_batch_samplers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.BatchSamplerCard` s (how a step gathers its batch over rounds, e.g. DAPO's dynamic sampling)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's)",
@@ -50,5 +50,9 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
     "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
+    "rl_core.algorithms.advantages": "the estimators' common signature and helpers (prepare_rewards, check_index, group_stats, no_signal, group_outputs, reward_to_go, ...), grpo: what a new estimator builds on",
+    "rl_core.algorithms.policy_loss": "the policy losses' common signature and helpers (clip_range, prepare_loss, clipped_surrogate, finish_loss): what a new loss builds on",
+    "rl_core.algorithms.masked": "masked tensor ops (masked_mean / masked_sum / masked_whiten, zero_masked, bool_mask)",
+    "rl_core.algorithms.options": "the options classes of the built-in estimators / losses (GroupOptions, GrpoOptions, LossOptions, ...), to derive from",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }
