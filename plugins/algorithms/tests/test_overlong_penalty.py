@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rl_core.batch import Batch
 from rl_algorithms.overlong import OverlongPenalty, overlong_penalty, response_lengths
+from rl_core.batch import Batch
 
 
 def test_penalty_by_hand():
