@@ -203,6 +203,10 @@ class PolicyLossCard(CardBase):
     kind: ClassVar[str] = "policy_loss"
 
     options: Any = None  # what actor.policy_loss_options may hold (as EstimatorCard.options)
+    # the per-token loss and its gradient are exactly 0 wherever the advantage is 0 (a loss of the form A * f(ratio)),
+    # so rows whose advantages are all 0 may be left out of the update (actor.skip_zero_advantage_rows;
+    # rl_core.algorithms.zero_advantage). False (the default): every row is trained on.
+    skips_zero_advantage: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -496,3 +500,35 @@ class RolloutPoolCard(CardBase):
 
 
 CARD_TYPES[RolloutPoolCard.kind] = RolloutPoolCard
+
+
+@attrs.frozen(kw_only=True)
+class RewardShapingCard(CardBase):
+    """A change of the training rewards after the reward function scored them (``rl_core_register_reward_shapers``;
+    e.g. rl-algorithms' DAPO overlong penalty). ``enabled_by``: the boolean config key that turns it on (dotted, e.g.
+    ``reward.overlong_penalty.enable``); the plan holds the shapers whose key is true, in name order, and a key that is
+    true with no installed card claiming it is an ``rlcore check`` error (:mod:`rl_core.plan.step_hooks`).
+    ``factory`` resolves to ``make(config) -> shaper``, called once when the trainer starts;
+    ``shaper(scores, batch) -> (scores, metrics)`` gets the reward function's scores (``[B]``) and the scored batch.
+    Training rewards (the greedy baseline's too) are shaped; validation scores never are."""
+
+    kind: ClassVar[str] = "reward_shaping"
+
+    enabled_by: str
+
+
+@attrs.frozen(kw_only=True)
+class BatchSamplerCard(CardBase):
+    """How a training step gathers its batch when one generation round is not it (``rl_core_register_batch_samplers``;
+    e.g. rl-algorithms' DAPO dynamic sampling: rounds until enough groups differ). ``enabled_by`` as
+    :class:`RewardShapingCard`; at most one sampler is on. ``factory`` resolves to ``make(config) -> sampler``, called
+    once when the trainer starts; ``sampler(prompts, *, run_round, draw, step, pad_token_id, counters) -> (batch,
+    metrics)``: ``run_round(prompts) -> (rl_core.observers.StepRollouts, metrics)`` generates and scores one round,
+    ``draw()`` gives the next prompts, ``counters``: the prefixes of batch meta entries that add up over rounds."""
+
+    kind: ClassVar[str] = "batch_sampler"
+
+    enabled_by: str
+
+
+CARD_TYPES.update({cls.kind: cls for cls in (RewardShapingCard, BatchSamplerCard)})

@@ -126,3 +126,13 @@ def rl_core_register_features(register: Register) -> None:
 @hookspec
 def rl_core_register_rollout_pools(register: Register) -> None:
     """Register :class:`~rl_core.cards.RolloutPoolCard` s (a rollout pool of its own: its step schedule and weight transfer)."""
+
+
+@hookspec
+def rl_core_register_reward_shapers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.RewardShapingCard` s (a change of the training rewards, e.g. DAPO's overlong penalty)."""
+
+
+@hookspec
+def rl_core_register_batch_samplers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.BatchSamplerCard` s (how a step gathers its batch over rounds, e.g. DAPO's dynamic sampling)."""

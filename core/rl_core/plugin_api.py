@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's); num / pos / frac / choice / text for a package's section",
@@ -59,5 +59,9 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.placement.local": "local_rendezvous_env: collective libraries bound to the loopback interface (a placement whose ranks share one node)",
     "rl_core.placement.listeners": "listening_sockets / descendants / describe / is_loopback: which processes listen on which TCP addresses (/proc)",
     "rl_core.plan.features": "MemoryTerms: what a FeatureCard's memory function returns (the actor's train-state terms of the plan's estimates), Features: the plan's loaded feature cards",
+    "rl_core.algorithms.advantages": "the estimators' common signature and helpers (prepare_rewards, check_index, group_stats, no_signal, group_outputs, reward_to_go, ...), grpo: what a new estimator builds on",
+    "rl_core.algorithms.policy_loss": "the policy losses' common signature and helpers (clip_range, prepare_loss, clipped_surrogate, finish_loss): what a new loss builds on",
+    "rl_core.algorithms.masked": "masked tensor ops (masked_mean / masked_sum / masked_whiten, zero_masked, bool_mask)",
+    "rl_core.algorithms.options": "the options classes of the built-in estimators / losses (GroupOptions, GrpoOptions, LossOptions, ...), to derive from",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

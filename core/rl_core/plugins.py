@@ -60,6 +60,8 @@ HOOK_KINDS = {
     "rl_core_register_placements": "placement",
     "rl_core_register_features": "feature",
     "rl_core_register_rollout_pools": "rollout_pool",
+    "rl_core_register_reward_shapers": "reward_shaping",
+    "rl_core_register_batch_samplers": "batch_sampler",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -69,12 +71,24 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "train": {"fsdp": "rl-train-fsdp", "megatron": "rl-train-megatron"},
     "run_kind": {"sft": "rl-sft"},
     "placement": {"ray": "rl-placement-ray"},
+    "estimator": dict.fromkeys(("rloo", "rloo_vectorized", "grpo_vectorized", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                                "remax", "opo", "grpo_passk", "gpg"), "rl-algorithms"),
+    "policy_loss": dict.fromkeys(("gspo", "gpg", "dro", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov"),
+                                 "rl-algorithms"),
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",
         "format": "rl-reward-rule",
         "reasoning_gym": "rl-reward-rule",
     },
+}
+
+
+#: a boolean config key -> the distribution whose RewardShapingCard / BatchSamplerCard it turns on (hints for
+#: messages only: rl_core.plan.step_hooks names the package when the key is true and no installed card claims it)
+KNOWN_STEP_HOOKS: dict[str, str] = {
+    "reward.overlong_penalty.enable": "rl-algorithms",
+    "algorithm.filter_groups.enable": "rl-algorithms",
 }
 
 

@@ -43,7 +43,7 @@ def test_fixture_was_made_by_verl_0_9_1(fx):
 
 
 # ------------------------------------------------------------------ estimators
-def _estimator_call(fx, key):
+def _estimator_call(fx, key, registry=None):
     x = fx["inputs"]
     case = fx["advantages"][key]
     name, _, variant = key.partition("/")
@@ -56,6 +56,7 @@ def _estimator_call(fx, key):
     )
     adv, ret = compute_advantage(
         name,
+        registry=registry,
         token_level_rewards=rewards,
         response_mask=x["response_mask"],
         index=case.get("index", x["index"]),
@@ -74,14 +75,10 @@ def test_every_estimator_is_covered(fx):
                      "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg"}
 
 
-@pytest.mark.parametrize("key", [
-    "gae/g1.0_l1.0", "gae/g0.99_l0.95", "gae/dense/g0.99_l0.95", "grpo/normTrue", "grpo/normFalse", "grpo/dense/normTrue",
-    "grpo_vectorized/normTrue", "grpo_passk/normTrue", "grpo_passk/normFalse", "rloo", "rloo/dense", "rloo_vectorized",
-    "opo", "opo/dense", "reinforce_plus_plus/g1.0", "reinforce_plus_plus/g0.9", "reinforce_plus_plus/dense/g0.9",
-    "reinforce_plus_plus_baseline", "reinforce_plus_plus_baseline/dense", "remax", "remax/dense", "gpg", "gpg/dense",
-])
-def test_estimators_match_verl(fx, key):
-    case, adv, ret = _estimator_call(fx, key)
+# rl-core's estimators; the others' (rloo, opo, remax, ...): plugins/algorithms/tests/test_algorithms_verl_parity.py
+@pytest.mark.parametrize("key", ["gae/g1.0_l1.0", "gae/g0.99_l0.95", "gae/dense/g0.99_l0.95", "grpo/normTrue", "grpo/normFalse", "grpo/dense/normTrue"])
+def test_estimators_match_verl(fx, key, registry=None):
+    case, adv, ret = _estimator_call(fx, key, registry)
     mask = fx["inputs"]["response_mask"].bool()
     close(adv, case["advantages"], mask, f"{key} advantages")
     close(ret, case["returns"], mask, f"{key} returns")
@@ -111,10 +108,14 @@ def test_verl_default_policy_loss_is_vanilla_with_dual_clip():
     assert get_policy_loss("vanilla").__name__ == "dual_clip"
 
 
-@pytest.mark.parametrize("key", sorted(
-    k for k in torch.load(FIXTURE, weights_only=False)["policy_loss"] if not k.startswith("_")
-))
-def test_policy_losses_match_verl(fx, key):
+def policy_loss_cases(core: bool) -> list[str]:
+    """The fixture's policy-loss cases of rl-core's losses (vanilla), or of the others (rl-algorithms')."""
+    cases = torch.load(FIXTURE, weights_only=False)["policy_loss"]
+    return sorted(k for k in cases if not k.startswith("_") and (cases[k]["loss_mode"] == "vanilla") == core)
+
+
+@pytest.mark.parametrize("key", policy_loss_cases(core=True))
+def test_policy_losses_match_verl(fx, key, registry=None):
     x = fx["inputs"]
     case = fx["policy_loss"][key]
     cfg = _actor_cfg(case)
@@ -122,7 +123,7 @@ def test_policy_losses_match_verl(fx, key):
     torch.manual_seed(fx["meta"]["clip_cov_seed"])
     loss, metrics = compute_actor_loss(
         log_prob=lp, old_log_prob=x["old_log_prob"], advantages=x["advantages"], response_mask=x["agg_mask"],
-        rollout_is_weights=fx["policy_loss"]["_rollout_is_weights"] if case["is_weights"] else None, cfg=cfg,
+        rollout_is_weights=fx["policy_loss"]["_rollout_is_weights"] if case["is_weights"] else None, cfg=cfg, registry=registry,
     )
     loss.backward()
     close(loss, case["loss"], what=f"{key} loss")

@@ -40,12 +40,30 @@ def test_grpo_groups_with_equal_rewards_are_the_skipped_rows():
     assert rows_with_signal(adv, mask).tolist() == [3, 4, 5]
 
 
-def test_skipping_needs_a_loss_that_vanishes_with_the_advantage():
+def test_skipping_needs_no_other_term_reading_the_row():
     cfg = ActorConfig()
     assert cfg.skip_zero_advantage_rows and cfg.policy_loss == "vanilla"
     assert can_skip_zero_advantage_rows(cfg)
     assert not can_skip_zero_advantage_rows(attrs.evolve(cfg, skip_zero_advantage_rows=False))
     assert not can_skip_zero_advantage_rows(attrs.evolve(cfg, entropy_coeff=0.01))  # the entropy bonus reads every row
     assert not can_skip_zero_advantage_rows(attrs.evolve(cfg, use_kl_loss=True))  # so does the KL loss
-    assert not can_skip_zero_advantage_rows(attrs.evolve(cfg, policy_loss="kl_cov"))  # a |log r| penalty without A
-    assert can_skip_zero_advantage_rows(attrs.evolve(cfg, policy_loss="gspo"))
+
+
+def _constant(**_):  # a loss that is not A * f(ratio): its zero-advantage rows still carry a gradient
+    raise AssertionError("not called")
+
+
+@pytest.mark.parametrize("declares, skips", [(True, True), (False, False)])
+def test_the_plan_skips_only_for_a_loss_whose_card_says_it_vanishes_with_the_advantage(tmp_path, declares, skips):
+    from rl_core.cards import PolicyLossCard, Provider
+    from rl_core.plan.resolver import resolve
+
+    from tests.core.test_resolve_once import _config, _minimal_train, _registry
+
+    theirs = PolicyLossCard(name="theirs", factory=_constant, skips_zero_advantage=declares, provider=Provider(distribution="third-party"))
+    registry = _registry(train=[_minimal_train()], policy_loss=[theirs])
+    stack, problems = resolve(_config(tmp_path, actor__policy_loss="theirs"), registry)
+    assert stack is not None, [p.render() for p in problems]
+    assert stack.config.actor.skip_zero_advantage_rows is skips and can_skip_zero_advantage_rows(stack.config.actor) is skips
+    stack, _ = resolve(_config(tmp_path), registry)  # rl-core's vanilla declares it
+    assert stack.config.actor.skip_zero_advantage_rows and stack.policy_loss.skips_zero_advantage

@@ -76,7 +76,7 @@ def group_index(uids: Iterable[Hashable], device: torch.device | str | None = No
     return torch.tensor(out, dtype=torch.int64, device=device)
 
 
-def _prepare(token_level_rewards: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+def prepare_rewards(token_level_rewards: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
     if token_level_rewards.dim() != 2:
         raise ValueError(f"token_level_rewards must be [B, T], got shape {tuple(token_level_rewards.shape)}")
     check_same_shape("token_level_rewards", token_level_rewards, response_mask)
@@ -84,7 +84,7 @@ def _prepare(token_level_rewards: Tensor, response_mask: Tensor) -> tuple[Tensor
     return zero_masked(token_level_rewards, mask).to(torch.float32), mask
 
 
-def _check_index(index: Tensor | None, batch: int, name: str, device: torch.device) -> Tensor:
+def check_index(index: Tensor | None, batch: int, name: str, device: torch.device) -> Tensor:
     if index is None:
         raise ValueError(
             f"{name} needs `index` (Tensor[B] int64 group ids, the n samples of a prompt sharing one id); "
@@ -99,19 +99,19 @@ def _check_index(index: Tensor | None, batch: int, name: str, device: torch.devi
     return index.to(device=device, dtype=torch.int64)
 
 
-def _check_values(values: Tensor | None, mask: Tensor, name: str) -> Tensor:
+def check_values(values: Tensor | None, mask: Tensor, name: str) -> Tensor:
     if values is None:
         raise ValueError(f"{name} needs `values` (Tensor[B, T] from a critic); enable the critic")
     check_same_shape("values", values, mask)
     return zero_masked(values, mask).to(torch.float32)
 
 
-def _sequence_scores(rewards: Tensor) -> Tensor:
+def sequence_scores(rewards: Tensor) -> Tensor:
     """``[B, T]`` rewards (already zero at masked positions) -> ``[B]`` scores."""
     return rewards.sum(dim=-1)
 
 
-def _group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
+def group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
     """Per-row statistics of the row's group, each ``[B]`` float32.
 
     Keys: ``count``, ``sum``, ``mean``, ``std`` (unbiased; 0 for a group of
@@ -143,7 +143,7 @@ def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
     float32, 0 at masked positions. Masked rewards are ignored and masked
     positions do not count as time steps (gaps are skipped).
     """
-    r, m = _prepare(rewards, mask)
+    r, m = prepare_rewards(rewards, mask)
     if gamma == 1.0:  # no discount: a reversed cumulative sum (gaps hold zeros)
         out = r.flip(-1).cumsum(-1).flip(-1)
         return torch.where(m, out, torch.zeros_like(out))
@@ -156,32 +156,32 @@ def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
     return out
 
 
-def _broadcast(per_seq: Tensor, mask: Tensor) -> Tensor:
+def broadcast_rows(per_seq: Tensor, mask: Tensor) -> Tensor:
     """``[B]`` -> ``[B, T]`` on valid tokens, exact 0 elsewhere."""
     out = per_seq.unsqueeze(-1).expand(mask.shape)
     return torch.where(mask, out, torch.zeros_like(out))
 
 
-def _opt(options: Mapping[str, Any] | None, key: str, default: Any) -> Any:
+def option(options: Mapping[str, Any] | None, key: str, default: Any) -> Any:
     return default if options is None else options.get(key, default)
 
 
-def _no_signal(stats: dict[str, Tensor], options: Mapping[str, Any] | None) -> Tensor:
+def no_signal(stats: dict[str, Tensor], options: Mapping[str, Any] | None) -> Tensor:
     """``[B]`` bool: rows whose advantage is 0 exactly (all-equal groups; groups of one if asked)."""
     constant = stats["constant"] & (stats["count"] >= 2)
-    if _opt(options, "zero_singleton_groups", False):
+    if option(options, "zero_singleton_groups", False):
         return constant | (stats["count"] < 2)
     return constant
 
 
-def _group_outputs(per_seq: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> tuple[Tensor, Tensor]:
+def group_outputs(per_seq: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> tuple[Tensor, Tensor]:
     """``[B]`` advantages -> (advantages, returns) ``[B, T]``; returns per the ``returns`` option."""
-    adv = _broadcast(per_seq, mask)
-    return adv, _group_returns(adv, rewards, mask, options)
+    adv = broadcast_rows(per_seq, mask)
+    return adv, group_returns(adv, rewards, mask, options)
 
 
-def _group_returns(adv: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> Tensor:
-    kind = _opt(options, "returns", "advantages")
+def group_returns(adv: Tensor, rewards: Tensor, mask: Tensor, options: Mapping[str, Any] | None) -> Tensor:
+    kind = option(options, "returns", "advantages")
     if kind == "advantages":
         return adv.clone()
     if kind == "reward_to_go":
@@ -221,8 +221,8 @@ def gae(
     next *valid* token), so their rewards and values are never read (verl
     does the same).
     """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    v = _check_values(values, mask, "gae")
+    rewards, mask = prepare_rewards(token_level_rewards, response_mask)
+    v = check_values(values, mask, "gae")
     batch, length = rewards.shape
     next_value = rewards.new_zeros(batch)
     last_adv = rewards.new_zeros(batch)
@@ -235,7 +235,7 @@ def gae(
         next_value = torch.where(m, v[:, t], next_value)
         adv[:, t] = torch.where(m, a_t, torch.zeros_like(a_t))
     returns = torch.where(mask, adv + v, torch.zeros_like(adv))
-    if _opt(options, "whiten", True):
+    if option(options, "whiten", True):
         adv = masked_whiten(adv, mask)
     return adv, returns
 
@@ -269,155 +269,18 @@ def grpo(
     ``std`` is the unbiased (n - 1) sample std. Groups of one, all-equal
     groups, ``zero_singleton_groups`` and ``returns``: module docstring.
     """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "grpo", rewards.device)
-    scores = _sequence_scores(rewards)
-    stats = _group_stats(scores, idx)
+    rewards, mask = prepare_rewards(token_level_rewards, response_mask)
+    idx = check_index(index, rewards.shape[0], "grpo", rewards.device)
+    scores = sequence_scores(rewards)
+    stats = group_stats(scores, idx)
     single = stats["count"] < 2
     mean = torch.where(single, torch.zeros_like(scores), stats["mean"])
     std = torch.where(single, torch.ones_like(scores), stats["std"])
     centred = scores - mean
-    if _opt(options, "norm_adv_by_std", True):
-        centred = centred / (std + float(_opt(options, "epsilon", GRPO_EPS)))
-    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(centred), centred)
-    return _group_outputs(per_seq, rewards, mask, options)
-
-
-@torch.no_grad()
-def rloo(
-    *,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    baseline_rewards: Tensor | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """REINFORCE Leave-One-Out (Ahmadian et al. 2024, "Back to Basics: Revisiting
-    REINFORCE Style Optimization for Learning from Human Feedback in LLMs").
-
-    ``A_i = r_i - (sum_{j != i} r_j) / (n - 1)`` over the ``n`` responses of a
-    group (the baseline is the mean score of the *other* samples), broadcast
-    over the valid tokens.
-
-    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
-    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
-
-    Departures: the paper assumes k >= 2; a group of size 1 keeps its raw
-    score as verl does (``zero_singleton_groups``: module docstring). The
-    paper's per-token KL penalty in the reward is applied upstream by
-    :func:`rl_core.algorithms.kl.apply_kl_penalty`.
-    """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "rloo", rewards.device)
-    scores = _sequence_scores(rewards)
-    stats = _group_stats(scores, idx)
-    n = stats["count"]
-    baseline = torch.where(n < 2, torch.zeros_like(scores), (stats["sum"] - scores) / (n - 1).clamp_min(1))
-    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(scores), scores - baseline)
-    return _group_outputs(per_seq, rewards, mask, options)
-
-
-@torch.no_grad()
-def reinforce_plus_plus(
-    *,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    baseline_rewards: Tensor | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning LLMs").
-
-    ``returns_t`` = discounted reward-to-go of the token rewards (which carry
-    the per-token KL penalty when ``use_kl_in_reward``); advantages are the
-    returns normalised over **all valid tokens of the batch** (global
-    mean 0, std 1; unbiased variance, ``eps=1e-8`` inside the sqrt).
-
-    Shapes: rewards, mask ``[B, T]`` -> ``[B, T]`` float32.
-    Uses ``gamma``; ignores ``index``, ``values``, ``lam``, ``baseline_rewards``.
-
-    Departures: the normalisation is over the local batch (the one passed
-    in), not a global batch across data-parallel ranks.
-    """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    returns = reward_to_go(rewards, mask, gamma)
-    return masked_whiten(returns, mask), returns
-
-
-@torch.no_grad()
-def reinforce_plus_plus_baseline(
-    *,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    baseline_rewards: Tensor | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """REINFORCE++-baseline (Hu 2025, REINFORCE++ paper, v2+): subtract the group
-    mean score, broadcast over tokens, then normalise over all valid tokens of
-    the batch (mean 0, std 1). Group-mean subtraction removes the prompt's
-    difficulty; the batch-level std keeps GRPO's per-group std out.
-
-    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
-    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
-
-    A group of size 1 keeps its raw score (mean 0, as verl) unless
-    ``zero_singleton_groups``; an all-equal group is centred to exactly 0.
-    After normalisation those tokens are ``-mean/std`` like any other 0, not
-    necessarily 0 themselves. ``returns``: module docstring.
-    """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "reinforce_plus_plus_baseline", rewards.device)
-    scores = _sequence_scores(rewards)
-    stats = _group_stats(scores, idx)
-    mean = torch.where(stats["count"] < 2, torch.zeros_like(scores), stats["mean"])
-    centred = torch.where(_no_signal(stats, options), torch.zeros_like(scores), scores - mean)
-    adv = masked_whiten(_broadcast(centred, mask), mask)
-    return adv, _group_returns(adv, rewards, mask, options)
-
-
-@torch.no_grad()
-def remax(
-    *,
-    token_level_rewards: Tensor,
-    response_mask: Tensor,
-    index: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    baseline_rewards: Tensor | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient Reinforcement
-    Learning Method for Aligning Large Language Models").
-
-    ``A_t = G_t - r(x, y_greedy)``: the (undiscounted) reward-to-go minus the
-    reward of the greedy response to the same prompt (``baseline_rewards``).
-
-    Shapes: rewards, mask ``[B, T]``, baseline_rewards ``[B]`` -> ``[B, T]`` float32.
-    Uses ``baseline_rewards``; ignores ``index``, ``values``, ``gamma``, ``lam``.
-
-    Departures: the paper subtracts the baseline from the sequence reward;
-    with token rewards (e.g. a KL penalty per token) we subtract it from the
-    reward-to-go at each token, which is the same for an outcome-only reward.
-    """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    if baseline_rewards is None:
-        raise ValueError("remax needs `baseline_rewards` (Tensor[B]: the reward of the greedy response per sample)")
-    if baseline_rewards.dim() != 1 or baseline_rewards.shape[0] != rewards.shape[0]:
-        raise ValueError(f"baseline_rewards must be [B]=[{rewards.shape[0]}], got shape {tuple(baseline_rewards.shape)}")
-    returns = reward_to_go(rewards, mask)
-    adv = returns - baseline_rewards.to(device=rewards.device, dtype=torch.float32).unsqueeze(-1)
-    return torch.where(mask, adv, torch.zeros_like(adv)), returns
+    if option(options, "norm_adv_by_std", True):
+        centred = centred / (std + float(option(options, "epsilon", GRPO_EPS)))
+    per_seq = torch.where(no_signal(stats, options), torch.zeros_like(centred), centred)
+    return group_outputs(per_seq, rewards, mask, options)
 
 
 # ------------------------------------------------------------ dispatch

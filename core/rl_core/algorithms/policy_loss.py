@@ -35,9 +35,10 @@ is the constant of ``seq-mean-token-sum-norm`` (verl's
 
 Names: ``vanilla`` is verl's default, PPO with the dual clip on negative
 advantages (:func:`dual_clip`); ``ppo_clip`` is PPO without it (Schulman et
-al. 2017 as written). Other losses: :mod:`rl_core.algorithms.policy_loss_pg`
-(gpg, dro, cispo, sapo, geo_mean, dppo_tv, dppo_kl) and
-:mod:`rl_core.algorithms.policy_loss_cov` (clip_cov, kl_cov).
+al. 2017 as written). The other losses (gspo, gpg, dro, cispo, sapo, geo_mean,
+dppo_tv, dppo_kl, clip_cov, kl_cov) come with the rl-algorithms package
+(``plugins/algorithms``), on :func:`clip_range`, :func:`prepare_loss`,
+:func:`clipped_surrogate` and :func:`finish_loss`.
 """
 
 from __future__ import annotations
@@ -56,10 +57,9 @@ from rl_core.algorithms.masked import (
 )
 
 LOG_RATIO_CLAMP = 20.0
-GSPO_LOG_RATIO_MAX = 10.0
 
 
-def _clip_range(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
+def clip_range(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
     low = clip_ratio if low is None else low
     high = clip_ratio if high is None else high
     if low < 0 or high < 0:
@@ -67,7 +67,7 @@ def _clip_range(clip_ratio: float, low: float | None, high: float | None) -> tup
     return float(low), float(high)
 
 
-def _prepare(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, response_mask: Tensor, mode: str):
+def prepare_loss(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, response_mask: Tensor, mode: str):
     check_loss_agg_mode(mode)
     if response_mask.dim() != 2:
         raise ValueError(f"response_mask must be [B, T], got shape {tuple(response_mask.shape)}")
@@ -94,7 +94,7 @@ def finish_loss(
     return agg_loss(loss_mat, mask, mode, norm_length=norm_length)
 
 
-def _clipped_surrogate(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+def clipped_surrogate(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
     """PPO's pessimistic surrogate as a loss: ``max(-A r, -A clip(r, 1-low, 1+high))`` and the clip flag."""
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)
@@ -134,9 +134,9 @@ def ppo_clip(
     minimise. The paper's value-loss and entropy terms are separate
     (:mod:`rl_core.algorithms.actor_loss`).
     """
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
-    loss_mat, was_clipped = _clipped_surrogate(torch.exp(log_ratio), adv, low, high)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    loss_mat, was_clipped = clipped_surrogate(torch.exp(log_ratio), adv, low, high)
     loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
     metrics = {
         "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
@@ -173,9 +173,9 @@ def dual_clip(
     """
     if not clip_ratio_c > 1.0:
         raise ValueError(f"dual_clip needs clip_ratio_c > 1 (the paper uses 3), got {clip_ratio_c}")
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
-    ppo_mat, was_clipped = _clipped_surrogate(torch.exp(log_ratio), adv, low, high)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    ppo_mat, was_clipped = clipped_surrogate(torch.exp(log_ratio), adv, low, high)
     cap = -adv * clip_ratio_c
     negative = adv < 0
     capped = negative & (ppo_mat > cap)
@@ -185,57 +185,5 @@ def dual_clip(
         "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
         "clipfrac_lower": masked_mean(capped.float(), mask).detach(),
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return loss, metrics
-
-
-def gspo(
-    *,
-    old_log_prob: Tensor,
-    log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    loss_agg_mode: str = "token-mean",
-    clip_ratio: float = 0.2,
-    clip_ratio_low: float | None = None,
-    clip_ratio_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    options: Mapping[str, Any] | None = None,
-    rollout_is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Group Sequence Policy Optimization (Zheng et al. 2025, "Group Sequence Policy
-    Optimization", Qwen team): the importance ratio is per *sequence*,
-    ``s_i = exp(mean_t(log_prob - old_log_prob))`` over the valid tokens
-    (the length-normalised sequence likelihood ratio), and is clipped per
-    sequence.
-
-    Implemented in the paper's GSPO-token form: every token gets
-    ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``, whose value is ``s_i`` and whose
-    gradient is ``s_i * grad log pi(y_t)``; then the PPO clipped surrogate per
-    token. With advantages constant along a sequence and
-    ``loss_agg_mode="seq-mean-token-mean"`` this is exactly sequence-level
-    GSPO; per-token advantages are allowed.
-
-    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
-
-    Departures / settings: the paper uses tiny clip ranges (left 3e-4, right
-    4e-4 in v2), not PPO's 0.2: set ``actor.clip_ratio_low`` / ``clip_ratio_high``.
-    The paper aggregates with ``seq-mean-token-mean``; ``loss_agg_mode`` is
-    honoured as given (as verl 0.9.1). As verl, the per-token log-ratios are
-    not clamped before the sequence mean, and the token log-ratio is clamped
-    at 10 from above (its gradient is 0 beyond). ``clip_ratio_c`` is ignored.
-    """
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
-    raw_log_ratio = zero_masked(log_prob.float() - old_log_prob.float(), mask)
-    lengths = mask.sum(dim=-1).clamp_min(1).to(torch.float32)  # [B]
-    seq_log_ratio = raw_log_ratio.sum(dim=-1) / lengths  # [B]
-    lp = zero_masked(log_prob.float(), mask)
-    token_log_ratio = (lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp(max=GSPO_LOG_RATIO_MAX)
-    loss_mat, was_clipped = _clipped_surrogate(torch.exp(token_log_ratio), adv, low, high)
-    loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
-    metrics = {
-        "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
-        "ppo_kl": masked_mean(-raw_log_ratio, mask).detach(),
     }
     return loss, metrics

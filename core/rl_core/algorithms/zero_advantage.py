@@ -10,7 +10,9 @@ fails or mostly solves, most groups are such rows (e.g. early in the CPU quickst
 answers are wrong, two thirds of the groups of four).
 
 Not skippable when another term depends on the row: an entropy bonus (``entropy_coeff != 0``),
-the KL loss (``use_kl_loss``), or a policy loss not known to vanish with the advantage.
+the KL loss (``use_kl_loss``), or a policy loss whose card does not declare ``skips_zero_advantage``
+(:class:`rl_core.cards.PolicyLossCard`: a third-party loss says it there). The plan decides the last
+one once: its ``actor.skip_zero_advantage_rows`` is false for such a loss (:mod:`rl_core.plan.resolver`).
 The logged ``actor/entropy``, ``actor/pg_clipfrac`` and ``actor/ppo_kl`` then describe the rows
 that were trained on.
 """
@@ -24,18 +26,10 @@ from torch import Tensor
 
 from rl_core.algorithms.masked import bool_mask
 
-# policy losses whose per-token loss (and gradient) is 0 wherever the advantage is 0
-ADVANTAGE_SCALED_LOSSES = frozenset({"vanilla", "ppo_clip", "dual_clip", "gspo", "gpg", "cispo"})
-
 
 def can_skip_zero_advantage_rows(cfg: Any) -> bool:
-    """Whether the actor config (``rl_core.config.schema.ActorConfig``) allows dropping zero-advantage rows."""
-    return (
-        bool(getattr(cfg, "skip_zero_advantage_rows", False))
-        and cfg.policy_loss in ADVANTAGE_SCALED_LOSSES
-        and cfg.entropy_coeff == 0
-        and not cfg.use_kl_loss
-    )
+    """Whether the actor config (``rl_core.config.schema.ActorConfig``, the plan's) allows dropping zero-advantage rows."""
+    return bool(getattr(cfg, "skip_zero_advantage_rows", False)) and cfg.entropy_coeff == 0 and not cfg.use_kl_loss
 
 
 def rows_with_signal(advantages: Tensor, response_mask: Tensor) -> Tensor:

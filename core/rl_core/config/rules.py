@@ -244,21 +244,6 @@ def _clip_low(cfg: Any) -> Problem | None:
     return None
 
 
-def _overlong_penalty(cfg: Any) -> Problem | None:
-    o = cfg.reward.overlong_penalty
-    if not o.enable:
-        return None
-    longest = o.max_response_length or cfg.data.max_response_length
-    if o.buffer_length is None:
-        return Problem(key="reward.overlong_penalty.buffer_length", what="is not set while reward.overlong_penalty.enable=true",
-                       fix="set the tokens before the maximum length where the penalty starts, e.g. reward.overlong_penalty.buffer_length=" + str(max(1, longest // 4)))
-    if o.buffer_length > longest:
-        return Problem(key="reward.overlong_penalty.buffer_length",
-                       what=f"is {o.buffer_length}, longer than the maximum response length {longest} it is counted back from",
-                       fix=f"set it to at most {longest} (nearest valid: {longest})")
-    return None
-
-
 def _min_lr(cfg: Any) -> list[Problem]:
     """``optim.min_lr`` (absolute) is at most ``optim.lr`` and not given together with ``min_lr_ratio``."""
     problems = []
@@ -331,27 +316,12 @@ def _checkpoint_contents(cfg: Any) -> list[Problem]:
     return out
 
 
-#: the filter metrics computed from the scores themselves; any other name is a key of the reward function's dict
-FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
-
-
-def _filter_groups(cfg: Any) -> Problem | None:
-    f, data = cfg.algorithm.filter_groups, cfg.data
-    if not f.enable:
-        if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
-            return Problem(key="data.gen_batch_size", what=f"is {data.gen_batch_size} but only dynamic sampling generates more prompts than a step trains on",
-                           fix="set algorithm.filter_groups.enable=true (with algorithm.filter_groups.metric), or unset data.gen_batch_size")
-        return None
-    if not f.metric:
-        return Problem(key="algorithm.filter_groups.metric", what="is not set while algorithm.filter_groups.enable=true",
-                       fix="name the value whose spread keeps a group: " + " / ".join(FILTER_METRICS) + " or a key your reward function returns")
-    if f.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
-        return Problem(key="algorithm.filter_groups.metric", what="is 'seq_final_reward' (the reward after the KL penalty) with algorithm.use_kl_in_reward=true: "
-                       "rl-core filters before the log-prob passes, so that reward does not exist yet",
-                       fix="use metric=seq_reward (the reward before the KL penalty) or acc")
-    if cfg.rollout.n_gpus_per_node is not None:
-        return Problem(key="algorithm.filter_groups.enable", what="is true with a rollout pool of its own (rollout.n_gpus_per_node, asynchronous RL): "
-                       "dynamic sampling runs in the synchronous loop only", fix="unset rollout.n_gpus_per_node, or algorithm.filter_groups.enable=false")
+def _gen_batch_size(cfg: Any) -> Problem | None:
+    """data.gen_batch_size is read by dynamic sampling only (rl-algorithms' algorithm.filter_groups; its checks come with it)."""
+    data = cfg.data
+    if not cfg.algorithm.filter_groups.enable and data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+        return Problem(key="data.gen_batch_size", what=f"is {data.gen_batch_size} but only dynamic sampling generates more prompts than a step trains on",
+                       fix="set algorithm.filter_groups.enable=true (with algorithm.filter_groups.metric), or unset data.gen_batch_size")
     return None
 
 
@@ -380,7 +350,7 @@ def _router_replay(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _overlong_penalty, _filter_groups, _min_lr, _pad_to_length, _profiler, _checkpoint_contents,
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _profiler, _checkpoint_contents,
                                                                           _custom_dataset, _router_replay)
 
 

@@ -406,7 +406,7 @@ class RolloutCorrectionConfig:
 
 @attrs.frozen(kw_only=True)
 class FilterGroupsConfig:
-    """DAPO's dynamic sampling (rl_core.trainer.dynamic_sampling): generate rounds of data.gen_batch_size prompts,
+    """DAPO's dynamic sampling (rl-algorithms: rl_algorithms.dynamic_sampling): generate rounds of data.gen_batch_size prompts,
     drop the groups whose ``metric`` is the same for all n samples, until data.train_batch_size groups are kept."""
 
     enable: bool = False
@@ -440,7 +440,7 @@ class CustomRewardConfig:
 
 @attrs.frozen(kw_only=True)
 class OverlongPenaltyConfig:
-    """DAPO's overlong-response penalty (rl_core.rewards.overlong): a training response of n tokens gets
+    """DAPO's overlong-response penalty (rl-algorithms: rl_algorithms.overlong): a training response of n tokens gets
     ``min(0, -(n - (max_response_length - buffer_length)) / buffer_length * penalty_factor)`` added to its reward."""
 
     enable: bool = False

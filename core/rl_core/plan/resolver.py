@@ -33,6 +33,7 @@ from rl_core.config.schema import AsyncConfig, RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import resolve_log_prob_roles
+from rl_core.plan.step_hooks import step_hooks
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
@@ -96,6 +97,10 @@ class Plan:
     rollout_pool: RolloutPoolCard | None = None
     rollout_pool_fn: Callable[..., Any] | None = None
     rollout_pool_worker_fn: Callable[..., Any] | None = None
+    # the step hooks the config turns on (rl_core.plan.step_hooks): (card, loaded factory) of each reward shaper, and
+    # of the batch sampler (None: one generation round is the step's batch)
+    reward_shapers: tuple = ()
+    batch_sampler: Any = None
 
     @property
     def needs_rollout(self) -> bool:
@@ -372,13 +377,16 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
                 fix="set rollout.n to 4 or more (e.g. rollout.n=8), or use algorithm.adv_estimator=gae with a critic",
             )
         )
-    if estimator.needs_greedy_baseline and config.algorithm.filter_groups.enable:
-        problems.append(Problem(key="algorithm.filter_groups.enable",
-                                what=f"is true with algorithm.adv_estimator={name}, whose greedy baseline is generated for the step's prompts: "
-                                "dynamic sampling draws its prompts over several rounds, and rl-core does not generate a baseline per round",
-                                fix="set algorithm.filter_groups.enable=false, or use a group estimator (e.g. algorithm.adv_estimator=grpo)"))
     if config.ref.enable and train is not None and "ref" not in train.roles:
         problems.append(Problem(key="train.name", what=f"a KL term needs a reference model but train backend {train.name!r} has no ref role", fix="disable the KL term or pick another train backend"))
+
+
+def _zero_advantage_rows(config: RunConfig, policy_loss: PolicyLossCard | None) -> RunConfig:
+    """actor.skip_zero_advantage_rows as the run does it: off for a loss whose card does not declare
+    ``skips_zero_advantage`` (its zero-advantage rows still carry a gradient; rl_core.algorithms.zero_advantage)."""
+    if config.actor.skip_zero_advantage_rows and policy_loss is not None and not policy_loss.skips_zero_advantage:
+        config = attrs.evolve(config, actor=attrs.evolve(config.actor, skip_zero_advantage_rows=False))
+    return config
 
 
 def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
@@ -481,6 +489,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     if run_kind is None or run_kind.rollout:  # a run kind that samples nothing computes no advantages
         _check_estimator(config, estimator, train, problems)
     _check_options(config, estimator, policy_loss, problems)
+    config = _zero_advantage_rows(config, policy_loss)
     if train is not None:
         problems.extend(options_problems(train, config.train.options, "train.options"))
     from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
@@ -508,6 +517,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(observer_problems)
     features, feature_problems = resolve_features(config, registry)
     problems.extend(feature_problems)
+    reward_shapers, batch_sampler, hook_problems = step_hooks(config, registry)
+    problems.extend(hook_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
     _check_routing_replay(config, rollout, train, problems, registry)
 
@@ -544,6 +555,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         rollout_pool_worker_fn=rollout_pool_worker_fn,
         log_prob_roles=log_prob_roles,
         features=features,
+        reward_shapers=reward_shapers,
+        batch_sampler=batch_sampler,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -60,7 +60,6 @@ from rl_core.trainer.outputs import (
     write_config,
     write_failure,
 )
-from rl_core.trainer.dynamic_sampling import collect_groups, filter_values, merge_round_metrics
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
 from rl_core.util.stopping import Interrupted, StopSignals, is_failure, signal_name
@@ -77,8 +76,6 @@ from rl_core.plan.disk import estimate_disk
 from rl_core.rewards.manager import RewardManager
 from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
-from rl_core.rewards.overlong import OverlongPenalty
-from rl_core.rewards.overlong import response_lengths
 from rl_core.rollout import exact
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import require_agent
@@ -140,7 +137,10 @@ class Trainer:
         self.data_info = data_info
         self.total_steps = cfg.trainer.total_training_steps or cfg.trainer.total_epochs * len(self.train_loader)
         self.reward = RewardManager.for_stack(stack) if self.kind is None else None  # the resolver's reward function and cards
-        self.overlong = OverlongPenalty.from_config(cfg)  # reward.overlong_penalty (DAPO), None when off
+        # the plan's step hooks (rl_core.plan.step_hooks): reward shapers (e.g. reward.overlong_penalty) and the batch sampler
+        self.reward_shapers = [s for s in (make(cfg) for _card, make in getattr(stack, "reward_shapers", ())) if s is not None]
+        sampler = getattr(stack, "batch_sampler", None)
+        self.batch_sampler = sampler[1](cfg) if sampler is not None else None
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
             cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
@@ -289,8 +289,8 @@ class Trainer:
         return scores, metrics
 
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
-        """``(scores, metrics, scores before the overlong penalty, the reward function's per-row dicts)``; training
-        rewards (``train``) get reward.overlong_penalty (rl_core.rewards.overlong), validation scores do not."""
+        """``(scores, metrics, scores before the reward shapers, the reward function's per-row dicts)``; training
+        rewards (``train``) go through the plan's reward shapers (e.g. reward.overlong_penalty), validation scores do not."""
 
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
@@ -299,9 +299,9 @@ class Trainer:
         if seconds:
             metrics["timing_s/reward_model"] = sum(seconds)
         scores = raw
-        if train and self.overlong is not None:
-            scores, penalty_metrics = self.overlong.apply(raw, response_lengths(batch))
-            metrics.update(penalty_metrics)
+        for shaper in self.reward_shapers if train else ():
+            scores, shaped_metrics = shaper(scores, batch)
+            metrics.update(shaped_metrics)
         batch["token_level_scores"] = scores_to_token_level(scores, batch["response_mask"])
         return scores, metrics, raw, extras
 
@@ -320,8 +320,8 @@ class Trainer:
         seconds.append(time.perf_counter() - start)
         return {req.index: outcome for share, got in zip(shares, results) for req, outcome in zip(share, got)}
 
-    def _generate_and_score(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> tuple[Batch, list[float] | None]:
-        """One round: generate and score ``prompts``; with algorithm.filter_groups, each row's filter value too."""
+    def _generate_and_score(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
+        """One round: generate and score ``prompts`` (the scores kept in ``self._scored``)."""
         with timed(t, "gen"):
             if self.pipeline is None:
                 batch = self.generate(prompts, self.sampling(step=step))
@@ -340,28 +340,20 @@ class Trainer:
             metrics.update(reward_metrics)
             metrics.update(self._reward_health(step, len(scores), reward_metrics))
         self._scored = (batch, scores, raw, extras)  # the step's observers get them (the last round's)
-        f = self.config.algorithm.filter_groups
-        return batch, (filter_values(f.metric, scores=scores, raw_scores=raw, extras=extras) if f.enable else None)
+        return batch
 
-    def _dynamic_sampling(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
-        """algorithm.filter_groups (rl_core.trainer.dynamic_sampling): the step's batch of data.train_batch_size groups."""
+    def _sampled_batch(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
+        """The plan's batch sampler (e.g. algorithm.filter_groups, DAPO's dynamic sampling): the step's batch over rounds."""
 
-        rounds: list[tuple[int, dict[str, float]]] = []
-
-        def run_round(p: Batch) -> tuple[Batch, list[float]]:
+        def run_round(p: Batch) -> tuple[StepRollouts, dict[str, float]]:
             got: dict[str, float] = {}
-            batch, values = self._generate_and_score(p, step, t, got)
-            rounds.append((len(batch), got))
-            return batch, values or []
+            batch = self._generate_and_score(p, step, t, got)
+            _, scores, raw, extras = self._scored
+            return StepRollouts(step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras), got
 
-        f = self.config.algorithm.filter_groups
-        batch, ds_metrics = collect_groups(
-            prompts, run_round=run_round, draw=self.train_loader.next_batch, groups_needed=self.config.data.train_batch_size,
-            max_rounds=f.max_num_gen_batches, pad_token_id=pad_token_id_of(self.tokenizer), metric=f.metric, step=step,
-            counters=COUNTER_PREFIXES,
-        )
-        metrics.update(merge_round_metrics(rounds))
-        metrics.update(ds_metrics)
+        batch, sampled_metrics = self.batch_sampler(prompts, run_round=run_round, draw=self.train_loader.next_batch, step=step,
+                                                    pad_token_id=pad_token_id_of(self.tokenizer), counters=COUNTER_PREFIXES)
+        metrics.update(sampled_metrics)
         return batch
 
     def train_step(self, prompts: Batch, step: int) -> dict[str, float]:
@@ -369,10 +361,10 @@ class Trainer:
         t: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with timed(t, "step"):
-            if cfg.algorithm.filter_groups.enable:  # DAPO's dynamic sampling: rounds until enough groups differ
-                batch = self._dynamic_sampling(prompts, step, t, metrics)
+            if self.batch_sampler is not None:  # e.g. DAPO's dynamic sampling: rounds until enough groups differ
+                batch = self._sampled_batch(prompts, step, t, metrics)
             else:
-                batch, _values = self._generate_and_score(prompts, step, t, metrics)
+                batch = self._generate_and_score(prompts, step, t, metrics)
             mask = batch["response_mask"]
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):

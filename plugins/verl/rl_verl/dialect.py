@@ -44,7 +44,7 @@ VERL_KEYS = {
     "trainer.logger": "trainer.loggers",
     "rollout.response_length": "data.max_response_length",
 }
-# verl's knobs of individual policy losses (rl_core.algorithms.policy_loss_pg / _cov) -> their options
+# verl's knobs of individual policy losses (rl-algorithms: rl_algorithms.policy_loss_pg / _cov) -> their options
 VERL_KEYS.update({f"actor_rollout_ref.actor.policy_loss.{k}": f"actor.policy_loss_options.{k}" for k in (
     "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")})
 VERL_KEYS.update({f"actor_rollout_ref.actor.{k}": f"actor.policy_loss_options.{k}" for k in ("tau_pos", "tau_neg")})

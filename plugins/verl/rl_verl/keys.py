@@ -527,7 +527,7 @@ RULES: tuple[Rule, ...] = (
     _no("trainer.validation_data_dir", "dumping validation generations to a folder", "trainer.log_val_generations"),
     # ---------------------------------------------------------------- algorithm
     _m("algorithm.filter_groups.{enable,metric,max_num_gen_batches}", "algorithm.filter_groups.*",
-       note="DAPO's dynamic sampling (rl_core.trainer.dynamic_sampling): rounds of data.gen_batch_size prompts, groups of equal "
+       note="DAPO's dynamic sampling (rl-algorithms: rl_algorithms.dynamic_sampling): rounds of data.gen_batch_size prompts, groups of equal "
             "metric dropped, until data.train_batch_size groups are kept; metric seq_final_reward is refused with algorithm.use_kl_in_reward"),
     _ign("algorithm.filter_groups._target_", "the Python class verl builds the section with"),
     _no("algorithm.filter_groups.*", "this dynamic-sampling setting", "algorithm.filter_groups.enable / metric / max_num_gen_batches"),
@@ -543,7 +543,7 @@ RULES: tuple[Rule, ...] = (
             "a per-sample reward function; reward.num_workers scores in parallel processes")
       for k in ("reward_model.reward_manager", "reward.reward_manager.name")),
     _m("reward.num_workers", "reward.num_workers"),
-    # DAPO's overlong-response penalty (rl_core.rewards.overlong); reward_model.overlong_buffer.* is the older DAPO recipe's spelling
+    # DAPO's overlong-response penalty (rl-algorithms: rl_algorithms.overlong); reward_model.overlong_buffer.* is the older DAPO recipe's spelling
     *(_m(f"{p}.{k}", f"reward.overlong_penalty.{ours}", conv, note=note)
       for p in _OVERLONG for k, ours, conv, note in _OVERLONG_KEYS),
     *(_no(f"{p}.*", "this overlong-buffer setting", "reward.overlong_penalty.enable / buffer_length / penalty_factor / log") for p in _OVERLONG),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rl_core.config.load import load_config, load_report
+from rl_core.plan.checks import build_plan
+from rl_core.plugins import get_registry
 
 V = "actor_rollout_ref"
 DAPO = ["algorithm.adv_estimator=grpo", "data.train_batch_size=4", "data.gen_batch_size=12", "data.max_response_length=64", f"{V}.rollout.n=2",
@@ -13,6 +15,11 @@ DAPO = ["algorithm.adv_estimator=grpo", "data.train_batch_size=4", "data.gen_bat
 
 def _errors(*overrides):
     return [p for p in load_report(None, list(overrides)).problems if p.severity == "error"]
+
+
+def _check_errors(*overrides):
+    """The errors `rlcore check` reports (loading, then the plan's checks: rl-algorithms' DAPO checks among them)."""
+    return build_plan(load_report(None, list(overrides)), get_registry(), devices=False).errors
 
 
 @pytest.mark.parametrize("prefix", ["+reward_model.reward_kwargs.overlong_buffer_cfg", "reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer"])
@@ -43,7 +50,7 @@ def test_dapo_yaml_defaults_are_accepted_off():
     (["algorithm.filter_groups.threshold=1"], "algorithm.filter_groups.threshold", "verl feature rl-core does not have"),
 ])
 def test_dapo_refusals_name_the_key(overrides, key, words):
-    problems = _errors(*overrides)
+    problems = _check_errors(*overrides)
     assert problems, overrides
     assert any(words in p.what + p.fix for p in problems), [p.render() for p in problems]
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
-from torch import Tensor
-
 from rl_core.algorithms.masked import masked_mean, zero_masked
-from rl_core.algorithms.policy_loss import _clip_range, _prepare, finish_loss
+from rl_core.algorithms.policy_loss import clip_range, finish_loss, prepare_loss
+from torch import Tensor
 
 
 def _opt(options: Mapping[str, Any] | None, key: str, default: float) -> float:
@@ -40,8 +39,8 @@ def clip_cov(
     if not ratio_k > 0:
         raise ValueError(f"clip_cov needs policy_loss_options.clip_cov_ratio > 0, got {ratio_k}")
     lb, ub = _opt(options, "clip_cov_lb", 1.0), _opt(options, "clip_cov_ub", 5.0)
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, _, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     lp = zero_masked(log_prob.float(), mask)
     log_ratio = lp - zero_masked(old_log_prob.detach().float(), mask)
     ratio = torch.exp(log_ratio)
@@ -77,7 +76,7 @@ def kl_cov(
     if not ratio_k > 0:
         raise ValueError(f"kl_cov needs policy_loss_options.kl_cov_ratio > 0, got {ratio_k}")
     coef = _opt(options, "ppo_kl_coef", 0.1)
-    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    mask, _, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     lp = zero_masked(log_prob.float(), mask)
     log_ratio = lp - zero_masked(old_log_prob.detach().float(), mask)
     ratio = torch.exp(log_ratio)

@@ -9,19 +9,18 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
-from torch import Tensor
-
+from rl_algorithms.estimators import rloo
 from rl_core.algorithms.advantages import (
     GRPO_EPS,
-    _check_index,
-    _group_outputs,
-    _group_stats,
-    _no_signal,
-    _opt,
-    _prepare,
-    _sequence_scores,
+    check_index,
+    group_outputs,
+    group_stats,
+    no_signal,
+    option,
+    prepare_rewards,
+    sequence_scores,
 )
-from rl_core.algorithms.advantages import rloo
+from torch import Tensor
 
 
 @torch.no_grad()
@@ -43,19 +42,19 @@ def opo(
     Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
     A group of one has baseline 0 (verl), unless ``zero_singleton_groups``.
     """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "opo", rewards.device)
-    scores = _sequence_scores(rewards)
+    rewards, mask = prepare_rewards(token_level_rewards, response_mask)
+    idx = check_index(index, rewards.shape[0], "opo", rewards.device)
+    scores = sequence_scores(rewards)
     lengths = mask.sum(dim=-1).to(torch.float32)
     _, inv = torch.unique(idx, return_inverse=True)
     n_groups = int(inv.max()) + 1 if inv.numel() else 0
     zeros = scores.new_zeros(n_groups)
     weighted = zeros.index_add(0, inv, lengths * scores)
     total_len = zeros.index_add(0, inv, lengths)
-    stats = _group_stats(scores, idx)
+    stats = group_stats(scores, idx)
     baseline = torch.where(stats["count"] < 2, torch.zeros_like(scores), (weighted / total_len)[inv])
-    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(scores), scores - baseline)
-    return _group_outputs(per_seq, rewards, mask, options)
+    per_seq = torch.where(no_signal(stats, options), torch.zeros_like(scores), scores - baseline)
+    return group_outputs(per_seq, rewards, mask, options)
 
 
 @torch.no_grad()
@@ -79,11 +78,11 @@ def grpo_passk(
     needs at least 2 samples (error otherwise, as verl). Ties for the best score go
     to the first of them in batch order.
     """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "grpo_passk", rewards.device)
-    scores = _sequence_scores(rewards)
+    rewards, mask = prepare_rewards(token_level_rewards, response_mask)
+    idx = check_index(index, rewards.shape[0], "grpo_passk", rewards.device)
+    scores = sequence_scores(rewards)
     per_seq = torch.zeros_like(scores)
-    eps = float(_opt(options, "epsilon", GRPO_EPS))
+    eps = float(option(options, "epsilon", GRPO_EPS))
     for group in torch.unique(idx):
         rows = torch.nonzero(idx == group).squeeze(-1)
         if rows.numel() < 2:
@@ -92,10 +91,10 @@ def grpo_passk(
             )
         top, where = torch.topk(scores[rows], 2)
         adv = top[0] - top[1]
-        if _opt(options, "norm_adv_by_std", True):
+        if option(options, "norm_adv_by_std", True):
             adv = adv / (scores[rows].std() + eps)
         per_seq[rows[where[0]]] = adv
-    return _group_outputs(per_seq, rewards, mask, options)
+    return group_outputs(per_seq, rewards, mask, options)
 
 
 @torch.no_grad()
@@ -119,15 +118,15 @@ def gpg(
     Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
     A group of one has mean 0 (verl), unless ``zero_singleton_groups``.
     """
-    rewards, mask = _prepare(token_level_rewards, response_mask)
-    idx = _check_index(index, rewards.shape[0], "gpg", rewards.device)
-    scores = _sequence_scores(rewards)
-    stats = _group_stats(scores, idx)
+    rewards, mask = prepare_rewards(token_level_rewards, response_mask)
+    idx = check_index(index, rewards.shape[0], "gpg", rewards.device)
+    scores = sequence_scores(rewards)
+    stats = group_stats(scores, idx)
     alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1).to(torch.float32)
     mean = torch.where(stats["count"] < 2, torch.zeros_like(scores), stats["mean"])
-    centred = alpha * (scores - mean) / float(_opt(options, "f_norm", 1.0))
-    per_seq = torch.where(_no_signal(stats, options), torch.zeros_like(scores), centred)
-    return _group_outputs(per_seq, rewards, mask, options)
+    centred = alpha * (scores - mean) / float(option(options, "f_norm", 1.0))
+    per_seq = torch.where(no_signal(stats, options), torch.zeros_like(scores), centred)
+    return group_outputs(per_seq, rewards, mask, options)
 
 
 def rloo_vectorized(**kwargs: Any) -> tuple[Tensor, Tensor]:

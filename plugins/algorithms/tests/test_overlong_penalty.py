@@ -1,11 +1,11 @@
-"""DAPO's overlong-response penalty (rl_core.rewards.overlong), worked by hand."""
+"""DAPO's overlong-response penalty (rl_algorithms.overlong), worked by hand."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from rl_algorithms.overlong import OverlongPenalty, overlong_penalty, response_lengths
 from rl_core.batch import Batch
-from rl_core.rewards.overlong import OverlongPenalty, overlong_penalty, response_lengths
 
 
 def test_penalty_by_hand():

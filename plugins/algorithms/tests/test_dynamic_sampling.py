@@ -36,7 +36,8 @@ def test_two_steps_with_filter_groups_and_the_overlong_penalty(tmp_path):
     try:
         # one step's batch by hand: 4 groups (train_batch_size), odd prompts only, each with differing acc
         t, metrics = {}, {}
-        batch = trainer._dynamic_sampling(trainer.train_loader.next_batch(), 1, t, metrics)
+        assert [c.name for c, _ in stack.reward_shapers] == ["overlong_penalty"] and stack.batch_sampler[0].name == "dynamic_sampling"
+        batch = trainer._sampled_batch(trainer.train_loader.next_batch(), 1, t, metrics)
         uids = list(batch["uid"])
         assert len(uids) == 4 * 2 and len(set(uids)) == 4
         assert all(int(u.split("-i")[1]) % 2 == 1 for u in uids), uids

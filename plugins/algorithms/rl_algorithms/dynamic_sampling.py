@@ -2,7 +2,7 @@
 
 One training step runs generation rounds: each round generates and scores ``data.gen_batch_size`` prompts x
 ``rollout.n`` samples, and keeps only the groups whose ``algorithm.filter_groups.metric`` is not the same for all
-n samples (:func:`rl_core.algorithms.group_filter.kept_groups`). Rounds go on, drawing the next prompts, until
+n samples (:func:`rl_algorithms.group_filter.kept_groups`). Rounds go on, drawing the next prompts, until
 ``data.train_batch_size`` groups are kept; the first ``train_batch_size`` kept groups form the step's batch (the
 surplus of the last round is discarded, as verl does). After ``max_num_gen_batches`` rounds (0: no limit) without
 enough groups the run stops with :class:`DynamicSamplingError`.
@@ -10,15 +10,18 @@ enough groups the run stops with :class:`DynamicSamplingError`.
 Metrics: ``dynamic_sampling/rounds``, ``groups_kept`` (over all rounds, before trimming), ``groups_dropped``,
 ``groups_unused`` (kept but past the batch). ``reward/*`` metrics describe every sample scored in the step's rounds;
 ``reward/mean``, ``response_length/*`` and the rest describe the trained batch.
+
+Registered as the batch sampler of ``algorithm.filter_groups.enable`` (:class:`rl_core.cards.BatchSamplerCard`):
+:func:`make` builds a :class:`DynamicSampling` the loop calls with one round's generation and scoring.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import attrs
 import torch
-
-from rl_core.algorithms.group_filter import groups_in_order, kept_groups, rows_of
+from rl_algorithms.group_filter import groups_in_order, kept_groups, rows_of
 from rl_core.batch import Batch
 from rl_core.problems import UserError
 from rl_core.routing_replay import NO_ROUTE  # a padded column of routed_experts routes natively
@@ -158,3 +161,34 @@ def collect_groups(
     }
     return batch, metrics
 
+
+@attrs.frozen
+class DynamicSampling:
+    """The batch sampler of ``algorithm.filter_groups`` (the BatchSamplerCard's contract, :mod:`rl_core.cards`)."""
+
+    metric: str
+    groups_needed: int
+    max_rounds: int
+
+    def __call__(self, prompts: Batch, *, run_round: Callable, draw: Callable[[], Batch], step: int | None = None,
+                 pad_token_id: int = 0, counters: Sequence[str] = ()) -> tuple[Batch, dict[str, float]]:
+        """The step's batch of :attr:`groups_needed` groups and its metrics: the rounds' merged (:func:`merge_round_metrics`),
+        then ``dynamic_sampling/*``. ``run_round(prompts) -> (StepRollouts, metrics)`` generates and scores one round."""
+        rounds: list[tuple[int, dict[str, float]]] = []
+
+        def one(p: Batch) -> tuple[Batch, list[float]]:
+            rollouts, metrics = run_round(p)
+            rounds.append((len(rollouts.batch), metrics))
+            return rollouts.batch, filter_values(self.metric, scores=rollouts.scores, raw_scores=rollouts.raw_scores, extras=rollouts.reward_extras)
+
+        batch, ds_metrics = collect_groups(prompts, run_round=one, draw=draw, groups_needed=self.groups_needed, max_rounds=self.max_rounds,
+                                           pad_token_id=pad_token_id, metric=self.metric, step=step, counters=counters)
+        metrics = merge_round_metrics(rounds)
+        metrics.update(ds_metrics)
+        return batch, metrics
+
+
+def make(config: Any) -> DynamicSampling:
+    """The BatchSamplerCard's factory: the sampler of ``config`` (the plan builds it only when enabled)."""
+    f = config.algorithm.filter_groups
+    return DynamicSampling(metric=f.metric, groups_needed=config.data.train_batch_size, max_rounds=f.max_num_gen_batches)

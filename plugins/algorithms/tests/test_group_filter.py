@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rl_core.algorithms.group_filter import kept_groups
+from rl_algorithms.dynamic_sampling import DynamicSamplingError, collect_groups, filter_values, merge_round_metrics
+from rl_algorithms.group_filter import kept_groups
 from rl_core.batch import Batch
-from rl_core.trainer.dynamic_sampling import DynamicSamplingError, collect_groups, filter_values, merge_round_metrics
 
 
 def test_groups_of_equal_values_are_dropped_single_samples_kept():

@@ -1,4 +1,4 @@
-"""Policy losses beyond PPO's clipped ratio, with verl's names: gpg, dro, cispo, sapo,
+"""Policy losses beyond PPO's clipped ratio, with verl's names: gspo, gpg, dro, cispo, sapo,
 geo_mean, dppo_tv, dppo_kl.
 
 Same keyword-only signature, metrics and conventions as
@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import torch
+from rl_core.algorithms.masked import masked_mean, zero_masked
+from rl_core.algorithms.policy_loss import clip_range, clipped_surrogate, finish_loss, prepare_loss
 from torch import Tensor
 
-from rl_core.algorithms.masked import masked_mean, zero_masked
-from rl_core.algorithms.policy_loss import _clip_range, _prepare, finish_loss
+GSPO_LOG_RATIO_MAX = 10.0  # the token log-ratio of gspo is clamped from above (as verl)
 
 
 def _opt(options: Mapping[str, Any] | None, key: str, default: Any) -> Any:
@@ -35,7 +36,7 @@ def gpg(
     """Group Policy Gradient (Chu et al. 2025): plain policy gradient ``L_t = -A_t log pi(y_t)``,
     no ratio and no clipping (pair with the ``gpg`` estimator). Shapes ``[B, T]`` -> 0-d.
     Metrics: ``ppo_kl`` (verl reports none for this loss)."""
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     loss = finish_loss(-adv * _log_prob(log_prob, mask), mask, loss_agg_mode, rollout_is_weights, options)
     return loss, {"ppo_kl": masked_mean(-log_ratio, mask).detach()}
 
@@ -52,7 +53,7 @@ def dro(
     beta = _opt(options, "dro_beta", None)
     if beta is None or not float(beta) > 0:
         raise ValueError("policy loss 'dro' needs actor.policy_loss_options.dro_beta > 0 (verl: actor.policy_loss.dro_beta)")
-    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    mask, _, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     lp = _log_prob(log_prob, mask)
     log_ratio = lp - zero_masked(old_log_prob.detach().float(), mask)
     loss_mat = -(lp * adv - 0.5 * float(beta) * log_ratio.square())
@@ -70,8 +71,8 @@ def cispo(
     stop its gradient, and keep every token's gradient:
     ``L_t = -sg[clip(r_t, 1 - eps_low, 1 + eps_high)] A_t log pi(y_t)``.
     Metrics: ``clipfrac`` (tokens whose ratio was clipped), ``ppo_kl``."""
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     ratio = torch.exp(log_ratio)
     clipped = ratio.clamp(1.0 - low, 1.0 + high)
     loss_mat = -clipped.detach() * adv * _log_prob(log_prob, mask)
@@ -94,7 +95,7 @@ def sapo(
 
     Like verl, the loss is always aggregated ``seq-mean-token-mean`` (``loss_agg_mode`` is
     checked, not used)."""
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     tau = torch.where(adv > 0, float(_opt(options, "tau_pos", 1.0)), float(_opt(options, "tau_neg", 1.05)))
     gates = torch.sigmoid(tau * (torch.exp(log_ratio) - 1.0)) * (4.0 / tau)
     loss = finish_loss(-gates * adv, mask, "seq-mean-token-mean", rollout_is_weights, options)
@@ -114,8 +115,8 @@ def geo_mean(
     ``loss_agg_mode`` is checked, not used). Rollout IS weights enter as their per-sequence
     geometric mean. Metrics: ``clipfrac`` (clipped tokens with A > 0), ``clipfrac_lower``
     (A < 0), ``ppo_kl``. The log-ratio is not clamped (as verl)."""
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, _, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, _, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     log_ratio = zero_masked(log_prob.float() - old_log_prob.detach().float(), mask)
     sign = torch.sign(adv)
     clamped = log_ratio.clamp(-low, high)
@@ -138,8 +139,8 @@ def geo_mean(
 
 def _dppo(kind: str, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_ratio, clip_ratio_low,
           clip_ratio_high, clip_ratio_c, options, rollout_is_weights):
-    low, high = _clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
-    mask, log_ratio, adv = _prepare(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     ratio = torch.exp(log_ratio)
     lp = _log_prob(log_prob, mask)
     old = zero_masked(old_log_prob.detach().float(), mask)
@@ -187,3 +188,54 @@ def dppo_kl(
     return _dppo("kl", old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_ratio, clip_ratio_low,
                  clip_ratio_high, clip_ratio_c, options, rollout_is_weights)
 
+
+def gspo(
+    *,
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    options: Mapping[str, Any] | None = None,
+    rollout_is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Group Sequence Policy Optimization (Zheng et al. 2025, "Group Sequence Policy
+    Optimization", Qwen team): the importance ratio is per *sequence*,
+    ``s_i = exp(mean_t(log_prob - old_log_prob))`` over the valid tokens
+    (the length-normalised sequence likelihood ratio), and is clipped per
+    sequence.
+
+    Implemented in the paper's GSPO-token form: every token gets
+    ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``, whose value is ``s_i`` and whose
+    gradient is ``s_i * grad log pi(y_t)``; then the PPO clipped surrogate per
+    token. With advantages constant along a sequence and
+    ``loss_agg_mode="seq-mean-token-mean"`` this is exactly sequence-level
+    GSPO; per-token advantages are allowed.
+
+    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
+
+    Departures / settings: the paper uses tiny clip ranges (left 3e-4, right
+    4e-4 in v2), not PPO's 0.2: set ``actor.clip_ratio_low`` / ``clip_ratio_high``.
+    The paper aggregates with ``seq-mean-token-mean``; ``loss_agg_mode`` is
+    honoured as given (as verl 0.9.1). As verl, the per-token log-ratios are
+    not clamped before the sequence mean, and the token log-ratio is clamped
+    at 10 from above (its gradient is 0 beyond). ``clip_ratio_c`` is ignored.
+    """
+    low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
+    mask, _, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
+    raw_log_ratio = zero_masked(log_prob.float() - old_log_prob.float(), mask)
+    lengths = mask.sum(dim=-1).clamp_min(1).to(torch.float32)  # [B]
+    seq_log_ratio = raw_log_ratio.sum(dim=-1) / lengths  # [B]
+    lp = zero_masked(log_prob.float(), mask)
+    token_log_ratio = (lp - lp.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp(max=GSPO_LOG_RATIO_MAX)
+    loss_mat, was_clipped = clipped_surrogate(torch.exp(token_log_ratio), adv, low, high)
+    loss = finish_loss(loss_mat, mask, loss_agg_mode, rollout_is_weights, options)
+    metrics = {
+        "clipfrac": masked_mean(was_clipped.float(), mask).detach(),
+        "ppo_kl": masked_mean(-raw_log_ratio, mask).detach(),
+    }
+    return loss, metrics

@@ -6,7 +6,8 @@ A response of ``n`` tokens, with maximum length ``M`` and buffer ``L``, gets
 
 added to its reward: nothing up to ``M - L`` tokens, then a linear slope reaching ``-penalty_factor`` at ``M``.
 The trainer applies it to training rewards (the greedy baseline's too), not to validation scores: validation
-reports the task's own score, as verl's ``acc``.
+reports the task's own score, as verl's ``acc``. Registered as a reward shaper (:class:`rl_core.cards.RewardShapingCard`,
+turned on by ``reward.overlong_penalty.enable``): :func:`make`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,16 @@ class OverlongPenalty:
             metrics["reward/overlong_penalty_mean"] = penalty.mean().item()
             metrics["reward/overlong_fraction"] = (penalty < 0).float().mean().item()
         return scores.to(torch.float32) + penalty, metrics
+
+
+    def __call__(self, scores: torch.Tensor, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """The reward shaper's call: :meth:`apply` with the batch's :func:`response_lengths`."""
+        return self.apply(scores, response_lengths(batch))
+
+
+def make(config: Any) -> OverlongPenalty | None:
+    """The RewardShapingCard's factory: the penalty of ``config`` (the plan builds it only when enabled)."""
+    return OverlongPenalty.from_config(config)
 
 
 def response_lengths(batch: Any) -> torch.Tensor:
