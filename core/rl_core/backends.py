@@ -34,6 +34,8 @@ class WorkerContext:
     seed: int = 0
     # rollout.multi_turn: the resolved stack's agent runtime (rl_core.rollout.multi_turn.AgentRuntime), for rollout engines
     agent: Any = attrs.field(default=None, eq=False, repr=False)
+    # rollout.exact: the Plan's log-prob forward (rl_core.cards.LogProbForwardCard), for engines whose card declares exact
+    log_prob_forward: Any = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def torch_device(self) -> torch.device:

@@ -79,7 +79,7 @@ from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rewards.overlong import OverlongPenalty
 from rl_core.rewards.overlong import response_lengths
-from rl_core.rollout import exact
+from rl_core.rollout import mismatch
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import require_agent
 
@@ -464,7 +464,7 @@ class Trainer:
             if self.observers:
                 with timed(t, "observers"):
                     self._observe_step(step, batch, kept)
-            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.exact: the share and the bound
+            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.mismatch: the share and the bound
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -498,7 +498,7 @@ class Trainer:
             step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras, trainer_log_probs=trainer_lp,
             policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
     def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
-        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.exact`) of
+        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.mismatch`) of
         the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
         if "rollout_log_probs" not in batch.tensors.keys():
             return {}
@@ -509,9 +509,9 @@ class Trainer:
         else:
             return {}
         rc = self.config.rollout
-        exact.check_gap(trainer, batch["rollout_log_probs"], valid, bound=exact.bound_of(self.config), step=step, backend=rc.name,
-                        batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
-        return exact.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
+        mismatch.check_gap(trainer, batch["rollout_log_probs"], valid, bound=mismatch.bound_of(self.config), step=step, backend=rc.name,
+                           batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
+        return mismatch.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
 
     # ---------------------------------------------------------------- health
     def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
