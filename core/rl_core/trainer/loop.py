@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -124,9 +125,7 @@ class Trainer:
         self.log_prob_roles = LogProbRoles(stack, self.tokenizer)  # e.g. a distillation teacher (rl_core.plan.roles)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
-
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
-
         # trainer.kind other than rl (rl_core.run_kind): the run kind's data, steps and validation over this loop
         self.kind = stack.run_kind_fn(self) if getattr(stack, "run_kind_fn", None) is not None else None
         if self.kind is not None:
@@ -241,9 +240,6 @@ class Trainer:
                     out.meta[k] = max(out.meta.get(k, v), v) if k.endswith(DURATION_SUFFIX) else out.meta.get(k, 0) + v
         return out.unpad(pad * params.n)
 
-    def _cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(parts, dim=0)
-
     # ------------------------------------------------------------------- step
     def sampling(self, *, greedy: bool = False, step: int = 0) -> SamplingParams:
         r = self.config.rollout
@@ -277,8 +273,6 @@ class Trainer:
         kept = getattr(self, "_val_kept", 0)
         if n <= kept:
             return
-        import json
-
         texts = self.decode_responses(batch)[: n - kept]
         with open(os.path.join(self.config.trainer.output_dir, "val_generations.jsonl"), "a") as f:
             for i, text in enumerate(texts):
@@ -295,10 +289,6 @@ class Trainer:
             final = final_turn_mask(masks)
             masks = torch.stack([final[r] if isinstance(i, dict) and "agent" in i else masks[r] for r, i in enumerate(infos)])
         return [self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True) for ids, m in zip(batch["responses"], masks)]
-
-    def score(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
-        scores, metrics, _raw, _extras = self.score_rows(batch, train=train)
-        return scores, metrics
 
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
         """``(scores, metrics, scores before the overlong penalty, the reward function's per-row dicts)``; training
@@ -320,9 +310,6 @@ class Trainer:
     def _model_rewards(self, batch: Batch, rows, seconds: list[float]) -> dict[int, Any]:
         """The reward model's outcomes for ``rows``: texts (decoded with the policy's tokenizer) go to the workers
         that hold it, split evenly; each re-encodes them with the reward model's own tokenizer."""
-        import time
-
-
         start = time.perf_counter()
         rm = self.config.reward_model
         requests = requests_from_batch(batch, rows)
@@ -386,22 +373,20 @@ class Trainer:
             else:
                 batch, _values = self._generate_and_score(prompts, step, t, metrics)
             mask = batch["response_mask"]
+            baseline = None
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):
                     greedy = self.generate(prompts, self.sampling(greedy=True, step=step))
-                    base_scores, _ = self.score(greedy)
-                baseline = base_scores.repeat_interleave(cfg.rollout.n)
-            else:
-                baseline = None
+                    baseline = self.score_rows(greedy)[0].repeat_interleave(cfg.rollout.n)
             if self.recompute_old_log_prob:
                 with timed(t, "old_log_prob"):
                     parts = self._train_call(WorkerMethod.COMPUTE_LOG_PROB, batch, cfg.rollout.temperature, True)
                     batch["old_log_probs"] = self._checked_cat(
                         [p["log_probs"] for p in parts], mask, stage="old_log_prob", role="actor", tensor="log-probs"
                     )
-                    entropy = self._cat([p["entropy"] for p in parts])
+                    entropy = torch.cat([p["entropy"] for p in parts])
                     if "routed_experts" in parts[0]:  # actor.router_replay=R2: the update replays this pass's routing
-                        batch["routed_experts"] = self._cat([p["routed_experts"] for p in parts])
+                        batch["routed_experts"] = torch.cat([p["routed_experts"] for p in parts])
                     mask = batch["response_mask"].float()
                     metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
             if cfg.ref.enable:
@@ -565,7 +550,7 @@ class Trainer:
         with timed(t, "validate"):
             for prompts in self.val_loader.iterate_once():
                 batch = self.generate(prompts, self.validation_sampling())
-                scores, reward_metrics = self.score(batch, train=False)
+                scores, reward_metrics = self.score_rows(batch, train=False)[:2]
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)
