@@ -36,6 +36,8 @@ class WorkerContext:
     agent: Any = attrs.field(default=None, eq=False, repr=False)
     # the plan's cross-cutting features (rl_core.plan.features.Features: LoRA's rollout_adapters hook), for rollout engines
     features: Any = attrs.field(default=None, eq=False, repr=False)
+    # rollout.exact: the Plan's log-prob forward (rl_core.cards.LogProbForwardCard), for engines whose card declares exact
+    log_prob_forward: Any = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def torch_device(self) -> torch.device:

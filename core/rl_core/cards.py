@@ -100,7 +100,7 @@ class RolloutCard(CardBase):
     max_tp: int | None = 1
     weight_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
     logprobs: bool = True
-    # rollout.exact: its log-probs from rl_core.rollout.exact.sequence_log_probs, the trainer's per-sequence forward (issue 51)
+    # rollout.exact: its log-probs from the Plan's LogProbForwardCard (WorkerContext.log_prob_forward), as the trainer's (issue 51)
     exact: bool = False
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
@@ -161,7 +161,7 @@ class TrainCard(CardBase):
     # trains LoRA adapters (model.lora_rank > 0) / offloads to host memory (actor.fsdp_config.*_offload): issue #32
     lora: bool = False
     offload: bool = False
-    # rollout.exact: the actor / ref log-probs from rl_core.rollout.exact.sequence_log_probs (issue 51)
+    # rollout.exact: the actor / ref log-probs from the Plan's LogProbForwardCard (WorkerContext.log_prob_forward; issue 51)
     exact: bool = False
     # what train.options may hold (as EstimatorCard.options): an attrs class deriving from rl_core.card_options.Options,
     # or its "module:Class" path; checked by `rlcore check` (None: unchecked, with a warning when train.options is set)
@@ -532,3 +532,21 @@ class BatchSamplerCard(CardBase):
 
 
 CARD_TYPES.update({cls.kind: cls for cls in (RewardShapingCard, BatchSamplerCard)})
+
+
+@attrs.frozen(kw_only=True)
+class LogProbForwardCard(CardBase):
+    """A canonical log-prob forward the rollout and the trainer both run, so their log-probs agree bit for bit
+    (``rollout.exact=true`` resolves the card named ``exact``: the ``rl-exact`` distribution's; docs/exact.md).
+
+    ``factory`` resolves to ``forward(model, input_ids, attention_mask, responses, *, temperature=1.0,
+    with_entropy=False, entropy_grad=True, compute_dtype=None, lockstep=False) -> (log_probs [b, R], entropy | None)``
+    (float32, 0 past each response; gradients flow when grad is on). The Plan loads it once; the workers hand it to
+    the engines as :attr:`rl_core.backends.WorkerContext.log_prob_forward`, and a rollout / train backend whose card
+    declares ``exact`` calls it in place of its own log-prob forward.
+    """
+
+    kind: ClassVar[str] = "log_prob_forward"
+
+
+CARD_TYPES[LogProbForwardCard.kind] = LogProbForwardCard

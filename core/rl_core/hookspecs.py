@@ -136,3 +136,8 @@ def rl_core_register_reward_shapers(register: Register) -> None:
 @hookspec
 def rl_core_register_batch_samplers(register: Register) -> None:
     """Register :class:`~rl_core.cards.BatchSamplerCard` s (how a step gathers its batch over rounds, e.g. DAPO's dynamic sampling)."""
+
+
+@hookspec
+def rl_core_register_log_prob_forwards(register: Register) -> None:
+    """Register :class:`~rl_core.cards.LogProbForwardCard` s (a log-prob forward the rollout and the trainer share: ``rollout.exact``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds, LogProbForwardCard: a log-prob forward the rollout and the trainer share)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's); num / pos / frac / choice / text for a package's section",
@@ -30,7 +30,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.plan.preflight": "data_rows: the first rows of the run's data, as the plan's files check read them (once per plan), for a plugin's check that reads rows",
     "rl_core.plugins": "get_registry (extra=: more plugin modules; testing helpers), Registry, UnknownCardError: the installed cards (run-time code gets its cards from the resolved stack)",
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",
-    "rl_core.rollout.exact": "exact on-policy training: sequence_log_probs (the canonical per-sequence forward both sides run), the mismatch bound, apply_determinism (issue 51)",
     "rl_core.rollout.engine_kwargs": "problems of rollout.engine_kwargs a rollout card's checks report",
     "rl_core.rollout.moe_parallel": "rollout_devices / engine_size: the rollout's devices and one engine's ranks (TP x DP) under rollout.data_parallel_size",
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw",

@@ -62,6 +62,7 @@ HOOK_KINDS = {
     "rl_core_register_rollout_pools": "rollout_pool",
     "rl_core_register_reward_shapers": "reward_shaping",
     "rl_core_register_batch_samplers": "batch_sampler",
+    "rl_core_register_log_prob_forwards": "log_prob_forward",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -75,6 +76,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
                                 "remax", "opo", "grpo_passk", "gpg"), "rl-algorithms"),
     "policy_loss": dict.fromkeys(("gspo", "gpg", "dro", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov"),
                                  "rl-algorithms"),
+    "log_prob_forward": {"exact": "rl-exact"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",

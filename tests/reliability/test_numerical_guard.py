@@ -56,7 +56,7 @@ def _inject_loss(monkeypatch, at_step):
 def _inject_rewards(monkeypatch, at_step):
     from rl_core.trainer.loop import Trainer
 
-    original = Trainer.score_rows  # the training path's scoring (Trainer.score wraps it)
+    original = Trainer.score_rows  # the training path's scoring (validation and the greedy baseline call it too)
 
     def score_rows(self, batch, *, train=True):
         scores, metrics, raw, extras = original(self, batch, train=train)

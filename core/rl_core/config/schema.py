@@ -201,7 +201,7 @@ class MultiTurnConfig:
 
 @attrs.frozen(kw_only=True)
 class MismatchConfig:
-    """The rollout-vs-trainer log-prob gap, measured every step (``rollout_corr/*``; :mod:`rl_core.rollout.exact`)."""
+    """The rollout-vs-trainer log-prob gap, measured every step (``rollout_corr/*``; :mod:`rl_core.rollout.mismatch`)."""
 
     # |log pi_rollout - log pi_trainer| beyond which a token counts in rollout_corr/log_prob_gap_frac
     threshold: float = num(0.1, ge=0, hint="a log-prob gap, e.g. 0.1")
@@ -228,7 +228,7 @@ class RolloutConfig(Sectioned):
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)
     calculate_log_probs: bool = True  # the engine's sampling log-probs: the rollout_corr/* mismatch metrics every step
-    # hf rollout: log-probs from the trainer's per-sequence forward (rl_core.rollout.exact): the trainer's equal them bit for bit
+    # hf rollout: log-probs from the trainer's per-sequence forward (rl-exact, docs/exact.md): the trainer's equal them bit for bit
     exact: bool = False
     mismatch: MismatchConfig = field(factory=MismatchConfig)
     # the engine returns each token's routed experts (MoE models; batch field routed_experts) for actor.router_replay=R3
@@ -532,7 +532,7 @@ class TrainerConfig(Sectioned):
     experiment_name: str = text("run")
     output_dir: str = text("outputs/run", hint="a folder for checkpoints and metrics, e.g. outputs/run")
     seed: int = 0
-    # same seed -> same metrics and weights on a GPU too: deterministic CUDA kernels (rl_core.rollout.exact.apply_determinism)
+    # same seed -> same metrics and weights on a GPU too: deterministic CUDA kernels (rl_core.util.determinism)
     deterministic: bool = False
     torch_threads: int | None = pos(None)
     # step observers (rl_core.observers): an installed observer card's options, by its name (rl-traces: traces.*);

@@ -30,7 +30,7 @@ from rl_core.train_engine.engine import build_role_engine
 from rl_core.rewards.model_role import RewardModelRole
 from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
-from rl_core.rollout.exact import apply_determinism
+from rl_core.util.determinism import apply_determinism
 
 
 def seed_everything(seed: int) -> None:
@@ -56,10 +56,11 @@ def worker_roles(config, pool: str = "main", *, rollout: bool = True) -> tuple[s
 class HybridWorker:
     def __init__(self, stack, context: WorkerContext, roles: tuple[str, ...] | None = None) -> None:
         self.stack = stack
-        self.context = context
+        # rollout.exact: the Plan's log-prob forward goes to every engine with its context (rl_core.cards.LogProbForwardCard)
+        self.context = context = attrs.evolve(context, log_prob_forward=getattr(stack, "log_prob_forward", None))
         config = stack.config
         self.roles = worker_roles(config, rollout=getattr(stack, "needs_rollout", True)) if roles is None else tuple(roles)
-        apply_determinism(config)  # trainer.deterministic (rl_core.rollout.exact): before this process's first CUDA op
+        apply_determinism(config)  # trainer.deterministic (rl_core.util.determinism): before this process's first CUDA op
         seed_everything(config.trainer.seed + context.rank)
         make_train = stack.train.load()
         # LoRA (issue #32): the reference policy is the actor's model with its adapters off, not a second copy

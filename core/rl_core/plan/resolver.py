@@ -101,6 +101,9 @@ class Plan:
     # of the batch sampler (None: one generation round is the step's batch)
     reward_shapers: tuple = ()
     batch_sampler: Any = None
+    # rollout.exact: the loaded forward of the LogProbForwardCard named "exact" (rl-exact), handed to the engines as
+    # WorkerContext.log_prob_forward; None when rollout.exact is off
+    log_prob_forward: Callable[..., Any] | None = None
 
     @property
     def needs_rollout(self) -> bool:
@@ -449,6 +452,18 @@ def _run_card_checks(config: RunConfig, cards: list, problems: list[Problem]) ->
                 problems.append(Problem(key=f"{card.kind}.{card.name}", what=f"the check {getattr(check, '__name__', check)} from {card.provider} raised {type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
 
 
+def _log_prob_forward(config: RunConfig, registry: Registry, problems: list[Problem]) -> Callable[..., Any] | None:
+    """rollout.exact: the ``exact`` LogProbForwardCard's loaded forward; a problem naming its distribution when missing."""
+    if not config.rollout.exact:
+        return None
+    try:
+        card = registry.get("log_prob_forward", "exact")
+    except UnknownCardError as exc:
+        problems.append(Problem(key="rollout.exact", what=f"is true but {exc}", fix="pip install rl-exact (docs/exact.md), or set rollout.exact=false"))
+        return None
+    return load_factory(card, "rollout.exact", problems)
+
+
 def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool = True) -> tuple[Plan | None, list[Problem]]:
     """Match the config's named backends and sizes; a Plan, or None plus problems.
 
@@ -509,6 +524,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
     run_kind_fn = load_factory(run_kind, "trainer.kind", problems)
     rollout_pool, rollout_pool_fn, rollout_pool_worker_fn = _rollout_pool(config, registry, problems)
+    log_prob_forward = _log_prob_forward(config, registry, problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -557,6 +573,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         features=features,
         reward_shapers=reward_shapers,
         batch_sampler=batch_sampler,
+        log_prob_forward=log_prob_forward,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

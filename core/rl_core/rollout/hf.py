@@ -101,7 +101,6 @@ from rl_core.modeling import (
     position_ids_from_mask,
     torch_dtype,
 )
-from rl_core.rollout import exact
 from rl_core.rollout import prefill_share
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
@@ -133,7 +132,7 @@ class HFRolloutEngine:
         )
         self.model.eval()
         self.model.requires_grad_(False)
-        # rollout.exact (rl_core.rollout.exact): the trainer's attention, the one its model loaded with
+        # rollout.exact (docs/exact.md): the trainer's attention, the one its model loaded with
         attn = config.rollout.engine_kwargs.get("attn_implementation", "eager" if self.device.type == "cpu" and not config.rollout.exact else None)
         if attn and hasattr(self.model, "set_attn_implementation"):
             self.model.set_attn_implementation(attn)
@@ -225,14 +224,24 @@ class HFRolloutEngine:
 
         response_mask = (torch.arange(R).unsqueeze(0) < lengths_t.unsqueeze(1)).to(attention_mask.dtype)
         out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
-        if params.logprobs and self.config.rollout.exact:  # the trainer's per-sequence forward's log-probs (rl_core.rollout.exact)
-            out["rollout_log_probs"] = exact.rollout_log_probs(self.model, out, temperature=1.0 if greedy else params.temperature, device=self.device)
+        if params.logprobs and self.config.rollout.exact:  # the trainer's per-sequence forward's log-probs (LogProbForwardCard)
+            out["rollout_log_probs"] = self._exact_log_probs(out, temperature=1.0 if greedy else params.temperature)
         out.meta[prefill_share.META_KEY] = self.prefill_tokens
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
             experts = torch.cat(routed)
             experts[~out["attention_mask"].bool()] = NO_ROUTE
             out["routed_experts"] = experts
         return out
+
+    @torch.no_grad()
+    def _exact_log_probs(self, out: Batch, *, temperature: float) -> torch.Tensor:
+        """rollout.exact: the Plan's log-prob forward (``WorkerContext.log_prob_forward``) over ``out``'s sequences, 0 past each response."""
+        forward = self.context.log_prob_forward
+        if forward is None:
+            raise RuntimeError("rollout.exact is true but this hf rollout was built without a log-prob forward (WorkerContext.log_prob_forward "
+                               "is None): build engines from the resolved Plan (Plan.log_prob_forward, from rl-exact: pip install rl-exact)")
+        lp, _ = forward(self.model, *(out[k].to(self.device) for k in ("input_ids", "attention_mask", "responses")), temperature=temperature)
+        return lp.cpu() * out["response_mask"].to(lp.dtype)
 
     def _routed(self, fires: dict[int, list[torch.Tensor]], rows: int, P: int, n: int, R: int) -> torch.Tensor:
         """One chunk's recording (the prompt's forward, then one call per fed-back response token) as ``[rows * n, P + R, layers, k]``."""

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import time
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -76,7 +77,7 @@ from rl_core.plan.disk import estimate_disk
 from rl_core.rewards.manager import RewardManager
 from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
-from rl_core.rollout import exact
+from rl_core.rollout import mismatch
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import require_agent
 
@@ -121,9 +122,7 @@ class Trainer:
         self.log_prob_roles = LogProbRoles(stack, self.tokenizer)  # e.g. a distillation teacher (rl_core.plan.roles)
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
-
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
-
         # trainer.kind other than rl (rl_core.run_kind): the run kind's data, steps and validation over this loop
         self.kind = stack.run_kind_fn(self) if getattr(stack, "run_kind_fn", None) is not None else None
         if self.kind is not None:
@@ -229,9 +228,6 @@ class Trainer:
                     out.meta[k] = max(out.meta.get(k, v), v) if k.endswith(DURATION_SUFFIX) else out.meta.get(k, 0) + v
         return out.unpad(pad * params.n)
 
-    def _cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.cat(parts, dim=0)
-
     # ------------------------------------------------------------------- step
     def sampling(self, *, greedy: bool = False, step: int = 0) -> SamplingParams:
         r = self.config.rollout
@@ -265,8 +261,6 @@ class Trainer:
         kept = getattr(self, "_val_kept", 0)
         if n <= kept:
             return
-        import json
-
         texts = self.decode_responses(batch)[: n - kept]
         with open(os.path.join(self.config.trainer.output_dir, "val_generations.jsonl"), "a") as f:
             for i, text in enumerate(texts):
@@ -283,10 +277,6 @@ class Trainer:
             final = final_turn_mask(masks)
             masks = torch.stack([final[r] if isinstance(i, dict) and "agent" in i else masks[r] for r, i in enumerate(infos)])
         return [self.tokenizer.decode(ids[m].tolist(), skip_special_tokens=True) for ids, m in zip(batch["responses"], masks)]
-
-    def score(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
-        scores, metrics, _raw, _extras = self.score_rows(batch, train=train)
-        return scores, metrics
 
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
         """``(scores, metrics, scores before the reward shapers, the reward function's per-row dicts)``; training
@@ -308,9 +298,6 @@ class Trainer:
     def _model_rewards(self, batch: Batch, rows, seconds: list[float]) -> dict[int, Any]:
         """The reward model's outcomes for ``rows``: texts (decoded with the policy's tokenizer) go to the workers
         that hold it, split evenly; each re-encodes them with the reward model's own tokenizer."""
-        import time
-
-
         start = time.perf_counter()
         rm = self.config.reward_model
         requests = requests_from_batch(batch, rows)
@@ -366,22 +353,20 @@ class Trainer:
             else:
                 batch = self._generate_and_score(prompts, step, t, metrics)
             mask = batch["response_mask"]
+            baseline = None
             if self.stack.estimator.needs_greedy_baseline:
                 with timed(t, "gen_baseline"):
                     greedy = self.generate(prompts, self.sampling(greedy=True, step=step))
-                    base_scores, _ = self.score(greedy)
-                baseline = base_scores.repeat_interleave(cfg.rollout.n)
-            else:
-                baseline = None
+                    baseline = self.score_rows(greedy)[0].repeat_interleave(cfg.rollout.n)
             if self.recompute_old_log_prob:
                 with timed(t, "old_log_prob"):
                     parts = self._train_call(WorkerMethod.COMPUTE_LOG_PROB, batch, cfg.rollout.temperature, True)
                     batch["old_log_probs"] = self._checked_cat(
                         [p["log_probs"] for p in parts], mask, stage="old_log_prob", role="actor", tensor="log-probs"
                     )
-                    entropy = self._cat([p["entropy"] for p in parts])
+                    entropy = torch.cat([p["entropy"] for p in parts])
                     if "routed_experts" in parts[0]:  # actor.router_replay=R2: the update replays this pass's routing
-                        batch["routed_experts"] = self._cat([p["routed_experts"] for p in parts])
+                        batch["routed_experts"] = torch.cat([p["routed_experts"] for p in parts])
                     mask = batch["response_mask"].float()
                     metrics["actor/entropy"] = ((entropy * mask).sum() / mask.sum().clamp(min=1)).item()
             if cfg.ref.enable:
@@ -444,7 +429,7 @@ class Trainer:
             if self.observers:
                 with timed(t, "observers"):
                     self._observe_step(step, batch, kept)
-            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.exact: the share and the bound
+            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.mismatch: the share and the bound
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -478,7 +463,7 @@ class Trainer:
             step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras, trainer_log_probs=trainer_lp,
             policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
     def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
-        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.exact`) of
+        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.mismatch`) of
         the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
         if "rollout_log_probs" not in batch.tensors.keys():
             return {}
@@ -489,9 +474,9 @@ class Trainer:
         else:
             return {}
         rc = self.config.rollout
-        exact.check_gap(trainer, batch["rollout_log_probs"], valid, bound=exact.bound_of(self.config), step=step, backend=rc.name,
-                        batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
-        return exact.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
+        mismatch.check_gap(trainer, batch["rollout_log_probs"], valid, bound=mismatch.bound_of(self.config), step=step, backend=rc.name,
+                           batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
+        return mismatch.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
 
     # ---------------------------------------------------------------- health
     def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
@@ -545,7 +530,7 @@ class Trainer:
         with timed(t, "validate"):
             for prompts in self.val_loader.iterate_once():
                 batch = self.generate(prompts, self.validation_sampling())
-                scores, reward_metrics = self.score(batch, train=False)
+                scores, reward_metrics = self.score_rows(batch, train=False)[:2]
                 failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
                 self._keep_val_generations(batch, scores)
                 scores_all.append(scores)

@@ -18,7 +18,6 @@ from rl_core import multimodal
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import forward_values
-from rl_core.rollout import exact
 from rl_core.train_engine import packing
 from rl_core.train_engine.backend import Heads
 
@@ -62,8 +61,8 @@ class Forwards:
     def _forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         chunk = self.config.model.logprob_chunk_size
         chunk = (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else chunk
-        if self.config.rollout.exact and self.role != "critic":  # rl_core.rollout.exact: the hf rollout's forward, bit for bit
-            lp, ent = exact.sequence_log_probs(
+        if self.config.rollout.exact and self.role != "critic":  # the Plan's log-prob forward (rl-exact): the hf rollout's, bit for bit
+            lp, ent = self.exact_forward(
                 self.model, x["input_ids"], x["attention_mask"], x["responses"], temperature=temperature, with_entropy=with_entropy,
                 entropy_grad=entropy_grad, compute_dtype=self.autocast_dtype,  # unsharded bf16: the weights cast, not autocast
                 lockstep=self.sharded,  # FSDP2 gathers in every forward: as many per rank as the rank with the most rows
@@ -87,6 +86,15 @@ class Forwards:
             chunk_size=chunk,
         )
         return Heads(log_probs=lp, entropy=ent)
+
+    @property
+    def exact_forward(self):
+        """rollout.exact: the Plan's log-prob forward (``WorkerContext.log_prob_forward``, a LogProbForwardCard's)."""
+        forward = self.context.log_prob_forward
+        if forward is None:
+            raise RuntimeError("rollout.exact is true but this fsdp backend was built without a log-prob forward (WorkerContext.log_prob_forward "
+                               "is None): build engines from the resolved Plan (Plan.log_prob_forward, from rl-exact: pip install rl-exact)")
+        return forward
 
     def _forward_images(self, x: dict, *, temperature: float, with_entropy: bool, entropy_grad: bool) -> Heads:
         if self.seq_parallel is not None or self.pad_to_length:  # (a VLM is never packed: packing.can_pack)

@@ -69,7 +69,7 @@ FSDP_CARD = TrainCard(
     default=True,  # the train backend of a config without train.name
     lora=True,  # the actor's LoRA adapters (peft), the reference = adapters off (rl_lora)
     offload=True,  # actor.fsdp_config.param_offload / optimizer_offload on one device (rl_train_fsdp.offload)
-    exact=True,  # rollout.exact: the actor / ref forwards are rl_core.rollout.exact.sequence_log_probs (rl_train_fsdp.forward)
+    exact=True,  # rollout.exact: the actor / ref forwards are the Plan's LogProbForwardCard's (rl_train_fsdp.forward)
     engine="torch",
     engine_versions=">=2.6",
     options="rl_core.card_options:Options",  # train.options: none (a Megatron option given with train.name=fsdp is refused)

@@ -1,7 +1,8 @@
-"""`rlcore check` rules of exact mode (:mod:`rl_core.rollout.exact`, docs/exact.md).
+"""`rlcore check` rules of exact mode (:mod:`rl_exact.forward`, docs/exact.md).
 
-:func:`exact_problems` (a ``values``-stage check this module registers): ``rollout.exact=true`` needs a rollout card and
-a train card that declare ``exact`` (their log-probs come from :func:`rl_core.rollout.exact.sequence_log_probs`), the
+:func:`exact_problems` (a ``values``-stage check, registered by :mod:`rl_exact.plugin`): ``rollout.exact=true`` needs a
+rollout card and a train card that declare ``exact`` (their log-probs come from the Plan's log-prob forward,
+:func:`rl_exact.forward.sequence_log_probs`), the
 rollout's log-probs on, and none of the features whose log-probs take another path (LoRA adapters merged into the
 rollout's weights, multi-turn rollouts, Ulysses sequence parallelism, compiled decoder layers).
 """
@@ -10,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl_core.cards import CheckCard
-from rl_core.hookspecs import hookimpl
-from rl_core.plugins import get_registry
 from rl_core.problems import Problem
 
 KEY = "rollout.exact"
@@ -32,11 +30,9 @@ def _exact_names(registry: Any, kind: str) -> str:
     return " or ".join(names) if names else "none installed"
 
 
-def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
+def exact_problems(config: Any, registry: Any) -> list[Problem]:
     if not config.rollout.exact:
         return []
-    if registry is None:
-        registry = get_registry()
     off = f"or set {KEY}=false"
     problems = []
     for kind, key, name in (("rollout", "rollout.name", config.rollout.name), ("train", "train.name", config.train.name)):
@@ -63,9 +59,3 @@ def exact_problems(config: Any, registry: Any = None) -> list[Problem]:
             problems.append(Problem(key=key, what=f"is on with {KEY}=true: {why}, so the two log-probs could not be equal",
                                     fix=f"turn {key} off, {off}"))
     return problems
-
-
-@hookimpl
-def rl_core_register_checks(register) -> None:
-    register(CheckCard(name="exact", stage="values", order=60, factory=f"{__name__}:exact_problems",
-                       description="rollout.exact: rollout and train cards that declare exact log-probs; log-probs on; no LoRA / multi-turn / Ulysses / model.compile"))

@@ -1,18 +1,16 @@
-"""Exact on-policy training end to end (issue 51, rl_core.rollout.exact; docs/exact.md): tiny GRPO runs on the CPU.
+"""Exact on-policy training end to end (issue 51, rl_exact; docs/exact.md): tiny GRPO runs on the CPU.
 
 rollout.exact=true: the rollout's log-probs and the trainer's are equal on every token of every step (the run itself
 would stop otherwise: the bound is 0 in exact mode), in bf16 and fp32, one and two processes, packed or padded, with
-and without the old-log-prob pass. The default path measures its gap every step, and a bound stops it.
-trainer.deterministic=true: two runs, same metrics and weights; another seed, other ones.
+and without the old-log-prob pass. The default path's gap and trainer.deterministic (rl-core's):
+tests/e2e/test_mismatch_runs.py.
 """
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-from rl_core.rollout.exact import GAP_FRAC, MismatchError
+from rl_core.rollout.mismatch import GAP_FRAC
 
 from tests.e2e.helpers import train_tiny
 
@@ -50,60 +48,17 @@ def test_exact_bf16_two_processes_packed(tmp_path):
     _assert_exact(rows, 2)
 
 
-def test_default_path_measures_its_gap_and_a_bound_stops_it(tmp_path):
-    rows = train_tiny(tmp_path / "measured", steps=1, model__dtype="bfloat16", trainer__val_before_train=False, **ON_POLICY)
-    row = rows[0]
-    assert all(math.isfinite(row[k]) for k in GAP), {k: row.get(k) for k in GAP}
-    assert row["rollout_corr/log_prob_abs_diff_max"] > 0  # bf16 decode with a KV cache is not the trainer's forward
-    with pytest.raises(MismatchError) as err:
-        train_tiny(tmp_path / "bounded", steps=1, model__dtype="bfloat16", rollout__mismatch__max_abs_diff=1e-6, trainer__val_before_train=False,
-                   **ON_POLICY)
-    msg = str(err.value)
-    assert msg.startswith("step 1: the rollout (hf)") and "rollout.mismatch.max_abs_diff=1e-06" in msg and "token id" in msg
-
-
-def _weights(out):
-    from safetensors.torch import load_file
-
-    return load_file(str(next((out / "hf_final").glob("*.safetensors"))))
-
-
-def _comparable(rows):
-    """Metrics without the timing columns (the wall clock, seconds, throughput)."""
-    return [{k: v for k, v in r.items() if not (k == "time" or k.startswith(("timing_s/", "perf/")) or k.endswith("_s"))} for r in rows]
-
-
-@pytest.fixture
-def restore_determinism(monkeypatch):
-    """A worker in this process (trainer.placement local, one process) turns deterministic kernels on: undone after."""
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    was = torch.are_deterministic_algorithms_enabled()
-    yield
-    torch.use_deterministic_algorithms(was)
-    torch.backends.cudnn.deterministic = False
-
-
-def test_deterministic_runs_are_identical(tmp_path, restore_determinism):
-    runs = {}
-    for name, seed in (("a", 7), ("b", 7), ("other_seed", 8)):
-        rows = train_tiny(tmp_path / name, steps=2, trainer__deterministic=True, trainer__seed=seed, trainer__val_before_train=False)
-        runs[name] = (_comparable(rows), _weights(tmp_path / name / "out"))
-    differ = {k for ra, rb in zip(runs["a"][0], runs["b"][0]) for k in ra if ra[k] != rb.get(k)}
-    assert not differ and len(runs["a"][0]) == len(runs["b"][0]) == 2, sorted(differ)
-    assert runs["a"][1].keys() == runs["b"][1].keys() and all(torch.equal(runs["a"][1][k], runs["b"][1][k]) for k in runs["a"][1])
-    assert runs["a"][0] != runs["other_seed"][0]  # the comparison can fail: the seed decides the samples
-
-
 def _exact_sharded(rank, world, model_dir, budget):
     import attrs
     from rl_core.backends import WorkerContext
     from rl_core_testing.train_conformance import default_config, make_step_batch, rank_shard
+    from rl_exact.forward import sequence_log_probs
     from rl_train_fsdp.engine import build_engine
 
     cfg = default_config(model_dir)
     cfg = attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, exact=True),
                        actor=attrs.evolve(cfg.actor, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=budget))
-    actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world))
+    actor = build_engine("actor", cfg, WorkerContext(rank=rank, world_size=world, log_prob_forward=sequence_log_probs))
     shard = rank_shard(make_step_batch(model_dir), rank, world)
     lp = actor.compute_log_prob(shard)["log_probs"]
     actor.update(shard)  # the update's forwards and backwards: a rank with fewer rows per micro-batch must not hang
@@ -114,11 +69,11 @@ def _exact_sharded(rank, world, model_dir, budget):
 def test_exact_sharded_ranks_with_different_rows_per_forward(tiny_model_dir):
     """Two FSDP2 ranks whose token budgets give their micro-batches different row counts: exact mode's per-sequence
     forwards run in lockstep (no hang), and each row's log-probs are the unsharded canonical ones, bit for bit."""
-    from rl_core.rollout.exact import sequence_log_probs
     from rl_core.train_engine.micro_batches import token_budget_groups
     from rl_core_testing.distributed import run_distributed
     from rl_core_testing.rollout_conformance import reference_model
     from rl_core_testing.train_conformance import make_step_batch, rank_shard
+    from rl_exact.forward import sequence_log_probs
 
     model_dir = tiny_model_dir("qwen2")
     step = make_step_batch(model_dir)

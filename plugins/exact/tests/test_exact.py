@@ -1,22 +1,24 @@
-"""Exact on-policy training (issue 51, rl_core.rollout.exact): the canonical per-sequence forward, the gap metrics and
-bound, the check, seeded sampling and deterministic mode. End-to-end runs: tests/e2e/test_exact_runs.py."""
+"""Exact mode (issue 51, rl_exact): the canonical per-sequence forward against plain torch, the hf rollout reporting it,
+the Plan resolving it (and refusing rollout.exact without it), the check. End-to-end runs: test_exact_runs.py; the gap
+metrics, the bound, seeded sampling and trainer.deterministic (rl-core's): tests/rollout/test_mismatch.py."""
 
 from __future__ import annotations
 
 import copy
-import os
+import pickle
 
 import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.load import load_config
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+from rl_core.plan.resolver import resolve
 from rl_core.plugins import get_registry
-from rl_core.rollout import exact
-from rl_core.rollout.exact_checks import exact_problems
 from rl_core.rollout.hf import HFRolloutEngine
-from rl_core.trainer.tracking import key_metrics
 from rl_core_testing.rollout_conformance import prompt_batch, reference_model
+from rl_core_testing.tiny_run import write_tiny_run
+from rl_exact.checks import exact_problems
+from rl_exact.forward import sequence_log_probs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -43,7 +45,7 @@ def _rows(model, lengths, P=6, R=5, pad=0, extra_right=0, seed=0):
 def test_sequence_log_probs_match_a_plain_forward(model_dir):
     model = reference_model(model_dir)
     ids, mask, resp = _rows(model, [(3, 4), (6, 5), (1, 2)])
-    got, ent = exact.sequence_log_probs(model, ids, mask, resp, temperature=0.7, with_entropy=True)
+    got, ent = sequence_log_probs(model, ids, mask, resp, temperature=0.7, with_entropy=True)
     for i in range(len(ids)):  # reference: the row's real tokens through the model, full logits, plain torch
         real = ids[i][mask[i].bool()]
         n = int(mask[i, 6:].sum())
@@ -60,13 +62,13 @@ def test_sequence_log_probs_match_a_plain_forward(model_dir):
 def test_padding_and_batch_neighbours_do_not_change_a_bit(model_dir, dtype):
     model = reference_model(model_dir).to(dtype)
     ids, mask, resp = _rows(model, [(4, 3)], P=6, R=5)
-    alone, _ = exact.sequence_log_probs(model, ids, mask, resp)
+    alone, _ = sequence_log_probs(model, ids, mask, resp)
     # the same row with more left padding, more right padding and other rows around it
     other, omask, oresp = _rows(model, [(9, 8), (4, 3), (2, 1)], P=10, R=9, seed=1)
     other[1], omask[1] = 0, 0
     other[1, 6:10], other[1, 10:13] = ids[0, 2:6], ids[0, 6:9]
     omask[1, 6:13] = 1
-    crowd, _ = exact.sequence_log_probs(model, other, omask, other[:, 10:])
+    crowd, _ = sequence_log_probs(model, other, omask, other[:, 10:])
     assert torch.equal(crowd[1, :3], alone[0, :3])
     assert alone[0, :3].abs().min() > 0
 
@@ -79,9 +81,9 @@ def test_cast_weights_equal_a_low_precision_copy_and_keep_gradients(model_dir):
         p.data = p.data.to(torch.bfloat16)
     ids, mask, resp = _rows(fp32, [(3, 4), (5, 2)])
     with torch.no_grad():
-        want, _ = exact.sequence_log_probs(bf16, ids, mask, resp)
+        want, _ = sequence_log_probs(bf16, ids, mask, resp)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got, _ = exact.sequence_log_probs(fp32, ids, mask, resp, compute_dtype=torch.bfloat16)
+        got, _ = sequence_log_probs(fp32, ids, mask, resp, compute_dtype=torch.bfloat16)
     assert torch.equal(got.detach(), want)
     got.sum().backward()
     grads = [p.grad for p in fp32.parameters()]
@@ -90,7 +92,7 @@ def test_cast_weights_equal_a_low_precision_copy_and_keep_gradients(model_dir):
 
 def _engine(model_dir, **rollout):
     cfg = RunConfig(model=ModelConfig(path=str(model_dir), dtype="bfloat16"), data=DataConfig(max_prompt_length=32), rollout=RolloutConfig(**rollout))
-    return HFRolloutEngine(cfg, WorkerContext())
+    return HFRolloutEngine(cfg, WorkerContext(log_prob_forward=sequence_log_probs if cfg.rollout.exact else None))
 
 
 def test_hf_rollout_exact_reports_the_canonical_log_probs(model_dir):
@@ -100,80 +102,34 @@ def test_hf_rollout_exact_reports_the_canonical_log_probs(model_dir):
     eng = _engine(model_dir, exact=True)
     out = eng.generate(batch, params)
     assert torch.equal(out["responses"], plain["responses"])  # the same tokens: exact mode only changes the reported log-probs
-    want, _ = exact.sequence_log_probs(eng.model, out["input_ids"], out["attention_mask"], out["responses"], temperature=0.9)
+    want, _ = sequence_log_probs(eng.model, out["input_ids"], out["attention_mask"], out["responses"], temperature=0.9)
     m = out["response_mask"].bool()
     assert torch.equal(out["rollout_log_probs"][m], want[m]) and (out["rollout_log_probs"][~m] == 0).all()
     gap = (plain["rollout_log_probs"] - out["rollout_log_probs"])[m].abs()
     assert gap.max() < 0.1  # the decode loop's own log-probs: the same to bf16 rounding, not bit for bit
+    eng.context = WorkerContext()  # an engine built without the Plan's forward: a clear error, not the decode loop's log-probs
+    with pytest.raises(RuntimeError, match="pip install rl-exact"):
+        eng.generate(batch, params)
 
 
-def test_hf_sampling_is_seeded_not_the_global_rng(model_dir):
-    """A test that fails if the rollout's sampling read an unseeded (global) RNG: same seed, disturbed global state."""
-    eng = _engine(model_dir)
-    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11, logprobs=True)
-    batch = prompt_batch(model_dir)
-    torch.manual_seed(0)
-    a = eng.generate(batch, params)
-    torch.manual_seed(12345)
-    torch.rand(1000)
-    b = eng.generate(batch, params)
-    assert torch.equal(a["responses"], b["responses"]) and torch.equal(a["rollout_log_probs"], b["rollout_log_probs"])
-    c = eng.generate(batch, SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=12, logprobs=True))
-    assert not torch.equal(a["responses"], c["responses"])  # the seed is what decides
-
-
-def test_gap_metrics_and_bound():
-    trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.25, 0.0]])
-    rollout = torch.tensor([[-1.0, -2.5, -3.0], [-0.5, -0.05, -9.0]])
-    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    assert exact.gap_metrics(trainer, rollout, mask, 0.1) == {exact.GAP_FRAC: pytest.approx(2 / 5)}
-    exact.check_gap(trainer, rollout, mask, bound=None, step=1, backend="hf")  # no bound: never
-    exact.check_gap(trainer, rollout, mask, bound=0.5, step=1, backend="hf")  # the 9.0 is masked
-    with pytest.raises(exact.MismatchError) as err:
-        exact.check_gap(trainer, rollout, mask, bound=0.3, step=4, backend="vllm")
-    msg = str(err.value)
-    assert "step 4" in msg and "(vllm)" in msg and "row 0, response position 1" in msg and "0.5 >" in msg and "-2.5" in msg
-    nan = rollout.clone()
-    nan[1, 0] = float("nan")
-    with pytest.raises(exact.MismatchError, match="row 1, response position 0"):
-        exact.check_gap(trainer, nan, mask, bound=1.0, step=1, backend="hf")
-
-
-def test_bound_defaults_to_zero_in_exact_mode_only():
-    assert exact.bound_of(load_config()) is None
-    assert exact.bound_of(load_config(overrides=["rollout.exact=true"])) == 0.0
-    assert exact.bound_of(load_config(overrides=["rollout.exact=true", "rollout.mismatch.max_abs_diff=0.2"])) == 0.2
-    assert exact.bound_of(load_config(overrides=["rollout.mismatch.max_abs_diff=0"])) == 0.0
-
-
-def test_log_probs_are_on_by_default_and_on_the_console_line():
-    assert RolloutConfig().calculate_log_probs is True
-    shown = key_metrics({"rollout_corr/log_prob_abs_diff_max": 0.25, "rollout_corr/kl": 0.5, "rollout_corr/log_prob_abs_diff_mean": 0.1})
-    assert shown == {"dlogp": 0.25}  # the gap; the mismatch's KL estimate is not the policy's kl
+def test_the_plan_loads_the_forward_once_and_pickles(tmp_path):
+    plan, problems = resolve(load_config(write_tiny_run(tmp_path, **{"rollout.exact": True})), get_registry())
+    assert plan is not None, [p.render() for p in problems]
+    card = get_registry().get("log_prob_forward", "exact")
+    assert plan.log_prob_forward is sequence_log_probs and card.provider.distribution == "rl-exact"
+    assert pickle.loads(pickle.dumps(plan)).log_prob_forward is sequence_log_probs  # to worker processes, by reference
 
 
 def test_exact_check_refuses_what_cannot_be_exact():
-    assert exact_problems(RunConfig()) == []
-    assert exact_problems(RunConfig(rollout=RolloutConfig(exact=True))) == []
+    reg = get_registry()
+    assert exact_problems(RunConfig(), reg) == []
+    assert exact_problems(RunConfig(rollout=RolloutConfig(exact=True)), reg) == []
     cfg = load_config(overrides=["rollout.exact=true", "rollout.name=vllm", "rollout.calculate_log_probs=false", "rollout.multi_turn.enable=true",
                                  "model.lora_rank=8", "train.name=megatron", "model.compile=true"])
-    keys = {p.key for p in exact_problems(cfg)}
+    keys = {p.key for p in exact_problems(cfg, reg)}
     stale = ["rollout.exact=true", "rollout.n_gpus_per_node=1", "async.max_staleness=1"]
-    assert [p.key for p in exact_problems(load_config(overrides=stale))] == ["async.max_staleness"]
-    assert exact_problems(load_config(overrides=stale + ["rollout.mismatch.max_abs_diff=5"])) == []
-    installed = {kind: get_registry().cards[kind] for kind in ("rollout", "train")}  # an uninstalled backend is the resolver's to report
+    assert [p.key for p in exact_problems(load_config(overrides=stale), reg)] == ["async.max_staleness"]
+    assert exact_problems(load_config(overrides=stale + ["rollout.mismatch.max_abs_diff=5"]), reg) == []
+    installed = {kind: reg.cards[kind] for kind in ("rollout", "train")}  # an uninstalled backend is the resolver's to report
     named = {k for k, kind, name in (("rollout.name", "rollout", "vllm"), ("train.name", "train", "megatron")) if name in installed[kind]}
     assert keys == named | {"rollout.calculate_log_probs", "model.lora_rank", "rollout.multi_turn.enable", "model.compile"}
-
-
-def test_apply_determinism(monkeypatch):
-    was = torch.are_deterministic_algorithms_enabled()
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    try:
-        assert exact.apply_determinism(RunConfig()) is False and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
-        assert exact.apply_determinism(load_config(overrides=["trainer.deterministic=true"])) is True
-        assert torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
-    finally:
-        torch.use_deterministic_algorithms(was)
-        torch.backends.cudnn.deterministic = False

@@ -1,0 +1,27 @@
+"""``trainer.deterministic``: the same seed gives the same metrics and weights on a GPU too (issue 51, docs/exact.md).
+
+:func:`apply_determinism` (every worker, before its first CUDA op): ``torch.use_deterministic_algorithms`` (an op
+without a deterministic kernel is an error naming it), ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, cuDNN deterministic and
+not benchmarking. Sampling is seeded per call and replica (``SamplingParams.seed``, a private generator), and the
+CPU's reductions are fixed already.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def apply_determinism(config: Any) -> bool:
+    """``trainer.deterministic``: deterministic kernels in this process (call before its first CUDA op); whether on."""
+    if not config.trainer.deterministic:
+        return False
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    return True

@@ -1,0 +1,7 @@
+"""rl-exact: exact on-policy training for rl-core (``rollout.exact=true``; docs/exact.md).
+
+The hf rollout and the fsdp trainer compute a response's log-probs with one canonical per-sequence forward
+(:func:`rl_exact.forward.sequence_log_probs`, registered as the ``exact`` LogProbForwardCard), so the two agree bit for
+bit; :mod:`rl_exact.checks` refuses what cannot be exact. The gap metrics (``rollout_corr/*``, the bound) and
+``trainer.deterministic`` stay in rl-core (:mod:`rl_core.rollout.mismatch`, :mod:`rl_core.util.determinism`).
+"""

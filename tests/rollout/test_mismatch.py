@@ -1,0 +1,121 @@
+"""The rollout-vs-trainer gap every run measures (issue 51, rl_core.rollout.mismatch): the gap metrics and the bound,
+seeded sampling, trainer.deterministic (rl_core.util.determinism), and rollout.exact without the rl-exact package (an
+`rlcore check` problem naming it). Exact mode itself: plugins/exact/tests."""
+
+from __future__ import annotations
+
+import os
+
+import attrs
+import pytest
+import torch
+from rl_core.backends import SamplingParams, WorkerContext
+from rl_core.cli.main import main
+from rl_core.config.load import load_config
+from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
+from rl_core.plan.resolver import resolve
+from rl_core.plugins import get_registry
+from rl_core.rollout import mismatch
+from rl_core.rollout.hf import HFRolloutEngine
+from rl_core.trainer.tracking import key_metrics
+from rl_core.util.determinism import apply_determinism
+from rl_core_testing.rollout_conformance import prompt_batch
+from rl_core_testing.tiny_run import write_tiny_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("llama")
+
+
+def _engine(model_dir, **rollout):
+    cfg = RunConfig(model=ModelConfig(path=str(model_dir), dtype="bfloat16"), data=DataConfig(max_prompt_length=32), rollout=RolloutConfig(**rollout))
+    return HFRolloutEngine(cfg, WorkerContext())
+
+
+def test_hf_sampling_is_seeded_not_the_global_rng(model_dir):
+    """A test that fails if the rollout's sampling read an unseeded (global) RNG: same seed, disturbed global state."""
+    eng = _engine(model_dir)
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=11, logprobs=True)
+    batch = prompt_batch(model_dir)
+    torch.manual_seed(0)
+    a = eng.generate(batch, params)
+    torch.manual_seed(12345)
+    torch.rand(1000)
+    b = eng.generate(batch, params)
+    assert torch.equal(a["responses"], b["responses"]) and torch.equal(a["rollout_log_probs"], b["rollout_log_probs"])
+    c = eng.generate(batch, SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=12, logprobs=True))
+    assert not torch.equal(a["responses"], c["responses"])  # the seed is what decides
+
+
+def test_gap_metrics_and_bound():
+    trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.25, 0.0]])
+    rollout = torch.tensor([[-1.0, -2.5, -3.0], [-0.5, -0.05, -9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    assert mismatch.gap_metrics(trainer, rollout, mask, 0.1) == {mismatch.GAP_FRAC: pytest.approx(2 / 5)}
+    mismatch.check_gap(trainer, rollout, mask, bound=None, step=1, backend="hf")  # no bound: never
+    mismatch.check_gap(trainer, rollout, mask, bound=0.5, step=1, backend="hf")  # the 9.0 is masked
+    with pytest.raises(mismatch.MismatchError) as err:
+        mismatch.check_gap(trainer, rollout, mask, bound=0.3, step=4, backend="vllm")
+    msg = str(err.value)
+    assert "step 4" in msg and "(vllm)" in msg and "row 0, response position 1" in msg and "0.5 >" in msg and "-2.5" in msg
+    nan = rollout.clone()
+    nan[1, 0] = float("nan")
+    with pytest.raises(mismatch.MismatchError, match="row 1, response position 0"):
+        mismatch.check_gap(trainer, nan, mask, bound=1.0, step=1, backend="hf")
+
+
+def test_bound_defaults_to_zero_in_exact_mode_only():
+    assert mismatch.bound_of(load_config()) is None
+    assert mismatch.bound_of(load_config(overrides=["rollout.exact=true"])) == 0.0
+    assert mismatch.bound_of(load_config(overrides=["rollout.exact=true", "rollout.mismatch.max_abs_diff=0.2"])) == 0.2
+    assert mismatch.bound_of(load_config(overrides=["rollout.mismatch.max_abs_diff=0"])) == 0.0
+
+
+def test_log_probs_are_on_by_default_and_on_the_console_line():
+    assert RolloutConfig().calculate_log_probs is True
+    shown = key_metrics({"rollout_corr/log_prob_abs_diff_max": 0.25, "rollout_corr/kl": 0.5, "rollout_corr/log_prob_abs_diff_mean": 0.1})
+    assert shown == {"dlogp": 0.25}  # the gap; the mismatch's KL estimate is not the policy's kl
+
+
+def test_apply_determinism(monkeypatch):
+    was = torch.are_deterministic_algorithms_enabled()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        assert apply_determinism(RunConfig()) is False and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        assert apply_determinism(load_config(overrides=["trainer.deterministic=true"])) is True
+        assert torch.are_deterministic_algorithms_enabled() and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    finally:
+        torch.use_deterministic_algorithms(was)
+        torch.backends.cudnn.deterministic = False
+
+
+def test_exact_without_its_package_is_a_check_problem(tmp_path):
+    """rollout.exact=true with no ``exact`` LogProbForwardCard installed: one problem on rollout.exact naming rl-exact."""
+    cfg = load_config(write_tiny_run(tmp_path, **{"rollout.exact": True}))
+    base = get_registry()
+    without = attrs.evolve(base, cards={**base.cards, "log_prob_forward": {}}, skipped=[], errors=[])
+    plan, problems = resolve(cfg, without)
+    assert plan is None
+    (p,) = [p for p in problems if p.key == "rollout.exact"]
+    assert "no log_prob_forward named 'exact' is installed" in p.what and "pip install rl-exact" in p.what + p.fix
+    plan, problems = resolve(load_config(write_tiny_run(tmp_path / "off")), without)  # off: the package is not needed
+    assert plan is not None and plan.log_prob_forward is None, [p.render() for p in problems]
+
+
+@pytest.fixture
+def env(monkeypatch):
+    yield monkeypatch
+    monkeypatch.undo()
+    get_registry(reload=True)
+
+
+def test_rlcore_check_names_the_package_when_it_is_not_loaded(tmp_path, env, capsys):
+    env.setenv("RL_CORE_BLOCK_PLUGINS", "rl-exact")
+    get_registry(reload=True)
+    assert main(["check", str(write_tiny_run(tmp_path, **{"rollout.exact": True})), "--skip-device-check"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "rollout.exact" in err and "rl-exact" in err and "pip install rl-exact" in err, err
