@@ -106,3 +106,13 @@ def rl_core_register_run_kinds(register: Register) -> None:
 @hookspec
 def rl_core_register_log_prob_roles(register: Register) -> None:
     """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""
+
+
+@hookspec
+def rl_core_register_trackers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.TrackerCard` s (metric loggers ``trainer.loggers`` names: tensorboard, wandb, ...)."""
+
+
+@hookspec
+def rl_core_register_generators(register: Register) -> None:
+    """Register :class:`~rl_core.cards.GeneratorCard` s (prompt rows generated at start-up: ``data.*_generator.name``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, TrackerCard: a metric logger (trainer.loggers), GeneratorCard: prompt rows generated at start-up (data.*_generator))",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's)",
@@ -24,7 +24,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.routing_replay": "MoE routing replay: RouterReplay (records / forces an HF model's top-k routers), NO_ROUTE, the batch's routed_experts layout (actor.router_replay)",
     "rl_core.lora": "LoRA adapters (peft) on an HF model: apply_lora, adapters_disabled (the reference), iter_merged / iter_base / engine_adapter / sample_effective (weight sync and its check), write_adapter_folder / base_model_reference / adapter_folder_base (save_hf's PEFT folder, issue #32)",
     "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",
-    "rl_core.data.convert": "decode_entry: data-set entries stored as JSON text",
+    "rl_core.data.entries": "encode_entry / decode_entry: data-set entries stored as JSON text that keeps their Python types (a generator and its scorer)",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
     "rl_core.rollout.multi_turn": "the agent-rollout contract: Generated, Decode, AgentRuntime, agent_runtime, MultiTurn (agent rollouts over an engine's continue-ids function), cut_at_stop, eos_token_ids, final_turn_mask",
     "rl_core.plan.preflight": "data_rows: the first rows of the run's data, as the plan's files check read them (once per plan), for a plugin's check that reads rows",
@@ -50,5 +50,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
     "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
+    "rl_core.trainer.tracking": "LoggerError: what a tracker card's logger raises when it cannot start (the install or the fix named)",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

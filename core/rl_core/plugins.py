@@ -56,6 +56,8 @@ HOOK_KINDS = {
     "rl_core_register_observers": "observer",
     "rl_core_register_run_kinds": "run_kind",
     "rl_core_register_log_prob_roles": "log_prob_role",
+    "rl_core_register_trackers": "tracker",
+    "rl_core_register_generators": "generator",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -70,6 +72,10 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
         "format": "rl-reward-rule",
         "reasoning_gym": "rl-reward-rule",
     },
+    "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
+    "generator": {"reasoning_gym": "rl-data"},
+    # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
+    "command": {"data": "rl-data", "traces": "rl-traces"},
 }
 
 

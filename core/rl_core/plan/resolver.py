@@ -30,6 +30,7 @@ from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.roles import resolve_log_prob_roles
+from rl_core.plan.named import generator_cards, loaded, tracker_cards
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
@@ -84,6 +85,9 @@ class Plan:
     # trainer.kind other than rl (rl_core.run_kind): the run kind's card and its loaded factory
     run_kind: RunKindCard | None = None
     run_kind_fn: Callable[..., Any] | None = None
+    # trainer.loggers beyond console / jsonl and data.*_generator.name: (name, the card's loaded factory) (rl_core.plan.named)
+    trackers: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    generators: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
     @property
     def needs_rollout(self) -> bool:
@@ -457,6 +461,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_model_fn = load_factory(reward_model, "reward_model.name", problems)
     reward_model_rollout = _reward_model_rollout(config, reward_model, registry)
     run_kind_fn = load_factory(run_kind, "trainer.kind", problems)
+    trackers = loaded(tracker_cards(config, registry, problems), load_factory, problems)
+    generators = loaded(generator_cards(config, registry, problems), load_factory, problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -494,6 +500,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         run_kind=run_kind,
         run_kind_fn=run_kind_fn,
         log_prob_roles=log_prob_roles,
+        trackers=trackers,
+        generators=generators,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )
