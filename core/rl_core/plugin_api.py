@@ -48,7 +48,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.packing": "packed sequences (remove padding): pack / unpack, the packed attention, packed forwards",
     "rl_core.observers": "step observers (ObserverCard): StepRollouts, what the controller hands an observer each step and validation (issue 52)",
     "rl_core.run_kind": "run kinds (trainer.kind): RunKind / RunHandle / Loader, what a RunKindCard's factory returns and gets",
-    "rl_core.data.dataset": "generate_rows: the rows of a data.*_generator (reasoning-gym), as the RL loop reads them",
+    "rl_core.data.dataset": "generate_rows(gen, split, generate): the rows of a data.*_generator made by its card's factory (Plan.generators), validated as the RL loop reads them",
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
     "rl_core.trainer.tracking": "LoggerError: what a tracker card's logger raises when it cannot start (the install or the fix named)",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",

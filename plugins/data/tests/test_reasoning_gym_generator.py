@@ -59,3 +59,32 @@ def test_generated_rows_score_with_the_reasoning_gym_reward():
         # without the stored entry the scorer regenerates it from config + index
         no_entry = {**r["extra_info"], "entry": None}
         assert rgym.score(solution_str=r["ground_truth"], **{**kw, "extra_info": no_entry})["score"] == 1.0
+
+
+# ----------------------------------------------------------------- the plan
+def _resolve(tmp_path, without_generators=False):
+    import attrs
+    from rl_core.config.load import load_config
+    from rl_core.plan.resolver import resolve
+    from rl_core.plugins import get_registry
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    base = get_registry()
+    cards = {kind: dict(table) for kind, table in base.cards.items()}
+    if without_generators:
+        cards["generator"] = {}
+    cfg = load_config(write_tiny_run(tmp_path, **{"data.train_generator": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 4}}))
+    return resolve(cfg, attrs.evolve(base, cards=cards))
+
+
+def test_the_plan_carries_the_generators_factory(tmp_path):
+    plan, problems = _resolve(tmp_path)
+    assert plan is not None, [p.render() for p in problems]
+    assert plan.generators == (("reasoning_gym", generate),)
+
+
+def test_a_generator_without_its_package_names_the_install(tmp_path):
+    plan, problems = _resolve(tmp_path, without_generators=True)
+    assert plan is None
+    (p,) = [p for p in problems if p.severity == "error"]
+    assert p.key == "data.train_generator.name" and "pip install rl-data" in p.what and p.fix.startswith("pip install rl-data")
