@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rl_data import command as data_cmd
 from rl_data.convert import gsm8k_final_answer, read_parquet
+
 from tests.conftest import SHARED_DATA
 
 GSM8K_TEST = SHARED_DATA / "gsm8k" / "test.jsonl"

@@ -9,7 +9,6 @@ import pytest
 from rl_core.config.schema import GeneratorConfig
 from rl_core.data.dataset import DataError
 from rl_core.data.dataset import generate_rows as core_generate_rows
-
 from rl_data.generators import generate
 
 

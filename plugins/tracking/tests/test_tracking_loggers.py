@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from rl_core.trainer.tracking import Tracker
-
 from rl_tracking.checks import logger_problems
 from rl_tracking.loggers import TensorboardLogger, WandbLogger
 
