@@ -79,7 +79,7 @@ def write_data(work: Path, seeds: list[int]) -> None:
     d = work / "data"
     if (d / "val.jsonl").exists() and all((d / f"train-s{seed}.jsonl").exists() for seed in seeds):
         return  # prepared (bench/vs_trl_sweep.py carries them to a machine without reasoning-gym)
-    from rl_core.data.convert import generate_reasoning_gym_rows
+    from rl_data.convert import generate_reasoning_gym_rows
 
     d.mkdir(parents=True, exist_ok=True)
     if not (d / "val.jsonl").exists():

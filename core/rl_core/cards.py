@@ -550,3 +550,39 @@ class LogProbForwardCard(CardBase):
 
 
 CARD_TYPES[LogProbForwardCard.kind] = LogProbForwardCard
+
+
+@attrs.frozen(kw_only=True)
+class TrackerCard(CardBase):
+    """A metric logger ``trainer.loggers`` may name beside core's own ``console`` and ``jsonl``
+    (:mod:`rl_core.trainer.tracking`; hook ``rl_core_register_trackers``, e.g. rl-tracking's tensorboard and wandb).
+
+    ``factory`` resolves to ``make(*, output_dir, project, experiment, config_dict, print_fn) -> logger``: loaded once by
+    the resolver (``Plan.trackers``), called once when the trainer starts. The logger has ``log(metrics, step)`` (a
+    ``{name: float}`` dict), ``close()`` and, optionally, ``truncate_after(step) -> int`` (a resumed run: hide what was
+    logged after ``step``). A start that fails (no package, no login) raises a :class:`rl_core.problems.UserError`
+    naming the logger and the fix; ``config_dict`` has its secrets masked already. Whether its own packages are
+    installed is a check the plugin registers (``rl_core_register_checks``)."""
+
+    kind: ClassVar[str] = "tracker"
+
+
+@attrs.frozen(kw_only=True)
+class GeneratorCard(CardBase):
+    """Prompt rows generated at start-up instead of read from files: ``data.train_generator.name`` /
+    ``data.val_generator.name`` (hook ``rl_core_register_generators``, e.g. rl-data's ``reasoning_gym``).
+
+    ``factory`` resolves to ``generate(gen, split) -> list[dict]``: ``gen`` is the
+    :class:`~rl_core.config.schema.GeneratorConfig`, the rows are in verl's row format and go through core's row
+    validation as rows read from a file do (:func:`rl_core.data.dataset.generate_rows`); a bad dataset or option raises
+    a :class:`rl_core.problems.UserError` naming it and the fix. Loaded once by the resolver (``Plan.generators``).
+    ``checks``: light ``check(gen, key) -> list[Problem]`` callables (``key``: ``data.train_generator`` or
+    ``data.val_generator``; its package installed, its options typed) that `rlcore check` runs before it generates a
+    two-row sample."""
+
+    kind: ClassVar[str] = "generator"
+
+    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+
+
+CARD_TYPES.update({cls.kind: cls for cls in (TrackerCard, GeneratorCard)})

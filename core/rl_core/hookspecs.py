@@ -141,3 +141,13 @@ def rl_core_register_batch_samplers(register: Register) -> None:
 @hookspec
 def rl_core_register_log_prob_forwards(register: Register) -> None:
     """Register :class:`~rl_core.cards.LogProbForwardCard` s (a log-prob forward the rollout and the trainer share: ``rollout.exact``)."""
+
+
+@hookspec
+def rl_core_register_trackers(register: Register) -> None:
+    """Register :class:`~rl_core.cards.TrackerCard` s (metric loggers ``trainer.loggers`` names: tensorboard, wandb, ...)."""
+
+
+@hookspec
+def rl_core_register_generators(register: Register) -> None:
+    """Register :class:`~rl_core.cards.GeneratorCard` s (prompt rows generated at start-up: ``data.*_generator.name``)."""

@@ -63,6 +63,8 @@ HOOK_KINDS = {
     "rl_core_register_reward_shapers": "reward_shaping",
     "rl_core_register_batch_samplers": "batch_sampler",
     "rl_core_register_log_prob_forwards": "log_prob_forward",
+    "rl_core_register_trackers": "tracker",
+    "rl_core_register_generators": "generator",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -83,6 +85,10 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
         "format": "rl-reward-rule",
         "reasoning_gym": "rl-reward-rule",
     },
+    "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
+    "generator": {"reasoning_gym": "rl-data"},
+    # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
+    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl"},
 }
 
 

@@ -44,6 +44,7 @@ class RunHandle(Protocol):
 
     config: Any  # the resolved RunConfig
     tokenizer: Any
+    generators: dict  # data.*_generator: generator name -> its card's factory, loaded by the plan (rl_core.data.dataset.generate_rows)
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """One update of the actor on ``batch`` (off-policy form: ``old_log_probs`` are read by the loss, not recomputed);

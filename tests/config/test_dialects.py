@@ -77,3 +77,15 @@ def test_plugin_commands_join_the_cli_and_never_replace_cores(monkeypatch, capsy
     assert cli.main(["hello-test"]) == 0
     out = capsys.readouterr()
     assert "hello" in out.out and "the command 'check' of thirdparty-test is left out" in out.err
+
+
+def test_a_first_party_command_not_installed_names_its_distribution(monkeypatch, capsys):
+    from rl_core.cli import main as cli
+    from rl_core.plugins import Registry
+
+    monkeypatch.setattr("rl_core.plugins.get_registry", lambda **kw: Registry())  # no plugin installed
+    assert cli.main(["data", "gsm8k", "--src", "train.jsonl"]) == 1
+    err = capsys.readouterr().err
+    assert "`rlcore data` comes with the distribution rl-data, which is not installed: pip install rl-data" in err
+    assert "Traceback" not in err
+    assert cli.main(["traces", "out"]) == 1 and "pip install rl-traces" in capsys.readouterr().err

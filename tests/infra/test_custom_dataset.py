@@ -7,6 +7,7 @@ import pytest
 from rl_core.config.schema import CustomDatasetConfig, DataConfig
 from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
 from rl_core.plan.preflight import data_problems
+from rl_core.plugins import get_registry
 
 # verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
 # whose chat messages are under raw_prompt. This one reads a csv-like text format rl-core's reader does not know.
@@ -100,11 +101,11 @@ def test_check_imports_the_class_and_reads_no_rows_itself(setup, tmp_path):
     from types import SimpleNamespace
 
     code, data = setup
-    problems, rows = data_problems(SimpleNamespace(data=_cfg(code, data, "Lines")))
+    problems, rows = data_problems(SimpleNamespace(data=_cfg(code, data, "Lines")), get_registry())
     assert problems == [] and rows == []  # the text file is the class's format, not a row file
-    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, data, "OldSignature")))
+    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, data, "OldSignature")), get_registry())
     assert [p.key for p in problems] == ["data.custom_cls.name"]
-    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, str(tmp_path / "none.txt"), "Lines")))
+    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, str(tmp_path / "none.txt"), "Lines")), get_registry())
     assert {p.key for p in problems} == {"data.train_files", "data.val_files"}
 
 

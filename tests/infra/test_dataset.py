@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from rl_core.config.schema import DataConfig, GeneratorConfig
+from rl_core.problems import UserError
 from rl_core.data.dataset import (
     DataError,
     PromptDataset,
@@ -128,36 +129,28 @@ def test_load_prompt_dataset_from_config(tmp_path, tiny_tokenizer):
         load_prompt_dataset(DataConfig(train_files=[j]), tiny_tokenizer, "val")
 
 
-def test_reasoning_gym_rows_carry_what_scoring_needs():
-    import reasoning_gym
+def test_generator_rows_are_validated_and_named_by_their_key(tmp_path, tiny_tokenizer):
+    calls = []
 
-    gen = GeneratorConfig(
-        name="reasoning_gym", dataset="basic_arithmetic", size=6, seed=3,
-        kwargs={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}, system_prompt="Answer with the final number only.",
-    )
-    rows = generate_rows(gen)
-    assert len(rows) == 6
-    r = rows[4]
-    assert r["data_source"] == "reasoning_gym/basic_arithmetic"
-    assert r["prompt"][0] == {"role": "system", "content": "Answer with the final number only."}
-    assert r["prompt"][1]["role"] == "user"
-    json.dumps(r)  # json-able throughout
-    info = r["extra_info"]
-    # what the reasoning_gym scorer does offline: rebuild the dataset from the stored config, or use the entry
-    config = json.loads(info["config"])
-    assert config == {**gen.kwargs, "seed": 3, "size": 6}
-    ds = reasoning_gym.create_dataset(info["dataset"], **config)
-    entry = ds[info["index"]]
-    assert entry["question"] == r["prompt"][1]["content"] == info["question"]
-    assert ds.score_answer(r["ground_truth"], entry) == 1.0
-    stored = json.loads(info["entry"])
-    assert stored["question"] == entry["question"] and ds.score_answer(r["ground_truth"], stored) == 1.0
-    assert ds.score_answer(str(int(r["ground_truth"]) + 1), stored) == 0.0
-    assert info["split"] == "train" and generate_rows(gen, "val")[0]["extra_info"]["split"] == "val"
-    with pytest.raises(DataError, match=r"data.train_generator.name 'nope' is unknown; allowed: \['reasoning_gym'\]"):
-        generate_rows(GeneratorConfig(name="nope", dataset="x"))
-    with pytest.raises(DataError, match="data.val_generator: reasoning-gym has no dataset 'no_such_dataset'"):
-        generate_rows(GeneratorConfig(name="reasoning_gym", dataset="no_such_dataset", size=2), "val")
+    def generate(gen, split):  # a generator card's factory, as the plan hands it over (Plan.generators)
+        calls.append((gen.dataset, gen.size, split))
+        return [_row(i) for i in range(gen.size)]
+
+    gen = GeneratorConfig(name="mine", dataset="arith", size=3)
+    rows = generate_rows(gen, "val", generate)
+    assert calls == [("arith", 3, "val")] and [r["ground_truth"] for r in rows] == [_row(i)["reward_model"]["ground_truth"] for i in range(3)]
+    ds = load_prompt_dataset(DataConfig(train_generator=gen, max_prompt_length=1000), tiny_tokenizer, "train", generators={"mine": generate})
+    assert len(ds) == 3 and ds.source == "mine/arith"
+    with pytest.raises(DataError, match=r"data.train_generator.name 'mine': no generator card was resolved for it"):
+        generate_rows(gen, "train", None)
+
+    def refuses(gen, split):
+        raise UserError("no dataset 'arith' here; pick another")
+
+    with pytest.raises(DataError, match=r"^data.val_generator: no dataset 'arith' here"):
+        generate_rows(gen, "val", refuses)
+    with pytest.raises(DataError, match=r"mine/arith, row 0: "):
+        generate_rows(gen, "train", lambda g, s: [{"prompt": "not messages"}])
 
 
 def _dataset(tok, n):
@@ -247,15 +240,3 @@ def test_build_loaders_and_validation_pass(tmp_path, tiny_tokenizer):
     assert train.state_dict() == before and val.state_dict()["index"] == 0
     _, none, _ = build_loaders(DataConfig(train_files=[j], train_batch_size=4, max_prompt_length=limit), tiny_tokenizer)
     assert none is None
-
-
-def test_generated_rows_score_with_the_reasoning_gym_reward():
-    rgym = pytest.importorskip("rl_reward_rule.rgym", reason="the reasoning_gym scorer lives in rl-reward-rule")
-    rows = generate_rows(GeneratorConfig(name="reasoning_gym", dataset="basic_arithmetic", size=4, seed=1))
-    for r in rows:
-        kw = dict(data_source=r["data_source"], ground_truth=r["ground_truth"], extra_info=r["extra_info"])
-        assert rgym.score(solution_str=f"<answer>{r['ground_truth']}</answer>", **kw)["score"] == 1.0
-        assert rgym.score(solution_str="<answer>nonsense</answer>", **kw)["score"] < 1.0
-        # without the stored entry the scorer regenerates it from config + index
-        no_entry = {**r["extra_info"], "entry": None}
-        assert rgym.score(solution_str=r["ground_truth"], **{**kw, "extra_info": no_entry})["score"] == 1.0

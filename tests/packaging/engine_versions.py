@@ -59,6 +59,8 @@ ENGINE_EXTRAS: dict[tuple[str, str | None], tuple[EngineRecord, ...]] = {
 OTHER_EXTRAS: dict[str, set[str]] = {
     "*": {"test"},
     "rl-reward-rule": {"reasoning-gym"},
+    "rl-data": {"reasoning-gym", "hub"},
+    "rl-tracking": {"tensorboard", "wandb"},
 }
 
 # Releases on PyPI when this record was last checked (pip index versions, 2026-11): the extras are checked

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from rl_core.config.sections import Sectioned
-from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
+from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 
 field = attrs.field
 
@@ -62,23 +62,16 @@ def _loss_agg_modes() -> tuple[str, ...]:
     return LOSS_AGG_MODES
 
 
-def _generators() -> tuple[str, ...]:
-    return ("reasoning_gym",)
-
-
-#: the metric loggers trainer.loggers may name (rl_core.trainer.tracking implements each)
-LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
-
-
-def _loggers() -> tuple[str, ...]:
-    return LOGGERS
+#: core's own metric loggers (rl_core.trainer.tracking); trainer.loggers may also name an installed tracker card
+#: (rl_core.cards.TrackerCard, e.g. rl-tracking's tensorboard and wandb), resolved in the plan (rl_core.plan.named)
+LOGGERS = ("console", "jsonl")
 
 
 @attrs.frozen(kw_only=True)
 class GeneratorConfig:
     """A dataset generated offline at start-up (e.g. reasoning-gym), instead of files."""
 
-    name: str = field(default="", metadata={RULE: OneOf(lambda: ("", *_generators()), hint="'' for no generator")})  # e.g. "reasoning_gym"
+    name: str = ""  # '' for none, else a generator card's name (rl_core.cards.GeneratorCard, resolved in the plan), e.g. "reasoning_gym" (rl-data)
     dataset: str = ""  # e.g. "basic_arithmetic"
     size: int = pos(1000)
     seed: int = 0
@@ -527,7 +520,7 @@ class TrainerConfig(Sectioned):
     # LoRA: save_hf (hf_final, a checkpoint's hf/) writes a PEFT adapter folder; true adds the merged weights in
     # model.dtype as an HF folder merged/ inside it (rl-lora, docs/lora.md)
     save_merged_lora: bool = False
-    loggers: list[str] = field(factory=lambda: ["console", "jsonl"], metadata={RULE: Each(OneOf(_loggers))})
+    loggers: list[str] = field(factory=lambda: ["console", "jsonl"])  # console, jsonl, or an installed tracker card's name (rl_core.plan.named)
     project_name: str = text("rl-core")
     experiment_name: str = text("run")
     output_dir: str = text("outputs/run", hint="a folder for checkpoints and metrics, e.g. outputs/run")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -31,14 +31,10 @@ from rl_core.batch import Batch
 from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
 from rl_core.problems import UserError
 from rl_core.data import images as img
-from rl_core.data.convert import DataConvertError, generate_reasoning_gym_rows
 from rl_core.data.custom import custom_rows
 from rl_core.data.images import check_patch_size
 
 logger = logging.getLogger(__name__)
-
-GENERATORS = ("reasoning_gym",)
-
 
 def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", video_key: str = "videos") -> list[dict[str, Any]]:
     """Read and validate the rows of a ``.jsonl`` or ``.parquet`` file.
@@ -87,24 +83,27 @@ def _read_raw(path: str) -> list[Any]:
     return raw
 
 
-def generate_rows(gen: Any, split: str = "train") -> list[dict[str, Any]]:
-    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig` (``name`` in :data:`GENERATORS`).
-
-    ``reasoning_gym`` rows come from :func:`rl_core.data.convert.generate_reasoning_gym_rows`
-    (the format the ``reasoning_gym`` reward reads); ``split`` is recorded in their extra_info.
-    """
+def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] | None = None) -> list[dict[str, Any]]:
+    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig`, made by ``generate(gen, split)``: the factory of the
+    generator card its ``name`` names (:class:`rl_core.cards.GeneratorCard`, loaded once in ``Plan.generators``), each
+    row validated as a row read from a file is. A bad dataset or option (the generator's UserError) is a
+    :class:`DataError` naming ``data.<split>_generator``."""
     key = f"data.{split}_generator"
-    if gen.name not in GENERATORS:
-        raise DataError(f"{key}.name {gen.name!r} is unknown; allowed: {list(GENERATORS)}")
+    if generate is None:
+        raise DataError(f"{key}.name {gen.name!r}: no generator card was resolved for it; rlcore check names the package that provides it")
     if not gen.dataset:
-        raise DataError(f"{key}.dataset is empty; name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic")
-
+        raise DataError(f"{key}.dataset is empty; name the generator's dataset (e.g. basic_arithmetic for reasoning_gym)")
     try:
-        raw = generate_reasoning_gym_rows(gen.dataset, gen.size, gen.seed, dict(gen.kwargs), gen.system_prompt, split=split)
-    except DataConvertError as e:
+        raw = generate(gen, split)
+    except UserError as e:
         raise DataError(f"{key}: {e}") from None
-    where = f"reasoning_gym/{gen.dataset}"
+    where = generated_source(gen)
     return [validate_row(r, f"{where}, row {i}", "prompt") for i, r in enumerate(raw)]
+
+
+def generated_source(gen: Any) -> str:
+    """How rows of a generator are named in messages: ``<generator>/<dataset>``."""
+    return f"{gen.name}/{gen.dataset}"
 
 
 # ------------------------------------------------------------------ dataset
@@ -247,11 +246,13 @@ class PromptDataset:
         return out
 
 
-def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None) -> PromptDataset:
+def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None,
+                        generators: Mapping[str, Callable] | None = None) -> PromptDataset:
     """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`.
 
     Files and a generator may both be given (rows are concatenated, files
     first). ``val_max_samples`` keeps the first N validation prompts.
+    ``generators``: generator name -> its card's loaded factory (``Plan.generators``).
     """
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
@@ -269,12 +270,12 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
             rows.extend(got)
             origins.extend(f"{path}, row {i}" for i in range(len(got)))
     if gen is not None and gen.name:
-        got = generate_rows(gen, split)
+        got = generate_rows(gen, split, (generators or {}).get(gen.name))
         rows.extend(got)
-        origins.extend(f"reasoning_gym/{gen.dataset}, row {i}" for i in range(len(got)))
+        origins.extend(f"{generated_source(gen)}, row {i}" for i in range(len(got)))
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
-    source = ", ".join(files + ([f"reasoning_gym/{gen.dataset}"] if gen is not None and gen.name else []))
+    source = ", ".join(files + ([generated_source(gen)] if gen is not None and gen.name else []))
     ds = PromptDataset(
         rows,
         tokenizer,
@@ -421,7 +422,8 @@ class PromptLoader:
         self.epoch, self.index = epoch, index
 
 
-def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None,
+                  generators: Mapping[str, Callable] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
     """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`.
 
     The train loader shuffles with ``data.seed`` (``seed`` when that is None)
@@ -431,11 +433,12 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
     ``val_dropped``. ``tools`` (multi-turn rollouts): tool schemas the chat template renders into each prompt.
     ``processor``: the model's (:func:`rl_core.data.images.processor_for_model`), for rows with images.
+    ``generators``: the plan's generator factories by name (``Plan.generators``), for ``data.*_generator``.
     """
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
         check_patch_size(processor, data.image_patch_size)
-    train = load_prompt_dataset(data, tokenizer, "train", tools, processor)
+    train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators)
     train_loader = PromptLoader(
         train,
         getattr(data, "gen_batch_size", None) or data.train_batch_size,  # dynamic sampling draws rounds of gen_batch_size
@@ -447,7 +450,7 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):
-        val = load_prompt_dataset(data, tokenizer, "val", tools, processor)
+        val = load_prompt_dataset(data, tokenizer, "val", tools, processor, generators)
         val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
         info.update(val_prompts=len(val), val_dropped=val.num_dropped)
     return train_loader, val_loader, info

@@ -4,12 +4,11 @@
 values already passed the schema's rules:
 
 - data: every file exists, parses, and its first rows pass the row validation
-  (:func:`rl_core.data.dataset.validate_row`); a generator's package is
-  installed and a two-row sample generates; some training data is configured;
+  (:func:`rl_core.data.dataset.validate_row`); a generator card's own checks pass
+  (its package, its options) and a two-row sample generates; some training data is configured;
 - reward: the custom file imports and its function accepts the scorer's
   arguments plus ``reward.kwargs``; a named reward's function accepts them too;
   without a named reward, the first rows' ``data_source`` has a scorer;
-- loggers: the packages behind ``tensorboard`` / ``wandb`` are installed;
 - device: ``cuda`` needs a visible GPU (and enough of them); worker processes
   beyond the CPU cores are a warning; ``output_dir`` can be created.
 
@@ -18,36 +17,24 @@ Nothing here loads a model or a tokenizer, or starts a process.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import inspect
 import json
 import os
 import tempfile
-import types
-import typing
 from typing import Any, Callable
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
 from rl_core.util.precision import slow_low_precision
-from rl_core.problems import Problem, did_you_mean
+from rl_core.problems import Problem
+from rl_core.plugins import get_registry
 from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, load_custom_function
 from rl_core.run_kind import RL, run_kind_name
 
 FIRST_ROWS = 8  # rows of each data file checked
-LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}  # logger -> (module, pip name)
-GENERATOR_PACKAGES = {"reasoning_gym": ("reasoning_gym", "reasoning-gym")}
 SCORER_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # ------------------------------------------------------------------------ data
@@ -118,72 +105,36 @@ def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = Fals
     return [], rows
 
 
-def _generator_problems(key: str, gen: Any, split: str) -> tuple[list[Problem], list[dict]]:
-    module, pip_name = GENERATOR_PACKAGES.get(gen.name, (gen.name, gen.name))
-    if not _installed(module):
-        return [Problem(key=f"{key}.name", what=f"generator {gen.name!r} needs the package {pip_name}, which is not installed", fix=f"pip install {pip_name}")], []
+def _generator_problems(key: str, gen: Any, split: str, registry: Any) -> tuple[list[Problem], list[dict]]:
+    """The generator card's own checks (its package, its options), then a two-row sample through its factory."""
+    card = registry.cards["generator"].get(gen.name)
+    if card is None:
+        return [], []  # an unknown name: the resolver says which package provides it (rl_core.plan.named)
+    problems: list[Problem] = []
+    for check in card.checks:
+        try:
+            problems += check(gen, key) or []
+        except Exception as exc:  # noqa: BLE001 - a plugin's check must not crash the others
+            problems.append(Problem(key=f"{key}.name", what=f"the check {getattr(check, '__name__', check)} of generator {gen.name!r} from {card.provider} raised "
+                                    f"{type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
+    if any(p.severity == "error" for p in problems):
+        return problems, []
     from rl_core.data.dataset import DataError, generate_rows
 
-    typed = _generator_kwargs_problem(key, gen)
-    if typed is not None:
-        return [typed], []
+    try:
+        generate = card.load()
+    except Exception:  # noqa: BLE001 - the resolver reports a factory that does not load
+        return problems, []
     sample = type(gen)(**{**{a: getattr(gen, a) for a in ("name", "dataset", "seed", "kwargs", "system_prompt")}, "size": min(2, gen.size)})
     try:
-        return [], generate_rows(sample, split)
+        return problems, generate_rows(sample, split, generate)
     except DataError as exc:
-        return [Problem(key=f"{key}.dataset", what=str(exc).replace(f"data.{split}_generator: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
+        return [*problems, Problem(key=f"{key}.dataset", what=str(exc).replace(f"data.{split}_generator: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
     except Exception as exc:  # noqa: BLE001 - the generator's own error about its options
-        return [Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []
+        return [*problems, Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []
 
 
-def _type_ok(value: Any, tp: Any) -> bool:
-    origin = typing.get_origin(tp)
-    if tp is Any or tp is None:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(tp))
-    if origin is typing.Literal:
-        return value in typing.get_args(tp)
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if origin is dict:
-        return isinstance(value, dict)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
-
-
-def _generator_kwargs_problem(key: str, gen: Any) -> Problem | None:
-    """reasoning-gym datasets declare their options as a typed dataclass: check names and types against it."""
-    if gen.name != "reasoning_gym" or not gen.kwargs:
-        return None
-    try:
-        from reasoning_gym.factory import DATASETS
-
-        _, cfg_cls = DATASETS[gen.dataset]
-        hints = typing.get_type_hints(cfg_cls)
-        names = [f.name for f in dataclasses.fields(cfg_cls)]
-    except Exception:  # noqa: BLE001 - unknown dataset (reported by the sample) or an unusual config class
-        return None
-    for name, value in gen.kwargs.items():
-        if name not in names:
-            return Problem(key=f"{key}.kwargs.{name}", what=f"{gen.dataset!r} has no option {name!r}{did_you_mean(str(name), names)}", fix=f"its options: {', '.join(n for n in names if n not in ('seed', 'size'))}")
-        tp = hints.get(name)
-        if tp is not None and not _type_ok(value, tp):
-            allowed = ", ".join(map(repr, typing.get_args(tp))) if typing.get_origin(tp) is typing.Literal else getattr(tp, "__name__", str(tp))
-            return Problem(key=f"{key}.kwargs.{name}", what=f"{value!r} ({type(value).__name__}) is not a valid {name} for {gen.dataset!r}", fix=f"give {key}.kwargs.{name} a value of type {allowed}")
-    return None
-
-
-def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
+def data_problems(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
     """Problems with the train / val data, and the first rows read (for the reward checks)."""
     d = config.data
     problems: list[Problem] = _custom_dataset_problems(d)
@@ -197,7 +148,7 @@ def data_problems(config: Any) -> tuple[list[Problem], list[dict]]:
             rows += got
         gen = getattr(d, f"{split}_generator")
         if gen is not None and gen.name and gen.dataset:
-            found, got = _generator_problems(f"data.{split}_generator", gen, split)
+            found, got = _generator_problems(f"data.{split}_generator", gen, split, registry)
             problems += found
             rows += got
     if not d.train_files and (d.train_generator is None or not d.train_generator.name):
@@ -284,15 +235,6 @@ def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Pro
 
 
 # ---------------------------------------------------------------- environment
-def logger_problems(config: Any) -> list[Problem]:
-    out = []
-    for name in config.trainer.loggers:
-        module, pip_name = LOGGER_PACKAGES.get(name, (None, None))
-        if module and not _installed(module):
-            out.append(Problem(key="trainer.loggers", what=f"logger {name!r} needs the package {pip_name}, which is not installed", fix=f"pip install {pip_name}, or remove {name!r} from trainer.loggers"))
-    return out[:1]
-
-
 def runs_elsewhere(config: Any) -> bool:
     """True when the workers run on a Ray cluster's nodes, not on this machine.
 
@@ -376,27 +318,27 @@ def output_problems(config: Any) -> list[Problem]:
 _READ: list = []  # [(config, (problems, rows))]: the data rows of the plan being built, read once for every check
 
 
-def _data_read(config: Any) -> tuple[list[Problem], list[dict]]:
+def _data_read(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
     if not (_READ and _READ[0][0] is config):
-        _READ[:] = [(config, data_problems(config))]
+        _READ[:] = [(config, data_problems(config, registry))]
     return _READ[0][1]
 
 
-def data_rows(config: Any) -> list[dict]:
+def data_rows(config: Any, registry: Any = None) -> list[dict]:
     """The first rows of the run's train / val data as the ``files`` check read them: once per plan, for every check
-    that reads rows (a plugin's too: the agent's tools, ...)."""
-    return _data_read(config)[1]
+    that reads rows (a plugin's too: the agent's tools, ...). ``registry``: the check's (the installed plugins' when
+    None), for the rows of a generator card."""
+    return _data_read(config, registry if registry is not None else get_registry())[1]
 
 
 def file_problems(config: Any, registry: Any) -> list[Problem]:
     """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them:
-    :func:`data_rows`), reward function, image inputs, logger packages, the output folder."""
-    data, rows = _data_read(config)
+    :func:`data_rows`), reward function, image inputs, the output folder."""
+    data, rows = _data_read(config, registry)
     from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
 
     rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
-    return [*data, *rewards, *image_problems(config, registry, rows), *logger_problems(config),
-            *output_problems(config)]
+    return [*data, *rewards, *image_problems(config, registry, rows), *output_problems(config)]
 
 
 def device_check(config: Any, registry: Any) -> list[Problem]:
@@ -407,6 +349,6 @@ def device_check(config: Any, registry: Any) -> list[Problem]:
 @hookimpl
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="files", stage="files", order=10, factory="rl_core.plan.preflight:file_problems",
-                       description="data rows, reward function, image inputs, logger packages, output folder"))
+                       description="data rows, reward function, image inputs, output folder"))
     register(CheckCard(name="devices", stage="device", order=10, factory="rl_core.plan.preflight:device_check",
                        description="GPUs, CPU cores, precision on this machine"))

@@ -34,6 +34,7 @@ from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import resolve_log_prob_roles
 from rl_core.plan.step_hooks import step_hooks
+from rl_core.plan.named import generator_cards, loaded, tracker_cards
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
@@ -104,6 +105,9 @@ class Plan:
     # rollout.exact: the loaded forward of the LogProbForwardCard named "exact" (rl-exact), handed to the engines as
     # WorkerContext.log_prob_forward; None when rollout.exact is off
     log_prob_forward: Callable[..., Any] | None = None
+    # trainer.loggers beyond console / jsonl and data.*_generator.name: (name, the card's loaded factory) (rl_core.plan.named)
+    trackers: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    generators: tuple[tuple[str, Callable[..., Any]], ...] = ()
 
     @property
     def needs_rollout(self) -> bool:
@@ -525,6 +529,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     run_kind_fn = load_factory(run_kind, "trainer.kind", problems)
     rollout_pool, rollout_pool_fn, rollout_pool_worker_fn = _rollout_pool(config, registry, problems)
     log_prob_forward = _log_prob_forward(config, registry, problems)
+    trackers = loaded(tracker_cards(config, registry, problems), load_factory, problems)
+    generators = loaded(generator_cards(config, registry, problems), load_factory, problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -574,6 +580,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         reward_shapers=reward_shapers,
         batch_sampler=batch_sampler,
         log_prob_forward=log_prob_forward,
+        trackers=trackers,
+        generators=generators,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -123,13 +123,16 @@ class Trainer:
         tools = None
         if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
+
+        self.generators = dict(getattr(stack, "generators", ()))  # data.*_generator: the generator cards' factories (Plan.generators)
         # trainer.kind other than rl (rl_core.run_kind): the run kind's data, steps and validation over this loop
         self.kind = stack.run_kind_fn(self) if getattr(stack, "run_kind_fn", None) is not None else None
         if self.kind is not None:
             self.train_loader, self.val_loader, data_info = self.kind.loaders()
         else:
             processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
-            self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
+            self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor,
+                                                                          generators=self.generators)
             problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
             if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
                 raise ConfigError(problems)
@@ -142,7 +145,8 @@ class Trainer:
         self.batch_sampler = sampler[1](cfg) if sampler is not None else None
         self.kl_ctrl = kl_controller_from_config(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         self.tracker = Tracker(
-            cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg)
+            cfg.trainer.loggers, cfg.trainer.output_dir, cfg.trainer.project_name, cfg.trainer.experiment_name, config_to_dict(cfg),
+            trackers=getattr(stack, "trackers", ()),  # the tracker cards' factories the plan loaded (tensorboard, wandb, ...)
         )
         self.progress_enabled = progress
         self.stop = stop or StopSignals()  # not installed: a bare Trainer (tests, notebooks) keeps the caller's handlers

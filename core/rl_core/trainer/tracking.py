@@ -1,7 +1,9 @@
-"""Metric logging to several backends at once: console, jsonl, tensorboard, wandb.
+"""Metric logging to several backends at once: core's console and jsonl, and the plan's tracker cards.
 
-``Tracker(["console", "jsonl"], output_dir, project, experiment, config)``
-fans each ``log(metrics, step)`` out to the named backends. ``jsonl`` is the
+``Tracker(["console", "jsonl"], output_dir, project, experiment, config, trackers=plan.trackers)``
+fans each ``log(metrics, step)`` out to the named backends: core's own (:data:`BACKENDS`) and the loggers of
+installed tracker cards (:class:`rl_core.cards.TrackerCard`, e.g. rl-tracking's tensorboard and wandb), whose
+factories the plan loaded once (``Plan.trackers``). ``jsonl`` is the
 run's own record (``<output_dir>/metrics.jsonl``, one object per step,
 flushed each step): ``rlcore plot`` reads it, and on resume
 :meth:`Tracker.truncate_after` moves the rows a crashed run wrote after the
@@ -22,7 +24,7 @@ import math
 import os
 import re
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from rl_core.config.schema import LOGGERS
 from rl_core.problems import UserError
@@ -156,71 +158,12 @@ class JsonlLogger:
         self._f.close()
 
 
-class TensorboardLogger:
-    """``torch.utils.tensorboard.SummaryWriter`` in ``<output_dir>/tensorboard``."""
-
-    def __init__(self, output_dir: str, config_dict: dict | None = None, **_: Any) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as e:
-            raise LoggerError(
-                f"trainer.loggers includes 'tensorboard' but it cannot be imported ({e}): `pip install tensorboard`, "
-                "or remove 'tensorboard' from trainer.loggers"
-            ) from None
-        self._cls = SummaryWriter
-        self.log_dir = os.path.join(output_dir, "tensorboard")
-        self.writer = SummaryWriter(log_dir=self.log_dir)
-        if config_dict:
-            self.writer.add_text("config", "```\n" + json.dumps(config_dict, indent=1, default=str) + "\n```", 0)
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        for k, v in metrics.items():
-            self.writer.add_scalar(k, v, step)
-        self.writer.flush()
-
-    def truncate_after(self, step: int) -> int:
-        """Reopen with ``purge_step=step + 1``: tensorboard hides events after ``step``."""
-        self.writer.close()
-        self.writer = self._cls(log_dir=self.log_dir, purge_step=step + 1)
-        return 0
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-class WandbLogger:
-    """Weights & Biases; ``WANDB_MODE=offline`` logs without a network."""
-
-    def __init__(self, output_dir: str, project: str, experiment: str, config_dict: dict | None = None, **_: Any) -> None:
-        try:
-            import wandb
-        except ImportError:
-            raise LoggerError(
-                "trainer.loggers includes 'wandb' but wandb is not installed: `pip install wandb` "
-                "(set WANDB_MODE=offline to log without a network), or remove 'wandb' from trainer.loggers"
-            ) from None
-        try:
-            self.run = wandb.init(project=project, name=experiment, config=config_dict or {}, dir=output_dir)
-        except Exception as e:  # noqa: BLE001 - no network, no login, a bad project name...
-            raise LoggerError(
-                f"trainer.loggers: wandb.init failed ({type(e).__name__}: {e}); run `wandb login`, set WANDB_MODE=offline, "
-                "or remove 'wandb' from trainer.loggers"
-            ) from None
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(metrics, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
-
-
-BACKENDS: dict[str, type] = {
+#: core's own loggers; trainer.loggers' other names are tracker cards the plan resolved (Plan.trackers)
+BACKENDS: dict[str, Callable[..., Any]] = {
     "console": ConsoleLogger,
     "jsonl": JsonlLogger,
-    "tensorboard": TensorboardLogger,
-    "wandb": WandbLogger,
 }
-assert tuple(BACKENDS) == LOGGERS, "rl_core.config.schema.LOGGERS names the loggers trainer.loggers accepts: keep it in step"
+assert tuple(BACKENDS) == LOGGERS, "rl_core.config.schema.LOGGERS names core's own loggers: keep it in step"
 
 
 # ------------------------------------------------------------------ tracker
@@ -235,17 +178,20 @@ class Tracker:
         experiment: str = "run",
         config_dict: dict | None = None,
         print_fn: Callable[[str], Any] | None = None,
+        trackers: Mapping[str, Callable[..., Any]] | Iterable[tuple[str, Callable[..., Any]]] = (),
     ) -> None:
         if isinstance(loggers, str):
             loggers = [loggers]
-        unknown = [n for n in loggers if n not in BACKENDS]
+        makers = {**dict(trackers), **BACKENDS}  # trackers: the plan's tracker cards' factories (Plan.trackers)
+        unknown = [n for n in loggers if n not in makers]
         if unknown:
-            raise LoggerError(f"trainer.loggers has unknown logger(s) {unknown}; allowed: {sorted(BACKENDS)}")
+            raise LoggerError(f"trainer.loggers has unknown logger(s) {unknown}; allowed: {sorted(makers)} "
+                              "(other loggers come from tracker cards: pip install rl-tracking for tensorboard and wandb)")
         self.output_dir = os.fspath(output_dir)
         self.backends: dict[str, Any] = {}
         try:
             for name in dict.fromkeys(loggers):
-                self.backends[name] = BACKENDS[name](
+                self.backends[name] = makers[name](
                     output_dir=self.output_dir,
                     project=project,
                     experiment=experiment,

@@ -90,7 +90,7 @@ def agent_probe(config: Any, registry: Any) -> list[Problem]:
         return []
     from rl_core.plan.preflight import data_rows
 
-    return agent_problems(config, registry, data_rows(config))
+    return agent_problems(config, registry, data_rows(config, registry))
 
 
 def template_problems(config: Any, registry: Any) -> list[Problem]:

@@ -1,7 +1,7 @@
 """reasoning-gym: score with the generating dataset's own ``score_answer``.
 
 The row format this scorer reads (``rlcore data reasoning-gym`` and
-:func:`rl_core.data.convert.generate_reasoning_gym_rows` write it)::
+:func:`rl_data.convert.generate_reasoning_gym_rows` of rl-data write it)::
 
     data_source   "reasoning_gym/<dataset name>"
     reward_model  {"style": "rule", "ground_truth": <entry["answer"]>}
@@ -14,7 +14,7 @@ The row format this scorer reads (``rlcore data reasoning-gym`` and
         "config":   "<JSON of the dataset config, seed and size included>",
     }
 
-``entry`` is decoded with :func:`rl_core.data.convert.decode_entry` (tuples,
+``entry`` is decoded with :func:`rl_core.data.entries.decode_entry` (tuples,
 sets and datetimes in the metadata come back as themselves: ARC's
 ``score_answer`` compares tuple grids). ``score_answer(answer, entry)`` is
 called with the stored entry, whose
@@ -58,7 +58,7 @@ def _as_dict(value: Any, what: str) -> dict | None:
     if value is None:
         return None
     if isinstance(value, str):
-        from rl_core.data.convert import decode_entry
+        from rl_core.data.entries import decode_entry
 
         value = decode_entry(value)
     if not isinstance(value, dict):

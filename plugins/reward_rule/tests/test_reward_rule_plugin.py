@@ -52,7 +52,8 @@ def test_entry_point_module_is_light():
 
 def test_manager_routes_each_sample_by_its_data_source(registry):
     pytest.importorskip("reasoning_gym")
-    from rl_core.data.convert import generate_reasoning_gym_rows
+    pytest.importorskip("rl_data", reason="the rows come from rl-data's generator: pip install -e plugins/data")
+    from rl_data.convert import generate_reasoning_gym_rows
 
     rg_row = generate_reasoning_gym_rows("basic_arithmetic", 1, 0)[0]
     rg_truth = rg_row["reward_model"]["ground_truth"]

@@ -1,12 +1,13 @@
-"""reasoning_gym reward: rows written by rl_core.data.convert, scored by the dataset's own score_answer."""
+"""reasoning_gym reward: rows written by rl-data (rl_data.convert), scored by the dataset's own score_answer."""
 
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("reasoning_gym", reason="the reasoning_gym reward needs the reasoning-gym package")
+pytest.importorskip("rl_data", reason="the rows come from rl-data's generator: pip install -e plugins/data")
 
-from rl_core.data.convert import generate_reasoning_gym_rows  # noqa: E402
+from rl_data.convert import generate_reasoning_gym_rows  # noqa: E402
 from rl_reward_rule import rgym  # noqa: E402
 
 

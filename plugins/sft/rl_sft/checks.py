@@ -34,7 +34,7 @@ def sft_problems(config: Any, registry: Any = None) -> list[Problem]:
         return out  # the resolver reported trainer.kind_options against the card's options class
     for split in ("train", "val"):
         try:
-            rows = split_rows(config, split, CHECK_ROWS, generators=False)  # generated rows: core's files check (rl_core.plan.preflight)
+            rows = split_rows(config, split, CHECK_ROWS)  # generated rows: core's files check (rl_core.plan.preflight)
         except SFTDataError as exc:
             out.append(Problem(key=f"data.{split}_files", what=str(exc), fix="point it at SFT data (.jsonl or .parquet; docs/sft.md)"))
             continue

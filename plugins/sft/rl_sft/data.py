@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import attrs
 from rl_core.data.dataset import generate_rows
@@ -65,8 +65,9 @@ def read_file(path: str) -> list[Any]:
     return rows
 
 
-def split_rows(config: Any, split: str, limit: int | None = None, *, generators: bool = True) -> list[tuple[str, dict]]:
-    """``(where, row)`` of a split's files, then its generator's (its answers as the responses; ``generators``)."""
+def split_rows(config: Any, split: str, limit: int | None = None, *, generators: Mapping[str, Callable] | None = None) -> list[tuple[str, dict]]:
+    """``(where, row)`` of a split's files, then its generator's (its answers as the responses): ``generators`` are the
+    plan's generator factories by name (the run handle's); without them, the files only."""
     d = config.data
     out: list[tuple[str, dict]] = []
     for path in getattr(d, f"{split}_files"):
@@ -75,7 +76,7 @@ def split_rows(config: Any, split: str, limit: int | None = None, *, generators:
     gen = getattr(d, f"{split}_generator")
     if generators and gen is not None and gen.name:
         try:
-            rows = generate_rows(gen, split)
+            rows = generate_rows(gen, split, generators.get(gen.name))
         except UserError as exc:
             raise SFTDataError(str(exc)) from None
         for i, r in enumerate(rows[:limit]):

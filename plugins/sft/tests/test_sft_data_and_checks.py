@@ -127,8 +127,9 @@ def test_generated_rows_train_on_their_answers_and_need_no_reward(tmp_path):
     assert rep.plan is not None, [str(p) for p in rep.errors]  # no reward is asked for
     from rl_core.data.dataset import generate_rows
 
-    rows = split_rows(rep.plan.config, "train")
-    generated = generate_rows(rep.plan.config.data.train_generator, "train")
+    generators = dict(rep.plan.generators)  # the generator card's factory, loaded once by the plan
+    rows = split_rows(rep.plan.config, "train", generators=generators)
+    generated = generate_rows(rep.plan.config.data.train_generator, "train", generators["reasoning_gym"])
     assert [r["response"] for _, r in rows] == [g["ground_truth"] for g in generated] and len(rows) == 8
     assert [r["prompt"] for _, r in rows] == [g["prompt"] for g in generated]
     for _, row in rows:  # the worked answer, checked independently: the expression in the question evaluates to it

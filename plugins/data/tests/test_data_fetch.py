@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 import types
-from pathlib import Path
 
 import pytest
-from rl_core.cli import data_cmd
-from rl_core.data import hub
-from rl_core.data.convert import read_parquet
+from rl_data import command as data_cmd
+from rl_data import hub
+from rl_data.convert import read_parquet
 
 RECORDS = [{"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
            {"question": "2 minus 12?", "answer": "2 - 12 = -10\n#### -10"}]
@@ -74,7 +73,7 @@ def test_without_datasets_installed_says_what_to_install(tmp_path, monkeypatch, 
     monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
     assert cli("data", "gsm8k", "--out", str(tmp_path / "x.parquet")) == 1
     err = capsys.readouterr().err
-    assert "pip install 'rl-core[data]'" in err and "--src" in err
+    assert "pip install 'rl-data[hub]'" in err and "--src" in err
 
 
 def test_a_local_parquet_source_and_never_over_itself(tmp_path, capsys):

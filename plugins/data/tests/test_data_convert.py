@@ -1,20 +1,17 @@
-"""`rlcore data` and rl_core.data.convert: GSM8K and reasoning-gym rows in verl's format."""
+"""`rlcore data` and rl_data.convert: GSM8K and reasoning-gym rows in verl's format."""
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from rl_core.cli import data_cmd
-from rl_core.data.convert import decode_entry, encode_entry, gsm8k_final_answer, read_parquet
+from rl_data import command as data_cmd
+from rl_data.convert import gsm8k_final_answer, read_parquet
+
 from tests.conftest import SHARED_DATA
 
-REPO = Path(__file__).resolve().parents[2]
 GSM8K_TEST = SHARED_DATA / "gsm8k" / "test.jsonl"
 SUFFIX = ' Let\'s think step by step and output the final answer after "####".'
 
@@ -160,30 +157,3 @@ def test_reasoning_gym_rows_are_scored_by_the_reasoning_gym_reward(tmp_path):
     )
     scores, _, _ = RewardManager(RewardConfig(), get_registry(reload=True)).score(batch)
     assert scores.tolist() == [1.0] * 12 + [0.0] * 12
-
-
-# ------------------------------------------------------------- entry codec
-_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats(allow_nan=False)
-_keys = st.text(max_size=5) | st.integers() | st.tuples(st.integers(), st.integers())
-_values = st.recursive(
-    _scalars,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.frozensets(st.integers(), max_size=3)
-    | st.sets(st.text(max_size=3), max_size=3)
-    | st.dictionaries(_keys, inner, max_size=3),
-    max_leaves=12,
-)
-
-
-@given(_values)
-def test_entry_codec_round_trips_python_types(value):
-    assert decode_entry(encode_entry(value)) == value
-
-
-def test_entry_codec_keeps_types_and_refuses_unknown_objects():
-    entry = {"grid": ((1, 2), (3, 4)), "when": dt.datetime(2024, 5, 1, 12, 30), "day": dt.date(2024, 5, 1),
-             "at": dt.time(9, 15), "span": dt.timedelta(hours=2), "__tuple__": 1}
-    back = decode_entry(encode_entry(entry))
-    assert back == entry and isinstance(back["grid"][0], tuple)
-    assert encode_entry({"x": object()}) is None

@@ -1,6 +1,6 @@
 """Prompt data sets from the Hugging Face hub, through the optional `datasets` package (`rlcore data gsm8k`).
 
-`datasets` is imported only here, only when a data set is fetched (``pip install 'rl-core[data]'``).
+`datasets` is imported only here, only when a data set is fetched (``pip install 'rl-data[hub]'``).
 Without a network (or with ``HF_HUB_OFFLINE=1``) a data set already in the `datasets` cache still loads;
 anything else is one clear error that says where to get the files and how to pass them with ``--src``.
 The hub is probed once with a short connection attempt first, so a machine without a network gets that
@@ -16,7 +16,7 @@ import sys
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
-from rl_core.data.convert import DataConvertError
+from rl_data.convert import DataConvertError
 
 #: name -> (hub repository, its configuration, the page a user can download the files from)
 HUB_SETS = {
@@ -74,7 +74,7 @@ def fetch_records(name: str, split: str) -> list[dict[str, Any]]:
         try:
             import datasets
         except ImportError:
-            raise DataConvertError(f"fetching {repo} from the Hugging Face hub needs the `datasets` package: pip install 'rl-core[data]' (or datasets); or {local}") from None
+            raise DataConvertError(f"fetching {repo} from the Hugging Face hub needs the `datasets` package: pip install 'rl-data[hub]' (or datasets); or {local}") from None
         try:
             ds = datasets.load_dataset(repo, config, split=split)
         except ValueError as exc:

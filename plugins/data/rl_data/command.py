@@ -6,7 +6,7 @@
     rlcore data reasoning-gym basic_arithmetic --size 2000 --seed 0 --out data/arith/train.parquet \\
         --system-prompt "Answer with the final number only." --kwargs '{"max_terms": 2}'
 
-Fetching goes through the optional `datasets` package (``pip install 'rl-core[data]'``);
+Fetching goes through the optional `datasets` package (``pip install 'rl-data[hub]'``);
 without a network the error says where to download the files for ``--src``.
 Bad input (a missing or binary file, a row without question / answer, an unknown
 dataset, ``--out`` naming the source itself) prints one line naming it and the fix, and exits 1.
@@ -18,9 +18,9 @@ import argparse
 import json
 import sys
 
-from rl_core.data.convert import DataConvertError
-from rl_core.data import convert
-from rl_core.data.hub import fetch_records
+from rl_data import convert
+from rl_data.convert import DataConvertError
+from rl_data.hub import fetch_records
 
 
 def add_parser(sub) -> None:

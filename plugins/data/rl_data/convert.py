@@ -1,4 +1,4 @@
-"""Build prompt rows in verl's format: GSM8K from its jsonl, reasoning-gym sets generated offline.
+"""Build prompt rows in verl's format: GSM8K from its jsonl or parquet, reasoning-gym sets generated offline.
 
 A row (the same shape verl's ``examples/data_preprocess`` scripts write)::
 
@@ -11,7 +11,7 @@ A row (the same shape verl's ``examples/data_preprocess`` scripts write)::
 reasoning-gym rows use ``data_source = "reasoning_gym/<name>"`` and the
 ``extra_info`` that the ``reasoning_gym`` reward of rl-reward-rule reads
 (``dataset``, ``index``, ``split``, ``question``, ``entry`` = the generated
-item as JSON (:func:`encode_entry`: tuples, sets and datetimes are tagged so
+item as JSON (:func:`rl_core.data.entries.encode_entry`: tuples, sets and datetimes are tagged so
 they come back as themselves) or None, ``config`` = JSON of the creation
 kwargs with seed and size) so it can call the dataset's ``score_answer`` with no network and
 no shared state.
@@ -24,6 +24,7 @@ import json
 import os
 from typing import Any, Iterable
 
+from rl_core.data.entries import encode_entry
 from rl_core.problems import UserError
 
 GSM8K_SOURCE = "openai/gsm8k"
@@ -134,78 +135,6 @@ def refuse_overwriting_source(src: str | os.PathLike, out: str | os.PathLike) ->
 
 
 # ------------------------------------------------------------ reasoning-gym
-# Items are stored as JSON that keeps the Python types their score_answer may
-# compare against: tuples (ARC grids are tuples of tuples), sets, dicts with
-# non-string keys and datetime values are tagged as one-key objects.
-_TAGS = ("__tuple__", "__set__", "__frozenset__", "__items__", "__datetime__", "__date__", "__time__", "__timedelta__")
-
-
-def _tag(value: Any) -> Any:
-    import datetime as dt
-
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, list):
-        return [_tag(v) for v in value]
-    if isinstance(value, tuple):
-        return {"__tuple__": [_tag(v) for v in value]}
-    if isinstance(value, frozenset):
-        return {"__frozenset__": [_tag(v) for v in value]}
-    if isinstance(value, set):
-        return {"__set__": [_tag(v) for v in value]}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value) and not (len(value) == 1 and next(iter(value)) in _TAGS):
-            return {k: _tag(v) for k, v in value.items()}
-        return {"__items__": [[_tag(k), _tag(v)] for k, v in value.items()]}
-    if isinstance(value, dt.datetime):
-        return {"__datetime__": value.isoformat()}
-    if isinstance(value, dt.date):
-        return {"__date__": value.isoformat()}
-    if isinstance(value, dt.time):
-        return {"__time__": value.isoformat()}
-    if isinstance(value, dt.timedelta):
-        return {"__timedelta__": value.total_seconds()}
-    raise TypeError(f"cannot store a {type(value).__name__} as JSON")
-
-
-def _untag(obj: dict) -> Any:
-    import datetime as dt
-
-    if len(obj) != 1:
-        return obj
-    (key, value), = obj.items()
-    if key == "__tuple__":
-        return tuple(value)
-    if key == "__set__":
-        return set(value)
-    if key == "__frozenset__":
-        return frozenset(value)
-    if key == "__items__":
-        return {(tuple(k) if isinstance(k, list) else k): v for k, v in value}
-    if key == "__datetime__":
-        return dt.datetime.fromisoformat(value)
-    if key == "__date__":
-        return dt.date.fromisoformat(value)
-    if key == "__time__":
-        return dt.time.fromisoformat(value)
-    if key == "__timedelta__":
-        return dt.timedelta(seconds=value)
-    return obj
-
-
-def encode_entry(entry: Any) -> str | None:
-    """A generated item as JSON that keeps tuples, sets, non-string keys and datetimes; None if impossible."""
-    try:
-        return json.dumps(_tag(entry))
-    except (TypeError, ValueError):
-        return None
-
-
-def decode_entry(text: str) -> Any:
-    """Inverse of :func:`encode_entry` (plain JSON decodes as plain JSON)."""
-    return json.loads(text, object_hook=_untag)
-
-
 def _json_or_none(value: Any) -> str | None:
     try:
         return json.dumps(value)

@@ -1,0 +1,65 @@
+"""Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards) and ``data.*_generator.name``
+(generator cards). Each name is looked up once, here, and its card's factory loaded once: the trainer and the data
+loaders read ``Plan.trackers`` / ``Plan.generators`` and look no name up again.
+
+A name no installed card has is a problem naming the key and, for a first-party package's name, its install
+(``pip install rl-tracking`` for ``wandb``, ``pip install rl-data`` for ``reasoning_gym``: rl_core.plugins.KNOWN_PROVIDERS).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rl_core.config.schema import LOGGERS
+from rl_core.plugins import KNOWN_PROVIDERS, Registry, UnknownCardError
+from rl_core.problems import Problem
+
+Named = tuple[tuple[str, Any, str], ...]  # (name, card, the key that named it)
+
+
+def _card(registry: Registry, kind: str, name: str, key: str, fix: str, problems: list[Problem]) -> Any:
+    try:
+        return registry.get(kind, name)
+    except UnknownCardError as exc:
+        dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
+        problems.append(Problem(key=key, what=str(exc), fix=f"pip install {dist}; or {fix}" if dist else fix))
+        return None
+
+
+def tracker_cards(config: Any, registry: Registry, problems: list[Problem]) -> Named:
+    """The tracker card of every name in ``trainer.loggers`` that is not core's own (``console``, ``jsonl``)."""
+    out = []
+    loggers = list(config.trainer.loggers or [])
+    for i, name in enumerate(loggers):
+        if name in LOGGERS or name in [n for n, _, _ in out]:
+            continue
+        known = ", ".join([*LOGGERS, *registry.names("tracker")])
+        card = _card(registry, "tracker", name, f"trainer.loggers[{i}]", f"remove {name!r} from trainer.loggers, or name one of: {known}", problems)
+        if card is not None:
+            out.append((name, card, f"trainer.loggers[{i}]"))
+    return tuple(out)
+
+
+def generator_cards(config: Any, registry: Registry, problems: list[Problem]) -> Named:
+    """The generator card of ``data.train_generator.name`` / ``data.val_generator.name`` (when set)."""
+    out = []
+    for split in ("train", "val"):
+        gen = getattr(config.data, f"{split}_generator")
+        if gen is None or not gen.name or gen.name in [n for n, _, _ in out]:
+            continue
+        key = f"data.{split}_generator.name"
+        known = ", ".join(registry.names("generator")) or "(none installed)"
+        card = _card(registry, "generator", gen.name, key, f"set {key} to one of: {known}, or '' and data.{split}_files", problems)
+        if card is not None:
+            out.append((gen.name, card, key))
+    return tuple(out)
+
+
+def loaded(named: Named, load: Callable[[Any, str, list[Problem]], Any], problems: list[Problem]) -> tuple[tuple[str, Callable], ...]:
+    """``((name, the card's loaded factory), ...)``; a factory that does not load is a problem naming the key."""
+    out = []
+    for name, card, key in named:
+        fn = load(card, key, problems)
+        if fn is not None:
+            out.append((name, fn))
+    return tuple(out)
