@@ -7,10 +7,9 @@ import sys
 import yaml
 
 from rl_core.cli.plugins_cmd import print_load_problems
-from rl_core.config.load import config_to_dict, load_config
+from rl_core.config.load import config_to_dict
 from rl_core.plugins import get_registry
-from rl_core.problems import Problem, errors
-from rl_core.plan.resolver import resolve
+from rl_core.problems import Problem
 from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
 from rl_core.config.load import load_report
 from rl_core.config.load import option_dests

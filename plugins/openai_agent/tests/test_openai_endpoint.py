@@ -41,11 +41,11 @@ def _row(batch, r: int):
 
 
 @pytest.mark.parametrize("backend", _engines())
-def test_three_call_session_is_token_exact(model_dir, backend):
+def test_three_call_session_is_token_exact(engine_model_dir, backend):
     """Tools (rendered, calls parsed back), streaming off then on, logprobs; the trainer's row for the 3-call session is
     exactly the last call's input + output, each call extends the previous one by the engine's output and the agent's
     inserted text, and the masked tokens are exactly that inserted text."""
-    batch, rec, tok = run_rollout(model_dir, {"callable": "three_calls", "timeout_s": 120}, R=300, backend=backend)
+    batch, rec, tok = run_rollout(engine_model_dir, {"callable": "three_calls", "timeout_s": 120}, R=300, backend=backend)
     agent = batch.non_tensors["extra_info"][0]["agent"]
     assert agent["status"] == "ok", agent["output_tail"]
     assert len(rec.calls) == 3 and len(agent["turns"]) == 3
