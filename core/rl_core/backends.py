@@ -34,6 +34,15 @@ class WorkerContext:
     seed: int = 0
     # rollout.multi_turn: the resolved stack's agent runtime (rl_core.rollout.multi_turn.AgentRuntime), for rollout engines
     agent: Any = attrs.field(default=None, eq=False, repr=False)
+    # the Plan's features (FeatureCard objects by name: rl-multimodal's, rl-routing-replay's), for the engines
+    features: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def feature(self, name: str, key: str) -> Any:
+        """The Plan's feature ``name`` (``key``: the setting or input that needs it, for the error when it is missing)."""
+        if name not in self.features:
+            raise LookupError(f"{key} needs the {name!r} feature, and this worker has none (the run's Plan holds: "
+                              f"{', '.join(sorted(self.features)) or 'none'}); `rlcore check` names the package to install")
+        return self.features[name]
 
     @property
     def torch_device(self) -> torch.device:

@@ -116,9 +116,9 @@ class RolloutCard(CardBase):
     lora_adapters: bool = False
     # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
     moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
-    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl_core.routing_replay)
+    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl-routing-replay)
     routed_experts: bool = False
-    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl_core.multimodal)
+    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl-multimodal)
     images: bool = False
     # one engine's TP group may span nodes (TP > a node's devices), its ranks on several nodes of a Ray cluster
     # (trainer.placement=ray); False: a TP group stays within one node
@@ -149,9 +149,9 @@ class TrainCard(CardBase):
     # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
     # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
     on_policy_without_old_log_probs: bool = False
-    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl_core.routing_replay)
+    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl-routing-replay)
     router_replay: bool = False
-    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl_core.multimodal)
+    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl-multimodal)
     images: bool = False
     # how the train states (parameters, gradients, optimizer) are split, for the memory estimate:
     # "data" over every rank, "model" over the tensor x pipeline ranks, "none" a full copy per rank
@@ -417,3 +417,20 @@ class RunKindCard(CardBase):
 
 
 CARD_TYPES[RunKindCard.kind] = RunKindCard
+
+
+@attrs.frozen(kw_only=True)
+class FeatureCard(CardBase):
+    """A cross-cutting feature that lives in a package of its own (``rl_core_register_features``): prompt images
+    (rl-multimodal), MoE routing replay (rl-routing-replay), ...
+
+    ``factory`` resolves to the feature's object (module-level, so the Plan pickles to worker processes by reference),
+    loaded once by the resolver into ``Plan.features[name]`` and handed to the workers' engines as
+    ``WorkerContext.features``; core calls the methods its call site documents and never looks the name up again. The
+    feature's checks are CheckCards of the same package. A config that needs a feature no installed card provides is an
+    `rlcore check` problem naming the distribution (``rl_core.plugins.KNOWN_PROVIDERS["feature"]``)."""
+
+    kind: ClassVar[str] = "feature"
+
+
+CARD_TYPES.update({FeatureCard.kind: FeatureCard})

@@ -106,3 +106,8 @@ def rl_core_register_run_kinds(register: Register) -> None:
 @hookspec
 def rl_core_register_log_prob_roles(register: Register) -> None:
     """Register :class:`~rl_core.cards.LogProbRoleCard` s (a second model's per-token log-probs of the sampled tokens)."""
+
+
+@hookspec
+def rl_core_register_features(register: Register) -> None:
+    """Register :class:`~rl_core.cards.FeatureCard` s (a cross-cutting feature's object, resolved once into the Plan)."""

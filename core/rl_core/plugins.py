@@ -56,6 +56,7 @@ HOOK_KINDS = {
     "rl_core_register_observers": "observer",
     "rl_core_register_run_kinds": "run_kind",
     "rl_core_register_log_prob_roles": "log_prob_role",
+    "rl_core_register_features": "feature",
 }
 
 # Where names that are not installed usually come from (hints for error messages
@@ -64,6 +65,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "rollout": {"vllm": "rl-rollout-vllm", "sglang": "rl-rollout-sglang"},
     "train": {"fsdp": "rl-train-fsdp", "megatron": "rl-train-megatron"},
     "run_kind": {"sft": "rl-sft"},
+    "feature": {"multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",

@@ -60,6 +60,7 @@ def worker_roles(config, pool: str = "main", *, rollout: bool = True) -> tuple[s
 class HybridWorker:
     def __init__(self, stack, context: WorkerContext, roles: tuple[str, ...] | None = None) -> None:
         self.stack = stack
+        context = attrs.evolve(context, features=getattr(stack, "features", {}))  # the Plan's features (FeatureCard), for the engines
         self.context = context
         config = stack.config
         self.roles = worker_roles(config, rollout=getattr(stack, "needs_rollout", True)) if roles is None else tuple(roles)

@@ -32,9 +32,10 @@ from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.roles import resolve_log_prob_roles
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.models import BUILTIN_ARCHITECTURES
-from rl_core.plugins import Registry, UnknownCardError, get_registry
+from rl_core.plugins import KNOWN_PROVIDERS, Registry, UnknownCardError, get_registry
 from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
+from rl_core.util.user_paths import get_key
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
@@ -84,6 +85,8 @@ class Plan:
     # trainer.kind other than rl (rl_core.run_kind): the run kind's card and its loaded factory
     run_kind: RunKindCard | None = None
     run_kind_fn: Callable[..., Any] | None = None
+    # cross-cutting features of their own packages (FeatureCard): name -> the feature's object, loaded once
+    features: dict[str, Any] = attrs.field(factory=dict, eq=False)
 
     @property
     def needs_rollout(self) -> bool:
@@ -252,21 +255,32 @@ def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: R
     return []
 
 
-def _check_routing_replay(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem], registry: Registry) -> None:
-    """MoE routing replay (rl_core.routing_replay): the rollout card must return routed experts for R3, the train card
-    replay them (after the cards' own checks, so a card's more specific reason comes first)."""
-    if rollout is not None and config.rollout.return_routed_experts and not rollout.routed_experts:
-        problems.append(Problem(
-            key="rollout.return_routed_experts",
-            what=f"rollout backend {rollout.name!r} does not return the experts each token was routed to (MoE routing replay R3)",
-            fix=f"use actor.router_replay=R2, or a rollout backend that returns them{_installed(registry, 'rollout', lambda c: c.routed_experts)}",
-        ))
-    if train is not None and config.actor.router_replay != "disabled" and not train.router_replay:
-        problems.append(Problem(
-            key="actor.router_replay",
-            what=f"is {config.actor.router_replay} but train backend {train.name!r} does not replay MoE routing",
-            fix=f"set actor.router_replay=disabled, or use a train backend that replays it{_installed(registry, 'train', lambda c: c.router_replay)}",
-        ))
+#: config keys that turn on a feature of its own package: (key, feature name, on(config)); rows with images need
+#: rl-multimodal (rl_core.plan.preflight's files check)
+FEATURE_KEYS: tuple[tuple[str, str, Callable[[RunConfig], bool]], ...] = (
+    ("actor.router_replay", "routing_replay", lambda c: c.actor.router_replay != "disabled"),
+    ("rollout.return_routed_experts", "routing_replay", lambda c: bool(c.rollout.return_routed_experts)),
+)
+
+
+def resolve_features(config: RunConfig, registry: Registry, problems: list[Problem]) -> dict[str, Any]:
+    """Every installed FeatureCard's object, loaded once (one that does not load: an error where the config needs it, a
+    warning otherwise); a key that needs a feature no installed card provides: a problem naming its distribution."""
+    needed: dict[str, str] = {}
+    for key, name, on in FEATURE_KEYS:
+        if on(config) and name not in needed:
+            needed[name] = key
+            if name not in registry.cards["feature"]:
+                problems.append(Problem(key=key, what=f"is {get_key(config, key)!r}: {registry.missing_message('feature', name)}",
+                                        fix=f"pip install {KNOWN_PROVIDERS['feature'].get(name, 'the package that provides it')}, or leave {key} unset"))
+    out = {}
+    for name, card in sorted(registry.cards["feature"].items()):
+        found: list[Problem] = []
+        obj = load_factory(card, needed.get(name, f"feature.{name}"), found)
+        problems.extend(found if name in needed else [attrs.evolve(p, severity="warning") for p in found])
+        if obj is not None:
+            out[name] = obj
+    return out
 
 
 def _check_weights(
@@ -464,7 +478,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     observers, observer_problems = observer_plan(config, registry)
     problems.extend(observer_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
-    _check_routing_replay(config, rollout, train, problems, registry)
+    features = resolve_features(config, registry, problems)  # e.g. rl-routing-replay's, rl-multimodal's (FeatureCard)
 
     # reward.weights and a rule reward the model's score replaces (the reward model's folder: its plugin's probe, rl_core.plan.checks)
     problems.extend(mixing_problems(config))
@@ -494,6 +508,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         run_kind=run_kind,
         run_kind_fn=run_kind_fn,
         log_prob_roles=log_prob_roles,
+        features=features,
         reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )

@@ -70,7 +70,6 @@ from rl_core.async_rl.pipeline import RolloutPipeline
 from rl_core.data.dataset import build_loaders
 from rl_core.data.dataset import pad_token_id_of
 from rl_core.modeling import load_tokenizer
-from rl_core.multimodal import processor_for_model, stack_problems
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
 from rl_core.plan.disk import estimate_disk
@@ -132,9 +131,10 @@ class Trainer:
         if self.kind is not None:
             self.train_loader, self.val_loader, data_info = self.kind.loaders()
         else:
-            processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
+            vision = getattr(stack, "features", {}).get("multimodal")  # prompts with images (rl-multimodal's feature; None: not installed)
+            processor = vision.processor_for_model(cfg.model) if vision is not None else None  # None for a text-only model
             self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor)
-            problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
+            problems = vision.stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None]) if vision else []
             if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
                 raise ConfigError(problems)
         self.data_info = data_info
@@ -928,7 +928,7 @@ def describe_plan(stack: Plan) -> str:
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
     rr = cfg.actor.router_replay
-    if rr != "disabled":  # rl_core.routing_replay
+    if rr != "disabled":  # rl-routing-replay
         lines.append("MoE routing replay: " + (
             "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
             "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else

@@ -1,4 +1,4 @@
-"""MoE routing replay on the fsdp backend (actor.router_replay; rl_core.routing_replay), one process, tiny Qwen3-MoE:
+"""MoE routing replay on the fsdp backend (actor.router_replay; rl-routing-replay), one process, tiny Qwen3-MoE:
 R3 replays the hf rollout's routing (the actor's log-probs are the rollout's), R2 records in the old-log-prob pass and
 the update routes every token to the batch's experts (activation checkpointing's recompute too)."""
 
@@ -8,7 +8,7 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
-from rl_core.routing_replay import NO_ROUTE
+from rl_routing_replay.replay import NO_ROUTE
 from rl_core_testing.rollout_conformance import prompt_batch
 from rl_core_testing.train_conformance import default_config, make_step_batch
 
