@@ -9,7 +9,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens)",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, FeatureCard: a cross-cutting feature's object)",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's)",

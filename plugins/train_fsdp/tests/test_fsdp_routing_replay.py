@@ -86,12 +86,13 @@ def test_the_lora_reference_routes_natively(tiny_model_dir):
     """verl's reference model does not replay (ref.router_replay.mode defaults to disabled): with LoRA the reference is
     the actor's model with its adapters off, and it routes natively under actor.router_replay=R3 too."""
     from rl_core.rollout.hf import HFRolloutEngine
+    from rl_routing_replay.feature import FEATURE
     from rl_train_fsdp.engine import build_engine
 
     path = tiny_model_dir("qwen3_moe")
     cfg = _cfg(path, "R3")
     cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=4, lora_alpha=8))
-    batch = HFRolloutEngine(cfg, WorkerContext()).generate(prompt_batch(path), SamplingParams(n=2, max_new_tokens=6, logprobs=True, seed=5))
+    batch = HFRolloutEngine(cfg, WorkerContext(features={"routing_replay": FEATURE})).generate(prompt_batch(path), SamplingParams(n=2, max_new_tokens=6, logprobs=True, seed=5))
     actor = build_engine("actor", cfg, WorkerContext())
     ref = actor.compute_log_prob(batch, reference=True)["log_probs"]
     batch["routed_experts"] = torch.where(batch["routed_experts"] >= 0, (batch["routed_experts"] + 1) % 4, batch["routed_experts"])
