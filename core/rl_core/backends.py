@@ -34,10 +34,18 @@ class WorkerContext:
     seed: int = 0
     # rollout.multi_turn: the resolved stack's agent runtime (rl_core.rollout.multi_turn.AgentRuntime), for rollout engines
     agent: Any = attrs.field(default=None, eq=False, repr=False)
-    # the plan's cross-cutting features (rl_core.plan.features.Features: LoRA's rollout_adapters hook), for rollout engines
+    # the plan's cross-cutting features (rl_core.plan.features.Features: LoRA's rollout_adapters hook, rl-multimodal's /
+    # rl-routing-replay's objects), for the engines
     features: Any = attrs.field(default=None, eq=False, repr=False)
     # rollout.exact: the Plan's log-prob forward (rl_core.cards.LogProbForwardCard), for engines whose card declares exact
     log_prob_forward: Any = attrs.field(default=None, eq=False, repr=False)
+
+    def feature(self, name: str, key: str) -> Any:
+        """The object of the Plan's feature ``name`` (``key``: the setting or input that needs it, for the error when it is missing)."""
+        obj = self.features.get(name) if self.features is not None else None
+        if obj is None:
+            raise LookupError(f"{key} needs the {name!r} feature, and this worker's Plan has none: `rlcore check` names the package to install")
+        return obj
 
     @property
     def torch_device(self) -> torch.device:

@@ -116,9 +116,9 @@ class RolloutCard(CardBase):
     lora_adapters: bool = False
     # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
     moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
-    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl_core.routing_replay)
+    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl-routing-replay)
     routed_experts: bool = False
-    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl_core.multimodal)
+    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl-multimodal)
     images: bool = False
     # one engine's TP group may span nodes (TP > a node's devices), its ranks on several nodes of a Ray cluster
     # (trainer.placement=ray); False: a TP group stays within one node
@@ -149,9 +149,9 @@ class TrainCard(CardBase):
     # The actor's update accepts a batch without ``old_log_probs`` when on-policy (one
     # mini-batch, one epoch) and uses its own detached log-probs: the loop then skips a forward pass.
     on_policy_without_old_log_probs: bool = False
-    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl_core.routing_replay)
+    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl-routing-replay)
     router_replay: bool = False
-    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl_core.multimodal)
+    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl-multimodal)
     images: bool = False
     # how the train states (parameters, gradients, optimizer) are split, for the memory estimate:
     # "data" over every rank, "model" over the tensor x pipeline ranks, "none" a full copy per rank
@@ -465,7 +465,10 @@ class FeatureCard(CardBase):
     train-state terms the plan's device / host / disk estimates use in place of a full fine-tune's;
     ``alternatives(config) -> [(label, config)]``, configs with the feature on that the device estimate tries when a
     full fine-tune does not fit; ``hooks``: ``{name: path}``, what the kernel calls where the feature acts
-    (``rollout_adapters``: the hf rollout's in-place adapter state).
+    (``rollout_adapters``: the hf rollout's in-place adapter state); ``provides``: the feature's object (module-level:
+    the Plan pickles it by reference) that the kernel's call sites use whether or not a config key switched it on
+    (rl-multimodal's image encoder for rows with images, rl-routing-replay's recorder): ``Plan.features.get(name)``,
+    ``WorkerContext.feature(name, key)``.
     """
 
     kind: ClassVar[str] = "feature"
@@ -474,6 +477,7 @@ class FeatureCard(CardBase):
     memory: str | Callable | None = attrs.field(default=None, eq=False)
     alternatives: str | Callable | None = attrs.field(default=None, eq=False)
     hooks: dict[str, Any] = attrs.field(factory=dict, converter=dict, eq=False, hash=False)
+    provides: str | Callable | None = attrs.field(default=None, eq=False)
 
 
 CARD_TYPES[FeatureCard.kind] = FeatureCard

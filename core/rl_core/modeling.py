@@ -174,7 +174,7 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
-    # a vision-language model (a vision tower in its config, e.g. Qwen2-VL) loads with its vision tower (rl_core.multimodal)
+    # a vision-language model (a vision tower in its config, e.g. Qwen2-VL) loads with its vision tower (rl-multimodal)
     auto_cls = AutoModelForImageTextToText if getattr(cfg, "vision_config", None) is not None else AutoModelForCausalLM
     model = _build(
         auto_cls, path, cfg, dtype=dtype, device=device, random_init=random_init, trust_remote_code=trust_remote_code, seed=seed,

@@ -79,6 +79,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "policy_loss": dict.fromkeys(("gspo", "gpg", "dro", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov"),
                                  "rl-algorithms"),
     "log_prob_forward": {"exact": "rl-exact"},
+    "feature": {"lora": "rl-lora", "multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",

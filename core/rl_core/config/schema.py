@@ -96,7 +96,7 @@ class DataConfig:
     train_generator: GeneratorConfig | None = None
     val_generator: GeneratorConfig | None = None
     prompt_key: str = text("prompt", hint="the row key that holds the chat messages")
-    # image inputs (rl_core.data.images): the row key of a row's images, and verl's patch size (the processor's own)
+    # image inputs (rl-multimodal): the row key of a row's images, and verl's patch size (the processor's own)
     image_key: str = text("images", hint="the row key that holds the images")
     video_key: str = text("videos", hint="the row key of videos (refused when a row has some)")
     image_patch_size: int | None = pos(None, hint="the model processor's patch_size (e.g. 14 for Qwen2-VL)")
@@ -324,7 +324,7 @@ class ActorConfig:
     ulysses_sequence_parallel_size: int = pos(1, hint="1 turns it off; it must divide the attention heads and the world size")
     # None: skip the old-log-prob pass when the update is on-policy and the backend allows it
     recompute_old_log_prob: bool | None = None
-    # MoE routing replay (verl's router_replay.mode; rl_core.routing_replay): R2 replays, in the update, the experts the
+    # MoE routing replay (verl's router_replay.mode; rl-routing-replay): R2 replays, in the update, the experts the
     # old-log-prob pass routed each token to; R3 replays the rollout engine's routing (rollout.return_routed_experts) in
     # both; disabled routes every forward natively. A train backend replays only where its card says router_replay.
     router_replay: str = choice("disabled", ("disabled", "R2", "R3"))

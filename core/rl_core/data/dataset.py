@@ -30,9 +30,7 @@ import torch
 from rl_core.batch import Batch
 from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
 from rl_core.problems import UserError
-from rl_core.data import images as img
 from rl_core.data.custom import custom_rows
-from rl_core.data.images import check_patch_size
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +148,9 @@ class PromptDataset:
 
     ``filter_overlong=True`` drops prompts longer than ``max_prompt_length``
     tokens (``num_dropped`` counts them); ``False`` makes one an error.
-    Rows with ``images`` are encoded by ``processor`` (:mod:`rl_core.data.images`): their items carry ids with the
-    image tokens expanded and, when taken (``ds[i]``), ``multi_modal_inputs`` (the processor's image tensors).
+    Rows with ``images`` are encoded by ``processor`` (rl-multimodal's encoder of the model's processor: ``encode_row(row,
+    where, prompt_key, image_key, template_kwargs) -> (text, ids, tensors)``): their items carry ids with the image tokens
+    expanded and, when taken (``ds[i]``), ``multi_modal_inputs`` (the processor's image tensors).
     """
 
     def __init__(
@@ -222,11 +221,12 @@ class PromptDataset:
         first = where[with_images[0]]
         if processor is None:
             raise DataError(f"{first}: the row holds images ({image_key!r}) but the model has no vision tower or its folder no image "
-                            "processor (preprocessor_config.json): use a vision-language model (e.g. Qwen2.5-VL) or text-only rows")
+                            "processor (preprocessor_config.json), or rl-multimodal is not installed: use a vision-language model (e.g. Qwen2.5-VL) "
+                            "with `pip install rl-multimodal`, or text-only rows")
         if not apply_chat_template:
             raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
 
-        return {i: img.encode_row(processor, rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
+        return {i: processor.encode_row(rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -238,7 +238,7 @@ class PromptDataset:
         if not item.get("images"):
             return item
 
-        _, ids, mm = img.encode_row(self.processor, item, item["origin"], *self._image_args)
+        _, ids, mm = self.processor.encode_row(item, item["origin"], *self._image_args)
         if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
             raise DataError(f"{item['origin']}: the processor gave other prompt ids on a second encoding; the image processor is not deterministic")
         out = {k: v for k, v in item.items() if k != "images"}
@@ -321,7 +321,7 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
         non["raw_prompt"] = [it.get("prompt") for it in items]
     if any(it.get("agent_name") for it in items):
         non["agent_name"] = [it.get("agent_name") for it in items]
-    if any(it.get("multi_modal_inputs") for it in items):  # image inputs: the processor's tensors per prompt (rl_core.multimodal)
+    if any(it.get("multi_modal_inputs") for it in items):  # image inputs: the processor's tensors per prompt (rl-multimodal)
         non["multi_modal_inputs"] = [it.get("multi_modal_inputs") or {} for it in items]
     return Batch({"input_ids": input_ids, "attention_mask": mask}, non)
 
@@ -432,12 +432,12 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     ``data.val_batch_size`` (all at once when None). The dict counts prompts
     kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
     ``val_dropped``. ``tools`` (multi-turn rollouts): tool schemas the chat template renders into each prompt.
-    ``processor``: the model's (:func:`rl_core.data.images.processor_for_model`), for rows with images.
+    ``processor``: the model's image encoder (rl-multimodal's feature: ``processor_for_model``), for rows with images.
     ``generators``: the plan's generator factories by name (``Plan.generators``), for ``data.*_generator``.
     """
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
-        check_patch_size(processor, data.image_patch_size)
+        processor.check_patch_size(data.image_patch_size)
     train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators)
     train_loader = PromptLoader(
         train,

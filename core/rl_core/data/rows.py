@@ -22,7 +22,7 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
     """Check one row and return it in canonical form; errors say ``where`` (file, row index).
 
     A row's images (under ``image_key``, verl's multimodal rows) are kept as ``images``, undecoded
-    (:mod:`rl_core.data.images` reads them); videos (``video_key``) and audio are refused."""
+    (rl-multimodal reads them); videos (``video_key``) and audio are refused."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be an object, got {type(row).__name__}")
     if prompt_key not in row:

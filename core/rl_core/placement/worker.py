@@ -56,8 +56,9 @@ def worker_roles(config, pool: str = "main", *, rollout: bool = True) -> tuple[s
 class HybridWorker:
     def __init__(self, stack, context: WorkerContext, roles: tuple[str, ...] | None = None) -> None:
         self.stack = stack
-        # rollout.exact: the Plan's log-prob forward goes to every engine with its context (rl_core.cards.LogProbForwardCard)
-        self.context = context = attrs.evolve(context, log_prob_forward=getattr(stack, "log_prob_forward", None))
+        # rollout.exact: the Plan's log-prob forward goes to every engine with its context (rl_core.cards.LogProbForwardCard);
+        # so do the Plan's features (rl_core.plan.features: LoRA's hooks, rl-multimodal's / rl-routing-replay's objects)
+        self.context = context = attrs.evolve(context, log_prob_forward=getattr(stack, "log_prob_forward", None), features=getattr(stack, "features", None))
         config = stack.config
         self.roles = worker_roles(config, rollout=getattr(stack, "needs_rollout", True)) if roles is None else tuple(roles)
         apply_determinism(config)  # trainer.deterministic (rl_core.util.determinism): before this process's first CUDA op

@@ -50,6 +50,7 @@ class LoadedFeature:
     memory: Callable[..., MemoryTerms | None] | None = None
     alternatives: Callable[[Any], list] | None = None
     hooks: dict[str, Any] = attrs.field(factory=dict)
+    provides: Any = None
 
 
 @attrs.frozen
@@ -72,6 +73,19 @@ class Features:
     def alternatives(self, config: Any) -> list[tuple[str, Any]]:
         return [alt for f in self.loaded if f.alternatives is not None for alt in f.alternatives(config)]
 
+    def get(self, name: str) -> Any:
+        """The object the installed feature ``name`` provides (``FeatureCard.provides``; None: not installed)."""
+        return next((f.provides for f in self.loaded if f.card.name == name), None)
+
+    def __contains__(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def __getitem__(self, name: str) -> Any:
+        obj = self.get(name)
+        if obj is None:
+            raise KeyError(name)
+        return obj
+
     def hook(self, config: Any, name: str) -> Any:
         """The hook ``name`` of the first enabled feature that has one (None: none)."""
         return next((f.hooks[name] for f in self.on(config) if name in f.hooks), None)
@@ -81,6 +95,8 @@ class Features:
 #: installed feature card lists the key (hints only; the cards themselves decide what runs)
 KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "model.lora_rank": ("rl-lora", lambda config: config.model.lora_rank > 0, "model.lora_rank=0 (a full fine-tune)"),
+    "actor.router_replay": ("rl-routing-replay", lambda config: config.actor.router_replay != "disabled", "actor.router_replay=disabled"),
+    "rollout.return_routed_experts": ("rl-routing-replay", lambda config: bool(config.rollout.return_routed_experts), "rollout.return_routed_experts=false"),
 }
 
 
@@ -90,7 +106,7 @@ def load_features(registry: Any, problems: list[Problem]) -> Features:
     for card in sorted(registry.cards.get("feature", {}).values(), key=lambda c: c.name):
         try:
             out.append(LoadedFeature(card=card, enabled=card.load(), memory=_load(card.memory), alternatives=_load(card.alternatives),
-                                     hooks={k: load_object(v) for k, v in card.hooks.items()}))
+                                     hooks={k: load_object(v) for k, v in card.hooks.items()}, provides=_load(card.provides)))
         except Exception as exc:  # noqa: BLE001 - a plugin's broken path is reported by name
             problems.append(Problem(key=f"feature.{card.name}", what=f"the feature {card.name!r} from {card.provider} does not load: {type(exc).__name__}: {exc}",
                                     fix=f"report this to the authors of {card.provider.distribution if card.provider else 'the plugin'}"))
@@ -105,13 +121,15 @@ def missing_feature_problems(config: Any, features: Features) -> list[Problem]:
     """A key of :data:`KNOWN_FEATURES` switched on while no installed feature card lists it."""
     listed = {k for f in features.loaded for k in f.card.keys}
     out = []
+    named: set[str] = set()
     for key, (dist, on, off) in KNOWN_FEATURES.items():
-        if key not in listed and on(config):
+        if key not in listed and dist not in named and on(config):  # one problem per package to install
+            named.add(dist)
             value: Any = config
             for part in key.split("."):
                 value = getattr(value, part)
             out.append(Problem(key=key, what=f"is {value}, but no installed package provides it (it is {dist}'s)",
-                               why="the run would ignore the setting", fix=f"pip install {dist} (plugins/{dist.removeprefix('rl-')} in this repository), or set {off}"))
+                               why="the run would ignore the setting", fix=f"pip install {dist} (plugins/{dist.removeprefix('rl-').replace('-', '_')} in this repository), or set {off}"))
     return out
 
 

@@ -333,12 +333,18 @@ def data_rows(config: Any, registry: Any = None) -> list[dict]:
 
 def file_problems(config: Any, registry: Any) -> list[Problem]:
     """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them:
-    :func:`data_rows`), reward function, image inputs, the output folder."""
+    :func:`data_rows`), reward function, images without their package, the output folder."""
     data, rows = _data_read(config, registry)
-    from rl_core.multimodal import data_problems as image_problems  # rows with images: a vision model and backends that read them
-
     rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
-    return [*data, *rewards, *image_problems(config, registry, rows), *output_problems(config)]
+    return [*data, *rewards, *feature_problems(config, registry, rows), *output_problems(config)]
+
+
+def feature_problems(config: Any, registry: Any, rows: list[dict]) -> list[Problem]:
+    """Rows with images need rl-multimodal (its own check, ``images``, reads them: a vision model, backends that carry them)."""
+    if "multimodal" in registry.cards["feature"] or not any(r.get("images") for r in rows):
+        return []
+    return [Problem(key="data.image_key", what=f"the data's rows hold images ({config.data.image_key!r}): {registry.missing_message('feature', 'multimodal')}",
+                    fix="pip install rl-multimodal, or use text-only rows")]
 
 
 def device_check(config: Any, registry: Any) -> list[Problem]:
@@ -349,6 +355,6 @@ def device_check(config: Any, registry: Any) -> list[Problem]:
 @hookimpl
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="files", stage="files", order=10, factory="rl_core.plan.preflight:file_problems",
-                       description="data rows, reward function, image inputs, output folder"))
+                       description="data rows, reward function, images without rl-multimodal, output folder"))
     register(CheckCard(name="devices", stage="device", order=10, factory="rl_core.plan.preflight:device_check",
                        description="GPUs, CPU cores, precision on this machine"))

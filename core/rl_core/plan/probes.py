@@ -223,36 +223,6 @@ def model_folder_problems(config: Any, registry: Any = None) -> list[Problem]:
     return out
 
 
-def processor_patch_size(folder: Path) -> int | None:
-    """The image processor's ``patch_size`` as the model folder's JSON files record it (no processor is loaded):
-    ``preprocessor_config.json`` at the top level, or ``processor_config.json``'s ``image_processor`` section."""
-    for name, section in (("preprocessor_config.json", None), ("processor_config.json", "image_processor")):
-        try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
-            continue
-        if section is not None:
-            data = data.get(section) if isinstance(data, dict) else None
-        if isinstance(data, dict) and isinstance(data.get("patch_size"), int):
-            return data["patch_size"]
-    return None
-
-
-def patch_size_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """``data.image_patch_size`` (verl's) against the model folder's image processor, before any data is read: rl-core
-    resizes images with the processor's own settings (rl_core.data.images.check_patch_size is the same rule at train start)."""
-    value = get_key(config, "data.image_patch_size")
-    folder = Path(os.path.expanduser(get_key(config, "model.path") or ""))
-    if value is None or not folder.is_dir():
-        return []
-    own = processor_patch_size(folder)
-    if own is None or own == value:
-        return []
-    return [Problem(key="data.image_patch_size", what=f"is {value}, but the image processor in {folder} uses patch_size {own}",
-                    why="rl-core resizes images only with the model processor's own settings",
-                    fix=f"set data.image_patch_size={own} or leave it out")]
-
-
 # ------------------------------------------------------------------ estimator on a probe batch
 def estimator_problems(config: Any, registry: Any) -> list[Problem]:
     """The estimator returns ``(advantages, returns)`` of shape ``[B, T]`` on a probe batch of 2 groups."""
@@ -415,7 +385,6 @@ PROBES = (
     ("rules", greedy_group_problems),
     ("names", estimator_problems),
     ("files", model_folder_problems),
-    ("files", patch_size_problems),
     ("files", data_size_problems),
 )
 

@@ -304,23 +304,6 @@ def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: R
     return []
 
 
-def _check_routing_replay(config: RunConfig, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem], registry: Registry) -> None:
-    """MoE routing replay (rl_core.routing_replay): the rollout card must return routed experts for R3, the train card
-    replay them (after the cards' own checks, so a card's more specific reason comes first)."""
-    if rollout is not None and config.rollout.return_routed_experts and not rollout.routed_experts:
-        problems.append(Problem(
-            key="rollout.return_routed_experts",
-            what=f"rollout backend {rollout.name!r} does not return the experts each token was routed to (MoE routing replay R3)",
-            fix=f"use actor.router_replay=R2, or a rollout backend that returns them{_installed(registry, 'rollout', lambda c: c.routed_experts)}",
-        ))
-    if train is not None and config.actor.router_replay != "disabled" and not train.router_replay:
-        problems.append(Problem(
-            key="actor.router_replay",
-            what=f"is {config.actor.router_replay} but train backend {train.name!r} does not replay MoE routing",
-            fix=f"set actor.router_replay=disabled, or use a train backend that replays it{_installed(registry, 'train', lambda c: c.router_replay)}",
-        ))
-
-
 def _check_weights(
     registry: Registry, rollout: RolloutCard | None, train: TrainCard | None, problems: list[Problem]
 ) -> ConverterCard | None:
@@ -542,7 +525,6 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     reward_shapers, batch_sampler, hook_problems = step_hooks(config, registry)
     problems.extend(hook_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
-    _check_routing_replay(config, rollout, train, problems, registry)
 
     # reward.weights and a rule reward the model's score replaces (the reward model's folder: its plugin's probe, rl_core.plan.checks)
     problems.extend(mixing_problems(config))

@@ -50,8 +50,8 @@ HF_ROLLOUT = RolloutCard(
     logprobs=True,
     exact=True,  # rollout.exact: the sampled sequences' log-probs recomputed with the trainer's forward (LogProbForwardCard)
     lora_adapters=True,  # adapters merged in place into the targeted weights each sync (rl-lora's rl_lora.merge, the plan's rollout_adapters hook)
-    routed_experts=True,  # each token's top-k experts recorded in the decode loop (rl_core.routing_replay)
-    images=True,  # prompts with images: the prefill reads them with the model's 3-D positions (rl_core.multimodal)
+    routed_experts=True,  # each token's top-k experts recorded in the decode loop (rl-routing-replay's feature)
+    images=True,  # prompts with images: the prefill reads them with the model's 3-D positions (rl-multimodal's feature)
     engine="transformers",
     engine_versions=">=4.56",
     checks=(check_hf_engine_kwargs,),

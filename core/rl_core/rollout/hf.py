@@ -30,7 +30,7 @@ A response ends at the first EOS token (any id in the model's
 the token that completes one of ``SamplingParams.stop``; that token is
 included in ``response_mask`` and everything after it is the pad token.
 
-Prompts with images (the batch's ``multi_modal_inputs``, :mod:`rl_core.multimodal`): the prefill reads them with
+Prompts with images (the batch's ``multi_modal_inputs``, rl-multimodal's feature): the prefill reads them with
 the model's 3-D positions (Qwen2-VL / Qwen2.5-VL), the plain decode loop continues, and the model's image / video
 pad tokens are never sampled (the model would read one as an image's place); reported log-probs are those of the
 full distribution, as for top-k / top-p.
@@ -70,7 +70,7 @@ rounded up to ``decode_chunk``, with one captured graph per such capacity
 Stop strings use the plain loop.
 
 MoE routing replay (``rollout.return_routed_experts``, for ``actor.router_replay=R3``): every router's top-k of the
-prompt's forward and of each fed-back token is recorded (:mod:`rl_core.routing_replay`) and returned as the batch's
+prompt's forward and of each fed-back token is recorded (rl-routing-replay's feature) and returned as the batch's
 ``routed_experts`` ``[rows, P + R, layers, k]`` (the last sampled token, never fed back, and padding: -1); the plain
 decode loop runs then (the static decoder does not go through the model's routers).
 
@@ -91,7 +91,6 @@ from typing import Any, Iterable
 
 import torch
 
-from rl_core import multimodal
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 from rl_core.util.hf_cache import cache_keyword, output_cache
@@ -106,7 +105,6 @@ from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
-from rl_core.routing_replay import NO_ROUTE, RouterReplay, stack_rollout
 from rl_core.rollout.multi_turn import Generated
 from rl_core.rollout.multi_turn import require_agent
 from rl_core.weight_sync_check import sample_state
@@ -153,8 +151,9 @@ class HFRolloutEngine:
         self.prefill_tokens = 0
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
-        # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl_core.routing_replay)
-        self.routing = RouterReplay(self.model, key="rollout.return_routed_experts") if config.rollout.return_routed_experts else None
+        # rollout.return_routed_experts (MoE routing replay R3): each token's top-k experts recorded (rl-routing-replay's feature)
+        self.routing = context.feature("routing_replay", "rollout.return_routed_experts").rollout_recorder(self.model) \
+            if config.rollout.return_routed_experts else None
         self.static = self._static_decoder(config.rollout.engine_kwargs) if self.routing is None else None
         # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (the plan's rollout_adapters hook)
         self.lora = _rollout_adapters(config, context) if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
@@ -196,9 +195,10 @@ class HFRolloutEngine:
         if params.seed is not None:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(int(params.seed))
-        mm = multimodal.rows_of(batch, slice(None))
+        mm = batch.non_tensors.get("multi_modal_inputs")  # per row, the prompt's image tensors (rl-multimodal; {}: none)
+        vision = self.context.feature("multimodal", "prompts with images") if mm is not None and any(bool(d) for d in mm) else None
         if self.config.rollout.multi_turn.enable:
-            if multimodal.has_images(mm):
+            if vision is not None:
                 raise ValueError("the prompts carry images, which multi-turn rollouts do not carry yet: set rollout.multi_turn.enable=false "
                                  "or use text-only data")
             return self._generate_agentic(batch, params, generator)
@@ -210,11 +210,11 @@ class HFRolloutEngine:
         for start in range(0, len(batch), per_chunk):
             ids = input_ids[start : start + per_chunk].to(self.device)
             mask = attention_mask[start : start + per_chunk].to(self.device)
-            images = multimodal.to_device(mm[start : start + per_chunk], self.device) if multimodal.has_images(mm) else None
+            images = vision.to_device(list(mm[start : start + per_chunk]), self.device) if vision is not None else None
             with self.routing.recording() if self.routing is not None else contextlib.nullcontext() as fires:
                 r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop, images=images)
             if fires is not None:
-                routed.append(self._routed(fires, len(ids), ids.shape[1], n, R))
+                routed.append(self.routing.chunk(fires, len(ids), ids.shape[1], n, R))
             responses.append(r.cpu())
             lengths.append(length.cpu())
             if params.logprobs:
@@ -228,9 +228,7 @@ class HFRolloutEngine:
             out["rollout_log_probs"] = self._exact_log_probs(out, temperature=1.0 if greedy else params.temperature)
         out.meta[prefill_share.META_KEY] = self.prefill_tokens
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
-            experts = torch.cat(routed)
-            experts[~out["attention_mask"].bool()] = NO_ROUTE
-            out["routed_experts"] = experts
+            out["routed_experts"] = self.routing.routed_experts(routed, out["attention_mask"])
         return out
 
     @torch.no_grad()
@@ -242,11 +240,6 @@ class HFRolloutEngine:
                                "is None): build engines from the resolved Plan (Plan.log_prob_forward, from rl-exact: pip install rl-exact)")
         lp, _ = forward(self.model, *(out[k].to(self.device) for k in ("input_ids", "attention_mask", "responses")), temperature=temperature)
         return lp.cpu() * out["response_mask"].to(lp.dtype)
-
-    def _routed(self, fires: dict[int, list[torch.Tensor]], rows: int, P: int, n: int, R: int) -> torch.Tensor:
-        """One chunk's recording (the prompt's forward, then one call per fed-back response token) as ``[rows * n, P + R, layers, k]``."""
-        layers = self.routing.router_layers
-        return stack_rollout([fires[layer][0] for layer in layers], [fires[layer][1:] for layer in layers], rows, P, n, R, self.routing.layers, layers)
 
     def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
         """Multi-turn rollouts (:mod:`rl_core.rollout.multi_turn`: the agent runtime of ``WorkerContext.agent``): the loops'
@@ -314,7 +307,7 @@ class HFRolloutEngine:
     def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop, images=None):
         """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated.
 
-        ``images``: the rows' ``multi_modal_inputs`` (:mod:`rl_core.multimodal`): the prefill reads them with the
+        ``images``: the rows' ``multi_modal_inputs`` (rl-multimodal's feature): the prefill reads them with the
         model's 3-D positions; response tokens then continue from each prompt's largest position (plain loop)."""
         static = self.static is not None and not stop and images is None
         if n > 1 and (not self.share_prefill or (not static and not _cache_repeats(self.model))):
@@ -333,13 +326,10 @@ class HFRolloutEngine:
         if images is None:
             pos = position_ids_from_mask(mask)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        else:
-            kw = multimodal.model_kwargs(model, ids, mask, images)
-            if "position_ids" not in kw:
-                raise ValueError(f"the prompts carry images, and the hf rollout decodes images only with models that have multimodal RoPE "
-                                 f"(get_rope_index: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...), not {type(model).__name__}")
+        else:  # the model's keyword arguments for the images, and [b, 1]: each prompt's largest position
+            vision = self.context.feature("multimodal", "prompts with images")
+            kw, pos = vision.prefill(model, ids, mask, images)
             out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kw)
-            pos = (multimodal.next_positions(kw["position_ids"]) - 1).unsqueeze(1)  # [b, 1]: the prompt's largest position
         cache = output_cache(out)
         cache_kw = cache_keyword(model) or "past_key_values"
         logits = out.logits[:, -1].float()
@@ -356,7 +346,7 @@ class HFRolloutEngine:
         eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
         temperature = 1.0 if greedy else float(params.temperature)
         ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
-        banned = torch.tensor(multimodal.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
+        banned = torch.tensor(vision.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
         for t in range(R):
             token, lp = _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator,
                                 want_log_prob=log_probs is not None, banned=banned)
@@ -571,7 +561,7 @@ def _rollout_adapters(config, context: WorkerContext) -> Any:
     """The in-place adapter state of LoRA adapter sync, from the plan's feature hook ``rollout_adapters``
     (:mod:`rl_core.plan.features`; rl-lora registers it), handed over in ``WorkerContext.features``; None without
     it (an engine built for generation alone: :meth:`HFRolloutEngine.load_adapter` then says what is missing)."""
-    make = context.features.hook(config, "rollout_adapters") if context.features is not None else None
+    make = context.features.hook(config, "rollout_adapters") if hasattr(context.features, "hook") else None
     return make() if make is not None else None
 
 

@@ -62,6 +62,9 @@ from rl_core.train_engine.batch_sizes import TrainSizeError, role_config
 from rl_core.train_engine.loss_scale import LossScaler
 
 Over = Literal["data", "world"]
+#: the batch field ``routed_experts``' mark of a token without a recorded routing (padding, the last sampled token): it
+#: routes natively (the layout: rl-routing-replay's rl_routing_replay.replay)
+NO_ROUTE = -1
 
 
 @attrs.frozen
@@ -71,7 +74,7 @@ class Heads:
     Actor / ref: ``log_probs`` ``[b, R]`` and, when asked, ``entropy`` ``[b, R]``; critic: ``values`` ``[b, R]``.
     Padded response positions hold whatever the model gives there: core masks them. ``routed_experts``: the experts
     an MoE actor's forward routed each token to, ``[b, S, layers, k]`` int16 (``actor.router_replay=R2``'s
-    old-log-prob pass; :mod:`rl_core.routing_replay`), else None.
+    old-log-prob pass; rl-routing-replay), else None.
     """
 
     log_probs: torch.Tensor | None = None

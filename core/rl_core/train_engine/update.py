@@ -28,7 +28,6 @@ from typing import Callable
 
 import torch
 
-from rl_core import multimodal
 from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
@@ -83,16 +82,16 @@ def inputs(b: TrainBackend, batch: Batch, rows: slice | torch.Tensor, extra: tup
         out["response_mask"] = t["response_mask"][rows]
     else:
         out["response_mask"] = out["attention_mask"][:, -out["responses"].shape[1] :]
-    if "routed_experts" in t.keys():  # MoE routing replay (rl_core.routing_replay): the experts to route each token to
+    if "routed_experts" in t.keys():  # MoE routing replay (rl-routing-replay): the experts to route each token to
         out["routed_experts"] = t["routed_experts"][rows]
     for key in extra:
         if key not in t.keys():
             raise KeyError(f"{b.role}.update needs {key!r} in the batch (fields: {sorted(batch.keys())})")
         out[key] = t[key][rows]
     out = {k: v.to(b.device, non_blocking=True) for k, v in out.items()}
-    mm = multimodal.rows_of(batch, rows)
-    if mm is not None:  # image inputs: the processor's tensors of each row (rl_core.multimodal)
-        out[multimodal.FIELD] = multimodal.to_device(mm, b.device)
+    if "multi_modal_inputs" in batch.non_tensors:  # image inputs: each row's dict of the processor's tensors (rl-multimodal)
+        mm = batch.non_tensors["multi_modal_inputs"][rows.cpu().numpy() if isinstance(rows, torch.Tensor) else rows]
+        out["multi_modal_inputs"] = [{k: v.to(b.device, non_blocking=True) for k, v in d.items()} for d in mm]
     return out
 
 

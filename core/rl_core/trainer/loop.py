@@ -70,7 +70,6 @@ from rl_core.placement.rollout_pool import RolloutPoolHandle
 from rl_core.data.dataset import build_loaders
 from rl_core.data.dataset import pad_token_id_of
 from rl_core.modeling import load_tokenizer
-from rl_core.multimodal import processor_for_model, stack_problems
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
 from rl_core.plan.disk import estimate_disk
@@ -130,10 +129,12 @@ class Trainer:
         if self.kind is not None:
             self.train_loader, self.val_loader, data_info = self.kind.loaders()
         else:
-            processor = processor_for_model(cfg.model)  # image inputs: the model processor (None for a text-only model)
+            features = getattr(stack, "features", None)
+            vision = features.get("multimodal") if features is not None else None  # prompts with images (rl-multimodal; None: not installed)
+            processor = vision.processor_for_model(cfg.model) if vision is not None else None  # None for a text-only model
             self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor,
                                                                           generators=self.generators)
-            problems = stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None])
+            problems = vision.stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None]) if vision else []
             if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
                 raise ConfigError(problems)
         self.data_info = data_info
@@ -897,7 +898,7 @@ def describe_plan(stack: Plan) -> str:
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
     rr = cfg.actor.router_replay
-    if rr != "disabled":  # rl_core.routing_replay
+    if rr != "disabled":  # rl-routing-replay
         lines.append("MoE routing replay: " + (
             "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
             "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else

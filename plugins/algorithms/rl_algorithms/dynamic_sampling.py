@@ -24,7 +24,7 @@ import torch
 from rl_algorithms.group_filter import groups_in_order, kept_groups, rows_of
 from rl_core.batch import Batch
 from rl_core.problems import UserError
-from rl_core.routing_replay import NO_ROUTE  # a padded column of routed_experts routes natively
+from rl_core.train_engine.backend import NO_ROUTE  # a padded column of routed_experts routes natively
 
 #: per-round metrics that add up over rounds (the others are averaged, weighted by the round's samples)
 SUMMED = ("reward/timeouts", "reward/errors")

@@ -9,14 +9,14 @@ What vLLM returns (``LLM(enable_return_routed_experts=True)``; vLLM 0.26's defau
     ``l`` is decoder layer ``l`` (vLLM's MoE ``layer_id`` is the index in ``model.layers.<l>.``); a layer without a
     router stays 0 there.
 
-What rl-core wants (:mod:`rl_core.routing_replay`)
+What rl-core wants (:mod:`rl_routing_replay.replay`)
     ``[rows, P + R, num_hidden_layers, top_k]`` int16 aligned with ``input_ids`` (prompt left-padded to ``P``,
     response right-padded to ``R``), ``-1`` on padding, on the last sampled token and on every layer without a router:
     what the hf rollout records. :func:`routed_field` builds it and refuses (naming the sample) any array whose token
     count, layers or top-k do not match, never a silent misplacement.
 
 Which layers route
-    The HF model's routers (:func:`rl_core.routing_replay.find_routers` on the model built on the meta device) are
+    The HF model's routers (:func:`rl_routing_replay.replay.find_routers` on the model built on the meta device) are
     the layers the trainer replays; the engine checks at start-up that vLLM's MoE layers (:func:`worker_moe_layers`,
     the modules vLLM binds its capture to) are the same decoder layers, so slot ``l`` means the same layer on both
     sides.
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import attrs
 import torch
-from rl_core.routing_replay import NO_ROUTE, find_routers, num_layers
+from rl_routing_replay.replay import NO_ROUTE, find_routers, num_layers
 
 
 class RoutedExpertsError(ValueError):

@@ -32,7 +32,7 @@ except Exception as exc:  # noqa: BLE001 - "installed but broken" skips with its
                 f"pip install 'rl-rollout-vllm[gpu]'): {type(exc).__name__}: {exc}", allow_module_level=True)
 
 from rl_core.backends import SamplingParams, WorkerContext  # noqa: E402
-from rl_core.routing_replay import NO_ROUTE, find_routers  # noqa: E402
+from rl_routing_replay.replay import NO_ROUTE, find_routers  # noqa: E402
 from rl_core_testing.rollout_conformance import prompt_batch, reference_model  # noqa: E402
 from rl_rollout_vllm import routing  # noqa: E402
 from rl_rollout_vllm.engine import build  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rl_core.routing_replay import NO_ROUTE
+from rl_routing_replay.replay import NO_ROUTE
 from rl_rollout_vllm.routing import RoutedExpertsError, RoutingLayout, check_layers, hf_layout, routed_field
 
 #: 3 decoder layers, layer 1 dense (no router), top-2

@@ -1,4 +1,4 @@
-"""Shared checks of a train backend's MoE routing replay (``actor.router_replay``; :mod:`rl_core.routing_replay`)."""
+"""Shared checks of a train backend's MoE routing replay (``actor.router_replay``; rl-routing-replay)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ def r3_rollout_batch(cfg, model_dir):
     routing it recorded (``cfg``: ``rollout.return_routed_experts=true``)."""
     from rl_core.rollout.hf import HFRolloutEngine
 
+    from rl_routing_replay.feature import FEATURE
+
     from rl_core_testing.rollout_conformance import prompt_batch
 
-    rollout = HFRolloutEngine(cfg, WorkerContext())
+    rollout = HFRolloutEngine(cfg, WorkerContext(features={"routing_replay": FEATURE}))
     return rollout.generate(prompt_batch(model_dir), SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=5))
 
 

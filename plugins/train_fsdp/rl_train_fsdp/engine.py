@@ -134,11 +134,11 @@ class FSDPBackend(Forwards, LoraMembers, WeightExport, offload.Offload, TrainBac
 
     def _router_replay(self, model: torch.nn.Module, config):
         """``actor.router_replay`` R2 / R3 (the actor only; the reference and the critic route natively, as verl's
-        default ``ref.router_replay.mode=disabled``): the routers' recorder (rl_core.routing_replay), else None."""
+        default ``ref.router_replay.mode=disabled``): the routers' recorder (rl-routing-replay), else None."""
         mode = getattr(config.actor, "router_replay", "disabled")
         if mode == "disabled" or self.role != "actor":
             return None
-        from rl_core.routing_replay import RouterReplay
+        from rl_routing_replay.replay import RouterReplay
 
         if config.model.compile:
             raise ValueError(f"actor.router_replay={mode} with model.compile=true: the replayed routers are not compiled here; set one of them off")

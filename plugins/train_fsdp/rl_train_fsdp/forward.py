@@ -1,9 +1,9 @@
 """The FSDP backend's forwards: one micro-batch to :class:`~rl_core.train_engine.backend.Heads` (mixed into
 :class:`rl_train_fsdp.engine.FSDPBackend`).
 
-MoE routing replay (``actor.router_replay``, rl_core.routing_replay) around the forward; the training forward's saved
+MoE routing replay (``actor.router_replay``, rl-routing-replay) around the forward; the training forward's saved
 activations in host memory (:mod:`rl_train_fsdp.activations`); then, by what the micro-batch holds: prompts with
-images (rl_core.multimodal, one plain forward), packed sequences (rl_core.train_engine.packing, Ulysses sequence
+images (rl-multimodal, one plain forward), packed sequences (rl_core.train_engine.packing, Ulysses sequence
 parallelism: :mod:`rl_train_fsdp.ulysses`), the critic's values, or the LM head in chunks of tokens
 (rl_core.logprobs: no full-vocab float32 logits).
 """
@@ -14,7 +14,7 @@ import warnings
 
 import attrs
 import torch
-from rl_core import multimodal
+from rl_multimodal import forward as multimodal
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import forward_values
@@ -31,7 +31,7 @@ class Forwards:
         rr = self.router_replay
         if rr is None:
             return self._forward_offloaded(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, training=training)
-        # routing replay (rl_core.routing_replay): the batch's routed_experts (R3: the rollout's; R2: the old-log-prob
+        # routing replay (rl-routing-replay): the batch's routed_experts (R3: the rollout's; R2: the old-log-prob
         # pass's) are forced in this forward and kept for its backward; R2's old-log-prob pass records them
         mode = self.config.actor.router_replay
         if "routed_experts" in x:
@@ -68,7 +68,7 @@ class Forwards:
                 lockstep=self.sharded,  # FSDP2 gathers in every forward: as many per rank as the rank with the most rows
             )
             return Heads(log_probs=lp, entropy=ent)
-        if multimodal.has_images(x.get(multimodal.FIELD)):  # prompts with images (rl_core.multimodal): one plain forward
+        if multimodal.has_images(x.get(multimodal.FIELD)):  # prompts with images (rl-multimodal): one plain forward
             return self._forward_images(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
         if self.packed and not packing.run_padded(x["attention_mask"], chosen_by_default=self.packed_by_default, sequence_parallel=self.seq_parallel is not None):
             heads = self._forward_packed(x, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad, chunk=chunk)

@@ -63,8 +63,8 @@ FSDP_CARD = TrainCard(
     roles={"actor", "critic", "ref"},
     export_formats={"hf"},
     on_policy_without_old_log_probs=True,
-    router_replay=True,  # MoE routing replay R2 / R3 in the actor's forwards (rl_core.routing_replay)
-    images=True,  # prompts with images: the actor / ref forwards read them (rl_core.multimodal)
+    router_replay=True,  # MoE routing replay R2 / R3 in the actor's forwards (rl-routing-replay)
+    images=True,  # prompts with images: the actor / ref forwards read them (rl-multimodal)
     state_sharding="data",  # FSDP2 shards parameters, gradients and optimizer state over every rank
     default=True,  # the train backend of a config without train.name
     lora=True,  # the actor's LoRA adapters (peft), the reference = adapters off (rl_lora)

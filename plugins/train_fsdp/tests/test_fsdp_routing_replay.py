@@ -1,4 +1,4 @@
-"""MoE routing replay on the fsdp backend (actor.router_replay; rl_core.routing_replay), one process, tiny Qwen3-MoE:
+"""MoE routing replay on the fsdp backend (actor.router_replay; rl-routing-replay), one process, tiny Qwen3-MoE:
 R3 replays the hf rollout's routing (the actor's log-probs are the rollout's), R2 records in the old-log-prob pass and
 the update routes every token to the batch's experts (activation checkpointing's recompute too)."""
 
@@ -8,7 +8,7 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
-from rl_core.routing_replay import NO_ROUTE
+from rl_routing_replay.replay import NO_ROUTE
 from rl_core_testing.rollout_conformance import prompt_batch
 from rl_core_testing.train_conformance import default_config, make_step_batch
 
@@ -86,12 +86,13 @@ def test_the_lora_reference_routes_natively(tiny_model_dir):
     """verl's reference model does not replay (ref.router_replay.mode defaults to disabled): with LoRA the reference is
     the actor's model with its adapters off, and it routes natively under actor.router_replay=R3 too."""
     from rl_core.rollout.hf import HFRolloutEngine
+    from rl_routing_replay.feature import FEATURE
     from rl_train_fsdp.engine import build_engine
 
     path = tiny_model_dir("qwen3_moe")
     cfg = _cfg(path, "R3")
     cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=4, lora_alpha=8))
-    batch = HFRolloutEngine(cfg, WorkerContext()).generate(prompt_batch(path), SamplingParams(n=2, max_new_tokens=6, logprobs=True, seed=5))
+    batch = HFRolloutEngine(cfg, WorkerContext(features={"routing_replay": FEATURE})).generate(prompt_batch(path), SamplingParams(n=2, max_new_tokens=6, logprobs=True, seed=5))
     actor = build_engine("actor", cfg, WorkerContext())
     ref = actor.compute_log_prob(batch, reference=True)["log_probs"]
     batch["routed_experts"] = torch.where(batch["routed_experts"] >= 0, (batch["routed_experts"] + 1) % 4, batch["routed_experts"])

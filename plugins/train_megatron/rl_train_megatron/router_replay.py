@@ -1,4 +1,4 @@
-"""MoE routing replay (``actor.router_replay`` R2 / R3; :mod:`rl_core.routing_replay`) in the Megatron backend.
+"""MoE routing replay (``actor.router_replay`` R2 / R3; rl-routing-replay) in the Megatron backend.
 
 Where it hooks in
     megatron-core's ``TopKRouter`` hands its top-k choice to ``router.router_replay.get_replay_topk(scores, topk,
@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from rl_core.problems import UserError
-from rl_core.routing_replay import NO_ROUTE
+from rl_core.train_engine.backend import NO_ROUTE  # the routed_experts layout's unrouted mark (rl-routing-replay's)
 
 KEY = "actor.router_replay"
 

@@ -4,7 +4,7 @@ models built from a config, no downloads.
 - one process, Qwen3-MoE (renormalised top-k) and Qwen2-MoE (top-k of the full softmax, shared expert): R2's recording
   of the old-log-prob pass is transformers' own routing of the same tokens; replaying it gives log-probs bit-identical
   to the unreplayed forward; replaying a random routing (some tokens -1: native) gives transformers' log-probs under
-  rl_core.routing_replay's replay of the same routing, and the routers' gradients equal transformers' under it;
+  rl_routing_replay.replay's replay of the same routing, and the routers' gradients equal transformers' under it;
 - HY-V3 / GLM-4-MoE (sigmoid routers, expert bias, GLM's group-limited choice): own routing bit-identical; a replay that
   routes every token of a layer to one set of experts equals the native forward with an expert bias that forces that
   set (the bias only chooses: the weights are the unbiased scores in both);
@@ -23,7 +23,7 @@ import torch
 pytest.importorskip("megatron.core", reason="needs megatron-core (pip install megatron-core==0.16.1)")
 
 from rl_core.backends import WorkerContext  # noqa: E402
-from rl_core.routing_replay import RouterReplay  # noqa: E402
+from rl_routing_replay.replay import RouterReplay  # noqa: E402
 from rl_core_testing.distributed import run_distributed  # noqa: E402
 from rl_core_testing.rollout_conformance import reference_model  # noqa: E402
 from rl_core_testing.tiny_model import make_tiny_model_dir  # noqa: E402

@@ -11,7 +11,7 @@ What verl's engines do, read from their code (verl 1dda039b; VeOmni d9774494), a
   schedule defaults to **cosine** to ``lr_min=0`` over the run (verl's ``optim/veomni.yaml``; the fsdp engine's
   default is constant). The kernels, resharding, wrapping and prefetching change speed and memory only: each is
   accepted with a warning that names it. ``expert_parallel_size`` maps to train.expert_model_parallel_size (the fsdp
-  backend's expert parallelism); ``router_replay.mode`` to actor.router_replay (rl_core.routing_replay).
+  backend's expert parallelism); ``router_replay.mode`` to actor.router_replay (rl-routing-replay).
 * **fsdp_turbo** (``actor.strategy=fsdp_turbo``; verl/workers/engine/fsdp/fsdp_turbo_impl.py): verl's FSDP engine
   with the model wrapped by the fsdp-turbo library: ``turbo_config.distributed.fully_shard_parallel_size`` ranks per
   model copy, its own Ulysses (``ulysses_parallel_size``), module plans for wrapping / hooks (speed), recompute of
@@ -98,7 +98,7 @@ ROWS: tuple[tuple, ...] = (
     ("map", f"{_AR}.actor.veomni.expert_parallel_size", "train.expert_model_parallel_size", _EP_MAP),
     ("tie", f"{{{_AR}.ref,critic}}.veomni.expert_parallel_size", "train.expert_model_parallel_size", _EP_TIE),
     ("map", f"{_AR}.actor.veomni.router_replay.mode", "actor.router_replay",
-     "MoE routing replay (rl_core.routing_replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's in both"),
+     "MoE routing replay (rl-routing-replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's in both"),
     ("same", f"{{{_AR}.ref,critic}}.veomni.router_replay.mode", ["disabled"], "MoE routing replay in the reference model / critic", "actor.router_replay"),
     ("same", f"{_V}.router_replay.{{record_file,replay_file}}", [None], "recording MoE routing to a file / replaying it from one", "actor.router_replay"),
     ("ignore", f"{_V}.*_implementation", _KERNEL),

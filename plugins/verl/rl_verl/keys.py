@@ -87,7 +87,7 @@ def _tie(pattern, target, note):
     return Rule(pattern=pattern, kind=TIE, target=target, note=note)
 
 
-_RR = ("MoE routing replay (rl_core.routing_replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's (with rollout.enable_rollout_routing_replay) in both; the train backend's card must say it replays (fsdp and megatron do)")
+_RR = ("MoE routing replay (rl-routing-replay): R2 replays the old-log-prob pass's routing in the update, R3 the rollout's (with rollout.enable_rollout_routing_replay) in both; the train backend's card must say it replays (fsdp and megatron do)")
 
 
 def _RR_REST(engine: str | None) -> list[Rule]:
@@ -425,7 +425,7 @@ RULES: tuple[Rule, ...] = (
     _same("actor_rollout_ref.rollout.skip_tokenizer_init", [True, False],
           "token ids in and out of the rollout engine (rl-core's engines take prompt token ids and return token ids, whatever this says)"),
     _m("actor_rollout_ref.rollout.enable_rollout_routing_replay", "rollout.return_routed_experts",
-       note="the rollout engine returns each token's routed experts, for router_replay.mode=R3 (rl_core.routing_replay)"),
+       note="the rollout engine returns each token's routed experts, for router_replay.mode=R3 (rl-routing-replay)"),
     _m("actor_rollout_ref.rollout.multi_turn.{enable,max_assistant_turns,max_tool_response_length,tool_response_truncate_side,tool_config_path,format,max_parallel_calls}",
        "rollout.multi_turn.*", note="multi-turn / tool-calling rollouts (docs/agents.md)"),
     _m("actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode", "rollout.multi_turn.check_tokens",

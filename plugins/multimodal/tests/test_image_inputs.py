@@ -7,13 +7,17 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from rl_core import multimodal
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.data import images as img
 from rl_core.data.dataset import DataError, PromptDataset, collate, read_rows, validate_row
 from rl_core.rollout.hf import factory as hf_factory
 from rl_core_testing.tiny_vlm import ARCHS, IMAGE_PAD_ID, VISION_END_ID, VISION_START_ID, make_tiny_vlm_dir, png_bytes
+from rl_multimodal import checks
+from rl_multimodal import forward as multimodal
+from rl_multimodal import images as img
+from rl_multimodal.feature import FEATURE
+
+WITH_IMAGES = WorkerContext(features={"multimodal": FEATURE})  # the Plan's feature, as a worker hands it to its engines
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,7 +31,7 @@ def vlm_dir(tmp_path_factory):
 def processor(vlm_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return img.load_processor(str(vlm_dir))
+        return img.ImageEncoder(img.load_processor(str(vlm_dir)))
 
 
 def _row(content, images, **extra):
@@ -39,7 +43,7 @@ def _row(content, images, **extra):
 
 def _dataset(processor, raw_rows, **kw):
     rows = [validate_row(r, f"data, row {i}", "prompt") for i, r in enumerate(raw_rows)]
-    return PromptDataset(rows, processor.tokenizer, max_prompt_length=200, processor=processor, **kw)
+    return PromptDataset(rows, processor.processor.tokenizer, max_prompt_length=200, processor=processor, **kw)
 
 
 # ------------------------------------------------------------------------ data
@@ -53,7 +57,7 @@ def test_image_rows_get_the_image_tokens_and_pixels(processor):
     ids = item["input_ids"]
     start = ids.index(VISION_START_ID)
     assert ids[start + 1 : start + 6] == [IMAGE_PAD_ID] * 4 + [VISION_END_ID]
-    assert processor.tokenizer.decode(ids[start + 6 :]).startswith("Find x.<|im_end|>")
+    assert processor.processor.tokenizer.decode(ids[start + 6 :]).startswith("Find x.<|im_end|>")
     assert "multi_modal_inputs" not in ds[1] and IMAGE_PAD_ID not in ds[1]["input_ids"] and "images" not in item
     # only the images as read are held; the tensors are made when an item is taken, the same each time
     assert "multi_modal_inputs" not in ds.items[0] and ds.items[0]["images"][0]["bytes"]
@@ -107,13 +111,13 @@ def test_bad_image_rows_are_named(processor, content, images, message):
 def test_long_image_prompts_are_dropped_or_named_never_cut(processor):
     rows = [validate_row(_row("<image>" + "x" * 40, [{"bytes": png_bytes(50, 60)}]), "data, row 0", "prompt"),
             validate_row(_row("y" * 40, None), "data, row 1", "prompt")]
-    lengths = [len(it["input_ids"]) for it in PromptDataset(rows, processor.tokenizer, max_prompt_length=200, processor=processor)]
+    lengths = [len(it["input_ids"]) for it in PromptDataset(rows, processor.processor.tokenizer, max_prompt_length=200, processor=processor)]
     assert lengths[0] > lengths[1]  # the image row is the longer one (its 4 image tokens)
     kw = dict(max_prompt_length=lengths[0] - 1, processor=processor)
-    dropped = PromptDataset(rows, processor.tokenizer, **kw)
+    dropped = PromptDataset(rows, processor.processor.tokenizer, **kw)
     assert dropped.num_dropped == 1 and len(dropped) == 1 and "multi_modal_inputs" not in dropped[0]
     with pytest.raises(DataError, match=r"data, row 0: the prompt has \d+ tokens .* never cut by data.truncation"):
-        PromptDataset(rows, processor.tokenizer, truncation="left", filter_overlong=False, **kw)
+        PromptDataset(rows, processor.processor.tokenizer, truncation="left", filter_overlong=False, **kw)
 
 
 def test_videos_and_audio_are_refused_by_key():
@@ -128,17 +132,17 @@ def test_images_with_a_text_model_name_the_fix(tiny_model_dir):
     from rl_core.modeling import load_tokenizer
 
     text_model = tiny_model_dir("qwen2")
-    assert multimodal.processor_for_model(ModelConfig(path=str(text_model))) is None  # no vision tower: no processor
+    assert img.processor_for_model(ModelConfig(path=str(text_model))) is None  # no vision tower: no processor
     rows = [validate_row(_row("<image>x", [{"bytes": png_bytes(28, 28)}]), "data, row 0", "prompt")]
     with pytest.raises(DataError, match=r"data, row 0: the row holds images \('images'\) but the model has no vision tower"):
         PromptDataset(rows, load_tokenizer(text_model), max_prompt_length=100, processor=None)
 
 
 def test_image_patch_size_is_the_processors(processor):
-    img.check_patch_size(processor, None)
-    img.check_patch_size(processor, 14)
+    processor.check_patch_size(None)
+    processor.check_patch_size(14)
     with pytest.raises(DataError, match=r"data.image_patch_size=16: .*its patch_size is 14\); set data.image_patch_size=14 or leave it out"):
-        img.check_patch_size(processor, 16)
+        processor.check_patch_size(16)
 
 
 def test_image_patch_size_checked_before_the_data_is_read(vlm_dir, tmp_path):
@@ -146,7 +150,7 @@ def test_image_patch_size_checked_before_the_data_is_read(vlm_dir, tmp_path):
     import json
     import shutil
 
-    from rl_core.plan.probes import patch_size_problems, processor_patch_size
+    from rl_multimodal.checks import patch_size_problems, processor_patch_size
 
     cfg = RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(image_patch_size=14))
     assert processor_patch_size(vlm_dir) == 14
@@ -200,7 +204,7 @@ def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
     vlm_dir = make_tiny_vlm_dir(tmp_path / arch, arch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        processor = img.load_processor(str(vlm_dir))
+        processor = img.ImageEncoder(img.load_processor(str(vlm_dir)))
 
     ds = _dataset(processor, [
         _row("<image>What is x?", [{"bytes": png_bytes(50, 60)}]),
@@ -209,7 +213,7 @@ def test_rollout_and_actor_log_probs_equal_a_plain_forward(tmp_path, arch):
     ])
     prompts = collate([ds[i] for i in range(3)], 0, ["a", "b", "c"])
     cfg = RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(max_prompt_length=200), rollout=RolloutConfig())
-    rollout = hf_factory(cfg, WorkerContext())
+    rollout = hf_factory(cfg, WITH_IMAGES)
     out = rollout.generate(prompts, SamplingParams(n=2, max_new_tokens=6, temperature=1.0, seed=0, logprobs=True))
     assert len(out) == 6 and out.non_tensors["multi_modal_inputs"][2] is out.non_tensors["multi_modal_inputs"][3]
     model = AutoModelForImageTextToText.from_pretrained(str(vlm_dir), dtype=torch.float32).eval()
@@ -239,27 +243,27 @@ def test_backends_without_images_are_refused_by_key(vlm_dir, processor, tmp_path
     assert stack.rollout.images and stack.train.images  # hf + fsdp read images
     ds = _dataset(processor, [_row("<image>x", [{"bytes": png_bytes(28, 28)}])])
     text_only = _dataset(processor, [_row("x", None)])
-    assert multimodal.stack_problems(stack, [ds, None]) == []
+    assert checks.stack_problems(stack, [ds, None]) == []
     other = attrs.evolve(stack, rollout=attrs.evolve(stack.rollout, name="vllm", images=False), train=attrs.evolve(stack.train, name="megatron", images=False))
-    assert multimodal.stack_problems(other, [text_only]) == []  # nothing to carry
-    assert "rlcore plugins" in multimodal.stack_problems(other, [ds])[0].render()  # a run: no registry to ask
+    assert checks.stack_problems(other, [text_only]) == []  # nothing to carry
+    assert "rlcore plugins" in checks.stack_problems(other, [ds])[0].render()  # a run: no registry to ask
     from rl_core.plugins import get_registry
 
-    keys = {p.key: p.render() for p in multimodal.stack_problems(other, [ds], get_registry())}
+    keys = {p.key: p.render() for p in checks.stack_problems(other, [ds], get_registry())}
     assert "installed: hf" in keys["rollout.name"] and "is 'vllm'" in keys["rollout.name"]
     assert "installed: fsdp" in keys["train.name"]
     gae = attrs.evolve(stack, estimator=attrs.evolve(stack.estimator, needs_critic=True))
-    assert [p.key for p in multimodal.stack_problems(gae, [ds])] == ["algorithm.adv_estimator"]
-    assert multimodal.stack_problems(stack, [ds, text_only]) == []  # one train rank: rows with and without images mix
+    assert [p.key for p in checks.stack_problems(gae, [ds])] == ["algorithm.adv_estimator"]
+    assert checks.stack_problems(stack, [ds, text_only]) == []  # one train rank: rows with and without images mix
     two = attrs.evolve(stack, sizes=attrs.evolve(stack.sizes, world_size=2, train_dp=2))
-    assert [p.key for p in multimodal.stack_problems(two, [ds, text_only])] == ["data.train_files"]
-    assert multimodal.stack_problems(two, [ds]) == []
+    assert [p.key for p in checks.stack_problems(two, [ds, text_only])] == ["data.train_files"]
+    assert checks.stack_problems(two, [ds]) == []
 
 
 def test_the_rollout_never_samples_image_tokens_and_a_response_with_one_is_named(vlm_dir, processor):
     ds = _dataset(processor, [_row("<image>What is x?", [{"bytes": png_bytes(50, 60)}])])
     prompts = collate([ds[0]], 0, ["a"])
-    engine = hf_factory(RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(max_prompt_length=200)), WorkerContext())
+    engine = hf_factory(RunConfig(model=ModelConfig(path=str(vlm_dir)), data=DataConfig(max_prompt_length=200)), WITH_IMAGES)
     with torch.no_grad():  # the image-pad token becomes by far the likeliest next token
         engine.model.get_output_embeddings().weight[IMAGE_PAD_ID] = 50 * engine.model.get_output_embeddings().weight[IMAGE_PAD_ID].sign()
     out = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=4, temperature=1.0, seed=0, logprobs=True))

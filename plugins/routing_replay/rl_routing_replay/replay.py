@@ -25,7 +25,7 @@ Qwen3-VL-MoE, OLMoE, Mixtral: a linear router, softmax, top-k); any other MoE mo
 :func:`install` naming its router class.
 
 Token alignment in the trainer's forwards
-    Forwards drop padding columns every row shares (:mod:`rl_core.logprobs`), never a row and never a real token, so
+    Forwards drop padding columns every row shares (``rl_core.logprobs``), never a row and never a real token, so
     the real tokens (``attention_mask`` 1) reach the routers in the same row-major order as in the batch: a
     pre-forward hook on the model reads the forward's own ``attention_mask`` and :class:`RouterReplay` places the
     recorded rows there. A forward whose real tokens do not match the targets' count is an error, never a silent
@@ -40,6 +40,9 @@ import re
 from typing import Iterator
 
 import torch
+from rl_core.train_engine.backend import NO_ROUTE  # the batch contract's mark of an unrouted token (-1)
+
+__all__ = ["NO_ROUTE", "ROUTERS", "RouterReplay", "RoutingReplayError", "RolloutRecorder", "find_routers", "num_layers", "stack_rollout"]
 
 #: router class -> (renormalises its top-k: "always" or "attr" (its norm_topk_prob), casts the weights to the logits' dtype)
 ROUTERS: dict[str, tuple[str, bool]] = {
@@ -51,7 +54,6 @@ ROUTERS: dict[str, tuple[str, bool]] = {
     "Qwen3VLMoeTextTopKRouter": ("always", True),
     "MixtralTopKRouter": ("always", False),
 }
-NO_ROUTE = -1
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
@@ -221,3 +223,25 @@ def stack_rollout(prefill: list[torch.Tensor], steps: list[list[torch.Tensor]], 
         for t, call in enumerate(steps[j]):
             out[:, prompt_width + t, layer] = call.reshape(rows * n, k).cpu()
     return out
+
+
+class RolloutRecorder:
+    """The hf rollout's side of R3 (``rollout.return_routed_experts``): a :class:`RouterReplay` on the engine's model whose
+    :meth:`recording` wraps each chunk's decode; :meth:`chunk` lays one recording out, :meth:`routed_experts` joins the
+    chunks into the batch's ``routed_experts`` (padding and the unrouted last token: :data:`NO_ROUTE`)."""
+
+    def __init__(self, model: torch.nn.Module, key: str = "rollout.return_routed_experts") -> None:
+        self.replay = RouterReplay(model, key=key)
+
+    def recording(self):
+        return self.replay.recording()
+
+    def chunk(self, fires: dict[int, list[torch.Tensor]], rows: int, P: int, n: int, R: int) -> torch.Tensor:
+        """One chunk's recording (the prompt's forward, then one call per fed-back response token) as ``[rows * n, P + R, layers, k]``."""
+        layers = self.replay.router_layers
+        return stack_rollout([fires[layer][0] for layer in layers], [fires[layer][1:] for layer in layers], rows, P, n, R, self.replay.layers, layers)
+
+    def routed_experts(self, chunks: list[torch.Tensor], attention_mask: torch.Tensor) -> torch.Tensor:
+        experts = torch.cat(chunks)
+        experts[~attention_mask.bool()] = NO_ROUTE
+        return experts

@@ -1,4 +1,4 @@
-"""MoE routing replay (rl_core.routing_replay): recorded top-k experts are what a replayed forward's experts get, the
+"""MoE routing replay (rl-routing-replay): recorded top-k experts are what a replayed forward's experts get, the
 weights are the live router's probabilities at them (so the router still trains), replaying a model's own routing
 changes nothing, and the hf rollout records every token it routed (rollout.return_routed_experts)."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rl_core.routing_replay import NO_ROUTE, RouterReplay, RoutingReplayError
+from rl_routing_replay.feature import FEATURE
+from rl_routing_replay.replay import NO_ROUTE, RouterReplay, RoutingReplayError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -164,13 +165,13 @@ def test_hf_rollout_records_every_routed_token(tiny_model_dir):
     path = tiny_model_dir("qwen3_moe")
     cfg = RunConfig(model=ModelConfig(path=str(path)), data=DataConfig(max_prompt_length=32),
                     rollout=RolloutConfig(return_routed_experts=True), actor=ActorConfig(router_replay="R3"))
-    engine = HFRolloutEngine(cfg, WorkerContext())
+    engine = HFRolloutEngine(cfg, WorkerContext(features={"routing_replay": FEATURE}))  # the Plan's feature, as a worker gets it
     prompts = prompt_batch(path)
     out = engine.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=6, logprobs=True, seed=3))
     rows = len(prompts) * 2
     routed, mask = out["routed_experts"], out["attention_mask"].bool()
     P = prompts["input_ids"].shape[1]
-    assert routed.shape == (rows, P + 6, engine.routing.layers, 2) and routed.dtype == torch.int16
+    assert routed.shape == (rows, P + 6, engine.routing.replay.layers, 2) and routed.dtype == torch.int16
     assert (routed[~mask] == NO_ROUTE).all()
     lengths = out["response_mask"].sum(-1)
     for i in range(rows):  # every real token was routed except the last sampled one (never fed back)
@@ -178,7 +179,7 @@ def test_hf_rollout_records_every_routed_token(tiny_model_dir):
         assert (routed[i, last] == NO_ROUTE).all()
         assert (routed[i][mask[i]][:-1] >= 0).all()
     model = engine.model
-    rr = engine.routing  # the same recorder replays on this model
+    rr = engine.routing.replay  # the same recorder replays on this model
     args = (out["input_ids"], out["attention_mask"], out["position_ids"], out["responses"])
     with torch.no_grad(), rr.replaying(routed, out["attention_mask"]):
         replayed, _ = forward_response(model, *args)
