@@ -31,7 +31,8 @@ import functools
 import attrs
 import torch
 import torch.distributed as dist
-from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+from rl_train_megatron.sdpa import SDPAttention
 
 
 def cp_group():
@@ -165,8 +166,8 @@ def gather_columns(t: torch.Tensor, split: SeqSplit, group=None) -> torch.Tensor
     return gathered.index_select(1, gathered_order(split.s_pad, split.cp, t.device))
 
 
-class ContextParallelAttention(DotProductAttention):
-    """megatron-core's ``DotProductAttention`` over the CP group's whole sequence: this rank's queries
+class ContextParallelAttention(SDPAttention):
+    """megatron-core's ``DotProductAttention`` (computed by :class:`rl_train_megatron.sdpa.SDPAttention`) over the CP group's whole sequence: this rank's queries
     ``[s_pad / cp, b, np, hn]``, the keys / values of every CP rank (all-gathered, in the sequence's order), the
     mask :meth:`SeqSplit.mask` built for this rank's columns."""
 
@@ -184,7 +185,3 @@ class ContextParallelAttention(DotProductAttention):
         return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias, packed_seq_params)
 
 
-def use_in_spec(spec):
-    """The local GPT layer spec with :class:`ContextParallelAttention` as its core attention (in place; returned)."""
-    spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
-    return spec
