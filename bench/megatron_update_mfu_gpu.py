@@ -21,8 +21,8 @@ longer than its kernels is launch- or sync-bound. Written to ``$OUT/profile_<sha
 
 Variants (``--variants``): ``fsdp``; ``megatron`` (the card's defaults); ``megatron-distopt``
 (``train.distributed_optimizer=true``: megatron-core's DistributedOptimizer on a GPU, rl_train_megatron.dist_optimizer);
-``megatron-unfused`` (the path before issue 49's kernel work: megatron-core's unfused DotProductAttention, the
-whole-vocabulary log-probs, foreach AdamW: an A/B on the same machine).
+``megatron-unfused`` (the path before issue 49's kernel work: megatron-core's unfused DotProductAttention and linear
+function, the whole-vocabulary log-probs, foreach AdamW: an A/B on the same machine).
 
 On a GPU machine without megatron-core: ``pip install --no-deps --target /tmp/site`` its cp312 wheel (0.16.1) and run
 with ``PYTHONPATH=/tmp/site:core:plugins/train_megatron:plugins/train_fsdp:plugins/testing`` (bench/DEVICE_RUNBOOK.md).
@@ -119,7 +119,7 @@ def profile_update(engine, batch, device: str) -> dict:
         kern = [e for e in events if not e.key.startswith(("phase:", "ProfilerStep", "Optimizer", "autograd::", "torch::autograd"))]
         time_of = lambda e: e.self_cpu_time_total  # noqa: E731
     kern.sort(key=time_of, reverse=True)
-    table = events.table(sort_by="self_cuda_time_total" if device == "cuda" else "self_cpu_time_total", row_limit=40, max_name_column_width=70)
+    table = events.table(sort_by="self_device_time_total" if device == "cuda" else "self_cpu_time_total", row_limit=40, max_name_column_width=70)
     if device == "cuda":  # where the CPU waits (cudaStreamSynchronize, pageable copies) and what it launches
         table += "\n\nCPU side:\n" + events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=70)
     syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize"))
@@ -154,8 +154,11 @@ def run_megatron(rank: int, world: int, path: str, args, micro: int, dtype: str,
         from rl_train_megatron import engine as meng
         from rl_train_megatron import model as mmodel
 
+        from rl_train_megatron import linear
+
         mmodel.CORE_ATTENTION = "unfused"
         meng.FUSED_ADAMW = False
+        linear.ENABLED = False
     if variant == "megatron-distopt":  # megatron-core's DistributedOptimizer (off in the engine until a device run verified it)
         from rl_train_megatron import dist_optimizer
 

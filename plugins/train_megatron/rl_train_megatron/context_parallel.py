@@ -11,7 +11,8 @@ Sequence split
     mask of a rank's queries is built from their global columns: causal over the whole sequence, padding keys hidden.
 Attention
     :class:`ContextParallelAttention` all-gathers the keys and values of the CP group (after the rotary embedding),
-    puts them in the sequence's order and runs megatron-core's ``DotProductAttention`` for this rank's queries
+    puts them in the sequence's order and runs megatron-core's ``DotProductAttention`` (computed by torch's fused
+    attention, :class:`rl_train_megatron.sdpa.SDPAttention`) for this rank's queries
     against the whole sequence. Backward: each rank's gradient of the gathered keys / values is summed over the
     group and every rank keeps its own columns (reduce-scatter; all-reduce + slice on gloo).
 Results

@@ -17,6 +17,10 @@ import torch
 import torch.nn.functional as F
 
 
+#: False: megatron-core's own linear function everywhere (bench/megatron_update_mfu_gpu.py's A/B; not a setting)
+ENABLED = True
+
+
 def _plain_linear(input, weight, bias=None, gradient_accumulation_fusion=False, allreduce_dgrad=False, sequence_parallel=False, **_):
     if gradient_accumulation_fusion or allreduce_dgrad or sequence_parallel:  # (use_plain_linear picks layers without them)
         raise RuntimeError("plain linear: a layer with tensor-parallel communication or gradient-accumulation fusion")
@@ -35,6 +39,8 @@ def use_plain_linear(model: torch.nn.Module) -> int:
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 
     n = 0
+    if not ENABLED:
+        return n
     for m in model.modules():
         if isinstance(m, (ColumnParallelLinear, RowParallelLinear)) and _alone(m):
             m._forward_impl = _plain_linear
