@@ -50,7 +50,9 @@ class SDPAttention(DotProductAttention):
         if heads // groups > 1:  # grouped-query attention: every query head its group's key / value (as megatron-core expands them)
             key = key.repeat_interleave(heads // groups, dim=2)
             value = value.repeat_interleave(heads // groups, dim=2)
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [s, b, n, hn] -> [b, n, s, hn]
+        # [s, b, n, hn] -> [b, n, s, hn], contiguous: with strided inputs torch's CPU kernel rounds differently depending on
+        # whether they require grad (an actor's and a frozen reference's log-probs differed in the last bit)
+        q, k, v = (t.permute(1, 2, 0, 3).contiguous() for t in (query, key, value))
         mask, empty = (None, None) if attention_mask is None else allowed_keys(attention_mask)
         p = self.attention_dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=mask is None, scale=self.softmax_scale)
