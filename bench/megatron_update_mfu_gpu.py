@@ -152,9 +152,8 @@ def run_megatron(rank: int, world: int, path: str, args, micro: int, dtype: str,
 
     if variant == "megatron-unfused":  # the path before issue 49's kernel work (an A/B on the same machine)
         from rl_train_megatron import engine as meng
-        from rl_train_megatron import model as mmodel
-
         from rl_train_megatron import linear
+        from rl_train_megatron import model as mmodel
 
         mmodel.CORE_ATTENTION = "unfused"
         meng.FUSED_ADAMW = False

@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
 #: False: megatron-core's own linear function everywhere (bench/megatron_update_mfu_gpu.py's A/B; not a setting)
 ENABLED = True
 
