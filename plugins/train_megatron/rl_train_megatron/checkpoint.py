@@ -32,6 +32,8 @@ class Checkpoints:
             out.update(ep=t.ep, etp=t.etp)
         if self.zero is not None:
             out["distributed_optimizer"] = True
+        if getattr(self, "native_optimizer", None) is not None:  # AdamW state of megatron-core's bucket shards: another layout than ZeRO-1's
+            out["distributed_optimizer"] = "megatron-core"
         if self.stage is not None:
             out["fully_shard"] = True
         if self.shape.stages and len(set(self.shape.stages)) > 1:  # uneven pipeline stages

@@ -11,7 +11,8 @@ Sequence split
     mask of a rank's queries is built from their global columns: causal over the whole sequence, padding keys hidden.
 Attention
     :class:`ContextParallelAttention` all-gathers the keys and values of the CP group (after the rotary embedding),
-    puts them in the sequence's order and runs megatron-core's ``DotProductAttention`` for this rank's queries
+    puts them in the sequence's order and runs megatron-core's ``DotProductAttention`` (computed by torch's fused
+    attention, :class:`rl_train_megatron.sdpa.SDPAttention`) for this rank's queries
     against the whole sequence. Backward: each rank's gradient of the gathered keys / values is summed over the
     group and every rank keeps its own columns (reduce-scatter; all-reduce + slice on gloo).
 Results
@@ -31,7 +32,8 @@ import functools
 import attrs
 import torch
 import torch.distributed as dist
-from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+from rl_train_megatron.sdpa import SDPAttention
 
 
 def cp_group():
@@ -165,8 +167,8 @@ def gather_columns(t: torch.Tensor, split: SeqSplit, group=None) -> torch.Tensor
     return gathered.index_select(1, gathered_order(split.s_pad, split.cp, t.device))
 
 
-class ContextParallelAttention(DotProductAttention):
-    """megatron-core's ``DotProductAttention`` over the CP group's whole sequence: this rank's queries
+class ContextParallelAttention(SDPAttention):
+    """megatron-core's ``DotProductAttention`` (computed by :class:`rl_train_megatron.sdpa.SDPAttention`) over the CP group's whole sequence: this rank's queries
     ``[s_pad / cp, b, np, hn]``, the keys / values of every CP rank (all-gathered, in the sequence's order), the
     mask :meth:`SeqSplit.mask` built for this rank's columns."""
 
@@ -184,7 +186,3 @@ class ContextParallelAttention(DotProductAttention):
         return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias, packed_seq_params)
 
 
-def use_in_spec(spec):
-    """The local GPT layer spec with :class:`ContextParallelAttention` as its core attention (in place; returned)."""
-    spec.submodules.self_attention.submodules.core_attention = ContextParallelAttention
-    return spec

@@ -64,7 +64,7 @@ from rl_core.train_engine.backend import TrainBackend, build_adamw, load_role_mo
 from rl_core.train_engine.engine import RoleEngine
 from rl_core.train_engine import offload
 
-from rl_train_megatron import convert, cpu_shims, fully_sharded, grads, parallel, zero
+from rl_train_megatron import convert, cpu_shims, dist_optimizer, fully_sharded, grads, linear, parallel, zero
 from rl_train_megatron import model as mmodel
 from rl_train_megatron import router_replay as rr_mod
 from rl_train_megatron import sequence_parallel as seq_par
@@ -76,6 +76,10 @@ from rl_train_megatron.pipeline import Pipe
 from rl_train_megatron.schedule import Schedule
 from rl_train_megatron import sigmoid_moe
 from rl_train_megatron.weights import WeightExport
+
+
+#: torch's fused AdamW on GPUs (False: foreach, bench/megatron_update_mfu_gpu.py's A/B; not a setting)
+FUSED_ADAMW = True
 
 
 def pipeline_stages(layers: int, pp: int, given: dict, vpp: int | None = None) -> tuple[tuple[int, ...], int]:
@@ -158,6 +162,7 @@ class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload
             chunk = mmodel.build_model(self.shape, self.hf_config, tp, pp, passed, cp=cp, ep=t.ep, etp=t.etp if self.shape.moe else None,
                                        vpp=vpp, vp_stage=v)
             convert.load_local_state(chunk, local)
+            linear.use_plain_linear(chunk)  # layers with nothing to communicate: F.linear (rl_train_megatron.linear)
             self.chunks.append(chunk)
         del full, local
         self.router_replay = rr_mod.MegatronRouterReplay(self.chunks, self.shape) if replay else None
@@ -185,11 +190,20 @@ class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload
         if self.param_offload:
             self._send("params", torch.device("cpu"))
         self.zero = None  # train.distributed_optimizer: AdamW state sharded over the replicas (rl_train_megatron.zero)
-        if self.trainable and getattr(config.train, "distributed_optimizer", False) and self.stage is None:  # (fully sharded: already)
+        # torch's fused AdamW kernel on a GPU, as the fsdp backend steps (one kernel over the fp32 state instead of
+        # foreach's several passes); the host steps of the optimizer offload keep torch's default
+        fused = {"fused": True} if FUSED_ADAMW and self.device.type == "cuda" and not (self.optimizer_cpu_offload or self.optimizer_offload) else {}
+        self.native_optimizer = None  # megatron-core's DistributedOptimizer (rl_train_megatron.dist_optimizer), where it runs
+        distributed = self.trainable and getattr(config.train, "distributed_optimizer", False) and self.stage is None  # (fully sharded: already)
+        self.reference_optimizer = dist_optimizer.problem(self, config) if distributed else None  # why ZeRO-1 (None: megatron-core's)
+        if distributed and self.reference_optimizer is None:
+            self.native_optimizer = dist_optimizer.NativeDistributedOptimizer(self.chunks[0], config, role, opts.ddp_config)
+            self.optimizer = self.native_optimizer.torch_optimizer  # (core's LR schedule and the checkpoints see the inner AdamW)
+        elif distributed:
             self.zero = self._sharded_state()
-            self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role)
+            self.optimizer = build_adamw(zero.OwnedParameters(self.zero.owned), config, role, **fused)
         elif self.trainable:
-            self.optimizer = build_adamw(self.model, config, role)
+            self.optimizer = build_adamw(self.model, config, role, **fused)
 
     def _sharded_state(self) -> "zero.ShardedState":
         dense, experts = parallel.grad_group(), parallel.expert_dp_group() if self.shape.moe else None
@@ -214,6 +228,8 @@ class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload
         (:mod:`rl_train_megatron.grads`)."""
         if self.stage is not None:  # train.options.fully_shard: summed by FSDP's reduce-scatter in the backward
             return fully_sharded.reduce_and_clip(self, max_norm)
+        if self.native_optimizer is not None:  # megatron-core's buckets, norm and clipping (rl_train_megatron.dist_optimizer)
+            return self.native_optimizer.reduce_and_clip(max_norm)
         pp_tied = self.shape.tied and self.topo.pp > 1
         grads.reduce_tied_embedding_grads(self.chunks[0] if self.chunks[0].pre_process else self.chunks[-1], pp_tied)
         if self.shape.qk_norm and self.topo.tp > 1:  # Qwen3's q/k norms: each TP rank's gradient covers its own heads only
@@ -238,7 +254,24 @@ class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload
 
     def zero_grad(self) -> None:
         """Every parameter's gradient (with the distributed optimizer the AdamW holds only this rank's own)."""
+        if self.native_optimizer is not None:  # megatron-core's gradient buffers
+            self.native_optimizer.zero_grad()
         self.model.zero_grad(set_to_none=True)
+
+    def runs_micro_batches(self) -> bool:
+        """megatron-core's schedule (PP > 1, :mod:`rl_train_megatron.core_pipeline`), or the distributed optimizer's
+        overlapped gradient reduce-scatter (it must know the mini-batch's last micro-batch)."""
+        native = self.native_optimizer
+        return super().runs_micro_batches() or (native is not None and native.overlap_grad_reduce)
+
+    def run_micro_batches(self, items, loss_of, *, temperature: float, with_entropy: bool, entropy_grad: bool) -> None:
+        if super().runs_micro_batches():
+            return super().run_micro_batches(items, loss_of, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+        items = list(items)
+        heads_kw = {"temperature": temperature, "with_entropy": with_entropy, "entropy_grad": entropy_grad}
+        for i, item in enumerate(items):  # the buckets' reduce-scatter starts in the last micro-batch's backward
+            with self.native_optimizer.no_sync(last=i == len(items) - 1):
+                self._reference_run([item], loss_of, heads_kw)
 
     def step_metrics(self) -> dict[str, float]:
         """MoE: ``<role>/moe/<loss>``, the routers' aux / z losses of the last mini-batch (mean over layers, micro-batches

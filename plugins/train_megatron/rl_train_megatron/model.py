@@ -4,7 +4,8 @@ forward passes.
 :func:`model_shape` reads what the conversion and the model need from the
 HF config (and rejects what they cannot express, naming the field);
 :func:`build_model` makes this rank's ``GPTModel`` (local layer spec: torch
-RMSNorm, Megatron Column/RowParallelLinear, ``DotProductAttention``) with
+RMSNorm, Megatron Column/RowParallelLinear, ``DotProductAttention`` computed by torch's fused attention:
+:mod:`rl_train_megatron.sdpa`) with
 fp32 parameters on the CPU, no initialisation (weights come from
 :mod:`rl_train_megatron.convert`).
 
@@ -42,6 +43,11 @@ CAUSAL_LM_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCaus
                            "HYV3ForCausalLM", "Glm4MoeForCausalLM")
 MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "hy_v3", "glm4_moe")
 MOE_TYPES = ("qwen2_moe", "qwen3_moe", "hy_v3", "glm4_moe")
+
+
+#: the layers' core attention: "sdpa" (:class:`rl_train_megatron.sdpa.SDPAttention`) or "unfused" (megatron-core's
+#: DotProductAttention as its local spec builds it; bench/megatron_update_mfu_gpu.py's A/B, not a setting)
+CORE_ATTENTION = "sdpa"
 
 
 class UnsupportedModelError(UserError, ValueError):
@@ -343,11 +349,16 @@ def _layer_spec(shape: ModelShape, config, cp: int, vpp: int, vp_stage: int):
     else:
         spec = get_gpt_layer_local_spec(num_experts=shape.experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=shape.qk_norm)
         layers = [spec]
-    if cp > 1:
-        from rl_train_megatron import context_parallel
+    from rl_train_megatron import sdpa
 
-        for layer in layers:
-            context_parallel.use_in_spec(layer)
+    if cp > 1:
+        from rl_train_megatron.context_parallel import ContextParallelAttention as core_attention
+    elif CORE_ATTENTION == "sdpa":
+        core_attention = sdpa.SDPAttention  # torch's fused attention in megatron-core's DotProductAttention slot
+    else:  # megatron-core's own unfused DotProductAttention (the bench's A/B)
+        return spec
+    for layer in layers:
+        sdpa.use_in_spec(layer, core_attention)
     return spec
 
 
@@ -384,8 +395,12 @@ def _gpt_model(GPTModel, config, spec, shape: ModelShape, pp: int, vpp: int, vp_
 
 
 # ------------------------------------------------------------------- forward
-def attention_mask(mask: torch.Tensor) -> torch.Tensor:
-    """``[b, s]`` padding mask (1 = token) -> ``[b, 1, s, s]`` bool, True where a query may not look."""
+def attention_mask(mask: torch.Tensor) -> torch.Tensor | None:
+    """``[b, s]`` padding mask (1 = token) -> ``[b, 1, s, s]`` bool, True where a query may not look; None (causal:
+    :class:`rl_train_megatron.sdpa.SDPAttention` runs the causal kernel, flash attention on GPUs) when no column is
+    padding."""
+    if CORE_ATTENTION == "sdpa" and bool(mask.all()):
+        return None
     s = mask.shape[1]
     causal = torch.ones(s, s, dtype=torch.bool, device=mask.device).triu(1)
     return causal[None, None] | ~mask.bool()[:, None, None, :]
@@ -393,7 +408,14 @@ def attention_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def rotary_angles(model, position_ids: torch.Tensor) -> torch.Tensor:
     """``[s, b, 1, head_dim]`` rotary angles at the given positions (non-interleaved halves, as transformers)."""
-    inv = model.rotary_pos_emb.inv_freq.to(position_ids.device)
+    rope = model.rotary_pos_emb
+    inv = rope.inv_freq
+    if inv.device != position_ids.device:  # a plain attribute (model.to does not move it): one copy kept on the device
+        src, cached = getattr(rope, "_rl_inv_freq", (None, None))
+        if src is not inv or cached.device != position_ids.device:
+            cached = inv.to(position_ids.device)
+            rope._rl_inv_freq = (inv, cached)
+        inv = cached
     freqs = position_ids.float()[..., None] * inv  # [b, s, d/2]
     return torch.cat((freqs, freqs), dim=-1).transpose(0, 1)[:, :, None, :]
 

@@ -39,19 +39,25 @@ WHY = {
     "virtual_stages": "megatron-core's interleaved layer layout, run by rl-core's one-micro-batch loop: no bubble savings, only more "
                       "point-to-point hops (megatron-core's interleaved schedule is not used)",
     "distributed_optimizer": "rl-core's ZeRO-1 (rl_train_megatron.zero: AdamW state sharded over the data-parallel ranks, parameters "
-                             "broadcast after the step), not megatron-core's DistributedOptimizer (no bucketed, overlapped reduce-scatter "
-                             "/ all-gather)",
+                             "broadcast after the step). megatron-core's DistributedDataParallel + DistributedOptimizer (bucketed "
+                             "reduce-scatter, train.options.ddp_config.overlap_grad_reduce) is built (rl_train_megatron.dist_optimizer: "
+                             "ZeRO-1's numbers on the CPU with test-only device patches) and off until a GPU run has gone through it "
+                             "(bench/megatron_update_mfu_gpu.py's megatron-distopt row)",
     "context_parallel": "rl-core's key/value all-gather attention (rl_train_megatron.context_parallel, MindSpeed's kvallgather); "
                         "megatron-core's ring attention needs TransformerEngine",
-    "fused_adam": "torch.optim.AdamW (foreach); megatron-core's fused Adam needs apex or TransformerEngine, neither installed",
+    "fused_adam": "torch.optim.AdamW with its fused kernel on GPUs (as the fsdp backend steps); megatron-core's FusedAdam needs apex or "
+                  "TransformerEngine, neither installed",
     "fused_rmsnorm": "megatron-core's local layer spec: torch's RMSNorm (no apex / TransformerEngine fused norm)",
     "fused_rope": "the rotary embedding computed by rl-core from the batch's position ids (rl_train_megatron.model), not megatron-core's "
                   "fused RoPE kernel",
-    "fused_cross_entropy": "rl-core's vocabulary-parallel log-probs / entropy (rl_train_megatron.model.vocab_parallel_log_probs), not "
-                           "megatron-core's fused cross-entropy",
+    "fused_cross_entropy": "with TP 1 the fsdp backend's chunked LM head (rl_core.logprobs, model.logprob_chunk_size; on GPUs by default), "
+                           "with TP > 1 rl-core's vocabulary-parallel log-probs / entropy (rl_train_megatron.model.vocab_parallel_log_probs); "
+                           "not megatron-core's fused cross-entropy",
     "transformer_engine": "not used: PyPI has transformer-engine-cu12 2.20.2 as a wheel, but its torch extension "
                           "(transformer-engine-torch 2.20.2) only as a source distribution, built against the local torch + CUDA "
-                          "toolkit; the engine builds megatron-core's local (plain torch) layer spec",
+                          "toolkit; the engine builds megatron-core's local (plain torch) layer spec with torch's fused attention "
+                          "(scaled_dot_product_attention: flash / memory-efficient kernels, rl_train_megatron.sdpa) in its "
+                          "DotProductAttention slot and F.linear where a layer has no tensor-parallel peer (rl_train_megatron.linear)",
 }
 
 VPP_KEY = "train.options.virtual_pipeline_model_parallel_size"

@@ -43,6 +43,8 @@ class Offload:
             self.offload_log.append(("optimizer step", "cpu", offload.host_step(self.optimizer, self.offload_fraction)))
         elif self.optimizer_offload:
             self.offload_log.append(("optimizer state", "chunks", offload.streamed_step(self.optimizer, self.device, self.offload_chunk_bytes)))
+        elif getattr(self, "native_optimizer", None) is not None:  # megatron-core's DistributedOptimizer (rl_train_megatron.dist_optimizer)
+            self.native_optimizer.step()
         else:
             self.optimizer.step()
         if self.zero is not None:  # each owner's updated parameters to the other replicas

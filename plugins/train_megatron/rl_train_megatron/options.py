@@ -37,6 +37,12 @@ host to host (what the tests check); none of it was run on a GPU here.
     sharding on torch's FSDP2 kernels. Dense models with TP x DP; not with pipeline / virtual stages, context
     parallelism, MoE models, LoRA or offload (refused by key).
 
+``ddp_config``
+    Fields of megatron-core's ``DistributedDataParallelConfig`` for ``train.distributed_optimizer`` where megatron-core's
+    DistributedOptimizer runs (:mod:`rl_train_megatron.dist_optimizer`; verl's ``megatron.override_ddp_config``):
+    ``overlap_grad_reduce`` (the buckets' reduce-scatter overlapped with the last micro-batch's backward) and
+    ``bucket_size``; others are refused by name (``overlap_param_gather``: not built here).
+
 ``transformer_config``
     Fields of megatron-core's ``TransformerConfig`` passed to the model the engine builds (verl's
     ``megatron.override_transformer_config``): activation recomputation (``recompute_granularity``,
@@ -67,6 +73,9 @@ class MegatronOptions(Options):
     transformer_config: dict[str, Any] = attrs.field(factory=dict)
     # fully sharded data parallelism (verl's megatron.use_megatron_fsdp): rl_train_megatron.fully_sharded
     fully_shard: bool = False
+    # megatron-core's DistributedDataParallelConfig fields for train.distributed_optimizer on GPUs (verl's
+    # megatron.override_ddp_config): DDP_KEYS
+    ddp_config: dict[str, Any] = attrs.field(factory=dict)
 
 
 #: model.enable_gradient_checkpointing on the megatron backend: each layer's input kept, the layer recomputed in backward
@@ -158,6 +167,30 @@ FIXED: dict[str, Any] = dict(
     use_cpu_initialization=True,
     perform_initialization=False,
 )
+
+
+#: train.options.ddp_config keys passed to megatron-core's DistributedDataParallelConfig, with their types
+DDP_KEYS = {"overlap_grad_reduce": bool, "bucket_size": (int, type(None))}
+
+
+def ddp_config_problems(given) -> list[tuple[str, str]]:
+    """``(key, why)`` for each ``train.options.ddp_config`` entry that is not passed through (unknown or mistyped)."""
+    if given is None:
+        return []
+    if not isinstance(given, dict):
+        return [("", f"is {type(given).__name__}, a mapping of {', '.join(DDP_KEYS)} was expected")]
+    out = []
+    for key, value in given.items():
+        kind = DDP_KEYS.get(key)
+        if kind is None:
+            why = ("overlaps the parameter all-gather with the next forward; not built here (the weight sync would read "
+                   "parameters before their gather)") if key == "overlap_param_gather" else f"is not passed through (passed: {', '.join(DDP_KEYS)})"
+            out.append((key, why))
+        elif isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+            out.append((key, f"is {value!r}; expected {'true / false' if kind is bool else 'a number of elements or null'}"))
+        elif key == "bucket_size" and value is not None and value < 1:
+            out.append((key, f"is {value}; a bucket holds at least one element (null: megatron-core's default)"))
+    return out
 
 
 def fully_shard_problems(config, moe_type: str | None = None) -> list[tuple[str, str, str]]:

@@ -19,6 +19,7 @@ from rl_core.cards import TrainCard
 from rl_core.problems import Problem, nearest_divisors
 
 from rl_train_megatron.native import FEATURES, check_native
+from rl_train_megatron.options import ddp_config_problems
 from rl_train_megatron.router_checks import MOE_TYPES, check_model_fields, num_experts, router_field
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "HYV3ForCausalLM",
@@ -224,6 +225,9 @@ def check_unsupported_options(config) -> list[Problem]:
         out.append(Problem(key="train.options.optimizer_offload_fraction", what=f"is {fraction} without train.options.optimizer_cpu_offload: "
                            "it is the share of the CPU optimizer's parameters (megatron-core reads it only then)",
                            fix="set train.options.optimizer_cpu_offload=true, or leave optimizer_offload_fraction at 1"))
+    for name, why in ddp_config_problems(opts.get("ddp_config")):  # megatron-core's DistributedDataParallelConfig fields passed through
+        out.append(Problem(key="train.options.ddp_config" + (f".{name}" if name else ""), what=why,
+                           fix="pass only train.options.ddp_config.overlap_grad_reduce (true / false) and bucket_size (elements), or remove the key"))
     if getattr(config.actor, "pad_to_length", False):
         out.append(Problem(
             key="actor.pad_to_length",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import attrs
 import torch
+from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
+from rl_core.logprobs import chunked_log_probs
 from rl_core.modeling import response_columns_in_use
 from rl_core.train_engine.backend import Heads
 
@@ -82,6 +84,13 @@ class Schedule:
 
     def _log_probs_head(self, h: torch.Tensor, y, temperature: float, with_entropy: bool, entropy_grad: bool, cut: int, split=None):
         R = y["responses"].shape[1]
+        chunk = self._logprob_chunk()
+        if chunk and split is None and self.topo.tp == 1:  # the fsdp backend's chunked LM head (rl_core.logprobs): no [b, R, V] fp32 logits
+            model = self.chunks[-1]
+            weight = model.shared_embedding_or_output_weight() if model.share_embeddings_and_output_weights else model.output_layer.weight
+            lp, ent = chunked_log_probs(h[-R - 1 : -1].transpose(0, 1), weight, y["responses"], temperature=temperature, with_entropy=with_entropy,
+                                        entropy_grad=entropy_grad, chunk_size=chunk)
+            return (torch.nn.functional.pad(lp, (0, cut)), torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None) if cut else (lp, ent)
         # CP: this rank's columns that predict a response token (their labels: the next tokens), gathered after
         picked = split.predicting(R) if split is not None else None
         logits = mmodel.local_logits(self.chunks[-1], h[-R - 1 : -1] if split is None else h.index_select(0, picked))
@@ -96,6 +105,12 @@ class Schedule:
             lp = torch.nn.functional.pad(lp, (0, cut))
             ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
         return lp, ent
+
+    def _logprob_chunk(self) -> int:
+        """``model.logprob_chunk_size`` as the fsdp backend reads it: tokens per chunk of the LM head (0: the whole
+        response at once, :func:`rl_train_megatron.model.vocab_parallel_log_probs`); unset: chunked on GPUs only."""
+        chunk = self.config.model.logprob_chunk_size
+        return (DEFAULT_LOGPROB_CHUNK if self.device.type != "cpu" else 0) if chunk is None else int(chunk)
 
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
         """This rank's stage; the heads on the last stage. Inference: broadcast to every stage; training: None on the
