@@ -190,9 +190,9 @@ def test_compute_advantage_dispatches_through_the_registry():
 
 
 @pytest.mark.parametrize("name, missing", [("gae", "values"), ("grpo", "index")])
-def test_compute_advantage_checks_declared_needs(name, missing, registry=None):
+def test_compute_advantage_checks_declared_needs(name, missing):
     with pytest.raises(ValueError, match=missing):
-        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), registry=registry)
+        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
 
 
 def test_compute_advantage_unknown_name_lists_installed():
