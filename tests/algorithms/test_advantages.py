@@ -190,9 +190,10 @@ def test_compute_advantage_dispatches_through_the_registry():
 
 
 @pytest.mark.parametrize("name, missing", [("gae", "values"), ("grpo", "index")])
-def test_compute_advantage_checks_declared_needs(name, missing):
+def test_compute_advantage_checks_declared_needs(name, missing, registry=None):
+    card = None if registry is None else registry.get("estimator", name)  # a plugin's estimator: its card
     with pytest.raises(ValueError, match=missing):
-        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
+        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), card=card)
 
 
 def test_compute_advantage_unknown_name_lists_installed():
