@@ -55,10 +55,11 @@ def make_batch(records: list[dict], n: int, reward: str, offset: int = 0):
 def measure(batches: list, num_workers: int) -> dict:
     """Score ``batches[0]`` as a warm-up, then time each of the others."""
     from rl_core.config.schema import RewardConfig
+    from rl_core.plugins import get_registry
     from rl_core.rewards.manager import RewardManager
 
     cfg = RewardConfig(num_workers=num_workers, timeout_s=30.0)
-    with RewardManager(cfg) as manager:
+    with RewardManager(cfg, get_registry()) as manager:
         t0 = time.perf_counter()
         manager.score(batches[0])  # warm-up: pool start, scorer imports
         warmup = time.perf_counter() - t0

@@ -117,12 +117,13 @@ def _third_party_registry():
 
 def test_third_party_estimator_and_loss_go_through_the_same_calls():
     registry = _third_party_registry()
-    adv, _ = compute_advantage("negated", registry=registry, token_level_rewards=t([[1.0, 2.0]]),
+    adv, _ = compute_advantage("negated", card=registry.get("estimator", "negated"), token_level_rewards=t([[1.0, 2.0]]),
                                response_mask=t([[1, 0]]), index=torch.tensor([0]))
     close(adv, [[-1.0, 0.0]])
     with pytest.raises(ValueError, match="index"):  # declared needs are checked for third parties too
-        compute_advantage("negated", registry=registry, token_level_rewards=t([[1.0]]), response_mask=t([[1]]))
-    loss, m = compute_actor_loss(**_batch(), cfg=attrs.evolve(ActorConfig(), policy_loss="constant"), registry=registry)
+        compute_advantage("negated", card=registry.get("estimator", "negated"), token_level_rewards=t([[1.0]]), response_mask=t([[1]]))
+    loss, m = compute_actor_loss(**_batch(), cfg=attrs.evolve(ActorConfig(), policy_loss="constant"),
+                                 policy_loss=registry.get("policy_loss", "constant").load())
     close(loss, 42.0)
     assert m["actor/pg_clipfrac"] == 0.0
     # built-ins are still there next to the third-party cards

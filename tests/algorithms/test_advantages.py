@@ -191,8 +191,9 @@ def test_compute_advantage_dispatches_through_the_registry():
 
 @pytest.mark.parametrize("name, missing", [("gae", "values"), ("grpo", "index")])
 def test_compute_advantage_checks_declared_needs(name, missing, registry=None):
+    card = None if registry is None else registry.get("estimator", name)  # a plugin's estimator: its card
     with pytest.raises(ValueError, match=missing):
-        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), registry=registry)
+        A.compute_advantage(name, token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), card=card)
 
 
 def test_compute_advantage_unknown_name_lists_installed():
@@ -200,3 +201,13 @@ def test_compute_advantage_unknown_name_lists_installed():
 
     with pytest.raises(UnknownCardError, match="grpo"):
         A.compute_advantage("no_such_estimator", token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]))
+
+
+def test_compute_advantage_takes_a_card_not_a_registry():
+    """Run-time code reads no registry (issue 46): an old ``registry=`` caller gets the fix, not the estimator's TypeError."""
+    from rl_core.plugins import Registry
+
+    with pytest.raises(TypeError, match=r"card=registry.get\('estimator', 'grpo'\)"):
+        A.compute_advantage("grpo", registry=Registry(), token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), index=torch.tensor([0]))
+    with pytest.raises(Exception, match=r"registry.get\('estimator', 'rloo'\)"):  # a plugin's name without its card
+        A.compute_advantage("rloo", token_level_rewards=t([[1.0]]), response_mask=t([[1.0]]), index=torch.tensor([0]))

@@ -75,7 +75,8 @@ def _garbage(x, mask, fill):
 def no_leak_into_estimator(batch, name, fill, kwargs, registry=None):
     """The estimator ``name`` gives the same outputs whatever the masked positions hold, and 0 there."""
     rewards, mask, index, values = batch
-    kwargs = dict(response_mask=mask, index=index, baseline_rewards=values[:, 0], registry=registry, **kwargs)
+    card = None if registry is None else registry.get("estimator", name)  # a plugin's estimator: its card
+    kwargs = dict(response_mask=mask, index=index, baseline_rewards=values[:, 0], card=card, **kwargs)
     a1, r1 = A.compute_advantage(name, token_level_rewards=rewards, values=values, **kwargs)
     a2, r2 = A.compute_advantage(name, token_level_rewards=_garbage(rewards, mask, fill),
                                  values=_garbage(values, mask, fill), **kwargs)

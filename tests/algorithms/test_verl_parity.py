@@ -56,7 +56,7 @@ def _estimator_call(fx, key, registry=None):
     )
     adv, ret = compute_advantage(
         name,
-        registry=registry,
+        card=None if registry is None else registry.get("estimator", name),  # a plugin's estimator: its card
         token_level_rewards=rewards,
         response_mask=x["response_mask"],
         index=case.get("index", x["index"]),
@@ -123,7 +123,8 @@ def test_policy_losses_match_verl(fx, key, registry=None):
     torch.manual_seed(fx["meta"]["clip_cov_seed"])
     loss, metrics = compute_actor_loss(
         log_prob=lp, old_log_prob=x["old_log_prob"], advantages=x["advantages"], response_mask=x["agg_mask"],
-        rollout_is_weights=fx["policy_loss"]["_rollout_is_weights"] if case["is_weights"] else None, cfg=cfg, registry=registry,
+        rollout_is_weights=fx["policy_loss"]["_rollout_is_weights"] if case["is_weights"] else None, cfg=cfg,
+        policy_loss=None if registry is None else registry.get("policy_loss", cfg.policy_loss).load(),  # a plugin's loss: loaded from its card
     )
     loss.backward()
     close(loss, case["loss"], what=f"{key} loss")

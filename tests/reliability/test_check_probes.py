@@ -135,7 +135,7 @@ def test_an_estimator_with_a_broken_contract_is_named(case):
     problems = estimator_problems(config, registry)
     # and in a run: the same contract, checked where the loop calls it
     with pytest.raises(EstimatorOutputError) as info:
-        compute_advantage("bad", registry=registry, token_level_rewards=torch.zeros(8, 5), response_mask=torch.ones(8, 5),
+        compute_advantage("bad", card=registry.get("estimator", "bad"), token_level_rewards=torch.zeros(8, 5), response_mask=torch.ones(8, 5),
                           index=torch.arange(8) // 4)
     ok = len(problems) == 1 and expected in problems[0].what and "rl-bad-estimator" in problems[0].what and expected in str(info.value)
     tally.record("check_probes", case, ok)

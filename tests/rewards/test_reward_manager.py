@@ -165,17 +165,17 @@ def test_custom_function_from_a_file(tmp_path):
 def test_custom_file_errors(tmp_path):
     missing = str(tmp_path / "nope.py")
     with pytest.raises(RewardConfigError, match=r"reward.custom.path: .*nope.py' does not exist"):
-        RewardManager(RewardConfig(custom=CustomRewardConfig(path=missing)))
+        RewardManager(RewardConfig(custom=CustomRewardConfig(path=missing)), Registry())
     path = write(tmp_path, "def other(**kw):\n    return 1.0\nNOT_A_FUNCTION = 3\n")
     with pytest.raises(RewardConfigError, match=r"defines no 'compute_score'; functions it defines: other"):
-        RewardManager(RewardConfig(custom=CustomRewardConfig(path=path)))
+        RewardManager(RewardConfig(custom=CustomRewardConfig(path=path)), Registry())
     with pytest.raises(RewardConfigError, match=r"'NOT_A_FUNCTION' .* is a int, not a function"):
-        RewardManager(RewardConfig(custom=CustomRewardConfig(path=path, name="NOT_A_FUNCTION")))
+        RewardManager(RewardConfig(custom=CustomRewardConfig(path=path, name="NOT_A_FUNCTION")), Registry())
     broken = write(tmp_path, "import not_a_module_anywhere\n", "broken.py")
     with pytest.raises(RewardConfigError, match=r"importing .*broken.py' raised ModuleNotFoundError"):
-        RewardManager(RewardConfig(custom=CustomRewardConfig(path=broken)))
+        RewardManager(RewardConfig(custom=CustomRewardConfig(path=broken)), Registry())
     with pytest.raises(RewardConfigError, match="both set"):
-        RewardManager(RewardConfig(name="gsm8k", custom=CustomRewardConfig(path=path, name="other")))
+        RewardManager(RewardConfig(name="gsm8k", custom=CustomRewardConfig(path=path, name="other")), Registry())
 
 
 # ---------------------------------------------------------- token placement

@@ -32,7 +32,7 @@ def test_weights_and_an_unused_rule_reward():
     got = keys(mixing_problems(cfg))
     assert "not a part" in got["reward.weights.a.modle"].what and "reward_model.enable" in got["reward.weights.b.model"].fix
     with pytest.raises(RewardConfigError, match="reward.weights.a.modle"):
-        RewardManager(cfg.reward)
+        RewardManager(cfg.reward, None)
     cfg = with_reward_model(attrs.evolve(RunConfig(), reward=RewardConfig(name="gsm8k")), enable=True, path="x")
     warn = keys(mixing_problems(cfg), "warning")["reward.name"]
     assert "model's score alone" in warn.what and "reward.weights" in warn.fix

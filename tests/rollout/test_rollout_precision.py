@@ -33,14 +33,14 @@ def test_the_hf_rollout_is_refused_and_fp8_engines_pass():
 
 @pytest.mark.parametrize("capability,refused", [((8, 0), True), ((8, 6), True), ((8, 9), False), ((9, 0), False), ((10, 0), False)])
 def test_devices_without_fp8_are_refused(capability, refused):
-    problems = precision.device_problems(_config(), capability=capability)
+    problems = precision.device_problems(_config(), _registry(), capability=capability)
     assert bool(problems) == refused
     if refused:
         assert f"{capability[0]}.{capability[1]}" in problems[0].what and "rollout.precision=auto" in problems[0].fix
 
 
 def test_fp8_on_a_cpu_is_refused():
-    (problem,) = precision.device_problems(_config(device="cpu"), capability=(9, 0))
+    (problem,) = precision.device_problems(_config(device="cpu"), _registry(), capability=(9, 0))
     assert "GPUs only" in problem.what
 
 

@@ -35,11 +35,11 @@ from rl_core.algorithms.builtin import builtin_card
 _PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipfrac_lower": "actor/pg_clipfrac_lower"}
 
 
-def get_policy_loss(name: str, registry: Any = None) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
-    """The policy-loss function registered as ``name`` in ``registry``; without one, the built-in loss of that name
-    (a run passes the plan's loaded function instead: nothing is looked up while it trains)."""
+def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
+    """Core's built-in policy loss named ``name``, for code without a plan (a run passes the plan's loaded function:
+    no registry is read while it trains; a plugin's loss comes from the plan, or ``registry.get(...).load()``)."""
 
-    return (registry.get("policy_loss", name) if registry is not None else builtin_card("policy_loss", name)).load()
+    return builtin_card("policy_loss", name).load()
 
 
 def compute_actor_loss(
@@ -53,7 +53,6 @@ def compute_actor_loss(
     rollout_is_weights: Tensor | None = None,
     cfg: Any,
     policy_loss: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None = None,
-    registry: Any = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Actor loss for one micro-batch (see the module docstring for the formula).
 
@@ -75,13 +74,13 @@ def compute_actor_loss(
             ``kl_loss_type``; ``policy_loss_options`` and ``loss_scale_factor``
             if the config has them).
         policy_loss: the loaded policy-loss function (the engine passes the one the resolver loaded);
-            None looks ``cfg.policy_loss`` up in ``registry``, else among the built-in losses.
+            None: the built-in loss ``cfg.policy_loss`` names (:func:`get_policy_loss`).
 
     Returns:
         (0-d float32 loss, metrics).
     """
     mode = cfg.loss_agg_mode
-    pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss, registry)
+    pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss)
     options = dict(getattr(cfg, "policy_loss_options", None) or {})
     norm_length = getattr(cfg, "loss_scale_factor", None)
     if norm_length is not None:

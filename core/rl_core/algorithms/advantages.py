@@ -284,7 +284,7 @@ def grpo(
 
 
 # ------------------------------------------------------------ dispatch
-def compute_advantage(name: str, *, registry: Any = None, card: Any = None, fn: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
+def compute_advantage(name: str, *, card: Any = None, fn: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
     """Run the estimator registered as ``name`` (built-in or third-party) with ``kwargs``.
 
     ``kwargs`` are the common estimator arguments (module docstring). Before
@@ -292,11 +292,13 @@ def compute_advantage(name: str, *, registry: Any = None, card: Any = None, fn: 
     clear error for any estimator: ``needs_critic`` -> ``values``,
     ``needs_groups`` -> ``index``, ``needs_greedy_baseline`` ->
     ``baseline_rewards``. The loop passes the resolved ``card`` and its loaded
-    function ``fn`` (:class:`rl_core.plan.resolver.Plan`); without them ``name`` is
-    looked up in ``registry`` when given, else among the built-in estimators.
+    function ``fn`` (:class:`rl_core.plan.resolver.Plan`); no registry is read here: without
+    ``card``, ``name`` is one of core's built-in estimators (code without a plan passes a plugin's card itself).
     """
+    if "registry" in kwargs:
+        raise TypeError(f"compute_advantage({name!r}) takes the estimator's card (card=registry.get('estimator', {name!r})), not a registry")
     if card is None:
-        card = registry.get("estimator", name) if registry is not None else builtin_card("estimator", name)
+        card = builtin_card("estimator", name)
     needs = (
         ("needs_critic", "values", "a critic's values"),
         ("needs_groups", "index", "group ids (rollout.n > 1)"),

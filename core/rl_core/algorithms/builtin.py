@@ -62,5 +62,5 @@ def builtin_card(kind: str, name: str) -> EstimatorCard | PolicyLossCard:
     cards = {c.name: c for c in found}
     if name not in cards:
         raise UnknownCardError(f"no built-in {kind} named {name!r} (built in: {', '.join(sorted(cards))}); a plugin's {kind} comes "
-                          "from the run's plan, or pass its registry")
+                          f"from the run's plan, or pass its card: registry.get({kind!r}, {name!r})")
     return cards[name]

@@ -118,14 +118,15 @@ def _spec_from_card(card: RewardCard) -> ScorerSpec:
 class RewardManager:
     """Scores batches; owns the scorer pool (use as a context manager, or call :meth:`close`).
 
-    A run builds it from its plan (:meth:`for_stack`); code without a plan passes a ``registry``
-    (:func:`rl_core.plugins.get_registry`, or one that controls exactly which rewards exist: tests). ``start_method`` is the
+    A run builds it from its plan (:meth:`for_stack`: no registry is read); code without a plan passes a ``registry``
+    (:func:`rl_core.plugins.get_registry`, or one that controls exactly which rewards exist: tests; any value with
+    ``reward.custom.path``, which reads no card). ``start_method`` is the
     multiprocessing start method of the pool (default ``forkserver`` where
     available, else ``spawn``; never ``fork`` with torch loaded).
     """
 
     def __init__(
-        self, cfg: Any, registry: Any = None, *, start_method: str | None = None, model_name: str | None = None, _resolved: Any = None
+        self, cfg: Any, registry: Any, *, start_method: str | None = None, model_name: str | None = None, _resolved: Any = None
     ) -> None:
         self.cfg = cfg
         weights = getattr(cfg, "weights", None) or {}
@@ -190,6 +191,7 @@ class RewardManager:
         config = stack.config
         return cls(
             config.reward,
+            None,
             start_method=start_method,
             model_name=config.reward_model.name if config.reward_model.enable else None,
             _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors),

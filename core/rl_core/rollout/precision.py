@@ -21,7 +21,6 @@ import attrs
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
-from rl_core.plugins import get_registry
 from rl_core.problems import Problem
 
 PRECISIONS = ("auto", "fp8")
@@ -41,18 +40,14 @@ def apply_defaults(config: Any) -> Any:
     return attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=True), algorithm=algorithm)
 
 
-def _registry(registry: Any):
-    return get_registry() if registry is None else registry
-
-
-def backend_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """``rollout.precision=fp8`` with a rollout backend whose card does not declare ``fp8``."""
+def backend_problems(config: Any, registry: Any) -> list[Problem]:
+    """``rollout.precision=fp8`` with a rollout backend whose card does not declare ``fp8`` (in ``registry``: the check's)."""
     if config.rollout.precision == "auto":
         return []
     if config.model.dtype == "float32":
         return [Problem(key="rollout.precision", what="is 'fp8' but model.dtype is float32: the engines quantize 16-bit weights to FP8 only",
                         fix="model.dtype=bfloat16 (or auto on a GPU), or rollout.precision=auto")]
-    cards = _registry(registry).cards["rollout"]
+    cards = registry.cards["rollout"]
     card = cards.get(config.rollout.name)
     if card is None or getattr(card, "fp8", False):
         return []
@@ -62,8 +57,9 @@ def backend_problems(config: Any, registry: Any = None) -> list[Problem]:
                     "it would quantize and dequantize every weight and only cost time", fix=fix + "rollout.precision=auto")]
 
 
-def device_problems(config: Any, registry: Any = None, capability: tuple[int, int] | None = None) -> list[Problem]:
-    """FP8 needs a GPU of compute capability >= 8.9 (``capability``: that of this machine's first GPU when None)."""
+def device_problems(config: Any, registry: Any, capability: tuple[int, int] | None = None) -> list[Problem]:
+    """FP8 needs a GPU of compute capability >= 8.9 (``capability``: that of this machine's first GPU when None;
+    ``registry``: the check's, unused)."""
     if config.rollout.precision != "fp8":
         return []
     fix = "rollout.precision=auto (the rollout in model.dtype), or a GPU with FP8 tensor cores (compute capability >= 8.9: L4, L40, H100, H200, B200)"

@@ -94,7 +94,7 @@ def test_remax_bf16():
 
 # ---------------------------------------------------------- through the registry
 def test_compute_advantage_dispatches_through_the_registry():
-    adv, _ = compute_advantage("rloo", registry=get_registry(), token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK,
+    adv, _ = compute_advantage("rloo", card=get_registry().get("estimator", "rloo"), token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK,
                                index=GROUP_INDEX, gamma=1.0, lam=1.0, options=None)
     expected, _ = A.rloo(token_level_rewards=GROUP_REWARDS, response_mask=GROUP_MASK, index=GROUP_INDEX)
     torch.testing.assert_close(adv, expected)
