@@ -278,10 +278,6 @@ def _profiler(cfg: Any) -> Problem | None:
                        severity="warning")
     if any(not isinstance(s, int) or s < 1 for s in p.steps):
         return Problem(key="profiler.steps", what=f"{p.steps} holds a value that is not a step number (1, 2, ...)", fix="e.g. profiler.steps=[2,5]")
-    if cfg.async_.max_staleness > 0:
-        return Problem(key="profiler.tool", what=f"is set with async.max_staleness={cfg.async_.max_staleness}: a step's generation then runs during "
-                       "another step's update, so a step's calls cannot be told apart (not supported together)",
-                       fix="profile a synchronous run (async.max_staleness=0), or unset profiler.tool")
     if all(getattr(p, r) is False for r in roles):
         return Problem(key="profiler.actor", what="and every other role under profiler are false while profiler.tool is set: nothing would be recorded",
                        fix="set profiler.<role>=true for the roles to record (none set records every role)")

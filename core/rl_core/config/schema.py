@@ -534,23 +534,6 @@ class TrainerConfig(Sectioned):
 
 
 @attrs.frozen(kw_only=True)
-class AsyncConfig:
-    """Off-policy training with a rollout pool of its own (``rollout.n_gpus_per_node``): the rl-async package (plugins/async_rl).
-
-    The config key is ``async`` (a Python keyword: the field is ``RunConfig.async_``)."""
-
-    # 0: synchronous (generate, update, sync in turn); 1: generation of step k+1 overlaps the update of step k; s: bounded
-    max_staleness: int = num(0, ge=0, hint="policy versions a batch may lag behind the trainer; 0 is synchronous")
-    on_stale: str = choice("drop", ("drop", "wait"), hint="drop: skip a too-old batch; wait: generate its prompts again")
-    sync_timeout_s: float = num(60.0, gt=0, hint="seconds a weight transfer may take before the run stops, e.g. 60")
-    bucket_mb: float = num(256.0, gt=0, hint="MiB of weights per broadcast, e.g. 256")
-    # max_staleness >= 1: the train pool broadcasts its weights from a thread and goes on with the next step; the
-    # rollout pool receives them before its next generation (one extra copy of the weights in the sender's memory).
-    # null: on for a CPU run (gloo), off on GPUs
-    overlap_sync: bool | None = None
-
-
-@attrs.frozen(kw_only=True)
 class ProfilerConfig:
     """torch.profiler traces of chosen steps (:mod:`rl_core.util.profiling`; verl's ``global_profiler`` with tool=torch)."""
 
@@ -584,5 +567,4 @@ class RunConfig(Sectioned):
     reward: RewardConfig = field(factory=RewardConfig)
     reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
-    async_: AsyncConfig = field(factory=AsyncConfig)  # config key "async" (rl_core.config.load.KEYWORD_SECTIONS)
     profiler: ProfilerConfig = field(factory=ProfilerConfig)

@@ -903,8 +903,8 @@ def describe_plan(stack: Plan) -> str:
             "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
             "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
             "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively"))
-    if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async)
-        s = cfg.async_.max_staleness
+    if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async; its config section "async")
+        s = getattr(getattr(cfg, "async_", None), "max_staleness", 0)
         lines.append(
             f"rollout: {stack.sizes.pools['rollout'][0]} worker(s) of its own, weights sent after every update; "
             + ("synchronous (async.max_staleness=0)" if s == 0 else f"off-policy by up to {s} version(s): step k+1 generates during step k's update")

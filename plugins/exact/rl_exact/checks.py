@@ -44,9 +44,10 @@ def exact_problems(config: Any, registry: Any) -> list[Problem]:
     if not config.rollout.calculate_log_probs:
         problems.append(Problem(key="rollout.calculate_log_probs", what=f"is false but {KEY}=true is about the rollout's log-probs",
                                 fix=f"set rollout.calculate_log_probs=true, {off}"))
-    if config.async_.max_staleness > 0 and config.rollout.mismatch.max_abs_diff is None:
+    stale = getattr(getattr(config, "async_", None), "max_staleness", 0)  # rl-async's section, when installed
+    if stale > 0 and config.rollout.mismatch.max_abs_diff is None:
         problems.append(Problem(
-            key="async.max_staleness", what=f"is {config.async_.max_staleness} with {KEY}=true: the rollout samples with weights up to that "
+            key="async.max_staleness", what=f"is {stale} with {KEY}=true: the rollout samples with weights up to that "
             "many updates old, so its log-probs are not the trainer's and the exact-mode bound (0) would stop the run at the first stale batch",
             fix=f"set async.max_staleness=0, or a bound that allows staleness (rollout.mismatch.max_abs_diff=...), {off}"))
     for key, on, why in (
