@@ -315,7 +315,8 @@ def _checkpoint_contents(cfg: Any) -> list[Problem]:
 def _gen_batch_size(cfg: Any) -> Problem | None:
     """data.gen_batch_size is read by dynamic sampling only (rl-algorithms' algorithm.filter_groups; its checks come with it)."""
     data = cfg.data
-    if not cfg.algorithm.filter_groups.enable and data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+    sampling = getattr(getattr(cfg.algorithm, "filter_groups", None), "enable", False)  # rl-algorithms' section
+    if not sampling and data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
         return Problem(key="data.gen_batch_size", what=f"is {data.gen_batch_size} but only dynamic sampling generates more prompts than a step trains on",
                        fix="set algorithm.filter_groups.enable=true (with algorithm.filter_groups.metric), or unset data.gen_batch_size")
     return None

@@ -398,19 +398,6 @@ class RolloutCorrectionConfig:
 
 
 @attrs.frozen(kw_only=True)
-class FilterGroupsConfig:
-    """DAPO's dynamic sampling (rl-algorithms: rl_algorithms.dynamic_sampling): generate rounds of data.gen_batch_size prompts,
-    drop the groups whose ``metric`` is the same for all n samples, until data.train_batch_size groups are kept."""
-
-    enable: bool = False
-    # acc (the reward's "acc", else its score), score (before the overlong penalty), seq_reward (after it),
-    # seq_final_reward (= seq_reward: rl-core refuses it with algorithm.use_kl_in_reward), or a numeric key the
-    # reward function returns in its dict
-    metric: str | None = None
-    max_num_gen_batches: int = num(0, ge=0, hint="rounds per step before the run stops; 0 for no limit")
-
-
-@attrs.frozen(kw_only=True)
 class AlgorithmConfig(Sectioned):
     SECTION_KEY = "algorithm"
     adv_estimator: str = "grpo"
@@ -421,7 +408,6 @@ class AlgorithmConfig(Sectioned):
     kl_penalty: str = choice("kl", _kl_kinds)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(factory=RolloutCorrectionConfig)
-    filter_groups: FilterGroupsConfig = field(factory=FilterGroupsConfig)
     options: dict[str, Any] = field(factory=dict)
 
 
@@ -429,18 +415,6 @@ class AlgorithmConfig(Sectioned):
 class CustomRewardConfig:
     path: str | None = None
     name: str = text("compute_score", hint="the function in reward.custom.path")
-
-
-@attrs.frozen(kw_only=True)
-class OverlongPenaltyConfig:
-    """DAPO's overlong-response penalty (rl-algorithms: rl_algorithms.overlong): a training response of n tokens gets
-    ``min(0, -(n - (max_response_length - buffer_length)) / buffer_length * penalty_factor)`` added to its reward."""
-
-    enable: bool = False
-    buffer_length: int | None = pos(None, hint="tokens before the maximum where the penalty starts, e.g. 4096")
-    penalty_factor: float = num(1.0, ge=0, hint="the penalty at the maximum length, e.g. 1.0")
-    max_response_length: int | None = pos(None, hint="null: data.max_response_length")
-    log: bool = False  # reward/overlong_penalty_mean and reward/overlong_fraction in the metrics
 
 
 @attrs.frozen(kw_only=True)
@@ -452,7 +426,6 @@ class RewardConfig(Sectioned):
     timeout_s: float = num(10.0, gt=0, hint="seconds per sample, e.g. 10")
     on_error: str = choice("raise", ("raise", "skip"))
     kwargs: dict[str, Any] = field(factory=dict)
-    overlong_penalty: OverlongPenaltyConfig = field(factory=OverlongPenaltyConfig)
     # per data source (exact name or glob, the longest match wins; "*" for the rest): weights of the reward's
     # parts, e.g. {"gsm8k": {"rule": 1.0, "model": 0.5}}; a part weighted 0 is not computed. Unmatched sources:
     # the model's score alone when reward_model.enable, else the rule's (rl_core.rewards.mixing)
