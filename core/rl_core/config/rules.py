@@ -341,7 +341,7 @@ def _router_replay(cfg: Any) -> Problem | None:
     if ret and mode != "R3":
         return Problem(key="rollout.return_routed_experts", what=f"is true with actor.router_replay={mode}: only R3 replays the rollout's routing, nothing else reads it",
                        fix="set actor.router_replay=R3, or rollout.return_routed_experts=false" + (" (R2 records its own in the old-log-prob pass)" if mode == "R2" else ""))
-    if ret and cfg.rollout.multi_turn.enable:
+    if ret and getattr(getattr(cfg.rollout, "multi_turn", None), "enable", False):  # rl-agent's section
         return Problem(key="rollout.return_routed_experts", what="is true with rollout.multi_turn.enable=true: no rollout engine of rl-core records the routing of "
                        "multi-turn trajectories (tool responses are not routed by the engine)", fix="use actor.router_replay=R2, or single-turn rollouts")
     return None

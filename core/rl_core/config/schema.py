@@ -169,30 +169,6 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
-class MultiTurnConfig:
-    """Agentic rollouts (the rl-agent plugin, docs/agents.md): tool calls between assistant turns. Data only: the plugin reads it."""
-
-    enable: bool = False
-    agent_loop: str = text("tool_agent", hint="a registered agent loop")  # a data row's agent_name overrides it
-    tools: list[str] = field(factory=list)  # registered tool names, e.g. [calculator, python]
-    tool_config_path: str | None = None  # verl's tool-config YAML: tools: [{class_name, config, tool_schema}]
-    format: str = text("hermes", hint="a registered tool-call format")  # the tool-call parser
-    max_assistant_turns: int | None = pos(None, hint="assistant turns per trajectory; null: until the budget")
-    max_tokens_per_turn: int | None = pos(None, hint="sampled tokens per assistant turn; null: the rest of the budget")
-    max_parallel_calls: int = pos(8, hint="tool calls run per turn")
-    max_tool_response_length: int = pos(256, hint="characters of a tool result the model sees")
-    tool_response_truncate_side: str = choice("right", ("left", "right", "middle"))
-    tool_timeout_s: float = num(30.0, gt=0, hint="seconds per tool call, e.g. 30")
-    # a sync tool's calls still running past their timeout (abandoned threads); at this many, its next calls are refused
-    max_hung_tool_calls: int = pos(4, hint="hung calls of a sync tool before its calls are refused")
-    stop_at_tool_call_end: bool = True  # end a turn at the format's end-of-call text (e.g. </tool_call>)
-    check_tokens: bool = False  # compare each trajectory with the chat template's rendering (agent/token_check_mismatches)
-    # the agent program a loop starts per trajectory (rl-agent-openai's openai_agent loop: callable or command, limits,
-    # failure_reward; docs/agents.md); data only: that plugin checks its keys
-    program: dict[str, Any] = field(factory=dict)
-
-
-@attrs.frozen(kw_only=True)
 class MismatchConfig:
     """The rollout-vs-trainer log-prob gap, measured every step (``rollout_corr/*``; :mod:`rl_core.rollout.mismatch`)."""
 
@@ -243,7 +219,6 @@ class RolloutConfig(Sectioned):
     # LoRA (model.lora_rank > 0): how the actor's weights reach the engine. adapter: the base weights once, then only
     # the adapters through the engine's LoRA API; merged: W + scale*B@A every sync; auto: adapter where the engine can
     lora_sync: str = choice("auto", ("auto", "adapter", "merged"))
-    multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
     # a rollout pool of its own (the rl-async package): null = in the actor's workers (hybrid engine, in-memory weight sync)
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
     nnodes: int = pos(1)

@@ -17,7 +17,7 @@ def problems(config: Any, registry: Any = None) -> list[Problem]:
             return [Problem(key="async.max_staleness", what=f"is {stale}: generating while the trainer updates needs a rollout pool of its own",
                             fix="set rollout.n_gpus_per_node (CPU: rollout processes), or async.max_staleness=0")]
         return []
-    if r.multi_turn.enable:
+    if getattr(getattr(r, "multi_turn", None), "enable", False):  # rl-agent's section
         return [Problem(key="rollout.n_gpus_per_node", what="a rollout pool of its own does not run multi-turn rollouts yet",
                         fix="remove rollout.n_gpus_per_node, or rollout.multi_turn.enable=false")]
     return []

@@ -52,7 +52,7 @@ def exact_problems(config: Any, registry: Any) -> list[Problem]:
             fix=f"set async.max_staleness=0, or a bound that allows staleness (rollout.mismatch.max_abs_diff=...), {off}"))
     for key, on, why in (
         ("model.lora_rank", config.model.lora_rank > 0, "the rollout merges the adapters into its weights, the trainer adds them per layer"),
-        ("rollout.multi_turn.enable", config.rollout.multi_turn.enable, "multi-turn responses hold tool tokens the per-sequence forward does not separate"),
+        ("rollout.multi_turn.enable", getattr(getattr(config.rollout, "multi_turn", None), "enable", False), "multi-turn responses hold tool tokens the per-sequence forward does not separate"),
         ("actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size > 1, "each rank holds part of a sequence"),
         ("model.compile", config.model.compile, "the trainer's compiled decoder layers fuse other kernels than the rollout's eager forward"),
     ):
