@@ -25,7 +25,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",
     "rl_core.data.entries": "encode_entry / decode_entry: data-set entries stored as JSON text that keeps their Python types (a generator and its scorer)",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
-    "rl_core.rollout.multi_turn": "the agent-rollout contract: Generated, Decode, AgentRuntime, agent_runtime, MultiTurn (agent rollouts over an engine's continue-ids function), cut_at_stop, eos_token_ids, final_turn_mask",
+    "rl_core.rollout.multi_turn": "the agent-rollout contract: Generated, Decode, AgentRuntime, agent_runtime, multi_turn_on, MultiTurn (agent rollouts over an engine's continue-ids function), cut_at_stop, eos_token_ids, final_turn_mask",
     "rl_core.plan.preflight": "data_rows: the first rows of the run's data, as the plan's files check read them (once per plan), for a plugin's check that reads rows",
     "rl_core.plugins": "get_registry (extra=: more plugin modules; testing helpers), Registry, UnknownCardError: the installed cards (run-time code gets its cards from the resolved stack)",
     "rl_core.rollout.output": "rollout_batch: the generate() output layout",

@@ -110,7 +110,9 @@ KNOWN_DIALECTS: dict[str, str] = {
 
 
 #: config sections a first-party package contributes (rl_core.config.sections) -> its distribution (hints for messages only)
-KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray"}
+KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray", "async": "rl-async",
+                                  "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
+                                  "rollout.multi_turn": "rl-agent"}
 
 
 def section_hint(key: str) -> str:

@@ -53,7 +53,7 @@ def test_profiler_rules():
         return [p.key for p in load_report(None, list(overrides)).problems if p.severity == "error"]
 
     assert errors("profiler.tool=torch", "profiler.steps=[1]") == []
-    assert errors("profiler.tool=torch", "profiler.steps=[1]", "rollout.n_gpus_per_node=1", "async.max_staleness=1") == ["profiler.tool"]
+    # with async.max_staleness > 0: rl-async's check (plugins/async_rl/tests/test_async_config_section.py)
     assert errors("profiler.tool=torch", "profiler.steps=[0]") == ["profiler.steps"]
 
 

@@ -243,9 +243,11 @@ def test_no_tool_process_outlives_rl_core(fallback, how, tmp_path):
 # ------------------------------------------------------------ rlcore check
 def test_check_refuses_what_train_refuses(tmp_path):
     from rl_agent.checks import agent_problems
+    from rl_agent.config import MultiTurnConfig
     from rl_core import hookimpl
     from rl_core.cards import Provider, ToolCard
-    from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
+    from rl_core.config.schema import ModelConfig, RunConfig
+    from rl_core.config.sections import evolve_key
     from rl_core.plugins import PluginManager
 
     def undocumented(x: int) -> str:
@@ -275,7 +277,7 @@ def test_check_refuses_what_train_refuses(tmp_path):
     }
     failed = []
     for case, mt in cases.items():
-        cfg = RunConfig(model=ModelConfig(path="unused"), rollout=RolloutConfig(multi_turn=MultiTurnConfig(enable=True, **mt)))
+        cfg = evolve_key(RunConfig(model=ModelConfig(path="unused")), "rollout.multi_turn", MultiTurnConfig(enable=True, **mt))
         try:
             ok = any(p.severity == "error" and p.key.startswith("rollout.multi_turn.tool") for p in agent_problems(cfg, reg))
         except Exception:  # noqa: BLE001 - check itself crashed: not ok

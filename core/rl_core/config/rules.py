@@ -278,10 +278,6 @@ def _profiler(cfg: Any) -> Problem | None:
                        severity="warning")
     if any(not isinstance(s, int) or s < 1 for s in p.steps):
         return Problem(key="profiler.steps", what=f"{p.steps} holds a value that is not a step number (1, 2, ...)", fix="e.g. profiler.steps=[2,5]")
-    if cfg.async_.max_staleness > 0:
-        return Problem(key="profiler.tool", what=f"is set with async.max_staleness={cfg.async_.max_staleness}: a step's generation then runs during "
-                       "another step's update, so a step's calls cannot be told apart (not supported together)",
-                       fix="profile a synchronous run (async.max_staleness=0), or unset profiler.tool")
     if all(getattr(p, r) is False for r in roles):
         return Problem(key="profiler.actor", what="and every other role under profiler are false while profiler.tool is set: nothing would be recorded",
                        fix="set profiler.<role>=true for the roles to record (none set records every role)")
@@ -319,7 +315,8 @@ def _checkpoint_contents(cfg: Any) -> list[Problem]:
 def _gen_batch_size(cfg: Any) -> Problem | None:
     """data.gen_batch_size is read by dynamic sampling only (rl-algorithms' algorithm.filter_groups; its checks come with it)."""
     data = cfg.data
-    if not cfg.algorithm.filter_groups.enable and data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
+    sampling = getattr(getattr(cfg.algorithm, "filter_groups", None), "enable", False)  # rl-algorithms' section
+    if not sampling and data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size:
         return Problem(key="data.gen_batch_size", what=f"is {data.gen_batch_size} but only dynamic sampling generates more prompts than a step trains on",
                        fix="set algorithm.filter_groups.enable=true (with algorithm.filter_groups.metric), or unset data.gen_batch_size")
     return None
@@ -344,7 +341,7 @@ def _router_replay(cfg: Any) -> Problem | None:
     if ret and mode != "R3":
         return Problem(key="rollout.return_routed_experts", what=f"is true with actor.router_replay={mode}: only R3 replays the rollout's routing, nothing else reads it",
                        fix="set actor.router_replay=R3, or rollout.return_routed_experts=false" + (" (R2 records its own in the old-log-prob pass)" if mode == "R2" else ""))
-    if ret and cfg.rollout.multi_turn.enable:
+    if ret and getattr(getattr(cfg.rollout, "multi_turn", None), "enable", False):  # rl-agent's section
         return Problem(key="rollout.return_routed_experts", what="is true with rollout.multi_turn.enable=true: no rollout engine of rl-core records the routing of "
                        "multi-turn trajectories (tool responses are not routed by the engine)", fix="use actor.router_replay=R2, or single-turn rollouts")
     return None

@@ -169,30 +169,6 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
-class MultiTurnConfig:
-    """Agentic rollouts (the rl-agent plugin, docs/agents.md): tool calls between assistant turns. Data only: the plugin reads it."""
-
-    enable: bool = False
-    agent_loop: str = text("tool_agent", hint="a registered agent loop")  # a data row's agent_name overrides it
-    tools: list[str] = field(factory=list)  # registered tool names, e.g. [calculator, python]
-    tool_config_path: str | None = None  # verl's tool-config YAML: tools: [{class_name, config, tool_schema}]
-    format: str = text("hermes", hint="a registered tool-call format")  # the tool-call parser
-    max_assistant_turns: int | None = pos(None, hint="assistant turns per trajectory; null: until the budget")
-    max_tokens_per_turn: int | None = pos(None, hint="sampled tokens per assistant turn; null: the rest of the budget")
-    max_parallel_calls: int = pos(8, hint="tool calls run per turn")
-    max_tool_response_length: int = pos(256, hint="characters of a tool result the model sees")
-    tool_response_truncate_side: str = choice("right", ("left", "right", "middle"))
-    tool_timeout_s: float = num(30.0, gt=0, hint="seconds per tool call, e.g. 30")
-    # a sync tool's calls still running past their timeout (abandoned threads); at this many, its next calls are refused
-    max_hung_tool_calls: int = pos(4, hint="hung calls of a sync tool before its calls are refused")
-    stop_at_tool_call_end: bool = True  # end a turn at the format's end-of-call text (e.g. </tool_call>)
-    check_tokens: bool = False  # compare each trajectory with the chat template's rendering (agent/token_check_mismatches)
-    # the agent program a loop starts per trajectory (rl-agent-openai's openai_agent loop: callable or command, limits,
-    # failure_reward; docs/agents.md); data only: that plugin checks its keys
-    program: dict[str, Any] = field(factory=dict)
-
-
-@attrs.frozen(kw_only=True)
 class MismatchConfig:
     """The rollout-vs-trainer log-prob gap, measured every step (``rollout_corr/*``; :mod:`rl_core.rollout.mismatch`)."""
 
@@ -243,7 +219,6 @@ class RolloutConfig(Sectioned):
     # LoRA (model.lora_rank > 0): how the actor's weights reach the engine. adapter: the base weights once, then only
     # the adapters through the engine's LoRA API; merged: W + scale*B@A every sync; auto: adapter where the engine can
     lora_sync: str = choice("auto", ("auto", "adapter", "merged"))
-    multi_turn: MultiTurnConfig = field(factory=MultiTurnConfig)
     # a rollout pool of its own (the rl-async package): null = in the actor's workers (hybrid engine, in-memory weight sync)
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
@@ -398,19 +373,6 @@ class RolloutCorrectionConfig:
 
 
 @attrs.frozen(kw_only=True)
-class FilterGroupsConfig:
-    """DAPO's dynamic sampling (rl-algorithms: rl_algorithms.dynamic_sampling): generate rounds of data.gen_batch_size prompts,
-    drop the groups whose ``metric`` is the same for all n samples, until data.train_batch_size groups are kept."""
-
-    enable: bool = False
-    # acc (the reward's "acc", else its score), score (before the overlong penalty), seq_reward (after it),
-    # seq_final_reward (= seq_reward: rl-core refuses it with algorithm.use_kl_in_reward), or a numeric key the
-    # reward function returns in its dict
-    metric: str | None = None
-    max_num_gen_batches: int = num(0, ge=0, hint="rounds per step before the run stops; 0 for no limit")
-
-
-@attrs.frozen(kw_only=True)
 class AlgorithmConfig(Sectioned):
     SECTION_KEY = "algorithm"
     adv_estimator: str = "grpo"
@@ -421,7 +383,6 @@ class AlgorithmConfig(Sectioned):
     kl_penalty: str = choice("kl", _kl_kinds)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(factory=RolloutCorrectionConfig)
-    filter_groups: FilterGroupsConfig = field(factory=FilterGroupsConfig)
     options: dict[str, Any] = field(factory=dict)
 
 
@@ -429,18 +390,6 @@ class AlgorithmConfig(Sectioned):
 class CustomRewardConfig:
     path: str | None = None
     name: str = text("compute_score", hint="the function in reward.custom.path")
-
-
-@attrs.frozen(kw_only=True)
-class OverlongPenaltyConfig:
-    """DAPO's overlong-response penalty (rl-algorithms: rl_algorithms.overlong): a training response of n tokens gets
-    ``min(0, -(n - (max_response_length - buffer_length)) / buffer_length * penalty_factor)`` added to its reward."""
-
-    enable: bool = False
-    buffer_length: int | None = pos(None, hint="tokens before the maximum where the penalty starts, e.g. 4096")
-    penalty_factor: float = num(1.0, ge=0, hint="the penalty at the maximum length, e.g. 1.0")
-    max_response_length: int | None = pos(None, hint="null: data.max_response_length")
-    log: bool = False  # reward/overlong_penalty_mean and reward/overlong_fraction in the metrics
 
 
 @attrs.frozen(kw_only=True)
@@ -452,7 +401,6 @@ class RewardConfig(Sectioned):
     timeout_s: float = num(10.0, gt=0, hint="seconds per sample, e.g. 10")
     on_error: str = choice("raise", ("raise", "skip"))
     kwargs: dict[str, Any] = field(factory=dict)
-    overlong_penalty: OverlongPenaltyConfig = field(factory=OverlongPenaltyConfig)
     # per data source (exact name or glob, the longest match wins; "*" for the rest): weights of the reward's
     # parts, e.g. {"gsm8k": {"rule": 1.0, "model": 0.5}}; a part weighted 0 is not computed. Unmatched sources:
     # the model's score alone when reward_model.enable, else the rule's (rl_core.rewards.mixing)
@@ -534,23 +482,6 @@ class TrainerConfig(Sectioned):
 
 
 @attrs.frozen(kw_only=True)
-class AsyncConfig:
-    """Off-policy training with a rollout pool of its own (``rollout.n_gpus_per_node``): the rl-async package (plugins/async_rl).
-
-    The config key is ``async`` (a Python keyword: the field is ``RunConfig.async_``)."""
-
-    # 0: synchronous (generate, update, sync in turn); 1: generation of step k+1 overlaps the update of step k; s: bounded
-    max_staleness: int = num(0, ge=0, hint="policy versions a batch may lag behind the trainer; 0 is synchronous")
-    on_stale: str = choice("drop", ("drop", "wait"), hint="drop: skip a too-old batch; wait: generate its prompts again")
-    sync_timeout_s: float = num(60.0, gt=0, hint="seconds a weight transfer may take before the run stops, e.g. 60")
-    bucket_mb: float = num(256.0, gt=0, hint="MiB of weights per broadcast, e.g. 256")
-    # max_staleness >= 1: the train pool broadcasts its weights from a thread and goes on with the next step; the
-    # rollout pool receives them before its next generation (one extra copy of the weights in the sender's memory).
-    # null: on for a CPU run (gloo), off on GPUs
-    overlap_sync: bool | None = None
-
-
-@attrs.frozen(kw_only=True)
 class ProfilerConfig:
     """torch.profiler traces of chosen steps (:mod:`rl_core.util.profiling`; verl's ``global_profiler`` with tool=torch)."""
 
@@ -584,5 +515,4 @@ class RunConfig(Sectioned):
     reward: RewardConfig = field(factory=RewardConfig)
     reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
-    async_: AsyncConfig = field(factory=AsyncConfig)  # config key "async" (rl_core.config.load.KEYWORD_SECTIONS)
     profiler: ProfilerConfig = field(factory=ProfilerConfig)

@@ -29,7 +29,7 @@ from rl_core.cards import (
     TrainCard,
 )
 from rl_core.config.normalize import Sizes, normalize
-from rl_core.config.schema import AsyncConfig, RunConfig
+from rl_core.config.schema import RunConfig
 from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import resolve_log_prob_roles
@@ -137,7 +137,9 @@ def _rollout_pool(config: RunConfig, registry: Registry, problems: list[Problem]
     """A rollout pool of its own (``rollout.n_gpus_per_node``) or ``async.*`` set: the one installed RolloutPoolCard
     (the rl-async package's) and its two factories; None when the rollout lives in the actor's workers."""
     own = config.rollout.n_gpus_per_node is not None
-    changed = [f"async.{f.name}" for f in attrs.fields(AsyncConfig) if getattr(config.async_, f.name) != getattr(AsyncConfig(), f.name)]
+    section = getattr(config, "async_", None)  # rl-async's section: without the package its keys were refused when read
+    default = type(section)() if section is not None else None
+    changed = [f"async.{f.name}" for f in attrs.fields(type(section)) if getattr(section, f.name) != getattr(default, f.name)] if section is not None else []
     if not own and not changed:
         return None, None, None
     key = "rollout.n_gpus_per_node" if own else changed[0]

@@ -106,6 +106,7 @@ from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised her
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
 from rl_core.rollout.multi_turn import Generated
+from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.multi_turn import require_agent
 from rl_core.weight_sync_check import sample_state
 
@@ -197,7 +198,7 @@ class HFRolloutEngine:
             generator.manual_seed(int(params.seed))
         mm = batch.non_tensors.get("multi_modal_inputs")  # per row, the prompt's image tensors (rl-multimodal; {}: none)
         vision = self.context.feature("multimodal", "prompts with images") if mm is not None and any(bool(d) for d in mm) else None
-        if self.config.rollout.multi_turn.enable:
+        if multi_turn_on(self.config):
             if vision is not None:
                 raise ValueError("the prompts carry images, which multi-turn rollouts do not carry yet: set rollout.multi_turn.enable=false "
                                  "or use text-only data")

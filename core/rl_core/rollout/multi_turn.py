@@ -71,6 +71,11 @@ class AgentRuntime(Protocol):
         """``params.n`` trajectories per prompt of ``batch``, each turn of all active ones decoded by one ``decode`` call."""
 
 
+def multi_turn_on(config: Any) -> bool:
+    """``rollout.multi_turn.enable``: the section is rl-agent's (a ConfigSectionCard), absent (off) without the package."""
+    return bool(getattr(getattr(config.rollout, "multi_turn", None), "enable", False))
+
+
 def agent_runtime(config: Any, registry: Any) -> tuple[AgentRuntime | None, list[Problem]]:
     """The runtime of ``rollout.multi_turn`` (None when it is off), from the runner of the agent-loop card it names.
 
@@ -79,9 +84,9 @@ def agent_runtime(config: Any, registry: Any) -> tuple[AgentRuntime | None, list
     runner, ``runner(multi_turn_config, cards)``, receives the tool, format and loop cards as a registry of those
     kinds only. Unknown tool / format / loop names are the agent plugin's checks' to report.
     """
-    mt = config.rollout.multi_turn
-    if not mt.enable:
+    if not multi_turn_on(config):
         return None, []
+    mt = config.rollout.multi_turn
     loops = registry.cards.get("agent_loop", {})
     chosen = loops.get(mt.agent_loop)
     runners = sorted({c.runner for c in loops.values() if c.runner is not None}, key=str)

@@ -78,6 +78,7 @@ from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rollout import mismatch
 from rl_core.rollout.multi_turn import final_turn_mask
+from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.multi_turn import require_agent
 
 TRAINER_STATE = "trainer_state.pt"
@@ -120,7 +121,7 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         self.log_prob_roles = LogProbRoles(stack, self.tokenizer)  # e.g. a distillation teacher (rl_core.plan.roles)
         tools = None
-        if cfg.rollout.multi_turn.enable:  # the tools' schemas go into the prompts (templates that render them)
+        if multi_turn_on(cfg):  # the tools' schemas go into the prompts (templates that render them)
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
 
         self.generators = dict(getattr(stack, "generators", ()))  # data.*_generator: the generator cards' factories (Plan.generators)
@@ -903,8 +904,8 @@ def describe_plan(stack: Plan) -> str:
             "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
             "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
             "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively"))
-    if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async)
-        s = cfg.async_.max_staleness
+    if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async; its config section "async")
+        s = getattr(getattr(cfg, "async_", None), "max_staleness", 0)
         lines.append(
             f"rollout: {stack.sizes.pools['rollout'][0]} worker(s) of its own, weights sent after every update; "
             + ("synchronous (async.max_staleness=0)" if s == 0 else f"off-policy by up to {s} version(s): step k+1 generates during step k's update")

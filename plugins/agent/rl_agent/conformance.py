@@ -30,14 +30,16 @@ class MultiTurnConformance:
         import numpy as np
 
         from rl_agent.chat import ChatDelta
+        from rl_agent.config import MultiTurnConfig
+        from rl_core.config.sections import evolve_key
         from rl_core.modeling import load_tokenizer
 
         register_fixtures()
         turns, per_turn, R = 3, 3, 96
         base = self.make_config(model_dir)
-        RolloutConfig, MultiTurnConfig = type(base.rollout), type(base.rollout.multi_turn)
+        RolloutConfig = type(base.rollout)
         mt = MultiTurnConfig(enable=True, tools=["count_chars"], format="every_turn", max_assistant_turns=turns, max_tokens_per_turn=per_turn, check_tokens=True)
-        config = attrs.evolve(base, rollout=RolloutConfig(multi_turn=mt))
+        config = evolve_key(attrs.evolve(base, rollout=RolloutConfig()), "rollout.multi_turn", mt)
         texts = ("hi", "abc")
         messages = [[{"role": "user", "content": t}] for t in texts]
         tok = load_tokenizer(model_dir)

@@ -1,11 +1,12 @@
 """rl-agent's entry point: the tools ``calculator`` and ``python``, the ``hermes`` format, the ``tool_agent`` loop (whose
 card names the runner rollout backends call, :class:`rl_agent.runner.AgentRuntime`), and the ``rollout.multi_turn``
-checks as a check of the run plan (:func:`rl_agent.checks.agent_probe`, a ``CheckCard`` of stage ``files``)."""
+config section (:class:`rl_agent.config.MultiTurnConfig`, a ``ConfigSectionCard``) and its checks as a check of the run
+plan (:func:`rl_agent.checks.agent_probe`, a ``CheckCard`` of stage ``files``)."""
 
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import AgentLoopCard, CheckCard, ToolCard, ToolParserCard
+from rl_core.cards import AgentLoopCard, CheckCard, ConfigSectionCard, ToolCard, ToolParserCard
 
 CALCULATOR_SCHEMA = {
     "type": "function",
@@ -57,3 +58,9 @@ def rl_core_register_agent_loops(register):
 def rl_core_register_checks(register):
     register(CheckCard(name="agent", stage="files", order=15, factory="rl_agent.checks:agent_probe",
                        description="rollout.multi_turn: the tools, the tool-call format, the agent loops the data names"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="rollout.multi_turn", factory="rl_agent.config:MultiTurnConfig",
+                               description="agentic rollouts: tools, tool-call format, agent loop, turn and tool limits (docs/agents.md)"))

@@ -10,7 +10,9 @@ from rl_agent.resolve import build_tools
 from rl_agent.tools import ToolConfigError
 from rl_core import hookimpl
 from rl_core.cards import Provider, ToolCard
-from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
+from rl_agent.config import MultiTurnConfig
+from rl_core.config.schema import ModelConfig, RunConfig
+from rl_core.config.sections import evolve_key
 from rl_core.plugins import PluginManager
 
 
@@ -44,7 +46,7 @@ def registry():
 
 
 def _cfg(**mt) -> RunConfig:
-    return RunConfig(model=ModelConfig(path="unused"), rollout=RolloutConfig(multi_turn=MultiTurnConfig(enable=True, **mt)))
+    return evolve_key(RunConfig(model=ModelConfig(path="unused")), "rollout.multi_turn", MultiTurnConfig(enable=True, **mt))
 
 
 CASES = {

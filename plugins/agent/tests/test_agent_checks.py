@@ -6,13 +6,15 @@ import attrs
 
 from rl_agent.checks import agent_problems
 from rl_core.cards import Provider, ToolCard
-from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
+from rl_agent.config import MultiTurnConfig
+from rl_core.config.schema import ModelConfig, RolloutConfig, RunConfig
+from rl_core.config.sections import evolve_key
 from rl_core.plugins import PluginManager, get_registry
 from rl_core_testing.tiny_model import make_tiny_model_dir
 
 
 def _cfg(model="unused", **mt) -> RunConfig:
-    return RunConfig(model=ModelConfig(path=str(model)), rollout=RolloutConfig(multi_turn=MultiTurnConfig(enable=True, **mt)))
+    return evolve_key(RunConfig(model=ModelConfig(path=str(model))), "rollout.multi_turn", MultiTurnConfig(enable=True, **mt))
 
 
 def _keys(problems):

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from rl_core.backends import SamplingParams, WorkerContext
-from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, MultiTurnConfig, OptimConfig, RolloutConfig, RunConfig, TrainerConfig
+from rl_agent.config import MultiTurnConfig
+from rl_core.config.schema import ActorConfig, DataConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig, TrainerConfig
+from rl_core.config.sections import evolve_key
 from rl_agent.testing import agent_context, register_fixtures
 from rl_core_testing.distributed import torch_threads
 from rl_core_testing.rollout_conformance import prompt_batch
@@ -28,10 +30,11 @@ def test_gradient_is_zero_on_inserted_tokens_and_not_on_sampled(tmp_path):
     cfg = RunConfig(
         model=ModelConfig(path=str(model_dir)),
         data=DataConfig(train_batch_size=2, max_prompt_length=32, max_response_length=R),
-        rollout=RolloutConfig(n=2, multi_turn=MultiTurnConfig(enable=True, tools=["count_chars"], format="every_turn", max_assistant_turns=3, max_tokens_per_turn=3)),
+        rollout=RolloutConfig(n=2),
         actor=ActorConfig(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, optim=OptimConfig(lr=1e-3)),
         trainer=TrainerConfig(total_training_steps=1, seed=0),
     )
+    cfg = evolve_key(cfg, "rollout.multi_turn", MultiTurnConfig(enable=True, tools=["count_chars"], format="every_turn", max_assistant_turns=3, max_tokens_per_turn=3))
     tok = load_tokenizer(model_dir)
     messages = [[{"role": "user", "content": t}] for t in ("hi", "abc")]
     prompts = prompt_batch(model_dir, [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages])

@@ -165,7 +165,9 @@ def test_the_program_cannot_undo_its_mounts(fallback):
 def test_no_sandbox_no_python_tool(monkeypatch, tmp_path):
     """Where neither bubblewrap nor the fallback works: the tool refuses to run code and rlcore check refuses it."""
     from rl_agent.checks import agent_problems
-    from rl_core.config.schema import ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig
+    from rl_agent.config import MultiTurnConfig
+    from rl_core.config.schema import ModelConfig, RunConfig
+    from rl_core.config.sections import evolve_key
     from rl_core.plugins import get_registry
 
     monkeypatch.setenv("RL_CORE_SANDBOX_NO_BWRAP", "1")
@@ -177,7 +179,7 @@ def test_no_sandbox_no_python_tool(monkeypatch, tmp_path):
         with pytest.raises(SandboxError, match="install bubblewrap|Install bubblewrap"):
             run_code(f"open({str(marker)!r}, 'w')", ROOMY)
         assert not marker.exists()
-        cfg = RunConfig(model=ModelConfig(path="unused"), rollout=RolloutConfig(multi_turn=MultiTurnConfig(enable=True, tools=["calculator", "python"])))
+        cfg = evolve_key(RunConfig(model=ModelConfig(path="unused")), "rollout.multi_turn", MultiTurnConfig(enable=True, tools=["calculator", "python"]))
         problems = agent_problems(cfg, get_registry())
         assert [p.key for p in problems] == ["rollout.multi_turn.tools[1]"], problems
         assert "bubblewrap" in problems[0].what and problems[0].severity == "error"

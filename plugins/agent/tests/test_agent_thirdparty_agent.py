@@ -17,11 +17,11 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "agent_plugin"
 SCRIPT = textwrap.dedent(
     """
     import json, numpy as np, torch
+    from rl_agent.config import MultiTurnConfig
     from rl_agent.loop import Generated
     from rl_agent.runner import AgentSetup, run_agent_rollout
     from rl_core.backends import SamplingParams
     from rl_core.batch import Batch
-    from rl_core.config.schema import MultiTurnConfig
     from rl_core.plugins import get_registry
     from rl_core_testing.tiny_model import EOS_ID, PAD_ID, build_tokenizer
 

@@ -17,11 +17,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rl_agent.config import MultiTurnConfig
 from rl_agent.loop import Trajectory
 from rl_agent.runner import AgentLoopError, AgentSetup, run_agent_rollout
 from rl_core import hookimpl
 from rl_core.cards import AgentLoopCard, Provider, ToolCard
-from rl_core.config.schema import MultiTurnConfig
 from rl_core.plugins import PluginManager
 from rl_core.rollout.multi_turn import Generated
 from rl_core_testing.rollout_conformance import prompt_batch

@@ -1,4 +1,5 @@
-"""Registers rl-algorithms' estimators, policy losses, DAPO's reward shaper and batch sampler, and their checks.
+"""Registers rl-algorithms' estimators, policy losses, DAPO's reward shaper and batch sampler, their config sections
+(rl_algorithms.config) and their checks.
 
 Imports no torch: factories are dotted paths loaded when a plan picks them.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 from rl_core import hookimpl
 from rl_core.algorithms.options import GroupOptions, GrpoOptions, LossOptions, ReturnsOptions
 from rl_core.card_options import Options
-from rl_core.cards import BatchSamplerCard, CheckCard, EstimatorCard, PolicyLossCard, RewardShapingCard
+from rl_core.cards import BatchSamplerCard, CheckCard, ConfigSectionCard, EstimatorCard, PolicyLossCard, RewardShapingCard
 
 from rl_algorithms import options as opt
 
@@ -79,3 +80,11 @@ def rl_core_register_checks(register):
                        description="reward.overlong_penalty: a buffer that fits in the length it counts back from"))
     register(CheckCard(name="filter_groups", stage="rules", order=50, factory="rl_algorithms.checks:filter_groups_problems",
                        description="algorithm.filter_groups: a metric, the synchronous loop, no greedy baseline"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="algorithm.filter_groups", factory="rl_algorithms.config:FilterGroupsConfig",
+                               description="DAPO's dynamic sampling: enable, metric, max_num_gen_batches"))
+    register(ConfigSectionCard(name="reward.overlong_penalty", factory="rl_algorithms.config:OverlongPenaltyConfig",
+                               description="DAPO's overlong-response penalty: enable, buffer_length, penalty_factor, max_response_length, log"))

@@ -7,10 +7,10 @@ import os
 
 import pytest
 import torch
+from rl_async.config import AsyncConfig
 from rl_async.pipeline import RECEIVE_AND_GENERATE, RECEIVE_WEIGHTS, SEND_WEIGHTS, RolloutPipeline, check_transfer
 from rl_async.staleness import DROP, USE, WAIT, StaleBatchError, StalenessGate
 from rl_core.batch import Batch
-from rl_core.config.schema import AsyncConfig
 from rl_core.placement.contract import WorkerMethod
 from rl_core.weight_sync_check import StaleWeightsError, WeightTap
 

@@ -44,14 +44,15 @@ def exact_problems(config: Any, registry: Any) -> list[Problem]:
     if not config.rollout.calculate_log_probs:
         problems.append(Problem(key="rollout.calculate_log_probs", what=f"is false but {KEY}=true is about the rollout's log-probs",
                                 fix=f"set rollout.calculate_log_probs=true, {off}"))
-    if config.async_.max_staleness > 0 and config.rollout.mismatch.max_abs_diff is None:
+    stale = getattr(getattr(config, "async_", None), "max_staleness", 0)  # rl-async's section, when installed
+    if stale > 0 and config.rollout.mismatch.max_abs_diff is None:
         problems.append(Problem(
-            key="async.max_staleness", what=f"is {config.async_.max_staleness} with {KEY}=true: the rollout samples with weights up to that "
+            key="async.max_staleness", what=f"is {stale} with {KEY}=true: the rollout samples with weights up to that "
             "many updates old, so its log-probs are not the trainer's and the exact-mode bound (0) would stop the run at the first stale batch",
             fix=f"set async.max_staleness=0, or a bound that allows staleness (rollout.mismatch.max_abs_diff=...), {off}"))
     for key, on, why in (
         ("model.lora_rank", config.model.lora_rank > 0, "the rollout merges the adapters into its weights, the trainer adds them per layer"),
-        ("rollout.multi_turn.enable", config.rollout.multi_turn.enable, "multi-turn responses hold tool tokens the per-sequence forward does not separate"),
+        ("rollout.multi_turn.enable", getattr(getattr(config.rollout, "multi_turn", None), "enable", False), "multi-turn responses hold tool tokens the per-sequence forward does not separate"),
         ("actor.ulysses_sequence_parallel_size", config.actor.ulysses_sequence_parallel_size > 1, "each rank holds part of a sequence"),
         ("model.compile", config.model.compile, "the trainer's compiled decoder layers fuse other kernels than the rollout's eager forward"),
     ):

@@ -44,7 +44,7 @@ def card_problems(cfg: Any, rollout: Any, train: Any, estimator: Any, registry: 
     if estimator is not None and estimator.needs_critic:
         out.append(Problem(key="algorithm.adv_estimator", what=f"is {cfg.algorithm.adv_estimator!r}, which needs a critic, and the critic's forward does not read images yet",
                            fix="use a critic-free estimator (grpo, rloo, reinforce_plus_plus, ...), or text-only data"))
-    if cfg.rollout.multi_turn.enable:
+    if getattr(getattr(cfg.rollout, "multi_turn", None), "enable", False):  # rl-agent's section
         out.append(Problem(key="rollout.multi_turn.enable", what="is true, and multi-turn rollouts do not carry images yet", fix="set it to false, or use text-only data"))
     return out
 

@@ -48,10 +48,12 @@ MESSAGES = [[{"role": "user", "content": "Count the letters of hello."}], [{"rol
 def run_rollout(model_dir, program: dict, *, rows=1, n=1, R=96, greedy=False, temperature=1.0, fmt="every_turn", max_tokens_per_turn=None,
                 messages=None, backend="hf"):
     """(output batch, Recording) of one rollout call whose trajectories are runs of ``program``."""
+    from rl_agent.config import MultiTurnConfig
     from rl_agent.testing import register_fixtures
     from rl_agent_openai.runtime import OpenAIAgentRuntime
     from rl_core.backends import SamplingParams, WorkerContext
-    from rl_core.config.schema import DataConfig, ModelConfig, MultiTurnConfig, RolloutConfig, RunConfig, TrainerConfig
+    from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
+    from rl_core.config.sections import evolve_key
     from rl_core.modeling import load_tokenizer
     from rl_core_testing.distributed import torch_threads
     from rl_core_testing.rollout_conformance import prompt_batch
@@ -62,7 +64,8 @@ def run_rollout(model_dir, program: dict, *, rows=1, n=1, R=96, greedy=False, te
         program["callable"] = f"{PROGRAMS}:{program['callable']}"
     mt = MultiTurnConfig(enable=True, agent_loop="openai_agent", format=fmt, max_tokens_per_turn=max_tokens_per_turn, program=program)
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(train_batch_size=rows, max_prompt_length=256, max_response_length=R),
-                    rollout=RolloutConfig(name=backend, n=n, temperature=temperature, multi_turn=mt), trainer=TrainerConfig(seed=0))
+                    rollout=RolloutConfig(name=backend, n=n, temperature=temperature), trainer=TrainerConfig(seed=0))
+    cfg = evolve_key(cfg, "rollout.multi_turn", mt)
     tok = load_tokenizer(model_dir)
     msgs = (messages or MESSAGES)[:rows]
     prompts = prompt_batch(model_dir, [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in msgs])

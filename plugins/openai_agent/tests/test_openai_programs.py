@@ -94,8 +94,8 @@ def test_command_program(model_dir, tmp_path):
 
 
 def test_program_options_are_checked():
+    from rl_agent.config import MultiTurnConfig
     from rl_agent_openai.options import program_options
-    from rl_core.config.schema import MultiTurnConfig
 
     with pytest.raises(ValueError, match="exactly one of callable"):
         program_options(MultiTurnConfig(program={}))

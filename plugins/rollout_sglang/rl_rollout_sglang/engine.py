@@ -90,6 +90,7 @@ import attrs
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
+from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.output import rollout_batch
 
 from rl_rollout_sglang import sglang_quirks
@@ -264,7 +265,7 @@ class SGLangRollout:
         if self.client is None:
             return self._placeholder(batch, params)
         greedy = params.greedy or params.temperature <= 0
-        if self.config.rollout.multi_turn.enable:
+        if multi_turn_on(self.config):
             return self._generate_multi_turn(batch, params, greedy)
         per_prompt = 1 if greedy else params.n
         if params.seed is not None and not greedy and self.device_type == "cuda":

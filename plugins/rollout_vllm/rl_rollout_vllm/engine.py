@@ -153,6 +153,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
+from rl_core.rollout.multi_turn import multi_turn_on
 
 from rl_rollout_vllm import experts, fast_path, routing
 from rl_rollout_vllm.convert import Sample, build_rollout_batch, check_prompt_lengths, unpadded_prompts
@@ -404,7 +405,7 @@ class VLLMRollout:
         check_prompt_lengths(prompts, params.max_new_tokens, self.max_model_len, self.max_prompt_length)
         greedy = params.greedy or params.temperature <= 0
         seed = self._agreed_seed(params.seed)
-        if self.config.rollout.multi_turn.enable:
+        if multi_turn_on(self.config):
             return self._generate_multi_turn(batch, params, greedy, seed)
         from vllm.inputs import TokensPrompt
 

@@ -163,7 +163,7 @@ def check_moe_parallel(config) -> list[Problem]:
     divide the rollout's devices; rl_rollout_vllm.replicas), the ranks of each engine calling generate equally often."""
     r = config.rollout
     dp = r.data_parallel_size
-    if dp <= 1 or not r.multi_turn.enable:
+    if dp <= 1 or not getattr(getattr(r, "multi_turn", None), "enable", False):  # rl-agent's section
         return []
     return [
         Problem(
