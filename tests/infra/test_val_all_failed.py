@@ -21,7 +21,7 @@ def _trainer(errors_per_batch: list[int], batch: int = 4) -> Trainer:
     t.validation_sampling = lambda: None
     t._keep_val_generations = lambda batch, scores: None
     t.generate = lambda prompts, sampling: _Batch(response_mask=torch.ones(batch, 3), i=prompts)
-    t.score = lambda b, train=True: (torch.zeros(batch), {"reward/errors": float(errors_per_batch[b["i"]]), "reward/timeouts": 0.0})
+    t.score_rows = lambda b, train=True: (torch.zeros(batch), {"reward/errors": float(errors_per_batch[b["i"]]), "reward/timeouts": 0.0}, None, [])
     t.ckpt = types.SimpleNamespace(latest=lambda: None)
     return t
 
