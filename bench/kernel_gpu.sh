@@ -17,14 +17,15 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STEPS=${STEPS:-6}; ROUNDS=${ROUNDS:-2}
 PY=${PY:-python3}
-install_tree() {  # install_tree SRC TARGET: the kernel and the two plugins the workload uses, as wheels, into TARGET
-    rm -rf "$2" && mkdir -p "$2"
-    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$2" "$1" "$1/plugins/train_fsdp" \
-        "$1/plugins/reward_rule" >"$OUT/install_$(basename "$2").log" 2>&1 || { tail -20 "$OUT/install_$(basename "$2").log"; exit 1; }
+install_tree() {  # install_tree SRC TARGET [PLUGIN...]: the kernel and the plugins the workload uses, as wheels, into TARGET
+    local src=$1 target=$2; shift 2
+    rm -rf "$target" && mkdir -p "$target"
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$target" "$src" "$src/plugins/train_fsdp" \
+        "$src/plugins/reward_rule" "${@/#/$src/plugins/}" >"$OUT/install_$(basename "$target").log" 2>&1 || { tail -20 "$OUT/install_$(basename "$target").log"; exit 1; }
 }
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >"$OUT/install_whl.log" 2>&1 || { cat "$OUT/install_whl.log"; exit 1; }
 install_tree .gpu/base /tmp/kernel_before
-install_tree . /tmp/kernel_after
+install_tree . /tmp/kernel_after lora multimodal routing_replay  # what rl-train-fsdp requires since issue 46's regrouping
 DEVICE=${DEVICE:-cuda}
 run() {  # run NAME ROUND: one rlcore train of STEPS steps on that kernel
     local dir=/tmp/kernel_$1_$2
