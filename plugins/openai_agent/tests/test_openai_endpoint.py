@@ -110,6 +110,22 @@ def test_stop_sequences(model_dir):
     assert stop in tok.decode(out) and stop not in tok.decode(out[:-1])  # its tokens end where the stop string completes
 
 
+@pytest.mark.parametrize("backend", _engines())
+def test_stop_sequence_on_every_backend(engine_model_dir, backend):
+    """The run's engine applies a program's stop string: greedy, the same call with a stop string cut from the unstopped
+    text (its characters 1-2) ends where that string first completes, returns the text before it, finish_reason stop."""
+    free, _, _ = run_rollout(engine_model_dir, {"callable": "plain"}, greedy=True, temperature=0.0, R=64, backend=backend)
+    text = free.non_tensors["extra_info"][0]["agent"]["result"]["text"]
+    assert len(text) >= 3, text
+    stop = text[1:3]
+    stopped, rec, tok = run_rollout(engine_model_dir, {"callable": "plain", "env": {"TEST_STOP": stop}}, greedy=True, temperature=0.0, R=64,
+                                    backend=backend)
+    # the text before the stop string; an empty message's content is null, as OpenAI's API returns it
+    assert stopped.non_tensors["extra_info"][0]["agent"]["result"] == {"text": text[: text.find(stop)] or None, "finish": "stop"}
+    (_, out, _, stops), = rec.calls
+    assert stop in stops and stop in tok.decode(out)
+
+
 def test_refusals(model_dir):
     """A looser temperature, n=2, a forced tool, a wrong token, no session, a rewritten history: refused with the reason."""
     batch, rec, _ = run_rollout(model_dir, {"callable": "refusals"}, R=64)
