@@ -26,7 +26,7 @@ import yaml
 from rl_core.problems import Problem
 from rl_core.util.type_hints import type_hints
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import KEYWORD_SECTIONS, added_to
+from rl_core.config.sections import added_to
 
 
 @attrs.frozen(kw_only=True)
@@ -71,7 +71,6 @@ def is_ours(key: str) -> bool:
             if i == len(parts) - 1:
                 return True
             continue
-        part = KEYWORD_SECTIONS.get(part, part) if i == 0 else part
         if part not in fields:
             return False
         tp = type_hints(cls)[part]

@@ -40,7 +40,7 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
     for f in attrs.fields(cls):
         if f.name == "sections":  # installed packages' sections under this one: after its own keys
             continue
-        key = f"{prefix}.{f.name}" if prefix else f.name.rstrip("_")  # RunConfig.async_ is the key "async"
+        key = f"{prefix}.{f.name}" if prefix else f.name
         tp = hints[f.name]
         sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
         if sections:

@@ -32,7 +32,7 @@ from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, is_o
 from rl_core.config.rules import check_config
 from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import KEYWORD_SECTIONS, Sectioned, added_to, flatten_sections
+from rl_core.config.sections import Sectioned, added_to, flatten_sections
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
@@ -238,8 +238,6 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
             else:
                 given[key] = structure(added[key], value, dotted, problems)
             continue
-        if not prefix and key in KEYWORD_SECTIONS:
-            key = KEYWORD_SECTIONS[key]
         if key not in fields:
             where = f"section {prefix!r}" if prefix else "the config"
             names = [*fields, *added]
@@ -480,8 +478,4 @@ def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
     data = _mask_shapes(_mask_config(config, data)) if mask else data
-    data = flatten_sections(data)
-    for key, name in KEYWORD_SECTIONS.items():  # written as the user writes it (``async:``), read back the same way
-        if name in data:
-            data[key] = data.pop(name)
-    return data
+    return flatten_sections(data)  # packages' sections under their own keys (``async:``), read back the same way
