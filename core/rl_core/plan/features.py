@@ -23,6 +23,7 @@ import attrs
 from rl_core.cards import FeatureCard
 from rl_core.problems import Problem
 from rl_core.util.objects import load_object
+from rl_core.util.user_paths import get_key
 
 
 @attrs.frozen(kw_only=True)
@@ -125,10 +126,7 @@ def missing_feature_problems(config: Any, features: Features) -> list[Problem]:
     for key, (dist, on, off) in KNOWN_FEATURES.items():
         if key not in listed and dist not in named and on(config):  # one problem per package to install
             named.add(dist)
-            value: Any = config
-            for part in key.split("."):
-                value = getattr(value, part)
-            out.append(Problem(key=key, what=f"is {value}, but no installed package provides it (it is {dist}'s)",
+            out.append(Problem(key=key, what=f"is {get_key(config, key)}, but no installed package provides it (it is {dist}'s)",
                                why="the run would ignore the setting", fix=f"pip install {dist} (plugins/{dist.removeprefix('rl-').replace('-', '_')} in this repository), or set {off}"))
     return out
 
