@@ -132,14 +132,9 @@ def order(found: list[tuple[str, Problem]]) -> list[Problem]:
 
 def build_plan(loaded: Any, registry: Registry, *, devices: bool = True, extra: Callable[[Any], Iterable[Problem]] | None = None,
                rewrite: Callable[[list[Problem]], list[Problem]] | None = None) -> Report:
-    """Resolve and check a loaded config, once: the frozen plan, or every problem in fixing order.
-
-    ``devices=False`` leaves this machine's GPUs and cores out (``device`` checks skipped: a config written here and run
-    elsewhere); ``extra(config)``: more problems for the ``device`` stage (`rlcore check --target`); ``rewrite``: applied
-    to the problems found after loading (`--skip-device-check` turns missing engines into warnings; `rlcore train`
-    turns a model folder that is not here into an error). Problems after loading name the keys as the user wrote them
-    (``loaded.as_written``).
-    """
+    """Resolve and check a loaded config, once: the frozen plan, or every problem in fixing order. ``devices=False``
+    skips the ``device`` checks; ``extra(config)``: more ``device`` problems (`--target`); ``rewrite``: applied to the
+    problems found after loading, which then name the keys as the user wrote them (``loaded.as_written``)."""
     config = loaded.config
     if config is None:
         return Report(plan=None, problems=order([("keys", p) for p in loaded.problems]), config=None)

@@ -45,6 +45,7 @@ from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
 from rl_core.rewards.mixing import mixing_problems
 from rl_core.run_kind import RL, run_kind_name
+from rl_core.util.user_paths import get_key
 
 
 
@@ -407,9 +408,7 @@ def _reward_model_rollout(config: RunConfig, card: RewardModelCard | None, regis
     model's checks name that problem)."""
     if card is None or not card.rollout_key:
         return None
-    value: Any = config
-    for part in card.rollout_key.split("."):
-        value = getattr(value, part, None)
+    value = get_key(config, card.rollout_key)
     try:
         return registry.get("rollout", value) if isinstance(value, str) else None
     except UnknownCardError:
