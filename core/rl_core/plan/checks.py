@@ -82,11 +82,8 @@ def _schema_knows(key: str) -> bool:
 
 
 def with_defaults(config: Any, keys: Iterable[str]) -> Any:
-    """``config`` with each dotted key's value put back to the schema's default (keys that name no field are skipped).
-
-    A value that broke its rule is replaced, so the checks after it (sizes, names, files) still run on the
-    rest of the config instead of stopping at the first bad value.
-    """
+    """``config`` with each dotted key's value put back to the schema's default (keys that name no field are skipped),
+    so the checks after a value that broke its rule still run on the rest of the config."""
     for key in keys:
         parts = key.split("[")[0].split(".")
         try:

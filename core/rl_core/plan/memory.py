@@ -410,10 +410,9 @@ def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any, featu
 
 
 def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:
-    """Bytes per rank of the reward model (``reward_model.enable``): ``weights``, one micro-batch's forward, and
-    ``reward model weights (kept)`` when it stays on the device (colocated without offload, or any CPU run).
-    Empty when off or its shape is unknown. ``card``: the reward model's card, whose ``memory(config, shape,
-    dtype_bytes)`` gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
+    """Bytes per rank of the reward model: ``weights``, one micro-batch's forward, and ``reward model weights (kept)``
+    when it stays on the device; empty when off or its shape is unknown. ``card.memory(config, shape, dtype_bytes)``
+    gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
     rm = config.reward_model
     if not rm.enable:
         return {}

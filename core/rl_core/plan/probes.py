@@ -61,11 +61,8 @@ def safetensors_problem(path: Path) -> str | None:
 
 
 def pickled_weights_problem(path: Path) -> str | None:
-    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads).
-
-    Read as transformers / peft read it, ``torch.load(weights_only=True)`` (memory-mapped: the tensors' bytes are not
-    read): anything but tensors and plain data stops the unpickler before it is called; nothing in the file runs.
-    """
+    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads):
+    read as transformers / peft read it, ``torch.load(weights_only=True)``, memory-mapped; nothing in the file runs."""
     import torch
 
     try:

@@ -272,10 +272,8 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
 
 
 def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: Registry) -> list[Problem]:
-    """A rollout TP group larger than one node's devices spans nodes: the card must run such a group, on Ray.
-
-    The node is the rollout's pool's (``rollout.n_gpus_per_node`` when the rollout has workers of its own, else
-    ``trainer.n_gpus_per_node``); a TP size that does not divide the devices is the normaliser's problem."""
+    """A rollout TP group larger than one node's devices (the rollout pool's node, else the trainer's) spans nodes:
+    the card must run such a group, on Ray."""
     r, t = config.rollout, config.trainer
     own = r.n_gpus_per_node is not None
     per_node, nodes = (r.n_gpus_per_node, r.nnodes) if own else (t.n_gpus_per_node, t.nnodes)
