@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rl_core.cards import BatchSamplerCard, Provider, RewardShapingCard
 from rl_core.config.load import load_config
-from rl_core.plan.step_hooks import config_value, step_hooks
+from rl_core.plan.step_hooks import step_hooks
+from rl_core.util.user_paths import get_key
 from rl_core.plugins import Registry
 
 P = Provider(distribution="third-party")
@@ -51,6 +52,6 @@ def test_two_samplers_and_a_factory_that_does_not_load_are_problems():
     assert any("a second batch sampler" in p.what for p in problems)
 
 
-def test_config_value_reads_a_dotted_key():
+def test_get_key_reads_a_dotted_key():
     cfg = load_config(None, ["data.max_response_length=64"])
-    assert config_value(cfg, "data.max_response_length") == 64 and config_value(cfg, "data.no_such_key") is None
+    assert get_key(cfg, "data.max_response_length") == 64 and get_key(cfg, "data.no_such_key") is None

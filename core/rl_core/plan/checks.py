@@ -1,20 +1,9 @@
 """The plan, built once: every problem of a config in one ordered pipeline (`rlcore check`, `rlcore train`).
 
-:func:`build_plan` takes a loaded config (:func:`rl_core.config.load.load_report`) and runs, once each:
-
-1. what loading found: ``keys`` (unknown or misspelt keys, did-you-mean from the schema), ``values`` (a value of the
-   wrong type or outside its rule; the key's default stands in afterwards, so the later stages still run), ``rules``
-   (rules that tie keys together: sampling, generators, batch-size arithmetic);
-2. the resolver (:func:`rl_core.plan.resolver.resolve`): names against the installed cards (backends, estimator, policy
-   loss, reward: did-you-mean from what is installed), their engines, the sizes;
-3. every registered check (:class:`rl_core.cards.CheckCard`, hook ``rl_core_register_checks``), in stage order
-   (:data:`STAGES`), each registered beside the feature it checks: the data, the reward function, the model folders,
-   LoRA, long context, ... and any plugin's. ``device`` checks read this machine's GPUs and cores.
-
-Problems are sorted by stage (stable within one) and only the first error per key is kept: later ones about the same
-key are usually its consequences. A check that raises becomes a problem naming it; it never stops the others.
-The result is a :class:`Report`: the frozen :class:`~rl_core.plan.resolver.Plan` (None when anything is an error) and
-every problem, in fixing order.
+:func:`build_plan` runs, once each: what loading found (``keys``, ``values``, ``rules``; a bad value's default stands
+in afterwards so the later stages still run), the resolver (names, engines, sizes), then every registered
+:class:`~rl_core.cards.CheckCard` in stage order (:data:`STAGES`). Problems are sorted by stage and only the first
+error per key is kept (later ones are usually its consequences); a check that raises becomes a problem naming it.
 """
 
 from __future__ import annotations
@@ -25,9 +14,9 @@ from typing import Any, Callable, Iterable
 import attrs
 
 from rl_core.cards import CHECK_STAGES
-from rl_core.plan.resolver import NAME_KEYS, resolve
+from rl_core.plan.resolver import NAME_KEYS, first_per_key, resolve
 from rl_core.plugins import Registry, get_registry
-from rl_core.problems import ConfigError, Problem, errors
+from rl_core.problems import Problem, errors
 from rl_core.util.type_hints import type_hints
 from rl_core.config.schema import RunConfig
 from rl_core.config.sections import Sectioned, added_to
@@ -93,11 +82,8 @@ def _schema_knows(key: str) -> bool:
 
 
 def with_defaults(config: Any, keys: Iterable[str]) -> Any:
-    """``config`` with each dotted key's value put back to the schema's default (keys that name no field are skipped).
-
-    A value that broke its rule is replaced, so the checks after it (sizes, names, files) still run on the
-    rest of the config instead of stopping at the first bad value.
-    """
+    """``config`` with each dotted key's value put back to the schema's default (keys that name no field are skipped),
+    so the checks after a value that broke its rule still run on the rest of the config."""
     for key in keys:
         parts = key.split("[")[0].split(".")
         try:
@@ -136,30 +122,16 @@ def _run_check(stage: str, name: str, fn: Check, config: Any, registry: Any) -> 
 
 
 def order(found: list[tuple[str, Problem]]) -> list[Problem]:
-    """By stage (stable), the first error per key; warnings all kept."""
-    ranked = sorted(enumerate(found), key=lambda item: (STAGES.index(item[1][0]), item[0]))
-    seen: set[str] = set()
-    out: list[Problem] = []
-    for _, (_, p) in ranked:
-        if p.severity == "error":
-            if p.key in seen:
-                continue
-            seen.add(p.key)
-        if p not in out:
-            out.append(p)
-    return out
+    """By stage (stable), each problem once, the first error per key; warnings all kept."""
+    ranked = [p for _, (_, p) in sorted(enumerate(found), key=lambda item: (STAGES.index(item[1][0]), item[0]))]
+    return first_per_key(list(dict.fromkeys(ranked)))
 
 
 def build_plan(loaded: Any, registry: Registry, *, devices: bool = True, extra: Callable[[Any], Iterable[Problem]] | None = None,
                rewrite: Callable[[list[Problem]], list[Problem]] | None = None) -> Report:
-    """Resolve and check a loaded config, once: the frozen plan, or every problem in fixing order.
-
-    ``devices=False`` leaves this machine's GPUs and cores out (``device`` checks skipped: a config written here and run
-    elsewhere); ``extra(config)``: more problems for the ``device`` stage (`rlcore check --target`); ``rewrite``: applied
-    to the problems found after loading (`--skip-device-check` turns missing engines into warnings; `rlcore train`
-    turns a model folder that is not here into an error). Problems after loading name the keys as the user wrote them
-    (``loaded.as_written``).
-    """
+    """Resolve and check a loaded config, once: the frozen plan, or every problem in fixing order. ``devices=False``
+    skips the ``device`` checks; ``extra(config)``: more ``device`` problems (`--target`); ``rewrite``: applied to the
+    problems found after loading, which then name the keys as the user wrote them (``loaded.as_written``)."""
     config = loaded.config
     if config is None:
         return Report(plan=None, problems=order([("keys", p) for p in loaded.problems]), config=None)
@@ -208,8 +180,3 @@ def plan_for(config: Any, registry: Registry | None = None, *, devices: bool = T
     plan (None when anything is an error) and the problems. Without ``registry``: the installed plugins'."""
     report = build_plan(_Given(config), registry if registry is not None else get_registry(), devices=devices)
     return report.plan, report.problems
-
-
-def raise_if_errors(report: Report) -> None:
-    if report.errors:
-        raise ConfigError(report.errors)

@@ -1,20 +1,6 @@
 """Disk a run writes, estimated before anything is built: what `rlcore check` and `rlcore train` print.
 
-A checkpoint holds what an exact resume needs: for each trained role (the actor, and the critic when
-there is one) its float32 master weights (``4P``) and AdamW's two moments (``8P``); the trainer's own
-state (data position, RNG) is a few kilobytes. A model whose input embedding and LM head are one tied
-tensor has that tensor written twice in the weights (the checkpoint names both; ``4 V h`` more). The
-final model (``hf_final``) is the actor's weights once, in float32 (``4P``), plus its tokenizer.
-
-LoRA (``model.lora_rank > 0``, ``A`` adapter parameters: the plan's features, rl-lora's count): a checkpoint
-holds the adapters and their AdamW state (``12A``; the frozen base is ``model.path``'s, except a tied input
-embedding / LM head, which torch keeps under the LM head's name: ``c V h`` in the compute dtype), and the final
-model is a PEFT adapter folder (``4A``, float32 adapters), plus the merged weights in the compute dtype (``cP``)
-when ``trainer.save_merged_lora`` asks for them.
-
-Checkpoints are written every ``trainer.save_freq`` steps and at the last step; ``trainer.max_ckpt_to_keep``
-of them stay on disk (older ones are deleted once a newer one is complete, so one more is on disk
-while the newest is written). Measured against real runs: ``tests/infra/test_disk_estimate.py``.
+What a checkpoint and the final model hold, and how many stay on disk: docs/memory.md ("Disk").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Check a rollout / train card's factory path without importing the engine it names.
-
-``rlcore check`` imports estimator, policy-loss and reward factories, but not the rollout and train ones (vLLM,
-Megatron, ... take seconds to minutes to import, and may need a GPU). For those, :func:`factory_path_problem` finds
-the factory's module on the path (``importlib.util.find_spec``) and reads its source (``ast``, nothing runs) for the
-top-level name the path starts with: a ``def``, ``class``, assignment or import that binds it. A module that can
-bind names in ways the source does not show (``from x import *``, a module ``__getattr__``, a compiled module) is
-not judged; a package's submodule of that name counts.
+"""Check a rollout / train card's factory path without importing the engine it names (vLLM, Megatron, ... are slow
+to import and may need a GPU): find the module (``importlib.util.find_spec``) and read its source with ``ast`` (nothing
+runs) for the top-level name; a module that can bind names the source does not show is not judged.
 """
 
 from __future__ import annotations
@@ -107,16 +102,10 @@ def factory_path_problem(card: Any, key: str) -> Problem | None:
     except (ImportError, ValueError):  # a parent package missing
         found = False
     if not found:
-        return Problem(
-            key=key,
-            what=f"{who} names a factory module {module!r} that is not installed ({ref!r})",
-            fix=f"reinstall {dist}, or report the card's factory path to its authors",
-        )
+        return Problem(key=key, what=f"{who} names a factory module {module!r} that is not installed ({ref!r})",
+                       fix=f"reinstall {dist}, or report the card's factory path to its authors")
     top = attr.split(".")[0]
     if top and module_binds(module, top) is False:
-        return Problem(
-            key=key,
-            what=f"{who} names a factory {ref!r}, but module {module!r} defines no {top!r}",
-            fix=f"fix the card's factory path (report it to the authors of {dist}), or set {key} to another {card.kind} backend",
-        )
+        return Problem(key=key, what=f"{who} names a factory {ref!r}, but module {module!r} defines no {top!r}",
+                       fix=f"fix the card's factory path (report it to the authors of {dist}), or set {key} to another {card.kind} backend")
     return None

@@ -1,17 +1,8 @@
 """Cross-cutting features (LoRA, ...) resolved once into the Plan: the contract of :class:`rl_core.cards.FeatureCard`.
 
-A feature package (rl-lora: ``plugins/lora``) registers a ``FeatureCard`` (hook ``rl_core_register_features``); the
-resolver loads every installed one once into :class:`Features` (``Plan.features``). The kernel asks it, never the
-registry and never the package:
-
-- :meth:`Features.actor_terms`: an enabled feature's :class:`MemoryTerms` (the actor's train states; the device
-  estimate, :mod:`rl_core.plan.memory`; its trainable parameter count: the host and disk estimates);
-- :meth:`Features.alternatives`: configs with a feature on that the device estimate tries for a full fine-tune that
-  does not fit;
-- :meth:`Features.hook`: a named run-time hook of an enabled feature (the hf rollout's ``rollout_adapters``).
-
-A config that switches a feature on while no installed card provides it is a problem naming the package to install
-(:data:`KNOWN_FEATURES`), never a silent full fine-tune.
+A feature package registers a ``FeatureCard``; the resolver loads every installed one once into :class:`Features`
+(``Plan.features``), which the kernel asks for an enabled feature's memory terms, alternatives and run-time hooks.
+A config that switches on a feature no installed card provides is a problem naming the package (:data:`KNOWN_FEATURES`).
 """
 
 from __future__ import annotations

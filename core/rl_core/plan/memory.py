@@ -1,40 +1,7 @@
 """A memory estimate per device (per rank) before anything is built: what `rlcore check` and `--dry-run` print.
 
-Terms, in bytes per rank (``P`` parameters, ``c`` bytes of the compute dtype, ``S`` ranks sharing the
-train states, as the train card declares (``TrainCard.state_sharding``: ``data``, over every rank;
-``model``, over the tensor x pipeline ranks; ``none``); without a card, over every rank):
-
-- model states: actor parameters ``4P/S`` (float32 master weights, as the FSDP backend keeps them),
-  gradients ``4P/S`` (only during the update: they are freed after each optimizer step), AdamW's two
-  moments ``8P/S``; a frozen reference model ``cP/S``; a critic like the actor;
-- mixed precision without sharding (``torch.autocast``): the low-precision copy of the weights that
-  autocast caches during a forward with grad, ``cP``;
-- rollout: the HF engine holds its own full copy of the weights (``cP``) plus the KV cache of the
-  sequences it decodes at once (``B x (max_prompt + max_response) x layers x 2 x kv_heads x head_dim x c``;
-  where its static decoder runs, on a GPU, ``B`` padded to a power of two and the tokens rounded up to 128, as it
-  allocates them: :func:`static_cache_size`);
-  on a GPU with ``enable_sleep`` it frees both between rollouts unless together they are at most
-  ``rollout.engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`);
-  an engine whose card declares ``memory_fraction`` takes ``rollout.gpu_memory_utilization`` of the GPU
-  and releases it while training (``enable_sleep``), except what its card says it keeps asleep
-  (``RolloutCard.asleep_gib``: vLLM's CUDA graph pool and its memory outside torch);
-- activations of one micro-batch: per token and layer ``c (5h + 2 kv_heads head_dim + 3 I) + 16h``
-  bytes (the tensors a llama-style block keeps for backward under autocast; float32 norms), or only the
-  layer inputs (``4h``) plus one layer's worth with gradient checkpointing; prompts count once per group
-  of ``n`` when ``share_prompt_forward`` is on (CPU default);
-- logits of one micro-batch over the response: ``micro x R x V`` elements, held as the lm-head output
-  (``c``) and its float32 copy (4), plus the float32 temporaries of logsumexp and the entropy (8; the
-  entropy is computed in the update and the old-log-prob pass) and, in the update, the float32
-  gradient (4): ``c + 16`` bytes per element in the update, ``c + 12`` in the log-prob pass. With the
-  chunked LM head (``model.logprob_chunk_size``, on by default on a GPU) only one chunk of tokens has
-  logits at a time, forward or recomputed in backward: ``min(tokens, chunk) x V x (c + 12)``.
-
-Phases: ``rollout`` (states + rollout weights + KV cache), ``log-probs`` (states + the inference
-logits), ``update`` (states + gradients + autocast cache + activations + logits). On a CPU run the
-process itself (Python, torch, transformers: :data:`CPU_RUNTIME_GB`, measured) counts too and every
-rank's peak shares the machine's RAM. Sequence lengths are the configured maxima, so the estimate is
-an upper bound for data with shorter prompts. ``bench/memory_estimate.py`` measures a run's real
-peak next to it (``bench/results/memory_estimate_*.md``).
+The kernel's terms (model states, the rollout's weights and KV cache, activations, logits) and each phase's peak;
+a feature's actor terms come from its card (:mod:`rl_core.plan.features`). How each term is counted: docs/memory.md.
 """
 
 from __future__ import annotations
@@ -244,12 +211,8 @@ def estimate(
     config: Any, sizes: Any, *, rollout: Any = None, train: Any = None, available: float | None = None, shape: ModelShape | None = None,
     alternatives: bool = True, reward_model: Any = None, features: Features | None = None,
 ) -> Estimate | None:
-    """The estimate for a normalised config and its :class:`~rl_core.config.normalize.Sizes`; None if the model's shape is unknown.
-
-    ``rollout`` / ``train``: the stack's cards (what each backend holds: ``RolloutCard.memory_fraction``,
-    ``TrainCard.state_sharding``); ``reward_model``: the reward model's card (its ``memory`` terms); ``features``: the
-    plan's (:mod:`rl_core.plan.features`: LoRA's actor terms; without them, a full fine-tune's).
-    """
+    """The estimate for a normalised config and its ``Sizes``; None if the model's shape is unknown. ``rollout``,
+    ``train``, ``reward_model``: the stack's cards (what each holds); ``features``: the plan's (a feature's actor terms)."""
     shape = shape or model_shape(config.model.path, config.model.override_config)
     if shape is None:
         return None
@@ -414,11 +377,8 @@ CHUNK = 1 << 30  # rl_train_fsdp.offload.CHUNK_BYTES: optimizer state brought to
 
 
 def actor_terms(config: Any, shape: Any, S: int, c: int, features: Features | None = None) -> MemoryTerms:
-    """The actor's train states: a feature's (LoRA: its frozen base and adapters, rl-lora) or a full fine-tune's, float32
-    parameters ``4P/S``, AdamW's moments ``8P/S``, gradients ``4P/S`` (update only). ``actor.fsdp_config.param_offload``:
-    the parameters are in host memory between phases but on the device for every pass, so the train phases keep
-    ``4P/S``; ``optimizer_offload``: AdamW's moments live in host memory, the step brings at most :data:`CHUNK` bytes
-    to the device at a time. Host memory taken by offloading is :mod:`rl_core.plan.memory_host`'s."""
+    """The actor's train states: an enabled feature's (LoRA) or a full fine-tune's, with CPU offload as
+    ``actor.fsdp_config`` says (docs/memory.md)."""
     own = features.actor_terms(config, shape, S, c) if features is not None else None
     if own is not None:
         return own
@@ -450,10 +410,9 @@ def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any, featu
 
 
 def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:
-    """Bytes per rank of the reward model (``reward_model.enable``): ``weights``, one micro-batch's forward, and
-    ``reward model weights (kept)`` when it stays on the device (colocated without offload, or any CPU run).
-    Empty when off or its shape is unknown. ``card``: the reward model's card, whose ``memory(config, shape,
-    dtype_bytes)`` gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
+    """Bytes per rank of the reward model: ``weights``, one micro-batch's forward, and ``reward model weights (kept)``
+    when it stays on the device; empty when off or its shape is unknown. ``card.memory(config, shape, dtype_bytes)``
+    gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
     rm = config.reward_model
     if not rm.enable:
         return {}

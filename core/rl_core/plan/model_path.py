@@ -1,10 +1,6 @@
-"""The `rlcore check` probe of ``model.path`` / ``model.tokenizer_path``: a folder that a run can load.
-
-rl-core loads models from local folders only (nothing is downloaded at run time), so a path that is
-not a folder here fails the run. A hub-style name (``org/name``) may be a folder on the machine the
-config is meant for: `rlcore check` warns about it, `rlcore train` refuses it (:func:`run_here` turns the warning into an error). Anything
-else that is not here (a path whose parent folder exists, an absolute or ``./`` path, more than one
-``/``) is an error in both.
+"""The `rlcore check` probe of ``model.path`` / ``model.tokenizer_path``: a local folder that a run can load (nothing
+is downloaded at run time). A hub-style name (``org/name``) that is not here is a warning for `rlcore check` (the config
+may be meant for another machine) and an error for `rlcore train` (:func:`run_here`); any other missing path an error.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ def _how_to_get(name: str) -> str:
             f"then model.path=models/{name.split('/')[-1]}), or `rlcore model smollm2 --out models/smollm2` for the offline model")
 
 
-def path_problem(key: str, path: str, *, strict: bool) -> Problem | None:
+def path_problem(key: str, path: str) -> Problem | None:
     if not path or path.startswith(BUILTIN):
         return None
     p = Path(os.path.expanduser(path))
@@ -41,22 +37,17 @@ def path_problem(key: str, path: str, *, strict: bool) -> Problem | None:
     first = path.split("/")[0]
     hub_like = bool(HUB_ID.match(path)) and not os.path.isdir(first)
     where = f"no folder {path!r} here (working directory {os.getcwd()})"
-    if hub_like and not strict:
+    if hub_like:
         return Problem(key=key, severity="warning", what=f"{where}; rl-core loads local folders only and downloads nothing{_RUN_HERE_WOULD_FAIL}",
                        fix=f"if the config is meant for a machine that has this folder, ignore this; else {_how_to_get(path)}")
-    return Problem(key=key, what=where + ("; rl-core loads local folders only and downloads nothing" if hub_like else ""),
-                   fix=_how_to_get(path) if hub_like else f"point {key} at an existing model folder (with config.json)")
+    return Problem(key=key, what=where, fix=f"point {key} at an existing model folder (with config.json)")
 
 
-def model_path_problems(config: Any, registry: Any = None, *, strict: bool = False) -> list[Problem]:
-    """``strict``: the run happens on this machine (`rlcore train`), so a hub-style name that is not here is an error."""
-    out = []
+def model_path_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """``model.path`` and ``model.tokenizer_path``, each a folder a run can load."""
     m = config.model
-    for key, value in (("model.path", m.path), ("model.tokenizer_path", m.tokenizer_path)):
-        found = path_problem(key, value or "", strict=strict)
-        if found is not None:
-            out.append(found)
-    return out
+    found = (path_problem(key, value or "") for key, value in (("model.path", m.path), ("model.tokenizer_path", m.tokenizer_path)))
+    return [p for p in found if p is not None]
 
 
 def run_here(problems: list[Problem]) -> list[Problem]:

@@ -1,9 +1,6 @@
 """Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards) and ``data.*_generator.name``
-(generator cards). Each name is looked up once, here, and its card's factory loaded once: the trainer and the data
-loaders read ``Plan.trackers`` / ``Plan.generators`` and look no name up again.
-
-A name no installed card has is a problem naming the key and, for a first-party package's name, its install
-(``pip install rl-tracking`` for ``wandb``, ``pip install rl-data`` for ``reasoning_gym``: rl_core.plugins.KNOWN_PROVIDERS).
+(generator cards), each looked up and its factory loaded once (``Plan.trackers`` / ``Plan.generators``). An unknown
+name is a problem naming the key and, for a first-party package's name, its install (``KNOWN_PROVIDERS``).
 """
 
 from __future__ import annotations

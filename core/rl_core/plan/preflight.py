@@ -1,18 +1,8 @@
 """Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
 
-:func:`file_problems` and :func:`device_check` (checks this module registers) return problems (and warnings) for a config whose
-values already passed the schema's rules:
-
-- data: every file exists, parses, and its first rows pass the row validation
-  (:func:`rl_core.data.dataset.validate_row`); a generator card's own checks pass
-  (its package, its options) and a two-row sample generates; some training data is configured;
-- reward: the custom file imports and its function accepts the scorer's
-  arguments plus ``reward.kwargs``; a named reward's function accepts them too;
-  without a named reward, the first rows' ``data_source`` has a scorer;
-- device: ``cuda`` needs a visible GPU (and enough of them); worker processes
-  beyond the CPU cores are a warning; ``output_dir`` can be created.
-
-Nothing here loads a model or a tokenizer, or starts a process.
+:func:`file_problems`: the data files exist, parse and their first rows validate; a generator's checks pass and a
+two-row sample generates; the reward function accepts the scorer's arguments. :func:`device_check`: the GPUs and
+cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
 """
 
 from __future__ import annotations
@@ -167,11 +157,8 @@ def signature_problem(fn: Callable, kwargs: dict[str, Any], key: str, label: str
         sig.bind(**{n: None for n in names}, **kwargs)
     except TypeError as exc:
         extra = f" plus reward.kwargs {sorted(kwargs)}" if kwargs else ""
-        return Problem(
-            key=key,
-            what=f"{label} cannot be called as the scorer calls it ({', '.join(names)}{extra}): {exc}",
-            fix=f"give it the signature ({', '.join(names)}, **kwargs), or fix reward.kwargs",
-        )
+        return Problem(key=key, what=f"{label} cannot be called as the scorer calls it ({', '.join(names)}{extra}): {exc}",
+                       fix=f"give it the signature ({', '.join(names)}, **kwargs), or fix reward.kwargs")
     return None
 
 
@@ -212,12 +199,8 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
 
 
 def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Problem]:
-    """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response.
-
-    Only registered rewards get the trial call (plugin code, meant to be cheap); a user's own function
-    may call a service, so it is only checked by signature.
-    """
-
+    """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response (registered
+    rewards only: a user's own function may call a service, so it is only checked by signature)."""
     try:
         fn = load_object(card.factory)
     except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not raised
@@ -236,13 +219,8 @@ def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Pro
 
 # ---------------------------------------------------------------- environment
 def runs_elsewhere(config: Any) -> bool:
-    """True when the workers run on a Ray cluster's nodes, not on this machine.
-
-    ``trainer.placement=ray`` with ``ray.address`` set (``auto`` or a head's
-    address) or ``$RAY_ADDRESS`` (``ray job submit``), or more than one node:
-    this machine's GPUs say nothing about the workers' (the controller may run
-    on a CPU-only head). ``rlcore doctor --cluster`` checks the nodes.
-    """
+    """True when the workers run on a Ray cluster's nodes, not on this machine (more than one node, or
+    ``trainer.placement=ray`` with ``ray.address`` / ``$RAY_ADDRESS``): this machine's GPUs say nothing about theirs."""
     t = config.trainer
     if t.nnodes > 1:
         return True
@@ -304,14 +282,12 @@ def output_problems(config: Any) -> list[Problem]:
             warnings.simplefilter("ignore")  # half-written debris is reported by the run itself
             latest = CheckpointManager(os.path.join(out_dir, "checkpoints")).latest()
         if latest is not None:
-            return [
-                Problem(
-                    key="trainer.resume",
-                    what=f"is false but {config.trainer.output_dir!r} holds the checkpoints of an earlier run (latest: step {latest[0]})",
-                    why="a fresh start there would delete them as new ones are saved and replace the run's metrics",
-                    fix="start the new run in another folder (trainer.output_dir=...), continue that run (trainer.resume=true), or move the folder away",
-                )
-            ]
+            return [Problem(
+                key="trainer.resume",
+                what=f"is false but {config.trainer.output_dir!r} holds the checkpoints of an earlier run (latest: step {latest[0]})",
+                why="a fresh start there would delete them as new ones are saved and replace the run's metrics",
+                fix="start the new run in another folder (trainer.output_dir=...), continue that run (trainer.resume=true), or move the folder away",
+            )]
     return []
 
 

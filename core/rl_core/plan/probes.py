@@ -1,24 +1,8 @@
 """Deeper `rlcore check` probes: what a run would otherwise find out only after building everything.
 
-Each probe is a pure function ``probe(config, registry) -> list[Problem]`` that never raises (the
-collector of :mod:`rl_core.plan.checks` runs them all and reports every problem in one run):
-
-- :func:`model_folder_problems`: the model folders a run loads (``model.path``, ``model.tokenizer_path``,
-  ``critic.model.path``, ``ref.model.path`` when set): ``config.json`` parses and transformers accepts it,
-  a folder that asks to run its own code (``auto_map``) is refused unless ``model.trust_remote_code``,
-  the weights are readable (every safetensors header parses and the file holds what it declares; an index
-  names files that exist), the tokenizer loads. A folder that does not exist is
-  :mod:`rl_core.plan.model_path`'s to report.
-- :func:`estimator_problems`: the advantage estimator (built-in or a plugin's) runs on a probe batch and
-  returns ``(advantages, returns)`` of the declared shape ``[B, T]``.
-- :func:`data_size_problems`: the training set holds at least one batch (``data.train_batch_size`` prompts).
-- :func:`greedy_group_problems`: greedy decoding (``rollout.do_sample=false``) with ``rollout.n > 1`` and a
-  group estimator (GRPO, RLOO, ...): every sample of a prompt is identical, every advantage 0.
-- :func:`non_finite_problems`: NaN / inf inside free-form option dicts (``algorithm.options``,
-  ``reward.kwargs``, ``rollout.engine_kwargs``, ...).
-
-``~`` in paths is expanded when the config is loaded (:func:`rl_core.util.user_paths.expand_user_paths`), so
-`check` looks where the run will write.
+Each probe is ``probe(config, registry) -> list[Problem]`` and never raises (:mod:`rl_core.plan.checks` runs them all):
+the model folders a run loads, the estimator on a probe batch, a training set of at least one batch, greedy groups,
+NaN / inf in free-form option dicts, ``${...}`` left unresolved. A missing folder is :mod:`rl_core.plan.model_path`'s.
 """
 
 from __future__ import annotations
@@ -77,11 +61,8 @@ def safetensors_problem(path: Path) -> str | None:
 
 
 def pickled_weights_problem(path: Path) -> str | None:
-    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads).
-
-    Read as transformers / peft read it, ``torch.load(weights_only=True)`` (memory-mapped: the tensors' bytes are not
-    read): anything but tensors and plain data stops the unpickler before it is called; nothing in the file runs.
-    """
+    """Why a pickled weight file (``pytorch_model.bin``, ``adapter_model.bin``) would be refused at load (None if it loads):
+    read as transformers / peft read it, ``torch.load(weights_only=True)``, memory-mapped; nothing in the file runs."""
     import torch
 
     try:

@@ -45,6 +45,7 @@ from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
 from rl_core.rewards.mixing import mixing_problems
 from rl_core.run_kind import RL, run_kind_name
+from rl_core.util.user_paths import get_key
 
 
 
@@ -216,13 +217,11 @@ def _check_devices(config: RunConfig, rollout: RolloutCard | None, train: TrainC
     device = config.trainer.device
     for card, key in ((rollout, "rollout.name"), (train, "train.name")):
         if card is not None and device not in card.devices:
-            problems.append(
-                Problem(
-                    key="trainer.device",
-                    what=f"{card.kind} backend {card.name!r} ({key}) runs on {', '.join(sorted(card.devices))}, not {device}",
-                    fix=f"set trainer.device to one of {', '.join(sorted(card.devices))}, or pick another {key}",
-                )
-            )
+            problems.append(Problem(
+                key="trainer.device",
+                what=f"{card.kind} backend {card.name!r} ({key}) runs on {', '.join(sorted(card.devices))}, not {device}",
+                fix=f"set trainer.device to one of {', '.join(sorted(card.devices))}, or pick another {key}",
+            ))
 
 
 def _installed(registry: Registry, kind: str, fits) -> str:
@@ -236,13 +235,11 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
     world = config.trainer.nnodes * config.trainer.n_gpus_per_node
     # A TP size that does not divide the devices is reported by the normaliser; one root cause at a time.
     if rollout is not None and rollout.max_tp is not None and rtp > rollout.max_tp and world % rtp == 0:
-        problems.append(
-            Problem(
-                key="rollout.tensor_model_parallel_size",
-                what=f"rollout backend {rollout.name!r} supports tensor parallel size up to {rollout.max_tp}, got {rtp}",
-                fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP{_installed(registry, 'rollout', lambda c: c.max_tp is None or c.max_tp >= rtp)}",
-            )
-        )
+        problems.append(Problem(
+            key="rollout.tensor_model_parallel_size",
+            what=f"rollout backend {rollout.name!r} supports tensor parallel size up to {rollout.max_tp}, got {rtp}",
+            fix=f"set rollout.tensor_model_parallel_size<={rollout.max_tp}, or use a rollout backend with TP{_installed(registry, 'rollout', lambda c: c.max_tp is None or c.max_tp >= rtp)}",
+        ))
     if rollout is not None:
         problems += _multi_node_tp_problems(config, rollout, registry)
         problems += moe_parallel_problems(config, rollout, _installed(registry, "rollout", lambda c: bool(c.moe_parallel)))
@@ -267,20 +264,16 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
         ))
     for cap, key, size in wanted:
         if size > 1 and cap not in train.parallelism:
-            problems.append(
-                Problem(
-                    key=key,
-                    what=f"train backend {train.name!r} does not support {cap.upper()} (it declares {', '.join(sorted(train.parallelism))})",
-                    fix=f"set {key}=1, or use a train backend with {cap.upper()}{_installed(registry, 'train', lambda c, cap=cap: cap in c.parallelism)}",
-                )
-            )
+            problems.append(Problem(
+                key=key,
+                what=f"train backend {train.name!r} does not support {cap.upper()} (it declares {', '.join(sorted(train.parallelism))})",
+                fix=f"set {key}=1, or use a train backend with {cap.upper()}{_installed(registry, 'train', lambda c, cap=cap: cap in c.parallelism)}",
+            ))
 
 
 def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: Registry) -> list[Problem]:
-    """A rollout TP group larger than one node's devices spans nodes: the card must run such a group, on Ray.
-
-    The node is the rollout's pool's (``rollout.n_gpus_per_node`` when the rollout has workers of its own, else
-    ``trainer.n_gpus_per_node``); a TP size that does not divide the devices is the normaliser's problem."""
+    """A rollout TP group larger than one node's devices (the rollout pool's node, else the trainer's) spans nodes:
+    the card must run such a group, on Ray."""
     r, t = config.rollout, config.trainer
     own = r.n_gpus_per_node is not None
     per_node, nodes = (r.n_gpus_per_node, r.nnodes) if own else (t.n_gpus_per_node, t.nnodes)
@@ -316,17 +309,15 @@ def _check_weights(
     for conv in registry.cards["converter"].values():
         if conv.source in train.export_formats and conv.target in rollout.weight_formats:
             return conv  # type: ignore[return-value]
-    problems.append(
-        Problem(
-            key="rollout.name",
-            what=(
-                f"train backend {train.name!r} exports weights as {', '.join(sorted(train.export_formats))} but rollout "
-                f"{rollout.name!r} accepts {', '.join(sorted(rollout.weight_formats))}, and no installed converter bridges them"
-            ),
-            why="after every update the trainer's weights must be loaded into the rollout engine",
-            fix="pick a rollout/train pair that share a weight format, or install a plugin that registers a converter",
-        )
-    )
+    problems.append(Problem(
+        key="rollout.name",
+        what=(
+            f"train backend {train.name!r} exports weights as {', '.join(sorted(train.export_formats))} but rollout "
+            f"{rollout.name!r} accepts {', '.join(sorted(rollout.weight_formats))}, and no installed converter bridges them"
+        ),
+        why="after every update the trainer's weights must be loaded into the rollout engine",
+        fix="pick a rollout/train pair that share a weight format, or install a plugin that registers a converter",
+    ))
     return None
 
 
@@ -336,13 +327,11 @@ def _check_architecture(config: RunConfig, cards: list, problems: list[Problem])
         return
     for card, key in cards:
         if card is not None and card.architectures is not None and arch not in card.architectures:
-            problems.append(
-                Problem(
-                    key="model.path",
-                    what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
-                    fix=f"supported: {', '.join(sorted(card.architectures))}; pick another model or backend",
-                )
-            )
+            problems.append(Problem(
+                key="model.path",
+                what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
+                fix=f"supported: {', '.join(sorted(card.architectures))}; pick another model or backend",
+            ))
 
 
 def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: TrainCard | None, problems: list[Problem]) -> None:
@@ -351,24 +340,20 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
     name = config.algorithm.adv_estimator
     if estimator.needs_critic:
         if config.critic.enable is False:
-            problems.append(
-                Problem(
-                    key="critic.enable",
-                    what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
-                    fix="set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
-                )
-            )
+            problems.append(Problem(
+                key="critic.enable",
+                what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
+                fix="set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
+            ))
         elif train is not None and "critic" not in train.roles:
             problems.append(Problem(key="train.name", what=f"{name} needs a critic but train backend {train.name!r} has no critic role", fix="pick a train backend with a critic role"))
     if estimator.needs_groups and config.rollout.n < 2:
-        problems.append(
-            Problem(
-                key="rollout.n",
-                what=f"algorithm.adv_estimator={name} compares samples of the same prompt, so it needs rollout.n > 1, got {config.rollout.n}",
-                why="with one sample per prompt every advantage is 0 and nothing is learned",
-                fix="set rollout.n to 4 or more (e.g. rollout.n=8), or use algorithm.adv_estimator=gae with a critic",
-            )
-        )
+        problems.append(Problem(
+            key="rollout.n",
+            what=f"algorithm.adv_estimator={name} compares samples of the same prompt, so it needs rollout.n > 1, got {config.rollout.n}",
+            why="with one sample per prompt every advantage is 0 and nothing is learned",
+            fix="set rollout.n to 4 or more (e.g. rollout.n=8), or use algorithm.adv_estimator=gae with a critic",
+        ))
     if config.ref.enable and train is not None and "ref" not in train.roles:
         problems.append(Problem(key="train.name", what=f"a KL term needs a reference model but train backend {train.name!r} has no ref role", fix="disable the KL term or pick another train backend"))
 
@@ -408,13 +393,11 @@ def load_factory(card, key: str, problems: list[Problem]) -> Any:
     try:
         return card.load()
     except Exception as exc:  # noqa: BLE001 - any import-time failure of a plugin is the plugin's, reported by name
-        problems.append(
-            Problem(
-                key=key,
-                what=f"{card.kind} {card.name!r} from {card.provider or 'an unregistered card'} has a factory {card.factory!r} that does not load: {type(exc).__name__}: {exc}",
-                fix=f"fix the card's factory path (report it to the authors of {card.provider.distribution if card.provider else 'the plugin'}), or set {key} to another {card.kind}",
-            )
-        )
+        problems.append(Problem(
+            key=key,
+            what=f"{card.kind} {card.name!r} from {card.provider or 'an unregistered card'} has a factory {card.factory!r} that does not load: {type(exc).__name__}: {exc}",
+            fix=f"fix the card's factory path (report it to the authors of {card.provider.distribution if card.provider else 'the plugin'}), or set {key} to another {card.kind}",
+        ))
         return None
 
 
@@ -423,9 +406,7 @@ def _reward_model_rollout(config: RunConfig, card: RewardModelCard | None, regis
     model's checks name that problem)."""
     if card is None or not card.rollout_key:
         return None
-    value: Any = config
-    for part in card.rollout_key.split("."):
-        value = getattr(value, part, None)
+    value = get_key(config, card.rollout_key)
     try:
         return registry.get("rollout", value) if isinstance(value, str) else None
     except UnknownCardError:
@@ -536,37 +517,13 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
             or (run_kind_name(config) != RL and run_kind_fn is None):
         return None, problems
     stack = Plan(
-        config=config,
-        sizes=sizes,
-        rollout=rollout,
-        train=train,
-        estimator=estimator,
-        policy_loss=policy_loss,
-        reward=reward,
-        converter=converter,
-        warnings=tuple(problems),
-        reward_model=reward_model,
-        estimator_fn=estimator_fn,
-        policy_loss_fn=policy_loss_fn,
-        reward_fn=reward_fn,
-        reward_model_fn=reward_model_fn,
-        reward_model_rollout=reward_model_rollout,
-        agent=agent,
-        observers=observers,
-        run_kind=run_kind,
-        run_kind_fn=run_kind_fn,
-        placement=placement,
-        rollout_pool=rollout_pool,
-        rollout_pool_fn=rollout_pool_fn,
-        rollout_pool_worker_fn=rollout_pool_worker_fn,
-        log_prob_roles=log_prob_roles,
-        features=features,
-        reward_shapers=reward_shapers,
-        batch_sampler=batch_sampler,
-        log_prob_forward=log_prob_forward,
-        trackers=trackers,
-        generators=generators,
-        reward_cards=tuple(registry.cards["reward"].values()),
+        config=config, sizes=sizes, rollout=rollout, train=train, estimator=estimator, policy_loss=policy_loss, reward=reward,
+        converter=converter, warnings=tuple(problems), reward_model=reward_model, estimator_fn=estimator_fn,
+        policy_loss_fn=policy_loss_fn, reward_fn=reward_fn, reward_model_fn=reward_model_fn, reward_model_rollout=reward_model_rollout,
+        agent=agent, observers=observers, run_kind=run_kind, run_kind_fn=run_kind_fn, placement=placement, rollout_pool=rollout_pool,
+        rollout_pool_fn=rollout_pool_fn, rollout_pool_worker_fn=rollout_pool_worker_fn, log_prob_roles=log_prob_roles,
+        features=features, reward_shapers=reward_shapers, batch_sampler=batch_sampler, log_prob_forward=log_prob_forward,
+        trackers=trackers, generators=generators, reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )
     return stack, problems

@@ -1,9 +1,5 @@
-"""Log-prob roles (:class:`~rl_core.cards.LogProbRoleCard`): the second models an estimator reads per-token log-probs
-of, resolved once into the Plan.
-
-An estimator declares the log-probs it reads by role name (``EstimatorCard.log_probs``): ``"actor"`` is the policy
-that sampled (the loop has those already); every other name must be an installed log-prob role's card, whose
-factory is loaded here, once, so a missing role or a factory that does not import is a `rlcore check` error.
+"""Log-prob roles (:class:`~rl_core.cards.LogProbRoleCard`): the second models whose per-token log-probs an estimator
+reads (``EstimatorCard.log_probs``; ``"actor"`` is the sampling policy's own), each card's factory loaded once.
 """
 
 from __future__ import annotations

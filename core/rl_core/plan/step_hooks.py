@@ -1,10 +1,8 @@
 """The step's hooks a config turns on: reward shapers and the batch sampler (resolved once, into the Plan).
 
-A :class:`~rl_core.cards.RewardShapingCard` or :class:`~rl_core.cards.BatchSamplerCard` names the boolean config key
-that turns it on (``enabled_by``). The plan holds the loaded factories of the cards whose key is true; the loop builds
-them once (``make(config)``) and never looks a name up. A key that is true with no installed card claiming it is an
-error naming the package that brings one (:data:`rl_core.plugins.KNOWN_STEP_HOOKS`), e.g. ``algorithm.filter_groups.enable``
-without rl-algorithms.
+A card names the boolean config key that turns it on (``enabled_by``); the Plan holds the loaded factories of the
+cards whose key is true. A key that is true with no installed card claiming it names the package
+(:data:`rl_core.plugins.KNOWN_STEP_HOOKS`).
 """
 
 from __future__ import annotations
@@ -13,22 +11,15 @@ from typing import Any, Callable
 
 from rl_core.plugins import KNOWN_STEP_HOOKS, Registry
 from rl_core.problems import Problem
+from rl_core.util.user_paths import get_key
 
 Hook = tuple[Any, Callable]  # (card, its loaded factory)
-
-
-def config_value(config: Any, key: str) -> Any:
-    """The value at a dotted ``key`` of ``config`` (None where a part is missing)."""
-    value: Any = config
-    for part in key.split("."):
-        value = getattr(value, part, None)
-    return value
 
 
 def _enabled(config: Any, registry: Registry, kind: str, problems: list[Problem]) -> list[Hook]:
     out = []
     for card in sorted(registry.cards[kind].values(), key=lambda c: c.name):
-        if config_value(config, card.enabled_by) is not True:
+        if get_key(config, card.enabled_by) is not True:
             continue
         try:
             out.append((card, card.load()))
@@ -46,7 +37,7 @@ def step_hooks(config: Any, registry: Registry) -> tuple[tuple[Hook, ...], Hook 
     samplers = _enabled(config, registry, "batch_sampler", problems)
     claimed = {card.enabled_by for kind in ("reward_shaping", "batch_sampler") for card in registry.cards[kind].values()}
     for key, dist in KNOWN_STEP_HOOKS.items():
-        if key not in claimed and config_value(config, key) is True:
+        if key not in claimed and get_key(config, key) is True:
             problems.append(Problem(key=key, what=f"is true, but no installed package provides this feature (the distribution {dist} does)",
                                     fix=f"pip install {dist}, or set {key}=false"))
     if len(samplers) > 1:
