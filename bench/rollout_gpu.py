@@ -162,11 +162,12 @@ def part_hf(args) -> list[dict]:
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_core.rollout import prefill_share
     from rl_core.rollout.hf import HFRolloutEngine
+    from rl_hf_decode.feature import FEATURE
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
     # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
-    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0))
+    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0, features={"hf_decode": FEATURE}))
     if eng.static is None and not SMOKE:
         raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
     rows = []

@@ -50,24 +50,10 @@ Speed: the ``n`` samples of a prompt share one prefill (its KV cache is
 repeated), and on CPU the engine decodes with transformers' ``eager``
 attention, ~20% faster there than ``sdpa`` for one-token steps
 (``rollout.engine_kwargs={"attn_implementation": ...}`` overrides it).
-On CUDA, Llama-family models decode with a static KV cache and a decode step
-captured in a CUDA graph (:mod:`rl_core.rollout.static_decode`; the same
-tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
-``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
-above is the faster one), ``cuda_graph`` (default true), ``check_every``
-(steps between all-finished checks, default 16), ``compile`` (``torch.compile``
-the decode step before capturing it; default: on for CUDA; a step that fails to compile
-is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
-and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
-off with ``share_weights``), ``decode_chunk`` (cache slots a step's attention
-capacity grows by, default 256, more for caches over 8,192 slots: :mod:`rl_core.rollout.static_decode`; 0: every step attends over the whole cache).
-The static cache is sized by the token count (batch x (prompt + response))
-and checked against the device's free memory before the first token; one
-that does not fit is refused naming the keys to lower. Long responses decode
-in chunks: a step attends only over the slots the responses have reached,
-rounded up to ``decode_chunk``, with one captured graph per such capacity
-(the same tokens as one chunk, :mod:`rl_core.rollout.static_decode`).
-Stop strings use the plain loop.
+On CUDA, with rl-hf-decode installed (its ``hf_decode`` feature), Llama-family models decode with a static KV
+cache and a decode step captured in a CUDA graph (the same tokens and log-probs to float rounding; its keys
+``static_decode``, ``cuda_graph``, ``check_every``, ``compile``, ``pack_projections``, ``decode_chunk``:
+docs/config.md). Stop strings and prompts with images use the plain loop.
 
 MoE routing replay (``rollout.return_routed_experts``, for ``actor.router_replay=R3``): every router's top-k of the
 prompt's forward and of each fed-back token is recorded (rl-routing-replay's feature) and returned as the batch's
@@ -104,7 +90,6 @@ from rl_core.rollout import prefill_share
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
-from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
 from rl_core.rollout.multi_turn import Generated
 from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.multi_turn import require_agent
@@ -159,25 +144,18 @@ class HFRolloutEngine:
         # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (the plan's rollout_adapters hook)
         self.lora = _rollout_adapters(config, context) if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
-    def _static_decoder(self, kwargs) -> StaticDecoder | None:
+    def _static_decoder(self, kwargs) -> Any:
+        """rl-hf-decode's static-cache decoder where it runs (default: on CUDA); None: the plain loop."""
         wanted = kwargs.get("static_decode", None)
         if wanted is False or (wanted is None and self.device.type != "cuda"):
             return None
-        reason = unsupported_reason(self.model)
-        if reason:
-            if wanted:
-                warnings.warn(f"rollout.engine_kwargs.static_decode=true but {reason}: the hf rollout uses its plain decode loop", stacklevel=3)
-            return None
-        return StaticDecoder(
-            self.model,
-            cuda_graph=bool(kwargs.get("cuda_graph", True)),
-            check_every=int(kwargs.get("check_every", 16)),
-            compile=bool(kwargs.get("compile", self.device.type == "cuda")),
-            pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
-            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"], auto_chunk=kwargs.get("decode_chunk") is None,
-            fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
-                f"rollout.n, data.max_response_length or data.max_prompt_length",
-        )
+        if wanted:
+            decode = self.context.feature("hf_decode", "rollout.engine_kwargs.static_decode=true")
+        else:  # the default on CUDA: the plain loop without the package (`rlcore check` warns)
+            decode = self.context.features.get("hf_decode") if self.context.features is not None else None
+            if decode is None:
+                return None
+        return decode.decoder(self.model, kwargs, share_weights=self.share_weights, generation_batch_size=self.generation_batch_size)
 
     # ------------------------------------------------------------- generation
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
