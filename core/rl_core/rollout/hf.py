@@ -53,7 +53,7 @@ attention, ~20% faster there than ``sdpa`` for one-token steps
 On CUDA, with rl-hf-decode installed (its ``hf_decode`` feature), Llama-family models decode with a static KV
 cache and a decode step captured in a CUDA graph (the same tokens and log-probs to float rounding; its keys
 ``static_decode``, ``cuda_graph``, ``check_every``, ``compile``, ``pack_projections``, ``decode_chunk``:
-docs/config.md). Stop strings and prompts with images use the plain loop.
+plugins/hf_decode/README.md). Stop strings and prompts with images use the plain loop.
 
 MoE routing replay (``rollout.return_routed_experts``, for ``actor.router_replay=R3``): every router's top-k of the
 prompt's forward and of each fed-back token is recorded (rl-routing-replay's feature) and returned as the batch's
