@@ -160,8 +160,7 @@ def row(name: str, workload: str, seconds: float, tokens: int, floor: float, **e
 def part_hf(args) -> list[dict]:
     import torch
     from rl_core.backends import SamplingParams, WorkerContext
-    from rl_core.rollout import prefill_share
-    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.rollout.hf import PREFILL_TOKENS, HFRolloutEngine
     from rl_hf_decode.feature import FEATURE
 
     device = "cpu" if SMOKE else "cuda"
@@ -191,7 +190,7 @@ def part_hf(args) -> list[dict]:
             eng.generate(batch, params)  # warm-up at the timed length: compile, capture every capacity's graph
             out, t = timed(lambda: eng.generate(batch, params), device)
             rows.append(row(label, wname, t, int(out.tensors["response_mask"].sum()), floor, nominal_tokens=w["prompts"] * w["n"] * w["new"],
-                            prefilled=int(out.meta[prefill_share.META_KEY]), prompt_tokens=w["prompts"] * w["prompt"]))
+                            prefilled=int(out.meta[PREFILL_TOKENS]), prompt_tokens=w["prompts"] * w["prompt"]))
             print(json.dumps(rows[-1]), flush=True)
     eng.shutdown()
     if device == "cuda":

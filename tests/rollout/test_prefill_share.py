@@ -1,4 +1,4 @@
-"""One prefill per GRPO group in the hf rollout (rl_core.rollout.prefill_share): the n samples of a prompt share
+"""One prefill per GRPO group in the hf rollout (rl_core.rollout.hf.share_prefill): the n samples of a prompt share
 its prefill, on the plain loop and on rl-hf-decode's static decoder (run on CPU without graphs). Sharing changes no token
 (float32, same seed), and the prompt tokens prefilled are prompts x prompt length, not x n: counted here by a hook
 on the model's embedding (every forward over more than one position is a prefill), independently of the engine's
@@ -12,8 +12,7 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.plan.features import load_features
 from rl_core.plugins import get_registry
-from rl_core.rollout import prefill_share
-from rl_core.rollout.hf import factory
+from rl_core.rollout.hf import PREFILL_TOKENS, factory, share_prefill
 from rl_core_testing.rollout_conformance import prompt_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -73,12 +72,12 @@ def test_sharing_changes_no_token_and_prefills_each_prompt_once(model_dir, stati
     # the engine's count: the prompts' real (unpadded) tokens, once per prompt / once per sample
     prompt_tokens = int(mask.sum())
     assert prompt_tokens < len(PROMPTS) * P  # the prompts have different lengths: padding is not counted
-    assert shared.meta[prefill_share.META_KEY] == prompt_tokens
-    assert each.meta[prefill_share.META_KEY] == prompt_tokens * N
+    assert shared.meta[PREFILL_TOKENS] == prompt_tokens
+    assert each.meta[PREFILL_TOKENS] == prompt_tokens * N
 
 
 def test_share_prefill_must_be_a_bool():
-    assert prefill_share.enabled({}) is True
-    assert prefill_share.enabled({"share_prefill": False}) is False
+    assert share_prefill({}) is True
+    assert share_prefill({"share_prefill": False}) is False
     with pytest.raises(ValueError, match="share_prefill must be true or false"):
-        prefill_share.enabled({"share_prefill": "no"})
+        share_prefill({"share_prefill": "no"})
