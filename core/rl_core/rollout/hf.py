@@ -48,7 +48,7 @@ from rl_core.modeling import load_causal_lm, load_tokenizer, position_ids_from_m
 from rl_core.rollout.output import rollout_batch
 from rl_core.rollout.samples import check_prompt_lengths, unpadded_prompts
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
-from rl_core.rollout.multi_turn import Generated, multi_turn_on, require_agent
+from rl_core.rollout.multi_turn import Generated, multi_turn_on, require_agent, unique_ids
 from rl_core.weight_sync_check import sample_state
 
 #: ``generate``'s meta: the prompt tokens it prefilled (padding excluded): prompts x length with the prefill shared
@@ -438,13 +438,8 @@ def share_prefill(engine_kwargs: dict[str, Any] | None) -> bool:
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
-    ids: list[int] = []
-    sources = [getattr(getattr(model, "generation_config", None), "eos_token_id", None), getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id]
-    for src in sources:
-        for i in src if isinstance(src, (list, tuple)) else [src]:
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
-    return ids
+    generation = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return unique_ids([generation, getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id])
 
 
 def _cache_repeats(model) -> bool:

@@ -29,7 +29,7 @@ from rl_core.rollout.samples import Sample
 ContinueIds = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Sample]]
 
 __all__ = ["AgentRuntime", "ContinueIds", "Decode", "Generated", "MultiTurn", "agent_runtime", "cut_at_stop", "eos_token_ids",
-           "final_turn_mask", "require_agent"]
+           "final_turn_mask", "require_agent", "unique_ids"]
 
 #: the card kinds an agent runtime reads (tools, tool-call formats, agent loops)
 AGENT_KINDS = ("tool", "tool_parser", "agent_loop")
@@ -227,6 +227,11 @@ def eos_token_ids(model_path: str, tokenizer, *, trust_remote_code: bool = False
     except Exception:  # noqa: BLE001 - the tokenizer's EOS still counts
         pass
     sources.append(getattr(tokenizer, "eos_token_id", None))
+    return unique_ids(sources)
+
+
+def unique_ids(sources: Sequence[Any]) -> list[int]:
+    """The token ids of ``sources`` (each an id, a list of ids or None), first seen first, each once."""
     ids: list[int] = []
     for src in sources:
         for i in src if isinstance(src, (list, tuple)) else [src]:
