@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "core")]
+sys.path[:0] = [str(REPO / "core"), str(REPO / "plugins" / "hf_decode")]
 
 import torch  # noqa: E402
 
@@ -109,6 +109,7 @@ def main() -> None:
     from rl_core.batch import Batch
     from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
     from rl_core.rollout.hf import HFRolloutEngine
+    from rl_hf_decode.feature import FEATURE
 
     model = build_model(args.shape, args.vocab, device, dtype)
     tok = _Tok(args.vocab - 1)
@@ -125,7 +126,7 @@ def main() -> None:
               "compile_nochunk": {"static_decode": True, "cuda_graph": True, "compile": True, "decode_chunk": 0}}[mode]
         cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if dtype == torch.bfloat16 else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                         rollout=RolloutConfig(engine_kwargs=kw))
-        eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=tok)
+        eng = HFRolloutEngine(cfg, WorkerContext(device=device, features={"hf_decode": FEATURE}), model=model, tokenizer=tok)
         assert (eng.static is None) == (mode == "plain"), f"{mode}: the engine did not take engine_kwargs={kw}"
         engines[mode] = eng
 

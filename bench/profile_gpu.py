@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "core"), str(REPO / "plugins" / "train_fsdp"), str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "core"), str(REPO / "plugins" / "train_fsdp"), str(REPO / "plugins" / "hf_decode"), str(REPO / "bench")]
 
 import torch  # noqa: E402
 
@@ -87,6 +87,7 @@ def decode_case(args, device: str, mode: str):
     from rl_core.batch import Batch
     from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
     from rl_core.rollout.hf import HFRolloutEngine
+    from rl_hf_decode.feature import FEATURE
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = build_model(args.decode_shape, args.vocab, device, dtype)
@@ -94,7 +95,7 @@ def decode_case(args, device: str, mode: str):
           "eager": {"cuda_graph": False, "compile": False}}[mode]
     cfg = RunConfig(model=ModelConfig(path="unused", dtype="bfloat16" if device == "cuda" else "float32"), data=DataConfig(max_prompt_length=args.prompt),
                     rollout=RolloutConfig(engine_kwargs={"static_decode": True, **kw}))
-    eng = HFRolloutEngine(cfg, WorkerContext(device=device), model=model, tokenizer=_Tok(args.vocab - 1))
+    eng = HFRolloutEngine(cfg, WorkerContext(device=device, features={"hf_decode": FEATURE}), model=model, tokenizer=_Tok(args.vocab - 1))
     ids = torch.randint(0, args.vocab - 1, (args.batch // 8, args.prompt), generator=torch.Generator().manual_seed(0))
     batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, {"uid": [str(i) for i in range(len(ids))]}, {})
     eng.generate(batch, SamplingParams(n=8, max_new_tokens=8, temperature=1.0, seed=0))  # warm-up, capture (and compile)

@@ -160,13 +160,13 @@ def row(name: str, workload: str, seconds: float, tokens: int, floor: float, **e
 def part_hf(args) -> list[dict]:
     import torch
     from rl_core.backends import SamplingParams, WorkerContext
-    from rl_core.rollout import prefill_share
-    from rl_core.rollout.hf import HFRolloutEngine
+    from rl_core.rollout.hf import PREFILL_TOKENS, HFRolloutEngine
+    from rl_hf_decode.feature import FEATURE
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
     # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
-    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0))
+    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0, features={"hf_decode": FEATURE}))
     if eng.static is None and not SMOKE:
         raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
     rows = []
@@ -190,7 +190,7 @@ def part_hf(args) -> list[dict]:
             eng.generate(batch, params)  # warm-up at the timed length: compile, capture every capacity's graph
             out, t = timed(lambda: eng.generate(batch, params), device)
             rows.append(row(label, wname, t, int(out.tensors["response_mask"].sum()), floor, nominal_tokens=w["prompts"] * w["n"] * w["new"],
-                            prefilled=int(out.meta[prefill_share.META_KEY]), prompt_tokens=w["prompts"] * w["prompt"]))
+                            prefilled=int(out.meta[PREFILL_TOKENS]), prompt_tokens=w["prompts"] * w["prompt"]))
             print(json.dumps(rows[-1]), flush=True)
     eng.shutdown()
     if device == "cuda":

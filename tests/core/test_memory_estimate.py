@@ -174,20 +174,6 @@ def test_hf_rollout_on_gpu_keeps_a_small_engine_through_sleep(tmp_path):
     assert tight.phases["update"] == pytest.approx(estimate(freed_cfg, gpu, available=held * 5).phases["update"])
 
 
-def test_hf_static_decode_cache_counts_its_bucket_rows_and_rounded_slots(tmp_path):
-    """On a GPU the hf rollout's static decoder allocates its KV cache whole: rows padded to a power-of-two
-    bucket, slots rounded up to 128 (rl_core.rollout.static_decode); the plain loop's cache is rows x tokens."""
-    stack = _stack(tmp_path, "rollout.n=5", "model.dtype=float32")  # 4 prompts x 5 = 20 sequences of 24 + 8 tokens
-    per_slot = 2 * 2 * 2 * 16 * 4  # layers x (K, V) x kv heads x head dim x bytes
-    gpu = attrs.evolve(stack.sizes, device="cuda")
-    est = estimate(stack.config, gpu, available=80 * GB)
-    assert est.terms["rollout KV cache"] == 32 * 128 * per_slot
-    assert any("20 sequences (the static decoder's batch bucket of 32) x 128 tokens (prompt + response, rounded up to 128)" in n for n in est.notes), est.notes
-    plain_cfg = attrs.evolve(stack.config, rollout=attrs.evolve(stack.config.rollout, engine_kwargs={"static_decode": False}))
-    assert estimate(plain_cfg, gpu, available=80 * GB).terms["rollout KV cache"] == 20 * 32 * per_slot
-    assert estimate(stack.config, stack.sizes, available=80 * GB).terms["rollout KV cache"] == 20 * 32 * per_slot  # CPU: the plain loop
-
-
 def test_check_on_a_multi_rank_config_says_the_estimate_is_per_rank(tmp_path, capsys):
     """Issue 54: on 2 ranks every term and peak is one rank's (the AdamW state halved by the sharding), and the
     printout says so; the one-rank printout keeps its wording."""

@@ -1,5 +1,5 @@
-"""One prefill per GRPO group in the hf rollout (rl_core.rollout.prefill_share): the n samples of a prompt share
-its prefill, on the plain loop and on the static decoder (run on CPU without graphs). Sharing changes no token
+"""One prefill per GRPO group in the hf rollout (rl_core.rollout.hf.share_prefill): the n samples of a prompt share
+its prefill, on the plain loop and on rl-hf-decode's static decoder (run on CPU without graphs). Sharing changes no token
 (float32, same seed), and the prompt tokens prefilled are prompts x prompt length, not x n: counted here by a hook
 on the model's embedding (every forward over more than one position is a prefill), independently of the engine's
 own counter."""
@@ -10,14 +10,16 @@ import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.rollout import prefill_share
-from rl_core.rollout.hf import factory
+from rl_core.plan.features import load_features
+from rl_core.plugins import get_registry
+from rl_core.rollout.hf import PREFILL_TOKENS, factory, share_prefill
 from rl_core_testing.rollout_conformance import prompt_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPTS = ["hi", "what is 2+2?", "a much longer prompt than the others, to pad it"]
 N = 4
+FEATURES = load_features(get_registry(), [])  # the installed features, as a plan's worker hands them to its engines
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def model_dir(tiny_model_dir):
 def _engine(model_dir, *, static: bool, share: bool):
     cfg = RunConfig(model=ModelConfig(path=str(model_dir), dtype="float32"), data=DataConfig(max_prompt_length=64),
                     rollout=RolloutConfig(engine_kwargs={"static_decode": static, "share_prefill": share}))
-    return factory(cfg, WorkerContext())
+    return factory(cfg, WorkerContext(features=FEATURES))
 
 
 def _generate_counting(engine, batch, params):
@@ -51,6 +53,8 @@ def _generate_counting(engine, batch, params):
     ids=["t1", "topk-topp"],
 )
 def test_sharing_changes_no_token_and_prefills_each_prompt_once(model_dir, static, params):
+    if static and "hf_decode" not in FEATURES:
+        pytest.skip("the static decoder is rl-hf-decode's (plugins/hf_decode): not installed")
     batch = prompt_batch(model_dir, PROMPTS)
     mask = batch.tensors["attention_mask"]
     P = mask.shape[1]
@@ -68,12 +72,12 @@ def test_sharing_changes_no_token_and_prefills_each_prompt_once(model_dir, stati
     # the engine's count: the prompts' real (unpadded) tokens, once per prompt / once per sample
     prompt_tokens = int(mask.sum())
     assert prompt_tokens < len(PROMPTS) * P  # the prompts have different lengths: padding is not counted
-    assert shared.meta[prefill_share.META_KEY] == prompt_tokens
-    assert each.meta[prefill_share.META_KEY] == prompt_tokens * N
+    assert shared.meta[PREFILL_TOKENS] == prompt_tokens
+    assert each.meta[PREFILL_TOKENS] == prompt_tokens * N
 
 
 def test_share_prefill_must_be_a_bool():
-    assert prefill_share.enabled({}) is True
-    assert prefill_share.enabled({"share_prefill": False}) is False
+    assert share_prefill({}) is True
+    assert share_prefill({"share_prefill": False}) is False
     with pytest.raises(ValueError, match="share_prefill must be true or false"):
-        prefill_share.enabled({"share_prefill": "no"})
+        share_prefill({"share_prefill": "no"})

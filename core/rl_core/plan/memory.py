@@ -18,7 +18,6 @@ from rl_core.plan.features import Features, MemoryTerms
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.logprobs import DEFAULT_CHUNK
 from rl_core.models import cache_dir
-from rl_core.rollout.static_decode import ARCHS, CACHE_ROUND
 
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
@@ -261,7 +260,8 @@ def estimate(
         notes_moe.append(f"train.distributed_optimizer: AdamW state over all {world} ranks (each rank steps the tensors it owns)")
     fraction_engine = bool(getattr(rollout, "memory_fraction", False)) and device != "cpu"
     gen_batch = max(r.generation_batch_size or sizes.sequences_per_rollout_replica, _val_batch(config))
-    kv_rows, kv_slots = static_cache_size(config, shape, device, gen_batch, prompt + R)
+    decode = features.get("hf_decode") if features is not None else None  # rl-hf-decode's static cache (hf rollout)
+    kv_rows, kv_slots = decode.cache_size(config, shape.model_type, device, gen_batch, prompt + R) if decode is not None else (gen_batch, prompt + R)
     kv = kv_rows * kv_slots * shape.layers * 2 * shape.kv_heads * shape.head_dim * c
     if fraction_engine:
         avail = available if available is not None else device_memory(device)
@@ -450,22 +450,6 @@ def _val_batch(config: Any) -> int:
         return config.data.val_batch_size * config.rollout.val_n
     size = config.data.val_generator.size if config.data.val_generator is not None and config.data.val_generator.name else 0
     return (config.data.val_max_samples or size or 0) * config.rollout.val_n
-
-
-def static_cache_size(config: Any, shape: ModelShape, device: str, sequences: int, tokens: int) -> tuple[int, int]:
-    """``(rows, slots)`` of the hf rollout's KV cache for ``sequences`` of ``tokens`` (prompt + response).
-
-    Where the static decoder runs (:mod:`rl_core.rollout.static_decode`: the ``hf`` rollout on a GPU, or with
-    ``engine_kwargs.static_decode=true``, for a Llama-family model) it allocates its cache whole, rows padded to a
-    power-of-two bucket and slots rounded up to 128; elsewhere the plain loop's cache grows to ``sequences x tokens``.
-    """
-
-    r = config.rollout
-    wanted = (r.engine_kwargs or {}).get("static_decode")
-    static = r.name == "hf" and (wanted is True or (wanted is None and device.startswith("cuda"))) and shape.model_type in ARCHS
-    if not static or sequences < 1:
-        return sequences, tokens
-    return 1 << (sequences - 1).bit_length(), -(-tokens // CACHE_ROUND) * CACHE_ROUND
 
 
 def advice(config: Any, sizes: Any, est: Estimate, *, fraction_engine: bool = False, sharding: str = "data") -> list[str]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rl_core.cards import RolloutCard
+from rl_core.cards import CheckCard, RolloutCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
+from rl_core.rollout import precision
 from rl_core.rollout.engine_kwargs import engine_kwargs_problems
-from rl_core.rollout.precision import rl_core_register_checks  # noqa: F401 - rollout.precision's checks, registered with this module
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
 HF_ENGINE_KEYS = (
@@ -61,3 +61,25 @@ HF_ROLLOUT = RolloutCard(
 @hookimpl
 def rl_core_register_rollout_backends(register):
     register(HF_ROLLOUT)
+
+
+def decoder_problems(config, registry) -> list[Problem]:
+    """The hf rollout without rl-hf-decode (its ``hf_decode`` feature): ``static_decode=true`` is an error, a CUDA run a warning."""
+    if config.rollout.name != "hf" or "hf_decode" in registry.cards.get("feature", {}):
+        return []
+    wanted = (config.rollout.engine_kwargs or {}).get("static_decode")
+    if wanted is True:
+        return [Problem(key="rollout.engine_kwargs.static_decode", what="is true, but no installed package provides the static decoder (it is rl-hf-decode's)",
+                        fix="pip install rl-hf-decode (plugins/hf_decode in this repository), or set rollout.engine_kwargs.static_decode=false")]
+    if wanted is None and config.trainer.device == "cuda":
+        return [Problem(key="rollout.name", severity="warning", what="is hf on CUDA without rl-hf-decode: the hf rollout decodes with its plain loop",
+                        why="rl-hf-decode's static KV cache and CUDA-graph decode step decode Llama-family models several times faster",
+                        fix="pip install rl-hf-decode (plugins/hf_decode in this repository), or set rollout.engine_kwargs.static_decode=false")]
+    return []
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    precision.rl_core_register_checks(register)
+    register(CheckCard(name="hf_decode", stage="names", order=65, factory=f"{__name__}:decoder_problems",
+                       description="the hf rollout's GPU decoder: rl-hf-decode installed where a config wants it"))

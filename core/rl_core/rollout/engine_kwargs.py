@@ -1,15 +1,9 @@
-"""Checking ``rollout.engine_kwargs`` against what an engine accepts, before it starts.
+"""Checking ``rollout.engine_kwargs`` against what an engine accepts, in ``rlcore check`` rather than as the
+engine's ``TypeError`` on a GPU node minutes in.
 
-``rollout.engine_kwargs`` is passed through to the engine (vLLM's ``LLM``,
-``sglang.Engine``) after the plugin's own keys are taken out. A typo there
-used to surface minutes later, as the engine's ``TypeError`` on a GPU node;
-:func:`engine_kwargs_problems` names it in ``rlcore check``, with the closest
-accepted name, and refuses keys that rl-core sets from its own config (the
-engine would otherwise get two values that disagree).
-
-A rollout plugin calls it from a card check with the engine's accepted names
-(read from the installed engine, so they follow its version), its own keys
-and the engine arguments rl-core derives from the config.
+``rollout.engine_kwargs`` goes to the engine (vLLM's ``LLM``, ``sglang.Engine``) once the plugin's own keys are taken
+out. A rollout plugin's card check calls :func:`engine_kwargs_problems` with the installed engine's argument names,
+its own keys and the engine arguments rl-core sets from its config (two values would disagree).
 """
 
 from __future__ import annotations

@@ -1,84 +1,34 @@
-"""The built-in ``hf`` rollout: generation with a plain ``transformers`` model.
+"""The built-in ``hf`` rollout: generation with a plain ``transformers`` model (CPU included), the reference backend.
 
-A reference backend: slow next to vLLM / SGLang, but it runs wherever
-transformers runs (CPU included), needs nothing else, and its numbers are
-the easiest to check.
+Decoding is our own loop over the model's forward with its KV cache, not ``model.generate``, so that:
 
-Decoding is our own loop over the model's forward pass with its KV cache
-(``DynamicCache``), not ``model.generate``. Reasons:
+- the sampled distribution is exactly ``SamplingParams`` (``generate`` would merge in a model folder's
+  ``generation_config.json`` defaults: repetition penalties, top-k 50, ...);
+- the reported log-prob comes from the very logits the token was sampled from, with the trainer's positions
+  (``cumsum(mask) - 1``), so rollout and trainer log-probs agree to float rounding;
+- a seed drives a private ``torch.Generator`` (the global RNG is untouched).
 
-- the sampled distribution is exactly ``SamplingParams`` and nothing else:
-  ``generate`` would merge in the defaults of a model folder's
-  ``generation_config.json`` (repetition penalties, top-k 50, ...), which an
-  RL loop must not inherit silently;
-- the reported log-prob is computed from the very logits the token was
-  sampled from, and positions are ``cumsum(mask) - 1`` as in the trainer
-  (:mod:`rl_core.modeling`), so rollout and trainer log-probs agree to
-  float rounding;
-- a seed drives a private ``torch.Generator``: the global RNG is untouched
-  and the same seed gives the same samples.
+Sampling: ``greedy`` or ``temperature <= 0`` is argmax (log-probs at temperature 1); otherwise logits / temperature,
+top-k then top-p filtered, sampled. ``rollout_log_probs`` are ``log_softmax(logits / temperature)`` of the sampled
+token **before** top-k / top-p filtering, as a plain trainer forward computes them (vLLM reports the same quantity).
+A response ends at the first EOS id (the model's generation config, config or tokenizer) or at the token completing
+a ``SamplingParams.stop`` string; that token is in ``response_mask``, everything after it is the pad token.
 
-Sampling: ``greedy`` or ``temperature <= 0`` decodes with argmax (log-probs
-then use temperature 1); otherwise logits are divided by the temperature,
-filtered by top-k then top-p (nucleus), and sampled. ``rollout_log_probs``
-are ``log_softmax(logits / temperature)`` of the sampled token **before**
-top-k / top-p filtering: what a plain forward pass of the trainer computes,
-so the two can be compared (vLLM reports the same quantity).
+Prompts with images (rl-multimodal) prefill with the model's 3-D positions and never sample its image / video pad
+tokens. MoE routing replay (``rollout.return_routed_experts``, rl-routing-replay) records every router's top-k
+into the batch's ``routed_experts`` ``[rows, P + R, layers, k]`` (-1 where nothing was routed); the plain loop runs.
 
-A response ends at the first EOS token (any id in the model's
-``generation_config.eos_token_id``, the config's or the tokenizer's) or at
-the token that completes one of ``SamplingParams.stop``; that token is
-included in ``response_mask`` and everything after it is the pad token.
+Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each tensor into its parameter; one that already is the
+parameter's storage is skipped; ``engine_kwargs.share_weights`` on a colocated process adopts same-device tensors
+(zero-copy, off by default: it keeps the caller's tensors alive). LoRA adapter sync merges each sync's adapters in
+place (the plan's ``rollout_adapters`` hook, rl-lora).
 
-Prompts with images (the batch's ``multi_modal_inputs``, rl-multimodal's feature): the prefill reads them with
-the model's 3-D positions (Qwen2-VL / Qwen2.5-VL), the plain decode loop continues, and the model's image / video
-pad tokens are never sampled (the model would read one as an image's place); reported log-probs are those of the
-full distribution, as for top-k / top-p.
-
-Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each incoming
-tensor into the existing parameter (``copy_`` converts dtype / device in one
-step, no intermediate tensor); a tensor that already *is* the parameter's
-storage is skipped. LoRA (``rollout.lora_sync`` auto / adapter): the frozen base
-arrives once, then :meth:`HFRolloutEngine.load_adapter` merges each sync's adapters
-in place into the targeted weights (the plan's ``rollout_adapters`` feature hook: rl-lora's ``rl_lora.merge``). With ``rollout.engine_kwargs={"share_weights": True}``
-on a colocated single process, an incoming tensor of the same device and
-dtype is adopted instead of copied (zero-copy: the engine then reads the
-trainer's live parameters, so it always generates with the latest weights;
-off by default because it keeps the caller's tensors alive).
-
-Speed: the ``n`` samples of a prompt share one prefill (its KV cache is
-repeated), and on CPU the engine decodes with transformers' ``eager``
-attention, ~20% faster there than ``sdpa`` for one-token steps
-(``rollout.engine_kwargs={"attn_implementation": ...}`` overrides it).
-On CUDA, Llama-family models decode with a static KV cache and a decode step
-captured in a CUDA graph (:mod:`rl_core.rollout.static_decode`; the same
-tokens and log-probs to float rounding). ``rollout.engine_kwargs``:
-``static_decode`` (default: on for CUDA, off on CPU, where the plain loop
-above is the faster one), ``cuda_graph`` (default true), ``check_every``
-(steps between all-finished checks, default 16), ``compile`` (``torch.compile``
-the decode step before capturing it; default: on for CUDA; a step that fails to compile
-is captured uncompiled, with a warning), ``pack_projections`` (q / k / v
-and gate / up as one GEMM each, :mod:`rl_core.rollout.packed_weights`; default true,
-off with ``share_weights``), ``decode_chunk`` (cache slots a step's attention
-capacity grows by, default 256, more for caches over 8,192 slots: :mod:`rl_core.rollout.static_decode`; 0: every step attends over the whole cache).
-The static cache is sized by the token count (batch x (prompt + response))
-and checked against the device's free memory before the first token; one
-that does not fit is refused naming the keys to lower. Long responses decode
-in chunks: a step attends only over the slots the responses have reached,
-rounded up to ``decode_chunk``, with one captured graph per such capacity
-(the same tokens as one chunk, :mod:`rl_core.rollout.static_decode`).
-Stop strings use the plain loop.
-
-MoE routing replay (``rollout.return_routed_experts``, for ``actor.router_replay=R3``): every router's top-k of the
-prompt's forward and of each fed-back token is recorded (rl-routing-replay's feature) and returned as the batch's
-``routed_experts`` ``[rows, P + R, layers, k]`` (the last sampled token, never fed back, and padding: -1); the plain
-decode loop runs then (the static decoder does not go through the model's routers).
-
-Sleep (``rollout.enable_sleep``, between rollouts on a GPU): the weights go to host
-memory (with LoRA adapter sync the merged weights and those that are the trainer's frozen tensors are
-freed instead, and rebuilt / pointed at again at wake-up: no copy either way) and the caches are dropped, unless together they hold at most
-``engine_kwargs.sleep_threshold`` of the device's memory (default 0.1;
-:mod:`rl_core.rollout.sleep_policy`).
+Speed: the ``n`` samples of a prompt share one prefill (``engine_kwargs.share_prefill``); on CPU attention is
+``eager`` (~20% faster than ``sdpa`` for one-token steps; ``engine_kwargs.attn_implementation`` overrides it). On
+CUDA, with rl-hf-decode installed (its ``hf_decode`` feature), Llama-family models decode with its static KV cache
+and CUDA-graph step (``static_decode`` and its keys: plugins/hf_decode/README.md); stop strings and images use the
+plain loop. Sleep (``rollout.enable_sleep``) moves the weights to host memory and drops the caches unless they hold
+at most ``engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`).
 """
 
 from __future__ import annotations
@@ -86,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import warnings
+import math
 from typing import Any, Iterable
 
 import torch
@@ -94,21 +44,16 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.batch import Batch
 from rl_core.util.hf_cache import cache_keyword, output_cache
-from rl_core.modeling import (
-    load_causal_lm,
-    load_tokenizer,
-    position_ids_from_mask,
-    torch_dtype,
-)
-from rl_core.rollout import prefill_share
+from rl_core.modeling import load_causal_lm, load_tokenizer, position_ids_from_mask, torch_dtype
 from rl_core.rollout.output import rollout_batch
-from rl_core.rollout.samples import PromptLengthError  # noqa: F401  (raised here; defined for every engine there)
+from rl_core.rollout.samples import check_prompt_lengths, unpadded_prompts
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
-from rl_core.rollout.static_decode import DEFAULT_CHUNK, StaticDecoder, unsupported_reason
-from rl_core.rollout.multi_turn import Generated
-from rl_core.rollout.multi_turn import multi_turn_on
-from rl_core.rollout.multi_turn import require_agent
+from rl_core.rollout.multi_turn import Generated, multi_turn_on, require_agent, unique_ids
 from rl_core.weight_sync_check import sample_state
+
+#: ``generate``'s meta: the prompt tokens it prefilled (padding excluded): prompts x length with the prefill shared
+#: by a prompt's ``n`` samples (``engine_kwargs.share_prefill``), ``n`` times that without
+PREFILL_TOKENS = "rollout/prefill_tokens"
 
 
 class HFRolloutEngine:
@@ -148,7 +93,7 @@ class HFRolloutEngine:
         self.max_prompt_length = config.data.max_prompt_length
         self.generation_batch_size = config.rollout.generation_batch_size
         self.share_weights = bool(config.rollout.engine_kwargs.get("share_weights", False))
-        self.share_prefill = prefill_share.enabled(config.rollout.engine_kwargs)  # one prefill per group (rl_core.rollout.prefill_share)
+        self.share_prefill = share_prefill(config.rollout.engine_kwargs)
         self.prefill_tokens = 0
         self.sleep_threshold = threshold_of(config.rollout.engine_kwargs)
         self._offloaded = False
@@ -159,25 +104,18 @@ class HFRolloutEngine:
         # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (the plan's rollout_adapters hook)
         self.lora = _rollout_adapters(config, context) if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
 
-    def _static_decoder(self, kwargs) -> StaticDecoder | None:
+    def _static_decoder(self, kwargs) -> Any:
+        """rl-hf-decode's static-cache decoder where it runs (default: on CUDA); None: the plain loop."""
         wanted = kwargs.get("static_decode", None)
         if wanted is False or (wanted is None and self.device.type != "cuda"):
             return None
-        reason = unsupported_reason(self.model)
-        if reason:
-            if wanted:
-                warnings.warn(f"rollout.engine_kwargs.static_decode=true but {reason}: the hf rollout uses its plain decode loop", stacklevel=3)
-            return None
-        return StaticDecoder(
-            self.model,
-            cuda_graph=bool(kwargs.get("cuda_graph", True)),
-            check_every=int(kwargs.get("check_every", 16)),
-            compile=bool(kwargs.get("compile", self.device.type == "cuda")),
-            pack=bool(kwargs.get("pack_projections", True)) and not self.share_weights,
-            chunk=DEFAULT_CHUNK if kwargs.get("decode_chunk") is None else kwargs["decode_chunk"], auto_chunk=kwargs.get("decode_chunk") is None,
-            fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {self.generation_batch_size or 'unset: the whole batch'}), "
-                f"rollout.n, data.max_response_length or data.max_prompt_length",
-        )
+        if wanted:
+            decode = self.context.feature("hf_decode", "rollout.engine_kwargs.static_decode=true")
+        else:  # the default on CUDA: the plain loop without the package (`rlcore check` warns)
+            decode = self.context.features.get("hf_decode") if self.context.features is not None else None
+            if decode is None:
+                return None
+        return decode.decoder(self.model, kwargs, share_weights=self.share_weights, generation_batch_size=self.generation_batch_size)
 
     # ------------------------------------------------------------- generation
     def generate(self, batch: Batch, params: SamplingParams) -> Batch:
@@ -227,7 +165,7 @@ class HFRolloutEngine:
         out = rollout_batch(batch, n, responses_t, response_mask, torch.cat(log_probs) if params.logprobs else None)
         if params.logprobs and self.config.rollout.exact:  # the trainer's per-sequence forward's log-probs (LogProbForwardCard)
             out["rollout_log_probs"] = self._exact_log_probs(out, temperature=1.0 if greedy else params.temperature)
-        out.meta[prefill_share.META_KEY] = self.prefill_tokens
+        out.meta[PREFILL_TOKENS] = self.prefill_tokens
         if routed:  # [rows, P + R, layers, k]; padding and the unrouted last token: -1
             out["routed_experts"] = self.routing.routed_experts(routed, out["attention_mask"])
         return out
@@ -287,22 +225,8 @@ class HFRolloutEngine:
         return out
 
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
-            raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [B, P]")
-        lengths = attention_mask.sum(-1)
-        empty = (lengths == 0).nonzero().flatten()
-        if len(empty):
-            raise PromptLengthError(f"prompt {int(empty[0])} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
-        if self.max_prompt_length is None:
-            return
-        over = (lengths > self.max_prompt_length).nonzero().flatten()
-        if len(over):
-            i = int(over[0])
-            more = f" ({len(over)} prompts in this batch are too long)" if len(over) > 1 else ""
-            raise PromptLengthError(
-                f"prompt {i} of the batch has {int(lengths[i])} tokens, more than data.max_prompt_length={self.max_prompt_length}{more}; "
-                f"raise data.max_prompt_length or keep data.filter_overlong_prompts=true"
-            )
+        """Every prompt has a token and at most ``data.max_prompt_length`` of them (``PromptLengthError``)."""
+        check_prompt_lengths(unpadded_prompts(input_ids, attention_mask), 0, math.inf, self.max_prompt_length)
 
     @torch.no_grad()
     def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop, images=None):
@@ -313,8 +237,10 @@ class HFRolloutEngine:
         static = self.static is not None and not stop and images is None
         if n > 1 and (not self.share_prefill or (not static and not _cache_repeats(self.model))):
             # sharing off, or a cache that cannot be repeated (linear-attention layers: Qwen3.5): each sample's copy
-            ids, mask, images, n = prefill_share.expand(ids, mask, n, images)
-        self.prefill_tokens += prefill_share.prompt_tokens(mask)  # rl_core.rollout.prefill_share
+            ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            images = [d for d in images for _ in range(n)] if images is not None else None
+            n = 1
+        self.prefill_tokens += int(mask.sum())
         if static:
             temperature = 1.0 if greedy else float(params.temperature)
             eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
@@ -502,14 +428,18 @@ class HFRolloutEngine:
             torch.cuda.empty_cache()
 
 
+def share_prefill(engine_kwargs: dict[str, Any] | None) -> bool:
+    """``engine_kwargs.share_prefill`` (default true): a prompt's ``n`` samples share one prefill, its KV cache repeated
+    (the same tokens: the same logits and sampler, in the same row order)."""
+    value = (engine_kwargs or {}).get("share_prefill", True)
+    if not isinstance(value, bool):
+        raise ValueError(f"rollout.engine_kwargs.share_prefill must be true or false, got {value!r}")
+    return value
+
+
 def _eos_ids(model, tokenizer) -> list[int]:
-    ids: list[int] = []
-    sources = [getattr(getattr(model, "generation_config", None), "eos_token_id", None), getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id]
-    for src in sources:
-        for i in src if isinstance(src, (list, tuple)) else [src]:
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
-    return ids
+    generation = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return unique_ids([generation, getattr(model.config, "eos_token_id", None), tokenizer.eos_token_id])
 
 
 def _cache_repeats(model) -> bool:

@@ -1,4 +1,4 @@
-"""The rollout-vs-trainer log-prob gap, measured every step, and the bound that stops a run (issue 51, docs/exact.md).
+"""The rollout-vs-trainer log-prob gap, measured every step, and the bound that stops a run (docs/exact.md).
 
 Every rollout backend returns the log-probs it sampled with (``rollout.calculate_log_probs``, on by default). The
 loop compares them with the trainer's (the old-log-prob pass's when there is one, else the on-policy update's own

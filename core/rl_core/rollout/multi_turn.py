@@ -1,27 +1,16 @@
-"""Multi-turn (agent) rollouts: the contract between rollout backends and the agent runtime of a plugin.
+"""Multi-turn (agent) rollouts: the contract between rollout backends and a plugin's agent runtime.
 
-Core holds no tool, parser or agent loop: those come from a plugin (``rl-agent``, ``plugins/agent``, registers
-``tool_agent``, ``calculator``, ``python``, ``hermes``). What every rollout backend needs to serve agent loops is here:
+Core holds no tool, parser or agent loop (rl-agent, ``plugins/agent``, registers them). Here:
 
-- :class:`Generated`: what one turn of one trajectory returns (the engine's exact sampled ids, their log-probs,
-  why the turn ended);
-- ``decode(prompts, budgets, stop) -> list[Generated]``: the batched turn a backend exposes (:data:`Decode`); a
-  backend that continues token ids into :class:`rl_core.rollout.samples.Sample` s hands :class:`MultiTurn` its
-  ``continue_ids(prompts, budgets, stop) -> list[Sample]`` instead, and :class:`MultiTurn` turns samples into
-  :class:`Generated` (:func:`cut_at_stop` applies a stop string's cut for engines that stop later or not at all);
-- :class:`AgentRuntime`: what the resolver hands the backend (``Stack.agent``, reaching the engine as
-  ``WorkerContext.agent``): built once per run by :func:`agent_runtime` from the runner an
-  :class:`~rl_core.cards.AgentLoopCard` names, with the agent cards seen when resolving (nothing looks a name up
-  again at run time);
-- the batch: ``responses`` are the sampled ids and the inserted template / tool ids, ``response_mask`` is 1 on
-  sampled tokens only, the attention mask 1 on every real token, ``rollout_log_probs`` 0 on inserted tokens
-  (:func:`rl_core.rollout.output.rollout_batch`); each row's ``extra_info`` gains ``messages`` and ``agent``;
-  :func:`final_turn_mask` reads a row's last assistant turn from ``response_mask``.
+- :class:`Generated`: one turn of one trajectory (the exact sampled ids, their log-probs, why it ended);
+- :data:`Decode` ``(prompts, budgets, stop) -> list[Generated]``: the batched turn a backend exposes, called once per
+  turn with every active trajectory; a backend that continues ids into :class:`~rl_core.rollout.samples.Sample` s
+  hands :class:`MultiTurn` its ``continue_ids`` instead (:func:`cut_at_stop` cuts at a stop string's last token);
+- :class:`AgentRuntime`: built once per run by :func:`agent_runtime` (``Plan.agent``, ``WorkerContext.agent``);
+- the batch: ``response_mask`` is 1 on sampled tokens only, ``rollout_log_probs`` 0 on inserted template / tool
+  tokens (:func:`rl_core.rollout.output.rollout_batch`); :func:`final_turn_mask` reads a row's last assistant turn.
 
-``continue_ids`` / ``decode`` is called once per turn with the requests of every active trajectory (finished
-ones drop out). A turn's response ends with the token that completes a stop string. The rollout conformance
-suite's multi-turn case (the rl-agent plugin's ``MultiTurnConformance``) checks every backend builds trajectories the
-same way.
+rl-agent's ``MultiTurnConformance`` checks that every backend builds trajectories the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ from rl_core.rollout.samples import Sample
 ContinueIds = Callable[[list[list[int]], list[int], tuple[str, ...]], list[Sample]]
 
 __all__ = ["AgentRuntime", "ContinueIds", "Decode", "Generated", "MultiTurn", "agent_runtime", "cut_at_stop", "eos_token_ids",
-           "final_turn_mask", "require_agent"]
+           "final_turn_mask", "require_agent", "unique_ids"]
 
 #: the card kinds an agent runtime reads (tools, tool-call formats, agent loops)
 AGENT_KINDS = ("tool", "tool_parser", "agent_loop")
@@ -238,6 +227,11 @@ def eos_token_ids(model_path: str, tokenizer, *, trust_remote_code: bool = False
     except Exception:  # noqa: BLE001 - the tokenizer's EOS still counts
         pass
     sources.append(getattr(tokenizer, "eos_token_id", None))
+    return unique_ids(sources)
+
+
+def unique_ids(sources: Sequence[Any]) -> list[int]:
+    """The token ids of ``sources`` (each an id, a list of ids or None), first seen first, each once."""
     ids: list[int] = []
     for src in sources:
         for i in src if isinstance(src, (list, tuple)) else [src]:

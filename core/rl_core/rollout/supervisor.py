@@ -1,5 +1,4 @@
-"""Rollout engines that die or hang are replaced (issue 47): the worker's rollout calls go through an
-:class:`EngineSupervisor`.
+"""Rollout engines that die or hang are replaced: the worker's rollout calls go through an :class:`EngineSupervisor`.
 
 A call that raises (an engine process killed, a CUDA / NCCL error inside the engine) or does not return within
 ``rollout.engine_timeout_s`` (a hang) ends that engine: it is killed (its ``kill()`` if the engine has one, else

@@ -2,7 +2,7 @@
 
 A decode step attends over the cache slots the responses have reached, rounded up to
 ``engine_kwargs.decode_chunk``, one captured graph per such capacity
-(:mod:`rl_core.rollout.static_decode`). These tests run the same code on CPU without graph capture:
+(:mod:`rl_hf_decode.static_decode`). These tests run the same code on CPU without graph capture:
 chunked == unchunked (greedy and seeded sampling: the same token ids; log-probs within 1e-5), an EOS on a
 chunk boundary, one compilation for every capacity, and the memory check of the cache.
 """
@@ -15,8 +15,11 @@ from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.rollout.builtin import check_hf_engine_kwargs
 from rl_core.rollout.hf import factory
-from rl_core.rollout.static_decode import CacheTooLarge
+from rl_hf_decode.static_decode import CacheTooLarge
+from rl_hf_decode.feature import FEATURE
 from rl_core_testing.rollout_conformance import prompt_batch
+
+FEATURES = {"hf_decode": FEATURE}  # the Plan's feature, as a worker hands it to its engines
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,7 +36,7 @@ def model_dir(tiny_model_dir):
 def _engine(model_dir, chunk: int):
     kw = {"static_decode": True, "decode_chunk": chunk}
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
-    return factory(cfg, WorkerContext())
+    return factory(cfg, WorkerContext(features=FEATURES))
 
 
 def _caps(engine) -> list[int]:
@@ -141,7 +144,7 @@ def test_cuda_graphs_per_capacity_give_the_unchunked_tokens(model_dir):
     graph over the whole cache, log-probs to float rounding (graph vs eager: test_static_decode.py)."""
     def cuda_engine(**kw):
         cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
-        return factory(cfg, WorkerContext(device="cuda"))
+        return factory(cfg, WorkerContext(device="cuda", features=FEATURES))
 
     chunked, whole = cuda_engine(decode_chunk=CHUNK), cuda_engine(decode_chunk=0)
     batch = prompt_batch(model_dir, PROMPTS)
@@ -158,7 +161,7 @@ def test_default_chunk_is_256_and_grows_with_long_caches(model_dir):
     a 128 + 1,024-token decode), and by length / 32 (rounded up to 128) for caches over 8,192 slots, so a cache keeps
     at most ~32 graphs; a decode_chunk the user gives is taken as it is."""
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs={"static_decode": True}))
-    dec = factory(cfg, WorkerContext()).static
+    dec = factory(cfg, WorkerContext(features=FEATURES)).static
     assert dec.chunk == 256 and dec.auto_chunk
     # the scale workload: 128 + 1,024 tokens in a 1,152-slot cache
     assert [dec.capacity(s, 1152) for s in (128, 255, 256, 1023, 1024, 1151)] == [256, 256, 512, 1024, 1152, 1152]

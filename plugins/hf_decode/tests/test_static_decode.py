@@ -1,4 +1,4 @@
-"""The static-cache decode loop (rl_core.rollout.static_decode), run on CPU without graph capture.
+"""The static-cache decode loop (rl_hf_decode.static_decode), run on CPU without graph capture.
 
 Same greedy tokens, same seeded samples and the same log-probs as the plain
 transformers loop; and the whole rollout conformance suite with it switched on.
@@ -12,8 +12,11 @@ import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.rollout.hf import factory
-from rl_core.rollout.static_decode import StaticDecoder, unsupported_reason
+from rl_hf_decode.static_decode import StaticDecoder, unsupported_reason
+from rl_hf_decode.feature import FEATURE
 from rl_core_testing.rollout_conformance import RolloutConformance, prompt_batch
+
+FEATURES = {"hf_decode": FEATURE}  # the Plan's feature, as a worker hands it to its engines
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,12 +30,12 @@ def model_dir(request, tiny_model_dir):
 
 def _engine(model_dir, static: bool):
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs={"static_decode": static}))
-    return factory(cfg, WorkerContext())
+    return factory(cfg, WorkerContext(features=FEATURES))
 
 
 def test_default_is_the_plain_loop_on_cpu(model_dir):
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64))
-    assert factory(cfg, WorkerContext()).static is None
+    assert factory(cfg, WorkerContext(features=FEATURES)).static is None
     assert isinstance(_engine(model_dir, True).static, StaticDecoder)
 
 
@@ -86,7 +89,7 @@ def test_unsupported_models_are_named():
 
 def test_capture_failures_fall_back_to_uncompiled_then_to_eager_steps(model_dir, monkeypatch):
     """What the engine does on a GPU where torch.compile, then graph capture, fail: warn and decode all the same."""
-    from rl_core.rollout import static_decode
+    from rl_hf_decode import static_decode
 
     eng = _engine(model_dir, True)
     dec = eng.static
@@ -120,7 +123,7 @@ class TestStaticDecodeConformanceLlama(RolloutConformance):
 
     def make_engine(self, model_dir, config):
         rollout = attrs.evolve(config.rollout, engine_kwargs={**config.rollout.engine_kwargs, "static_decode": True})
-        engine = factory(attrs.evolve(config, rollout=rollout), WorkerContext())
+        engine = factory(attrs.evolve(config, rollout=rollout), WorkerContext(features=FEATURES))
         assert engine.static is not None
         return engine
 
@@ -132,7 +135,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 def _cuda_engine(model_dir, **kw):
     cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64), rollout=RolloutConfig(engine_kwargs=kw))
-    return factory(cfg, WorkerContext(device="cuda"))
+    return factory(cfg, WorkerContext(device="cuda", features=FEATURES))
 
 
 @cuda
@@ -158,9 +161,9 @@ def test_cuda_graph_replays_the_eager_static_step_and_matches_the_plain_loop(mod
 
 
 def test_packed_projections_are_views_that_a_weight_sync_writes_through(model_dir):
-    """rl_core.rollout.packed_weights: q / k / v (and gate / up) become row slices of one tensor; a copy into a
+    """rl_hf_decode.packed_weights: q / k / v (and gate / up) become row slices of one tensor; a copy into a
     parameter lands in the packed tensor; new storage (model.to) is noticed and packed again."""
-    from rl_core.rollout.packed_weights import pack_layer, still_packed
+    from rl_hf_decode.packed_weights import pack_layer, still_packed
 
     eng = _engine(model_dir, True)
     layer = eng.model.model.layers[0]
@@ -219,7 +222,7 @@ def test_compiled_step_gives_the_plain_loop_tokens_at_two_cache_lengths(model_di
     def cfg(**kw):
         return RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=400), rollout=RolloutConfig(engine_kwargs=kw))
 
-    eng, plain = factory(cfg(static_decode=True, compile=True), WorkerContext()), factory(cfg(static_decode=False), WorkerContext())
+    eng, plain = factory(cfg(static_decode=True, compile=True), WorkerContext(features=FEATURES)), factory(cfg(static_decode=False), WorkerContext(features=FEATURES))
     assert eng.static.compiled
     params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0, seed=7, logprobs=True)
     long = prompt_batch(model_dir, ["x " * 70])

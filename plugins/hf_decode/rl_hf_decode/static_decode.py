@@ -1,4 +1,4 @@
-"""The ``hf`` rollout's GPU decode loop: a static KV cache and a decode step captured in a CUDA graph.
+"""The ``hf`` rollout's GPU decode loop (rl-hf-decode): a static KV cache and a decode step captured in a CUDA graph.
 
 The plain loop (:meth:`rl_core.rollout.hf.HFRolloutEngine._decode`) calls the
 transformers model once per token: ~26 ms a step on an H100 for a 0.5B model
@@ -51,7 +51,7 @@ from typing import Callable
 
 import torch
 
-from rl_core.rollout.packed_weights import LayerPack, pack_layer, still_packed
+from rl_hf_decode.packed_weights import LayerPack, pack_layer, still_packed
 from rl_core.rollout.output import position_ids_from_mask
 
 logger = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ logger = logging.getLogger(__name__)
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 CACHE_ROUND = 128
 # cache slots a decode step's capacity grows by: a step reads the keys / values of its capacity, so on average
-# chunk / 2 slots more than the responses reached. 256 (1024 before issue 48): on the scale workload (128 + 1,024
-# tokens) a step read 1.6x the KV bytes at the mean context with 1024-slot steps, 1.2x with 256
+# chunk / 2 slots more than the responses reached
 DEFAULT_CHUNK = 256
 AUTO_GRAPHS = 32  # the default chunk grows with the cache so that a cache keeps at most about this many graphs
 MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
@@ -148,7 +147,7 @@ class StaticDecoder:
         self.fix = fix
         self._caches: dict[int, _Cache] = {}  # batch bucket -> its cache, buffers and per-capacity graphs
         self._pool = None
-        # q / k / v and gate / up as one GEMM each (rl_core.rollout.packed_weights); off when the engine adopts
+        # q / k / v and gate / up as one GEMM each (rl_hf_decode.packed_weights); off when the engine adopts
         # the trainer's tensors (packing would copy them and the sharing would silently stop)
         self.pack = bool(pack)
         self._packs: list[LayerPack | None] | None = None
