@@ -297,7 +297,7 @@ RULES: tuple[Rule, ...] = (
     _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
     # ---------------------------------------------------------------- model
     _m("actor_rollout_ref.model.use_remove_padding", "actor.use_remove_padding",
-       note="packed sequences in the train forwards (rl_core.train_engine.packing); the same values as padded, computed faster"),
+       note="packed sequences in the train forwards (rl_train_fsdp.packing); the same values as padded, computed faster"),
     Rule(pattern="critic.model.use_remove_padding", kind=TIE, target="actor.use_remove_padding", soft=True,
          note="every role of the fsdp backend packs as the actor does (actor.use_remove_padding)"),
     _ign("actor_rollout_ref.model.use_fused_kernels", "verl's fused LM-head log-prob kernel; rl-core computes the log-probs in chunks (model.logprob_chunk_size) with the same values"),
