@@ -34,7 +34,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.backend": "TrainBackend (what a train plugin implements), Heads, load_role_model, build_adamw, NO_ROUTE (routed_experts' unrouted mark)",
     "rl_core.train_engine.engine": "RoleEngine: core's driver over a TrainBackend",
     "rl_core.train_engine.batch_sizes": "TrainSizeError, role sizes",
-    "rl_core.train_engine.offload": "CPU offload between phases: move_params / move_grads / move_optimizer_state, streamed_step, host_step, own_storage (issues #32, #37)",
     "rl_core.train_engine.lr_schedule": "LRSchedule, ScheduleError",
     "rl_core.train_engine.hf_export": "write_hf_folder / write_weights (ShardWriter: streamed safetensors shards) / write_tokenizer: the HF folder save_hf writes",
     "rl_core.util.precision": "resolve_dtype: auto resolved for a device",

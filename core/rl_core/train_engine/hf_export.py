@@ -8,7 +8,7 @@ the layout ``transformers`` writes and loads; one shard: ``model.safetensors``.
 
 Each tensor is copied into the shard (cast to ``dtype`` when one is given), so the writer never writes from the
 caller's storage: a parameter that is a view into a larger host buffer (``param_offload``'s pinned segments,
-:class:`rl_core.train_engine.offload.HostArena`) is written as its own bytes. Handing such views to
+rl-offload's ``HostArena``) is written as its own bytes. Handing such views to
 ``huggingface_hub.save_torch_state_dict`` fails ("None is covering the entire storage"): that refusal was the
 7B offload run's end (its fallback checkpoint then cloned every offloaded tensor, see
 ``rl_train_fsdp.checkpointing``).
