@@ -128,7 +128,7 @@ def chunked_log_probs(
     return lp.view(shape), (ent if entropy_grad else ent.detach())
 
 
-def _plain_head(model: torch.nn.Module) -> torch.nn.Module | None:
+def plain_head(model: torch.nn.Module) -> torch.nn.Module | None:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         return None
@@ -138,7 +138,7 @@ def _plain_head(model: torch.nn.Module) -> torch.nn.Module | None:
 
 
 @contextlib.contextmanager
-def _head_forward(head: torch.nn.Module, fn) -> Iterator[None]:
+def head_forward(head: torch.nn.Module, fn) -> Iterator[None]:
     head.forward = fn
     try:
         yield
@@ -163,7 +163,7 @@ def forward_response_chunked(
 
     ``chunk_size`` None or 0, or a model whose head cannot be chunked, takes the plain path.
     """
-    head = _plain_head(model)
+    head = plain_head(model)
     if not chunk_size or head is None:
         return forward_response(
             model, input_ids, attention_mask, position_ids, responses,
@@ -181,7 +181,7 @@ def forward_response_chunked(
     if share_prompts and r < input_ids.shape[1] and can_share_prompts(model):
         groups = prompt_groups(input_ids, attention_mask, input_ids.shape[1] - r)
         if int(groups[-1]) + 1 < input_ids.shape[0]:
-            with _head_forward(head, lambda h: h):
+            with head_forward(head, lambda h: h):
                 hidden = shared_prompt_logits(model, input_ids, attention_mask, position_ids, r, groups)
             lp, ent = chunked_log_probs(hidden, head.weight, responses, **kw)
             return _pad(lp, ent, cut)
@@ -191,7 +191,7 @@ def forward_response_chunked(
         return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)], dim=-1)
 
     extra = {"logits_to_keep": r + 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    with _head_forward(head, head_fn):
+    with head_forward(head, head_fn):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **extra).logits
     lp = out[..., 0]
     ent = out[..., 1] if with_entropy else None

@@ -115,7 +115,7 @@ ALLOWED = {
 ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "rewards/model_role.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
 ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
-                ("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory_host.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
+                ("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
 ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("plan/memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
 ALLOWED_FILES: set[str] = set()  # whole files (verl's dialect, which named backends, is the rl-verl plugin now)

@@ -287,7 +287,7 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: int = pos(16384, hint="tokens per micro-batch with use_dynamic_bsz, e.g. 16384")
     shuffle: bool = False
     # packed sequences (verl's spelling): the train forwards run each micro-batch's valid tokens as one row with
-    # per-sequence attention, no padding computed (rl_core.train_engine.packing); null = on where the model allows it,
+    # per-sequence attention, no padding computed (rl_train_fsdp.packing); null = on where the model allows it,
     # except where the shared-prompt forward runs (model.share_prompt_forward: unsharded CPU runs), measured faster there
     use_remove_padding: bool | None = None
     # verl's pad_to_length: every packed micro-batch's row is padded up to a multiple of fsdp_config.pad_to_length_bucket

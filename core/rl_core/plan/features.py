@@ -89,6 +89,8 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "model.lora_rank": ("rl-lora", lambda config: config.model.lora_rank > 0, "model.lora_rank=0 (a full fine-tune)"),
     "actor.router_replay": ("rl-routing-replay", lambda config: config.actor.router_replay != "disabled", "actor.router_replay=disabled"),
     "rollout.return_routed_experts": ("rl-routing-replay", lambda config: bool(config.rollout.return_routed_experts), "rollout.return_routed_experts=false"),
+    **{f"{role}.fsdp_config.{k}": ("rl-offload", lambda config, role=role, k=k: bool(getattr(getattr(config, role).fsdp_config, k, False)), f"{role}.fsdp_config.{k}=false")
+       for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")},
 }
 
 

@@ -242,7 +242,7 @@ def estimate(
     share = (device == "cpu" if m.share_prompt_forward is None else m.share_prompt_forward) and not sharded
 
     t: dict[str, float] = {}
-    actor = actor_terms(config, shape, S, c, features)  # full fine-tune, CPU offload, or a feature's (LoRA)
+    actor = actor_terms(config, shape, S, c, features)  # full fine-tune or a feature's (LoRA, offload)
     t.update(actor.states)
     pools = getattr(sizes, "pools", {}) or {}  # roles on devices of their own: their memory is not on the actor's
     Pt = shape.train_params  # P with the routed experts' share under expert parallelism
@@ -373,37 +373,22 @@ def estimate(
     return est
 
 
-CHUNK = 1 << 30  # rl_train_fsdp.offload.CHUNK_BYTES: optimizer state brought to the device at once
-
-
 def actor_terms(config: Any, shape: Any, S: int, c: int, features: Features | None = None) -> MemoryTerms:
-    """The actor's train states: an enabled feature's (LoRA) or a full fine-tune's, with CPU offload as
-    ``actor.fsdp_config`` says (docs/memory.md)."""
+    """The actor's train states: an enabled feature's (LoRA: rl-lora; CPU offload: rl-offload) or a full fine-tune's
+    (docs/memory.md)."""
     own = features.actor_terms(config, shape, S, c) if features is not None else None
     if own is not None:
         return own
-    f = config.actor.fsdp_config
     P = getattr(shape, "train_params", shape.params)  # expert parallelism: the routed experts' share on a rank
-    policy = getattr(f, "offload_policy", False)  # counted as both switches (sharded: FSDP2's CPUOffloadPolicy holds even less)
-    param_off, optim_off = f.param_offload or policy, f.optimizer_offload or policy
-    states = {("actor parameters (fp32, in host memory while generating)" if param_off else "actor parameters (fp32)"): 4 * P / S,
-              "actor AdamW state": 0.0 if optim_off else 8 * P / S}
-    update = {"actor gradients (update)": 4 * P / S}
-    if optim_off:
-        update["AdamW state chunk on the device (offloaded, step)"] = min(8 * P / S, CHUNK)
-    return MemoryTerms(states=states, update=update)
+    return MemoryTerms(states={"actor parameters (fp32)": 4 * P / S, "actor AdamW state": 8 * P / S}, update={"actor gradients (update)": 4 * P / S})
 
 
 def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any, features: Features | None = None) -> list[str]:
-    """For a full fine-tune that does not fit: which of the features' alternatives (LoRA) or CPU offload would, with their peaks."""
-    if est.available is None:
+    """For a full fine-tune that does not fit: which of the features' alternatives (LoRA, offload) would, with their peaks."""
+    if est.available is None or features is None:
         return []
-    offload = attrs.evolve(config.actor.fsdp_config, param_offload=True, optimizer_offload=True)
-    options = [*(features.alternatives(config) if features is not None else []),
-               ("offload: actor.fsdp_config.param_offload=true actor.fsdp_config.optimizer_offload=true",
-                attrs.evolve(config, actor=attrs.evolve(config.actor, fsdp_config=offload)))]
     out = []
-    for label, alt in options:
+    for label, alt in features.alternatives(config):
         other = estimate(alt, sizes, available=est.available, shape=est.shape, alternatives=False)
         out.append(f"{label}: peak {other.peak / 2**30:.1f} GiB, {'fits' if other.fits else 'does not fit either'}")
     return out

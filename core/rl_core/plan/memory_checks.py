@@ -1,11 +1,10 @@
-"""`rlcore check` / `train` checks of CPU offload and of what fits the devices' and the node's memory (issue #32).
+"""`rlcore check` / `train` checks of what fits the devices' and the node's memory.
 
 Pure functions ``probe(config, registry) -> list[Problem]`` (the registry gives the installed features' memory terms
 and alternatives, :mod:`rl_core.plan.features`; without one, a full fine-tune's):
 
-- :func:`offload_problems`: parameter / optimizer offload needs a train backend whose card declares ``offload``;
 - :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of the
-  features' alternatives (LoRA) or offload would fit (e.g. Qwen2.5-7B on one 80 GB GPU);
+  features' alternatives (LoRA, offload) would fit (e.g. Qwen2.5-7B on one 80 GB GPU);
 - :func:`host_memory_problems`: a GPU run whose host-memory estimate exceeds the node's RAM.
 """
 
@@ -24,27 +23,6 @@ from rl_core.problems import Problem
 
 def _features(registry: Any) -> Features:
     return load_features(registry, []) if registry is not None else Features()
-
-
-def offload_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """``*.fsdp_config.*_offload`` with a train backend whose card does not declare ``offload``: refused."""
-    keys = [f"{role}.fsdp_config.{k}" for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")
-            if getattr(getattr(getattr(config, role), "fsdp_config", None), k, False)]
-    if not keys or registry is None:
-        return []
-    cards = registry.cards["train"]
-    if config.train.name is not None:
-        card = cards.get(config.train.name)
-    else:
-        chosen = [c for c in cards.values() if c.default] or (list(cards.values()) if len(cards) == 1 else [])
-        card = chosen[0] if len(chosen) == 1 else None  # as rl_core.plan.resolver.default_train_name picks it
-    if card is None or card.offload:
-        return []
-    names = sorted(c.name for c in cards.values() if c.offload)
-    capable = "train.name=" + " or ".join(names) if names else "a train backend that declares it (none installed)"
-    return [Problem(key=k, what=f"is true, but the {card.name} train backend does not offload to host memory",
-                    why="the run would keep everything on the device and ignore the setting", fix=f"use {capable}, or set {k}=false")
-            for k in keys]
 
 
 def memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
@@ -67,7 +45,7 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
     need = sum(terms.states.values()) + sum(terms.update.values())
     if need <= est.available:
         return []
-    labels = tuple(label for label, _ in features.alternatives(config)) + ("offload: ",)
+    labels = tuple(label for label, _ in features.alternatives(config))
     fits = [a.split(" (not wired")[0] for a in est.advice if a.startswith(labels)]
     return [Problem(key="model.lora_rank", what=f"is 0 (full fine-tune): {est.shape.params / 1e9:.1f}B parameters need {need / GB:.0f} GiB per GPU for their train states alone "
                     f"(float32 weights, AdamW state, gradients) but the GPU has {est.available / GB:.0f} GiB",
@@ -98,6 +76,8 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     switches = [f"actor.fsdp_config.{k}" for k in ("optimizer_offload", "param_offload", "offload_policy") if getattr(f, k, False)]
     fixes = []
     for label, alt in features.alternatives(config):  # LoRA (rl-lora): its host peak
+        if label.startswith("offload: "):  # rl-offload's alternative puts more on the host, not less
+            continue
         name, _, keys = label.partition(": ")
         fixes.append(f"{name} ({keys.split(' (')[0]}: host peak {host_estimate(alt, shape, world_size=sizes.world_size, features=features).peak / GB:.0f} GiB)")
     if switches:
@@ -112,12 +92,12 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
                     why="the host's OOM killer would end the run partway (rl_core.plan.memory_host)", fix="; or ".join(fixes))]
 
 
-def offload_and_memory_problems(config: Any, registry: Any = None) -> list[Problem]:
-    """The three checks, registered below as one (``offload_and_memory``)."""
-    return offload_problems(config, registry) + memory_problems(config, registry) + host_memory_problems(config, registry)
+def memory_and_host_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """The two checks, registered below as one (``memory``)."""
+    return memory_problems(config, registry) + host_memory_problems(config, registry)
 
 
 @hookimpl
 def rl_core_register_checks(register) -> None:
-    register(CheckCard(name="offload_and_memory", stage="values", order=40, factory=f"{__name__}:offload_and_memory_problems",
-                       description="actor.fsdp_config.*_offload: what the train backend applies; train states and host memory that cannot fit"))
+    register(CheckCard(name="memory", stage="values", order=40, factory=f"{__name__}:memory_and_host_problems",
+                       description="train states and host memory that cannot fit"))

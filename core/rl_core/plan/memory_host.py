@@ -1,34 +1,27 @@
-"""Host (CPU) memory of a GPU run, per node: what CPU offload, sleep and the model load keep in RAM (issue #32).
+"""Host (CPU) memory of a GPU run, per node: what CPU offload, sleep and the model load keep in RAM.
 
 The device estimate (:mod:`rl_core.plan.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
-was ended by the host's OOM killer (125 GiB) with nothing predicting it. Bytes per node, ``P`` parameters, ``c``
-bytes of the compute dtype, ``A`` LoRA adapter parameters (a feature's trainable count, :mod:`rl_core.plan.features`), ``k`` processes on the node (``trainer.n_gpus_per_node``),
-``S`` ranks sharing the train states:
+was ended by the host's OOM killer with nothing predicting it. Bytes per node, ``P`` parameters, ``c`` bytes of the
+compute dtype, ``A`` LoRA adapter parameters (a feature's trainable count, :mod:`rl_core.plan.features`), ``k``
+processes on the node (``trainer.n_gpus_per_node``), ``S`` ranks sharing the train states:
 
 - process runtime: ``HOST_RUNTIME_GB`` per process (python, torch, the CUDA libraries);
 - the model load: each process builds its train model on the host first (float32 for a full fine-tune, the
   compute dtype under LoRA), then moves it to its GPU: ``k * 4P`` (``k * cP``) for a moment, before anything below;
-- ``param_offload`` on one GPU: the parameters in pinned host buffers, ``4P`` (LoRA: ``cP`` + ``4A``);
-- ``optimizer_offload`` on one GPU: AdamW's two moments in pinned host buffers, ``8P`` (LoRA: ``8A``);
-- sharded (any offload switch on several ranks: the train backend keeps each shard on the host): parameters, gradients and AdamW state of
-  each rank's shard on the host, ``16P / S`` per process;
-- pinned buffers come from 1 GiB segments (:class:`rl_core.train_engine.offload.HostArena`): up to one segment
-  per kind (parameters, optimizer state) and process is counted as slack;
+- CPU offload's pinned buffers and host shards: the ``host_terms`` hook of an enabled feature (rl-offload);
 - the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
-  host memory during training, unless LoRA adapter sync frees them instead (rl-lora's in-place merge).
-
+  host memory during training, unless LoRA adapter sync frees them instead (rl-lora's in-place merge);
 - the final model (``hf_final``, :mod:`rl_core.train_engine.hf_export`): rank 0 copies the weights to the host one
   safetensors shard at a time (``EXPORT_SHARD_BYTES``, 5 GB) and writes it, so the export holds at most one shard,
   ``min(4P, 5 GB)`` for a full fine-tune (float32), plus safetensors' serialized copy of that shard (versions that
   serialize a file into bytes first): ``2 min(4P, 5 GB)``. LoRA: the float32 adapters (``2 * 4A``), and with
   ``trainer.save_merged_lora`` the merged weights in the compute dtype, again a shard at a time
-  (``2 min(cP, 5 GB)``); the larger of the two, as they are written one after the other.
+  (``2 min(cP, 5 GB)``); the larger of the two, as they are written one after the other;
 - a checkpoint (``trainer.save_freq > 0``): torch's DCP writer copies each tensor that is on the device (or is a
   view into a larger host buffer) to the host and keeps every copy until the rank's file is closed
   (``torch.distributed.checkpoint.filesystem._write_files_from_queue``), so a rank's device-resident train state is on
-  the host by the end of the save: ``12P / S`` per process for a full fine-tune (less what one-GPU
-  ``param_offload`` / ``optimizer_offload`` keep in their host buffers, which are written as they are:
-  :func:`rl_core.train_engine.offload.own_storage`), ``12A / S`` under LoRA, ``12P / S`` more for a critic.
+  the host by the end of the save: ``12P / S`` per process for a full fine-tune (less what offload already keeps on
+  the host), ``12A / S`` under LoRA, ``12P / S`` more for a critic.
 
 The peak is the larger of the load (runtime + load) and the end of training (everything above).
 """
@@ -42,7 +35,6 @@ from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 
 GB = 2**30
 HOST_RUNTIME_GB = 4.0  # a GPU process's own resident memory (python, torch, CUDA libraries, tokenizer, data)
-SEGMENT_GB = 1.0  # rl_core.train_engine.offload.SEGMENT_BYTES
 EXPORT_SHARD_BYTES = 5 * 10**9  # rl_core.train_engine.hf_export.MAX_SHARD_BYTES
 
 
@@ -110,29 +102,17 @@ def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: fl
     own = features.actor_terms(config, shape, S, c) if features is not None else None
     lora = own is not None and own.frozen_base  # the base frozen in the compute dtype, A parameters trained
     A = own.trainable if lora else 0
-    f = config.actor.fsdp_config
-    policy = bool(getattr(f, "offload_policy", False))
-    param_off, optim_off = bool(f.param_offload) or policy, bool(f.optimizer_offload) or policy
     terms: dict[str, float] = {"process runtime (python, torch, CUDA libraries)": k * HOST_RUNTIME_GB * GB}
-    if S > 1 and (param_off or optim_off):
-        per = (c * P + 16 * A) / S if lora else 16 * P / S
-        terms["actor shard on the host (sharded offload: parameters, gradients, AdamW)"] = k * per
-    else:
-        if param_off:
-            terms["actor parameters, pinned (param_offload)"] = k * ((c * P + 4 * A) if lora else 4 * P)
-        if optim_off:
-            terms["actor AdamW state, pinned (optimizer_offload)"] = k * (8 * A if lora else 8 * P)
-        slack = (param_off + optim_off) * SEGMENT_GB * GB
-        if slack:
-            terms["pinned segments' unused tails (at most)"] = k * slack
+    offload = features.hook(config, "host_terms") if features is not None else None  # rl-offload
+    held, on_host = offload(config, P=P, A=A, c=c, k=k, S=S, lora=lora) if offload is not None else ({}, 0)
+    terms.update(held)
     if _rollout_sleeps_to_host(config, shape, c, lora):
         terms["hf rollout weights asleep in host memory (rollout.enable_sleep)"] = k * c * P
     load = terms["process runtime (python, torch, CUDA libraries)"] + k * ((c if lora else 4) * P)
     export = export_bytes(config, P, A, c, lora)
     checkpoint = 0.0
     if (t.save_freq or 0) > 0:  # what a rank's DCP save copies to the host (module docstring)
-        one_gpu = S == 1
-        per = 12 * A if lora else (0 if param_off and one_gpu else 4 * P) + (0 if optim_off and one_gpu else 8 * P)
+        per = 12 * A if lora else 12 * P - on_host
         if getattr(config.critic, "enable", False):
             per += 12 * P
         checkpoint = k * per / S

@@ -1,48 +1,9 @@
-"""The train-backend contract: the primitives a train plugin implements; core drives the update with them.
+"""The train-backend contract: the primitives a train plugin implements (:class:`TrainBackend`); core drives the update.
 
-A train card's ``factory(role, config, context)`` returns a :class:`TrainBackend`.
-Core wraps it in :class:`rl_core.train_engine.engine.RoleEngine`, which owns
-everything that does not depend on how the model is split over ranks: epochs,
-mini- and micro-batches (fixed or by token budget), loss weighting,
-zero-advantage row skipping, the LR schedule, the numerical guard and the
-metrics. The backend provides, for one role (``actor``, ``critic`` or ``ref``)
-in one worker process:
-
-=========================  ==========================================================
-member                     what
-=========================  ==========================================================
-``__init__``               build the role's model (and, for a trainable role, its
-                           optimizer: :func:`build_adamw`); call
-                           ``super().__init__(role, config, context)`` first
-:meth:`forward`            one micro-batch to per-token log-probs / entropy (actor,
-                           ref) or values (critic): :class:`Heads`
-:meth:`backward`           back-propagate ``loss * weight`` (the weight makes the sum
-                           over micro-batches and ranks the global mini-batch's loss)
-:meth:`reduce_and_clip`    reduce gradients over data-parallel ranks, clip to a
-                           max norm, return the global norm before clipping
-:meth:`step`               the optimizer step (default: ``optimizer.step()``)
-:meth:`unscale_grads`      optional: multiply the gradients by a factor (float16's
-                           loss scaling; default: ``model``'s parameters' gradients)
-:meth:`all_reduce`         a number over the data-parallel ranks or the whole world
-:meth:`named_weights`      full HF-named tensors, on every rank
-:meth:`named_base_weights` optional (LoRA): the frozen base weights, adapters not
-                           folded in (``rollout.lora_sync=adapter``)
-:meth:`lora_adapter`       optional (LoRA): the live adapters and their PEFT config
-                           (default: None, no adapters)
-:meth:`sample_weights`     optional: the trained policy's weights at given positions,
-                           for the weight sync check (default: None, not compared)
-:meth:`local_state_dict`   optional: this rank's model / optimizer state, for tests
-                           (default: None)
-:meth:`save_hf`            an HF folder (rank 0 writes)
-:meth:`save_checkpoint`    model, optimizer, RNG and the scheduler state core passes
-:meth:`load_checkpoint`    the reverse; returns the scheduler state
-:meth:`reference_policy`   optional: a context in which :meth:`forward` is the
-                           reference policy (LoRA: the adapters off; issue #32)
-:meth:`on_device`          optional: a context around each phase (inference pass,
-                           update) that brings offloaded state to the device
-=========================  ==========================================================
-
-The worked example is :mod:`rl_core_testing.minimal_backend` (the test kit, plugins/testing; one process, plain PyTorch).
+A train card's ``factory(role, config, context)`` returns a :class:`TrainBackend` for one role in one worker process;
+:class:`rl_core.train_engine.engine.RoleEngine` wraps it and owns everything that does not depend on how the model is
+split over ranks. docs/plugins.md ("A train backend") tables the members; the worked example is
+:mod:`rl_core_testing.minimal_backend` (the test kit, plugins/testing; one process, plain PyTorch).
 """
 
 from __future__ import annotations

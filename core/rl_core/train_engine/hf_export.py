@@ -1,17 +1,10 @@
-"""``save_hf``'s folder: what every train engine writes from its full HF-named tensors (issue #32: streamed).
+"""``save_hf``'s folder: what every train engine writes from its full HF-named tensors.
 
-The weights are written as they arrive, one safetensors shard at a time (:class:`ShardWriter`): the writer holds
-at most one shard's tensors (``MAX_SHARD_BYTES``, 5 GB as ``save_pretrained`` shards; a single larger tensor is a
-shard of its own), so a 7B float32 export needs ~5 GB of host memory beyond what training holds instead of the
-whole 28 GB model. More than one shard: ``model-00001-of-0000N.safetensors`` + ``model.safetensors.index.json``,
-the layout ``transformers`` writes and loads; one shard: ``model.safetensors``.
-
-Each tensor is copied into the shard (cast to ``dtype`` when one is given), so the writer never writes from the
-caller's storage: a parameter that is a view into a larger host buffer (``param_offload``'s pinned segments,
-:class:`rl_core.train_engine.offload.HostArena`) is written as its own bytes. Handing such views to
-``huggingface_hub.save_torch_state_dict`` fails ("None is covering the entire storage"): that refusal was the
-7B offload run's end (its fallback checkpoint then cloned every offloaded tensor, see
-``rl_train_fsdp.checkpointing``).
+The weights are written as they arrive, one safetensors shard at a time (:class:`ShardWriter`: at most
+``MAX_SHARD_BYTES`` held, a larger tensor a shard of its own), in the layout ``transformers`` writes and loads. Each
+tensor is copied into its shard (cast to ``dtype`` when given), so a view into a larger host buffer (offload's pinned
+segments) is written as its own bytes: ``huggingface_hub.save_torch_state_dict`` refuses such views ("None is covering
+the entire storage").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`rlcore check` on model.lora_* (rl-lora's check) / actor.fsdp_config.*_offload (the kernel's): accepted where the train backend applies them (#32), names checked."""
+"""`rlcore check` on model.lora_* (rl-lora's check) / actor.fsdp_config.*_offload (rl-offload's): accepted where the train backend applies them (#32), names checked."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from rl_core.cards import TrainCard
 from rl_core.cli.main import main
 from rl_core.config.schema import ModelConfig, RunConfig
-from rl_core.plan.memory_checks import offload_problems
+from rl_offload.checks import offload_problems
 from rl_lora.checks import lora_problems
 
 pytest.importorskip("peft")

@@ -5,10 +5,11 @@ hand, on the same hand-made shape as tests/core/test_memory_host.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from rl_core.config.load import load_config
 from rl_core.plan.disk import estimate_disk
-from rl_core.plan.features import load_features
+from rl_core.plan.features import Features, load_features
 from rl_core.plan.memory import GB, ModelShape
 from rl_core.plan.memory_host import EXPORT_SHARD_BYTES, HOST_RUNTIME_GB, export_bytes, host_estimate
 from rl_core.plugins import get_registry
@@ -41,8 +42,9 @@ def test_host_terms_under_lora_by_hand():
     assert est.export == 2 * 4 * 128  # the float32 adapters (a PEFT folder), not the model
     merged = ["trainer.save_merged_lora=true", "model.dtype=float32"]
     assert host_estimate(_config(*BOTH, *LORA, *merged), SHAPE, features=f).export == 2 * 4 * 236
-    # without the plan's features the same config is counted as a full fine-tune (what core alone knows)
-    assert host_estimate(_config(*BOTH, *LORA, "model.dtype=bfloat16"), SHAPE).terms["actor AdamW state, pinned (optimizer_offload)"] == 8 * 236
+    # without rl-lora's feature the same config is counted as a full fine-tune (what core and rl-offload alone know)
+    no_lora = Features(tuple(x for x in f.loaded if x.card.name != "lora"))
+    assert host_estimate(_config(*BOTH, *LORA, "model.dtype=bfloat16"), SHAPE, features=no_lora).terms["actor AdamW state, pinned (optimizer_offload)"] == 8 * 236
     # the hf rollout asleep keeps its weights on the host for a full fine-tune, but not with LoRA adapter sync
     assert "hf rollout weights asleep in host memory (rollout.enable_sleep)" in host_estimate(_config("model.dtype=bfloat16"), SHAPE, features=f).terms
     assert len(host_estimate(_config("model.dtype=bfloat16", "model.lora_rank=2"), SHAPE, features=f).terms) == 1
@@ -70,5 +72,6 @@ def test_host_refusal_names_lora_with_its_host_peak():
                       "actor.ppo_mini_batch_size=8", "actor.fsdp_config.param_offload=true", "actor.fsdp_config.optimizer_offload=true")
     (p,) = host_memory_problems(seven_b, get_registry(), available=64 * GB)
     assert "LoRA (model.lora_rank=32 model.lora_alpha=64: host peak " in p.fix and "rollout.enable_sleep=false" in p.fix
-    (alone,) = host_memory_problems(seven_b, None, available=64 * GB)  # no features: offload and sleep named, no LoRA
+    without_lora = SimpleNamespace(cards={"feature": {k: v for k, v in get_registry().cards["feature"].items() if k != "lora"}})
+    (alone,) = host_memory_problems(seven_b, without_lora, available=64 * GB)  # no LoRA feature: offload and sleep named
     assert "LoRA" not in alone.fix and alone.key == p.key

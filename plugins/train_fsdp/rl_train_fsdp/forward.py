@@ -3,7 +3,7 @@
 
 MoE routing replay (``actor.router_replay``, rl-routing-replay) around the forward; the training forward's saved
 activations in host memory (:mod:`rl_train_fsdp.activations`); then, by what the micro-batch holds: prompts with
-images (rl-multimodal, one plain forward), packed sequences (rl_core.train_engine.packing, Ulysses sequence
+images (rl-multimodal, one plain forward), packed sequences (rl_train_fsdp.packing, Ulysses sequence
 parallelism: :mod:`rl_train_fsdp.ulysses`), the critic's values, or the LM head in chunks of tokens
 (rl_core.logprobs: no full-vocab float32 logits).
 """
@@ -18,7 +18,7 @@ from rl_multimodal import forward as multimodal
 from rl_core.logprobs import DEFAULT_CHUNK as DEFAULT_LOGPROB_CHUNK
 from rl_core.logprobs import forward_response_chunked
 from rl_core.modeling import forward_values
-from rl_core.train_engine import packing
+from rl_train_fsdp import packing
 from rl_core.train_engine.backend import Heads
 
 from rl_train_fsdp import activations

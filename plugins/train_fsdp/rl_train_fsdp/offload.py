@@ -1,5 +1,5 @@
 """CPU offload between phases on one device: ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` (verl's names,
-issue #32). The mechanisms are core's, shared with the megatron backend: :mod:`rl_core.train_engine.offload`; here the
+issue #32). The mechanisms are rl-offload's, shared with the megatron backend: :mod:`rl_offload.offload`; here the
 switches a role's ``fsdp_config`` gives (:func:`offload_modes`) and the backend's phases and step over them
 (:class:`Offload`, mixed into :class:`rl_train_fsdp.engine.FSDPBackend`)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from rl_core.train_engine.offload import CHUNK_BYTES, move_optimizer_state, move_params, own_storage, streamed_step
+from rl_offload.offload import CHUNK_BYTES, move_optimizer_state, move_params, own_storage, streamed_step
 
 __all__ = ["CHUNK_BYTES", "Offload", "move_optimizer_state", "move_params", "offload_modes", "own_storage", "role_offload_config", "streamed_step"]
 

@@ -7,8 +7,11 @@ import os
 from pathlib import Path
 
 from rl_core import hookimpl
-from rl_core.cards import TrainCard
+from rl_core.cards import CheckCard, TrainCard
+from rl_core.plan.long_context import model_config
 from rl_core.problems import Problem, nearest_divisors
+
+SP_KEY = "actor.ulysses_sequence_parallel_size"
 
 
 def check_hybrid_sharding(config) -> list[Problem]:
@@ -52,6 +55,39 @@ def check_expert_parallel(config) -> list[Problem]:
     return []
 
 
+def sequence_parallel_problems(config, registry=None) -> list[Problem]:
+    """Ulysses (``actor.ulysses_sequence_parallel_size`` > 1, rl_train_fsdp.ulysses) runs on packed sequences: packing
+    not turned off, a model the packed attention serves, and a size dividing the attention heads (the all-to-all gives
+    each rank ``heads / size`` query heads; key / value heads it does not divide are repeated, as verl does)."""
+    sp = int(config.actor.ulysses_sequence_parallel_size)
+    if sp <= 1:
+        return []
+    problems = []
+    if config.actor.use_remove_padding is False:
+        problems.append(Problem(key="actor.use_remove_padding", what=f"is false but {SP_KEY}={sp}: Ulysses runs on packed sequences",
+                                fix=f"remove actor.use_remove_padding (or set it true), or set {SP_KEY}=1"))
+    cfg = model_config(config)
+    if cfg is None:
+        return problems  # the model folder's own problems are reported by the model-path probe
+    from rl_train_fsdp.packing import PACKABLE_TYPES
+
+    heads = cfg.get("num_attention_heads")
+    kv = cfg.get("num_key_value_heads") or heads
+    mtype = cfg.get("model_type")
+    if mtype not in PACKABLE_TYPES:
+        problems.append(Problem(key=SP_KEY, what=f"is {sp} but the model type {mtype!r} is not one the packed attention serves ({', '.join(sorted(PACKABLE_TYPES))})",
+                                fix=f"set {SP_KEY}=1"))
+    if isinstance(heads, int) and heads % sp:
+        ok = [d for d in range(1, heads + 1) if heads % d == 0]
+        problems.append(Problem(
+            key=SP_KEY,
+            what=f"is {sp} but the model has {heads} attention heads ({kv} key / value heads), and {heads} % {sp} = {heads % sp}: "
+                 f"the all-to-all gives each rank heads / {sp} query heads",
+            fix=f"choose a size that divides {heads} (and the number of devices): one of {ok}",
+        ))
+    return problems
+
+
 FSDP_CARD = TrainCard(
     name="fsdp",
     factory="rl_train_fsdp.engine:FSDPBackend",
@@ -80,3 +116,9 @@ FSDP_CARD = TrainCard(
 @hookimpl
 def rl_core_register_train_backends(register):
     register(FSDP_CARD)
+
+
+@hookimpl
+def rl_core_register_checks(register) -> None:
+    register(CheckCard(name="sequence_parallel", stage="files", order=40, factory=f"{__name__}:sequence_parallel_problems",
+                       description="Ulysses sequence parallelism and packing on the model's attention"))

@@ -3,7 +3,7 @@
 The ranks are split into groups of ``size`` consecutive ranks (the controller gives
 every rank of a group the same data: the group is one data-parallel rank, so the
 data-parallel size is ``world / size``). A micro-batch is packed into one row
-(:mod:`rl_core.train_engine.packing`), padded to a multiple of ``size``, and each
+(:mod:`rl_train_fsdp.packing`), padded to a multiple of ``size``, and each
 rank of the group runs its ``1 / size`` of the tokens through embeddings, MLPs and
 norms. Around attention an all-to-all turns "my tokens, all heads" into "all tokens,
 my heads" (``H / size`` query heads each), attention runs per sequence on the whole
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from rl_core.train_engine.packing import SEQLENS_KW, packed_attention, segment_attention
+from rl_train_fsdp.packing import SEQLENS_KW, packed_attention, segment_attention
 
 ATTENTION = "rlcore_ulysses"
 GROUP_KW = "rlcore_sp"

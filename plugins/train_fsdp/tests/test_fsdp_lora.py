@@ -490,7 +490,7 @@ def test_bf16_actor_skips_peft_s_fp32_input_copies_with_bit_identical_results(mo
 def _arena_backed(engine):
     """Put the engine's offloaded parameters (and, at its first step, AdamW's state) into HostArena segments, as
     offload does on a GPU (pinned there, unpinned here): views into 64 KiB storages."""
-    from rl_core.train_engine.offload import HostArena
+    from rl_offload.offload import HostArena
 
     b = engine.backend
     b.model._rl_host_copies = {"arena": HostArena(pin=False, segment_bytes=1 << 16)}

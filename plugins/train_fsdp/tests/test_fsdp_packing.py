@@ -65,7 +65,7 @@ def test_packing_is_off_where_not_exact(model_dir):
 
 def test_segment_attention_paths_agree():
     """The CPU's two ways (one masked call for short sequences, a call per sequence for long ones) compute the same."""
-    from rl_core.train_engine import packing
+    from rl_train_fsdp import packing
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, h, 700, 8, generator=g) for h in (4, 2, 2))
@@ -85,7 +85,7 @@ def test_default_packing_runs_dense_micro_batches_padded_on_a_gpu_without_varlen
     by default skips a micro-batch with little padding; forced packing, sequence parallelism and the CPU keep it."""
     import torch
 
-    from rl_core.train_engine import packing
+    from rl_train_fsdp import packing
 
     class CudaMask:  # what run_padded reads of a CUDA tensor, on this CPU machine
         is_cuda = True
@@ -114,7 +114,7 @@ def test_default_packing_runs_dense_micro_batches_padded_on_a_gpu_without_varlen
 def test_pad_to_length_pads_each_packed_row_to_the_bucket(model_dir, monkeypatch):
     """actor.pad_to_length (verl's): each packed row is padded up to a multiple of fsdp_config.pad_to_length_bucket
     tokens (its own segment, never in the loss); log-probs, loss and gradients are those of the plain packed row."""
-    from rl_core.train_engine import packing
+    from rl_train_fsdp import packing
 
     rows = []
     real_pack = packing.pack

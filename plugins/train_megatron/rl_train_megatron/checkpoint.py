@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from rl_core.checkpoints import copy_state, load_rng_state, safe_load, save_rng_state, save_tensors
 from rl_core.problems import UserError
-from rl_core.train_engine import offload
+from rl_offload import offload
 
 from rl_train_megatron import fully_sharded, parallel
 

@@ -62,7 +62,7 @@ import torch.distributed as dist
 from rl_core.backends import WorkerContext
 from rl_core.train_engine.backend import TrainBackend, build_adamw, load_role_model
 from rl_core.train_engine.engine import RoleEngine
-from rl_core.train_engine import offload
+from rl_offload import offload
 
 from rl_train_megatron import convert, cpu_shims, dist_optimizer, fully_sharded, grads, linear, parallel, zero
 from rl_train_megatron import model as mmodel
@@ -178,7 +178,7 @@ class MegatronBackend(CorePipeline, Schedule, WeightExport, Checkpoints, Offload
             self.stage = fully_sharded.shard(self.chunks[0], parallel.grad_group(), self.device)
             if fully_sharded.group_size(parallel.grad_group()) > 1:  # every forward / backward gathers over it: the same count on every rank
                 self.uneven_micro_batches = False
-        # offload between phases (train.options, verl's megatron.*_offload; rl_core.train_engine.offload)
+        # offload between phases (train.options, verl's megatron.*_offload; rl_offload.offload)
         actor = role == "actor"
         self.param_offload = opts.param_offload if actor else role == "ref" and opts.ref_param_offload
         self.grad_offload = actor and opts.grad_offload

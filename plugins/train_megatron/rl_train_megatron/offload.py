@@ -1,13 +1,13 @@
 """The Megatron backend's offload between phases (``train.options``: verl's ``megatron.param_offload``, ``grad_offload``,
 ``optimizer_offload``, ``optimizer_cpu_offload``; mixed into :class:`rl_train_megatron.engine.MegatronBackend`). The
-mechanisms are core's, shared with the fsdp backend: :mod:`rl_core.train_engine.offload`."""
+mechanisms are rl-offload's, shared with the fsdp backend: :mod:`rl_offload.offload`."""
 
 from __future__ import annotations
 
 import contextlib
 
 import torch
-from rl_core.train_engine import offload
+from rl_offload import offload
 
 
 class Offload:
@@ -38,7 +38,7 @@ class Offload:
 
     def step(self) -> None:
         """optimizer_cpu_offload: AdamW steps on the host; optimizer_offload: its host-resident state is brought to
-        the device a chunk at a time (rl_core.train_engine.offload)."""
+        the device a chunk at a time (rl_offload.offload)."""
         if self.optimizer_cpu_offload:
             self.offload_log.append(("optimizer step", "cpu", offload.host_step(self.optimizer, self.offload_fraction)))
         elif self.optimizer_offload:

@@ -1,7 +1,7 @@
 """What ``train.options`` may hold with ``train.name=megatron`` (the card's typed options; checked by ``rlcore check``).
 
 Offload between phases (verl's ``actor_rollout_ref.{actor,ref}.megatron.*_offload`` and the actor's
-``optim.override_optimizer_config.optimizer_cpu_offload``), with :mod:`rl_core.train_engine.offload`'s mechanisms:
+``optim.override_optimizer_config.optimizer_cpu_offload``), with :mod:`rl_offload.offload`'s mechanisms:
 
 ``param_offload``
     The actor's parameters live in host memory between phases (log-prob pass, update, weight sync) and are copied

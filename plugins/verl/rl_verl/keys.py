@@ -196,7 +196,7 @@ RULES: tuple[Rule, ...] = (
          "the reference model uses the actor's parallel layout"),
     _tie("critic.megatron.virtual_pipeline_model_parallel_size", "train.options.virtual_pipeline_model_parallel_size",
          "the critic uses the actor's parallel layout"),
-    # Megatron offload between phases (rl_train_megatron.options, rl_core.train_engine.offload)
+    # Megatron offload between phases (rl_train_megatron.options, rl_offload.offload)
     *(_m(f"actor_rollout_ref.actor.megatron.{k}_offload", f"train.options.{k}_offload",
          note=f"the actor's {dict(param='parameters', grad='gradients', optimizer='AdamW state')[k]} in host memory between phases (megatron backend)") for k in ("param", "grad", "optimizer")),
     _m("actor_rollout_ref.ref.megatron.param_offload", "train.options.ref_param_offload",
@@ -297,7 +297,7 @@ RULES: tuple[Rule, ...] = (
     _no("critic.fsdp.*", "this FSDP setting of the critic", "train.name=fsdp"),
     # ---------------------------------------------------------------- model
     _m("actor_rollout_ref.model.use_remove_padding", "actor.use_remove_padding",
-       note="packed sequences in the train forwards (rl_core.train_engine.packing); the same values as padded, computed faster"),
+       note="packed sequences in the train forwards (rl_train_fsdp.packing); the same values as padded, computed faster"),
     Rule(pattern="critic.model.use_remove_padding", kind=TIE, target="actor.use_remove_padding", soft=True,
          note="every role of the fsdp backend packs as the actor does (actor.use_remove_padding)"),
     _ign("actor_rollout_ref.model.use_fused_kernels", "verl's fused LM-head log-prob kernel; rl-core computes the log-probs in chunks (model.logprob_chunk_size) with the same values"),
@@ -338,7 +338,7 @@ RULES: tuple[Rule, ...] = (
     _ign("actor_rollout_ref.actor.optim.override_optimizer_config.{overlap_cpu_optimizer_d2h_h2d,use_precision_aware_optimizer}",
          "Megatron optimizer placement (" + _PERF + ")"),
     _m("actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload", "train.options.optimizer_cpu_offload",
-       note="megatron-core's CPU optimizer: AdamW's state and step on the host (megatron backend; rl_core.train_engine.offload.host_step)"),
+       note="megatron-core's CPU optimizer: AdamW's state and step on the host (megatron backend; rl_offload.offload.host_step)"),
     _m("actor_rollout_ref.actor.optim.override_optimizer_config.{optimizer_offload_fraction,offload_fraction}", "train.options.optimizer_offload_fraction",
        note="the share (by numel) of parameters the CPU optimizer steps on the host, the rest on the device (megatron-core's "
        "optimizer_offload_fraction; offload_fraction is Megatron Lite's spelling)"),

@@ -37,7 +37,7 @@ from typing import Any, Callable, Protocol
 
 import attrs
 import torch
-from rl_core.logprobs import _head_forward, _plain_head, chunked_log_probs
+from rl_core.logprobs import head_forward, plain_head, chunked_log_probs
 
 ATTENTION = "rlcore_packed"
 DENSE_MASK_TOKENS = 8192  # CPU: packed rows up to this long use one masked SDPA call (an N x N bool mask, 64 MiB at most)
@@ -256,7 +256,7 @@ def forward_log_probs_packed(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """``(log_probs [b, R], entropy [b, R] or None)`` of the packed micro-batch; None when the head cannot be chunked."""
 
-    head = _plain_head(model)
+    head = plain_head(model)
     if head is None:
         return None
     ids, pos, kw, local_pred, mine = _local(p, shard)
@@ -268,7 +268,7 @@ def forward_log_probs_packed(
                                     entropy_grad=True, chunk_size=chunk)
         return torch.stack([lp, ent if ent is not None else torch.zeros_like(lp)], dim=-1).unsqueeze(0)
 
-    with _head_forward(head, head_fn):
+    with head_forward(head, head_fn):
         out = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False, **kw).logits[0]
     lp = unpack(p, _scatter_mine(out[:, 0], mine, shard))
     if not with_entropy:
