@@ -98,6 +98,8 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "model.lora_rank": ("rl-lora", lambda config: config.model.lora_rank > 0, "model.lora_rank=0 (a full fine-tune)"),
     "actor.router_replay": ("rl-routing-replay", lambda config: config.actor.router_replay != "disabled", "actor.router_replay=disabled"),
     "rollout.return_routed_experts": ("rl-routing-replay", lambda config: bool(config.rollout.return_routed_experts), "rollout.return_routed_experts=false"),
+    "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
+    "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
 }
 
 

@@ -1,37 +1,12 @@
 """The reward manager: response texts in a :class:`~rl_core.batch.Batch` -> one score per sample.
 
-Which function scores a sample:
-
-1. ``reward.custom.path`` + ``reward.custom.name``: a function in the user's
-   Python file scores every sample (verl's ``custom_reward_function``);
-2. else ``reward.name``: that registered reward scores every sample;
-3. else each sample's ``data_source`` is matched against the ``data_sources``
-   of the registered :class:`~rl_core.cards.RewardCard` s: an exact name
-   first, then glob patterns (``"reasoning_gym/*"``), the longest pattern
-   winning.
-
-The trainer builds the manager from the resolved :class:`~rl_core.plan.resolver.Plan`
-(:meth:`RewardManager.for_stack`): ``reward.name``'s function is the one the
-resolver loaded (``stack.reward_fn``), and data sources are matched against the
-reward cards the resolver saw (``stack.reward_cards``), each card's function
-loaded once, at its first match; the process-wide registry is not read again.
-
-A scorer is called as ``fn(data_source=, solution_str=, ground_truth=,
-extra_info=, **reward.kwargs)`` (plus ``response_length`` in tokens when the
-batch has ``response_mask`` and the function accepts it) and returns a number
-or a dict with ``"score"``; the dict's other numeric values are averaged into
-metrics ``reward/<key>_mean`` and all of it is returned per sample.
-
-With ``reward.num_workers > 0`` per-sample scorers run in a
-:class:`~rl_core.rewards.pool.ScorerPool`: a sample whose scorer runs longer
-than ``reward.timeout_s`` scores 0 and counts in ``reward/timeouts``, its
-worker is killed and replaced, and the batch goes on. In-process scoring
-(``num_workers=0``) stops a scorer after ``reward.timeout_s`` too (a timer
-signal, see :func:`~rl_core.rewards.scoring.call_with_timeout`), with the
-same outcome. A scorer that raises stops the batch with
-a :class:`RewardError` naming the sample, or with ``reward.on_error="skip"``
-scores 0 and counts in ``reward/errors``. Batched cards (``batched=True``)
-are always called in-process, once per batch.
+The scorer of a sample is ``reward.custom.path``'s function, else ``reward.name``'s card, else the card whose
+``data_sources`` match the sample's ``data_source`` (an exact name, then the longest glob). It is called as
+``fn(data_source=, solution_str=, ground_truth=, extra_info=, **reward.kwargs)`` (plus ``response_length`` when it
+accepts it) and returns a number or a dict with ``"score"`` (its other numbers become ``reward/<key>_mean``).
+A scorer that runs past ``reward.timeout_s`` scores 0 (``reward/timeouts``); one that raises stops the batch with
+:class:`RewardError`, or with ``reward.on_error=skip`` scores 0 (``reward/errors``). ``reward.num_workers > 0`` runs
+per-sample scorers in a :class:`~rl_core.rewards.pool.ScorerPool`; batched cards run in-process, once per batch.
 """
 
 from __future__ import annotations
@@ -45,7 +20,6 @@ import torch
 from rl_core.batch import Batch
 from rl_core.cards import RewardCard
 from rl_core.problems import UserError
-from rl_core.rewards.mixing import RewardWeights, source_metrics, weight_problems
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome, ScorerPool
 from rl_core.rewards.scoring import (
     RewardConfigError,
@@ -64,6 +38,9 @@ from rl_core.plugins import UnknownCardError
 
 __all__ = ["RewardManager", "RewardConfigError", "RewardError", "scores_to_token_level", "match_data_source"]
 
+#: the parts and weights of every sample without ``reward.weights`` and a reward model: the rule's score alone
+RULE_ONLY = {"rule": 1.0}
+
 
 class RewardError(UserError, RuntimeError):
     """A scorer failed on a sample while ``reward.on_error == "raise"`` (the user's scorer or data: no traceback of ours)."""
@@ -74,10 +51,6 @@ class RewardError(UserError, RuntimeError):
         self.data_source = data_source
         self.reward = reward
         self.detail = detail  # the worker's traceback, when the scorer ran in the pool
-
-
-def _is_pattern(source: str) -> bool:
-    return any(ch in source for ch in "*?[")
 
 
 def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCard | None:
@@ -93,7 +66,7 @@ def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCa
     best: dict[str, tuple[int, RewardCard]] = {}
     for card in cards:
         for pattern in card.data_sources:
-            if _is_pattern(pattern) and fnmatch.fnmatchcase(data_source, pattern):
+            if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(data_source, pattern):
                 if card.name not in best or len(pattern) > best[card.name][0]:
                     best[card.name] = (len(pattern), card)
     if not best:
@@ -107,7 +80,7 @@ def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCa
     return ranked[0][1]
 
 
-#: ``model(rows) -> {row: Outcome}``: the reward model's part for rows of the batch (rl_core.rewards.model_role)
+#: ``model(rows) -> {row: Outcome}``: the reward model's part for rows of the batch (rl-reward-model)
 ModelPart = Callable[[Sequence[int]], Mapping[int, Outcome]]
 
 
@@ -119,23 +92,16 @@ class RewardManager:
     """Scores batches; owns the scorer pool (use as a context manager, or call :meth:`close`).
 
     A run builds it from its plan (:meth:`for_stack`: no registry is read); code without a plan passes a ``registry``
-    (:func:`rl_core.plugins.get_registry`, or one that controls exactly which rewards exist: tests; any value with
-    ``reward.custom.path``, which reads no card). ``start_method`` is the
-    multiprocessing start method of the pool (default ``forkserver`` where
-    available, else ``spawn``; never ``fork`` with torch loaded).
+    (any value with ``reward.custom.path``, which reads no card). ``mixing``: rl-reward-model's weights of the rule
+    and model parts per data source (``for_source``, ``model_name``, ``metrics``); None: the rule's score alone.
+    ``start_method``: the pool's multiprocessing start method (never ``fork`` with torch loaded).
     """
 
-    def __init__(
-        self, cfg: Any, registry: Any, *, start_method: str | None = None, model_name: str | None = None, _resolved: Any = None
-    ) -> None:
+    def __init__(self, cfg: Any, registry: Any, *, start_method: str | None = None, mixing: Any = None, _resolved: Any = None) -> None:
         self.cfg = cfg
-        weights = getattr(cfg, "weights", None) or {}
-        problems = weight_problems(weights, model_name is not None)
-        if problems:
-            raise RewardConfigError("; ".join(f"{p.key}: {p.what} ({p.fix})" for p in problems))
-        # model_name: the reward model's card when reward_model.enable (its part is scored by the caller's ``model``)
-        self.model_name = model_name
-        self.weights = RewardWeights(weights, model_enabled=model_name is not None)
+        if mixing is None and getattr(cfg, "weights", None):
+            raise RewardConfigError("reward.weights is rl-reward-model's setting and it is not installed: pip install rl-reward-model")
+        self.mixing = mixing
         if cfg.num_workers < 0:
             raise RewardConfigError(f"reward.num_workers must be >= 0, got {cfg.num_workers}")
         if not cfg.timeout_s > 0:
@@ -188,14 +154,10 @@ class RewardManager:
     @classmethod
     def for_stack(cls, stack: Any, *, start_method: str | None = None) -> RewardManager:
         """The manager of a resolved run: the Stack's reward function and reward cards, no registry lookup."""
-        config = stack.config
-        return cls(
-            config.reward,
-            None,
-            start_method=start_method,
-            model_name=config.reward_model.name if config.reward_model.enable else None,
-            _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors),
-        )
+        features = getattr(stack, "features", None)
+        feature = features.get("reward_model") if features is not None else None
+        return cls(stack.config.reward, None, start_method=start_method, mixing=feature.mixing(stack.config) if feature is not None else None,
+                   _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors))
 
     # ----------------------------------------------------------- choosing
     def _installed(self) -> str:
@@ -234,22 +196,16 @@ class RewardManager:
         return self._pool
 
     def score(self, batch: Batch, model: ModelPart | None = None) -> tuple[torch.Tensor, dict[str, float], list[dict[str, Any]]]:
-        """``(scores[B] float32, metrics, extras)`` for the responses in ``batch``.
-
-        ``batch`` needs the non-tensor field ``response_text`` and, unless a
-        reward is named, ``data_source``; ``ground_truth`` and ``extra_info``
-        are passed when present (a card may require them in its ``fields``).
-        ``model(rows) -> {row: Outcome}`` scores rows with the reward model
-        (the trainer's dispatch to the workers that hold it); ``reward.weights``
-        says which rows get which parts (:mod:`rl_core.rewards.mixing`).
-        """
+        """``(scores[B] float32, metrics, extras)`` for the responses in ``batch`` (non-tensor ``response_text``, and
+        ``data_source`` unless a reward is named); ``model(rows) -> {row: Outcome}`` scores the rows whose weights
+        have a model part (the trainer's dispatch to the workers that hold the reward model)."""
         n = len(batch)
         if "response_text" not in batch.non_tensors:
             raise KeyError(f"the reward manager needs the non-tensor field 'response_text'; the batch has {sorted(batch.keys())}")
         texts = batch.non_tensors["response_text"]
         column = lambda key: batch.non_tensors[key] if key in batch.non_tensors else None  # noqa: E731
         sources, truths, infos = column("data_source"), column("ground_truth"), column("extra_info")
-        weights = [self.weights.for_source(sources[i] if sources is not None else None) for i in range(n)]
+        weights = [self.mixing.for_source(sources[i] if sources is not None else None) if self.mixing else RULE_ONLY for i in range(n)]
         rule_rows = [i for i in range(n) if "rule" in weights[i]]
         model_rows = [i for i in range(n) if "model" in weights[i]]
         if model_rows and model is None:
@@ -380,7 +336,7 @@ class RewardManager:
             failed = sorted(i for i, o in model.items() if o.status == ERROR)
             if failed:
                 i = failed[0]
-                label = ScorerSpec(label=f"reward_model {self.model_name}")
+                label = ScorerSpec(label=f"reward_model {self.mixing.model_name}")
                 raise self._error(label, i, sources[i] if sources is not None else None, model[i].error, model[i].detail)
         values = [0.0] * n
         extras: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -389,7 +345,6 @@ class RewardManager:
         parts: dict[str, dict[int, float]] = {"rule": {}, "model": {}}
         failed_rows = [False] * n
         timeouts = errors = 0
-        model_counts = {"errors": 0, "timeouts": 0, "parse_failures": 0, "truncated": 0}
         for i in range(n):
             got = {"rule": rule.get(i), "model": model.get(i)}
             total, bad = 0.0, None
@@ -397,12 +352,6 @@ class RewardManager:
                 o = got[part]
                 if o is None:  # pragma: no cover - every weighted part gets an outcome
                     o = Outcome(ERROR, error=f"the {part} part was not scored")
-                if part == "model":
-                    for key in ("parse_failure", "truncated"):
-                        if (o.extras or {}).get(key):
-                            model_counts[key + ("s" if key == "parse_failure" else "")] += 1
-                    if o.status != OK:
-                        model_counts["timeouts" if o.status == TIMEOUT else "errors"] += 1
                 if o.status == OK:
                     parts[part][i] = o.score
                     total += w * o.score
@@ -431,11 +380,7 @@ class RewardManager:
         metrics = {"reward/timeouts": float(timeouts), "reward/errors": float(errors)}
         metrics.update({f"reward/{k}_mean": sums[k] / counts[k] for k in sorted(sums)})
         if model:
-            metrics.update({f"reward/model/{k}": float(v) for k, v in model_counts.items()})
-            if parts["model"]:
-                metrics["reward/model/score_mean"] = sum(parts["model"].values()) / len(parts["model"])
-            if parts["rule"]:
-                metrics["reward/rule/score_mean"] = sum(parts["rule"].values()) / len(parts["rule"])
+            metrics.update(self.mixing.metrics(model, parts))
         metrics.update(source_metrics(sources, values, {k: v for k, v in parts.items() if v}, failed_rows))
         return scores, metrics, extras
 
@@ -451,6 +396,24 @@ class RewardManager:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def source_metrics(sources: Sequence[Any] | None, totals: Sequence[float], parts: Mapping[str, Mapping[int, float]], failed: Sequence[bool]) -> dict[str, float]:
+    """``reward/<source>/mean`` (the mixed reward), ``reward/<source>/<part>_mean`` and ``reward/<source>/failed``."""
+    if sources is None:
+        return {}
+    rows: dict[str, list[int]] = {}
+    for i, s in enumerate(sources):
+        rows.setdefault(str(s), []).append(i)
+    out: dict[str, float] = {}
+    for source, idx in sorted(rows.items()):
+        out[f"reward/{source}/mean"] = sum(totals[i] for i in idx) / len(idx)
+        out[f"reward/{source}/failed"] = float(sum(failed[i] for i in idx))
+        for part, scores in parts.items():
+            got = [scores[i] for i in idx if i in scores]
+            if got:
+                out[f"reward/{source}/{part}_mean"] = sum(got) / len(got)
+    return out
 
 
 def scores_to_token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
