@@ -8,6 +8,7 @@ values already passed the schema's rules:
   (its package, its options) and a two-row sample generates; some training data is configured;
 - reward: the custom file imports and its function accepts the scorer's
   arguments plus ``reward.kwargs``; a named reward's function accepts them too;
+  their keys and simple types match that function's parameters (:func:`rl_core.rewards.scoring.kwargs_problems`);
   without a named reward, the first rows' ``data_source`` has a scorer;
 - device: ``cuda`` needs a visible GPU (and enough of them); worker processes
   beyond the CPU cores are a warning; ``output_dir`` can be created.

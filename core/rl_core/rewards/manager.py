@@ -19,27 +19,19 @@ import torch
 
 from rl_core.batch import Batch
 from rl_core.cards import RewardCard
+from rl_core.plugins import UnknownCardError
 from rl_core.problems import UserError
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome, ScorerPool
-from rl_core.rewards.scoring import (
-    RewardConfigError,
-    Sample,
-    ScorerSpec,
-    ScorerTimeout,
-    call_contained,
-    call_scorer,
-    call_with_timeout,
-    load_custom_function,
-    load_scorer,
-    normalize_result,
-    numeric,
-)
-from rl_core.plugins import UnknownCardError
+from rl_core.rewards.scoring import (RewardConfigError, Sample, ScorerSpec, ScorerTimeout, call_contained, call_scorer,
+                                     call_with_timeout, load_custom_function, load_scorer, normalize_result, numeric)
 
 __all__ = ["RewardManager", "RewardConfigError", "RewardError", "scores_to_token_level", "match_data_source"]
 
-#: the parts and weights of every sample without ``reward.weights`` and a reward model: the rule's score alone
+#: the parts and weights of every sample without rl-reward-model's ``mixing``: the rule's score alone
 RULE_ONLY = {"rule": 1.0}
+
+#: ``model(rows) -> {row: Outcome}``: the reward model's part for rows of the batch (rl-reward-model)
+ModelPart = Callable[[Sequence[int]], Mapping[int, Outcome]]
 
 
 class RewardError(UserError, RuntimeError):
@@ -57,10 +49,8 @@ def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCa
     """The card that claims ``data_source``: exact names first, then the longest matching glob."""
     exact = [c for c in cards if data_source in c.data_sources]
     if len(exact) > 1:
-        raise RewardConfigError(
-            f"data_source {data_source!r} is claimed by several rewards: {', '.join(sorted(c.name for c in exact))}; "
-            "set reward.name to choose one"
-        )
+        raise RewardConfigError(f"data_source {data_source!r} is claimed by several rewards: "
+                                f"{', '.join(sorted(c.name for c in exact))}; set reward.name to choose one")
     if exact:
         return exact[0]
     best: dict[str, tuple[int, RewardCard]] = {}
@@ -69,19 +59,11 @@ def match_data_source(cards: Sequence[RewardCard], data_source: str) -> RewardCa
             if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(data_source, pattern):
                 if card.name not in best or len(pattern) > best[card.name][0]:
                     best[card.name] = (len(pattern), card)
-    if not best:
-        return None
     ranked = sorted(best.values(), key=lambda t: -t[0])
     if len(ranked) > 1 and ranked[0][0] == ranked[1][0]:
-        raise RewardConfigError(
-            f"data_source {data_source!r} matches patterns of several rewards: "
-            f"{', '.join(sorted(c.name for _, c in ranked if _ == ranked[0][0]))}; set reward.name to choose one"
-        )
-    return ranked[0][1]
-
-
-#: ``model(rows) -> {row: Outcome}``: the reward model's part for rows of the batch (rl-reward-model)
-ModelPart = Callable[[Sequence[int]], Mapping[int, Outcome]]
+        tied = ", ".join(sorted(c.name for length, c in ranked if length == ranked[0][0]))
+        raise RewardConfigError(f"data_source {data_source!r} matches patterns of several rewards: {tied}; set reward.name to choose one")
+    return ranked[0][1] if ranked else None
 
 
 def _spec_from_card(card: RewardCard) -> ScorerSpec:
@@ -117,20 +99,17 @@ class RewardManager:
         self._cards: dict[str, RewardCard] = {}  # the reward cards data sources are matched against
         self._broken: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when nothing matches)
         self._fns: dict[ScorerSpec, Callable] = {}  # functions already loaded (the Stack's), by scorer
-        self._fixed: tuple[ScorerSpec, RewardCard | None] | None = None
+        self._fixed: tuple[ScorerSpec, RewardCard | None] | None = None  # the scorer of every sample, if one is set
         custom = cfg.custom
         if custom is not None and custom.path:
             if cfg.name:
-                raise RewardConfigError(
-                    f"reward.name={cfg.name!r} and reward.custom.path={custom.path!r} are both set; "
-                    "set one: a registered reward, or your own function"
-                )
+                raise RewardConfigError(f"reward.name={cfg.name!r} and reward.custom.path={custom.path!r} are both set; "
+                                        "set one: a registered reward, or your own function")
             func_name = custom.name or "compute_score"
             load_custom_function(custom.path, func_name)  # fail now, with a clear message
             path = os.path.abspath(os.path.expanduser(custom.path))
             self._fixed = (ScorerSpec(label=f"{func_name} from {custom.path}", path=path, func_name=func_name), None)
-            return
-        if _resolved is not None:  # for_stack: the resolver's cards and loaded function
+        elif _resolved is not None:  # for_stack: the resolver's cards and loaded function
             cards, named, named_fn, self._broken = _resolved
             self._cards = {c.name: c for c in cards}
             if cfg.name:
@@ -138,18 +117,18 @@ class RewardManager:
                     raise RewardConfigError(f"reward.name={cfg.name!r}: the resolved stack has no loaded reward; resolve the config again")
                 self._fixed = (_spec_from_card(named), named)
                 self._fns[self._fixed[0]] = named_fn
-            return
-        if registry is None:
+        elif registry is None:
             raise TypeError("RewardManager needs the reward cards: RewardManager.for_stack(plan) in a run, or a registry "
                             "(rl_core.plugins.get_registry()) in code that has no plan")
-        self._cards = dict(registry.cards["reward"])
-        self._broken = tuple(sorted({e.distribution for e in registry.errors}))
-        if cfg.name:
-            try:
-                card = registry.get("reward", cfg.name)
-            except UnknownCardError as exc:
-                raise RewardConfigError(f"reward.name: {exc}") from None
-            self._fixed = (_spec_from_card(card), card)
+        else:
+            self._cards = dict(registry.cards["reward"])
+            self._broken = tuple(sorted({e.distribution for e in registry.errors}))
+            if cfg.name:
+                try:
+                    card = registry.get("reward", cfg.name)
+                except UnknownCardError as exc:
+                    raise RewardConfigError(f"reward.name: {exc}") from None
+                self._fixed = (_spec_from_card(card), card)
 
     @classmethod
     def for_stack(cls, stack: Any, *, start_method: str | None = None) -> RewardManager:
@@ -159,12 +138,6 @@ class RewardManager:
         return cls(stack.config.reward, None, start_method=start_method, mixing=feature.mixing(stack.config) if feature is not None else None,
                    _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors))
 
-    # ----------------------------------------------------------- choosing
-    def _installed(self) -> str:
-        cards = self._cards.values()
-        parts = [f"{c.name} ({', '.join(sorted(c.data_sources)) or 'no default data sources'})" for c in cards]
-        return "; ".join(sorted(parts)) or "none"
-
     def scorer_for(self, data_source: Any) -> tuple[ScorerSpec, RewardCard | None]:
         """The scorer (and its card, None for a custom file) for a sample of ``data_source``."""
         if self._fixed is not None:
@@ -173,22 +146,18 @@ class RewardManager:
             return self._by_source[data_source]
         except (KeyError, TypeError):
             pass
-        card = None
-        if isinstance(data_source, str) and data_source:
-            card = match_data_source(list(self._cards.values()), data_source)
+        card = match_data_source(list(self._cards.values()), data_source) if isinstance(data_source, str) and data_source else None
         if card is None:
-            msg = (
-                f"no installed reward scores data_source {data_source!r}; installed rewards (and their data sources): "
-                f"{self._installed()}. Set reward.name to score every sample with one of them, "
-                "or reward.custom.path / reward.custom.name to use your own function"
-            )
+            installed = sorted(f"{c.name} ({', '.join(sorted(c.data_sources)) or 'no default data sources'})" for c in self._cards.values())
+            msg = (f"no installed reward scores data_source {data_source!r}; installed rewards (and their data sources): "
+                   f"{'; '.join(installed) or 'none'}. Set reward.name to score every sample with one of them, "
+                   "or reward.custom.path / reward.custom.name to use your own function")
             if self._broken:
                 msg += f" (plugins that failed to load and may provide it: {', '.join(self._broken)})"
             raise RewardConfigError(msg)
         self._by_source[data_source] = (_spec_from_card(card), card)
         return self._by_source[data_source]
 
-    # ------------------------------------------------------------ scoring
     @property
     def pool(self) -> ScorerPool | None:
         if self.cfg.num_workers > 0 and self._pool is None:
@@ -199,47 +168,30 @@ class RewardManager:
         """``(scores[B] float32, metrics, extras)`` for the responses in ``batch`` (non-tensor ``response_text``, and
         ``data_source`` unless a reward is named); ``model(rows) -> {row: Outcome}`` scores the rows whose weights
         have a model part (the trainer's dispatch to the workers that hold the reward model)."""
-        n = len(batch)
-        if "response_text" not in batch.non_tensors:
+        n, non = len(batch), batch.non_tensors
+        if "response_text" not in non:
             raise KeyError(f"the reward manager needs the non-tensor field 'response_text'; the batch has {sorted(batch.keys())}")
-        texts = batch.non_tensors["response_text"]
-        column = lambda key: batch.non_tensors[key] if key in batch.non_tensors else None  # noqa: E731
-        sources, truths, infos = column("data_source"), column("ground_truth"), column("extra_info")
-        weights = [self.mixing.for_source(sources[i] if sources is not None else None) if self.mixing else RULE_ONLY for i in range(n)]
+        column = lambda key: non[key] if key in non else [None] * n  # noqa: E731
+        texts, sources, truths, infos = non["response_text"], column("data_source"), column("ground_truth"), column("extra_info")
+        has_sources = "data_source" in non
+        weights = [self.mixing.for_source(sources[i]) if self.mixing else RULE_ONLY for i in range(n)]
         rule_rows = [i for i in range(n) if "rule" in weights[i]]
         model_rows = [i for i in range(n) if "model" in weights[i]]
         if model_rows and model is None:
-            raise RewardConfigError(
-                f"reward.weights give {len(model_rows)} samples a model score but no reward model runs; "
-                "set reward_model.enable=true and reward_model.model.path, or weight only the rule part"
-            )
-        if rule_rows and sources is None and self._fixed is None:
-            raise KeyError(
-                "the batch has no 'data_source' field to choose a reward by; add it to the data rows "
-                "or set reward.name"
-            )
-        lengths = None
-        if "response_mask" in batch.tensors.keys():
-            lengths = batch["response_mask"].sum(-1).tolist()
+            raise RewardConfigError(f"reward.weights give {len(model_rows)} samples a model score but no reward model runs; "
+                                    "set reward_model.enable=true and reward_model.model.path, or weight only the rule part")
+        if rule_rows and not has_sources and self._fixed is None:
+            raise KeyError("the batch has no 'data_source' field to choose a reward by; add it to the data rows or set reward.name")
+        lengths = batch["response_mask"].sum(-1).tolist() if "response_mask" in batch.tensors.keys() else [None] * n
 
         groups: dict[ScorerSpec, list[Sample]] = {}
         cards: dict[ScorerSpec, RewardCard | None] = {}
         for i in rule_rows:
-            ds = sources[i] if sources is not None else None
-            spec, card = self.scorer_for(ds)
-            cards[spec] = card
-            groups.setdefault(spec, []).append(
-                Sample(
-                    i,
-                    ds,
-                    str(texts[i]) if texts[i] is not None else "",
-                    truths[i] if truths is not None else None,
-                    infos[i] if infos is not None else None,
-                    int(lengths[i]) if lengths is not None else None,
-                )
-            )
+            spec, cards[spec] = self.scorer_for(sources[i])
+            text = str(texts[i]) if texts[i] is not None else ""
+            groups.setdefault(spec, []).append(Sample(i, sources[i], text, truths[i], infos[i], int(lengths[i]) if lengths[i] is not None else None))
         for spec, card in cards.items():
-            missing = [f for f in sorted(card.fields if card is not None else ()) if f not in batch.non_tensors]
+            missing = [f for f in sorted(card.fields if card is not None else ()) if f not in non]
             if missing:
                 raise KeyError(f"reward {spec.label!r} needs the batch field(s) {missing}; the batch has {sorted(batch.keys())}")
 
@@ -255,7 +207,7 @@ class RewardManager:
             for spec, kwargs, samples in pooled:
                 outcomes.update(self._score_in_process(spec, kwargs, samples, raise_now))
         model_outcomes = model(model_rows) if model_rows else {}
-        return self._collect(n, outcomes, model_outcomes, weights, groups, sources)
+        return self._collect(n, outcomes, model_outcomes, weights, groups, sources if has_sources else None)
 
     def _load(self, spec: ScorerSpec) -> Callable:
         """The scorer's function: the one the Stack loaded, else imported once (``load_scorer``)."""
@@ -273,23 +225,15 @@ class RewardManager:
     def _score_batched(self, spec: ScorerSpec, samples: list[Sample], raise_now: bool) -> dict[int, Outcome]:
         fn = self._load(spec)
         try:
-            results = call_contained(
-                lambda: fn(
-                    data_sources=[s.data_source for s in samples],
-                    solution_strs=[s.solution_str for s in samples],
-                    ground_truths=[s.ground_truth for s in samples],
-                    extra_infos=[s.extra_info for s in samples],
-                    **self.kwargs,
-                )
-            )
-            results = list(results)
+            results = list(call_contained(lambda: fn(
+                data_sources=[s.data_source for s in samples], solution_strs=[s.solution_str for s in samples],
+                ground_truths=[s.ground_truth for s in samples], extra_infos=[s.extra_info for s in samples], **self.kwargs)))
             if len(results) != len(samples):
                 raise ValueError(f"the batched reward returned {len(results)} results for {len(samples)} samples")
         except Exception as exc:  # noqa: BLE001
-            first = samples[0]
             err = f"{type(exc).__name__}: {exc} (scoring {len(samples)} samples as one batch)"
             if raise_now:
-                raise self._error(spec, first.index, first.data_source, err) from exc
+                raise self._error(spec, samples[0].index, samples[0].data_source, err) from exc
             return {s.index: Outcome(ERROR, error=err) for s in samples}
         return self._outcomes(spec, samples, (lambda r=r: r for r in results), raise_now)
 
@@ -298,52 +242,36 @@ class RewardManager:
         out: dict[int, Outcome] = {}
         for s, result in zip(samples, results):
             try:
-                score, extras = normalize_result(result())
+                out[s.index] = Outcome(OK, *normalize_result(result()))
             except ScorerTimeout as exc:  # scores 0 and counts in reward/timeouts, like the pool's
                 out[s.index] = Outcome(TIMEOUT, error=str(exc))
-                continue
             except Exception as exc:  # noqa: BLE001
                 if raise_now:
                     raise self._error(spec, s.index, s.data_source, f"{type(exc).__name__}: {exc}") from exc
                 out[s.index] = Outcome(ERROR, error=f"{type(exc).__name__}: {exc}")
-                continue
-            out[s.index] = Outcome(OK, score, extras)
         return out
 
     def _error(self, spec: ScorerSpec, index: int, data_source: Any, err: str, detail: str = "") -> RewardError:
-        message = (
-            f"reward {spec.label!r} failed on sample {index} (data_source={data_source!r}): {err}. "
-            "Set reward.on_error=skip to score such samples 0 and count them in reward/errors"
-        )
+        message = (f"reward {spec.label!r} failed on sample {index} (data_source={data_source!r}): {err}. "
+                   "Set reward.on_error=skip to score such samples 0 and count them in reward/errors")
         if detail:
             message += "\nthe scorer's traceback (in the reward worker):\n" + detail.rstrip()
-        return RewardError(
-            message,
-            index=index,
-            data_source=data_source,
-            reward=spec.label,
-            detail=detail,
-        )
+        return RewardError(message, index=index, data_source=data_source, reward=spec.label, detail=detail)
 
     def _collect(self, n: int, rule: dict[int, Outcome], model: dict[int, Outcome], weights, groups, sources) -> tuple[torch.Tensor, dict, list[dict]]:
+        """The weighted sum of each sample's parts (0 when one failed: a timeout named first), with the metrics."""
         if self.cfg.on_error == "raise":
-            failed = sorted(i for i, o in rule.items() if o.status == ERROR)
-            if failed:
-                i = failed[0]
-                spec = next(spec for spec, samples in groups.items() if any(s.index == i for s in samples))
-                o = rule[i]
-                raise self._error(spec, i, sources[i] if sources is not None else None, o.error, o.detail)
-            failed = sorted(i for i, o in model.items() if o.status == ERROR)
-            if failed:
-                i = failed[0]
-                label = ScorerSpec(label=f"reward_model {self.mixing.model_name}")
-                raise self._error(label, i, sources[i] if sources is not None else None, model[i].error, model[i].detail)
-        values = [0.0] * n
-        extras: list[dict[str, Any]] = [{} for _ in range(n)]
+            for part, got in (("rule", rule), ("model", model)):
+                failed = sorted(i for i, o in got.items() if o.status == ERROR)
+                if failed:
+                    i = failed[0]
+                    spec = next(spec for spec, samples in groups.items() if any(s.index == i for s in samples)) if part == "rule" \
+                        else ScorerSpec(label=f"reward_model {self.mixing.model_name}")
+                    raise self._error(spec, i, sources[i] if sources is not None else None, got[i].error, got[i].detail)
+        values, extras, failed_rows = [0.0] * n, [{} for _ in range(n)], [False] * n
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         parts: dict[str, dict[int, float]] = {"rule": {}, "model": {}}
-        failed_rows = [False] * n
         timeouts = errors = 0
         for i in range(n):
             got = {"rule": rule.get(i), "model": model.get(i)}
@@ -352,39 +280,34 @@ class RewardManager:
                 o = got[part]
                 if o is None:  # pragma: no cover - every weighted part gets an outcome
                     o = Outcome(ERROR, error=f"the {part} part was not scored")
-                if o.status == OK:
-                    parts[part][i] = o.score
-                    total += w * o.score
-                    if part == "rule":
-                        extras[i].update(o.extras or {})
-                        for key, value in (o.extras or {}).items():
-                            v = numeric(value)
-                            if v is not None:
-                                sums[key] = sums.get(key, 0.0) + v
-                                counts[key] = counts.get(key, 0) + 1
-                    elif len(weights[i]) > 1 or o.extras:
-                        extras[i]["model_score"] = o.score
-                elif bad is None or (o.status == TIMEOUT and bad.status != TIMEOUT):
-                    bad = o
+                if o.status != OK:
+                    if bad is None or (o.status == TIMEOUT and bad.status != TIMEOUT):
+                        bad = o
+                    continue
+                parts[part][i] = o.score
+                total += w * o.score
+                if part == "rule":
+                    extras[i].update(o.extras or {})
+                    for key, value in (o.extras or {}).items():
+                        v = numeric(value)
+                        if v is not None:
+                            sums[key] = sums.get(key, 0.0) + v
+                            counts[key] = counts.get(key, 0) + 1
+                elif len(weights[i]) > 1 or o.extras:
+                    extras[i]["model_score"] = o.score
             if bad is None:
                 values[i] = total
+            elif bad.status == TIMEOUT:
+                failed_rows[i], timeouts, extras[i] = True, timeouts + 1, {"reward_timeout": True, "reward_error": bad.error}
             else:
-                failed_rows[i] = True
-                if bad.status == TIMEOUT:
-                    timeouts += 1
-                    extras[i] = {"reward_timeout": True, "reward_error": bad.error}
-                else:
-                    errors += 1
-                    extras[i] = {"reward_error": bad.error}
-        scores = torch.tensor(values, dtype=torch.float32)
+                failed_rows[i], errors, extras[i] = True, errors + 1, {"reward_error": bad.error}
         metrics = {"reward/timeouts": float(timeouts), "reward/errors": float(errors)}
         metrics.update({f"reward/{k}_mean": sums[k] / counts[k] for k in sorted(sums)})
         if model:
             metrics.update(self.mixing.metrics(model, parts))
         metrics.update(source_metrics(sources, values, {k: v for k, v in parts.items() if v}, failed_rows))
-        return scores, metrics, extras
+        return torch.tensor(values, dtype=torch.float32), metrics, extras
 
-    # ---------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Stop the scorer pool (a later :meth:`score` starts a new one)."""
         if self._pool is not None:
@@ -417,19 +340,11 @@ def source_metrics(sources: Sequence[Any] | None, totals: Sequence[float], parts
 
 
 def scores_to_token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Place each sequence's score on its last valid response token.
-
-    ``scores``: ``[B]``; ``response_mask``: ``[B, R]`` (1 on counted tokens).
-    Returns ``[B, R]``, zero everywhere except at the last position where the
-    mask is 1 (the last such position, so masks with holes work too). A row
-    whose mask is all zero gets no score at all (verl would put it on the
-    final position; an empty response has no token to credit).
-    """
+    """``[B, R]``: each row's score on its last response token where ``response_mask`` is 1 (masks with holes work),
+    zero elsewhere; a row whose mask is all zero gets no score (verl would credit the final position)."""
     if scores.dim() != 1 or response_mask.dim() != 2 or scores.shape[0] != response_mask.shape[0]:
-        raise ValueError(
-            f"scores_to_token_level needs scores [B] and response_mask [B, R]; "
-            f"got {tuple(scores.shape)} and {tuple(response_mask.shape)}"
-        )
+        raise ValueError(f"scores_to_token_level needs scores [B] and response_mask [B, R]; "
+                         f"got {tuple(scores.shape)} and {tuple(response_mask.shape)}")
     mask = response_mask.bool()
     b, r = mask.shape
     positions = torch.arange(r, device=mask.device).expand(b, r)

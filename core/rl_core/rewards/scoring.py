@@ -90,13 +90,7 @@ def call_scorer(fn: Callable, sample: Sample, kwargs: dict[str, Any]) -> Any:
     call = dict(kwargs)
     if sample.response_length is not None and _accepts_safe(fn, "response_length"):
         call.setdefault("response_length", sample.response_length)
-    return fn(
-        data_source=sample.data_source,
-        solution_str=sample.solution_str,
-        ground_truth=sample.ground_truth,
-        extra_info=sample.extra_info,
-        **call,
-    )
+    return fn(data_source=sample.data_source, solution_str=sample.solution_str, ground_truth=sample.ground_truth, extra_info=sample.extra_info, **call)
 
 
 class ScorerTimeout(Exception):
@@ -116,14 +110,10 @@ def _refuse_exit(code=0):
 
 
 def call_contained(fn: Callable[[], Any]) -> Any:
-    """``fn()`` (a reward function's call), which may not end the run: its exit attempts become :class:`ScorerExit`.
-
-    ``sys.exit`` / ``SystemExit`` and ``KeyboardInterrupt`` are caught; ``os._exit`` is replaced for the duration
-    of the call (it would end the process without unwinding; in a pool worker the parent would also see the
-    death). A real Ctrl-C is not a scorer's: when Python's default SIGINT handler is active (no rl-core handler
-    installed), a ``KeyboardInterrupt`` passes through. Not containable in-process: ``os.kill`` of this process,
-    a crash in C code; ``reward.num_workers > 0`` runs scorers in processes of their own for those.
-    """
+    """``fn()`` (a reward function's call), whose attempts to end the run (``sys.exit``, ``os._exit``, replaced during
+    the call since it would not unwind, ``KeyboardInterrupt``) become :class:`ScorerExit`. Under Python's default SIGINT
+    handler a ``KeyboardInterrupt`` is a real Ctrl-C and passes. ``os.kill`` or a crash in C code are not containable
+    in-process: ``reward.num_workers > 0`` runs scorers in processes of their own for those."""
     import signal
 
     real_exit = os._exit
@@ -143,14 +133,9 @@ def call_contained(fn: Callable[[], Any]) -> Any:
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
-    """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds (in-process scoring).
-
-    In the main thread a ``SIGALRM`` timer interrupts the scorer (Python code
-    only: C code that never returns to the interpreter, such as one giant
-    regex match, is not interrupted; ``reward.num_workers > 0`` kills such a
-    worker instead). Elsewhere the call runs in a daemon thread that is
-    abandoned when it overstays.
-    """
+    """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds: in the main thread by a ``SIGALRM``
+    timer (Python code only: C code such as one giant regex match is not interrupted; ``reward.num_workers > 0`` kills
+    such a worker instead), elsewhere by abandoning the daemon thread it runs in."""
     import signal
     import threading
 
