@@ -233,9 +233,9 @@ class RewardModelCard(CardBase):
 
     ``factory`` is loaded once when the stack resolves (``Stack.reward_model_fn``) and called as
     ``factory(config, context)`` inside the worker that holds the reward model (the actor's, or a pool
-    of its own, :class:`rl_core.rewards.model_role.RewardModelRole`); it returns an object following
-    :class:`rl_core.rewards.model_role.ModelScorer`: it scores
-    :class:`~rl_core.rewards.model_role.ScoreRequest` s (texts, never the
+    of its own, rl-reward-model's ``rl_reward_model.role.RewardModelRole``); it returns an object following
+    ``rl_reward_model.role.ModelScorer``: it scores
+    ``rl_reward_model.role.ScoreRequest`` s (texts, never the
     policy's token ids). ``checks`` are light ``check(run_config) -> list[Problem]``
     callables (``rlcore check``) that must not load the model.
 

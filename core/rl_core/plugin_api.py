@@ -40,7 +40,6 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.plan.memory": "hub_config: a hub name's cached config.json (the Hugging Face cache, no download)",
     "rl_core.plan.long_context": "model_config: the model's config.json as a check reads it (override_config applied)",
     "rl_core.plan.probes": "folder_problems: a model folder's config, weights, tokenizer and vocabulary as a run loads them (a plugin's model role)",
-    "rl_core.rewards.model_role": "the reward-model role's contract: ScoreRequest (texts in), ModelScorer, chat_of / plain_prompt, requests_from_batch, in_process",
     "rl_core.rewards.pool": "Outcome and its statuses OK / ERROR / TIMEOUT: what a scorer returns per sample",
     "rl_core.rewards.scoring": "call_with_timeout / ScorerTimeout (a scorer call with a time limit), RewardConfigError",
     "rl_core.observers": "step observers (ObserverCard): StepRollouts, what the controller hands an observer each step and validation (issue 52)",

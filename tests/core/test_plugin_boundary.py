@@ -112,7 +112,7 @@ ALLOWED = {
     ("config/schema.py", 'strategy: str = choice("replicate", ("replicate", "fsdp"))'): "reward_model.strategy: torch FSDP2 sharding of the reward model, verl's value",
 }
 # reward_model.strategy's value "fsdp" (torch FSDP2 sharding of the reward model inside core, verl's name for it)
-ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "rewards/model_role.py", "trainer/loop.py")})
+ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
 ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
                 ("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})

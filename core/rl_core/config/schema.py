@@ -403,7 +403,7 @@ class RewardConfig(Sectioned):
     kwargs: dict[str, Any] = field(factory=dict)
     # per data source (exact name or glob, the longest match wins; "*" for the rest): weights of the reward's
     # parts, e.g. {"gsm8k": {"rule": 1.0, "model": 0.5}}; a part weighted 0 is not computed. Unmatched sources:
-    # the model's score alone when reward_model.enable, else the rule's (rl_core.rewards.mixing)
+    # the model's score alone when reward_model.enable, else the rule's (rl-reward-model's rl_reward_model.mixing)
     weights: dict[str, dict[str, float]] = field(factory=dict)
 
 
@@ -419,7 +419,7 @@ class RewardModelModelConfig:
 
 @attrs.frozen(kw_only=True)
 class RewardModelConfig(Sectioned):
-    """A model-based reward (rl_core.rewards.model_role): a sequence classifier, a generative judge, or a plugin's
+    """A model-based reward (rl-reward-model, rl_reward_model.role): a sequence classifier, a generative judge, or a plugin's
     (a plugin's own settings: its section under this one, e.g. rl-reward-model's ``reward_model.judge``)."""
 
     SECTION_KEY = "reward_model"

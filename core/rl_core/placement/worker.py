@@ -27,7 +27,6 @@ from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefi
 from rl_core.batch import Batch
 from rl_core.util.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
-from rl_core.rewards.model_role import RewardModelRole
 from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
 from rl_core.util.determinism import apply_determinism
@@ -83,9 +82,8 @@ class HybridWorker:
             resync=self._resync_new_engine if "actor" in self.roles else None, name=config.rollout.name, rank=context.rank,
             timeout_s=config.rollout.engine_timeout_s, restarts=config.rollout.engine_restarts, window_s=config.rollout.engine_restart_window_s)
         self.reward_model = None
-        if "reward_model" in self.roles:  # a learned reward model / judge (rl_core.rewards.model_role)
-
-            self.reward_model = RewardModelRole(stack, context, colocated="actor" in self.roles)
+        if "reward_model" in self.roles:  # a learned reward model / judge: rl-reward-model's feature builds the role
+            self.reward_model = stack.features["reward_model"].role(stack, context, colocated="actor" in self.roles)
         self._convert = stack.converter.load() if stack.converter is not None else None
         self._sleeping = False
         self._step_peak = 0.0  # CUDA: the step's peak allocated bytes before the last phase reset (_phase_peak)

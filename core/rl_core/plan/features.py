@@ -91,6 +91,8 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "rollout.return_routed_experts": ("rl-routing-replay", lambda config: bool(config.rollout.return_routed_experts), "rollout.return_routed_experts=false"),
     **{f"{role}.fsdp_config.{k}": ("rl-offload", lambda config, role=role, k=k: bool(getattr(getattr(config, role).fsdp_config, k, False)), f"{role}.fsdp_config.{k}=false")
        for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")},
+    "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
+    "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
 }
 
 

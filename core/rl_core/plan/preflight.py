@@ -1,7 +1,8 @@
 """Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
 
 :func:`file_problems`: the data files exist, parse and their first rows validate; a generator's checks pass and a
-two-row sample generates; the reward function accepts the scorer's arguments. :func:`device_check`: the GPUs and
+two-row sample generates; the reward function accepts the scorer's arguments and ``reward.kwargs`` names its parameters
+(:func:`rl_core.rewards.scoring.kwargs_problems`). :func:`device_check`: the GPUs and
 cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
 """
 
@@ -20,7 +21,7 @@ from rl_core.problems import Problem
 from rl_core.plugins import get_registry
 from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
-from rl_core.rewards.scoring import RewardConfigError, load_custom_function
+from rl_core.rewards.scoring import RewardConfigError, kwargs_problems, load_custom_function
 from rl_core.run_kind import RL, run_kind_name
 
 FIRST_ROWS = 8  # rows of each data file checked
@@ -174,13 +175,13 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
             key = key if key in ("reward.custom.name", "reward.custom.path") else "reward.custom.path"
             return [Problem(key=key, what=what or str(exc), fix=f"point reward.custom.path at a .py file that imports cleanly and defines {r.custom.name!r}")]
         p = signature_problem(fn, dict(r.kwargs), "reward.custom.name", f"{r.custom.name}() in {r.custom.path}")
-        return [p] if p else []
+        return [p] if p else kwargs_problems(fn, dict(r.kwargs), f"{r.custom.name}() in {r.custom.path}", SCORER_ARGS)
     cards = registry.cards["reward"]
     if r.name:
         card = cards.get(r.name)
         if card is None:
             return []  # the resolver reports unknown names
-        return _card_problems(card, dict(r.kwargs), rows[0] if rows else None)
+        return _card_problems(card, dict(r.kwargs), rows[0] if rows else None, check_keys=True)
     problems: list[Problem] = []
     from rl_core.rewards.manager import match_data_source
 
@@ -198,17 +199,19 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
     return problems[:1]
 
 
-def _card_problems(card: Any, kwargs: dict, row: dict | None = None) -> list[Problem]:
+def _card_problems(card: Any, kwargs: dict, row: dict | None = None, check_keys: bool = False) -> list[Problem]:
     """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response (registered
-    rewards only: a user's own function may call a service, so it is only checked by signature)."""
+    rewards only: a user's own function may call a service, so it is only checked by signature). ``check_keys``: the
+    scorer of every sample (reward.name), whose parameters ``reward.kwargs`` must name."""
     try:
         fn = load_object(card.factory)
     except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not raised
         return [Problem(key="reward.name", what=f"reward {card.name!r} from {card.provider} cannot be loaded: {type(exc).__name__}: {exc}", fix="reinstall the plugin that provides it, or report this to its authors")]
     names = ("data_sources", "solution_strs", "ground_truths", "extra_infos") if card.batched else SCORER_ARGS
     p = signature_problem(fn, kwargs, "reward.kwargs", f"reward {card.name!r}", names)
-    if p is not None or row is None or card.batched:
-        return [p] if p else []
+    found = [p] if p else kwargs_problems(fn, kwargs, f"reward {card.name!r}", names) if check_keys else []
+    if found or row is None or card.batched:
+        return found
     try:
         fn(data_source=row["data_source"], solution_str="", ground_truth=row["ground_truth"], extra_info=row.get("extra_info") or {}, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the scorer's complaint about its options is the finding

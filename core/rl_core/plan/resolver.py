@@ -43,7 +43,6 @@ from rl_core.problems import Problem, errors
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
-from rl_core.rewards.mixing import mixing_problems
 from rl_core.run_kind import RL, run_kind_name
 from rl_core.util.user_paths import get_key
 
@@ -77,7 +76,7 @@ class Plan:
     estimator_fn: Callable[..., Any] | None = None
     policy_loss_fn: Callable[..., Any] | None = None
     reward_fn: Callable[..., Any] | None = None
-    reward_model_fn: Callable[..., Any] | None = None  # the reward model card's factory (rl_core.rewards.model_role)
+    reward_model_fn: Callable[..., Any] | None = None  # the reward model card's factory (rl-reward-model's role calls it)
     # without reward.name, each sample's data_source is matched against these (the cards seen when resolving)
     reward_cards: tuple[RewardCard, ...] = ()
     plugin_errors: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when no reward matches)
@@ -509,8 +508,9 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(hook_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)
 
-    # reward.weights and a rule reward the model's score replaces (the reward model's folder: its plugin's probe, rl_core.plan.checks)
-    problems.extend(mixing_problems(config))
+    # reward.weights and a rule reward the model's score replaces: rl-reward-model's feature (its folder: the plugin's probe)
+    if "reward_model" in features:
+        problems.extend(features["reward_model"].problems(config))
     problems = first_per_key(problems)
 
     if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss, placement) or (config.reward_model.enable and reward_model_fn is None) \

@@ -1,29 +1,15 @@
-"""A process pool for reward scorers that enforces a per-sample deadline.
+"""A process pool for reward scorers that enforces a per-sample deadline (standard library only).
 
-Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot stop one task,
-so one scorer that never returns (a regex with catastrophic backtracking, a
-sympy simplification that explodes) holds a worker forever and eventually
-hangs the run. Here every worker has its own pipe and a small shared-memory
-slot saying which sample it is scoring and since when; the parent
+``ProcessPoolExecutor`` cannot stop one task, so one scorer that never returns (catastrophic regex backtracking, an
+exploding sympy simplification) would hang the run. Here each worker has its own pipe and a shared-memory slot saying
+which sample it scores since when. The parent hands each idle worker one chunk at a time (so pipe writes never
+deadlock); workers flush results every ``flush_s`` (a kill loses little); a worker past ``timeout_s`` on a sample is
+killed, the sample recorded as a timeout, the rest of its chunk requeued and the worker replaced; a worker that died
+(segfault, ``os._exit``) gets its current sample recorded as an error naming the exit code.
 
-- hands each idle worker a chunk of samples (one outstanding chunk per
-  worker, so pipe writes never deadlock);
-- collects results (workers flush at least every ``flush_s`` seconds, so a
-  kill loses little finished work);
-- kills a worker whose current sample is older than ``timeout_s``, records
-  that sample as a timeout, hands the rest of its chunk to other workers and
-  starts a replacement (the pool stays usable for later batches);
-- records the current sample of a worker that died (segfault, ``os._exit``)
-  as an error naming the exit code.
-
-Workers are started with ``spawn`` (or ``forkserver`` on request; never
-``fork``, which copies torch / CUDA state). While a worker starts, the
-parent's ``__main__`` module is hidden from multiprocessing, so the child
-does not re-import the training script (and torch with it): it imports only
-this module and the scorer, and starts in about 0.1 s, which keeps the
-replacement of a killed worker cheap. Scorer functions therefore travel as
-``"module:attr"`` paths or file paths, never as objects defined in
-``__main__``. Standard library only.
+Workers start with ``spawn`` (or ``forkserver``; never ``fork``, which copies torch / CUDA state) with the parent's
+``__main__`` hidden, so a child imports only this module and the scorer (about 0.1 s, a cheap replacement); scorers
+therefore travel as ``"module:attr"`` or file paths, never as objects defined in ``__main__``.
 """
 
 from __future__ import annotations
@@ -42,14 +28,7 @@ import weakref
 from multiprocessing import connection
 from typing import Iterable, NamedTuple
 
-from rl_core.rewards.scoring import (
-    Sample,
-    ScorerSpec,
-    call_contained,
-    call_scorer,
-    load_scorer,
-    normalize_result,
-)
+from rl_core.rewards.scoring import Sample, ScorerSpec, call_contained, call_scorer, load_scorer, normalize_result
 
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 _IDLE = -1.0
@@ -63,10 +42,6 @@ class Outcome(NamedTuple):
     extras: dict | None = None
     error: str = ""
     detail: str = ""  # the worker's traceback, for errors
-
-
-def default_start_method() -> str:
-    return "spawn"
 
 
 @contextlib.contextmanager
@@ -134,9 +109,7 @@ def _worker_main(conn, state, flush_s: float) -> None:
                 score, extras = normalize_result(call_contained(lambda: call_scorer(fn, sample, kwargs)))
                 results.append((sample.index, OK, score, extras, "", ""))
             except Exception as exc:  # noqa: BLE001 - reported, never kills the worker
-                results.append(
-                    (sample.index, ERROR, 0.0, None, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20))
-                )
+                results.append((sample.index, ERROR, 0.0, None, f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=20)))
             state[0] = _IDLE
             if position < last and time.monotonic() - last_flush > flush_s:
                 _send(conn, "partial", chunk_id, results)
@@ -191,16 +164,8 @@ def _stop_processes(procs: list, owner_pid: int | None = None) -> None:
 class ScorerPool:
     """``num_workers`` scorer processes, reusable across batches; ``close()`` when done."""
 
-    def __init__(
-        self,
-        num_workers: int,
-        timeout_s: float,
-        *,
-        start_method: str | None = None,
-        max_chunk: int = 64,
-        flush_s: float = 0.2,
-        load_timeout_s: float = 120.0,
-    ) -> None:
+    def __init__(self, num_workers: int, timeout_s: float, *, start_method: str | None = None, max_chunk: int = 64,
+                 flush_s: float = 0.2, load_timeout_s: float = 120.0) -> None:
         if num_workers < 1:
             raise ValueError(f"a scorer pool needs num_workers >= 1, got {num_workers}")
         if not timeout_s > 0:
@@ -210,7 +175,7 @@ class ScorerPool:
         self.max_chunk = max_chunk
         self.flush_s = flush_s
         self.load_timeout_s = max(load_timeout_s, self.timeout_s)
-        self._ctx = mp.get_context(start_method or default_start_method())
+        self._ctx = mp.get_context(start_method or "spawn")
         self._workers: list[_Worker] = []
         self._procs: list = []  # every process started, for the finalizer
         self._ids = itertools.count()
@@ -223,9 +188,7 @@ class ScorerPool:
         parent, child = self._ctx.Pipe(duplex=True)
         state = self._ctx.RawArray("d", 2)
         state[0] = _IDLE
-        proc = self._ctx.Process(
-            target=_worker_main, args=(child, state, self.flush_s), name="rl-core-reward-worker", daemon=True
-        )
+        proc = self._ctx.Process(target=_worker_main, args=(child, state, self.flush_s), name="rl-core-reward-worker", daemon=True)
         with _main_module_hidden():
             proc.start()
         child.close()
@@ -274,15 +237,9 @@ class ScorerPool:
         self.close()
 
     # ------------------------------------------------------------- scoring
-    def run(
-        self, jobs: Iterable[tuple[ScorerSpec, dict, list[Sample]]], *, stop_on_error: bool = False
-    ) -> dict[int, Outcome]:
-        """Score every sample of every ``(spec, kwargs, samples)`` job; outcomes by sample index.
-
-        With ``stop_on_error`` no new chunk is handed out after the first error
-        (chunks already running finish), so the caller can raise promptly;
-        samples never scored are then absent from the result.
-        """
+    def run(self, jobs: Iterable[tuple[ScorerSpec, dict, list[Sample]]], *, stop_on_error: bool = False) -> dict[int, Outcome]:
+        """Outcomes by sample index of every ``(spec, kwargs, samples)`` job. ``stop_on_error``: no new chunk after the
+        first error (running chunks finish; samples never scored are absent), so the caller can raise promptly."""
         self.start()
         jobs = list(jobs)
         total = sum(len(s) for _, _, s in jobs)
@@ -354,16 +311,23 @@ class ScorerPool:
                 self._died(w, pending, outcomes)
                 return
             chunk = w.chunk
-            if chunk_id != chunk.id:  # cannot happen with one chunk in flight; be safe
+            if not self._record(w, chunk_id, results, outcomes):  # cannot happen with one chunk in flight; be safe
                 continue
-            for index, status, score, extras, err, detail in results:
-                chunk.remaining.pop(index, None)
-                outcomes[index] = Outcome(status, score, extras, err, detail)
             w.last_progress = time.monotonic()
             if kind == "done":
                 w.chunk = None
                 for index in chunk.remaining:  # a worker must report every sample it was given
                     outcomes[index] = Outcome(ERROR, error="the reward worker did not report this sample")
+
+    @staticmethod
+    def _record(w: _Worker, chunk_id: int, results: list, outcomes) -> bool:
+        """Record a message's results when it is about ``w``'s current chunk."""
+        if w.chunk is None or chunk_id != w.chunk.id:
+            return False
+        for index, status, score, extras, err, detail in results:
+            w.chunk.remaining.pop(index, None)
+            outcomes[index] = Outcome(status, score, extras, err, detail)
+        return True
 
     def _requeue_rest(self, chunk: _Chunk, pending) -> None:
         if chunk.remaining:
@@ -376,15 +340,11 @@ class ScorerPool:
         current = int(w.state[0])
         if current >= 0 and current in chunk.remaining:
             chunk.remaining.pop(current)
-            outcomes[current] = Outcome(
-                ERROR, error=f"the reward worker process died (exit code {code}) while scoring this sample"
-            )
+            outcomes[current] = Outcome(ERROR, error=f"the reward worker process died (exit code {code}) while scoring this sample")
             self._requeue_rest(chunk, pending)
         else:  # died outside any sample: loading the scorer kills it; do not retry forever
             for index in chunk.remaining:
-                outcomes[index] = Outcome(
-                    ERROR, error=f"the reward worker process died (exit code {code}) before scoring (loading the scorer?)"
-                )
+                outcomes[index] = Outcome(ERROR, error=f"the reward worker process died (exit code {code}) before scoring (loading the scorer?)")
         self._replace(w)
 
     def _check_deadlines(self, pending, outcomes) -> None:
@@ -393,36 +353,28 @@ class ScorerPool:
             if w.chunk is None:
                 continue
             current, started = int(w.state[0]), w.state[1]
-            if current >= 0 and now - started > self.timeout_s:
-                w.proc.kill()
-                w.proc.join(timeout=5)
-                self._drain_after_kill(w, outcomes)
-                chunk, w.chunk = w.chunk, None
+            scoring_late = current >= 0 and now - started > self.timeout_s
+            if not scoring_late and not (current < 0 and now - w.last_progress > self.load_timeout_s):
+                continue
+            w.proc.kill()
+            w.proc.join(timeout=5)
+            self._drain_after_kill(w, outcomes)
+            chunk, w.chunk = w.chunk, None
+            if scoring_late:
                 if current in chunk.remaining:
                     chunk.remaining.pop(current)
                     outcomes[current] = Outcome(TIMEOUT, error=f"no result within reward.timeout_s={self.timeout_s:g} s")
                 self._requeue_rest(chunk, pending)
-                self._replace(w)
-            elif current < 0 and now - w.last_progress > self.load_timeout_s:
-                w.proc.kill()
-                w.proc.join(timeout=5)
-                self._drain_after_kill(w, outcomes)
-                chunk, w.chunk = w.chunk, None
+            else:
                 for index in chunk.remaining:
-                    outcomes[index] = Outcome(
-                        ERROR, error=f"the reward worker made no progress for {self.load_timeout_s:g} s (loading the scorer?)"
-                    )
-                self._replace(w)
+                    outcomes[index] = Outcome(ERROR, error=f"the reward worker made no progress for {self.load_timeout_s:g} s (loading the scorer?)")
+            self._replace(w)
 
     def _drain_after_kill(self, w: _Worker, outcomes) -> None:
         """Keep results the worker sent before it was killed."""
         try:
             while w.conn.poll():
-                kind, chunk_id, results = w.conn.recv()
-                if w.chunk is None or chunk_id != w.chunk.id:
-                    continue
-                for index, status, score, extras, err, detail in results:
-                    w.chunk.remaining.pop(index, None)
-                    outcomes[index] = Outcome(status, score, extras, err, detail)
+                _kind, chunk_id, results = w.conn.recv()
+                self._record(w, chunk_id, results, outcomes)
         except (EOFError, OSError):
             pass

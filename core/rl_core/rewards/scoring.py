@@ -1,11 +1,9 @@
-"""Loading and calling one scorer, shared by the in-process path and the pool workers.
-
-Standard library only (plus :mod:`rl_core.problems`, which needs attrs): worker
-processes import this module and nothing heavy.
-"""
+"""Loading and calling one scorer, shared by the in-process path and the pool workers (which import this module:
+standard library only, plus :mod:`rl_core.problems`), and the Plan's check of ``reward.kwargs``."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import math
@@ -14,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-from rl_core.problems import UserError
+from rl_core.problems import Problem, UserError
 from rl_core.util.threads import run_with_timeout
 from rl_core.util.user_code import load_user_object
 from rl_core.cards import load_object
@@ -37,11 +35,8 @@ class Sample(NamedTuple):
 
 @dataclass(frozen=True)
 class ScorerSpec:
-    """Where a scorer function comes from; picklable so workers can load it themselves.
-
-    Exactly one of ``ref`` (a ``"module:attr"`` path or a picklable callable,
-    from a reward card) or ``path`` + ``func_name`` (a user's Python file) is set.
-    """
+    """Where a scorer comes from (picklable, so workers load it themselves): ``ref`` (a card's ``"module:attr"`` or
+    picklable callable) or ``path`` + ``func_name`` (a user's Python file)."""
 
     label: str
     ref: Any = None
@@ -90,22 +85,12 @@ def _accepts_safe(fn: Callable, name: str) -> bool:
 
 
 def call_scorer(fn: Callable, sample: Sample, kwargs: dict[str, Any]) -> Any:
-    """Call a per-sample scorer with verl's keyword arguments plus ``kwargs``.
-
-    ``response_length`` (tokens) is passed only to scorers that accept it
-    (a parameter of that name, or ``**kwargs``), so verl-style functions
-    with a fixed signature keep working.
-    """
+    """``fn(data_source=, solution_str=, ground_truth=, extra_info=, **kwargs)``, plus ``response_length`` (tokens)
+    for a scorer that accepts it, so verl-style functions with a fixed signature keep working."""
     call = dict(kwargs)
     if sample.response_length is not None and _accepts_safe(fn, "response_length"):
         call.setdefault("response_length", sample.response_length)
-    return fn(
-        data_source=sample.data_source,
-        solution_str=sample.solution_str,
-        ground_truth=sample.ground_truth,
-        extra_info=sample.extra_info,
-        **call,
-    )
+    return fn(data_source=sample.data_source, solution_str=sample.solution_str, ground_truth=sample.ground_truth, extra_info=sample.extra_info, **call)
 
 
 class ScorerTimeout(Exception):
@@ -125,14 +110,10 @@ def _refuse_exit(code=0):
 
 
 def call_contained(fn: Callable[[], Any]) -> Any:
-    """``fn()`` (a reward function's call), which may not end the run: its exit attempts become :class:`ScorerExit`.
-
-    ``sys.exit`` / ``SystemExit`` and ``KeyboardInterrupt`` are caught; ``os._exit`` is replaced for the duration
-    of the call (it would end the process without unwinding; in a pool worker the parent would also see the
-    death). A real Ctrl-C is not a scorer's: when Python's default SIGINT handler is active (no rl-core handler
-    installed), a ``KeyboardInterrupt`` passes through. Not containable in-process: ``os.kill`` of this process,
-    a crash in C code; ``reward.num_workers > 0`` runs scorers in processes of their own for those.
-    """
+    """``fn()`` (a reward function's call), whose attempts to end the run (``sys.exit``, ``os._exit``, replaced during
+    the call since it would not unwind, ``KeyboardInterrupt``) become :class:`ScorerExit`. Under Python's default SIGINT
+    handler a ``KeyboardInterrupt`` is a real Ctrl-C and passes. ``os.kill`` or a crash in C code are not containable
+    in-process: ``reward.num_workers > 0`` runs scorers in processes of their own for those."""
     import signal
 
     real_exit = os._exit
@@ -152,14 +133,9 @@ def call_contained(fn: Callable[[], Any]) -> Any:
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
-    """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds (in-process scoring).
-
-    In the main thread a ``SIGALRM`` timer interrupts the scorer (Python code
-    only: C code that never returns to the interpreter, such as one giant
-    regex match, is not interrupted; ``reward.num_workers > 0`` kills such a
-    worker instead). Elsewhere the call runs in a daemon thread that is
-    abandoned when it overstays.
-    """
+    """``fn()``, stopped with :class:`ScorerTimeout` after ``timeout_s`` seconds: in the main thread by a ``SIGALRM``
+    timer (Python code only: C code such as one giant regex match is not interrupted; ``reward.num_workers > 0`` kills
+    such a worker instead), elsewhere by abandoning the daemon thread it runs in."""
     import signal
     import threading
 
@@ -217,3 +193,46 @@ def numeric(value: Any) -> float | None:
     """``value`` as a float when it is a real number (bools count), else None."""
     n = _number(value)
     return n if n is not None and math.isfinite(n) else None
+
+
+_SIMPLE_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
+
+
+def _annotation(param: inspect.Parameter) -> str:
+    ann = param.annotation
+    return ann if isinstance(ann, str) else ann.__name__ if isinstance(ann, type) else str(ann)
+
+
+def _fits(value: Any, param: inspect.Parameter) -> bool | None:
+    """Whether ``value`` fits ``param``'s annotation (None: not a simple type like ``float | None``)."""
+    names = [t.strip() for t in _annotation(param).split("|")]
+    if param.annotation is param.empty or not all(n in _SIMPLE_TYPES or n == "None" for n in names):
+        return None
+    if value is None:
+        return "None" in names or param.default is None
+    if isinstance(value, bool) and "bool" not in names:  # a bool is an int to isinstance
+        return False
+    return any(isinstance(value, _SIMPLE_TYPES[n]) for n in names if n != "None")
+
+
+def kwargs_problems(fn: Callable, kwargs: dict[str, Any], label: str, skip: tuple[str, ...] = ()) -> list[Problem]:
+    """``reward.kwargs`` that ``fn`` has no parameter for (unless it takes ``**kwargs``; ``**_`` declares them ignored,
+    so it does not count) and values of the wrong type for a parameter annotated with a simple type (int, float, str,
+    bool, optionally ``| None``). ``skip``: the parameters the scorer fills itself."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return []  # builtins and C functions: nothing to check
+    named = {n: p for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in skip}
+    takes_rest = any(p.kind is p.VAR_KEYWORD and not n.startswith("_") for n, p in params.items())
+    out = []
+    for key, value in kwargs.items():
+        param = named.get(key)
+        if param is None and not takes_rest:
+            close = difflib.get_close_matches(key, list(named), n=1)
+            out.append(Problem(key=f"reward.kwargs.{key}", what=f"is not a parameter of {label} (its parameters: {', '.join(named) or 'none'})",
+                               fix=f"did you mean reward.kwargs.{close[0]}?" if close else "remove it"))
+        elif param is not None and _fits(value, param) is False:
+            out.append(Problem(key=f"reward.kwargs.{key}", what=f"is {value!r:.60}, but {label} takes {param.name}: {_annotation(param)}",
+                               fix=f"give reward.kwargs.{key} a value of that type"))
+    return out

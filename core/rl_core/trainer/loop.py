@@ -75,7 +75,6 @@ from rl_core.placement import make_cluster
 from rl_core.plan.disk import estimate_disk
 from rl_core.rewards.manager import RewardManager
 from rl_core.rewards.manager import scores_to_token_level
-from rl_core.rewards.model_role import requests_from_batch, rounds_for, split_requests
 from rl_core.rollout import mismatch
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import multi_turn_on
@@ -305,13 +304,10 @@ class Trainer:
         """The reward model's outcomes for ``rows``: texts (decoded with the policy's tokenizer) go to the workers
         that hold it, split evenly; each re-encodes them with the reward model's own tokenizer."""
         start = time.perf_counter()
-        rm = self.config.reward_model
-        requests = requests_from_batch(batch, rows)
-        shares = split_requests(requests, self.sizes.ranks("reward_model")[0])
-        rounds = rounds_for(shares, rm.micro_batch_size_per_gpu) if rm.strategy == "fsdp" else None
-        results = self.cluster.call(WorkerMethod.SCORE_WITH_MODEL, [(share, rounds) for share in shares])
+        call = lambda shares: self.cluster.call(WorkerMethod.SCORE_WITH_MODEL, shares)  # noqa: E731
+        out = self.stack.features["reward_model"].score(batch, rows, self.config, self.sizes.ranks("reward_model")[0], call)
         seconds.append(time.perf_counter() - start)
-        return {req.index: outcome for share, got in zip(shares, results) for req, outcome in zip(share, got)}
+        return out
 
     def _generate_and_score(self, prompts: Batch, step: int, t: dict[str, float], metrics: dict[str, float]) -> Batch:
         """One round: generate and score ``prompts`` (the scores kept in ``self._scored``)."""

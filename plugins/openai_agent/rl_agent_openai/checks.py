@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rl_core.problems import Problem
+from rl_core.rewards.scoring import kwargs_problems
 
 from rl_agent_openai.options import KEY, program_problems
+from rl_agent_openai.reward import _load
 
 
 def program_probe(config: Any, registry: Any) -> list[Problem]:
@@ -24,3 +26,17 @@ def program_probe(config: Any, registry: Any) -> list[Problem]:
                            what="the openai_agent loop runs no tools itself: the program's requests carry its tools and the program runs them",
                            fix="leave rollout.multi_turn.tools empty (the run's format still parses the model's tool calls)"))
     return out
+
+
+def fallback_problems(config: Any, registry: Any) -> list[Problem]:
+    """``agent_reward``'s other ``reward.kwargs`` go to its fallback function: their names and simple types checked
+    against that function's parameters, as core checks a reward's own (:func:`rl_core.rewards.scoring.kwargs_problems`)."""
+    kwargs = dict(config.reward.kwargs or {})
+    spec = kwargs.pop("fallback", None)
+    if config.reward.name != "agent_reward" or not isinstance(spec, str) or not spec:
+        return []
+    try:
+        fn = _load(spec)
+    except Exception:  # noqa: BLE001 - the reward's trial call reports a fallback that does not load
+        return []
+    return kwargs_problems(fn, kwargs, f"the fallback {spec}", ("data_source", "solution_str", "ground_truth", "extra_info"))

@@ -24,3 +24,5 @@ def rl_core_register_rewards(register):
 def rl_core_register_checks(register):
     register(CheckCard(name="openai_agent", stage="values", order=16, factory="rl_agent_openai.checks:program_probe",
                        description="rollout.multi_turn.program: the agent program and its limits (the openai_agent loop)"))
+    register(CheckCard(name="agent_reward_kwargs", stage="values", order=17, factory="rl_agent_openai.checks:fallback_problems",
+                       description="agent_reward's reward.kwargs against its fallback function's parameters"))

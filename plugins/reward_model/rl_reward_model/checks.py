@@ -9,8 +9,9 @@
 - :func:`judge_problems` (the ``judge`` card's check): a missing prompt budget, a template with unknown
   fields, a score pattern that does not compile, a bad score range, a classifier as the judge, no chat template.
 
-``reward.weights`` and a rule reward the model's score replaces are core's checks
-(:func:`rl_core.rewards.mixing.mixing_problems`); the card's checks run with the other cards' (the resolver).
+``reward.weights`` and a rule reward the model's score replaces are checked by
+:func:`rl_reward_model.mixing.mixing_problems` (the resolver runs it through the feature); the card's checks run with
+the other cards' (the resolver).
 The parts that read the reward model's files run only when its folder is there (the probe names it otherwise).
 """
 

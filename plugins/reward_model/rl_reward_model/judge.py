@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import attrs
 import torch
 
-from rl_core.rewards.model_role import ScoreRequest
+from rl_reward_model.role import ScoreRequest
 from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import ScorerTimeout, call_with_timeout
 

@@ -1,10 +1,11 @@
-"""Registers the model-based rewards: ``classifier`` (a learned reward model) and ``judge`` (an LLM judge),
-and the check of ``rlcore check`` that reads the reward model's folder and the judge's engine."""
+"""Registers the model-based rewards: ``classifier`` (a learned reward model) and ``judge`` (an LLM judge), the
+``reward_model`` feature core calls them through (and ``reward.weights``), and the check of ``rlcore check`` that
+reads the reward model's folder and the judge's engine."""
 
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import CheckCard, ConfigSectionCard, RewardModelCard
+from rl_core.cards import CheckCard, ConfigSectionCard, FeatureCard, RewardModelCard
 
 from rl_reward_model.checks import classifier_problems, judge_problems
 from rl_reward_model.memory import classifier_memory, judge_memory
@@ -26,6 +27,12 @@ JUDGE = RewardModelCard(
     memory=judge_memory,
 )
 
+
+@hookimpl
+def rl_core_register_features(register):
+    register(FeatureCard(name="reward_model", factory="rl_reward_model.feature:enabled", provides="rl_reward_model.feature:FEATURE",
+                         keys=("reward_model.enable", "reward.weights"),
+                         description="model-based rewards (reward_model.enable) and rule / model weights per data source (reward.weights)"))
 
 
 @hookimpl

@@ -13,7 +13,8 @@ from rl_core.batch import Batch
 from rl_core.config.schema import RunConfig
 from rl_reward_model.judge import JudgeScorer
 from rl_core.rewards.manager import RewardError, RewardManager
-from rl_core.rewards.model_role import in_process
+from rl_reward_model.mixing import RewardWeights
+from rl_reward_model.role import in_process
 from rl_core_testing.tiny_model import EOS_ID, bigram_weights, build_tokenizer, make_tiny_model_dir
 
 from rm_fixtures import with_reward_model
@@ -57,7 +58,7 @@ def test_tiny_judge_scores_and_counts_parse_failures(judge_dir):
     texts = ["good answer", "bad x", "lazy z", "fine"]
     batch = batch_of(texts)
     skip = attrs.evolve(config.reward, on_error="skip")
-    scores, metrics, extras = RewardManager(skip, get_registry(), model_name="judge").score(batch, model=in_process(scorer, batch))
+    scores, metrics, extras = RewardManager(skip, get_registry(), mixing=RewardWeights(None, model_name="judge")).score(batch, model=in_process(scorer, batch))
     # '7' of 0..10 -> 0.7; 'q' has no number; '12' is outside [0, 10]
     assert scores.tolist() == pytest.approx([0.7, 0.0, 0.0, 0.7])
     assert metrics["reward/model/parse_failures"] == 2 and metrics["reward/errors"] == 2 and metrics["reward/timeouts"] == 0
@@ -65,7 +66,7 @@ def test_tiny_judge_scores_and_counts_parse_failures(judge_dir):
     assert "'q'" in extras[1]["reward_error"] and "outside [0, 10]" in extras[2]["reward_error"]
 
     with pytest.raises(RewardError, match=r"reward_model judge.*sample 1 .*no score matching.*'q'"):
-        RewardManager(config.reward, get_registry(), model_name="judge").score(batch, model=in_process(scorer, batch))
+        RewardManager(config.reward, get_registry(), mixing=RewardWeights(None, model_name="judge")).score(batch, model=in_process(scorer, batch))
 
 
 class SlowEngine:
@@ -81,7 +82,7 @@ def test_a_judge_past_its_timeout_scores_zero_and_counts(judge_dir):
     scorer = JudgeScorer(config, WorkerContext(), engine=SlowEngine(), tokenizer=build_tokenizer())
     batch = batch_of(["a", "b", "c"])
     start = time.perf_counter()
-    scores, metrics, extras = RewardManager(config.reward, get_registry(), model_name="judge").score(batch, model=in_process(scorer, batch))
+    scores, metrics, extras = RewardManager(config.reward, get_registry(), mixing=RewardWeights(None, model_name="judge")).score(batch, model=in_process(scorer, batch))
     assert time.perf_counter() - start < 1.0  # two micro-batches, each stopped at 0.1 s
     assert scores.tolist() == [0.0, 0.0, 0.0] and metrics["reward/timeouts"] == 3 and metrics["reward/model/timeouts"] == 3
     assert extras[0]["reward_timeout"] and "judge.timeout_s=0.1" in extras[0]["reward_error"]

@@ -15,8 +15,9 @@ keeps its collectives in step.
 
 A scorer is what a :class:`~rl_core.cards.RewardModelCard`'s factory returns (``factory(config, context)``,
 loaded once when the stack resolves: ``Stack.reward_model_fn``), from a plugin registering it through
-``rl_core_register_reward_models`` (docs/reward-models.md). This module is core's side of the contract:
-the requests, the scorer's protocol, the controller's split and the worker's role.
+``rl_core_register_reward_models`` (docs/reward-models.md). This module holds the requests, the scorer's
+protocol, the controller's split and the worker's role; core reaches them through the ``reward_model``
+feature (:mod:`rl_reward_model.feature`).
 """
 
 from __future__ import annotations

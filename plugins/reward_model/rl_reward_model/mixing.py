@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from rl_core.problems import Problem
+from rl_core.rewards.pool import OK, TIMEOUT, Outcome
+from rl_core.rewards.scoring import RewardConfigError
 
 PARTS = ("rule", "model")
 #: the entry for sources nothing else matches, besides "*" (which Hydra's command-line grammar cannot write)
@@ -52,7 +54,7 @@ def mixing_problems(config: Any) -> list[Problem]:
     rm_enabled, reward = config.reward_model.enable, config.reward
     out = weight_problems(reward.weights, rm_enabled)
     if rm_enabled and (reward.name or reward.custom.path):
-        weights = RewardWeights(reward.weights, model_enabled=True)
+        weights = RewardWeights(reward.weights, model_name="model")
         if not reward.weights or all("rule" not in weights.for_source(s) for s in [*reward.weights, None]):
             key = "reward.custom.path" if reward.custom.path else "reward.name"
             out.append(Problem(key=key, severity="warning",
@@ -62,9 +64,13 @@ def mixing_problems(config: Any) -> list[Problem]:
 
 
 class RewardWeights:
-    """Which parts score a data source, and with which weights."""
+    """Which parts score a data source, and with which weights (the reward manager's ``mixing``).
 
-    def __init__(self, weights: Mapping[str, Mapping[str, float]] | None, *, model_enabled: bool) -> None:
+    ``model_name``: the reward model's card name when ``reward_model.enable`` (None: no model part)."""
+
+    def __init__(self, weights: Mapping[str, Mapping[str, float]] | None, *, model_name: str | None = None) -> None:
+        self.model_name = model_name
+        model_enabled = model_name is not None
         self.table = {str(k): {p: float(w) for p, w in v.items()} for k, v in (weights or {}).items()}
         self.default = {"model": 1.0} if model_enabled else {"rule": 1.0}
         self._cache: dict[Any, dict[str, float]] = {}
@@ -94,20 +100,28 @@ class RewardWeights:
             pass
         return out
 
+    def metrics(self, model: Mapping[int, Outcome], parts: Mapping[str, Mapping[int, float]]) -> dict[str, float]:
+        return model_metrics(model, parts)
 
-def source_metrics(sources: Sequence[Any] | None, totals: Sequence[float], parts: Mapping[str, Mapping[int, float]], failed: Sequence[bool]) -> dict[str, float]:
-    """``reward/<source>/mean`` (the mixed reward), ``reward/<source>/<part>_mean`` and ``reward/<source>/failed``."""
-    if sources is None:
-        return {}
-    rows: dict[str, list[int]] = {}
-    for i, s in enumerate(sources):
-        rows.setdefault(str(s), []).append(i)
-    out: dict[str, float] = {}
-    for source, idx in sorted(rows.items()):
-        out[f"reward/{source}/mean"] = sum(totals[i] for i in idx) / len(idx)
-        out[f"reward/{source}/failed"] = float(sum(failed[i] for i in idx))
-        for part, scores in parts.items():
-            got = [scores[i] for i in idx if i in scores]
-            if got:
-                out[f"reward/{source}/{part}_mean"] = sum(got) / len(got)
+
+def checked_weights(weights: Mapping[str, Any] | None, *, model_name: str | None = None) -> RewardWeights:
+    """:class:`RewardWeights` of ``reward.weights``; unusable entries raise :class:`RewardConfigError`."""
+    problems = weight_problems(weights or {}, model_name is not None)
+    if problems:
+        raise RewardConfigError("; ".join(f"{p.key}: {p.what} ({p.fix})" for p in problems))
+    return RewardWeights(weights, model_name=model_name)
+
+
+def model_metrics(model: Mapping[int, Outcome], parts: Mapping[str, Mapping[int, float]]) -> dict[str, float]:
+    """``reward/model/*``: the model part's failures and parse failures, and each part's mean score."""
+    counts = {"errors": 0, "timeouts": 0, "parse_failures": 0, "truncated": 0}
+    for o in model.values():
+        counts["parse_failures"] += bool((o.extras or {}).get("parse_failure"))
+        counts["truncated"] += bool((o.extras or {}).get("truncated"))
+        if o.status != OK:
+            counts["timeouts" if o.status == TIMEOUT else "errors"] += 1
+    out = {f"reward/model/{k}": float(v) for k, v in counts.items()}
+    for part in ("model", "rule"):
+        if parts[part]:
+            out[f"reward/{part}/score_mean"] = sum(parts[part].values()) / len(parts[part])
     return out
