@@ -3,7 +3,7 @@
 loaders read ``Plan.trackers`` / ``Plan.generators`` and look no name up again.
 
 A name no installed card has is a problem naming the key and, for a first-party package's name, its install
-(``pip install rl-tracking`` for ``wandb``, ``pip install rl-data`` for ``reasoning_gym``: rl_core.plugins.KNOWN_PROVIDERS).
+(``pip install rl-tracking`` for ``wandb``, ``pip install rl-data`` for ``reasoning_gym``: rl_core.plugins.KNOWN_DISTRIBUTIONS).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rl_core.config.schema import LOGGERS
-from rl_core.plugins import KNOWN_PROVIDERS, Registry, UnknownCardError
+from rl_core.plugins import Registry, UnknownCardError, known_distribution
 from rl_core.problems import Problem
 
 Named = tuple[tuple[str, Any, str], ...]  # (name, card, the key that named it)
@@ -21,8 +21,8 @@ def _card(registry: Registry, kind: str, name: str, key: str, fix: str, problems
     try:
         return registry.get(kind, name)
     except UnknownCardError as exc:
-        dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
-        problems.append(Problem(key=key, what=str(exc), fix=f"pip install {dist}; or {fix}" if dist else fix))
+        known = known_distribution(kind, name)
+        problems.append(Problem(key=key, what=str(exc), fix=f"pip install {known[1]}; or {fix}" if known else fix))
         return None
 
 

@@ -3,7 +3,7 @@
 A :class:`~rl_core.cards.RewardShapingCard` or :class:`~rl_core.cards.BatchSamplerCard` names the boolean config key
 that turns it on (``enabled_by``). The plan holds the loaded factories of the cards whose key is true; the loop builds
 them once (``make(config)``) and never looks a name up. A key that is true with no installed card claiming it is an
-error naming the package that brings one (:data:`rl_core.plugins.KNOWN_STEP_HOOKS`), e.g. ``algorithm.filter_groups.enable``
+error naming the package that brings one (:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`), e.g. ``algorithm.filter_groups.enable``
 without rl-algorithms.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rl_core.plugins import KNOWN_STEP_HOOKS, Registry
+from rl_core.plugins import KNOWN_DISTRIBUTIONS, Registry
 from rl_core.problems import Problem
 
 Hook = tuple[Any, Callable]  # (card, its loaded factory)
@@ -45,7 +45,7 @@ def step_hooks(config: Any, registry: Registry) -> tuple[tuple[Hook, ...], Hook 
     shapers = _enabled(config, registry, "reward_shaping", problems)
     samplers = _enabled(config, registry, "batch_sampler", problems)
     claimed = {card.enabled_by for kind in ("reward_shaping", "batch_sampler") for card in registry.cards[kind].values()}
-    for key, dist in KNOWN_STEP_HOOKS.items():
+    for key, dist in KNOWN_DISTRIBUTIONS["step_hook"].items():
         if key not in claimed and config_value(config, key) is True:
             problems.append(Problem(key=key, what=f"is true, but no installed package provides this feature (the distribution {dist} does)",
                                     fix=f"pip install {dist}, or set {key}=false"))
