@@ -1,44 +1,16 @@
-"""Atomic, prunable checkpoints on a local or shared filesystem.
+"""Atomic, prunable checkpoints on a local or shared filesystem (layout and protocol: docs/reliability.md).
 
-Layout under ``root`` (verl's names, so its users recognise them)::
+A checkpoint is written into ``root/.tmp_global_step_<N>_<token>``, gets a ``COMPLETE`` manifest (step, time,
+every file's size and sha256) and is renamed to ``root/global_step_<N>`` with one ``os.replace``, so a crash
+leaves the old set of complete checkpoints or the new one, plus debris :meth:`CheckpointManager.latest` ignores.
+``latest(verify=True)`` checks every file against the manifest and falls back to the previous checkpoint.
+Several writers share one temporary folder (rank 0 :meth:`~CheckpointManager.begin` s and
+:meth:`~CheckpointManager.commit` s, every rank writes into :meth:`~CheckpointManager.tmp_dir`); one process
+uses :meth:`~CheckpointManager.save`.
 
-    root/
-      global_step_10/            a complete checkpoint: its files + COMPLETE
-      global_step_20/
-      latest_checkpointed_iteration.txt   "20"
-      .tmp_global_step_30_4711/  being written (or left behind by a crash)
-
-A checkpoint is written into a temporary directory inside ``root``, then a
-``COMPLETE`` marker (a small json manifest: step, time, every file with its
-size and sha256) is written, then the directory is renamed into place with one
-``os.replace``. A crash at any moment therefore leaves either the old set of
-complete checkpoints or the new one, plus debris that
-:meth:`CheckpointManager.latest` ignores with a warning. Before a resume,
-``latest(verify=True)`` checks every file against the manifest (missing,
-truncated, changed or unexpected files) and falls back to the previous
-complete checkpoint with a warning that names the damaged directory.
-
-Safety: the files of ours hold tensors and plain data only and are read with
-:func:`safe_load` (``torch.load(weights_only=True)``) or :func:`read_json`, so a
-checkpoint copied in from elsewhere cannot run code on resume (torch's
-distributed checkpoints: rl-train-fsdp's ``rl_train_fsdp.dcp_io``).
-
-Several writers (e.g. one per rank) share one temporary directory::
-
-    token = str(os.getpid())                    # on rank 0, then broadcast
-    if rank == 0:
-        tmp = ckpt.begin(step, token)           # creates it (clears a stale one)
-    barrier(); tmp = ckpt.tmp_dir(step, token)  # every rank
-    ...every rank writes its shard into tmp...
-    barrier()
-    if rank == 0:
-        ckpt.commit(step, token)                # marker, rename, prune
-
-A single process uses :meth:`CheckpointManager.save` instead.
-
-RNG state: :func:`save_rng_state` / :func:`load_rng_state` cover Python's
-``random``, numpy's global generator and torch (CPU, and CUDA when present);
-the dict they use loads with ``torch.load(..., weights_only=True)``.
+Safety: files are read with :func:`safe_load` (``torch.load(weights_only=True)``) or :func:`read_json`, so a
+checkpoint copied in from elsewhere cannot run code on resume (torch's distributed checkpoints:
+rl-train-fsdp's ``rl_train_fsdp.dcp_io``). RNG state (:func:`save_rng_state`) is plain data too.
 """
 
 from __future__ import annotations
