@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 FILES=(
     tests/infra/test_numerics_helpers.py
     plugins/train_fsdp/tests/test_fsdp_lora.py
-    tests/core/test_compile_layers.py
+    plugins/train_fsdp/tests/test_fsdp_compile_layers.py
     tests/core/test_logprobs.py
     plugins/lora/tests/test_lora.py
     tests/core/test_micro_batches.py

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def compiled_run(tmp: Path, steps: int, device: str, backend: str, share) -> dict:
-    import rl_core.modeling as modeling
+    import rl_train_fsdp.compile as fsdp_compile
     import rl_train_fsdp.engine as fsdp_engine
     import torch
     import torch._dynamo
@@ -37,7 +37,7 @@ def compiled_run(tmp: Path, steps: int, device: str, backend: str, share) -> dic
 
     torch._dynamo.reset()
     counters.clear()
-    fsdp_engine.compile_decoder_layers = lambda model: modeling.compile_decoder_layers(model, backend=backend)
+    fsdp_engine.compile_decoder_layers = lambda model: fsdp_compile.compile_decoder_layers(model, backend=backend)
     cfg = write_tiny_run(tmp, steps=steps, model__compile=True, actor__use_kl_loss=True, actor__kl_loss_coef=0.01,
                          rollout__n=2, data__max_response_length=12, model__share_prompt_forward=share, trainer__device=device)
     rows = tiny_rows()

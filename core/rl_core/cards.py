@@ -33,6 +33,37 @@ def _opt_frozenset(value: Any) -> frozenset | None:
     return None if value is None else _frozenset(value)
 
 
+def _names(default: Any = ()) -> Any:
+    """A frozenset field; a single string becomes a set of one."""
+    return attrs.field(default=frozenset(default), converter=_frozenset)
+
+
+def _checks() -> Any:
+    """A tuple of light ``check(...) -> list[Problem]`` callables."""
+    return attrs.field(default=(), converter=tuple)
+
+
+def _code(default: Any = None) -> Any:
+    """A callable or ``"module:attr"`` path; not compared."""
+    return attrs.field(default=default, eq=False)
+
+
+#: card kind -> its class, in definition order (what ``rlcore plugins`` lists)
+CARD_TYPES: dict[str, type["CardBase"]] = {}
+
+
+def card(kind: str) -> Callable[[type], type]:
+    """Class decorator: a frozen keyword-only attrs card of ``kind``, registered in :data:`CARD_TYPES`."""
+
+    def register(cls: type) -> type:
+        cls.kind = kind
+        cls = attrs.frozen(kw_only=True)(cls)
+        CARD_TYPES[kind] = cls
+        return cls
+
+    return register
+
+
 @attrs.frozen(kw_only=True)
 class Provider:
     """Who registered a card: the distribution (or 'builtin'/'local') and its version."""
@@ -52,7 +83,7 @@ class CardBase:
     name: str = attrs.field()
     factory: str | Callable = attrs.field()
     description: str = ""
-    provider: Provider | None = attrs.field(default=None, eq=False)
+    provider: Provider | None = _code()
 
     @name.validator
     def _check_name(self, _attr, value):
@@ -83,7 +114,7 @@ class CardBase:
         return out
 
 
-@attrs.frozen(kw_only=True)
+@card("rollout")
 class RolloutCard(CardBase):
     """A rollout (generation) engine.
 
@@ -94,11 +125,9 @@ class RolloutCard(CardBase):
     they must not import the engine.
     """
 
-    kind: ClassVar[str] = "rollout"
-
-    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
+    devices: frozenset[str] = _names(DEVICES)
     max_tp: int | None = 1
-    weight_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
+    weight_formats: frozenset[str] = _names({"hf"})
     logprobs: bool = True
     # rollout.exact: its log-probs from the Plan's LogProbForwardCard (WorkerContext.log_prob_forward), as the trainer's (issue 51)
     exact: bool = False
@@ -115,7 +144,7 @@ class RolloutCard(CardBase):
     # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
     lora_adapters: bool = False
     # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
-    moe_parallel: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
+    moe_parallel: frozenset[str] = _names()
     # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl-routing-replay)
     routed_experts: bool = False
     # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl-multimodal)
@@ -123,12 +152,12 @@ class RolloutCard(CardBase):
     # one engine's TP group may span nodes (TP > a node's devices), its ranks on several nodes of a Ray cluster
     # (trainer.placement=ray); False: a TP group stays within one node
     multi_node_tp: bool = False
-    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    checks: tuple[Callable, ...] = _checks()
     # the engine computes in FP8 (weights and KV cache) with rollout.precision=fp8 (rl_core.rollout.precision)
     fp8: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@card("train")
 class TrainCard(CardBase):
     """A training backend providing actor / critic / ref roles.
 
@@ -136,12 +165,10 @@ class TrainCard(CardBase):
     and returns an object following :class:`rl_core.backends.TrainEngine`.
     """
 
-    kind: ClassVar[str] = "train"
-
-    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
-    parallelism: frozenset[str] = attrs.field(default=frozenset({"dp"}), converter=_frozenset)
-    roles: frozenset[str] = attrs.field(default=ROLES, converter=_frozenset)
-    export_formats: frozenset[str] = attrs.field(default=frozenset({"hf"}), converter=_frozenset)
+    devices: frozenset[str] = _names(DEVICES)
+    parallelism: frozenset[str] = _names({"dp"})
+    roles: frozenset[str] = _names(ROLES)
+    export_formats: frozenset[str] = _names({"hf"})
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
@@ -166,7 +193,7 @@ class TrainCard(CardBase):
     # what train.options may hold (as EstimatorCard.options): an attrs class deriving from rl_core.card_options.Options,
     # or its "module:Class" path; checked by `rlcore check` (None: unchecked, with a warning when train.options is set)
     options: Any = None
-    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    checks: tuple[Callable, ...] = _checks()
     # how each feature runs on GPUs: {feature: "native" (the engine's own path, e.g. megatron-core's) | "reference" (a
     # plain re-implementation kept for conformance: correct, not fast) | "emulated" (accepted, does not do what it is for)};
     # the backend's checks warn when a GPU run would use a non-native path (empty: not stated)
@@ -174,15 +201,13 @@ class TrainCard(CardBase):
         key_validator=attrs.validators.instance_of(str), value_validator=attrs.validators.in_(("native", "reference", "emulated"))))
 
 
-@attrs.frozen(kw_only=True)
+@card("estimator")
 class EstimatorCard(CardBase):
     """An advantage estimator.
 
     ``factory`` resolves to a function with the common estimator signature
     (see :mod:`rl_core.algorithms.advantages`).
     """
-
-    kind: ClassVar[str] = "estimator"
 
     needs_critic: bool = False
     needs_groups: bool = False
@@ -193,14 +218,12 @@ class EstimatorCard(CardBase):
     # per-token log-probs of the sampled responses the estimator reads, by role name: "actor" (the policy that
     # sampled: rollout log-probs or the old log-prob pass) or a LogProbRoleCard's name (e.g. "teacher"); the loop
     # computes them and passes ``log_probs={name: Tensor[B, T]}`` (only to an estimator that declares some)
-    log_probs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    log_probs: tuple[str, ...] = _checks()
 
 
-@attrs.frozen(kw_only=True)
+@card("policy_loss")
 class PolicyLossCard(CardBase):
     """A policy-gradient loss (see :mod:`rl_core.algorithms.policy_loss`)."""
-
-    kind: ClassVar[str] = "policy_loss"
 
     options: Any = None  # what actor.policy_loss_options may hold (as EstimatorCard.options)
     # the per-token loss and its gradient are exactly 0 wherever the advantage is 0 (a loss of the form A * f(ratio)),
@@ -209,7 +232,7 @@ class PolicyLossCard(CardBase):
     skips_zero_advantage: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@card("reward")
 class RewardCard(CardBase):
     """A reward function.
 
@@ -220,14 +243,12 @@ class RewardCard(CardBase):
     default when the config does not name a reward.
     """
 
-    kind: ClassVar[str] = "reward"
-
-    fields: frozenset[str] = attrs.field(default=frozenset({"ground_truth"}), converter=_frozenset)
+    fields: frozenset[str] = _names({"ground_truth"})
     batched: bool = False
-    data_sources: frozenset[str] = attrs.field(default=frozenset(), converter=_frozenset)
+    data_sources: frozenset[str] = _names()
 
 
-@attrs.frozen(kw_only=True)
+@card("reward_model")
 class RewardModelCard(CardBase):
     """A model-based reward (a learned reward model, an LLM judge): ``reward_model.name``.
 
@@ -247,28 +268,24 @@ class RewardModelCard(CardBase):
     (e.g. a KV cache); None: the whole model of ``reward_model.model.path``, a forward only.
     """
 
-    kind: ClassVar[str] = "reward_model"
-
-    devices: frozenset[str] = attrs.field(default=DEVICES, converter=_frozenset)
-    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
+    devices: frozenset[str] = _names(DEVICES)
+    checks: tuple[Callable, ...] = _checks()
     rollout_key: str | None = None
-    memory: Callable | None = attrs.field(default=None, eq=False)
+    memory: Callable | None = _code()
 
 
-@attrs.frozen(kw_only=True)
+@card("converter")
 class ConverterCard(CardBase):
     """Bridges a train backend's exported weight format to one a rollout accepts.
 
     ``factory`` resolves to ``convert(named_tensors_iter, model_config) -> iter``.
     """
 
-    kind: ClassVar[str] = "converter"
-
     source: str
     target: str
 
 
-@attrs.frozen(kw_only=True)
+@card("tool")
 class ToolCard(CardBase):
     """A tool an agent loop may call (tools of the ``rl-agent`` plugin, ``plugins/agent``).
 
@@ -280,12 +297,10 @@ class ToolCard(CardBase):
     given here, it is shown by ``rlcore plugins`` and checked without importing the tool.
     """
 
-    kind: ClassVar[str] = "tool"
-
-    schema: dict | None = attrs.field(default=None, eq=False)
+    schema: dict | None = _code()
 
 
-@attrs.frozen(kw_only=True)
+@card("agent_loop")
 class AgentLoopCard(CardBase):
     """An agent loop (the ``rl-agent`` plugin's handle and trajectory): ``async fn(handle, sample) -> Trajectory``.
 
@@ -294,23 +309,19 @@ class AgentLoopCard(CardBase):
     resolved). A loop built on another plugin's handle may leave it None: the one runner installed runs it.
     """
 
-    kind: ClassVar[str] = "agent_loop"
-
-    runner: str | Callable | None = attrs.field(default=None, eq=False)
+    runner: str | Callable | None = _code()
 
 
-@attrs.frozen(kw_only=True)
+@card("tool_parser")
 class ToolParserCard(CardBase):
     """A tool-call format (parsers of the ``rl-agent`` plugin): ``factory() -> ToolCallParser``."""
-
-    kind: ClassVar[str] = "tool_parser"
 
 
 #: the stages of the plan's checks, in the order a user fixes them (rl_core.plan.checks runs them in this order)
 CHECK_STAGES = ("keys", "values", "rules", "names", "files", "device")
 
 
-@attrs.frozen(kw_only=True)
+@card("check")
 class CheckCard(CardBase):
     """A check of the run plan, registered beside the feature it checks (``rl_core_register_checks``).
 
@@ -321,13 +332,11 @@ class CheckCard(CardBase):
     A check that raises becomes a problem naming it; the others still run.
     """
 
-    kind: ClassVar[str] = "check"
-
     stage: str = attrs.field(validator=attrs.validators.in_(CHECK_STAGES))
     order: int = 100
 
 
-@attrs.frozen(kw_only=True)
+@card("log_prob_role")
 class LogProbRoleCard(CardBase):
     """A model role that scores the policy's sampled tokens: per-token log-probs of a second model (a teacher).
 
@@ -338,21 +347,13 @@ class LogProbRoleCard(CardBase):
     is not in the plan's memory estimate yet.
     """
 
-    kind: ClassVar[str] = "log_prob_role"
-
-
-CARD_TYPES: dict[str, type[CardBase]] = {
-    cls.kind: cls
-    for cls in (RolloutCard, TrainCard, EstimatorCard, PolicyLossCard, RewardCard, RewardModelCard, ConverterCard, ToolCard, AgentLoopCard,
-                ToolParserCard, CheckCard, LogProbRoleCard)
-}
 
 
 def _cli_options(value: Any) -> tuple:
     return tuple((str(flag), dict(kwargs)) for flag, kwargs in value)
 
 
-@attrs.frozen(kw_only=True)
+@card("dialect")
 class DialectCard(CardBase):
     """Another framework's way of writing a launch, read into rl-core's config (:mod:`rl_core.config.dialect`).
 
@@ -365,28 +366,22 @@ class DialectCard(CardBase):
     words what makes a launch the dialect's (``rlcore plugins``).
     """
 
-    kind: ClassVar[str] = "dialect"
-
     detect: str | Callable
     keys: str | Callable | None = None
     cli_options: tuple[tuple[str, dict], ...] = attrs.field(default=(), converter=_cli_options, eq=False)
     detects: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@card("command")
 class CommandCard(CardBase):
     """An ``rlcore`` sub-command of a plugin: ``factory`` resolves to ``add_parser(subparsers)``, which adds the
     command's parser and sets its ``func(args) -> int`` (as core's own commands, rl_core.cli.main)."""
 
-    kind: ClassVar[str] = "command"
-
     help: str = ""
 
 
-CARD_TYPES.update({cls.kind: cls for cls in (DialectCard, CommandCard)})
 
-
-@attrs.frozen(kw_only=True)
+@card("observer")
 class ObserverCard(CardBase):
     """A step observer (``rl_core_register_observers``): the controller hands it each step's rollouts and each
     validation's (:mod:`rl_core.observers`). ``factory`` resolves to ``make(config, options, output_dir) -> observer |
@@ -394,15 +389,11 @@ class ObserverCard(CardBase):
     ``trainer.observers.<name>`` may hold (as EstimatorCard.options), checked by ``rlcore check``. Every installed
     observer is built for every run; its options say whether it does anything."""
 
-    kind: ClassVar[str] = "observer"
-
     options: Any = None
 
 
-CARD_TYPES.update({ObserverCard.kind: ObserverCard})
 
-
-@attrs.frozen(kw_only=True)
+@card("run_kind")
 class RunKindCard(CardBase):
     """A kind of run of the same loop and Plan (``trainer.kind``; the built-in ``rl`` is the loop itself).
 
@@ -413,29 +404,21 @@ class RunKindCard(CardBase):
     class deriving from :class:`rl_core.card_options.Options`, checked as ``algorithm.options`` is).
     """
 
-    kind: ClassVar[str] = "run_kind"
-
     rollout: bool = False
     policy_loss: str | None = None
     options: Any = None
 
 
-CARD_TYPES[RunKindCard.kind] = RunKindCard
 
-
-@attrs.frozen(kw_only=True)
+@card("config_section")
 class ConfigSectionCard(CardBase):
     """A config section a package contributes (``rl_core_register_config_sections``, :mod:`rl_core.config.sections`):
     ``name`` is its key (``ray``; dotted under one of core's sections: ``rollout.multi_turn``), ``factory`` resolves to
     its attrs class (defaults for every field; validators as core's sections use, rl_core.config.schema's helpers)."""
 
-    kind: ClassVar[str] = "config_section"
 
 
-CARD_TYPES[ConfigSectionCard.kind] = ConfigSectionCard
-
-
-@attrs.frozen(kw_only=True)
+@card("placement")
 class PlacementCard(CardBase):
     """Where the workers run (``trainer.placement``; core's own is ``local``, rl-placement-ray's ``ray``).
 
@@ -447,15 +430,11 @@ class PlacementCard(CardBase):
     machines (``args.address``, ``args.json``).
     """
 
-    kind: ClassVar[str] = "placement"
-
     doctor: str | Callable | None = None
 
 
-CARD_TYPES[PlacementCard.kind] = PlacementCard
 
-
-@attrs.frozen(kw_only=True)
+@card("feature")
 class FeatureCard(CardBase):
     """A cross-cutting feature a config switches on (LoRA: rl-lora's ``lora``), registered by
     ``rl_core_register_features`` and loaded once into the Plan (``Plan.features``, :mod:`rl_core.plan.features`).
@@ -471,19 +450,15 @@ class FeatureCard(CardBase):
     ``WorkerContext.feature(name, key)``.
     """
 
-    kind: ClassVar[str] = "feature"
-
-    keys: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    memory: str | Callable | None = attrs.field(default=None, eq=False)
-    alternatives: str | Callable | None = attrs.field(default=None, eq=False)
+    keys: tuple[str, ...] = _checks()
+    memory: str | Callable | None = _code()
+    alternatives: str | Callable | None = _code()
     hooks: dict[str, Any] = attrs.field(factory=dict, converter=dict, eq=False, hash=False)
-    provides: str | Callable | None = attrs.field(default=None, eq=False)
+    provides: str | Callable | None = _code()
 
 
-CARD_TYPES[FeatureCard.kind] = FeatureCard
 
-
-@attrs.frozen(kw_only=True)
+@card("rollout_pool")
 class RolloutPoolCard(CardBase):
     """A rollout pool of its own (``rollout.n_gpus_per_node``): its step schedule and its weight transfer (the
     ``rl-async`` package's ``async``; :mod:`rl_core.placement.rollout_pool` is the contract).
@@ -493,8 +468,6 @@ class RolloutPoolCard(CardBase):
     and rollout pools; ``methods``: the extension's methods the controller may call on those workers
     (``WorkerMethod.EXTENSION``). The plan holds the one installed card when the rollout has a pool of its own."""
 
-    kind: ClassVar[str] = "rollout_pool"
-
     worker: str | Callable = attrs.field()
     methods: frozenset = attrs.field(converter=_frozenset, factory=frozenset)
 
@@ -503,10 +476,8 @@ class RolloutPoolCard(CardBase):
         return load_object(self.worker)
 
 
-CARD_TYPES[RolloutPoolCard.kind] = RolloutPoolCard
 
-
-@attrs.frozen(kw_only=True)
+@card("reward_shaping")
 class RewardShapingCard(CardBase):
     """A change of the training rewards after the reward function scored them (``rl_core_register_reward_shapers``;
     e.g. rl-algorithms' DAPO overlong penalty). ``enabled_by``: the boolean config key that turns it on (dotted, e.g.
@@ -516,12 +487,10 @@ class RewardShapingCard(CardBase):
     ``shaper(scores, batch) -> (scores, metrics)`` gets the reward function's scores (``[B]``) and the scored batch.
     Training rewards (the greedy baseline's too) are shaped; validation scores never are."""
 
-    kind: ClassVar[str] = "reward_shaping"
-
     enabled_by: str
 
 
-@attrs.frozen(kw_only=True)
+@card("batch_sampler")
 class BatchSamplerCard(CardBase):
     """How a training step gathers its batch when one generation round is not it (``rl_core_register_batch_samplers``;
     e.g. rl-algorithms' DAPO dynamic sampling: rounds until enough groups differ). ``enabled_by`` as
@@ -530,15 +499,11 @@ class BatchSamplerCard(CardBase):
     metrics)``: ``run_round(prompts) -> (rl_core.observers.StepRollouts, metrics)`` generates and scores one round,
     ``draw()`` gives the next prompts, ``counters``: the prefixes of batch meta entries that add up over rounds."""
 
-    kind: ClassVar[str] = "batch_sampler"
-
     enabled_by: str
 
 
-CARD_TYPES.update({cls.kind: cls for cls in (RewardShapingCard, BatchSamplerCard)})
 
-
-@attrs.frozen(kw_only=True)
+@card("log_prob_forward")
 class LogProbForwardCard(CardBase):
     """A canonical log-prob forward the rollout and the trainer both run, so their log-probs agree bit for bit
     (``rollout.exact=true`` resolves the card named ``exact``: the ``rl-exact`` distribution's; docs/exact.md).
@@ -550,13 +515,9 @@ class LogProbForwardCard(CardBase):
     declares ``exact`` calls it in place of its own log-prob forward.
     """
 
-    kind: ClassVar[str] = "log_prob_forward"
 
 
-CARD_TYPES[LogProbForwardCard.kind] = LogProbForwardCard
-
-
-@attrs.frozen(kw_only=True)
+@card("tracker")
 class TrackerCard(CardBase):
     """A metric logger ``trainer.loggers`` may name beside core's own ``console`` and ``jsonl``
     (:mod:`rl_core.trainer.tracking`; hook ``rl_core_register_trackers``, e.g. rl-tracking's tensorboard and wandb).
@@ -568,10 +529,8 @@ class TrackerCard(CardBase):
     naming the logger and the fix; ``config_dict`` has its secrets masked already. Whether its own packages are
     installed is a check the plugin registers (``rl_core_register_checks``)."""
 
-    kind: ClassVar[str] = "tracker"
 
-
-@attrs.frozen(kw_only=True)
+@card("generator")
 class GeneratorCard(CardBase):
     """Prompt rows generated at start-up instead of read from files: ``data.train_generator.name`` /
     ``data.val_generator.name`` (hook ``rl_core_register_generators``, e.g. rl-data's ``reasoning_gym``).
@@ -584,9 +543,5 @@ class GeneratorCard(CardBase):
     ``data.val_generator``; its package installed, its options typed) that `rlcore check` runs before it generates a
     two-row sample."""
 
-    kind: ClassVar[str] = "generator"
+    checks: tuple[Callable, ...] = _checks()
 
-    checks: tuple[Callable, ...] = attrs.field(default=(), converter=tuple)
-
-
-CARD_TYPES.update({cls.kind: cls for cls in (TrackerCard, GeneratorCard)})

@@ -19,7 +19,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.problems": "Problem (what a card's check returns), UserError, nearest_divisors",
     "rl_core.backends": "RolloutEngine / TrainEngine protocols, SamplingParams, WorkerContext",
     "rl_core.batch": "Batch: tensors + per-sample objects + meta",
-    "rl_core.checkpoints": "safe_load, check_dcp_metadata, save_rng_state / load_rng_state, CheckpointError",
+    "rl_core.checkpoints": "safe_load, read_json, save_tensors, copy_state, save_rng_state / load_rng_state, CheckpointError",
     "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
     "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head; plain_head / head_forward: the LM head swapped for a function",
     "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",

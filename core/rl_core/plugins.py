@@ -67,9 +67,11 @@ HOOK_KINDS = {
     "rl_core_register_generators": "generator",
 }
 
-# Where names that are not installed usually come from (hints for error messages
-# only; nothing here changes behaviour).
-KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
+#: kind -> name -> the distribution that usually provides it (hints for messages only; nothing here changes
+#: behaviour). Card kinds name cards; "section" names config sections (rl_core.config.sections), "step_hook" the
+#: boolean key that turns on a RewardShapingCard / BatchSamplerCard (rl_core.plan.step_hooks), "dialect_key" what
+#: only another framework's launch writes (a top-level key, a command-line option, its override grammar).
+KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
     "rollout": {"vllm": "rl-rollout-vllm", "sglang": "rl-rollout-sglang"},
     "train": {"fsdp": "rl-train-fsdp", "megatron": "rl-train-megatron"},
     "run_kind": {"sft": "rl-sft"},
@@ -90,43 +92,41 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "generator": {"reasoning_gym": "rl-data"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
     "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl"},
+    "step_hook": {
+        "reward.overlong_penalty.enable": "rl-algorithms",
+        "algorithm.filter_groups.enable": "rl-algorithms",
+    },
+    "section": {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray", "async": "rl-async",
+                "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
+                "rollout.multi_turn": "rl-agent"},
+    "dialect_key": dict.fromkeys(("actor_rollout_ref", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine",
+                                  "global_profiler", "distillation", "--config-path", "--config-name", "--profile",
+                                  "+key / ~key / group@package"), "rl-verl"),
 }
 
 
-#: a boolean config key -> the distribution whose RewardShapingCard / BatchSamplerCard it turns on (hints for
-#: messages only: rl_core.plan.step_hooks names the package when the key is true and no installed card claims it)
-KNOWN_STEP_HOOKS: dict[str, str] = {
-    "reward.overlong_penalty.enable": "rl-algorithms",
-    "algorithm.filter_groups.enable": "rl-algorithms",
-}
-
-
-#: what only another framework's launch writes (a top-level key of its config, a command-line option, its override
-#: grammar "+key / ~key / group@package") -> the distribution of the dialect that reads it (hints for messages only)
-KNOWN_DIALECTS: dict[str, str] = {
-    **dict.fromkeys(("actor_rollout_ref", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine", "global_profiler",
-                     "distillation", "--config-path", "--config-name", "--profile", "+key / ~key / group@package"), "rl-verl"),
-}
-
-
-#: config sections a first-party package contributes (rl_core.config.sections) -> its distribution (hints for messages only)
-KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray", "async": "rl-async",
-                                  "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
-                                  "rollout.multi_turn": "rl-agent"}
+def known_distribution(kind: str, name: str) -> tuple[str, str] | None:
+    """``(known name, distribution)`` for ``name`` of ``kind``: the name itself or, for a dotted key, its longest
+    known prefix (a key inside a section); None when no package is known to bring it."""
+    table = KNOWN_DISTRIBUTIONS.get(kind, {})
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in table:
+            return prefix, table[prefix]
+    return None
 
 
 def section_hint(key: str) -> str:
-    """``": the section ... of <distribution>; pip install <distribution>"`` for a key inside a section :data:`KNOWN_SECTIONS` knows."""
-    for section, dist in KNOWN_SECTIONS.items():
-        if key == section or key.startswith(section + "."):
-            return f": {section!r} is the config section of {dist}, which is not installed; pip install {dist}"
-    return ""
+    """``": the section ... of <distribution>; pip install <distribution>"`` for a key inside a known section, else ``""``."""
+    known = known_distribution("section", key)
+    return f": {known[0]!r} is the config section of {known[1]}, which is not installed; pip install {known[1]}" if known else ""
 
 
 def dialect_hint(what: str) -> str:
-    """``"; pip install <distribution> (its dialect reads it)"`` for a key, option or grammar :data:`KNOWN_DIALECTS` knows, else ``""``."""
-    dist = KNOWN_DIALECTS.get(what) or KNOWN_DIALECTS.get(what.split(".")[0].lstrip("+~"))
-    return f"; pip install {dist} (its dialect reads it)" if dist else ""
+    """``"; pip install <distribution> (its dialect reads it)"`` for a key, option or grammar of a known dialect, else ``""``."""
+    known = known_distribution("dialect_key", what) or known_distribution("dialect_key", what.lstrip("+~"))
+    return f"; pip install {known[1]} (its dialect reads it)" if known else ""
 
 
 @attrs.frozen
@@ -194,7 +194,7 @@ class Registry:
     def missing_message(self, kind: str, name: str) -> str:
         known = ", ".join(self.names(kind)) or "none"
         msg = f"no {kind} named {name!r} is installed{did_you_mean(str(name), self.names(kind))} (installed: {known})"
-        dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
+        dist = (known_distribution(kind, name) or ("", ""))[1]
         skipped = {d: why for d, _, why in self.skipped}
         if dist and dist in skipped:
             return (

@@ -85,7 +85,7 @@ def test_evolve_key_sets_a_section_value(installed):
 
 
 def test_a_section_no_package_provides(monkeypatch):
-    monkeypatch.setitem(plugins.KNOWN_SECTIONS, "widget", "rl-widget")
+    monkeypatch.setitem(plugins.KNOWN_DISTRIBUTIONS["section"], "widget", "rl-widget")
     text = "\n".join(p.render() for p in _errors(load_report("examples/quickstart.yaml", ["widget.size=7"])))
     assert "pip install rl-widget" in text
     with pytest.raises(AttributeError, match="widget"):

@@ -41,7 +41,7 @@ def test_the_good_config_resolves(capsys):
 def test_bad_config_gives_one_clear_problem(case, capsys, monkeypatch):
     from rl_core import plugins
 
-    monkeypatch.setitem(plugins.KNOWN_PROVIDERS, "rollout", {**plugins.KNOWN_PROVIDERS["rollout"], "trtllm": "rl-rollout-trtllm"})
+    monkeypatch.setitem(plugins.KNOWN_DISTRIBUTIONS["rollout"], "trtllm", "rl-rollout-trtllm")
     overrides, key, words = BAD[case]
     code = main(["check", *GOOD, *overrides])
     err = capsys.readouterr().err

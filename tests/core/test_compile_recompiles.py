@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _compiled_run(tmp_path, steps: int, monkeypatch, share) -> tuple[int, int, list[dict]]:
     """(graphs compiled, recompilations, metric rows) of a ``steps``-step compiled run in this process."""
-    import rl_core.modeling as modeling
+    import rl_train_fsdp.compile as fsdp_compile
     import rl_train_fsdp.engine as fsdp_engine
     import torch._dynamo
     from rl_core.config.load import load_config
@@ -36,7 +36,7 @@ def _compiled_run(tmp_path, steps: int, monkeypatch, share) -> tuple[int, int, l
     torch._dynamo.reset()
     counters.clear()
     counter = CompileCounterWithBackend("eager")  # dynamo's guards and recompiles are the backend's business no more
-    monkeypatch.setattr(fsdp_engine, "compile_decoder_layers", lambda model: modeling.compile_decoder_layers(model, backend=counter))
+    monkeypatch.setattr(fsdp_engine, "compile_decoder_layers", lambda model: fsdp_compile.compile_decoder_layers(model, backend=counter))
     cfg = write_tiny_run(
         tmp_path, steps=steps, model__compile=True, actor__use_kl_loss=True, actor__kl_loss_coef=0.01, rollout__n=2,
         data__max_response_length=12, model__share_prompt_forward=share,
@@ -77,7 +77,8 @@ def test_a_compiled_run_compiles_in_its_first_step_only(tmp_path, monkeypatch, s
 
 def test_a_call_with_a_kv_cache_runs_the_layers_eagerly_with_the_same_result():
     """The shared-prompt reference pass (a KV cache through the layers): no graph compiled, eager's log-probs."""
-    from rl_core.modeling import compile_decoder_layers, forward_response, position_ids_from_mask
+    from rl_core.modeling import forward_response, position_ids_from_mask
+    from rl_train_fsdp.compile import compile_decoder_layers
     from rl_core_testing.tiny_model import tiny_config
     from torch._dynamo.testing import CompileCounterWithBackend
     from transformers import AutoModelForCausalLM

@@ -8,7 +8,8 @@ import pickle
 
 import pytest
 import torch
-from rl_core.checkpoints.store import MARKER, CheckpointError, check_dcp_metadata, file_digest, safe_load
+from rl_core.checkpoints.store import MARKER, CheckpointError, file_digest, safe_load
+from rl_train_fsdp.dcp_io import check_dcp_metadata
 
 from tests.reliability import tally
 from tests.reliability.evil import WritesMarker, payload

@@ -22,13 +22,12 @@ from rl_core.checkpoints.store import (
     CheckpointError,
     CheckpointManager,
     file_digest,
-    read_dcp_metadata,
     read_json,
     read_run_config,
     safe_load,
 )
-from rl_core.checkpoints.dcp_io import read_plain
 from rl_core.trainer.outputs import OutputDirError, read_previous_config
+from rl_train_fsdp.dcp_io import read_dcp_metadata, read_plain
 
 from tests.reliability import tally
 from tests.reliability.evil import WritesMarker, payload
@@ -189,7 +188,7 @@ def test_json_files_cannot_name_code_or_be_links(tmp_path):
     """optim_plain.json, run_config.json, COMPLETE: json only; tags cannot name anything; links and giant files refused."""
     plain = tmp_path / "optim_plain.json"
     plain.write_text(json.dumps({"state": {"w": {"x": {"__tensor__": [1], "dtype": "os.system"}}}, "param_groups": []}))
-    from rl_core.checkpoints.dcp_io import _from_json
+    from rl_train_fsdp.dcp_io import _from_json
 
     with pytest.raises(CheckpointError, match="not a torch dtype"):
         _from_json(read_plain(str(plain))["state"]["w"]["x"])

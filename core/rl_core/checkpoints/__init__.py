@@ -5,15 +5,12 @@
 name                        what
 ==========================  ==========================================================
 ``safe_load(path)``         ``torch.load`` of plain tensors and data only (``weights_only``)
-``check_dcp_metadata(dir)`` refuse a ``torch.distributed.checkpoint`` folder whose
-                            metadata pickle names anything but DCP's own classes
+``read_json(path)``         a JSON file of a checkpoint (plain data; a link, a giant or a
+                            broken file is a ``CheckpointError``)
 ``save_rng_state()``        Python, numpy and torch RNG state as plain data
 ``load_rng_state(state)``   restore it
 ``save_tensors(obj, path)`` ``torch.save`` of plain tensors and data, atomically
                             (a full disk is an ``OSError``, nothing half-written)
-``save_dcp`` / ``load_dcp`` a ``torch.distributed.checkpoint`` of tensors only, and the
-                            optimizer's non-tensor values as JSON (``write_plain`` /
-                            ``read_plain`` at ``PLAIN_FILE``), :mod:`rl_core.checkpoints.dcp_io`
 ``copy_state(obj)``         a detached copy of every tensor in a nested state dict
 ``CheckpointError``         a checkpoint that cannot be used (a user error)
 ==========================  ==========================================================
@@ -25,14 +22,9 @@ from typing import Any, Callable
 
 import torch
 
-from rl_core.checkpoints.store import CheckpointError, check_dcp_metadata, load_rng_state, safe_load, save_rng_state, save_tensors
-from rl_core.checkpoints.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
+from rl_core.checkpoints.store import CheckpointError, load_rng_state, read_json, safe_load, save_rng_state, save_tensors
 
-__all__ = [
-    "copy_state",
-    "PLAIN_FILE", "CheckpointError", "check_dcp_metadata", "load_dcp", "load_rng_state", "read_plain", "safe_load", "save_dcp",
-    "save_rng_state", "save_tensors", "write_plain",
-]
+__all__ = ["copy_state", "CheckpointError", "load_rng_state", "read_json", "safe_load", "save_rng_state", "save_tensors"]
 
 
 def copy_state(obj: Any, tensor: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Any:

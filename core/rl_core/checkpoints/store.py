@@ -1,49 +1,16 @@
-"""Atomic, prunable checkpoints on a local or shared filesystem.
+"""Atomic, prunable checkpoints on a local or shared filesystem (layout and protocol: docs/reliability.md).
 
-Layout under ``root`` (verl's names, so its users recognise them)::
+A checkpoint is written into ``root/.tmp_global_step_<N>_<token>``, gets a ``COMPLETE`` manifest (step, time,
+every file's size and sha256) and is renamed to ``root/global_step_<N>`` with one ``os.replace``, so a crash
+leaves the old set of complete checkpoints or the new one, plus debris :meth:`CheckpointManager.latest` ignores.
+``latest(verify=True)`` checks every file against the manifest and falls back to the previous checkpoint.
+Several writers share one temporary folder (rank 0 :meth:`~CheckpointManager.begin` s and
+:meth:`~CheckpointManager.commit` s, every rank writes into :meth:`~CheckpointManager.tmp_dir`); one process
+uses :meth:`~CheckpointManager.save`.
 
-    root/
-      global_step_10/            a complete checkpoint: its files + COMPLETE
-      global_step_20/
-      latest_checkpointed_iteration.txt   "20"
-      .tmp_global_step_30_4711/  being written (or left behind by a crash)
-
-A checkpoint is written into a temporary directory inside ``root``, then a
-``COMPLETE`` marker (a small json manifest: step, time, every file with its
-size and sha256) is written, then the directory is renamed into place with one
-``os.replace``. A crash at any moment therefore leaves either the old set of
-complete checkpoints or the new one, plus debris that
-:meth:`CheckpointManager.latest` ignores with a warning. Before a resume,
-``latest(verify=True)`` checks every file against the manifest (missing,
-truncated, changed or unexpected files) and falls back to the previous
-complete checkpoint with a warning that names the damaged directory.
-
-Safety: the files of ours hold tensors and plain data only and are read with
-:func:`safe_load` (``torch.load(weights_only=True)``), so a checkpoint copied
-in from elsewhere cannot run code on resume. torch's distributed-checkpoint
-metadata (``.metadata``, a pickle) is never given to ``pickle.load``:
-:func:`read_dcp_metadata` rebuilds it with an unpickler that resolves an
-exact list of torch's metadata classes and nothing else, and
-:mod:`rl_core.checkpoints.dcp_io` reads the tensors through it. Non-tensor
-state (optimizer step counts, hyper-parameters) travels as JSON, never as
-pickled bytes.
-
-Several writers (e.g. one per rank) share one temporary directory::
-
-    token = str(os.getpid())                    # on rank 0, then broadcast
-    if rank == 0:
-        tmp = ckpt.begin(step, token)           # creates it (clears a stale one)
-    barrier(); tmp = ckpt.tmp_dir(step, token)  # every rank
-    ...every rank writes its shard into tmp...
-    barrier()
-    if rank == 0:
-        ckpt.commit(step, token)                # marker, rename, prune
-
-A single process uses :meth:`CheckpointManager.save` instead.
-
-RNG state: :func:`save_rng_state` / :func:`load_rng_state` cover Python's
-``random``, numpy's global generator and torch (CPU, and CUDA when present);
-the dict they use loads with ``torch.load(..., weights_only=True)``.
+Safety: files are read with :func:`safe_load` (``torch.load(weights_only=True)``) or :func:`read_json`, so a
+checkpoint copied in from elsewhere cannot run code on resume (torch's distributed checkpoints:
+rl-train-fsdp's ``rl_train_fsdp.dcp_io``). RNG state (:func:`save_rng_state`) is plain data too.
 """
 
 from __future__ import annotations
@@ -482,114 +449,6 @@ def read_json(path: str, max_bytes: int = JSON_MAX_BYTES) -> Any:
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser's stack
         why = "nested deeper than rl-core ever writes" if isinstance(exc, RecursionError) else exc
         raise CheckpointError(f"cannot read {path}: {why}; the checkpoint is damaged, delete it to resume from the previous one") from None
-
-
-# ---------------------------------------------- torch distributed checkpoint metadata
-# The only global names a torch DCP ``.metadata`` pickle may name (torch 2.x), exactly: no prefix match,
-# nothing imported on demand. Each is a dataclass, an enum, torch.Size, a path class or a lookup of a
-# layout by name, so rebuilding them calls nothing but those constructors.
-_DCP_CLASSES = {
-    "torch.distributed.checkpoint.metadata": (
-        "Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata", "BytesStorageMetadata",
-        "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING",
-    ),
-    "torch.distributed.checkpoint.filesystem": ("_StorageInfo",),
-}
-_PATH_CLASSES = ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
-DCP_METADATA_MAX_BYTES = 2 << 30  # a .metadata larger than this is not one torch wrote
-_SAFE_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def _dcp_globals() -> dict[tuple[str, str], Any]:
-    """``{(module, name): object}`` of every global a DCP metadata pickle may name."""
-    import collections
-    import pathlib
-
-    import torch.distributed.checkpoint.filesystem as dcp_fs
-    import torch.distributed.checkpoint.metadata as dcp_md
-
-    modules = {"torch.distributed.checkpoint.metadata": dcp_md, "torch.distributed.checkpoint.filesystem": dcp_fs}
-    out: dict[tuple[str, str], Any] = {}
-    for mod, names in _DCP_CLASSES.items():
-        for name in names:
-            if hasattr(modules[mod], name):
-                out[(mod, name)] = getattr(modules[mod], name)
-    for name in _PATH_CLASSES:
-        out[("pathlib", name)] = out[("pathlib._local", name)] = getattr(pathlib, name)
-    out[("torch", "Size")] = torch.Size
-    out[("collections", "OrderedDict")] = collections.OrderedDict
-    out[("torch.serialization", "_get_layout")] = _layout_by_name
-    for name in dir(torch):  # dtypes and memory formats are values, not callables
-        value = getattr(torch, name, None)
-        if isinstance(value, (torch.dtype, torch.memory_format)):
-            out[("torch", name)] = value
-    return out
-
-
-def _layout_by_name(name: Any) -> torch.layout:
-    """What ``torch.serialization._get_layout`` does (``"torch.strided"`` -> the layout), for layouts only."""
-    layouts = {str(v): v for v in vars(torch).values() if isinstance(v, torch.layout)}
-    if not isinstance(name, str) or name not in layouts:
-        raise pickle.UnpicklingError(f"it names the layout {name!r}, which is not a torch layout")
-    return layouts[name]
-
-
-class _DCPMetadataUnpickler(pickle.Unpickler):
-    """Resolves only the exact names of :func:`_dcp_globals`; anything else stops the load before it is called."""
-
-    _allowed: dict[tuple[str, str], Any] | None = None
-
-    def find_class(self, module: str, name: str) -> Any:
-        if _DCPMetadataUnpickler._allowed is None:
-            _DCPMetadataUnpickler._allowed = _dcp_globals()
-        try:
-            return _DCPMetadataUnpickler._allowed[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"it names {module}.{name}, which torch's checkpoint metadata never holds") from None
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("it holds a persistent id, which torch's checkpoint metadata never holds")
-
-
-def read_dcp_metadata(path: str) -> Any:
-    """A DCP ``.metadata`` file as torch's ``Metadata`` object, read without running anything it names.
-
-    Only the classes of torch's checkpoint metadata are rebuilt (an exact
-    list of names), the result must be a ``Metadata`` whose storage entries
-    name plain files inside the folder; anything else is a :class:`CheckpointError`.
-    """
-    from torch.distributed.checkpoint.metadata import Metadata
-
-    if os.path.islink(path):
-        raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint folder {os.path.dirname(path)} has no {os.path.basename(path)} file") from None
-    if size > DCP_METADATA_MAX_BYTES:
-        raise CheckpointError(f"refused to load {path}: {size} bytes, more than any torch checkpoint metadata; delete the checkpoint directory")
-    try:
-        with open(path, "rb") as f:
-            md = _DCPMetadataUnpickler(f).load()
-        if not isinstance(md, Metadata):
-            raise pickle.UnpicklingError(f"it holds a {type(md).__name__}, not torch's checkpoint Metadata")
-        for info in (md.storage_data or {}).values():
-            rel = getattr(info, "relative_path", None)
-            if not isinstance(rel, str) or not _SAFE_FILE_RE.match(rel) or rel in (".", ".."):
-                raise pickle.UnpicklingError(f"it points at the file {rel!r}, which is not a file of this folder")
-            descriptors = getattr(info, "transform_descriptors", None)
-            if descriptors is not None and not all(isinstance(d, str) for d in descriptors):
-                raise pickle.UnpicklingError("its transform descriptors are not names")
-    except Exception as exc:  # noqa: BLE001 - whatever the pickle holds, it is refused
-        raise CheckpointError(
-            f"refused to load {path}: {exc}; if you did not put this file there, delete the checkpoint directory"
-        ) from None
-    return md
-
-
-def check_dcp_metadata(dcp_dir: str) -> None:
-    """Refuse a torch distributed-checkpoint folder whose ``.metadata`` is not plain torch checkpoint metadata."""
-    read_dcp_metadata(os.path.join(dcp_dir, ".metadata"))
 
 
 # --------------------------------------------------------------------- RNG

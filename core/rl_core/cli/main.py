@@ -18,7 +18,7 @@ from rl_core.util import stack_dump
 from rl_core.placement.contract import WorkerError
 from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
-from rl_core.plugins import KNOWN_PROVIDERS, dialect_hint
+from rl_core.plugins import KNOWN_DISTRIBUTIONS, dialect_hint
 
 SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model", "plot", "doctor")
 
@@ -49,7 +49,7 @@ def add_plugin_commands(sub) -> None:
             card.load()(sub)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the other commands down
             print(f"warning: the command {name!r} of {card.provider} is left out: {type(exc).__name__}: {exc}", file=sys.stderr)
-    for name, dist in sorted(KNOWN_PROVIDERS["command"].items()):
+    for name, dist in sorted(KNOWN_DISTRIBUTIONS["command"].items()):
         if name not in sub.choices:  # a first-party package's command, not installed: say which install brings it
             stub = sub.add_parser(name, help=f"(not installed: pip install {dist})", add_help=False)
             stub.add_argument("rest", nargs=argparse.REMAINDER)

@@ -9,7 +9,7 @@ installed dialect (by name) two questions:
 * otherwise, when a native launch writes keys that are not rl-core's (:func:`is_ours`), the first dialect with
   ``keys`` translates them: ``keys(launch) -> Translated``, with no defaults of its own; rl-core's own keys keep
   rl-core's meaning. With no dialect installed such a key is an unknown key (with an install hint where
-  :data:`rl_core.plugins.KNOWN_DIALECTS` knows one).
+  :data:`rl_core.plugins.KNOWN_DISTRIBUTIONS` knows one).
 
 A launch that is not in a dialect's syntax is rl-core's: a YAML file and ``key=value`` overrides (:func:`parse_override`).
 """

@@ -7,7 +7,7 @@ factory is the section's attrs class. :func:`rl_core.config.load.structure` read
 registered section is there, with its defaults when the config does not write it. Code reads it as an attribute
 (``config.ray.address``, ``config.rollout.multi_turn.enable``) exactly as before, and sets it with
 :func:`evolve_key`; a section no installed package
-provides is an unknown key whose problem names the package (:data:`rl_core.plugins.KNOWN_SECTIONS`).
+provides is an unknown key whose problem names the package (:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards) and ``data.*_generator.name``
 (generator cards), each looked up and its factory loaded once (``Plan.trackers`` / ``Plan.generators``). An unknown
-name is a problem naming the key and, for a first-party package's name, its install (``KNOWN_PROVIDERS``).
+name is a problem naming the key and, for a first-party package's name, its install (``KNOWN_DISTRIBUTIONS``).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rl_core.config.schema import LOGGERS
-from rl_core.plugins import KNOWN_PROVIDERS, Registry, UnknownCardError
+from rl_core.plugins import Registry, UnknownCardError, known_distribution
 from rl_core.problems import Problem
 
 Named = tuple[tuple[str, Any, str], ...]  # (name, card, the key that named it)
@@ -18,8 +18,8 @@ def _card(registry: Registry, kind: str, name: str, key: str, fix: str, problems
     try:
         return registry.get(kind, name)
     except UnknownCardError as exc:
-        dist = KNOWN_PROVIDERS.get(kind, {}).get(name)
-        problems.append(Problem(key=key, what=str(exc), fix=f"pip install {dist}; or {fix}" if dist else fix))
+        known = known_distribution(kind, name)
+        problems.append(Problem(key=key, what=str(exc), fix=f"pip install {known[1]}; or {fix}" if known else fix))
         return None
 
 

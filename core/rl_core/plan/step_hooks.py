@@ -2,14 +2,14 @@
 
 A card names the boolean config key that turns it on (``enabled_by``); the Plan holds the loaded factories of the
 cards whose key is true. A key that is true with no installed card claiming it names the package
-(:data:`rl_core.plugins.KNOWN_STEP_HOOKS`).
+(:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from rl_core.plugins import KNOWN_STEP_HOOKS, Registry
+from rl_core.plugins import KNOWN_DISTRIBUTIONS, Registry
 from rl_core.problems import Problem
 from rl_core.util.user_paths import get_key
 
@@ -36,7 +36,7 @@ def step_hooks(config: Any, registry: Registry) -> tuple[tuple[Hook, ...], Hook 
     shapers = _enabled(config, registry, "reward_shaping", problems)
     samplers = _enabled(config, registry, "batch_sampler", problems)
     claimed = {card.enabled_by for kind in ("reward_shaping", "batch_sampler") for card in registry.cards[kind].values()}
-    for key, dist in KNOWN_STEP_HOOKS.items():
+    for key, dist in KNOWN_DISTRIBUTIONS["step_hook"].items():
         if key not in claimed and get_key(config, key) is True:
             problems.append(Problem(key=key, what=f"is true, but no installed package provides this feature (the distribution {dist} does)",
                                     fix=f"pip install {dist}, or set {key}=false"))

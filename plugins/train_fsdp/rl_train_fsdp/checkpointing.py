@@ -1,7 +1,7 @@
 """DCP checkpoints of the FSDP backend: sharded model + optimizer state, scheduler and RNG per rank.
 
 ``self`` below is the :class:`rl_train_fsdp.engine.FSDPBackend` (its ``save_checkpoint`` / ``load_checkpoint``
-call these). Only tensors go through DCP (:mod:`rl_core.checkpoints.dcp_io`); the optimizer's non-tensor values are
+call these). Only tensors go through DCP (:mod:`rl_train_fsdp.dcp_io`); the optimizer's non-tensor values are
 JSON (``optim_plain.json``), the scheduler and RNG state tensors read back with ``weights_only=True``.
 """
 
@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from rl_core.checkpoints import PLAIN_FILE, load_dcp, read_plain, safe_load, save_dcp, save_tensors, write_plain
+from rl_core.checkpoints import safe_load, save_tensors
 
 from rl_train_fsdp import offload, sharding
+from rl_train_fsdp.dcp_io import PLAIN_FILE, load_dcp, read_plain, save_dcp, write_plain
 
 
 def save(self, path: str, scheduler: dict[str, Any] | None) -> None:
     """Sharded model + optimizer state (torch.distributed.checkpoint), scheduler and RNG per rank.
 
     ``path/dcp/`` holds the DCP checkpoint (loadable on another number of
-    ranks; tensors only, see :mod:`rl_core.checkpoints.dcp_io`), ``path/optim_plain.json``
+    ranks; tensors only, see :mod:`rl_train_fsdp.dcp_io`), ``path/optim_plain.json``
     the optimizer's non-tensor values; ``path/extra_rank{r}.pt`` the scheduler and RNG state as
     tensors and plain data (the schedule itself is rebuilt from the
     config, not pickled), read back with ``weights_only=True``.
@@ -59,7 +60,7 @@ def load(self, path: str) -> dict[str, Any] | None:
     root = Path(path)
     if not (root / "dcp").is_dir():
         raise FileNotFoundError(f"{self.role}: no checkpoint at {str(root)!r} (expected {str(root / 'dcp')!r} written by save_checkpoint)")
-    # .metadata is rebuilt from an exact list of torch's classes and only tensors are read (rl_core.checkpoints.dcp_io)
+    # .metadata is rebuilt from an exact list of torch's classes and only tensors are read (rl_train_fsdp.dcp_io)
     if self.optimizer is not None:
         options = _state_options(self)
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)

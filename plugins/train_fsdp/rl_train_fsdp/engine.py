@@ -37,12 +37,12 @@ from typing import Any
 
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.modeling import compile_decoder_layers
 from rl_core.train_engine.backend import TrainBackend, build_adamw, load_role_model
 from rl_core.train_engine.engine import RoleEngine
 from rl_train_fsdp import packing
 
 from rl_train_fsdp import activations, checkpointing, offload, sharding, ulysses
+from rl_train_fsdp.compile import compile_decoder_layers
 from rl_train_fsdp.forward import Forwards
 from rl_train_fsdp.lora import LoraMembers
 from rl_train_fsdp.weights import WeightExport

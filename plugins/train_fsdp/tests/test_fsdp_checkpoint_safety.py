@@ -11,8 +11,8 @@ import attrs
 import pytest
 import torch
 from rl_core.backends import WorkerContext
-from rl_core.checkpoints.store import CheckpointError, read_dcp_metadata
-from rl_core.checkpoints.dcp_io import PLAIN_FILE
+from rl_core.checkpoints.store import CheckpointError
+from rl_train_fsdp.dcp_io import PLAIN_FILE, read_dcp_metadata
 from rl_core_testing.train_conformance import default_config, make_step_batch, single_rank_order
 from rl_train_fsdp.engine import build_engine
 

@@ -163,7 +163,7 @@ def test_adapter_checkpoint_resume_is_exact_and_save_hf_writes_a_peft_folder(mod
     a.save_checkpoint(str(tmp_path / "ckpt"))
     held = torch.load(str(tmp_path / "ckpt" / "extra_rank0.pt"), weights_only=True)
     assert held["role"] == "actor"
-    from rl_core.checkpoints.store import read_dcp_metadata
+    from rl_train_fsdp.dcp_io import read_dcp_metadata
 
     keys = set(read_dcp_metadata(str(tmp_path / "ckpt" / "dcp" / ".metadata")).state_dict_metadata)
     assert any(".lora_A." in k for k in keys) and any(k.startswith("optim.") for k in keys)

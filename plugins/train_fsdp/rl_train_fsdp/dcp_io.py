@@ -10,7 +10,7 @@ elsewhere could therefore run code on resume. Here:
   non-tensor per-parameter value) goes to a JSON file (:data:`PLAIN_FILE`)
   written by :func:`plain_optim_state` and read back with ``json``;
 - :func:`load_dcp` reads ``.metadata`` with
-  :func:`rl_core.checkpoints.store.read_dcp_metadata` (an exact list of
+  :func:`read_dcp_metadata` (an exact list of
   torch's metadata classes, nothing else resolved) and refuses any non-tensor
   entry instead of unpickling it, so a checkpoint written by an older
   rl-core (which stored the hyper-parameters as pickled bytes) still loads:
@@ -24,14 +24,17 @@ values. The saved ones are kept in :data:`PLAIN_FILE` for the record.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
+import pathlib
+import pickle
+import re
 from typing import Any
 
 import torch
-
-from rl_core.checkpoints.store import CheckpointError, read_dcp_metadata, read_json
+from rl_core.checkpoints import CheckpointError, read_json
 
 PLAIN_FILE = "optim_plain.json"
 
@@ -193,3 +196,108 @@ def load_dcp(dcp_dir: str, model_sd: dict[str, Any], optim_sd: dict[str, Any] | 
         for p, values in plain.get("state", {}).items():
             if p in optim_sd.get("state", {}) and isinstance(values, dict):
                 optim_sd["state"][p].update({k: _from_json(v) for k, v in values.items()})
+
+
+# ---------------------------------------------- torch distributed checkpoint metadata
+# The only global names a torch DCP ``.metadata`` pickle may name (torch 2.x), exactly: no prefix match,
+# nothing imported on demand. Each is a dataclass, an enum, torch.Size, a path class or a lookup of a
+# layout by name, so rebuilding them calls nothing but those constructors.
+_DCP_CLASSES = {
+    "torch.distributed.checkpoint.metadata": (
+        "Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata", "BytesStorageMetadata",
+        "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING",
+    ),
+    "torch.distributed.checkpoint.filesystem": ("_StorageInfo",),
+}
+_PATH_CLASSES = ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
+DCP_METADATA_MAX_BYTES = 2 << 30  # a .metadata larger than this is not one torch wrote
+_SAFE_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _dcp_globals() -> dict[tuple[str, str], Any]:
+    """``{(module, name): object}`` of every global a DCP metadata pickle may name."""
+    import torch.distributed.checkpoint.filesystem as dcp_fs
+    import torch.distributed.checkpoint.metadata as dcp_md
+
+    modules = {"torch.distributed.checkpoint.metadata": dcp_md, "torch.distributed.checkpoint.filesystem": dcp_fs}
+    out: dict[tuple[str, str], Any] = {}
+    for mod, names in _DCP_CLASSES.items():
+        for name in names:
+            if hasattr(modules[mod], name):
+                out[(mod, name)] = getattr(modules[mod], name)
+    for name in _PATH_CLASSES:
+        out[("pathlib", name)] = out[("pathlib._local", name)] = getattr(pathlib, name)
+    out[("torch", "Size")] = torch.Size
+    out[("collections", "OrderedDict")] = collections.OrderedDict
+    out[("torch.serialization", "_get_layout")] = _layout_by_name
+    for name in dir(torch):  # dtypes and memory formats are values, not callables
+        value = getattr(torch, name, None)
+        if isinstance(value, (torch.dtype, torch.memory_format)):
+            out[("torch", name)] = value
+    return out
+
+
+def _layout_by_name(name: Any) -> torch.layout:
+    """What ``torch.serialization._get_layout`` does (``"torch.strided"`` -> the layout), for layouts only."""
+    layouts = {str(v): v for v in vars(torch).values() if isinstance(v, torch.layout)}
+    if not isinstance(name, str) or name not in layouts:
+        raise pickle.UnpicklingError(f"it names the layout {name!r}, which is not a torch layout")
+    return layouts[name]
+
+
+class _DCPMetadataUnpickler(pickle.Unpickler):
+    """Resolves only the exact names of :func:`_dcp_globals`; anything else stops the load before it is called."""
+
+    _allowed: dict[tuple[str, str], Any] | None = None
+
+    def find_class(self, module: str, name: str) -> Any:
+        if _DCPMetadataUnpickler._allowed is None:
+            _DCPMetadataUnpickler._allowed = _dcp_globals()
+        try:
+            return _DCPMetadataUnpickler._allowed[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which torch's checkpoint metadata never holds") from None
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("it holds a persistent id, which torch's checkpoint metadata never holds")
+
+
+def read_dcp_metadata(path: str) -> Any:
+    """A DCP ``.metadata`` file as torch's ``Metadata`` object, read without running anything it names.
+
+    Only the classes of torch's checkpoint metadata are rebuilt (an exact
+    list of names), the result must be a ``Metadata`` whose storage entries
+    name plain files inside the folder; anything else is a :class:`CheckpointError`.
+    """
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    if os.path.islink(path):
+        raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint folder {os.path.dirname(path)} has no {os.path.basename(path)} file") from None
+    if size > DCP_METADATA_MAX_BYTES:
+        raise CheckpointError(f"refused to load {path}: {size} bytes, more than any torch checkpoint metadata; delete the checkpoint directory")
+    try:
+        with open(path, "rb") as f:
+            md = _DCPMetadataUnpickler(f).load()
+        if not isinstance(md, Metadata):
+            raise pickle.UnpicklingError(f"it holds a {type(md).__name__}, not torch's checkpoint Metadata")
+        for info in (md.storage_data or {}).values():
+            rel = getattr(info, "relative_path", None)
+            if not isinstance(rel, str) or not _SAFE_FILE_RE.match(rel) or rel in (".", ".."):
+                raise pickle.UnpicklingError(f"it points at the file {rel!r}, which is not a file of this folder")
+            descriptors = getattr(info, "transform_descriptors", None)
+            if descriptors is not None and not all(isinstance(d, str) for d in descriptors):
+                raise pickle.UnpicklingError("its transform descriptors are not names")
+    except Exception as exc:  # noqa: BLE001 - whatever the pickle holds, it is refused
+        raise CheckpointError(
+            f"refused to load {path}: {exc}; if you did not put this file there, delete the checkpoint directory"
+        ) from None
+    return md
+
+
+def check_dcp_metadata(dcp_dir: str) -> None:
+    """Refuse a torch distributed-checkpoint folder whose ``.metadata`` is not plain torch checkpoint metadata."""
+    read_dcp_metadata(os.path.join(dcp_dir, ".metadata"))

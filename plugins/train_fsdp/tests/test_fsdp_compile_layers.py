@@ -1,4 +1,4 @@
-"""model.compile (rl_core.modeling.compile_decoder_layers): micro-batches change their row count and length from one
+"""model.compile (rl_train_fsdp.compile.compile_decoder_layers): micro-batches change their row count and length from one
 to the next (rows skipped at zero advantage, longer responses); the compiled decoder layers take those dims as dynamic
 from the first compile, so a new shape does not recompile (~10 s a time for a 7B model on an H100)."""
 
@@ -26,7 +26,7 @@ def test_decoder_layers_compile_once_for_every_row_count_and_length(fresh_dynamo
     from torch._dynamo.testing import CompileCounterWithBackend
     from transformers import AutoModelForCausalLM
 
-    from rl_core.modeling import compile_decoder_layers
+    from rl_train_fsdp.compile import compile_decoder_layers
     from rl_core_testing.tiny_model import tiny_config
 
     torch.manual_seed(0)

@@ -30,7 +30,7 @@ def test_micro_row_slices_cover_every_row_once_without_a_one_row_tail():
 
 def _compiles(split) -> int:
     import torch._dynamo
-    from rl_core.modeling import compile_decoder_layers
+    from rl_train_fsdp.compile import compile_decoder_layers
     from rl_core_testing.tiny_model import tiny_config
     from torch._dynamo.testing import CompileCounterWithBackend
     from transformers import AutoModelForCausalLM
