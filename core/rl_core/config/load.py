@@ -30,7 +30,6 @@ import yaml
 from rl_core.cards import load_object
 from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
-from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
 from rl_core.config.sections import Sectioned, added_to, flatten_sections
 from rl_core.problems import ConfigError, Problem, did_you_mean
@@ -135,6 +134,23 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------- structuring
 class _Mismatch(Exception):
     pass
+
+
+def type_name(tp: Any) -> str:
+    """How a field's type is named in messages and docs ("int or null", "list[float]")."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(tp))}]"
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+_ARTICLES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 
 def _coerce(value: Any, tp: Any, key: str, problems: list[Problem]) -> Any:
@@ -256,8 +272,9 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
             if attrs.has(tp) or (typing.get_origin(tp) in (typing.Union, types.UnionType) and any(attrs.has(a) for a in typing.get_args(tp))):
                 fix = f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"
             else:
-                fix = f"set {dotted} to {_article(_type_name(tp))}"
-            problems.append(Problem(key=dotted, what=f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
+                name = type_name(tp)
+                fix = f"set {dotted} to {_ARTICLES.get(name, f'a value of type {name}')}"
+            problems.append(Problem(key=dotted, what=f"expected {type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
     if added:
         kwargs["sections"] = {key: given[key] if key in given else schema() for key, schema in added.items()}
     try:

@@ -20,10 +20,6 @@ from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 field = attrs.field
 
 
-def _opt(default=None, **kw):
-    return attrs.field(default=default, **kw)
-
-
 def num(default, **bounds):
     """A number with bounds (``ge``, ``gt``, ``le``, ``lt``, ``also``, ``hint``): see :class:`Range`."""
     return attrs.field(default=default, metadata={RULE: Range(**bounds)})

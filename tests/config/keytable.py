@@ -1,6 +1,6 @@
 """docs/config.md's table of every key: type, default and allowed values, from the schema's fields and rules.
 
-``python -m rl_core.config.keytable`` prints it.
+``python -m tests.config.keytable`` prints it (a docs tool: the run never reads it).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import attrs
 
+from rl_core.config.load import type_name
 from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
 from rl_core.config.schema import RunConfig
 from rl_core.config.sections import added_to
-from rl_core.config.typenames import type_name
 
 
 def describe(rule: Any) -> str:
@@ -55,7 +55,7 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
 
 
 def key_table() -> str:
-    """The markdown table of every key (``python -m rl_core.config.keytable`` prints it)."""
+    """The markdown table of every key."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     lines = ["| key | type | default | allowed |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {esc(t)} | `{esc(d)}` | {esc(a)} |" for k, t, d, a in key_rows(RunConfig)]
