@@ -61,16 +61,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([Problem(key=str(path), what=f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}", fix="fix the YAML syntax")]) from None
     if duplicates:
-        raise ConfigError(
-            [
-                Problem(
-                    key=key,
-                    what=f"appears {len(lines)} times in {path} (lines {', '.join(map(str, lines))}); YAML would silently keep only the last",
-                    fix=f"keep one {key!r} (merge the two into one section if it is a section)",
-                )
-                for key, lines in duplicates.items()
-            ]
-        )
+        raise ConfigError([Problem(key=key, what=f"appears {len(lines)} times in {path} (lines {', '.join(map(str, lines))}); "
+                                           "YAML would silently keep only the last",
+                                   fix=f"keep one {key!r} (merge the two into one section if it is a section)")
+                           for key, lines in duplicates.items()])
     if not isinstance(data, dict):
         raise ConfigError([Problem(key=str(path), what=f"must hold a mapping of sections, got {type(data).__name__}", fix="start the file with sections such as `data:` and `rollout:`")])
     return data
@@ -95,19 +89,6 @@ def duplicate_keys(node: yaml.Node | None, prefix: str = "") -> dict[str, list[i
         for i, item in enumerate(node.value):
             out.update(duplicate_keys(item, f"{prefix}[{i}]"))
     return out
-
-
-def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
-    """``["a.b=1", "c=x"]`` -> nested dict of rl-core keys (rl-core's own override form: :func:`rl_core.config.dialect.parse_override`)."""
-    tree: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for text in overrides:
-        key, value, problem = parse_override(text)
-        if problem is not None:
-            problems.append(problem)
-        else:
-            set_dotted(tree, key, value)
-    return tree, problems
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -257,13 +238,9 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
         if key not in fields:
             where = f"section {prefix!r}" if prefix else "the config"
             names = [*fields, *added]
-            problems.append(
-                Problem(
-                    key=dotted,
-                    what=f"unknown key in {where}" + (section_hint(dotted) or _typo(str(key), names)),
-                    fix=f"valid keys here: {', '.join(sorted(names))}",
-                )
-            )
+            problems.append(Problem(key=dotted,
+                                    what=f"unknown key in {where}" + (section_hint(dotted) or _typo(str(key), names)),
+                                    fix=f"valid keys here: {', '.join(sorted(names))}"))
             continue
         tp = hints[key]
         try:
@@ -279,14 +256,7 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
         kwargs["sections"] = {key: given[key] if key in given else schema() for key, schema in added.items()}
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        # attrs validators (in_) raise ValueError("'x' must be in (...)", attribute, options, value)
-        if len(exc.args) >= 4 and isinstance(exc.args[1], attrs.Attribute):
-            attr, options, bad = exc.args[1], exc.args[2], exc.args[3]
-            dotted = f"{prefix}.{attr.name}" if prefix else attr.name
-            problems.append(Problem(key=dotted, what=f"{bad!r} is not allowed{did_you_mean(str(bad), [str(o) for o in options])}", fix=f"use one of: {', '.join(map(str, options))}"))
-            kwargs.pop(attr.name, None)
-            return structure(cls, {k: v for k, v in data.items() if k != attr.name}, prefix, problems)
+    except (ValueError, TypeError) as exc:  # a section's own validators (the schema's are rules, checked after)
         problems.append(Problem(key=prefix or "config", what=str(exc)))
         return cls()
 
@@ -335,7 +305,7 @@ def _native(launch: Launch) -> Translated:
         if grammar_of(text):
             problems.append(Problem(key=text.partition("=")[0].strip(), what=f"{text!r} is written in Hydra's override grammar (+key, ~key, "
                                     "group@package), which rl-core reads only through a dialect plugin, and no installed dialect reads it",
-                                    fix="write key=value" + plugin_hint("+key / ~key / group@package")))
+                                    fix="write key=value" + dialect_hint("+key / ~key / group@package")))
             continue
         key, value, problem = parse_override(text)
         if problem is not None:
@@ -343,17 +313,13 @@ def _native(launch: Launch) -> Translated:
         else:
             items.append((key, value))
     for key, value in items:
-        hint = plugin_hint(key)
+        hint = dialect_hint(key)
         if hint and not is_ours(key):
             problems.append(Problem(key=key, what="is another framework's spelling of a key, and no installed dialect plugin reads it",
                                     fix="write rl-core's key (docs/config.md)" + hint))
         else:
             set_dotted(tree, key, value)
     return Translated(raw=tree, problems=problems)
-
-
-def plugin_hint(what: str) -> str:
-    return dialect_hint(what)
 
 
 def _translate(launch: Launch, problems: list[Problem]) -> Translated:
@@ -369,7 +335,7 @@ def _translate(launch: Launch, problems: list[Problem]) -> Translated:
         if dest not in known:
             flag = "--" + dest.replace("_", "-")
             problems.append(Problem(key=flag, what="is an option of a dialect plugin, and no installed dialect reads it",
-                                    fix=f"remove {flag}" + plugin_hint(flag)))
+                                    fix=f"remove {flag}" + dialect_hint(flag)))
     keys = [k for k, _ in flatten(launch.data)] + [t.partition("=")[0].strip() for t in launch.overrides]
     if any(not is_ours(k) for k in keys):
         for card in cards:
@@ -450,31 +416,14 @@ def looks_secret(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words) or "password" in str(name).lower() or "secret" in str(name).lower()
 
 
-def mask_secrets(value: Any) -> Any:
-    """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``,
-    and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``, ``sk-...``: rl_core.util.secrets).
-
-    Only non-empty scalars are masked (``max_tokens: 512`` is a number and stays).
-    """
+def mask_secrets(value: Any, *, by_key: bool = True) -> Any:
+    """A copy of a plain dict / list tree with the non-empty string values of credential-like keys replaced by ``***``
+    (unless ``by_key`` is false), and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``,
+    ``sk-...``: rl_core.util.secrets)."""
     if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if looks_secret(k) and isinstance(v, str) and v:
-                out[k] = MASK
-            else:
-                out[k] = mask_secrets(v)
-        return out
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return mask_text(value) if isinstance(value, str) else value
-
-
-def _mask_shapes(value: Any) -> Any:
-    """Every string of a dict / list tree with its secret-shaped parts masked (rl_core.util.secrets)."""
-    if isinstance(value, dict):
-        return {k: _mask_shapes(v) for k, v in value.items()}
+        return {k: MASK if by_key and looks_secret(k) and isinstance(v, str) and v else mask_secrets(v, by_key=by_key) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_mask_shapes(v) for v in value)
+        return type(value)(mask_secrets(v, by_key=by_key) for v in value)
     return mask_text(value) if isinstance(value, str) else value
 
 
@@ -494,5 +443,5 @@ def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
 def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
-    data = _mask_shapes(_mask_config(config, data)) if mask else data
+    data = mask_secrets(_mask_config(config, data), by_key=False) if mask else data
     return flatten_sections(data)  # packages' sections under their own keys (``async:``), read back the same way
