@@ -13,7 +13,7 @@ import attrs
 from rl_core.config.load import type_name
 from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import added_to
+from rl_core.config.sections import added_to, section_class
 
 
 def describe(rule: Any) -> str:
@@ -42,9 +42,8 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             continue
         key = f"{prefix}.{f.name}" if prefix else f.name
         tp = hints[f.name]
-        sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
-        if sections:
-            rows += key_rows(sections[0], key)
+        if section_class(tp) is not None:
+            rows += key_rows(section_class(tp), key)
             continue
         default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
         shown = repr(default) if isinstance(default, str) else "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)

@@ -1,18 +1,10 @@
 """Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
 
-Every problem is collected (duplicate YAML keys, unknown keys with a "did you
-mean", wrong types naming the key and the expected type, values outside their
-range or allowed set, NaN / inf: :mod:`rl_core.config.rules`), then raised
-together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
-``rlcore train --dry-run`` and ``rlcore train`` refuse the same configs.
-
-:func:`config_to_dict` masks values whose keys look like credentials
-(:func:`mask_secrets`), and secret-shaped parts of any string value
-(:func:`rl_core.util.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
-trackers' copies never hold them.
-
-Another framework's launch (its config files, its command line) is read by a dialect plugin
-(:mod:`rl_core.config.dialect`, :class:`rl_core.cards.DialectCard`); this module reads rl-core's own.
+Every problem is collected (duplicate YAML keys, unknown keys with a "did you mean", wrong types, the schema's rules:
+:mod:`rl_core.config.rules`) and raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check``
+and ``rlcore train`` refuse the same configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`): the
+printed config, the saved ``config.yaml`` and the trackers' copies never hold them. Another framework's launch is
+read by a dialect plugin (:mod:`rl_core.config.dialect`).
 """
 
 from __future__ import annotations
@@ -31,7 +23,7 @@ from rl_core.cards import load_object
 from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import Sectioned, added_to, flatten_sections
+from rl_core.config.sections import Sectioned, added_to, flatten_sections, section_class
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
@@ -246,7 +238,7 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
         try:
             kwargs[key] = _coerce(value, tp, dotted, problems)
         except _Mismatch:
-            if attrs.has(tp) or (typing.get_origin(tp) in (typing.Union, types.UnionType) and any(attrs.has(a) for a in typing.get_args(tp))):
+            if section_class(tp) is not None:
                 fix = f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"
             else:
                 name = type_name(tp)

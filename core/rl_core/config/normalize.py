@@ -174,6 +174,12 @@ def _mini_micro(
     return prompts_per_step // mini, per_rank, micro, per_rank // micro
 
 
+def _role_sizes(role: str, sizes: tuple[int, int, int, int] | None) -> dict[str, int]:
+    """:func:`_mini_micro`'s result as :class:`Sizes`' ``<role>_*`` fields (none when None: their defaults)."""
+    names = ("mini_batches", "mini_batch_per_rank", "micro_batch_per_rank", "grad_accum")
+    return {f"{role}_{name}": value for name, value in zip(names, sizes or ())}
+
+
 def _first_mult(mini: int, n: int, dp: int) -> int:
     m = mini
     while (m * n) % dp:
@@ -316,15 +322,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
         sequences_per_step=seqs,
         sequences_per_rollout_replica=-(-prompts // replicas) * r.n,  # the last replica may get fewer (padded)
         sequences_per_train_rank=seqs // dp,
-        actor_mini_batches=actor_sizes[0],
-        actor_mini_batch_per_rank=actor_sizes[1],
-        actor_micro_batch_per_rank=actor_sizes[2],
-        actor_grad_accum=actor_sizes[3],
+        **_role_sizes("actor", actor_sizes),
         actor_token_budget=(config.actor.ppo_max_token_len_per_gpu * cp or None) if config.actor.use_dynamic_bsz else None,
-        critic_mini_batches=critic_sizes[0] if critic_sizes else None,
-        critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
-        critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
-        critic_grad_accum=critic_sizes[3] if critic_sizes else None,
+        **_role_sizes("critic", critic_sizes),
         pools=pools,
         compile_choice=compile_why,
         expert_layout=(etp, ep, world // emp) if ep > 1 or config.train.expert_tensor_parallel_size is not None else None,

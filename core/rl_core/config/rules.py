@@ -1,14 +1,9 @@
 """Declarative value rules for config fields, checked once at load time.
 
-A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``,
-written with the helpers :func:`num`, :func:`choice`, :func:`text`, ... in
-:mod:`rl_core.config.schema`). :func:`check_values` walks a
-:class:`~rl_core.config.schema.RunConfig` and returns one
-:class:`~rl_core.problems.Problem` per key that breaks its rule: the key, the
-value, what is allowed and the nearest valid value. Every float (also inside
-lists) must be finite, whether or not the field has a rule. Rules that tie two
-keys together (``temperature`` 0 while sampling, ...) are the functions in
-:data:`CROSS_RULES`.
+A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, written with :mod:`rl_core.config.schema`'s
+helpers :func:`num`, :func:`choice`, :func:`text`, ...). :func:`check_values` returns one Problem per key that breaks
+its rule (the value, what is allowed, the nearest valid value); every float must be finite. Rules that tie keys
+together are the functions in :data:`CROSS_RULES`.
 """
 
 from __future__ import annotations
