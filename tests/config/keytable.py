@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 
 from rl_core.config.load import type_name
-from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
+from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 from rl_core.config.schema import RunConfig
 from rl_core.config.sections import added_to, section_class
 
@@ -26,8 +26,6 @@ def describe(rule: Any) -> str:
         return "one of: " + ", ".join(f"`{v}`" if v != "" else "`''`" for v in rule.values())
     if isinstance(rule, Length):
         return f"{rule.n} values, each {describe(rule.item)}"
-    if isinstance(rule, Each):
-        return "each " + describe(rule.item)
     if isinstance(rule, NonEmpty):
         return "not empty" + (f" ({rule.hint})" if rule.hint else "")
     return str(rule)

@@ -12,7 +12,6 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from rl_core.data.rows import DataError, validate_row
 from rl_core.util.user_code import load_user_object
 
 #: the keyword arguments verl passes to a dataset class (verl/trainer/ppo/utils.py create_rl_dataset)
@@ -21,6 +20,8 @@ CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_sampl
 
 def load_dataset_class(custom: Any) -> type:
     """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
+    from rl_core.data.rows import DataError  # rows reads numpy: `rlcore check` (plan.preflight) stays light
+
     cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
                            prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))
     missing = [m for m in ("__getitem__", "__len__") if not callable(getattr(cls, m, None))]
@@ -69,6 +70,8 @@ def data_section(data: Any) -> Any:
 
 def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows (validated, canonical) and their origins from the dataset class built over ``files``."""
+    from rl_core.data.rows import DataError, validate_row
+
     custom = data.custom_cls
     cls = load_dataset_class(custom)
     why = constructor_problem(cls, custom)

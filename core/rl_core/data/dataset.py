@@ -41,10 +41,8 @@ def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", 
     except Exception as e:  # noqa: BLE001 - pyarrow raises its own types for a damaged file
         if not path.endswith(".parquet"):
             raise
-        raise DataError(
-            f"data file {path} is not a readable parquet file ({type(e).__name__}: {str(e).strip()[:200]}); "
-            "it may be truncated or not parquet at all: write it again (e.g. `rlcore data ... --out FILE.parquet`)"
-        ) from None
+        raise DataError(f"data file {path} is not a readable parquet file ({type(e).__name__}: {str(e).strip()[:200]}); "
+                        "it may be truncated or not parquet at all: write it again (e.g. `rlcore data ... --out FILE.parquet`)") from None
     if not raw:
         raise DataError(f"data file {path} has no rows")
     return [validate_row(r, f"{path}, row {i}", prompt_key, image_key, video_key) for i, r in enumerate(raw)]
@@ -96,20 +94,16 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_tem
     if not apply_chat_template:
         return "\n".join(m["content"] for m in messages)
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError(
-            f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
-            "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer"
-        )
+        raise DataError(f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
+                        "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer")
     try:
         extra = {"tools": tools} if tools else {}  # multi-turn rollouts: the tools' schemas, where the template shows them
         extra.update(template_kwargs or {})  # data.chat_template_kwargs, e.g. enable_thinking
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, or whatever the template raises
         roles = [m["role"] for m in messages]
-        raise DataError(
-            f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
-            "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false"
-        ) from None
+        raise DataError(f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
+                        "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false") from None
 
 
 def truncate(ids: list[int], length: int, side: str) -> list[int]:
@@ -133,23 +127,10 @@ class PromptDataset:
     item, when taken (``ds[i]``), carries ``multi_modal_inputs`` (the image tensors).
     """
 
-    def __init__(
-        self,
-        rows: Sequence[dict[str, Any]],
-        tokenizer: Any,
-        *,
-        max_prompt_length: int,
-        filter_overlong: bool = True,
-        apply_chat_template: bool = True,
-        source: str = "data",
-        origins: Sequence[str] | None = None,
-        tools: list[dict] | None = None,
-        truncation: str = "error",
-        template_kwargs: dict[str, Any] | None = None,
-        processor: Any = None,
-        prompt_key: str = "prompt",
-        image_key: str = "images",
-    ) -> None:
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, *, max_prompt_length: int, filter_overlong: bool = True,
+                 apply_chat_template: bool = True, source: str = "data", origins: Sequence[str] | None = None,
+                 tools: list[dict] | None = None, truncation: str = "error", template_kwargs: dict[str, Any] | None = None,
+                 processor: Any = None, prompt_key: str = "prompt", image_key: str = "images") -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
@@ -182,15 +163,11 @@ class PromptDataset:
                 item.pop("images", None)
             self.items.append(item)
         if self.num_dropped:
-            logger.warning(
-                "%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
-                source, self.num_dropped, len(rows), max_prompt_length,
-            )
+            logger.warning("%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens", source, self.num_dropped, len(rows),
+                           max_prompt_length)
         if not self.items:
-            raise DataError(
-                f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
-                f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length"
-            )
+            raise DataError(f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
+                            f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length")
 
     @staticmethod
     def _encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key) -> dict[int, tuple]:
@@ -250,21 +227,10 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
     source = ", ".join(files + ([generated_source(gen)] if gen is not None and gen.name else []))
-    ds = PromptDataset(
-        rows,
-        tokenizer,
-        max_prompt_length=data.max_prompt_length,
-        filter_overlong=data.filter_overlong_prompts,
-        apply_chat_template=data.apply_chat_template,
-        source=source,
-        origins=origins,
-        tools=tools,
-        truncation=data.truncation,
-        template_kwargs=data.chat_template_kwargs,
-        processor=processor,
-        prompt_key=data.prompt_key,
-        image_key=data.image_key,
-    )
+    ds = PromptDataset(rows, tokenizer, max_prompt_length=data.max_prompt_length, filter_overlong=data.filter_overlong_prompts,
+                       apply_chat_template=data.apply_chat_template, source=source, origins=origins, tools=tools,
+                       truncation=data.truncation, template_kwargs=data.chat_template_kwargs, processor=processor,
+                       prompt_key=data.prompt_key, image_key=data.image_key)
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]
     return ds
@@ -308,22 +274,13 @@ class PromptLoader:
     the rest of the current epoch; :meth:`next_batch` crosses epoch boundaries. A prompt's ``uid`` is ``e<epoch>-i<index>``.
     """
 
-    def __init__(
-        self,
-        dataset: PromptDataset,
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = True,
-        pad_token_id: int = 0,
-    ) -> None:
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True,
+                 pad_token_id: int = 0) -> None:
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
         if drop_last and len(dataset) < batch_size:
-            raise DataError(
-                f"{dataset.source}: {len(dataset)} prompts (after filtering) are fewer than one batch of "
-                f"{batch_size}; lower data.train_batch_size or add data"
-            )
+            raise DataError(f"{dataset.source}: {len(dataset)} prompts (after filtering) are fewer than one batch of "
+                            f"{batch_size}; lower data.train_batch_size or add data")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -385,10 +342,8 @@ class PromptLoader:
             raise DataError(f"loader state must have integer 'epoch' and 'index', got {state!r}") from None
         n = len(self.dataset)
         if "num_prompts" in state and state["num_prompts"] != n:
-            raise DataError(
-                f"the checkpoint's data loader saw {state['num_prompts']} prompts but {self.dataset.source} now has {n}; "
-                "the data (or max_prompt_length / filtering) changed, so the resumed order would differ"
-            )
+            raise DataError(f"the checkpoint's data loader saw {state['num_prompts']} prompts but {self.dataset.source} now has {n}; "
+                            "the data (or max_prompt_length / filtering) changed, so the resumed order would differ")
         if epoch < 0 or not 0 <= index <= n:
             raise DataError(f"loader state epoch={epoch}, index={index} is out of range for {n} prompts")
         self.epoch, self.index = epoch, index
@@ -408,14 +363,9 @@ def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | 
     if processor is not None:
         processor.check_patch_size(data.image_patch_size)
     train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators)
-    train_loader = PromptLoader(
-        train,
-        getattr(data, "gen_batch_size", None) or data.train_batch_size,  # dynamic sampling draws rounds of gen_batch_size
-        shuffle=data.shuffle,
-        seed=data.seed if data.seed is not None else seed,
-        drop_last=True,
-        pad_token_id=pad,
-    )
+    # dynamic sampling (algorithm.filter_groups) draws rounds of data.gen_batch_size prompts
+    train_loader = PromptLoader(train, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
+                                seed=data.seed if data.seed is not None else seed, drop_last=True, pad_token_id=pad)
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):
