@@ -106,7 +106,7 @@ def test_a_call_with_a_kv_cache_runs_the_layers_eagerly_with_the_same_result():
 
 
 def test_rlcore_check_says_what_auto_chose_and_why(tmp_path):
-    from rl_core.config.compile_choice import MIN_STEPS, resolve_compile
+    from rl_core.config.normalize import MIN_STEPS, resolve_compile
     from rl_core.config.load import load_config
     from rl_core.config.normalize import normalize
 

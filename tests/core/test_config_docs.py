@@ -1,14 +1,14 @@
 """docs/config.md's key table is the schema's own: each documented key's type, default and allowed values.
 
 Keys added to the schema but not yet in the table do not fail here (several people add keys at once);
-regenerate the table with ``python -m rl_core.config.keytable``.
+regenerate the table with ``python -m tests.config.keytable``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rl_core.config.keytable import key_table
+from tests.config.keytable import key_table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
@@ -22,4 +22,4 @@ def test_the_documented_keys_match_the_schema():
     generated = _rows(key_table().splitlines())
     assert len(documented) > 100
     stale = [row for key, row in documented.items() if generated.get(key) != row]
-    assert not stale, "docs/config.md is out of date; regenerate its table with `python -m rl_core.config.keytable`:\n" + "\n".join(stale)
+    assert not stale, "docs/config.md is out of date; regenerate its table with `python -m tests.config.keytable`:\n" + "\n".join(stale)

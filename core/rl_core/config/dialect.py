@@ -26,7 +26,7 @@ import yaml
 from rl_core.problems import Problem
 from rl_core.util.type_hints import type_hints
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import added_to
+from rl_core.config.sections import added_to, section_class
 
 
 @attrs.frozen(kw_only=True)
@@ -56,11 +56,8 @@ class Translated:
     after: Callable[[Any], list[Problem]] | None = None  # checks of the structured RunConfig (keys tied to one of ours)
 
 
-
-
 def is_ours(key: str) -> bool:
     """Whether ``key`` is one of rl-core's schema keys (or lies inside one of its free-form dict fields)."""
-
     cls: Any = RunConfig
     parts = key.split(".")
     for i, part in enumerate(parts):
@@ -74,9 +71,8 @@ def is_ours(key: str) -> bool:
         if part not in fields:
             return False
         tp = type_hints(cls)[part]
-        sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
-        if sections:
-            cls = sections[0]
+        if section_class(tp) is not None:
+            cls = section_class(tp)
             continue
         return i == len(parts) - 1 or typing.get_origin(tp) is dict or tp is dict
     return False

@@ -1,18 +1,10 @@
 """Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
 
-Every problem is collected (duplicate YAML keys, unknown keys with a "did you
-mean", wrong types naming the key and the expected type, values outside their
-range or allowed set, NaN / inf: :mod:`rl_core.config.rules`), then raised
-together as one :class:`~rl_core.problems.ConfigError`. So ``rlcore check``,
-``rlcore train --dry-run`` and ``rlcore train`` refuse the same configs.
-
-:func:`config_to_dict` masks values whose keys look like credentials
-(:func:`mask_secrets`), and secret-shaped parts of any string value
-(:func:`rl_core.util.secrets.mask_text`): the printed config, the saved ``config.yaml`` and the
-trackers' copies never hold them.
-
-Another framework's launch (its config files, its command line) is read by a dialect plugin
-(:mod:`rl_core.config.dialect`, :class:`rl_core.cards.DialectCard`); this module reads rl-core's own.
+Every problem is collected (duplicate YAML keys, unknown keys with a "did you mean", wrong types, the schema's rules:
+:mod:`rl_core.config.rules`) and raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check``
+and ``rlcore train`` refuse the same configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`): the
+printed config, the saved ``config.yaml`` and the trackers' copies never hold them. Another framework's launch is
+read by a dialect plugin (:mod:`rl_core.config.dialect`).
 """
 
 from __future__ import annotations
@@ -30,9 +22,8 @@ import yaml
 from rl_core.cards import load_object
 from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, is_ours, parse_override
 from rl_core.config.rules import check_config
-from rl_core.config.typenames import article as _article, type_name as _type_name
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import Sectioned, added_to, flatten_sections
+from rl_core.config.sections import Sectioned, added_to, flatten_sections, section_class
 from rl_core.problems import ConfigError, Problem, did_you_mean
 from rl_core.util.secrets import mask_text
 from rl_core.util.type_hints import type_hints
@@ -62,16 +53,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([Problem(key=str(path), what=f"is not valid YAML{where}: {getattr(exc, 'problem', exc)}", fix="fix the YAML syntax")]) from None
     if duplicates:
-        raise ConfigError(
-            [
-                Problem(
-                    key=key,
-                    what=f"appears {len(lines)} times in {path} (lines {', '.join(map(str, lines))}); YAML would silently keep only the last",
-                    fix=f"keep one {key!r} (merge the two into one section if it is a section)",
-                )
-                for key, lines in duplicates.items()
-            ]
-        )
+        raise ConfigError([Problem(key=key, what=f"appears {len(lines)} times in {path} (lines {', '.join(map(str, lines))}); "
+                                           "YAML would silently keep only the last",
+                                   fix=f"keep one {key!r} (merge the two into one section if it is a section)")
+                           for key, lines in duplicates.items()])
     if not isinstance(data, dict):
         raise ConfigError([Problem(key=str(path), what=f"must hold a mapping of sections, got {type(data).__name__}", fix="start the file with sections such as `data:` and `rollout:`")])
     return data
@@ -98,19 +83,6 @@ def duplicate_keys(node: yaml.Node | None, prefix: str = "") -> dict[str, list[i
     return out
 
 
-def parse_overrides(overrides: Iterable[str]) -> tuple[dict[str, Any], list[Problem]]:
-    """``["a.b=1", "c=x"]`` -> nested dict of rl-core keys (rl-core's own override form: :func:`rl_core.config.dialect.parse_override`)."""
-    tree: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for text in overrides:
-        key, value, problem = parse_override(text)
-        if problem is not None:
-            problems.append(problem)
-        else:
-            set_dotted(tree, key, value)
-    return tree, problems
-
-
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node = tree
@@ -135,6 +107,23 @@ def merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------- structuring
 class _Mismatch(Exception):
     pass
+
+
+def type_name(tp: Any) -> str:
+    """How a field's type is named in messages and docs ("int or null", "list[float]")."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(tp))}]"
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+_ARTICLES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
 
 
 def _coerce(value: Any, tp: Any, key: str, problems: list[Problem]) -> Any:
@@ -241,35 +230,25 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
         if key not in fields:
             where = f"section {prefix!r}" if prefix else "the config"
             names = [*fields, *added]
-            problems.append(
-                Problem(
-                    key=dotted,
-                    what=f"unknown key in {where}" + (section_hint(dotted) or _typo(str(key), names)),
-                    fix=f"valid keys here: {', '.join(sorted(names))}",
-                )
-            )
+            problems.append(Problem(key=dotted,
+                                    what=f"unknown key in {where}" + (section_hint(dotted) or _typo(str(key), names)),
+                                    fix=f"valid keys here: {', '.join(sorted(names))}"))
             continue
         tp = hints[key]
         try:
             kwargs[key] = _coerce(value, tp, dotted, problems)
         except _Mismatch:
-            if attrs.has(tp) or (typing.get_origin(tp) in (typing.Union, types.UnionType) and any(attrs.has(a) for a in typing.get_args(tp))):
+            if section_class(tp) is not None:
                 fix = f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"
             else:
-                fix = f"set {dotted} to {_article(_type_name(tp))}"
-            problems.append(Problem(key=dotted, what=f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
+                name = type_name(tp)
+                fix = f"set {dotted} to {_ARTICLES.get(name, f'a value of type {name}')}"
+            problems.append(Problem(key=dotted, what=f"expected {type_name(tp)}, got {value!r} ({type(value).__name__})", fix=fix))
     if added:
         kwargs["sections"] = {key: given[key] if key in given else schema() for key, schema in added.items()}
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as exc:
-        # attrs validators (in_) raise ValueError("'x' must be in (...)", attribute, options, value)
-        if len(exc.args) >= 4 and isinstance(exc.args[1], attrs.Attribute):
-            attr, options, bad = exc.args[1], exc.args[2], exc.args[3]
-            dotted = f"{prefix}.{attr.name}" if prefix else attr.name
-            problems.append(Problem(key=dotted, what=f"{bad!r} is not allowed{did_you_mean(str(bad), [str(o) for o in options])}", fix=f"use one of: {', '.join(map(str, options))}"))
-            kwargs.pop(attr.name, None)
-            return structure(cls, {k: v for k, v in data.items() if k != attr.name}, prefix, problems)
+    except (ValueError, TypeError) as exc:  # a section's own validators (the schema's are rules, checked after)
         problems.append(Problem(key=prefix or "config", what=str(exc)))
         return cls()
 
@@ -318,7 +297,7 @@ def _native(launch: Launch) -> Translated:
         if grammar_of(text):
             problems.append(Problem(key=text.partition("=")[0].strip(), what=f"{text!r} is written in Hydra's override grammar (+key, ~key, "
                                     "group@package), which rl-core reads only through a dialect plugin, and no installed dialect reads it",
-                                    fix="write key=value" + plugin_hint("+key / ~key / group@package")))
+                                    fix="write key=value" + dialect_hint("+key / ~key / group@package")))
             continue
         key, value, problem = parse_override(text)
         if problem is not None:
@@ -326,17 +305,13 @@ def _native(launch: Launch) -> Translated:
         else:
             items.append((key, value))
     for key, value in items:
-        hint = plugin_hint(key)
+        hint = dialect_hint(key)
         if hint and not is_ours(key):
             problems.append(Problem(key=key, what="is another framework's spelling of a key, and no installed dialect plugin reads it",
                                     fix="write rl-core's key (docs/config.md)" + hint))
         else:
             set_dotted(tree, key, value)
     return Translated(raw=tree, problems=problems)
-
-
-def plugin_hint(what: str) -> str:
-    return dialect_hint(what)
 
 
 def _translate(launch: Launch, problems: list[Problem]) -> Translated:
@@ -352,7 +327,7 @@ def _translate(launch: Launch, problems: list[Problem]) -> Translated:
         if dest not in known:
             flag = "--" + dest.replace("_", "-")
             problems.append(Problem(key=flag, what="is an option of a dialect plugin, and no installed dialect reads it",
-                                    fix=f"remove {flag}" + plugin_hint(flag)))
+                                    fix=f"remove {flag}" + dialect_hint(flag)))
     keys = [k for k, _ in flatten(launch.data)] + [t.partition("=")[0].strip() for t in launch.overrides]
     if any(not is_ours(k) for k in keys):
         for card in cards:
@@ -433,31 +408,14 @@ def looks_secret(name: str) -> bool:
     return any(w in _SECRET_WORDS for w in words) or "password" in str(name).lower() or "secret" in str(name).lower()
 
 
-def mask_secrets(value: Any) -> Any:
-    """A copy of a plain dict / list tree with the values of credential-like keys replaced by ``***``,
-    and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``, ``sk-...``: rl_core.util.secrets).
-
-    Only non-empty scalars are masked (``max_tokens: 512`` is a number and stays).
-    """
+def mask_secrets(value: Any, *, by_key: bool = True) -> Any:
+    """A copy of a plain dict / list tree with the non-empty string values of credential-like keys replaced by ``***``
+    (unless ``by_key`` is false), and secret-shaped parts of every other string too (a URL's password, ``Bearer ...``,
+    ``sk-...``: rl_core.util.secrets)."""
     if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if looks_secret(k) and isinstance(v, str) and v:
-                out[k] = MASK
-            else:
-                out[k] = mask_secrets(v)
-        return out
-    if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
-    return mask_text(value) if isinstance(value, str) else value
-
-
-def _mask_shapes(value: Any) -> Any:
-    """Every string of a dict / list tree with its secret-shaped parts masked (rl_core.util.secrets)."""
-    if isinstance(value, dict):
-        return {k: _mask_shapes(v) for k, v in value.items()}
+        return {k: MASK if by_key and looks_secret(k) and isinstance(v, str) and v else mask_secrets(v, by_key=by_key) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_mask_shapes(v) for v in value)
+        return type(value)(mask_secrets(v, by_key=by_key) for v in value)
     return mask_text(value) if isinstance(value, str) else value
 
 
@@ -477,5 +435,5 @@ def _mask_config(config: Any, data: dict[str, Any]) -> dict[str, Any]:
 def config_to_dict(config: Any, *, mask: bool = True) -> dict[str, Any]:
     """A plain dict of ``config``; credential-like values masked unless ``mask=False``."""
     data = attrs.asdict(config, recurse=True)
-    data = _mask_shapes(_mask_config(config, data)) if mask else data
+    data = mask_secrets(_mask_config(config, data), by_key=False) if mask else data
     return flatten_sections(data)  # packages' sections under their own keys (``async:``), read back the same way

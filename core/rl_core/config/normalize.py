@@ -18,12 +18,13 @@ Every error prints the arithmetic and the nearest valid values.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
 from rl_core.util.precision import resolve_dtype
-from rl_core.config.compile_choice import compile_warning, resolve_compile
 from rl_core.problems import Problem, nearest_divisors
 
 
@@ -53,7 +54,7 @@ class Sizes:
     actor_token_budget: int | None = None  # actor.use_dynamic_bsz: micro-batches of at most this many tokens
     # roles on workers of their own (critic.n_gpus_per_node, ref.n_gpus_per_node): role -> (workers, data-parallel ranks)
     pools: dict[str, tuple[int, int]] = attrs.field(factory=dict)
-    compile_choice: str = ""  # model.compile=auto: what it chose and why (rl_core.config.compile_choice)
+    compile_choice: str = ""  # model.compile=auto: what it chose and why (resolve_compile)
 
     @property
     def devices(self) -> int:
@@ -106,6 +107,27 @@ def resolve_device(requested: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: model.compile=auto compiles a GPU run at least this long: shorter ones do not win the compile's minutes back
+MIN_STEPS = 50
+
+
+def resolve_compile(requested: Any, device: str, config: Any) -> tuple[bool, str]:
+    """``model.compile``: ``(compile?, why)``; ``auto`` is eager on a CPU and for short GPU runs, else compiled (``why``
+    says which, for ``rlcore check``; empty unless ``requested`` is ``"auto"``)."""
+    if requested != "auto":
+        return bool(requested), ""
+    steps = config.trainer.total_training_steps
+    if device == "cpu":
+        return False, ("auto -> eager: on a CPU the compile of every decoder layer costs minutes (issue 56 measured the GSM8K example's first "
+                       "step: 570 s compiled, 29 s eager), more than a CPU run's steps win back")
+    if steps is not None and steps < MIN_STEPS:
+        return False, (f"auto -> eager: a short run (trainer.total_training_steps={steps} < {MIN_STEPS}) does not earn the "
+                       "compile (minutes per process) back")
+    length = f"{steps} steps" if steps is not None else "trainer.total_epochs over the data set"
+    return True, (f"auto -> compiled: a {device} run of {length} earns the "
+                  "compile back with fused norms / rotary / residuals each step")
+
+
 def _nearest_valid(key: str, value: int, total: int) -> str:
     """The fix line for a size that must divide ``total``: the divisors nearest to ``value``."""
     return f"nearest valid {key}: {', '.join(map(str, nearest_divisors(value, total)))}"
@@ -125,49 +147,37 @@ def _mini_micro(
     """Check one role's mini/micro sizes; returns (mini_batches, mini_per_rank, micro, accum)."""
     ok = True
     if mini > prompts_per_step:
-        problems.append(
-            Problem(
-                key=f"{section}.ppo_mini_batch_size",
-                what=f"mini-batch of {mini} prompts is larger than the step's batch of data.train_batch_size={prompts_per_step} prompts",
-                fix=f"set {section}.ppo_mini_batch_size to at most {prompts_per_step} (a divisor of it: {', '.join(map(str, nearest_divisors(mini, prompts_per_step)))})",
-            )
-        )
+        problems.append(Problem(key=f"{section}.ppo_mini_batch_size",
+                                what=f"mini-batch of {mini} prompts is larger than the step's batch of data.train_batch_size={prompts_per_step} prompts",
+                                fix=f"set {section}.ppo_mini_batch_size to at most {prompts_per_step} (a divisor of it: {', '.join(map(str, nearest_divisors(mini, prompts_per_step)))})"))
         return None
     if prompts_per_step % mini:
-        problems.append(
-            Problem(
-                key=f"{section}.ppo_mini_batch_size",
-                what=f"data.train_batch_size={prompts_per_step} is not divisible by {section}.ppo_mini_batch_size={mini} ({prompts_per_step} % {mini} = {prompts_per_step % mini})",
-                fix=_nearest_valid(f"{section}.ppo_mini_batch_size", mini, prompts_per_step),
-            )
-        )
+        problems.append(Problem(key=f"{section}.ppo_mini_batch_size",
+                                what=f"data.train_batch_size={prompts_per_step} is not divisible by {section}.ppo_mini_batch_size={mini} ({prompts_per_step} % {mini} = {prompts_per_step % mini})",
+                                fix=_nearest_valid(f"{section}.ppo_mini_batch_size", mini, prompts_per_step)))
         ok = False
     mini_seqs = mini * n
     if mini_seqs % dp:
-        problems.append(
-            Problem(
-                key=f"{section}.ppo_mini_batch_size",
-                what=f"a mini-batch of {mini} prompts x rollout.n={n} = {mini_seqs} sequences cannot be split over {dp} data-parallel ranks ({mini_seqs} % {dp} = {mini_seqs % dp})",
-                fix=f"make {section}.ppo_mini_batch_size * rollout.n a multiple of {dp}, e.g. {section}.ppo_mini_batch_size={_first_mult(mini, n, dp)}",
-            )
-        )
+        problems.append(Problem(key=f"{section}.ppo_mini_batch_size",
+                                what=f"a mini-batch of {mini} prompts x rollout.n={n} = {mini_seqs} sequences cannot be split over {dp} data-parallel ranks ({mini_seqs} % {dp} = {mini_seqs % dp})",
+                                fix=f"make {section}.ppo_mini_batch_size * rollout.n a multiple of {dp}, e.g. {section}.ppo_mini_batch_size={_first_mult(mini, n, dp)}"))
         return None
     if not ok:
         return None
     per_rank = mini_seqs // dp
     if per_rank % micro:
-        problems.append(
-            Problem(
-                key=f"{section}.ppo_micro_batch_size_per_gpu",
-                what=(
-                    f"micro-batch of {micro} sequences does not divide the per-rank mini-batch: "
-                    f"{mini} prompts x n={n} / {dp} ranks = {per_rank} sequences ({per_rank} % {micro} = {per_rank % micro})"
-                ),
-                fix=_nearest_valid(f"{section}.ppo_micro_batch_size_per_gpu", micro, per_rank),
-            )
-        )
+        problems.append(Problem(key=f"{section}.ppo_micro_batch_size_per_gpu",
+                                what=f"micro-batch of {micro} sequences does not divide the per-rank mini-batch: {mini} prompts x n={n} / "
+                                     f"{dp} ranks = {per_rank} sequences ({per_rank} % {micro} = {per_rank % micro})",
+                                fix=_nearest_valid(f"{section}.ppo_micro_batch_size_per_gpu", micro, per_rank)))
         return None
     return prompts_per_step // mini, per_rank, micro, per_rank // micro
+
+
+def _role_sizes(role: str, sizes: tuple[int, int, int, int] | None) -> dict[str, int]:
+    """:func:`_mini_micro`'s result as :class:`Sizes`' ``<role>_*`` fields (none when None: their defaults)."""
+    names = ("mini_batches", "mini_batch_per_rank", "micro_batch_per_rank", "grad_accum")
+    return {f"{role}_{name}": value for name, value in zip(names, sizes or ())}
 
 
 def _first_mult(mini: int, n: int, dp: int) -> int:
@@ -178,11 +188,8 @@ def _first_mult(mini: int, n: int, dp: int) -> int:
 
 
 def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = True) -> tuple[RunConfig, Sizes | None, list[Problem]]:
-    """Fill derived defaults and compute per-rank sizes.
-
-    Returns the filled config, the sizes (None when a size problem prevents
-    computing them) and the problems found.
-    """
+    """The config with its derived defaults filled, its per-rank sizes (None when a size problem prevents them) and
+    the problems found."""
     problems: list[Problem] = []
     d, r, a, c, t = config.data, config.rollout, config.actor, config.critic, config.trainer
 
@@ -219,11 +226,13 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     if uses_kl and ref.enable is False:
         key = "actor.use_kl_loss" if a.use_kl_loss else "algorithm.use_kl_in_reward"
         problems.append(Problem(key="ref.enable", what=f"is false but {key}=true needs reference log-probs", fix=f"set ref.enable=true, or {key}=false"))
-    data = attrs.evolve(d, seed=t.seed if d.seed is None else d.seed, val_batch_size=d.val_batch_size)
+    data = attrs.evolve(d, seed=t.seed if d.seed is None else d.seed)
     dtype, _why = resolve_dtype(config.model.dtype, device)
     compiled, compile_why = resolve_compile(config.model.compile, device, config)
-    if warning := compile_warning(config.model.compile, device):
-        problems.append(Problem(key="model.compile", what=warning, fix="set model.compile=auto (or false) on a CPU", severity="warning"))
+    if config.model.compile is True and device == "cpu":  # the user asked for it: kept, but said
+        problems.append(Problem(key="model.compile", severity="warning", fix="set model.compile=auto (or false) on a CPU",
+                                what="model.compile=true on a CPU: the first step compiles every decoder layer (minutes; issue 56 measured "
+                                     "the GSM8K example's first step at 570 s against 29 s eager); model.compile=auto picks eager here"))
     config = attrs.evolve(
         config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device),
         model=attrs.evolve(config.model, dtype=dtype, compile=compiled),
@@ -249,38 +258,27 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
                                     + _more_nodes(rtp, r.n_gpus_per_node, "rollout")))
             size_ok = False
     elif world % rtp:
-        problems.append(
-            Problem(
-                key="rollout.tensor_model_parallel_size",
-                what=f"rollout TP {rtp} does not divide the {world} devices (trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}; {world} % {rtp} = {world % rtp})",
-                fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, world) + _more_nodes(rtp, t.n_gpus_per_node, "trainer"),
-            )
-        )
+        problems.append(Problem(key="rollout.tensor_model_parallel_size",
+                                what=f"rollout TP {rtp} does not divide the {world} devices (trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}; {world} % {rtp} = {world % rtp})",
+                                fix=_nearest_valid("rollout.tensor_model_parallel_size", rtp, world) + _more_nodes(rtp, t.n_gpus_per_node, "trainer")))
         size_ok = False
     if world % mp:
-        problems.append(
-            Problem(
-                key="actor.ulysses_sequence_parallel_size" if sp > 1 else "train.context_parallel_size" if cp > 1 else "train.tensor_model_parallel_size",
-                what=f"train TP x PP{' x CP' if cp > 1 else ''}{' x Ulysses SP' if sp > 1 else ''} = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
-                fix=f"choose TP x PP{' x CP' if cp > 1 else ''}{' x SP' if sp > 1 else ''} among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}",
-            )
-        )
+        problems.append(Problem(key="actor.ulysses_sequence_parallel_size" if sp > 1 else "train.context_parallel_size" if cp > 1 else "train.tensor_model_parallel_size",
+                                what=f"train TP x PP{' x CP' if cp > 1 else ''}{' x Ulysses SP' if sp > 1 else ''} = {mp} does not divide the {world} devices ({world} % {mp} = {world % mp})",
+                                fix=f"choose TP x PP{' x CP' if cp > 1 else ''}{' x SP' if sp > 1 else ''} among the divisors of {world}: {', '.join(str(x) for x in range(1, world + 1) if world % x == 0)}"))
         size_ok = False
     ep, etp = config.train.expert_model_parallel_size, config.train.expert_tensor_parallel_size or config.train.tensor_model_parallel_size
     emp = etp * ep * config.train.pipeline_model_parallel_size
     if size_ok and ep * etp > 1 and world % emp:
-        key = "train.expert_model_parallel_size" if ep > 1 else "train.expert_tensor_parallel_size"
-        problems.append(
-            Problem(
-                key=key,
-                what=f"expert TP {etp} x EP {ep} x PP {config.train.pipeline_model_parallel_size} = {emp} does not divide the {world} devices "
-                     f"({world} % {emp} = {world % emp}): each MoE layer's experts are laid out over ETP x EP ranks of every pipeline stage",
-                why="verl's training library itself refuses this grid when verl's workers start (its parallel-state setup requires the "
-                    "world size to be divisible by expert TP x EP x PP; an unset expert TP is the TP size); verl's config checks do not look at it",
-                fix=f"choose train.expert_model_parallel_size (x expert TP x PP) among the divisors of {world}: "
-                    f"{', '.join(str(x) for x in range(1, world + 1) if world % (x * etp * config.train.pipeline_model_parallel_size) == 0)}",
-            )
-        )
+        pp = config.train.pipeline_model_parallel_size
+        problems.append(Problem(
+            key="train.expert_model_parallel_size" if ep > 1 else "train.expert_tensor_parallel_size",
+            what=f"expert TP {etp} x EP {ep} x PP {pp} = {emp} does not divide the {world} devices "
+                 f"({world} % {emp} = {world % emp}): each MoE layer's experts are laid out over ETP x EP ranks of every pipeline stage",
+            why="verl's training library itself refuses this grid when verl's workers start (its parallel-state setup requires the "
+                "world size to be divisible by expert TP x EP x PP; an unset expert TP is the TP size); verl's config checks do not look at it",
+            fix=f"choose train.expert_model_parallel_size (x expert TP x PP) among the divisors of {world}: "
+                f"{', '.join(str(x) for x in range(1, world + 1) if world % (x * etp * pp) == 0)}"))
         size_ok = False
     if not size_ok:
         return config, None, problems
@@ -289,13 +287,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     prompts = d.train_batch_size
     seqs = prompts * r.n
     if seqs % dp:
-        problems.append(
-            Problem(
-                key="data.train_batch_size",
-                what=f"data.train_batch_size={prompts} x rollout.n={r.n} = {seqs} sequences is not divisible by the {dp} data-parallel ranks ({seqs} % {dp} = {seqs % dp})",
-                fix=f"make train_batch_size x n a multiple of {dp}, e.g. data.train_batch_size={_first_mult(prompts, r.n, dp)}",
-            )
-        )
+        problems.append(Problem(key="data.train_batch_size",
+                                what=f"data.train_batch_size={prompts} x rollout.n={r.n} = {seqs} sequences is not divisible by the {dp} data-parallel ranks ({seqs} % {dp} = {seqs % dp})",
+                                fix=f"make train_batch_size x n a multiple of {dp}, e.g. data.train_batch_size={_first_mult(prompts, r.n, dp)}"))
         size_ok = False
     if not size_ok:  # one root cause at a time: mini-batch checks would repeat it
         return config, None, problems
@@ -328,15 +322,9 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
         sequences_per_step=seqs,
         sequences_per_rollout_replica=-(-prompts // replicas) * r.n,  # the last replica may get fewer (padded)
         sequences_per_train_rank=seqs // dp,
-        actor_mini_batches=actor_sizes[0],
-        actor_mini_batch_per_rank=actor_sizes[1],
-        actor_micro_batch_per_rank=actor_sizes[2],
-        actor_grad_accum=actor_sizes[3],
+        **_role_sizes("actor", actor_sizes),
         actor_token_budget=(config.actor.ppo_max_token_len_per_gpu * cp or None) if config.actor.use_dynamic_bsz else None,
-        critic_mini_batches=critic_sizes[0] if critic_sizes else None,
-        critic_mini_batch_per_rank=critic_sizes[1] if critic_sizes else None,
-        critic_micro_batch_per_rank=critic_sizes[2] if critic_sizes else None,
-        critic_grad_accum=critic_sizes[3] if critic_sizes else None,
+        **_role_sizes("critic", critic_sizes),
         pools=pools,
         compile_choice=compile_why,
         expert_layout=(etp, ep, world // emp) if ep > 1 or config.train.expert_tensor_parallel_size is not None else None,
@@ -360,16 +348,12 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
                                     fix=f"remove {role}.n_gpus_per_node, or set {role}.enable=true"))
             continue
         workers = section.nnodes * section.n_gpus_per_node
-        if role == "reward_model":  # no train TP / PP: every worker scores its own share of the requests
-            if section.nnodes > 1 and config.trainer.placement != "ray":
-                problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes}: a pool on several nodes needs Ray",
-                                        fix="set trainer.placement=ray (docs/ray.md)"))
-                continue
-            pools[role] = (workers, workers)
-            continue
         if section.nnodes > 1 and config.trainer.placement != "ray":
             problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes}: a pool on several nodes needs Ray",
                                     fix="set trainer.placement=ray (docs/ray.md)"))
+            continue
+        if role == "reward_model":  # no train TP / PP: every worker scores its own share of the requests
+            pools[role] = (workers, workers)
             continue
         if workers % mp:
             problems.append(Problem(key=f"{role}.n_gpus_per_node",

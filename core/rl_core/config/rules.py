@@ -1,14 +1,9 @@
 """Declarative value rules for config fields, checked once at load time.
 
-A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``,
-written with the helpers :func:`num`, :func:`choice`, :func:`text`, ... in
-:mod:`rl_core.config.schema`). :func:`check_values` walks a
-:class:`~rl_core.config.schema.RunConfig` and returns one
-:class:`~rl_core.problems.Problem` per key that breaks its rule: the key, the
-value, what is allowed and the nearest valid value. Every float (also inside
-lists) must be finite, whether or not the field has a rule. Rules that tie two
-keys together (``temperature`` 0 while sampling, ...) are the functions in
-:data:`CROSS_RULES`.
+A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, written with :mod:`rl_core.config.schema`'s
+helpers :func:`num`, :func:`choice`, :func:`text`, ...). :func:`check_values` returns one Problem per key that breaks
+its rule (the value, what is allowed, the nearest valid value); every float must be finite. Rules that tie keys
+together are the functions in :data:`CROSS_RULES`.
 """
 
 from __future__ import annotations
@@ -132,7 +127,7 @@ class NonEmpty:
 
 @attrs.frozen
 class Length:
-    """A list of exactly ``n`` items, each checked with ``item`` (a rule, optional)."""
+    """A list of exactly ``n`` items, each checked with ``item`` (a rule, optional; the first failure, as ``key[i]``)."""
 
     n: int
     item: Any = None
@@ -144,21 +139,8 @@ class Length:
         if len(value) != self.n:
             fix = f"give {key} exactly {self.n} values" + (f", e.g. {self.example}" if self.example else "")
             return Problem(key=key, what=f"must have {self.n} values, got {len(value)}: {value!r}", fix=fix)
-        return Each(self.item).check(key, value) if self.item is not None else None
-
-
-@attrs.frozen
-class Each:
-    """Every item of a list passes ``item``; the first failure is reported (as ``key[i]``)."""
-
-    item: Any
-
-    def check(self, key: str, value: Any) -> Problem | None:
-        for i, v in enumerate(value or ()):
-            p = self.item.check(f"{key}[{i}]", v)
-            if p is not None:
-                return p
-        return None
+        problems = (self.item.check(f"{key}[{i}]", v) for i, v in enumerate(value)) if self.item is not None else ()
+        return next((p for p in problems if p is not None), None)
 
 
 # ------------------------------------------------------------------- walking
@@ -194,20 +176,17 @@ def check_values(obj: Any, prefix: str = "") -> list[Problem]:
             for name, section in value.items():
                 problems.extend(check_values(section, f"{prefix}.{name}" if prefix else name))
             continue
+        rule = f.metadata.get(RULE)
         if _is_float_typed(hints.get(f.name)):
             bad = [(sub, v) for sub, v in _floats(value) if not math.isfinite(v)]
             if bad:
                 sub, v = bad[0]
-                rule = f.metadata.get(RULE)
                 allowed = f"; allowed: {rule.allowed()}" if isinstance(rule, Range) else ""
                 problems.append(Problem(key=key + sub, what=f"{v} is not a finite number", fix=f"set {key + sub} to a finite number{allowed}"))
                 continue
-        rules = f.metadata.get(RULE)
-        for rule in rules if isinstance(rules, tuple) else (rules,) if rules is not None else ():
-            p = rule.check(key, value)
-            if p is not None:
-                problems.append(p)
-                break
+        p = rule.check(key, value) if rule is not None else None
+        if p is not None:
+            problems.append(p)
     return problems
 
 
@@ -215,12 +194,9 @@ def check_values(obj: Any, prefix: str = "") -> list[Problem]:
 def _greedy_sampling(cfg: Any) -> Problem | None:
     r = cfg.rollout
     if r.do_sample and r.temperature == 0:
-        return Problem(
-            key="rollout.temperature",
-            what="0 with rollout.do_sample=true samples greedily: every response to a prompt is the same",
-            why="GRPO-style estimators compare the n samples of a prompt; identical samples have zero advantage and nothing is learned",
-            fix="set rollout.temperature to 1.0 (nearest valid: any value > 0), or rollout.do_sample=false if greedy decoding is what you want",
-        )
+        return Problem(key="rollout.temperature", what="0 with rollout.do_sample=true samples greedily: every response to a prompt is the same",
+                       why="GRPO-style estimators compare the n samples of a prompt; identical samples have zero advantage and nothing is learned",
+                       fix="set rollout.temperature to 1.0 (nearest valid: any value > 0), or rollout.do_sample=false if greedy decoding is what you want")
     return None
 
 
@@ -236,11 +212,8 @@ def _generators(cfg: Any) -> list[Problem]:
 def _clip_low(cfg: Any) -> Problem | None:
     low, loss = cfg.actor.clip_ratio_low, cfg.actor.policy_loss
     if low is not None and low >= 1 and loss != "cispo":
-        return Problem(
-            key="actor.clip_ratio_low",
-            what=f"{_fmt(low)} makes the lower clip bound 1 - {_fmt(low)} <= 0 for actor.policy_loss={loss!r}",
-            fix="set actor.clip_ratio_low below 1 (0.2 is usual); only cispo reads a larger value (verl's example uses 10)",
-        )
+        return Problem(key="actor.clip_ratio_low", what=f"{_fmt(low)} makes the lower clip bound 1 - {_fmt(low)} <= 0 for actor.policy_loss={loss!r}",
+                       fix="set actor.clip_ratio_low below 1 (0.2 is usual); only cispo reads a larger value (verl's example uses 10)")
     return None
 
 

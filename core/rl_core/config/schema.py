@@ -20,10 +20,6 @@ from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 field = attrs.field
 
 
-def _opt(default=None, **kw):
-    return attrs.field(default=default, **kw)
-
-
 def num(default, **bounds):
     """A number with bounds (``ge``, ``gt``, ``le``, ``lt``, ``also``, ``hint``): see :class:`Range`."""
     return attrs.field(default=default, metadata={RULE: Range(**bounds)})
@@ -138,7 +134,7 @@ class ModelConfig:
     # full-vocab float32 logits of a micro-batch; 0 = off (plain); null = 2048 on GPU, off on CPU
     logprob_chunk_size: int | None = num(None, ge=0, hint="tokens per chunk, e.g. 2048; 0 turns chunking off")
     # torch.compile each decoder layer of the train-side models (rl_train_fsdp.compile.compile_decoder_layers); auto: eager on a
-    # CPU and for short runs, compiled where it pays off (rl_core.config.compile_choice; `rlcore check` says which and why)
+    # CPU and for short runs, compiled where it pays off (rl_core.config.normalize.resolve_compile; `rlcore check` says which and why)
     compile: bool | str = choice(False, (False, True, "auto"), hint="auto picks eager on a CPU and for short runs")
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read

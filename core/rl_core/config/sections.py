@@ -1,17 +1,16 @@
 """Config sections a package contributes: a feature's schema lives with the feature.
 
-A package registers a :class:`rl_core.cards.ConfigSectionCard` (``rl_core_register_config_sections``) whose name is
-the section's key (``ray``, ``async``, or a dotted key under one of core's sections, ``rollout.multi_turn``) and whose
-factory is the section's attrs class. :func:`rl_core.config.load.structure` reads the section's keys into that class
-(unknown keys, types and validators as for core's own sections) and keeps it in the parent's ``sections``; every
-registered section is there, with its defaults when the config does not write it. Code reads it as an attribute
-(``config.ray.address``, ``config.rollout.multi_turn.enable``) exactly as before, and sets it with
-:func:`evolve_key`; a section no installed package
-provides is an unknown key whose problem names the package (:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
+A package registers a :class:`rl_core.cards.ConfigSectionCard` whose name is the section's key (``ray``, ``async``, or
+dotted under one of core's sections: ``rollout.multi_turn``) and whose factory is its attrs class.
+:func:`rl_core.config.load.structure` reads and checks it as core's own sections and keeps it in the parent's
+``sections`` (every installed one, with its defaults when the config does not write it); code reads it as an attribute
+(``config.rollout.multi_turn.enable``) and sets it with :func:`evolve_key`. A section no installed package provides is
+an unknown key whose problem names the package (:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
 """
 
 from __future__ import annotations
 
+import typing
 from typing import Any, ClassVar, Mapping
 
 import attrs
@@ -71,6 +70,11 @@ def children(schemas: Mapping[str, type], prefix: str) -> dict[str, type]:
 def added_to(cls: type) -> dict[str, type]:
     """The installed sections directly under the config class ``cls`` (none unless it is :class:`Sectioned`)."""
     return children(installed(), cls.SECTION_KEY) if isinstance(cls, type) and issubclass(cls, Sectioned) else {}
+
+
+def section_class(tp: Any) -> type | None:
+    """The attrs class a field's type names (``X`` or ``X | None``); None for a leaf key."""
+    return next((a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)), None)
 
 
 def flatten_sections(data: Any) -> Any:

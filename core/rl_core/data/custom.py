@@ -1,12 +1,9 @@
 """Rows from the user's own dataset class (verl's ``data.custom_cls.path`` / ``.name``).
 
-verl builds the class named in the config as ``cls(data_files=..., tokenizer=..., config=<the data section>,
-processor=None, max_samples=...)`` and reads its items; an item is a row dict as verl's RLHFDataset returns it:
-the chat messages under ``raw_prompt`` (or ``data.prompt_key``), ``data_source``, ``reward_model.ground_truth``,
-``extra_info``. rl-core does the same and hands each item to :func:`rl_core.data.dataset.validate_row`, so the rows
-go through rl-core's own rendering, tokenizing and batching like rows read from a file. The class is the user's code
-named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.util.user_code`). rl-core trains
-text-only models: no processor is passed.
+The class is built as verl builds it, ``cls(data_files=..., tokenizer=..., config=<the data section>, processor=None,
+max_samples=...)``; each item (a row dict as verl's RLHFDataset returns it: the chat messages under ``raw_prompt`` or
+``data.prompt_key``) goes through :func:`rl_core.data.rows.validate_row` like a row read from a file. The class is the
+user's code named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.util.user_code`).
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from typing import Any
+
 from rl_core.util.user_code import load_user_object
 
 #: the keyword arguments verl passes to a dataset class (verl/trainer/ppo/utils.py create_rl_dataset)
@@ -22,7 +20,7 @@ CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_sampl
 
 def load_dataset_class(custom: Any) -> type:
     """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
-    from rl_core.data.rows import DataError
+    from rl_core.data.rows import DataError  # rows reads numpy: `rlcore check` (plan.preflight) stays light
 
     cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
                            prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))

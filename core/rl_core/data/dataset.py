@@ -1,20 +1,8 @@
-"""Prompt data: rows in verl's format -> tokenized prompts -> resumable batches.
+"""Prompt data: rows in verl's format (docs/data.md) -> tokenized prompts -> resumable batches.
 
-A row (one line of a jsonl file, one record of a parquet file, or generated)::
-
-    {"data_source": "openai/gsm8k",
-     "prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
-     "reward_model": {"style": "rule", "ground_truth": "72"},
-     "extra_info": {...}}                                  # optional
-
-:class:`PromptDataset` renders each prompt (the tokenizer's chat template with
-``add_generation_prompt=True``, or the contents joined by newlines when
-``apply_chat_template`` is false), tokenizes it and drops prompts longer than
-``max_prompt_length`` (counted in ``num_dropped``). :class:`PromptLoader`
-cuts it into :class:`~rl_core.batch.Batch` es (left-padded ``input_ids`` /
-``attention_mask`` plus ``data_source``, ``ground_truth``, ``extra_info``,
-``prompt_text``, ``uid``) in a seeded order per epoch; its ``state_dict()``
-resumes at exactly the next batch an uninterrupted run would have produced.
+:class:`PromptDataset` renders and tokenizes each row's prompt, dropping (or cutting) those over
+``max_prompt_length``; :class:`PromptLoader` cuts it into left-padded :class:`~rl_core.batch.Batch` es in a seeded
+order per epoch, and its ``state_dict()`` resumes at exactly the next batch an uninterrupted run would have produced.
 """
 
 from __future__ import annotations
@@ -29,16 +17,14 @@ import torch
 
 from rl_core.batch import Batch
 from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
-from rl_core.problems import UserError
 from rl_core.data.custom import custom_rows
+from rl_core.problems import UserError
 
 logger = logging.getLogger(__name__)
 
-def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", video_key: str = "videos") -> list[dict[str, Any]]:
-    """Read and validate the rows of a ``.jsonl`` or ``.parquet`` file.
 
-    Returns canonical rows ``{data_source, prompt, ground_truth, extra_info}``.
-    """
+def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", video_key: str = "videos") -> list[dict[str, Any]]:
+    """The validated, canonical rows (:func:`validate_row`) of a ``.jsonl`` or ``.parquet`` file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise DataError(f"data file {path} does not exist; check data.train_files / data.val_files")
@@ -55,10 +41,8 @@ def read_rows(path: str, prompt_key: str = "prompt", image_key: str = "images", 
     except Exception as e:  # noqa: BLE001 - pyarrow raises its own types for a damaged file
         if not path.endswith(".parquet"):
             raise
-        raise DataError(
-            f"data file {path} is not a readable parquet file ({type(e).__name__}: {str(e).strip()[:200]}); "
-            "it may be truncated or not parquet at all: write it again (e.g. `rlcore data ... --out FILE.parquet`)"
-        ) from None
+        raise DataError(f"data file {path} is not a readable parquet file ({type(e).__name__}: {str(e).strip()[:200]}); "
+                        "it may be truncated or not parquet at all: write it again (e.g. `rlcore data ... --out FILE.parquet`)") from None
     if not raw:
         raise DataError(f"data file {path} has no rows")
     return [validate_row(r, f"{path}, row {i}", prompt_key, image_key, video_key) for i, r in enumerate(raw)]
@@ -82,10 +66,8 @@ def _read_raw(path: str) -> list[Any]:
 
 
 def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] | None = None) -> list[dict[str, Any]]:
-    """Rows from a :class:`~rl_core.config.schema.GeneratorConfig`, made by ``generate(gen, split)``: the factory of the
-    generator card its ``name`` names (:class:`rl_core.cards.GeneratorCard`, loaded once in ``Plan.generators``), each
-    row validated as a row read from a file is. A bad dataset or option (the generator's UserError) is a
-    :class:`DataError` naming ``data.<split>_generator``."""
+    """Validated rows of a :class:`~rl_core.config.schema.GeneratorConfig`, made by ``generate(gen, split)`` (the loaded
+    factory of the generator card ``gen.name`` names: ``Plan.generators``); its UserError is a :class:`DataError`."""
     key = f"data.{split}_generator"
     if generate is None:
         raise DataError(f"{key}.name {gen.name!r}: no generator card was resolved for it; rlcore check names the package that provides it")
@@ -107,28 +89,21 @@ def generated_source(gen: Any) -> str:
 # ------------------------------------------------------------------ dataset
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]], apply_chat_template: bool, where: str = "a prompt", tools: list[dict] | None = None,
                   template_kwargs: dict[str, Any] | None = None) -> str:
-    """The prompt text the model sees: chat template + generation prompt, or the contents joined.
-
-    A template that rejects the messages (many raise on a role they do not
-    know, or on roles out of order) is a :class:`DataError` naming ``where``.
-    """
+    """The prompt text the model sees: chat template + generation prompt, or the contents joined; a template that
+    rejects the messages (a role it does not know, roles out of order) is a :class:`DataError` naming ``where``."""
     if not apply_chat_template:
         return "\n".join(m["content"] for m in messages)
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError(
-            f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
-            "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer"
-        )
+        raise DataError(f"the tokenizer ({getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)}) has no chat template; "
+                        "set data.apply_chat_template=false to feed raw text, or use an instruct model's tokenizer")
     try:
         extra = {"tools": tools} if tools else {}  # multi-turn rollouts: the tools' schemas, where the template shows them
         extra.update(template_kwargs or {})  # data.chat_template_kwargs, e.g. enable_thinking
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **extra)
     except Exception as e:  # noqa: BLE001 - jinja2's TemplateError, or whatever the template raises
         roles = [m["role"] for m in messages]
-        raise DataError(
-            f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
-            "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false"
-        ) from None
+        raise DataError(f"{where}: the tokenizer's chat template rejected the messages (roles {roles}): {type(e).__name__}: {e}; "
+                        "fix the row's roles (e.g. system first, then user / assistant alternating) or set data.apply_chat_template=false") from None
 
 
 def truncate(ids: list[int], length: int, side: str) -> list[int]:
@@ -146,30 +121,16 @@ def truncate(ids: list[int], length: int, side: str) -> list[int]:
 class PromptDataset:
     """Tokenized prompts; items are dicts with ``input_ids`` (list of int) and the row's fields.
 
-    ``filter_overlong=True`` drops prompts longer than ``max_prompt_length``
-    tokens (``num_dropped`` counts them); ``False`` makes one an error.
-    Rows with ``images`` are encoded by ``processor`` (rl-multimodal's encoder of the model's processor: ``encode_row(row,
-    where, prompt_key, image_key, template_kwargs) -> (text, ids, tensors)``): their items carry ids with the image tokens
-    expanded and, when taken (``ds[i]``), ``multi_modal_inputs`` (the processor's image tensors).
+    ``filter_overlong=True`` drops prompts longer than ``max_prompt_length`` tokens (``num_dropped`` counts them);
+    ``False`` cuts them by ``truncation``, or makes one an error. Rows with ``images`` are encoded by ``processor``
+    (rl-multimodal's ``encode_row(row, where, prompt_key, image_key, template_kwargs) -> (text, ids, tensors)``); such an
+    item, when taken (``ds[i]``), carries ``multi_modal_inputs`` (the image tensors).
     """
 
-    def __init__(
-        self,
-        rows: Sequence[dict[str, Any]],
-        tokenizer: Any,
-        *,
-        max_prompt_length: int,
-        filter_overlong: bool = True,
-        apply_chat_template: bool = True,
-        source: str = "data",
-        origins: Sequence[str] | None = None,
-        tools: list[dict] | None = None,
-        truncation: str = "error",
-        template_kwargs: dict[str, Any] | None = None,
-        processor: Any = None,
-        prompt_key: str = "prompt",
-        image_key: str = "images",
-    ) -> None:
+    def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, *, max_prompt_length: int, filter_overlong: bool = True,
+                 apply_chat_template: bool = True, source: str = "data", origins: Sequence[str] | None = None,
+                 tools: list[dict] | None = None, truncation: str = "error", template_kwargs: dict[str, Any] | None = None,
+                 processor: Any = None, prompt_key: str = "prompt", image_key: str = "images") -> None:
         if max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
         self.source = source
@@ -202,15 +163,11 @@ class PromptDataset:
                 item.pop("images", None)
             self.items.append(item)
         if self.num_dropped:
-            logger.warning(
-                "%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens",
-                source, self.num_dropped, len(rows), max_prompt_length,
-            )
+            logger.warning("%s: dropped %d of %d prompts longer than max_prompt_length=%d tokens", source, self.num_dropped, len(rows),
+                           max_prompt_length)
         if not self.items:
-            raise DataError(
-                f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
-                f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length"
-            )
+            raise DataError(f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
+                            f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length")
 
     @staticmethod
     def _encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key) -> dict[int, tuple]:
@@ -248,21 +205,15 @@ class PromptDataset:
 
 def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None,
                         generators: Mapping[str, Callable] | None = None) -> PromptDataset:
-    """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`.
-
-    Files and a generator may both be given (rows are concatenated, files
-    first). ``val_max_samples`` keeps the first N validation prompts.
-    ``generators``: generator name -> its card's loaded factory (``Plan.generators``).
-    """
+    """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`: the files' rows, then
+    the generator's (``generators``: ``Plan.generators``); ``val_max_samples`` keeps the first N validation prompts."""
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     files = list(data.train_files if split == "train" else data.val_files)
     gen = data.train_generator if split == "train" else data.val_generator
     rows: list[dict[str, Any]] = []
     origins: list[str] = []
-    custom = getattr(data, "custom_cls", None)
-    if custom is not None and custom.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
-
+    if data.custom_cls.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
         rows, origins = custom_rows(data, tokenizer, split, files)
     else:
         for path in files:
@@ -276,21 +227,10 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
     source = ", ".join(files + ([generated_source(gen)] if gen is not None and gen.name else []))
-    ds = PromptDataset(
-        rows,
-        tokenizer,
-        max_prompt_length=data.max_prompt_length,
-        filter_overlong=data.filter_overlong_prompts,
-        apply_chat_template=data.apply_chat_template,
-        source=source,
-        origins=origins,
-        tools=tools,
-        truncation=data.truncation,
-        template_kwargs=data.chat_template_kwargs,
-        processor=processor,
-        prompt_key=data.prompt_key,
-        image_key=data.image_key,
-    )
+    ds = PromptDataset(rows, tokenizer, max_prompt_length=data.max_prompt_length, filter_overlong=data.filter_overlong_prompts,
+                       apply_chat_template=data.apply_chat_template, source=source, origins=origins, tools=tools,
+                       truncation=data.truncation, template_kwargs=data.chat_template_kwargs, processor=processor,
+                       prompt_key=data.prompt_key, image_key=data.image_key)
     if split == "val" and data.val_max_samples is not None:
         ds.items = ds.items[: data.val_max_samples]
     return ds
@@ -329,29 +269,18 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
 class PromptLoader:
     """Batches of a :class:`PromptDataset`, epoch after epoch, resumable at any batch.
 
-    Epoch ``e``'s order is a permutation drawn from ``seed`` and ``e`` only
-    (or the file order when ``shuffle`` is false), so a resumed loader needs
-    nothing but ``{"epoch", "index"}`` to continue exactly where it stopped.
-    Iterating yields the rest of the current epoch; :meth:`next_batch` crosses
-    epoch boundaries. Each prompt's ``uid`` is ``e<epoch>-i<dataset index>``.
+    Epoch ``e``'s order is a permutation drawn from ``seed`` and ``e`` only (the file order when ``shuffle`` is false),
+    so a resumed loader needs nothing but ``{"epoch", "index"}`` to continue exactly where it stopped. Iterating yields
+    the rest of the current epoch; :meth:`next_batch` crosses epoch boundaries. A prompt's ``uid`` is ``e<epoch>-i<index>``.
     """
 
-    def __init__(
-        self,
-        dataset: PromptDataset,
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = True,
-        pad_token_id: int = 0,
-    ) -> None:
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True,
+                 pad_token_id: int = 0) -> None:
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
         if drop_last and len(dataset) < batch_size:
-            raise DataError(
-                f"{dataset.source}: {len(dataset)} prompts (after filtering) are fewer than one batch of "
-                f"{batch_size}; lower data.train_batch_size or add data"
-            )
+            raise DataError(f"{dataset.source}: {len(dataset)} prompts (after filtering) are fewer than one batch of "
+                            f"{batch_size}; lower data.train_batch_size or add data")
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -382,6 +311,9 @@ class PromptLoader:
         left = n - self.index
         if left == 0 or (self.drop_last and left < self.batch_size):
             self.epoch, self.index = self.epoch + 1, 0
+        return self._batch(idx, epoch)
+
+    def _batch(self, idx: np.ndarray, epoch: int) -> Batch:
         batch = collate([self.dataset[int(i)] for i in idx], self.pad_token_id, [f"e{epoch}-i{int(i)}" for i in idx])
         batch.meta["epoch"] = epoch
         return batch
@@ -396,10 +328,7 @@ class PromptLoader:
         order = self.order(0)
         stop = len(self) * self.batch_size if self.drop_last else len(order)
         for start in range(0, stop, self.batch_size):
-            idx = order[start : start + self.batch_size]
-            batch = collate([self.dataset[int(i)] for i in idx], self.pad_token_id, [f"e0-i{int(i)}" for i in idx])
-            batch.meta["epoch"] = 0
-            yield batch
+            yield self._batch(order[start : start + self.batch_size], 0)
 
     def state_dict(self) -> dict[str, int]:
         """Where the next batch starts: ``{"epoch", "index", "num_prompts"}``."""
@@ -413,10 +342,8 @@ class PromptLoader:
             raise DataError(f"loader state must have integer 'epoch' and 'index', got {state!r}") from None
         n = len(self.dataset)
         if "num_prompts" in state and state["num_prompts"] != n:
-            raise DataError(
-                f"the checkpoint's data loader saw {state['num_prompts']} prompts but {self.dataset.source} now has {n}; "
-                "the data (or max_prompt_length / filtering) changed, so the resumed order would differ"
-            )
+            raise DataError(f"the checkpoint's data loader saw {state['num_prompts']} prompts but {self.dataset.source} now has {n}; "
+                            "the data (or max_prompt_length / filtering) changed, so the resumed order would differ")
         if epoch < 0 or not 0 <= index <= n:
             raise DataError(f"loader state epoch={epoch}, index={index} is out of range for {n} prompts")
         self.epoch, self.index = epoch, index
@@ -424,29 +351,21 @@ class PromptLoader:
 
 def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None,
                   generators: Mapping[str, Callable] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
-    """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`.
+    """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`, and the prompts kept and dropped
+    (``train_prompts``, ``train_dropped``, ``val_prompts``, ``val_dropped``).
 
-    The train loader shuffles with ``data.seed`` (``seed`` when that is None)
-    and drops the last partial batch; the validation loader (None without
-    validation data) keeps file order and every prompt, in batches of
-    ``data.val_batch_size`` (all at once when None). The dict counts prompts
-    kept and dropped: ``train_prompts``, ``train_dropped``, ``val_prompts``,
-    ``val_dropped``. ``tools`` (multi-turn rollouts): tool schemas the chat template renders into each prompt.
-    ``processor``: the model's image encoder (rl-multimodal's feature: ``processor_for_model``), for rows with images.
-    ``generators``: the plan's generator factories by name (``Plan.generators``), for ``data.*_generator``.
+    The train loader shuffles with ``data.seed`` (else ``seed``) and drops the last partial batch; the validation
+    loader (None without validation data) keeps file order and every prompt, ``data.val_batch_size`` at a time (all at
+    once when None). ``tools``: multi-turn rollouts' tool schemas for the chat template; ``processor``: rl-multimodal's
+    image encoder; ``generators``: ``Plan.generators``.
     """
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
         processor.check_patch_size(data.image_patch_size)
     train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators)
-    train_loader = PromptLoader(
-        train,
-        getattr(data, "gen_batch_size", None) or data.train_batch_size,  # dynamic sampling draws rounds of gen_batch_size
-        shuffle=data.shuffle,
-        seed=data.seed if data.seed is not None else seed,
-        drop_last=True,
-        pad_token_id=pad,
-    )
+    # dynamic sampling (algorithm.filter_groups) draws rounds of data.gen_batch_size prompts
+    train_loader = PromptLoader(train, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
+                                seed=data.seed if data.seed is not None else seed, drop_last=True, pad_token_id=pad)
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):

@@ -26,10 +26,8 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be an object, got {type(row).__name__}")
     if prompt_key not in row:
-        raise DataError(
-            f"{where}: no {prompt_key!r} key (it has {sorted(row)}); each row needs a chat message list "
-            f"under {prompt_key!r}, or set data.prompt_key to the key that holds it"
-        )
+        raise DataError(f"{where}: no {prompt_key!r} key (it has {sorted(row)}); each row needs a chat message list "
+                        f"under {prompt_key!r}, or set data.prompt_key to the key that holds it")
     prompt = row[prompt_key]
     if isinstance(prompt, np.ndarray):
         prompt = prompt.tolist()
@@ -39,23 +37,17 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
         and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
     )
     if not ok:
-        raise DataError(
-            f"{where}: {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str}} messages, "
-            f"got {json.dumps(prompt, default=str)[:120]}"
-        )
+        raise DataError(f"{where}: {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str}} messages, "
+                        f"got {json.dumps(prompt, default=str)[:120]}")
     bad_roles = sorted({m["role"] for m in prompt} - set(ROLES))
     if bad_roles:
-        raise DataError(
-            f"{where}: unknown chat role(s) {bad_roles} in {prompt_key!r}; a message's role must be one of {list(ROLES)}"
-        )
+        raise DataError(f"{where}: unknown chat role(s) {bad_roles} in {prompt_key!r}; a message's role must be one of {list(ROLES)}")
     if not any(m["content"].strip() for m in prompt):
         raise DataError(f"{where}: every message in {prompt_key!r} is empty; a prompt needs some text")
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
-        raise DataError(
-            f"{where}: no ground truth; a row needs reward_model.ground_truth "
-            f"(e.g. \"reward_model\": {{\"style\": \"rule\", \"ground_truth\": \"42\"}})"
-        )
+        raise DataError(f"{where}: no ground truth; a row needs reward_model.ground_truth "
+                        f"(e.g. \"reward_model\": {{\"style\": \"rule\", \"ground_truth\": \"42\"}})")
     source = row.get("data_source")
     if not isinstance(source, str) or not source:
         raise DataError(f"{where}: no 'data_source' string; the reward function is chosen by it (e.g. \"openai/gsm8k\")")

@@ -1,5 +1,5 @@
 """``model.compile``: ``torch.compile`` each decoder layer in place, micro-batch dims dynamic (the FSDP actor /
-critic / ref models; rl_core.config.compile_choice decides whether a run compiles)."""
+critic / ref models; rl_core.config.normalize.resolve_compile decides whether a run compiles)."""
 
 from __future__ import annotations
 

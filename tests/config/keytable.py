@@ -1,6 +1,6 @@
 """docs/config.md's table of every key: type, default and allowed values, from the schema's fields and rules.
 
-``python -m rl_core.config.keytable`` prints it.
+``python -m tests.config.keytable`` prints it (a docs tool: the run never reads it).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import attrs
 
-from rl_core.config.rules import RULE, Each, Length, NonEmpty, OneOf, Range
+from rl_core.config.load import type_name
+from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 from rl_core.config.schema import RunConfig
-from rl_core.config.sections import added_to
-from rl_core.config.typenames import type_name
+from rl_core.config.sections import added_to, section_class
 
 
 def describe(rule: Any) -> str:
@@ -26,8 +26,6 @@ def describe(rule: Any) -> str:
         return "one of: " + ", ".join(f"`{v}`" if v != "" else "`''`" for v in rule.values())
     if isinstance(rule, Length):
         return f"{rule.n} values, each {describe(rule.item)}"
-    if isinstance(rule, Each):
-        return "each " + describe(rule.item)
     if isinstance(rule, NonEmpty):
         return "not empty" + (f" ({rule.hint})" if rule.hint else "")
     return str(rule)
@@ -42,9 +40,8 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             continue
         key = f"{prefix}.{f.name}" if prefix else f.name
         tp = hints[f.name]
-        sections = [a for a in (typing.get_args(tp) or (tp,)) if attrs.has(a)]
-        if sections:
-            rows += key_rows(sections[0], key)
+        if section_class(tp) is not None:
+            rows += key_rows(section_class(tp), key)
             continue
         default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default
         shown = repr(default) if isinstance(default, str) else "null" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
@@ -55,7 +52,7 @@ def key_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
 
 
 def key_table() -> str:
-    """The markdown table of every key (``python -m rl_core.config.keytable`` prints it)."""
+    """The markdown table of every key."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     lines = ["| key | type | default | allowed |", "|---|---|---|---|"]
     lines += [f"| `{k}` | {esc(t)} | `{esc(d)}` | {esc(a)} |" for k, t, d, a in key_rows(RunConfig)]
