@@ -336,7 +336,7 @@ def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
     problems = []
     if not correction_on(config):
         return problems
-    if not config.rollout.calculate_log_probs:
+    if config.rollout.calculate_log_probs is False:
         problems.append(Problem(
             key="rollout.calculate_log_probs",
             what=f"{key} needs the rollout engine's per-token log-probs, but rollout.calculate_log_probs=false",
