@@ -11,7 +11,7 @@ import pytest
 from rl_core.rollout import mismatch
 from rl_core.trainer.loop import Trainer
 
-from test_vllm_plugin import _model, _resolve
+from test_vllm_plugin import _model, _resolve, vllm_cpu_version  # noqa: F401  (a fixture)
 
 TIS = "algorithm.rollout_correction.rollout_is=token"
 
