@@ -1,8 +1,8 @@
 """The rollout-vs-trainer log-prob gap, measured every step, and the bound that stops a run (issue 51, docs/exact.md).
 
-Every rollout backend can return the log-probs it sampled with; :func:`decide` makes ``rollout.calculate_log_probs``
-once per run (the Plan's config), :func:`wanted` per step. The loop compares them with the trainer's (the old-log-prob pass's when there is one, else the on-policy update's own
-first forward: no pass is added for the metric) and logs ``rollout_corr/*`` (:mod:`rl_core.algorithms.rollout_correction`:
+Every rollout backend can return the log-probs it sampled with: :func:`decide` settles ``rollout.calculate_log_probs``
+once per run (the Plan's config), :func:`wanted` per step. The loop compares them with the trainer's (the old-log-prob
+pass's when there is one, else the on-policy update's own first forward: no pass is added for the metric) and logs ``rollout_corr/*`` (:mod:`rl_core.algorithms.rollout_correction`:
 ``log_prob_abs_diff_max`` / ``_mean``, ``kl``, ``k3_kl``, ...) plus :func:`gap_metrics`' ``rollout_corr/log_prob_gap_frac``
 (the share of tokens whose gap exceeds ``rollout.mismatch.threshold``). ``rollout.mismatch.max_abs_diff`` bounds the
 gap: :func:`check_gap` stops the run with the step, the backend and the largest-gap token (:class:`MismatchError`).
