@@ -20,8 +20,9 @@ Each part runs in a process of its own (``--part``; vLLM's sleep-mode allocator 
 - ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
-  max_tokens=R))``: no seed, no log-probs, token ids in), rl-core's ``generate`` (seeded, log-probs, as a GRPO step
-  with ``rollout.calculate_log_probs=true`` calls it), and rl-core's earlier path (``seed_mode=request``: a
+  max_tokens=R))``: no seed, no log-probs, token ids in), rl-core's ``generate`` as a default run's step 2 calls it
+  (``rollout.calculate_log_probs=null``: no log-probs on 9 steps of 10; the pair "rl-core default vs vLLM alone"),
+  rl-core's ``generate`` (seeded, log-probs, as a GRPO step with ``rollout.calculate_log_probs=true`` calls it), and rl-core's earlier path (``seed_mode=request``: a
   generator per request); one sleep + wake-up (what a colocated step adds outside generation).
 
 Reported per row: seconds, generated tokens/s, and % of the bandwidth floor. The floor of a decode of ``B`` sequences
@@ -240,6 +241,17 @@ def _fraction_gib(device: str, fraction: float) -> float | None:
     return fraction * torch.cuda.mem_get_info()[1] / 2**30 if device == "cuda" else None
 
 
+def default_asks(config, step: int) -> bool:
+    """Whether step ``step`` of a run with the default ``rollout.calculate_log_probs=null`` asks vLLM for log-probs, by
+    the Plan's decision (``rl_core.rollout.mismatch``): no correction here, so only steps 1, 1 + GAP_EVERY, ..."""
+    from rl_core.rollout import mismatch
+    from rl_core.rollout.precision import apply_defaults
+    from rl_rollout_vllm.plugin import VLLM_ROLLOUT
+
+    auto = attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=None))
+    return mismatch.wanted(mismatch.decide(apply_defaults(auto), VLLM_ROLLOUT), step)  # fp8: TIS on, so every step
+
+
 def part_vllm(args, precision: str) -> list[dict]:
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_rollout_vllm.engine import VLLMRollout
@@ -279,8 +291,10 @@ def part_vllm(args, precision: str) -> list[dict]:
                 return int(out.tensors["response_mask"].sum())
             return go
 
-        # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also without
-        runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix}", rlcore("batch")),
+        # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also without;
+        # "rl-core default": a step as a run with the default rollout.calculate_log_probs=null asks (default_asks)
+        runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix} default (step 2)", rlcore("batch", logprobs=default_asks(eng.config, 2))),
+                (f"rl-core vLLM{suffix}", rlcore("batch")),
                 (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, no log-probs", rlcore("batch", logprobs=False))]
         if wname == "scale" and os.environ.get("PER_REQUEST") == "1":
             runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore("request")))

@@ -129,6 +129,7 @@ class RolloutCard(CardBase):
     max_tp: int | None = 1
     weight_formats: frozenset[str] = _names({"hf"})
     logprobs: bool = True
+    logprobs_free: bool = False  # costs ~nothing next to sampling (hf): rollout.calculate_log_probs=null keeps them on
     # rollout.exact: its log-probs from the Plan's LogProbForwardCard (WorkerContext.log_prob_forward), as the trainer's (issue 51)
     exact: bool = False
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)

@@ -5,6 +5,7 @@ seeded sampling, trainer.deterministic (rl_core.util.determinism), and rollout.e
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import attrs
 import pytest
@@ -16,6 +17,9 @@ from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunCon
 from rl_core.plan.resolver import resolve
 from rl_core.plugins import get_registry
 from rl_core.rollout import mismatch
+from rl_core.rollout.builtin import HF_ROLLOUT
+from rl_core.rollout.precision import apply_defaults as precision_defaults
+from rl_core.trainer.loop import Trainer
 from rl_core.rollout.hf import HFRolloutEngine
 from rl_core.trainer.tracking import key_metrics
 from rl_core.util.determinism import apply_determinism
@@ -74,8 +78,44 @@ def test_bound_defaults_to_zero_in_exact_mode_only():
     assert mismatch.bound_of(load_config(overrides=["rollout.mismatch.max_abs_diff=0"])) == 0.0
 
 
-def test_log_probs_are_on_by_default_and_on_the_console_line():
-    assert RolloutConfig().calculate_log_probs is True
+VLLM_LIKE = attrs.evolve(HF_ROLLOUT, name="vllm-like", logprobs_free=False)
+
+
+def test_log_probs_default_to_auto_and_the_plan_decides(tmp_path):
+    assert RolloutConfig().calculate_log_probs is None
+    plan, _ = resolve(load_config(write_tiny_run(tmp_path)))
+    assert plan.config.rollout.calculate_log_probs is True  # the hf rollout (the Plan's config holds the decision)
+    cfg = load_config()
+    assert mismatch.decide(cfg, HF_ROLLOUT).rollout.calculate_log_probs is True  # hf's cost nothing: kept on every step
+    assert mismatch.decide(cfg, VLLM_LIKE).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps
+    for needs in (["algorithm.rollout_correction.rollout_is=token"], ["rollout.exact=true"], ["rollout.mismatch.max_abs_diff=0.5"],
+                  ["rollout.precision=fp8"]):
+        c = load_config(overrides=needs)
+        c = precision_defaults(c)
+        assert mismatch.decide(c, VLLM_LIKE).rollout.calculate_log_probs is True, needs
+    assert mismatch.decide(cfg, VLLM_LIKE, estimator_reads=True).rollout.calculate_log_probs is True
+    off = load_config(overrides=["rollout.calculate_log_probs=false", "algorithm.rollout_correction.rollout_is=token"])
+    assert mismatch.decide(off, VLLM_LIKE).rollout.calculate_log_probs is False  # forced: the check refuses it below
+    (p,) = mismatch.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false", "rollout.mismatch.max_abs_diff=0.5"]))
+    assert p.key == "rollout.calculate_log_probs" and "rollout.mismatch.max_abs_diff" in p.what
+    assert mismatch.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false"])) == []
+
+
+def test_the_steps_that_ask_the_engine_for_log_probs():
+    """The loop's SamplingParams: every step when on, none when off, steps 1, 1 + GAP_EVERY, ... when auto found no
+    user; never for validation (greedy) nor from a backend whose card declares no log-probs."""
+    def asked(value, card=VLLM_LIKE, steps=range(1, 2 * mismatch.GAP_EVERY + 2)):
+        cfg = load_config(overrides=[f"rollout.calculate_log_probs={value}"])
+        trainer = SimpleNamespace(config=cfg, stack=SimpleNamespace(rollout=card))
+        return [s for s in steps if Trainer.sampling(trainer, step=s).logprobs], Trainer.sampling(trainer, greedy=True, step=1).logprobs
+
+    assert asked("null") == ([1, 1 + mismatch.GAP_EVERY, 1 + 2 * mismatch.GAP_EVERY], False)
+    assert asked("true") == (list(range(1, 2 * mismatch.GAP_EVERY + 2)), False)
+    assert asked("false") == ([], False)
+    assert asked("true", attrs.evolve(VLLM_LIKE, logprobs=False)) == ([], False)
+
+
+def test_log_probs_on_the_console_line():
     shown = key_metrics({"rollout_corr/log_prob_abs_diff_max": 0.25, "rollout_corr/kl": 0.5, "rollout_corr/log_prob_abs_diff_mean": 0.1})
     assert shown == {"dlogp": 0.25}  # the gap; the mismatch's KL estimate is not the policy's kl
 

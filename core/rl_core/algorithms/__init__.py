@@ -1,28 +1,11 @@
 """The algorithm library: pure tensor functions, no distributed imports.
 
-==============================  ==============================================
-module                          what
-==============================  ==============================================
-``advantages``                  estimators (gae, grpo, rloo, reinforce++,
-                                reinforce++-baseline, remax), ``compute_advantage``
-``group_baselines``             opo, grpo_passk, gpg, rloo_vectorized
-``policy_loss``                 ppo_clip, dual_clip (= verl's vanilla), gspo
-``policy_loss_pg``              gpg, dro, cispo, sapo, geo_mean, dppo_tv, dppo_kl
-``policy_loss_cov``             clip_cov, kl_cov
-``rollout_correction``          rollout IS weights, rejection, mismatch metrics
-``aggregation``                 ``agg_loss`` and the loss_agg_mode values
-``kl``                          KL estimators, KL controllers, KL-in-reward
-``value_loss``                  clipped critic loss
-``entropy``                     entropy / log-probs from logits
-``actor_loss``                  ``compute_actor_loss`` / ``compute_critic_loss``
-``metrics``                     advantage / return statistics
-``group_filter``                DAPO's group filter (groups of equal scores)
-``builtin``                     registers the built-ins through the public hooks
-==============================  ==============================================
+``advantages`` (gae, grpo, ``compute_advantage``), ``policy_loss`` (ppo_clip, dual_clip = verl's vanilla),
+``actor_loss``, ``value_loss``, ``kl``, ``aggregation`` (``loss_agg_mode``), ``entropy``, ``masked``, ``metrics``,
+``rollout_correction``, ``zero_advantage``; ``builtin`` registers the built-ins through the public hooks. The other
+estimators and losses are the rl-algorithms package's (``plugins/algorithms``).
 
-The names below are importable from ``rl_core.algorithms`` directly; they are
-loaded on first access so that importing the package (e.g. for the
-``builtin`` entry point) does not import torch.
+The names below load on first access, so importing the package (the ``builtin`` entry point) does not import torch.
 """
 
 from __future__ import annotations

@@ -54,30 +54,13 @@ def compute_actor_loss(
     cfg: Any,
     policy_loss: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Actor loss for one micro-batch (see the module docstring for the formula).
+    """Actor loss for one micro-batch (the module docstring's formula): ``(0-d float32 loss, metrics)``; tensors ``[B, T]``.
 
-    Args:
-        log_prob, old_log_prob, advantages, response_mask: ``[B, T]``.
-        entropy: ``[B, T]`` per-token entropy of the current policy (e.g.
-            :func:`rl_core.algorithms.entropy.entropy_from_logits`); required
-            when ``cfg.entropy_coeff != 0``, logged when given.
-        ref_log_prob: ``[B, T]``; required when ``cfg.use_kl_loss``.
-        rollout_is_weights: ``[B, T]`` rollout-correction weights
-            (:mod:`rl_core.algorithms.rollout_correction`); multiply the policy
-            loss per token (not the entropy / KL terms, as verl). Passed to the
-            policy loss only when given, so losses without the argument work
-            when rollout correction is off.
-        cfg: :class:`rl_core.config.schema.ActorConfig` (fields read:
-            ``policy_loss``, ``loss_agg_mode``, ``clip_ratio``,
-            ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``,
-            ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``,
-            ``kl_loss_type``; ``policy_loss_options`` and ``loss_scale_factor``
-            if the config has them).
-        policy_loss: the loaded policy-loss function (the engine passes the one the resolver loaded);
-            None: the built-in loss ``cfg.policy_loss`` names (:func:`get_policy_loss`).
-
-    Returns:
-        (0-d float32 loss, metrics).
+    ``entropy``: required when ``cfg.entropy_coeff != 0``, logged when given; ``ref_log_prob``: required when
+    ``cfg.use_kl_loss``; ``rollout_is_weights`` (:mod:`rl_core.algorithms.rollout_correction`) multiply the policy loss
+    only (as verl) and are passed to it only when given, so losses without the argument work with correction off.
+    ``cfg``: :class:`rl_core.config.schema.ActorConfig`; ``policy_loss``: the Plan's loaded loss (None: the built-in
+    one ``cfg.policy_loss`` names).
     """
     mode = cfg.loss_agg_mode
     pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss)

@@ -1,31 +1,17 @@
-"""Rollout correction: importance weights and rejection masks for the gap between the
-rollout engine's policy and the trainer's (verl's ``algorithm.rollout_correction``).
+"""Rollout correction: importance weights and rejection masks for the gap between the rollout engine's policy and
+the trainer's (verl's ``algorithm.rollout_correction``; the keys: docs/config.md, "Rollout correction").
 
-A rollout engine (vLLM, SGLang, even the ``hf`` rollout in bf16) samples from
-``pi_rollout``, numerically not the trainer's ``pi_old``. With the engine's per-token
-log-probs (``rollout.calculate_log_probs=true``), ``log rho_t = log pi_old - log pi_rollout``
-corrects the policy gradient (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings
-You Off-Policy RL Training"; Liu et al. 2025, "When Speed Kills Stability"):
+The engine samples from ``pi_rollout``, numerically not the trainer's ``pi_old``; with its per-token log-probs,
+``log rho_t = log pi_old - log pi_rollout`` corrects the policy gradient (Yao et al. 2025, "Your Efficient RL Framework
+Secretly Brings You Off-Policy RL Training"; Liu et al. 2025, "When Speed Kills Stability"): importance weights
+(``rollout_is``: per token or per sequence, truncated (TIS) or masked outside ``[l, u]`` (IcePop)) multiply the
+per-token policy loss without gradient; rejection (``rollout_rs``: criteria on ``k1 = -log rho``, ``k2 = (log rho)^2 / 2``,
+``k3 = rho - 1 - log rho`` per token or per sequence) drops tokens or responses from the response mask.
 
-- **importance weights** (``rollout_is``): ``"token"``: ``w_t = rho_t``; ``"sequence"``:
-  ``w = prod_t rho_t`` on every token of the response. ``rollout_is_threshold`` ``u``
-  (a number, or a string holding one) **truncates**: ``w <- min(w, u)`` (TIS);
-  ``"l_u"`` (e.g. ``"0.5_5.0"``) **masks**: ``w <- 0`` outside ``[l, u]`` (IcePop).
-  ``rollout_is_batch_normalize`` rescales the weights to mean 1 over the batch (tokens
-  or sequences). Weights carry no gradient and multiply the per-token policy loss.
-- **rejection** (``rollout_rs``): comma-separated criteria, each dropping tokens or whole
-  responses from the response mask: ``token_k{1,2,3}``, ``seq_sum_k{1,2,3}``,
-  ``seq_mean_k{1,2,3}``, ``seq_max_k{2,3}`` with ``k1 = -log rho``,
-  ``k2 = (log rho)^2 / 2``, ``k3 = rho - 1 - log rho``; ``rollout_rs_threshold``: one
-  value per criterion (or one for all), ``"l_u"`` ratio bounds for k1 (a single ``u``
-  means ``[1/u, u]``), an upper bound for k2 / k3.
-
-All of it follows verl 0.9.1's ``rollout_corr_helper`` (same formulas, same
-``exp(+-20)`` safety clamp, same metric names under ``rollout_corr/``), checked against
-numbers verl computed (tests/algorithms/test_verl_parity.py). Added metrics:
-``rollout_corr/log_prob_abs_diff_mean`` / ``_max`` (``|log pi_rollout - log pi_old|`` over
-valid tokens). Not produced: verl's per-criterion statistics of the rejection
-statistic (``rollout_rs_<opt>_mean/max/min/std/...``); the masked fractions are.
+verl 0.9.1's ``rollout_corr_helper`` formulas, ``exp(+-20)`` clamp and ``rollout_corr/`` metric names, checked
+against numbers verl computed (tests/algorithms/test_verl_parity.py); ours in addition:
+``rollout_corr/log_prob_abs_diff_mean`` / ``_max``. Not produced: verl's per-criterion statistics of the rejection
+statistic (``rollout_rs_<opt>_mean/max/...``); the masked fractions are.
 """
 
 from __future__ import annotations
@@ -336,7 +322,7 @@ def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
     problems = []
     if not correction_on(config):
         return problems
-    if not config.rollout.calculate_log_probs:
+    if config.rollout.calculate_log_probs is False:
         problems.append(Problem(
             key="rollout.calculate_log_probs",
             what=f"{key} needs the rollout engine's per-token log-probs, but rollout.calculate_log_probs=false",

@@ -192,7 +192,9 @@ class RolloutConfig(Sectioned):
     gpu_memory_utilization: float = frac(0.5, open_low=True, hint="the fraction of device memory the rollout engine may take, e.g. 0.5")
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)
-    calculate_log_probs: bool = True  # the engine's sampling log-probs: the rollout_corr/* mismatch metrics every step
+    # the engine's sampling log-probs; null (auto): on when the run needs them or the backend's are free (hf), else on
+    # every rollout.mismatch.GAP_EVERY-th step only, for the rollout_corr/* gap metrics (rl_core.rollout.mismatch.decide)
+    calculate_log_probs: bool | None = None
     # hf rollout: log-probs from the trainer's per-sequence forward (rl-exact, docs/exact.md): the trainer's equal them bit for bit
     exact: bool = False
     mismatch: MismatchConfig = field(factory=MismatchConfig)

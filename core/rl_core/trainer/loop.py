@@ -157,9 +157,9 @@ class Trainer:
         self.cluster.call(WorkerMethod.SET_TOTAL_STEPS, same_args=(self.total_steps,))
         self.step = 0
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
-        # rollout.calculate_log_probs on-policy without a correction: the mismatch metrics (rollout_corr/*) from the
-        # update forward's own log-probs (the old policy's), not from a separate forward pass
-        self.keep_update_log_probs = not self.recompute_old_log_prob and bool(cfg.rollout.calculate_log_probs)
+        # the rollout's log-probs on-policy without a correction: the mismatch metrics (rollout_corr/*) from the update
+        # forward's own log-probs (the old policy's), not from a separate forward pass; on the steps that have them
+        self.keep_update_log_probs = not self.recompute_old_log_prob and cfg.rollout.calculate_log_probs is not False
         self.zero_adv_steps = 0  # consecutive steps whose advantages were all zero
         self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (Plan.rollout_pool: rl-async), else None
         # step observers (rl_core.observers, e.g. rl-traces): each step's rollouts and each validation's
@@ -244,7 +244,7 @@ class Trainer:
             max_new_tokens=self.config.data.max_response_length,
             greedy=greedy or not r.do_sample,
             seed=self.config.trainer.seed * 1_000_003 + step,
-            logprobs=r.calculate_log_probs and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
+            logprobs=mismatch.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
         )
 

@@ -38,7 +38,8 @@ def write_run(tmp: Path, *, steps: int = 2) -> Path:
         steps=steps,
         model=dict(arch="qwen2", hidden=64, layers=2, heads=4, kv_heads=2),  # tied embeddings
         rollout__name="sglang",
-        trainer__test_freq=steps,  # rollout.calculate_log_probs is on by default: the rollout_corr/* gap every step (issue 51)
+        trainer__test_freq=steps,
+        rollout__calculate_log_probs=True,  # the rollout_corr/* gap every step (the default, null, asks on steps 1, 11, ...)
         trainer__val_before_train=True,
     )
 
