@@ -89,7 +89,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
     "generator": {"reasoning_gym": "rl-data"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
-    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl"},
+    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking"},
 }
 
 
