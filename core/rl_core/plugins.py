@@ -79,7 +79,7 @@ KNOWN_PROVIDERS: dict[str, dict[str, str]] = {
     "policy_loss": dict.fromkeys(("gspo", "gpg", "dro", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov"),
                                  "rl-algorithms"),
     "log_prob_forward": {"exact": "rl-exact"},
-    "feature": {"lora": "rl-lora", "multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay"},
+    "feature": {"lora": "rl-lora", "multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay", "profiling": "rl-profiling"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",
@@ -112,7 +112,7 @@ KNOWN_DIALECTS: dict[str, str] = {
 #: config sections a first-party package contributes (rl_core.config.sections) -> its distribution (hints for messages only)
 KNOWN_SECTIONS: dict[str, str] = {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray", "async": "rl-async",
                                   "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
-                                  "rollout.multi_turn": "rl-agent"}
+                                  "rollout.multi_turn": "rl-agent", "profiler": "rl-profiling"}
 
 
 def section_hint(key: str) -> str:

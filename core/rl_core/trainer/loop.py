@@ -165,6 +165,8 @@ class Trainer:
         self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (Plan.rollout_pool: rl-async), else None
         # step observers (rl_core.observers, e.g. rl-traces): each step's rollouts and each validation's
         self.observers = Observers(getattr(stack, "observers", ()), cfg, cfg.trainer.output_dir)
+        features = getattr(stack, "features", None)  # profiler.* (rl-profiling): the steps whose calls the workers record
+        self.profiled_step = features.hook(cfg, "profiled_step") if features is not None else None
 
     def _rollout_pipeline(self):
         """rollout.n_gpus_per_node: the rollout pool's schedule (rl_core.placement.rollout_pool), started: its first sync
@@ -660,7 +662,7 @@ class Trainer:
             for step in range(start + 1, self.total_steps + 1):
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch() if self.pipeline is None else self.pipeline.prompts(step)
-                profiled = self.config.profiler.tool is not None and step in self.config.profiler.steps  # rl_core.util.profiling
+                profiled = self.profiled_step is not None and self.profiled_step(self.config, step)
                 try:
                     if profiled:
                         self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(step,))
