@@ -1,16 +1,11 @@
-"""The single-controller loop.
+"""The single-controller loop::
 
-::
-
-    prompts --rollout--> responses --reward--> scores
-            --old / ref log-probs, values--> --estimator--> advantages
+    prompts --rollout--> responses --reward--> scores --old / ref log-probs, values--> --estimator--> advantages
             --critic / actor update--> new weights --weight sync--> rollout
 
-The controller holds the loop and the data; workers (:mod:`rl_core.placement.worker`)
-hold the models, placed by :mod:`rl_core.placement` (the loop talks only to its
-:class:`~rl_core.placement.contract.Placement` protocol). Every stage is timed
-(``timing_s/<stage>``) and logged; checkpoints are atomic and resumed
-automatically.
+The controller holds the loop and the data; workers (:mod:`rl_core.placement.worker`) hold the models, reached through
+the :class:`~rl_core.placement.contract.Placement` protocol. Every stage is timed (``timing_s/<stage>``); checkpoints
+and resume are :mod:`rl_core.trainer.saving`'s, validation :mod:`rl_core.trainer.validation`'s.
 """
 
 from __future__ import annotations
@@ -144,11 +139,8 @@ class Trainer(Saving, Validation):
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
-        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each.
-
-        The role's workers are the actor's, or its own pool's (``critic.n_gpus_per_node``, ...); the ranks of
-        a model-parallel group get the same shard, and one result per data-parallel rank comes back.
-        """
+        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each: the ranks of
+        a model-parallel group get the same shard; one result per data-parallel rank comes back."""
         method = WorkerMethod.named(method)
         role = method.role
         reps = self._model_parallel(role)
