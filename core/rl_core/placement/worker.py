@@ -1,15 +1,10 @@
 """The hybrid worker: one process's actor, reference, critic and rollout engines.
 
-Colocated, as in verl's hybrid engine: each worker holds the train backend's
-roles and a rollout engine, and weight sync is an in-memory copy from the
-actor to the rollout engine of the same process. A critic or reference model
-given devices of its own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``)
-lives in workers that hold only that role (:func:`worker_roles`,
-:mod:`rl_core.placement.pools`). The placement layer
-(:mod:`rl_core.placement`) creates one worker per rank and calls its methods (the
-:class:`~rl_core.placement.contract.WorkerMethod` table lists them);
-nothing here knows whether it runs in-process, in a spawned process or in a
-Ray actor.
+Colocated, as in verl's hybrid engine: weight sync is an in-memory copy from the actor to the rollout engine of the
+same process. A role given devices of its own (``critic.n_gpus_per_node``, ...) lives in workers that hold only that
+role (:func:`worker_roles`, :mod:`rl_core.placement.pools`). The placement creates one worker per rank and calls the
+methods of the :class:`~rl_core.placement.contract.WorkerMethod` table; nothing here knows whether it runs in-process,
+in a spawned process or in a Ray actor.
 """
 
 from __future__ import annotations
