@@ -57,6 +57,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.algorithms.policy_loss": "the policy losses' common signature and helpers (clip_range, prepare_loss, clipped_surrogate, finish_loss): what a new loss builds on",
     "rl_core.algorithms.masked": "masked tensor ops (masked_mean / masked_sum / masked_whiten, zero_masked, bool_mask)",
     "rl_core.algorithms.options": "the options classes of the built-in estimators / losses (GroupOptions, GrpoOptions, LossOptions, ...), to derive from",
-    "rl_core.trainer.tracking": "LoggerError: what a tracker card's logger raises when it cannot start (the install or the fix named)",
+    "rl_core.trainer.tracking": "LoggerError: what a tracker card's logger raises when it cannot start (the install or the fix named); METRICS_FILE / METRIC_GROUPS / find_key_metric / read_jsonl_metrics: a run's metrics.jsonl and its metric groups (rlcore plot)",
+    "rl_core.trainer.outputs": "write_failure: why writing a path failed (a full disk, permissions), for a command's error message",
     "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
 }

@@ -81,7 +81,7 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
     "policy_loss": dict.fromkeys(("gspo", "gpg", "dro", "cispo", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "clip_cov", "kl_cov"),
                                  "rl-algorithms"),
     "log_prob_forward": {"exact": "rl-exact"},
-    "feature": {"lora": "rl-lora", "multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay"},
+    "feature": {"lora": "rl-lora", "multimodal": "rl-multimodal", "routing_replay": "rl-routing-replay", "profiling": "rl-profiling"},
     "reward": {
         "gsm8k": "rl-reward-rule",
         "math": "rl-reward-rule",
@@ -91,14 +91,14 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
     "generator": {"reasoning_gym": "rl-data"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
-    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl"},
+    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking"},
     "step_hook": {
         "reward.overlong_penalty.enable": "rl-algorithms",
         "algorithm.filter_groups.enable": "rl-algorithms",
     },
     "section": {"reward_model.judge": "rl-reward-model", "ray": "rl-placement-ray", "async": "rl-async",
                 "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
-                "rollout.multi_turn": "rl-agent"},
+                "rollout.multi_turn": "rl-agent", "profiler": "rl-profiling"},
     "dialect_key": dict.fromkeys(("actor_rollout_ref", "custom_reward_function", "ray_kwargs", "ray_init", "model_engine",
                                   "global_profiler", "distillation", "--config-path", "--config-name", "--profile",
                                   "+key / ~key / group@package"), "rl-verl"),

@@ -39,7 +39,7 @@ def _rollout_matches_actor(trainer: Trainer) -> float:
 @pytest.mark.parametrize("nprocs", [1, 2])
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
 def test_two_step_job(tmp_path, nprocs, estimator):
-    # 2 processes, GRPO: also profiler.* (rl_core.util.profiling): rank 0 records the actor's calls of step 2 only
+    # 2 processes, GRPO: also profiler.* (rl_profiling.profiling): rank 0 records the actor's calls of step 2 only
     profiled = nprocs == 2 and estimator == "grpo"
     traces = tmp_path / "traces"
     extra = {"profiler": {"tool": "torch", "steps": [2], "actor": True, "save_path": str(traces)}} if profiled else {}

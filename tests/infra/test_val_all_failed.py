@@ -6,7 +6,8 @@ import types
 
 import pytest
 import torch
-from rl_core.trainer.loop import Trainer, ValidationError
+from rl_core.trainer.loop import Trainer
+from rl_core.trainer.validation import ValidationError
 
 
 class _Batch(dict):

@@ -134,11 +134,11 @@ def test_full_disk_at_hf_final_without_checkpoints_keeps_the_run(tmp_path, monke
 
 
 def test_save_freq_minus_one_refuses_to_start_without_room(tmp_path, monkeypatch):
-    import rl_core.trainer.loop as loop
+    import rl_core.trainer.saving as saving
 
     cfg = make_run(tmp_path)
     set_config(cfg, trainer__save_freq=-1, trainer__total_training_steps=1)
-    monkeypatch.setattr(loop, "free_bytes", lambda path: 1000)
+    monkeypatch.setattr(saving, "free_bytes", lambda path: 1000)
     code, out, err = cli("train", str(cfg), "--no-progress")
     ok = _clear(code, err, "trainer.save_freq=-1", "GiB free", "trainer.save_freq=N") and not (tmp_path / "out" / "metrics.jsonl").exists()
     tally.record("disk", "save_freq=-1 with less room than hf_final needs", ok)

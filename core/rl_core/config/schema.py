@@ -480,27 +480,6 @@ class TrainerConfig(Sectioned):
 
 
 @attrs.frozen(kw_only=True)
-class ProfilerConfig:
-    """torch.profiler traces of chosen steps (:mod:`rl_core.util.profiling`; verl's ``global_profiler`` with tool=torch)."""
-
-    # torch: torch.profiler traces written by rl-core; nsys: NVTX ranges + cudaProfilerStart/Stop for an `nsys profile
-    # --capture-range=cudaProfilerApi` that runs rlcore train (CUDA only; rl-core does not start nsys)
-    tool: str | None = choice(None, (None, "torch", "nsys"), hint="torch records the chosen steps with torch.profiler; nsys marks them for Nsight Systems; null: off")
-    steps: list[int] = field(factory=list)  # the training steps (1-based) to record
-    save_path: str | None = None  # null: <trainer.output_dir>/profile
-    # whose calls are recorded: the roles set true; none set: every role (verl's <role>.profiler.enable)
-    actor: bool | None = None
-    rollout: bool | None = None
-    ref: bool | None = None
-    critic: bool | None = None
-    reward_model: bool | None = None
-    ranks: list[int] = field(factory=lambda: [0])  # the worker ranks that record
-    all_ranks: bool = False
-    # tool=nsys: a capture range per recorded call (true) or one per recorded step (false), as verl's nsys.discrete
-    discrete: bool = False
-
-
-@attrs.frozen(kw_only=True)
 class RunConfig(Sectioned):
     data: DataConfig = field(factory=DataConfig)
     model: ModelConfig = field(factory=ModelConfig)
@@ -513,4 +492,3 @@ class RunConfig(Sectioned):
     reward: RewardConfig = field(factory=RewardConfig)
     reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)
-    profiler: ProfilerConfig = field(factory=ProfilerConfig)

@@ -23,8 +23,6 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from rl_core.util.profiling import profiled_call
-
 
 class WorkerError(RuntimeError):
     """A worker failed or died during a call; the message names the pool, the rank and the method."""
@@ -50,7 +48,7 @@ class WorkerMethod(str, enum.Enum):
     SAVE_CHECKPOINT = "save_checkpoint"
     LOAD_CHECKPOINT = "load_checkpoint"
     PEAK_MEMORY_GB = "peak_memory_gb"
-    # profiler.* (rl_core.util.profiling): the step whose calls the chosen ranks record (None: none)
+    # profiler.* (rl-profiling): the step whose calls the chosen ranks record (None: none)
     PROFILE_STEP = "profile_step"
 
     @property
@@ -117,11 +115,15 @@ def after_a_death(errors: list[str]) -> list[str]:
 
 
 def dispatch(worker: Any, method: WorkerMethod | ExtensionMethod | str, args: tuple) -> Any:
-    """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike); a chosen step's
-    computations are recorded by the worker's profiler (``profiler.*``, :mod:`rl_core.util.profiling`)."""
+    """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike), under the worker's
+    profiler when it has one (rl-profiling's ``worker_profiler`` hook: ``around(method, role)`` records a chosen call)."""
     m = WorkerMethod.named(method, getattr(worker, "extension_methods", frozenset()))
-    owner = worker.extension if isinstance(m, ExtensionMethod) else worker
-    return profiled_call(worker, m.value, m.role, getattr(owner, m.value), args)
+    fn = getattr(worker.extension if isinstance(m, ExtensionMethod) else worker, m.value)
+    profiler = getattr(worker, "profiler", None)
+    if profiler is None:
+        return fn(*args)
+    with profiler.around(m.value, m.role):
+        return fn(*args)
 
 
 def per_rank(method: WorkerMethod, world_size: int, per_rank_args: Sequence[tuple] | None, same_args: tuple) -> list[tuple]:

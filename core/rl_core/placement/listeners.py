@@ -1,13 +1,8 @@
 """Which processes listen on which TCP addresses: the evidence for "binds loopback only".
 
-Read from Linux's ``/proc`` (no extra dependency): ``/proc/net/tcp`` and
-``/proc/net/tcp6`` list every socket of the network namespace with its inode;
-``/proc/<pid>/fd`` links each process's open sockets to those inodes. A socket
-in state LISTEN belongs to the process that holds it.
-
-:func:`listening_sockets` reports what a set of processes listens on (``rlcore doctor --cluster``, from
-rl-placement-ray, and the loopback tests); elsewhere (macOS, Windows) it says it cannot tell (``None``)
-instead of guessing.
+Read from Linux's ``/proc``: ``/proc/net/tcp{,6}`` list the namespace's sockets with their inodes, ``/proc/<pid>/fd``
+links a process's sockets to them. :func:`listening_sockets` (``rlcore doctor --cluster``, the loopback tests) says
+``None`` where it cannot tell (macOS, Windows) instead of guessing.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
-"""Worker placement: the only layer a Ray mode replaces.
+"""The ``local`` placement: :class:`LocalCluster` runs one :class:`~rl_core.placement.worker.HybridWorker` per rank on
+this machine, in the controller's process for one rank, else in spawned processes joined by ``torch.distributed``.
 
-:class:`LocalCluster` runs one :class:`~rl_core.placement.worker.HybridWorker` per
-rank on this machine: in the controller's own process when there is one
-rank (easy to debug, no start-up cost), else in spawned processes joined by
-``torch.distributed`` (gloo on CPU, NCCL on GPU). It implements
-:class:`rl_core.placement.contract.Placement`: the controller calls
-:meth:`call` (or :meth:`submit`, then ``.result()``) with a
-:class:`~rl_core.placement.contract.WorkerMethod` and one argument tuple per
-rank and gets one result per rank.
-
-Rendezvous opens nothing to the network: the ranks meet through a
-``torch.distributed`` FileStore in a private temporary folder (a TCPStore
-master listens on every interface), and gloo / NCCL bind their own sockets
-to the loopback interface (``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``,
-unless you set them).
-
-A worker that raises sends its traceback back and the call raises
-:class:`WorkerError` naming the rank; a worker process that dies (OOM
-killer, segfault) is detected within a second and named with its exit code,
-instead of leaving the controller waiting forever.
+Rendezvous opens nothing to the network: a FileStore in a private temporary folder (a TCPStore master would listen on
+every interface), gloo / NCCL bound to the loopback interface unless ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME``
+are set. A worker that raises sends its traceback back; one that dies (OOM killer, segfault) is named with its exit
+code within a second, instead of leaving the controller waiting forever.
 """
 
 from __future__ import annotations

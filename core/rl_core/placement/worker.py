@@ -1,15 +1,10 @@
 """The hybrid worker: one process's actor, reference, critic and rollout engines.
 
-Colocated, as in verl's hybrid engine: each worker holds the train backend's
-roles and a rollout engine, and weight sync is an in-memory copy from the
-actor to the rollout engine of the same process. A critic or reference model
-given devices of its own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``)
-lives in workers that hold only that role (:func:`worker_roles`,
-:mod:`rl_core.placement.pools`). The placement layer
-(:mod:`rl_core.placement`) creates one worker per rank and calls its methods (the
-:class:`~rl_core.placement.contract.WorkerMethod` table lists them);
-nothing here knows whether it runs in-process, in a spawned process or in a
-Ray actor.
+Colocated, as in verl's hybrid engine: weight sync is an in-memory copy from the actor to the rollout engine of the
+same process. A role given devices of its own (``critic.n_gpus_per_node``, ...) lives in workers that hold only that
+role (:func:`worker_roles`, :mod:`rl_core.placement.pools`). The placement creates one worker per rank and calls the
+methods of the :class:`~rl_core.placement.contract.WorkerMethod` table; nothing here knows whether it runs in-process,
+in a spawned process or in a Ray actor.
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ import torch
 
 from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefix
 from rl_core.batch import Batch
-from rl_core.util.profiling import StepProfiler
 from rl_core.train_engine.engine import build_role_engine
 from rl_core.rollout.supervisor import EngineSupervisor
 from rl_core.weight_sync_check import load_adapter_verified, load_verified
@@ -73,8 +67,6 @@ class HybridWorker:
         self.actor, self.ref, self.critic = engines.get("actor"), engines.get("ref"), engines.get("critic")
         # the rollout engine gets the resolved agent runtime (rollout.multi_turn) with its context
         rollout_context = attrs.evolve(context, agent=stack.agent) if getattr(stack, "agent", None) is not None else context
-        if getattr(stack, "features", None) is not None:  # and the plan's features (LoRA's rollout_adapters hook: rl_core.plan.features)
-            rollout_context = attrs.evolve(rollout_context, features=stack.features)
         build_rollout = lambda: stack.rollout.load()(config, rollout_context)  # noqa: E731 - also the supervisor's rebuild
         self.rollout = build_rollout() if "rollout" in self.roles else None
         self._engines = None if self.rollout is None else EngineSupervisor(  # an engine that dies or hangs is replaced
@@ -94,7 +86,8 @@ class HybridWorker:
         self.extension_methods = frozenset(stack.rollout_pool.methods) if self.extension is not None else frozenset()
         self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
         self._base_sent = False
-        self.profiler = StepProfiler.for_worker(config, context.rank, context.device)  # profiler.* (rl_core.util.profiling)
+        make_profiler = context.features.hook(config, "worker_profiler") if context.features is not None else None  # rl-profiling
+        self.profiler = make_profiler(config, context.rank, context.device) if make_profiler is not None else None
         if self.rollout is not None and self.actor is not None:  # start from the actor's exact weights (random-init models, dtype casts, ...)
             self.sync_weights()
 

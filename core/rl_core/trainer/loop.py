@@ -1,30 +1,20 @@
-"""The single-controller loop.
+"""The single-controller loop::
 
-::
-
-    prompts --rollout--> responses --reward--> scores
-            --old / ref log-probs, values--> --estimator--> advantages
+    prompts --rollout--> responses --reward--> scores --old / ref log-probs, values--> --estimator--> advantages
             --critic / actor update--> new weights --weight sync--> rollout
 
-The controller holds the loop and the data; workers (:mod:`rl_core.placement.worker`)
-hold the models, placed by :mod:`rl_core.placement` (the loop talks only to its
-:class:`~rl_core.placement.contract.Placement` protocol). Every stage is timed
-(``timing_s/<stage>``) and logged; checkpoints are atomic and resumed
-automatically.
+The controller holds the loop and the data; workers (:mod:`rl_core.placement.worker`) hold the models, reached through
+the :class:`~rl_core.placement.contract.Placement` protocol. Every stage is timed (``timing_s/<stage>``); checkpoints
+and resume are :mod:`rl_core.trainer.saving`'s, validation :mod:`rl_core.trainer.validation`'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import time
-import warnings
 from contextlib import nullcontext
 from typing import Any
 
-import attrs
 import torch
 
 from rl_core.algorithms import rollout_correction as rollout_corr
@@ -35,35 +25,17 @@ from rl_core.batch import Batch
 from rl_core.config.load import config_to_dict
 from rl_core.util.console import phase
 from rl_core.util.precision import precision_line
-from rl_core.problems import ConfigError, UserError
+from rl_core.problems import ConfigError
 from rl_core.plan.resolver import Plan
-from rl_core.checkpoints.store import (
-    RUN_CONFIG,
-    CheckpointError,
-    CheckpointManager,
-    load_rng_state,
-    model_weights_size,
-    read_run_config,
-    safe_load,
-    save_rng_state,
-    save_tensors,
-)
 from rl_core.train_engine.guard import NonFiniteError, check_finite
 from rl_core.checkpoints.kept import kept_checkpoint
-from rl_core.trainer.metrics import batch_metrics, mean_of, scores_per_source, throughput, timed
-from rl_core.trainer.outputs import (
-    changed_keys,
-    check_previous_run,
-    ensure_writable,
-    free_bytes,
-    output_lock,
-    plain_config,
-    write_config,
-    write_failure,
-)
+from rl_core.trainer.metrics import batch_metrics, mean_of, throughput, timed
+from rl_core.trainer.outputs import output_lock, write_config
+from rl_core.trainer.saving import Saving
+from rl_core.trainer.validation import Validation
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
-from rl_core.util.stopping import Interrupted, StopSignals, is_failure, signal_name
+from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 from rl_core.placement.rollout_pool import RolloutPoolHandle
@@ -72,7 +44,6 @@ from rl_core.data.dataset import pad_token_id_of
 from rl_core.modeling import load_tokenizer
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
-from rl_core.plan.disk import estimate_disk
 from rl_core.rewards.manager import RewardManager
 from rl_core.rewards.manager import scores_to_token_level
 from rl_core.rollout import mismatch
@@ -80,7 +51,6 @@ from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.multi_turn import require_agent
 
-TRAINER_STATE = "trainer_state.pt"
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
 ZERO_ADVANTAGE_STEPS = 3
 # meta keys engines report as counters, summed over replicas and logged as metrics
@@ -92,31 +62,14 @@ DURATION_SUFFIX = "_s"
 logger = logging.getLogger(__name__)
 
 
-class Trainer:
+class Trainer(Saving, Validation):
     def __init__(
         self, stack: Plan, *, cluster: Placement | None = None, progress: bool | None = None, resume_anyway: bool = False, stop: StopSignals | None = None
     ) -> None:
         self.stack = stack
         self.config = cfg = stack.config  # checked when the plan was built (rl_core.plan.checks): nothing is checked again
         self.sizes = stack.sizes
-        # the output folder first: writable, and not holding a checkpoint of another config
-        # (config.yaml itself is written by fit(), once everything below was built)
-        ensure_writable(cfg.trainer.output_dir)
-        self.ckpt = CheckpointManager(os.path.join(cfg.trainer.output_dir, "checkpoints"), keep_last=cfg.trainer.max_ckpt_to_keep)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # debris is reported when resuming
-            latest = self.ckpt.latest()
-        try:
-            saved = read_run_config(latest[1]) if latest is not None else None  # the config inside the checkpoint
-        except CheckpointError:  # damaged: the verified fallback (maybe_resume's) names it; compare against that one
-            latest = self.ckpt.latest(verify=True)
-            saved = read_run_config(latest[1]) if latest is not None else None
-        self.config_diff = check_previous_run(
-            cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
-            resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
-            resumed_step=None if latest is None else latest[0],
-        )
-        self._check_room_for_final()
+        self._open_output_dir(resume_anyway)
         self.tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         self.log_prob_roles = LogProbRoles(stack, self.tokenizer)  # e.g. a distillation teacher (rl_core.plan.roles)
         tools = None
@@ -164,6 +117,8 @@ class Trainer:
         self.pipeline = self._rollout_pipeline()  # a rollout pool of its own (Plan.rollout_pool: rl-async), else None
         # step observers (rl_core.observers, e.g. rl-traces): each step's rollouts and each validation's
         self.observers = Observers(getattr(stack, "observers", ()), cfg, cfg.trainer.output_dir)
+        features = getattr(stack, "features", None)  # profiler.* (rl-profiling): the steps whose calls the workers record
+        self.profiled_step = features.hook(cfg, "profiled_step") if features is not None else None
 
     def _rollout_pipeline(self):
         """rollout.n_gpus_per_node: the rollout pool's schedule (rl_core.placement.rollout_pool), started: its first sync
@@ -183,11 +138,8 @@ class Trainer:
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
-        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each.
-
-        The role's workers are the actor's, or its own pool's (``critic.n_gpus_per_node``, ...); the ranks of
-        a model-parallel group get the same shard, and one result per data-parallel rank comes back.
-        """
+        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each: the ranks of
+        a model-parallel group get the same shard; one result per data-parallel rank comes back."""
         method = WorkerMethod.named(method)
         role = method.role
         reps = self._model_parallel(role)
@@ -247,30 +199,6 @@ class Trainer:
             logprobs=mismatch.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
         )
-
-    def validation_sampling(self) -> SamplingParams:
-        """rollout.val_*: val_n samples per prompt, greedy unless rollout.val_do_sample (verl's val_kwargs)."""
-        r = self.config.rollout
-        return attrs.evolve(
-            self.sampling(greedy=True), n=r.val_n, greedy=not r.val_do_sample,
-            temperature=r.val_temperature, top_p=r.val_top_p if r.val_do_sample else 1.0, top_k=r.val_top_k if r.val_do_sample else -1,
-        )
-
-    def _keep_val_generations(self, batch: Batch, scores: torch.Tensor) -> None:
-        """trainer.log_val_generations: append the first N validation samples to <output_dir>/val_generations.jsonl."""
-        if self.observers:  # rl_core.observers: the validation's rows, at the step whose weights they measure
-            self.observers.call("on_rollouts", StepRollouts(
-                step=self._val_step, phase="val", batch=batch, scores=scores, policy_version=self._val_step,
-                tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
-        n = self.config.trainer.log_val_generations
-        kept = getattr(self, "_val_kept", 0)
-        if n <= kept:
-            return
-        texts = self.decode_responses(batch)[: n - kept]
-        with open(os.path.join(self.config.trainer.output_dir, "val_generations.jsonl"), "a") as f:
-            for i, text in enumerate(texts):
-                f.write(json.dumps({"response": text, "score": float(scores[i])}) + "\n")
-        self._val_kept = kept + len(texts)
 
     def decode_responses(self, batch: Batch) -> list[str]:
         """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
@@ -516,119 +444,6 @@ class Trainer:
         parts = self._train_call(WorkerMethod.COMPUTE_LOG_PROB, batch, temperature, False)
         return self._checked_cat([p["log_probs"] for p in parts], batch["response_mask"], stage="validate", role="actor", tensor="log-probs")
 
-    # ------------------------------------------------------------- validation
-    def validate(self, step: int = 0, per_source: bool = False) -> dict[str, float]:
-        """Greedy validation over the held-out prompts; ``per_source`` adds ``val/source/<data_source>/*`` (rlcore eval)."""
-        if self.val_loader is None:
-            return {}
-        if self.kind is not None:
-            return self.kind.validate()
-        self._val_step = step  # the step whose weights this validation measures (step observers)
-        t: dict[str, float] = {}
-        scores_all, lengths, sources = [], [], []
-        agent: dict[str, float] = {}  # multi-turn rollouts: val/agent/* counters (tool calls, errors, stops)
-        self._val_kept = 0
-        failed = 0
-        with timed(t, "validate"):
-            for prompts in self.val_loader.iterate_once():
-                batch = self.generate(prompts, self.validation_sampling())
-                scores, reward_metrics = self.score_rows(batch, train=False)[:2]
-                failed += int(reward_metrics.get("reward/timeouts", 0) + reward_metrics.get("reward/errors", 0))
-                self._keep_val_generations(batch, scores)
-                scores_all.append(scores)
-                if per_source:
-                    sources.extend(batch.non_tensors.get("data_source", ["unknown"] * scores.numel()))
-                lengths.append(batch["response_mask"].sum(-1).float())
-                for k, v in batch.meta.items():
-                    if k.startswith("agent/"):
-                        agent[f"val/{k}"] = agent.get(f"val/{k}", 0.0) + float(v)
-        scores = torch.cat(scores_all)
-        if scores.numel() and failed >= scores.numel():
-            last = self.ckpt.latest()
-            raise ValidationError(
-                f"validation: every one of the {scores.numel()} rewards failed (errors or timeouts), so val/accuracy would read 0 "
-                "and mean nothing; check the reward function on the validation data (reward.on_error=raise shows the first error, "
-                "reward.timeout_s the time limit)" + (f"; a rerun resumes from {last[1]}" if last else "")
-            )
-        return {
-            **agent,
-            "val/reward_mean": scores.float().mean().item(),
-            "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
-            "val/response_length_mean": torch.cat(lengths).mean().item(),
-            "val/samples": float(scores.numel()),
-            **(scores_per_source(scores, sources) if per_source else {}),
-            **t,
-        }
-
-    # ------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, step: int) -> str:
-        """Write checkpoint ``step``; a full disk or a read-only folder is a clear error that leaves the last one intact."""
-        needed = self.ckpt.size_of_latest() or getattr(self._disk_estimate(), "per_checkpoint", None)
-        try:
-            tmp = self.ckpt.begin(step)
-            self.cluster.call(WorkerMethod.SAVE_CHECKPOINT, same_args=(tmp,))  # what trainer.save_contents names
-            if "hf_model" in self.config.trainer.save_contents:
-                self.cluster.call(WorkerMethod.SAVE_HF, same_args=(os.path.join(tmp, "hf"),))
-            state = {
-                "step": step,
-                # split pools: the loader's position before the prompts of a batch not trained yet (rl_core.placement.rollout_pool)
-                "data": (self.pipeline and self.pipeline.data_state()) or self.train_loader.state_dict(),
-                "rng": save_rng_state(),
-                "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
-            }
-            save_tensors(state, os.path.join(tmp, TRAINER_STATE))
-            with open(os.path.join(tmp, RUN_CONFIG), "w") as f:  # so a resume compares against it, config.yaml or not
-                json.dump(plain_config(self.config), f, indent=1)
-            return self.ckpt.commit(step)
-        except BaseException as exc:
-            self.ckpt.abort(step)  # no half-written temporary folder stays behind
-            if not is_failure(exc):  # interrupted mid-save (a signal): that error, not a disk one
-                raise
-            previous = self.ckpt.latest()
-            raise CheckpointError(
-                f"could not write the checkpoint of step {step} under {self.ckpt.root}: "
-                f"{write_failure(exc, getattr(exc, 'filename', None) or self.ckpt.root, needed)}. "
-                + (f"The previous checkpoint, {previous[1]}, is intact and a rerun resumes from it." if previous else "No checkpoint was written yet.")
-            ) from None
-
-    def maybe_resume(self) -> int:
-        for debris, size in self.ckpt.clean_debris():  # this run holds the folder's lock: nobody else is saving
-            print(f"removed {debris} ({size} bytes), left by a save that did not finish", flush=True)
-        if not self.config.trainer.resume:
-            return 0
-        latest = self.ckpt.latest(verify=True)
-        if latest is None:
-            return 0
-        step, path = latest
-        state = safe_load(os.path.join(path, TRAINER_STATE))  # before any engine reads the folder
-        if not isinstance(state, dict) or not isinstance(state.get("data"), dict) or "rng" not in state:
-            raise CheckpointError(f"{os.path.join(path, TRAINER_STATE)} is not an rl-core trainer state; delete {path} to resume from the previous checkpoint")
-        contents = self._resume_contents(path)
-        self.cluster.call(WorkerMethod.LOAD_CHECKPOINT, same_args=(path, contents, step))
-        self.train_loader.load_state_dict(state["data"])
-        load_rng_state(state["rng"])
-        kl_changed = any(k.startswith("algorithm.kl_ctrl.") for k in changed_keys(self.config_diff))  # the new value wins
-        if self.kl_ctrl is not None and state.get("kl_coef") is not None and not kl_changed:
-            self.kl_ctrl.value = state["kl_coef"]
-        if self.pipeline is None:
-            self.cluster.call(WorkerMethod.SYNC_WEIGHTS)
-        else:
-            self.pipeline.sync(step)
-        print(f"resumed from {path} (step {step})", flush=True)
-        return step
-
-    def _resume_contents(self, path: str) -> list[str]:
-        """What a resume reads: trainer.load_contents (null: all) of what the checkpoint holds (its run's save_contents);
-        a part asked for and not there, or left out, is said once (AdamW then starts fresh; the LR schedule is put at
-        the resumed step)."""
-        saved = set(((read_run_config(path) or {}).get("trainer") or {}).get("save_contents") or ("model", "optimizer", "extra"))
-        asked = saved if self.config.trainer.load_contents is None else set(self.config.trainer.load_contents)
-        for part, fresh in (("optimizer", "AdamW starts from a fresh state"), ("extra", "the LR schedule is put at the resumed step")):
-            if part not in asked or part not in saved:
-                why = "trainer.load_contents leaves it out" if part not in asked else "the checkpoint does not hold it (trainer.save_contents)"
-                print(f"resuming without the checkpoint's {part} ({why}): {fresh}", flush=True)
-        return sorted((asked & saved) - {"hf_model"})
-
     # -------------------------------------------------------------------- fit
     def fit(self) -> dict[str, float]:
         cfg = self.config.trainer
@@ -656,7 +471,7 @@ class Trainer:
             for step in range(start + 1, self.total_steps + 1):
                 self.stop.graceful = True  # a first signal from here on lets the step finish and saves it
                 prompts = self.train_loader.next_batch() if self.pipeline is None else self.pipeline.prompts(step)
-                profiled = self.config.profiler.tool is not None and step in self.config.profiler.steps  # rl_core.util.profiling
+                profiled = self.profiled_step is not None and self.profiled_step(self.config, step)
                 try:
                     if profiled:
                         self.cluster.call(WorkerMethod.PROFILE_STEP, same_args=(step,))
@@ -706,103 +521,12 @@ class Trainer:
             self.observers.call("close")
         return last
 
-    def interrupted_text(self, signum: int) -> str:
-        """What a signal that stopped the run at once kept, and how to keep more next time."""
-        where = f"during step {self.step + 1}" if self.step < self.total_steps else "while writing the final model"
-        latest = self.ckpt.latest()
-        if latest is not None:
-            return (f"stopped by {signal_name(signum)} {where}: the last checkpoint is {kept_checkpoint(latest[1], self.config.trainer.output_dir)} "
-                    f"(step {latest[0]}); run the same command to resume from it")
-        return (
-            f"stopped by {signal_name(signum)} {where}: nothing was saved (no checkpoint yet), so a rerun starts over. "
-            "A single Ctrl-C / SIGTERM during training lets the step finish and saves a checkpoint; "
-            "set trainer.save_freq=N to also save one every N steps"
-        )
-
-    def _save_final(self) -> None:
-        """``hf_final``, written beside it first and renamed into place: a failed write leaves no half folder."""
-        out = self.config.trainer.output_dir
-        path, partial = os.path.join(out, "hf_final"), os.path.join(out, ".hf_final.partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        try:
-            self.cluster.call(WorkerMethod.SAVE_HF, same_args=(partial,))
-            if os.path.exists(path):
-                old = os.path.join(out, ".hf_final.old")
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-                os.replace(partial, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(partial, path)
-        except BaseException as exc:  # a worker's failure arrives as a WorkerError / torch error
-            shutil.rmtree(partial, ignore_errors=True)  # no half folder, whatever stopped the write
-            if not is_failure(exc):  # a signal: that error, not a disk one
-                raise
-            why = write_failure(exc, path, self.final_size)
-            latest = self.ckpt.latest()
-            if latest is not None and latest[0] == self.step:
-                kept = f"the checkpoint of the last step, {latest[1]}, is intact: a rerun resumes from it and writes hf_final again"
-            else:
-                kept = self._keep_state_after_failed_final()
-            raise CheckpointError(f"could not write the final model to {path}: {why}. {kept}") from None
-
-    def _kept_after_failure(self, step: int) -> str:
-        """What a run stopped by a write failure after ``step`` keeps: its last checkpoint, or one saved now if it has none."""
-        latest = self.ckpt.latest()
-        if latest is not None:
-            return f"The last checkpoint, {latest[1]} (step {latest[0]}), is intact: after freeing space, a rerun resumes from it."
-        try:
-            saved = self.save_checkpoint(step)
-        except CheckpointError as exc:
-            return f"There was no checkpoint yet and saving one of step {step} failed too ({exc}): a rerun starts over."
-        return f"There was no checkpoint yet, so step {step} was saved as {saved}: after freeing space, a rerun resumes from it."
-
-    def _keep_state_after_failed_final(self) -> str:
-        """hf_final failed and the last step has no checkpoint: try to save one (the partial folder's room is free again)."""
-        try:
-            saved = self.save_checkpoint(self.step)
-        except CheckpointError as exc:
-            return f"Saving a checkpoint of step {self.step} instead failed too ({exc}); the trained weights are lost"
-        return f"The run's state was saved instead as {saved}: after freeing space, a rerun resumes from it and writes hf_final"
-
-    def _disk_estimate(self):
-        """rl_core.plan.disk's estimate of this run (None when the model's shape is unknown), computed once."""
-        if not hasattr(self, "_disk"):
-            try:
-                self._disk = estimate_disk(self.config, features=self.stack.features)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # advisory only
-                self._disk = None
-        return self._disk
-
-    @property
-    def final_size(self) -> int | None:
-        """Bytes hf_final will take (rl_core.plan.disk's estimate, else the model folder's weight files; None if unknown)."""
-        est = self._disk_estimate()
-        return est.final_model if est is not None else model_weights_size(self.config.model.path)
-
-    def _check_room_for_final(self) -> None:
-        """With no checkpoints (save_freq <= 0) everything rides on hf_final: refuse to start without room for it."""
-        if self.config.trainer.save_freq > 0:
-            return
-        needed, free = self.final_size, free_bytes(self.config.trainer.output_dir)
-        if needed and free is not None and free < needed * 1.1:
-            raise CheckpointError(
-                f"trainer.save_freq={self.config.trainer.save_freq} saves nothing until the final model, which needs about "
-                f"{needed / 2**30:.2f} GiB, but the disk holding trainer.output_dir={self.config.trainer.output_dir!r} has "
-                f"{free / 2**30:.2f} GiB free: the whole run would be lost at the end. Free space, choose another "
-                "trainer.output_dir, or save checkpoints as you go (trainer.save_freq=N)"
-            )
-
     def close(self, force: bool = False) -> None:
         if getattr(self, "pipeline", None) is not None:
             self.pipeline.close()
         if self.reward is not None:
             self.reward.close()
         self.cluster.close(force=force)
-
-
-class ValidationError(UserError):
-    """A validation whose every reward failed: its numbers would be zeros that mean nothing."""
 
 
 def _guard_update(role: str, per_rank: list[dict[str, float]]) -> dict[str, float]:

@@ -1,21 +1,14 @@
 """The run's output folder: checked before anything is built, never silently reused for another config.
 
-- :func:`ensure_writable` creates ``trainer.output_dir`` and proves it can be
-  written (a permission error becomes a :class:`OutputDirError` naming it).
-- :func:`check_previous_run` compares the config of a run already in the
-  folder (its ``config.yaml``) with this one. When a checkpoint would be
-  resumed under different settings it stops with the difference and the two
-  ways on: resume anyway (``rlcore train ... --resume-anyway``) or a new
-  ``trainer.output_dir``. With ``trainer.resume=false`` a folder holding a
-  checkpoint is refused outright (a fresh start there would delete it). Keys that may change between a run and its resume
-  (:data:`RESUMABLE_KEYS`: the number of steps, logging, checkpoint and
-  validation frequencies) do not count.
-- :func:`output_lock` holds an exclusive lock on the folder for the life of
-  a run: a second run there is refused naming the first one's pid; the lock
-  of a run that died is named and taken over.
-- :func:`write_config` writes ``config.yaml`` atomically; the trainer calls
-  it only once everything is validated and built, so a failed start leaves
-  the previous run's file alone.
+- :func:`ensure_writable` creates ``trainer.output_dir`` and proves it can be written.
+- :func:`check_previous_run` compares the config of a run already in the folder with this one: a checkpoint resumed
+  under different settings stops with the difference and the two ways on (``--resume-anyway`` or a new
+  ``trainer.output_dir``); ``trainer.resume=false`` over a checkpoint is refused (a fresh start would delete it).
+  :data:`RESUMABLE_KEYS` (steps, logging, checkpoint and validation frequencies) may change.
+- :func:`output_lock`: one run per folder (a second is refused naming the first one's pid; a dead run's lock is taken
+  over).
+- :func:`write_config` writes ``config.yaml`` atomically, once everything is built: a failed start leaves the previous
+  run's file alone.
 """
 
 from __future__ import annotations

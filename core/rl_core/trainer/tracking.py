@@ -1,19 +1,10 @@
-"""Metric logging to several backends at once: core's console and jsonl, and the plan's tracker cards.
+"""Metric logging: :class:`Tracker` fans each ``log(metrics, step)`` out to core's ``console`` and ``jsonl`` loggers
+and the tracker cards' (``Plan.trackers``: rl-tracking's tensorboard and wandb).
 
-``Tracker(["console", "jsonl"], output_dir, project, experiment, config, trackers=plan.trackers)``
-fans each ``log(metrics, step)`` out to the named backends: core's own (:data:`BACKENDS`) and the loggers of
-installed tracker cards (:class:`rl_core.cards.TrackerCard`, e.g. rl-tracking's tensorboard and wandb), whose
-factories the plan loaded once (``Plan.trackers``). ``jsonl`` is the
-run's own record (``<output_dir>/metrics.jsonl``, one object per step,
-flushed each step): ``rlcore plot`` reads it, and on resume
-:meth:`Tracker.truncate_after` moves the rows a crashed run wrote after the
-checkpoint it resumes from to ``metrics.dropped-<time>.jsonl``, so the file
-again describes one run and nothing written is lost.
-
-The key metrics (shown on the console line and the progress bar, and grouped
-by ``rlcore plot``) are recognised by name with :data:`METRIC_GROUPS`, which
-accepts verl's names (``critic/score/mean``, ``response_length/mean``,
-``timing_s/step``, ...) as well as plain ones.
+``jsonl`` is the run's own record (``<output_dir>/metrics.jsonl``, flushed each step; rl-tracking's ``rlcore plot``
+reads it). On resume :meth:`Tracker.truncate_after` moves the rows written after the resumed checkpoint to
+``metrics.dropped-<time>.jsonl``: the file describes one run, and nothing written is lost. The key metrics (the console
+line, the progress bar, the plots' groups) are recognised by name with :data:`METRIC_GROUPS`, verl's names included.
 """
 
 from __future__ import annotations

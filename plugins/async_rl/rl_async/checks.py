@@ -26,7 +26,7 @@ def problems(config: Any, registry: Any = None) -> list[Problem]:
 def profiler_problems(config: Any, registry: Any = None) -> list[Problem]:
     """``profiler.tool`` with ``async.max_staleness`` > 0: a step's generation runs during another step's update."""
     stale = config.async_.max_staleness
-    if config.profiler.tool is None or stale == 0:
+    if getattr(getattr(config, "profiler", None), "tool", None) is None or stale == 0:  # rl-profiling's section
         return []
     return [Problem(key="profiler.tool", what=f"is set with async.max_staleness={stale}: a step's generation then runs during "
                     "another step's update, so a step's calls cannot be told apart (not supported together)",

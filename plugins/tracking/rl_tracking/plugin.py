@@ -1,9 +1,10 @@
-"""rl-tracking's cards: the ``tensorboard`` and ``wandb`` loggers ``trainer.loggers`` may name, and their check."""
+"""rl-tracking's cards: the ``tensorboard`` and ``wandb`` loggers ``trainer.loggers`` may name, their check, and
+``rlcore plot`` (rl_tracking.plot)."""
 
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import CheckCard, TrackerCard
+from rl_core.cards import CheckCard, CommandCard, TrackerCard
 
 
 @hookimpl
@@ -18,3 +19,9 @@ def rl_core_register_trackers(register):
 def rl_core_register_checks(register):
     register(CheckCard(name="tracking", stage="files", order=40, factory="rl_tracking.checks:logger_problems",
                        description="the packages behind the tensorboard / wandb loggers trainer.loggers names are installed"))
+
+
+@hookimpl
+def rl_core_register_commands(register):
+    register(CommandCard(name="plot", factory="rl_tracking.plot:add_parser",
+                         help="rlcore plot RUN_DIR: PNG curves of a run's metrics.jsonl (needs matplotlib)"))

@@ -356,7 +356,7 @@ RULES: tuple[Rule, ...] = (
     _m("actor_rollout_ref.actor.pad_to_length", "actor.pad_to_length",
        note="every packed micro-batch padded up to a multiple of actor.fsdp_config.pad_to_length_bucket tokens (fixed shapes; same numbers)"),
     _tie("actor_rollout_ref.ref.pad_to_length", "actor.pad_to_length", "the reference model's forward follows the actor's packing"),
-    # verl's per-role profiler: which roles' calls profiler.tool records (rl_core.util.profiling)
+    # verl's per-role profiler: which roles' calls profiler.tool records (rl_profiling.profiling)
     *(_m(f"actor_rollout_ref.{r}.profiler.enable", f"profiler.{r}", note=f"record the {r}'s calls in the chosen steps") for r in ("actor", "rollout", "ref")),
     _m("actor_rollout_ref.actor.profiler.ranks", "profiler.ranks", note="the worker ranks that record (rl-core's ranks hold every colocated role)"),
     _m("actor_rollout_ref.actor.profiler.all_ranks", "profiler.all_ranks"),
@@ -514,7 +514,7 @@ RULES: tuple[Rule, ...] = (
     _same("trainer.val_only", [False], "a validation-only run inside rlcore train", "`rlcore eval RUN_DIR_OR_MODEL [CONFIG]` (validation only, scores per data source)"),
     _no("trainer.profile_steps", "verl's profiler", "rlcore train's timing/* metrics"),
     Rule(pattern="global_profiler.tool", kind=MAP, target="profiler.tool", ok=("torch", "nsys", None),
-         note="torch: torch.profiler traces of the chosen steps; nsys: NVTX ranges + cudaProfilerStart/Stop for nsys's capture range (rl_core.util.profiling)",
+         note="torch: torch.profiler traces of the chosen steps; nsys: NVTX ranges + cudaProfilerStart/Stop for nsys's capture range (rl_profiling.profiling)",
          refused="profiling with a tool other than torch.profiler / Nsight Systems (verl's npu / torch_memory / precision_debugger)", nearest="profiler.tool=torch"),
     _m("global_profiler.global_tool_config.nsys.discrete", "profiler.discrete", note="tool=nsys: a capture range per call (true) or per step (false)"),
     _no("global_profiler.global_tool_config.nsys.*", "starting Ray's workers under nsys (verl's worker_nsight_options / controller_nsight_options)",

@@ -1,4 +1,4 @@
-"""profiler.* (rl_core.util.profiling; verl's global_profiler with tool=torch): torch.profiler traces of the chosen steps,
+"""profiler.* (rl_profiling.profiling; verl's global_profiler with tool=torch): torch.profiler traces of the chosen steps,
 roles and ranks, written under profiler.save_path; nothing for the other steps. The trainer's side (the step set on
 every worker, 2 processes) is checked in tests/e2e/test_loop.py::test_two_step_job[grpo-2]."""
 
@@ -9,7 +9,8 @@ import json
 import torch
 from rl_core.config.load import load_config
 from rl_core.placement.contract import dispatch
-from rl_core.util.profiling import StepProfiler, profiled_roles
+from rl_profiling.checks import problems
+from rl_profiling.profiling import StepProfiler, profiled_roles
 
 
 class _Worker:
@@ -47,10 +48,8 @@ def test_only_the_chosen_steps_roles_and_ranks_are_recorded(tmp_path):
 
 
 def test_profiler_rules():
-    from rl_core.config.load import load_report
-
     def errors(*overrides):
-        return [p.key for p in load_report(None, list(overrides)).problems if p.severity == "error"]
+        return [p.key for p in problems(load_config(None, list(overrides))) if p.severity == "error"]
 
     assert errors("profiler.tool=torch", "profiler.steps=[1]") == []
     # with async.max_staleness > 0: rl-async's check (plugins/async_rl/tests/test_async_config_section.py)
@@ -89,12 +88,38 @@ def test_nsys_marks_the_chosen_calls_and_opens_the_capture_range(monkeypatch, tm
 
 
 def test_nsys_rules():
-    from rl_core.config.load import load_report
-
     def found(*overrides):
-        return [(p.key, p.severity) for p in load_report(None, list(overrides)).problems if p.key.startswith("profiler")]
+        return [(p.key, p.severity) for p in problems(load_config(None, list(overrides)))]
 
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda") == [("profiler.tool", "warning")]  # run it under nsys
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cpu") == [("profiler.tool", "error")]
     assert found("profiler.tool=nsys", "profiler.steps=[1]", "trainer.device=cuda", "trainer.placement=ray") == [("profiler.tool", "error")]
 
+
+
+def test_without_the_package_profiler_keys_name_it(monkeypatch):
+    from rl_core import plugins
+    from rl_core.config.load import load_report
+
+    monkeypatch.setenv(plugins.BLOCK_ENV, "rl-profiling")
+    try:
+        plugins.get_registry(reload=True)
+        errors = {p.key: p.render() for p in load_report(None, ["profiler.tool=torch", "profiler.steps=[1]"]).problems if p.severity == "error"}
+        assert "pip install rl-profiling" in errors["profiler"], errors
+        assert load_report(None, []).config is not None  # a config without the section reads as before
+    finally:
+        monkeypatch.delenv(plugins.BLOCK_ENV)
+        plugins.get_registry(reload=True)
+
+
+def test_the_feature_hooks_say_which_steps_and_workers_record(tmp_path):
+    from rl_core.plugins import get_registry
+    from rl_core.plan.features import resolve_features
+
+    cfg = load_config(None, ["profiler.tool=torch", "profiler.steps=[2]", f"profiler.save_path={tmp_path}"])
+    features, problems = resolve_features(cfg, get_registry())
+    assert problems == []
+    profiled_step = features.hook(cfg, "profiled_step")
+    assert [s for s in (1, 2, 3) if profiled_step(cfg, s)] == [2]
+    assert isinstance(features.hook(cfg, "worker_profiler")(cfg, 0, "cpu"), StepProfiler)
+    assert features.hook(load_config(None, []), "profiled_step") is None  # profiler.tool unset: the feature is off

@@ -1,12 +1,8 @@
-"""`rlcore plot RUN_DIR [--out DIR]`: PNG curves of a run's metrics.jsonl.
+"""`rlcore plot RUN_DIR [--out DIR]` (rl-tracking's command): PNG curves of a run's metrics.jsonl.
 
-One PNG per metric group that the run logged (reward, validation, response
-length, KL, entropy, grad norm, lr, step time; groups are those of
-:data:`rl_core.trainer.tracking.METRIC_GROUPS`) with every metric of the
-group, plus ``overview.png`` with the key metric of each group. A metric that
-is 0 at every step carries nothing for this run's settings (KL without a KL
-term, reward errors that never happened) and is left out, and so is a group
-left with nothing. Legends sit beside the axes, never over the curves.
+One PNG per metric group the run logged (:data:`rl_core.trainer.tracking.METRIC_GROUPS`), plus ``overview.png`` with
+each group's key metric. A metric that is 0 at every step (KL without a KL term) is left out, and so is a group left
+with nothing. Legends sit beside the axes, never over the curves.
 """
 
 from __future__ import annotations
@@ -158,12 +154,12 @@ def _save(fig, path: Path) -> None:
 
 
 def run(args) -> int:
-    from rl_core.cli.main import UserError
-
     try:
         written = plot_run(args.run_dir, args.out)
-    except (PlotError, ValueError) as e:
-        raise UserError(str(e)) from None
+    except ValueError as e:  # a malformed metrics.jsonl (read_jsonl_metrics); PlotError is a UserError already
+        if isinstance(e, PlotError):
+            raise
+        raise PlotError(str(e)) from None
     for p in written:
         print(p)
     print(f"{len(written)} plot(s) in {written[0].parent}", file=sys.stderr)

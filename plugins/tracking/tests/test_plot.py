@@ -4,7 +4,7 @@ import json
 import math
 
 from rl_core.cli.main import main
-from rl_core.cli.plot_cmd import group_members, load_series
+from rl_tracking.plot import group_members, load_series
 
 
 def _write_metrics(run_dir, steps=20):
@@ -74,7 +74,7 @@ def test_flat_zero_metrics_and_their_panels_are_left_out_and_legends_sit_outside
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from rl_core.cli.plot_cmd import _draw, informative, plot_run
+    from rl_tracking.plot import _draw, informative, plot_run
 
     rows = [{"step": s, "reward/mean": s / 10, "reward/std": 0.2 + s / 100, "reward/errors": 0.0, "reward/all_failed": 0.0,
              "actor/kl_loss": 0.0, "actor/entropy": 1.0 / s} for s in range(1, 11)]

@@ -1,27 +1,18 @@
-"""torch.profiler traces of chosen training steps (``profiler.*``; verl's ``global_profiler`` / ``<role>.profiler`` with
-``tool=torch``).
+"""torch.profiler / Nsight Systems marks of chosen training steps (``profiler.*``; verl's ``global_profiler``).
 
-For each step in ``profiler.steps`` the trainer tells every worker the step (``WorkerMethod.PROFILE_STEP``) and the
-workers of the chosen ranks (``profiler.ranks``, or all of them with ``profiler.all_ranks``) record each call of a
-chosen role (``profiler.<role>``: the roles set true, every role when none is set; a call's role is :attr:`rl_core.placement.contract.WorkerMethod.role`: generation is
-the rollout's, the old-log-prob pass and the update the actor's, ...) with ``torch.profiler`` (CPU activity, and CUDA
-on a GPU). Each call's trace is a Chrome trace file (chrome://tracing, Perfetto):
-``<save_path>/step_<k>/<role>_<method>_rank<r>.json``, one file per call as verl's ``discrete`` mode writes them.
-Steps outside ``profiler.steps`` record nothing; a call that is not a computation (weight sync, checkpoints) is never
-recorded.
-
-``tool=nsys`` (verl's Nsight Systems tool; CUDA only): the same calls get an NVTX range ``<role>.<method>`` and a
-capture range (``torch.cuda.profiler.start`` / ``stop``: cudaProfilerStart / Stop) around each call
-(``profiler.discrete=true``) or around each chosen step (false, verl's default), for an
-``nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat`` that runs ``rlcore train``; nsys writes
-the report, rl-core writes nothing.
+For each step in ``profiler.steps`` the trainer tells every worker the step (``WorkerMethod.PROFILE_STEP``); the chosen
+ranks record each call of a chosen role (:attr:`rl_core.placement.contract.WorkerMethod.role`), one Chrome trace per
+call as verl's ``discrete`` mode writes them: ``<save_path>/step_<k>/<role>_<method>_rank<r>.json``. Calls that are
+not a computation (weight sync, checkpoints) are never recorded. ``tool=nsys`` (CUDA only) puts an NVTX range and a
+capture range (cudaProfilerStart / Stop) around each call (``discrete``) or each chosen step, for an ``nsys profile
+--capture-range=cudaProfilerApi`` that runs ``rlcore train``; rl-core then writes nothing itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from typing import Iterator
 
 #: the calls that are a role's computation (the others: weight transfer, checkpoints, bookkeeping)
 PROFILED_METHODS = frozenset(
@@ -122,10 +113,16 @@ class StepProfiler:
                 torch.cuda.profiler.stop()
 
 
-def profiled_call(worker: Any, method: str, role: str, fn, args: tuple) -> Any:
-    """``fn(*args)`` under the worker's profiler (``worker.profiler``, None or absent: not recorded)."""
-    profiler = getattr(worker, "profiler", None)
-    if profiler is None:
-        return fn(*args)
-    with profiler.around(method, role):
-        return fn(*args)
+def enabled(config) -> bool:
+    """The feature is on when ``profiler.tool`` is set (rl_core.cards.FeatureCard's factory)."""
+    return config.profiler.tool is not None
+
+
+def for_worker(config, rank: int, device: str = "cpu") -> StepProfiler | None:
+    """The ``worker_profiler`` hook: a worker's profiler (:meth:`StepProfiler.for_worker`)."""
+    return StepProfiler.for_worker(config, rank, device)
+
+
+def profiled_step(config, step: int) -> bool:
+    """The ``profiled_step`` hook: whether the trainer's ``step`` is one of ``profiler.steps``."""
+    return step in config.profiler.steps

@@ -1,0 +1,1 @@
+"""rl-profiling: torch.profiler traces / Nsight Systems marks of chosen training steps (``profiler.*``)."""
