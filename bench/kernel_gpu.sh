@@ -25,7 +25,8 @@ install_tree() {  # install_tree SRC TARGET [PLUGIN...]: the kernel and the plug
 }
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >"$OUT/install_whl.log" 2>&1 || { cat "$OUT/install_whl.log"; exit 1; }
 install_tree .gpu/base /tmp/kernel_before
-install_tree . /tmp/kernel_after lora multimodal routing_replay  # what rl-train-fsdp requires since issue 46's regrouping
+# AFTER_SRC: the tree to compare (default: this checkout; .gpu/after: a git archive of another commit, carried)
+install_tree "${AFTER_SRC:-.}" /tmp/kernel_after lora multimodal routing_replay offload hf_decode  # what rl-train-fsdp requires since issue 46's regrouping; hf_decode: the hf rollout's CUDA decoder
 DEVICE=${DEVICE:-cuda}
 run() {  # run NAME ROUND: one rlcore train of STEPS steps on that kernel
     local dir=/tmp/kernel_$1_$2
@@ -49,6 +50,6 @@ if [ "${SMOKE:-0}" = 1 ]; then
 fi
 # ABBA: each round runs both kernels, the order alternating, so that a drift over the call (clocks, caches) weighs on both
 for r in $(seq 1 "$ROUNDS"); do
-    if ((r % 2)); then run before "$r"; run after "$r"; else run after "$r"; run before "$r"; fi
+    if (((r + ${FLIP:-0}) % 2)); then run before "$r"; run after "$r"; else run after "$r"; run before "$r"; fi  # FLIP=1: the after tree first
 done
 $PY bench/kernel_gpu_table.py "$OUT" | tee "$OUT/table.md"
