@@ -60,7 +60,7 @@ OTHER_EXTRAS: dict[str, set[str]] = {
     "*": {"test"},
     "rl-reward-rule": {"reasoning-gym"},
     "rl-data": {"reasoning-gym", "hub"},
-    "rl-tracking": {"tensorboard", "wandb"},
+    "rl-tracking": {"tensorboard", "wandb", "plot"},
 }
 
 # Releases on PyPI when this record was last checked (pip index versions, 2026-11): the extras are checked

@@ -38,8 +38,11 @@ def test_teacher_equal_to_the_student_gives_zero_advantages(tmp_path):
     _train(other)
     rows = read_metrics(tmp_path / "other" / "out")
     assert all(m["critic/advantages_max"] - m["critic/advantages_min"] > 0.05 for m in rows), rows
-    # a random student against another random teacher: KL(student || teacher) > 0 on the student's own samples
-    assert all(m["teacher/reverse_kl"] > 0.01 for m in rows), [m["teacher/reverse_kl"] for m in rows]
+    # a random student against another random teacher: KL(student || teacher) > 0 on the student's own samples, far
+    # above the same-teacher run's 1e-5; step 2 follows a distill update toward the teacher, so its KL is smaller (0.008
+    # against step 1's 0.06 on one AVX2 CPU: the bound is not the step-1 one)
+    kls = [m["teacher/reverse_kl"] for m in rows]
+    assert kls[0] > 0.01 and all(k > 1e-3 for k in kls), kls
 
 
 def test_rlcore_check_names_a_missing_teacher(tmp_path):

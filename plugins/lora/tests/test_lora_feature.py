@@ -34,7 +34,8 @@ def test_the_plan_carries_the_lora_feature_loaded_once_and_pickles(tmp_path):
     assert lora.card.provider.distribution == "rl-lora" and lora.card.keys == ("model.lora_rank",)
     assert plan.features.hook(plan.config, "rollout_adapters") is InPlaceLora
     off = attrs.evolve(plan.config, model=attrs.evolve(plan.config.model, lora_rank=0))
-    assert plan.features.hook(off, "rollout_adapters") is None and plan.features.on(off) == []
+    assert plan.features.hook(off, "rollout_adapters") is None
+    assert "lora" not in [f.card.name for f in plan.features.on(off)]  # other installed features (hf_decode) may be on
     again = pickle.loads(pickle.dumps(plan))  # sent to worker processes as is
     assert again.features.hook(again.config, "rollout_adapters") is InPlaceLora
 
