@@ -243,13 +243,13 @@ def _fraction_gib(device: str, fraction: float) -> float | None:
 
 def default_asks(config, step: int) -> bool:
     """Whether step ``step`` of a run with the default ``rollout.calculate_log_probs=null`` asks vLLM for log-probs, by
-    the Plan's decision (``rl_core.rollout.mismatch``): no correction here, so only steps 1, 1 + GAP_EVERY, ..."""
-    from rl_core.rollout import mismatch
+    the Plan's decision (``rl_core.rollout.log_prob_decision``): no correction here, so only steps 1, 1 + GAP_EVERY, ..."""
+    from rl_core.rollout import log_prob_decision
     from rl_core.rollout.precision import apply_defaults
     from rl_rollout_vllm.plugin import VLLM_ROLLOUT
 
     auto = attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=None))
-    return mismatch.wanted(mismatch.decide(apply_defaults(auto), VLLM_ROLLOUT), step)  # fp8: TIS on, so every step
+    return log_prob_decision.wanted(log_prob_decision.decide(apply_defaults(auto), VLLM_ROLLOUT), step)  # fp8: TIS on, so every step
 
 
 def part_vllm(args, precision: str) -> list[dict]:

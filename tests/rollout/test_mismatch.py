@@ -16,7 +16,7 @@ from rl_core.config.load import load_config
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.plan.resolver import resolve
 from rl_core.plugins import get_registry
-from rl_core.rollout import mismatch
+from rl_core.rollout import log_prob_decision, mismatch
 from rl_core.rollout.builtin import HF_ROLLOUT
 from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.trainer.loop import Trainer
@@ -86,31 +86,31 @@ def test_log_probs_default_to_auto_and_the_plan_decides(tmp_path):
     plan, _ = resolve(load_config(write_tiny_run(tmp_path)))
     assert plan.config.rollout.calculate_log_probs is True  # the hf rollout (the Plan's config holds the decision)
     cfg = load_config()
-    assert mismatch.decide(cfg, HF_ROLLOUT).rollout.calculate_log_probs is True  # hf's cost nothing: kept on every step
-    assert mismatch.decide(cfg, VLLM_LIKE).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps
+    assert log_prob_decision.decide(cfg, HF_ROLLOUT).rollout.calculate_log_probs is True  # hf's cost nothing: kept on every step
+    assert log_prob_decision.decide(cfg, VLLM_LIKE).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps
     for needs in (["algorithm.rollout_correction.rollout_is=token"], ["rollout.exact=true"], ["rollout.mismatch.max_abs_diff=0.5"],
                   ["rollout.precision=fp8"]):
         c = load_config(overrides=needs)
         c = precision_defaults(c)
-        assert mismatch.decide(c, VLLM_LIKE).rollout.calculate_log_probs is True, needs
-    assert mismatch.decide(cfg, VLLM_LIKE, estimator_reads=True).rollout.calculate_log_probs is True
+        assert log_prob_decision.decide(c, VLLM_LIKE).rollout.calculate_log_probs is True, needs
+    assert log_prob_decision.decide(cfg, VLLM_LIKE, estimator_reads=True).rollout.calculate_log_probs is True
     off = load_config(overrides=["rollout.calculate_log_probs=false", "algorithm.rollout_correction.rollout_is=token"])
-    assert mismatch.decide(off, VLLM_LIKE).rollout.calculate_log_probs is False  # forced: the check refuses it below
-    (p,) = mismatch.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false", "rollout.mismatch.max_abs_diff=0.5"]))
+    assert log_prob_decision.decide(off, VLLM_LIKE).rollout.calculate_log_probs is False  # forced: the check refuses it below
+    (p,) = log_prob_decision.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false", "rollout.mismatch.max_abs_diff=0.5"]))
     assert p.key == "rollout.calculate_log_probs" and "rollout.mismatch.max_abs_diff" in p.what
-    assert mismatch.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false"])) == []
+    assert log_prob_decision.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false"])) == []
 
 
 def test_the_steps_that_ask_the_engine_for_log_probs():
     """The loop's SamplingParams: every step when on, none when off, steps 1, 1 + GAP_EVERY, ... when auto found no
     user; never for validation (greedy) nor from a backend whose card declares no log-probs."""
-    def asked(value, card=VLLM_LIKE, steps=range(1, 2 * mismatch.GAP_EVERY + 2)):
+    def asked(value, card=VLLM_LIKE, steps=range(1, 2 * log_prob_decision.GAP_EVERY + 2)):
         cfg = load_config(overrides=[f"rollout.calculate_log_probs={value}"])
         trainer = SimpleNamespace(config=cfg, stack=SimpleNamespace(rollout=card))
         return [s for s in steps if Trainer.sampling(trainer, step=s).logprobs], Trainer.sampling(trainer, greedy=True, step=1).logprobs
 
-    assert asked("null") == ([1, 1 + mismatch.GAP_EVERY, 1 + 2 * mismatch.GAP_EVERY], False)
-    assert asked("true") == (list(range(1, 2 * mismatch.GAP_EVERY + 2)), False)
+    assert asked("null") == ([1, 1 + log_prob_decision.GAP_EVERY, 1 + 2 * log_prob_decision.GAP_EVERY], False)
+    assert asked("true") == (list(range(1, 2 * log_prob_decision.GAP_EVERY + 2)), False)
     assert asked("false") == ([], False)
     assert asked("true", attrs.evolve(VLLM_LIKE, logprobs=False)) == ([], False)
 

@@ -193,7 +193,7 @@ class RolloutConfig(Sectioned):
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
     generation_batch_size: int | None = pos(None)  # sequences generated per engine call (None: all at once)
     # the engine's sampling log-probs; null (auto): on when the run needs them or the backend's are free (hf), else on
-    # every rollout.mismatch.GAP_EVERY-th step only, for the rollout_corr/* gap metrics (rl_core.rollout.mismatch.decide)
+    # every rollout.log_prob_decision.GAP_EVERY-th step only, for the rollout_corr/* gap metrics (rl_core.rollout.log_prob_decision.decide)
     calculate_log_probs: bool | None = None
     # hf rollout: log-probs from the trainer's per-sequence forward (rl-exact, docs/exact.md): the trainer's equal them bit for bit
     exact: bool = False

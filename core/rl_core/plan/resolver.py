@@ -40,6 +40,7 @@ from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
+from rl_core.rollout import log_prob_decision
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
@@ -465,10 +466,9 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
     config = precision_defaults(config)  # rollout.precision=fp8: the rollout correction on unless set (rl_core.rollout.precision)
-    from rl_core.rollout import mismatch
 
-    # rollout.calculate_log_probs=null: on where the run needs them, else a sample of steps (rl_core.rollout.mismatch)
-    config = mismatch.decide(config, rollout, ACTOR in getattr(estimator, "log_probs", ()))
+    # rollout.calculate_log_probs=null: on where the run needs them, else a sample of steps (rl_core.rollout.log_prob_decision)
+    config = log_prob_decision.decide(config, rollout, ACTOR in getattr(estimator, "log_probs", ()))
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
     _check_parallel(config, rollout, train, problems, registry)
@@ -483,7 +483,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
 
     problems.extend(rollout_correction_problems(config, rollout.logprobs if rollout is not None else None))
-    problems.extend(mismatch.forced_off_problems(config))
+    problems.extend(log_prob_decision.forced_off_problems(config))
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)

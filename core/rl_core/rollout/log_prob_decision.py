@@ -1,0 +1,53 @@
+"""Whether the rollout returns its log-probs: settled once per run in the Plan (:func:`decide`), asked per step
+(:func:`wanted`). Torch-free, so the resolver imports it at the top; the gap metrics are :mod:`rl_core.rollout.mismatch`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from rl_core.problems import Problem
+
+#: ``rollout.calculate_log_probs=null`` with nothing that needs them: log-probs on steps 1, 1 + GAP_EVERY, ... only.
+#: A whole step, not a few prompts of each: the cost is then exactly 1/GAP_EVERY of asking every step on any engine
+#: (vLLM's sampler computes the batch's log-softmax once any request in it asks), and the step's metrics are complete.
+GAP_EVERY = 10
+
+
+def log_prob_users(config: Any, estimator_reads: bool = False) -> list[str]:
+    """The keys that need the rollout's log-probs every step (``estimator_reads``: the estimator reads the sampling
+    policy's log-probs; without them a step runs an old-log-prob pass)."""
+    rc, r = config.algorithm.rollout_correction, config.rollout
+    users = {
+        "algorithm.rollout_correction.rollout_is": rc.rollout_is is not None,
+        "algorithm.rollout_correction.rollout_rs": rc.rollout_rs is not None,
+        "rollout.exact": r.exact,
+        "rollout.mismatch.max_abs_diff": r.mismatch.max_abs_diff is not None,
+        f"algorithm.adv_estimator={config.algorithm.adv_estimator}": estimator_reads,
+    }
+    return [key for key, on in users.items() if on]
+
+
+def decide(config: Any, rollout_card: Any = None, estimator_reads: bool = False) -> Any:
+    """``config`` with ``rollout.calculate_log_probs=null`` made true where something needs the log-probs or the
+    backend's cost nothing (``RolloutCard.logprobs_free``); left null otherwise (every ``GAP_EVERY``-th step)."""
+    r = config.rollout
+    if r.calculate_log_probs is not None or not (log_prob_users(config, estimator_reads) or getattr(rollout_card, "logprobs_free", False)):
+        return config
+    return attrs.evolve(config, rollout=attrs.evolve(r, calculate_log_probs=True))
+
+
+def forced_off_problems(config: Any) -> list[Problem]:
+    """``rollout.calculate_log_probs=false`` where a key needs the log-probs every step: an error naming the keys."""
+    users = log_prob_users(config)
+    if config.rollout.calculate_log_probs is not False or not users:
+        return []
+    return [Problem(key="rollout.calculate_log_probs", what=f"is false but {', '.join(users)} need(s) the rollout's log-probs every step",
+                    fix="set rollout.calculate_log_probs=true or null (auto), or unset " + ", ".join(users))]
+
+
+def wanted(config: Any, step: int) -> bool:
+    """Whether step ``step`` (1-based) asks the rollout for its log-probs, by the Plan's config (:func:`decide`)."""
+    on = config.rollout.calculate_log_probs
+    return on if on is not None else (step - 1) % GAP_EVERY == 0
