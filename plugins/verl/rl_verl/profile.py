@@ -24,6 +24,9 @@ VERL_DEFAULTS: dict[str, Any] = {
     "model.enable_gradient_checkpointing": True,
     "rollout.n": 1,
     "rollout.tensor_model_parallel_size": 2,
+    # verl returns the rollout's log-probs on every step (its mismatch metrics); rl-core's auto (null) returns them
+    # where something uses them, else every GAP_EVERY-th step
+    "rollout.calculate_log_probs": True,
     "algorithm.adv_estimator": "gae",
     "trainer.total_epochs": 30,
     "trainer.max_ckpt_to_keep": None,  # keep every checkpoint
