@@ -1,13 +1,6 @@
-"""Masked reductions shared by the algorithm modules.
-
-Every helper here treats a position whose mask is 0 as *absent*: its value is
-replaced by 0 with :func:`torch.where` before any arithmetic, so NaN or inf at
-masked positions (garbage from padding) can never leak into a result or a
-gradient. ``x * mask`` would not be enough: ``nan * 0`` is ``nan``.
-
-Shapes: ``x`` and ``mask`` have the same shape (usually ``[B, T]``); ``mask``
-may be bool, integer or float. Estimators use it as a 0/1 mask (non-zero means
-valid); :func:`masked_sum` / :func:`masked_mean` also accept float weights.
+"""Masked reductions: a position whose mask is 0 is absent, replaced by 0 with ``torch.where`` before any arithmetic,
+so NaN / inf padding never leaks (``x * mask`` would: ``nan * 0`` is ``nan``). ``mask`` (``x``'s shape) may be bool,
+integer or float; :func:`masked_sum` / :func:`masked_mean` read float weights.
 """
 
 from __future__ import annotations
@@ -59,10 +52,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
-    """Variance of the valid entries of ``x`` (0-d); 0 when fewer than two are valid.
-
-    ``mask`` is read as 0/1 here. ``unbiased`` divides by ``n - 1`` (Bessel).
-    """
+    """Variance of the valid entries of ``x`` (0-d; mask read as 0/1); 0 when fewer than two are valid."""
     m = bool_mask(mask)
     mean = masked_mean(x, m)
     dev = zero_masked(x - mean, m)
@@ -72,11 +62,8 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
 
 
 def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:
-    """``(x - mean) / sqrt(var + eps)`` over the valid entries; masked positions are 0.
-
-    Shapes: ``x``, ``mask`` ``[...]`` -> ``[...]`` float32. Statistics are taken
-    over *all* valid entries (the whole batch), as in REINFORCE++'s global
-    advantage normalisation. With ``shift_mean=False`` the mean is added back.
+    """``(x - mean) / sqrt(var + eps)`` over all valid entries of the batch, 0 at masked positions (``shift_mean=False``
+    adds the mean back).
     """
     m = bool_mask(mask)
     mean = masked_mean(x, m)

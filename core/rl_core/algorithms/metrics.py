@@ -26,13 +26,8 @@ def advantage_metrics(
     response_mask: Tensor,
     values: Tensor | None = None,
 ) -> dict[str, float]:
-    """Mean / std (population) / max / min over valid tokens, as Python floats.
-
-    Keys: ``adv_mean``, ``adv_std``, ``adv_max``, ``adv_min``, ``returns_mean``,
-    ``returns_std``, ``returns_max``, ``returns_min``; with ``values`` also
-    ``values_*`` and ``vf_explained_var = 1 - Var(returns - values) / Var(returns)``
-    (0 when ``Var(returns)`` is 0). An all-masked batch gives 0 everywhere.
-    Shapes: all ``[B, T]``. The caller adds a prefix (e.g. ``critic/``) if it wants one.
+    """``adv_*``, ``returns_*`` (and with ``values``, ``values_*`` and ``vf_explained_var``): mean / population std / max /
+    min over valid tokens, as floats; an all-masked batch gives 0 everywhere.
     """
     mask = bool_mask(response_mask)
     for name, x in (("advantages", advantages), ("returns", returns)) + ((("values", values),) if values is not None else ()):
