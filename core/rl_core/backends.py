@@ -78,8 +78,7 @@ class RolloutEngine(Protocol):
     - ``input_ids``, ``attention_mask``, ``position_ids`` [B*n, P+R];
     - ``response_mask`` [B*n, R]: 1 up to and including the EOS token;
     - ``rollout_log_probs`` [B*n, R] when ``params.logprobs`` (0 on padding);
-    - every non-tensor field repeated n times.
-    """
+    - every non-tensor field repeated n times."""
 
     def generate(self, batch: Batch, params: SamplingParams) -> Batch: ...
 
@@ -99,8 +98,7 @@ class RolloutEngine(Protocol):
 class TrainEngine(Protocol):
     """One role (actor, critic or ref) of a train backend in a worker: forward / backward, sharding and optimisation.
     Batches carry ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask`` and, for updates,
-    the loss's fields (``old_log_probs``, ``advantages``, ``ref_log_prob``, ``values``, ``returns``).
-    """
+    the loss's fields (``old_log_probs``, ``advantages``, ``ref_log_prob``, ``values``, ``returns``)."""
 
     role: str
 

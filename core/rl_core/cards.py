@@ -113,38 +113,27 @@ class CardBase:
 class RolloutCard(CardBase):
     """A rollout engine: ``factory(config, context) -> rl_core.backends.RolloutEngine``, called in a worker.
 
-    ``checks``: light ``check(run_config) -> list[Problem]`` callables that must not import the engine.
-    """
+    ``checks``: light ``check(run_config) -> list[Problem]`` callables that must not import the engine."""
 
     devices: frozenset[str] = _names(DEVICES)
     max_tp: int | None = 1
     weight_formats: frozenset[str] = _names({"hf"})
     logprobs: bool = True
     logprobs_free: bool = False  # costs ~nothing next to sampling (hf): rollout.calculate_log_probs=null keeps them on
-    # rollout.exact: its log-probs from the Plan's LogProbForwardCard (WorkerContext.log_prob_forward), as the trainer's
-    exact: bool = False
+    exact: bool = False  # rollout.exact: its log-probs from the Plan's LogProbForwardCard, as the trainer's
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None
     engine_versions: str | None = None
-    # how to install the engine, shown when it is missing (default: pip install the engine at its tested version)
-    engine_install: str | None = None
-    # the engine reserves rollout.gpu_memory_utilization of a GPU (the memory estimate counts that, not weights + KV)
-    memory_fraction: bool = False
-    # GiB the engine keeps on the device while asleep (CUDA graphs, memory outside torch), for the memory estimate
-    asleep_gib: float = 0.0
-    # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
-    lora_adapters: bool = False
-    # MoE parallelism the engine runs: "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
-    moe_parallel: frozenset[str] = _names()
-    # the engine returns the experts each token was routed to (rollout.return_routed_experts; rl-routing-replay)
-    routed_experts: bool = False
-    # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl-multimodal)
-    images: bool = False
-    # one engine's TP group may span nodes of a Ray cluster (trainer.placement=ray)
-    multi_node_tp: bool = False
+    engine_install: str | None = None  # shown when the engine is missing (default: pip install it at its tested version)
+    memory_fraction: bool = False  # the engine reserves rollout.gpu_memory_utilization of a GPU (estimated as such)
+    asleep_gib: float = 0.0  # GiB the engine keeps on the device while asleep (CUDA graphs, memory outside torch)
+    lora_adapters: bool = False  # the engine loads LoRA adapters through its own LoRA API (``load_adapter``): rollout.lora_sync=adapter
+    moe_parallel: frozenset[str] = _names()  # "ep" (rollout.expert_parallel_size), "dp_attention" (rollout.data_parallel_size)
+    routed_experts: bool = False  # returns the experts each token was routed to (rollout.return_routed_experts)
+    images: bool = False  # the engine generates from prompts that carry images (the batch's multi_modal_inputs; rl-multimodal)
+    multi_node_tp: bool = False  # one engine's TP group may span nodes of a Ray cluster (trainer.placement=ray)
     checks: tuple[Callable, ...] = _checks()
-    # the engine computes in FP8 (weights and KV cache) with rollout.precision=fp8 (rl_core.rollout.precision)
-    fp8: bool = False
+    fp8: bool = False  # computes in FP8 (weights and KV cache) with rollout.precision=fp8
 
 
 @card("train")
@@ -159,23 +148,16 @@ class TrainCard(CardBase):
     engine: str | None = None
     engine_versions: str | None = None
     engine_install: str | None = None  # as for RolloutCard
-    # on-policy (one mini-batch, one epoch) the update takes no old_log_probs, using its own detached ones
-    on_policy_without_old_log_probs: bool = False
-    # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl-routing-replay)
-    router_replay: bool = False
-    # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl-multimodal)
-    images: bool = False
-    # how train states are split, for the memory estimate: "data" over every rank, "model" over TP x PP, "none" not
+    on_policy_without_old_log_probs: bool = False  # on-policy the update uses its own detached log-probs
+    router_replay: bool = False  # replays recorded MoE routing in the actor's forwards (actor.router_replay R2 / R3; rl-routing-replay)
+    images: bool = False  # the actor / ref forwards read the prompts' images (the batch's multi_modal_inputs; rl-multimodal)
+    # how train states are split (memory estimate): "data" over every rank, "model" over TP x PP, "none" not
     state_sharding: str = attrs.field(default="none", validator=attrs.validators.in_(("none", "data", "model")))
-    # the backend a config without train.name gets (one installed card at most)
-    default: bool = False
-    # trains LoRA adapters (model.lora_rank > 0) / offloads to host memory (actor.fsdp_config.*_offload)
-    lora: bool = False
-    offload: bool = False
-    # rollout.exact: the actor / ref log-probs from the Plan's LogProbForwardCard
-    exact: bool = False
-    # what train.options may hold, as EstimatorCard.options (None: unchecked, a warning when train.options is set)
-    options: Any = None
+    default: bool = False  # the backend a config without train.name gets (one installed card at most)
+    lora: bool = False  # trains LoRA adapters (model.lora_rank > 0)
+    offload: bool = False  # offloads to host memory (actor.fsdp_config.*_offload)
+    exact: bool = False  # rollout.exact: the actor / ref log-probs from the Plan's LogProbForwardCard
+    options: Any = None  # train.options' class, as EstimatorCard.options (None: unchecked, a warning when set)
     checks: tuple[Callable, ...] = _checks()
     # how each feature runs on GPUs: {feature: "native" | "reference" | "emulated"} (docs/plugins.md)
     features: dict[str, str] = attrs.field(factory=dict, converter=dict, hash=False, validator=attrs.validators.deep_mapping(
@@ -189,8 +171,7 @@ class EstimatorCard(CardBase):
     needs_critic: bool = False
     needs_groups: bool = False
     needs_greedy_baseline: bool = False
-    # what algorithm.options may hold: an attrs class deriving from rl_core.card_options.Options, or its
-    # "module:Class" path; checked by `rlcore check` (None: the card declares none, its options go unchecked)
+    # what algorithm.options may hold: an rl_core.card_options.Options class or its "module:Class" path (None: unchecked)
     options: Any = None
     # the per-token log-probs it reads, by role: "actor" (the sampling policy's) or a LogProbRoleCard's name;
     # the loop passes ``log_probs={name: Tensor[B, T]}`` only to an estimator that declares some
@@ -210,8 +191,7 @@ class PolicyLossCard(CardBase):
 @card("reward")
 class RewardCard(CardBase):
     """A reward function: ``score(*, data_source, solution_str, ground_truth, extra_info, **kw) -> float | dict``
-    (``batched=True``: lists in, a list out). ``data_sources``: what it scores when the config names no reward.
-    """
+    (``batched=True``: lists in, a list out). ``data_sources``: what it scores when the config names no reward."""
 
     fields: frozenset[str] = _names({"ground_truth"})
     batched: bool = False
@@ -224,8 +204,7 @@ class RewardModelCard(CardBase):
 
     ``rollout_key``: a dotted config key naming a rollout card to generate with (a generative judge; the factory then gets
     ``rollout=card``). ``memory(config, shape, dtype_bytes) -> (parameters, extra bytes)`` for the memory estimate
-    (None: the whole ``reward_model.model.path``, a forward only). ``checks`` must not load the model.
-    """
+    (None: the whole ``reward_model.model.path``, a forward only). ``checks`` must not load the model."""
 
     devices: frozenset[str] = _names(DEVICES)
     checks: tuple[Callable, ...] = _checks()
@@ -244,8 +223,7 @@ class ConverterCard(CardBase):
 @card("tool")
 class ToolCard(CardBase):
     """A tool an agent loop may call (rl-agent): a typed function with a docstring, or a callable returning a ``Tool``.
-    ``schema``: its OpenAI-style function schema, shown by ``rlcore plugins`` and checked without importing the tool.
-    """
+    ``schema``: its OpenAI-style function schema, shown by ``rlcore plugins`` and checked without importing the tool."""
 
     schema: dict | None = _code()
 
@@ -253,8 +231,7 @@ class ToolCard(CardBase):
 @card("agent_loop")
 class AgentLoopCard(CardBase):
     """An agent loop (rl-agent): ``async fn(handle, sample) -> Trajectory``. ``runner(multi_turn_config, cards) ->
-    rl_core.rollout.multi_turn.AgentRuntime``; None: the one installed runner runs it.
-    """
+    rl_core.rollout.multi_turn.AgentRuntime``; None: the one installed runner runs it."""
 
     runner: str | Callable | None = _code()
 
@@ -273,8 +250,7 @@ class CheckCard(CardBase):
     """A check of the run plan: ``check(config, registry) -> Iterable[Problem]``, once per plan, after the names resolved.
 
     ``stage`` (:data:`CHECK_STAGES`) places its problems in the fixing order, ``order`` within a stage (lower first);
-    ``device`` checks are skipped by ``--skip-device-check``. A check that raises becomes a problem naming it.
-    """
+    ``device`` checks are skipped by ``--skip-device-check``. A check that raises becomes a problem naming it."""
 
     stage: str = attrs.field(validator=attrs.validators.in_(CHECK_STAGES))
     order: int = 100
@@ -293,8 +269,7 @@ def _cli_options(value: Any) -> tuple:
 class DialectCard(CardBase):
     """Another framework's launch syntax (:mod:`rl_core.config.dialect`): ``translate(launch) -> Translated``,
     ``detect(launch) -> bool``, optional ``keys(launch) -> Translated``. ``cli_options``: ``(flag, argparse kwargs)`` pairs
-    the launch carries by dest; ``detects``: in words, what makes a launch the dialect's.
-    """
+    the launch carries by dest; ``detects``: in words, what makes a launch the dialect's."""
 
     detect: str | Callable
     keys: str | Callable | None = None
@@ -312,8 +287,7 @@ class CommandCard(CardBase):
 @card("observer")
 class ObserverCard(CardBase):
     """A step observer (:mod:`rl_core.observers`): ``make(config, options, output_dir) -> observer | None`` (None: off).
-    ``options``: what ``trainer.observers.<name>`` may hold. Every installed observer is built for every run.
-    """
+    ``options``: what ``trainer.observers.<name>`` may hold. Every installed observer is built for every run."""
 
     options: Any = None
 
@@ -321,8 +295,7 @@ class ObserverCard(CardBase):
 @card("run_kind")
 class RunKindCard(CardBase):
     """A run kind (``trainer.kind``): ``make(handle) -> RunKind`` (:mod:`rl_core.run_kind`). ``rollout``: its workers hold
-    a rollout engine; ``policy_loss``: the loss its actor uses (None: ``actor.policy_loss``); ``options``: ``trainer.kind_options``.
-    """
+    a rollout engine; ``policy_loss``: the loss its actor uses (None: ``actor.policy_loss``); ``options``: ``trainer.kind_options``."""
 
     rollout: bool = False
     policy_loss: str | None = None
@@ -332,15 +305,13 @@ class RunKindCard(CardBase):
 @card("config_section")
 class ConfigSectionCard(CardBase):
     """A config section (:mod:`rl_core.config.sections`): ``name`` is its key (dotted under a core section:
-    ``rollout.multi_turn``); ``factory`` resolves to its attrs class, every field with a default.
-    """
+    ``rollout.multi_turn``); ``factory`` resolves to its attrs class, every field with a default."""
 
 
 @card("placement")
 class PlacementCard(CardBase):
     """Where the workers run (``trainer.placement``): ``make(plan, *, roles=None, pool="main") -> Placement``
-    (:mod:`rl_core.placement.contract`). ``doctor``: ``run(args) -> int``, what ``rlcore doctor --cluster`` runs.
-    """
+    (:mod:`rl_core.placement.contract`). ``doctor``: ``run(args) -> int``, what ``rlcore doctor --cluster`` runs."""
 
     doctor: str | Callable | None = None
 
@@ -348,8 +319,7 @@ class PlacementCard(CardBase):
 @card("feature")
 class FeatureCard(CardBase):
     """A cross-cutting feature a config switches on (``enabled(config) -> bool``), loaded once into ``Plan.features``.
-    ``keys``, ``memory``, ``alternatives``, ``hooks`` and ``provides``: docs/plugins.md, "Cross-cutting features".
-    """
+    ``keys``, ``memory``, ``alternatives``, ``hooks`` and ``provides``: docs/plugins.md, "Cross-cutting features"."""
 
     keys: tuple[str, ...] = _checks()
     memory: str | Callable | None = _code()
@@ -361,8 +331,7 @@ class FeatureCard(CardBase):
 @card("rollout_pool")
 class RolloutPoolCard(CardBase):
     """A rollout pool of its own (:mod:`rl_core.placement.rollout_pool`): ``make(handle) -> RolloutSchedule`` on the
-    controller; ``worker``: ``make(worker) -> extension`` in every worker, whose ``methods`` the controller may call.
-    """
+    controller; ``worker``: ``make(worker) -> extension`` in every worker, whose ``methods`` the controller may call."""
 
     worker: str | Callable = attrs.field()
     methods: frozenset = attrs.field(converter=_frozenset, factory=frozenset)
@@ -375,8 +344,7 @@ class RolloutPoolCard(CardBase):
 @card("reward_shaping")
 class RewardShapingCard(CardBase):
     """Changes the training rewards after scoring: ``make(config) -> shaper``, ``shaper(scores, batch) -> (scores, metrics)``.
-    On when the boolean key ``enabled_by`` is true (:mod:`rl_core.plan.step_hooks`); validation scores are never shaped.
-    """
+    On when the boolean key ``enabled_by`` is true (:mod:`rl_core.plan.step_hooks`); validation scores are never shaped."""
 
     enabled_by: str
 
@@ -384,8 +352,7 @@ class RewardShapingCard(CardBase):
 @card("batch_sampler")
 class BatchSamplerCard(CardBase):
     """Gathers a step's batch over generation rounds: ``make(config) -> sampler``, ``sampler(prompts, *, run_round, draw,
-    step, pad_token_id, counters) -> (batch, metrics)``. ``enabled_by`` as :class:`RewardShapingCard`; one at most is on.
-    """
+    step, pad_token_id, counters) -> (batch, metrics)``. ``enabled_by`` as :class:`RewardShapingCard`; one at most is on."""
 
     enabled_by: str
 
@@ -394,23 +361,20 @@ class BatchSamplerCard(CardBase):
 class LogProbForwardCard(CardBase):
     """The log-prob forward rollout and trainer both run so their log-probs agree bit for bit (``rollout.exact``;
     docs/exact.md): ``forward(model, input_ids, attention_mask, responses, *, temperature=1.0, with_entropy=False,
-    entropy_grad=True, compute_dtype=None, lockstep=False) -> (log_probs [b, R], entropy | None)``, float32, 0 past each response.
-    """
+    entropy_grad=True, compute_dtype=None, lockstep=False) -> (log_probs [b, R], entropy | None)``, float32, 0 past each response."""
 
 
 @card("tracker")
 class TrackerCard(CardBase):
     """A metric logger for ``trainer.loggers`` (:mod:`rl_core.trainer.tracking`): ``make(*, output_dir, project, experiment,
     config_dict, print_fn) -> logger`` with ``log(metrics, step)``, ``close()``, optional ``truncate_after(step) -> int``.
-    A failed start raises a :class:`rl_core.problems.UserError` naming the fix.
-    """
+    A failed start raises a :class:`rl_core.problems.UserError` naming the fix."""
 
 
 @card("generator")
 class GeneratorCard(CardBase):
     """Prompt rows made at start-up (``data.*_generator.name``): ``generate(gen, split) -> list[dict]`` in verl's row format.
-    ``checks``: ``check(gen, key) -> list[Problem]``, run by ``rlcore check`` before it generates a two-row sample.
-    """
+    ``checks``: ``check(gen, key) -> list[Problem]``, run by ``rlcore check`` before it generates a two-row sample."""
 
     checks: tuple[Callable, ...] = _checks()
 

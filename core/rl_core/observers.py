@@ -29,8 +29,7 @@ class StepRollouts:
     ``batch``: the rows (docs/plugins.md lists their fields); ``scores``: the reward per row, ``raw_scores`` before
     reward shaping; ``reward_extras``: the reward function's per-row dicts (None when unknown); ``trainer_log_probs``: the
     old policy's log-probs (NaN rows where none, None when the step computed none); ``policy_version``: the weights'
-    version that generated the rows when the batch does not say.
-    """
+    version that generated the rows when the batch does not say."""
 
     step: int
     phase: str = attrs.field(validator=attrs.validators.in_(("train", "val")))

@@ -40,8 +40,7 @@ class RunHandle(Protocol):
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """One actor update on ``batch`` (``old_log_probs`` read, not recomputed): metrics averaged over ranks; a non-finite
-        loss stops the step.
-        """
+        loss stops the step."""
         ...
 
     def actor_log_probs(self, batch: Batch, temperature: float = 1.0) -> Any:

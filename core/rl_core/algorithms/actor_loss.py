@@ -39,8 +39,7 @@ def compute_actor_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Actor loss of one micro-batch, ``(0-d float32 loss, metrics)``. ``entropy`` is needed when ``cfg.entropy_coeff != 0``,
     ``ref_log_prob`` with ``cfg.use_kl_loss``; ``rollout_is_weights`` weight the policy loss only and are passed to it
-    only when given. ``policy_loss``: the Plan's loaded loss (None: the built-in ``cfg.policy_loss``).
-    """
+    only when given. ``policy_loss``: the Plan's loaded loss (None: the built-in ``cfg.policy_loss``)."""
     mode = cfg.loss_agg_mode
     pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss)
     options = dict(getattr(cfg, "policy_loss_options", None) or {})

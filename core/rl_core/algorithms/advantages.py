@@ -87,8 +87,7 @@ def group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
 
 def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
     """``G_t = r_t + gamma * G_{t'}``, ``t'`` the next valid token: ``[B, T]`` float32, 0 at masked positions, which do
-    not count as time steps.
-    """
+    not count as time steps."""
     r, m = prepare_rewards(rewards, mask)
     if gamma == 1.0:  # no discount: a reversed cumulative sum (gaps hold zeros)
         out = r.flip(-1).cumsum(-1).flip(-1)
@@ -149,8 +148,7 @@ def gae(
     options: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised Advantage Estimation (Schulman et al. 2015) from ``values``, ``gamma``, ``lam``; option ``whiten``
-    (default True, as verl). ``returns = A + V`` are computed before whitening; docs/algorithms.md.
-    """
+    (default True, as verl). ``returns = A + V`` are computed before whitening; docs/algorithms.md."""
     rewards, mask = prepare_rewards(token_level_rewards, response_mask)
     v = check_values(values, mask, "gae")
     batch, length = rewards.shape
@@ -183,8 +181,7 @@ def grpo(
     options: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Group-relative advantages (GRPO, DeepSeekMath): ``(r_i - mean(r)) / (std(r) + epsilon)`` over ``index``'s groups,
-    broadcast over valid tokens; ``norm_adv_by_std=False`` is Dr. GRPO (docs/algorithms.md).
-    """
+    broadcast over valid tokens; ``norm_adv_by_std=False`` is Dr. GRPO (docs/algorithms.md)."""
     rewards, mask = prepare_rewards(token_level_rewards, response_mask)
     idx = check_index(index, rewards.shape[0], "grpo", rewards.device)
     scores = sequence_scores(rewards)
@@ -202,8 +199,7 @@ def grpo(
 # ------------------------------------------------------------ dispatch
 def compute_advantage(name: str, *, card: Any = None, fn: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
     """Run the estimator ``name`` with the common ``kwargs``, its card's needs checked first (``needs_critic`` ->
-    ``values``, ...). The loop passes the Plan's ``card`` and loaded ``fn``; without ``card``, ``name`` is a built-in.
-    """
+    ``values``, ...). The loop passes the Plan's ``card`` and loaded ``fn``; without ``card``, ``name`` is a built-in."""
     if "registry" in kwargs:
         raise TypeError(f"compute_advantage({name!r}) takes the estimator's card (card=registry.get('estimator', {name!r})), not a registry")
     if card is None:

@@ -46,8 +46,7 @@ def agg_loss(
 ) -> Tensor:
     """Aggregate ``loss_mat`` ``[B, T]`` (``mask``: 0/1 or float weights) into a 0-d float32 tensor. ``norm_length``: the
     constant of ``seq-mean-token-sum-norm`` (default ``T``); ``denominator`` replaces the local token / sequence count
-    (a backend's global count over micro-batches and ranks).
-    """
+    (a backend's global count over micro-batches and ranks)."""
     check_loss_agg_mode(mode)
     check_same_shape("loss_mat", loss_mat, mask)
     if loss_mat.dim() != 2:

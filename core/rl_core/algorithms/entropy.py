@@ -18,8 +18,7 @@ def _rows(logits: Tensor, chunk_size: int | None):
 
 def entropy_from_logits(logits: Tensor, *, chunk_size: int | None = None) -> Tensor:
     """Entropy of ``softmax(logits)`` over the last dimension, ``[..., V] -> [...]`` float32, stable for large logits;
-    ``-inf`` logits contribute 0. ``chunk_size`` bounds the float32 copy to that many rows at a time.
-    """
+    ``-inf`` logits contribute 0. ``chunk_size`` bounds the float32 copy to that many rows at a time."""
     if logits.dim() == 0:
         raise ValueError("logits must have a vocabulary dimension [..., V]")
     out = []

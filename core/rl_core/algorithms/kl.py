@@ -24,8 +24,7 @@ LOG_RATIO_CLAMP = 20.0
 
 def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl") -> Tensor:
     """Per-token KL estimate ``kind`` of the policy from the reference: same shape, float32, differentiable w.r.t.
-    ``log_prob``; every position is computed (masking is the caller's).
-    """
+    ``log_prob``; every position is computed (masking is the caller's)."""
     if kind not in KL_KINDS:
         raise ValueError(f"KL kind {kind!r} is not supported; use one of {', '.join(repr(k) for k in KL_KINDS)}")
     if tuple(log_prob.shape) != tuple(ref_log_prob.shape):
@@ -67,8 +66,7 @@ class FixedKLController:
 
 class AdaptiveKLController:
     """Proportional KL-coefficient controller (Ziegler et al. 2019, section 2.2): ``value *= 1 + e * n_steps / horizon``,
-    ``e = clip(current_kl / target_kl - 1, -0.2, 0.2)``, ``n_steps`` the sequences ``current_kl`` was measured on.
-    """
+    ``e = clip(current_kl / target_kl - 1, -0.2, 0.2)``, ``n_steps`` the sequences ``current_kl`` was measured on."""
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
         if target_kl <= 0 or horizon <= 0:
@@ -106,8 +104,7 @@ def apply_kl_penalty(
     update: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
     """KL in the reward: ``scores - beta * kl`` on valid tokens (float32, 0 masked), ``beta`` the controller's value before
-    its update (``update=True``, with ``n_steps = B``); metrics ``actor/reward_kl_penalty`` and ``..._coeff``.
-    """
+    its update (``update=True``, with ``n_steps = B``); metrics ``actor/reward_kl_penalty`` and ``..._coeff``."""
     check_same_shape("token_level_scores", token_level_scores, response_mask)
     mask = bool_mask(response_mask)
     kld = zero_masked(kl_penalty(old_log_prob, ref_log_prob, kind), mask)  # [B, T]

@@ -63,8 +63,7 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
 
 def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:
     """``(x - mean) / sqrt(var + eps)`` over all valid entries of the batch, 0 at masked positions (``shift_mean=False``
-    adds the mean back).
-    """
+    adds the mean back)."""
     m = bool_mask(mask)
     mean = masked_mean(x, m)
     var = masked_var(x, m)

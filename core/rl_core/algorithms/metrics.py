@@ -27,8 +27,7 @@ def advantage_metrics(
     values: Tensor | None = None,
 ) -> dict[str, float]:
     """``adv_*``, ``returns_*`` (and with ``values``, ``values_*`` and ``vf_explained_var``): mean / population std / max /
-    min over valid tokens, as floats; an all-masked batch gives 0 everywhere.
-    """
+    min over valid tokens, as floats; an all-masked batch gives 0 everywhere."""
     mask = bool_mask(response_mask)
     for name, x in (("advantages", advantages), ("returns", returns)) + ((("values", values),) if values is not None else ()):
         check_same_shape(name, x, mask)

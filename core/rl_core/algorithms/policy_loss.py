@@ -78,8 +78,7 @@ def ppo_clip(
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated to minimise; separate low / high ratios are DAPO's
-    clip-higher. ``clip_ratio_c`` is ignored. Metrics ``clipfrac``, ``ppo_kl``.
-    """
+    clip-higher. ``clip_ratio_c`` is ignored. Metrics ``clipfrac``, ``ppo_kl``."""
     low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
     mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     loss_mat, was_clipped = clipped_surrogate(torch.exp(log_ratio), adv, low, high)
@@ -106,8 +105,7 @@ def dual_clip(
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Dual-clip PPO (Ye et al. 2020, section 3.3; verl's ``vanilla``): as :func:`ppo_clip`, the loss of ``A_t < 0``
-    tokens capped at ``-A_t * clip_ratio_c``. Metrics ``clipfrac``, ``clipfrac_lower``, ``ppo_kl``.
-    """
+    tokens capped at ``-A_t * clip_ratio_c``. Metrics ``clipfrac``, ``clipfrac_lower``, ``ppo_kl``."""
     if not clip_ratio_c > 1.0:
         raise ValueError(f"dual_clip needs clip_ratio_c > 1 (the paper uses 3), got {clip_ratio_c}")
     low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)

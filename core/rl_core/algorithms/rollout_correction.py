@@ -107,8 +107,7 @@ def _raw_weights(log_ratio: Tensor, mask: Tensor, level: str, upper: float, lowe
 def in_update(config: Any) -> bool:
     """Whether an on-policy update (one mini-batch, one epoch) can weight its loss from its own forward's log-probs (every
     micro-batch's forward runs before the only optimizer step): per-row weights only, no batch normalisation (a mean over
-    the whole batch) and no rejection (the mask sets the loss normaliser, fixed before the first forward).
-    """
+    the whole batch) and no rejection (the mask sets the loss normaliser, fixed before the first forward)."""
     rc = config.algorithm.rollout_correction
     return rc.rollout_is is not None and rc.rollout_rs is None and not rc.rollout_is_batch_normalize
 
@@ -135,8 +134,7 @@ def is_weights(
     ``rollout_is_mean/max/min/std``, ``rollout_is_ratio_fraction_high/low`` (the fraction
     truncated / below ``1/u``, or outside the mask bounds), ``rollout_is_eff_sample_size``,
     ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``,
-    ``rollout_is_oob_ratio`` (mask mode), ``rollout_is_batch_norm_factor``.
-    """
+    ``rollout_is_oob_ratio`` (mask mode), ``rollout_is_batch_norm_factor``."""
     if level not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use 'token', 'sequence' or null")
     upper, lower = parse_is_threshold(threshold)
@@ -227,8 +225,7 @@ def rejection_mask(log_ratio: Tensor, mask: Tensor, options: str, threshold: flo
 def offpolicy_metrics(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor) -> dict[str, float]:
     """verl's diagnostics of the gap (no prefix): ``kl``, ``k3_kl``, ``training_ppl`` / ``rollout_ppl`` (+ ``_log_ppl``),
     ``log_ppl_diff`` (+ ``abs``, ``max``, ``min``), ``ppl_ratio``, ``chi2_token``, ``chi2_seq``; ours:
-    ``log_prob_abs_diff_mean`` / ``_max``.
-    """
+    ``log_prob_abs_diff_mean`` / ``_max``."""
     old, roll = old_log_prob.float(), rollout_log_prob.float()
     m: dict[str, float] = {}
     mean_old = masked_mean(old, mask, dim=-1)
@@ -263,8 +260,7 @@ def rollout_correction(
     cfg: Any,
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
     """Weights (None when ``cfg.rollout_is`` is None), the response mask after rejection (its dtype kept) and
-    ``rollout_corr/`` metrics; ``cfg``: :class:`rl_core.config.schema.RolloutCorrectionConfig`; shapes ``[B, T]``.
-    """
+    ``rollout_corr/`` metrics; ``cfg``: :class:`rl_core.config.schema.RolloutCorrectionConfig`; shapes ``[B, T]``."""
     for name, x in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
         if tuple(x.shape) != tuple(response_mask.shape):
             raise ValueError(f"{name} has shape {tuple(x.shape)} but response_mask has {tuple(response_mask.shape)}")
@@ -294,8 +290,7 @@ def correction_on(config: Any) -> bool:
 
 def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
     """Problems with ``algorithm.rollout_correction`` in a run config; ``rollout_logprobs``: whether the rollout card
-    returns log-probs (None: unknown, not checked).
-    """
+    returns log-probs (None: unknown, not checked)."""
 
     rc = config.algorithm.rollout_correction
     key = "algorithm.rollout_correction"

@@ -24,8 +24,7 @@ def value_loss(
     loss_agg_mode: str = "token-mean",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """``0.5 * agg(max((V - R)^2, (V_clip - R)^2))``, ``V_clip = V_old + clip(V - V_old, -c, c)``: ``vpreds`` V (with grad),
-    ``values`` V_old, ``returns`` R, all ``[B, T]``. Returns the 0-d loss and ``vf_clipfrac`` (clipped error larger).
-    """
+    ``values`` V_old, ``returns`` R, all ``[B, T]``. Returns the 0-d loss and ``vf_clipfrac`` (clipped error larger)."""
     check_loss_agg_mode(loss_agg_mode)
     for name, x in (("vpreds", vpreds), ("values", values), ("returns", returns)):
         check_same_shape(name, x, response_mask)

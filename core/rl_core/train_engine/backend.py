@@ -29,8 +29,7 @@ NO_ROUTE = -1
 class Heads:
     """What :meth:`TrainBackend.forward` returns for ``b`` rows and ``R`` response columns: ``log_probs`` / ``entropy``
     (actor, ref) or ``values`` (critic), ``[b, R]``, padding unmasked; ``routed_experts`` ``[b, S, layers, k]`` int16:
-    an MoE actor's routing (``actor.router_replay=R2``), else None.
-    """
+    an MoE actor's routing (``actor.router_replay=R2``), else None."""
 
     log_probs: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
@@ -41,8 +40,7 @@ class Heads:
 class TrainBackend(abc.ABC):
     """One role of a train backend in one worker process. This ``__init__`` sets ``role``, ``config``, ``context``,
     ``device``, ``trainable``, ``compute_dtype`` and defaults; a backend's sets ``model``, ``rank``, ``world_size``,
-    ``sharded``, ``uneven_micro_batches``, ``autocast_dtype`` and, when trainable, ``optimizer``.
-    """
+    ``sharded``, ``uneven_micro_batches``, ``autocast_dtype`` and, when trainable, ``optimizer``."""
 
     #: the card's name, for messages
     name: ClassVar[str] = "train"
@@ -86,14 +84,12 @@ class TrainBackend(abc.ABC):
     @abc.abstractmethod
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
         """The micro-batch ``x`` through the model: :class:`Heads` in float32. While ``training`` a pipelined backend may
-        return None on stages without the heads (then ``backward(None, weight)``); inference returns heads on every rank.
-        """
+        return None on stages without the heads (then ``backward(None, weight)``); inference returns heads on every rank."""
 
     @abc.abstractmethod
     def backward(self, loss: torch.Tensor | None, weight: float) -> None:
         """Back-propagate ``loss * weight`` of the last :meth:`forward` (``loss`` None: a stage without the heads); ``weight``
-        is the micro-batch's share of the global mini-batch.
-        """
+        is the micro-batch's share of the global mini-batch."""
 
     def runs_micro_batches(self) -> bool:
         """Whether the update hands this backend a whole mini-batch (:meth:`run_micro_batches`: its own schedule, e.g.
@@ -158,8 +154,7 @@ class TrainBackend(abc.ABC):
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
         """The trained policy's weights at flat ``positions`` (HF name -> indices), computed apart from :meth:`named_weights`
-        (:mod:`rl_core.weight_sync_check`); None: no such view, nothing compared.
-        """
+        (:mod:`rl_core.weight_sync_check`); None: no such view, nothing compared."""
         return None
 
     def local_state_dict(self) -> dict[str, Any] | None:
@@ -196,8 +191,7 @@ class TrainBackend(abc.ABC):
 # ------------------------------------------------------------------ helpers for backends
 def load_role_model(role: str, config: Any, dtype: torch.dtype) -> tuple[torch.nn.Module, str]:
     """``(the role's HF model on the CPU, the config key of its path)``: a causal LM from ``model.path`` (actor, ref) or
-    the backbone with a value head from ``critic.model_path`` (default: the actor's).
-    """
+    the backbone with a value head from ``critic.model_path`` (default: the actor's)."""
     mcfg = config.model
     if role == "critic":
         path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")

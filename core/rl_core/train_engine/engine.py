@@ -28,8 +28,7 @@ def build_role_engine(factory: Callable[..., TrainBackend], role: str, config, c
 
 class RoleEngine:
     """One role of a train backend in one worker process. ``sizes``: the resolved :class:`rl_core.config.normalize.Sizes`
-    (None: from the config); ``policy_loss``: the Plan's loaded loss (None: the built-in ``actor.policy_loss``).
-    """
+    (None: from the config); ``policy_loss``: the Plan's loaded loss (None: the built-in ``actor.policy_loss``)."""
 
     def __init__(self, backend: TrainBackend, *, sizes: Any = None, policy_loss: Callable | None = None) -> None:
         if not isinstance(backend, TrainBackend):
@@ -61,8 +60,7 @@ class RoleEngine:
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False) -> dict[str, torch.Tensor]:
         """``{"log_probs", "entropy"}`` ``[b, R]`` (float32, CPU; ``temperature <= 0`` taken as 1), with ``routed_experts``
-        when recorded. ``reference``: the reference policy from this actor model (:meth:`TrainBackend.reference_policy`).
-        """
+        when recorded. ``reference``: the reference policy from this actor model (:meth:`TrainBackend.reference_policy`)."""
         if self.role == "critic":
             raise RuntimeError("compute_log_prob is for the actor and ref roles; the critic has compute_values")
         with (self.backend.reference_policy() if reference else contextlib.nullcontext()):
@@ -120,8 +118,7 @@ class RoleEngine:
 
     def update(self, batch: Batch, *, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
         """One PPO update of this role over this rank's shard of the step: ``loss``, ``grad_norm`` (before clipping), ``lr``
-        and the loss functions' metrics, averaged. ``on_policy`` / ``keep_log_probs``: docs/plugins.md ("On-policy updates").
-        """
+        and the loss functions' metrics, averaged. ``on_policy`` / ``keep_log_probs``: docs/plugins.md ("On-policy updates")."""
         if not self.trainable:
             raise RuntimeError("the ref role does not train; update() is for the actor and critic")
         b = self.backend

@@ -24,8 +24,7 @@ INDEX_NAME = "model.safetensors.index.json"
 
 class ShardWriter:
     """safetensors shards of at most ``max_shard_bytes`` (a larger tensor a shard of its own), written as tensors are added;
-    ``peak_bytes``: the most bytes held at once; ``files``: in order. :meth:`close` writes the last shard and the index.
-    """
+    ``peak_bytes``: the most bytes held at once; ``files``: in order. :meth:`close` writes the last shard and the index."""
 
     def __init__(self, folder: str | Path, *, max_shard_bytes: int | None = None, dtype: torch.dtype | None = None) -> None:
         max_shard_bytes = MAX_SHARD_BYTES if max_shard_bytes is None else max_shard_bytes
@@ -101,8 +100,7 @@ PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_p
 
 def write_tokenizer(path: str | Path, config: Any) -> None:
     """The run's tokenizer and a vision-language model's processor files (:data:`PROCESSOR_FILES`) into ``path``; never
-    fails the export (a folder without a tokenizer is still a model).
-    """
+    fails the export (a folder without a tokenizer is still a model)."""
     tok_dir = config.model.tokenizer_path or config.model.path
     if tok_dir and os.path.isdir(tok_dir):
         try:
@@ -123,8 +121,7 @@ def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[t
                     max_shard_bytes: int | None = None, write: bool = True) -> ShardWriter | None:
     """config.json (``hf_class`` names the architecture, not a wrapper such as FSDP's), a causal LM's generation config,
     the weights streamed from ``weights`` (``dtype``: on disk, default each tensor's own) and the tokenizer. Every rank
-    calls it (the gathers are collective); ranks with ``write=False`` only consume the iterator.
-    """
+    calls it (the gathers are collective); ranks with ``write=False`` only consume the iterator."""
     if not write:
         for _ in weights.items() if isinstance(weights, Mapping) else weights:
             pass

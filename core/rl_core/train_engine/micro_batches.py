@@ -37,8 +37,7 @@ def token_budget_groups(lengths: torch.Tensor | list[int], budget: int, *, key: 
 
 def micro_row_slices(rows: int, micro: int, compiled: bool = False) -> list[slice]:
     """Fixed micro-batches of ``micro`` rows over ``rows``. ``compiled``: a last micro-batch of one row takes one from the one
-    before, since dynamo specialises a size-1 dim and would recompile the decoder layers; eager runs keep the plain split.
-    """
+    before, since dynamo specialises a size-1 dim and would recompile the decoder layers; eager runs keep the plain split."""
     bounds = list(range(0, rows, micro)) + [rows]
     if compiled and micro > 2 and len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
         bounds[-2] -= 1

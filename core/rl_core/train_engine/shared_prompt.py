@@ -29,8 +29,7 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_
 
 def activation_checkpointing(model: torch.nn.Module) -> bool:
     """Whether activation (gradient) checkpointing is on. transformers >= 5.2x renamed ``is_gradient_checkpointing`` and
-    warns on every read of the old name: read it only where the new one does not exist.
-    """
+    warns on every read of the old name: read it only where the new one does not exist."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if name in dir(type(model)):
             return bool(getattr(model, name))

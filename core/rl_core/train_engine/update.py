@@ -27,8 +27,7 @@ def sampling_temperature(value) -> float:
 
 def on_policy_problem(role: str, batch: Batch, on_policy: bool, mini_batches: int, epochs: int) -> str | None:
     """Why an update told ``on_policy`` cannot run, or None. On-policy (one mini-batch, one epoch) ``old = log_prob.detach()``
-    and ``old_log_probs`` are not read; off-policy the actor needs them.
-    """
+    and ``old_log_probs`` are not read; off-policy the actor needs them."""
     if role != "actor":
         return "only the actor's update can be on-policy" if on_policy else None
     if on_policy and (mini_batches > 1 or epochs > 1):
@@ -85,8 +84,7 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
 
 def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
     """``(rows, real)`` per micro-batch of ``actor.ppo_max_token_len_per_gpu`` tokens (``CP x`` that with context
-    parallelism), or None without ``use_dynamic_bsz``. A sharded rank with fewer parts repeats its last with ``real=False``.
-    """
+    parallelism), or None without ``use_dynamic_bsz``. A sharded rank with fewer parts repeats its last with ``real=False``."""
     a = b.config.actor
     if b.role == "critic" or not a.use_dynamic_bsz:
         return None
@@ -149,8 +147,7 @@ def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: boo
 
 class KeptLogProbs:
     """An on-policy update's own forward log-probs per row (the old policy's: every forward runs before the only optimizer
-    step), kept instead of a separate pass; rows left out (zero advantage) stay not ``computed``.
-    """
+    step), kept instead of a separate pass; rows left out (zero advantage) stay not ``computed``."""
 
     def __init__(self, rows: int, width: int) -> None:
         self.values = torch.zeros(rows, width, dtype=torch.float32)
@@ -165,8 +162,7 @@ class KeptLogProbs:
 def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss,
                     kept: KeptLogProbs | None = None, row_ids: torch.Tensor | None = None) -> tuple[float, float, dict[str, float]]:
     """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``; the
-    forwards' log-probs go to ``kept`` at ``row_ids`` (default ``0..len(mini)``).
-    """
+    forwards' log-probs go to ``kept`` at ``row_ids`` (default ``0..len(mini)``)."""
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
     correction = rollout_corr.update_correction(b.role, b.config, on_policy_)
@@ -232,8 +228,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
 
 def scaled_step_taken(b: TrainBackend, scaler, loss_total: float, grad_norm: float, scale: float) -> bool:
     """float16: whether the step goes ahead. A non-finite gradient norm above the scale's floor skips it and lowers the
-    scale; otherwise the gradients are unscaled (a non-finite loss or gradient at the floor then stops the run in the guard).
-    """
+    scale; otherwise the gradients are unscaled (a non-finite loss or gradient at the floor then stops the run in the guard)."""
     if math.isfinite(loss_total) and not math.isfinite(grad_norm) and not scaler.at_floor():
         scaler.update(grad_norm)
         b.zero_grad()
