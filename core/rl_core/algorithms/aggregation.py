@@ -11,6 +11,7 @@ from rl_core.algorithms.masked import (
     bool_mask,
     check_same_shape,
     mask_weights,
+    safe_div,
     zero_masked,
 )
 
@@ -28,12 +29,6 @@ def check_loss_agg_mode(mode: str) -> None:
     if mode not in LOSS_AGG_MODES:
         allowed = ", ".join(repr(m) for m in LOSS_AGG_MODES)
         raise ValueError(f"loss_agg_mode={mode!r} is not supported; use one of {allowed}")
-
-
-def _divide(num: Tensor, den: Tensor | float) -> Tensor:
-    den = torch.as_tensor(den, dtype=num.dtype, device=num.device)
-    ok = den > 0
-    return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
 
 
 def agg_loss(
@@ -54,7 +49,7 @@ def agg_loss(
     w = mask_weights(mask)
     weighted = zero_masked(loss_mat, mask) * w  # [B, T]; NaN at masked positions cannot leak
     if mode == "token-mean":
-        return _divide(weighted.sum(), w.sum() if denominator is None else denominator)
+        return safe_div(weighted.sum(), w.sum() if denominator is None else denominator)
     if mode == "token-sum":
         return weighted.sum()
 
@@ -64,10 +59,10 @@ def agg_loss(
     if mode == "seq-mean-token-sum":
         per_seq = token_sum
     elif mode == "seq-mean-token-mean":
-        per_seq = _divide(token_sum, w.sum(dim=-1))
+        per_seq = safe_div(token_sum, w.sum(dim=-1))
     else:  # seq-mean-token-sum-norm
         length = loss_mat.shape[-1] if norm_length is None else norm_length
         if length <= 0:
             raise ValueError(f"norm_length must be positive, got {length}")
         per_seq = token_sum / float(length)
-    return _divide(per_seq.sum(), n_seq)
+    return safe_div(per_seq.sum(), n_seq)

@@ -31,8 +31,9 @@ def zero_masked(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(bool_mask(mask), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _safe_div(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` where ``den > 0``, else 0 (no NaN in the forward or backward pass)."""
+def safe_div(num: Tensor, den: Tensor | float) -> Tensor:
+    """``num / den`` where ``den > 0``, else 0 (no NaN in the forward or backward pass); ``den`` in ``num``'s dtype."""
+    den = torch.as_tensor(den, dtype=num.dtype, device=num.device)
     ok = den > 0
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
 
@@ -48,7 +49,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Weighted mean of ``x`` over ``dim`` (all dims if None); 0 where the mask is empty."""
     w = mask_weights(mask)
     den = w.sum() if dim is None else w.sum(dim=dim)
-    return _safe_div(masked_sum(x, mask, dim), den)
+    return safe_div(masked_sum(x, mask, dim), den)
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
@@ -58,7 +59,7 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     dev = zero_masked(x - mean, m)
     n = m.sum().to(torch.float32)
     den = n - 1 if unbiased else n
-    return _safe_div((dev * dev).sum(), den)
+    return safe_div((dev * dev).sum(), den)
 
 
 def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:
