@@ -2,8 +2,7 @@
 
 Factories run in a worker: ``factory(config, context)`` (rollout) or ``factory(role, config, context)`` (train), with
 the normalised :class:`rl_core.config.RunConfig` and that process's :class:`WorkerContext`. ``torch.distributed`` is
-initialised when ``world_size > 1`` and every RNG seeded; batches arriving at a worker are that rank's shard.
-"""
+initialised when ``world_size > 1`` and every RNG seeded; batches arriving at a worker are that rank's shard."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 declared once as an attrs class deriving from :class:`Options` and checked by ``rlcore check`` (docs/plugins.md).
 
 The card's function still gets the config's options as a mapping, so declaring them changes nothing at run time.
-A card with ``options=None`` gets its options unchecked, with a warning.
-"""
+A card with ``options=None`` gets its options unchecked, with a warning."""
 
 from __future__ import annotations
 

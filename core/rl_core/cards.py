@@ -2,8 +2,7 @@
 
 A card is a small frozen record the resolver reads without importing any heavy engine: a name, a lazy factory
 (``"module:attr"`` or a callable; heavy imports happen inside it) and the capabilities a config is checked against.
-The plugin manager fills in ``provider`` when the card is registered.
-"""
+The plugin manager fills in ``provider`` when the card is registered."""
 
 from __future__ import annotations
 

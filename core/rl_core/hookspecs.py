@@ -1,8 +1,7 @@
 """Hook specifications for rl-core plugins (pluggy project ``rl_core``).
 
 Every hook gets ``register`` and calls it once per card (:mod:`rl_core.cards`) it provides; built-in backends
-register through the same hooks. docs/plugins.md has an example plugin and each hook's card contract.
-"""
+register through the same hooks. docs/plugins.md has an example plugin and each hook's card contract."""
 
 from __future__ import annotations
 

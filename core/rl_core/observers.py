@@ -3,8 +3,7 @@
 The plan loads every installed observer card once (:func:`observer_plan`, checking ``trainer.observers.<name>``); the
 trainer builds them once (:class:`Observers`) and calls, in order, ``on_start(step)``, ``on_rollouts(rollouts)`` per
 training step and validation batch, ``on_step_end(step)`` before the checkpoint is written, and ``close()``; docs/plugins.md
-says when each runs. Every method is optional; an observer that raises is dropped with a warning, training goes on.
-"""
+says when each runs. Every method is optional; an observer that raises is dropped with a warning, training goes on."""
 
 from __future__ import annotations
 

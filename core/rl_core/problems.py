@@ -1,6 +1,5 @@
 """Problems: what the config loader, normaliser and resolver report to users: the key at fault, what is wrong, why and
-what to set. They are collected, not raised one at a time, so a user sees everything wrong with a config at once.
-"""
+what to set. They are collected, not raised one at a time, so a user sees everything wrong with a config at once."""
 
 from __future__ import annotations
 

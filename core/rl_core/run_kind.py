@@ -3,8 +3,7 @@
 ``rl`` (the default) is the RL loop itself; any other value names a :class:`~rl_core.cards.RunKindCard`, whose
 factory the loop calls with a :class:`RunHandle`; the returned :class:`RunKind` gives the data loaders, each step's
 metrics and the validation. Step count, logging, checkpoints, resume and the HF export stay the loop's.
-:meth:`RunHandle.update_actor` takes a batch in the RL layout through core's update with the card's policy loss.
-"""
+:meth:`RunHandle.update_actor` takes a batch in the RL layout through core's update with the card's policy loss."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The algorithm library: pure tensor functions, no distributed imports (docs/algorithms.md). The names below load on
-first access, so importing the package (the ``builtin`` entry point) does not import torch.
-"""
+first access, so importing the package (the ``builtin`` entry point) does not import torch."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The full actor and critic losses for train backends: a backend runs the forward pass, then calls
 :func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch and back-propagates the result.
-The formula and metric names: docs/algorithms.md. Metrics are detached 0-d tensors (no host sync per micro-batch).
-"""
+The formula and metric names: docs/algorithms.md. Metrics are detached 0-d tensors (no host sync per micro-batch)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Advantage estimators: one keyword-only signature for all of them (docs/algorithms.md has it and the conventions:
-fp32 outputs, masked positions 0 and skipped, groups of one, all-equal groups exactly 0, ``returns``).
-"""
+fp32 outputs, masked positions 0 and skipped, groups of one, all-equal groups exactly 0, ``returns``)."""
 
 from __future__ import annotations
 

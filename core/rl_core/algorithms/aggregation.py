@@ -1,6 +1,5 @@
 """Loss aggregation: a token-level loss ``[B, T]`` -> one scalar by ``loss_agg_mode`` (docs/algorithms.md has the
-modes). An all-masked batch gives 0, never NaN.
-"""
+modes). An all-masked batch gives 0, never NaN."""
 
 from __future__ import annotations
 

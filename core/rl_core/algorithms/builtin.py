@@ -1,6 +1,5 @@
 """The ``builtin_algorithms`` entry point: registers gae, grpo, ppo_clip and dual_clip / vanilla through the public
-hooks, as any package would (no torch import: factories are dotted paths). The others are rl-algorithms'.
-"""
+hooks, as any package would (no torch import: factories are dotted paths). The others are rl-algorithms'."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """KL estimators (k1, abs, k2, k3 and their straight-through ``+`` kinds), KL-coefficient controllers and the
-KL-in-reward penalty; docs/algorithms.md, "KL" has the table and the clamps.
-"""
+KL-in-reward penalty; docs/algorithms.md, "KL" has the table and the clamps."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Masked reductions: a position whose mask is 0 is absent, replaced by 0 with ``torch.where`` before any arithmetic,
 so NaN / inf padding never leaks (``x * mask`` would: ``nan * 0`` is ``nan``). ``mask`` (``x``'s shape) may be bool,
-integer or float; :func:`masked_sum` / :func:`masked_mean` read float weights.
-"""
+integer or float; :func:`masked_sum` / :func:`masked_mean` read float weights."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Policy-gradient losses: one keyword-only signature for all of them (docs/algorithms.md: arguments, metrics, fp32
 arithmetic, the log-ratio clamp). Core has ``ppo_clip`` and ``dual_clip`` (= verl's ``vanilla``); rl-algorithms'
-losses build on :func:`clip_range`, :func:`prepare_loss`, :func:`clipped_surrogate` and :func:`finish_loss`.
-"""
+losses build on :func:`clip_range`, :func:`prepare_loss`, :func:`clipped_surrogate` and :func:`finish_loss`."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Rollout correction (``algorithm.rollout_correction``, verl's): importance weights and rejection masks for the gap
 between the rollout engine's policy and the trainer's, ``log rho = log pi_old - log pi_rollout``. The method, verl
-parity and the metrics we add or leave out: docs/algorithms.md; the keys: docs/config.md.
-"""
+parity and the metrics we add or leave out: docs/algorithms.md; the keys: docs/config.md."""
 
 from __future__ import annotations
 
@@ -128,13 +127,11 @@ def row_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor, rc
 def is_weights(
     log_ratio: Tensor, mask: Tensor, level: str = "token", threshold: float | str = 2.0, batch_normalize: bool = False
 ) -> tuple[Tensor, dict[str, float]]:
-    """Importance weights ``[B, T]`` (0 on masked tokens, detached) and their metrics (no prefix).
-
-    ``log_ratio = log pi_old - log pi_rollout``, ``mask`` bool ``[B, T]``. Metrics:
-    ``rollout_is_mean/max/min/std``, ``rollout_is_ratio_fraction_high/low`` (the fraction
-    truncated / below ``1/u``, or outside the mask bounds), ``rollout_is_eff_sample_size``,
-    ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``,
-    ``rollout_is_oob_ratio`` (mask mode), ``rollout_is_batch_norm_factor``."""
+    """Importance weights ``[B, T]`` (0 on masked tokens, detached) of ``log_ratio = log pi_old - log pi_rollout`` and their
+    metrics (no prefix): ``rollout_is_mean/max/min/std``, ``..._ratio_fraction_high/low``, ``..._eff_sample_size``,
+    ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``, ``..._oob_ratio`` (mask mode),
+    ``rollout_is_batch_norm_factor``.
+    """
     if level not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use 'token', 'sequence' or null")
     upper, lower = parse_is_threshold(threshold)

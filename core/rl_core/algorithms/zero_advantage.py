@@ -1,7 +1,6 @@
 """Rows of an actor mini-batch with an all-zero advantage carry no gradient for an ``A * f(ratio)`` loss, so a backend
 may leave them out of the update (``actor.skip_zero_advantage_rows``; docs/algorithms.md says when it may not).
-The loss normaliser is computed over the whole mini-batch first, so the update is the same.
-"""
+The loss normaliser is computed over the whole mini-batch first, so the update is the same."""
 
 from __future__ import annotations
 

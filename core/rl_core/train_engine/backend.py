@@ -1,7 +1,6 @@
 """The train-backend contract: the primitives a train plugin implements (:class:`TrainBackend`); core's
 :class:`~rl_core.train_engine.engine.RoleEngine` drives the update. docs/plugins.md ("A train backend") tables the
-members; :mod:`rl_core_testing.minimal_backend` (plugins/testing) is the worked example.
-"""
+members; :mod:`rl_core_testing.minimal_backend` (plugins/testing) is the worked example."""
 
 from __future__ import annotations
 

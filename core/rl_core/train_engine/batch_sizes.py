@@ -1,7 +1,6 @@
 """How a train engine cuts its rank's shard of a step into mini-batches, micro-batches and epochs (config only, no
 torch); docs/plugins.md ("A train backend") says how. :func:`split_sizes` raises :class:`TrainSizeError` with the
-arithmetic when the numbers do not fit (``rlcore check`` reports the same before a run).
-"""
+arithmetic when the numbers do not fit (``rlcore check`` reports the same before a run)."""
 
 from __future__ import annotations
 

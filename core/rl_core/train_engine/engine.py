@@ -2,8 +2,7 @@
 
 :class:`RoleEngine` follows :class:`rl_core.backends.TrainEngine` (what the worker calls) over a
 :class:`~rl_core.train_engine.backend.TrainBackend` (what a plugin implements); the update itself is
-:mod:`rl_core.train_engine.update`. Batch sizes and inference micro-batches: docs/plugins.md ("A train backend").
-"""
+:mod:`rl_core.train_engine.update`. Batch sizes and inference micro-batches: docs/plugins.md ("A train backend")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The numerical guard: the first non-finite loss, gradient, weight, reward or log-prob stops the step (a NaN let through
 trains every later step on garbage). Each check raises :class:`NonFiniteError` naming the stage, role, rank and
-tensor, before anything is applied or saved.
-"""
+tensor, before anything is applied or saved."""
 
 from __future__ import annotations
 

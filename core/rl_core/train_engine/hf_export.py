@@ -2,8 +2,7 @@
 
 Weights are streamed into safetensors shards (:class:`ShardWriter`). Each tensor is copied into its shard, so a view
 into a larger host buffer (offload's pinned segments) is written as its own bytes: ``huggingface_hub``'s
-``save_torch_state_dict`` refuses such views ("None is covering the entire storage").
-"""
+``save_torch_state_dict`` refuses such views ("None is covering the entire storage")."""
 
 from __future__ import annotations
 

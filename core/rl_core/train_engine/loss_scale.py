@@ -1,7 +1,6 @@
 """Dynamic loss scaling for ``model.dtype=float16`` (5 exponent bits: gradients below ~6e-8 flush to zero, above 65504
 overflow), as megatron-core's ``DynamicGradScaler``: an overflowing mini-batch skips its step and lowers the scale,
-``interval`` finite steps raise it; docs/plugins.md ("A train backend"). The state is part of the role's checkpoint.
-"""
+``interval`` finite steps raise it; docs/plugins.md ("A train backend"). The state is part of the role's checkpoint."""
 
 from __future__ import annotations
 

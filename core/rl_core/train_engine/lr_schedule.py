@@ -1,7 +1,6 @@
 """The train engines' learning-rate schedule: linear warmup, then constant / cosine / linear decay, one step per
 ``update()`` (docs/plugins.md, "A train backend", has the formula). The warmup is ``(k + 1) / W``, so the first update
-already moves (verl's ``k / W`` spends it at lr 0).
-"""
+already moves (verl's ``k / W`` spends it at lr 0)."""
 
 from __future__ import annotations
 

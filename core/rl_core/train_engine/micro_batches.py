@@ -1,6 +1,5 @@
 """Micro-batches formed by a token budget (verl's ``use_dynamic_bsz``): consecutive rows while their real tokens fit, so
-short sequences travel in larger micro-batches. Rows stay in order (groups stay together for the shared-prompt forward).
-"""
+short sequences travel in larger micro-batches. Rows stay in order (groups stay together for the shared-prompt forward)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 rows (autograd flows through it: the same values and gradients as the plain forward, ``(n - 1) / n`` of the prompt
 compute saved). Sound for a causal LM taking a KV cache (:mod:`rl_core.util.hf_cache`) and ``position_ids``, without
 gradient checkpointing (transformers drops the cache under it); callers keep a plain path for everything else (FSDP
-included: a module used twice in one forward is not something every FSDP version reduces correctly).
-"""
+included: a module used twice in one forward is not something every FSDP version reduces correctly)."""
 
 from __future__ import annotations
 

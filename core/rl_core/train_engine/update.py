@@ -1,7 +1,6 @@
 """The mini-batch step every train backend shares, over :class:`~rl_core.train_engine.backend.TrainBackend` primitives:
 loss weighting over the global mini-batch, zero-advantage rows left out, the numerical guard and float16 loss scaling
-(docs/plugins.md, "A train backend", says how each works).
-"""
+(docs/plugins.md, "A train backend", says how each works)."""
 
 from __future__ import annotations
 
