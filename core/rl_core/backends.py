@@ -1,15 +1,8 @@
-"""What a backend's factory hands back: the engine protocols the loop drives.
+"""The engine protocols a backend's factory returns and the loop drives.
 
-A rollout card's factory is called as ``factory(config, context)`` and a
-train card's as ``factory(role, config, context)`` inside a worker process,
-where ``config`` is the whole normalised :class:`rl_core.config.RunConfig`
-and ``context`` the :class:`WorkerContext` of that process. The placement
-layer (:mod:`rl_core.cluster`) has already initialised ``torch.distributed``
-when ``world_size > 1`` (gloo on CPU, NCCL on GPU) and seeded every RNG.
-
-Batches arriving at a worker are that rank's shard: the controller splits
-the global batch across data-parallel ranks before calling.
-"""
+Factories run in a worker: ``factory(config, context)`` (rollout) or ``factory(role, config, context)`` (train), with
+the normalised :class:`rl_core.config.RunConfig` and that process's :class:`WorkerContext`. ``torch.distributed`` is
+initialised when ``world_size > 1`` and every RNG seeded; batches arriving at a worker are that rank's shard."""
 
 from __future__ import annotations
 
@@ -41,7 +34,7 @@ class WorkerContext:
     log_prob_forward: Any = attrs.field(default=None, eq=False, repr=False)
 
     def feature(self, name: str, key: str) -> Any:
-        """The object of the Plan's feature ``name`` (``key``: the setting or input that needs it, for the error when it is missing)."""
+        """The Plan's feature ``name``'s object; ``key`` (what needs it) names the error when it is missing."""
         obj = self.features.get(name) if self.features is not None else None
         if obj is None:
             raise LookupError(f"{key} needs the {name!r} feature, and this worker's Plan has none: `rlcore check` names the package to install")
@@ -58,11 +51,7 @@ class WorkerContext:
 
 @attrs.frozen(kw_only=True)
 class SamplingParams:
-    """Generation settings, mapped by each engine onto its own parameters.
-
-    ``top_k <= 0`` and ``top_p == 1`` disable those filters. ``greedy`` makes
-    every engine decode deterministically (temperature ignored).
-    """
+    """Generation settings each engine maps onto its own; ``top_k <= 0`` / ``top_p == 1`` are off, ``greedy`` ignores temperature."""
 
     n: int = 1
     temperature: float = 1.0
@@ -88,8 +77,7 @@ class RolloutEngine(Protocol):
     - ``input_ids``, ``attention_mask``, ``position_ids`` [B*n, P+R];
     - ``response_mask`` [B*n, R]: 1 up to and including the EOS token;
     - ``rollout_log_probs`` [B*n, R] when ``params.logprobs`` (0 on padding);
-    - every non-tensor field repeated n times.
-    """
+    - every non-tensor field repeated n times."""
 
     def generate(self, batch: Batch, params: SamplingParams) -> Batch: ...
 
@@ -107,14 +95,9 @@ class RolloutEngine(Protocol):
 
 @runtime_checkable
 class TrainEngine(Protocol):
-    """One role (actor, critic or ref) of a train backend, living in a worker.
-
-    Input batches carry ``input_ids``, ``attention_mask``, ``position_ids``,
-    ``responses``, ``response_mask`` and, for updates, the fields the loss
-    needs (``old_log_probs``, ``advantages``, ``ref_log_prob``, ``values``,
-    ``returns``). The losses come from :mod:`rl_core.algorithms`; engines
-    do the forward / backward passes, sharding and optimisation.
-    """
+    """One role (actor, critic or ref) of a train backend in a worker: forward / backward, sharding and optimisation.
+    Batches carry ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask`` and, for updates,
+    the loss's fields (``old_log_probs``, ``advantages``, ``ref_log_prob``, ``values``, ``returns``)."""
 
     role: str
 

@@ -1,25 +1,8 @@
-"""Typed card options: what an estimator or policy loss accepts under ``algorithm.options`` /
-``actor.policy_loss_options``, declared once, checked by ``rlcore check``.
+"""Typed card options: what an estimator, policy loss, train backend or observer accepts (``algorithm.options``, ...),
+declared once as an attrs class deriving from :class:`Options` and checked by ``rlcore check`` (docs/plugins.md).
 
-A card declares its options as an attrs class deriving from :class:`Options` (a ``"module:Class"`` path works
-too, loaded at check time)::
-
-    @attrs.frozen(kw_only=True)
-    class MyOptions(Options):
-        temperature: float = 1.0
-        mode: Literal["mean", "max"] = "mean"
-        beta: float = attrs.field(default=0.1, validator=attrs.validators.gt(0))
-
-    register(EstimatorCard(name="my_est", factory="my_pkg.adv:my_est", options=MyOptions))
-
-:func:`options_problems` checks the options a config gives, once, when the config is resolved: an unknown key (with
-the closest known name), a value of the wrong type, a missing required option, a value a validator refuses; each
-problem names the key, the card and its distribution, and says what to set. The function still receives the
-config's options as a mapping (the keys the user gave), so declaring options changes nothing at run time.
-
-A card that declares no options (``options=None``, third-party cards written before this) gets its options
-unchecked, with a warning saying so.
-"""
+The card's function still gets the config's options as a mapping, so declaring them changes nothing at run time.
+A card with ``options=None`` gets its options unchecked, with a warning."""
 
 from __future__ import annotations
 
@@ -60,8 +43,7 @@ def type_name(tp: Any) -> str:
 
 
 def fits(value: Any, tp: Any) -> bool:
-    """Whether ``value`` (from YAML / the command line) is a ``tp``: bool, int, float (an int is one), str, None,
-    ``Literal``, unions; any other type by ``isinstance``."""
+    """Whether a YAML / command-line ``value`` is a ``tp`` (an int is a float; ``Literal``, unions; else ``isinstance``)."""
     origin = typing.get_origin(tp)
     if tp is Any:
         return True

@@ -1,18 +1,7 @@
 """Hook specifications for rl-core plugins (pluggy project ``rl_core``).
 
-Every hook receives ``register`` and calls it once per thing it provides,
-with a card from :mod:`rl_core.cards`. Built-in backends register through
-these same hooks; nothing in core special-cases a backend by name.
-
-A plugin module (the target of an ``rl_core`` entry point) looks like::
-
-    from rl_core import hookimpl
-    from rl_core.cards import RewardCard
-
-    @hookimpl
-    def rl_core_register_rewards(register):
-        register(RewardCard(name="my_reward", factory="my_pkg.scoring:score"))
-"""
+Every hook gets ``register`` and calls it once per card (:mod:`rl_core.cards`) it provides; built-in backends
+register through the same hooks. docs/plugins.md has an example plugin and each hook's card contract."""
 
 from __future__ import annotations
 

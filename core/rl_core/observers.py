@@ -1,22 +1,9 @@
-"""Step observers: where the controller hands each step's rollouts, and each validation's, to plugins (issue 52).
+"""Step observers (:class:`~rl_core.cards.ObserverCard`): the controller hands them each step's and validation's rollouts.
 
-An :class:`~rl_core.cards.ObserverCard` (hook ``rl_core_register_observers``) names a factory
-``make(config, options, output_dir) -> observer | None``. The plan loads every installed observer card once
-(:func:`observer_plan`, its options under ``trainer.observers.<name>`` checked against the card's options class);
-the trainer builds them once (:class:`Observers`) and calls, on the controller, in this order:
-
-- ``on_start(step)``: the step the run starts after (the resumed checkpoint's, 0 on a fresh start): what the
-  observer wrote for later steps belongs to a run that is gone (as ``metrics.jsonl``'s rows);
-- ``on_rollouts(rollouts)``: a :class:`StepRollouts`, once per training step (the rows the update trained on) and
-  once per validation batch (``phase="val"``);
-- ``on_step_end(step)``: the step's metrics are logged and its checkpoint not yet written: write what the step
-  kept (atomically: a crash between this and the checkpoint resumes from the previous one, and ``on_start`` of the
-  rerun removes it);
-- ``close()``: the run ends (finished, failed or stopped).
-
-Each method is optional. An observer that raises is dropped with a warning naming it and its distribution; training
-goes on (what an observer does is a diagnostic, never the run's state).
-"""
+The plan loads every installed observer card once (:func:`observer_plan`, checking ``trainer.observers.<name>``); the
+trainer builds them once (:class:`Observers`) and calls, in order, ``on_start(step)``, ``on_rollouts(rollouts)`` per
+training step and validation batch, ``on_step_end(step)`` before the checkpoint is written, and ``close()``; docs/plugins.md
+says when each runs. Every method is optional; an observer that raises is dropped with a warning, training goes on."""
 
 from __future__ import annotations
 
@@ -36,18 +23,12 @@ METHODS = ("on_start", "on_rollouts", "on_step_end", "close")
 
 @attrs.frozen(kw_only=True)
 class StepRollouts:
-    """One step's rollouts as the controller holds them.
+    """One step's rollouts as the controller holds them; read them, never change them (the same batch trains the policy).
 
-    ``batch``: the rows (``prompts``, ``responses``, ``response_mask``, ``uid`` (the group), for training rows
-    ``advantages``, ``token_level_scores``, ``old_log_probs`` / ``rollout_log_probs`` when the step has them, a
-    ``policy_version`` tensor or meta entry on split pools; non-tensors ``response_text``, ``extra_info`` (multi-turn:
-    ``messages`` and ``agent`` with its ``turns``, ``stop_reason``), ``data_source``, ``ground_truth``).
-    ``scores``: the reward per row; ``raw_scores``: before reward.overlong_penalty; ``reward_extras``: the reward
-    function's per-row dicts (None when unknown, e.g. after dynamic sampling's filtering). ``trainer_log_probs``:
-    the trainer's log-probs of the sampled tokens (the old policy's), NaN rows where it has none; None when the step
-    computed none. ``policy_version``: the weights' version that generated the rows when the batch does not say
-    (``step - 1``: synchronous). Read it, never change it: the same batch trains the policy.
-    """
+    ``batch``: the rows (docs/plugins.md lists their fields); ``scores``: the reward per row, ``raw_scores`` before
+    reward shaping; ``reward_extras``: the reward function's per-row dicts (None when unknown); ``trainer_log_probs``: the
+    old policy's log-probs (NaN rows where none, None when the step computed none); ``policy_version``: the weights'
+    version that generated the rows when the batch does not say."""
 
     step: int
     phase: str = attrs.field(validator=attrs.validators.in_(("train", "val")))

@@ -1,9 +1,6 @@
-"""The modules of rl-core a plugin package may import: its public API (docs/plugins.md lists them too).
-
-A plugin's own source (not its tests) imports only these modules and only
-names without a leading underscore; ``tests/core/test_plugin_boundary.py``
-fails otherwise. Anything else in core may change without notice.
-"""
+"""The modules of rl-core a plugin package may import, its public API (docs/plugins.md lists them too): a plugin's own
+source imports only these, and only names without a leading underscore (tests/core/test_plugin_boundary.py).
+Anything else in core may change without notice."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Problems: what the config loader, normaliser and resolver report to users.
-
-A problem names the config key at fault, says what is wrong and why, and what
-to set instead. Problems are collected, not raised one at a time, so a user
-sees everything wrong with a config in one run.
-"""
+"""Problems: what the config loader, normaliser and resolver report to users: the key at fault, what is wrong, why and
+what to set. They are collected, not raised one at a time, so a user sees everything wrong with a config at once."""
 
 from __future__ import annotations
 
@@ -33,12 +29,7 @@ class Problem:
 
 
 class UserError(Exception):
-    """An error caused by the user's input (config, data, files, checkpoints).
-
-    The CLI prints these as one clear message, without a traceback (set
-    ``RL_CORE_DEBUG=1`` to see it). Library modules subclass it for their own
-    input errors.
-    """
+    """An error in the user's input: the CLI prints it without a traceback (``RL_CORE_DEBUG=1`` shows one)."""
 
 
 class ConfigError(UserError, ValueError):

@@ -1,18 +1,9 @@
-"""Run kinds: other ways to train with the same loop, Plan, workers, checkpoints and exports (``trainer.kind``).
+"""Run kinds (``trainer.kind``): other ways to train with the same loop, Plan, workers, checkpoints and exports.
 
-``trainer.kind=rl`` (the default) is the RL loop itself (:mod:`rl_core.trainer.loop`). Any other value names a
-:class:`~rl_core.cards.RunKindCard` a plugin registered (``rl_core_register_run_kinds``; the rl-sft package's ``sft``).
-The resolver loads the card's factory once into the Plan (``Plan.run_kind_fn``); the loop calls it with a
-:class:`RunHandle` and then asks the returned :class:`RunKind` for its data loaders, each step's metrics and its
-validation. Everything else stays the loop's: the step count, metrics logging, checkpoints (workers' state, the
-loader's ``state_dict``, RNG), resume, signals and the final HF export (``<output_dir>/hf_final``).
-
-A run kind trains the actor through :meth:`RunHandle.update_actor`: a batch in the RL layout (``input_ids`` =
-left-padded prompt + right-padded response, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask``:
-the tokens the loss reads, ``advantages``, ``old_log_probs``) goes through core's update (mini- and micro-batches,
-token-budget batches, packing, loss weighting over the global mini-batch, the guard) with the policy loss the card
-names (``RunKindCard.policy_loss``).
-"""
+``rl`` (the default) is the RL loop itself; any other value names a :class:`~rl_core.cards.RunKindCard`, whose
+factory the loop calls with a :class:`RunHandle`; the returned :class:`RunKind` gives the data loaders, each step's
+metrics and the validation. Step count, logging, checkpoints, resume and the HF export stay the loop's.
+:meth:`RunHandle.update_actor` takes a batch in the RL layout through core's update with the card's policy loss."""
 
 from __future__ import annotations
 
@@ -47,8 +38,8 @@ class RunHandle(Protocol):
     generators: dict  # data.*_generator: generator name -> its card's factory, loaded by the plan (rl_core.data.dataset.generate_rows)
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        """One update of the actor on ``batch`` (off-policy form: ``old_log_probs`` are read by the loss, not recomputed);
-        the update's metrics averaged over ranks; a non-finite loss stops the step."""
+        """One actor update on ``batch`` (``old_log_probs`` read, not recomputed): metrics averaged over ranks; a non-finite
+        loss stops the step."""
         ...
 
     def actor_log_probs(self, batch: Batch, temperature: float = 1.0) -> Any:

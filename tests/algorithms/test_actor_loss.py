@@ -9,7 +9,6 @@ import torch
 from rl_core import hookimpl
 from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 from rl_core.algorithms.advantages import compute_advantage
-from rl_core.algorithms.metrics import advantage_metrics
 from rl_core.cards import EstimatorCard, PolicyLossCard, Provider
 from rl_core.config.schema import ActorConfig, CriticConfig
 from rl_core.plugins import PluginManager
@@ -128,25 +127,3 @@ def test_third_party_estimator_and_loss_go_through_the_same_calls():
     assert m["actor/pg_clipfrac"] == 0.0
     # built-ins are still there next to the third-party cards
     assert {"grpo", "negated"} <= set(registry.names("estimator"))
-
-
-# ------------------------------------------------------------------- metrics
-def test_advantage_metrics_ignore_masked_tokens():
-    # valid advantages [1, -1, 3] (the 100 is masked): mean 1, max 3, min -1,
-    # population std sqrt(((0)^2 + 2^2 + 2^2) / 3) = sqrt(8/3)
-    # returns [2, 0, 4] -> mean 2; values [1, 1, 1]: returns - values = [1, -1, 3]
-    # explained var = 1 - Var([1, -1, 3]) / Var([2, 0, 4]) = 1 - (8/3) / (8/3) = 0
-    adv = t([[1.0, -1.0], [3.0, 100.0]])
-    ret = t([[2.0, 0.0], [4.0, -100.0]])
-    values = t([[1.0, 1.0], [1.0, 55.0]])
-    mask = t([[1, 1], [1, 0]])
-    m = advantage_metrics(advantages=adv, returns=ret, response_mask=mask, values=values)
-    assert m["adv_mean"] == pytest.approx(1.0)
-    assert m["adv_max"] == 3.0 and m["adv_min"] == -1.0
-    assert m["adv_std"] == pytest.approx(math.sqrt(8 / 3))
-    assert m["returns_mean"] == pytest.approx(2.0) and m["returns_max"] == 4.0 and m["returns_min"] == 0.0
-    assert m["values_mean"] == pytest.approx(1.0)
-    assert m["vf_explained_var"] == pytest.approx(0.0, abs=1e-6)
-    assert all(isinstance(v, float) for v in m.values())
-    empty = advantage_metrics(advantages=adv, returns=ret, response_mask=torch.zeros(2, 2))
-    assert set(empty.values()) == {0.0}

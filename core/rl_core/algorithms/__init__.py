@@ -1,12 +1,5 @@
-"""The algorithm library: pure tensor functions, no distributed imports.
-
-``advantages`` (gae, grpo, ``compute_advantage``), ``policy_loss`` (ppo_clip, dual_clip = verl's vanilla),
-``actor_loss``, ``value_loss``, ``kl``, ``aggregation`` (``loss_agg_mode``), ``entropy``, ``masked``, ``metrics``,
-``rollout_correction``, ``zero_advantage``; ``builtin`` registers the built-ins through the public hooks. The other
-estimators and losses are the rl-algorithms package's (``plugins/algorithms``).
-
-The names below load on first access, so importing the package (the ``builtin`` entry point) does not import torch.
-"""
+"""The algorithm library: pure tensor functions, no distributed imports (docs/algorithms.md). The names below load on
+first access, so importing the package (the ``builtin`` entry point) does not import torch."""
 
 from __future__ import annotations
 
@@ -29,7 +22,6 @@ _EXPORTS = {
     "compute_actor_loss": "actor_loss",
     "compute_critic_loss": "actor_loss",
     "get_policy_loss": "actor_loss",
-    "advantage_metrics": "metrics",
 }
 
 __all__ = sorted(_EXPORTS)

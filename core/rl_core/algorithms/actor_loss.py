@@ -1,23 +1,6 @@
-"""The full actor and critic losses, composed from the pieces, for train backends.
-
-A train backend (FSDP, Megatron, ...) runs the forward pass, then calls
-:func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch
-and back-propagates the result, so the algorithm lives here, once:
-
-    actor loss = policy_loss(..., rollout_is_weights)     (the loaded cfg.policy_loss)
-               - entropy_coeff * agg(entropy)             (when entropy_coeff != 0)
-               + kl_loss_coef  * agg(kl(log_prob, ref))   (when use_kl_loss; GRPO's KL term)
-
-All three terms use ``cfg.loss_agg_mode``. Scaling for gradient accumulation
-(e.g. multiplying by micro / mini batch size) is the backend's job.
-
-Metric values are **detached 0-d float32 tensors** (no host sync per
-micro-batch); names follow verl's: ``actor/pg_loss``, ``actor/pg_clipfrac``,
-``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` (dual-clip only),
-``actor/entropy`` (when ``entropy`` is given), ``actor/kl_loss`` and
-``actor/kl_coef`` (when ``use_kl_loss``); ``critic/vf_loss``,
-``critic/vf_clipfrac``, ``critic/vpred_mean``.
-"""
+"""The full actor and critic losses for train backends: a backend runs the forward pass, then calls
+:func:`compute_actor_loss` / :func:`compute_critic_loss` on one micro-batch and back-propagates the result.
+The formula and metric names: docs/algorithms.md. Metrics are detached 0-d tensors (no host sync per micro-batch)."""
 
 from __future__ import annotations
 
@@ -36,8 +19,7 @@ _PG_METRICS = {"clipfrac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl", "clipf
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, Tensor]]]:
-    """Core's built-in policy loss named ``name``, for code without a plan (a run passes the plan's loaded function:
-    no registry is read while it trains; a plugin's loss comes from the plan, or ``registry.get(...).load()``)."""
+    """Core's built-in policy loss ``name``, for code without a plan (a run passes the Plan's loaded loss)."""
 
     return builtin_card("policy_loss", name).load()
 
@@ -54,14 +36,9 @@ def compute_actor_loss(
     cfg: Any,
     policy_loss: Callable[..., tuple[Tensor, dict[str, Tensor]]] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Actor loss for one micro-batch (the module docstring's formula): ``(0-d float32 loss, metrics)``; tensors ``[B, T]``.
-
-    ``entropy``: required when ``cfg.entropy_coeff != 0``, logged when given; ``ref_log_prob``: required when
-    ``cfg.use_kl_loss``; ``rollout_is_weights`` (:mod:`rl_core.algorithms.rollout_correction`) multiply the policy loss
-    only (as verl) and are passed to it only when given, so losses without the argument work with correction off.
-    ``cfg``: :class:`rl_core.config.schema.ActorConfig`; ``policy_loss``: the Plan's loaded loss (None: the built-in
-    one ``cfg.policy_loss`` names).
-    """
+    """Actor loss of one micro-batch, ``(0-d float32 loss, metrics)``. ``entropy`` is needed when ``cfg.entropy_coeff != 0``,
+    ``ref_log_prob`` with ``cfg.use_kl_loss``; ``rollout_is_weights`` weight the policy loss only and are passed to it
+    only when given. ``policy_loss``: the Plan's loaded loss (None: the built-in ``cfg.policy_loss``)."""
     mode = cfg.loss_agg_mode
     pg_fn = policy_loss if policy_loss is not None else get_policy_loss(cfg.policy_loss)
     options = dict(getattr(cfg, "policy_loss_options", None) or {})
@@ -114,10 +91,7 @@ def compute_critic_loss(
     response_mask: Tensor,
     cfg: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Critic loss for one micro-batch: :func:`rl_core.algorithms.value_loss.value_loss`
-    with ``cfg.cliprange_value`` and ``cfg.loss_agg_mode``
-    (:class:`rl_core.config.schema.CriticConfig`). All tensors ``[B, T]``.
-    """
+    """Critic loss of one micro-batch: :func:`~rl_core.algorithms.value_loss.value_loss` with ``cfg``'s clip range and mode."""
     loss, vm = value_loss(
         vpreds=vpreds,
         values=values,

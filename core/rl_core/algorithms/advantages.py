@@ -1,50 +1,5 @@
-"""Advantage estimators: one keyword-only signature for all of them.
-
-Every estimator is called as::
-
-    advantages, returns = fn(
-        token_level_rewards=...,   # Tensor[B, T] float (reward on the last valid token, KL penalty per token, ...)
-        response_mask=...,         # Tensor[B, T] bool/int/float; non-zero = a response token that counts
-        index=None,                # Tensor[B] int64 group ids: the n samples of one prompt share an id
-        values=None,               # Tensor[B, T] critic values (GAE)
-        gamma=1.0, lam=1.0,        # discount, GAE lambda
-        baseline_rewards=None,     # Tensor[B] reward of the greedy response (ReMax)
-        options=None,              # Mapping of estimator-specific knobs
-    )
-
-and returns ``advantages`` and ``returns``, both ``Tensor[B, T]``. Inputs an
-estimator does not use are ignored, so the loop calls every estimator (built-in
-or third-party) the same way through :func:`compute_advantage`.
-
-Conventions shared by all built-ins:
-
-- **dtype**: inputs may be bf16/fp16/fp32; arithmetic is fp32 and the outputs
-  are always **float32** (advantages are tiny tensors; bf16 would round them).
-- **masks**: a masked position is treated as absent. Its reward and value are
-  never read (NaN there is fine), and both outputs are exactly 0 there. For
-  token-level recursions (GAE, reward-to-go) masked positions *inside* a
-  response (e.g. tool output in a multi-turn rollout) are skipped: the next
-  valid token's value / return is carried across the gap.
-- **sequence score** of a response = sum of its valid token rewards.
-- **groups** (``index``): as in verl, a group of size 1 is compared with a
-  baseline of 0 (GRPO: mean 0, std 1), so its advantage is its raw score.
-  Option ``zero_singleton_groups=True`` gives it 0 instead: one sample has no
-  baseline, so its score says nothing about this response versus the
-  prompt's others, and a raw score of e.g. 1 would weigh as much as a
-  clearly better-than-average response. A group whose rewards are all equal
-  gets exactly 0 (verl computes ``(r - mean) / (0 + eps)``, which turns the
-  last-bit rounding of ``mean`` into advantages of order 1e-7/1e-6 = 0.1:
-  a bug, so here it is 0 exactly).
-- **returns** for the critic-free group estimators (GRPO, RLOO,
-  REINFORCE++-baseline, OPO, GRPO pass@k, GPG) are the advantages, as in verl;
-  option ``returns="reward_to_go"`` gives the undiscounted reward-to-go
-  instead (the score on every token for an outcome reward), which is what a
-  "return" means and makes ``returns_*`` metrics comparable across estimators.
-  The critic never reads them, metrics do.
-- **masked positions** are 0 in both outputs; verl leaves carried values at
-  gaps and padding for some estimators (never read by a loss).
-- Outputs carry no gradient (the body runs under ``torch.no_grad``).
-"""
+"""Advantage estimators: one keyword-only signature for all of them (docs/algorithms.md has it and the conventions:
+fp32 outputs, masked positions 0 and skipped, groups of one, all-equal groups exactly 0, ``returns``)."""
 
 from __future__ import annotations
 
@@ -67,10 +22,7 @@ GRPO_EPS = 1e-6  # added to the group std (DeepSeekMath / verl use the same orde
 
 # ---------------------------------------------------------------- helpers
 def group_index(uids: Iterable[Hashable], device: torch.device | str | None = None) -> Tensor:
-    """Map per-sample group keys (e.g. the batch's ``uid`` strings) to ``Tensor[B] int64`` ids.
-
-    Ids are assigned in order of first appearance: ``["b", "a", "b"] -> [0, 1, 0]``.
-    """
+    """Per-sample group keys (the batch's ``uid`` s) -> ``Tensor[B] int64`` ids in order of first appearance."""
     ids: dict[Hashable, int] = {}
     out = [ids.setdefault(u, len(ids)) for u in uids]
     return torch.tensor(out, dtype=torch.int64, device=device)
@@ -112,11 +64,7 @@ def sequence_scores(rewards: Tensor) -> Tensor:
 
 
 def group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
-    """Per-row statistics of the row's group, each ``[B]`` float32.
-
-    Keys: ``count``, ``sum``, ``mean``, ``std`` (unbiased; 0 for a group of
-    one), ``constant`` (bool: every score in the group is equal).
-    """
+    """Per-row ``count``, ``sum``, ``mean``, ``std`` (unbiased; 0 for one) and ``constant`` (all equal) of its group, ``[B]``."""
     _, inv = torch.unique(index, return_inverse=True)
     n_groups = int(inv.max()) + 1 if inv.numel() else 0
     zeros = scores.new_zeros(n_groups)
@@ -137,12 +85,8 @@ def group_stats(scores: Tensor, index: Tensor) -> dict[str, Tensor]:
 
 
 def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
-    """Discounted return ``G_t = r_t + gamma * G_{t'}`` with ``t'`` the next *valid* token.
-
-    Shapes: ``rewards`` ``[B, T]`` (any float), ``mask`` ``[B, T]`` -> ``[B, T]``
-    float32, 0 at masked positions. Masked rewards are ignored and masked
-    positions do not count as time steps (gaps are skipped).
-    """
+    """``G_t = r_t + gamma * G_{t'}``, ``t'`` the next valid token: ``[B, T]`` float32, 0 at masked positions, which do
+    not count as time steps."""
     r, m = prepare_rewards(rewards, mask)
     if gamma == 1.0:  # no discount: a reversed cumulative sum (gaps hold zeros)
         out = r.flip(-1).cumsum(-1).flip(-1)
@@ -202,25 +146,8 @@ def gae(
     baseline_rewards: Tensor | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Generalised Advantage Estimation (Schulman et al. 2015, "High-Dimensional
-    Continuous Control Using Generalized Advantage Estimation"), as used by PPO.
-
-    ``delta_t = r_t + gamma * V_{t+1} - V_t``; ``A_t = delta_t + gamma * lam * A_{t+1}``;
-    ``returns_t = A_t + V_t`` (the critic's target). ``V`` after the last valid
-    token is 0 (the response ended: terminal state).
-
-    Shapes: rewards, mask, values ``[B, T]`` -> advantages, returns ``[B, T]`` float32.
-    Uses ``values``, ``gamma``, ``lam``; ignores ``index`` and ``baseline_rewards``.
-
-    Options: ``whiten`` (default True, as verl, which always whitens):
-    normalise the advantages over all valid tokens of the batch (mean 0,
-    std 1); ``returns`` are computed before. ``whiten=False`` keeps
-    ``advantages == returns - values`` exactly (the paper's estimator).
-
-    Departures: masked positions inside a response are skipped (``t+1`` is the
-    next *valid* token), so their rewards and values are never read (verl
-    does the same).
-    """
+    """Generalised Advantage Estimation (Schulman et al. 2015) from ``values``, ``gamma``, ``lam``; option ``whiten``
+    (default True, as verl). ``returns = A + V`` are computed before whitening; docs/algorithms.md."""
     rewards, mask = prepare_rewards(token_level_rewards, response_mask)
     v = check_values(values, mask, "gae")
     batch, length = rewards.shape
@@ -252,23 +179,8 @@ def grpo(
     baseline_rewards: Tensor | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Group-relative advantages (GRPO, Shao et al. 2024, "DeepSeekMath", outcome supervision).
-
-    For response ``i`` of a group with scores ``r``: ``A_i = (r_i - mean(r)) / (std(r) + eps)``,
-    broadcast over the response's valid tokens.
-
-    Options: ``norm_adv_by_std`` (default True). False gives ``A_i = r_i - mean(r)``:
-    Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"), which
-    drops the std division because it up-weights prompts that are nearly
-    always (or never) solved; pair it with ``loss_agg_mode="seq-mean-token-sum-norm"``.
-    ``epsilon`` (default 1e-6).
-
-    Shapes: rewards, mask ``[B, T]``, index ``[B]`` -> ``[B, T]`` float32.
-    Uses ``index``; ignores ``values``, ``gamma``, ``lam``, ``baseline_rewards``.
-
-    ``std`` is the unbiased (n - 1) sample std. Groups of one, all-equal
-    groups, ``zero_singleton_groups`` and ``returns``: module docstring.
-    """
+    """Group-relative advantages (GRPO, DeepSeekMath): ``(r_i - mean(r)) / (std(r) + epsilon)`` over ``index``'s groups,
+    broadcast over valid tokens; ``norm_adv_by_std=False`` is Dr. GRPO (docs/algorithms.md)."""
     rewards, mask = prepare_rewards(token_level_rewards, response_mask)
     idx = check_index(index, rewards.shape[0], "grpo", rewards.device)
     scores = sequence_scores(rewards)
@@ -285,16 +197,8 @@ def grpo(
 
 # ------------------------------------------------------------ dispatch
 def compute_advantage(name: str, *, card: Any = None, fn: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
-    """Run the estimator registered as ``name`` (built-in or third-party) with ``kwargs``.
-
-    ``kwargs`` are the common estimator arguments (module docstring). Before
-    calling, the card's declared needs are checked, so a missing input is a
-    clear error for any estimator: ``needs_critic`` -> ``values``,
-    ``needs_groups`` -> ``index``, ``needs_greedy_baseline`` ->
-    ``baseline_rewards``. The loop passes the resolved ``card`` and its loaded
-    function ``fn`` (:class:`rl_core.plan.resolver.Plan`); no registry is read here: without
-    ``card``, ``name`` is one of core's built-in estimators (code without a plan passes a plugin's card itself).
-    """
+    """Run the estimator ``name`` with the common ``kwargs``, its card's needs checked first (``needs_critic`` ->
+    ``values``, ...). The loop passes the Plan's ``card`` and loaded ``fn``; without ``card``, ``name`` is a built-in."""
     if "registry" in kwargs:
         raise TypeError(f"compute_advantage({name!r}) takes the estimator's card (card=registry.get('estimator', {name!r})), not a registry")
     if card is None:

@@ -1,19 +1,5 @@
-"""Registers the built-in estimators (gae, grpo) and policy losses (ppo_clip, dual_clip / vanilla) through the public hooks.
-
-The others (rloo, reinforce++, remax, opo, gspo, cispo, clip_cov, ...) come with the rl-algorithms package
-(``plugins/algorithms``), registered through the same hooks.
-
-This module is the ``builtin_algorithms`` entry point; it imports no torch:
-factories are dotted paths loaded on first use. A third-party package
-registers its own estimator exactly the same way::
-
-    from rl_core import hookimpl
-    from rl_core.cards import EstimatorCard
-
-    @hookimpl
-    def rl_core_register_advantage_estimators(register):
-        register(EstimatorCard(name="my_est", factory="my_pkg.adv:my_est", needs_groups=True))
-"""
+"""The ``builtin_algorithms`` entry point: registers gae, grpo, ppo_clip and dual_clip / vanilla through the public
+hooks, as any package would (no torch import: factories are dotted paths). The others are rl-algorithms'."""
 
 from __future__ import annotations
 
@@ -55,8 +41,7 @@ def rl_core_register_policy_losses(register):
 
 
 def builtin_card(kind: str, name: str) -> EstimatorCard | PolicyLossCard:
-    """The built-in ``estimator`` / ``policy_loss`` card named ``name``, without the registry: for code that runs
-    without a plan (tests, notebooks). A run uses the plan's loaded cards; a plugin's name is not found here."""
+    """The built-in ``estimator`` / ``policy_loss`` card ``name``, without the registry: for code without a plan."""
     found: list = []
     (rl_core_register_advantage_estimators if kind == "estimator" else rl_core_register_policy_losses)(found.append)
     cards = {c.name: c for c in found}

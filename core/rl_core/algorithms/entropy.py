@@ -17,16 +17,8 @@ def _rows(logits: Tensor, chunk_size: int | None):
 
 
 def entropy_from_logits(logits: Tensor, *, chunk_size: int | None = None) -> Tensor:
-    """Entropy of ``softmax(logits)`` over the last dimension.
-
-    ``H = logsumexp(z) - sum_v softmax(z)_v * z_v``, computed in float32 on
-    ``z - max(z)`` (so large logits neither overflow nor cancel); ``-inf``
-    logits, e.g. masked vocabulary entries, contribute 0.
-
-    Shapes: ``[..., V]`` -> ``[...]`` float32. ``chunk_size`` bounds the float32
-    copy to ``chunk_size x V`` rows at a time (useful for bf16 logits with a
-    large vocabulary); the result is the same.
-    """
+    """Entropy of ``softmax(logits)`` over the last dimension, ``[..., V] -> [...]`` float32, stable for large logits;
+    ``-inf`` logits contribute 0. ``chunk_size`` bounds the float32 copy to that many rows at a time."""
     if logits.dim() == 0:
         raise ValueError("logits must have a vocabulary dimension [..., V]")
     out = []
@@ -45,10 +37,7 @@ def entropy_from_logits(logits: Tensor, *, chunk_size: int | None = None) -> Ten
 
 
 def logprobs_from_logits(logits: Tensor, labels: Tensor, *, chunk_size: int | None = None) -> Tensor:
-    """``log softmax(logits)[label]`` per position.
-
-    Shapes: logits ``[..., V]``, labels ``[...]`` int64 -> ``[...]`` float32.
-    """
+    """``log softmax(logits)[label]`` per position: logits ``[..., V]``, labels ``[...]`` -> ``[...]`` float32."""
     if tuple(labels.shape) != tuple(logits.shape[:-1]):
         raise ValueError(f"labels {tuple(labels.shape)} must match logits without the vocab dim {tuple(logits.shape[:-1])}")
     flat_labels = labels.reshape(-1)

@@ -1,37 +1,5 @@
-"""KL estimators, KL-coefficient controllers and the KL-in-reward penalty.
-
-Per-token estimators of KL(pi_theta || pi_ref) from samples of pi_theta,
-following John Schulman, "Approximating KL Divergence" (2020 blog post).
-With ``d = log_prob - ref_log_prob`` (``log_prob`` of the sampled token):
-
-=====================  ==================================  ======================
-kind                   value per token                     note
-=====================  ==================================  ======================
-``k1`` / ``kl``        ``d``                               unbiased, high variance, can be < 0
-``abs``                ``|d|``                             biased, >= 0
-``k2`` / ``mse``       ``d**2 / 2``                        biased, low variance, >= 0
-``k3`` / ``low_var_kl`` ``exp(-d) - 1 + d``, clamped       unbiased, low variance, >= 0
-                       to ``[-10, 10]``
-=====================  ==================================  ======================
-
-Straight-through kinds (verl's names): ``k1+``, ``kl+``, ``abs+``, ``k3+``,
-``low_var_kl+`` have the base estimator's *value* and the *gradient* of ``k2``
-(``d * grad d``). k1's and k3's expectations are the KL, but their expected
-gradients are not the KL's gradient; k2's expected gradient is (Schulman's
-post; verl's ``kl_penalty``). ``k2+`` / ``mse+`` are plain ``k2``.
-
-Departures: ``k3`` clamps ``d`` to ``[-20, 20]`` before ``exp`` and the result
-to ``[-10, 10]`` (as verl does) for stability with a stale reference, which
-biases it for very large divergences.
-
-Two ways the loop uses KL:
-
-- *in the reward* (PPO-RLHF, Ziegler et al. 2019; REINFORCE++; RLOO):
-  :func:`apply_kl_penalty` subtracts ``beta * kl`` from the token rewards, with
-  ``beta`` from a :class:`FixedKLController` or :class:`AdaptiveKLController`;
-- *as a loss* (GRPO): ``rl_core.algorithms.actor_loss`` adds
-  ``kl_loss_coef * agg(kl_penalty(log_prob, ref_log_prob, kl_loss_type))``.
-"""
+"""KL estimators (k1, abs, k2, k3 and their straight-through ``+`` kinds), KL-coefficient controllers and the
+KL-in-reward penalty; docs/algorithms.md, "KL" has the table and the clamps."""
 
 from __future__ import annotations
 
@@ -54,13 +22,8 @@ LOG_RATIO_CLAMP = 20.0
 
 
 def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, kind: str = "low_var_kl") -> Tensor:
-    """Per-token KL estimate between the policy and the reference.
-
-    Shapes: ``log_prob``, ``ref_log_prob`` ``[...]`` (any float dtype) -> ``[...]``
-    float32 (differentiable w.r.t. ``log_prob``; ``ref_log_prob`` is treated as
-    a constant by the caller). Masking is the caller's job (every position is
-    computed).
-    """
+    """Per-token KL estimate ``kind`` of the policy from the reference: same shape, float32, differentiable w.r.t.
+    ``log_prob``; every position is computed (masking is the caller's)."""
     if kind not in KL_KINDS:
         raise ValueError(f"KL kind {kind!r} is not supported; use one of {', '.join(repr(k) for k in KL_KINDS)}")
     if tuple(log_prob.shape) != tuple(ref_log_prob.shape):
@@ -101,13 +64,8 @@ class FixedKLController:
 
 
 class AdaptiveKLController:
-    """Proportional controller of the KL coefficient (Ziegler et al. 2019,
-    "Fine-Tuning Language Models from Human Preferences", section 2.2).
-
-    ``e = clip(current_kl / target_kl - 1, -0.2, 0.2)``;
-    ``value *= 1 + e * n_steps / horizon``. ``n_steps`` is the number of
-    samples (sequences) the ``current_kl`` was measured on.
-    """
+    """Proportional KL-coefficient controller (Ziegler et al. 2019, section 2.2): ``value *= 1 + e * n_steps / horizon``,
+    ``e = clip(current_kl / target_kl - 1, -0.2, 0.2)``, ``n_steps`` the sequences ``current_kl`` was measured on."""
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
         if target_kl <= 0 or horizon <= 0:
@@ -144,17 +102,8 @@ def apply_kl_penalty(
     *,
     update: bool = True,
 ) -> tuple[Tensor, dict[str, float]]:
-    """KL in the reward: ``token_level_rewards = scores - beta * kl`` on valid tokens.
-
-    Shapes: all tensors ``[B, T]`` -> token_level_rewards ``[B, T]`` float32
-    (exactly 0 at masked positions).
-
-    ``beta = kl_ctrl.value`` *before* the update. The measured KL is the mean
-    over sequences of each sequence's mean token KL; with ``update=True``
-    (default, as verl) the controller is then updated with it and
-    ``n_steps = B``. Metrics (floats): ``actor/reward_kl_penalty`` (the measured
-    KL), ``actor/reward_kl_penalty_coeff`` (``beta``).
-    """
+    """KL in the reward: ``scores - beta * kl`` on valid tokens (float32, 0 masked), ``beta`` the controller's value before
+    its update (``update=True``, with ``n_steps = B``); metrics ``actor/reward_kl_penalty`` and ``..._coeff``."""
     check_same_shape("token_level_scores", token_level_scores, response_mask)
     mask = bool_mask(response_mask)
     kld = zero_masked(kl_penalty(old_log_prob, ref_log_prob, kind), mask)  # [B, T]

@@ -1,14 +1,6 @@
-"""Masked reductions shared by the algorithm modules.
-
-Every helper here treats a position whose mask is 0 as *absent*: its value is
-replaced by 0 with :func:`torch.where` before any arithmetic, so NaN or inf at
-masked positions (garbage from padding) can never leak into a result or a
-gradient. ``x * mask`` would not be enough: ``nan * 0`` is ``nan``.
-
-Shapes: ``x`` and ``mask`` have the same shape (usually ``[B, T]``); ``mask``
-may be bool, integer or float. Estimators use it as a 0/1 mask (non-zero means
-valid); :func:`masked_sum` / :func:`masked_mean` also accept float weights.
-"""
+"""Masked reductions: a position whose mask is 0 is absent, replaced by 0 with ``torch.where`` before any arithmetic,
+so NaN / inf padding never leaks (``x * mask`` would: ``nan * 0`` is ``nan``). ``mask`` (``x``'s shape) may be bool,
+integer or float; :func:`masked_sum` / :func:`masked_mean` read float weights."""
 
 from __future__ import annotations
 
@@ -38,8 +30,9 @@ def zero_masked(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(bool_mask(mask), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _safe_div(num: Tensor, den: Tensor) -> Tensor:
-    """``num / den`` where ``den > 0``, else 0 (no NaN in the forward or backward pass)."""
+def safe_div(num: Tensor, den: Tensor | float) -> Tensor:
+    """``num / den`` where ``den > 0``, else 0 (no NaN in the forward or backward pass); ``den`` in ``num``'s dtype."""
+    den = torch.as_tensor(den, dtype=num.dtype, device=num.device)
     ok = den > 0
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
 
@@ -55,29 +48,22 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Weighted mean of ``x`` over ``dim`` (all dims if None); 0 where the mask is empty."""
     w = mask_weights(mask)
     den = w.sum() if dim is None else w.sum(dim=dim)
-    return _safe_div(masked_sum(x, mask, dim), den)
+    return safe_div(masked_sum(x, mask, dim), den)
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
-    """Variance of the valid entries of ``x`` (0-d); 0 when fewer than two are valid.
-
-    ``mask`` is read as 0/1 here. ``unbiased`` divides by ``n - 1`` (Bessel).
-    """
+    """Variance of the valid entries of ``x`` (0-d; mask read as 0/1); 0 when fewer than two are valid."""
     m = bool_mask(mask)
     mean = masked_mean(x, m)
     dev = zero_masked(x - mean, m)
     n = m.sum().to(torch.float32)
     den = n - 1 if unbiased else n
-    return _safe_div((dev * dev).sum(), den)
+    return safe_div((dev * dev).sum(), den)
 
 
 def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8, shift_mean: bool = True) -> Tensor:
-    """``(x - mean) / sqrt(var + eps)`` over the valid entries; masked positions are 0.
-
-    Shapes: ``x``, ``mask`` ``[...]`` -> ``[...]`` float32. Statistics are taken
-    over *all* valid entries (the whole batch), as in REINFORCE++'s global
-    advantage normalisation. With ``shift_mean=False`` the mean is added back.
-    """
+    """``(x - mean) / sqrt(var + eps)`` over all valid entries of the batch, 0 at masked positions (``shift_mean=False``
+    adds the mean back)."""
     m = bool_mask(mask)
     mean = masked_mean(x, m)
     var = masked_var(x, m)

@@ -1,8 +1,5 @@
-"""The options of the built-in estimators (``algorithm.options``) and policy losses (``actor.policy_loss_options``).
-
-Declared on their cards (:mod:`rl_core.algorithms.builtin`; rl-algorithms' ``rl_algorithms.options`` derives from these) and checked by ``rlcore check``
-(:mod:`rl_core.card_options`); the functions read the same names with the same defaults. No torch here.
-"""
+"""The options classes of the built-in estimators (``algorithm.options``) and policy losses (``actor.policy_loss_options``),
+declared on their cards and checked by ``rlcore check``; rl-algorithms' derive from these. No torch here."""
 
 from __future__ import annotations
 

@@ -1,45 +1,6 @@
-"""Policy-gradient losses: one keyword-only signature for all of them.
-
-Every loss is called as::
-
-    loss, metrics = fn(
-        old_log_prob=...,   # Tensor[B, T] log pi_old(a_t | s_t) (the behaviour policy; no grad)
-        log_prob=...,       # Tensor[B, T] log pi_theta(a_t | s_t) (with grad)
-        advantages=...,     # Tensor[B, T]
-        response_mask=...,  # Tensor[B, T]
-        loss_agg_mode="token-mean",   # see rl_core.algorithms.aggregation
-        clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None,   # eps; low/high default to clip_ratio
-        clip_ratio_c=3.0,   # dual-clip constant (> 1)
-        options=None,       # Mapping of loss-specific knobs
-        rollout_is_weights=None,  # Tensor[B, T] detached rollout-correction weights
-    )
-
-``loss`` is a 0-d float32 tensor to minimise. ``metrics`` maps names to
-**detached 0-d float32 tensors** (no host sync inside the loss; call
-``float()`` when logging):
-
-- ``clipfrac``: fraction of valid tokens where the clipped term was the one used;
-- ``ppo_kl``: mean over valid tokens of ``log pi_old - log pi_theta``, the k1
-  estimate of KL(pi_old || pi_theta) (Schulman, "Approximating KL Divergence", 2020);
-- ``clipfrac_lower`` (``dual_clip`` only): fraction of valid tokens with
-  negative advantage where the dual-clip bound ``-A * clip_ratio_c`` was used.
-
-Inputs may be bf16; arithmetic is fp32. Masked positions are never read
-(NaN there is fine). The log-ratio is clamped to ``[-20, 20]`` before
-``exp`` so a stale token cannot overflow (verl does the same).
-
-``rollout_is_weights`` (:mod:`rl_core.algorithms.rollout_correction`) multiply
-the per-token loss before aggregation, as in verl. ``options["norm_length"]``
-is the constant of ``seq-mean-token-sum-norm`` (verl's
-``actor.loss_scale_factor``; default the padded width).
-
-Names: ``vanilla`` is verl's default, PPO with the dual clip on negative
-advantages (:func:`dual_clip`); ``ppo_clip`` is PPO without it (Schulman et
-al. 2017 as written). The other losses (gspo, gpg, dro, cispo, sapo, geo_mean,
-dppo_tv, dppo_kl, clip_cov, kl_cov) come with the rl-algorithms package
-(``plugins/algorithms``), on :func:`clip_range`, :func:`prepare_loss`,
-:func:`clipped_surrogate` and :func:`finish_loss`.
-"""
+"""Policy-gradient losses: one keyword-only signature for all of them (docs/algorithms.md: arguments, metrics, fp32
+arithmetic, the log-ratio clamp). Core has ``ppo_clip`` and ``dual_clip`` (= verl's ``vanilla``); rl-algorithms'
+losses build on :func:`clip_range`, :func:`prepare_loss`, :func:`clipped_surrogate` and :func:`finish_loss`."""
 
 from __future__ import annotations
 
@@ -115,25 +76,8 @@ def ppo_clip(
     options: Mapping[str, Any] | None = None,
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7).
-
-    ``r_t = exp(log_prob - old_log_prob)``; per token
-    ``L_t = max(-A_t r_t, -A_t clip(r_t, 1 - eps_low, 1 + eps_high))``, then
-    aggregated by ``loss_agg_mode``.
-
-    Separate ``clip_ratio_low`` / ``clip_ratio_high`` give DAPO's clip-higher
-    (Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System
-    at Scale": eps_low=0.2, eps_high=0.28); both default to ``clip_ratio``.
-    ``clip_ratio_c`` is ignored (see :func:`dual_clip`; verl's default
-    ``vanilla`` is the dual clip, which bounds the loss of a negative-advantage
-    token whose ratio blew up).
-
-    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``, ``ppo_kl``).
-
-    Departures: PPO maximises the objective; this returns its negation to
-    minimise. The paper's value-loss and entropy terms are separate
-    (:mod:`rl_core.algorithms.actor_loss`).
-    """
+    """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated to minimise; separate low / high ratios are DAPO's
+    clip-higher. ``clip_ratio_c`` is ignored. Metrics ``clipfrac``, ``ppo_kl``."""
     low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)
     mask, log_ratio, adv = prepare_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode)
     loss_mat, was_clipped = clipped_surrogate(torch.exp(log_ratio), adv, low, high)
@@ -159,18 +103,8 @@ def dual_clip(
     options: Mapping[str, Any] | None = None,
     rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Dual-clip PPO (Ye et al. 2020, "Mastering Complex Control in MOBA Games with
-    Deep Reinforcement Learning", section 3.3).
-
-    As :func:`ppo_clip`, plus, for tokens with ``A_t < 0``, the loss is capped at
-    ``-A_t * c`` (``c = clip_ratio_c > 1``): ``L_t = min(L_t^ppo, -A_t c)``.
-    When the ratio is huge and the advantage negative, PPO's loss grows without
-    bound; the cap bounds that token's gradient to 0. Registered as ``vanilla``
-    too (verl's name and default).
-
-    Shapes: all inputs ``[B, T]`` -> (0-d loss, metrics ``clipfrac``,
-    ``clipfrac_lower``, ``ppo_kl``).
-    """
+    """Dual-clip PPO (Ye et al. 2020, section 3.3; verl's ``vanilla``): as :func:`ppo_clip`, the loss of ``A_t < 0``
+    tokens capped at ``-A_t * clip_ratio_c``. Metrics ``clipfrac``, ``clipfrac_lower``, ``ppo_kl``."""
     if not clip_ratio_c > 1.0:
         raise ValueError(f"dual_clip needs clip_ratio_c > 1 (the paper uses 3), got {clip_ratio_c}")
     low, high = clip_range(clip_ratio, clip_ratio_low, clip_ratio_high)

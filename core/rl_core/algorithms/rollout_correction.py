@@ -1,18 +1,6 @@
-"""Rollout correction: importance weights and rejection masks for the gap between the rollout engine's policy and
-the trainer's (verl's ``algorithm.rollout_correction``; the keys: docs/config.md, "Rollout correction").
-
-The engine samples from ``pi_rollout``, numerically not the trainer's ``pi_old``; with its per-token log-probs,
-``log rho_t = log pi_old - log pi_rollout`` corrects the policy gradient (Yao et al. 2025, "Your Efficient RL Framework
-Secretly Brings You Off-Policy RL Training"; Liu et al. 2025, "When Speed Kills Stability"): importance weights
-(``rollout_is``: per token or per sequence, truncated (TIS) or masked outside ``[l, u]`` (IcePop)) multiply the
-per-token policy loss without gradient; rejection (``rollout_rs``: criteria on ``k1 = -log rho``, ``k2 = (log rho)^2 / 2``,
-``k3 = rho - 1 - log rho`` per token or per sequence) drops tokens or responses from the response mask.
-
-verl 0.9.1's ``rollout_corr_helper`` formulas, ``exp(+-20)`` clamp and ``rollout_corr/`` metric names, checked
-against numbers verl computed (tests/algorithms/test_verl_parity.py); ours in addition:
-``rollout_corr/log_prob_abs_diff_mean`` / ``_max``. Not produced: verl's per-criterion statistics of the rejection
-statistic (``rollout_rs_<opt>_mean/max/...``); the masked fractions are.
-"""
+"""Rollout correction (``algorithm.rollout_correction``, verl's): importance weights and rejection masks for the gap
+between the rollout engine's policy and the trainer's, ``log rho = log pi_old - log pi_rollout``. The method, verl
+parity and the metrics we add or leave out: docs/algorithms.md; the keys: docs/config.md."""
 
 from __future__ import annotations
 
@@ -116,26 +104,22 @@ def _raw_weights(log_ratio: Tensor, mask: Tensor, level: str, upper: float, lowe
 
 
 def in_update(config: Any) -> bool:
-    """Whether an on-policy update (one mini-batch, one epoch) can weight its loss itself, from its own forward's
-    log-probs (pi_old's: every micro-batch's forward runs before the only optimizer step), instead of a separate
-    old-log-prob pass first: importance weights of each row alone (token or sequence level, truncated or masked),
-    no batch normalisation (a mean over the whole batch) and no rejection (the mask sets the loss normaliser, fixed
-    before the first forward)."""
+    """Whether an on-policy update (one mini-batch, one epoch) can weight its loss from its own forward's log-probs (every
+    micro-batch's forward runs before the only optimizer step): per-row weights only, no batch normalisation (a mean over
+    the whole batch) and no rejection (the mask sets the loss normaliser, fixed before the first forward)."""
     rc = config.algorithm.rollout_correction
     return rc.rollout_is is not None and rc.rollout_rs is None and not rc.rollout_is_batch_normalize
 
 
 def update_correction(role: str, config: Any, on_policy: bool) -> Any:
-    """``algorithm.rollout_correction`` when this on-policy actor update weights its loss itself from its own
-    forward's log-probs (:func:`in_update`; the loop then skips the old-log-prob pass), else None."""
+    """``algorithm.rollout_correction`` when this on-policy update weights its loss itself (:func:`in_update`), else None."""
     if role != "actor" or not on_policy or not correction_on(config) or not in_update(config):
         return None
     return config.algorithm.rollout_correction
 
 
 def row_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor, rc: Any) -> Tensor:
-    """The weights :func:`is_weights` gives rows ``[B, T]`` (detached, no metrics, no host sync), for
-    :func:`in_update` corrections: ``rc`` is ``algorithm.rollout_correction``."""
+    """The weights :func:`is_weights` gives (detached, no metrics, no host sync), for :func:`in_update` corrections."""
     upper, lower = parse_is_threshold(rc.rollout_is_threshold)
     return _raw_weights((old_log_prob.detach().float() - rollout_log_prob.float()), mask.bool(), rc.rollout_is, upper, lower)[2]
 
@@ -143,13 +127,10 @@ def row_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor, rc
 def is_weights(
     log_ratio: Tensor, mask: Tensor, level: str = "token", threshold: float | str = 2.0, batch_normalize: bool = False
 ) -> tuple[Tensor, dict[str, float]]:
-    """Importance weights ``[B, T]`` (0 on masked tokens, detached) and their metrics (no prefix).
-
-    ``log_ratio = log pi_old - log pi_rollout``, ``mask`` bool ``[B, T]``. Metrics:
-    ``rollout_is_mean/max/min/std``, ``rollout_is_ratio_fraction_high/low`` (the fraction
-    truncated / below ``1/u``, or outside the mask bounds), ``rollout_is_eff_sample_size``,
-    ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``,
-    ``rollout_is_oob_ratio`` (mask mode), ``rollout_is_batch_norm_factor``.
+    """Importance weights ``[B, T]`` (0 on masked tokens, detached) of ``log_ratio = log pi_old - log pi_rollout`` and their
+    metrics (no prefix): ``rollout_is_mean/max/min/std``, ``..._ratio_fraction_high/low``, ``..._eff_sample_size``,
+    ``rollout_is_seq_mean/std/max/min/max_deviation/fraction_high/fraction_low``, ``..._oob_ratio`` (mask mode),
+    ``rollout_is_batch_norm_factor``.
     """
     if level not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: use 'token', 'sequence' or null")
@@ -239,9 +220,8 @@ def rejection_mask(log_ratio: Tensor, mask: Tensor, options: str, threshold: flo
 
 
 def offpolicy_metrics(old_log_prob: Tensor, rollout_log_prob: Tensor, mask: Tensor) -> dict[str, float]:
-    """verl's diagnostics of the gap (no prefix): ``kl`` (k1 of KL(rollout || old)), ``k3_kl``,
-    ``training_ppl`` / ``rollout_ppl`` (+ ``_log_ppl``), ``log_ppl_diff`` (+ ``abs``, ``max``,
-    ``min``), ``ppl_ratio``, ``chi2_token``, ``chi2_seq``; and ours:
+    """verl's diagnostics of the gap (no prefix): ``kl``, ``k3_kl``, ``training_ppl`` / ``rollout_ppl`` (+ ``_log_ppl``),
+    ``log_ppl_diff`` (+ ``abs``, ``max``, ``min``), ``ppl_ratio``, ``chi2_token``, ``chi2_seq``; ours:
     ``log_prob_abs_diff_mean`` / ``_max``."""
     old, roll = old_log_prob.float(), rollout_log_prob.float()
     m: dict[str, float] = {}
@@ -276,13 +256,8 @@ def rollout_correction(
     response_mask: Tensor,
     cfg: Any,
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
-    """Weights (or None when ``cfg.rollout_is`` is None), the response mask after rejection
-    (same dtype as given) and ``rollout_corr/``-prefixed metrics.
-
-    ``cfg`` has verl's fields: ``rollout_is``, ``rollout_is_threshold``,
-    ``rollout_is_batch_normalize``, ``rollout_rs``, ``rollout_rs_threshold``
-    (:class:`rl_core.config.schema.RolloutCorrectionConfig`). Shapes: ``[B, T]``.
-    """
+    """Weights (None when ``cfg.rollout_is`` is None), the response mask after rejection (its dtype kept) and
+    ``rollout_corr/`` metrics; ``cfg``: :class:`rl_core.config.schema.RolloutCorrectionConfig`; shapes ``[B, T]``."""
     for name, x in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
         if tuple(x.shape) != tuple(response_mask.shape):
             raise ValueError(f"{name} has shape {tuple(x.shape)} but response_mask has {tuple(response_mask.shape)}")
@@ -311,11 +286,8 @@ def correction_on(config: Any) -> bool:
 
 
 def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
-    """Problems (:class:`rl_core.problems.Problem`) with ``algorithm.rollout_correction`` in a run config.
-
-    ``rollout_logprobs``: whether the rollout backend's card says it returns log-probs
-    (None: unknown, not checked).
-    """
+    """Problems with ``algorithm.rollout_correction`` in a run config; ``rollout_logprobs``: whether the rollout card
+    returns log-probs (None: unknown, not checked)."""
 
     rc = config.algorithm.rollout_correction
     key = "algorithm.rollout_correction"

@@ -1,9 +1,4 @@
-"""Clipped value loss for the PPO critic.
-
-Schulman et al. 2017 ("Proximal Policy Optimization Algorithms") use a plain
-squared error for the value function; the clipped form below is the one in
-OpenAI's ``baselines`` PPO2 implementation and in verl.
-"""
+"""Clipped value loss for the PPO critic (OpenAI baselines' PPO2 and verl; the PPO paper uses a plain squared error)."""
 
 from __future__ import annotations
 
@@ -28,22 +23,8 @@ def value_loss(
     cliprange_value: float = 0.5,
     loss_agg_mode: str = "token-mean",
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """``0.5 * agg(max((V - R)^2, (V_clip - R)^2))`` with ``V_clip = V_old + clip(V - V_old, -c, c)``.
-
-    Args:
-        vpreds: ``[B, T]`` current critic predictions ``V`` (with grad).
-        values: ``[B, T]`` critic predictions at rollout time ``V_old``.
-        returns: ``[B, T]`` targets ``R`` (from GAE).
-        response_mask: ``[B, T]``.
-        cliprange_value: ``c`` (>= 0).
-        loss_agg_mode: see :mod:`rl_core.algorithms.aggregation`.
-
-    Returns:
-        (0-d float32 loss, ``{"vf_clipfrac": 0-d detached tensor}``: fraction
-        of valid tokens where the clipped error was the larger one).
-
-    The ``0.5`` factor is the usual one (the gradient is ``V - R``).
-    """
+    """``0.5 * agg(max((V - R)^2, (V_clip - R)^2))``, ``V_clip = V_old + clip(V - V_old, -c, c)``: ``vpreds`` V (with grad),
+    ``values`` V_old, ``returns`` R, all ``[B, T]``. Returns the 0-d loss and ``vf_clipfrac`` (clipped error larger)."""
     check_loss_agg_mode(loss_agg_mode)
     for name, x in (("vpreds", vpreds), ("values", values), ("returns", returns)):
         check_same_shape(name, x, response_mask)

@@ -1,21 +1,6 @@
-"""Rows of an actor mini-batch that carry no gradient, so a backend can leave them out of the update.
-
-With a group estimator (GRPO, RLOO, ...) a group whose responses all got the same reward has an
-advantage of exactly 0 on every token. For a policy loss of the form ``A * f(ratio)`` such a row
-adds exactly 0 to the loss and to the gradient; its only effect is through the loss normaliser
-(the token or sequence count of ``loss_agg_mode``), which the backend computes over the whole
-mini-batch before dropping anything. Leaving the row out of the forward / backward therefore gives
-the same update (up to float rounding of the sums) for less compute. On a task the model mostly
-fails or mostly solves, most groups are such rows (e.g. early in the CPU quickstart, where 9 in 10
-answers are wrong, two thirds of the groups of four).
-
-Not skippable when another term depends on the row: an entropy bonus (``entropy_coeff != 0``),
-the KL loss (``use_kl_loss``), or a policy loss whose card does not declare ``skips_zero_advantage``
-(:class:`rl_core.cards.PolicyLossCard`: a third-party loss says it there). The plan decides the last
-one once: its ``actor.skip_zero_advantage_rows`` is false for such a loss (:mod:`rl_core.plan.resolver`).
-The logged ``actor/entropy``, ``actor/pg_clipfrac`` and ``actor/ppo_kl`` then describe the rows
-that were trained on.
-"""
+"""Rows of an actor mini-batch with an all-zero advantage carry no gradient for an ``A * f(ratio)`` loss, so a backend
+may leave them out of the update (``actor.skip_zero_advantage_rows``; docs/algorithms.md says when it may not).
+The loss normaliser is computed over the whole mini-batch first, so the update is the same."""
 
 from __future__ import annotations
 
@@ -33,10 +18,7 @@ def can_skip_zero_advantage_rows(cfg: Any) -> bool:
 
 
 def rows_with_signal(advantages: Tensor, response_mask: Tensor) -> Tensor:
-    """Indices (``[k]``, int64, ascending) of the rows with a non-zero advantage on some valid token.
-
-    ``advantages``, ``response_mask``: ``[B, T]``. Masked positions are not read (NaN there is fine).
-    """
+    """Ascending int64 indices of the rows with a non-zero advantage on some valid token (masked positions not read)."""
     if advantages.shape != response_mask.shape or advantages.dim() != 2:
         raise ValueError(f"advantages {tuple(advantages.shape)} and response_mask {tuple(response_mask.shape)} must both be [B, T]")
     live = bool_mask(response_mask) & (advantages != 0)

@@ -1,10 +1,6 @@
-"""The train-backend contract: the primitives a train plugin implements (:class:`TrainBackend`); core drives the update.
-
-A train card's ``factory(role, config, context)`` returns a :class:`TrainBackend` for one role in one worker process;
-:class:`rl_core.train_engine.engine.RoleEngine` wraps it and owns everything that does not depend on how the model is
-split over ranks. docs/plugins.md ("A train backend") tables the members; the worked example is
-:mod:`rl_core_testing.minimal_backend` (the test kit, plugins/testing; one process, plain PyTorch).
-"""
+"""The train-backend contract: the primitives a train plugin implements (:class:`TrainBackend`); core's
+:class:`~rl_core.train_engine.engine.RoleEngine` drives the update. docs/plugins.md ("A train backend") tables the
+members; :mod:`rl_core_testing.minimal_backend` (plugins/testing) is the worked example."""
 
 from __future__ import annotations
 
@@ -30,13 +26,9 @@ NO_ROUTE = -1
 
 @attrs.frozen
 class Heads:
-    """What :meth:`TrainBackend.forward` returns for a micro-batch of ``b`` rows and ``R`` response columns.
-
-    Actor / ref: ``log_probs`` ``[b, R]`` and, when asked, ``entropy`` ``[b, R]``; critic: ``values`` ``[b, R]``.
-    Padded response positions hold whatever the model gives there: core masks them. ``routed_experts``: the experts
-    an MoE actor's forward routed each token to, ``[b, S, layers, k]`` int16 (``actor.router_replay=R2``'s
-    old-log-prob pass; rl-routing-replay), else None.
-    """
+    """What :meth:`TrainBackend.forward` returns for ``b`` rows and ``R`` response columns: ``log_probs`` / ``entropy``
+    (actor, ref) or ``values`` (critic), ``[b, R]``, padding unmasked; ``routed_experts`` ``[b, S, layers, k]`` int16:
+    an MoE actor's routing (``actor.router_replay=R2``), else None."""
 
     log_probs: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
@@ -45,15 +37,9 @@ class Heads:
 
 
 class TrainBackend(abc.ABC):
-    """One role of a train backend in one worker process; see the module docstring.
-
-    Every member core reads is declared here. ``__init__`` (this class's) sets
-    ``role``, ``config``, ``context``, ``device``, ``trainable``,
-    ``compute_dtype`` and safe defaults for the rest; a backend's own
-    ``__init__`` sets ``model``, ``rank``, ``world_size``, ``sharded``,
-    ``uneven_micro_batches``, ``autocast_dtype`` and, when trainable,
-    ``optimizer``.
-    """
+    """One role of a train backend in one worker process. This ``__init__`` sets ``role``, ``config``, ``context``,
+    ``device``, ``trainable``, ``compute_dtype`` and defaults; a backend's sets ``model``, ``rank``, ``world_size``,
+    ``sharded``, ``uneven_micro_batches``, ``autocast_dtype`` and, when trainable, ``optimizer``."""
 
     #: the card's name, for messages
     name: ClassVar[str] = "train"
@@ -96,19 +82,13 @@ class TrainBackend(abc.ABC):
     # ------------------------------------------------------------ primitives
     @abc.abstractmethod
     def forward(self, x: dict[str, torch.Tensor], *, temperature: float, with_entropy: bool, entropy_grad: bool, training: bool) -> Heads | None:
-        """The micro-batch ``x`` (``input_ids``, ``attention_mask``, ``position_ids``, ``responses``, ``response_mask``,
-        and the loss's fields) through the model: :class:`Heads` in float32.
-
-        ``training``: the forward of an update (autograd on); a pipelined backend may return None on the stages
-        without the heads, and then gets ``backward(None, weight)``. Inference (``training=False``) returns the
-        heads on every rank.
-        """
+        """The micro-batch ``x`` through the model: :class:`Heads` in float32. While ``training`` a pipelined backend may
+        return None on stages without the heads (then ``backward(None, weight)``); inference returns heads on every rank."""
 
     @abc.abstractmethod
     def backward(self, loss: torch.Tensor | None, weight: float) -> None:
-        """Back-propagate ``loss * weight`` for the micro-batch of the last :meth:`forward` (``loss`` None: a stage
-        without the heads). ``weight`` is the micro-batch's share of the global mini-batch, so gradients summed over
-        micro-batches and data-parallel ranks are the global loss's gradient."""
+        """Back-propagate ``loss * weight`` of the last :meth:`forward` (``loss`` None: a stage without the heads); ``weight``
+        is the micro-batch's share of the global mini-batch."""
 
     def runs_micro_batches(self) -> bool:
         """Whether the update hands this backend a whole mini-batch (:meth:`run_micro_batches`: its own schedule, e.g.
@@ -172,9 +152,8 @@ class TrainBackend(abc.ABC):
         return None
 
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        """The trained policy's weights at flat ``positions`` (HF name -> element indices), computed apart from
-        :meth:`named_weights` (the trainer's side of :mod:`rl_core.weight_sync_check`, e.g. LoRA's ``W + scale * B @ A``);
-        None (the default) when the backend has no such view: what was sent is then not compared."""
+        """The trained policy's weights at flat ``positions`` (HF name -> indices), computed apart from :meth:`named_weights`
+        (:mod:`rl_core.weight_sync_check`); None: no such view, nothing compared."""
         return None
 
     def local_state_dict(self) -> dict[str, Any] | None:
@@ -210,12 +189,8 @@ class TrainBackend(abc.ABC):
 
 # ------------------------------------------------------------------ helpers for backends
 def load_role_model(role: str, config: Any, dtype: torch.dtype) -> tuple[torch.nn.Module, str]:
-    """``(the role's HF model on the CPU, the config key of its path)``.
-
-    Actor / ref: ``AutoModelForCausalLM`` from ``model.path``; critic: the
-    backbone plus a scalar value head (:func:`rl_core.modeling.load_value_model`)
-    from ``critic.model_path`` (default: the actor's).
-    """
+    """``(the role's HF model on the CPU, the config key of its path)``: a causal LM from ``model.path`` (actor, ref) or
+    the backbone with a value head from ``critic.model_path`` (default: the actor's)."""
     mcfg = config.model
     if role == "critic":
         path, key = (config.critic.model_path or mcfg.path), ("critic.model_path" if config.critic.model_path else "model.path")

@@ -1,16 +1,6 @@
-"""How a train engine cuts its rank's shard of a step: mini-batches, micro-batches, epochs (config only, no torch).
-
-All sizes are per rank and in sequences, except ``ppo_mini_batch_size``
-(prompts per optimizer step, global): the step's ``data.train_batch_size``
-prompts make ``train_batch_size // ppo_mini_batch_size`` mini-batches, so a
-rank's shard of ``rows`` sequences splits into that many mini-batches of
-``rows / n_mini`` sequences, each cut into micro-batches of
-``ppo_micro_batch_size_per_gpu`` sequences. The critic falls back to the
-actor's value of every size it leaves unset. :func:`split_sizes` raises
-:class:`TrainSizeError` with the arithmetic when the numbers do not fit
-(``rlcore check`` reports the same problems before a run,
-:mod:`rl_core.config.normalize`).
-"""
+"""How a train engine cuts its rank's shard of a step into mini-batches, micro-batches and epochs (config only, no
+torch); docs/plugins.md ("A train backend") says how. :func:`split_sizes` raises :class:`TrainSizeError` with the
+arithmetic when the numbers do not fit (``rlcore check`` reports the same before a run)."""
 
 from __future__ import annotations
 

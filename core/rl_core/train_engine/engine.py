@@ -1,24 +1,8 @@
 """One role of a train backend, driven by core: inference loops, the update, the LR schedule, checkpoints.
 
-:class:`RoleEngine` follows :class:`rl_core.backends.TrainEngine` (what the
-worker calls) over a :class:`~rl_core.train_engine.backend.TrainBackend` (what a
-plugin implements). The update itself (mini- and micro-batches, loss weighting,
-zero-advantage skipping, the guard) is :mod:`rl_core.train_engine.update`.
-
-Batch sizes (per rank, in sequences; the engine gets its rank's shard of the step)
-    ``update`` splits the shard into the resolved number of mini-batches
-    (``data.train_batch_size // <role>.ppo_mini_batch_size``, one optimizer step
-    each), every mini-batch into micro-batches of ``ppo_micro_batch_size_per_gpu``
-    sequences or, with ``actor.use_dynamic_bsz``, of at most
-    ``actor.ppo_max_token_len_per_gpu`` tokens; repeated ``ppo_epochs`` times
-    (``<role>.shuffle``: a new order each epoch, the same on every rank).
-
-Inference
-    ``compute_log_prob`` / ``compute_values`` run in micro-batches of the role's
-    ``log_prob_micro_batch_size_per_gpu`` (or a token budget); every rank runs the
-    same number of forwards, a rank with fewer rows repeating its last micro-batch
-    and dropping the result, so a backend's collectives stay in step.
-"""
+:class:`RoleEngine` follows :class:`rl_core.backends.TrainEngine` (what the worker calls) over a
+:class:`~rl_core.train_engine.backend.TrainBackend` (what a plugin implements); the update itself is
+:mod:`rl_core.train_engine.update`. Batch sizes and inference micro-batches: docs/plugins.md ("A train backend")."""
 
 from __future__ import annotations
 
@@ -42,11 +26,8 @@ def build_role_engine(factory: Callable[..., TrainBackend], role: str, config, c
 
 
 class RoleEngine:
-    """One role (actor, critic or ref) of a train backend in one worker process; see the module docstring.
-
-    ``sizes``: the resolved :class:`rl_core.config.normalize.Sizes` (None: computed from the config);
-    ``policy_loss``: the loaded policy-loss function (the plan's; None: the built-in loss ``actor.policy_loss`` names).
-    """
+    """One role of a train backend in one worker process. ``sizes``: the resolved :class:`rl_core.config.normalize.Sizes`
+    (None: from the config); ``policy_loss``: the Plan's loaded loss (None: the built-in ``actor.policy_loss``)."""
 
     def __init__(self, backend: TrainBackend, *, sizes: Any = None, policy_loss: Callable | None = None) -> None:
         if not isinstance(backend, TrainBackend):
@@ -77,11 +58,8 @@ class RoleEngine:
     # ------------------------------------------------------------- inference
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False, reference: bool = False) -> dict[str, torch.Tensor]:
-        """``{"log_probs": [b, R], "entropy": [b, R]}`` (float32, CPU) in micro-batches; ``temperature <= 0`` is taken as 1;
-        with ``"routed_experts"`` when the backend recorded them (:class:`~rl_core.train_engine.backend.Heads`).
-
-        ``reference``: the reference policy's log-probs from this (actor) model, as its backend defines them
-        (:meth:`TrainBackend.reference_policy`: LoRA's adapters off)."""
+        """``{"log_probs", "entropy"}`` ``[b, R]`` (float32, CPU; ``temperature <= 0`` taken as 1), with ``routed_experts``
+        when recorded. ``reference``: the reference policy from this actor model (:meth:`TrainBackend.reference_policy`)."""
         if self.role == "critic":
             raise RuntimeError("compute_log_prob is for the actor and ref roles; the critic has compute_values")
         with (self.backend.reference_policy() if reference else contextlib.nullcontext()):
@@ -138,18 +116,8 @@ class RoleEngine:
                 group["lr"] = base * self._schedule(self._scheduler.last_epoch)
 
     def update(self, batch: Batch, *, on_policy: bool = False, keep_log_probs: bool = False) -> dict[str, Any]:
-        """One PPO update of this role over ``batch`` (this rank's shard of the step); returns metrics.
-
-        ``on_policy`` (the actor only; said by the loop, which then skips the old log-prob pass): one mini-batch, one
-        epoch, the old policy is the current one (ratio 1) and ``old_log_probs`` are not needed.
-        ``keep_log_probs`` (with ``on_policy``): the update's own forward log-probs come back too, as ``log_probs``
-        (``[rows, R]`` float32, CPU; the old policy's) and ``log_probs_computed`` (``[rows]`` bool: False for rows the
-        update left out, :mod:`rl_core.algorithms.zero_advantage`), so the loop needs no separate pass for them.
-
-        ``loss`` (the role's loss on the global mini-batch, averaged over mini-batches and epochs), ``grad_norm``
-        (before clipping, averaged over optimizer steps), ``lr``, and the loss functions' own metrics averaged over
-        micro-batches and ranks.
-        """
+        """One PPO update of this role over this rank's shard of the step: ``loss``, ``grad_norm`` (before clipping), ``lr``
+        and the loss functions' metrics, averaged. ``on_policy`` / ``keep_log_probs``: docs/plugins.md ("On-policy updates")."""
         if not self.trainable:
             raise RuntimeError("the ref role does not train; update() is for the actor and critic")
         b = self.backend

@@ -1,14 +1,6 @@
-"""The numerical guard: the first non-finite loss, gradient, weight, reward or log-prob stops the step.
-
-A NaN or inf that is let through trains every later step on garbage and ends
-in a model of NaN weights. The controller checks what it receives (rewards,
-log-probs, values, advantages) and train backends check what only they see
-(loss, gradient norm, weights after the optimizer step) before anything is
-applied or saved; each raises :class:`NonFiniteError` naming the stage, the
-role, the rank and the tensor. The step's update is not applied, no
-checkpoint or ``hf_final`` is written from it, and a rerun resumes from the
-last checkpoint.
-"""
+"""The numerical guard: the first non-finite loss, gradient, weight, reward or log-prob stops the step (a NaN let through
+trains every later step on garbage). Each check raises :class:`NonFiniteError` naming the stage, role, rank and
+tensor, before anything is applied or saved."""
 
 from __future__ import annotations
 
@@ -56,11 +48,7 @@ def check_finite(
     mask: torch.Tensor | None = None,
     row_ranks: list[int] | None = None,
 ) -> None:
-    """Raise :class:`NonFiniteError` if ``t`` (where ``mask`` is set) holds a NaN or inf.
-
-    ``row_ranks[i]`` is the rank that produced row ``i`` (the first bad row's
-    rank is named); ``rank`` is used otherwise.
-    """
+    """Raise :class:`NonFiniteError` if ``t`` (where ``mask`` is set) holds a NaN or inf; ``row_ranks[i]``: row ``i``'s rank."""
     if not t.is_floating_point():
         return
     values = t.detach()
@@ -78,10 +66,7 @@ def check_finite(
 
 
 def first_non_finite_parameter(module: torch.nn.Module) -> str | None:
-    """The name of the first parameter (this rank's shard of it) holding a NaN or inf, or None.
-
-    One device sync for the whole model (the per-parameter flags are stacked).
-    """
+    """The name of the first parameter (this rank's shard) holding a NaN or inf, or None; one device sync."""
     named = [(n, p.to_local() if hasattr(p, "to_local") else p) for n, p in module.named_parameters()]
     named = [(n, p) for n, p in named if p.numel()]
     if not named:

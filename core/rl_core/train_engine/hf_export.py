@@ -1,11 +1,8 @@
-"""``save_hf``'s folder: what every train engine writes from its full HF-named tensors.
+"""``save_hf``'s folder, written from a train engine's full HF-named tensors in the layout ``transformers`` loads.
 
-The weights are written as they arrive, one safetensors shard at a time (:class:`ShardWriter`: at most
-``MAX_SHARD_BYTES`` held, a larger tensor a shard of its own), in the layout ``transformers`` writes and loads. Each
-tensor is copied into its shard (cast to ``dtype`` when given), so a view into a larger host buffer (offload's pinned
-segments) is written as its own bytes: ``huggingface_hub.save_torch_state_dict`` refuses such views ("None is covering
-the entire storage").
-"""
+Weights are streamed into safetensors shards (:class:`ShardWriter`). Each tensor is copied into its shard, so a view
+into a larger host buffer (offload's pinned segments) is written as its own bytes: ``huggingface_hub``'s
+``save_torch_state_dict`` refuses such views ("None is covering the entire storage")."""
 
 from __future__ import annotations
 
@@ -25,11 +22,8 @@ INDEX_NAME = "model.safetensors.index.json"
 
 
 class ShardWriter:
-    """safetensors shards of at most ``max_shard_bytes``, written one at a time as tensors are added.
-
-    ``peak_bytes``: the most tensor bytes the writer held at once (its pending shard); ``files``: the files
-    written, in order. Call :meth:`close` to write the last shard and the index.
-    """
+    """safetensors shards of at most ``max_shard_bytes`` (a larger tensor a shard of its own), written as tensors are added;
+    ``peak_bytes``: the most bytes held at once; ``files``: in order. :meth:`close` writes the last shard and the index."""
 
     def __init__(self, folder: str | Path, *, max_shard_bytes: int | None = None, dtype: torch.dtype | None = None) -> None:
         max_shard_bytes = MAX_SHARD_BYTES if max_shard_bytes is None else max_shard_bytes
@@ -104,9 +98,8 @@ PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_p
 
 
 def write_tokenizer(path: str | Path, config: Any) -> None:
-    """The run's tokenizer (``model.tokenizer_path`` or ``model.path`` when that is a folder) into ``path``, with a
-    vision-language model's processor files (:data:`PROCESSOR_FILES`, copied); a folder without a tokenizer is still
-    a model, so this never fails the export."""
+    """The run's tokenizer and a vision-language model's processor files (:data:`PROCESSOR_FILES`) into ``path``; never
+    fails the export (a folder without a tokenizer is still a model)."""
     tok_dir = config.model.tokenizer_path or config.model.path
     if tok_dir and os.path.isdir(tok_dir):
         try:
@@ -125,17 +118,9 @@ def write_tokenizer(path: str | Path, config: Any) -> None:
 def write_hf_folder(path: Path, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], hf_config: Any, hf_class: type,
                     generation_config: Any, config: Any, *, dtype: torch.dtype | None = None,
                     max_shard_bytes: int | None = None, write: bool = True) -> ShardWriter | None:
-    """config.json, the generation config, the weights in safetensors shards (:class:`ShardWriter`, streamed from
-    ``weights``) and the tokenizer, as ``save_pretrained`` writes them.
-
-    ``hf_class`` names the architecture in config.json (not a wrapper class such as FSDP's); ``dtype``: the
-    weights' dtype on disk (default: each tensor's own), also recorded in config.json; the generation config is
-    written for causal LMs only; the tokenizer comes from ``model.tokenizer_path`` or ``model.path`` when that is
-    a folder. Neither of those two extras can fail the export: the weights are what matters.
-
-    Distributed engines: every rank calls it with its engine's ``named_weights()`` (their gathers are collective);
-    ranks with ``write=False`` only consume the iterator and write nothing (None).
-    """
+    """config.json (``hf_class`` names the architecture, not a wrapper such as FSDP's), a causal LM's generation config,
+    the weights streamed from ``weights`` (``dtype``: on disk, default each tensor's own) and the tokenizer. Every rank
+    calls it (the gathers are collective); ranks with ``write=False`` only consume the iterator."""
     if not write:
         for _ in weights.items() if isinstance(weights, Mapping) else weights:
             pass

@@ -1,20 +1,6 @@
-"""Dynamic loss scaling for ``model.dtype=float16``: float16's small range made safe for gradients.
-
-float16 has 5 exponent bits: gradients below ~6e-8 flush to zero and above 65504 overflow. As in
-megatron-core's ``DynamicGradScaler`` and ``torch.amp.GradScaler``, each micro-batch's loss is multiplied by
-the current scale before backward (through the loss weight core passes to ``TrainBackend.backward``), so small
-gradients stay representable in the float16 activations; the float32 master gradients are divided by it again
-before the optimizer step, and clipping compares the unscaled norm with the limit.
-
-A mini-batch whose gradient norm is not finite (an overflow under the current scale) is skipped: no optimizer
-step, the weights and AdamW state untouched, the scale multiplied by ``backoff`` (halved). After ``interval``
-finite steps in a row the scale is multiplied by ``growth`` (doubled). The scale never goes below ``min_scale``:
-gradients that are still not finite there are not an overflow of the scaling, and the numerical guard stops
-the run (:mod:`rl_core.train_engine.guard`). A non-finite *loss* stops it as before: scaling changes only backward.
-
-The state (scale, good steps in a row, skipped steps) is part of the role's checkpoint (with the LR schedule's,
-``trainer.save_contents`` ``extra``), so a resumed run continues with the same scale.
-"""
+"""Dynamic loss scaling for ``model.dtype=float16`` (5 exponent bits: gradients below ~6e-8 flush to zero, above 65504
+overflow), as megatron-core's ``DynamicGradScaler``: an overflowing mini-batch skips its step and lowers the scale,
+``interval`` finite steps raise it; docs/plugins.md ("A train backend"). The state is part of the role's checkpoint."""
 
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
-"""The train engines' learning-rate schedule: linear warmup, then constant / cosine / linear decay.
-
-:class:`rl_core.train_engine.engine.RoleEngine` wraps :class:`LRSchedule` in a
-``torch.optim.lr_scheduler.LambdaLR``. The scheduler advances once per ``update()`` call (one trainer step, all
-its epochs and mini-batches), as in verl; ``update`` number ``k`` (0-based)
-runs at ``lr * lr_factor(k)``:
-
-- warmup (``W`` steps): ``(k + 1) / W`` for ``k < W``, so the first update
-  already moves (verl's ``k / W`` spends the first step at lr 0);
-- then ``constant``: 1; ``cosine``: ``m + (1 - m) * (1 + cos(pi * p)) / 2``;
-  ``linear``: ``m + (1 - m) * (1 - p)``, where ``m = min_lr_ratio`` and
-  ``p = (k - W) / (T - W)`` clamped to ``[0, 1]``, ``T`` the total number of
-  updates. ``optim.min_lr`` (absolute, verl's Megatron ``min_lr``) sets
-  ``m = min_lr / lr``: the decay then runs from ``lr`` to ``min_lr`` as
-  megatron-core's ``OptimizerParamScheduler`` does (``min_lr + coeff * (lr - min_lr)``).
-
-``W`` is ``optim.lr_warmup_steps`` if positive, else
-``int(optim.lr_warmup_steps_ratio * T)``. ``T`` comes from
-``engine.set_total_steps(T)`` or ``trainer.total_training_steps``; a
-schedule that needs it and does not have it raises a clear error.
-"""
+"""The train engines' learning-rate schedule: linear warmup, then constant / cosine / linear decay, one step per
+``update()`` (docs/plugins.md, "A train backend", has the formula). The warmup is ``(k + 1) / W``, so the first update
+already moves (verl's ``k / W`` spends it at lr 0)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Micro-batches formed by a token budget (verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``).
-
-With fixed micro-batches of ``k`` sequences every forward has the same number
-of rows whatever their lengths; with a token budget each micro-batch takes
-consecutive rows while their real tokens (``attention_mask`` sum: prompt plus
-response) fit the budget, so short sequences travel in larger micro-batches.
-Rows stay in order (GRPO groups stay together, which the shared-prompt forward
-uses). The train engines weight every micro-batch's loss by its share of the
-mini-batch's tokens or sequences, so any split gives the same gradient.
-"""
+"""Micro-batches formed by a token budget (verl's ``use_dynamic_bsz``): consecutive rows while their real tokens fit, so
+short sequences travel in larger micro-batches. Rows stay in order (groups stay together for the shared-prompt forward)."""
 
 from __future__ import annotations
 
@@ -43,11 +35,8 @@ def token_budget_groups(lengths: torch.Tensor | list[int], budget: int, *, key: 
 
 
 def micro_row_slices(rows: int, micro: int, compiled: bool = False) -> list[slice]:
-    """Fixed micro-batches of ``micro`` rows over ``rows`` rows; ``compiled`` (``model.compile``): a last micro-batch
-    of one row takes one from the one before (``..., micro - 1, 2``). Compiled, a one-row micro-batch is a shape of its
-    own (dynamo specialises dims of size 1 even when marked dynamic): it compiled the decoder layers again whenever a
-    rank's row count (zero-advantage rows left out, uneven data-parallel shards) left one row over (issue 54).
-    Eager runs keep the plain split (a backend may rely on micro-batches of ``micro`` rows but the last)."""
+    """Fixed micro-batches of ``micro`` rows over ``rows``. ``compiled``: a last micro-batch of one row takes one from the one
+    before, since dynamo specialises a size-1 dim and would recompile the decoder layers; eager runs keep the plain split."""
     bounds = list(range(0, rows, micro)) + [rows]
     if compiled and micro > 2 and len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
         bounds[-2] -= 1

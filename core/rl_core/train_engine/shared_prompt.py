@@ -1,19 +1,8 @@
-"""Forward passes that run each distinct prompt once for its whole group of responses.
-
-GRPO samples ``n`` responses per prompt, and the rows of a rollout batch keep
-those groups together. A plain forward over ``[prompt | response]`` runs the
-prompt ``n`` times; here the prompt runs once per group (with its KV cache),
-the cache is repeated for the group's rows, and only the responses run per
-row. Autograd flows through the cache, so the update path gets the same
-gradients as the plain forward (tests compare both, values and gradients);
-the compute saved is ``(n - 1) / n`` of the prompt tokens.
-
-Used when it is sound: a causal LM whose ``forward`` takes a KV cache
-(``cache``, or ``past_key_values`` before transformers 5.24: :mod:`rl_core.util.hf_cache`) and ``position_ids``, gradient checkpointing off (transformers drops the cache
-under it), and at least one group of two or more rows. Callers keep a plain
-path for everything else (FSDP-sharded modules included: a module used twice
-in one forward is not something every FSDP version reduces correctly).
-"""
+"""Forward passes that run each distinct prompt once for its group of responses, its KV cache repeated for the group's
+rows (autograd flows through it: the same values and gradients as the plain forward, ``(n - 1) / n`` of the prompt
+compute saved). Sound for a causal LM taking a KV cache (:mod:`rl_core.util.hf_cache`) and ``position_ids``, without
+gradient checkpointing (transformers drops the cache under it); callers keep a plain path for everything else (FSDP
+included: a module used twice in one forward is not something every FSDP version reduces correctly)."""
 
 from __future__ import annotations
 
@@ -38,11 +27,8 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_
 
 
 def activation_checkpointing(model: torch.nn.Module) -> bool:
-    """Whether activation (gradient) checkpointing is on, under transformers' new name and its old one.
-
-    transformers >= 5.2x renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing`` and warns
-    (FutureWarning) on every read of the old name: read it only where the new one does not exist.
-    """
+    """Whether activation (gradient) checkpointing is on. transformers >= 5.2x renamed ``is_gradient_checkpointing`` and
+    warns on every read of the old name: read it only where the new one does not exist."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if name in dir(type(model)):
             return bool(getattr(model, name))
@@ -67,11 +53,7 @@ def shared_prompt_logits(
     response_length: int,
     groups: torch.Tensor,
 ) -> torch.Tensor:
-    """Logits ``[b, R, V]`` predicting the last ``R`` tokens, the prompt run once per group.
-
-    ``groups`` comes from :func:`prompt_groups` (rows of a group are
-    consecutive and have identical prompt ids and mask).
-    """
+    """Logits ``[b, R, V]`` for the last ``R`` tokens, the prompt run once per group (:func:`prompt_groups`)."""
     R = response_length
     P = input_ids.shape[1] - R
     if P < 1 or R < 1:

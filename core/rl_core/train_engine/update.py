@@ -1,24 +1,6 @@
-"""The mini-batch step every train backend shares, over :class:`~rl_core.train_engine.backend.TrainBackend` primitives.
-
-Loss weighting
-    Each micro-batch's loss is weighted by its share of the *global* mini-batch's tokens (``token-mean``) or
-    sequences (``seq-mean-*``), counted over every data-parallel rank (1 for ``token-sum``), so the gradient, the
-    loss and the gradient norm do not depend on how the batch is split over ranks and micro-batches.
-
-Zero-advantage rows (:mod:`rl_core.algorithms.zero_advantage`)
-    After the normaliser is fixed, actor rows without a signal are left out of the forward / backward when the
-    loss allows it and the backend lets ranks run different numbers of micro-batches (``uneven_micro_batches``).
-    When every row is left out, AdamW still steps on a zero gradient.
-
-Numerical guard (:mod:`rl_core.train_engine.guard`)
-    A non-finite loss or gradient norm stops the run before the step, on every rank alike; after the step every
-    weight is checked.
-
-float16 (:mod:`rl_core.train_engine.loss_scale`)
-    Each micro-batch's loss weight is multiplied by the loss scale, clipping compares the scaled norm with the
-    scaled limit (the same factor), and the gradients are divided by the scale before the step; a non-finite
-    gradient norm skips the step and lowers the scale instead of stopping the run.
-"""
+"""The mini-batch step every train backend shares, over :class:`~rl_core.train_engine.backend.TrainBackend` primitives:
+loss weighting over the global mini-batch, zero-advantage rows left out, the numerical guard and float16 loss scaling
+(docs/plugins.md, "A train backend", says how each works)."""
 
 from __future__ import annotations
 
@@ -43,11 +25,8 @@ def sampling_temperature(value) -> float:
 
 
 def on_policy_problem(role: str, batch: Batch, on_policy: bool, mini_batches: int, epochs: int) -> str | None:
-    """Why an update told ``on_policy`` (by the loop: it skipped the old log-prob pass) cannot run, or None.
-
-    On-policy (one mini-batch, one epoch) the old policy is the current one: ``old = log_prob.detach()``, ratio
-    exactly 1, and the batch's ``old_log_probs`` (if any) are not read. Off-policy the actor needs them.
-    """
+    """Why an update told ``on_policy`` cannot run, or None. On-policy (one mini-batch, one epoch) ``old = log_prob.detach()``
+    and ``old_log_probs`` are not read; off-policy the actor needs them."""
     if role != "actor":
         return "only the actor's update can be on-policy" if on_policy else None
     if on_policy and (mini_batches > 1 or epochs > 1):
@@ -103,11 +82,8 @@ def micro_slices(b: TrainBackend, rows: int, micro: int) -> list[slice]:
 
 
 def token_budget_parts(b: TrainBackend, batch: Batch) -> list[tuple[torch.Tensor, bool]] | None:
-    """``(rows, real)`` per micro-batch formed by ``actor.ppo_max_token_len_per_gpu`` tokens (actor and ref with
-    ``actor.use_dynamic_bsz``; None otherwise). Ranks may differ in their count: with a sharded backend a rank with
-    fewer repeats its last micro-batch with ``real=False`` (dropped, or weight 0 in an update). With context
-    parallelism (``train.context_parallel_size``) a micro-batch holds ``CP x`` the budget, each CP rank ``1 / CP`` of it
-    (verl's ``max_token_len_per_gpu * cp``: the budget stays per device)."""
+    """``(rows, real)`` per micro-batch of ``actor.ppo_max_token_len_per_gpu`` tokens (``CP x`` that with context
+    parallelism), or None without ``use_dynamic_bsz``. A sharded rank with fewer parts repeats its last with ``real=False``."""
     a = b.config.actor
     if b.role == "critic" or not a.use_dynamic_bsz:
         return None
@@ -146,9 +122,7 @@ def micro_share(response_mask: torch.Tensor, mode: str, global_den: float) -> fl
 
 
 def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: bool, policy_loss: Callable | None, correction=None):
-    """``(loss, metrics)`` of the role on the micro-batch ``x`` (:mod:`rl_core.algorithms.actor_loss`).
-
-    ``correction`` (``rollout_corr.update_correction``): the weights from this forward's log-probs (pi_old's)."""
+    """``(loss, metrics)`` of the role on ``x``; ``correction``: rollout-correction weights from this forward's (pi_old's) log-probs."""
     from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 
     if role == "critic":
@@ -171,13 +145,8 @@ def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: boo
 
 
 class KeptLogProbs:
-    """The log-probs an on-policy update's own forward computed, per row of the update's batch (``rows x width``).
-
-    One mini-batch, one epoch: every micro-batch's forward runs before the only optimizer step, so these are the
-    old policy's log-probs (what a separate pass would give, up to rounding and dropout), kept instead of running
-    that pass (``rl_core.trainer.loop``: ``rollout.calculate_log_probs`` without a rollout correction). Rows the
-    update left out (zero advantage) stay marked not ``computed``.
-    """
+    """An on-policy update's own forward log-probs per row (the old policy's: every forward runs before the only optimizer
+    step), kept instead of a separate pass; rows left out (zero advantage) stay not ``computed``."""
 
     def __init__(self, rows: int, width: int) -> None:
         self.values = torch.zeros(rows, width, dtype=torch.float32)
@@ -191,10 +160,8 @@ class KeptLogProbs:
 
 def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss,
                     kept: KeptLogProbs | None = None, row_ids: torch.Tensor | None = None) -> tuple[float, float, dict[str, float]]:
-    """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``.
-
-    ``kept``: the forwards' log-probs are stored there (on the ranks holding the heads, then as those ranks have
-    them), at ``row_ids`` (``mini``'s rows in ``kept``; default ``0..len(mini)``)."""
+    """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``; the
+    forwards' log-probs go to ``kept`` at ``row_ids`` (default ``0..len(mini)``)."""
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
     correction = rollout_corr.update_correction(b.role, b.config, on_policy_)
@@ -259,9 +226,8 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
 
 
 def scaled_step_taken(b: TrainBackend, scaler, loss_total: float, grad_norm: float, scale: float) -> bool:
-    """float16 (:mod:`rl_core.train_engine.loss_scale`): whether the step goes ahead. A non-finite gradient norm
-    under a scale above the floor skips it (gradients dropped, the scale lowered); otherwise the gradients are
-    unscaled for the optimizer (a non-finite loss, or gradients at the floor, then stop the run in the guard)."""
+    """float16: whether the step goes ahead. A non-finite gradient norm above the scale's floor skips it and lowers the
+    scale; otherwise the gradients are unscaled (a non-finite loss or gradient at the floor then stops the run in the guard)."""
     if math.isfinite(loss_total) and not math.isfinite(grad_norm) and not scaler.at_floor():
         scaler.update(grad_norm)
         b.zero_grad()
