@@ -427,8 +427,8 @@ class PlacementCard(CardBase):
     (:class:`rl_core.placement.contract.Placement`): one pool's workers started, holding ``roles`` (None: every role
     of the main pool), ``pool`` ``main`` or a role with workers of its own (``Sizes.pools``). The Plan holds the card
     (resolved once); :func:`rl_core.placement.make_cluster` loads its factory. ``doctor`` (optional,
-    ``"module:function"``): ``run(args) -> int``, what ``rlcore doctor --cluster`` runs to check the placement's
-    machines (``args.address``, ``args.json``).
+    ``"module:function"``): ``run(args) -> int``, what ``rlcore doctor --cluster`` (rl-doctor) runs to check the
+    placement's machines (``args.address``, ``args.json``).
     """
 
     doctor: str | Callable | None = None

@@ -20,7 +20,7 @@ from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
 from rl_core.plugins import KNOWN_DISTRIBUTIONS, dialect_hint
 
-SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model", "doctor")
+SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model")
 
 
 def build_parser() -> argparse.ArgumentParser:
