@@ -45,7 +45,7 @@ install_base() {  # everything but vLLM: TRL / tensordict wheels (.gpu/whl), meg
     if [ -d .gpu/meg ] && ! python3 -c 'import megatron.core' 2>/dev/null; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/meg/megatron_core-*.whl || return 1
     fi
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/train_megatron \
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/train_megatron -e plugins/doctor \
         -e plugins/reward_rule -e plugins/rollout_vllm >"$OUT/pip_editable.log" 2>&1 || { cat "$OUT/pip_editable.log"; return 1; }
     python3 - <<'EOF' | tee "$OUT/versions.txt"
 import importlib.metadata as md, torch, platform

@@ -310,7 +310,7 @@ class ConfigSectionCard(CardBase):
 @card("placement")
 class PlacementCard(CardBase):
     """Where the workers run (``trainer.placement``): ``make(plan, *, roles=None, pool="main") -> Placement``
-    (:mod:`rl_core.placement.contract`). ``doctor``: ``run(args) -> int``, what ``rlcore doctor --cluster`` runs."""
+    (:mod:`rl_core.placement.contract`). ``doctor``: ``run(args) -> int``, what ``rlcore doctor --cluster`` (rl-doctor) runs."""
 
     doctor: str | Callable | None = None
 

@@ -91,7 +91,7 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
     "generator": {"reasoning_gym": "rl-data"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
-    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking"},
+    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking", "doctor": "rl-doctor"},
     "step_hook": {
         "reward.overlong_penalty.enable": "rl-algorithms",
         "algorithm.filter_groups.enable": "rl-algorithms",

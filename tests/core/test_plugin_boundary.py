@@ -296,8 +296,6 @@ HEAVY_PACKAGES = {"torch", "transformers", "tensordict", "safetensors", "pyarrow
 LATE_IMPORTS = {  # (module, imported module): why it is imported when called
     ("rl_core.config.load", "rl_core.plugins"): "get_registry: tests patch it (the dialects a launch sees)",
     ("rl_core.cli.main", "rl_core.plugins"): "get_registry: tests patch it",
-    ("rl_core.cli.doctor_cmd", "rl_core.plugins"): "get_registry: tests patch it",
-    ("rl_core.cli.doctor_cmd", "rl_core.util.console"): "cpu_count / cpu_load: tests patch them",
     ("rl_core.cli.check_cmd", "rl_core.config.load"): "load_report's check_config: tests patch it",
     ("rl_core.train_engine.update", "rl_core.algorithms.actor_loss"): "compute_actor_loss: tests patch it",
     ("rl_core.placement.local", "rl_core.placement.worker"): "HybridWorker: tests patch it (and a spawned rank imports it itself)",

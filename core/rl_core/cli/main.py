@@ -20,7 +20,7 @@ from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
 from rl_core.plugins import KNOWN_DISTRIBUTIONS, dialect_hint
 
-SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model", "doctor")
+SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +53,7 @@ def add_plugin_commands(sub) -> None:
         if name not in sub.choices:  # a first-party package's command, not installed: say which install brings it
             stub = sub.add_parser(name, help=f"(not installed: pip install {dist})", add_help=False)
             stub.add_argument("rest", nargs=argparse.REMAINDER)
-            stub.set_defaults(func=lambda args, name=name, dist=dist: _not_installed(name, dist))
+            stub.set_defaults(func=lambda args, name=name, dist=dist: _not_installed(name, dist), not_installed=dist)
 
 
 def _not_installed(name: str, dist: str) -> int:
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     # overrides may come after flags: `rlcore train run.yaml --dry-run rollout.n=8`
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
-    elif extra:
+    elif extra and not getattr(args, "not_installed", None):  # a missing command's options: its install line says more
         hints = "".join(dialect_hint(e.split("=")[0]) for e in extra if e.startswith("--"))
         parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (an option of a dialect plugin{hints})" if hints else ""))
     if not getattr(args, "func", None):

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from importlib import metadata
 
 import pytest
-from rl_core.cli.main import SUBCOMMANDS
 from rl_placement_ray.doctor import disagreements, render, versions
 
 
 def _doctor_command(address: str) -> list[str]:
-    if "doctor" in SUBCOMMANDS:
+    if importlib.util.find_spec("rl_doctor") is not None:  # `rlcore doctor` is rl-doctor's; it runs the card's check
         return [sys.executable, "-m", "rl_core", "doctor", "--cluster", "--address", address, "--json"]
-    # until `rlcore doctor` exists, the same code through its module entry point
+    # without rl-doctor, the same code through its module entry point
     return [sys.executable, "-m", "rl_placement_ray.doctor", "--address", address, "--json"]
 
 

@@ -83,10 +83,10 @@ def _fails_on_rank_1(rank, world):
 
 @pytest.mark.dist
 def test_local_group_names_the_failing_and_dead_ranks_and_stops_the_rest():
-    """The doctor's runner (rl_core.placement.local_group): a rank that raises or dies is named; nothing hangs."""
+    """The doctor's runner (rl_doctor.local_group): a rank that raises or dies is named; nothing hangs."""
     import time
 
-    from rl_core.placement.local_group import LocalGroupError, run_on_local_group
+    from rl_doctor.local_group import LocalGroupError, run_on_local_group
 
     start = time.monotonic()
     with pytest.raises(LocalGroupError) as err:
@@ -97,3 +97,14 @@ def test_local_group_names_the_failing_and_dead_ranks_and_stops_the_rest():
     assert time.monotonic() - start < 90  # not the 120 s timeout
     with pytest.raises(ValueError, match="world_size must be >= 1"):
         run_on_local_group(_fails_on_rank_1, 0)
+
+
+def test_the_command_is_rl_doctors_card_and_names_its_install_when_missing(monkeypatch, capsys):
+    from rl_core.plugins import Registry, get_registry
+
+    assert get_registry().cards["command"]["doctor"].provider.distribution == "rl-doctor"
+    monkeypatch.setattr("rl_core.plugins.get_registry", lambda **kw: Registry())  # rl-doctor not installed
+    assert main(["doctor", "--cluster", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "`rlcore doctor` comes with the distribution rl-doctor, which is not installed: pip install rl-doctor" in err
+    assert "Traceback" not in err

@@ -1,7 +1,7 @@
 """Run a function once on each of N fresh local processes joined by a ``torch.distributed`` group.
 
-``rlcore doctor``'s collective check (:mod:`rl_core.cli.doctor_cmd`) runs its all-reduce with it. The ranks meet
-as :class:`~rl_core.placement.local.LocalCluster`'s workers do: a FileStore in a private folder (0700), gloo /
+``rlcore doctor``'s collective check (:mod:`rl_doctor.doctor`) runs its all-reduce with it. The ranks meet
+as core's ``local`` placement's workers do: a FileStore in a private folder (0700), gloo /
 NCCL bound to the loopback interface, so the check exercises the rendezvous a local run uses and opens nothing to
 the network. ``fn`` is called as ``fn(rank, world_size, *args)`` in a ``spawn`` process (a top-level function:
 it is pickled by name) with one torch thread; its results come back pickled. A rank that raises or dies makes the

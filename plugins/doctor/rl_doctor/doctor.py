@@ -1,4 +1,5 @@
-"""`rlcore doctor [--nprocs N] [--json] [--cluster]`: what this machine has, and whether its collectives work.
+"""`rlcore doctor [--nprocs N] [--json] [--cluster]` (rl-doctor's command): what this machine has, and whether its
+collectives work.
 
 Prints the versions of Python, torch (with CUDA / NCCL), transformers and the other libraries rl-core
 uses; every installed plugin and the engine each backend needs (with load errors); the devices and their
@@ -148,7 +149,7 @@ def _allreduce_rank(rank: int, world: int, device: str) -> dict[str, float]:
 def collectives(nprocs: int | None) -> list[dict[str, Any]]:
     import torch
 
-    from rl_core.placement.local_group import run_on_local_group
+    from rl_doctor.local_group import run_on_local_group
 
     results = []
     backends = [("gloo", "cpu")] + ([("nccl", "cuda")] if torch.cuda.is_available() and torch.distributed.is_nccl_available() else [])
