@@ -119,10 +119,6 @@ def descendants(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return out
 
 
-def not_loopback(sockets: list[dict]) -> list[dict]:
-    return [s for s in sockets if not is_loopback(s["ip"])]
-
-
 def describe(sockets: list[dict] | None, indent: str = "  ") -> list[str]:
     """One line per listening socket: ``pid 123 raylet 127.0.0.1:40215``, non-loopback ones flagged."""
     if sockets is None:

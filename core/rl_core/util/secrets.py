@@ -47,7 +47,3 @@ def mask_text(text: str) -> str:
     text = _AUTH_HEADER.sub(lambda m: m.group("head") + MASK, text)
     text = _QUERY.sub(lambda m: m.group("head") + MASK, text)
     return _TOKENS.sub(MASK, text)
-
-
-def has_secret(text: str) -> bool:
-    return isinstance(text, str) and mask_text(text) != text
