@@ -116,11 +116,8 @@ def _quiet_load(fn, *args, **kwargs):
 
 
 def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code, seed, init_device=None):
-    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored.
-
-    ``init_device="cuda"`` draws random weights on this process's GPU (the CPU generator is sequential and slow for
-    big models), then moves them to ``device``; every rank draws the same values on the same kind of device.
-    """
+    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored;
+    ``init_device="cuda"`` draws random weights on this GPU (the CPU generator is slow for big models)."""
     dtype = torch_dtype(dtype)
     on_gpu = random_init and str(init_device or "").startswith("cuda") and torch.cuda.is_available()
     init_on = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
@@ -175,11 +172,8 @@ def _contiguous_first_arg(module: torch.nn.Module, args: tuple) -> tuple | None:
 
 
 def contiguous_lm_head_input(model: torch.nn.Module) -> None:
-    """Make the LM head's input contiguous (a forward pre-hook; idempotent).
-
-    transformers slices the hidden states for ``logits_to_keep`` (not contiguous), and a linear layer on a
-    non-contiguous 3-D input takes a far slower batched-matmul path on CPU; copying the slice is cheap.
-    """
+    """Make the LM head's input contiguous (a forward pre-hook; idempotent): the ``logits_to_keep`` slice is not, and
+    a linear layer on a non-contiguous 3-D input takes a far slower batched-matmul path on CPU."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None or getattr(head, "_rl_core_contiguous_input", False):
         return
@@ -289,11 +283,8 @@ def forward_response(
     entropy_grad: bool = True,
     share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses``.
-
-    Gradients flow under grad mode; ``entropy_grad=False`` makes the entropy a detached metric. Padded positions
-    hold whatever the model gives (callers mask them); trailing columns that are padding in every row hold 0.
-    """
+    """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses`` (``entropy_grad=False``: a
+    detached metric). Padded positions hold whatever the model gives; columns padded in every row hold 0."""
     R = responses.shape[-1]
     cut = R - response_columns_in_use(attention_mask, R)
     if cut:

@@ -97,8 +97,7 @@ class HFRolloutEngine:
             raise ValueError(f"generate needs 'input_ids' and 'attention_mask' in the batch; it has {sorted(batch.tensors.keys())}")
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError(f"SamplingParams needs n >= 1 and max_new_tokens >= 1, got n={params.n}, max_new_tokens={params.max_new_tokens}")
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         input_ids = batch.tensors["input_ids"]
         attention_mask = batch.tensors["attention_mask"]
         self._check_prompts(input_ids, attention_mask)
@@ -210,10 +209,9 @@ class HFRolloutEngine:
             images = [d for d in images for _ in range(n)] if images is not None else None
             n = 1
         self.prefill_tokens += int(mask.sum())
+        temperature = 1.0 if greedy else float(params.temperature)
+        eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
         if static:
-            temperature = 1.0 if greedy else float(params.temperature)
-            eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
-
             def sample(logits):
                 return _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=params.logprobs)
 
@@ -239,8 +237,6 @@ class HFRolloutEngine:
         log_probs = torch.zeros((b, R), dtype=torch.float32, device=ids.device) if params.logprobs else None
         lengths = torch.full((b,), R, dtype=torch.long, device=ids.device)
         done = torch.zeros(b, dtype=torch.bool, device=ids.device)
-        eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
-        temperature = 1.0 if greedy else float(params.temperature)
         ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
         banned = torch.tensor(vision.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
         for t in range(R):
@@ -286,8 +282,7 @@ class HFRolloutEngine:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], *, keep_base: bool = False) -> None:
         """Copy HF-named tensors into the existing parameters; every one must come once (tied weights: either name).
         An unknown name or a wrong shape raises, the tensors before it already written."""
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         targets = dict(self.model.state_dict(keep_vars=True))
         written: set[int] = set()
         for name, src in weights:
@@ -325,8 +320,7 @@ class HFRolloutEngine:
             raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync: model.lora_rank=0, rollout.lora_sync=merged, "
                                "or no rollout_adapters hook in its WorkerContext.features (a plan's worker hands the plan's; rl-lora provides "
                                "it: pip install rl-lora)")
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         if self.lora.load(self.model.state_dict(keep_vars=True), tensors, peft_config, version) and self.static is not None:
             self.static.reset()
         if self.device.type == "cuda":
@@ -340,8 +334,7 @@ class HFRolloutEngine:
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The elements at flat ``positions`` of each named weight as held here (rl_core.weight_sync_check), with LoRA
         adapter sync also the merged adapters."""
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         held = self.model.state_dict(keep_vars=True)
         if self.lora is not None:
             held = {**held, **self.lora.adapter}
