@@ -1,18 +1,9 @@
 """The batch contract: one container passed between every stage of the loop.
 
-A :class:`Batch` holds
-
-- ``tensors``: a ``tensordict.TensorDict`` whose leading dimension is the
-  batch (one row per sequence);
-- ``non_tensors``: per-sample Python objects (strings, dicts, ...) kept as
-  1-D numpy object arrays of the same length;
-- ``meta``: run-level information (temperature, step, ...), not per sample.
-
-It is validated on construction: every tensor and every non-tensor field
-must have the same number of rows. Operations return new batches; tensors
-are shared, never copied, unless an operation has to (concat, repeat, pad).
-
-Field names follow verl's so its users recognise them:
+A :class:`Batch` holds ``tensors`` (a ``TensorDict``, one row per sequence), ``non_tensors`` (per-sample Python
+objects as 1-D numpy object arrays) and ``meta`` (run-level values), all fields with the same number of rows
+(checked on construction). Operations return new batches sharing tensors unless they must copy (concat, repeat, pad).
+Field names follow verl's:
 
 =====================  ========  ==========================================
 field                  shape     meaning
@@ -32,8 +23,8 @@ token_level_rewards    [B, R]    scores minus the KL penalty, if any
 advantages, returns    [B, R]    estimator output
 =====================  ========  ==========================================
 
-Common non-tensor fields: ``uid`` (group id shared by the n samples of a
-prompt), ``data_source``, ``ground_truth``, ``extra_info``, ``response_text``.
+Common non-tensor fields: ``uid`` (shared by a prompt's n samples), ``data_source``, ``ground_truth``,
+``extra_info``, ``response_text``.
 """
 
 from __future__ import annotations
@@ -181,9 +172,7 @@ class Batch:
         keys = set(batches[0].keys())
         for i, b in enumerate(batches[1:], 1):
             if set(b.keys()) != keys:
-                raise BatchError(
-                    f"cannot concat: batch 0 has fields {sorted(keys)}, batch {i} has {sorted(b.keys())}"
-                )
+                raise BatchError(f"cannot concat: batch 0 has fields {sorted(keys)}, batch {i} has {sorted(b.keys())}")
         tensors = {}
         for k in batches[0].tensors.keys():
             parts = [b.tensors[k] for b in batches]
@@ -223,11 +212,8 @@ class Batch:
         return Batch(tensors, non, {**self.meta, **other.meta}, batch_size=len(self))
 
     def pad_to_divisor(self, divisor: int) -> tuple["Batch", int]:
-        """Append copies of the first rows until ``divisor`` divides the row count.
-
-        Returns ``(padded, pad)``; drop the padding with ``unpad(pad)``. The
-        padded rows are marked in meta so they can be excluded from metrics.
-        """
+        """``(padded, pad)``: copies of the first rows appended until ``divisor`` divides the row count (``meta["pad"]``
+        marks them; ``unpad(pad)`` drops them)."""
         if divisor <= 0:
             raise BatchError(f"divisor must be positive, got {divisor}")
         if len(self) == 0:
@@ -251,11 +237,7 @@ class Batch:
     # ---------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for pickling across processes)."""
-        return {
-            "tensors": {k: v for k, v in self.tensors.items()},
-            "non_tensors": self.non_tensors,
-            "meta": self.meta,
-        }
+        return {"tensors": dict(self.tensors.items()), "non_tensors": self.non_tensors, "meta": self.meta}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "Batch":

@@ -1,31 +1,11 @@
-"""Memory-lean response log-probs and entropy: the LM head applied in chunks of tokens.
+"""Memory-lean response log-probs and entropy: the LM head applied ``chunk_size`` tokens at a time.
 
-A plain train-side forward materialises ``logits [b, R, V]`` and then a float32
-copy (plus the softmax for the entropy and their gradients): for a 152k
-vocabulary, 64 x 256 response tokens that is ~10 GiB per tensor. Here the model
-runs up to its final hidden states, and :class:`ChunkedLogProbEntropy` computes
-``log_softmax(h W^T / T)[label]`` and the entropy ``chunk_size`` tokens at a
-time; its backward recomputes each chunk's logits (one more LM-head matmul)
-instead of keeping them, so forward and backward both hold at most one chunk of
-float32 logits. Values and gradients equal the plain computation
-(:func:`rl_core.modeling.forward_response`) up to float rounding (tests compare
-both, fp32, values and gradients).
-
-How the hidden states are reached: the LM head module's ``forward`` is replaced
-for the duration of one call, so the computation runs *inside* the model's own
-forward. That keeps FSDP2 sound (the root unit, which owns the head, has its
-weights gathered there, and the result is the root's output, so its backward
-hooks fire). With ``share_prompts`` (unsharded models only, see
-:mod:`rl_core.train_engine.shared_prompt`) the head returns the hidden states instead and the
-chunks run after the forward.
-
-Precision follows what the plain path does: the matmul runs in the autocast
-dtype when autocast is on, else in the weight's dtype; the logits are then
-taken to float32. Models whose head is not a plain bias-free linear layer
-(a bias, Gemma's final logit soft-capping) use the plain path.
-
-Padding: trailing response columns that are padding in every row and leading
-prompt columns that are padding in every row are not computed at all.
+A plain forward materialises ``logits [b, R, V]`` plus float32 copies (GiBs for a large vocabulary).
+:class:`ChunkedLogProbEntropy` holds one chunk of float32 logits at a time, its backward recomputing them; values
+and gradients equal :func:`rl_core.modeling.forward_response` up to float rounding, in the same precision (autocast
+dtype, else the weight's). The LM head's ``forward`` is replaced for one call so the chunks run *inside* the model's
+forward, which keeps FSDP2 sound (the root unit owns the head; its backward hooks fire). A head that is not a plain
+bias-free linear layer (Gemma's soft-capping) takes the plain path. Columns that are padding in every row are skipped.
 """
 
 from __future__ import annotations
@@ -36,18 +16,15 @@ from typing import Iterator
 
 import torch
 
-from rl_core.modeling import forward_response, response_columns_in_use
+from rl_core.modeling import forward_response, pad_response_columns, response_columns_in_use
 from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
 
 DEFAULT_CHUNK = 2048  # tokens per chunk: 2048 x 152k float32 logits = 1.2 GiB
 
 
 class ChunkedLogProbEntropy(torch.autograd.Function):
-    """``(log_prob [N], entropy [N])`` of ``labels [N]`` under ``softmax(hidden [N, H] @ weight[V, H]^T / T)``.
-
-    ``hidden`` and ``weight`` must have the same dtype (the matmul dtype);
-    log-probs and entropy are float32. With ``want_entropy=False`` the entropy is zeros.
-    """
+    """Float32 ``(log_prob [N], entropy [N])`` of ``labels [N]`` under ``softmax(hidden [N, H] @ weight[V, H]^T / T)``;
+    ``hidden`` and ``weight`` share the matmul dtype; ``want_entropy=False``: zeros."""
 
     @staticmethod
     def forward(ctx, hidden, weight, labels, temperature: float, chunk: int, want_entropy: bool):
@@ -159,10 +136,8 @@ def forward_response_chunked(
     share_prompts: bool = False,
     chunk_size: int | None = DEFAULT_CHUNK,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`rl_core.modeling.forward_response` with the LM head in chunks (same contract, same numbers).
-
-    ``chunk_size`` None or 0, or a model whose head cannot be chunked, takes the plain path.
-    """
+    """:func:`rl_core.modeling.forward_response` with the LM head in chunks (same contract, same numbers); ``chunk_size``
+    None or 0, or a head that cannot be chunked, takes the plain path."""
     head = plain_head(model)
     if not chunk_size or head is None:
         return forward_response(
@@ -183,8 +158,7 @@ def forward_response_chunked(
         if int(groups[-1]) + 1 < input_ids.shape[0]:
             with head_forward(head, lambda h: h):
                 hidden = shared_prompt_logits(model, input_ids, attention_mask, position_ids, r, groups)
-            lp, ent = chunked_log_probs(hidden, head.weight, responses, **kw)
-            return _pad(lp, ent, cut)
+            return pad_response_columns(*chunked_log_probs(hidden, head.weight, responses, **kw), cut)
 
     def head_fn(h: torch.Tensor) -> torch.Tensor:
         lp, ent = chunked_log_probs(h[:, -r - 1 : -1], head.weight, responses, **kw)
@@ -197,17 +171,10 @@ def forward_response_chunked(
     ent = out[..., 1] if with_entropy else None
     if ent is not None and not entropy_grad:
         ent = ent.detach()
-    return _pad(lp, ent, cut)
+    return pad_response_columns(lp, ent, cut)
 
 
 def leading_pad_columns(attention_mask: torch.Tensor, prompt_length: int) -> int:
     """How many leading prompt columns are padding in every row (left padding shared by the whole batch)."""
     used = attention_mask[:, :prompt_length].bool().any(0).nonzero()
     return int(used.min()) if used.numel() else 0
-
-
-def _pad(lp: torch.Tensor, ent: torch.Tensor | None, cut: int):
-    if cut:
-        lp = torch.nn.functional.pad(lp, (0, cut))
-        ent = torch.nn.functional.pad(ent, (0, cut)) if ent is not None else None
-    return lp, ent

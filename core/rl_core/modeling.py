@@ -1,16 +1,9 @@
-"""Hugging Face helpers shared by the built-in rollout and the train backends.
+"""Hugging Face helpers shared by the built-in rollout and the train backends: loading from a local folder (errors
+name the key and path), and per-token log-probs / entropy of the response tokens from one forward pass.
 
-- loading a model / tokenizer from a local folder with errors that name the
-  config key and the path (and how to get an offline model);
-- position ids from a left-padded attention mask;
-- per-token log-probs (and entropy) of the response tokens, from one forward
-  pass, in micro-batches.
-
-Log-prob convention, used by every engine in the project so their numbers
-can be compared: the log-prob of response token ``t`` is
-``log_softmax(logits_{t-1} / temperature)[token_t]`` computed in float32
-from the *unfiltered* logits (no top-k / top-p), with ``temperature = 1``
-for greedy decoding. Positions come from :func:`position_ids_from_mask`.
+Log-prob convention of every engine, so their numbers compare: the log-prob of response token ``t`` is
+``log_softmax(logits_{t-1} / temperature)[token_t]`` in float32 from the *unfiltered* logits (no top-k / top-p),
+``temperature = 1`` for greedy; positions come from :func:`position_ids_from_mask`.
 """
 
 from __future__ import annotations
@@ -107,11 +100,7 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False, key: st
 
 
 def _quiet_load(fn, *args, **kwargs):
-    """Call a ``from_pretrained`` without transformers' progress bars and load reports.
-
-    (The critic's value head is missing from a causal-LM checkpoint by
-    design; transformers would print a warning table about it.)
-    """
+    """Call a ``from_pretrained`` quietly (the critic's value head is missing from a causal-LM checkpoint by design)."""
     from transformers.utils import logging as hf_logging
 
     enabled = hf_logging.is_progress_bar_enabled()
@@ -127,12 +116,8 @@ def _quiet_load(fn, *args, **kwargs):
 
 
 def _build(auto_cls, path, cfg, *, dtype, device, random_init, trust_remote_code, seed, init_device=None):
-    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored.
-
-    ``init_device`` (the run's ``trainer.device``): ``cuda`` draws random weights on this process's GPU, then moves
-    them to ``device``. The CPU's generator is sequential: it took minutes for a 7B model. Every rank and role
-    draws the same values from the same seed on the same kind of device.
-    """
+    """``auto_cls`` from a local folder with config ``cfg`` (or random weights from it), seeded, RNG restored;
+    ``init_device="cuda"`` draws random weights on this GPU (the CPU generator is slow for big models)."""
     dtype = torch_dtype(dtype)
     on_gpu = random_init and str(init_device or "").startswith("cuda") and torch.cuda.is_available()
     init_on = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
@@ -164,13 +149,9 @@ def load_causal_lm(
     key: str = "model.path",
     init_device: str | None = None,
 ):
-    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a config with a vision tower) from a local folder
-    (or random weights from its config; ``init_device``: see ``_build``).
-
-    Weights that the checkpoint lacks (and ``random_init`` models) are
-    initialised under ``seed`` with the global RNG state restored afterwards,
-    so every rank of a sharded run builds the same model.
-    """
+    """``AutoModelForCausalLM`` (``AutoModelForImageTextToText`` for a config with a vision tower) from a local folder,
+    or random weights from its config; weights it lacks are drawn under ``seed`` (global RNG restored), so every rank
+    builds the same model."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     cfg = load_hf_config(path, override=override_config, trust_remote_code=trust_remote_code, key=key)
@@ -191,14 +172,8 @@ def _contiguous_first_arg(module: torch.nn.Module, args: tuple) -> tuple | None:
 
 
 def contiguous_lm_head_input(model: torch.nn.Module) -> None:
-    """Make the LM head's input contiguous (a forward pre-hook; idempotent).
-
-    transformers slices the hidden states for ``logits_to_keep``
-    (``hidden[:, -k:, :]``, not contiguous), and a linear layer on a
-    non-contiguous 3-D input takes a batched-matmul path on CPU that
-    materialises the weight per row: ~1 s instead of ~10 ms for SmolLM2's
-    49k x 576 head (torch 2.13). A copy of the slice costs next to nothing.
-    """
+    """Make the LM head's input contiguous (a forward pre-hook; idempotent): the ``logits_to_keep`` slice is not, and
+    a linear layer on a non-contiguous 3-D input takes a far slower batched-matmul path on CPU."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None or getattr(head, "_rl_core_contiguous_input", False):
         return
@@ -218,15 +193,8 @@ def load_value_model(
     key: str = "critic.model_path",
     init_device: str | None = None,
 ):
-    """A critic: the LM backbone plus a scalar value head.
-
-    This is ``AutoModelForTokenClassification`` with ``num_labels=1`` (as in
-    verl): loading a causal-LM checkpoint keeps its backbone, drops
-    ``lm_head`` and initialises the head (``score``) under ``seed``.
-    Dropout on the head is switched off (``classifier_dropout=0``) so values
-    are deterministic. ``save_pretrained`` gives a normal HF folder
-    (``*ForTokenClassification``).
-    """
+    """A critic: ``AutoModelForTokenClassification`` with ``num_labels=1`` (as in verl), the LM backbone plus a value
+    head drawn under ``seed``; head dropout off so values are deterministic."""
     from transformers import AutoModelForTokenClassification
 
     override = {"num_labels": 1, "classifier_dropout": 0.0, **(override_config or {})}
@@ -262,10 +230,7 @@ def _accepts(model: torch.nn.Module, name: str) -> bool:
 
 
 def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``log_softmax(logits)[labels]`` in float32 without materialising the log-softmax.
-
-    ``logits [..., V]``, ``labels [...]`` -> ``[...]``.
-    """
+    """``log_softmax(logits)[labels]`` in float32 without materialising the log-softmax (``[..., V], [...] -> [...]``)."""
     logits = logits.float()
     picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
@@ -273,7 +238,6 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` over the last dim (from :mod:`rl_core.algorithms.entropy`)."""
-
     return _entropy(logits.float())
 
 
@@ -286,13 +250,9 @@ def response_logits(
     *,
     share_prompts: bool = False,
 ) -> torch.Tensor:
-    """Logits ``[b, R, V]`` that predict the last ``R`` tokens of ``input_ids``.
-
-    Uses ``logits_to_keep`` where the model supports it so the LM head runs
-    on the response positions only. With ``share_prompts``, consecutive rows
-    with the same prompt run it once (:mod:`rl_core.train_engine.shared_prompt`) where the
-    model allows it; the result is the same up to float rounding.
-    """
+    """Logits ``[b, R, V]`` that predict the last ``R`` tokens of ``input_ids`` (the LM head on those positions only,
+    where the model takes ``logits_to_keep``). ``share_prompts``: rows with the same prompt run it once
+    (:mod:`rl_core.train_engine.shared_prompt`), equal up to float rounding."""
     R = response_length
     if share_prompts and R < input_ids.shape[1] and can_share_prompts(model):
         groups = prompt_groups(input_ids, attention_mask, input_ids.shape[1] - R)
@@ -306,11 +266,7 @@ def response_logits(
 
 
 def response_columns_in_use(attention_mask: torch.Tensor, response_length: int) -> int:
-    """How many leading response columns hold a real token in some row (at least 1).
-
-    Batches are padded to ``max_response_length``; once responses get short,
-    most of that width is padding in every row and need not be computed.
-    """
+    """How many leading response columns hold a real token in some row (at least 1); the rest need no compute."""
     used = attention_mask[:, -response_length:].bool().any(0).nonzero()
     return int(used.max()) + 1 if used.numel() else 1
 
@@ -327,14 +283,8 @@ def forward_response(
     entropy_grad: bool = True,
     share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses``.
-
-    Gradients flow when called with grad enabled (the update path); with
-    ``entropy_grad=False`` the entropy is a detached metric (no autograd graph
-    over the vocabulary). Padded response positions hold whatever the model
-    gives; callers mask them. Trailing response columns that are padding in
-    every row (``attention_mask`` 0) are not computed at all: they hold 0.
-    """
+    """One forward pass -> ``(log_probs [b, R], entropy [b, R] or None)`` of ``responses`` (``entropy_grad=False``: a
+    detached metric). Padded positions hold whatever the model gives; columns padded in every row hold 0."""
     R = responses.shape[-1]
     cut = R - response_columns_in_use(attention_mask, R)
     if cut:
@@ -342,7 +292,12 @@ def forward_response(
         responses = responses[:, :-cut]
     logits = response_logits(model, input_ids, attention_mask, position_ids, R - cut, share_prompts=share_prompts)
     log_probs, entropy = log_probs_and_entropy(logits, responses, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
-    if cut:  # the trimmed columns hold 0
+    return pad_response_columns(log_probs, entropy, cut)
+
+
+def pad_response_columns(log_probs: torch.Tensor, entropy: torch.Tensor | None, cut: int):
+    """``(log_probs, entropy)`` with ``cut`` trimmed trailing columns put back as 0."""
+    if cut:
         log_probs = torch.nn.functional.pad(log_probs, (0, cut))
         entropy = torch.nn.functional.pad(entropy, (0, cut)) if entropy is not None else None
     return log_probs, entropy
@@ -374,11 +329,7 @@ def forward_values(
     position_ids: torch.Tensor,
     response_length: int,
 ) -> torch.Tensor:
-    """Critic values ``[b, R]``: the head's output at the position *before* each response token.
-
-    (The value of the state in which response token ``t`` is chosen, as in
-    verl.) Float32.
-    """
+    """Critic values ``[b, R]`` in float32: the head's output at the position *before* each response token (as in verl)."""
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
     R = response_length
     return out[:, -R - 1 : -1, 0].float()

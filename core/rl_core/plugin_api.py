@@ -49,7 +49,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.algorithms.aggregation": "agg_loss: a per-token loss aggregated by loss_agg_mode (token-mean, seq-mean-token-sum, ...)",
     "rl_core.placement.worker": "HybridWorker (one rank's roles: what a placement starts per rank), worker_roles (the roles a pool's workers hold)",
     "rl_core.placement.local": "local_rendezvous_env: collective libraries bound to the loopback interface (a placement whose ranks share one node)",
-    "rl_core.placement.listeners": "listening_sockets / descendants / describe / is_loopback: which processes listen on which TCP addresses (/proc)",
+    "rl_core.placement.listeners": "descendants: the process tree below a pid (/proc)",
     "rl_core.plan.features": "MemoryTerms: what a FeatureCard's memory function returns (the actor's train-state terms of the plan's estimates), Features: the plan's loaded feature cards",
     "rl_core.algorithms.advantages": "the estimators' common signature and helpers (prepare_rewards, check_index, group_stats, no_signal, group_outputs, reward_to_go, ...), grpo: what a new estimator builds on",
     "rl_core.algorithms.policy_loss": "the policy losses' common signature and helpers (clip_range, prepare_loss, clipped_surrogate, finish_loss): what a new loss builds on",

@@ -1,19 +1,10 @@
-"""Verified weight sync: the rollout engine holds the weights the trainer sent, or the run stops (issues #32, #34).
+"""Verified weight sync: the rollout engine holds the weights the trainer sent, or the run stops (an engine that kept
+its old weights would otherwise sample the old policy for the whole run without a sign).
 
-A trainer's weights reach a rollout engine through ``engine.load_weights(named_tensors)``. An engine that keeps
-its old weights (an adapter that never arrived, a copy into storage the engine no longer reads, a stale
-snapshot in an async pipeline) would otherwise sample the old policy for the whole run without a sign.
-
-:class:`WeightTap` wraps the named tensors on their way to the engine and keeps, for each name, a few elements
-at pseudo-random flat positions (fixed per name and tensor size: :func:`sample_positions`). After loading,
-:func:`verify_sync` asks the engine for the same elements (``engine.sample_weights(positions)``, an optional
-engine method) and compares them after casting the trainer's to the engine's dtype: they must be equal, so a
-weight that moved by one rounding step in the engine's dtype is seen. Each name's fingerprint in the error
-message is the float64 sum of a fixed pseudo-random projection of its sampled elements.
-
-Cost per sync: ``SAMPLES`` elements gathered per tensor, per matrix of a 3-D stack of them (fused MoE experts),
-no copy of any full tensor. Engines without
-``sample_weights`` are not verified (:func:`verify_sync` returns ``None``).
+:class:`WeightTap` keeps a few elements of each named tensor on its way to the engine, at flat positions fixed by
+name and size (:func:`sample_positions`; per matrix of a 3-D stack); after loading, :func:`verify_sync` asks the
+engine for the same elements (``engine.sample_weights(positions)``, optional: without it nothing is verified) and
+they must be equal in the engine's dtype. No full tensor is copied.
 """
 
 from __future__ import annotations
@@ -79,9 +70,8 @@ class WeightTap:
 
 
 def verify_sync(tap: WeightTap, engine: Any, *, engine_name: str, version: int, what: str = "") -> int | None:
-    """Compare what ``tap`` saw with what ``engine`` holds; the number of tensors verified, None when the engine
-    cannot be asked (no ``sample_weights``, or it returns None). Raises :class:`StaleWeightsError` naming the engine,
-    the version (``what`` is added after the engine's name, e.g. the adapter's version) and the tensors that differ."""
+    """Compare what ``tap`` saw with what ``engine`` holds (:class:`StaleWeightsError` naming the tensors that differ);
+    the number of tensors verified, None when the engine cannot be asked. ``what`` follows the engine's name."""
     sample = getattr(engine, "sample_weights", None)
     if sample is None:
         return None
@@ -106,10 +96,9 @@ def compare_samples(sent: dict[str, torch.Tensor], held: dict[str, torch.Tensor]
             diff = float((want.double() - got.double()).abs().max()) if want.shape == got.shape else float("nan")
             stale.append(f"{name} (fingerprint sent {fingerprint(name, want):.6g}, held {fingerprint(name, got):.6g}; max |diff| {diff:.3g})")
     if stale:
-        shown = _first_four(stale)
         raise StaleWeightsError(
             f"weight sync check failed at weight version {version}: {where} kept stale weights: "
-            f"{len(stale)} of {len(sent)} tensors differ from what the trainer sent: {shown}. "
+            f"{len(stale)} of {len(sent)} tensors differ from what the trainer sent: {_first_four(stale)}. "
             "It would keep sampling an old policy; the run is stopped instead (a bug of the engine or its weight "
             "conversion: report it with this message)"
         )
@@ -117,12 +106,10 @@ def compare_samples(sent: dict[str, torch.Tensor], held: dict[str, torch.Tensor]
 
 def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, engine_name: str, version: int,
                 rtol: float = 1e-4, atol: float = 1e-6) -> int | None:
-    """Compare what ``tap`` saw on its way out with ``expected``: the trainer's policy at the same positions,
-    computed apart from the stream (e.g. LoRA's ``W + scale * B @ A`` element by element,
-    rl-lora's ``rl_lora.adapters.sample_effective``). A sync that sent base weights without the adapters merged, or an old
-    copy, differs: :class:`StaleWeightsError`. ``expected`` None (nothing to compare): None; else the count.
-    Float32, within ``rtol`` / ``atol`` (a matrix product and a dot product round differently); a tensor sent in a
-    16-bit dtype (LoRA adapters in an engine's dtype) within one rounding step of it (its ``eps``) at least."""
+    """Compare what ``tap`` saw on its way out with ``expected``, the trainer's policy at the same positions computed
+    apart from the stream (e.g. LoRA's ``W + scale * B @ A``): unmerged adapters or an old copy raise
+    :class:`StaleWeightsError`. Within ``rtol`` / ``atol``, and at least one rounding step of a 16-bit sent dtype;
+    the count, or None when ``expected`` is None."""
     if expected is None:
         return None
     wrong = []
@@ -134,22 +121,19 @@ def verify_sent(tap: WeightTap, expected: dict[str, torch.Tensor] | None, *, eng
             diff = float((sent.double() - want.double()).abs().max())
             wrong.append(f"{name} (fingerprint sent {fingerprint(name, sent.float()):.6g}, trained {fingerprint(name, want.float()):.6g}; max |diff| {diff:.3g})")
     if wrong:
-        shown = _first_four(wrong)
         raise StaleWeightsError(
             f"weight sync check failed at weight version {version}: the weights sent to the rollout engine {engine_name!r} "
             f"are not the policy being trained (LoRA adapters not merged, or an old copy): {len(wrong)} of {len(tap.values)} "
-            f"tensors differ: {shown}. The rollout would sample another policy; the run is stopped instead"
+            f"tensors differ: {_first_four(wrong)}. The rollout would sample another policy; the run is stopped instead"
         )
     return len(tap.values)
 
 
 def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trainer_sample=None, *, engine_name: str, version: int,
                   load=None) -> int | None:
-    """``engine.load_weights(weights)``, verified when the engine has ``sample_weights``: the engine holds what was
-    sent (:func:`verify_sync`) and what was sent is the trainer's policy (:func:`verify_sent` with
-    ``trainer_sample(positions)``, e.g. :meth:`rl_core.train_engine.engine.RoleEngine.sample_weights`; None: not
-    compared). The number of tensors verified, or None when the engine cannot be asked. ``load``: the engine's
-    method that takes them (default ``engine.load_weights``; e.g. an engine's ``load_base_weights``)."""
+    """``(load or engine.load_weights)(weights)``, verified when the engine has ``sample_weights``: it holds what was
+    sent (:func:`verify_sync`), and what was sent is ``trainer_sample(positions)`` (:func:`verify_sent`; None: not
+    compared). The number of tensors verified, or None when the engine cannot be asked."""
     tap = WeightTap(weights) if hasattr(engine, "sample_weights") else None
     (load or engine.load_weights)(weights if tap is None else tap)
     if tap is None:
@@ -162,11 +146,9 @@ def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trai
 
 def load_adapter_verified(engine: Any, tensors: dict[str, torch.Tensor], peft_config: dict, trainer_sample=None, *,
                           engine_name: str, version: int) -> int | None:
-    """``engine.load_adapter(tensors, peft_config, version)`` (LoRA adapters through the engine's LoRA API, base weights
-    already there), verified as :func:`load_verified` does: the engine's ``sample_weights`` must report, for the
-    adapter it will generate with, exactly what was sent; an adapter that did not arrive (the engine reports none)
-    or a stale one (an older version's values) raises :class:`StaleWeightsError` naming the engine and the adapter
-    version. ``trainer_sample`` (the trainer's live adapters at the same positions) checks what was sent."""
+    """``engine.load_adapter(tensors, peft_config, version)``, verified as :func:`load_verified`: an adapter that did
+    not arrive or a stale one raises :class:`StaleWeightsError`; ``trainer_sample`` (the trainer's live adapters)
+    checks what was sent, and a merging engine's weights (:func:`verify_merged`)."""
     tap = WeightTap(tensors.items())
     engine.load_adapter(dict(tap), peft_config, version)
     n = verify_sync(tap, engine, engine_name=engine_name, version=version, what=f" (its LoRA adapter of weight version {version})")
@@ -178,12 +160,9 @@ def load_adapter_verified(engine: Any, tensors: dict[str, torch.Tensor], peft_co
 
 
 def verify_merged(engine: Any, tensors: dict[str, torch.Tensor], peft_config: dict, trainer_sample, *, engine_name: str, version: int) -> int | None:
-    """An engine that merges adapters into its own weights (``engine.merged_weights()``: HF names -> sizes, e.g. the
-    hf rollout) must hold the trainer's policy there: ``W + scale * B @ A`` (``trainer_sample``) with ``A`` and ``B``
-    (``tensors``, peft names) rounded to the engine's dtype as the merge (and the trainer's own mixed-precision
-    forward) rounds them, to one rounding step of that dtype (its GEMM and these dot products round differently).
-    A merge that did not reach the weights the engine generates with raises :class:`StaleWeightsError`.
-    The number of weights compared (None: the engine does not merge)."""
+    """An engine that merges adapters into its weights (``engine.merged_weights()``: HF names -> sizes) must hold
+    ``W + scale * B @ A`` there, ``A`` and ``B`` rounded to its dtype, to one rounding step of that dtype; else
+    :class:`StaleWeightsError`. The number of weights compared (None: the engine does not merge)."""
     numels = getattr(engine, "merged_weights", lambda: None)()
     if not numels:
         return None
@@ -227,10 +206,9 @@ FUSED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj
 
 def fused_location(params: dict[str, torch.Tensor], name: str, hf_shapes: dict[str, tuple[int, ...]],
                    packed: dict[str, list[str]] | None = None) -> tuple[str, torch.Tensor, int] | None:
-    """Where an engine keeps HF weight ``name``: ``(its module's name, its parameter, the first row)``, looking in
-    ``params`` (the engine model's ``named_parameters``) under the same name, under ``<module>.base_layer.<leaf>``
-    (a LoRA-wrapped layer), or in the fused parameter ``packed`` maps it to (q/k/v -> qkv_proj, rows after the
-    earlier parts' rows, from ``hf_shapes``); None when the engine has no such weight."""
+    """Where an engine keeps HF weight ``name``: ``(module name, parameter, first row)`` in ``params`` under the same
+    name, under ``<module>.base_layer.<leaf>`` (LoRA-wrapped), or in the fused parameter ``packed`` maps it to (rows
+    after the earlier parts', from ``hf_shapes``); None when the engine has no such weight."""
     module, _, leaf = name.rpartition(".")
     held = _param(params, module, leaf)
     if held is not None:

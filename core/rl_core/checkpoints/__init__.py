@@ -1,19 +1,5 @@
-"""Checkpoint helpers for train plugins (public API; the on-disk format and loading live in
-:mod:`rl_core.checkpoints.store`, re-exported here so plugins need no core internals).
-
-==========================  ==========================================================
-name                        what
-==========================  ==========================================================
-``safe_load(path)``         ``torch.load`` of plain tensors and data only (``weights_only``)
-``read_json(path)``         a JSON file of a checkpoint (plain data; a link, a giant or a
-                            broken file is a ``CheckpointError``)
-``save_rng_state()``        Python, numpy and torch RNG state as plain data
-``load_rng_state(state)``   restore it
-``save_tensors(obj, path)`` ``torch.save`` of plain tensors and data, atomically
-                            (a full disk is an ``OSError``, nothing half-written)
-``copy_state(obj)``         a detached copy of every tensor in a nested state dict
-``CheckpointError``         a checkpoint that cannot be used (a user error)
-==========================  ==========================================================
+"""Checkpoint helpers for train plugins (public API): safe loading, RNG state and atomic saves from
+:mod:`rl_core.checkpoints.store`, re-exported so plugins need no core internals, and :func:`copy_state`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""What a stopped run says about the checkpoint it keeps: its path, its size, and how to free it (issue 56).
-
-An interrupted 2-step trial of the quickstart keeps a 1.7 GB checkpoint (the model, AdamW's state, the random state):
-the message names it with its size, and ``rlcore clean RUN_DIR`` (rl_core.cli.clean_cmd) removes the checkpoints
-while keeping the metrics, plots and final model.
-"""
+"""What a stopped run says about the checkpoint it keeps: its path, its size, and how to free it (``rlcore clean``)."""
 
 from __future__ import annotations
 

@@ -4,13 +4,9 @@ A checkpoint is written into ``root/.tmp_global_step_<N>_<token>``, gets a ``COM
 every file's size and sha256) and is renamed to ``root/global_step_<N>`` with one ``os.replace``, so a crash
 leaves the old set of complete checkpoints or the new one, plus debris :meth:`CheckpointManager.latest` ignores.
 ``latest(verify=True)`` checks every file against the manifest and falls back to the previous checkpoint.
-Several writers share one temporary folder (rank 0 :meth:`~CheckpointManager.begin` s and
-:meth:`~CheckpointManager.commit` s, every rank writes into :meth:`~CheckpointManager.tmp_dir`); one process
-uses :meth:`~CheckpointManager.save`.
-
-Safety: files are read with :func:`safe_load` (``torch.load(weights_only=True)``) or :func:`read_json`, so a
-checkpoint copied in from elsewhere cannot run code on resume (torch's distributed checkpoints:
-rl-train-fsdp's ``rl_train_fsdp.dcp_io``). RNG state (:func:`save_rng_state`) is plain data too.
+Several writers: rank 0 ``begin`` s and ``commit`` s, every rank writes into ``tmp_dir``; one process: ``save``.
+Files are read with :func:`safe_load` / :func:`read_json` (plain data only), so a checkpoint copied in from
+elsewhere cannot run code on resume.
 """
 
 from __future__ import annotations
@@ -62,6 +58,13 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
 def _write_atomic(path: str, text: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -71,36 +74,22 @@ def _write_atomic(path: str, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.remove(tmp)  # no half-written file left behind (a full disk)
-        except OSError:
-            pass
+        _remove(tmp)  # no half-written file left behind (a full disk)
         raise
 
 
 def save_tensors(obj: Any, path: str) -> None:
-    """``torch.save`` whose write failures are ``OSError`` (torch reports a full disk as a RuntimeError).
-
-    A partly written file is removed.
-    """
+    """``torch.save`` whose write failures are ``OSError`` (torch reports a full disk as a RuntimeError); a partly
+    written file is removed."""
     try:
         torch.save(obj, path)
-    except RuntimeError as exc:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-        if "write" not in str(exc).lower():
+    except BaseException as exc:
+        _remove(path)
+        if not isinstance(exc, RuntimeError) or "write" not in str(exc).lower():
             raise
         free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
         code = errno.ENOSPC if free < (64 << 20) else errno.EIO
         raise OSError(code, os.strerror(code), path) from None
-    except BaseException:
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-        raise
 
 
 def model_weights_size(model_dir: str) -> int | None:
@@ -119,11 +108,7 @@ def tree_size(path: str) -> int:
 
 
 def _list_files(root: str) -> list[str]:
-    out = []
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            out.append(os.path.relpath(os.path.join(dirpath, name), root))
-    return sorted(out)
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, _, files in os.walk(root) for n in files)
 
 
 def _links(root: str) -> list[str]:
@@ -168,10 +153,7 @@ def _digests(root: str, names: list[str]) -> dict[str, dict[str, Any]]:
 
 
 class CheckpointManager:
-    """Writes ``global_step_<N>`` checkpoints under ``root`` and keeps the last ``keep_last``.
-
-    ``keep_last=None`` keeps every checkpoint (verl's ``max_ckpt_to_keep``).
-    """
+    """Writes ``global_step_<N>`` checkpoints under ``root`` and keeps the last ``keep_last`` (None: all)."""
 
     def __init__(self, root: str, keep_last: int | None = None) -> None:
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
@@ -212,11 +194,8 @@ class CheckpointManager:
         return tmp
 
     def commit(self, step: int, token: str | None = None, extra: dict[str, Any] | None = None) -> str:
-        """Mark the temporary directory complete, rename it into place, prune; returns the final path.
-
-        ``extra`` (json-able) is stored in the manifest. Re-committing a step
-        that already has a checkpoint replaces it.
-        """
+        """Mark the temporary directory complete (``extra``, json-able, goes in the manifest), rename it into place
+        (replacing an existing one of that step), prune; returns the final path."""
         tmp = self.tmp_dir(step, token)
         if not os.path.isdir(tmp):
             raise CheckpointError(f"cannot commit step {step}: {tmp} does not exist; call begin({step}) first")
@@ -245,11 +224,8 @@ class CheckpointManager:
         return final
 
     def clean_debris(self) -> list[tuple[str, int]]:
-        """Delete the temporary folders of interrupted saves (``.tmp_global_step_*``, ``.old_global_step_*``).
-
-        Only while this run holds the output folder's lock (no other writer);
-        returns ``(path, bytes freed)`` of each.
-        """
+        """Delete the folders of interrupted saves; call only while holding the output folder's lock (no other
+        writer). Returns ``(path, bytes freed)`` of each."""
         removed = []
         if not os.path.isdir(self.root):
             return removed
@@ -287,11 +263,7 @@ class CheckpointManager:
         return self.commit(step, extra=extra)
 
     def prune(self, keep: int | None = None) -> list[str]:
-        """Delete complete checkpoints beyond the newest ``keep_last``; returns what was deleted.
-
-        Step ``keep`` (the one just written) is never deleted. Only complete
-        ``global_step_<N>`` directories are touched.
-        """
+        """Delete complete checkpoints beyond the newest ``keep_last``, never step ``keep``; returns what was deleted."""
         if self.keep_last is None:
             return []
         complete = self.complete()
@@ -318,12 +290,8 @@ class CheckpointManager:
         return found
 
     def verify(self, path: str) -> str | None:
-        """Why the checkpoint at ``path`` cannot be used (missing, truncated, changed or extra files), or None.
-
-        Every file is checked against the sizes and sha256 digests of its
-        manifest. A manifest without digests (written by an older rl-core)
-        is accepted after a size-free existence check, with a warning.
-        """
+        """Why the checkpoint at ``path`` cannot be used (files missing, extra, or not matching the manifest's sizes
+        and sha256), or None. A manifest without digests (an older rl-core) passes with a warning."""
         man = self.manifest(path)
         if man is None:
             return f"no readable {MARKER} manifest"
@@ -358,12 +326,8 @@ class CheckpointManager:
         return None
 
     def latest(self, verify: bool = False) -> tuple[int, str] | None:
-        """The newest complete checkpoint, or None; half-written ones are skipped with a warning.
-
-        ``verify=True`` (before a resume) also checks each candidate's files
-        against its manifest, newest first, and skips a damaged one with a
-        warning that names it, falling back to the previous complete one.
-        """
+        """The newest complete checkpoint, or None; half-written ones are skipped with a warning. ``verify=True``
+        (before a resume) also skips, with a warning, one whose files do not match its manifest."""
         found, debris = self._scan()
         for path, why in debris:
             _warn(f"ignoring incomplete checkpoint {path} ({why})")
@@ -408,11 +372,8 @@ def _warn(msg: str) -> None:
 
 # ------------------------------------------------------------- safe loading
 def safe_load(path: str) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU: tensors and plain data only, never code.
-
-    A file that holds anything else (a pickled object, possibly planted to
-    run code on resume) is refused with a :class:`CheckpointError` naming it.
-    """
+    """``torch.load(path, weights_only=True)`` on the CPU: tensors and plain data only; anything else (a pickled
+    object, possibly planted to run code on resume) is a :class:`CheckpointError` naming it."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -430,11 +391,8 @@ JSON_MAX_BYTES = 64 << 20  # a JSON file of a checkpoint larger than this was no
 
 
 def read_json(path: str, max_bytes: int = JSON_MAX_BYTES) -> Any:
-    """A JSON file of a checkpoint (parsed with ``json``: plain data only); None if it does not exist.
-
-    A symbolic link, a file larger than ``max_bytes`` or one that does not
-    parse is a :class:`CheckpointError` naming it.
-    """
+    """A checkpoint's JSON file (plain data), or None if absent; a link, a file over ``max_bytes`` or one that does
+    not parse is a :class:`CheckpointError`."""
     if os.path.islink(path):
         raise CheckpointError(f"refused to load {path}: it is a symbolic link (rl-core never writes links); delete the checkpoint directory")
     try:
@@ -453,11 +411,8 @@ def read_json(path: str, max_bytes: int = JSON_MAX_BYTES) -> Any:
 
 # --------------------------------------------------------------------- RNG
 def save_rng_state() -> dict[str, Any]:
-    """Python ``random``, numpy's global RNG and torch (CPU, CUDA if present) as a plain dict.
-
-    The dict holds only tuples, lists, ints, floats, strings and tensors, so it
-    round-trips through ``torch.save`` / ``torch.load(weights_only=True)``.
-    """
+    """Python ``random``, numpy's global RNG and torch (CPU, CUDA if present) as plain data and tensors, which
+    round-trip through ``torch.load(weights_only=True)``."""
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {

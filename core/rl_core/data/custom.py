@@ -1,9 +1,6 @@
-"""Rows from the user's own dataset class (verl's ``data.custom_cls.path`` / ``.name``).
-
-The class is built as verl builds it, ``cls(data_files=..., tokenizer=..., config=<the data section>, processor=None,
-max_samples=...)``; each item (a row dict as verl's RLHFDataset returns it: the chat messages under ``raw_prompt`` or
-``data.prompt_key``) goes through :func:`rl_core.data.rows.validate_row` like a row read from a file. The class is the
-user's code named in their own config (the trust model of ``reward.custom.path``: :mod:`rl_core.util.user_code`).
+"""Rows from the user's own dataset class (verl's ``data.custom_cls``), built as verl builds it; each item (a row dict
+as verl's RLHFDataset returns it) is validated like a row read from a file. The class is the user's code named in
+their own config (the trust model of :mod:`rl_core.util.user_code`).
 """
 
 from __future__ import annotations

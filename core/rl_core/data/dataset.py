@@ -119,13 +119,10 @@ def truncate(ids: list[int], length: int, side: str) -> list[int]:
 
 
 class PromptDataset:
-    """Tokenized prompts; items are dicts with ``input_ids`` (list of int) and the row's fields.
-
-    ``filter_overlong=True`` drops prompts longer than ``max_prompt_length`` tokens (``num_dropped`` counts them);
-    ``False`` cuts them by ``truncation``, or makes one an error. Rows with ``images`` are encoded by ``processor``
-    (rl-multimodal's ``encode_row(row, where, prompt_key, image_key, template_kwargs) -> (text, ids, tensors)``); such an
-    item, when taken (``ds[i]``), carries ``multi_modal_inputs`` (the image tensors).
-    """
+    """Tokenized prompts: dicts with ``input_ids`` and the row's fields. Prompts over ``max_prompt_length`` are dropped
+    (``filter_overlong``; ``num_dropped``), else cut by ``truncation`` or an error. Rows with ``images`` are encoded by
+    ``processor`` (rl-multimodal's ``encode_row(row, where, prompt_key, image_key, template_kwargs) -> (text, ids,
+    tensors)``)."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, *, max_prompt_length: int, filter_overlong: bool = True,
                  apply_chat_template: bool = True, source: str = "data", origins: Sequence[str] | None = None,
@@ -182,19 +179,16 @@ class PromptDataset:
                             "with `pip install rl-multimodal`, or text-only rows")
         if not apply_chat_template:
             raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
-
         return {i: processor.encode_row(rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """Item ``i``; one with images gets ``multi_modal_inputs`` (the processor's tensors, made now: only the
-        images as read are kept, so a large image dataset is not held decoded in memory)."""
+        """Item ``i``; one with images gets ``multi_modal_inputs``, encoded now (a large image dataset is not held decoded)."""
         item = self.items[i]
         if not item.get("images"):
             return item
-
         _, ids, mm = self.processor.encode_row(item, item["origin"], *self._image_args)
         if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
             raise DataError(f"{item['origin']}: the processor gave other prompt ids on a second encoding; the image processor is not deterministic")
@@ -267,12 +261,9 @@ def collate(items: Sequence[dict[str, Any]], pad_token_id: int, uids: Sequence[s
 
 
 class PromptLoader:
-    """Batches of a :class:`PromptDataset`, epoch after epoch, resumable at any batch.
-
-    Epoch ``e``'s order is a permutation drawn from ``seed`` and ``e`` only (the file order when ``shuffle`` is false),
-    so a resumed loader needs nothing but ``{"epoch", "index"}`` to continue exactly where it stopped. Iterating yields
-    the rest of the current epoch; :meth:`next_batch` crosses epoch boundaries. A prompt's ``uid`` is ``e<epoch>-i<index>``.
-    """
+    """Batches of a :class:`PromptDataset`, epoch after epoch. Epoch ``e``'s order is drawn from ``seed`` and ``e`` only,
+    so ``{"epoch", "index"}`` resumes exactly. Iterating yields the rest of the epoch; :meth:`next_batch` crosses epochs.
+    A prompt's ``uid`` is ``e<epoch>-i<index>``."""
 
     def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True,
                  pad_token_id: int = 0) -> None:
@@ -351,14 +342,9 @@ class PromptLoader:
 
 def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None,
                   generators: Mapping[str, Callable] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
-    """Train and validation loaders of a :class:`~rl_core.config.schema.DataConfig`, and the prompts kept and dropped
-    (``train_prompts``, ``train_dropped``, ``val_prompts``, ``val_dropped``).
-
-    The train loader shuffles with ``data.seed`` (else ``seed``) and drops the last partial batch; the validation
-    loader (None without validation data) keeps file order and every prompt, ``data.val_batch_size`` at a time (all at
-    once when None). ``tools``: multi-turn rollouts' tool schemas for the chat template; ``processor``: rl-multimodal's
-    image encoder; ``generators``: ``Plan.generators``.
-    """
+    """Train and validation loaders of a ``DataConfig`` and the prompts kept / dropped (``train_prompts``, ...). The
+    train loader shuffles with ``data.seed`` (else ``seed``) and drops a partial batch; the validation one (None without
+    validation data) keeps file order and every prompt."""
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
         processor.check_patch_size(data.image_patch_size)

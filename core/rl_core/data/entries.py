@@ -1,10 +1,6 @@
-"""Data-set entries stored as JSON text that keeps their Python types (the contract between a generator and its scorer).
-
-A generator (e.g. rl-data's reasoning-gym rows) stores each generated item in its row's ``extra_info`` with
-:func:`encode_entry`; the reward that scores the row (rl-reward-rule's ``reasoning_gym``) reads it back with
-:func:`decode_entry`, with no network and no shared state. Tuples (ARC grids are tuples of tuples), sets, dicts with
-non-string keys and datetime values are tagged as one-key objects, so an item's ``score_answer`` compares against
-what it was generated with.
+"""Data-set entries as JSON text that keeps their Python types: the contract between a generator (rl-data), which
+stores each item in its row's ``extra_info`` (:func:`encode_entry`), and the reward scoring it (rl-reward-rule,
+:func:`decode_entry`). Tuples, sets, non-string keys and datetimes are tagged as one-key objects.
 """
 
 from __future__ import annotations

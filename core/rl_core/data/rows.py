@@ -19,10 +19,8 @@ ROLES = ("system", "user", "assistant", "tool")
 
 
 def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images", video_key: str = "videos") -> dict[str, Any]:
-    """Check one row and return it in canonical form; errors say ``where`` (file, row index).
-
-    A row's images (under ``image_key``, verl's multimodal rows) are kept as ``images``, undecoded
-    (rl-multimodal reads them); videos (``video_key``) and audio are refused."""
+    """Check one row and return it in canonical form (errors say ``where``); images (``image_key``) are kept undecoded
+    as ``images`` for rl-multimodal, videos and audio refused."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: a row must be an object, got {type(row).__name__}")
     if prompt_key not in row:
@@ -31,12 +29,8 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
     prompt = row[prompt_key]
     if isinstance(prompt, np.ndarray):
         prompt = prompt.tolist()
-    ok = (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)
-    )
-    if not ok:
+    if not (isinstance(prompt, list) and prompt
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)):
         raise DataError(f"{where}: {prompt_key!r} must be a non-empty list of {{'role': str, 'content': str}} messages, "
                         f"got {json.dumps(prompt, default=str)[:120]}")
     bad_roles = sorted({m["role"] for m in prompt} - set(ROLES))
@@ -57,12 +51,8 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
     agent_name = row.get("agent_name")  # multi-turn rollouts: the agent loop of this row (verl's agent_name)
     if agent_name is not None and (not isinstance(agent_name, str) or not agent_name):
         raise DataError(f"{where}: 'agent_name' must name a registered agent loop (a non-empty string), got {agent_name!r}")
-    out = {
-        "data_source": source,
-        "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
-        "ground_truth": rm["ground_truth"],
-        "extra_info": extra,
-    }
+    out = {"data_source": source, "prompt": [{"role": m["role"], "content": m["content"]} for m in prompt],
+           "ground_truth": rm["ground_truth"], "extra_info": extra}
     if agent_name is not None:
         out["agent_name"] = agent_name
     for key, what in ((video_key, "videos"), ("audios", "audio")):

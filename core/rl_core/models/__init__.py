@@ -1,9 +1,5 @@
-"""Models that rl-core can make without a network (``model.path: builtin:<name>``).
-
-``ensure_builtin_model("smollm2")`` converts once into a cache folder
-(``$RL_CORE_CACHE/models/<name>``, default ``~/.cache/rl-core/models/<name>``)
-and returns it; later calls return the folder at once.
-"""
+"""Models that rl-core can make without a network (``model.path: builtin:<name>``), converted once into
+:func:`cache_dir`."""
 
 from __future__ import annotations
 
@@ -27,7 +23,6 @@ def cache_dir() -> Path:
 
 def ensure_builtin_model(name: str, out_dir: str | os.PathLike | None = None) -> Path:
     """A local HF folder for built-in model ``name``, converting it on first use (progress on stderr)."""
-
     if name not in BUILTIN_MODELS:
         raise ModelConversionError(f"unknown built-in model {name!r}; allowed: {list(BUILTIN_MODELS)} (e.g. model.path=builtin:smollm2)")
     out = Path(out_dir or cache_dir() / "models" / name)

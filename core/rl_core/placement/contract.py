@@ -1,19 +1,7 @@
-"""The placement contract: how the controller starts workers, calls them, gathers results and stops them.
-
-A *placement* is one pool of workers, one per rank, each a :class:`~rl_core.placement.worker.HybridWorker` holding some
-roles (``roles``; all of the hybrid engine's when ``None``). Three implement it:
-:class:`rl_core.placement.local.LocalCluster` (this machine: in-process for one rank, else spawned processes),
-:class:`rl_placement_ray.cluster.RayCluster` (Ray actors, the rl-placement-ray plugin: a ``PlacementCard``) and
-:class:`rl_core.placement.pools.PooledCluster` (several pools behind one placement, each call routed to the pool
-of the role its method serves). The trainer loop talks only to :class:`Placement`.
-
-Calls are typed: the controller names a :class:`WorkerMethod`, never a free string; each member says the role it
-serves (which pool runs it) and whether every pool runs it (checkpoints, peak memory). A name outside the table is
-refused before anything is sent.
-
-Failure: a worker that raises, or whose process dies, makes the call raise :class:`WorkerError` naming the pool,
-the rank and the method (a user error's message alone; any other error with the worker's traceback). After a
-failure the placement is closed (the other ranks may be blocked in a collective with the failed one).
+"""The placement contract: how the controller starts workers, calls them, gathers results and stops them
+(docs/design.md, ``Placement``). Implemented by ``LocalCluster`` (local.py), rl-placement-ray's ``RayCluster`` and
+``PooledCluster`` (pools.py); the trainer loop talks only to :class:`Placement`, naming a :class:`WorkerMethod`.
+After a failure a placement is closed: the other ranks may be blocked in a collective with the failed one.
 """
 
 from __future__ import annotations
@@ -29,11 +17,8 @@ class WorkerError(RuntimeError):
 
 
 class WorkerMethod(str, enum.Enum):
-    """Every method the controller may call on a worker, with the role it serves.
-
-    ``role``: the pool that runs it when a role has workers of its own (``critic.n_gpus_per_node``, ...; else the
-    main pool does). ``every_pool``: every worker of every pool runs it, each for the roles it holds.
-    """
+    """Every method the controller may call on a worker. ``role``: the pool that runs it when that role has workers of
+    its own (else the main pool); ``every_pool``: every worker of every pool runs it, for the roles it holds."""
 
     GENERATE = "generate"
     SYNC_WEIGHTS = "sync_weights"
@@ -80,10 +65,8 @@ class WorkerMethod(str, enum.Enum):
 
 @attrs.frozen
 class ExtensionMethod:
-    """A method of a worker's extension, the table's extension: those the Plan's
-    :class:`~rl_core.cards.RolloutPoolCard` names (``methods``; :mod:`rl_core.placement.rollout_pool`), e.g. rl-async's
-    ``send_weights``. The controller calls it on one pool's placement like a member; the worker runs
-    ``worker.extension.<value>``. A name of the table stays the table's."""
+    """A method of the worker extension the Plan's ``RolloutPoolCard`` names (e.g. rl-async's ``send_weights``), called
+    on one pool's placement like a member; the worker runs ``worker.extension.<value>``."""
 
     value: str
     role: str = "actor"  # the controller calls it on a pool's placement, never routed by role
@@ -104,19 +87,16 @@ _EVERY_POOL = frozenset(
 
 
 def after_a_death(errors: list[str]) -> list[str]:
-    """Failure texts of one call, each ``"rank R ... died during M: ..."`` or ``"... failed in M: ..."``.
-
-    When a rank died, the others' failures follow from it (a collective with a dead peer: gloo's "connection
-    reset by peer"): those keep their first line only, never their traceback.
-    """
+    """Failure texts of one call; when a rank died (``" died during "``), the others' failures follow from it (a
+    collective with a dead peer) and keep their first line only."""
     if not any(" died during " in e for e in errors):
         return errors
     return [e if " died during " in e else e.splitlines()[0] + " (after a peer died)" for e in errors]
 
 
 def dispatch(worker: Any, method: WorkerMethod | ExtensionMethod | str, args: tuple) -> Any:
-    """Run ``method`` on a worker (the worker side of a call: local processes and Ray actors alike), under the worker's
-    profiler when it has one (rl-profiling's ``worker_profiler`` hook: ``around(method, role)`` records a chosen call)."""
+    """Run ``method`` on a worker (the worker side of a call, local and Ray alike), under its profiler when it has one
+    (rl-profiling's ``worker_profiler``: ``around(method, role)``)."""
     m = WorkerMethod.named(method, getattr(worker, "extension_methods", frozenset()))
     fn = getattr(worker.extension if isinstance(m, ExtensionMethod) else worker, m.value)
     profiler = getattr(worker, "profiler", None)
@@ -173,11 +153,8 @@ class Done(Pending):
 
 @runtime_checkable
 class Placement(Protocol):
-    """One or several pools of workers; what the controller starts, calls and stops.
-
-    Starting: the constructor (or :func:`rl_core.placement.make_cluster`) starts every worker and returns once
-    each has built its engines; a failure there raises :class:`WorkerError` and leaves nothing running.
-    """
+    """One or several pools of workers. The constructor (or :func:`rl_core.placement.make_cluster`) returns once every
+    worker has built its engines; a failure there raises :class:`WorkerError` and leaves nothing running."""
 
     #: ranks of the (main) pool: a per-rank call passes this many argument tuples
     world_size: int

@@ -31,12 +31,8 @@ __all__ = ["LocalCluster", "WorkerError", "after_a_death", "local_rendezvous_env
 
 
 def _kill_with_its_children(proc) -> None:
-    """Kill a worker and every process below it.
-
-    A worker killed alone leaves its engine's processes (SGLang's scheduler, a child still starting) orphaned and
-    running: they keep the run's output pipe open and hold memory. The tree is read before the kill (an orphan is
-    re-parented and cannot be found from the worker afterwards)."""
-
+    """Kill a worker and every process below it (its engine's processes would keep running as orphans, holding the
+    output pipe and memory); the tree is read before the kill, as an orphan is re-parented."""
     below = descendants(proc.pid)[1:] if proc.pid is not None else []
     proc.kill()
     proc.join(5)
@@ -68,12 +64,9 @@ def _killed_by(code: int | None) -> str:
 
 
 def _end_own_children(grace_s: float = 2.0) -> None:
-    """End the processes this worker started and left running (a rollout engine's scheduler / detokenizer).
-
-    multiprocessing joins non-daemonic children at interpreter exit: a child that never ends on its own (SGLang's
-    scheduler after a failed start, or after a shutdown that raised) would keep this worker, and the controller
-    joining it, waiting forever. A child that kept the worker's ignored SIGTERM (:func:`ignore_stop_signals` is
-    inherited) is killed after ``grace_s``."""
+    """End the processes this worker started and left running (an engine's scheduler): multiprocessing joins them at
+    exit, so one that never ends would hang this worker and the controller. One that inherited the ignored SIGTERM
+    is killed after ``grace_s``."""
     import multiprocessing
 
     children = multiprocessing.active_children()
@@ -105,7 +98,6 @@ def _is_disk_or_permission_error(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     """A user error's message alone; anything else with the worker's traceback."""
-
     if isinstance(exc, UserError) or _is_disk_or_permission_error(exc):
         return f"{type(exc).__name__}: {exc}"
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
@@ -113,7 +105,6 @@ def _describe(exc: BaseException) -> str:
 
 def _worker_main(conn, stack, context: WorkerContext, store_file: str, threads: int | None, env: dict[str, str], roles: tuple[str, ...] | None = None) -> None:
     ignore_stop_signals()  # a terminal's Ctrl-C reaches every worker too: the controller stops them (no tracebacks)
-
     stack_dump.install()  # `kill -USR1 <worker pid>`: its stacks, as in the controller
     os.environ.update(env)
     import torch
@@ -173,14 +164,9 @@ def _serve(conn, worker) -> None:
 
 
 class LocalCluster:
-    """One worker per rank on this machine (in-process for a single rank).
-
-    ``roles`` / ``world_size`` / ``first_device``: a resource pool of its own
-    (:mod:`rl_core.placement.pools`): workers holding only ``roles``, on the
-    GPUs from ``cuda:first_device`` on, in processes of their own with their own
-    process group; ``processes`` is how many worker processes share this
-    machine's cores in all.
-    """
+    """One worker per rank on this machine (in-process for a single rank). ``roles`` / ``world_size`` /
+    ``first_device``: a pool of its own (:mod:`rl_core.placement.pools`) on the GPUs from ``cuda:first_device`` on;
+    ``processes``: how many worker processes share this machine's cores in all."""
 
     def __init__(
         self, stack, *, spawn: bool | None = None, roles: tuple[str, ...] | None = None, world_size: int | None = None,
@@ -247,9 +233,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ calls
     def submit(self, method: WorkerMethod, per_rank_args: Sequence[tuple] | None = None, *, same_args: tuple = ()) -> Pending:
         """Send ``method`` to every rank (``per_rank_args[r]`` or ``same_args`` for all); gather with ``.result()``.
-
-        In-process (one rank, not spawned) the call runs here and now.
-        """
+        In-process the call runs here and now."""
         method = WorkerMethod.named(method)
         args = per_rank(method, self.world_size, per_rank_args, same_args)
         if self._local is not None:

@@ -1,22 +1,7 @@
-"""Roles on workers of their own: the critic or the reference model on devices apart from the actor's.
-
-By default every role lives in the actor's workers (verl's hybrid engine: actor, rollout, reference and
-critic share each rank's process and device). ``critic.n_gpus_per_node`` (and ``critic.nnodes`` on Ray)
-gives the critic a resource pool of its own, ``ref.n_gpus_per_node`` the reference model: workers that hold
-only that role, with their own process group, on GPUs after the actor's (local placement) or in their own
-Ray placement group. Nothing crosses between pools but batches through the controller, so the pools never
-share a collective; each pool saves its role's checkpoint under the step's folder as before.
-
-:class:`PooledCluster` implements the placement contract (:class:`rl_core.placement.contract.Placement`) and
-routes each call to the pool of the role it serves (:attr:`WorkerMethod.role
-<rl_core.placement.contract.WorkerMethod.role>`; the main pool when that role has none); every-pool methods
-(checkpoints, peak memory) run on each pool. The controller splits a role's batch over that pool's
-data-parallel ranks (``Sizes.ranks(role)``).
-
-Adding a pool: give ``Sizes.pools`` an entry ``role -> (workers, data-parallel ranks)`` (config/normalize.py) and
-make :func:`rl_core.placement.worker.worker_roles` say what its workers hold; :func:`make_pooled_cluster` starts it with the
-configured placement, and every :class:`WorkerMethod` whose ``role`` is that pool's name goes there.
-:meth:`PooledCluster.pool` hands one pool's placement out (e.g. to overlap its calls with the main pool's).
+"""Roles on workers of their own (``critic.n_gpus_per_node``, ``ref.n_gpus_per_node``, ...): workers holding only that
+role, with their own process group, on GPUs after the actor's or in their own Ray placement group. Only batches cross
+between pools, through the controller, so pools never share a collective. :class:`PooledCluster` routes each call to
+the pool of ``WorkerMethod.role`` (every-pool methods to each); adding a pool: docs/design.md (``Placement``).
 """
 
 from __future__ import annotations

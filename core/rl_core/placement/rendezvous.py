@@ -1,17 +1,7 @@
-"""Where a process group's members meet: a FileStore on one node, a TCP store bound to one address across nodes.
-
-Rank 0 of the group opens the rendezvous (:class:`Rendezvous`) and every member joins it (:func:`join_store`):
-
-- every member on one node: a ``FileStore`` in a private folder (0700) on that node, and gloo / NCCL bind the
-  loopback interface: nothing listens on the network;
-- members on several (Ray) nodes: a ``TCPStore`` hosted by rank 0 on its node's Ray address (the address the node
-  registered with Ray: :func:`rl_placement_ray.connect.node_addresses`). The listening socket is bound to
-  that address here and handed to the store, because a store that binds its own socket listens on every
-  interface (0.0.0.0 / ``::``), unauthenticated. A local Ray instance registers 127.0.0.1 unless
-  ``ray.node_ip_address`` says otherwise (:mod:`rl_placement_ray.loopback`), so by default this is loopback.
-
-Used by the Ray workers' own group (:mod:`rl_placement_ray.group`, rl-placement-ray) and the train -> rollout weight transfer
-group (the rl-async package's ``rl_async.transfer``).
+"""Where a process group's members meet (rl-placement-ray's groups, rl-async's weight transfer): rank 0 opens a
+:class:`Rendezvous`, every member joins it (:func:`join_store`). On one node a ``FileStore`` in a private folder with
+gloo / NCCL on loopback; across nodes a ``TCPStore`` on rank 0's Ray address, its socket bound here and handed to the
+store, because a store binding its own listens on every interface, unauthenticated.
 """
 
 from __future__ import annotations
@@ -27,10 +17,8 @@ FILE, TCP = "file://", "tcp://"
 
 
 class Rendezvous:
-    """The train pool's rank 0 side: the store's folder or listening socket, kept until the group is formed.
-
-    ``host`` None: a FileStore in a private folder on this node; else a TCP store listening on ``host`` (this
-    node's Ray address) at a port free there."""
+    """Rank 0's side, kept until the group is formed: a FileStore's private folder (``host`` None), else a socket
+    listening on ``host`` (this node's Ray address) at a free port."""
 
     def __init__(self, host: str | None) -> None:
         self.folder: str | None = None
@@ -91,7 +79,6 @@ def join_store(address: str, rank: int, size: int, timeout_s: float, opened: Ren
 def gloo_device(bind: str | None) -> Any:
     """The gloo device of one member: its node's address (several nodes), else the loopback interface."""
     import torch.distributed as dist
-
 
     if bind is None:
         return dist.ProcessGroupGloo.create_device(interface=loopback_interface())

@@ -1,18 +1,8 @@
-"""A rollout pool of its own: what the loop and the workers ask of the package that drives it (rl-async, docs/async.md).
-
-``rollout.n_gpus_per_node`` gives the rollout workers of their own: a pool in ``Sizes.pools`` that the placement
-starts as it starts a critic's (:mod:`rl_core.placement.pools`), holding only the rollout engine. What runs on it,
-the step schedule and the train -> rollout weight transfer, comes from the one installed
-:class:`~rl_core.cards.RolloutPoolCard` (hook ``rl_core_register_rollout_pools``), resolved once into the Plan
-(``Plan.rollout_pool``, ``rollout_pool_fn``, ``rollout_pool_worker_fn``); core imports no package for it.
-
-- Controller: the trainer calls ``rollout_pool_fn(RolloutPoolHandle(...))`` once, then :meth:`RolloutSchedule.start`,
-  and from then on asks the schedule for each step's prompts and batch and to send the weights after each update.
-- Workers: every worker of the train and rollout pools builds ``rollout_pool_worker_fn(worker)`` (the
-  :class:`~rl_core.placement.worker.HybridWorker`: its ``stack``, ``context``, ``actor``, ``rollout``,
-  ``weight_version`` and ``generate``). The schedule calls the extension's methods, those the card's ``methods``
-  names, through ``WorkerMethod.EXTENSION`` with ``(name, *args)``; its ``close()``, if any, runs when the worker
-  shuts down.
+"""A rollout pool of its own (``rollout.n_gpus_per_node``): what the loop and the workers ask of the package that drives
+it (rl-async, docs/async.md), through the Plan's one ``RolloutPoolCard``. The trainer calls
+``rollout_pool_fn(RolloutPoolHandle(...))`` once and drives the returned :class:`RolloutSchedule`; every worker builds
+``rollout_pool_worker_fn(worker)``, whose ``methods`` the schedule calls (``ExtensionMethod``) and whose ``close()``,
+if any, runs at shutdown.
 """
 
 from __future__ import annotations
@@ -27,12 +17,9 @@ Batch = Any
 
 @attrs.frozen(kw_only=True)
 class RolloutPoolHandle:
-    """What the loop hands a rollout pool's schedule.
-
-    ``rollout`` / ``train``: the two pools' placements (:class:`~rl_core.placement.contract.Placement`);
-    ``split(prompts, params) -> (per-rank args, pad)`` and ``merge(results, pad, params) -> Batch``: the
-    controller's rollout dispatch (each rank's ``(shard, params)``, and the replicas' results put together);
-    ``draw()``: the loader's next prompts, ``loader_state()``: its position (what a checkpoint saves)."""
+    """What the loop hands a rollout pool's schedule: the two pools' placements (``rollout``, ``train``), the controller's
+    rollout dispatch (``split(prompts, params) -> (per-rank args, pad)``, ``merge(results, pad, params) -> Batch``),
+    ``draw()`` (the loader's next prompts) and ``loader_state()`` (what a checkpoint saves)."""
 
     config: Any
     rollout: Any

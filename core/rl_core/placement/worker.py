@@ -1,10 +1,6 @@
-"""The hybrid worker: one process's actor, reference, critic and rollout engines.
-
-Colocated, as in verl's hybrid engine: weight sync is an in-memory copy from the actor to the rollout engine of the
-same process. A role given devices of its own (``critic.n_gpus_per_node``, ...) lives in workers that hold only that
-role (:func:`worker_roles`, :mod:`rl_core.placement.pools`). The placement creates one worker per rank and calls the
-methods of the :class:`~rl_core.placement.contract.WorkerMethod` table; nothing here knows whether it runs in-process,
-in a spawned process or in a Ray actor.
+"""The hybrid worker: one process's actor, reference, critic and rollout engines, colocated as in verl's hybrid engine
+(weight sync is an in-memory copy). A role with devices of its own lives in workers holding only it
+(:func:`worker_roles`). The placement calls the ``WorkerMethod`` table's methods; nothing here knows where it runs.
 """
 
 from __future__ import annotations
@@ -108,7 +104,7 @@ class HybridWorker:
         if params.seed is not None:
             # one stream per rollout replica: the ranks of a TP group must sample alike
             replica = self.context.rank // self.stack.sizes.rollout_tp
-            params = _with_seed(params, params.seed + 7919 * replica)
+            params = attrs.evolve(params, seed=params.seed + 7919 * replica)
         start = time.perf_counter()
         out = self._engines.generate(batch, params)
         self.rollout = self._engines.engine  # a replacement, after a recovery
@@ -137,7 +133,6 @@ class HybridWorker:
         if self._sleeping:
             self.rollout.wake_up()
             self._sleeping = False
-
         self._weight_version += 1
         name = self.stack.config.rollout.name
         if self._lora_sync == "adapter":  # LoRA through the engine's LoRA API: the frozen base once, then the adapters
@@ -182,14 +177,11 @@ class HybridWorker:
 
     @contextlib.contextmanager
     def _phase_peak(self):
-        """On CUDA: the block's peak allocated memory and its device-level peak (GiB, both appended to the yielded
-        list); the step's peak for :meth:`peak_memory_gb` kept (what came before is remembered, then reset).
+        """On CUDA: the block's peak allocated memory and its device-level peak (GiB, appended to the yielded list); the
+        step's peak for :meth:`peak_memory_gb` kept.
 
-        The device-level peak is the device memory in use when the block starts (``cudaMemGetInfo``: every
-        allocator, every process) plus what torch's caching allocator reserved beyond its start during the block.
-        It differs from the allocated peak while a colocated engine sleeps through cuMem (vLLM's sleep mode): the
-        engine's weights and KV cache are unmapped from the device but their tensors stay allocated in torch's
-        books, so ``max_memory_allocated`` still counts them (the 7B anchor: 36.3 GiB) though the device does not."""
+        The device-level peak (:func:`device_phase_peak`) differs from the allocated one while a colocated engine
+        sleeps through cuMem (vLLM's sleep mode): its tensors stay allocated in torch's books, unmapped from the device."""
         got: list[float] = []
         if not self.context.device.startswith("cuda"):
             yield got
@@ -240,7 +232,7 @@ class HybridWorker:
             self.actor.save_hf(path)
 
     def shutdown(self) -> None:
-        """Close the rollout pool's extension (its transfer group) and every engine; one that raises does not keep the others running."""
+        """Close the rollout pool's extension and every engine; one that raises does not keep the others running."""
         closers = [self.extension.close] if hasattr(self.extension, "close") else []
         for engine in [*self._train_engines(), self.rollout, self.reward_model]:
             closer = getattr(engine, "shutdown", None) if engine is not None else None
@@ -273,12 +265,6 @@ def lora_sync_mode(config, rollout) -> str | None:
         raise RuntimeError(f"rollout.lora_sync=adapter, but the {config.rollout.name} rollout engine has no LoRA adapter API "
                            "(load_adapter): set rollout.lora_sync=merged or auto")
     return "adapter" if mode == "adapter" or (mode == "auto" and able) else "merged"
-
-
-def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
-    import attrs
-
-    return attrs.evolve(params, seed=seed)
 
 
 def device_phase_peak(used_at_start: int, reserved_at_start: int, max_reserved: int) -> int:

@@ -9,10 +9,8 @@ from rl_core.rollout import precision
 from rl_core.rollout.engine_kwargs import engine_kwargs_problems
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
-HF_ENGINE_KEYS = (
-    "attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile", "pack_projections", "sleep_threshold",
-    "decode_chunk", "share_prefill",
-)
+HF_ENGINE_KEYS = ("attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile", "pack_projections",
+                  "sleep_threshold", "decode_chunk", "share_prefill")
 
 
 def check_hf_engine_kwargs(config) -> list[Problem]:
@@ -21,22 +19,12 @@ def check_hf_engine_kwargs(config) -> list[Problem]:
     problems = engine_kwargs_problems(given, HF_ENGINE_KEYS, engine="hf rollout")
     value = given.get("sleep_threshold")
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1):
-        problems.append(
-            Problem(
-                key="rollout.engine_kwargs.sleep_threshold",
-                what=f"must be a fraction of the device's memory in [0, 1], got {value!r}",
-                fix="e.g. rollout.engine_kwargs.sleep_threshold=0.1 (0: free the engine's memory on every sleep)",
-            )
-        )
+        problems.append(Problem(key="rollout.engine_kwargs.sleep_threshold", what=f"must be a fraction of the device's memory in [0, 1], got {value!r}",
+                                fix="e.g. rollout.engine_kwargs.sleep_threshold=0.1 (0: free the engine's memory on every sleep)"))
     chunk = given.get("decode_chunk")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0):
-        problems.append(
-            Problem(
-                key="rollout.engine_kwargs.decode_chunk",
-                what=f"must be a whole number of cache slots >= 0, got {chunk!r}",
-                fix="e.g. rollout.engine_kwargs.decode_chunk=1024 (0: every decode step attends over the whole cache)",
-            )
-        )
+        problems.append(Problem(key="rollout.engine_kwargs.decode_chunk", what=f"must be a whole number of cache slots >= 0, got {chunk!r}",
+                                fix="e.g. rollout.engine_kwargs.decode_chunk=1024 (0: every decode step attends over the whole cache)"))
     return problems
 
 

@@ -1,9 +1,5 @@
-"""Checking ``rollout.engine_kwargs`` against what an engine accepts, in ``rlcore check`` rather than as the
-engine's ``TypeError`` on a GPU node minutes in.
-
-``rollout.engine_kwargs`` goes to the engine (vLLM's ``LLM``, ``sglang.Engine``) once the plugin's own keys are taken
-out. A rollout plugin's card check calls :func:`engine_kwargs_problems` with the installed engine's argument names,
-its own keys and the engine arguments rl-core sets from its config (two values would disagree).
+"""Checking ``rollout.engine_kwargs`` against what an engine accepts (vLLM's ``LLM``, ``sglang.Engine``) in ``rlcore
+check``, rather than as the engine's ``TypeError`` on a GPU node minutes in; rollout plugins' checks call it.
 """
 
 from __future__ import annotations
@@ -23,39 +19,22 @@ def engine_kwargs_problems(
     own: Iterable[str] = (),
     from_config: Mapping[str, str] | None = None,
 ) -> list[Problem]:
-    """One problem per key of ``given`` the engine would not take as meant.
-
-    - ``from_config``: engine argument -> the rl-core key it is set from
-      (``{"tensor_parallel_size": "rollout.tensor_model_parallel_size"}``):
-      refused, with that key as the fix;
-    - neither ``own`` (the plugin's keys) nor ``accepted`` (the engine's
-      argument names; ``None``: unknown, e.g. the engine is not installed
-      here, and nothing is refused on that ground): refused, with the closest
-      name.
-    """
+    """One problem per key of ``given`` the engine would not take as meant: one rl-core sets from its config
+    (``from_config``: engine argument -> rl-core key), or one neither in ``own`` (the plugin's keys) nor in ``accepted``
+    (the engine's argument names; None: unknown, nothing refused on that ground)."""
     from_config = dict(from_config or {})
     own = set(own)
     known = None if accepted is None else set(accepted) | own
     problems: list[Problem] = []
     for name in given:
         if name in from_config:
-            problems.append(
-                Problem(
-                    key=f"{PREFIX}.{name}",
-                    what=f"is set by rl-core from {from_config[name]}",
-                    why=f"rl-core passes {name} to {engine} from its own config; two values would disagree",
-                    fix=f"set {from_config[name]} instead and remove {PREFIX}.{name}",
-                )
-            )
+            problems.append(Problem(key=f"{PREFIX}.{name}", what=f"is set by rl-core from {from_config[name]}",
+                                    why=f"rl-core passes {name} to {engine} from its own config; two values would disagree",
+                                    fix=f"set {from_config[name]} instead and remove {PREFIX}.{name}"))
         elif known is not None and name not in known:
-            problems.append(
-                Problem(
-                    key=f"{PREFIX}.{name}",
-                    what=f"is not an argument of the installed {engine}{did_you_mean(name, known)}",
-                    why=f"{PREFIX} is passed to {engine} as is; it would fail at start-up with a TypeError",
-                    fix=f"fix or remove {PREFIX}.{name} (the installed {engine}'s arguments are its engine arguments)",
-                )
-            )
+            problems.append(Problem(key=f"{PREFIX}.{name}", what=f"is not an argument of the installed {engine}{did_you_mean(name, known)}",
+                                    why=f"{PREFIX} is passed to {engine} as is; it would fail at start-up with a TypeError",
+                                    fix=f"fix or remove {PREFIX}.{name} (the installed {engine}'s arguments are its engine arguments)"))
     return problems
 
 
@@ -64,10 +43,5 @@ def bucket_size_problems(given: Mapping[str, Any], key: str = "weight_sync_bucke
     mb = given.get(key)
     if mb is None or (not isinstance(mb, bool) and isinstance(mb, (int, float)) and mb > 0):
         return []
-    return [
-        Problem(
-            key=f"{PREFIX}.{key}",
-            what=f"must be a positive number of MiB, got {mb!r}",
-            fix=f"e.g. {PREFIX}.{key}=256 (smaller: less peak memory, more calls)",
-        )
-    ]
+    return [Problem(key=f"{PREFIX}.{key}", what=f"must be a positive number of MiB, got {mb!r}",
+                    fix=f"e.g. {PREFIX}.{key}=256 (smaller: less peak memory, more calls)")]

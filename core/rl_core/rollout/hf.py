@@ -1,34 +1,9 @@
 """The built-in ``hf`` rollout: generation with a plain ``transformers`` model (CPU included), the reference backend.
 
-Decoding is our own loop over the model's forward with its KV cache, not ``model.generate``, so that:
-
-- the sampled distribution is exactly ``SamplingParams`` (``generate`` would merge in a model folder's
-  ``generation_config.json`` defaults: repetition penalties, top-k 50, ...);
-- the reported log-prob comes from the very logits the token was sampled from, with the trainer's positions
-  (``cumsum(mask) - 1``), so rollout and trainer log-probs agree to float rounding;
-- a seed drives a private ``torch.Generator`` (the global RNG is untouched).
-
-Sampling: ``greedy`` or ``temperature <= 0`` is argmax (log-probs at temperature 1); otherwise logits / temperature,
-top-k then top-p filtered, sampled. ``rollout_log_probs`` are ``log_softmax(logits / temperature)`` of the sampled
-token **before** top-k / top-p filtering, as a plain trainer forward computes them (vLLM reports the same quantity).
-A response ends at the first EOS id (the model's generation config, config or tokenizer) or at the token completing
-a ``SamplingParams.stop`` string; that token is in ``response_mask``, everything after it is the pad token.
-
-Prompts with images (rl-multimodal) prefill with the model's 3-D positions and never sample its image / video pad
-tokens. MoE routing replay (``rollout.return_routed_experts``, rl-routing-replay) records every router's top-k
-into the batch's ``routed_experts`` ``[rows, P + R, layers, k]`` (-1 where nothing was routed); the plain loop runs.
-
-Weight sync (:meth:`HFRolloutEngine.load_weights`) copies each tensor into its parameter; one that already is the
-parameter's storage is skipped; ``engine_kwargs.share_weights`` on a colocated process adopts same-device tensors
-(zero-copy, off by default: it keeps the caller's tensors alive). LoRA adapter sync merges each sync's adapters in
-place (the plan's ``rollout_adapters`` hook, rl-lora).
-
-Speed: the ``n`` samples of a prompt share one prefill (``engine_kwargs.share_prefill``); on CPU attention is
-``eager`` (~20% faster than ``sdpa`` for one-token steps; ``engine_kwargs.attn_implementation`` overrides it). On
-CUDA, with rl-hf-decode installed (its ``hf_decode`` feature), Llama-family models decode with its static KV cache
-and CUDA-graph step (``static_decode`` and its keys: plugins/hf_decode/README.md); stop strings and images use the
-plain loop. Sleep (``rollout.enable_sleep``) moves the weights to host memory and drops the caches unless they hold
-at most ``engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`).
+Our own decode loop, not ``model.generate``: exactly ``SamplingParams``, log-probs from the logits sampled from (before
+top-k / top-p, the trainer's positions), a private seeded generator. Sampling, stops, images, routing replay, weight
+and adapter sync: docs/design.md ("The hf rollout"). On CUDA with rl-hf-decode, its static-cache decoder runs
+(plugins/hf_decode/README.md); stop strings and images use the plain loop.
 """
 
 from __future__ import annotations
@@ -51,8 +26,7 @@ from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.rollout.multi_turn import Generated, multi_turn_on, require_agent, unique_ids
 from rl_core.weight_sync_check import sample_state
 
-#: ``generate``'s meta: the prompt tokens it prefilled (padding excluded): prompts x length with the prefill shared
-#: by a prompt's ``n`` samples (``engine_kwargs.share_prefill``), ``n`` times that without
+#: ``generate``'s meta: the prompt tokens it prefilled (padding excluded; ``n`` times less with ``share_prefill``)
 PREFILL_TOKENS = "rollout/prefill_tokens"
 
 
@@ -123,8 +97,7 @@ class HFRolloutEngine:
             raise ValueError(f"generate needs 'input_ids' and 'attention_mask' in the batch; it has {sorted(batch.tensors.keys())}")
         if params.n < 1 or params.max_new_tokens < 1:
             raise ValueError(f"SamplingParams needs n >= 1 and max_new_tokens >= 1, got n={params.n}, max_new_tokens={params.max_new_tokens}")
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         input_ids = batch.tensors["input_ids"]
         attention_mask = batch.tensors["attention_mask"]
         self._check_prompts(input_ids, attention_mask)
@@ -181,9 +154,7 @@ class HFRolloutEngine:
         return lp.cpu() * out["response_mask"].to(lp.dtype)
 
     def _generate_agentic(self, batch: Batch, params: SamplingParams, generator) -> Batch:
-        """Multi-turn rollouts (:mod:`rl_core.rollout.multi_turn`: the agent runtime of ``WorkerContext.agent``): the loops'
-        turns are decoded here, all active ones together."""
-
+        """Multi-turn rollouts (the agent runtime of ``WorkerContext.agent``): every active loop's turn decoded together."""
         agent = require_agent(getattr(self.context, "agent", None), "the hf rollout engine")
         if getattr(self, "_agent_setup", None) is None:
             self._agent_setup = agent.setup(self.tokenizer)
@@ -195,8 +166,7 @@ class HFRolloutEngine:
 
     def decode_requests(self, prompts: list[list[int]], budgets: list[int], stop: tuple[str, ...], *, params: SamplingParams, greedy: bool, generator) -> list:
         """One turn of many trajectories: each prompt (token ids) continued for at most its budget, in chunks of
-        ``rollout.generation_batch_size``; returns :class:`rl_core.rollout.multi_turn.Generated` per prompt (exact ids, log-probs)."""
-
+        ``rollout.generation_batch_size``; a :class:`rl_core.rollout.multi_turn.Generated` per prompt."""
         per_chunk = self.generation_batch_size or len(prompts)
         out: list[Generated] = []
         eos = set(self.eos_ids)
@@ -230,10 +200,8 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def _decode(self, ids, mask, n, R, *, greedy, params, generator, stop, images=None):
-        """Decode ``n`` responses for each prompt row; the prompt is prefilled once and its cache repeated.
-
-        ``images``: the rows' ``multi_modal_inputs`` (rl-multimodal's feature): the prefill reads them with the
-        model's 3-D positions; response tokens then continue from each prompt's largest position (plain loop)."""
+        """Decode ``n`` responses for each prompt row, the prompt prefilled once and its cache repeated; ``images`` (the
+        rows' ``multi_modal_inputs``): responses continue from each prompt's largest 3-D position."""
         static = self.static is not None and not stop and images is None
         if n > 1 and (not self.share_prefill or (not static and not _cache_repeats(self.model))):
             # sharing off, or a cache that cannot be repeated (linear-attention layers: Qwen3.5): each sample's copy
@@ -241,10 +209,9 @@ class HFRolloutEngine:
             images = [d for d in images for _ in range(n)] if images is not None else None
             n = 1
         self.prefill_tokens += int(mask.sum())
+        temperature = 1.0 if greedy else float(params.temperature)
+        eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
         if static:
-            temperature = 1.0 if greedy else float(params.temperature)
-            eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
-
             def sample(logits):
                 return _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=params.logprobs)
 
@@ -270,8 +237,6 @@ class HFRolloutEngine:
         log_probs = torch.zeros((b, R), dtype=torch.float32, device=ids.device) if params.logprobs else None
         lengths = torch.full((b,), R, dtype=torch.long, device=ids.device)
         done = torch.zeros(b, dtype=torch.bool, device=ids.device)
-        eos = torch.tensor(self.eos_ids, dtype=ids.dtype, device=ids.device)
-        temperature = 1.0 if greedy else float(params.temperature)
         ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
         banned = torch.tensor(vision.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
         for t in range(R):
@@ -310,19 +275,14 @@ class HFRolloutEngine:
     # ------------------------------------------------------------ weight sync
     @torch.no_grad()
     def load_base_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """LoRA adapter sync: the trainer's frozen base, once. As :meth:`load_weights`, and the engine keeps the
-        tensors that have its device and dtype as the base it merges adapters onto (no copy: they are frozen)."""
+        """LoRA adapter sync: the trainer's frozen base, once; same-device tensors are kept (no copy) as the base it
+        merges adapters onto."""
         self.load_weights(weights, keep_base=True)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], *, keep_base: bool = False) -> None:
-        """Copy HF-named tensors into the existing parameters (see the module docstring).
-
-        Every parameter must be provided once (tied weights: under either
-        name). An unknown name or a wrong shape raises; tensors before it
-        have already been written. ``keep_base``: see :meth:`load_base_weights`.
-        """
-        if self._offloaded:
-            self.wake_up()
+        """Copy HF-named tensors into the existing parameters; every one must come once (tied weights: either name).
+        An unknown name or a wrong shape raises, the tensors before it already written."""
+        self.wake_up()
         targets = dict(self.model.state_dict(keep_vars=True))
         written: set[int] = set()
         for name, src in weights:
@@ -360,8 +320,7 @@ class HFRolloutEngine:
             raise RuntimeError("load_adapter: this hf rollout was built without LoRA adapter sync: model.lora_rank=0, rollout.lora_sync=merged, "
                                "or no rollout_adapters hook in its WorkerContext.features (a plan's worker hands the plan's; rl-lora provides "
                                "it: pip install rl-lora)")
-        if self._offloaded:
-            self.wake_up()
+        self.wake_up()
         if self.lora.load(self.model.state_dict(keep_vars=True), tensors, peft_config, version) and self.static is not None:
             self.static.reset()
         if self.device.type == "cuda":
@@ -373,11 +332,9 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def sample_weights(self, positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The elements at flat ``positions`` of each named weight as this engine holds them (rl_core.weight_sync_check);
-        with LoRA adapter sync also the adapters it merged (peft names)."""
-
-        if self._offloaded:
-            self.wake_up()
+        """The elements at flat ``positions`` of each named weight as held here (rl_core.weight_sync_check), with LoRA
+        adapter sync also the merged adapters."""
+        self.wake_up()
         held = self.model.state_dict(keep_vars=True)
         if self.lora is not None:
             held = {**held, **self.lora.adapter}
@@ -385,11 +342,8 @@ class HFRolloutEngine:
 
     # ------------------------------------------------------------- memory
     def sleep(self) -> None:
-        """On CUDA move the weights to host memory and release the caches, unless they are small; a no-op on CPU.
-
-        Small: at most ``engine_kwargs.sleep_threshold`` of the device's memory together
-        (:mod:`rl_core.rollout.sleep_policy`); keeping them saves the copies and the graph captures.
-        """
+        """On CUDA move the weights to host memory and release the caches, unless they hold at most
+        ``engine_kwargs.sleep_threshold`` of the device (:mod:`rl_core.rollout.sleep_policy`); a no-op on CPU."""
         if self.device.type != "cuda" or self._offloaded:
             return
         if keeps_through_sleep(self.held_bytes(), torch.cuda.get_device_properties(self.device).total_memory, self.sleep_threshold):
@@ -478,20 +432,16 @@ def _sample(logits: torch.Tensor, *, greedy: bool, temperature: float, top_k: in
 
 
 def _inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
-    """One token per row of ``probs [b, V]``: the first index whose cumulative mass exceeds a uniform draw.
-
-    Exact for the categorical distribution (zero-probability tokens are never picked) and one uniform per
-    row: ``torch.multinomial`` draws an exponential per vocabulary entry, ~15x slower on a CPU for V ~ 50k.
-    """
+    """One token per row of ``probs [b, V]``: the first index whose cumulative mass exceeds a uniform draw (exact;
+    one uniform per row, where ``torch.multinomial`` draws one per vocabulary entry, far slower on CPU)."""
     cdf = probs.cumsum(dim=-1)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 def _rollout_adapters(config, context: WorkerContext) -> Any:
-    """The in-place adapter state of LoRA adapter sync, from the plan's feature hook ``rollout_adapters``
-    (:mod:`rl_core.plan.features`; rl-lora registers it), handed over in ``WorkerContext.features``; None without
-    it (an engine built for generation alone: :meth:`HFRolloutEngine.load_adapter` then says what is missing)."""
+    """The in-place adapter state of LoRA adapter sync, from the feature hook ``rollout_adapters`` (rl-lora) in
+    ``WorkerContext.features``; None without it (``load_adapter`` then says what is missing)."""
     make = context.features.hook(config, "rollout_adapters") if hasattr(context.features, "hook") else None
     return make() if make is not None else None
 

@@ -1,15 +1,6 @@
-"""The rollout-vs-trainer log-prob gap, measured every step, and the bound that stops a run (docs/exact.md).
-
-Every rollout backend can return the log-probs it sampled with: :mod:`rl_core.rollout.log_prob_decision` settles
-``rollout.calculate_log_probs`` once per run (the Plan's config) and per step. The loop compares them with the trainer's (the old-log-prob
-pass's when there is one, else the on-policy update's own first forward: no pass is added for the metric) and logs ``rollout_corr/*`` (:mod:`rl_core.algorithms.rollout_correction`:
-``log_prob_abs_diff_max`` / ``_mean``, ``kl``, ``k3_kl``, ...) plus :func:`gap_metrics`' ``rollout_corr/log_prob_gap_frac``
-(the share of tokens whose gap exceeds ``rollout.mismatch.threshold``). ``rollout.mismatch.max_abs_diff`` bounds the
-gap: :func:`check_gap` stops the run with the step, the backend and the largest-gap token (:class:`MismatchError`).
-
-Exact mode (``rollout.exact=true``: both sides run one canonical per-sequence forward, so the gap is 0) is the
-``rl-exact`` distribution's (``plugins/exact``), reached through the Plan's
-:class:`~rl_core.cards.LogProbForwardCard`; here it only sets the default bound to 0.
+"""The rollout-vs-trainer log-prob gap, measured every step (:func:`gap_metrics`), and the bound
+``rollout.mismatch.max_abs_diff`` that stops a run (:func:`check_gap`; 0 by default in exact mode, rl-exact's).
+docs/exact.md.
 """
 
 from __future__ import annotations
@@ -21,11 +12,12 @@ import torch
 from rl_core.problems import UserError
 
 GAP_FRAC = "rollout_corr/log_prob_gap_frac"
+
+
 class MismatchError(UserError):
     """The rollout's log-probs and the trainer's are further apart than ``rollout.mismatch.max_abs_diff``."""
 
 
-# ------------------------------------------------------------------ the gap, every step
 def gap_metrics(trainer: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict[str, float]:
     """``rollout_corr/log_prob_gap_frac``: the share of valid tokens with ``|log pi_rollout - log pi_trainer| > threshold``."""
     m = mask.bool()

@@ -1,17 +1,7 @@
-"""MoE parallelism inside one rollout engine: ``rollout.data_parallel_size`` and ``rollout.expert_parallel_size``.
-
-The sizes follow verl's rollout config (``verl.workers.config.rollout.RolloutConfig``):
-
-- ``data_parallel_size`` (DP attention): one engine spans TP x DP devices; the attention layers run data
-  parallel (each DP rank its own requests, TP inside a rank), the MoE layers over all TP x DP ranks. The
-  engine's TP x DP must divide the rollout's devices (several such engines then run side by side).
-- ``expert_parallel_size``: the experts are spread over the engine's ranks instead of each expert's
-  weights being split by TP. vLLM has no separate EP size (``enable_expert_parallel`` spreads the experts
-  over all TP x DP ranks), and verl requires ``expert_parallel_size == tensor_model_parallel_size x
-  data_parallel_size`` for vLLM and SGLang; so 1 (off) or TP x DP are the values rl-core accepts.
-
-Which engines run them is on their card (:attr:`rl_core.cards.RolloutCard.moe_parallel`); each engine's
-plugin passes the sizes to its engine and checks what only it knows. This module holds the generic checks.
+"""The generic checks of MoE parallelism inside one rollout engine (verl's sizes): ``rollout.data_parallel_size`` (DP
+attention: one engine spans TP x DP devices, which must divide the rollout's) and ``rollout.expert_parallel_size``
+(1, or TP x DP: the experts spread over all the engine's ranks, as verl requires). Which engines run them is on their
+card (``RolloutCard.moe_parallel``).
 """
 
 from __future__ import annotations
@@ -45,32 +35,23 @@ def moe_parallel_problems(config, card, installed: str = "") -> list[Problem]:
         ("ep", "rollout.expert_parallel_size", ep, "expert parallelism"),
     ):
         if size > 1 and card is not None and cap not in offered:
-            problems.append(
-                Problem(
-                    key=key,
-                    what=f"is {size} but rollout backend {name!r} does not run {what} (its card lists {', '.join(sorted(offered)) or 'no MoE parallelism'})",
-                    fix=f"set {key}=1, or use a rollout backend with {what}{installed}",
-                )
-            )
+            problems.append(Problem(
+                key=key,
+                what=f"is {size} but rollout backend {name!r} does not run {what} (its card lists {', '.join(sorted(offered)) or 'no MoE parallelism'})",
+                fix=f"set {key}=1, or use a rollout backend with {what}{installed}"))
     if problems:
         return problems
     if ep > 1 and ep != tp * dp:
-        problems.append(
-            Problem(
-                key="rollout.expert_parallel_size",
-                what=f"is {ep} but the engine has rollout.tensor_model_parallel_size x rollout.data_parallel_size = {tp} x {dp} = {tp * dp} ranks",
-                why="the experts are spread over all the ranks of one engine (an engine's expert parallelism has no size of its own); verl itself "
-                    "refuses this too (its RolloutConfig asserts expert_parallel_size == tensor_model_parallel_size x data_parallel_size)",
-                fix=f"set rollout.expert_parallel_size={tp * dp}, or 1 (no expert parallelism), or change TP / DP so that TP x DP = {ep}",
-            )
-        )
+        problems.append(Problem(
+            key="rollout.expert_parallel_size",
+            what=f"is {ep} but the engine has rollout.tensor_model_parallel_size x rollout.data_parallel_size = {tp} x {dp} = {tp * dp} ranks",
+            why="the experts are spread over all the ranks of one engine (an engine's expert parallelism has no size of its own); verl itself "
+                "refuses this too (its RolloutConfig asserts expert_parallel_size == tensor_model_parallel_size x data_parallel_size)",
+            fix=f"set rollout.expert_parallel_size={tp * dp}, or 1 (no expert parallelism), or change TP / DP so that TP x DP = {ep}"))
     devices = rollout_devices(config)
     if dp > 1 and devices % (tp * dp):
-        problems.append(
-            Problem(
-                key="rollout.data_parallel_size",
-                what=f"one engine spans TP x DP = {tp} x {dp} = {tp * dp} devices, which does not divide the rollout's {devices} devices",
-                fix="choose TP x DP among the divisors of " + f"{devices}: " + ", ".join(str(x) for x in range(1, devices + 1) if devices % x == 0),
-            )
-        )
+        problems.append(Problem(
+            key="rollout.data_parallel_size",
+            what=f"one engine spans TP x DP = {tp} x {dp} = {tp * dp} devices, which does not divide the rollout's {devices} devices",
+            fix=f"choose TP x DP among the divisors of {devices}: " + ", ".join(str(x) for x in range(1, devices + 1) if devices % x == 0)))
     return problems

@@ -1,16 +1,7 @@
-"""Multi-turn (agent) rollouts: the contract between rollout backends and a plugin's agent runtime.
-
-Core holds no tool, parser or agent loop (rl-agent, ``plugins/agent``, registers them). Here:
-
-- :class:`Generated`: one turn of one trajectory (the exact sampled ids, their log-probs, why it ended);
-- :data:`Decode` ``(prompts, budgets, stop) -> list[Generated]``: the batched turn a backend exposes, called once per
-  turn with every active trajectory; a backend that continues ids into :class:`~rl_core.rollout.samples.Sample` s
-  hands :class:`MultiTurn` its ``continue_ids`` instead (:func:`cut_at_stop` cuts at a stop string's last token);
-- :class:`AgentRuntime`: built once per run by :func:`agent_runtime` (``Plan.agent``, ``WorkerContext.agent``);
-- the batch: ``response_mask`` is 1 on sampled tokens only, ``rollout_log_probs`` 0 on inserted template / tool
-  tokens (:func:`rl_core.rollout.output.rollout_batch`); :func:`final_turn_mask` reads a row's last assistant turn.
-
-rl-agent's ``MultiTurnConformance`` checks that every backend builds trajectories the same way.
+"""Multi-turn (agent) rollouts: the contract between rollout backends and a plugin's agent runtime (rl-agent holds
+the tools, parsers and loops). A backend exposes a batched turn, :data:`Decode` ``(prompts, budgets, stop) ->
+list[Generated]`` (or hands :class:`MultiTurn` its ``continue_ids``); the batch's ``response_mask`` is 1 on sampled
+tokens only, ``rollout_log_probs`` 0 on inserted tokens. rl-agent's ``MultiTurnConformance`` checks every backend.
 """
 
 from __future__ import annotations
@@ -66,13 +57,8 @@ def multi_turn_on(config: Any) -> bool:
 
 
 def agent_runtime(config: Any, registry: Any) -> tuple[AgentRuntime | None, list[Problem]]:
-    """The runtime of ``rollout.multi_turn`` (None when it is off), from the runner of the agent-loop card it names.
-
-    ``rollout.multi_turn.agent_loop``'s card gives the runner when it names one; otherwise the one runner the
-    installed agent-loop cards name (a third-party loop built on rl-agent's handle needs none of its own). The
-    runner, ``runner(multi_turn_config, cards)``, receives the tool, format and loop cards as a registry of those
-    kinds only. Unknown tool / format / loop names are the agent plugin's checks' to report.
-    """
+    """The runtime of ``rollout.multi_turn`` (None when off): ``runner(multi_turn_config, cards)`` of the agent-loop
+    card it names, else the one runner the installed loop cards name; ``cards`` holds the agent kinds only."""
     if not multi_turn_on(config):
         return None, []
     mt = config.rollout.multi_turn
@@ -173,12 +159,8 @@ def _generated(sample: Sample, budget: int, eos: set[int]) -> Generated:
 
 
 def final_turn_mask(response_mask: torch.Tensor) -> torch.Tensor:
-    """1 on each row's last run of sampled tokens (its last assistant turn), 0 elsewhere.
-
-    What a multi-turn row's ``solution_str`` is decoded from (:meth:`rl_core.trainer.loop.Trainer.decode_responses`):
-    the model's final answer, not its earlier turns, tool calls or the tool results between them. A one-turn
-    response (one run) keeps its whole mask.
-    """
+    """1 on each row's last run of sampled tokens (its last assistant turn, what ``solution_str`` is decoded from),
+    0 elsewhere."""
     mask = response_mask.bool()
     out = torch.zeros_like(mask)
     for r in range(mask.shape[0]):
@@ -193,11 +175,7 @@ def final_turn_mask(response_mask: torch.Tensor) -> torch.Tensor:
 
 
 def cut_at_stop(sample: Sample, stop: Sequence[str], decode: Callable[[list[int]], str]) -> Sample:
-    """``sample`` ending with the token that completes the first stop string (unchanged when none occurs).
-
-    The kept tokens include the one that completes the stop string, as the
-    rollout contract asks; log-probs are cut alike.
-    """
+    """``sample`` cut after the token that completes the first stop string (log-probs alike); unchanged when none."""
     if not stop or not sample.token_ids:
         return sample
     ids = list(sample.token_ids)

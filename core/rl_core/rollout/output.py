@@ -1,8 +1,5 @@
-"""The rollout output contract, built once for every engine.
-
-Engines produce token ids; :func:`rollout_batch` lays them out exactly as
-:meth:`rl_core.backends.RolloutEngine.generate` promises, so backends agree
-on shapes, positions and which fields ride along.
+"""The rollout output contract, built once for every engine: :func:`rollout_batch` lays token ids out exactly as
+:meth:`rl_core.backends.RolloutEngine.generate` promises (shapes, positions, the fields that ride along).
 """
 
 from __future__ import annotations
@@ -24,13 +21,9 @@ def rollout_batch(
     meta: dict | None = None,
     response_attention_mask: torch.Tensor | None = None,
 ) -> Batch:
-    """The generate() output for prompts ``batch`` ([B, P], left-padded) and ``n`` samples each.
-
-    ``responses`` / ``response_mask`` / ``log_probs`` are ``[B*n, R]`` with the n samples of a
-    prompt adjacent. Prompt rows and every other field are repeated n times; positions continue
-    from each prompt's last real token. ``log_probs`` are zeroed outside the mask.
-    ``response_attention_mask`` (multi-turn rollouts, :mod:`rl_core.rollout.multi_turn`): 1 on every real
-    response token, the inserted tool / template tokens included; default ``response_mask``.
+    """The generate() output for prompts ``batch`` ([B, P], left-padded) and ``n`` samples each, from ``[B*n, R]``
+    responses / masks / log-probs (a prompt's n adjacent; log-probs zeroed outside the mask). Positions continue from
+    each prompt's last real token. ``response_attention_mask`` (multi-turn): also 1 on inserted tool / template tokens.
     """
     input_ids = batch.tensors["input_ids"].cpu()
     prompt_mask = batch.tensors["attention_mask"].cpu()

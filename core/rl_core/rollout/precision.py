@@ -1,16 +1,7 @@
-"""``rollout.precision``: the rollout engine computes in FP8 while the trainer keeps ``model.dtype`` (issue 48).
-
-``auto`` (default): the rollout runs in ``model.dtype``, as the trainer. ``fp8``: an engine whose card declares
-``fp8`` (the engine packages' cards say which, and how they ask their engine for it) quantizes the weights it receives to FP8 (E4M3, per-tensor scales computed as each
-weight loads: vLLM / SGLang ``quantization="fp8"``) and keeps its KV cache in FP8 (``kv_cache_dtype``): a decode
-step then reads about half the bytes, which is what bounds it. Native only: FP8 GEMMs need compute capability
-8.9 or newer (Ada, Hopper, Blackwell); the ``device`` check refuses FP8 on older GPUs and on CPUs, and the ``hf``
-rollout (no FP8 kernels) is refused: such a setting would only cost time.
-
-The rollout's policy then differs from the trainer's by the quantization error, so by default the run corrects for
-it as for any rollout / trainer mismatch: :func:`apply_defaults` turns on ``rollout.calculate_log_probs`` and
-truncated importance sampling (``algorithm.rollout_correction.rollout_is=token``, threshold 2) where the config
-left them off; the ``rollout_corr/*`` metrics then log the mismatch every step.
+"""``rollout.precision=fp8``: an engine whose card declares ``fp8`` quantizes the weights it receives and its KV cache
+to FP8 while the trainer keeps ``model.dtype`` (docs/config.md). Native only (compute capability >= 8.9): the checks
+refuse it elsewhere and for engines without FP8 kernels, where it would only cost time. The quantization error is
+corrected as any rollout / trainer mismatch (:func:`apply_defaults`).
 """
 
 from __future__ import annotations
@@ -23,14 +14,13 @@ from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
 
-PRECISIONS = ("auto", "fp8")
 #: the oldest compute capability with FP8 tensor cores (Ada / Hopper)
 FP8_CAPABILITY = (8, 9)
 
 
 def apply_defaults(config: Any) -> Any:
-    """``config`` with the rollout correction on where ``rollout.precision`` differs from the trainer's and the
-    config left it off (see the module docstring)."""
+    """``config`` with ``rollout.calculate_log_probs`` and truncated importance sampling (``rollout_is=token``) on under
+    FP8, where the config left them off."""
     if getattr(config.rollout, "precision", "auto") == "auto":
         return config
     rc = config.algorithm.rollout_correction

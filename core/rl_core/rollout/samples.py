@@ -1,20 +1,6 @@
-"""From an engine's finished sequences to the rollout output, for every rollout plugin.
-
-A rollout plugin turns rl-core's left-padded prompt batch into requests and
-the engine's answers back into the batch :meth:`RolloutEngine.generate`
-promises. Everything but the engine calls is the same for every engine and
-lives here, tested once:
-
-- :func:`unpadded_prompts`: each prompt's real token ids (what engines take);
-- :class:`PromptLengthError` and :func:`check_prompt_lengths`: the first prompt that cannot be generated
-  from, named with its lengths (empty, over ``data.max_prompt_length``, or
-  over the engine's context) and the key that fixes it;
-- :class:`Sample`: one finished sequence (token ids, optional per-token
-  log-probs, finish reason);
-- :func:`build_rollout_batch`: samples -> responses right-padded to
-  ``max_new_tokens``, masks, log-probs, positions (:func:`rollout_batch`),
-  keeping empty generations as all-masked rows counted in
-  ``meta["rollout/empty_responses"]``.
+"""From an engine's finished sequences to the rollout output, the same for every rollout plugin: the prompts' real
+ids (:func:`unpadded_prompts`), their length checks (:func:`check_prompt_lengths`), and :class:`Sample` s -> the batch
+:meth:`RolloutEngine.generate` promises (:func:`build_rollout_batch`).
 """
 
 from __future__ import annotations
@@ -31,6 +17,7 @@ from rl_core.problems import UserError
 from rl_core.rollout.output import rollout_batch
 
 log = logging.getLogger(__name__)
+
 
 class PromptLengthError(UserError, ValueError):
     """A prompt an engine cannot generate from: empty, longer than ``data.max_prompt_length``, or too long for the
@@ -74,16 +61,9 @@ def check_prompt_lengths(
     context_key: str = "rollout.engine_kwargs.max_model_len",
     error: type[PromptLengthError] = PromptLengthError,
 ) -> None:
-    """Raise ``error`` naming the first prompt that cannot be generated from.
-
-    - an empty prompt;
-    - longer than ``data.max_prompt_length`` (the run's contract, as the
-      ``hf`` backend enforces it);
-    - ``L + max_new_tokens > context_len``: engines reject a prompt longer
-      than their context outright and may silently cut a response short when
-      only the sum is too long; both are reported with the numbers and
-      ``context_key``, the setting that raises the engine's limit.
-    """
+    """Raise ``error`` naming the first prompt that is empty, longer than ``max_prompt_length``, or with
+    ``L + max_new_tokens > context_len`` (engines reject the first and may silently cut a response short on the
+    second), with the numbers and ``context_key``, the setting that raises the limit."""
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise error(f"prompt {i} of the batch is empty (its attention_mask has no 1s); every prompt needs at least one token")
@@ -113,18 +93,11 @@ def check_prompt_lengths(
 
 
 def build_rollout_batch(batch: Batch, samples: Sequence[Sample], params: SamplingParams, pad_id: int, engine: str = "the engine") -> Batch:
-    """The output :meth:`RolloutEngine.generate` promises, from an engine's samples.
+    """The output :meth:`RolloutEngine.generate` promises, from ``len(batch) * params.n`` samples (a prompt's n
+    adjacent, each with the EOS / stop token and nothing after it): responses right-padded to ``max_new_tokens``.
 
-    ``samples`` holds ``len(batch) * params.n`` entries, the n samples of a
-    prompt adjacent. Responses are right-padded with ``pad_id`` to exactly
-    ``params.max_new_tokens``; ``response_mask`` is 1 on every returned token
-    (engines include the EOS / stop token and nothing after it).
-
-    An empty generation (zero tokens) is not dropped, since that would break
-    the ``B * n`` row contract: its row has an all-zero ``response_mask`` (it adds
-    nothing to any loss), a warning names the sample, and
-    ``meta["rollout/empty_responses"]`` counts such rows (0 when none).
-    ``engine`` names the engine in messages.
+    An empty generation is kept (the ``B * n`` row contract) with an all-zero ``response_mask``, a warning and
+    ``meta[EMPTY_META_KEY]`` counting such rows. ``engine`` names the engine in messages.
     """
     n, R = params.n, params.max_new_tokens
     rows = len(batch) * n
@@ -151,13 +124,6 @@ def build_rollout_batch(batch: Batch, samples: Sequence[Sample], params: Samplin
             log_probs[r, :k] = torch.tensor(s.log_probs, dtype=torch.float32)
     if empty:
         shown = ", ".join(f"row {r} (prompt {r // n}, finish_reason={samples[r].finish_reason!r})" for r in empty[:5])
-        log.warning(
-            "%s returned %d empty generation(s) of %d: %s%s; they are kept with an all-zero response_mask (meta[%r])",
-            engine,
-            len(empty),
-            rows,
-            shown,
-            ", ..." if len(empty) > 5 else "",
-            EMPTY_META_KEY,
-        )
+        log.warning("%s returned %d empty generation(s) of %d: %s%s; they are kept with an all-zero response_mask (meta[%r])",
+                    engine, len(empty), rows, shown, ", ..." if len(empty) > 5 else "", EMPTY_META_KEY)
     return rollout_batch(batch, n, responses, response_mask, log_probs, meta={EMPTY_META_KEY: len(empty)})

@@ -1,10 +1,6 @@
-"""When the ``hf`` rollout's ``sleep()`` frees device memory, and when it keeps it.
-
-Freeing a small engine (weights to host memory, caches and CUDA graphs dropped, all rebuilt at wake-up) costs more
-than it gives, so the engine keeps what it holds while that is at most ``rollout.engine_kwargs.sleep_threshold`` of
-the device's memory (default 0.1; 0 frees on every sleep, as vLLM's sleep mode does). ``rlcore check``'s memory
-estimate applies the same rule (:mod:`rl_core.plan.memory`).
-"""
+"""When the ``hf`` rollout's ``sleep()`` frees device memory: freeing a small engine costs more than it gives, so it keeps
+what it holds while that is at most ``rollout.engine_kwargs.sleep_threshold`` of the device (0: always frees). The
+memory estimate applies the same rule."""
 
 from __future__ import annotations
 
@@ -19,5 +15,4 @@ def keeps_through_sleep(held_bytes: float, device_bytes: float | None, threshold
 
 
 def threshold_of(engine_kwargs) -> float:
-    value = (engine_kwargs or {}).get("sleep_threshold", DEFAULT_THRESHOLD)
-    return float(value)
+    return float((engine_kwargs or {}).get("sleep_threshold", DEFAULT_THRESHOLD))

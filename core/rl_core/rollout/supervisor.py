@@ -1,16 +1,6 @@
-"""Rollout engines that die or hang are replaced: the worker's rollout calls go through an :class:`EngineSupervisor`.
-
-A call that raises (an engine process killed, a CUDA / NCCL error inside the engine) or does not return within
-``rollout.engine_timeout_s`` (a hang) ends that engine: it is killed (its ``kill()`` if the engine has one, else
-``shutdown()``), a new one is built from the same card, given the actor's current weights through the verified
-sync, and the call's whole batch (the step's unfinished requests) is submitted again. Each recovery prints one
-note naming the engine, the rank, what happened and the count. More than ``rollout.engine_restarts`` recoveries
-within ``rollout.engine_restart_window_s`` stop the run with :class:`EngineFailed` (the loop saves what it can and
-names the last cause).
-
-A hung call runs on in a daemon thread that is abandoned once its engine is killed: an engine whose generate cannot
-be interrupted by killing its processes (the in-process hf engine stuck inside a kernel) keeps that thread until
-it returns, but the step goes on with the new engine.
+"""Rollout engines that die or hang are replaced: the worker's rollout calls go through an :class:`EngineSupervisor`
+(docs/reliability.md, "Rollout engines that die or hang"). A hung call's daemon thread is abandoned once its engine
+is killed; the step goes on with the new engine.
 """
 
 from __future__ import annotations
@@ -80,11 +70,9 @@ class EngineSupervisor:
             ) from exc
         self.engine = self._build()
         self._resync(self.engine)  # the actor's current weights, verified as every sync is
-        self._log(
-            f"note: the {self.name} rollout engine on rank {self.rank} {'hung' if isinstance(exc, EngineHung) else 'failed'} ({what}): "
-            f"replaced ({len(self._recent)} of {self.restarts} allowed within {self.window_s:g} s), the current weights loaded and "
-            f"verified, the call's {requests} requests submitted again"
-        )
+        self._log(f"note: the {self.name} rollout engine on rank {self.rank} {'hung' if isinstance(exc, EngineHung) else 'failed'} ({what}): "
+                  f"replaced ({len(self._recent)} of {self.restarts} allowed within {self.window_s:g} s), the current weights loaded and "
+                  f"verified, the call's {requests} requests submitted again")
 
     @staticmethod
     def _kill(engine: Any) -> None:

@@ -1,10 +1,4 @@
-"""``trainer.deterministic``: the same seed gives the same metrics and weights on a GPU too (issue 51, docs/exact.md).
-
-:func:`apply_determinism` (every worker, before its first CUDA op): ``torch.use_deterministic_algorithms`` (an op
-without a deterministic kernel is an error naming it), ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, cuDNN deterministic and
-not benchmarking. Sampling is seeded per call and replica (``SamplingParams.seed``, a private generator), and the
-CPU's reductions are fixed already.
-"""
+"""``trainer.deterministic``: the same seed gives the same metrics and weights on a GPU too (docs/exact.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The KV-cache argument of a transformers model's ``forward``, under its old and its new name.
-
-transformers renamed ``forward(past_key_values=...)`` and the output's ``past_key_values`` to ``cache``
-(5.24 has the new names and warns that the old keyword goes away in 5.40; 4.56-5.23 have only the old
-ones). A check on the name alone (``"past_key_values" in signature``) silently turned rl-core's
-shared-prompt forward off under 5.24. These helpers find the name the installed model takes (a feature
-check, not a version parse) and read the cache back under either name.
+"""The KV-cache argument of a transformers model's ``forward`` under its old name (``past_key_values``) and its new one
+(``cache``, transformers 5.24+): the name the installed model takes (a feature check, not a version parse), and the
+cache read back under either.
 """
 
 from __future__ import annotations

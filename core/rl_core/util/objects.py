@@ -7,11 +7,8 @@ from typing import Any, Callable
 
 
 def load_object(ref: str | Callable) -> Any:
-    """Import ``"package.module:attr.sub"`` and return the object.
-
-    A callable is returned unchanged, so cards may hold either a dotted path
-    (preferred: nothing is imported until the object is needed) or the object.
-    """
+    """Import ``"package.module:attr.sub"`` and return the object; a callable is returned unchanged (cards may hold
+    either, a path being preferred: nothing is imported until needed)."""
     if not isinstance(ref, str):
         return ref
     module_name, sep, attr_path = ref.partition(":")

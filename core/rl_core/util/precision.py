@@ -1,17 +1,6 @@
-"""``model.dtype: auto``: the compute precision that is fast on the machine the run starts on.
-
-bfloat16 is only fast where the hardware computes it. On a GPU with bfloat16
-(Ampere and later) it halves activations and the rollout's weights. On a CPU
-it needs AVX512-BF16 or AMX (recent Xeons): there the quickstart's steps were
-1.7x faster in bfloat16; on a CPU without them (AVX2 only: many laptops, AMD
-EPYC before Zen 4) torch emulates it and the model's matrix products run 5-8x
-*slower* than in float32, the quickstart's steps 7.3x slower (69.5 vs 9.5 s on
-a 2-core AMD EPYC, torch 2.13: ``bench/results/cpu_precision.md``).
-
-:func:`resolve_dtype` picks ``bfloat16`` where it is fast and ``float32``
-elsewhere (also on a GPU without bfloat16, where float16 with loss scaling is
-the explicit choice). :func:`slow_low_precision` is the warning ``rlcore check``
-gives for an explicit ``bfloat16`` / ``float16`` on such a CPU.
+"""``model.dtype: auto``: bfloat16 where the hardware computes it (a GPU since Ampere, a CPU with AVX512-BF16 or AMX),
+float32 elsewhere, where torch emulates bfloat16 several times slower (docs/config.md, "Precision").
+:func:`slow_low_precision` is ``rlcore check``'s warning for an explicit low precision on such a CPU.
 """
 
 from __future__ import annotations
@@ -45,12 +34,8 @@ def cpu_capability() -> str:
 
 
 def resolve_dtype(requested: str, device: str) -> tuple[str, str]:
-    """``(dtype, why)``: ``requested`` unless it is ``auto``; then what is fast on ``device`` here.
-
-    ``device`` is the resolved ``trainer.device`` (``cpu`` or ``cuda``). A ``cuda`` config
-    checked on a machine without a GPU gets ``bfloat16`` (every GPU lent for training
-    since Ampere has it).
-    """
+    """``(dtype, why)``: ``requested`` unless it is ``auto``; then what is fast on ``device`` (``cpu`` / ``cuda``) here
+    (``bfloat16`` for a ``cuda`` config checked without a GPU)."""
     if requested != AUTO:
         return requested, "set in the config"
     if device.startswith("cuda"):

@@ -1,16 +1,6 @@
-"""Secrets recognised by the shape of a value, whatever key holds it.
-
-Key names catch ``api_key: ...`` (:func:`rl_core.config.load.looks_secret`);
-these patterns catch the rest: a password inside a URL
-(``https://user:pw@host`` keeps ``user``, hides ``pw``), ``Bearer`` / ``Basic``
-authorization values, and the token formats of the services a run talks to
-(OpenAI-style ``sk-...``, Hugging Face ``hf_...``, GitHub ``ghp_...``, Slack
-``xox.-...``, AWS access key ids ``AKIA...`` / ``ASIA...``, JWTs), and
-``token=`` / ``api_key=`` / ``password=`` query parameters. Only the secret
-part becomes ``***``, so the masked text still says what it was.
-
-:func:`mask_text` is applied to every string of the config that is printed,
-saved as ``config.yaml`` or handed to TensorBoard / wandb, and to error
+"""Secrets recognised by the shape of a value, whatever key holds it (key names: ``rl_core.config.load.looks_secret``):
+passwords in URLs, authorization values, known token formats, secret query parameters. Only the secret part becomes
+``***``. :func:`mask_text` applies to every config string printed, saved or handed to a tracker, and to error
 messages that echo a value.
 """
 
@@ -47,7 +37,3 @@ def mask_text(text: str) -> str:
     text = _AUTH_HEADER.sub(lambda m: m.group("head") + MASK, text)
     text = _QUERY.sub(lambda m: m.group("head") + MASK, text)
     return _TOKENS.sub(MASK, text)
-
-
-def has_secret(text: str) -> bool:
-    return isinstance(text, str) and mask_text(text) != text

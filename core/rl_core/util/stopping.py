@@ -1,16 +1,6 @@
-"""Stopping a run on SIGINT (Ctrl-C) or SIGTERM (``kill``, Slurm, a container stop) without losing it.
-
-During the training loop the first signal is a request: the current step
-finishes, a checkpoint of it is saved (even before the first scheduled one,
-even with ``trainer.save_freq=-1``), and the run ends with one line saying so
-and that the same command resumes. A second signal, or a signal outside the
-loop (building the models, the first validation), stops at once: the line
-says what was kept (the last checkpoint, or nothing) and how to keep more.
-
-Exit status: ``128 + signal number``, as a shell reports a process killed by
-it: 130 for SIGINT, 143 for SIGTERM. Workers do not react to these signals
-themselves (a terminal's Ctrl-C reaches every process of the group): the
-controller stops them, so no worker prints a traceback.
+"""Stopping a run on SIGINT / SIGTERM without losing it: in the loop, a first signal finishes and checkpoints the
+current step; a second one, or one outside the loop, stops at once. Exit status ``128 + signal`` (130, 143). Workers
+ignore these signals: the controller stops them, so none prints a traceback.
 """
 
 from __future__ import annotations
@@ -49,11 +39,8 @@ def ignore_stop_signals() -> None:
 
 
 class StopSignals:
-    """Installs the controller's SIGINT / SIGTERM handlers (main thread only; elsewhere a no-op).
-
-    ``graceful``: whether a first signal only asks the loop to stop after the current step (the loop sets it
-    while it can honour that); otherwise, and on a second signal, the handler raises :class:`Interrupted`.
-    """
+    """Installs the controller's SIGINT / SIGTERM handlers (main thread only). While ``graceful`` (set by the loop), a
+    first signal only asks it to stop after the current step; otherwise the handler raises :class:`Interrupted`."""
 
     def __init__(self) -> None:
         self.requested: int | None = None
@@ -83,21 +70,13 @@ class StopSignals:
         if self.graceful and self.requested is None:
             self.requested = signum
             name = signal_name(signum)
-            print(
-                f"\n{name}: stopping after the current step, which is then saved as a checkpoint "
-                f"({name} again stops at once without saving it)",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"\n{name}: stopping after the current step, which is then saved as a checkpoint "
+                  f"({name} again stops at once without saving it)", file=sys.stderr, flush=True)
             return
         raise Interrupted(signum)
 
 
 def is_failure(exc: BaseException) -> bool:
-    """An error to report (a full disk, a bad file), as opposed to a signal / Ctrl-C that must propagate.
-
-    torch's ``CheckpointException`` derives from ``BaseException``, not
-    ``Exception``, yet it is a failed save or load (a full disk on one rank),
-    never a request to stop.
-    """
+    """An error to report, as opposed to a signal / Ctrl-C that must propagate (torch's ``CheckpointException`` is a
+    ``BaseException`` yet a failed save or load)."""
     return isinstance(exc, Exception) or type(exc).__name__ == "CheckpointException"

@@ -1,10 +1,5 @@
-"""``typing.get_type_hints`` of a config class, computed once per class.
-
-The config modules use ``from __future__ import annotations``, so every call of
-``typing.get_type_hints`` compiles and evaluates each field's annotation string again: loading and checking
-one config asked for them ~200 times (about a third of an `rlcore check`). The classes do not change after
-import, so their hints are read once and handed out read-only.
-"""
+"""``typing.get_type_hints`` of a config class, computed once per class (each call evaluates every annotation string
+again, and a config check asks hundreds of times); the classes never change after import."""
 
 from __future__ import annotations
 

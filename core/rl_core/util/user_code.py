@@ -1,10 +1,6 @@
-"""Importing the user's own code named in their own config (a reward function, a dataset class).
-
-The config names a ``.py`` file and an object in it (verl's ``custom_reward_function.path`` / ``.name``,
-``data.custom_cls.path`` / ``.name``): the file is imported once per process under a name derived from its
-absolute path, and the object is returned. Only code the user pointed at runs; nothing read from a data file
-or a checkpoint names code. Errors name the config key (``path_key`` or ``name_key``) and say what to fix.
-Standard library only: reward worker processes import this module.
+"""Importing the user's own code named in their own config (a reward function, a dataset class), once per process.
+Only code the user pointed at runs; nothing read from a data file or a checkpoint names code. Standard library only:
+reward worker processes import this module.
 """
 
 from __future__ import annotations
@@ -18,11 +14,8 @@ from typing import Any, Callable
 
 def load_user_object(path: str, name: str, *, path_key: str, name_key: str, error: type[Exception], prefix: str,
                      kind: str = "function", check: Callable[[Any], bool] = callable) -> Any:
-    """``name`` from the Python file at ``path``; ``error(f"{key}: ...")`` when it cannot be had.
-
-    ``prefix`` keeps modules of different purposes apart in ``sys.modules``; ``check`` says whether the
-    object is of the ``kind`` asked for (a function: callable; a class: ``isinstance(obj, type)``).
-    """
+    """``name`` from the Python file at ``path``, else ``error(f"{key}: ...")``; ``prefix`` keeps modules of different
+    purposes apart in ``sys.modules``, ``check`` says whether the object is the ``kind`` asked for."""
     full = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(full):
         where = "is a directory" if os.path.isdir(full) else "does not exist"

@@ -1,7 +1,4 @@
-"""``~`` in the config's paths, expanded once when the config is loaded: `rlcore check` looks where the run writes.
-
-Before, ``trainer.output_dir=~/x`` was checked as the home folder's ``x`` but written to a literal ``./~/x``.
-"""
+"""``~`` in the config's paths, expanded once when the config is loaded, so `rlcore check` looks where the run writes."""
 
 from __future__ import annotations
 
@@ -49,5 +46,3 @@ def expand_user_paths(config: Any) -> Any:
         if isinstance(value, (list, tuple)) and any(isinstance(v, str) and v.startswith("~") for v in value):
             config = evolve_key(config, key, type(value)(_expand(v) for v in value))
     return config
-
-

@@ -11,7 +11,7 @@ bandwidth (bus bandwidth as nccl-tests defines it: ``2 (n - 1) / n`` times
 the algorithm bandwidth), after checking the sum is right. Last, what listens
 where: every TCP socket the Ray processes of each node (and this driver) listen
 on, with the ones reachable from the network flagged
-(:mod:`rl_core.placement.listeners`).
+(:mod:`rl_placement_ray.listeners`).
 
 ``rlcore doctor --cluster`` calls :func:`run` (the ``ray`` placement card's ``doctor``, rl_placement_ray.plugin);
 ``python -m rl_placement_ray.doctor`` takes the flags of :func:`add_arguments` (``--address``, ``--size-mb``,
@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from rl_placement_ray.config import RayConfig
-from rl_core.placement.listeners import descendants, describe, listening_sockets
+from rl_core.placement.listeners import descendants
 from rl_core.problems import UserError
 
 from rl_placement_ray.connect import alive_nodes, connect, import_ray
 from rl_placement_ray.group import RayWorkerGroup
+from rl_placement_ray.listeners import describe, listening_sockets
 from rl_placement_ray.pools import ResourcePool
 
 PACKAGES = ("torch", "transformers", "ray", "rl-core")

@@ -16,7 +16,7 @@ import time
 import pytest
 from rl_core.config.load import load_config
 from rl_core.placement.contract import WorkerError
-from rl_core.placement.listeners import listening_sockets
+from rl_placement_ray.listeners import listening_sockets
 from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer
 
