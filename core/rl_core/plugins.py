@@ -1,18 +1,9 @@
 """Plugin manager: loads the ``rl_core`` entry-point group and fills the card registry.
 
-- Every entry point in the ``rl_core`` group is imported once; a module that
-  fails to import (or whose hooks raise) is recorded as a :class:`PluginError`
-  naming the distribution, its version, the entry point and the exception,
-  and every other plugin stays usable.
-- ``check_pending()`` runs after loading, so a misspelt hook name is an error
-  rather than a silently ignored function.
-- ``RL_CORE_PLUGINS`` (allow list) and ``RL_CORE_BLOCK_PLUGINS`` (block list)
-  take comma-separated entry-point or distribution names. The core's own
-  entry points (built-ins) load unless blocked explicitly. A name that a
-  skipped plugin would have provided is reported as blocked (not as "not
-  installed"), and a list entry that names no installed plugin is a warning.
-- Two providers of one (kind, name) is an error that names both; the name is
-  then unusable until one of them is removed or blocked.
+A plugin that fails to import (or whose hooks raise) is a :class:`PluginError` naming its distribution, version and
+exception; the others stay usable. ``check_pending()`` makes a misspelt hook name an error. ``RL_CORE_PLUGINS`` /
+``RL_CORE_BLOCK_PLUGINS`` allow / block entry-point or distribution names (built-ins load unless blocked); a name a
+skipped plugin would provide is reported as blocked. Two providers of one (kind, name) is an error naming both.
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
-"""One normalisation step: global sizes in prompts -> per-rank sizes in sequences.
-
-The vocabulary (as in verl):
-
-- ``data.train_batch_size``: prompts per step (global);
-- ``rollout.n``: samples per prompt, so a step holds ``train_batch_size * n``
-  sequences;
-- ``actor.ppo_mini_batch_size``: prompts per optimizer step (global);
-- ``*_micro_batch_size_per_gpu``: sequences per forward/backward on one rank.
-
-Worked example (pinned in tests): 60 prompts per step, n = 12, 6 GPUs,
-rollout TP 2 -> 720 sequences; 6 / 2 = 3 rollout replicas of 720 / 3 = 240
-sequences; a mini-batch of 60 prompts is 720 sequences, 720 / 6 = 120 per
-training rank.
-
-Every error prints the arithmetic and the nearest valid values.
+"""One normalisation step: global sizes in prompts -> per-rank sizes in sequences (the vocabulary, as in verl, and a
+worked example: docs/config.md, "Sizes"). Every error prints the arithmetic and the nearest valid values.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The run configuration: frozen attrs classes, one per section.
 
-Names follow verl's where they mean the same thing (``data.train_batch_size``,
-``rollout.n``, ``actor.ppo_mini_batch_size``, ...); ``docs/config.md`` maps
-every verl key onto ours. Sizes named ``*_batch_size`` without a suffix are
-**global, in prompts**; ``*_per_gpu`` sizes are **per rank, in sequences**
-(on CPU a "gpu" is one worker process). :func:`rl_core.config.normalize.normalize`
-turns the former into the latter.
+Names follow verl's where they mean the same thing (docs/config.md maps them). ``*_batch_size`` sizes are global, in
+prompts; ``*_per_gpu`` sizes per rank, in sequences (:func:`rl_core.config.normalize.normalize` turns one into the other).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The resolver: config names -> cards -> a matched :class:`Plan`, or problems.
-
-Runs before anything heavy is imported or any device is touched. Each check
-reads only cards (declared capabilities) and light metadata (installed
-distribution versions, a model's ``config.json``).
+"""The resolver: config names -> cards -> a matched :class:`Plan`, or problems; it reads only cards and light metadata
+(distribution versions, a model's ``config.json``), before anything heavy is imported or a device is touched.
 """
 
 from __future__ import annotations

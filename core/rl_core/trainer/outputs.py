@@ -1,14 +1,8 @@
 """The run's output folder: checked before anything is built, never silently reused for another config.
 
-- :func:`ensure_writable` creates ``trainer.output_dir`` and proves it can be written.
-- :func:`check_previous_run` compares the config of a run already in the folder with this one: a checkpoint resumed
-  under different settings stops with the difference and the two ways on (``--resume-anyway`` or a new
-  ``trainer.output_dir``); ``trainer.resume=false`` over a checkpoint is refused (a fresh start would delete it).
-  :data:`RESUMABLE_KEYS` (steps, logging, checkpoint and validation frequencies) may change.
-- :func:`output_lock`: one run per folder (a second is refused naming the first one's pid; a dead run's lock is taken
-  over).
-- :func:`write_config` writes ``config.yaml`` atomically, once everything is built: a failed start leaves the previous
-  run's file alone.
+:func:`ensure_writable` proves it can be written; :func:`check_previous_run` refuses to resume a checkpoint under a
+different config (except :data:`RESUMABLE_KEYS`) without ``--resume-anyway``; :func:`output_lock` allows one run per
+folder; :func:`write_config` writes ``config.yaml`` atomically once everything is built.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""A live training progress bar: step / total, ETA and a few key metrics (tqdm).
-
-Shown only on a terminal (``stderr`` is a TTY) unless ``enable`` says
-otherwise, so logs of batch jobs stay clean; the console logger prints a line
-per step either way.
+"""A live training progress bar (tqdm): step / total, ETA and a few key metrics; only on a terminal unless ``enable``
+says otherwise.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Metric logging: :class:`Tracker` fans each ``log(metrics, step)`` out to core's ``console`` and ``jsonl`` loggers
-and the tracker cards' (``Plan.trackers``: rl-tracking's tensorboard and wandb).
+and the tracker cards' (``Plan.trackers``).
 
-``jsonl`` is the run's own record (``<output_dir>/metrics.jsonl``, flushed each step; rl-tracking's ``rlcore plot``
-reads it). On resume :meth:`Tracker.truncate_after` moves the rows written after the resumed checkpoint to
-``metrics.dropped-<time>.jsonl``: the file describes one run, and nothing written is lost. The key metrics (the console
-line, the progress bar, the plots' groups) are recognised by name with :data:`METRIC_GROUPS`, verl's names included.
+``<output_dir>/metrics.jsonl`` is the run's own record; on resume the rows after the resumed checkpoint move to
+``metrics.dropped-<time>.jsonl``. :data:`METRIC_GROUPS` names the key metrics (verl's names included).
 """
 
 from __future__ import annotations
