@@ -364,10 +364,8 @@ def load_config(
     path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None,
     warnings: list[Problem] | None = None, **kw: Any,
 ) -> RunConfig:
-    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem.
-
-    Warnings (a dialect's keys ignored with a reason, ...) go to ``warnings`` when given, else to the log.
-    """
+    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem; warnings go to
+    ``warnings`` when given, else to the log."""
     loaded = load_report(path, overrides, base=base, **kw)
     errs = [p for p in loaded.problems if p.severity == "error"]
     if errs:

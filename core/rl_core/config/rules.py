@@ -298,9 +298,8 @@ CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greed
 
 
 def check_config(cfg: Any, *, rule_keys: set[str] | None = None) -> list[Problem]:
-    """Every value rule and cross-key rule of a RunConfig; at most one problem per key.
-
-    ``rule_keys``: filled with the keys a cross-key rule reported (the ``rules`` stage of `rlcore check`)."""
+    """Every value and cross-key rule of a RunConfig, at most one problem per key; ``rule_keys`` collects the keys a
+    cross-key rule reported."""
     problems = check_values(cfg)
     seen = {p.key for p in problems}
     for rule in CROSS_RULES:

@@ -52,10 +52,8 @@ NAME_KEYS = frozenset({"rollout.name", "train.name", "algorithm.adv_estimator", 
 
 @attrs.frozen(kw_only=True)
 class Plan:
-    """The run plan: a config whose backends are known to fit together, sized, with every card it names loaded once.
-
-    Built once per run (:func:`rl_core.plan.checks.build_plan`); the loop, the workers and the engines read this and
-    never the registry or the raw config."""
+    """The run plan: a config whose backends fit together, sized, with every card it names loaded once. Built once per
+    run (:func:`rl_core.plan.checks.build_plan`); the loop, workers and engines read this, never the registry."""
 
     config: RunConfig
     sizes: Sizes
@@ -432,12 +430,8 @@ def _log_prob_forward(config: RunConfig, registry: Registry, problems: list[Prob
 
 
 def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool = True) -> tuple[Plan | None, list[Problem]]:
-    """Match the config's named backends and sizes; a Plan, or None plus problems.
-
-    The names, cards and sizes only: :func:`rl_core.plan.checks.build_plan` runs this once and then every registered
-    check. ``rules=False``: the schema's value and cross-key rules already ran (when the config was loaded).
-    Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks).
-    """
+    """Match the config's named backends and sizes: a Plan, or None plus problems. ``rules=False``: the schema's rules
+    already ran at load time. Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks)."""
     registry = registry if registry is not None else get_registry()
     problems: list[Problem] = []
     if not config.model.path:

@@ -560,12 +560,8 @@ def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.T
 
 
 def needs_old_log_prob_pass(stack: Plan) -> bool:
-    """Whether the step runs a separate forward pass for the old policy's log-probs.
-
-    On-policy updates (one mini-batch, one epoch) have old == current, so a
-    backend that declares ``on_policy_without_old_log_probs`` takes them from
-    its own update forward pass; KL-in-reward still needs them up front.
-    """
+    """Whether the step runs a separate forward pass for the old policy's log-probs: on-policy (one mini-batch, one
+    epoch) a backend declaring ``on_policy_without_old_log_probs`` takes them from its update; KL-in-reward needs them first."""
     cfg = stack.config
     # the IS weights compare the rollout's log-probs with pi_old's: first, unless an on-policy update can weight each
     # row from its own forward (rollout_correction.in_update: no rejection, no batch normalisation)
@@ -582,10 +578,7 @@ def needs_old_log_prob_pass(stack: Plan) -> bool:
 
 
 def train(stack: Plan, **kwargs) -> dict[str, float]:
-    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.util.stopping.Interrupted` (module docstring there).
-
-    The output folder is locked for the whole run (one run per folder).
-    """
+    """Build and run in the locked output folder; SIGINT / SIGTERM end it with :class:`~rl_core.util.stopping.Interrupted`."""
     with output_lock(stack.config.trainer.output_dir), StopSignals() as stop:
         try:
             with phase("loading the model(s) and starting the workers"):

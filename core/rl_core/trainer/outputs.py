@@ -98,10 +98,8 @@ def free_bytes(path: str) -> int | None:
 
 
 def write_failure(exc: BaseException, path: str, needed: int | None = None) -> str:
-    """Why writing ``path`` failed and what to do, by cause: a full disk (free and needed bytes), permissions, other.
-
-    A full disk is never reported as a permission problem, and the other way round.
-    """
+    """Why writing ``path`` failed and what to do, by cause: a full disk (free and needed bytes, never reported as a
+    permission problem, nor the other way round), permissions, other."""
     code = getattr(exc, "errno", None)
     text = str(exc)
     full = code in _FULL or "No space left" in text or "Disk quota" in text
@@ -221,16 +219,9 @@ def check_previous_run(
     resumed_step: int | None = None,
 ) -> list[str]:
     """Stop if this run would resume a checkpoint written under another config; returns the diff lines.
-
-    The old config is ``saved_config`` (the one stored inside the checkpoint
-    to resume, ``saved_where``) or else the folder's ``config.yaml``. Only a
-    resume is refused (``resume`` on and a checkpoint present);
-    ``resume_anyway`` accepts it, except for keys the checkpoint fixes
-    (:data:`FIXED_BY_CHECKPOINT`), which cannot take effect and are refused
-    by name. A folder without a checkpoint starts over. With ``resume`` off,
-    a folder holding a checkpoint is refused: starting over there would
-    rotate its checkpoints away and rewrite its metrics.
-    """
+    The old config is ``saved_config`` (stored in the checkpoint at ``saved_where``) or else the folder's ``config.yaml``.
+    ``resume_anyway`` accepts a difference except in :data:`FIXED_BY_CHECKPOINT`'s keys. With ``resume`` off, a folder
+    holding a checkpoint is refused (starting over would rotate its checkpoints away and rewrite its metrics)."""
     if has_checkpoint and not resume:
         raise OutputDirError(
             f"trainer.output_dir={output_dir!r} holds the checkpoints of an earlier run, and trainer.resume=false would "
@@ -310,16 +301,9 @@ def _describe(record: Mapping[str, Any]) -> str:
 
 @contextlib.contextmanager
 def output_lock(output_dir: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``output_dir`` (its ``.rlcore.lock``, ``flock``) for the life of a run.
-
-    A second run on the folder stops with an :class:`OutputDirError` naming
-    the pid, host and start time of the one that holds it. The lock goes
-    with its process (``flock``), so a run that died (kill -9, a crash)
-    leaves a record but no lock: the next run names it and takes over.
-    The lock is held on the FOLDER itself (an open descriptor of the
-    directory), not on the record file: deleting ``.rlcore.lock`` during a
-    run (a cleanup script, a user) cannot let a second run in.
-    """
+    """Hold an exclusive ``flock`` on ``output_dir`` for the life of a run; a second run stops naming the holder's pid,
+    host and start time. A dead run leaves a record (``.rlcore.lock``) but no lock: the next run takes over. The lock is on
+    the FOLDER (an open descriptor), not the record, so deleting ``.rlcore.lock`` mid-run cannot let a second run in."""
     ensure_writable(output_dir)
     path = os.path.join(output_dir, LOCK_FILE)
     try:

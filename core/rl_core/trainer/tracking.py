@@ -86,10 +86,8 @@ class LoggerError(UserError, ImportError, ValueError):
 
 # ----------------------------------------------------------------- backends
 class ConsoleLogger:
-    """One compact line per step with the key metrics (all metrics if none is recognised).
-
-    Printed with ``tqdm.write`` by default, so a live progress bar stays intact.
-    """
+    """One compact line per step with the key metrics (all if none is recognised), via ``tqdm.write`` by default so a
+    live progress bar stays intact."""
 
     def __init__(self, print_fn: Callable[[str], Any] | None = None, **_: Any) -> None:
         if print_fn is None:
@@ -107,10 +105,8 @@ class ConsoleLogger:
 
 
 class JsonlLogger:
-    """Appends ``{"step": ..., "time": ..., **metrics}`` to ``<output_dir>/metrics.jsonl``.
-
-    Non-finite values are written as ``null`` so the file stays strict JSON.
-    """
+    """Appends ``{"step": ..., "time": ..., **metrics}`` to ``<output_dir>/metrics.jsonl``; non-finite values as
+    ``null`` (strict JSON)."""
 
     def __init__(self, output_dir: str, **_: Any) -> None:
         os.makedirs(output_dir, exist_ok=True)
@@ -246,13 +242,8 @@ def read_jsonl_metrics(path: str) -> list[dict[str, Any]]:
 
 
 def truncate_jsonl(path: str, step: int) -> int:
-    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped.
-
-    The dropped rows are not lost: they are first written to
-    ``metrics.dropped-<UTC time>.jsonl`` beside the file (a run restarted in
-    the folder of a finished run without checkpoints keeps that run's
-    metrics there).
-    """
+    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped. The dropped rows are
+    first written to ``metrics.dropped-<UTC time>.jsonl`` beside the file."""
     if not os.path.exists(path):
         return 0
     rows = read_jsonl_metrics(path)
