@@ -7,16 +7,13 @@ import sys
 import yaml
 
 from rl_core.cli.plugins_cmd import print_load_problems
-from rl_core.config.load import config_to_dict
+from rl_core.config.load import config_to_dict, load_report, option_dests
 from rl_core.plugins import get_registry
-from rl_core.problems import Problem
+from rl_core.problems import Problem, ConfigError
 from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
-from rl_core.config.load import load_report
-from rl_core.config.load import option_dests
 from rl_core.plan.checks import build_plan
 from rl_core.plan.disk import GB, estimate_disk
 from rl_core.plan.memory_host import host_estimate, host_ram
-from rl_core.problems import ConfigError
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:

@@ -14,11 +14,9 @@ from rl_core.plan.checks import build_plan
 from rl_core.plan.model_path import run_here
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError
-from rl_core.util.console import phase
-from rl_core.util.stopping import Interrupted
+from rl_core.util.console import phase, busy_cpu_warning
+from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.models import ensure_builtin_model
-from rl_core.util.console import busy_cpu_warning
-from rl_core.util.stopping import StopSignals, signal_name
 
 BUILTIN_PREFIX = "builtin:"
 

@@ -14,12 +14,11 @@ import os
 import tempfile
 from typing import Any, Callable
 
-from rl_core.cards import CheckCard
+from rl_core.cards import CheckCard, load_object
 from rl_core.hookspecs import hookimpl
 from rl_core.util.precision import slow_low_precision
 from rl_core.problems import Problem
 from rl_core.plugins import get_registry
-from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, kwargs_problems, load_custom_function
 from rl_core.run_kind import RL, run_kind_name

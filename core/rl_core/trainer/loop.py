@@ -39,17 +39,13 @@ from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 from rl_core.placement.rollout_pool import RolloutPoolHandle
-from rl_core.data.dataset import build_loaders
-from rl_core.data.dataset import pad_token_id_of
+from rl_core.data.dataset import build_loaders, pad_token_id_of
 from rl_core.modeling import load_tokenizer
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
-from rl_core.rewards.manager import RewardManager
-from rl_core.rewards.manager import scores_to_token_level
+from rl_core.rewards.manager import RewardManager, scores_to_token_level
 from rl_core.rollout import log_prob_decision, mismatch
-from rl_core.rollout.multi_turn import final_turn_mask
-from rl_core.rollout.multi_turn import multi_turn_on
-from rl_core.rollout.multi_turn import require_agent
+from rl_core.rollout.multi_turn import final_turn_mask, multi_turn_on, require_agent
 
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
 ZERO_ADVANTAGE_STEPS = 3
@@ -392,6 +388,7 @@ class Trainer(Saving, Validation):
         self.observers.call("on_rollouts", StepRollouts(
             step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras, trainer_log_probs=trainer_lp,
             policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
+
     def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
         """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.mismatch`) of
         the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
