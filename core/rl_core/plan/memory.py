@@ -171,7 +171,7 @@ class Estimate:
     def lines(self) -> list[str]:
         g = lambda b: f"{b / GB:6.2f} GiB"  # noqa: E731
         where = "per process (RAM)" if self.device == "cpu" else "per GPU"
-        if self.world > 1:  # multi-GPU configs: every term and peak is one rank's, not the job's (issue 54)
+        if self.world > 1:  # multi-GPU configs: every term and peak is one rank's, not the job's
             where = f"per rank, each of {self.world} {'processes (RAM)' if self.device == 'cpu' else 'GPUs'}"
         out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
         out += [f"  {k:<42} {g(v)}" for k, v in self.terms.items() if v]

@@ -252,8 +252,7 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
     if config.train.distributed_optimizer and "distributed_optimizer" not in train.parallelism:
         sharded = " (it shards the AdamW state over every rank already)" if train.state_sharding == "data" else ""
         problems.append(Problem(
-            key="train.distributed_optimizer",
-            what=f"train backend {train.name!r} has no distributed optimizer{sharded}",
+            key="train.distributed_optimizer", what=f"train backend {train.name!r} has no distributed optimizer{sharded}",
             fix=f"set train.distributed_optimizer=false, or use a train backend with one"
                 f"{_installed(registry, 'train', lambda c: 'distributed_optimizer' in c.parallelism)}",
         ))
@@ -280,8 +279,7 @@ def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: R
             f"spans {-(-rtp // per_node)} nodes")
     if not rollout.multi_node_tp:
         return [Problem(
-            key="rollout.tensor_model_parallel_size",
-            what=f"{span}, but rollout backend {rollout.name!r} runs a TP group within one node",
+            key="rollout.tensor_model_parallel_size", what=f"{span}, but rollout backend {rollout.name!r} runs a TP group within one node",
             fix=f"set rollout.tensor_model_parallel_size<={per_node}, or use a rollout backend whose TP group spans nodes"
                 f"{_installed(registry, 'rollout', lambda c: c.multi_node_tp)}",
         )]
@@ -323,8 +321,7 @@ def _check_architecture(config: RunConfig, cards: list, problems: list[Problem])
     for card, key in cards:
         if card is not None and card.architectures is not None and arch not in card.architectures:
             problems.append(Problem(
-                key="model.path",
-                what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
+                key="model.path", what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
                 fix=f"supported: {', '.join(sorted(card.architectures))}; pick another model or backend",
             ))
 
@@ -336,8 +333,7 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
     if estimator.needs_critic:
         if config.critic.enable is False:
             problems.append(Problem(
-                key="critic.enable",
-                what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
+                key="critic.enable", what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
                 fix="set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
             ))
         elif train is not None and "critic" not in train.roles:

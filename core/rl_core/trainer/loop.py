@@ -185,12 +185,9 @@ class Trainer(Saving, Validation):
     def sampling(self, *, greedy: bool = False, step: int = 0) -> SamplingParams:
         r = self.config.rollout
         return SamplingParams(
-            n=1 if greedy else r.n,
-            temperature=r.val_temperature if greedy else r.temperature,
-            top_p=1.0 if greedy else r.top_p,
-            top_k=-1 if greedy else r.top_k,
-            max_new_tokens=self.config.data.max_response_length,
-            greedy=greedy or not r.do_sample,
+            n=1 if greedy else r.n, temperature=r.val_temperature if greedy else r.temperature,
+            top_p=1.0 if greedy else r.top_p, top_k=-1 if greedy else r.top_k,
+            max_new_tokens=self.config.data.max_response_length, greedy=greedy or not r.do_sample,
             seed=self.config.trainer.seed * 1_000_003 + step,
             logprobs=log_prob_decision.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
@@ -325,15 +322,9 @@ class Trainer(Saving, Validation):
                         batch["rollout_is_weights"] = weights
                     metrics.update(rc_metrics)
                 adv, returns = compute_advantage(
-                    cfg.algorithm.adv_estimator,
-                    card=self.stack.estimator,
-                    fn=self.stack.estimator_fn,
-                    token_level_rewards=rewards,
-                    response_mask=batch["response_mask"],
-                    index=group_index(batch["uid"]),
-                    values=batch["values"] if cfg.critic.enable else None,
-                    gamma=cfg.algorithm.gamma,
-                    lam=cfg.algorithm.lam,
+                    cfg.algorithm.adv_estimator, card=self.stack.estimator, fn=self.stack.estimator_fn,
+                    token_level_rewards=rewards, response_mask=batch["response_mask"], index=group_index(batch["uid"]),
+                    values=batch["values"] if cfg.critic.enable else None, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam,
                     baseline_rewards=baseline,
                     options={"norm_adv_by_std": cfg.algorithm.norm_adv_by_std_in_grpo, **cfg.algorithm.options},
                     **self.log_prob_roles.for_estimator(batch),

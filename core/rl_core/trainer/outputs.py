@@ -27,27 +27,14 @@ from rl_core.trainer.schedule_resume import schedule_changes
 CONFIG_FILE = "config.yaml"
 
 # changing these does not change what a checkpoint means
-RESUMABLE_KEYS = frozenset(
-    {
-        "trainer.total_training_steps",
-        "trainer.total_epochs",
-        "trainer.save_freq",
-        "trainer.test_freq",
-        "trainer.val_before_train",
-        "trainer.max_ckpt_to_keep",
-        "trainer.loggers",
-        "trainer.project_name",
-        "trainer.experiment_name",
-        "trainer.torch_threads",
-        "trainer.output_dir",  # where the run is (a moved folder)
-        "trainer.resume",
-        "trainer.observers",  # step observers (rl_core.observers, e.g. traces) read the run, they never change it
-        "data.val_files",
-        "data.val_batch_size",
-        "data.val_max_samples",
-        "data.val_generator",
-    }
-)
+RESUMABLE_KEYS = frozenset({
+    "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train",
+    "trainer.max_ckpt_to_keep", "trainer.loggers", "trainer.project_name", "trainer.experiment_name", "trainer.torch_threads",
+    "trainer.output_dir",  # where the run is (a moved folder)
+    "trainer.resume",
+    "trainer.observers",  # step observers (rl_core.observers, e.g. traces) read the run, they never change it
+    "data.val_files", "data.val_batch_size", "data.val_max_samples", "data.val_generator",
+})
 RESUMABLE_PREFIXES = ("ray.",)
 
 # what a checkpoint fixes: a new value here cannot take effect on resume (the weights, the parallel layout and the
