@@ -292,16 +292,8 @@ class PluginManager:
     def build_registry(self) -> Registry:
         registry = Registry(errors=list(self.errors), skipped=list(self.skipped), warnings=list(self.warnings))
         for name, provider in self._providers.items():
-            registry.plugins.append(
-                {
-                    "entry_point": name,
-                    "distribution": provider.distribution,
-                    "version": provider.version,
-                    "hooks": sorted(
-                        h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls())
-                    ),
-                }
-            )
+            hooks = sorted(h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls()))
+            registry.plugins.append({"entry_point": name, "distribution": provider.distribution, "version": provider.version, "hooks": hooks})
         for hook_name in HOOK_KINDS:
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
                 provider = self._providers.get(impl.plugin_name, Provider(distribution="<unknown>"))
@@ -316,13 +308,8 @@ def _error(provider: Provider, exc: BaseException, hook: str = "") -> PluginErro
     what = f"{type(exc).__name__}: {exc}"
     if hook:
         what = f"{hook} raised {what}"
-    return PluginError(
-        distribution=provider.distribution,
-        version=provider.version,
-        entry_point=provider.entry_point,
-        error=what,
-        traceback="".join(traceback.format_exception(exc)),
-    )
+    return PluginError(distribution=provider.distribution, version=provider.version, entry_point=provider.entry_point, error=what,
+                       traceback="".join(traceback.format_exception(exc)))
 
 
 _REGISTRY: Registry | None = None

@@ -46,8 +46,7 @@ def add_parser(sub) -> None:
     add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print problems only")
     p.add_argument(
-        "--skip-device-check",
-        action="store_true",
+        "--skip-device-check", action="store_true",
         help="check a config meant for another machine: leave out this machine's GPUs and CPU cores; engines and loggers "
              "not installed here are warnings (everything else is checked)",
     )
@@ -61,14 +60,8 @@ def add_parser(sub) -> None:
 def print_plan(stack, out=None) -> None:
     out = out or sys.stdout  # looked up per call: a default bound at import outlives a replaced sys.stdout
     print("stack:", file=out)
-    for label, card in (
-        ("rollout", stack.rollout),
-        ("train", stack.train),
-        ("estimator", stack.estimator),
-        ("policy loss", stack.policy_loss),
-        ("reward", stack.reward),
-        ("weight converter", stack.converter),
-    ):
+    for label, card in (("rollout", stack.rollout), ("train", stack.train), ("estimator", stack.estimator),
+                        ("policy loss", stack.policy_loss), ("reward", stack.reward), ("weight converter", stack.converter)):
         if card is not None:
             print(f"  {label:<17} {card.name:<20} ({card.provider})", file=out)
     if stack.reward is None:

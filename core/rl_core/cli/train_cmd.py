@@ -27,9 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="resolve and normalise, build nothing heavy, print the plan")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
-        "--resume-anyway",
-        action="count",
-        default=0,
+        "--resume-anyway", action="count", default=0,
         help="resume the checkpoint in trainer.output_dir even though it was written under a different config "
         "(twice: even when that drops trained LoRA adapters)",
     )

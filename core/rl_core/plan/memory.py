@@ -90,18 +90,11 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
     heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     return ModelShape(
-        hidden=hidden,
-        intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
-        layers=int(cfg["num_hidden_layers"]),
-        heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        vocab=int(cfg["vocab_size"]),
-        tied=bool(cfg.get("tie_word_embeddings", False)),
+        hidden=hidden, intermediate=int(cfg.get("intermediate_size") or 4 * hidden), layers=int(cfg["num_hidden_layers"]),
+        heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab=int(cfg["vocab_size"]), tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
-        source=source,
-        model_type=str(cfg.get("model_type") or ""),
-        **_moe_shape(cfg),
+        source=source, model_type=str(cfg.get("model_type") or ""), **_moe_shape(cfg),
     )
 
 

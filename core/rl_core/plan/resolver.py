@@ -14,16 +14,8 @@ from typing import Any, Callable
 import attrs
 
 from rl_core.cards import (
-    ConverterCard,
-    EstimatorCard,
-    PlacementCard,
-    PolicyLossCard,
-    RewardCard,
-    RewardModelCard,
-    RolloutCard,
-    RolloutPoolCard,
-    RunKindCard,
-    TrainCard,
+    ConverterCard, EstimatorCard, PlacementCard, PolicyLossCard, RewardCard, RewardModelCard, RolloutCard, RolloutPoolCard,
+    RunKindCard, TrainCard,
 )
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig

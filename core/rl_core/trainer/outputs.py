@@ -310,8 +310,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
                 print(
                     f"warning: trainer.output_dir={output_dir!r}: its filesystem cannot lock files ({_why(exc)}), so nothing "
                     "stops a second run from writing into it at the same time; make sure only one run uses it",
-                    file=sys.stderr,
-                    flush=True,
+                    file=sys.stderr, flush=True,
                 )
                 yield
                 return
@@ -326,8 +325,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
             print(
                 f"note: trainer.output_dir={output_dir!r}: the run that held it ({_describe(stale)}) is gone without "
                 "releasing it (killed or crashed); taking over its lock",
-                file=sys.stderr,
-                flush=True,
+                file=sys.stderr, flush=True,
             )
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
         os.ftruncate(fd, 0)
