@@ -293,7 +293,8 @@ class PluginManager:
         registry = Registry(errors=list(self.errors), skipped=list(self.skipped), warnings=list(self.warnings))
         for name, provider in self._providers.items():
             hooks = sorted(h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls()))
-            registry.plugins.append({"entry_point": name, "distribution": provider.distribution, "version": provider.version, "hooks": hooks})
+            registry.plugins.append({"entry_point": name, "distribution": provider.distribution, "version": provider.version,
+                                     "hooks": hooks})
         for hook_name in HOOK_KINDS:
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
                 provider = self._providers.get(impl.plugin_name, Provider(distribution="<unknown>"))
