@@ -28,7 +28,6 @@ def add_config_args(p, config_help: str = "YAML config file (omit to check the b
 
 def config_kwargs(args) -> dict:
     """load_report's keyword arguments from the command line: the dialects' options (rl_core.config.load.option_dests)."""
-
     return {dest: getattr(args, dest, None) for dest in option_dests()}
 
 

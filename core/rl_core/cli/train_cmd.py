@@ -84,7 +84,6 @@ def run(args) -> int:
 
 def run_stoppable(args) -> int:
     """:func:`run` with SIGINT / SIGTERM handled from the first moment (loading the config, resolving the stack)."""
-
     try:
         with StopSignals():
             return run(args)

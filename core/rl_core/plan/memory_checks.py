@@ -52,7 +52,6 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
     ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
     for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
-
     if config.trainer.device == "cpu":
         return []
     if available is None:

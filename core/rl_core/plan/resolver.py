@@ -351,7 +351,6 @@ def _zero_advantage_rows(config: RunConfig, policy_loss: PolicyLossCard | None) 
 
 def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
     """algorithm.options / actor.policy_loss_options against the options class the chosen card declares."""
-
     if estimator is not None:
         problems.extend(options_problems(estimator, config.algorithm.options, "algorithm.options"))
     if policy_loss is not None:

@@ -196,7 +196,6 @@ class Trainer(Saving, Validation):
     def decode_responses(self, batch: Batch) -> list[str]:
         """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
         its last assistant turn, the final answer (the whole conversation is in ``extra_info["messages"]``)."""
-
         masks = batch["response_mask"].bool()
         infos = batch.non_tensors.get("extra_info")
         if infos is not None and any(isinstance(i, dict) and "agent" in i for i in infos):
@@ -207,7 +206,6 @@ class Trainer(Saving, Validation):
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
         """``(scores, metrics, scores before the reward shapers, the reward function's per-row dicts)``; training
         rewards (``train``) go through the plan's reward shapers (e.g. reward.overlong_penalty), validation scores do not."""
-
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
         model = (lambda rows: self._model_rewards(batch, rows, seconds)) if self.config.reward_model.enable else None

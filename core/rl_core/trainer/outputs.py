@@ -133,7 +133,6 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def plain_config(config: Any) -> dict[str, Any]:
     """A config (object or dict) as JSON data: what a checkpoint stores and what resumes compare."""
-
     data = config if isinstance(config, Mapping) else config_to_dict(config)
     return json.loads(json.dumps(data, default=str))
 
