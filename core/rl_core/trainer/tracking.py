@@ -127,7 +127,6 @@ class JsonlLogger:
                 os.ftruncate(self._f.fileno(), start)  # no torn row left behind
             except OSError:
                 pass
-
             raise LoggerError(
                 f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept "
                 "(a resumed run logs the later steps again)."
@@ -144,10 +143,7 @@ class JsonlLogger:
 
 
 #: core's own loggers; trainer.loggers' other names are tracker cards the plan resolved (Plan.trackers)
-BACKENDS: dict[str, Callable[..., Any]] = {
-    "console": ConsoleLogger,
-    "jsonl": JsonlLogger,
-}
+BACKENDS: dict[str, Callable[..., Any]] = {"console": ConsoleLogger, "jsonl": JsonlLogger}
 assert tuple(BACKENDS) == LOGGERS, "rl_core.config.schema.LOGGERS names core's own loggers: keep it in step"
 
 
@@ -156,12 +152,7 @@ class Tracker:
     """Logs each step's metrics to every backend named in ``loggers``."""
 
     def __init__(
-        self,
-        loggers: list[str],
-        output_dir: str,
-        project: str = "rl-core",
-        experiment: str = "run",
-        config_dict: dict | None = None,
+        self, loggers: list[str], output_dir: str, project: str = "rl-core", experiment: str = "run", config_dict: dict | None = None,
         print_fn: Callable[[str], Any] | None = None,
         trackers: Mapping[str, Callable[..., Any]] | Iterable[tuple[str, Callable[..., Any]]] = (),
     ) -> None:
@@ -176,13 +167,8 @@ class Tracker:
         self.backends: dict[str, Any] = {}
         try:
             for name in dict.fromkeys(loggers):
-                self.backends[name] = makers[name](
-                    output_dir=self.output_dir,
-                    project=project,
-                    experiment=experiment,
-                    config_dict=config_dict,
-                    print_fn=print_fn,
-                )
+                self.backends[name] = makers[name](output_dir=self.output_dir, project=project, experiment=experiment,
+                                                   config_dict=config_dict, print_fn=print_fn)
         except OSError as e:
             self.close()
             raise LoggerError(f"trainer.loggers: cannot open the log files in {self.output_dir}: {e.strerror or e}") from None
