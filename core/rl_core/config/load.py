@@ -32,6 +32,7 @@ from rl_core.plugins import dialect_hint, section_hint
 
 logger = logging.getLogger(__name__)
 
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
