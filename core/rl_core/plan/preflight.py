@@ -303,15 +303,14 @@ def _data_read(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
 
 
 def data_rows(config: Any, registry: Any = None) -> list[dict]:
-    """The first rows of the run's train / val data as the ``files`` check read them: once per plan, for every check
-    that reads rows (a plugin's too: the agent's tools, ...). ``registry``: the check's (the installed plugins' when
-    None), for the rows of a generator card."""
+    """The first rows of the run's train / val data, read once per plan for every check that reads rows (a plugin's too);
+    ``registry`` (default: the installed plugins') gives a generator card's rows."""
     return _data_read(config, registry if registry is not None else get_registry())[1]
 
 
 def file_problems(config: Any, registry: Any) -> list[Problem]:
-    """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them:
-    :func:`data_rows`), reward function, images without their package, the output folder."""
+    """The ``files`` stage: data rows (read once, :func:`data_rows`), reward function, images without their package,
+    the output folder."""
     data, rows = _data_read(config, registry)
     rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
     return [*data, *rewards, *feature_problems(config, registry, rows), *output_problems(config)]

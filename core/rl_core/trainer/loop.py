@@ -117,8 +117,7 @@ class Trainer(Saving, Validation):
         self.profiled_step = features.hook(cfg, "profiled_step") if features is not None else None
 
     def _rollout_pipeline(self):
-        """rollout.n_gpus_per_node: the rollout pool's schedule (rl_core.placement.rollout_pool), started: its first sync
-        (version 0) done."""
+        """The rollout pool's schedule (rollout.n_gpus_per_node; rl_core.placement.rollout_pool), started: version 0 synced."""
         if getattr(self.stack, "rollout_pool_fn", None) is None:
             return None
         pipeline = self.stack.rollout_pool_fn(RolloutPoolHandle(
@@ -134,8 +133,8 @@ class Trainer(Saving, Validation):
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
-        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each: the ranks of
-        a model-parallel group get the same shard; one result per data-parallel rank comes back."""
+        """Call ``method`` on each data-parallel rank of its role with that rank's shard of ``batch`` (a model-parallel group
+        shares one); one result per data-parallel rank."""
         method = WorkerMethod.named(method)
         role = method.role
         reps = self._model_parallel(role)
