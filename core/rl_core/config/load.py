@@ -1,10 +1,9 @@
 """Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
 
-Every problem is collected (duplicate YAML keys, unknown keys with a "did you mean", wrong types, the schema's rules:
-:mod:`rl_core.config.rules`) and raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check``
-and ``rlcore train`` refuse the same configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`): the
-printed config, the saved ``config.yaml`` and the trackers' copies never hold them. Another framework's launch is
-read by a dialect plugin (:mod:`rl_core.config.dialect`).
+Every problem (duplicate YAML keys, unknown keys with a "did you mean", wrong types, :mod:`rl_core.config.rules`) is
+raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check`` and ``rlcore train`` refuse the same
+configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`) wherever the config is printed or saved.
+Another framework's launch is read by a dialect plugin (:mod:`rl_core.config.dialect`).
 """
 
 from __future__ import annotations

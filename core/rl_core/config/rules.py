@@ -1,9 +1,8 @@
 """Declarative value rules for config fields, checked once at load time.
 
-A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, written with :mod:`rl_core.config.schema`'s
-helpers :func:`num`, :func:`choice`, :func:`text`, ...). :func:`check_values` returns one Problem per key that breaks
-its rule (the value, what is allowed, the nearest valid value); every float must be finite. Rules that tie keys
-together are the functions in :data:`CROSS_RULES`.
+A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, via :mod:`rl_core.config.schema`'s
+:func:`num`, :func:`choice`, ...); :func:`check_values` gives one Problem per key that breaks it (every float must be
+finite). Rules that tie keys together are :data:`CROSS_RULES`.
 """
 
 from __future__ import annotations
