@@ -1,18 +1,9 @@
 """Plugin manager: loads the ``rl_core`` entry-point group and fills the card registry.
 
-- Every entry point in the ``rl_core`` group is imported once; a module that
-  fails to import (or whose hooks raise) is recorded as a :class:`PluginError`
-  naming the distribution, its version, the entry point and the exception,
-  and every other plugin stays usable.
-- ``check_pending()`` runs after loading, so a misspelt hook name is an error
-  rather than a silently ignored function.
-- ``RL_CORE_PLUGINS`` (allow list) and ``RL_CORE_BLOCK_PLUGINS`` (block list)
-  take comma-separated entry-point or distribution names. The core's own
-  entry points (built-ins) load unless blocked explicitly. A name that a
-  skipped plugin would have provided is reported as blocked (not as "not
-  installed"), and a list entry that names no installed plugin is a warning.
-- Two providers of one (kind, name) is an error that names both; the name is
-  then unusable until one of them is removed or blocked.
+A plugin that fails to import (or whose hooks raise) is a :class:`PluginError` naming its distribution, version and
+exception; the others stay usable. ``check_pending()`` makes a misspelt hook name an error. ``RL_CORE_PLUGINS`` /
+``RL_CORE_BLOCK_PLUGINS`` allow / block entry-point or distribution names (built-ins load unless blocked); a name a
+skipped plugin would provide is reported as blocked. Two providers of one (kind, name) is an error naming both.
 """
 
 from __future__ import annotations
@@ -301,16 +292,9 @@ class PluginManager:
     def build_registry(self) -> Registry:
         registry = Registry(errors=list(self.errors), skipped=list(self.skipped), warnings=list(self.warnings))
         for name, provider in self._providers.items():
-            registry.plugins.append(
-                {
-                    "entry_point": name,
-                    "distribution": provider.distribution,
-                    "version": provider.version,
-                    "hooks": sorted(
-                        h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls())
-                    ),
-                }
-            )
+            hooks = sorted(h for h in HOOK_KINDS if any(i.plugin_name == name for i in getattr(self._pm.hook, h).get_hookimpls()))
+            registry.plugins.append({"entry_point": name, "distribution": provider.distribution, "version": provider.version,
+                                     "hooks": hooks})
         for hook_name in HOOK_KINDS:
             for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
                 provider = self._providers.get(impl.plugin_name, Provider(distribution="<unknown>"))
@@ -325,13 +309,8 @@ def _error(provider: Provider, exc: BaseException, hook: str = "") -> PluginErro
     what = f"{type(exc).__name__}: {exc}"
     if hook:
         what = f"{hook} raised {what}"
-    return PluginError(
-        distribution=provider.distribution,
-        version=provider.version,
-        entry_point=provider.entry_point,
-        error=what,
-        traceback="".join(traceback.format_exception(exc)),
-    )
+    return PluginError(distribution=provider.distribution, version=provider.version, entry_point=provider.entry_point, error=what,
+                       traceback="".join(traceback.format_exception(exc)))
 
 
 _REGISTRY: Registry | None = None

@@ -7,16 +7,13 @@ import sys
 import yaml
 
 from rl_core.cli.plugins_cmd import print_load_problems
-from rl_core.config.load import config_to_dict
+from rl_core.config.load import config_to_dict, load_report, option_dests
 from rl_core.plugins import get_registry
-from rl_core.problems import Problem
+from rl_core.problems import Problem, ConfigError
 from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
-from rl_core.config.load import load_report
-from rl_core.config.load import option_dests
 from rl_core.plan.checks import build_plan
 from rl_core.plan.disk import GB, estimate_disk
 from rl_core.plan.memory_host import host_estimate, host_ram
-from rl_core.problems import ConfigError
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -31,7 +28,6 @@ def add_config_args(p, config_help: str = "YAML config file (omit to check the b
 
 def config_kwargs(args) -> dict:
     """load_report's keyword arguments from the command line: the dialects' options (rl_core.config.load.option_dests)."""
-
     return {dest: getattr(args, dest, None) for dest in option_dests()}
 
 
@@ -49,8 +45,7 @@ def add_parser(sub) -> None:
     add_config_args(p)
     p.add_argument("--quiet", action="store_true", help="print problems only")
     p.add_argument(
-        "--skip-device-check",
-        action="store_true",
+        "--skip-device-check", action="store_true",
         help="check a config meant for another machine: leave out this machine's GPUs and CPU cores; engines and loggers "
              "not installed here are warnings (everything else is checked)",
     )
@@ -64,14 +59,8 @@ def add_parser(sub) -> None:
 def print_plan(stack, out=None) -> None:
     out = out or sys.stdout  # looked up per call: a default bound at import outlives a replaced sys.stdout
     print("stack:", file=out)
-    for label, card in (
-        ("rollout", stack.rollout),
-        ("train", stack.train),
-        ("estimator", stack.estimator),
-        ("policy loss", stack.policy_loss),
-        ("reward", stack.reward),
-        ("weight converter", stack.converter),
-    ):
+    for label, card in (("rollout", stack.rollout), ("train", stack.train), ("estimator", stack.estimator),
+                        ("policy loss", stack.policy_loss), ("reward", stack.reward), ("weight converter", stack.converter)):
         if card is not None:
             print(f"  {label:<17} {card.name:<20} ({card.provider})", file=out)
     if stack.reward is None:

@@ -1,11 +1,8 @@
 """`rlcore clean RUN_DIR [--dry-run]`: free a run folder's checkpoints, keep what the run produced.
 
-Removed: ``checkpoints/`` (every ``global_step_N``: the model, optimizer and random state a resume needs; 1.7 GB for
-the quickstart's 135M model) and the leftovers of an interrupted final write (``.hf_final.partial``,
-``.hf_final.old``). Kept: ``config.yaml``, ``metrics.jsonl``, the plots, the loggers' folders, ``val_generations.jsonl``,
-``eval/`` and the final model ``hf_final``. A run cannot be resumed afterwards (it starts over, or continues from
-``hf_final`` as a new run: ``model.path=RUN_DIR/hf_final``). The run's lock is taken first: a run still writing into
-the folder is refused by name.
+Removes ``checkpoints/`` and an interrupted final write's leftovers (``.hf_final.partial``, ``.hf_final.old``); keeps
+the config, metrics, plots, loggers' folders, generations, ``eval/`` and ``hf_final``. The run can no longer be
+resumed. The run's lock is taken first: a run still writing into the folder is refused.
 """
 
 from __future__ import annotations

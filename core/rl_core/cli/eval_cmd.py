@@ -1,11 +1,9 @@
 """`rlcore eval RUN_DIR_OR_MODEL [CONFIG] [key=value ...] [--data FILE] [--out FILE]`: validation only (verl's val_only).
 
-The target is a finished run's folder (its ``config.yaml`` and ``hf_final``; a LoRA run's ``hf_final`` adapters on its
-base model) or a model (a Hugging Face folder or ``builtin:NAME``, with CONFIG naming the data and the reward). The
-loop's own validation (:meth:`rl_core.trainer.loop.Trainer.validate`: greedy, the validation sampling, the same reward)
-runs over ``data.val_files`` / ``data.val_generator`` or over ``--data FILE``; the scores, overall and per data source,
-are printed and written as a small JSON file (``RUN_DIR/eval/<data>.json``, or ``--out``). Nothing else is kept: the
-trainer's working folder is a temporary one, removed afterwards (no checkpoint, no model, no metrics of a run).
+The target is a finished run's folder (its ``config.yaml`` and ``hf_final``) or a model with CONFIG naming the data
+and reward. The loop's own validation (:meth:`rl_core.trainer.loop.Trainer.validate`) runs over the validation data
+or ``--data``; the scores, overall and per data source, are printed and written as JSON (``RUN_DIR/eval/<data>.json``
+or ``--out``). Nothing else is kept: the trainer works in a temporary folder.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """`rlcore`: the command-line entry point.
 
-Each subcommand lives in its own module exposing ``add_parser(subparsers)``
-(which sets ``func``) and ``run(args) -> int``. User errors (bad config, bad
-data, missing files) print a clear message and exit 1, never a traceback;
-set ``RL_CORE_DEBUG=1`` to see the traceback anyway.
+Each subcommand module exposes ``add_parser(subparsers)`` (which sets ``func``) and ``run(args) -> int``. User errors
+print a message and exit 1, never a traceback (``RL_CORE_DEBUG=1`` shows it).
 """
 
 from __future__ import annotations

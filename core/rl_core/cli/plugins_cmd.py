@@ -21,17 +21,10 @@ def registry_report(registry: Registry) -> dict:
         for name in registry.names(kind):
             card = registry.cards[kind][name]
             prov = card.provider
-            cards.append(
-                {
-                    "name": name,
-                    "kind": kind,
-                    "distribution": prov.distribution if prov else "",
-                    "version": prov.version if prov else "",
-                    "entry_point": prov.entry_point if prov else "",
-                    "description": card.description,
-                    "capabilities": card.capabilities(),
-                }
-            )
+            cards.append({
+                "name": name, "kind": kind, "distribution": prov.distribution if prov else "", "version": prov.version if prov else "",
+                "entry_point": prov.entry_point if prov else "", "description": card.description, "capabilities": card.capabilities(),
+            })
     return {
         "cards": cards,
         "plugins": registry.plugins,

@@ -14,11 +14,9 @@ from rl_core.plan.checks import build_plan
 from rl_core.plan.model_path import run_here
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError
-from rl_core.util.console import phase
-from rl_core.util.stopping import Interrupted
+from rl_core.util.console import phase, busy_cpu_warning
+from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.models import ensure_builtin_model
-from rl_core.util.console import busy_cpu_warning
-from rl_core.util.stopping import StopSignals, signal_name
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -29,9 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="resolve and normalise, build nothing heavy, print the plan")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.add_argument(
-        "--resume-anyway",
-        action="count",
-        default=0,
+        "--resume-anyway", action="count", default=0,
         help="resume the checkpoint in trainer.output_dir even though it was written under a different config "
         "(twice: even when that drops trained LoRA adapters)",
     )
@@ -88,7 +84,6 @@ def run(args) -> int:
 
 def run_stoppable(args) -> int:
     """:func:`run` with SIGINT / SIGTERM handled from the first moment (loading the config, resolving the stack)."""
-
     try:
         with StopSignals():
             return run(args)

@@ -1,17 +1,10 @@
-"""Dialects: another framework's way of writing a launch, read into rl-core's config by a plugin.
+"""Dialects: another framework's launch (its options, override grammar, config files) read into rl-core's config by
+a plugin's :class:`rl_core.cards.DialectCard`.
 
-A dialect plugin registers a :class:`rl_core.cards.DialectCard`. :func:`rl_core.config.load.load_report` asks each
-installed dialect (by name) two questions:
-
-* ``detect(launch) -> bool``: is this launch in the dialect's syntax (its command-line options, its override
-  grammar, its own config files)? The first dialect that says yes translates the whole launch: the card's
-  ``factory(launch) -> Translated``, the dialect's defaults for what the launch leaves unset included.
-* otherwise, when a native launch writes keys that are not rl-core's (:func:`is_ours`), the first dialect with
-  ``keys`` translates them: ``keys(launch) -> Translated``, with no defaults of its own; rl-core's own keys keep
-  rl-core's meaning. With no dialect installed such a key is an unknown key (with an install hint where
-  :data:`rl_core.plugins.KNOWN_DISTRIBUTIONS` knows one).
-
-A launch that is not in a dialect's syntax is rl-core's: a YAML file and ``key=value`` overrides (:func:`parse_override`).
+:func:`rl_core.config.load.load_report` asks each installed dialect ``detect(launch)``; the first that says yes
+translates the whole launch (``factory(launch)``, its own defaults included). Otherwise a native launch's keys that are
+not rl-core's (:func:`is_ours`) go to the first dialect with ``keys(launch)``, without defaults; with none installed
+they are unknown keys (with an install hint, :data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Reading a run config: YAML file + dotted ``key=value`` overrides -> RunConfig.
 
-Every problem is collected (duplicate YAML keys, unknown keys with a "did you mean", wrong types, the schema's rules:
-:mod:`rl_core.config.rules`) and raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check``
-and ``rlcore train`` refuse the same configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`): the
-printed config, the saved ``config.yaml`` and the trackers' copies never hold them. Another framework's launch is
-read by a dialect plugin (:mod:`rl_core.config.dialect`).
+Every problem (duplicate YAML keys, unknown keys with a "did you mean", wrong types, :mod:`rl_core.config.rules`) is
+raised together as one :class:`~rl_core.problems.ConfigError`, so ``rlcore check`` and ``rlcore train`` refuse the same
+configs. :func:`config_to_dict` masks credentials (:func:`mask_secrets`) wherever the config is printed or saved.
+Another framework's launch is read by a dialect plugin (:mod:`rl_core.config.dialect`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from rl_core.util.user_paths import expand_user_paths
 from rl_core.plugins import dialect_hint, section_hint
 
 logger = logging.getLogger(__name__)
+
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
@@ -364,10 +364,8 @@ def load_config(
     path: str | Path | None = None, overrides: Iterable[str] = (), *, base: Mapping[str, Any] | None = None,
     warnings: list[Problem] | None = None, **kw: Any,
 ) -> RunConfig:
-    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem.
-
-    Warnings (a dialect's keys ignored with a reason, ...) go to ``warnings`` when given, else to the log.
-    """
+    """YAML file (optional) + overrides -> RunConfig, or raise ConfigError with every problem; warnings go to
+    ``warnings`` when given, else to the log."""
     loaded = load_report(path, overrides, base=base, **kw)
     errs = [p for p in loaded.problems if p.severity == "error"]
     if errs:

@@ -1,19 +1,5 @@
-"""One normalisation step: global sizes in prompts -> per-rank sizes in sequences.
-
-The vocabulary (as in verl):
-
-- ``data.train_batch_size``: prompts per step (global);
-- ``rollout.n``: samples per prompt, so a step holds ``train_batch_size * n``
-  sequences;
-- ``actor.ppo_mini_batch_size``: prompts per optimizer step (global);
-- ``*_micro_batch_size_per_gpu``: sequences per forward/backward on one rank.
-
-Worked example (pinned in tests): 60 prompts per step, n = 12, 6 GPUs,
-rollout TP 2 -> 720 sequences; 6 / 2 = 3 rollout replicas of 720 / 3 = 240
-sequences; a mini-batch of 60 prompts is 720 sequences, 720 / 6 = 120 per
-training rank.
-
-Every error prints the arithmetic and the nearest valid values.
+"""One normalisation step: global sizes in prompts -> per-rank sizes in sequences (the vocabulary, as in verl, and a
+worked example: docs/config.md, "Sizes"). Every error prints the arithmetic and the nearest valid values.
 """
 
 from __future__ import annotations
@@ -118,7 +104,7 @@ def resolve_compile(requested: Any, device: str, config: Any) -> tuple[bool, str
         return bool(requested), ""
     steps = config.trainer.total_training_steps
     if device == "cpu":
-        return False, ("auto -> eager: on a CPU the compile of every decoder layer costs minutes (issue 56 measured the GSM8K example's first "
+        return False, ("auto -> eager: on a CPU the compile of every decoder layer costs minutes (the GSM8K example's first "
                        "step: 570 s compiled, 29 s eager), more than a CPU run's steps win back")
     if steps is not None and steps < MIN_STEPS:
         return False, (f"auto -> eager: a short run (trainer.total_training_steps={steps} < {MIN_STEPS}) does not earn the "
@@ -203,24 +189,20 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     device = resolve_device(t.device)
     lp_micro = a.log_prob_micro_batch_size_per_gpu or r.log_prob_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu
     actor = attrs.evolve(
-        a,
-        clip_ratio_low=a.clip_ratio if a.clip_ratio_low is None else a.clip_ratio_low,
+        a, clip_ratio_low=a.clip_ratio if a.clip_ratio_low is None else a.clip_ratio_low,
         clip_ratio_high=a.clip_ratio if a.clip_ratio_high is None else a.clip_ratio_high,
         log_prob_micro_batch_size_per_gpu=lp_micro,
     )
     critic_on = needs_critic if c.enable is None else c.enable
     critic = attrs.evolve(
-        c,
-        enable=critic_on,
-        model_path=c.model_path or config.model.path,
+        c, enable=critic_on, model_path=c.model_path or config.model.path,
         ppo_mini_batch_size=c.ppo_mini_batch_size or a.ppo_mini_batch_size,
         ppo_micro_batch_size_per_gpu=c.ppo_micro_batch_size_per_gpu or a.ppo_micro_batch_size_per_gpu,
         ppo_epochs=c.ppo_epochs or a.ppo_epochs,
     )
     uses_kl = a.use_kl_loss or config.algorithm.use_kl_in_reward
     ref = attrs.evolve(
-        config.ref,
-        enable=uses_kl if config.ref.enable is None else config.ref.enable,
+        config.ref, enable=uses_kl if config.ref.enable is None else config.ref.enable,
         log_prob_micro_batch_size_per_gpu=config.ref.log_prob_micro_batch_size_per_gpu or lp_micro,
     )
     if uses_kl and ref.enable is False:
@@ -231,8 +213,8 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     compiled, compile_why = resolve_compile(config.model.compile, device, config)
     if config.model.compile is True and device == "cpu":  # the user asked for it: kept, but said
         problems.append(Problem(key="model.compile", severity="warning", fix="set model.compile=auto (or false) on a CPU",
-                                what="model.compile=true on a CPU: the first step compiles every decoder layer (minutes; issue 56 measured "
-                                     "the GSM8K example's first step at 570 s against 29 s eager); model.compile=auto picks eager here"))
+                                what="model.compile=true on a CPU: the first step compiles every decoder layer (minutes; "
+                                     "the GSM8K example's first step took 570 s against 29 s eager); model.compile=auto picks eager here"))
     config = attrs.evolve(
         config, data=data, actor=actor, critic=critic, ref=ref, trainer=attrs.evolve(t, device=device),
         model=attrs.evolve(config.model, dtype=dtype, compile=compiled),
@@ -310,23 +292,13 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
     if not size_ok or actor_sizes is None:
         return config, None, problems
     sizes = Sizes(
-        world_size=world,
-        device=device,
-        train_dp=dp,
-        train_model_parallel=mp,
-        train_sequence_parallel=sp,
-        train_context_parallel=cp,
-        rollout_tp=rtp,
-        rollout_replicas=replicas,
-        prompts_per_step=prompts,
-        sequences_per_step=seqs,
+        world_size=world, device=device, train_dp=dp, train_model_parallel=mp, train_sequence_parallel=sp, train_context_parallel=cp,
+        rollout_tp=rtp, rollout_replicas=replicas, prompts_per_step=prompts, sequences_per_step=seqs,
         sequences_per_rollout_replica=-(-prompts // replicas) * r.n,  # the last replica may get fewer (padded)
         sequences_per_train_rank=seqs // dp,
         **_role_sizes("actor", actor_sizes),
         actor_token_budget=(config.actor.ppo_max_token_len_per_gpu * cp or None) if config.actor.use_dynamic_bsz else None,
-        **_role_sizes("critic", critic_sizes),
-        pools=pools,
-        compile_choice=compile_why,
+        **_role_sizes("critic", critic_sizes), pools=pools, compile_choice=compile_why,
         expert_layout=(etp, ep, world // emp) if ep > 1 or config.train.expert_tensor_parallel_size is not None else None,
     )
     return config, sizes, problems

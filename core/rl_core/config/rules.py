@@ -1,9 +1,8 @@
 """Declarative value rules for config fields, checked once at load time.
 
-A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, written with :mod:`rl_core.config.schema`'s
-helpers :func:`num`, :func:`choice`, :func:`text`, ...). :func:`check_values` returns one Problem per key that breaks
-its rule (the value, what is allowed, the nearest valid value); every float must be finite. Rules that tie keys
-together are the functions in :data:`CROSS_RULES`.
+A schema field carries its rule in its attrs metadata (``metadata={RULE: ...}``, via :mod:`rl_core.config.schema`'s
+:func:`num`, :func:`choice`, ...); :func:`check_values` gives one Problem per key that breaks it (every float must be
+finite). Rules that tie keys together are :data:`CROSS_RULES`.
 """
 
 from __future__ import annotations
@@ -298,9 +297,8 @@ CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greed
 
 
 def check_config(cfg: Any, *, rule_keys: set[str] | None = None) -> list[Problem]:
-    """Every value rule and cross-key rule of a RunConfig; at most one problem per key.
-
-    ``rule_keys``: filled with the keys a cross-key rule reported (the ``rules`` stage of `rlcore check`)."""
+    """Every value and cross-key rule of a RunConfig, at most one problem per key; ``rule_keys`` collects the keys a
+    cross-key rule reported."""
     problems = check_values(cfg)
     seen = {p.key for p in problems}
     for rule in CROSS_RULES:

@@ -1,11 +1,7 @@
 """The run configuration: frozen attrs classes, one per section.
 
-Names follow verl's where they mean the same thing (``data.train_batch_size``,
-``rollout.n``, ``actor.ppo_mini_batch_size``, ...); ``docs/config.md`` maps
-every verl key onto ours. Sizes named ``*_batch_size`` without a suffix are
-**global, in prompts**; ``*_per_gpu`` sizes are **per rank, in sequences**
-(on CPU a "gpu" is one worker process). :func:`rl_core.config.normalize.normalize`
-turns the former into the latter.
+Names follow verl's where they mean the same thing (docs/config.md maps them). ``*_batch_size`` sizes are global, in
+prompts; ``*_per_gpu`` sizes per rank, in sequences (:func:`rl_core.config.normalize.normalize` turns one into the other).
 """
 
 from __future__ import annotations
@@ -138,7 +134,7 @@ class ModelConfig:
     compile: bool | str = choice(False, (False, True, "auto"), hint="auto picks eager on a CPU and for short runs")
     override_config: dict[str, Any] = field(factory=dict)
     architecture: str | None = None  # filled from the model's config.json when it can be read
-    # LoRA (rl-lora: plugins/lora, docs/lora.md, issue #32): 0 = off (full fine-tune); the actor's adapters on the fsdp backend
+    # LoRA (rl-lora: plugins/lora, docs/lora.md): 0 = off (full fine-tune); the actor's adapters on the fsdp backend
     lora_rank: int = num(0, ge=0, hint="0 turns LoRA off; 8 to 64 is usual, e.g. 32")
     lora_alpha: float = num(16.0, gt=0, hint="the adapters' scale is lora_alpha / lora_rank; twice the rank is usual, e.g. 64")
     # module names (the last part of a module's dotted name, e.g. [q_proj, v_proj]) or "all-linear" (every nn.Linear
@@ -246,7 +242,7 @@ class TrainBackendConfig:
 
 @attrs.frozen(kw_only=True)
 class FsdpConfig:
-    """verl's ``actor.fsdp_config`` offload switches (issue #32): the actor's weights / AdamW state in host memory
+    """verl's ``actor.fsdp_config`` offload switches: the actor's weights / AdamW state in host memory
     between phases, on one device (rl_train_fsdp.offload)."""
 
     param_offload: bool = False  # the actor's parameters live in host memory between phases (log-prob pass, update)

@@ -1,11 +1,8 @@
 """Config sections a package contributes: a feature's schema lives with the feature.
 
-A package registers a :class:`rl_core.cards.ConfigSectionCard` whose name is the section's key (``ray``, ``async``, or
-dotted under one of core's sections: ``rollout.multi_turn``) and whose factory is its attrs class.
-:func:`rl_core.config.load.structure` reads and checks it as core's own sections and keeps it in the parent's
-``sections`` (every installed one, with its defaults when the config does not write it); code reads it as an attribute
-(``config.rollout.multi_turn.enable``) and sets it with :func:`evolve_key`. A section no installed package provides is
-an unknown key whose problem names the package (:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
+A :class:`rl_core.cards.ConfigSectionCard`'s name is the section's key (``ray``, or dotted under a core section:
+``rollout.multi_turn``), its factory the attrs class. :func:`rl_core.config.load.structure` reads it as core's own
+sections, into the parent's ``sections``; code reads it as an attribute and sets it with :func:`evolve_key`.
 """
 
 from __future__ import annotations

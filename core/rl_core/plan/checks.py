@@ -62,7 +62,6 @@ def _broken(card: Any, exc: Exception) -> Check:
 
 def _schema_knows(key: str) -> bool:
     """Whether a dotted key names a field of the schema (anything under a free-form dict counts)."""
-
     cls: Any = RunConfig
     for part in key.split("."):
         part = part.split("[")[0]

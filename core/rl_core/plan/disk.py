@@ -87,10 +87,7 @@ def estimate_disk(config: Any, shape: Any = None, features: Any = None) -> DiskE
         body = p - (0 if shape.tied else shape.vocab * shape.hidden)
         per_checkpoint += (MASTER_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM) * (body + shape.hidden)
     return DiskEstimate(
-        per_checkpoint=per_checkpoint,
-        final_model=final,
-        saves=_saves(config),
-        kept=config.trainer.max_ckpt_to_keep,
+        per_checkpoint=per_checkpoint, final_model=final, saves=_saves(config), kept=config.trainer.max_ckpt_to_keep,
         model=f"{p / 1e6:.0f}M parameters" if p >= 1e6 else f"{p / 1e3:.0f}k parameters",
         final_what="" if not lora else ": a LoRA adapter folder" + (" + the merged weights" if config.trainer.save_merged_lora else ""),
     )

@@ -90,18 +90,11 @@ def shape_from_config(cfg: dict[str, Any], source: str) -> ModelShape:
     heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     return ModelShape(
-        hidden=hidden,
-        intermediate=int(cfg.get("intermediate_size") or 4 * hidden),
-        layers=int(cfg["num_hidden_layers"]),
-        heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        vocab=int(cfg["vocab_size"]),
-        tied=bool(cfg.get("tie_word_embeddings", False)),
+        hidden=hidden, intermediate=int(cfg.get("intermediate_size") or 4 * hidden), layers=int(cfg["num_hidden_layers"]),
+        heads=heads, kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab=int(cfg["vocab_size"]), tied=bool(cfg.get("tie_word_embeddings", False)),
         qkv_bias=bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2")),
-        source=source,
-        model_type=str(cfg.get("model_type") or ""),
-        **_moe_shape(cfg),
+        source=source, model_type=str(cfg.get("model_type") or ""), **_moe_shape(cfg),
     )
 
 
@@ -171,7 +164,7 @@ class Estimate:
     def lines(self) -> list[str]:
         g = lambda b: f"{b / GB:6.2f} GiB"  # noqa: E731
         where = "per process (RAM)" if self.device == "cpu" else "per GPU"
-        if self.world > 1:  # multi-GPU configs: every term and peak is one rank's, not the job's (issue 54)
+        if self.world > 1:  # multi-GPU configs: every term and peak is one rank's, not the job's
             where = f"per rank, each of {self.world} {'processes (RAM)' if self.device == 'cpu' else 'GPUs'}"
         out = [f"memory estimate, {where}: {self.shape.params / 1e6:.0f}M parameters ({self.shape.source})"]
         out += [f"  {k:<42} {g(v)}" for k, v in self.terms.items() if v]

@@ -1,11 +1,6 @@
-"""`rlcore check` / `train` checks of what fits the devices' and the node's memory.
-
-Pure functions ``probe(config, registry) -> list[Problem]`` (the registry gives the installed features' memory terms
-and alternatives, :mod:`rl_core.plan.features`; without one, a full fine-tune's):
-
-- :func:`memory_problems`: a full fine-tune whose train states alone exceed the GPU is refused, naming which of the
-  features' alternatives (LoRA, offload) would fit (e.g. Qwen2.5-7B on one 80 GB GPU);
-- :func:`host_memory_problems`: a GPU run whose host-memory estimate exceeds the node's RAM.
+"""`rlcore check` / `train` checks of what fits the devices' and the node's memory, ``probe(config, registry) ->
+list[Problem]``: :func:`memory_problems` refuses a full fine-tune whose train states alone exceed the GPU (naming
+the features' alternatives that fit); :func:`host_memory_problems` a GPU run over the node's RAM.
 """
 
 from __future__ import annotations
@@ -57,7 +52,6 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
     ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
     for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
-
     if config.trainer.device == "cpu":
         return []
     if available is None:

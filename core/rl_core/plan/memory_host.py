@@ -1,29 +1,6 @@
 """Host (CPU) memory of a GPU run, per node: what CPU offload, sleep and the model load keep in RAM.
 
-The device estimate (:mod:`rl_core.plan.memory`) leaves host memory out; a 7B full fine-tune with offload on one GPU
-was ended by the host's OOM killer with nothing predicting it. Bytes per node, ``P`` parameters, ``c`` bytes of the
-compute dtype, ``A`` LoRA adapter parameters (a feature's trainable count, :mod:`rl_core.plan.features`), ``k``
-processes on the node (``trainer.n_gpus_per_node``), ``S`` ranks sharing the train states:
-
-- process runtime: ``HOST_RUNTIME_GB`` per process (python, torch, the CUDA libraries);
-- the model load: each process builds its train model on the host first (float32 for a full fine-tune, the
-  compute dtype under LoRA), then moves it to its GPU: ``k * 4P`` (``k * cP``) for a moment, before anything below;
-- CPU offload's pinned buffers and host shards: the ``host_terms`` hook of an enabled feature (rl-offload);
-- the hf rollout asleep (``rollout.enable_sleep``, weights larger than its keep threshold): its weights ``cP`` in
-  host memory during training, unless LoRA adapter sync frees them instead (rl-lora's in-place merge);
-- the final model (``hf_final``, :mod:`rl_core.train_engine.hf_export`): rank 0 copies the weights to the host one
-  safetensors shard at a time (``EXPORT_SHARD_BYTES``, 5 GB) and writes it, so the export holds at most one shard,
-  ``min(4P, 5 GB)`` for a full fine-tune (float32), plus safetensors' serialized copy of that shard (versions that
-  serialize a file into bytes first): ``2 min(4P, 5 GB)``. LoRA: the float32 adapters (``2 * 4A``), and with
-  ``trainer.save_merged_lora`` the merged weights in the compute dtype, again a shard at a time
-  (``2 min(cP, 5 GB)``); the larger of the two, as they are written one after the other;
-- a checkpoint (``trainer.save_freq > 0``): torch's DCP writer copies each tensor that is on the device (or is a
-  view into a larger host buffer) to the host and keeps every copy until the rank's file is closed
-  (``torch.distributed.checkpoint.filesystem._write_files_from_queue``), so a rank's device-resident train state is on
-  the host by the end of the save: ``12P / S`` per process for a full fine-tune (less what offload already keeps on
-  the host), ``12A / S`` under LoRA, ``12P / S`` more for a critic.
-
-The peak is the larger of the load (runtime + load) and the end of training (everything above).
+The terms and their formulas: docs/memory.md, "Host memory".
 """
 
 from __future__ import annotations

@@ -14,12 +14,11 @@ import os
 import tempfile
 from typing import Any, Callable
 
-from rl_core.cards import CheckCard
+from rl_core.cards import CheckCard, load_object
 from rl_core.hookspecs import hookimpl
 from rl_core.util.precision import slow_low_precision
 from rl_core.problems import Problem
 from rl_core.plugins import get_registry
-from rl_core.cards import load_object
 from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, kwargs_problems, load_custom_function
 from rl_core.run_kind import RL, run_kind_name
@@ -304,15 +303,14 @@ def _data_read(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
 
 
 def data_rows(config: Any, registry: Any = None) -> list[dict]:
-    """The first rows of the run's train / val data as the ``files`` check read them: once per plan, for every check
-    that reads rows (a plugin's too: the agent's tools, ...). ``registry``: the check's (the installed plugins' when
-    None), for the rows of a generator card."""
+    """The first rows of the run's train / val data, read once per plan for every check that reads rows (a plugin's too);
+    ``registry`` (default: the installed plugins') gives a generator card's rows."""
     return _data_read(config, registry if registry is not None else get_registry())[1]
 
 
 def file_problems(config: Any, registry: Any) -> list[Problem]:
-    """The ``files`` stage's reads of the world: data rows (read once, shared by the checks that need them:
-    :func:`data_rows`), reward function, images without their package, the output folder."""
+    """The ``files`` stage: data rows (read once, :func:`data_rows`), reward function, images without their package,
+    the output folder."""
     data, rows = _data_read(config, registry)
     rewards = reward_problems(config, registry, rows) if run_kind_name(config) == RL else []  # another run kind scores nothing
     return [*data, *rewards, *feature_problems(config, registry, rows), *output_problems(config)]

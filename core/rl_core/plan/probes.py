@@ -280,8 +280,7 @@ def data_size_problems(config: Any, registry: Any = None) -> list[Problem]:
     if rows >= batch:
         return []
     return [Problem(
-        key=key,
-        what=f"{batch} prompts per batch, but the training set ({', '.join(files)}) has {rows} row(s): not one batch",
+        key=key, what=f"{batch} prompts per batch, but the training set ({', '.join(files)}) has {rows} row(s): not one batch",
         fix=f"set {key} to at most {rows} (and the mini-batch sizes to match), or add training data",
     )]
 

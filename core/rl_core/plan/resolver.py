@@ -1,8 +1,5 @@
-"""The resolver: config names -> cards -> a matched :class:`Plan`, or problems.
-
-Runs before anything heavy is imported or any device is touched. Each check
-reads only cards (declared capabilities) and light metadata (installed
-distribution versions, a model's ``config.json``).
+"""The resolver: config names -> cards -> a matched :class:`Plan`, or problems; it reads only cards and light metadata
+(distribution versions, a model's ``config.json``), before anything heavy is imported or a device is touched.
 """
 
 from __future__ import annotations
@@ -17,16 +14,8 @@ from typing import Any, Callable
 import attrs
 
 from rl_core.cards import (
-    ConverterCard,
-    EstimatorCard,
-    PlacementCard,
-    PolicyLossCard,
-    RewardCard,
-    RewardModelCard,
-    RolloutCard,
-    RolloutPoolCard,
-    RunKindCard,
-    TrainCard,
+    ConverterCard, EstimatorCard, PlacementCard, PolicyLossCard, RewardCard, RewardModelCard, RolloutCard, RolloutPoolCard,
+    RunKindCard, TrainCard,
 )
 from rl_core.config.normalize import Sizes, normalize
 from rl_core.config.schema import RunConfig
@@ -55,10 +44,8 @@ NAME_KEYS = frozenset({"rollout.name", "train.name", "algorithm.adv_estimator", 
 
 @attrs.frozen(kw_only=True)
 class Plan:
-    """The run plan: a config whose backends are known to fit together, sized, with every card it names loaded once.
-
-    Built once per run (:func:`rl_core.plan.checks.build_plan`); the loop, the workers and the engines read this and
-    never the registry or the raw config."""
+    """The run plan: a config whose backends fit together, sized, with every card it names loaded once. Built once per
+    run (:func:`rl_core.plan.checks.build_plan`); the loop, workers and engines read this, never the registry."""
 
     config: RunConfig
     sizes: Sizes
@@ -257,8 +244,7 @@ def _check_parallel(config: RunConfig, rollout: RolloutCard | None, train: Train
     if config.train.distributed_optimizer and "distributed_optimizer" not in train.parallelism:
         sharded = " (it shards the AdamW state over every rank already)" if train.state_sharding == "data" else ""
         problems.append(Problem(
-            key="train.distributed_optimizer",
-            what=f"train backend {train.name!r} has no distributed optimizer{sharded}",
+            key="train.distributed_optimizer", what=f"train backend {train.name!r} has no distributed optimizer{sharded}",
             fix=f"set train.distributed_optimizer=false, or use a train backend with one"
                 f"{_installed(registry, 'train', lambda c: 'distributed_optimizer' in c.parallelism)}",
         ))
@@ -285,8 +271,7 @@ def _multi_node_tp_problems(config: RunConfig, rollout: RolloutCard, registry: R
             f"spans {-(-rtp // per_node)} nodes")
     if not rollout.multi_node_tp:
         return [Problem(
-            key="rollout.tensor_model_parallel_size",
-            what=f"{span}, but rollout backend {rollout.name!r} runs a TP group within one node",
+            key="rollout.tensor_model_parallel_size", what=f"{span}, but rollout backend {rollout.name!r} runs a TP group within one node",
             fix=f"set rollout.tensor_model_parallel_size<={per_node}, or use a rollout backend whose TP group spans nodes"
                 f"{_installed(registry, 'rollout', lambda c: c.multi_node_tp)}",
         )]
@@ -328,8 +313,7 @@ def _check_architecture(config: RunConfig, cards: list, problems: list[Problem])
     for card, key in cards:
         if card is not None and card.architectures is not None and arch not in card.architectures:
             problems.append(Problem(
-                key="model.path",
-                what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
+                key="model.path", what=f"model architecture {arch} is not supported by {card.kind} backend {card.name!r} ({key})",
                 fix=f"supported: {', '.join(sorted(card.architectures))}; pick another model or backend",
             ))
 
@@ -341,8 +325,7 @@ def _check_estimator(config: RunConfig, estimator: EstimatorCard | None, train: 
     if estimator.needs_critic:
         if config.critic.enable is False:
             problems.append(Problem(
-                key="critic.enable",
-                what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
+                key="critic.enable", what=f"algorithm.adv_estimator={name} needs a critic (value model) but critic.enable=false",
                 fix="set critic.enable=true, or pick an estimator without a critic (e.g. algorithm.adv_estimator=grpo with rollout.n>1)",
             ))
         elif train is not None and "critic" not in train.roles:
@@ -368,7 +351,6 @@ def _zero_advantage_rows(config: RunConfig, policy_loss: PolicyLossCard | None) 
 
 def _check_options(config: RunConfig, estimator: EstimatorCard | None, policy_loss: PolicyLossCard | None, problems: list[Problem]) -> None:
     """algorithm.options / actor.policy_loss_options against the options class the chosen card declares."""
-
     if estimator is not None:
         problems.extend(options_problems(estimator, config.algorithm.options, "algorithm.options"))
     if policy_loss is not None:
@@ -435,12 +417,8 @@ def _log_prob_forward(config: RunConfig, registry: Registry, problems: list[Prob
 
 
 def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool = True) -> tuple[Plan | None, list[Problem]]:
-    """Match the config's named backends and sizes; a Plan, or None plus problems.
-
-    The names, cards and sizes only: :func:`rl_core.plan.checks.build_plan` runs this once and then every registered
-    check. ``rules=False``: the schema's value and cross-key rules already ran (when the config was loaded).
-    Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks).
-    """
+    """Match the config's named backends and sizes: a Plan, or None plus problems. ``rules=False``: the schema's rules
+    already ran at load time. Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks)."""
     registry = registry if registry is not None else get_registry()
     problems: list[Problem] = []
     if not config.model.path:

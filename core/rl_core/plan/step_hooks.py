@@ -1,8 +1,5 @@
-"""The step's hooks a config turns on: reward shapers and the batch sampler (resolved once, into the Plan).
-
-A card names the boolean config key that turns it on (``enabled_by``); the Plan holds the loaded factories of the
-cards whose key is true. A key that is true with no installed card claiming it names the package
-(:data:`rl_core.plugins.KNOWN_DISTRIBUTIONS`).
+"""The step's hooks a config turns on (reward shapers, the batch sampler), resolved once into the Plan: a card names
+the boolean key that turns it on (``enabled_by``); a true key no installed card claims names its package.
 """
 
 from __future__ import annotations

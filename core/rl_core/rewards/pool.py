@@ -1,15 +1,11 @@
 """A process pool for reward scorers that enforces a per-sample deadline (standard library only).
 
-``ProcessPoolExecutor`` cannot stop one task, so one scorer that never returns (catastrophic regex backtracking, an
-exploding sympy simplification) would hang the run. Here each worker has its own pipe and a shared-memory slot saying
-which sample it scores since when. The parent hands each idle worker one chunk at a time (so pipe writes never
-deadlock); workers flush results every ``flush_s`` (a kill loses little); a worker past ``timeout_s`` on a sample is
-killed, the sample recorded as a timeout, the rest of its chunk requeued and the worker replaced; a worker that died
-(segfault, ``os._exit``) gets its current sample recorded as an error naming the exit code.
-
-Workers start with ``spawn`` (or ``forkserver``; never ``fork``, which copies torch / CUDA state) with the parent's
-``__main__`` hidden, so a child imports only this module and the scorer (about 0.1 s, a cheap replacement); scorers
-therefore travel as ``"module:attr"`` or file paths, never as objects defined in ``__main__``.
+``ProcessPoolExecutor`` cannot stop one task, so a scorer that never returns would hang the run. Each worker here has
+its own pipe and a shared-memory slot saying which sample it scores since when; a worker past ``timeout_s`` is
+killed, the sample recorded as a timeout, the rest of its chunk requeued and the worker replaced (a worker that died
+gets its sample recorded as an error). A worker has one chunk at a time (pipe writes never deadlock) and flushes its
+results every ``flush_s`` (a kill loses little). Workers start with ``spawn`` / ``forkserver`` (never ``fork``, which copies
+torch / CUDA state) with the parent's ``__main__`` hidden, so scorers travel as ``"module:attr"`` or file paths.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The loop's side of log-prob roles (:mod:`rl_core.plan.roles`): build them once, score every step's samples.
-
-A role (e.g. a distillation teacher) is built by its card's factory with the run config and the policy's tokenizer;
-each step, after the reference model's pass, ``role.log_probs(batch, temperature)`` gives ``Tensor[B, T]`` per-token
-log-probs of the sampled responses, stored as ``batch["<name>_log_prob"]`` and handed to the estimator as
-``log_probs[name]`` with the policy's own (``log_probs["actor"]``).
+"""The loop's side of log-prob roles (:mod:`rl_core.plan.roles`, e.g. a distillation teacher): built once with the
+run config and the policy's tokenizer; each step ``role.log_probs(batch, temperature)`` gives ``Tensor[B, T]``,
+stored as ``batch["<name>_log_prob"]`` and handed to the estimator as ``log_probs[name]``.
 """
 
 from __future__ import annotations

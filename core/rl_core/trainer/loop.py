@@ -39,17 +39,13 @@ from rl_core.util.stopping import Interrupted, StopSignals, signal_name
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 from rl_core.placement.rollout_pool import RolloutPoolHandle
-from rl_core.data.dataset import build_loaders
-from rl_core.data.dataset import pad_token_id_of
+from rl_core.data.dataset import build_loaders, pad_token_id_of
 from rl_core.modeling import load_tokenizer
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
-from rl_core.rewards.manager import RewardManager
-from rl_core.rewards.manager import scores_to_token_level
+from rl_core.rewards.manager import RewardManager, scores_to_token_level
 from rl_core.rollout import log_prob_decision, mismatch
-from rl_core.rollout.multi_turn import final_turn_mask
-from rl_core.rollout.multi_turn import multi_turn_on
-from rl_core.rollout.multi_turn import require_agent
+from rl_core.rollout.multi_turn import final_turn_mask, multi_turn_on, require_agent
 
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
 ZERO_ADVANTAGE_STEPS = 3
@@ -121,8 +117,7 @@ class Trainer(Saving, Validation):
         self.profiled_step = features.hook(cfg, "profiled_step") if features is not None else None
 
     def _rollout_pipeline(self):
-        """rollout.n_gpus_per_node: the rollout pool's schedule (rl_core.placement.rollout_pool), started: its first sync
-        (version 0) done."""
+        """The rollout pool's schedule (rollout.n_gpus_per_node; rl_core.placement.rollout_pool), started: version 0 synced."""
         if getattr(self.stack, "rollout_pool_fn", None) is None:
             return None
         pipeline = self.stack.rollout_pool_fn(RolloutPoolHandle(
@@ -138,8 +133,8 @@ class Trainer(Saving, Validation):
 
     # --------------------------------------------------------------- dispatch
     def _train_call(self, method: WorkerMethod, batch: Batch, *extra: Any) -> list[Any]:
-        """Split ``batch`` over the data-parallel ranks of the role ``method`` serves and call it on each: the ranks of
-        a model-parallel group get the same shard; one result per data-parallel rank comes back."""
+        """Call ``method`` on each data-parallel rank of its role with that rank's shard of ``batch`` (a model-parallel group
+        shares one); one result per data-parallel rank."""
         method = WorkerMethod.named(method)
         role = method.role
         reps = self._model_parallel(role)
@@ -189,12 +184,9 @@ class Trainer(Saving, Validation):
     def sampling(self, *, greedy: bool = False, step: int = 0) -> SamplingParams:
         r = self.config.rollout
         return SamplingParams(
-            n=1 if greedy else r.n,
-            temperature=r.val_temperature if greedy else r.temperature,
-            top_p=1.0 if greedy else r.top_p,
-            top_k=-1 if greedy else r.top_k,
-            max_new_tokens=self.config.data.max_response_length,
-            greedy=greedy or not r.do_sample,
+            n=1 if greedy else r.n, temperature=r.val_temperature if greedy else r.temperature,
+            top_p=1.0 if greedy else r.top_p, top_k=-1 if greedy else r.top_k,
+            max_new_tokens=self.config.data.max_response_length, greedy=greedy or not r.do_sample,
             seed=self.config.trainer.seed * 1_000_003 + step,
             logprobs=log_prob_decision.wanted(self.config, step) and getattr(self.stack.rollout, "logprobs", True) is not False and not greedy,
             stop=tuple(r.stop),
@@ -203,7 +195,6 @@ class Trainer(Saving, Validation):
     def decode_responses(self, batch: Batch) -> list[str]:
         """Each row's ``solution_str``: its sampled tokens; for a multi-turn row (``extra_info["agent"]``) only those of
         its last assistant turn, the final answer (the whole conversation is in ``extra_info["messages"]``)."""
-
         masks = batch["response_mask"].bool()
         infos = batch.non_tensors.get("extra_info")
         if infos is not None and any(isinstance(i, dict) and "agent" in i for i in infos):
@@ -214,7 +205,6 @@ class Trainer(Saving, Validation):
     def score_rows(self, batch: Batch, *, train: bool = True) -> tuple[torch.Tensor, dict[str, float], torch.Tensor, list[dict]]:
         """``(scores, metrics, scores before the reward shapers, the reward function's per-row dicts)``; training
         rewards (``train``) go through the plan's reward shapers (e.g. reward.overlong_penalty), validation scores do not."""
-
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
         model = (lambda rows: self._model_rewards(batch, rows, seconds)) if self.config.reward_model.enable else None
@@ -329,15 +319,9 @@ class Trainer(Saving, Validation):
                         batch["rollout_is_weights"] = weights
                     metrics.update(rc_metrics)
                 adv, returns = compute_advantage(
-                    cfg.algorithm.adv_estimator,
-                    card=self.stack.estimator,
-                    fn=self.stack.estimator_fn,
-                    token_level_rewards=rewards,
-                    response_mask=batch["response_mask"],
-                    index=group_index(batch["uid"]),
-                    values=batch["values"] if cfg.critic.enable else None,
-                    gamma=cfg.algorithm.gamma,
-                    lam=cfg.algorithm.lam,
+                    cfg.algorithm.adv_estimator, card=self.stack.estimator, fn=self.stack.estimator_fn,
+                    token_level_rewards=rewards, response_mask=batch["response_mask"], index=group_index(batch["uid"]),
+                    values=batch["values"] if cfg.critic.enable else None, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam,
                     baseline_rewards=baseline,
                     options={"norm_adv_by_std": cfg.algorithm.norm_adv_by_std_in_grpo, **cfg.algorithm.options},
                     **self.log_prob_roles.for_estimator(batch),
@@ -392,6 +376,7 @@ class Trainer(Saving, Validation):
         self.observers.call("on_rollouts", StepRollouts(
             step=step, phase="train", batch=batch, scores=scores, raw_scores=raw, reward_extras=extras, trainer_log_probs=trainer_lp,
             policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
+
     def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
         """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.mismatch`) of
         the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
@@ -560,12 +545,8 @@ def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.T
 
 
 def needs_old_log_prob_pass(stack: Plan) -> bool:
-    """Whether the step runs a separate forward pass for the old policy's log-probs.
-
-    On-policy updates (one mini-batch, one epoch) have old == current, so a
-    backend that declares ``on_policy_without_old_log_probs`` takes them from
-    its own update forward pass; KL-in-reward still needs them up front.
-    """
+    """Whether the step runs a separate forward pass for the old policy's log-probs: on-policy (one mini-batch, one
+    epoch) a backend declaring ``on_policy_without_old_log_probs`` takes them from its update; KL-in-reward needs them first."""
     cfg = stack.config
     # the IS weights compare the rollout's log-probs with pi_old's: first, unless an on-policy update can weight each
     # row from its own forward (rollout_correction.in_update: no rejection, no batch normalisation)
@@ -582,10 +563,7 @@ def needs_old_log_prob_pass(stack: Plan) -> bool:
 
 
 def train(stack: Plan, **kwargs) -> dict[str, float]:
-    """Build and run; SIGINT / SIGTERM end it with :class:`~rl_core.util.stopping.Interrupted` (module docstring there).
-
-    The output folder is locked for the whole run (one run per folder).
-    """
+    """Build and run in the locked output folder; SIGINT / SIGTERM end it with :class:`~rl_core.util.stopping.Interrupted`."""
     with output_lock(stack.config.trainer.output_dir), StopSignals() as stop:
         try:
             with phase("loading the model(s) and starting the workers"):

@@ -1,14 +1,8 @@
 """The run's output folder: checked before anything is built, never silently reused for another config.
 
-- :func:`ensure_writable` creates ``trainer.output_dir`` and proves it can be written.
-- :func:`check_previous_run` compares the config of a run already in the folder with this one: a checkpoint resumed
-  under different settings stops with the difference and the two ways on (``--resume-anyway`` or a new
-  ``trainer.output_dir``); ``trainer.resume=false`` over a checkpoint is refused (a fresh start would delete it).
-  :data:`RESUMABLE_KEYS` (steps, logging, checkpoint and validation frequencies) may change.
-- :func:`output_lock`: one run per folder (a second is refused naming the first one's pid; a dead run's lock is taken
-  over).
-- :func:`write_config` writes ``config.yaml`` atomically, once everything is built: a failed start leaves the previous
-  run's file alone.
+:func:`ensure_writable` proves it can be written; :func:`check_previous_run` refuses to resume a checkpoint under a
+different config (except :data:`RESUMABLE_KEYS`) without ``--resume-anyway``; :func:`output_lock` allows one run per
+folder; :func:`write_config` writes ``config.yaml`` atomically once everything is built.
 """
 
 from __future__ import annotations
@@ -33,27 +27,14 @@ from rl_core.trainer.schedule_resume import schedule_changes
 CONFIG_FILE = "config.yaml"
 
 # changing these does not change what a checkpoint means
-RESUMABLE_KEYS = frozenset(
-    {
-        "trainer.total_training_steps",
-        "trainer.total_epochs",
-        "trainer.save_freq",
-        "trainer.test_freq",
-        "trainer.val_before_train",
-        "trainer.max_ckpt_to_keep",
-        "trainer.loggers",
-        "trainer.project_name",
-        "trainer.experiment_name",
-        "trainer.torch_threads",
-        "trainer.output_dir",  # where the run is (a moved folder)
-        "trainer.resume",
-        "trainer.observers",  # step observers (rl_core.observers, e.g. traces) read the run, they never change it
-        "data.val_files",
-        "data.val_batch_size",
-        "data.val_max_samples",
-        "data.val_generator",
-    }
-)
+RESUMABLE_KEYS = frozenset({
+    "trainer.total_training_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train",
+    "trainer.max_ckpt_to_keep", "trainer.loggers", "trainer.project_name", "trainer.experiment_name", "trainer.torch_threads",
+    "trainer.output_dir",  # where the run is (a moved folder)
+    "trainer.resume",
+    "trainer.observers",  # step observers (rl_core.observers, e.g. traces) read the run, they never change it
+    "data.val_files", "data.val_batch_size", "data.val_max_samples", "data.val_generator",
+})
 RESUMABLE_PREFIXES = ("ray.",)
 
 # what a checkpoint fixes: a new value here cannot take effect on resume (the weights, the parallel layout and the
@@ -104,10 +85,8 @@ def free_bytes(path: str) -> int | None:
 
 
 def write_failure(exc: BaseException, path: str, needed: int | None = None) -> str:
-    """Why writing ``path`` failed and what to do, by cause: a full disk (free and needed bytes), permissions, other.
-
-    A full disk is never reported as a permission problem, and the other way round.
-    """
+    """Why writing ``path`` failed and what to do, by cause: a full disk (free and needed bytes, never reported as a
+    permission problem, nor the other way round), permissions, other."""
     code = getattr(exc, "errno", None)
     text = str(exc)
     full = code in _FULL or "No space left" in text or "Disk quota" in text
@@ -154,7 +133,6 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def plain_config(config: Any) -> dict[str, Any]:
     """A config (object or dict) as JSON data: what a checkpoint stores and what resumes compare."""
-
     data = config if isinstance(config, Mapping) else config_to_dict(config)
     return json.loads(json.dumps(data, default=str))
 
@@ -227,16 +205,9 @@ def check_previous_run(
     resumed_step: int | None = None,
 ) -> list[str]:
     """Stop if this run would resume a checkpoint written under another config; returns the diff lines.
-
-    The old config is ``saved_config`` (the one stored inside the checkpoint
-    to resume, ``saved_where``) or else the folder's ``config.yaml``. Only a
-    resume is refused (``resume`` on and a checkpoint present);
-    ``resume_anyway`` accepts it, except for keys the checkpoint fixes
-    (:data:`FIXED_BY_CHECKPOINT`), which cannot take effect and are refused
-    by name. A folder without a checkpoint starts over. With ``resume`` off,
-    a folder holding a checkpoint is refused: starting over there would
-    rotate its checkpoints away and rewrite its metrics.
-    """
+    The old config is ``saved_config`` (stored in the checkpoint at ``saved_where``) or else the folder's ``config.yaml``.
+    ``resume_anyway`` accepts a difference except in :data:`FIXED_BY_CHECKPOINT`'s keys. With ``resume`` off, a folder
+    holding a checkpoint is refused (starting over would rotate its checkpoints away and rewrite its metrics)."""
     if has_checkpoint and not resume:
         raise OutputDirError(
             f"trainer.output_dir={output_dir!r} holds the checkpoints of an earlier run, and trainer.resume=false would "
@@ -316,16 +287,9 @@ def _describe(record: Mapping[str, Any]) -> str:
 
 @contextlib.contextmanager
 def output_lock(output_dir: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``output_dir`` (its ``.rlcore.lock``, ``flock``) for the life of a run.
-
-    A second run on the folder stops with an :class:`OutputDirError` naming
-    the pid, host and start time of the one that holds it. The lock goes
-    with its process (``flock``), so a run that died (kill -9, a crash)
-    leaves a record but no lock: the next run names it and takes over.
-    The lock is held on the FOLDER itself (an open descriptor of the
-    directory), not on the record file: deleting ``.rlcore.lock`` during a
-    run (a cleanup script, a user) cannot let a second run in.
-    """
+    """Hold an exclusive ``flock`` on ``output_dir`` for the life of a run; a second run stops naming the holder's pid,
+    host and start time. A dead run leaves a record (``.rlcore.lock``) but no lock: the next run takes over. The lock is on
+    the FOLDER (an open descriptor), not the record, so deleting ``.rlcore.lock`` mid-run cannot let a second run in."""
     ensure_writable(output_dir)
     path = os.path.join(output_dir, LOCK_FILE)
     try:
@@ -345,8 +309,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
                 print(
                     f"warning: trainer.output_dir={output_dir!r}: its filesystem cannot lock files ({_why(exc)}), so nothing "
                     "stops a second run from writing into it at the same time; make sure only one run uses it",
-                    file=sys.stderr,
-                    flush=True,
+                    file=sys.stderr, flush=True,
                 )
                 yield
                 return
@@ -361,8 +324,7 @@ def output_lock(output_dir: str) -> Iterator[None]:
             print(
                 f"note: trainer.output_dir={output_dir!r}: the run that held it ({_describe(stale)}) is gone without "
                 "releasing it (killed or crashed); taking over its lock",
-                file=sys.stderr,
-                flush=True,
+                file=sys.stderr, flush=True,
             )
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
         os.ftruncate(fd, 0)

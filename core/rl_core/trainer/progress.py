@@ -1,8 +1,5 @@
-"""A live training progress bar: step / total, ETA and a few key metrics (tqdm).
-
-Shown only on a terminal (``stderr`` is a TTY) unless ``enable`` says
-otherwise, so logs of batch jobs stay clean; the console logger prints a line
-per step either way.
+"""A live training progress bar (tqdm): step / total, ETA and a few key metrics; only on a terminal unless ``enable``
+says otherwise.
 """
 
 from __future__ import annotations
@@ -18,11 +15,8 @@ PROGRESS_GROUPS = ("reward", "validation", "response_length", "mismatch", "step_
 
 
 class ProgressBar:
-    """``update(step, metrics)`` after each training step; ``close()`` at the end.
-
-    ``initial`` is the step a resumed run starts from, so the ETA counts only
-    the steps still to do.
-    """
+    """``update(step, metrics)`` after each step, ``close()`` at the end; ``initial``: a resumed run's start step (the
+    ETA counts only the steps still to do)."""
 
     def __init__(self, total: int | None, initial: int = 0, enable: bool | None = None, desc: str = "train") -> None:
         if total is not None and total < 0:

@@ -108,9 +108,8 @@ class Saving:
         return step
 
     def _resume_contents(self, path: str) -> list[str]:
-        """What a resume reads: trainer.load_contents (null: all) of what the checkpoint holds (its run's save_contents);
-        a part asked for and not there, or left out, is said once (AdamW then starts fresh; the LR schedule is put at
-        the resumed step)."""
+        """What a resume reads: trainer.load_contents (null: all) of what the checkpoint holds; a part asked for and missing,
+        or left out, is said once (AdamW then starts fresh; the LR schedule is put at the resumed step)."""
         saved = set(((read_run_config(path) or {}).get("trainer") or {}).get("save_contents") or ("model", "optimizer", "extra"))
         asked = saved if self.config.trainer.load_contents is None else set(self.config.trainer.load_contents)
         for part, fresh in (("optimizer", "AdamW starts from a fresh state"), ("extra", "the LR schedule is put at the resumed step")):

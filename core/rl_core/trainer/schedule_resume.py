@@ -1,15 +1,9 @@
-"""Resuming with another number of steps: when it changes the learning-rate schedule, it is a config change (issue 56).
+"""Resuming with another number of steps: a config change when it changes the learning-rate schedule.
 
-``trainer.total_training_steps`` / ``trainer.total_epochs`` may change on resume (rl_core.trainer.outputs.RESUMABLE_KEYS:
-a run is extended or cut short). But a schedule that spans the total (``lr_scheduler`` cosine / linear, or a warmup
-given as ``lr_warmup_steps_ratio``) is recomputed over the new total from the resumed step on: a user who asked for
-more steps got a learning rate that jumped (1.32e-5 -> 2e-6 at the resumed step). :func:`schedule_changes` names that
-change as a config difference line, with the resumed step's learning rate under the old and the new total when both
-are known, so the resume needs ``--resume-anyway`` like any other change and says what it does.
-
-The continuation (docs/checkpoints.md): with ``--resume-anyway`` the schedule is the new config's, evaluated at the
-resumed update count: update ``k`` (0-based; the resumed step ``s + 1`` is update ``s``) runs at
-``lr * factor(k)`` with the new total ``T``; the updates already made are not replayed.
+A schedule that spans the total (cosine / linear ``lr_scheduler``, or ``lr_warmup_steps_ratio``) is recomputed over
+the new total from the resumed step on, so the learning rate jumps. :func:`schedule_changes` names that as a config
+difference line (the resumed step's rate under both totals), so the resume needs ``--resume-anyway``; then update
+``k`` runs at ``lr * factor(k)`` over the new total (docs/checkpoints.md).
 """
 
 from __future__ import annotations

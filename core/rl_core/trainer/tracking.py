@@ -1,10 +1,8 @@
 """Metric logging: :class:`Tracker` fans each ``log(metrics, step)`` out to core's ``console`` and ``jsonl`` loggers
-and the tracker cards' (``Plan.trackers``: rl-tracking's tensorboard and wandb).
+and the tracker cards' (``Plan.trackers``).
 
-``jsonl`` is the run's own record (``<output_dir>/metrics.jsonl``, flushed each step; rl-tracking's ``rlcore plot``
-reads it). On resume :meth:`Tracker.truncate_after` moves the rows written after the resumed checkpoint to
-``metrics.dropped-<time>.jsonl``: the file describes one run, and nothing written is lost. The key metrics (the console
-line, the progress bar, the plots' groups) are recognised by name with :data:`METRIC_GROUPS`, verl's names included.
+``<output_dir>/metrics.jsonl`` is the run's own record; on resume the rows after the resumed checkpoint move to
+``metrics.dropped-<time>.jsonl``. :data:`METRIC_GROUPS` names the key metrics (verl's names included).
 """
 
 from __future__ import annotations
@@ -88,10 +86,8 @@ class LoggerError(UserError, ImportError, ValueError):
 
 # ----------------------------------------------------------------- backends
 class ConsoleLogger:
-    """One compact line per step with the key metrics (all metrics if none is recognised).
-
-    Printed with ``tqdm.write`` by default, so a live progress bar stays intact.
-    """
+    """One compact line per step with the key metrics (all if none is recognised), via ``tqdm.write`` by default so a
+    live progress bar stays intact."""
 
     def __init__(self, print_fn: Callable[[str], Any] | None = None, **_: Any) -> None:
         if print_fn is None:
@@ -109,10 +105,8 @@ class ConsoleLogger:
 
 
 class JsonlLogger:
-    """Appends ``{"step": ..., "time": ..., **metrics}`` to ``<output_dir>/metrics.jsonl``.
-
-    Non-finite values are written as ``null`` so the file stays strict JSON.
-    """
+    """Appends ``{"step": ..., "time": ..., **metrics}`` to ``<output_dir>/metrics.jsonl``; non-finite values as
+    ``null`` (strict JSON)."""
 
     def __init__(self, output_dir: str, **_: Any) -> None:
         os.makedirs(output_dir, exist_ok=True)
@@ -133,7 +127,6 @@ class JsonlLogger:
                 os.ftruncate(self._f.fileno(), start)  # no torn row left behind
             except OSError:
                 pass
-
             raise LoggerError(
                 f"could not append step {step} to {self.path}: {write_failure(exc, self.path)}. The rows before it are kept "
                 "(a resumed run logs the later steps again)."
@@ -150,10 +143,7 @@ class JsonlLogger:
 
 
 #: core's own loggers; trainer.loggers' other names are tracker cards the plan resolved (Plan.trackers)
-BACKENDS: dict[str, Callable[..., Any]] = {
-    "console": ConsoleLogger,
-    "jsonl": JsonlLogger,
-}
+BACKENDS: dict[str, Callable[..., Any]] = {"console": ConsoleLogger, "jsonl": JsonlLogger}
 assert tuple(BACKENDS) == LOGGERS, "rl_core.config.schema.LOGGERS names core's own loggers: keep it in step"
 
 
@@ -162,12 +152,7 @@ class Tracker:
     """Logs each step's metrics to every backend named in ``loggers``."""
 
     def __init__(
-        self,
-        loggers: list[str],
-        output_dir: str,
-        project: str = "rl-core",
-        experiment: str = "run",
-        config_dict: dict | None = None,
+        self, loggers: list[str], output_dir: str, project: str = "rl-core", experiment: str = "run", config_dict: dict | None = None,
         print_fn: Callable[[str], Any] | None = None,
         trackers: Mapping[str, Callable[..., Any]] | Iterable[tuple[str, Callable[..., Any]]] = (),
     ) -> None:
@@ -182,13 +167,8 @@ class Tracker:
         self.backends: dict[str, Any] = {}
         try:
             for name in dict.fromkeys(loggers):
-                self.backends[name] = makers[name](
-                    output_dir=self.output_dir,
-                    project=project,
-                    experiment=experiment,
-                    config_dict=config_dict,
-                    print_fn=print_fn,
-                )
+                self.backends[name] = makers[name](output_dir=self.output_dir, project=project, experiment=experiment,
+                                                   config_dict=config_dict, print_fn=print_fn)
         except OSError as e:
             self.close()
             raise LoggerError(f"trainer.loggers: cannot open the log files in {self.output_dir}: {e.strerror or e}") from None
@@ -248,13 +228,8 @@ def read_jsonl_metrics(path: str) -> list[dict[str, Any]]:
 
 
 def truncate_jsonl(path: str, step: int) -> int:
-    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped.
-
-    The dropped rows are not lost: they are first written to
-    ``metrics.dropped-<UTC time>.jsonl`` beside the file (a run restarted in
-    the folder of a finished run without checkpoints keeps that run's
-    metrics there).
-    """
+    """Keep only rows with ``step <= step`` (rewritten atomically); returns how many were dropped. The dropped rows are
+    first written to ``metrics.dropped-<UTC time>.jsonl`` beside the file."""
     if not os.path.exists(path):
         return 0
     rows = read_jsonl_metrics(path)

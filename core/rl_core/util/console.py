@@ -1,13 +1,8 @@
 """What the console says during long silent phases, and whether other processes crowd the CPU.
 
-:func:`phase` wraps a step that may take long (converting the built-in model, loading models and
-starting workers, the first validation, the first training step with its compilation): after
-:data:`QUIET_S` seconds it says what it is doing, then every :data:`EVERY_S` seconds how long it has
-taken so far, and at the end the total. A phase done within ``QUIET_S`` prints nothing.
-
-:func:`cpu_load` compares the 1-minute load average with the cores this process may use; `rlcore
-doctor` prints it and `rlcore train` warns when other processes already keep the cores busy (a run
-there is many times slower than on an idle machine, and looks hung).
+:func:`phase` says what a slow step is doing after :data:`QUIET_S` seconds, then every :data:`EVERY_S` seconds, and
+its total at the end (nothing if it is quick). :func:`cpu_load` compares the load average with this process's cores
+(`rlcore doctor` prints it; `rlcore train` warns when the cores are already busy).
 """
 
 from __future__ import annotations
