@@ -17,9 +17,8 @@ from typing import Iterator
 import torch
 
 from rl_core.modeling import forward_response, pad_response_columns, response_columns_in_use
+from rl_core.train_engine.batch_sizes import LOGPROB_CHUNK as DEFAULT_CHUNK
 from rl_core.train_engine.shared_prompt import can_share_prompts, prompt_groups, shared_prompt_logits
-
-DEFAULT_CHUNK = 2048  # tokens per chunk: 2048 x 152k float32 logits = 1.2 GiB
 
 
 class ChunkedLogProbEntropy(torch.autograd.Function):

@@ -11,7 +11,7 @@ _EXPORTS = {
     "group_index": "advantages",
     "reward_to_go": "advantages",
     "agg_loss": "aggregation",
-    "LOSS_AGG_MODES": "aggregation",
+    "LOSS_AGG_MODES": "options",
     "kl_penalty": "kl",
     "apply_kl_penalty": "kl",
     "FixedKLController": "kl",

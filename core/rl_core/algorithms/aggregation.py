@@ -13,14 +13,8 @@ from rl_core.algorithms.masked import (
     safe_div,
     zero_masked,
 )
+from rl_core.algorithms.options import LOSS_AGG_MODES
 
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-    "token-sum",
-)
 
 
 def check_loss_agg_mode(mode: str) -> None:

@@ -14,9 +14,8 @@ from rl_core.algorithms.masked import (
     masked_mean,
     zero_masked,
 )
+from rl_core.algorithms.options import KL_KINDS
 
-_BASE_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
-KL_KINDS: tuple[str, ...] = _BASE_KINDS + tuple(f"{k}+" for k in _BASE_KINDS)
 K3_CLAMP = 10.0
 LOG_RATIO_CLAMP = 20.0
 

@@ -11,6 +11,12 @@ from rl_core.card_options import Options
 
 _positive = attrs.validators.gt(0)
 
+#: actor.loss_agg_mode's values (rl_core.algorithms.aggregation) and the KL estimators' names (rl_core.algorithms.kl),
+#: here without torch for the schema's checks
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum")
+_BASE_KL_KINDS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+KL_KINDS: tuple[str, ...] = _BASE_KL_KINDS + tuple(f"{k}+" for k in _BASE_KL_KINDS)
+
 
 # ------------------------------------------------------------------ estimators
 @attrs.frozen(kw_only=True)

@@ -14,6 +14,7 @@ from rl_core.cli.check_target import as_elsewhere, parse_target, target_override
 from rl_core.plan.checks import build_plan
 from rl_core.plan.disk import GB, estimate_disk
 from rl_core.plan.memory_host import host_estimate, host_ram
+from rl_core.plan.memory import estimate
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -77,8 +78,6 @@ def print_plan(stack, out=None) -> None:
 def print_memory(stack, out=None) -> None:
     """The per-device memory estimate (rl_core.plan.memory); a warning on stderr when it does not fit."""
     out = out or sys.stdout
-    from rl_core.plan.memory import estimate
-
     est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, reward_model=stack.reward_model, features=stack.features)
     if est is None:
         print(f"memory estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally); point model.path at a local folder to get one", file=out)

@@ -12,6 +12,7 @@ import re
 import attrs
 
 from rl_core.problems import Problem
+from rl_core.plan.memory_checks import host_memory_problems
 
 _TARGET = re.compile(r"^(gpu|cuda|cpu)(?::(\d+)(?:x(\d+(?:\.\d+)?)\s*(?:gb|gib)?)?)?$", re.IGNORECASE)
 #: what a laptop lacks that the target machine has: these become warnings under a target / --skip-device-check
@@ -63,8 +64,6 @@ def target_problems(config, target: Target | None, registry=None) -> list[Proble
                            fix=f"set trainer.n_gpus_per_node to at most {target.per_node}, or use more nodes (trainer.nnodes with trainer.placement=ray)"))
     out.extend(node_problems(config))
     if target is not None and target.ram_gib and target.device == "cuda":
-        from rl_core.plan.memory_checks import host_memory_problems
-
         out.extend(host_memory_problems(config, registry, available=target.ram_gib * 2**30))
     return out
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 
-from rl_core.checkpoints.store import tree_size
 from rl_core.problems import UserError
 from rl_core.trainer.outputs import CONFIG_FILE, output_lock
 
@@ -32,6 +31,8 @@ def clean(run_dir: str, *, dry_run: bool = False) -> list[tuple[str, int]]:
     """Remove the checkpoints of the run in ``run_dir``; returns ``(path, bytes)`` of what was (or would be) removed."""
     if not os.path.isdir(run_dir) or not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
         raise UserError(f"{run_dir!r} is not a run folder (no {CONFIG_FILE} in it); name a run's trainer.output_dir")
+    from rl_core.checkpoints.store import tree_size  # imports torch: every rlcore command builds this parser
+
     found = [(p, tree_size(p)) for p in (os.path.join(run_dir, n) for n in REMOVED) if os.path.exists(p)]
     if dry_run or not found:
         return found

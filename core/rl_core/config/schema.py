@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from rl_core.algorithms.options import KL_KINDS, LOSS_AGG_MODES
 from rl_core.config.sections import Sectioned
 from rl_core.config.rules import RULE, Length, NonEmpty, OneOf, Range
 
@@ -43,14 +44,10 @@ def text(default, hint: str = ""):
 
 
 def _kl_kinds() -> tuple[str, ...]:
-    from rl_core.algorithms.kl import KL_KINDS
-
     return KL_KINDS
 
 
 def _loss_agg_modes() -> tuple[str, ...]:
-    from rl_core.algorithms.aggregation import LOSS_AGG_MODES
-
     return LOSS_AGG_MODES
 
 

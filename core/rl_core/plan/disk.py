@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from rl_core.plan.memory import DTYPE_BYTES, model_shape
 
 GB = 1e9  # disk sizes in decimal gigabytes, as `du -h --si` and file managers show them
 OPTIMIZER_BYTES_PER_PARAM = 8  # AdamW: exp_avg + exp_avg_sq, float32
@@ -64,8 +65,6 @@ def _saves(config: Any) -> int | None:
 def estimate_disk(config: Any, shape: Any = None, features: Any = None) -> DiskEstimate | None:
     """The run's checkpoint, final-model and total disk use; None when the model's shape is unknown. ``features``: the
     plan's (:class:`rl_core.plan.features.Features`: LoRA's adapter count; without them, a full fine-tune's)."""
-    from rl_core.plan.memory import DTYPE_BYTES, model_shape
-
     shape = shape or model_shape(config.model.path, getattr(config.model, "override_config", None) or None)
     if shape is None:
         return None

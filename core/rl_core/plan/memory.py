@@ -16,7 +16,7 @@ import attrs
 
 from rl_core.plan.features import Features, MemoryTerms
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
-from rl_core.logprobs import DEFAULT_CHUNK
+from rl_core.train_engine.batch_sizes import LOGPROB_CHUNK
 from rl_core.models import cache_dir
 
 GB = 2**30
@@ -417,7 +417,7 @@ def logprob_chunk(config: Any, device: str) -> int:
     """Tokens per LM-head chunk in train-side forwards (0: off), as the train backend resolves ``model.logprob_chunk_size``."""
     chunk = config.model.logprob_chunk_size
     if chunk is None:
-        return 0 if device == "cpu" else DEFAULT_CHUNK
+        return 0 if device == "cpu" else LOGPROB_CHUNK
     return int(chunk)
 
 

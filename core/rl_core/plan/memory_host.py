@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
+from rl_core.plan.memory import DTYPE_BYTES, device_memory
 
 GB = 2**30
 HOST_RUNTIME_GB = 4.0  # a GPU process's own resident memory (python, torch, CUDA libraries, tokenizer, data)
@@ -69,8 +70,6 @@ def host_ram() -> float | None:
 def host_estimate(config: Any, shape: Any, *, world_size: int = 1, available: float | None = None, features: Any = None) -> HostEstimate:
     """The estimate for a config whose device is a GPU (``shape``: :class:`rl_core.plan.memory.ModelShape`;
     ``features``: the plan's, :class:`rl_core.plan.features.Features`: LoRA's adapter count)."""
-    from rl_core.plan.memory import DTYPE_BYTES
-
     m, t = config.model, config.trainer
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
@@ -112,7 +111,5 @@ def _rollout_sleeps_to_host(config: Any, shape: Any, c: int, lora: bool) -> bool
         return False
     if lora and r.lora_sync != "merged":
         return False
-    from rl_core.plan.memory import device_memory
-
     total = device_memory("cuda")
     return total is None or not keeps_through_sleep(c * shape.params, total, threshold_of(r.engine_kwargs))

@@ -10,6 +10,10 @@ import attrs
 
 from rl_core.problems import UserError
 
+#: tokens per chunk of the LM head in the log-prob pass (rl_core.logprobs): 2048 x 152k float32 logits = 1.2 GiB;
+#: here, torch-free, for the memory estimate
+LOGPROB_CHUNK = 2048
+
 
 class TrainSizeError(UserError, ValueError):
     """Batch sizes that do not fit together, or an unknown role: a config problem."""
