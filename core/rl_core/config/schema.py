@@ -43,14 +43,6 @@ def text(default, hint: str = ""):
     return attrs.field(default=default, metadata={RULE: NonEmpty(hint=hint)})
 
 
-def _kl_kinds() -> tuple[str, ...]:
-    return KL_KINDS
-
-
-def _loss_agg_modes() -> tuple[str, ...]:
-    return LOSS_AGG_MODES
-
-
 #: core's own metric loggers (rl_core.trainer.tracking); trainer.loggers may also name an installed tracker card
 #: (rl_core.cards.TrackerCard, e.g. rl-tracking's tensorboard and wandb), resolved in the plan (rl_core.plan.named)
 LOGGERS = ("console", "jsonl")
@@ -305,11 +297,11 @@ class ActorConfig:
     clip_ratio_low: float | None = num(None, gt=0, hint="0.2 is usual")
     clip_ratio_high: float | None = num(None, gt=0, hint="0.2 is usual, 0.28 for DAPO's clip-higher")
     clip_ratio_c: float = num(3.0, gt=1, hint="the dual-clip bound on negative advantages; 3.0 is usual")
-    loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False
     kl_loss_coef: float = num(0.001, ge=0, hint="0.001 is usual")
-    kl_loss_type: str = choice("low_var_kl", _kl_kinds)
+    kl_loss_type: str = choice("low_var_kl", KL_KINDS)
     optim: OptimConfig = field(factory=OptimConfig)
     fsdp_config: FsdpConfig = field(factory=FsdpConfig)
 
@@ -322,7 +314,7 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: int | None = pos(None)
     ppo_epochs: int | None = pos(None)
     cliprange_value: float = num(0.5, gt=0, hint="0.5 is usual")
-    loss_agg_mode: str = choice("token-mean", _loss_agg_modes)
+    loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     optim: OptimConfig = field(factory=lambda: OptimConfig(lr=1e-5))
     fsdp_config: CriticFsdpConfig = field(factory=CriticFsdpConfig)
     # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
@@ -371,7 +363,7 @@ class AlgorithmConfig(Sectioned):
     lam: float = frac(1.0, hint="the GAE lambda; 1.0 or 0.95 are usual")
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
-    kl_penalty: str = choice("kl", _kl_kinds)
+    kl_penalty: str = choice("kl", KL_KINDS)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(factory=RolloutCorrectionConfig)
     options: dict[str, Any] = field(factory=dict)
