@@ -49,9 +49,10 @@ def add_plugin_commands(sub) -> None:
             print(f"warning: the command {name!r} of {card.provider} is left out: {type(exc).__name__}: {exc}", file=sys.stderr)
     for name, dist in sorted(KNOWN_DISTRIBUTIONS["command"].items()):
         if name not in sub.choices:  # a first-party package's command, not installed: say which install brings it
-            stub = sub.add_parser(name, help=f"(not installed: pip install {dist})", add_help=False)
+            # no prefix characters: every argument, options too, is the stub's, so its install line is what it prints
+            stub = sub.add_parser(name, help=f"(not installed: pip install {dist})", add_help=False, prefix_chars="\0")
             stub.add_argument("rest", nargs=argparse.REMAINDER)
-            stub.set_defaults(func=lambda args, name=name, dist=dist: _not_installed(name, dist), not_installed=dist)
+            stub.set_defaults(func=lambda args, name=name, dist=dist: _not_installed(name, dist))
 
 
 def _not_installed(name: str, dist: str) -> int:
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     # overrides may come after flags: `rlcore train run.yaml --dry-run rollout.n=8`
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
-    elif extra and not getattr(args, "not_installed", None):  # a missing command's options: its install line says more
+    elif extra:
         hints = "".join(dialect_hint(e.split("=")[0]) for e in extra if e.startswith("--"))
         parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (an option of a dialect plugin{hints})" if hints else ""))
     if not getattr(args, "func", None):
