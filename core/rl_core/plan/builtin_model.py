@@ -45,10 +45,10 @@ def ensure_builtin_model(make: Callable[..., Any], name: str, out_dir: str | os.
 
 def with_builtin_model(plan: Any) -> Any:
     """The plan with ``model.path: builtin:NAME`` replaced by its folder, made on first use (the plan knows its
-    architecture already: nothing is resolved again)."""
+    architecture already: nothing is resolved again; the workers never import the card's package)."""
     config = plan.config
     if plan.builtin_model is None or not config.model.path.startswith(BUILTIN):
         return plan
     with phase(f"preparing {config.model.path} (converted on first use, then cached)"):
         local = ensure_builtin_model(plan.builtin_model, config.model.path[len(BUILTIN):])
-    return attrs.evolve(plan, config=attrs.evolve(config, model=attrs.evolve(config.model, path=str(local))))
+    return attrs.evolve(plan, config=attrs.evolve(config, model=attrs.evolve(config.model, path=str(local))), builtin_model=None)

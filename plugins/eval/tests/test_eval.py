@@ -11,32 +11,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from rl_core_testing.tiny_run import tiny_rows
 
-from tests.e2e.helpers import read_metrics, write_tiny_run
+from tests.e2e.helpers import read_metrics
 from tests.reliability.runs import cli
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _write_rows(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("run")
-    rows = tiny_rows(8)
-    for r in rows[4:]:
-        r["data_source"] = "tiny/other"
-    _write_rows(tmp / "val.jsonl", rows)
-    _write_rows(tmp / "other.jsonl", rows[4:])
-    cfg = write_tiny_run(tmp, steps=2, data__val_files=[str(tmp / "val.jsonl")], data__val_max_samples=8,
-                         trainer__test_freq=2, trainer__save_freq=1, trainer__max_ckpt_to_keep=2)
-    code, out, err = cli("train", str(cfg), "--no-progress")
-    assert code == 0, out + err
-    return tmp, tmp / "out"
 
 
 @pytest.mark.slow
