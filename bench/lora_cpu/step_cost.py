@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from rl_core.backends import WorkerContext
     from rl_core.config.load import load_config
-    from rl_core.models import ensure_builtin_model
+    from rl_core.plan.builtin_model import ensure_builtin_model
+    from rl_model_smollm2.convert import convert_smollm2
     from rl_train_fsdp.engine import build_engine
 
     torch.set_num_threads(1)
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         from rl_core.util.precision import resolve_dtype
 
         dtype = resolve_dtype(cfg.model.dtype, "cpu")[0]  # the quickstart's auto: what is fast on this CPU
-        cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype=dtype, path=str(ensure_builtin_model(cfg.model.path.split(':', 1)[1]))))
+        cfg = attrs.evolve(cfg, model=attrs.evolve(cfg.model, dtype=dtype, path=str(ensure_builtin_model(convert_smollm2, cfg.model.path.split(':', 1)[1]))))
         engines[name] = build_engine("actor", cfg, ctx)
     vocab = engines["full"].model.config.vocab_size
     batch = step_batch(vocab)

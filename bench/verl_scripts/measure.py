@@ -178,9 +178,10 @@ def shape_standins(tmp: Path) -> tuple[str, str]:
     """(dense, MoE) stand-in folders: SmolLM2's tokenizer, a Qwen3 / Qwen3-MoE config.json of :data:`SHAPE`."""
     import shutil
 
-    from rl_core.models import ensure_builtin_model
+    from rl_core.plan.builtin_model import ensure_builtin_model
+    from rl_model_smollm2.convert import convert_smollm2
 
-    src = Path(ensure_builtin_model("smollm2"))
+    src = Path(ensure_builtin_model(convert_smollm2, "smollm2"))
     out = []
     for name, mtype, arch, extra in (("dense", "qwen3", "Qwen3ForCausalLM", {}),
                                      ("moe", "qwen3_moe", "Qwen3MoeForCausalLM",

@@ -377,3 +377,11 @@ class GeneratorCard(CardBase):
 
     checks: tuple[Callable, ...] = _checks()
 
+
+
+@card("builtin_model")
+class BuiltinModelCard(CardBase):
+    """A model made offline (``model.path: builtin:<name>``): ``make(out_dir, *, force=False, log=print) -> Path`` writes
+    a Hugging Face folder, :data:`rl_core.plan.builtin_model.MARKER` last; ``architecture``: its ``architectures[0]``, known before."""
+
+    architecture: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 PLUGIN_API: dict[str, str] = {
     "rl_core": "hookimpl: the decorator of a plugin's hook functions",
-    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds, LogProbForwardCard: a log-prob forward the rollout and the trainer share, TrackerCard: a metric logger (trainer.loggers), GeneratorCard: prompt rows generated at start-up (data.*_generator))",
+    "rl_core.cards": "the cards a plugin registers (RolloutCard, TrainCard, RewardCard, RewardModelCard, EstimatorCard, PolicyLossCard, ConverterCard, DialectCard, CommandCard, CheckCard: a check of the run plan, FeatureCard: a cross-cutting feature a config switches on (LoRA), ObserverCard: a step observer, RunKindCard: a kind of run (trainer.kind), LogProbRoleCard: a second model scoring the sampled tokens, RolloutPoolCard: a rollout pool of its own, RewardShapingCard: a change of the training rewards, BatchSamplerCard: how a step gathers its batch over rounds, LogProbForwardCard: a log-prob forward the rollout and the trainer share, TrackerCard: a metric logger (trainer.loggers), GeneratorCard: prompt rows generated at start-up (data.*_generator), BuiltinModelCard: a model made offline (model.path: builtin:<name>))",
     "rl_core.config.dialect": "Launch / Translated (a dialect's input and output), is_ours, flatten, grammar_of, parse_override (rl-core's key=value)",
     "rl_core.config.load": "set_dotted / merge / config_to_dict / load_report: the raw config tree, the loaded config",
     "rl_core.config.schema": "RunConfig and its sections (a dialect's defaults compared with rl-core's); num / pos / frac / choice / text for a package's section",
@@ -56,6 +56,11 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.algorithms.masked": "masked tensor ops (masked_mean / masked_sum / masked_whiten, zero_masked, bool_mask)",
     "rl_core.algorithms.options": "the options classes of the built-in estimators / losses (GroupOptions, GrpoOptions, LossOptions, ...), to derive from",
     "rl_core.trainer.tracking": "LoggerError: what a tracker card's logger raises when it cannot start (the install or the fix named); METRICS_FILE / METRIC_GROUPS / find_key_metric / read_jsonl_metrics: a run's metrics.jsonl and its metric groups (rlcore plot)",
-    "rl_core.trainer.outputs": "write_failure: why writing a path failed (a full disk, permissions), for a command's error message",
-    "rl_core.models": "cache_dir / is_complete_model_dir / ensure_builtin_model: the folders of the built-in offline models (model.path=builtin:<name>)",
+    "rl_core.trainer.outputs": "write_failure: why writing a path failed (a full disk, permissions), for a command's error message; CONFIG_FILE / output_lock: a run folder's config and lock (rlcore clean)",
+    "rl_core.plan.builtin_model": "BUILTIN / MARKER / cache_dir / is_complete_model_dir: the folders of the built-in offline models (model.path=builtin:<name>, a BuiltinModelCard); with_builtin_model: a plan's built-in model made (rlcore eval)",
+    "rl_core.checkpoints.kept": "tree_size / size_text: a folder's size on disk, as a stopped run names it (rlcore clean)",
+    "rl_core.plan.checks": "build_plan: a loaded config's one run plan, every check run once (a command that runs a plan: rlcore eval)",
+    "rl_core.plan.model_path": "run_here: build_plan's rewrite for a run on this machine (a model folder not here is an error)",
+    "rl_core.cli.check_cmd": "print_problems: problems printed as rlcore check prints them",
+    "rl_core.trainer.loop": "Trainer: the loop over a Plan (rlcore eval runs its validation only)",
 }

@@ -56,6 +56,7 @@ HOOK_KINDS = {
     "rl_core_register_log_prob_forwards": "log_prob_forward",
     "rl_core_register_trackers": "tracker",
     "rl_core_register_generators": "generator",
+    "rl_core_register_builtin_models": "builtin_model",
 }
 
 #: kind -> name -> the distribution that usually provides it (hints for messages only; nothing here changes
@@ -81,8 +82,10 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
     },
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
     "generator": {"reasoning_gym": "rl-data"},
+    "builtin_model": {"smollm2": "rl-model-smollm2"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
-    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking", "doctor": "rl-doctor"},
+    "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking", "doctor": "rl-doctor",
+                "eval": "rl-eval", "clean": "rl-clean", "model": "rl-model-smollm2"},
     "step_hook": {
         "reward.overlong_penalty.enable": "rl-algorithms",
         "algorithm.filter_groups.enable": "rl-algorithms",

@@ -18,7 +18,7 @@ from rl_core.problems import ConfigError, UserError
 from rl_core.util.secrets import mask_text
 from rl_core.plugins import KNOWN_DISTRIBUTIONS, dialect_hint
 
-SUBCOMMANDS = ("plugins", "check", "train", "eval", "clean", "model")
+SUBCOMMANDS = ("plugins", "check", "train")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import attrs
-
 from rl_core.cli.check_cmd import add_config_args, config_kwargs, print_plan, print_problems, split_config_args
 from rl_core.cli.plugins_cmd import print_load_problems
 from rl_core.cli.check_target import node_problems
@@ -14,11 +12,9 @@ from rl_core.plan.checks import build_plan
 from rl_core.plan.model_path import run_here
 from rl_core.plugins import get_registry
 from rl_core.problems import UserError
-from rl_core.util.console import phase, busy_cpu_warning
+from rl_core.util.console import busy_cpu_warning
 from rl_core.util.stopping import Interrupted, StopSignals, signal_name
-from rl_core.models import ensure_builtin_model
-
-BUILTIN_PREFIX = "builtin:"
+from rl_core.plan.builtin_model import with_builtin_model
 
 
 def add_parser(sub) -> None:
@@ -32,18 +28,6 @@ def add_parser(sub) -> None:
         "(twice: even when that drops trained LoRA adapters)",
     )
     p.set_defaults(func=run_stoppable)
-
-
-def materialise_builtin_model(config):
-    """``model.path: builtin:smollm2`` -> the offline model, converted once into a cache folder (a plan already knows
-    its architecture: nothing is resolved again)."""
-    path = config.model.path
-    if not path.startswith(BUILTIN_PREFIX):
-        return config
-
-    with phase(f"preparing {path} (converted on first use, then cached)"):
-        local = ensure_builtin_model(path[len(BUILTIN_PREFIX):])
-    return attrs.evolve(config, model=attrs.evolve(config.model, path=str(local)))
 
 
 def run(args) -> int:
@@ -60,7 +44,7 @@ def run(args) -> int:
     if report.errors:
         print(f"\n{len(report.errors)} problem(s): nothing was started", file=sys.stderr)
         return 1
-    stack = report.plan if args.dry_run else attrs.evolve(report.plan, config=materialise_builtin_model(report.plan.config))
+    stack = report.plan if args.dry_run else with_builtin_model(report.plan)
     print_plan(stack)
     from rl_core.trainer.loop import describe_plan, train
 

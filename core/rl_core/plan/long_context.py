@@ -9,7 +9,7 @@ from typing import Any
 
 from rl_core.cards import CheckCard
 from rl_core.hookspecs import hookimpl
-from rl_core.models import cache_dir
+from rl_core.plan.builtin_model import cache_dir
 from rl_core.problems import Problem
 from rl_core.plan.memory import KNOWN_SHAPES
 
@@ -17,7 +17,7 @@ from rl_core.plan.memory import KNOWN_SHAPES
 def model_config(config: Any) -> dict[str, Any] | None:
     """The model's config.json (a built-in model's cached folder; a known hub shape) with model.override_config applied."""
     path = os.path.expanduser(config.model.path or "")
-    if path.startswith("builtin:"):  # a model rl-core converts on first use (rl_core.models): its cached folder
+    if path.startswith("builtin:"):  # a model rl-core converts on first use (rl_core.plan.builtin_model): its cached folder
         path = str(cache_dir() / "models" / path.split(":", 1)[1])
     cand = os.path.join(path, "config.json")
     try:

@@ -17,7 +17,7 @@ import attrs
 from rl_core.plan.features import Features, MemoryTerms
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.train_engine.batch_sizes import LOGPROB_CHUNK
-from rl_core.models import cache_dir
+from rl_core.plan.builtin_model import cache_dir
 
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)

@@ -1,5 +1,6 @@
-"""Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards) and ``data.*_generator.name``
-(generator cards), each looked up and its factory loaded once (``Plan.trackers`` / ``Plan.generators``). An unknown
+"""Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards), ``data.*_generator.name``
+(generator cards) and ``model.path: builtin:NAME`` (a built-in model's card), each looked up and its factory loaded
+once (``Plan.trackers`` / ``Plan.generators`` / ``Plan.builtin_model``). An unknown
 name is a problem naming the key and, for a first-party package's name, its install (``KNOWN_DISTRIBUTIONS``).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rl_core.config.schema import LOGGERS
+from rl_core.plan.builtin_model import BUILTIN
 from rl_core.plugins import Registry, UnknownCardError, known_distribution
 from rl_core.problems import Problem
 
@@ -50,6 +52,15 @@ def generator_cards(config: Any, registry: Registry, problems: list[Problem]) ->
         if card is not None:
             out.append((gen.name, card, key))
     return tuple(out)
+
+
+def builtin_card(config: Any, registry: Registry, problems: list[Problem]) -> Any:
+    """The card of ``model.path: builtin:NAME`` (None for any other path, or a problem naming the install)."""
+    path = config.model.path or ""
+    if not path.startswith(BUILTIN):
+        return None
+    known = ", ".join(BUILTIN + n for n in registry.names("builtin_model")) or "(none installed)"
+    return _card(registry, "builtin_model", path[len(BUILTIN):], "model.path", f"set model.path to a model folder or one of: {known}", problems)
 
 
 def loaded(named: Named, load: Callable[[Any, str, list[Problem]], Any], problems: list[Problem]) -> tuple[tuple[str, Callable], ...]:

@@ -23,9 +23,8 @@ from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import ACTOR, resolve_log_prob_roles
 from rl_core.plan.step_hooks import step_hooks
-from rl_core.plan.named import generator_cards, loaded, tracker_cards
+from rl_core.plan.named import builtin_card, generator_cards, loaded, tracker_cards
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
-from rl_core.models import BUILTIN_ARCHITECTURES
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
@@ -96,6 +95,8 @@ class Plan:
     # trainer.loggers beyond console / jsonl and data.*_generator.name: (name, the card's loaded factory) (rl_core.plan.named)
     trackers: tuple[tuple[str, Callable[..., Any]], ...] = ()
     generators: tuple[tuple[str, Callable[..., Any]], ...] = ()
+    # model.path builtin:NAME: its BuiltinModelCard's loaded factory (rl_core.plan.builtin_model.with_builtin_model makes the folder)
+    builtin_model: Callable[..., Any] | None = None
 
     @property
     def needs_rollout(self) -> bool:
@@ -185,9 +186,7 @@ def default_train_name(registry: Registry, problems: list[Problem]) -> str | Non
 
 
 def model_architecture(path: str) -> str | None:
-    """``architectures[0]`` from a local model folder's config.json, if readable (a built-in model's from its table)."""
-    if path.startswith("builtin:"):
-        return BUILTIN_ARCHITECTURES.get(path.removeprefix("builtin:"))
+    """``architectures[0]`` from a local model folder's config.json, if readable."""
     cfg = Path(os.path.expanduser(path)) / "config.json"
     try:
         archs = json.loads(cfg.read_text()).get("architectures") or []
@@ -421,10 +420,11 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     already ran at load time. Without ``registry``: the installed plugins' (a plan built in code: tests, notebooks)."""
     registry = registry if registry is not None else get_registry()
     problems: list[Problem] = []
+    builtin = builtin_card(config, registry, problems)
     if not config.model.path:
         problems.append(Problem(key="model.path", what="is required", fix="set model.path to a local HF folder or a hub name; `rlcore model smollm2 --out models/smollm2` makes an offline one"))
     elif config.model.architecture is None:
-        arch = model_architecture(config.model.path)
+        arch = builtin.architecture if builtin is not None else model_architecture(config.model.path)
         if arch is None and _looks_local(config.model.path) and not Path(os.path.expanduser(config.model.path)).exists():
             problems.append(Problem(key="model.path", what=f"{config.model.path!r} does not exist", fix="point model.path at a folder with config.json, or run `rlcore model smollm2 --out DIR` for an offline model"))
         config = attrs.evolve(config, model=attrs.evolve(config.model, architecture=arch))
@@ -479,6 +479,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     log_prob_forward = _log_prob_forward(config, registry, problems)
     trackers = loaded(tracker_cards(config, registry, problems), load_factory, problems)
     generators = loaded(generator_cards(config, registry, problems), load_factory, problems)
+    builtin_model = load_factory(builtin, "model.path", problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
     agent, agent_problems = agent_runtime(config, registry)
@@ -506,7 +507,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         agent=agent, observers=observers, run_kind=run_kind, run_kind_fn=run_kind_fn, placement=placement, rollout_pool=rollout_pool,
         rollout_pool_fn=rollout_pool_fn, rollout_pool_worker_fn=rollout_pool_worker_fn, log_prob_roles=log_prob_roles,
         features=features, reward_shapers=reward_shapers, batch_sampler=batch_sampler, log_prob_forward=log_prob_forward,
-        trackers=trackers, generators=generators, reward_cards=tuple(registry.cards["reward"].values()),
+        trackers=trackers, generators=generators, builtin_model=builtin_model, reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )
     return stack, problems

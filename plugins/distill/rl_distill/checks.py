@@ -20,7 +20,7 @@ def _student_folder(config: Any) -> str | None:
     path = config.model.tokenizer_path or config.model.path
     if not path or not path.startswith(BUILTIN):
         return path
-    from rl_core.models import cache_dir, is_complete_model_dir
+    from rl_core.plan.builtin_model import cache_dir, is_complete_model_dir
 
     folder = cache_dir() / "models" / path[len(BUILTIN):]
     return str(folder) if is_complete_model_dir(folder) else None

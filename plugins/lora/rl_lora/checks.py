@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rl_core.models import cache_dir
+from rl_core.plan.builtin_model import cache_dir
 from rl_core.plan.probes import pickled_weights_problem
 from rl_core.problems import Problem
 

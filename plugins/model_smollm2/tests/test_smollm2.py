@@ -4,9 +4,11 @@ import importlib.metadata
 import json
 import os
 
+import attrs
 import pytest
 from rl_core.cli.main import main
-from rl_core.models.smollm2 import MARKER, ModelConversionError, convert_smollm2, find_smollm2_gguf
+from rl_core.plan.builtin_model import MARKER
+from rl_model_smollm2.convert import ModelConversionError, convert_smollm2, find_smollm2_gguf
 
 
 def _wheel_installed():
@@ -54,9 +56,9 @@ def test_convert_load_and_generate(tmp_path, capsys):
     assert main(["model", "smollm2", "--out", str(out)]) == 0
     assert "already holds the model" in capsys.readouterr().err
     assert os.stat(out / "model.safetensors").st_mtime_ns == stamp
-    from rl_core.models import ensure_builtin_model
+    from rl_core.plan.builtin_model import ensure_builtin_model
 
-    assert ensure_builtin_model("smollm2", out) == out
+    assert ensure_builtin_model(convert_smollm2, "smollm2", out) == out
     assert os.stat(out / "model.safetensors").st_mtime_ns == stamp
 
     tok = AutoTokenizer.from_pretrained(out)
@@ -71,8 +73,30 @@ def test_convert_load_and_generate(tmp_path, capsys):
     assert "Paris" in answer
 
 
-def test_ensure_builtin_model_rejects_unknown_names(tmp_path):
-    from rl_core.models import ensure_builtin_model
+def test_check_names_the_installed_builtin_models_for_an_unknown_one(capsys):
+    assert main(["check", "--quiet", "examples/quickstart.yaml", "model.path=builtin:gpt5"]) == 1
+    err = capsys.readouterr().err
+    assert "model.path: no builtin_model named 'gpt5' is installed (installed: smollm2)" in err
+    assert "set model.path to a model folder or one of: builtin:smollm2" in err
 
-    with pytest.raises(ModelConversionError, match=r"unknown built-in model 'gpt5'; allowed: \['smollm2'\]"):
-        ensure_builtin_model("gpt5", tmp_path)
+
+def test_the_model_and_its_command_are_this_packages_cards_and_name_its_install_when_missing(monkeypatch, capsys):
+    from rl_core.config.load import load_config
+    from rl_core.plan.resolver import resolve
+    from rl_core.plugins import Registry, get_registry
+
+    registry = get_registry()
+    card = registry.cards["builtin_model"]["smollm2"]
+    assert card.provider.distribution == "rl-model-smollm2" and card.architecture == "LlamaForCausalLM"
+    assert registry.cards["command"]["model"].provider.distribution == "rl-model-smollm2"
+    config = load_config("examples/quickstart.yaml")
+    plan, problems = resolve(config, registry)
+    assert plan.builtin_model is convert_smollm2 and plan.config.model.architecture == "LlamaForCausalLM"
+    # without the package: `rlcore check` names the install, and so does `rlcore model`
+    without = attrs.evolve(registry, cards={**registry.cards, "builtin_model": {}})
+    plan, problems = resolve(config, without)
+    (p,) = [p for p in problems if p.key == "model.path"]
+    assert plan is None and p.severity == "error" and "pip install rl-model-smollm2" in p.what
+    monkeypatch.setattr("rl_core.plugins.get_registry", lambda **kw: Registry())
+    assert main(["model", "smollm2", "--out", "x"]) == 1
+    assert "`rlcore model` comes with the distribution rl-model-smollm2, which is not installed: pip install rl-model-smollm2" in capsys.readouterr().err

@@ -23,15 +23,11 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
-
-
 def clean(run_dir: str, *, dry_run: bool = False) -> list[tuple[str, int]]:
     """Remove the checkpoints of the run in ``run_dir``; returns ``(path, bytes)`` of what was (or would be) removed."""
     if not os.path.isdir(run_dir) or not os.path.isfile(os.path.join(run_dir, CONFIG_FILE)):
         raise UserError(f"{run_dir!r} is not a run folder (no {CONFIG_FILE} in it); name a run's trainer.output_dir")
-    from rl_core.checkpoints.store import tree_size  # imports torch: every rlcore command builds this parser
+    from rl_core.checkpoints.kept import tree_size  # imports torch: every rlcore command builds this parser
 
     found = [(p, tree_size(p)) for p in (os.path.join(run_dir, n) for n in REMOVED) if os.path.exists(p)]
     if dry_run or not found:
@@ -43,6 +39,8 @@ def clean(run_dir: str, *, dry_run: bool = False) -> list[tuple[str, int]]:
 
 
 def run(args) -> int:
+    from rl_core.checkpoints.kept import size_text  # imports torch (above)
+
     found = clean(args.run_dir, dry_run=args.dry_run)
     if not found:
         print(f"{args.run_dir}: no checkpoints to remove")
@@ -50,8 +48,8 @@ def run(args) -> int:
     total = sum(n for _, n in found)
     verb = "would remove" if args.dry_run else "removed"
     for path, n in found:
-        print(f"{verb} {path} ({_gb(n)})")
+        print(f"{verb} {path} ({size_text(n)})")
     final = os.path.join(args.run_dir, "hf_final")
     kept = f"kept the metrics, plots and {'the final model ' + final if os.path.isdir(final) else 'no final model (the run did not finish)'}"
-    print(f"{verb} {_gb(total)}; {kept}" + ("" if args.dry_run else "; the run can no longer be resumed"))
+    print(f"{verb} {size_text(total)}; {kept}" + ("" if args.dry_run else "; the run can no longer be resumed"))
     return 0

