@@ -8,12 +8,14 @@ from typing import Any
 from rl_core.problems import Problem
 
 from rl_rollout_correction.options import correction_on, parse_is_threshold, parse_rs
+from rl_rollout_correction.precision import apply_defaults
 
 
 def check(config: Any, registry: Any) -> list[Problem]:
-    """:func:`config_problems` with the rollout card of ``registry`` (the check's): whether it returns log-probs."""
+    """:func:`config_problems` of the config as the Plan resolves it (``rollout.precision=fp8``'s defaults applied) with
+    the rollout card of ``registry`` (the check's): whether it returns log-probs."""
     card = registry.cards.get("rollout", {}).get(config.rollout.name)
-    return config_problems(config, card.logprobs if card is not None else None)
+    return config_problems(apply_defaults(config), card.logprobs if card is not None else None)
 
 
 def config_problems(config: Any, rollout_logprobs: bool | None = None) -> list:
