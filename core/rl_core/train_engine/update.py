@@ -161,7 +161,7 @@ class KeptLogProbs:
 def update_correction(b: TrainBackend, on_policy_: bool):
     """``(rl-rollout-correction's object, algorithm.rollout_correction)`` when this on-policy update weights its loss
     itself from its own forward (the Plan's feature, ``WorkerContext.features``), else None."""
-    features = getattr(getattr(b, "context", None), "features", None)
+    features = b.context.features
     obj = features.get("rollout_correction") if features is not None else None
     rc = obj.update_correction(b.role, b.config, on_policy_) if obj is not None else None
     return (obj, rc) if rc is not None else None
