@@ -3,7 +3,6 @@ verl's rollout_corr_helper; tests/fixtures/verl): weights, rejection masks and t
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,20 +10,7 @@ import torch
 from rl_rollout_correction.config import RolloutCorrectionConfig
 from rl_rollout_correction.correction import rollout_correction
 
-FIXTURE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "verl" / "verl_0.9.1.pt"
-ATOL = 1e-5
-
-
-@pytest.fixture(scope="module")
-def fx():
-    return torch.load(FIXTURE, weights_only=False)
-
-
-def close(actual, expected, where=None, what=""):
-    actual, expected = actual.detach().float(), expected.float()
-    if where is not None:
-        actual, expected = actual[where], expected[where]
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=0, msg=lambda m: f"{what}: {m}")
+from tests.algorithms.test_verl_parity import ATOL, FIXTURE, close, fx  # noqa: F401 - fx: the fixture, shared
 
 
 # ------------------------------------------------------------ rollout correction
