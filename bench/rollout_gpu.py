@@ -245,11 +245,11 @@ def default_asks(config, step: int) -> bool:
     """Whether step ``step`` of a run with the default ``rollout.calculate_log_probs=null`` asks vLLM for log-probs, by
     the Plan's decision (``rl_core.rollout.log_prob_decision``): no correction here, so only steps 1, 1 + GAP_EVERY, ..."""
     from rl_core.rollout import log_prob_decision
-    from rl_core.rollout.precision import apply_defaults
+    from rl_rollout_correction.feature import CORRECTION
     from rl_rollout_vllm.plugin import VLLM_ROLLOUT
 
-    auto = attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=None))
-    return log_prob_decision.wanted(log_prob_decision.decide(apply_defaults(auto), VLLM_ROLLOUT), step)  # fp8: TIS on, so every step
+    auto = CORRECTION.defaults(attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=None)))  # fp8: TIS on, so every step
+    return log_prob_decision.wanted(log_prob_decision.decide(auto, VLLM_ROLLOUT, users=CORRECTION.log_prob_users(auto)), step)
 
 
 def part_vllm(args, precision: str) -> list[dict]:
@@ -387,7 +387,7 @@ def main() -> None:
     errors = {}
     for part in args.parts.split(","):
         if part == "vllm_fp8" and SMOKE:
-            errors[part] = "skipped: FP8 needs a GPU of compute capability >= 8.9 (rl_core.rollout.precision)"
+            errors[part] = "skipped: FP8 needs a GPU of compute capability >= 8.9 (rl_rollout_correction.precision)"
             continue
         if part.startswith("vllm"):
             try:

@@ -5,7 +5,6 @@ made by bench/verl_parity/make_fixture.py in a side venv): values and gradients 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,8 +13,7 @@ from rl_core.algorithms.advantages import compute_advantage
 from rl_core.algorithms.aggregation import agg_loss
 from rl_core.algorithms.entropy import entropy_from_logits, logprobs_from_logits
 from rl_core.algorithms.kl import kl_penalty
-from rl_core.algorithms.rollout_correction import rollout_correction
-from rl_core.config.schema import ActorConfig, AlgorithmConfig, CriticConfig, RolloutCorrectionConfig
+from rl_core.config.schema import ActorConfig, AlgorithmConfig, CriticConfig
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "verl" / "verl_0.9.1.pt"
 ATOL = 1e-5
@@ -207,37 +205,3 @@ def test_entropy_and_log_probs_match_verl(fx):
         loss.backward()
         close(loss, case["loss"], what=f"entropy loss {mode}")
         close(z.grad, case["grad"], what=f"entropy loss {mode} grad")
-
-
-# ------------------------------------------------------------ rollout correction
-@pytest.mark.parametrize("key", sorted(torch.load(FIXTURE, weights_only=False)["rollout_correction"]))
-def test_rollout_correction_matches_verl(fx, key):
-    x = fx["inputs"]
-    case = fx["rollout_correction"][key]
-    cfg = RolloutCorrectionConfig(**{"rollout_is_threshold": 2.0, **case["config"]})
-    rollout = x["old_log_prob"] if key == "equal_logprobs" else x["rollout_log_prob"]
-    weights, new_mask, metrics = rollout_correction(x["old_log_prob"], rollout, x["response_mask"], cfg)
-    if case["rollout_is_weights"] is None:
-        assert weights is None
-    else:
-        close(weights, case["rollout_is_weights"], what=f"{key} weights")
-    if "response_mask" in case:
-        assert torch.equal(new_mask.float(), case["response_mask"]), key
-    ours = set(metrics)
-    # verl's per-criterion statistics of the rejection statistic are not produced (docs/config.md)
-    theirs = {k for k in case["metrics"] if not k.startswith("rollout_corr/rollout_rs_") or k.endswith("masked_fraction")}
-    assert len(theirs) >= 16
-    assert theirs <= ours, sorted(theirs - ours)
-    for name in theirs:
-        assert metrics[name] == pytest.approx(case["metrics"][name], abs=ATOL, rel=1e-5), f"{key} {name}"
-
-
-def test_equal_log_probs_give_weights_of_exactly_one(fx):
-    x = fx["inputs"]
-    mask = x["response_mask"].bool()
-    for level in ("token", "sequence"):
-        cfg = SimpleNamespace(rollout_is=level, rollout_is_threshold=2.0, rollout_is_batch_normalize=False, rollout_rs=None, rollout_rs_threshold=None)
-        w, _, m = rollout_correction(x["old_log_prob"], x["old_log_prob"].clone(), x["response_mask"], cfg)
-        assert (w[mask] == 1.0).all() and (w[~mask] == 0).all()
-        assert m["rollout_corr/log_prob_abs_diff_max"] == 0.0
-        assert m["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0

@@ -114,9 +114,8 @@ def test_train_name_defaults_to_the_card_that_says_so(tmp_path):
 
 
 def test_rlcore_train_builds_the_plan_once_and_runs_each_check_once(tmp_path, monkeypatch):
-    """`rlcore train` resolves the names once, runs the schema's rules once, the rollout-correction rule once and
-    every registered check once, and hands that one plan to the loop (which checks nothing again)."""
-    from rl_core.algorithms import rollout_correction
+    """`rlcore train` resolves the names once, runs the schema's rules once and every registered check once (the
+    rollout correction's too, rl-rollout-correction's), and hands that one plan to the loop (which checks nothing again)."""
     from rl_core.cli.main import main
     from rl_core.config import load as load_mod, normalize as normalize_mod, rules
     from rl_core.plan import checks
@@ -134,7 +133,6 @@ def test_rlcore_train_builds_the_plan_once_and_runs_each_check_once(tmp_path, mo
     monkeypatch.setattr(checks, "resolve", counted("resolve", checks.resolve))
     monkeypatch.setattr(load_mod, "check_config", counted("check_config", rules.check_config))
     monkeypatch.setattr(normalize_mod, "check_config", counted("check_config", rules.check_config))
-    monkeypatch.setattr(rollout_correction, "config_problems", counted("rollout_correction", rollout_correction.config_problems))
     real_checks = checks.registered_checks
 
     def registered(registry):
@@ -148,4 +146,5 @@ def test_rlcore_train_builds_the_plan_once_and_runs_each_check_once(tmp_path, mo
     assert len(seen) == 1 and seen[0].config.trainer.output_dir == str(tmp_path / "out")
     names = [n for n in calls if n.startswith("check ")]
     assert len(names) >= 8, calls  # the kernel's own checks: files, devices, model_path, probes, lora, long context
-    assert calls == {**{n: 1 for n in names}, "resolve": 1, "check_config": 1, "rollout_correction": 1}, calls
+    assert calls == {**{n: 1 for n in names}, "resolve": 1, "check_config": 1}, calls
+    assert any(n.startswith("check rollout_correction (") for n in names), names  # the package's check, once

@@ -2,7 +2,7 @@
 
 One mini-batch, one epoch: every micro-batch's forward runs before the only optimizer step, so the update's own
 forward gives pi_old's log-probs. With a rollout correction of importance weights alone (token TIS here) the update
-weights each row from them (rl_core.algorithms.rollout_correction.in_update) instead of the loop running a separate
+weights each row from them (rl_rollout_correction.options.in_update) instead of the loop running a separate
 forward pass first. The rollout's log-probs are shifted by a fixed per-token offset so that the weights are far from
 1 and some are truncated: the run without the pass must give the run with it, and a run without the correction must
 differ (the weights are applied).
@@ -83,18 +83,3 @@ def test_on_policy_tis_on_two_ranks_runs_no_old_log_prob_pass_and_trains_the_sam
     assert first["rollout_corr/rollout_is_mean"] < 0.99  # the weights are far from 1 ...
     # ... and they reach the loss: without the correction the same first step has another gradient
     assert plain[0]["actor/grad_norm"] != pytest.approx(first["actor/grad_norm"], rel=1e-3)
-
-
-@pytest.mark.parametrize("level,threshold", [("token", 1.2), ("sequence", 2.0), ("token", "0.8_1.25"), ("sequence", "0.5_1.5")])
-def test_the_update_s_row_weights_are_the_pass_s_weights(level, threshold):
-    """rollout_correction.row_weights (in the update, no metrics) gives is_weights' weights, truncated or masked."""
-    from rl_core.algorithms.rollout_correction import is_weights, row_weights
-    from rl_core.config.schema import RolloutCorrectionConfig
-
-    gen = torch.Generator().manual_seed(0)
-    old, rollout = -torch.rand(6, 5, generator=gen) * 3, -torch.rand(6, 5, generator=gen) * 3
-    mask = torch.rand(6, 5, generator=gen) > 0.2
-    want, _ = is_weights(old - rollout, mask, level, threshold)
-    got = row_weights(old, rollout, mask.float(), RolloutCorrectionConfig(rollout_is=level, rollout_is_threshold=threshold))
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
-    assert (got != 1).any() and ((got == 0) | (got == want)).all()

@@ -1,4 +1,4 @@
-"""The rollout-vs-trainer gap every run measures (issue 51, rl_core.rollout.mismatch): the gap metrics and the bound,
+"""Around the rollout-vs-trainer gap (issue 51): the steps that ask for log-probs (rl_core.rollout.log_prob_decision),
 seeded sampling, trainer.deterministic (rl_core.util.determinism), and rollout.exact without the rl-exact package (an
 `rlcore check` problem naming it). Exact mode itself: plugins/exact/tests."""
 
@@ -16,9 +16,8 @@ from rl_core.config.load import load_config
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
 from rl_core.plan.resolver import resolve
 from rl_core.plugins import get_registry
-from rl_core.rollout import log_prob_decision, mismatch
+from rl_core.rollout import log_prob_decision
 from rl_core.rollout.builtin import HF_ROLLOUT
-from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.trainer.loop import Trainer
 from rl_core.rollout.hf import HFRolloutEngine
 from rl_core.trainer.tracking import key_metrics
@@ -54,51 +53,7 @@ def test_hf_sampling_is_seeded_not_the_global_rng(model_dir):
     assert not torch.equal(a["responses"], c["responses"])  # the seed is what decides
 
 
-def test_gap_metrics_and_bound():
-    trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.25, 0.0]])
-    rollout = torch.tensor([[-1.0, -2.5, -3.0], [-0.5, -0.05, -9.0]])
-    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    assert mismatch.gap_metrics(trainer, rollout, mask, 0.1) == {mismatch.GAP_FRAC: pytest.approx(2 / 5)}
-    mismatch.check_gap(trainer, rollout, mask, bound=None, step=1, backend="hf")  # no bound: never
-    mismatch.check_gap(trainer, rollout, mask, bound=0.5, step=1, backend="hf")  # the 9.0 is masked
-    with pytest.raises(mismatch.MismatchError) as err:
-        mismatch.check_gap(trainer, rollout, mask, bound=0.3, step=4, backend="vllm")
-    msg = str(err.value)
-    assert "step 4" in msg and "(vllm)" in msg and "row 0, response position 1" in msg and "0.5 >" in msg and "-2.5" in msg
-    nan = rollout.clone()
-    nan[1, 0] = float("nan")
-    with pytest.raises(mismatch.MismatchError, match="row 1, response position 0"):
-        mismatch.check_gap(trainer, nan, mask, bound=1.0, step=1, backend="hf")
-
-
-def test_bound_defaults_to_zero_in_exact_mode_only():
-    assert mismatch.bound_of(load_config()) is None
-    assert mismatch.bound_of(load_config(overrides=["rollout.exact=true"])) == 0.0
-    assert mismatch.bound_of(load_config(overrides=["rollout.exact=true", "rollout.mismatch.max_abs_diff=0.2"])) == 0.2
-    assert mismatch.bound_of(load_config(overrides=["rollout.mismatch.max_abs_diff=0"])) == 0.0
-
-
 VLLM_LIKE = attrs.evolve(HF_ROLLOUT, name="vllm-like", logprobs_free=False)
-
-
-def test_log_probs_default_to_auto_and_the_plan_decides(tmp_path):
-    assert RolloutConfig().calculate_log_probs is None
-    plan, _ = resolve(load_config(write_tiny_run(tmp_path)))
-    assert plan.config.rollout.calculate_log_probs is True  # the hf rollout (the Plan's config holds the decision)
-    cfg = load_config()
-    assert log_prob_decision.decide(cfg, HF_ROLLOUT).rollout.calculate_log_probs is True  # hf's cost nothing: kept on every step
-    assert log_prob_decision.decide(cfg, VLLM_LIKE).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps
-    for needs in (["algorithm.rollout_correction.rollout_is=token"], ["rollout.exact=true"], ["rollout.mismatch.max_abs_diff=0.5"],
-                  ["rollout.precision=fp8"]):
-        c = load_config(overrides=needs)
-        c = precision_defaults(c)
-        assert log_prob_decision.decide(c, VLLM_LIKE).rollout.calculate_log_probs is True, needs
-    assert log_prob_decision.decide(cfg, VLLM_LIKE, estimator_reads=True).rollout.calculate_log_probs is True
-    off = load_config(overrides=["rollout.calculate_log_probs=false", "algorithm.rollout_correction.rollout_is=token"])
-    assert log_prob_decision.decide(off, VLLM_LIKE).rollout.calculate_log_probs is False  # forced: the check refuses it below
-    (p,) = log_prob_decision.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false", "rollout.mismatch.max_abs_diff=0.5"]))
-    assert p.key == "rollout.calculate_log_probs" and "rollout.mismatch.max_abs_diff" in p.what
-    assert log_prob_decision.forced_off_problems(load_config(overrides=["rollout.calculate_log_probs=false"])) == []
 
 
 def test_the_steps_that_ask_the_engine_for_log_probs():

@@ -150,16 +150,6 @@ class OptimConfig:
 
 
 @attrs.frozen(kw_only=True)
-class MismatchConfig:
-    """The rollout-vs-trainer log-prob gap, measured every step (``rollout_corr/*``; :mod:`rl_core.rollout.mismatch`)."""
-
-    # |log pi_rollout - log pi_trainer| beyond which a token counts in rollout_corr/log_prob_gap_frac
-    threshold: float = num(0.1, ge=0, hint="a log-prob gap, e.g. 0.1")
-    # the run stops (step, backend, the largest-gap token) when a token's gap exceeds it; null: 0 with rollout.exact, else never
-    max_abs_diff: float | None = num(None, ge=0, hint="null: 0 with rollout.exact=true, else no bound")
-
-
-@attrs.frozen(kw_only=True)
 class RolloutConfig(Sectioned):
     SECTION_KEY = "rollout"
     name: str = "hf"
@@ -182,7 +172,6 @@ class RolloutConfig(Sectioned):
     calculate_log_probs: bool | None = None
     # hf rollout: log-probs from the trainer's per-sequence forward (rl-exact, docs/exact.md): the trainer's equal them bit for bit
     exact: bool = False
-    mismatch: MismatchConfig = field(factory=MismatchConfig)
     # the engine returns each token's routed experts (MoE models; batch field routed_experts) for actor.router_replay=R3
     return_routed_experts: bool = False
     enable_sleep: bool = True
@@ -206,7 +195,7 @@ class RolloutConfig(Sectioned):
     n_gpus_per_node: int | None = pos(None, hint="devices (CPU: processes) of the rollout's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
     # auto: the rollout computes in model.dtype; fp8: FP8 weights and KV cache in an engine that has FP8 kernels
-    # (vllm, sglang; GPUs of compute capability >= 8.9), with the rollout correction on by default (rl_core.rollout.precision)
+    # (vllm, sglang; GPUs of compute capability >= 8.9), with the rollout correction on by default (rl-rollout-correction: rl_rollout_correction.precision)
     precision: str = choice("auto", ("auto", "fp8"), hint="auto (model.dtype) or fp8")
 
 
@@ -340,22 +329,6 @@ class KLControlConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RolloutCorrectionConfig:
-    """verl's ``algorithm.rollout_correction``: importance weights / rejection computed from the
-    rollout engine's log-probs against the old policy's (:mod:`rl_core.algorithms.rollout_correction`).
-    Needs ``rollout.calculate_log_probs=true``; metrics are logged whenever both log-probs exist."""
-
-    rollout_is: str | None = choice(None, ("token", "sequence"), hint="null: no weights")
-    # str first: "5_0.5" must stay a string (Python's float() reads "_" as a digit separator)
-    rollout_is_threshold: str | float = 2.0  # a number truncates (TIS); "lower_upper" masks (IcePop)
-    rollout_is_batch_normalize: bool = False
-    rollout_rs: str | None = None  # comma-separated rejection criteria, e.g. "token_k1,seq_mean_k3"
-    rollout_rs_threshold: str | float | None = None
-    bypass_mode: bool = choice(False, (False,), hint="bypass mode (rollout log-probs as old log-probs) is not implemented")
-    loss_type: str = choice("ppo_clip", ("ppo_clip",), hint="only used by bypass mode, which is not implemented")
-
-
-@attrs.frozen(kw_only=True)
 class AlgorithmConfig(Sectioned):
     SECTION_KEY = "algorithm"
     adv_estimator: str = "grpo"
@@ -365,7 +338,6 @@ class AlgorithmConfig(Sectioned):
     use_kl_in_reward: bool = False
     kl_penalty: str = choice("kl", KL_KINDS)
     kl_ctrl: KLControlConfig = field(factory=KLControlConfig)
-    rollout_correction: RolloutCorrectionConfig = field(factory=RolloutCorrectionConfig)
     options: dict[str, Any] = field(factory=dict)
 
 

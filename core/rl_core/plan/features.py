@@ -93,6 +93,7 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
        for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")},
     "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
     "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
+    "rollout.precision": ("rl-rollout-correction", lambda config: config.rollout.precision != "auto", "rollout.precision=auto"),
 }
 
 

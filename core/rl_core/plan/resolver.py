@@ -30,7 +30,6 @@ from rl_core.observers import observer_plan
 from rl_core.problems import Problem, errors
 from rl_core.rollout import log_prob_decision
 from rl_core.rollout.moe_parallel import moe_parallel_problems
-from rl_core.rollout.precision import apply_defaults as precision_defaults
 from rl_core.card_options import options_problems
 from rl_core.run_kind import RL, run_kind_name
 from rl_core.util.user_paths import get_key
@@ -443,10 +442,13 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
     problems.extend(size_problems)
-    config = precision_defaults(config)  # rollout.precision=fp8: the rollout correction on unless set (rl_core.rollout.precision)
-
+    features, feature_problems = resolve_features(config, registry)
+    problems.extend(feature_problems)
+    correction = features.get("rollout_correction")  # rl-rollout-correction: rollout.precision=fp8's defaults, its log-prob users
+    config = correction.defaults(config) if correction is not None else config
+    users = correction.log_prob_users(config) if correction is not None else []
     # rollout.calculate_log_probs=null: on where the run needs them, else a sample of steps (rl_core.rollout.log_prob_decision)
-    config = log_prob_decision.decide(config, rollout, ACTOR in getattr(estimator, "log_probs", ()))
+    config = log_prob_decision.decide(config, rollout, ACTOR in getattr(estimator, "log_probs", ()), users)
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
     _check_parallel(config, rollout, train, problems, registry)
@@ -458,10 +460,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     config = _zero_advantage_rows(config, policy_loss)
     if train is not None:
         problems.extend(options_problems(train, config.train.options, "train.options"))
-    from rl_core.algorithms.rollout_correction import config_problems as rollout_correction_problems
-
-    problems.extend(rollout_correction_problems(config, rollout.logprobs if rollout is not None else None))
-    problems.extend(log_prob_decision.forced_off_problems(config))
+    problems.extend(log_prob_decision.forced_off_problems(config, users))
     for card, key in cards:
         if card is not None and (p := engine_version_problem(card, key)) is not None:
             problems.append(p)
@@ -486,8 +485,6 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     problems.extend(agent_problems)
     observers, observer_problems = observer_plan(config, registry)
     problems.extend(observer_problems)
-    features, feature_problems = resolve_features(config, registry)
-    problems.extend(feature_problems)
     reward_shapers, batch_sampler, hook_problems = step_hooks(config, registry)
     problems.extend(hook_problems)
     _run_card_checks(config, [*cards, (reward_model, "reward_model.name")], problems)

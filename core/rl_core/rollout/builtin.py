@@ -5,7 +5,6 @@ from __future__ import annotations
 from rl_core.cards import CheckCard, RolloutCard
 from rl_core.hookspecs import hookimpl
 from rl_core.problems import Problem
-from rl_core.rollout import precision
 from rl_core.rollout.engine_kwargs import engine_kwargs_problems
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
@@ -69,6 +68,5 @@ def decoder_problems(config, registry) -> list[Problem]:
 
 @hookimpl
 def rl_core_register_checks(register) -> None:
-    precision.rl_core_register_checks(register)
     register(CheckCard(name="hf_decode", stage="names", order=65, factory=f"{__name__}:decoder_problems",
                        description="the hf rollout's GPU decoder: rl-hf-decode installed where a config wants it"))

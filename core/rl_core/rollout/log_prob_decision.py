@@ -1,5 +1,5 @@
 """Whether the rollout returns its log-probs: settled once per run in the Plan (:func:`decide`), asked per step
-(:func:`wanted`). Torch-free, so the resolver imports it at the top; the gap metrics are :mod:`rl_core.rollout.mismatch`."""
+(:func:`wanted`). Torch-free, so the resolver imports it at the top; the gap metrics are rl-rollout-correction's."""
 
 from __future__ import annotations
 
@@ -15,32 +15,26 @@ from rl_core.problems import Problem
 GAP_EVERY = 10
 
 
-def log_prob_users(config: Any, estimator_reads: bool = False) -> list[str]:
+def log_prob_users(config: Any, estimator_reads: bool = False, users: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The keys that need the rollout's log-probs every step (``estimator_reads``: the estimator reads the sampling
-    policy's log-probs; without them a step runs an old-log-prob pass)."""
-    rc, r = config.algorithm.rollout_correction, config.rollout
-    users = {
-        "algorithm.rollout_correction.rollout_is": rc.rollout_is is not None,
-        "algorithm.rollout_correction.rollout_rs": rc.rollout_rs is not None,
-        "rollout.exact": r.exact,
-        "rollout.mismatch.max_abs_diff": r.mismatch.max_abs_diff is not None,
-        f"algorithm.adv_estimator={config.algorithm.adv_estimator}": estimator_reads,
-    }
-    return [key for key, on in users.items() if on]
+    policy's log-probs; without them a step runs an old-log-prob pass; ``users``: a feature's keys, rl-rollout-correction's
+    ``log_prob_users(config)``)."""
+    on = {"rollout.exact": config.rollout.exact, f"algorithm.adv_estimator={config.algorithm.adv_estimator}": estimator_reads}
+    return [*users, *(key for key, yes in on.items() if yes)]
 
 
-def decide(config: Any, rollout_card: Any = None, estimator_reads: bool = False) -> Any:
+def decide(config: Any, rollout_card: Any = None, estimator_reads: bool = False, users: tuple[str, ...] | list[str] = ()) -> Any:
     """``config`` with ``rollout.calculate_log_probs=null`` made true where something needs the log-probs or the
     backend's cost nothing (``RolloutCard.logprobs_free``); left null otherwise (every ``GAP_EVERY``-th step)."""
     r = config.rollout
-    if r.calculate_log_probs is not None or not (log_prob_users(config, estimator_reads) or getattr(rollout_card, "logprobs_free", False)):
+    if r.calculate_log_probs is not None or not (log_prob_users(config, estimator_reads, users) or getattr(rollout_card, "logprobs_free", False)):
         return config
     return attrs.evolve(config, rollout=attrs.evolve(r, calculate_log_probs=True))
 
 
-def forced_off_problems(config: Any) -> list[Problem]:
+def forced_off_problems(config: Any, users: tuple[str, ...] | list[str] = ()) -> list[Problem]:
     """``rollout.calculate_log_probs=false`` where a key needs the log-probs every step: an error naming the keys."""
-    users = log_prob_users(config)
+    users = log_prob_users(config, users=users)
     if config.rollout.calculate_log_probs is not False or not users:
         return []
     return [Problem(key="rollout.calculate_log_probs", what=f"is false but {', '.join(users)} need(s) the rollout's log-probs every step",

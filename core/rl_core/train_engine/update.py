@@ -10,7 +10,6 @@ from typing import Callable
 
 import torch
 
-from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.zero_advantage import can_skip_zero_advantage_rows, rows_with_signal
 from rl_core.batch import Batch
 from rl_core.modeling import position_ids_from_mask
@@ -99,7 +98,7 @@ def loss_fields(role: str, mini: Batch, cfg, on_policy_: bool) -> tuple[tuple[st
     if role == "actor" and cfg.use_kl_loss:
         extra = extra + ("ref_log_prob",)
     if role == "actor" and "rollout_is_weights" in mini.tensors.keys():
-        extra = extra + ("rollout_is_weights",)  # rollout correction (algorithm.rollout_correction)
+        extra = extra + ("rollout_is_weights",)  # rollout correction (rl-rollout-correction's, from the loop)
     if "response_mask" not in mini.tensors.keys():
         raise KeyError(f"{role}.update needs 'response_mask' in the batch")
     return extra, role == "actor" and (cfg.entropy_coeff != 0 or on_policy_)
@@ -122,7 +121,8 @@ def micro_share(response_mask: torch.Tensor, mode: str, global_den: float) -> fl
 
 
 def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: bool, policy_loss: Callable | None, correction=None):
-    """``(loss, metrics)`` of the role on ``x``; ``correction``: rollout-correction weights from this forward's (pi_old's) log-probs."""
+    """``(loss, metrics)`` of the role on ``x``; ``correction``: ``(rl-rollout-correction's object, its config)`` whose
+    weights come from this forward's (pi_old's) log-probs."""
     from rl_core.algorithms.actor_loss import compute_actor_loss, compute_critic_loss
 
     if role == "critic":
@@ -130,7 +130,7 @@ def role_loss(role: str, x: dict[str, torch.Tensor], heads, cfg, on_policy_: boo
     weights = x.get("rollout_is_weights")
     if correction is not None:
         width = heads.log_probs.shape[-1]
-        weights = rollout_corr.row_weights(heads.log_probs, x["rollout_log_probs"][:, :width], x["response_mask"][:, :width], correction)
+        weights = correction[0].row_weights(heads.log_probs, x["rollout_log_probs"][:, :width], x["response_mask"][:, :width], correction[1])
     return compute_actor_loss(
         log_prob=heads.log_probs,
         old_log_prob=heads.log_probs.detach() if on_policy_ else x["old_log_probs"],
@@ -158,13 +158,22 @@ class KeptLogProbs:
         self.computed[ids] = True
 
 
+def update_correction(b: TrainBackend, on_policy_: bool):
+    """``(rl-rollout-correction's object, algorithm.rollout_correction)`` when this on-policy update weights its loss
+    itself from its own forward (the Plan's feature, ``WorkerContext.features``), else None."""
+    features = b.context.features
+    obj = features.get("rollout_correction") if features is not None else None
+    rc = obj.update_correction(b.role, b.config, on_policy_) if obj is not None else None
+    return (obj, rc) if rc is not None else None
+
+
 def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: float, on_policy_: bool, policy_loss,
                     kept: KeptLogProbs | None = None, row_ids: torch.Tensor | None = None) -> tuple[float, float, dict[str, float]]:
     """One optimizer step on a mini-batch: ``(global loss, gradient norm before clipping, averaged loss metrics)``; the
     forwards' log-probs go to ``kept`` at ``row_ids`` (default ``0..len(mini)``)."""
     mode = cfg.loss_agg_mode
     extra, want_entropy = loss_fields(b.role, mini, cfg, on_policy_)
-    correction = rollout_corr.update_correction(b.role, b.config, on_policy_)
+    correction = update_correction(b, on_policy_)
     extra = extra + ("rollout_log_probs",) if correction is not None else extra
     mask_all = mini.tensors["response_mask"]
     global_den = float(b.all_reduce(count(mask_all, mode).to(b.device), "sum"))

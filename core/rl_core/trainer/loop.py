@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from rl_core.algorithms import rollout_correction as rollout_corr
 from rl_core.algorithms.advantages import compute_advantage, group_index
 from rl_core.algorithms.kl import apply_kl_penalty, kl_controller_from_config
 from rl_core.backends import SamplingParams
@@ -44,7 +43,7 @@ from rl_core.modeling import load_tokenizer
 from rl_core.observers import Observers, StepRollouts
 from rl_core.placement import make_cluster
 from rl_core.rewards.manager import RewardManager, scores_to_token_level
-from rl_core.rollout import log_prob_decision, mismatch
+from rl_core.rollout import log_prob_decision
 from rl_core.rollout.multi_turn import final_turn_mask, multi_turn_on, require_agent
 
 # warn when the advantages have been all zero for this many steps in a row (nothing is learned)
@@ -105,6 +104,7 @@ class Trainer(Saving, Validation):
         self.cluster: Placement = cluster
         self.cluster.call(WorkerMethod.SET_TOTAL_STEPS, same_args=(self.total_steps,))
         self.step = 0
+        self.correction = rollout_correction_of(stack)  # rl-rollout-correction (None: not installed, no rollout_corr/*)
         self.recompute_old_log_prob = needs_old_log_prob_pass(stack)
         # the rollout's log-probs on-policy without a correction: the mismatch metrics (rollout_corr/*) from the update
         # forward's own log-probs (the old policy's), not from a separate forward pass; on the steps that have them
@@ -309,15 +309,9 @@ class Trainer(Saving, Validation):
                 else:
                     rewards = batch["token_level_scores"]
                 batch["token_level_rewards"] = rewards
-                if "rollout_log_probs" in batch.tensors.keys() and "old_log_probs" in batch.tensors.keys():
-                    # verl's rollout correction: IS weights for the policy loss, rejection in the mask
-                    weights, new_mask, rc_metrics = rollout_corr.rollout_correction(
-                        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], cfg.algorithm.rollout_correction
-                    )
-                    batch["response_mask"] = new_mask
-                    if weights is not None:
-                        batch["rollout_is_weights"] = weights
-                    metrics.update(rc_metrics)
+                if self.correction is not None and "rollout_log_probs" in batch.tensors.keys() and "old_log_probs" in batch.tensors.keys():
+                    # rl-rollout-correction: IS weights for the policy loss (rollout_is_weights), rejection in the mask
+                    metrics.update(self.correction.correct(batch, cfg))
                 adv, returns = compute_advantage(
                     cfg.algorithm.adv_estimator, card=self.stack.estimator, fn=self.stack.estimator_fn,
                     token_level_rewards=rewards, response_mask=batch["response_mask"], index=group_index(batch["uid"]),
@@ -338,12 +332,12 @@ class Trainer(Saving, Validation):
                 per_rank = self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob, self.keep_update_log_probs)
                 kept = _pop_kept_log_probs(per_rank) if self.keep_update_log_probs else None
                 metrics.update(_guard_update("actor", per_rank))
-            if kept is not None and "rollout_log_probs" in batch.tensors.keys():
-                metrics.update(mismatch_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"], cfg.algorithm.rollout_correction))
+            if self.correction is not None and kept is not None and "rollout_log_probs" in batch.tensors.keys():
+                metrics.update(self.correction.update_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"], cfg))
             if self.observers:
                 with timed(t, "observers"):
                     self._observe_step(step, batch, kept)
-            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl_core.rollout.mismatch: the share and the bound
+            metrics.update(self._mismatch_gap(step, batch, mask, kept))  # rl-rollout-correction: the share and the bound
             if self.pipeline is not None:  # the next step's generation (overlapping this update) finishes first
                 with timed(t, "gen_overlap_wait"):
                     self.pipeline.drain()
@@ -378,9 +372,9 @@ class Trainer(Saving, Validation):
             policy_version=step - 1, tokenizer=self.tokenizer, max_response_length=self.config.data.max_response_length))
 
     def _mismatch_gap(self, step: int, batch: Batch, mask: torch.Tensor, kept) -> dict[str, float]:
-        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (:mod:`rl_core.rollout.mismatch`) of
+        """``rollout_corr/log_prob_gap_frac`` and rollout.mismatch.max_abs_diff's check (rl-rollout-correction's) of
         the rollout's log-probs against the trainer's: the old-log-prob pass's, else the on-policy update's own."""
-        if "rollout_log_probs" not in batch.tensors.keys():
+        if self.correction is None or "rollout_log_probs" not in batch.tensors.keys():
             return {}
         if "old_log_probs" in batch.tensors.keys():
             trainer, valid = batch["old_log_probs"], mask.bool()
@@ -388,10 +382,7 @@ class Trainer(Saving, Validation):
             trainer, valid = kept[0], mask.bool() & kept[1].unsqueeze(-1)
         else:
             return {}
-        rc = self.config.rollout
-        mismatch.check_gap(trainer, batch["rollout_log_probs"], valid, bound=mismatch.bound_of(self.config), step=step, backend=rc.name,
-                           batch=batch, tokenizer=self.tokenizer, exact=rc.exact)
-        return mismatch.gap_metrics(trainer, batch["rollout_log_probs"], valid, rc.mismatch.threshold)
+        return self.correction.gap(step, trainer, valid, batch, self.config, self.tokenizer)
 
     # ---------------------------------------------------------------- health
     def _reward_health(self, step: int, n: int, reward_metrics: dict[str, float]) -> dict[str, float]:
@@ -531,17 +522,11 @@ def _pop_kept_log_probs(per_rank: list[dict[str, Any]]) -> tuple[torch.Tensor, t
     return torch.cat(values), torch.cat(computed)
 
 
-def mismatch_metrics(old: torch.Tensor, computed: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor, rc=None) -> dict[str, float]:
-    """``rollout_corr/*`` metrics of the rows whose old log-probs the update ``computed`` (rows it left out for a
-    zero advantage are not in them); {} when there are none. ``rc`` (``algorithm.rollout_correction``): with
-    importance weights on, the weights' metrics too (the update applied them itself: rollout_correction.in_update)."""
-    rows = computed & mask.bool().any(-1)
-    if not rows.any():
-        return {}
-    if rc is not None and rc.rollout_is is not None:
-        return rollout_corr.rollout_correction(old[rows], rollout[rows], mask[rows], rc)[2]
-    got = rollout_corr.offpolicy_metrics(old[rows], rollout[rows], mask[rows].bool())
-    return {f"rollout_corr/{k}": v for k, v in got.items()}
+def rollout_correction_of(stack: Plan) -> Any:
+    """The object of rl-rollout-correction's feature (``Plan.features``; None: not installed): what the loop calls for the
+    ``rollout_corr/*`` metrics, the bound and the correction of each step's batch (docs/plugins.md)."""
+    features = getattr(stack, "features", None)
+    return features.get("rollout_correction") if features is not None else None
 
 
 def needs_old_log_prob_pass(stack: Plan) -> bool:
@@ -549,8 +534,9 @@ def needs_old_log_prob_pass(stack: Plan) -> bool:
     epoch) a backend declaring ``on_policy_without_old_log_probs`` takes them from its update; KL-in-reward needs them first."""
     cfg = stack.config
     # the IS weights compare the rollout's log-probs with pi_old's: first, unless an on-policy update can weight each
-    # row from its own forward (rollout_correction.in_update: no rejection, no batch normalisation)
-    if rollout_corr.correction_on(cfg) and not rollout_corr.in_update(cfg):
+    # row from its own forward (rl-rollout-correction's in_update: no rejection, no batch normalisation)
+    correction = rollout_correction_of(stack)
+    if correction is not None and correction.needs_old_log_prob_pass(cfg):
         return True
     # rollout.calculate_log_probs alone (the mismatch metrics, rollout_corr/*): on-policy, the update's own forward
     # gives pi_old's log-probs (Trainer.keep_update_log_probs); no pass for them
@@ -592,7 +578,7 @@ def describe_plan(stack: Plan) -> str:
         f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}"
         + (f", rollout {stack.rollout.name}" if getattr(stack, "needs_rollout", True) else f" (trainer.kind={cfg.trainer.kind}: no rollout)"),
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"
-                            + (", which applies the rollout-correction weights itself" if rollout_corr.correction_on(cfg) else ""))
+                            + (", which applies the rollout-correction weights itself" if (c := rollout_correction_of(stack)) is not None and c.on(cfg) else ""))
         if getattr(stack, "needs_rollout", True) else f"loss: actor.policy_loss={cfg.actor.policy_loss}",
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]

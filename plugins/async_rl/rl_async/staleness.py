@@ -8,7 +8,8 @@ never trained on: ``async.on_stale=drop`` skips it (its prompts are lost, the ne
 current weights), ``wait`` generates the same prompts again with the current weights. Both are counted
 (``async/dropped_batches``, ``async/regenerated_batches``).
 
-A kept off-policy batch is reweighted by the rollout correction (:mod:`rl_core.algorithms.rollout_correction`):
+A kept off-policy batch is reweighted by the rollout correction (rl-rollout-correction, a dependency:
+:mod:`rl_rollout_correction.correction`):
 the rollout's log-probs (``rollout.calculate_log_probs``) against the current actor's (the recomputed old
 log-probs) give the TIS weights / rejection masks, as in AReaL's decoupled objective.
 """

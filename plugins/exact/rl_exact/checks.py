@@ -41,7 +41,7 @@ def exact_problems(config: Any, registry: Any) -> list[Problem]:
             problems.append(Problem(
                 key=key, what=f"is {card.name!r}, whose card does not declare exact log-probs, but {KEY}=true",
                 fix=f"set {key}={_exact_names(registry, kind)}, {off} (docs/exact.md: each engine's measured gap and the settings that reduce it)"))
-    if config.rollout.calculate_log_probs is False:  # null (auto) is on with rollout.exact (rl_core.rollout.mismatch)
+    if config.rollout.calculate_log_probs is False:  # null (auto) is on with rollout.exact (rl_core.rollout.log_prob_decision)
         problems.append(Problem(key="rollout.calculate_log_probs", what=f"is false but {KEY}=true is about the rollout's log-probs",
                                 fix=f"set rollout.calculate_log_probs=true, {off}"))
     stale = getattr(getattr(config, "async_", None), "max_staleness", 0)  # rl-async's section, when installed

@@ -1,6 +1,7 @@
 """Exact mode (issue 51, rl_exact): the canonical per-sequence forward against plain torch, the hf rollout reporting it,
 the Plan resolving it (and refusing rollout.exact without it), the check. End-to-end runs: test_exact_runs.py; the gap
-metrics, the bound, seeded sampling and trainer.deterministic (rl-core's): tests/rollout/test_mismatch.py."""
+metrics and the bound (rl-rollout-correction's): plugins/rollout_correction/tests/test_mismatch.py; seeded sampling and
+trainer.deterministic (rl-core's): tests/rollout/test_mismatch.py."""
 
 from __future__ import annotations
 

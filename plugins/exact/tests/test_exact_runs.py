@@ -2,15 +2,15 @@
 
 rollout.exact=true: the rollout's log-probs and the trainer's are equal on every token of every step (the run itself
 would stop otherwise: the bound is 0 in exact mode), in bf16 and fp32, one and two processes, packed or padded, with
-and without the old-log-prob pass. The default path's gap and trainer.deterministic (rl-core's):
-tests/e2e/test_mismatch_runs.py.
+and without the old-log-prob pass. The default path's gap (rl-rollout-correction's):
+plugins/rollout_correction/tests/test_mismatch_runs.py; trainer.deterministic (rl-core's): tests/e2e/test_deterministic_runs.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from rl_core.rollout.mismatch import GAP_FRAC
+from rl_rollout_correction.mismatch import GAP_FRAC
 
 from tests.e2e.helpers import train_tiny
 

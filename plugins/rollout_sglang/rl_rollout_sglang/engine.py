@@ -201,7 +201,7 @@ class SGLangRollout:
             args["json_model_override_args"] = json.dumps(dict(m.override_config))
         if m.random_init:
             args["load_format"] = "dummy"  # random weights; the first sync brings the actor's
-        if cfg.rollout.precision == "fp8":  # FP8 weights and KV cache (rl_core.rollout.precision)
+        if cfg.rollout.precision == "fp8":  # FP8 weights and KV cache (rl_rollout_correction.precision)
             args.update(quantization="fp8", kv_cache_dtype="fp8_e4m3")
         if self.device_type == "cpu":
             sglang_quirks.configure_cpu_environment(self.tp)

@@ -83,7 +83,7 @@ def check_engine_kwargs(config) -> list[Problem]:
 SGLANG_ROLLOUT = RolloutCard(
     name="sglang",
     factory="rl_rollout_sglang.engine:build",
-    fp8=True,  # rollout.precision=fp8: quantization="fp8", kv_cache_dtype="fp8_e4m3" (rl_core.rollout.precision)
+    fp8=True,  # rollout.precision=fp8: quantization="fp8", kv_cache_dtype="fp8_e4m3" (rl_rollout_correction.precision)
     description="SGLang offline engine in each worker (or a running server); TP by SGLang; memory release / resume on GPU",
     devices={"cpu", "cuda"},
     max_tp=8,

@@ -18,7 +18,7 @@ Generation
     (or a multi-process engine) prompt ``i`` gets the seed ``seed + i * n`` (vLLM adds the
     sample's index) and its own generator, which vLLM's sampler serves one row at a time.
     ``rollout.precision=fp8``: vLLM quantizes the weights to FP8 as they load
-    (``quantization="fp8"``) and keeps an FP8 KV cache (:mod:`rl_core.rollout.precision`).
+    (``quantization="fp8"``) and keeps an FP8 KV cache (:mod:`rl_rollout_correction.precision`).
     A prompt longer than ``data.max_prompt_length``, or one that leaves fewer
     than ``max_new_tokens`` positions below the engine's max model length, is
     an error naming the sample and the lengths
@@ -303,7 +303,7 @@ class VLLMRollout:
         kwargs.update(parallel_kwargs(cfg.rollout))
         if cfg.rollout.return_routed_experts:
             kwargs["enable_return_routed_experts"] = True
-        if self.precision == "fp8":  # rollout.precision (rl_core.rollout.precision): FP8 weights and KV cache
+        if self.precision == "fp8":  # rollout.precision (rl_rollout_correction.precision): FP8 weights and KV cache
             kwargs.update(fast_path.FP8_KWARGS)
         if self.external:
             # rl-core already joined the ranks: each rank is one vLLM worker of its TP group.

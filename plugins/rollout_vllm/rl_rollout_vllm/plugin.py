@@ -254,7 +254,7 @@ def check_weight_sync_family(config) -> list[Problem]:
 VLLM_ROLLOUT = RolloutCard(
     name="vllm",
     factory="rl_rollout_vllm.engine:build",
-    fp8=True,  # rollout.precision=fp8: quantization="fp8", kv_cache_dtype="fp8" (rl_core.rollout.precision)
+    fp8=True,  # rollout.precision=fp8: quantization="fp8", kv_cache_dtype="fp8" (rl_rollout_correction.precision)
     description="vLLM offline engine in each worker (in-process); TP via external launcher, across nodes on Ray; sleep/wake on GPU",
     devices={"cpu", "cuda"},
     max_tp=None,  # TP up to the rollout's devices; a TP group larger than one node spans nodes (Ray placement)

@@ -7,11 +7,13 @@ import math
 import pytest
 import torch
 from rl_core.algorithms.actor_loss import compute_actor_loss
-from rl_core.algorithms.rollout_correction import config_problems, rollout_correction
 from rl_core.config.load import load_config
-from rl_core.config.schema import ActorConfig, RolloutCorrectionConfig
+from rl_core.config.schema import ActorConfig
 from rl_core.plan.resolver import resolve
 from rl_core.trainer.loop import Trainer, needs_old_log_prob_pass
+from rl_rollout_correction.checks import config_problems
+from rl_rollout_correction.config import RolloutCorrectionConfig
+from rl_rollout_correction.correction import rollout_correction
 
 from tests.e2e.helpers import read_metrics, write_tiny_run
 
@@ -82,8 +84,8 @@ def test_two_step_grpo_with_rollout_is_logs_weight_metrics(tmp_path):
 
 
 def test_mismatch_metrics_of_the_update_s_log_probs_cover_only_the_rows_it_computed():
-    from rl_core.algorithms.rollout_correction import offpolicy_metrics
-    from rl_core.trainer.loop import mismatch_metrics
+    from rl_rollout_correction.correction import offpolicy_metrics
+    from rl_rollout_correction.feature import mismatch_metrics
 
     g = torch.Generator().manual_seed(1)
     old, roll = -torch.rand(4, 6, generator=g), -torch.rand(4, 6, generator=g)
@@ -96,3 +98,18 @@ def test_mismatch_metrics_of_the_update_s_log_probs_cover_only_the_rows_it_compu
     assert got == {f"rollout_corr/{k}": v for k, v in want.items()}
     assert got["rollout_corr/kl"] != pytest.approx(offpolicy_metrics(old, roll, mask.bool())["kl"])
     assert mismatch_metrics(old, torch.zeros(4, dtype=torch.bool), roll, mask) == {}
+
+
+@pytest.mark.parametrize("level,threshold", [("token", 1.2), ("sequence", 2.0), ("token", "0.8_1.25"), ("sequence", "0.5_1.5")])
+def test_the_update_s_row_weights_are_the_pass_s_weights(level, threshold):
+    """rollout_correction.row_weights (in the update, no metrics) gives is_weights' weights, truncated or masked."""
+    from rl_rollout_correction.config import RolloutCorrectionConfig
+    from rl_rollout_correction.correction import is_weights, row_weights
+
+    gen = torch.Generator().manual_seed(0)
+    old, rollout = -torch.rand(6, 5, generator=gen) * 3, -torch.rand(6, 5, generator=gen) * 3
+    mask = torch.rand(6, 5, generator=gen) > 0.2
+    want, _ = is_weights(old - rollout, mask, level, threshold)
+    got = row_weights(old, rollout, mask.float(), RolloutCorrectionConfig(rollout_is=level, rollout_is_threshold=threshold))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert (got != 1).any() and ((got == 0) | (got == want)).all()

@@ -1,4 +1,4 @@
-"""rollout.precision=fp8 (rl_core.rollout.precision): refused for the hf rollout and where the device has no FP8,
+"""rollout.precision=fp8 (rl_rollout_correction.precision): refused for the hf rollout and where the device has no FP8,
 the rollout correction (TIS) on by default, the engines' arguments."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import types
 
 import pytest
 from rl_core.cards import RolloutCard
-from rl_core.config.schema import AlgorithmConfig, ModelConfig, RolloutConfig, RolloutCorrectionConfig, RunConfig, TrainerConfig
-from rl_core.rollout import precision
+from rl_core.config.schema import ModelConfig, RolloutConfig, RunConfig, TrainerConfig
+from rl_core.config.sections import evolve_key
+from rl_rollout_correction import precision
+from rl_rollout_correction.config import RolloutCorrectionConfig
 from rl_core.rollout.builtin import HF_ROLLOUT
 
 
@@ -50,8 +52,8 @@ def test_tis_is_on_by_default_when_the_rollout_precision_differs():
     assert cfg.algorithm.rollout_correction.rollout_is == "token"
     assert cfg.algorithm.rollout_correction.rollout_is_threshold == 2.0  # truncation (TIS)
     # the user's choice stays
-    mine = RunConfig(rollout=RolloutConfig(name="vllm", precision="fp8"),
-                     algorithm=AlgorithmConfig(rollout_correction=RolloutCorrectionConfig(rollout_is="sequence")))
+    mine = evolve_key(RunConfig(rollout=RolloutConfig(name="vllm", precision="fp8")), "algorithm.rollout_correction",
+                      RolloutCorrectionConfig(rollout_is="sequence"))
     assert precision.apply_defaults(mine).algorithm.rollout_correction.rollout_is == "sequence"
     # the same precision: nothing changes
     same = _config(prec="auto")

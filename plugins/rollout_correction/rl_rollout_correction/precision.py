@@ -1,4 +1,4 @@
-"""``rollout.precision=fp8``: an engine whose card declares ``fp8`` quantizes the weights it receives and its KV cache
+"""``rollout.precision=fp8`` (its checks: CheckCards of :mod:`rl_rollout_correction.plugin`): an engine whose card declares ``fp8`` quantizes the weights it receives and its KV cache
 to FP8 while the trainer keeps ``model.dtype`` (docs/config.md). Native only (compute capability >= 8.9): the checks
 refuse it elsewhere and for engines without FP8 kernels, where it would only cost time. The quantization error is
 corrected as any rollout / trainer mismatch (:func:`apply_defaults`).
@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
-from rl_core.cards import CheckCard
-from rl_core.hookspecs import hookimpl
+from rl_core.config.sections import evolve_key
 from rl_core.problems import Problem
 
 #: the oldest compute capability with FP8 tensor cores (Ada / Hopper)
@@ -26,8 +23,8 @@ def apply_defaults(config: Any) -> Any:
     rc = config.algorithm.rollout_correction
     if rc.rollout_is is not None and config.rollout.calculate_log_probs:
         return config
-    algorithm = attrs.evolve(config.algorithm, rollout_correction=attrs.evolve(rc, rollout_is=rc.rollout_is or "token"))
-    return attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=True), algorithm=algorithm)
+    config = evolve_key(config, "algorithm.rollout_correction.rollout_is", rc.rollout_is or "token")
+    return evolve_key(config, "rollout.calculate_log_probs", True)
 
 
 def backend_problems(config: Any, registry: Any) -> list[Problem]:
@@ -65,11 +62,3 @@ def device_problems(config: Any, registry: Any, capability: tuple[int, int] | No
         return [Problem(key="rollout.precision", what=f"is 'fp8' but this machine's GPU has compute capability {capability[0]}.{capability[1]}, "
                         "which has no FP8 tensor cores (8.9 or newer)", why="the engine would emulate FP8 GEMMs: slower than bfloat16", fix=fix)]
     return []
-
-
-@hookimpl
-def rl_core_register_checks(register) -> None:
-    register(CheckCard(name="rollout_precision", stage="names", order=60, factory=f"{__name__}:backend_problems",
-                       description="rollout.precision=fp8: a rollout backend with FP8 kernels"))
-    register(CheckCard(name="rollout_precision_device", stage="device", order=60, factory=f"{__name__}:device_problems",
-                       description="rollout.precision=fp8: a GPU with FP8 tensor cores (compute capability >= 8.9)"))
