@@ -64,7 +64,7 @@ class GeneratorConfig:
 class CustomDatasetConfig:
     """The user's own dataset class (verl's data.custom_cls): ``name`` in the .py file ``path``, built as verl builds
     it (data_files, tokenizer, config, processor, max_samples); its items' chat messages and reward fields become the
-    rows (rl_core.data.custom)."""
+    rows (rl-data's rl_data.custom)."""
 
     path: str | None = None
     name: str | None = None

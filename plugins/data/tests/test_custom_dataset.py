@@ -1,4 +1,5 @@
-"""verl's data.custom_cls: the user's own dataset class (a .py file named in the config) gives the rows."""
+"""verl's data.custom_cls, rl-data's ``custom_dataset`` feature: the user's own dataset class (a .py file named in the config)
+gives the rows; without rl-data, a config naming one is a check problem and a data error naming the install."""
 
 import json
 import textwrap
@@ -6,8 +7,11 @@ import textwrap
 import pytest
 from rl_core.config.schema import CustomDatasetConfig, DataConfig
 from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
+from rl_core.plan.features import Features, load_features, missing_feature_problems
 from rl_core.plan.preflight import data_problems
 from rl_core.plugins import get_registry
+
+from rl_data.custom import Section, custom_class_problems, custom_rows, data_section
 
 # verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
 # whose chat messages are under raw_prompt. This one reads a csv-like text format rl-core's reader does not know.
@@ -69,14 +73,14 @@ def _cfg(code, data, name, **kw):
 def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
     code, data = setup
     cfg = _cfg(code, data, "Lines", train_batch_size=2, val_max_samples=4, shuffle=False)
-    train = load_prompt_dataset(cfg, tiny_tokenizer, "train")
+    train = load_prompt_dataset(cfg, tiny_tokenizer, "train", custom_rows=load_features(get_registry(), []).get("custom_dataset"))
     assert len(train) == 6
     item = train[3]
     assert item["prompt"] == [{"role": "user", "content": "Q: what is 3 plus 3 ?"}]  # raw_prompt, as verl's rollout reads it
     assert (item["data_source"], item["ground_truth"], item["extra_info"]) == ("lines", "6", {"index": 3})
     assert item["input_ids"] == tiny_tokenizer(item["prompt_text"], add_special_tokens=False)["input_ids"]
     assert "Q: what is 3 plus 3 ?" in item["prompt_text"]
-    loader, val, info = build_loaders(cfg, tiny_tokenizer)
+    loader, val, info = build_loaders(cfg, tiny_tokenizer, custom_rows=custom_rows)
     assert info["train_prompts"] == 6 and info["val_prompts"] == 4  # max_samples reaches the class for validation
     batch = loader.next_batch()
     assert list(batch["ground_truth"]) == ["0", "2"]
@@ -94,17 +98,18 @@ def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
 def test_bad_class_errors_name_the_key(setup, tiny_tokenizer, name, path, message):
     code, data = setup
     with pytest.raises(DataError, match=message):
-        load_prompt_dataset(_cfg(path or code, data, name), tiny_tokenizer, "train")
+        load_prompt_dataset(_cfg(path or code, data, name), tiny_tokenizer, "train", custom_rows=custom_rows)
 
 
 def test_check_imports_the_class_and_reads_no_rows_itself(setup, tmp_path):
     from types import SimpleNamespace
 
     code, data = setup
-    problems, rows = data_problems(SimpleNamespace(data=_cfg(code, data, "Lines")), get_registry())
-    assert problems == [] and rows == []  # the text file is the class's format, not a row file
-    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, data, "OldSignature")), get_registry())
-    assert [p.key for p in problems] == ["data.custom_cls.name"]
+    config = SimpleNamespace(data=_cfg(code, data, "Lines"))
+    problems, rows = data_problems(config, get_registry())
+    assert problems == [] and rows == [] and custom_class_problems(config) == []  # the text file is the class's format, not a row file
+    config = SimpleNamespace(data=_cfg(code, data, "OldSignature"))
+    assert [p.key for p in custom_class_problems(config)] == ["data.custom_cls.name"] and data_problems(config, get_registry())[0] == []
     problems, _ = data_problems(SimpleNamespace(data=_cfg(code, str(tmp_path / "none.txt"), "Lines")), get_registry())
     assert {p.key for p in problems} == {"data.train_files", "data.val_files"}
 
@@ -113,9 +118,20 @@ def test_the_data_section_without_omegaconf(monkeypatch):
     """omegaconf is no dependency of rl-core (rl-verl brings it): without it the class gets a dict whose keys read as attributes."""
     import sys
 
-    from rl_core.data.custom import Section, data_section
-
     monkeypatch.setitem(sys.modules, "omegaconf", None)
     section = data_section(DataConfig(prompt_key="question", max_prompt_length=64))
     assert isinstance(section, Section) and section.get("prompt_key") == "question" and section.max_prompt_length == 64
     assert section.custom_cls.path is None and section.get("missing", 1) == 1
+
+
+def test_without_rl_data_a_dataset_class_names_the_install(setup, tiny_tokenizer):
+    code, data = setup
+    cfg = _cfg(code, data, "Lines")
+    with pytest.raises(DataError, match=r"data.custom_cls.path=.*pip install rl-data"):
+        load_prompt_dataset(cfg, tiny_tokenizer, "train")  # no custom_rows: the feature is not installed
+    from rl_core.config.load import load_config
+
+    config = load_config(None, [f"data.custom_cls.path={code}", "data.custom_cls.name=Lines"])
+    (p,) = missing_feature_problems(config, Features())
+    assert p.key == "data.custom_cls.path" and "pip install rl-data" in p.fix
+    assert missing_feature_problems(config, load_features(get_registry(), [])) == []  # installed: its card lists the key
