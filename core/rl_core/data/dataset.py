@@ -208,10 +208,11 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
     gen = data.train_generator if split == "train" else data.val_generator
     rows: list[dict[str, Any]] = []
     origins: list[str] = []
-    if data.custom_cls.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
+    custom = getattr(data, "custom_cls", None)  # rl-data's section: the user's dataset class reads the files (verl's data.custom_cls)
+    if custom is not None and custom.path and files:
         if custom_rows is None:
-            raise DataError(f"data.custom_cls.path={data.custom_cls.path!r}: the user's dataset class is read by rl-data, which is not "
-                            "installed: pip install rl-data, or set data.custom_cls.path=null (rl-core reads the files itself)")
+            raise DataError(f"data.custom_cls.path={custom.path!r}: the user's dataset class is read by rl-data's custom_dataset feature, "
+                            "which was not passed (custom_rows=: the plan's features.get('custom_dataset'))")
         rows, origins = custom_rows(data, tokenizer, split, files)
     else:
         for path in files:

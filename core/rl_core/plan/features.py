@@ -93,7 +93,6 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
        for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")},
     "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
     "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
-    "data.custom_cls.path": ("rl-data", lambda config: bool(config.data.custom_cls.path), "data.custom_cls.path=null (rl-core reads the files itself)"),
     "reward.num_workers": ("rl-reward-pool", lambda config: config.reward.num_workers > 0, "reward.num_workers=0 (scores in-process)"),
 }
 

@@ -115,7 +115,7 @@ def data_problems(config: Any, registry: Any) -> tuple[list[Problem], list[dict]
         files = getattr(d, f"{split}_files")
         for i, path in enumerate(files if run_kind_name(config) == RL else ()):  # another run kind's check reads its files
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
-            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path), image_key=d.image_key, video_key=d.video_key)
+            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(getattr(getattr(d, "custom_cls", None), "path", None)), image_key=d.image_key, video_key=d.video_key)
             problems += found
             rows += got
         gen = getattr(d, f"{split}_generator")

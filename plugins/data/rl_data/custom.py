@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from rl_core.config.sections import flatten_sections
 from rl_core.problems import Problem
 from rl_core.util.user_code import load_user_object
 
@@ -59,7 +60,7 @@ def data_section(data: Any) -> Any:
     (the rl-verl plugin brings it; it is no dependency of rl-core), else a :class:`Section` (what verl's RLHFDataset reads)."""
     import attrs
 
-    plain = attrs.asdict(data)
+    plain = flatten_sections(attrs.asdict(data))  # data.custom_cls (this package's section) in place, as the user writes it
     try:
         from omegaconf import OmegaConf  # optional (rl-verl's dependency)
     except ImportError:

@@ -4,7 +4,7 @@ user's own dataset class (``data.custom_cls``, rl_data.custom): a feature whose 
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import CheckCard, CommandCard, FeatureCard, GeneratorCard
+from rl_core.cards import CheckCard, CommandCard, ConfigSectionCard, FeatureCard, GeneratorCard
 
 from rl_data.generators import kwargs_problem, package_problem
 
@@ -25,6 +25,12 @@ def rl_core_register_generators(register):
 def rl_core_register_features(register):
     register(FeatureCard(name="custom_dataset", factory="rl_data.custom:enabled", provides="rl_data.custom:custom_rows", keys=("data.custom_cls.path",),
                          description="rows from the user's own dataset class (verl's data.custom_cls), built as verl builds it"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="data.custom_cls", factory="rl_data.config:CustomDatasetConfig",
+                               description="the user's own dataset class (verl's data.custom_cls): data.custom_cls.path / .name"))
 
 
 @hookimpl

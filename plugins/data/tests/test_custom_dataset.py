@@ -5,12 +5,13 @@ import json
 import textwrap
 
 import pytest
-from rl_core.config.schema import CustomDatasetConfig, DataConfig
+from rl_core.config.schema import DataConfig
 from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
-from rl_core.plan.features import Features, load_features, missing_feature_problems
+from rl_core.plan.features import load_features
 from rl_core.plan.preflight import data_problems
 from rl_core.plugins import get_registry
 
+from rl_data.config import CustomDatasetConfig
 from rl_data.custom import Section, custom_class_problems, custom_rows, data_section
 
 # verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
@@ -67,7 +68,7 @@ def setup(tmp_path):
 
 
 def _cfg(code, data, name, **kw):
-    return DataConfig(train_files=[data], val_files=[data], custom_cls=CustomDatasetConfig(path=code, name=name), **kw)
+    return DataConfig(train_files=[data], val_files=[data], sections={"custom_cls": CustomDatasetConfig(path=code, name=name)}, **kw)
 
 
 def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
@@ -124,14 +125,28 @@ def test_the_data_section_without_omegaconf(monkeypatch):
     assert section.custom_cls.path is None and section.get("missing", 1) == 1
 
 
-def test_without_rl_data_a_dataset_class_names_the_install(setup, tiny_tokenizer):
-    code, data = setup
-    cfg = _cfg(code, data, "Lines")
-    with pytest.raises(DataError, match=r"data.custom_cls.path=.*pip install rl-data"):
-        load_prompt_dataset(cfg, tiny_tokenizer, "train")  # no custom_rows: the feature is not installed
-    from rl_core.config.load import load_config
+@pytest.fixture
+def env(monkeypatch):
+    yield monkeypatch
+    monkeypatch.undo()
+    get_registry(reload=True)
 
-    config = load_config(None, [f"data.custom_cls.path={code}", "data.custom_cls.name=Lines"])
-    (p,) = missing_feature_problems(config, Features())
-    assert p.key == "data.custom_cls.path" and "pip install rl-data" in p.fix
-    assert missing_feature_problems(config, load_features(get_registry(), [])) == []  # installed: its card lists the key
+
+def test_a_caller_without_the_reader_is_told(setup, tiny_tokenizer):
+    code, data = setup
+    with pytest.raises(DataError, match=r"data.custom_cls.path=.*custom_dataset feature, which was not passed"):
+        load_prompt_dataset(_cfg(code, data, "Lines"), tiny_tokenizer, "train")  # no custom_rows: never the files read as rows
+
+
+def test_without_rl_data_rlcore_check_names_the_install(tmp_path, setup, env, capsys):
+    from rl_core.cli.main import main
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    code, _ = setup
+    config = write_tiny_run(tmp_path, **{"data.custom_cls": {"path": code, "name": "Lines"}})
+    assert load_features(get_registry(), []).get("custom_dataset") is custom_rows  # installed: the plan's feature object
+    env.setenv("RL_CORE_BLOCK_PLUGINS", "rl-data")
+    get_registry(reload=True)
+    assert main(["check", str(config), "--skip-device-check"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "data.custom_cls" in err and "pip install rl-data" in err, err

@@ -36,3 +36,22 @@ def test_without_the_package_workers_name_the_install():
     with pytest.raises(RewardConfigError, match="pip install rl-reward-pool"):
         RewardManager(RewardConfig(num_workers=2), Registry())
     RewardManager(RewardConfig(num_workers=0), Registry()).close()  # in-process needs no pool
+
+
+@pytest.fixture
+def env(monkeypatch):
+    yield monkeypatch
+    monkeypatch.undo()
+    get_registry(reload=True)
+
+
+def test_rlcore_check_without_the_package_names_the_install(tmp_path, env, capsys):
+    from rl_core.cli.main import main
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    config = write_tiny_run(tmp_path, **{"reward.num_workers": 2})
+    env.setenv("RL_CORE_BLOCK_PLUGINS", "rl-reward-pool")
+    get_registry(reload=True)
+    assert main(["check", str(config), "--skip-device-check"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "reward.num_workers" in err and "pip install rl-reward-pool" in err, err
