@@ -34,11 +34,11 @@ if [[ $ENGINE == vllm ]]; then
     # + rl-verl: the plugin's tests of verl launches (test_vllm_plugin.py, test_vllm_moe_parallel.py; skipped without it)
     # + rl-algorithms, rl-multimodal, rl-routing-replay, rl-hf-decode, rl-offload: in every tox env (rl-train-fsdp and rl-rollout-vllm
     #   require rl-multimodal / rl-routing-replay; both train backends rl-offload); rl-async: the async pool's vLLM tests (as `tox -e vllm-fsdp`);
-    #   rl-profiling: rl-verl requires it; rl-rollout-correction: the rollout_corr/* metrics, rl-async / rl-exact require it
+    #   rl-profiling, rl-reward-pool and rl-data: rl-verl requires them; rl-rollout-correction: the rollout_corr/* metrics, rl-async / rl-exact require it
     # + rl-agent: the multi-turn conformance case and multi-turn configs (rl_agent.conformance); rl-reward-model: the verl
     #   script check's reward model (bench/verl_scripts/measure.py, test_vllm_moe_parallel.py); rl-agent-openai + openai: the
     #   OpenAI endpoint's tests on this engine (python -m pytest plugins/openai_agent -k vllm)
-    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/offload -e plugins/async_rl -e plugins/profiling -e plugins/rollout_correction \
+    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/offload -e plugins/async_rl -e plugins/profiling -e plugins/rollout_correction -e plugins/reward_pool -e plugins/data \
         -e plugins/train_fsdp -e plugins/lora -e plugins/rollout_vllm -e plugins/train_megatron -e plugins/verl \
         -e plugins/agent -e plugins/reward_model -e plugins/openai_agent -e plugins/placement_ray openai==3.57.0 \
         megatron-core==0.16.1 pytest peft==0.21.2 ray==2.60.0

@@ -268,7 +268,9 @@ def _gen_batch_size(cfg: Any) -> Problem | None:
 
 
 def _custom_dataset(cfg: Any) -> Problem | None:
-    c = cfg.data.custom_cls
+    c = getattr(cfg.data, "custom_cls", None)  # rl-data's section (absent without it: its key is then unknown)
+    if c is None:
+        return None
     if c.path and not c.name:
         return Problem(key="data.custom_cls.name", what=f"is not set while data.custom_cls.path={c.path!r} is",
                        fix="name the dataset class defined in that file, e.g. data.custom_cls.name=MyDataset")

@@ -61,17 +61,10 @@ class GeneratorConfig:
 
 
 @attrs.frozen(kw_only=True)
-class CustomDatasetConfig:
-    """The user's own dataset class (verl's data.custom_cls): ``name`` in the .py file ``path``, built as verl builds
-    it (data_files, tokenizer, config, processor, max_samples); its items' chat messages and reward fields become the
-    rows (rl_core.data.custom)."""
+class DataConfig(Sectioned):
+    """The prompt data; packages add sections (rl-data's ``data.custom_cls``: the user's own dataset class)."""
 
-    path: str | None = None
-    name: str | None = None
-
-
-@attrs.frozen(kw_only=True)
-class DataConfig:
+    SECTION_KEY = "data"
     train_files: list[str] = field(factory=list)
     val_files: list[str] = field(factory=list)
     train_generator: GeneratorConfig | None = None
@@ -96,8 +89,6 @@ class DataConfig:
     truncation: str = choice("error", ("error", "left", "right", "middle"))
     chat_template_kwargs: dict[str, Any] = field(factory=dict)  # passed to the chat template (e.g. enable_thinking: false)
     apply_chat_template: bool = True
-    # rows from the user's own dataset class instead of rl-core's file reader (verl's data.custom_cls)
-    custom_cls: CustomDatasetConfig = field(factory=CustomDatasetConfig)
 
 
 @attrs.frozen(kw_only=True)

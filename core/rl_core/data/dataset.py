@@ -17,7 +17,6 @@ import torch
 
 from rl_core.batch import Batch
 from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
-from rl_core.data.custom import custom_rows
 from rl_core.problems import UserError
 
 logger = logging.getLogger(__name__)
@@ -198,16 +197,22 @@ class PromptDataset:
 
 
 def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None,
-                        generators: Mapping[str, Callable] | None = None) -> PromptDataset:
+                        generators: Mapping[str, Callable] | None = None, custom_rows: Callable | None = None) -> PromptDataset:
     """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`: the files' rows, then
-    the generator's (``generators``: ``Plan.generators``); ``val_max_samples`` keeps the first N validation prompts."""
+    the generator's (``generators``: ``Plan.generators``); ``val_max_samples`` keeps the first N validation prompts.
+    ``custom_rows(data, tokenizer, split, files) -> (rows, origins)``: the rows of the user's dataset class
+    (``data.custom_cls``; the ``custom_dataset`` feature's object, rl-data's)."""
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     files = list(data.train_files if split == "train" else data.val_files)
     gen = data.train_generator if split == "train" else data.val_generator
     rows: list[dict[str, Any]] = []
     origins: list[str] = []
-    if data.custom_cls.path and files:  # the user's dataset class reads the files (verl's data.custom_cls)
+    custom = getattr(data, "custom_cls", None)  # rl-data's section: the user's dataset class reads the files (verl's data.custom_cls)
+    if custom is not None and custom.path and files:
+        if custom_rows is None:
+            raise DataError(f"data.custom_cls.path={custom.path!r}: the user's dataset class is read by rl-data's custom_dataset feature, "
+                            "which was not passed (custom_rows=: the plan's features.get('custom_dataset'))")
         rows, origins = custom_rows(data, tokenizer, split, files)
     else:
         for path in files:
@@ -341,21 +346,21 @@ class PromptLoader:
 
 
 def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None,
-                  generators: Mapping[str, Callable] | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+                  generators: Mapping[str, Callable] | None = None, custom_rows: Callable | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
     """Train and validation loaders of a ``DataConfig`` and the prompts kept / dropped (``train_prompts``, ...). The
     train loader shuffles with ``data.seed`` (else ``seed``) and drops a partial batch; the validation one (None without
     validation data) keeps file order and every prompt."""
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
         processor.check_patch_size(data.image_patch_size)
-    train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators)
+    train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators, custom_rows)
     # dynamic sampling (algorithm.filter_groups) draws rounds of data.gen_batch_size prompts
     train_loader = PromptLoader(train, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
                                 seed=data.seed if data.seed is not None else seed, drop_last=True, pad_token_id=pad)
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
     if data.val_files or (data.val_generator is not None and data.val_generator.name):
-        val = load_prompt_dataset(data, tokenizer, "val", tools, processor, generators)
+        val = load_prompt_dataset(data, tokenizer, "val", tools, processor, generators, custom_rows)
         val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
         info.update(val_prompts=len(val), val_dropped=val.num_dropped)
     return train_loader, val_loader, info

@@ -94,6 +94,7 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
     "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
     "rollout.precision": ("rl-rollout-correction", lambda config: config.rollout.precision != "auto", "rollout.precision=auto"),
+    "reward.num_workers": ("rl-reward-pool", lambda config: config.reward.num_workers > 0, "reward.num_workers=0 (scores in-process)"),
 }
 
 

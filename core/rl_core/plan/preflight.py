@@ -19,7 +19,6 @@ from rl_core.hookspecs import hookimpl
 from rl_core.util.precision import slow_low_precision
 from rl_core.problems import Problem
 from rl_core.plugins import get_registry
-from rl_core.data.custom import constructor_problem, load_dataset_class
 from rl_core.rewards.scoring import RewardConfigError, kwargs_problems, load_custom_function
 from rl_core.run_kind import RL, run_kind_name
 
@@ -49,23 +48,6 @@ def first_rows(path: str, n: int = FIRST_ROWS) -> list[Any]:
             if len(rows) >= n:
                 break
     return rows
-
-
-def _custom_dataset_problems(d: Any) -> list[Problem]:
-    """The dataset class of data.custom_cls imports, is a map-style class and takes verl's constructor arguments
-    (it is built, with the tokenizer, only when the run starts)."""
-    c = d.custom_cls
-    if not c.path or not c.name:
-        return []
-    from rl_core.data.dataset import DataError
-
-    try:
-        cls = load_dataset_class(c)
-    except DataError as exc:
-        key, _, what = str(exc).partition(": ")
-        return [Problem(key=key, what=what, fix=f"point data.custom_cls.path at a .py file that imports cleanly and defines the class {c.name!r}")]
-    why = constructor_problem(cls, c)
-    return [Problem(key="data.custom_cls.name", what=why, fix="accept data_files, tokenizer, config, processor, max_samples")] if why else []
 
 
 def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = False, image_key: str = "images", video_key: str = "videos") -> tuple[list[Problem], list[dict]]:
@@ -127,13 +109,13 @@ def _generator_problems(key: str, gen: Any, split: str, registry: Any) -> tuple[
 def data_problems(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
     """Problems with the train / val data, and the first rows read (for the reward checks)."""
     d = config.data
-    problems: list[Problem] = _custom_dataset_problems(d)
+    problems: list[Problem] = []  # data.custom_cls's class: rl-data's check (rl_data.custom)
     rows: list[dict] = []
     for split in ("train", "val"):
         files = getattr(d, f"{split}_files")
         for i, path in enumerate(files if run_kind_name(config) == RL else ()):  # another run kind's check reads its files
             key = f"data.{split}_files" if len(files) == 1 else f"data.{split}_files[{i}]"
-            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(d.custom_cls.path), image_key=d.image_key, video_key=d.video_key)
+            found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(getattr(getattr(d, "custom_cls", None), "path", None)), image_key=d.image_key, video_key=d.video_key)
             problems += found
             rows += got
         gen = getattr(d, f"{split}_generator")

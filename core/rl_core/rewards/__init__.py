@@ -1,1 +1,1 @@
-"""Rewards: the reward manager (scorer choice, process pool, timeouts); pool workers import this package, so it stays empty."""
+"""Rewards: the reward manager (scorer choice, timeouts); rl-reward-pool's workers import this package, so it stays empty."""

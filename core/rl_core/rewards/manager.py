@@ -6,7 +6,8 @@ The scorer of a sample is ``reward.custom.path``'s function, else ``reward.name`
 accepts it) and returns a number or a dict with ``"score"`` (its other numbers become ``reward/<key>_mean``).
 A scorer that runs past ``reward.timeout_s`` scores 0 (``reward/timeouts``); one that raises stops the batch with
 :class:`RewardError`, or with ``reward.on_error=skip`` scores 0 (``reward/errors``). ``reward.num_workers > 0`` runs
-per-sample scorers in a :class:`~rl_core.rewards.pool.ScorerPool`; batched cards run in-process, once per batch.
+per-sample scorers in a process pool, the ``reward_pool`` feature's (rl-reward-pool); batched cards run in-process,
+once per batch.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from rl_core.batch import Batch
-from rl_core.cards import RewardCard
+from rl_core.cards import RewardCard, load_object
 from rl_core.plugins import UnknownCardError
 from rl_core.problems import UserError
-from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome, ScorerPool
+from rl_core.rewards.outcome import ERROR, OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import (RewardConfigError, Sample, ScorerSpec, ScorerTimeout, call_contained, call_scorer,
                                      call_with_timeout, load_custom_function, load_scorer, normalize_result, numeric)
 
@@ -76,10 +77,13 @@ class RewardManager:
     A run builds it from its plan (:meth:`for_stack`: no registry is read); code without a plan passes a ``registry``
     (any value with ``reward.custom.path``, which reads no card). ``mixing``: rl-reward-model's weights of the rule
     and model parts per data source (``for_source``, ``model_name``, ``metrics``); None: the rule's score alone.
-    ``start_method``: the pool's multiprocessing start method (never ``fork`` with torch loaded).
+    ``start_method``: the pool's multiprocessing start method (never ``fork`` with torch loaded). ``scorer_pool``:
+    ``(num_workers, timeout_s, start_method=) -> pool`` for ``reward.num_workers > 0``, the object of the installed
+    ``reward_pool`` feature card (rl-reward-pool's ``ScorerPool``; from the plan, else from ``registry``).
     """
 
-    def __init__(self, cfg: Any, registry: Any, *, start_method: str | None = None, mixing: Any = None, _resolved: Any = None) -> None:
+    def __init__(self, cfg: Any, registry: Any, *, start_method: str | None = None, mixing: Any = None, scorer_pool: Any = None,
+                 _resolved: Any = None) -> None:
         self.cfg = cfg
         if mixing is None and getattr(cfg, "weights", None):
             raise RewardConfigError("reward.weights is rl-reward-model's setting and it is not installed: pip install rl-reward-model")
@@ -94,7 +98,14 @@ class RewardManager:
             raise RewardConfigError("the reward pool does not use 'fork' (unsafe with torch); use 'forkserver' or 'spawn'")
         self.kwargs = dict(cfg.kwargs or {})
         self._start_method = start_method
-        self._pool: ScorerPool | None = None
+        if scorer_pool is None and cfg.num_workers > 0 and registry is not None:
+            card = registry.cards.get("feature", {}).get("reward_pool")
+            scorer_pool = load_object(card.provides) if card is not None and card.provides else None
+        if scorer_pool is None and cfg.num_workers > 0:
+            raise RewardConfigError(f"reward.num_workers={cfg.num_workers} scores in worker processes, rl-reward-pool's feature, and it is not "
+                                    "installed: pip install rl-reward-pool, or set reward.num_workers=0 (scores in-process)")
+        self._scorer_pool = scorer_pool
+        self._pool: Any = None
         self._by_source: dict[Any, tuple[ScorerSpec, RewardCard | None]] = {}
         self._cards: dict[str, RewardCard] = {}  # the reward cards data sources are matched against
         self._broken: tuple[str, ...] = ()  # distributions whose plugins failed to load (named when nothing matches)
@@ -136,7 +147,7 @@ class RewardManager:
         features = getattr(stack, "features", None)
         feature = features.get("reward_model") if features is not None else None
         return cls(stack.config.reward, None, start_method=start_method, mixing=feature.mixing(stack.config) if feature is not None else None,
-                   _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors))
+                   scorer_pool=features.get("reward_pool") if features is not None else None, _resolved=(stack.reward_cards, stack.reward, stack.reward_fn, stack.plugin_errors))
 
     def scorer_for(self, data_source: Any) -> tuple[ScorerSpec, RewardCard | None]:
         """The scorer (and its card, None for a custom file) for a sample of ``data_source``."""
@@ -159,9 +170,9 @@ class RewardManager:
         return self._by_source[data_source]
 
     @property
-    def pool(self) -> ScorerPool | None:
+    def pool(self) -> Any:
         if self.cfg.num_workers > 0 and self._pool is None:
-            self._pool = ScorerPool(self.cfg.num_workers, self.cfg.timeout_s, start_method=self._start_method)
+            self._pool = self._scorer_pool(self.cfg.num_workers, self.cfg.timeout_s, start_method=self._start_method)
         return self._pool
 
     def score(self, batch: Batch, model: ModelPart | None = None) -> tuple[torch.Tensor, dict[str, float], list[dict[str, Any]]]:

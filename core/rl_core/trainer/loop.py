@@ -81,7 +81,7 @@ class Trainer(Saving, Validation):
             vision = features.get("multimodal") if features is not None else None  # prompts with images (rl-multimodal; None: not installed)
             processor = vision.processor_for_model(cfg.model) if vision is not None else None  # None for a text-only model
             self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor,
-                                                                          generators=self.generators)
+                                                                          generators=self.generators, custom_rows=features.get("custom_dataset") if features is not None else None)
             problems = vision.stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None]) if vision else []
             if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
                 raise ConfigError(problems)

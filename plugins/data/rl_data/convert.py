@@ -11,7 +11,7 @@ A row (the same shape verl's ``examples/data_preprocess`` scripts write)::
 reasoning-gym rows use ``data_source = "reasoning_gym/<name>"`` and the
 ``extra_info`` that the ``reasoning_gym`` reward of rl-reward-rule reads
 (``dataset``, ``index``, ``split``, ``question``, ``entry`` = the generated
-item as JSON (:func:`rl_core.data.entries.encode_entry`: tuples, sets and datetimes are tagged so
+item as JSON (:func:`rl_data.entries.encode_entry`: tuples, sets and datetimes are tagged so
 they come back as themselves) or None, ``config`` = JSON of the creation
 kwargs with seed and size) so it can call the dataset's ``score_answer`` with no network and
 no shared state.
@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Iterable
 
-from rl_core.data.entries import encode_entry
+from rl_data.entries import encode_entry
 from rl_core.problems import UserError
 
 GSM8K_SOURCE = "openai/gsm8k"

@@ -1,9 +1,10 @@
-"""rl-data's cards: ``rlcore data`` (rl_data.command) and the ``reasoning_gym`` prompt generator (rl_data.generators)."""
+"""rl-data's cards: ``rlcore data`` (rl_data.command), the ``reasoning_gym`` prompt generator (rl_data.generators) and the
+user's own dataset class (``data.custom_cls``, rl_data.custom): a feature whose object core's data sets call, and its check."""
 
 from __future__ import annotations
 
 from rl_core import hookimpl
-from rl_core.cards import CommandCard, GeneratorCard
+from rl_core.cards import CheckCard, CommandCard, ConfigSectionCard, FeatureCard, GeneratorCard
 
 from rl_data.generators import kwargs_problem, package_problem
 
@@ -18,3 +19,22 @@ def rl_core_register_commands(register):
 def rl_core_register_generators(register):
     register(GeneratorCard(name="reasoning_gym", factory="rl_data.generators:generate", checks=(package_problem, kwargs_problem),
                            description="reasoning-gym datasets generated offline at start-up (data.*_generator.dataset, .kwargs, .size, .seed)"))
+
+
+@hookimpl
+def rl_core_register_features(register):
+    register(FeatureCard(name="custom_dataset", factory="rl_data.custom:enabled", provides="rl_data.custom:custom_rows", keys=("data.custom_cls.path",),
+                         description="rows from the user's own dataset class (verl's data.custom_cls), built as verl builds it"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="data.custom_cls", factory="rl_data.config:CustomDatasetConfig",
+                               description="the user's own dataset class (verl's data.custom_cls): data.custom_cls.path / .name"))
+
+
+@hookimpl
+def rl_core_register_checks(register):
+    # before core's files check (order 10), as when it was core's: the class is checked first, then the files it reads
+    register(CheckCard(name="custom_dataset", stage="files", order=5, factory="rl_data.custom:custom_class_problems",
+                       description="data.custom_cls: the dataset class imports, is map-style and takes verl's constructor arguments"))

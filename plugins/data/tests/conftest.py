@@ -1,3 +1,5 @@
-"""The shared data folder fixture of the repository's tests (tests/conftest.py: the GSM8K copy, when present)."""
+"""The shared data folder fixture of the repository's tests (tests/conftest.py: the GSM8K copy, when present) and the
+data tests' tiny tokenizer (tests/infra/conftest.py: the dataset-class tests moved here with rl_data.custom)."""
 
 from tests.conftest import shared_data  # noqa: F401 - a fixture
+from tests.infra.conftest import _tiny_tokenizer_dir, tiny_tokenizer  # noqa: F401 - fixtures

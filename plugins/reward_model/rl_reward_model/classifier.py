@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from rl_reward_model.role import ScoreRequest, chat_of
-from rl_core.rewards.pool import ERROR, OK, Outcome
+from rl_core.rewards.outcome import ERROR, OK, Outcome
 
 from rl_reward_model.text import load_scorer_tokenizer, render_chat, scorer_dtype
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from rl_core.problems import Problem
-from rl_core.rewards.pool import Outcome
+from rl_core.rewards.outcome import Outcome
 
 from rl_reward_model.mixing import RewardWeights, checked_weights, mixing_problems
 from rl_reward_model.role import RewardModelRole, requests_from_batch, rounds_for, split_requests

@@ -24,7 +24,7 @@ import attrs
 import torch
 
 from rl_reward_model.role import ScoreRequest
-from rl_core.rewards.pool import ERROR, OK, TIMEOUT, Outcome
+from rl_core.rewards.outcome import ERROR, OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import ScorerTimeout, call_with_timeout
 
 from rl_reward_model.text import load_scorer_tokenizer, render_chat, scorer_dtype

@@ -21,7 +21,7 @@ import math
 from typing import Any, Mapping
 
 from rl_core.problems import Problem
-from rl_core.rewards.pool import OK, TIMEOUT, Outcome
+from rl_core.rewards.outcome import OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import RewardConfigError
 
 PARTS = ("rule", "model")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
-from rl_core.rewards.pool import Outcome
+from rl_core.rewards.outcome import Outcome
 
 __all__ = [
     "ModelScorer",
@@ -56,7 +56,7 @@ class ScoreRequest(NamedTuple):
 class ModelScorer(Protocol):
     """What a reward-model card's factory returns.
 
-    ``score`` returns one :class:`~rl_core.rewards.pool.Outcome` per request, in order: ``OK`` with the
+    ``score`` returns one :class:`~rl_core.rewards.outcome.Outcome` per request, in order: ``OK`` with the
     score, ``ERROR`` with a message naming what failed (``extras={"parse_failure": 1}`` for an answer that
     could not be read), or ``TIMEOUT``. ``rounds`` is the number of micro-batch forwards every worker of the
     role runs this call (the same on all, for sharded models; a worker with fewer requests runs empty

@@ -12,7 +12,7 @@ from rl_core.config.schema import DataConfig, ModelConfig, RewardConfig, RunConf
 from rl_core.plan.checks import plan_for
 from rl_core.plugins import get_registry
 from rl_core.rewards.manager import RewardConfigError, RewardManager
-from rl_core.rewards.pool import ERROR, OK, Outcome
+from rl_core.rewards.outcome import ERROR, OK, Outcome
 from rl_reward_model.feature import FEATURE
 from rl_reward_model.mixing import RewardWeights, checked_weights, mixing_problems
 

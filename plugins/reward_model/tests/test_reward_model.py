@@ -11,7 +11,7 @@ from rl_core.batch import Batch
 from rl_core.config.schema import RunConfig
 from rl_reward_model.classifier import SequenceClassifierScorer
 from rl_reward_model.role import requests_from_batch, rounds_for, split_requests
-from rl_core.rewards.pool import OK
+from rl_core.rewards.outcome import OK
 from rl_core.trainer.loop import Trainer
 from rl_core_testing.tiny_model import build_tokenizer
 

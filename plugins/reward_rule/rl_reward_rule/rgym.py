@@ -14,7 +14,7 @@ The row format this scorer reads (``rlcore data reasoning-gym`` and
         "config":   "<JSON of the dataset config, seed and size included>",
     }
 
-``entry`` is decoded with :func:`rl_core.data.entries.decode_entry` (tuples,
+``entry`` is decoded with :func:`rl_data.entries.decode_entry` (rl-data) (tuples,
 sets and datetimes in the metadata come back as themselves: ARC's
 ``score_answer`` compares tuple grids). ``score_answer(answer, entry)`` is
 called with the stored entry, whose
@@ -38,6 +38,8 @@ import re
 import warnings
 from typing import Any, Callable
 
+from rl_data.entries import decode_entry
+
 DATA_SOURCE_PREFIX = "reasoning_gym"
 
 
@@ -58,8 +60,6 @@ def _as_dict(value: Any, what: str) -> dict | None:
     if value is None:
         return None
     if isinstance(value, str):
-        from rl_core.data.entries import decode_entry
-
         value = decode_entry(value)
     if not isinstance(value, dict):
         raise ValueError(f"reasoning_gym: extra_info[{what!r}] must be a dict or its JSON, got {type(value).__name__}")

@@ -478,7 +478,7 @@ RULES: tuple[Rule, ...] = (
     _no("data.mm_processor_kwargs.*", "image / video processing", "none", MULTIMODAL),
     _m("data.apply_chat_template_kwargs", "data.chat_template_kwargs"),
     _m("data.apply_chat_template_kwargs.*", "data.chat_template_kwargs.*"),
-    _m("data.custom_cls.path", "data.custom_cls.path", note="the .py file of the user's dataset class; its items become rl-core's rows (rl_core.data.custom)"),
+    _m("data.custom_cls.path", "data.custom_cls.path", note="the .py file of the user's dataset class; its items become rl-core's rows (rl_data.custom, rl-data)"),
     _m("data.custom_cls.name", "data.custom_cls.name", note="the dataset class in data.custom_cls.path, built as verl builds it (data_files, tokenizer, config, processor, max_samples)"),
     _tie("data.tool_config_path", "rollout.multi_turn.tool_config_path", "the tools of multi-turn rollouts (verl's data copy of the rollout's key)"),
     _no("data.function_tool_path", "tools defined as Python functions in a file (code named in the config)", "rollout.multi_turn.tools (registered tools)", MULTI_TURN),

@@ -8,7 +8,7 @@ import yaml
 
 from rl_core.config.load import load_config, load_report
 from rl_core.problems import errors
-from tests.infra.test_custom_dataset import setup  # noqa: F401 - the fixture of the dataset-class test
+from rl_data.testing import write_dataset_class  # rl-data's dataset class of its own tests (data.custom_cls)
 
 
 def _write(tmp_path, data):
@@ -83,8 +83,8 @@ def test_verl_keys_load(tmp_path):
     assert rc.rollout_is_batch_normalize is True and c.rollout.calculate_log_probs is True
 
 
-def test_verl_keys_map_and_a_lone_key_is_refused(setup):
-    code, data = setup
+def test_verl_keys_map_and_a_lone_key_is_refused(tmp_path):
+    code, data = write_dataset_class(tmp_path)
     base = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.model.path=builtin:smollm2", f"data.train_files=['{data}']"]
     loaded = load_report(None, [*base, f"data.custom_cls.path={code}", "data.custom_cls.name=Lines"])
     assert not errors(loaded.problems)

@@ -1,6 +1,6 @@
-"""Data-set entries as JSON text that keeps their Python types: the contract between a generator (rl-data), which
-stores each item in its row's ``extra_info`` (:func:`encode_entry`), and the reward scoring it (rl-reward-rule,
-:func:`decode_entry`). Tuples, sets, non-string keys and datetimes are tagged as one-key objects.
+"""Data-set entries as JSON text that keeps their Python types: the contract between a generator (rl-data's), which
+stores each item in its row's ``extra_info`` (:func:`encode_entry`), and the reward scoring it (rl-reward-rule, which
+depends on rl-data for it: :func:`decode_entry`). Tuples, sets, non-string keys and datetimes are tagged as one-key objects.
 """
 
 from __future__ import annotations

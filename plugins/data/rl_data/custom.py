@@ -1,6 +1,7 @@
 """Rows from the user's own dataset class (verl's ``data.custom_cls``), built as verl builds it; each item (a row dict
 as verl's RLHFDataset returns it) is validated like a row read from a file. The class is the user's code named in
-their own config (the trust model of :mod:`rl_core.util.user_code`).
+their own config (the trust model of :mod:`rl_core.util.user_code`). rl-data's ``custom_dataset`` feature: core's data
+sets call :func:`custom_rows` (the card's object, ``Plan.features``), ``rlcore check`` runs :func:`custom_class_problems`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from rl_core.config.sections import flatten_sections
+from rl_core.problems import Problem
 from rl_core.util.user_code import load_user_object
 
 #: the keyword arguments verl passes to a dataset class (verl/trainer/ppo/utils.py create_rl_dataset)
@@ -17,7 +20,7 @@ CONSTRUCTOR_ARGS = ("data_files", "tokenizer", "config", "processor", "max_sampl
 
 def load_dataset_class(custom: Any) -> type:
     """The class ``custom.name`` from ``custom.path``; a :class:`DataError` naming the key when it is not a map-style dataset class."""
-    from rl_core.data.rows import DataError  # rows reads numpy: `rlcore check` (plan.preflight) stays light
+    from rl_core.data.rows import DataError  # rows reads numpy: the plugin registry's import of this module stays light
 
     cls = load_user_object(custom.path, custom.name, path_key="data.custom_cls.path", name_key="data.custom_cls.name", error=DataError,
                            prefix="_rl_core_custom_dataset_", kind="class", check=lambda o: isinstance(o, type))
@@ -57,7 +60,7 @@ def data_section(data: Any) -> Any:
     (the rl-verl plugin brings it; it is no dependency of rl-core), else a :class:`Section` (what verl's RLHFDataset reads)."""
     import attrs
 
-    plain = attrs.asdict(data)
+    plain = flatten_sections(attrs.asdict(data))  # data.custom_cls (this package's section) in place, as the user writes it
     try:
         from omegaconf import OmegaConf  # optional (rl-verl's dependency)
     except ImportError:
@@ -103,3 +106,25 @@ def custom_rows(data: Any, tokenizer: Any, split: str, files: list[str]) -> tupl
     if not rows:
         raise DataError(f"{label}: the class gave no {split} items from {files}")
     return rows, origins
+
+
+def enabled(config: Any) -> bool:
+    """On when the config names a dataset class (``data.custom_cls.path``)."""
+    return bool(config.data.custom_cls.path)
+
+
+def custom_class_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """The dataset class of data.custom_cls imports, is a map-style class and takes verl's constructor arguments
+    (it is built, with the tokenizer, only when the run starts)."""
+    from rl_core.data.rows import DataError
+
+    c = config.data.custom_cls
+    if not c.path or not c.name:
+        return []
+    try:
+        cls = load_dataset_class(c)
+    except DataError as exc:
+        key, _, what = str(exc).partition(": ")
+        return [Problem(key=key, what=what, fix=f"point data.custom_cls.path at a .py file that imports cleanly and defines the class {c.name!r}")]
+    why = constructor_problem(cls, c)
+    return [Problem(key="data.custom_cls.name", what=why, fix="accept data_files, tokenizer, config, processor, max_samples")] if why else []

@@ -1,4 +1,4 @@
-"""rl_core.data.entries: a generated item stored as JSON text comes back with its Python types (the contract between a
+"""rl_data.entries: a generated item stored as JSON text comes back with its Python types (the contract between a
 generator, e.g. rl-data's reasoning-gym rows, and the reward that scores them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import datetime as dt
 
 from hypothesis import given
 from hypothesis import strategies as st
-from rl_core.data.entries import decode_entry, encode_entry
+from rl_data.entries import decode_entry, encode_entry
 
 _scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5) | st.floats(allow_nan=False)
 _keys = st.text(max_size=5) | st.integers() | st.tuples(st.integers(), st.integers())

@@ -22,22 +22,12 @@ import time
 import traceback
 import weakref
 from multiprocessing import connection
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
+from rl_core.rewards.outcome import ERROR, OK, TIMEOUT, Outcome
 from rl_core.rewards.scoring import Sample, ScorerSpec, call_contained, call_scorer, load_scorer, normalize_result
 
-OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 _IDLE = -1.0
-
-
-class Outcome(NamedTuple):
-    """How one sample went: ``status`` is ``ok``, ``error`` or ``timeout``."""
-
-    status: str
-    score: float = 0.0
-    extras: dict | None = None
-    error: str = ""
-    detail: str = ""  # the worker's traceback, for errors
 
 
 @contextlib.contextmanager

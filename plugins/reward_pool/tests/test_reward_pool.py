@@ -1,4 +1,4 @@
-"""RewardManager with a process pool: timeouts kill and replace workers, errors, reuse, shutdown."""
+"""RewardManager with rl-reward-pool's process pool: timeouts kill and replace workers, errors, reuse, shutdown."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 from rl_core.batch import Batch
 from rl_core.config.schema import CustomRewardConfig, RewardConfig
-from rl_core.plugins import Registry
+from rl_core.plugins import Registry, get_registry
 from rl_core.rewards.manager import RewardError, RewardManager
 
 TIMEOUT_S = 1.0
@@ -79,7 +79,7 @@ def scorer_file(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def manager(scorer_file):
     cfg = RewardConfig(custom=CustomRewardConfig(path=scorer_file), num_workers=2, timeout_s=TIMEOUT_S, on_error="skip")
-    with RewardManager(cfg, registry=Registry()) as m:
+    with RewardManager(cfg, registry=get_registry()) as m:
         m.score(batch_of(4))  # start the workers outside the timed sections
         yield m
 
@@ -121,7 +121,7 @@ def test_errors_and_dead_workers_are_counted_in_skip_mode(manager):
 
 def test_raise_mode_names_index_source_and_exception(scorer_file):
     cfg = RewardConfig(custom=CustomRewardConfig(path=scorer_file), num_workers=1, timeout_s=TIMEOUT_S)
-    with RewardManager(cfg, registry=Registry()) as m:
+    with RewardManager(cfg, registry=get_registry()) as m:
         with pytest.raises(RewardError) as err:
             m.score(batch_of(16, {9: "raise"}))
         assert err.value.index == 9 and err.value.data_source == "toy"
@@ -133,7 +133,7 @@ def test_raise_mode_names_index_source_and_exception(scorer_file):
 
 def test_close_stops_every_worker(scorer_file):
     cfg = RewardConfig(custom=CustomRewardConfig(path=scorer_file), num_workers=2, timeout_s=TIMEOUT_S)
-    m = RewardManager(cfg, registry=Registry())
+    m = RewardManager(cfg, registry=get_registry())
     m.score(batch_of(8))
     procs = [w.proc for w in m.pool._workers]
     assert all(p.is_alive() for p in procs)
@@ -146,7 +146,10 @@ def test_registered_cards_and_token_lengths_in_the_pool():
     import torch
     from rl_core.cards import Provider, RewardCard
 
+    from rl_reward_pool.plugin import rl_core_register_features
+
     registry = Registry()
+    rl_core_register_features(lambda card: registry.add(card, Provider(distribution="rl-reward-pool")))  # the pool's card alone
     for card in (
         RewardCard(name="exact", factory="tests.rewards.scorers:exact", data_sources={"a"}),
         RewardCard(name="length", factory="tests.rewards.scorers:length", data_sources={"b"}, fields=()),

@@ -1,82 +1,38 @@
-"""verl's data.custom_cls: the user's own dataset class (a .py file named in the config) gives the rows."""
-
-import json
-import textwrap
+"""verl's data.custom_cls, rl-data's ``custom_dataset`` feature: the user's own dataset class (a .py file named in the config)
+gives the rows; without rl-data, a config naming one is a check problem and a data error naming the install."""
 
 import pytest
-from rl_core.config.schema import CustomDatasetConfig, DataConfig
+from rl_core.config.schema import DataConfig
 from rl_core.data.dataset import DataError, build_loaders, load_prompt_dataset
+from rl_core.plan.features import load_features
 from rl_core.plan.preflight import data_problems
 from rl_core.plugins import get_registry
 
-# verl's RLHFDataset contract: built with (data_files, tokenizer, config, processor, max_samples); items are row dicts
-# whose chat messages are under raw_prompt. This one reads a csv-like text format rl-core's reader does not know.
-CLASS = textwrap.dedent('''
-    class Lines:
-        def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
-            assert processor is None and tokenizer is not None
-            self.rows = [line.strip().split("|") for f in data_files for line in open(f) if line.strip()]
-            if max_samples > 0:
-                self.rows = self.rows[:max_samples]
-            self.seen_prompt_key = config.get("prompt_key")
-            self.seen_max_len = config.max_prompt_length
-
-        def __len__(self):
-            return len(self.rows)
-
-        def __getitem__(self, i):
-            q, a = self.rows[i]
-            return {"data_source": "lines", "raw_prompt": [{"role": "user", "content": "Q: " + q}],
-                    "reward_model": {"ground_truth": a}, "extra_info": {"index": i}, "dummy_tensor": [0]}
-
-    class NoRows(Lines):
-        def __getitem__(self, i):
-            return {"data_source": "lines", "raw_prompt": [{"role": "user", "content": "hi"}]}
-
-    class NotADict(Lines):
-        def __getitem__(self, i):
-            return ("hi", "1")
-
-    class OldSignature:
-        def __init__(self, files):
-            pass
-        def __len__(self):
-            return 0
-        def __getitem__(self, i):
-            return {}
-
-    class Iterable:
-        def __iter__(self):
-            return iter(())
-
-    compute = 3
-''')
+from rl_data.config import CustomDatasetConfig
+from rl_data.custom import Section, custom_class_problems, custom_rows, data_section
+from rl_data.testing import write_dataset_class
 
 
 @pytest.fixture
 def setup(tmp_path):
-    code = tmp_path / "my_dataset.py"
-    code.write_text(CLASS)
-    data = tmp_path / "qa.txt"
-    data.write_text("".join(f"what is {i} plus {i} ?|{2 * i}\n" for i in range(6)))
-    return str(code), str(data)
+    return write_dataset_class(tmp_path)
 
 
 def _cfg(code, data, name, **kw):
-    return DataConfig(train_files=[data], val_files=[data], custom_cls=CustomDatasetConfig(path=code, name=name), **kw)
+    return DataConfig(train_files=[data], val_files=[data], sections={"custom_cls": CustomDatasetConfig(path=code, name=name)}, **kw)
 
 
 def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
     code, data = setup
     cfg = _cfg(code, data, "Lines", train_batch_size=2, val_max_samples=4, shuffle=False)
-    train = load_prompt_dataset(cfg, tiny_tokenizer, "train")
+    train = load_prompt_dataset(cfg, tiny_tokenizer, "train", custom_rows=load_features(get_registry(), []).get("custom_dataset"))
     assert len(train) == 6
     item = train[3]
     assert item["prompt"] == [{"role": "user", "content": "Q: what is 3 plus 3 ?"}]  # raw_prompt, as verl's rollout reads it
     assert (item["data_source"], item["ground_truth"], item["extra_info"]) == ("lines", "6", {"index": 3})
     assert item["input_ids"] == tiny_tokenizer(item["prompt_text"], add_special_tokens=False)["input_ids"]
     assert "Q: what is 3 plus 3 ?" in item["prompt_text"]
-    loader, val, info = build_loaders(cfg, tiny_tokenizer)
+    loader, val, info = build_loaders(cfg, tiny_tokenizer, custom_rows=custom_rows)
     assert info["train_prompts"] == 6 and info["val_prompts"] == 4  # max_samples reaches the class for validation
     batch = loader.next_batch()
     assert list(batch["ground_truth"]) == ["0", "2"]
@@ -94,17 +50,18 @@ def test_the_class_items_are_the_rows(setup, tiny_tokenizer):
 def test_bad_class_errors_name_the_key(setup, tiny_tokenizer, name, path, message):
     code, data = setup
     with pytest.raises(DataError, match=message):
-        load_prompt_dataset(_cfg(path or code, data, name), tiny_tokenizer, "train")
+        load_prompt_dataset(_cfg(path or code, data, name), tiny_tokenizer, "train", custom_rows=custom_rows)
 
 
 def test_check_imports_the_class_and_reads_no_rows_itself(setup, tmp_path):
     from types import SimpleNamespace
 
     code, data = setup
-    problems, rows = data_problems(SimpleNamespace(data=_cfg(code, data, "Lines")), get_registry())
-    assert problems == [] and rows == []  # the text file is the class's format, not a row file
-    problems, _ = data_problems(SimpleNamespace(data=_cfg(code, data, "OldSignature")), get_registry())
-    assert [p.key for p in problems] == ["data.custom_cls.name"]
+    config = SimpleNamespace(data=_cfg(code, data, "Lines"))
+    problems, rows = data_problems(config, get_registry())
+    assert problems == [] and rows == [] and custom_class_problems(config) == []  # the text file is the class's format, not a row file
+    config = SimpleNamespace(data=_cfg(code, data, "OldSignature"))
+    assert [p.key for p in custom_class_problems(config)] == ["data.custom_cls.name"] and data_problems(config, get_registry())[0] == []
     problems, _ = data_problems(SimpleNamespace(data=_cfg(code, str(tmp_path / "none.txt"), "Lines")), get_registry())
     assert {p.key for p in problems} == {"data.train_files", "data.val_files"}
 
@@ -113,9 +70,34 @@ def test_the_data_section_without_omegaconf(monkeypatch):
     """omegaconf is no dependency of rl-core (rl-verl brings it): without it the class gets a dict whose keys read as attributes."""
     import sys
 
-    from rl_core.data.custom import Section, data_section
-
     monkeypatch.setitem(sys.modules, "omegaconf", None)
     section = data_section(DataConfig(prompt_key="question", max_prompt_length=64))
     assert isinstance(section, Section) and section.get("prompt_key") == "question" and section.max_prompt_length == 64
     assert section.custom_cls.path is None and section.get("missing", 1) == 1
+
+
+@pytest.fixture
+def env(monkeypatch):
+    yield monkeypatch
+    monkeypatch.undo()
+    get_registry(reload=True)
+
+
+def test_a_caller_without_the_reader_is_told(setup, tiny_tokenizer):
+    code, data = setup
+    with pytest.raises(DataError, match=r"data.custom_cls.path=.*custom_dataset feature, which was not passed"):
+        load_prompt_dataset(_cfg(code, data, "Lines"), tiny_tokenizer, "train")  # no custom_rows: never the files read as rows
+
+
+def test_without_rl_data_rlcore_check_names_the_install(tmp_path, setup, env, capsys):
+    from rl_core.cli.main import main
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    code, _ = setup
+    config = write_tiny_run(tmp_path, **{"data.custom_cls": {"path": code, "name": "Lines"}})
+    assert load_features(get_registry(), []).get("custom_dataset") is custom_rows  # installed: the plan's feature object
+    env.setenv("RL_CORE_BLOCK_PLUGINS", "rl-data")
+    get_registry(reload=True)
+    assert main(["check", str(config), "--skip-device-check"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "data.custom_cls" in err and "pip install rl-data" in err, err
