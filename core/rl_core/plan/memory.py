@@ -18,6 +18,7 @@ from rl_core.plan.features import Features, MemoryTerms
 from rl_core.rollout.sleep_policy import keeps_through_sleep, threshold_of
 from rl_core.train_engine.batch_sizes import LOGPROB_CHUNK
 from rl_core.models import cache_dir
+from rl_core.util.user_paths import section_enabled
 
 GB = 2**30
 CPU_RUNTIME_GB = 0.45  # RSS of a CPU run's process before any model: python + torch + transformers + tokenizer + data (measured)
@@ -213,7 +214,8 @@ def estimate(
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
     sharding = getattr(train, "state_sharding", "data")
-    hybrid = getattr(getattr(a, "fsdp_config", None), "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
+    fc = getattr(a, "fsdp_config", None)  # rl-train-fsdp's section
+    hybrid = getattr(fc, "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
     data = hybrid if 0 < hybrid < sizes.world_size else sizes.world_size
     cp = max(1, int(getattr(sizes, "train_context_parallel", 1) or 1))  # CP ranks split the tokens and hold whole copies of their shard
     S = {"data": data, "model": sizes.train_model_parallel // cp}.get(sharding, 1)
@@ -284,7 +286,7 @@ def estimate(
     else:
         act = tokens * shape.layers * per_tl
     t.update(actor.update)
-    if mixed and not sharded and not actor.frozen_base and not config.actor.fsdp_config.param_offload and not getattr(config.actor.fsdp_config, "offload_policy", False):
+    if mixed and not sharded and not actor.frozen_base and not getattr(fc, "param_offload", False) and not getattr(fc, "offload_policy", False):
         t["autocast weight copy (update)"] = c * P
     elif mixed and sharded:
         t["gathered layers (update)"] = 2 * c * P / shape.layers
@@ -391,9 +393,9 @@ def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -
     """Bytes per rank of the reward model: ``weights``, one micro-batch's forward, and ``reward model weights (kept)``
     when it stays on the device; empty when off or its shape is unknown. ``card.memory(config, shape, dtype_bytes)``
     gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
-    rm = config.reward_model
-    if not rm.enable:
+    if not section_enabled(config, "reward_model"):  # rl-reward-model's section
         return {}
+    rm = config.reward_model
     shape = model_shape(rm.model.path)
     if shape is None:
         return {}
