@@ -311,7 +311,9 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
     before = len(problems)
     for role in ("critic", "ref", "reward_model"):
         section = getattr(config, role, None)  # reward_model: rl-reward-model's section
-        if section is None or section.n_gpus_per_node is None:
+        if section is None:
+            continue
+        if section.n_gpus_per_node is None:
             if section.nnodes != 1:
                 problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes} but {role}.n_gpus_per_node is not set, so the {role} has no pool of its own",
                                         fix=f"set {role}.n_gpus_per_node too, or leave {role}.nnodes at 1"))
