@@ -11,7 +11,8 @@ from rl_core.config.load import config_to_dict, load_report
 from rl_core.config.normalize import normalize
 from rl_core.config.schema import RunConfig
 from rl_core.placement.worker import worker_roles
-from rl_core.plan.memory import reward_model_terms
+from rl_core.plan.features import load_features
+from rl_core.plan.memory import estimate
 from rl_core.util.user_paths import section_enabled
 from rl_reward_model.config import JudgeConfig, RewardModelConfig, RewardModelModelConfig
 
@@ -41,16 +42,17 @@ def test_the_section_is_read_checked_and_written_back():
 def test_without_the_package_the_keys_name_it(monkeypatch):
     monkeypatch.setenv(plugins.BLOCK_ENV, "rl-reward-model,rl-verl")  # rl-verl requires rl-reward-model (verl's reward_model.* keys)
     try:
-        plugins.get_registry(reload=True)
+        registry = plugins.get_registry(reload=True)
         errors = _errors(load_report("examples/quickstart.yaml", ["reward_model.enable=true"]))
         assert "pip install rl-reward-model" in errors["reward_model"], errors
-        config = load_report("examples/quickstart.yaml").config
+        config = load_report("examples/quickstart.yaml", ["model.path=Qwen/Qwen2.5-0.5B-Instruct"]).config  # a known shape
         with pytest.raises(AttributeError, match="reward_model"):
             config.reward_model
         assert not section_enabled(config, "reward_model") and "reward_model" not in worker_roles(config)
         _, sizes, problems = normalize(config)
         assert sizes is not None and "reward_model" not in sizes.pools and not [p for p in problems if p.severity == "error"]
-        assert reward_model_terms(config, sizes, "cpu") == {}
+        est = estimate(config, sizes, available=80 * 2**30, features=load_features(registry, []))
+        assert est is not None and not [k for k in [*est.terms, *est.phases] if "reward model" in k]
     finally:
         monkeypatch.delenv(plugins.BLOCK_ENV)
         plugins.get_registry(reload=True)
