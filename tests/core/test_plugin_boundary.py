@@ -111,8 +111,6 @@ ALLOWED = {
     ("plugins.py", '"actor.fsdp_config": "rl-train-fsdp"'): "install hints for rl-train-fsdp's sections (actor / critic.fsdp_config)",
     ("cards.py", "PARALLELISM = frozenset"): "'fsdp' is a kind of parallelism a card declares, not a backend",
 }
-# reward_model.strategy's value "fsdp" (torch FSDP2 sharding of the reward model inside core, verl's name for it)
-ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
 ALLOWED.update({("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
