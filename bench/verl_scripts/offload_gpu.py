@@ -36,6 +36,7 @@ import attrs
 import torch
 from rl_core.backends import WorkerContext
 from rl_core.batch import Batch
+from rl_core.config.sections import evolve_key
 from rl_core_testing.train_conformance import default_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +64,9 @@ def config(model: str, device: str, backend: str, rows: int, options: dict, *, r
     cfg = default_config(model)
     a = cfg.actor
     actor = attrs.evolve(a, ppo_mini_batch_size=rows // 2, ppo_micro_batch_size_per_gpu=max(1, rows // 4), log_prob_micro_batch_size_per_gpu=rows,
-                         ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0, fsdp_config=attrs.evolve(a.fsdp_config, **fsdp),
+                         ppo_epochs=1, use_kl_loss=False, entropy_coeff=0.0,
                          optim=attrs.evolve(a.optim, lr=1e-5, lr_warmup_steps=0, lr_scheduler="constant"))
+    actor = evolve_key(actor, "fsdp_config", attrs.evolve(a.fsdp_config, **fsdp))  # rl-train-fsdp's section
     return attrs.evolve(cfg, actor=actor, data=attrs.evolve(cfg.data, train_batch_size=rows // 2),
                         model=attrs.evolve(cfg.model, random_init=random_init, dtype="bfloat16" if device == "cuda" else "float32"),
                         critic=attrs.evolve(cfg.critic, enable=False), train=attrs.evolve(cfg.train, name=backend, options=options),

@@ -36,7 +36,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.train_engine.hf_export": "write_hf_folder / write_weights (ShardWriter: streamed safetensors shards) / write_tokenizer: the HF folder save_hf writes",
     "rl_core.util.precision": "resolve_dtype: auto resolved for a device; cpu_bf16_support / cpu_capability: what this CPU computes in (rlcore doctor)",
     "rl_core.util.console": "cpu_load / busy_cpu_warning: the load average against the usable cores (rlcore doctor)",
-    "rl_core.plan.memory": "hub_config: a hub name's cached config.json (the Hugging Face cache, no download); device_memory: a device's memory (rlcore doctor)",
+    "rl_core.plan.memory": "hub_config: a hub name's cached config.json (the Hugging Face cache, no download); device_memory: a device's memory (rlcore doctor); model_shape / DTYPE_BYTES: a model's shape and a dtype's bytes (rl-reward-model's terms)",
     "rl_core.plan.long_context": "model_config: the model's config.json as a check reads it (override_config applied)",
     "rl_core.plan.probes": "folder_problems: a model folder's config, weights, tokenizer and vocabulary as a run loads them (a plugin's model role)",
     "rl_core.rewards.outcome": "Outcome and its statuses OK / ERROR / TIMEOUT: what a scorer returns per sample",

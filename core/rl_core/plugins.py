@@ -91,7 +91,7 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
         "reward.overlong_penalty.enable": "rl-algorithms",
         "algorithm.filter_groups.enable": "rl-algorithms",
     },
-    "section": {"reward_model.judge": "rl-reward-model", "data.custom_cls": "rl-data", "ray": "rl-placement-ray", "async": "rl-async",
+    "section": {"reward_model": "rl-reward-model", "actor.fsdp_config": "rl-train-fsdp", "critic.fsdp_config": "rl-train-fsdp", "data.custom_cls": "rl-data", "ray": "rl-placement-ray", "async": "rl-async",
                 "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
                 "rollout.multi_turn": "rl-agent", "profiler": "rl-profiling",
                 "algorithm.rollout_correction": "rl-rollout-correction", "rollout.mismatch": "rl-rollout-correction"},

@@ -108,16 +108,13 @@ BACKENDS = re.compile(r"vllm|sglang|fsdp|megatron", re.IGNORECASE)
 ALLOWED = {
     ("plugins.py", '"rollout": {"vllm"'): "install hints for a backend that is not installed (no card to ask)",
     ("plugins.py", '"train": {"fsdp"'): "install hints for a backend that is not installed (no card to ask)",
+    ("plugins.py", '"actor.fsdp_config": "rl-train-fsdp"'): "install hints for rl-train-fsdp's sections (actor / critic.fsdp_config)",
     ("cards.py", "PARALLELISM = frozenset"): "'fsdp' is a kind of parallelism a card declares, not a backend",
-    ("config/schema.py", 'strategy: str = choice("replicate", ("replicate", "fsdp"))'): "reward_model.strategy: torch FSDP2 sharding of the reward model, verl's value",
 }
-# reward_model.strategy's value "fsdp" (torch FSDP2 sharding of the reward model inside core, verl's name for it)
-ALLOWED.update({(f, 'strategy == "fsdp"'): "reward_model.strategy" for f in ("plan/memory.py", "trainer/loop.py")})
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
-ALLOWED.update({("config/schema.py", "FsdpConfig"): "verl's actor.fsdp_config", ("config/schema.py", "fsdp_config"): "verl's actor.fsdp_config",
-                ("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
+ALLOWED.update({("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
 # actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
-ALLOWED.update({("config/schema.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size", ("plan/memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
+ALLOWED.update({("plan/memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
 ALLOWED_FILES: set[str] = set()  # whole files (verl's dialect, which named backends, is the rl-verl plugin now)
 
 

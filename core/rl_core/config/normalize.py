@@ -11,6 +11,7 @@ import attrs
 from rl_core.config.rules import check_config
 from rl_core.config.schema import RunConfig
 from rl_core.util.precision import resolve_dtype
+from rl_core.util.user_paths import section_enabled
 from rl_core.problems import Problem, nearest_divisors
 
 
@@ -275,7 +276,7 @@ def normalize(config: RunConfig, *, needs_critic: bool = False, rules: bool = Tr
         size_ok = False
     if not size_ok:  # one root cause at a time: mini-batch checks would repeat it
         return config, None, problems
-    pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable), "reward_model": config.reward_model.enable})
+    pools = _pools(problems, config, mp=mp, seqs=seqs, on={"critic": critic_on, "ref": bool(ref.enable), "reward_model": section_enabled(config, "reward_model")})
     if pools is None:
         return config, None, problems
     if rollout_workers is not None:
@@ -309,7 +310,9 @@ def _pools(problems: list[Problem], config: RunConfig, *, mp: int, seqs: int, on
     pools: dict[str, tuple[int, int]] = {}
     before = len(problems)
     for role in ("critic", "ref", "reward_model"):
-        section = getattr(config, role)
+        section = getattr(config, role, None)  # reward_model: rl-reward-model's section
+        if section is None:
+            continue
         if section.n_gpus_per_node is None:
             if section.nnodes != 1:
                 problems.append(Problem(key=f"{role}.nnodes", what=f"is {section.nnodes} but {role}.n_gpus_per_node is not set, so the {role} has no pool of its own",

@@ -210,36 +210,8 @@ class TrainBackendConfig:
 
 
 @attrs.frozen(kw_only=True)
-class FsdpConfig:
-    """verl's ``actor.fsdp_config`` offload switches: the actor's weights / AdamW state in host memory
-    between phases, on one device (rl_train_fsdp.offload)."""
-
-    param_offload: bool = False  # the actor's parameters live in host memory between phases (log-prob pass, update)
-    optimizer_offload: bool = False  # AdamW's state lives in host memory; the step brings it to the device chunk by chunk
-    # verl's FSDP2 offload_policy: FSDP2's CPUOffloadPolicy when sharded (parameters, gradients, AdamW state and the step on
-    # the host); on one unsharded device the same as param_offload + optimizer_offload (rl_train_fsdp.offload)
-    offload_policy: bool = False
-    # the dtype the actor's gradients are reduced in across ranks when sharded (FSDP2 MixedPrecisionPolicy.reduce_dtype);
-    # bfloat16 halves the reduction's traffic at some precision (verl's fsdp_config.mixed_precision.reduce_dtype)
-    reduce_dtype: str = choice("float32", ("float32", "bfloat16"))
-    # ranks each model copy is sharded over (hybrid sharding, HSDP: world / fsdp_size replicas); -1: all ranks (plain FSDP)
-    fsdp_size: int = num(-1, ge=1, also=(-1,), hint="ranks a model copy is sharded over; -1 for all")
-    # actor.pad_to_length's granularity in tokens (verl's fsdp_config.pad_to_length_bucket; rounded up to a multiple of
-    # the Ulysses group size)
-    pad_to_length_bucket: int = pos(1024, hint="tokens, e.g. 1024")
-
-
-@attrs.frozen(kw_only=True)
-class CriticFsdpConfig:
-    """The critic's offload switches (verl's ``critic.model.fsdp_config`` / ``critic.fsdp``): as the actor's."""
-
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    offload_policy: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class ActorConfig:
+class ActorConfig(Sectioned):
+    SECTION_KEY = "actor"  # rl-train-fsdp adds fsdp_config
     ppo_mini_batch_size: int = pos(8, hint="prompts per optimizer step")  # prompts
     ppo_micro_batch_size_per_gpu: int = pos(4, hint="sequences per forward/backward")  # sequences
     log_prob_micro_batch_size_per_gpu: int | None = pos(None)
@@ -283,11 +255,11 @@ class ActorConfig:
     kl_loss_coef: float = num(0.001, ge=0, hint="0.001 is usual")
     kl_loss_type: str = choice("low_var_kl", KL_KINDS)
     optim: OptimConfig = field(factory=OptimConfig)
-    fsdp_config: FsdpConfig = field(factory=FsdpConfig)
 
 
 @attrs.frozen(kw_only=True)
-class CriticConfig:
+class CriticConfig(Sectioned):
+    SECTION_KEY = "critic"  # rl-train-fsdp adds fsdp_config
     enable: bool | None = None  # None: on when the estimator needs a critic
     model_path: str | None = None  # None: the actor's model
     ppo_mini_batch_size: int | None = pos(None)  # None: the actor's
@@ -296,7 +268,6 @@ class CriticConfig:
     cliprange_value: float = num(0.5, gt=0, hint="0.5 is usual")
     loss_agg_mode: str = choice("token-mean", LOSS_AGG_MODES)
     optim: OptimConfig = field(factory=lambda: OptimConfig(lr=1e-5))
-    fsdp_config: CriticFsdpConfig = field(factory=CriticFsdpConfig)
     # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
     n_gpus_per_node: int | None = pos(None, hint="devices of the critic's own workers per node; null shares the actor's")
     nnodes: int = pos(1)
@@ -354,41 +325,6 @@ class RewardConfig(Sectioned):
 
 
 @attrs.frozen(kw_only=True)
-class RewardModelModelConfig:
-    path: str = ""
-    tokenizer_path: str | None = None  # null: reward_model.model.path
-    # a Jinja chat template (the text, or the path of a .jinja file) for the reward model's tokenizer; null: its own
-    chat_template: str | None = None
-    dtype: str | None = choice(None, ("float32", "bfloat16", "float16", "auto"), hint="null: model.dtype")
-    trust_remote_code: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class RewardModelConfig(Sectioned):
-    """A model-based reward (rl-reward-model, rl_reward_model.role): a sequence classifier, a generative judge, or a plugin's
-    (a plugin's own settings: its section under this one, e.g. rl-reward-model's ``reward_model.judge``)."""
-
-    SECTION_KEY = "reward_model"
-
-    enable: bool = False
-    name: str = text("classifier", hint="a registered reward model: classifier, judge, or a plugin's (rlcore plugins)")
-    model: RewardModelModelConfig = field(factory=RewardModelModelConfig)
-    # template the (prompt, response) chat with the reward model's own chat template; false: prompt + response text
-    apply_chat_template: bool = True
-    micro_batch_size_per_gpu: int = pos(8, hint="sequences per reward-model forward")
-    # null: the reward model's context (its max_position_embeddings), what verl's served reward model scores
-    max_length: int | None = pos(4096, hint="tokens per reward-model input; longer ones keep their end; null: the model's context")
-    # colocated with the actor on a GPU: moved to the CPU between uses (null: on when it shares a GPU)
-    offload: bool | None = None
-    # replicate: each worker holds the whole model; fsdp: sharded over the workers that hold it (torch FSDP2)
-    strategy: str = choice("replicate", ("replicate", "fsdp"))
-    # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
-    n_gpus_per_node: int | None = pos(None, hint="devices of the reward model's own workers per node; null shares the actor's")
-    nnodes: int = pos(1)
-    options: dict[str, Any] = field(factory=dict)  # passed to a plugin's reward model
-
-
-@attrs.frozen(kw_only=True)
 class TrainerConfig(Sectioned):
     SECTION_KEY = "trainer"
     device: str = choice("auto", ("auto", "cpu", "cuda"))
@@ -438,5 +374,4 @@ class RunConfig(Sectioned):
     ref: RefConfig = field(factory=RefConfig)
     algorithm: AlgorithmConfig = field(factory=AlgorithmConfig)
     reward: RewardConfig = field(factory=RewardConfig)
-    reward_model: RewardModelConfig = field(factory=RewardModelConfig)
     trainer: TrainerConfig = field(factory=TrainerConfig)

@@ -36,8 +36,8 @@ def worker_roles(config, pool: str = "main", *, rollout: bool = True) -> tuple[s
         return (pool,)
     roles = ["actor"] if config.rollout.n_gpus_per_node is not None or not rollout else ["actor", "rollout"]
     for role in ("ref", "critic", "reward_model"):
-        section = getattr(config, role)
-        if section.enable and section.n_gpus_per_node is None:
+        section = getattr(config, role, None)  # reward_model: rl-reward-model's section
+        if section is not None and section.enable and section.n_gpus_per_node is None:
             roles.append(role)
     return tuple(roles)
 

@@ -14,7 +14,7 @@ import attrs
 from rl_core.cards import FeatureCard
 from rl_core.problems import Problem
 from rl_core.util.objects import load_object
-from rl_core.util.user_paths import get_key
+from rl_core.util.user_paths import get_key, section_enabled
 
 
 @attrs.frozen(kw_only=True)
@@ -89,9 +89,9 @@ KNOWN_FEATURES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "model.lora_rank": ("rl-lora", lambda config: config.model.lora_rank > 0, "model.lora_rank=0 (a full fine-tune)"),
     "actor.router_replay": ("rl-routing-replay", lambda config: config.actor.router_replay != "disabled", "actor.router_replay=disabled"),
     "rollout.return_routed_experts": ("rl-routing-replay", lambda config: bool(config.rollout.return_routed_experts), "rollout.return_routed_experts=false"),
-    **{f"{role}.fsdp_config.{k}": ("rl-offload", lambda config, role=role, k=k: bool(getattr(getattr(config, role).fsdp_config, k, False)), f"{role}.fsdp_config.{k}=false")
+    **{f"{role}.fsdp_config.{k}": ("rl-offload", lambda config, role=role, k=k: bool(getattr(getattr(getattr(config, role), "fsdp_config", None), k, False)), f"{role}.fsdp_config.{k}=false")
        for role in ("actor", "critic") for k in ("param_offload", "optimizer_offload", "offload_policy")},
-    "reward_model.enable": ("rl-reward-model", lambda config: bool(config.reward_model.enable), "reward_model.enable=false"),
+    "reward_model.enable": ("rl-reward-model", lambda config: section_enabled(config, "reward_model"), "reward_model.enable=false"),
     "reward.weights": ("rl-reward-model", lambda config: bool(config.reward.weights), "reward.weights={}"),
     "rollout.precision": ("rl-rollout-correction", lambda config: config.rollout.precision != "auto", "rollout.precision=auto"),
     "reward.num_workers": ("rl-reward-pool", lambda config: config.reward.num_workers > 0, "reward.num_workers=0 (scores in-process)"),

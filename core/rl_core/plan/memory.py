@@ -213,7 +213,8 @@ def estimate(
     P = shape.params
     c = DTYPE_BYTES.get(m.dtype, 4)
     sharding = getattr(train, "state_sharding", "data")
-    hybrid = getattr(getattr(a, "fsdp_config", None), "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
+    fc = getattr(a, "fsdp_config", None)  # rl-train-fsdp's section
+    hybrid = getattr(fc, "fsdp_size", -1)  # HSDP: a model copy is sharded over fsdp_size ranks
     data = hybrid if 0 < hybrid < sizes.world_size else sizes.world_size
     cp = max(1, int(getattr(sizes, "train_context_parallel", 1) or 1))  # CP ranks split the tokens and hold whole copies of their shard
     S = {"data": data, "model": sizes.train_model_parallel // cp}.get(sharding, 1)
@@ -284,7 +285,7 @@ def estimate(
     else:
         act = tokens * shape.layers * per_tl
     t.update(actor.update)
-    if mixed and not sharded and not actor.frozen_base and not config.actor.fsdp_config.param_offload and not getattr(config.actor.fsdp_config, "offload_policy", False):
+    if mixed and not sharded and not actor.frozen_base and not getattr(fc, "param_offload", False) and not getattr(fc, "offload_policy", False):
         t["autocast weight copy (update)"] = c * P
     elif mixed and sharded:
         t["gathered layers (update)"] = 2 * c * P / shape.layers
@@ -303,7 +304,8 @@ def estimate(
         t["critic gradients + activations (update)"] = 4 * P / Sc + act
 
     runtime = CPU_RUNTIME_GB * GB if device == "cpu" else 0.0
-    rm = reward_model_terms(config, sizes, device, reward_model)
+    rm_feature = features.get("reward_model") if features is not None else None  # rl-reward-model's terms
+    rm = rm_feature.memory_terms(config, sizes, device, reward_model) if rm_feature is not None else {}
     rm_kept = rm.get("reward model weights (kept)", 0.0)  # colocated and not offloaded: held through every phase
     if rm_kept:
         t["reward model weights (kept)"] = rm_kept
@@ -384,32 +386,6 @@ def fitting_alternatives(config: Any, sizes: Any, est: Any, estimate: Any, featu
     for label, alt in features.alternatives(config):
         other = estimate(alt, sizes, available=est.available, shape=est.shape, alternatives=False)
         out.append(f"{label}: peak {other.peak / 2**30:.1f} GiB, {'fits' if other.fits else 'does not fit either'}")
-    return out
-
-
-def reward_model_terms(config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:
-    """Bytes per rank of the reward model: ``weights``, one micro-batch's forward, and ``reward model weights (kept)``
-    when it stays on the device; empty when off or its shape is unknown. ``card.memory(config, shape, dtype_bytes)``
-    gives the parameters it holds and a micro-batch's extra bytes (None: the whole model, a forward)."""
-    rm = config.reward_model
-    if not rm.enable:
-        return {}
-    shape = model_shape(rm.model.path)
-    if shape is None:
-        return {}
-    c = DTYPE_BYTES.get(rm.model.dtype or config.model.dtype, 4)
-    pools = getattr(sizes, "pools", {}) or {}
-    holders = pools["reward_model"][0] if "reward_model" in pools else sizes.world_size
-    params, extra = (shape.params, 0.0) if getattr(card, "memory", None) is None else card.memory(config, shape, c)
-    weights = c * params / (holders if rm.strategy == "fsdp" and holders > 1 else 1)
-    # max_length null (the model's context): the longest prompt + response the run makes
-    micro, length = rm.micro_batch_size_per_gpu, rm.max_length or config.data.max_prompt_length + config.data.max_response_length
-    # one layer's temporaries of an inference forward (hidden states, attention and MLP intermediates)
-    work = micro * length * c * (4 * shape.hidden + 2 * shape.intermediate) + extra
-    out = {"weights": weights, "reward model forward (one micro-batch)": float(work)}
-    offloaded = rm.offload if rm.offload is not None else device != "cpu"
-    if "reward_model" not in pools and (device == "cpu" or not offloaded or rm.strategy == "fsdp"):
-        out["reward model weights (kept)"] = weights
     return out
 
 

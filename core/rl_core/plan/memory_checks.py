@@ -9,6 +9,7 @@ from typing import Any
 
 from rl_core.cards import CheckCard
 from rl_core.config.normalize import normalize
+from rl_core.util.user_paths import section_enabled
 from rl_core.hookspecs import hookimpl
 from rl_core.plan.features import Features, load_features
 from rl_core.plan.memory import GB, actor_terms, device_memory, estimate, model_shape
@@ -30,7 +31,7 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
     config, sizes, _ = normalize(config)
     if sizes is None or sizes.device == "cpu":
         return []
-    rm_card = registry.cards["reward_model"].get(config.reward_model.name) if registry is not None and config.reward_model.enable else None
+    rm_card = registry.cards["reward_model"].get(config.reward_model.name) if registry is not None and section_enabled(config, "reward_model") else None
     est = estimate(config, sizes, available=available, reward_model=rm_card, features=features)
     if est is None or est.available is None or est.fits is not False:
         return []
@@ -66,7 +67,7 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     est = host_estimate(config, shape, world_size=sizes.world_size, available=available, features=features)
     if est.fits is not False:
         return []
-    f = config.actor.fsdp_config
+    f = getattr(config.actor, "fsdp_config", None)  # rl-train-fsdp's section
     switches = [f"actor.fsdp_config.{k}" for k in ("optimizer_offload", "param_offload", "offload_policy") if getattr(f, k, False)]
     fixes = []
     for label, alt in features.alternatives(config):  # LoRA (rl-lora): its host peak

@@ -216,7 +216,7 @@ def device_problems(config: Any, cpu_count: int | None = None) -> list[Problem]:
     t = config.trainer
     out: list[Problem] = []
     # roles on devices of their own (critic / ref n_gpus_per_node) take more GPUs (processes on CPU) of this machine
-    pools = {role: getattr(config, role).n_gpus_per_node for role in ("critic", "ref", "reward_model") if getattr(config, role).n_gpus_per_node}
+    pools = {role: getattr(config, role).n_gpus_per_node for role in ("critic", "ref", "reward_model") if getattr(getattr(config, role, None), "n_gpus_per_node", None)}
     world = t.nnodes * t.n_gpus_per_node + sum(pools.values())
     if t.device == "cuda" and not runs_elsewhere(config):
         import torch

@@ -32,7 +32,7 @@ from rl_core.rollout import log_prob_decision
 from rl_core.rollout.moe_parallel import moe_parallel_problems
 from rl_core.card_options import options_problems
 from rl_core.run_kind import RL, run_kind_name
-from rl_core.util.user_paths import get_key
+from rl_core.util.user_paths import get_key, section_enabled
 
 
 
@@ -436,8 +436,8 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     estimator = _lookup(registry, "estimator", config.algorithm.adv_estimator, "algorithm.adv_estimator", problems)
     policy_loss = _lookup(registry, "policy_loss", config.actor.policy_loss, "actor.policy_loss", problems)
     reward = _check_reward(config, registry, problems)
-    rm = config.reward_model
-    reward_model = _lookup(registry, "reward_model", rm.name, "reward_model.name", problems) if rm.enable else None
+    rm_on = section_enabled(config, "reward_model")  # rl-reward-model's section
+    reward_model = _lookup(registry, "reward_model", config.reward_model.name, "reward_model.name", problems) if rm_on else None
     placement = _lookup(registry, "placement", config.trainer.placement, "trainer.placement", problems)
 
     config, sizes, size_problems = normalize(config, needs_critic=bool(estimator and estimator.needs_critic), rules=rules)
@@ -494,7 +494,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         problems.extend(features["reward_model"].problems(config))
     problems = first_per_key(problems)
 
-    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss, placement) or (config.reward_model.enable and reward_model_fn is None) \
+    if errors(problems) or sizes is None or None in (rollout, train, estimator, policy_loss, placement) or (rm_on and reward_model_fn is None) \
             or (run_kind_name(config) != RL and run_kind_fn is None):
         return None, problems
     stack = Plan(

@@ -35,6 +35,7 @@ from rl_core.trainer.validation import Validation
 from rl_core.trainer.progress import ProgressBar
 from rl_core.trainer.log_prob_roles import LogProbRoles, needs_actor_log_probs
 from rl_core.util.stopping import Interrupted, StopSignals, signal_name
+from rl_core.util.user_paths import section_enabled
 from rl_core.trainer.tracking import LoggerError, Tracker
 from rl_core.placement.contract import Placement, WorkerMethod
 from rl_core.placement.rollout_pool import RolloutPoolHandle
@@ -207,7 +208,7 @@ class Trainer(Saving, Validation):
         rewards (``train``) go through the plan's reward shapers (e.g. reward.overlong_penalty), validation scores do not."""
         batch["response_text"] = self.decode_responses(batch)
         seconds: list[float] = []
-        model = (lambda rows: self._model_rewards(batch, rows, seconds)) if self.config.reward_model.enable else None
+        model = (lambda rows: self._model_rewards(batch, rows, seconds)) if section_enabled(self.config, "reward_model") else None
         raw, metrics, extras = self.reward.score(batch, model=model)
         if seconds:
             metrics["timing_s/reward_model"] = sum(seconds)
@@ -575,7 +576,7 @@ def describe_plan(stack: Plan) -> str:
         f"checkpoints: every {cfg.trainer.save_freq} steps" if cfg.trainer.save_freq > 0 else "checkpoints: only at the end (hf_final)",
         f"validation: every {cfg.trainer.test_freq} steps" if cfg.trainer.test_freq > 0 else "validation: off",
         f"roles: actor{' + ref' if cfg.ref.enable else ''}{' + critic' if cfg.critic.enable else ''}"
-        f"{f' + reward model ({cfg.reward_model.name})' if cfg.reward_model.enable else ''}"
+        f"{f' + reward model ({cfg.reward_model.name})' if section_enabled(cfg, 'reward_model') else ''}"
         + (f", rollout {stack.rollout.name}" if getattr(stack, "needs_rollout", True) else f" (trainer.kind={cfg.trainer.kind}: no rollout)"),
         "old log-probs: " + ("a separate forward pass" if needs_old_log_prob_pass(stack) else "taken from the on-policy update (one mini-batch, one epoch)"
                             + (", which applies the rollout-correction weights itself" if (c := rollout_correction_of(stack)) is not None and c.on(cfg) else ""))

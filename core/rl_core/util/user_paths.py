@@ -31,6 +31,11 @@ def evolve_key(config: Any, dotted: str, value: Any) -> Any:
     return attrs.evolve(config, sections={**config.sections, head: new})
 
 
+def section_enabled(config: Any, key: str) -> bool:
+    """``<key>.enable`` of a section a package adds (``reward_model``); False while no installed package adds it."""
+    return bool(getattr(getattr(config, key, None), "enable", False))
+
+
 def _expand(path: Any) -> Any:
     return os.path.expanduser(path) if isinstance(path, str) and path.startswith("~") else path
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rl_core.config.sections import evolve_key
 from rl_core.cards import TrainCard
 from rl_core.cli.main import main
 from rl_core.config.schema import ModelConfig, RunConfig
@@ -64,7 +65,7 @@ def test_a_train_backend_without_lora_or_offload_refuses_them():
     assert p.key == "model.lora_rank" and "the other train backend does not train LoRA adapters" in p.what
     import attrs
 
-    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, param_offload=True)))
+    cfg = evolve_key(cfg, "actor.fsdp_config", attrs.evolve(cfg.actor.fsdp_config, param_offload=True))
     [p] = offload_problems(cfg, registry)
     assert p.key == "actor.fsdp_config.param_offload" and "does not offload" in p.what
     lora_card = SimpleNamespace(cards={"train": {"other": attrs.evolve(card, lora=True, offload=True)}})

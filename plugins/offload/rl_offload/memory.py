@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from rl_core.config.sections import evolve_key
 from rl_core.plan.features import MemoryTerms
 
 from rl_offload.checks import SWITCHES
@@ -55,9 +56,12 @@ def memory_terms(config: Any, shape: Any, S: int, c: int) -> MemoryTerms | None:
 
 def alternatives(config: Any) -> list[tuple[str, Any]]:
     """For a full fine-tune that does not fit: both offload switches on (the estimate says whether it fits)."""
-    offload = attrs.evolve(config.actor.fsdp_config, param_offload=True, optimizer_offload=True)
+    fsdp = getattr(config.actor, "fsdp_config", None)  # rl-train-fsdp's section (none without that package)
+    if fsdp is None:
+        return []
+    offload = attrs.evolve(fsdp, param_offload=True, optimizer_offload=True)
     return [("offload: actor.fsdp_config.param_offload=true actor.fsdp_config.optimizer_offload=true",
-             attrs.evolve(config, actor=attrs.evolve(config.actor, fsdp_config=offload)))]
+             evolve_key(config, "actor.fsdp_config", offload))]
 
 
 def host_terms(config: Any, *, P: int, A: int, c: int, k: int, S: int, lora: bool) -> tuple[dict[str, float], float]:

@@ -1,5 +1,6 @@
-"""rl-reward-model's config section ``reward_model.judge`` (registered as a ConfigSectionCard: rl_core.config.sections):
-the generative judge's settings, read and checked with core's own sections."""
+"""rl-reward-model's config sections (registered as ConfigSectionCards: rl_core.config.sections), read and checked with
+core's own sections: ``reward_model`` (the model-based reward, its model and its workers) and ``reward_model.judge``
+(the generative judge's settings)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,43 @@ from typing import Any
 import attrs
 from attrs import field
 
-from rl_core.config.schema import num, pos, text
+from rl_core.config.schema import choice, num, pos, text
+from rl_core.config.sections import Sectioned
+
+
+@attrs.frozen(kw_only=True)
+class RewardModelModelConfig:
+    path: str = ""
+    tokenizer_path: str | None = None  # null: reward_model.model.path
+    # a Jinja chat template (the text, or the path of a .jinja file) for the reward model's tokenizer; null: its own
+    chat_template: str | None = None
+    dtype: str | None = choice(None, ("float32", "bfloat16", "float16", "auto"), hint="null: model.dtype")
+    trust_remote_code: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RewardModelConfig(Sectioned):
+    """A model-based reward (rl-reward-model, rl_reward_model.role): a sequence classifier, a generative judge, or a plugin's
+    (a plugin's own settings: its section under this one, e.g. rl-reward-model's ``reward_model.judge``)."""
+
+    SECTION_KEY = "reward_model"
+
+    enable: bool = False
+    name: str = text("classifier", hint="a registered reward model: classifier, judge, or a plugin's (rlcore plugins)")
+    model: RewardModelModelConfig = field(factory=RewardModelModelConfig)
+    # template the (prompt, response) chat with the reward model's own chat template; false: prompt + response text
+    apply_chat_template: bool = True
+    micro_batch_size_per_gpu: int = pos(8, hint="sequences per reward-model forward")
+    # null: the reward model's context (its max_position_embeddings), what verl's served reward model scores
+    max_length: int | None = pos(4096, hint="tokens per reward-model input; longer ones keep their end; null: the model's context")
+    # colocated with the actor on a GPU: moved to the CPU between uses (null: on when it shares a GPU)
+    offload: bool | None = None
+    # replicate: each worker holds the whole model; fsdp: sharded over the workers that hold it (torch FSDP2)
+    strategy: str = choice("replicate", ("replicate", "fsdp"))
+    # a resource pool of its own (rl_core.placement.pools): null = in the actor's workers, on their devices
+    n_gpus_per_node: int | None = pos(None, hint="devices of the reward model's own workers per node; null shares the actor's")
+    nnodes: int = pos(1)
+    options: dict[str, Any] = field(factory=dict)  # passed to a plugin's reward model
 
 
 @attrs.frozen(kw_only=True)

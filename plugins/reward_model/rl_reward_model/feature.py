@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 from rl_core.problems import Problem
 from rl_core.rewards.outcome import Outcome
 
+from rl_reward_model.memory import reward_model_terms
 from rl_reward_model.mixing import RewardWeights, checked_weights, mixing_problems
 from rl_reward_model.role import RewardModelRole, requests_from_batch, rounds_for, split_requests
 
@@ -23,6 +24,10 @@ class ModelRewards:
         """The parts (rule, model) and weights per data source the reward manager mixes."""
         rm = config.reward_model
         return checked_weights(config.reward.weights, model_name=rm.name if rm.enable else None)
+
+    def memory_terms(self, config: Any, sizes: Any, device: str, card: Any = None) -> dict[str, float]:
+        """The device estimate's reward-model terms (:func:`rl_reward_model.memory.reward_model_terms`)."""
+        return reward_model_terms(config, sizes, device, card)
 
     def role(self, stack: Any, context: Any, *, colocated: bool) -> RewardModelRole:
         """The worker's reward-model role (builds the card's scorer)."""

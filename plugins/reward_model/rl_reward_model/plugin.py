@@ -49,5 +49,7 @@ def rl_core_register_checks(register):
 
 @hookimpl
 def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="reward_model", factory="rl_reward_model.config:RewardModelConfig",
+                               description="the model-based reward: enable, name, its model, batch / length, offload, strategy, own pool"))
     register(ConfigSectionCard(name="reward_model.judge", factory="rl_reward_model.config:JudgeConfig",
                                description="the generative judge's settings (reward_model.name=judge)"))

@@ -42,9 +42,8 @@ def make_reward_model_dir(path: Path, *, seed: int = 0, model: Any = None, chat_
 
 def with_reward_model(config: Any, **rm: Any) -> Any:
     """``config`` with ``reward_model`` fields set (``model`` takes a dict of reward_model.model fields)."""
-    from rl_core.config.schema import RewardModelModelConfig
     from rl_core.config.sections import evolve_key
-    from rl_reward_model.config import JudgeConfig
+    from rl_reward_model.config import JudgeConfig, RewardModelModelConfig
 
     section = config.reward_model
     if "model" in rm:
@@ -53,4 +52,4 @@ def with_reward_model(config: Any, **rm: Any) -> Any:
     section = attrs.evolve(section, **rm)
     if judge is not None:  # the judge's settings: rl-reward-model's own section under reward_model
         section = evolve_key(section, "judge", attrs.evolve(JudgeConfig(), **judge))
-    return attrs.evolve(config, reward_model=section)
+    return evolve_key(config, "reward_model", section)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from rl_core.config.sections import evolve_key
 from rl_core.batch import Batch
 from rl_core.config.schema import DataConfig, ModelConfig, RewardConfig, RunConfig
 from rl_core.plan.checks import plan_for
@@ -26,7 +27,7 @@ def with_reward_model(config, *, path=None, **rm):
     section = config.reward_model
     if path is not None:
         rm["model"] = attrs.evolve(section.model, path=path)
-    return attrs.evolve(config, reward_model=attrs.evolve(section, **rm))
+    return evolve_key(config, "reward_model", attrs.evolve(section, **rm))
 
 
 def test_weights_and_an_unused_rule_reward():

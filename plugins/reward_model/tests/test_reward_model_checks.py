@@ -70,7 +70,9 @@ def test_judge_engine_not_installed_is_named_with_its_install_line(tmp_path, mon
 
 def test_memory_estimate_counts_the_reward_model(tmp_path):
     from rl_core.config.normalize import normalize
+    from rl_core.plan.features import load_features
     from rl_core.plan.memory import estimate
+    from rl_core.plugins import get_registry
     from rl_core_testing.tiny_model import make_tiny_model_dir
 
     policy = make_tiny_model_dir(tmp_path / "policy")
@@ -78,14 +80,15 @@ def test_memory_estimate_counts_the_reward_model(tmp_path):
     base = load_config(overrides=[f"model.path={policy}", "trainer.device=cuda", "data.train_batch_size=4", "actor.ppo_mini_batch_size=2", "actor.ppo_micro_batch_size_per_gpu=2"])
     on = with_reward_model(base, enable=True, model={"path": str(rm)})
     pooled = with_reward_model(base, enable=True, model={"path": str(rm)}, n_gpus_per_node=1)
-    est = {name: estimate(*normalize(c)[:2], available=80 * 2**30, reward_model=CLASSIFIER) for name, c in (("off", base), ("on", on), ("pool", pooled))}
+    features = load_features(get_registry(), [])  # the reward_model feature gives the estimate its terms
+    est = {name: estimate(*normalize(c)[:2], available=80 * 2**30, reward_model=CLASSIFIER, features=features) for name, c in (("off", base), ("on", on), ("pool", pooled))}
     assert "reward model" not in est["off"].phases
     # colocated on a GPU: on the device only while scoring (offloaded), so it has a phase of its own over the states
     assert est["on"].phases["reward model"] > est["on"].phases["log-probs"] - est["on"].terms.get("logits (log-probs, chunked)", 0)
     assert est["on"].terms["reward model weights (on device while scoring)"] > 0
     assert "reward model (own devices)" in est["pool"].phases and "reward model" not in est["pool"].phases
     kept = with_reward_model(base, enable=True, model={"path": str(rm)}, offload=False)
-    assert estimate(*normalize(kept)[:2], available=80 * 2**30, reward_model=CLASSIFIER).phases["update"] > est["on"].phases["update"]
+    assert estimate(*normalize(kept)[:2], available=80 * 2**30, reward_model=CLASSIFIER, features=features).phases["update"] > est["on"].phases["update"]
     assert torch.tensor(list(est["on"].phases.values())).isfinite().all()
 
 

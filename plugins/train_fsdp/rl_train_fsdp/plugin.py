@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from rl_core import hookimpl
-from rl_core.cards import CheckCard, TrainCard
+from rl_core.cards import CheckCard, ConfigSectionCard, TrainCard
 from rl_core.plan.long_context import model_config
 from rl_core.problems import Problem, nearest_divisors
 
@@ -122,3 +122,11 @@ def rl_core_register_train_backends(register):
 def rl_core_register_checks(register) -> None:
     register(CheckCard(name="sequence_parallel", stage="files", order=40, factory=f"{__name__}:sequence_parallel_problems",
                        description="Ulysses sequence parallelism and packing on the model's attention"))
+
+
+@hookimpl
+def rl_core_register_config_sections(register):
+    register(ConfigSectionCard(name="actor.fsdp_config", factory="rl_train_fsdp.config:FsdpConfig",
+                               description="the actor's offload switches, gradient reduce dtype, hybrid sharding size, pad_to_length bucket (verl's names)"))
+    register(ConfigSectionCard(name="critic.fsdp_config", factory="rl_train_fsdp.config:CriticFsdpConfig",
+                               description="the critic's offload switches (verl's names)"))

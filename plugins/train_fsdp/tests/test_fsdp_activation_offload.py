@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch
 
@@ -26,8 +27,8 @@ def _cfg(model_dir, *, activation_offload=False, **fsdp):
     actor = attrs.evolve(
         a, ppo_mini_batch_size=PROMPTS_PER_STEP, ppo_micro_batch_size_per_gpu=4, ppo_epochs=1, entropy_coeff=0.0,
         optim=attrs.evolve(a.optim, lr=1e-2, lr_warmup_steps=0, lr_scheduler="constant", grad_clip=0.0),
-        fsdp_config=attrs.evolve(a.fsdp_config, **fsdp),
     )
+    actor = evolve_key(actor, "fsdp_config", attrs.evolve(a.fsdp_config, **fsdp))
     return attrs.evolve(cfg, model=attrs.evolve(cfg.model, enable_activation_offload=activation_offload), actor=actor,
                         critic=attrs.evolve(cfg.critic, enable=False))
 
@@ -50,7 +51,7 @@ def test_critic_offload_gives_the_same_update(tiny_model_dir):
     step = make_step_batch(model_dir)
     base = _cfg(model_dir)
     cfg = attrs.evolve(base, critic=attrs.evolve(base.critic, enable=True))
-    off_cfg = attrs.evolve(cfg, critic=attrs.evolve(cfg.critic, fsdp_config=attrs.evolve(cfg.critic.fsdp_config, offload_policy=True)))
+    off_cfg = evolve_key(cfg, "critic.fsdp_config", attrs.evolve(cfg.critic.fsdp_config, offload_policy=True))
     plain, off = engine_mod.build_engine("critic", cfg, CPU), engine_mod.build_engine("critic", off_cfg, CPU)
     assert off.backend.param_offload and off.backend.optimizer_offload and not plain.backend.param_offload
     assert plain.update(step) == off.update(step)

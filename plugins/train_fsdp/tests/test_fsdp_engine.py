@@ -7,6 +7,7 @@ import math
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core_testing.adam_weights import assert_adam_weights_close, zero_grad_in_exact_arithmetic
 from rl_core_testing.distributed import run_distributed
@@ -233,7 +234,7 @@ def test_set_total_steps_validates(model_dir):
 
 # ------------------------------------------------------- bf16 + sharded
 def _with_fsdp(cfg, **kw):
-    return attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, **kw)))
+    return evolve_key(cfg, "actor.fsdp_config", attrs.evolve(cfg.actor.fsdp_config, **kw))
 
 
 def _bf16_sharded(rank, world, model_dir, ckpt_dir):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core.plan.features import load_features
 from rl_core.plugins import get_registry
@@ -40,8 +41,8 @@ def _cfg(model_dir, *, rank=4, **fsdp):
     actor = attrs.evolve(
         a, ppo_mini_batch_size=PROMPTS_PER_STEP, ppo_micro_batch_size_per_gpu=4, ppo_epochs=1, entropy_coeff=0.0,
         optim=attrs.evolve(a.optim, lr=1e-2, lr_warmup_steps=0, lr_scheduler="constant", grad_clip=0.0),
-        fsdp_config=attrs.evolve(a.fsdp_config, **fsdp),
     )
+    actor = evolve_key(actor, "fsdp_config", attrs.evolve(a.fsdp_config, **fsdp))
     return attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=rank, lora_alpha=2.0 * rank), actor=actor,
                         critic=attrs.evolve(cfg.critic, enable=False))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core_testing.distributed import run_distributed
 from rl_core_testing.train_conformance import PROMPTS_PER_STEP, default_config, make_step_batch, rank_shard, single_rank_order
@@ -29,8 +30,8 @@ def _cfg(model_dir, *, rank=0, offload=False):
     actor = attrs.evolve(
         a, ppo_mini_batch_size=PROMPTS_PER_STEP, ppo_epochs=1, entropy_coeff=0.0,
         optim=attrs.evolve(a.optim, lr=1e-2, lr_warmup_steps=0, lr_scheduler="constant", grad_clip=0.0),
-        fsdp_config=attrs.evolve(a.fsdp_config, param_offload=offload, optimizer_offload=offload),
     )
+    actor = evolve_key(actor, "fsdp_config", attrs.evolve(a.fsdp_config, param_offload=offload, optimizer_offload=offload))
     return attrs.evolve(cfg, model=attrs.evolve(cfg.model, lora_rank=rank, lora_alpha=2.0 * rank), actor=actor,
                         critic=attrs.evolve(cfg.critic, enable=False))
 

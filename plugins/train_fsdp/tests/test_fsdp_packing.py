@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core_testing.mixed_lengths import loss_and_grads, mixed_length_batch
 from rl_core_testing.train_conformance import default_config
@@ -128,7 +129,7 @@ def test_pad_to_length_pads_each_packed_row_to_the_bucket(model_dir, monkeypatch
     batch = mixed_length_batch(PROMPTS, RESPONSES, seed=1)
     plain = _backend(model_dir, "actor", True)
     cfg = default_config(model_dir)
-    cfg = attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, pad_to_length=True, fsdp_config=attrs.evolve(cfg.actor.fsdp_config, pad_to_length_bucket=384)))
+    cfg = evolve_key(attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, pad_to_length=True)), "actor.fsdp_config", attrs.evolve(cfg.actor.fsdp_config, pad_to_length_bucket=384))
     padded = FSDPBackend("actor", cfg, WorkerContext())
     assert padded.packed and not padded.packed_by_default
     loss_a, grads_a, heads_a = loss_and_grads(plain, batch)

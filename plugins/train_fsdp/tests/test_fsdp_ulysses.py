@@ -8,6 +8,7 @@ import sys
 import attrs
 import pytest
 import torch
+from rl_core.config.sections import evolve_key
 from rl_core.backends import WorkerContext
 from rl_core_testing.distributed import run_distributed
 from rl_core_testing.mixed_lengths import loss_and_grads, mixed_length_batch
@@ -30,7 +31,7 @@ def model_dir(tiny_model_dir):
 def _cfg(model_dir, sp: int, fsdp_size: int = -1):
     cfg = default_config(model_dir)
     fsdp = attrs.evolve(cfg.actor.fsdp_config, fsdp_size=fsdp_size)
-    return attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ulysses_sequence_parallel_size=sp, fsdp_config=fsdp))
+    return evolve_key(attrs.evolve(cfg, actor=attrs.evolve(cfg.actor, ulysses_sequence_parallel_size=sp)), "actor.fsdp_config", fsdp)
 
 
 def _sp_rank(rank, world, model_dir, role, fsdp_size=-1):

@@ -234,17 +234,18 @@ def check_unsupported_options(config) -> list[Problem]:
             what="is true, but the megatron train backend runs padded micro-batches, not the packed rows this pads to fixed lengths",
             fix="set actor.pad_to_length=false with train.name=megatron, or use train.name=fsdp",
         ))
-    if getattr(config.actor.fsdp_config, "fsdp_size", -1) != -1:
+    fsdp = getattr(config.actor, "fsdp_config", None)  # rl-train-fsdp's section (absent without that package)
+    if getattr(fsdp, "fsdp_size", -1) != -1:
         out.append(Problem(
             key="actor.fsdp_config.fsdp_size",
-            what=f"is {config.actor.fsdp_config.fsdp_size}, an FSDP setting (hybrid sharding): the megatron train backend lays out ranks by "
+            what=f"is {fsdp.fsdp_size}, an FSDP setting (hybrid sharding): the megatron train backend lays out ranks by "
                  "train.tensor_model_parallel_size x pipeline_model_parallel_size x data parallelism",
             fix="set actor.fsdp_config.fsdp_size=-1 with train.name=megatron, or use train.name=fsdp",
         ))
-    if getattr(config.actor.fsdp_config, "reduce_dtype", "float32") != "float32":
+    if getattr(fsdp, "reduce_dtype", "float32") != "float32":
         out.append(Problem(
             key="actor.fsdp_config.reduce_dtype",
-            what=f"is {config.actor.fsdp_config.reduce_dtype!r}, an FSDP setting: the megatron train backend reduces gradients in float32",
+            what=f"is {fsdp.reduce_dtype!r}, an FSDP setting: the megatron train backend reduces gradients in float32",
             fix="set actor.fsdp_config.reduce_dtype=float32 with train.name=megatron, or use train.name=fsdp",
         ))
     return out

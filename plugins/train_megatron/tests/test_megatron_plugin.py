@@ -210,3 +210,26 @@ def test_optimizer_offload_fraction_is_a_share_of_the_cpu_optimizer():
     assert keys(optimizer_cpu_offload="true", optimizer_offload_fraction=0.5) == []
     assert keys(optimizer_offload_fraction=0.5) == ["train.options.optimizer_offload_fraction"]  # only with the CPU optimizer
     assert keys(optimizer_cpu_offload="true", optimizer_offload_fraction=1.5) == ["train.options.optimizer_offload_fraction"]
+
+
+def test_fsdp_settings_are_refused_and_an_absent_fsdp_section_reads_as_unset(monkeypatch):
+    """actor.fsdp_config.fsdp_size / reduce_dtype (rl-train-fsdp's section) are FSDP's: refused with train.name=megatron;
+    without rl-train-fsdp the section is absent and nothing is refused."""
+    from rl_core import plugins
+    from rl_core.config.load import load_report
+    from rl_train_megatron.plugin import check_unsupported_options
+
+    quickstart = str(REPO / "examples" / "quickstart.yaml")
+    written = ["actor.fsdp_config.fsdp_size=2", "actor.fsdp_config.reduce_dtype=bfloat16"]
+    keys = {p.key for p in check_unsupported_options(load_report(quickstart, written).config)}
+    assert {"actor.fsdp_config.fsdp_size", "actor.fsdp_config.reduce_dtype"} <= keys
+    assert not {k for k in {p.key for p in check_unsupported_options(load_report(quickstart).config)} if "fsdp_config" in k}
+    monkeypatch.setenv(plugins.BLOCK_ENV, "rl-train-fsdp,rl-verl")  # rl-verl requires rl-train-fsdp
+    try:
+        plugins.get_registry(reload=True)
+        config = load_report(quickstart).config
+        assert not hasattr(config.actor, "fsdp_config")
+        assert not [p for p in check_unsupported_options(config) if "fsdp_config" in p.key]
+    finally:
+        monkeypatch.delenv(plugins.BLOCK_ENV)
+        plugins.get_registry(reload=True)

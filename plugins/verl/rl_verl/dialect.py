@@ -20,7 +20,8 @@ import attrs
 
 from rl_core.config.dialect import Launch, Translated, flatten, grammar_of, parse_override as native_override
 from rl_core.config.load import config_to_dict, merge, set_dotted
-from rl_core.config.schema import RewardModelConfig, RolloutConfig, RunConfig
+from rl_core.config.schema import RolloutConfig, RunConfig
+from rl_core.config.sections import installed
 from rl_core.problems import Problem
 from rl_verl import dtype, engines, reward_model
 from rl_verl.keys import norm
@@ -60,7 +61,11 @@ VERL_PREFIXES = {
 }
 
 
-_REWARD_MODEL_FIELDS = frozenset(f.name for f in attrs.fields(RewardModelConfig))
+
+def _reward_model_fields() -> frozenset[str]:
+    """The keys of rl-reward-model's ``reward_model`` section (none while it is not installed)."""
+    section = installed().get("reward_model")
+    return frozenset(f.name for f in attrs.fields(section)) if section is not None else frozenset()
 
 #: verl's top-level sections that have no section of ours: their keys are translated one by one
 VERL_SECTIONS = frozenset({"actor_rollout_ref", "reward_model", "custom_reward_function", "ray_kwargs", "ray_init"})
@@ -70,7 +75,7 @@ def translate_verl_key(key: str) -> str:
     if key in VERL_KEYS:
         return VERL_KEYS[key]
     parts = key.split(".")
-    if parts[0] == "reward_model" and len(parts) > 1 and parts[1] in _REWARD_MODEL_FIELDS:
+    if parts[0] == "reward_model" and len(parts) > 1 and parts[1] in _reward_model_fields():
         return key  # our own reward_model section (verl's keys of these names mean the same)
     for old, new in VERL_PREFIXES.items():
         if key == old or key.startswith(old):
