@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from rl_core.plan.features import load_features
     from rl_core.plugins import get_registry
     from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.weight_sync_check import load_adapter_verified, load_verified
+    from rl_core.weight_sync_check import load_verified
+    from rl_lora.sync import load_adapter_verified
     from rl_core_testing.train_conformance import default_config
     from rl_train_fsdp.engine import build_engine
 

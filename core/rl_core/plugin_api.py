@@ -19,7 +19,7 @@ PLUGIN_API: dict[str, str] = {
     "rl_core.checkpoints": "safe_load, read_json, save_tensors, copy_state, save_rng_state / load_rng_state, CheckpointError",
     "rl_core.modeling": "HF model loading, value heads, decoder layers, compile, position ids",
     "rl_core.logprobs": "per-token log-probs / entropy with a chunked LM head; plain_head / head_forward: the LM head swapped for a function",
-    "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32)",
+    "rl_core.weight_sync_check": "verified weight sync: fused_location / cut_rows (an engine's fused q/k/v, gate/up rows) for rollout engines' sample_weights (issue #32); WeightTap / verify_sync / verify_sent / load_verified / StaleWeightsError for a feature's own sync (rl-lora's adapters)",
     "rl_core.rollout.samples": "prompt unpadding, PromptLengthError and length checks, Sample, build_rollout_batch",
     "rl_core.rollout.multi_turn": "the agent-rollout contract: Generated, Decode, AgentRuntime, agent_runtime, multi_turn_on, MultiTurn (agent rollouts over an engine's continue-ids function), cut_at_stop, eos_token_ids, final_turn_mask",
     "rl_core.data.rows": "DataError / validate_row: a prompt row validated as every data source's rows are (a dataset class's items, rl-data)",

@@ -144,56 +144,6 @@ def load_verified(engine: Any, weights: Iterable[tuple[str, torch.Tensor]], trai
     return n
 
 
-def load_adapter_verified(engine: Any, tensors: dict[str, torch.Tensor], peft_config: dict, trainer_sample=None, *,
-                          engine_name: str, version: int) -> int | None:
-    """``engine.load_adapter(tensors, peft_config, version)``, verified as :func:`load_verified`: an adapter that did
-    not arrive or a stale one raises :class:`StaleWeightsError`; ``trainer_sample`` (the trainer's live adapters)
-    checks what was sent, and a merging engine's weights (:func:`verify_merged`)."""
-    tap = WeightTap(tensors.items())
-    engine.load_adapter(dict(tap), peft_config, version)
-    n = verify_sync(tap, engine, engine_name=engine_name, version=version, what=f" (its LoRA adapter of weight version {version})")
-    if trainer_sample is not None:
-        verify_sent(tap, trainer_sample(tap.positions), engine_name=engine_name, version=version)
-        if n is not None:
-            verify_merged(engine, tensors, peft_config, trainer_sample, engine_name=engine_name, version=version)
-    return n
-
-
-def verify_merged(engine: Any, tensors: dict[str, torch.Tensor], peft_config: dict, trainer_sample, *, engine_name: str, version: int) -> int | None:
-    """An engine that merges adapters into its weights (``engine.merged_weights()``: HF names -> sizes) must hold
-    ``W + scale * B @ A`` there, ``A`` and ``B`` rounded to its dtype, to one rounding step of that dtype; else
-    :class:`StaleWeightsError`. The number of weights compared (None: the engine does not merge)."""
-    numels = getattr(engine, "merged_weights", lambda: None)()
-    if not numels:
-        return None
-    positions = {name: sample_positions(name, numel) for name, numel in numels.items()}
-    held, want = engine.sample_weights(positions) or {}, trainer_sample(positions)
-    scale = float(peft_config.get("lora_alpha", peft_config["r"])) / float(peft_config["r"])
-    wrong = []
-    for name, pos in positions.items():
-        got, exp = held.get(name), want.get(name)
-        module = "base_model.model." + name.removesuffix(".weight")
-        a, b = tensors.get(module + ".lora_A.weight"), tensors.get(module + ".lora_B.weight")
-        if got is None or exp is None or a is None or b is None:
-            wrong.append(f"{name} ({'the engine' if got is None else 'the trainer' if exp is None else 'the adapter sent'} does not report it)")
-            continue
-        rows, cols = pos // a.shape[1], pos % a.shape[1]
-        br, ac = b.detach().cpu()[rows].float(), a.detach().cpu()[:, cols].T.float()
-        rounded = (br.to(got.dtype).float() * ac.to(got.dtype).float()).sum(-1) - (br * ac).sum(-1)
-        exp = exp.float() + scale * rounded  # the trainer's policy with the adapters in the engine's precision
-        rtol = max(1e-4, torch.finfo(got.dtype).eps)  # one rounding step of a 16-bit dtype; float32: as verify_sent
-        if not torch.allclose(got.float(), exp, rtol=rtol, atol=1e-6):
-            diff = float((got.double() - exp.double()).abs().max())
-            wrong.append(f"{name} (fingerprint held {fingerprint(name, got.float()):.6g}, trained {fingerprint(name, exp):.6g}; max |diff| {diff:.3g})")
-    if wrong:
-        raise StaleWeightsError(
-            f"weight sync check failed at weight version {version}: the rollout engine {engine_name!r} merged its LoRA adapter "
-            f"but {len(wrong)} of {len(positions)} merged weights differ from the policy being trained: {_first_four(wrong)}. "
-            "It would keep sampling another policy; the run is stopped instead"
-        )
-    return len(positions)
-
-
 def sample_state(named: Iterable[tuple[str, torch.Tensor]], positions: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """An engine's ``sample_weights`` over its own named tensors (e.g. ``model.state_dict()``)."""
     named = dict(named)

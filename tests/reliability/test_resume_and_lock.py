@@ -148,26 +148,3 @@ def test_a_filesystem_without_locks_warns_and_runs(tmp_path, monkeypatch, capsys
     with output_lock(str(tmp_path)):
         ran = True
     assert ran and "cannot lock files" in capsys.readouterr().err
-
-
-# ------------------------------------------------------------ --resume-anyway that would drop trained adapters
-@pytest.mark.parametrize(
-    "change,expected",
-    [
-        ({"target_modules": ["q_proj"]}, "no longer names v_proj"),
-        ({"exclude_modules": ["v_proj"]}, "now leaves out v_proj"),
-        ({"lora_rank": 0}, "every adapter"),
-    ],
-)
-def test_resume_anyway_that_drops_adapters_needs_a_second_confirmation(tmp_path, change, expected):
-    from rl_core.trainer.outputs import check_previous_run
-
-    old = {"model": {"lora_rank": 8, "target_modules": ["q_proj", "v_proj"], "exclude_modules": []}, "trainer": {}}
-    new = {"model": {**old["model"], **change}, "trainer": {}}
-    args = dict(has_checkpoint=True, resume=True, saved_config=old, saved_where=str(tmp_path / "global_step_2"))
-    with pytest.raises(OutputDirError, match=f"drop trained LoRA adapters.*{expected}.*--resume-anyway twice"):
-        check_previous_run(str(tmp_path), new, resume_anyway=1, **args)
-    assert check_previous_run(str(tmp_path), new, resume_anyway=2, **args)  # confirmed twice: the diff, and on it goes
-    widened = {"model": {**old["model"], "target_modules": ["q_proj", "v_proj", "o_proj"]}, "trainer": {}}
-    assert check_previous_run(str(tmp_path), widened, resume_anyway=1, **args)  # keeps every adapter: once is enough
-    tally.record("user_errors", f"--resume-anyway dropping adapters ({expected})", True)

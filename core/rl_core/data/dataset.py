@@ -120,8 +120,7 @@ def truncate(ids: list[int], length: int, side: str) -> list[int]:
 class PromptDataset:
     """Tokenized prompts: dicts with ``input_ids`` and the row's fields. Prompts over ``max_prompt_length`` are dropped
     (``filter_overlong``; ``num_dropped``), else cut by ``truncation`` or an error. Rows with ``images`` are encoded by
-    ``processor`` (rl-multimodal's ``encode_row(row, where, prompt_key, image_key, template_kwargs) -> (text, ids,
-    tensors)``)."""
+    ``processor`` (rl-multimodal's ``ImageEncoder``: ``encode_rows`` here, ``item`` when an item is taken)."""
 
     def __init__(self, rows: Sequence[dict[str, Any]], tokenizer: Any, *, max_prompt_length: int, filter_overlong: bool = True,
                  apply_chat_template: bool = True, source: str = "data", origins: Sequence[str] | None = None,
@@ -132,7 +131,13 @@ class PromptDataset:
         self.source = source
         where = list(origins) if origins is not None else [f"{source}, row {i}" for i in range(len(rows))]
         self.processor, self._image_args = processor, (prompt_key, image_key, template_kwargs)
-        encoded = self._encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key)
+        with_images = next((i for i, r in enumerate(rows) if r.get("images")), None)
+        if with_images is not None and processor is None:
+            raise DataError(f"{where[with_images]}: the row holds images ({image_key!r}) but the model has no vision tower or its folder no "
+                            "image processor (preprocessor_config.json), or rl-multimodal is not installed: use a vision-language model "
+                            "(e.g. Qwen2.5-VL) with `pip install rl-multimodal`, or text-only rows")
+        # {row index: (text, ids, image tensors)} of the rows with images
+        encoded = processor.encode_rows(rows, where, apply_chat_template, *self._image_args) if with_images is not None else {}
         texts = [encoded[i][0] if i in encoded else render_prompt(tokenizer, r["prompt"], apply_chat_template, w, tools, template_kwargs)
                  for i, (r, w) in enumerate(zip(rows, where))]
         # a chat template writes BOS itself; raw text gets the tokenizer's usual special tokens
@@ -165,35 +170,13 @@ class PromptDataset:
             raise DataError(f"{source}: no prompts left ({len(rows)} read, {self.num_dropped} longer than "
                             f"data.max_prompt_length={max_prompt_length}); raise max_prompt_length")
 
-    @staticmethod
-    def _encode_images(rows, where, processor, apply_chat_template, template_kwargs, prompt_key, image_key) -> dict[int, tuple]:
-        """``{row index: (text, ids, image tensors)}`` of the rows that hold images."""
-        with_images = [i for i, r in enumerate(rows) if r.get("images")]
-        if not with_images:
-            return {}
-        first = where[with_images[0]]
-        if processor is None:
-            raise DataError(f"{first}: the row holds images ({image_key!r}) but the model has no vision tower or its folder no image "
-                            "processor (preprocessor_config.json), or rl-multimodal is not installed: use a vision-language model (e.g. Qwen2.5-VL) "
-                            "with `pip install rl-multimodal`, or text-only rows")
-        if not apply_chat_template:
-            raise DataError(f"{first}: rows with images need the processor's chat template to place them; set data.apply_chat_template=true")
-        return {i: processor.encode_row(rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
-
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """Item ``i``; one with images gets ``multi_modal_inputs``, encoded now (a large image dataset is not held decoded)."""
         item = self.items[i]
-        if not item.get("images"):
-            return item
-        _, ids, mm = self.processor.encode_row(item, item["origin"], *self._image_args)
-        if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
-            raise DataError(f"{item['origin']}: the processor gave other prompt ids on a second encoding; the image processor is not deterministic")
-        out = {k: v for k, v in item.items() if k != "images"}
-        out["multi_modal_inputs"] = mm
-        return out
+        return self.processor.item(item, *self._image_args) if item.get("images") else item
 
 
 def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None,

@@ -18,7 +18,7 @@ from rl_core.backends import SamplingParams, WorkerContext, engine_metrics_prefi
 from rl_core.batch import Batch
 from rl_core.train_engine.engine import build_role_engine
 from rl_core.rollout.supervisor import EngineSupervisor
-from rl_core.weight_sync_check import load_adapter_verified, load_verified
+from rl_core.weight_sync_check import load_verified
 from rl_core.util.determinism import apply_determinism
 
 
@@ -80,7 +80,9 @@ class HybridWorker:
         make_extension = getattr(stack, "rollout_pool_worker_fn", None)
         self.extension = make_extension(self) if make_extension is not None else None
         self.extension_methods = frozenset(stack.rollout_pool.methods) if self.extension is not None else frozenset()
-        self._lora_sync = lora_sync_mode(config, self.rollout) if self.actor is not None else None
+        # a feature's own weight sync (rl-lora's adapter sync: the frozen base once, then the adapters), None: the plain one
+        make_sync = context.features.hook(config, "weight_sync") if self.actor is not None and context.features is not None else None
+        self._feature_sync = make_sync(config, self.rollout) if make_sync is not None else None
         self._base_sent = False
         make_profiler = context.features.hook(config, "worker_profiler") if context.features is not None else None  # rl-profiling
         self.profiler = make_profiler(config, context.rank, context.device) if make_profiler is not None else None
@@ -135,14 +137,9 @@ class HybridWorker:
             self._sleeping = False
         self._weight_version += 1
         name = self.stack.config.rollout.name
-        if self._lora_sync == "adapter":  # LoRA through the engine's LoRA API: the frozen base once, then the adapters
-            if not self._base_sent:
-                load_verified(self.rollout, self.actor.named_base_weights(), None, engine_name=name, version=self._weight_version,
-                              load=getattr(self.rollout, "load_base_weights", None))  # an engine may keep the frozen base (hf)
-                self._base_sent = True
-            # in the dtype the engine holds adapters in (e.g. vLLM's bf16 LoRA slots): half the bytes, the same values
-            tensors, peft_config = self.actor.lora_adapter(getattr(self.rollout, "adapter_dtype", None))
-            load_adapter_verified(self.rollout, tensors, peft_config, self.actor.sample_weights, engine_name=name, version=self._weight_version)
+        if self._feature_sync is not None:  # e.g. LoRA through the engine's LoRA API (rl-lora)
+            self._feature_sync(self.rollout, self.actor, base=not self._base_sent, engine_name=name, version=self._weight_version)
+            self._base_sent = True
             return time.perf_counter() - start
         weights = self.actor.named_weights()
         if self._convert is not None:
@@ -253,18 +250,6 @@ class HybridWorker:
 
     def _named_trainables(self) -> list[tuple[str, Any]]:
         return [(n, e) for n, e in (("actor", self.actor), ("critic", self.critic)) if e is not None]
-
-
-def lora_sync_mode(config, rollout) -> str | None:
-    """How LoRA weights reach ``rollout`` (rollout.lora_sync): ``adapter`` (the engine's LoRA API), ``merged``, or None
-    (no LoRA, or no colocated engine). ``auto`` is ``adapter`` where the engine has ``load_adapter``."""
-    if config.model.lora_rank == 0 or rollout is None:
-        return None
-    mode, able = config.rollout.lora_sync, hasattr(rollout, "load_adapter")
-    if mode == "adapter" and not able:
-        raise RuntimeError(f"rollout.lora_sync=adapter, but the {config.rollout.name} rollout engine has no LoRA adapter API "
-                           "(load_adapter): set rollout.lora_sync=merged or auto")
-    return "adapter" if mode == "adapter" or (mode == "auto" and able) else "merged"
 
 
 def device_phase_peak(used_at_start: int, reserved_at_start: int, max_reserved: int) -> int:

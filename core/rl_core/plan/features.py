@@ -82,6 +82,11 @@ class Features:
         """The hook ``name`` of the first enabled feature that has one (None: none)."""
         return next((f.hooks[name] for f in self.on(config) if name in f.hooks), None)
 
+    def installed_hook(self, name: str) -> Any:
+        """The hook ``name`` of the first installed feature that has one, on in this config or not (e.g. ``resume_drops``:
+        the checkpoint's config may have had it on)."""
+        return next((f.hooks[name] for f in self.loaded if name in f.hooks), None)
+
 
 #: config keys that switch a feature on -> (the distribution that provides it, is it on?): for the message when no
 #: installed feature card lists the key (hints only; the cards themselves decide what runs)

@@ -75,8 +75,10 @@ class HFRolloutEngine:
         self.routing = context.feature("routing_replay", "rollout.return_routed_experts").rollout_recorder(self.model) \
             if config.rollout.return_routed_experts else None
         self.static = self._static_decoder(config.rollout.engine_kwargs) if self.routing is None else None
-        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (the plan's rollout_adapters hook)
-        self.lora = _rollout_adapters(config, context) if config.model.lora_rank > 0 and config.rollout.lora_sync != "merged" else None
+        # LoRA adapter sync (rollout.lora_sync auto / adapter): adapters merged in place (rl-lora's rollout_adapters hook, while
+        # LoRA is on; without it load_adapter says what is missing)
+        make = context.features.hook(config, "rollout_adapters") if hasattr(context.features, "hook") and config.rollout.lora_sync != "merged" else None
+        self.lora = make() if make is not None else None
 
     def _static_decoder(self, kwargs) -> Any:
         """rl-hf-decode's static-cache decoder where it runs (default: on CUDA); None: the plain loop."""
@@ -351,8 +353,7 @@ class HFRolloutEngine:
         if self.static is not None:  # its graphs, caches and packed projections point at device memory being released
             self.static.release()
         if self.lora is not None:  # LoRA: the merged weights are rebuilt at wake-up, the trainer's frozen ones pointed at
-            self.lora.release(self.model.state_dict(keep_vars=True))
-            self.lora.to("cpu")
+            self.lora.sleep(self.model.state_dict(keep_vars=True))
         self.model.to("cpu")
         self._offloaded = True
         torch.cuda.empty_cache()
@@ -368,8 +369,7 @@ class HFRolloutEngine:
             return
         self.model.to(self.device)
         if self.lora is not None:
-            self.lora.to(self.device)
-            self.lora.restore(self.model.state_dict(keep_vars=True), self.device)
+            self.lora.wake(self.model.state_dict(keep_vars=True), self.device)
         self._offloaded = False
         if self.static is not None:
             self.static.reset()
@@ -437,13 +437,6 @@ def _inverse_cdf_sample(probs: torch.Tensor, generator) -> torch.Tensor:
     cdf = probs.cumsum(dim=-1)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
-
-
-def _rollout_adapters(config, context: WorkerContext) -> Any:
-    """The in-place adapter state of LoRA adapter sync, from the feature hook ``rollout_adapters`` (rl-lora) in
-    ``WorkerContext.features``; None without it (``load_adapter`` then says what is missing)."""
-    make = context.features.hook(config, "rollout_adapters") if hasattr(context.features, "hook") else None
-    return make() if make is not None else None
 
 
 def factory(config, context: WorkerContext) -> HFRolloutEngine:

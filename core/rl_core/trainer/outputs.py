@@ -16,7 +16,7 @@ import shutil
 import socket
 import sys
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import yaml
 
@@ -166,26 +166,6 @@ def changed_keys(diff: list[str]) -> list[str]:
     return [line.split(": ", 1)[0] for line in diff]
 
 
-def dropped_adapters(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-    """What a resume under ``new`` drops of the LoRA adapters ``old`` trained (LoRA turned off, target modules narrowed,
-    modules excluded), in words; None when every trained adapter stays."""
-    was, now = (old.get("model") or {}), (new.get("model") or {})
-    if not int(was.get("lora_rank") or 0):
-        return None
-    if not int(now.get("lora_rank") or 0):
-        return "model.lora_rank is now 0: every adapter"
-
-    def names(value: Any) -> set[str]:
-        return {value} if isinstance(value, str) else set(value or ())
-
-    before, after = names(was.get("target_modules")), names(now.get("target_modules"))
-    gone = sorted(before - after) if "all-linear" not in after else []
-    excluded = sorted(names(now.get("exclude_modules")) - names(was.get("exclude_modules")))
-    parts = ([f"model.target_modules no longer names {', '.join(gone)}"] if gone else []) + (
-        [f"model.exclude_modules now leaves out {', '.join(excluded)}"] if excluded else [])
-    return "; ".join(parts) or None
-
-
 def _fixed(key: str) -> str | None:
     for fixed, why in FIXED_BY_CHECKPOINT.items():
         if key == fixed or key.startswith(fixed + "."):
@@ -203,11 +183,14 @@ def check_previous_run(
     saved_config: Mapping[str, Any] | None = None,
     saved_where: str | None = None,
     resumed_step: int | None = None,
+    dropped_by: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None,
 ) -> list[str]:
     """Stop if this run would resume a checkpoint written under another config; returns the diff lines.
     The old config is ``saved_config`` (stored in the checkpoint at ``saved_where``) or else the folder's ``config.yaml``.
     ``resume_anyway`` accepts a difference except in :data:`FIXED_BY_CHECKPOINT`'s keys. With ``resume`` off, a folder
-    holding a checkpoint is refused (starting over would rotate its checkpoints away and rewrite its metrics)."""
+    holding a checkpoint is refused (starting over would rotate its checkpoints away and rewrite its metrics).
+    ``dropped_by(old, new)``: what of the checkpoint's trained state a resume under ``new`` drops, in words (a feature's
+    ``resume_drops`` hook, e.g. rl-lora's adapters), which ``resume_anyway`` accepts only when given twice."""
     if has_checkpoint and not resume:
         raise OutputDirError(
             f"trainer.output_dir={output_dir!r} holds the checkpoints of an earlier run, and trainer.resume=false would "
@@ -224,12 +207,12 @@ def check_previous_run(
     if not (diff and has_checkpoint and resume):
         return diff
     fixed = [f"{line}  ({_fixed(key)})" for line, key in zip(diff, changed_keys(diff)) if _fixed(key)]
-    dropped = dropped_adapters(old, config)
+    dropped = dropped_by(old, config) if dropped_by is not None else None
     if resume_anyway and not fixed and dropped and int(resume_anyway) < 2:
         raise OutputDirError(
-            f"trainer.output_dir={output_dir!r}: --resume-anyway would drop trained LoRA adapters of the checkpoint ({where}): "
-            f"{dropped}; what they learned is lost from the next step on. If that is what you want, give --resume-anyway twice; "
-            "otherwise put the LoRA keys back to the checkpoint's values."
+            f"trainer.output_dir={output_dir!r}: --resume-anyway would drop {dropped} (the checkpoint: {where}); what they "
+            "learned is lost from the next step on. If that is what you want, give --resume-anyway twice; otherwise put those "
+            "keys back to the checkpoint's values."
         )
     if resume_anyway and not fixed:
         return diff

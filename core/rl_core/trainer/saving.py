@@ -48,6 +48,7 @@ class Saving:
             cfg.trainer.output_dir, plain_config(cfg), has_checkpoint=latest is not None, resume=cfg.trainer.resume,
             resume_anyway=resume_anyway, saved_config=saved, saved_where=None if saved is None else os.path.join(latest[1], RUN_CONFIG),
             resumed_step=None if latest is None else latest[0],
+            dropped_by=features.installed_hook("resume_drops") if (features := getattr(self.stack, "features", None)) is not None else None,
         )
         self._check_room_for_final()
 

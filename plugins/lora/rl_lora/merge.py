@@ -120,6 +120,16 @@ class InPlaceLora:
         self.adapter = {k: v.to(device) for k, v in self.adapter.items()}
         self.bases = {k: v.to(device) if k in self.owned else v for k, v in self.bases.items()}
 
+    def sleep(self, params: dict[str, torch.Tensor]) -> None:
+        """The hf rollout's sleep: :meth:`release` what can be rebuilt, the owned copies to the host."""
+        self.release(params)
+        self.to("cpu")
+
+    def wake(self, params: dict[str, torch.Tensor], device: torch.device) -> None:
+        """The hf rollout's wake-up: the owned copies back on ``device``, then :meth:`restore`."""
+        self.to(device)
+        self.restore(params, device)
+
     def merged_numels(self) -> dict[str, int]:
         """The rollout's weights the last :meth:`load` rewrote (HF names) and their sizes."""
         return dict(self.targets)

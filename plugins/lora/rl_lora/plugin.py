@@ -17,8 +17,9 @@ def enabled(config: Any) -> bool:
 def rl_core_register_features(register) -> None:
     register(FeatureCard(name="lora", factory=f"{__name__}:enabled", keys=("model.lora_rank",),
                          memory="rl_lora.memory:memory_terms", alternatives="rl_lora.memory:alternatives",
-                         hooks={"rollout_adapters": "rl_lora.merge:InPlaceLora"},
-                         description="LoRA adapters on a frozen base (model.lora_*): memory terms, the hf rollout's in-place merge"))
+                         hooks={"rollout_adapters": "rl_lora.merge:InPlaceLora", "weight_sync": "rl_lora.sync:adapter_sync",
+                                "resume_drops": "rl_lora.resume:dropped"},
+                         description="LoRA adapters on a frozen base (model.lora_*): memory terms, the hf rollout's in-place merge, adapter sync"))
 
 
 @hookimpl

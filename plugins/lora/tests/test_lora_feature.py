@@ -102,3 +102,36 @@ def test_an_hf_judge_of_a_lora_run_gets_no_adapters(tmp_path):
     cfg = load_config(write_tiny_run(tmp_path, **{"model.lora_rank": 4, "model.lora_alpha": 8.0, "model.lora_adapter_path": "/x"}))
     jconfig = judge.judge_run_config(cfg)
     assert (jconfig.model.lora_rank, jconfig.model.lora_adapter_path) == (0, None) and cfg.model.lora_rank == 4
+
+
+# ------------------------------------------------------------ --resume-anyway that would drop trained adapters
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ({"target_modules": ["q_proj"]}, "no longer names v_proj"),
+        ({"exclude_modules": ["v_proj"]}, "now leaves out v_proj"),
+        ({"lora_rank": 0}, "every adapter"),
+    ],
+)
+def test_resume_anyway_that_drops_adapters_needs_a_second_confirmation(tmp_path, change, expected):
+    from rl_core.trainer.outputs import OutputDirError, check_previous_run
+    from rl_lora.resume import dropped
+
+    old = {"model": {"lora_rank": 8, "target_modules": ["q_proj", "v_proj"], "exclude_modules": []}, "trainer": {}}
+    new = {"model": {**old["model"], **change}, "trainer": {}}
+    args = dict(has_checkpoint=True, resume=True, saved_config=old, saved_where=str(tmp_path / "global_step_2"), dropped_by=dropped)
+    with pytest.raises(OutputDirError, match=f"drop trained LoRA adapters.*{expected}.*--resume-anyway twice"):
+        check_previous_run(str(tmp_path), new, resume_anyway=1, **args)
+    assert check_previous_run(str(tmp_path), new, resume_anyway=2, **args)  # confirmed twice: the diff, and on it goes
+    widened = {"model": {**old["model"], "target_modules": ["q_proj", "v_proj", "o_proj"]}, "trainer": {}}
+    assert check_previous_run(str(tmp_path), widened, resume_anyway=1, **args)  # keeps every adapter: once is enough
+
+
+def test_the_resume_check_gets_loras_hook_even_with_lora_off_now():
+    """The checkpoint's config had LoRA on; the new one may not: the hook is the installed card's, on or not."""
+    from rl_core.plan.features import load_features
+    from rl_lora.resume import dropped
+
+    problems: list = []
+    assert load_features(get_registry(), problems).installed_hook("resume_drops") is dropped and not problems
+    assert load_features(_without_lora(), problems).installed_hook("resume_drops") is None

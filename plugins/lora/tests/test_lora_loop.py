@@ -19,8 +19,17 @@ def test_two_step_lora_job(tmp_path):
     assert stack is not None, [p.render() for p in problems]
     assert stack.config.ref.enable
     trainer = Trainer(stack, progress=False)
+    worker = getattr(getattr(trainer.cluster, "main", trainer.cluster), "_local", None)
+    from rl_lora.sync import sync_adapters
+
+    # rollout.lora_sync=auto with the hf rollout: rl-lora's weight_sync hook, the frozen base sent once (at start-up)
+    assert worker is not None and worker._feature_sync is sync_adapters and worker._base_sent
+    sent = []
+    engine_load = worker.rollout.load_weights
+    worker.rollout.load_weights = lambda *a, **k: sent.append(1) or engine_load(*a, **k)
     try:
         trainer.fit()
+        assert not sent, "after start-up only the adapters go to the hf rollout"
         from tests.e2e.test_loop import _rollout_matches_actor
 
         gap = _rollout_matches_actor(trainer)

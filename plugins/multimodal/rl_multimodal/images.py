@@ -18,7 +18,7 @@ import io
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from rl_core.data.dataset import DataError
@@ -165,6 +165,25 @@ class ImageEncoder:
 
     def encode_row(self, row: dict[str, Any], where: str, prompt_key: str, image_key: str, template_kwargs: dict[str, Any] | None):
         return encode_row(self.processor, row, where, prompt_key, image_key, template_kwargs)
+
+    def encode_rows(self, rows: Sequence[dict[str, Any]], where: Sequence[str], apply_chat_template: bool, prompt_key: str, image_key: str,
+                    template_kwargs: dict[str, Any] | None) -> dict[int, tuple[str, list[int], dict[str, torch.Tensor]]]:
+        """``{row index: (text, ids, image tensors)}`` of the rows that hold images (``PromptDataset``'s start)."""
+        with_images = [i for i, r in enumerate(rows) if r.get("images")]
+        if with_images and not apply_chat_template:
+            raise ImageDataError(f"{where[with_images[0]]}: rows with images need the processor's chat template to place them; "
+                                 "set data.apply_chat_template=true")
+        return {i: self.encode_row(rows[i], where[i], prompt_key, image_key, template_kwargs) for i in with_images}
+
+    def item(self, item: dict[str, Any], prompt_key: str, image_key: str, template_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        """A data set's item with images as the batch takes it: ``multi_modal_inputs`` encoded again now (a large image
+        data set is not held decoded), the undecoded ``images`` dropped."""
+        _, ids, mm = self.encode_row(item, item["origin"], prompt_key, image_key, template_kwargs)
+        if ids != item["input_ids"]:  # the processor is deterministic; anything else would pair wrong pixels and tokens
+            raise ImageDataError(f"{item['origin']}: the processor gave other prompt ids on a second encoding; the image processor is not deterministic")
+        out = {k: v for k, v in item.items() if k != "images"}
+        out["multi_modal_inputs"] = mm
+        return out
 
     def check_patch_size(self, value: int | None) -> None:
         check_patch_size(self.processor, value)

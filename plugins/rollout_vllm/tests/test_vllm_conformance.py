@@ -274,7 +274,7 @@ def _tp_lora_rank(rank, world_size, model_dir):
     from peft import LoraConfig, get_peft_model
     from peft.utils import get_peft_model_state_dict
     from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig, TrainerConfig
-    from rl_core.weight_sync_check import load_adapter_verified
+    from rl_lora.sync import load_adapter_verified
 
     cfg = RunConfig(
         model=ModelConfig(path=model_dir, lora_rank=8, lora_alpha=16),

@@ -21,7 +21,8 @@ except Exception as exc:  # noqa: BLE001
 pytest.importorskip("rl_train_fsdp", reason="needs the rl-train-fsdp plugin (pip install -e plugins/train_fsdp)")
 pytest.importorskip("peft", reason="LoRA needs peft (pip install rl-lora; peft==0.21.2 in the engine's venv)")
 
-from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified  # noqa: E402
+from rl_core.weight_sync_check import StaleWeightsError, load_verified  # noqa: E402
+from rl_lora.sync import load_adapter_verified  # noqa: E402
 from rl_core_testing.tiny_run import write_tiny_run  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -70,7 +71,9 @@ def lora_job(tmp_path_factory):
 
 def test_adapter_only_sync_and_rollout_log_probs_match_the_trainer(lora_job):
     trainer, worker, calls = lora_job
-    assert worker._lora_sync == "adapter"
+    from rl_lora.sync import sync_adapters
+
+    assert worker._feature_sync is sync_adapters
     # base weights went once (at start-up, before the counters); each update sent only the adapters
     assert calls["load_weights"] == 0 and calls["load_adapter"] >= 2, calls
     assert worker.rollout._lora_request.lora_int_id == worker._weight_version + 1

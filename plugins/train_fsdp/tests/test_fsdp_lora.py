@@ -277,8 +277,9 @@ def test_adapter_sync_is_the_same_policy_and_a_stale_adapter_fires(model_dir, st
     into B (engine scale 1); base + adapters == the merged policy; a stale or lost adapter names engine and version."""
     from types import SimpleNamespace
 
-    from rl_core.placement.worker import lora_sync_mode
-    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
+    from rl_lora.sync import sync_mode as lora_sync_mode
+    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+    from rl_lora.sync import load_adapter_verified
     from transformers import AutoModelForCausalLM
 
     cfg = _cfg(model_dir)
@@ -333,9 +334,10 @@ def test_hf_rollout_merges_adapters_in_place_on_the_shared_base_and_every_sync_i
     """rollout.lora_sync=auto with the hf engine: the base once (the engine keeps the trainer's frozen tensors as its
     base: no copy), then each sync only the adapters, merged in place (W = W_base + B_scaled @ A, one GEMM per weight);
     the rollout samples the trained policy; a stale, lost or unmerged adapter stops the run."""
-    from rl_core.placement.worker import lora_sync_mode
+    from rl_lora.sync import sync_mode as lora_sync_mode
     from rl_core.rollout.hf import HFRolloutEngine
-    from rl_core.weight_sync_check import StaleWeightsError, load_adapter_verified, load_verified
+    from rl_core.weight_sync_check import StaleWeightsError, load_verified
+    from rl_lora.sync import load_adapter_verified
 
     cfg = _cfg(model_dir)
     actor = build_engine("actor", cfg, CPU)
