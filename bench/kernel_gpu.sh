@@ -11,6 +11,7 @@
 #   python bench/reference/make_model.py --bpe package --out .gpu/qwen05b-gpt2
 #   rlcore data gsm8k --src ../shared/data/gsm8k/train.jsonl --out .gpu/gsm8k/train.parquet
 #   git archive 50aadb2 core pyproject.toml README.md LICENSE plugins/train_fsdp plugins/reward_rule bench/reference | tar -x -C .gpu/base
+#   (AFTER_SRC=.gpu/after) git archive HEAD core pyproject.toml README.md LICENSE bench/reference $(printf 'plugins/%s ' train_fsdp reward_rule lora multimodal routing_replay offload hf_decode data rollout_correction reward_pool) | tar -x -C .gpu/after
 # On the GPU machine (carry .gpu):  bash bench/kernel_gpu.sh            SMOKE=1 on a CPU: both trees install and resolve
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ install_tree() {  # install_tree SRC TARGET [PLUGIN...]: the kernel and the plug
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl >"$OUT/install_whl.log" 2>&1 || { cat "$OUT/install_whl.log"; exit 1; }
 install_tree .gpu/base /tmp/kernel_before
 # AFTER_SRC: the tree to compare (default: this checkout; .gpu/after: a git archive of another commit, carried)
-install_tree "${AFTER_SRC:-.}" /tmp/kernel_after lora multimodal routing_replay offload hf_decode  # what rl-train-fsdp requires since issue 46's regrouping; hf_decode: the hf rollout's CUDA decoder
+install_tree "${AFTER_SRC:-.}" /tmp/kernel_after lora multimodal routing_replay offload hf_decode data rollout_correction reward_pool  # what rl-train-fsdp requires since issue 46's regrouping; hf_decode: the hf rollout's CUDA decoder; data: rl-reward-rule requires it; rollout_correction: the rollout_corr/* metrics 50aadb2 computed in core
 DEVICE=${DEVICE:-cuda}
 run() {  # run NAME ROUND: one rlcore train of STEPS steps on that kernel
     local dir=/tmp/kernel_$1_$2
