@@ -10,7 +10,7 @@ from typing import Any
 from rl_core.cards import CheckCard
 from rl_core.config.normalize import normalize
 from rl_core.util.user_paths import section_enabled
-from rl_core.hookspecs import hookimpl
+from rl_core import hookimpl
 from rl_core.plan.features import Features, load_features
 from rl_core.plan.memory import GB, device_memory, model_shape
 from rl_memory_estimate.estimate import actor_terms, estimate

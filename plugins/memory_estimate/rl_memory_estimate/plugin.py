@@ -5,7 +5,7 @@ checks against (``host_memory_problems``). The feature is never "on": its hooks 
 from __future__ import annotations
 
 from rl_core.cards import FeatureCard
-from rl_core.hookspecs import hookimpl
+from rl_core import hookimpl
 from rl_memory_estimate.checks import rl_core_register_checks  # noqa: F401 - the hook, registered with this module
 
 
