@@ -38,7 +38,7 @@ if [[ $ENGINE == vllm ]]; then
     # + rl-agent: the multi-turn conformance case and multi-turn configs (rl_agent.conformance); rl-reward-model: the verl
     #   script check's reward model (bench/verl_scripts/measure.py, test_vllm_moe_parallel.py); rl-agent-openai + openai: the
     #   OpenAI endpoint's tests on this engine (python -m pytest plugins/openai_agent -k vllm)
-    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/offload -e plugins/async_rl -e plugins/profiling -e plugins/rollout_correction -e plugins/reward_pool -e plugins/data \
+    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/memory_estimate -e plugins/offload -e plugins/async_rl -e plugins/profiling -e plugins/rollout_correction -e plugins/reward_pool -e plugins/data \
         -e plugins/train_fsdp -e plugins/lora -e plugins/rollout_vllm -e plugins/train_megatron -e plugins/verl \
         -e plugins/agent -e plugins/reward_model -e plugins/openai_agent -e plugins/placement_ray openai==3.57.0 \
         megatron-core==0.16.1 pytest peft==0.21.2 ray==2.60.0
@@ -51,7 +51,7 @@ else
     # + the Megatron backend for its SGLang job (`tox -e sglang-megatron`); peft: the LoRA actor synced merged + verified;
     # rl-agent: the multi-turn conformance case (rl_agent.conformance); rl-agent-openai + openai: the OpenAI endpoint's
     # tests on this engine (python -m pytest plugins/openai_agent -k sglang)
-    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/offload -e plugins/rollout_correction \
+    python -m pip install -q --no-compile -e . -e plugins/testing -e plugins/algorithms -e plugins/multimodal -e plugins/routing_replay -e plugins/hf_decode -e plugins/memory_estimate -e plugins/offload -e plugins/rollout_correction \
         -e plugins/train_fsdp -e plugins/lora -e plugins/rollout_sglang -e plugins/train_megatron -e plugins/agent \
         -e plugins/openai_agent openai==3.57.0 \
         megatron-core==0.16.1 pytest "torch==2.13.0" "transformers==5.19.0" peft==0.21.2

@@ -98,8 +98,8 @@ dev_loose_wheels() {  # the earlier recipe's loose wheel folders, where this cal
 }
 
 dev_editable() {  # rl-core and its plugins from this checkout (once per machine: the checkout's path stays the same)
-    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode, rl_model_smollm2' 2>/dev/null && return 0
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/hf_decode -e plugins/model_smollm2 \
+    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode, rl_memory_estimate, rl_model_smollm2' 2>/dev/null && return 0
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/hf_decode -e plugins/memory_estimate -e plugins/model_smollm2 \
         -e plugins/rollout_vllm -e plugins/rollout_sglang -e plugins/train_megatron >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
 }
 

@@ -37,8 +37,8 @@ TRL and rl-core's best rows, the last ones only if time is left.
 The rl-core runs use ``model.compile=true`` unless ``--no-compile``. Each rl-core run's median step time (``timing_s/step``, the first step left out: warm-up) and peak GPU memory
 (``perf/max_memory_allocated_gb``; with a sleeping vLLM this still counts its unmapped weights and KV cache, so the
 update phase's device-level peak ``perf/update_actor_device_peak_gb`` is reported against the estimate's update
-phase too) are reported next to the estimate of ``rl_core.plan.memory`` for the same config, and each run's peak resident
-host memory (``ru_maxrss``) next to ``rl_core.plan.memory_host``'s host estimate
+phase too) are reported next to the estimate of ``rl_memory_estimate.estimate`` for the same config, and each run's peak resident
+host memory (``ru_maxrss``) next to ``rl_memory_estimate.host``'s host estimate
 (what ``rlcore check`` prints), as ``OUT/results.json`` and ``OUT/README.md``. Acceptance: the LoRA step at most
 1/3 of TRL's (goal 1/5), peak within 25% of the estimate; the offload run finishes its 3 steps.
 
@@ -122,11 +122,11 @@ def overrides(args, model: Path, run_dir: Path, extra: list[str], steps: int) ->
 
 
 def estimate_gib(ov: list[str]) -> dict:
-    """``rl_core.plan.memory``'s estimate for the config (the numbers ``rlcore check`` prints)."""
+    """``rl_memory_estimate.estimate``'s estimate for the config (the numbers ``rlcore check`` prints)."""
     from rl_core.config.load import load_config
     from rl_core.config.normalize import normalize
     from rl_core.plan.features import load_features
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
     from rl_core.plugins import get_registry
 
     config = load_config(str(CONFIG), ov)
@@ -146,8 +146,8 @@ def estimate_gib(ov: list[str]) -> dict:
     if est is None:
         return {"peak_gib": None}
     out = {"peak_gib": est.peak / 2**30, "update_gib": est.phases.get("update", 0) / 2**30, "lines": est.lines()}
-    if est.device != "cpu":  # host memory (offload, sleep, the model load): rl_core.plan.memory_host
-        from rl_core.plan.memory_host import host_estimate, host_ram
+    if est.device != "cpu":  # host memory (offload, sleep, the model load): rl_memory_estimate.host
+        from rl_memory_estimate.host import host_estimate, host_ram
 
         host = host_estimate(config, est.shape, world_size=sizes.world_size, available=host_ram(), features=features)
         out.update(host_peak_gib=host.peak / 2**30, lines=out["lines"] + host.lines())
@@ -157,7 +157,7 @@ def estimate_gib(ov: list[str]) -> dict:
 def _call(cmd: list[str], log: Path, timeout: float) -> tuple[int | str, float]:
     """Run ``cmd`` with its output in ``log``; past ``timeout`` seconds its process group is killed ("timeout").
     Also its peak resident host memory in GiB (``ru_maxrss`` from ``wait4``: pinned buffers count, the page cache not):
-    what the host estimate (rl_core.plan.memory_host) is compared with."""
+    what the host estimate (rl_memory_estimate.host) is compared with."""
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
         deadline = time.time() + timeout

@@ -1,4 +1,4 @@
-"""Measured peak memory of a short training run next to `rlcore check`'s estimate (rl_core.plan.memory).
+"""Measured peak memory of a short training run next to `rlcore check`'s estimate (rl_memory_estimate.estimate).
 
     python bench/memory_estimate.py CONFIG [key=value ...] [--out bench/results/memory_estimate_X.md]
 
@@ -31,7 +31,7 @@ GB = 2**30
 
 def _estimate(config: str, overrides: list[str]):
     from rl_core.config.load import load_config
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
     from rl_core.plan.resolver import resolve
 
     cfg = load_config(config, overrides)

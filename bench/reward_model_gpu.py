@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from rl_core.config.load import load_config
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
     from rl_core.plan.resolver import resolve
     from rl_core.trainer.loop import Trainer
     from rl_core_testing.tiny_run import read_metrics, write_tiny_run

@@ -12,7 +12,8 @@ from rl_core.cards import FeatureCard, Provider
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
 from rl_core.plan.features import Features, MemoryTerms, load_features, missing_feature_problems, resolve_features
-from rl_core.plan.memory import ModelShape, estimate
+from rl_core.plan.memory import ModelShape
+from rl_memory_estimate.estimate import estimate
 
 SHAPE = ModelShape(hidden=4, intermediate=8, layers=1, heads=2, kv_heads=1, head_dim=2, vocab=10, tied=False, qkv_bias=False, source="hand")
 

@@ -112,9 +112,7 @@ ALLOWED = {
     ("cards.py", "PARALLELISM = frozenset"): "'fsdp' is a kind of parallelism a card declares, not a backend",
 }
 # actor.fsdp_config.*: verl's key names for offload settings, accepted as spelled
-ALLOWED.update({("plan/memory_checks.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config", ("plan/memory.py", "fsdp_config"): "verl's actor.fsdp_config"})
-# actor.fsdp_config.fsdp_size: verl's key for hybrid sharding (HSDP), read by the memory estimate
-ALLOWED.update({("plan/memory.py", "fsdp_size"): "verl's actor.fsdp_config.fsdp_size"})
+ALLOWED.update({("plan/features.py", "fsdp_config"): "verl's actor.fsdp_config"})
 ALLOWED_FILES: set[str] = set()  # whole files (verl's dialect, which named backends, is the rl-verl plugin now)
 
 

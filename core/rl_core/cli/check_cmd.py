@@ -13,8 +13,6 @@ from rl_core.problems import Problem, ConfigError
 from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
 from rl_core.plan.checks import build_plan
 from rl_core.plan.disk import GB, estimate_disk
-from rl_core.plan.memory_host import host_estimate, host_ram
-from rl_core.plan.memory import estimate
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -76,21 +74,13 @@ def print_plan(stack, out=None) -> None:
 
 
 def print_memory(stack, out=None) -> None:
-    """The per-device memory estimate (rl_core.plan.memory); a warning on stderr when it does not fit."""
+    """The memory estimate: rl-memory-estimate's (its feature's hook ``print_memory``); without it, one line saying so."""
     out = out or sys.stdout
-    est = estimate(stack.config, stack.sizes, rollout=stack.rollout, train=stack.train, reward_model=stack.reward_model, features=stack.features)
-    if est is None:
-        print(f"memory estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally); point model.path at a local folder to get one", file=out)
+    hook = stack.features.installed_hook("print_memory") if stack.features is not None else None
+    if hook is None:
+        print("memory estimate: not estimated (rl-memory-estimate is not installed: pip install rl-memory-estimate)", file=out)
         return
-    for line in est.lines():
-        print(line, file=out)
-    if est.device != "cpu":  # what the run keeps in host memory (offload, sleep, the model load): rl_core.plan.memory_host
-
-        here = host_ram() if est.available is not None else None  # this machine's RAM only when the GPU is this machine's
-        for line in host_estimate(stack.config, est.shape, world_size=stack.sizes.world_size, available=here, features=stack.features).lines():
-            print(line, file=out)
-    if est.fits is False:
-        print(f"warning: memory: the estimated peak ({est.peak / 2**30:.1f} GiB per {'process' if est.device == 'cpu' else 'GPU'}) exceeds the {'RAM' if est.device == 'cpu' else 'device memory'}; see 'to fit' above", file=sys.stderr)
+    hook(stack, out)
 
 
 def print_disk(stack, out=None) -> None:

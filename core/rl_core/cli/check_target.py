@@ -12,7 +12,7 @@ import re
 import attrs
 
 from rl_core.problems import Problem
-from rl_core.plan.memory_checks import host_memory_problems
+from rl_core.plan.features import load_features
 
 _TARGET = re.compile(r"^(gpu|cuda|cpu)(?::(\d+)(?:x(\d+(?:\.\d+)?)\s*(?:gb|gib)?)?)?$", re.IGNORECASE)
 #: what a laptop lacks that the target machine has: these become warnings under a target / --skip-device-check
@@ -24,7 +24,7 @@ class Target:
     device: str  # "cuda" or "cpu"
     per_node: int | None  # GPUs (processes) per node, None: not said
     memory_gib: float | None
-    ram_gib: float | None = None  # the node's host memory (``,ram=128GB``): checked against rl_core.plan.memory_host
+    ram_gib: float | None = None  # the node's host memory (``,ram=128GB``): checked against rl-memory-estimate's host estimate
 
     def describe(self) -> str:
         gpus = f"{self.per_node} x " if self.per_node else ""
@@ -64,7 +64,9 @@ def target_problems(config, target: Target | None, registry=None) -> list[Proble
                            fix=f"set trainer.n_gpus_per_node to at most {target.per_node}, or use more nodes (trainer.nnodes with trainer.placement=ray)"))
     out.extend(node_problems(config))
     if target is not None and target.ram_gib and target.device == "cuda":
-        out.extend(host_memory_problems(config, registry, available=target.ram_gib * 2**30))
+        check = load_features(registry, []).installed_hook("host_memory_problems") if registry is not None else None
+        if check is not None:  # rl-memory-estimate's host estimate against the node's RAM (without it: not estimated)
+            out.extend(check(config, registry, available=target.ram_gib * 2**30))
     return out
 
 

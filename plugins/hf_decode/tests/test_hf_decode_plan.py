@@ -9,7 +9,8 @@ from rl_core.backends import WorkerContext
 from rl_core.cli.main import main
 from rl_core.config.load import load_config
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.plan.memory import GB, estimate
+from rl_core.plan.memory import GB
+from rl_memory_estimate.estimate import estimate
 from rl_core.plan.resolver import resolve
 from rl_core.plugins import get_registry
 from rl_core.rollout.builtin import decoder_problems

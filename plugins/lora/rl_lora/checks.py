@@ -8,7 +8,7 @@ Pure functions ``probe(config, registry) -> list[Problem]`` that never raise:
   train backend whose card does not declare ``lora`` refuses ``lora_rank > 0`` instead of silently ignoring it.
 - :func:`lora_sync_problems`: ``rollout.lora_sync=adapter`` needs a rollout engine with a LoRA adapter API.
 
-What fits the memory is the kernel's check (:mod:`rl_core.plan.memory_checks`), which reads LoRA's terms through
+What fits the memory is rl-memory-estimate's check (:mod:`rl_memory_estimate.checks`), which reads LoRA's terms through
 rl-lora's feature card; offload's check is rl-offload's.
 """
 

@@ -1,4 +1,4 @@
-"""LoRA's terms of the host-memory and disk estimates (rl_core.plan.memory_host / rl_core.plan.disk), read through the
+"""LoRA's terms of the host-memory and disk estimates (rl_memory_estimate.host / rl_core.plan.disk), read through the
 plan's features (rl-lora's FeatureCard): a frozen base in the compute dtype and A adapter parameters. Numbers worked by
 hand, on the same hand-made shape as tests/core/test_memory_host.py."""
 
@@ -11,7 +11,7 @@ from rl_core.config.load import load_config
 from rl_core.plan.disk import estimate_disk
 from rl_core.plan.features import Features, load_features
 from rl_core.plan.memory import GB, ModelShape
-from rl_core.plan.memory_host import EXPORT_SHARD_BYTES, HOST_RUNTIME_GB, export_bytes, host_estimate
+from rl_memory_estimate.host import EXPORT_SHARD_BYTES, HOST_RUNTIME_GB, export_bytes, host_estimate
 from rl_core.plugins import get_registry
 
 TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
@@ -65,7 +65,7 @@ def test_export_and_disk_under_lora():
 
 
 def test_host_refusal_names_lora_with_its_host_peak():
-    from rl_core.plan.memory_checks import host_memory_problems
+    from rl_memory_estimate.checks import host_memory_problems
 
     # Qwen2.5-7B full fine-tune with both offloads on one GPU, a 64 GiB node (tests/core/test_memory_host.py)
     seven_b = _config("model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=1", "model.dtype=bfloat16", "data.train_batch_size=8",

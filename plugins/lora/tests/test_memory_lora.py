@@ -8,7 +8,8 @@ import attrs
 from rl_core.config.load import load_config
 from rl_core.config.normalize import normalize
 from rl_core.plan.features import load_features
-from rl_core.plan.memory import GB, estimate, model_shape
+from rl_core.plan.memory import GB, model_shape
+from rl_memory_estimate.estimate import estimate
 from rl_core.plugins import get_registry
 from rl_lora.memory import adapter_params
 
@@ -81,7 +82,7 @@ def test_seven_b_full_fine_tune_does_not_fit_one_80gb_gpu_and_lora_or_offload_wo
 
 
 def test_check_refuses_the_seven_b_full_fine_tune_on_one_80gb_gpu_naming_what_would_fit():
-    from rl_core.plan.memory_checks import memory_problems
+    from rl_memory_estimate.checks import memory_problems
 
     config = load_config(None, SEVEN_B)
     (p,) = memory_problems(config, get_registry(), available=80 * GB)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from rl_core.config.load import load_config
 from rl_core.plan.features import Features, load_features, missing_feature_problems
-from rl_core.plan.memory import ModelShape, actor_terms
+from rl_core.plan.memory import ModelShape
+from rl_memory_estimate.estimate import actor_terms
 from rl_core.plugins import get_registry
 
 TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"

@@ -10,7 +10,7 @@ import torch
 from rl_core.config.load import load_config
 from rl_core.plan.features import load_features
 from rl_core.plan.memory import GB, ModelShape
-from rl_core.plan.memory_host import HOST_RUNTIME_GB, host_estimate
+from rl_memory_estimate.host import HOST_RUNTIME_GB, host_estimate
 from rl_core.plugins import get_registry
 
 TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
@@ -52,7 +52,7 @@ def test_a_checkpoint_writes_offloaded_state_from_its_host_buffers():
 
 def test_check_refuses_a_run_the_host_cannot_hold_and_names_what_to_change():
     from rl_core.cli.check_target import Target, parse_target, target_problems
-    from rl_core.plan.memory_checks import host_memory_problems
+    from rl_memory_estimate.checks import host_memory_problems
 
     # Qwen2.5-7B (7.6B parameters) full fine-tune with both offloads on one GPU: 4P + 8P pinned + the rollout asleep 2P ~ 110 GiB
     seven_b = _config("model.path=Qwen/Qwen2.5-7B", "trainer.n_gpus_per_node=1", "model.dtype=bfloat16", "data.train_batch_size=8",

@@ -71,7 +71,7 @@ def test_judge_engine_not_installed_is_named_with_its_install_line(tmp_path, mon
 def test_memory_estimate_counts_the_reward_model(tmp_path):
     from rl_core.config.normalize import normalize
     from rl_core.plan.features import load_features
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
     from rl_core.plugins import get_registry
     from rl_core_testing.tiny_model import make_tiny_model_dir
 

@@ -12,7 +12,7 @@ from rl_core.config.normalize import normalize
 from rl_core.config.schema import RunConfig
 from rl_core.placement.worker import worker_roles
 from rl_core.plan.features import load_features
-from rl_core.plan.memory import estimate
+from rl_memory_estimate.estimate import estimate
 from rl_core.util.user_paths import section_enabled
 from rl_reward_model.config import JudgeConfig, RewardModelConfig, RewardModelModelConfig
 

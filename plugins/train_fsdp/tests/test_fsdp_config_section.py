@@ -10,7 +10,7 @@ from rl_core.config.load import config_to_dict, load_report
 from rl_core.config.normalize import normalize
 from rl_core.config.schema import RunConfig
 from rl_core.plan.features import load_features, missing_feature_problems
-from rl_core.plan.memory import estimate
+from rl_memory_estimate.estimate import estimate
 from rl_train_fsdp.config import CriticFsdpConfig, FsdpConfig
 
 ON = ["actor.fsdp_config.fsdp_size=2", "actor.fsdp_config.reduce_dtype=bfloat16", "critic.fsdp_config.param_offload=true"]

@@ -41,7 +41,7 @@ def test_backends_without_a_distributed_optimizer_refuse_the_key(tmp_path):
 
 
 def test_memory_estimate_deals_adamw_over_every_rank(tmp_path):
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
 
     if "megatron" not in get_registry().cards["train"]:
         pytest.skip("needs the rl-train-megatron plugin")

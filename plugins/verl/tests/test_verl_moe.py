@@ -108,7 +108,7 @@ def test_check_shows_the_expert_layout(tmp_path):
 
 
 def test_memory_estimate_shards_the_routed_experts_over_ep(tmp_path):
-    from rl_core.plan.memory import estimate
+    from rl_memory_estimate.estimate import estimate
 
     shape = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
              "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,

@@ -1,4 +1,4 @@
-"""The host-memory estimate of a GPU run (rl_core.plan.memory_host) without a feature's terms (offload's:
+"""The host-memory estimate of a GPU run (rl_memory_estimate.host) without a feature's terms (offload's:
 plugins/offload/tests/test_offload_host.py; LoRA's: plugins/lora/tests/test_lora_host_disk.py). Numbers worked by hand."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rl_core.config.load import load_config
 from rl_core.plan.memory import GB, ModelShape
-from rl_core.plan.memory_host import HOST_RUNTIME_GB, host_estimate
+from rl_memory_estimate.host import HOST_RUNTIME_GB, host_estimate
 
-TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 # hidden 4, 1 layer, 2 heads of 2 (1 KV head), MLP 8, vocab 10, untied: attention 4*4 + 2*4*2 + 4*4 = 48, layer
 # 48 + 3*4*8 + 2*4 = 152, P = 2*10*4 + 152 + 4 (final norm) = 236
 SHAPE = ModelShape(hidden=4, intermediate=8, layers=1, heads=2, kv_heads=1, head_dim=2, vocab=10, tied=False, qkv_bias=False, source="hand")
@@ -35,7 +35,7 @@ def test_the_final_model_s_host_and_disk_bytes():
     """hf_final: the host holds one shard at a time (5 GB, the writer's limit) however big the model; on disk a full
     fine-tune writes 4P (LoRA's: plugins/lora/tests/test_lora_host_disk.py)."""
     from rl_core.plan.disk import estimate_disk
-    from rl_core.plan.memory_host import EXPORT_SHARD_BYTES, export_bytes
+    from rl_memory_estimate.host import EXPORT_SHARD_BYTES, export_bytes
     from rl_core.train_engine.hf_export import MAX_SHARD_BYTES
 
     assert EXPORT_SHARD_BYTES == MAX_SHARD_BYTES

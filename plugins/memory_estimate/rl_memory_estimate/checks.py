@@ -10,10 +10,11 @@ from typing import Any
 from rl_core.cards import CheckCard
 from rl_core.config.normalize import normalize
 from rl_core.util.user_paths import section_enabled
-from rl_core.hookspecs import hookimpl
+from rl_core import hookimpl
 from rl_core.plan.features import Features, load_features
-from rl_core.plan.memory import GB, actor_terms, device_memory, estimate, model_shape
-from rl_core.plan.memory_host import host_estimate, host_ram
+from rl_core.plan.memory import GB, device_memory, model_shape
+from rl_memory_estimate.estimate import actor_terms, estimate
+from rl_memory_estimate.host import host_estimate, host_ram
 from rl_core.problems import Problem
 
 
@@ -49,7 +50,7 @@ def memory_problems(config: Any, registry: Any = None, *, available: float | Non
 
 
 def host_memory_problems(config: Any, registry: Any = None, *, available: float | None = None) -> list[Problem]:
-    """A GPU run whose host-memory estimate (rl_core.plan.memory_host: offloaded state, the model load, the rollout
+    """A GPU run whose host-memory estimate (rl_memory_estimate.host: offloaded state, the model load, the rollout
     asleep) exceeds the node's RAM would be ended by the OOM killer mid-run: refused, naming what to change.
     ``available``: the node's RAM in bytes (default: this machine's, when this machine has a GPU, i.e. the run is
     for here; ``rlcore check --target gpu:1x80GB,ram=128GB`` passes the target's)."""
@@ -84,7 +85,7 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
     return [Problem(key=switches[0] if switches else "trainer.n_gpus_per_node",
                     what=f"the run needs about {est.peak / GB:.0f} GiB of host memory per node (largest: {biggest}, {est.terms[biggest] / GB:.0f} GiB) "
                          f"but the node has {available / GB:.0f} GiB of RAM",
-                    why="the host's OOM killer would end the run partway (rl_core.plan.memory_host)", fix="; or ".join(fixes))]
+                    why="the host's OOM killer would end the run partway (rl_memory_estimate.host)", fix="; or ".join(fixes))]
 
 
 def memory_and_host_problems(config: Any, registry: Any = None) -> list[Problem]:

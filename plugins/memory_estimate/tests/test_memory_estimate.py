@@ -7,11 +7,12 @@ from pathlib import Path
 import attrs
 import pytest
 from rl_core.config.load import load_config
-from rl_core.plan.memory import GB, estimate, model_shape, shape_from_config
+from rl_core.plan.memory import GB, model_shape, shape_from_config
+from rl_memory_estimate.estimate import estimate
 from rl_core.plan.resolver import resolve
 from rl_core_testing.tiny_model import make_tiny_model_dir, tiny_config
 
-TINY_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data" / "tiny_gsm8k.jsonl"
+TINY_DATA = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "data" / "tiny_gsm8k.jsonl"
 
 
 def test_parameter_count_of_known_models():
