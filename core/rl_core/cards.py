@@ -118,7 +118,6 @@ class RolloutCard(CardBase):
     max_tp: int | None = 1
     weight_formats: frozenset[str] = _names({"hf"})
     logprobs: bool = True
-    logprobs_free: bool = False  # costs ~nothing next to sampling (hf): rollout.calculate_log_probs=null keeps them on
     exact: bool = False  # rollout.exact: its log-probs from the Plan's LogProbForwardCard, as the trainer's
     architectures: frozenset[str] | None = attrs.field(default=None, converter=_opt_frozenset)
     engine: str | None = None

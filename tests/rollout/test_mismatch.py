@@ -53,13 +53,10 @@ def test_hf_sampling_is_seeded_not_the_global_rng(model_dir):
     assert not torch.equal(a["responses"], c["responses"])  # the seed is what decides
 
 
-VLLM_LIKE = attrs.evolve(HF_ROLLOUT, name="vllm-like", logprobs_free=False)
-
-
 def test_the_steps_that_ask_the_engine_for_log_probs():
     """The loop's SamplingParams: every step when on, none when off, steps 1, 1 + GAP_EVERY, ... when auto found no
-    user; never for validation (greedy) nor from a backend whose card declares no log-probs."""
-    def asked(value, card=VLLM_LIKE, steps=range(1, 2 * log_prob_decision.GAP_EVERY + 2)):
+    user (on every backend, hf's included); never for validation (greedy) nor from a backend whose card declares no log-probs."""
+    def asked(value, card=HF_ROLLOUT, steps=range(1, 2 * log_prob_decision.GAP_EVERY + 2)):
         cfg = load_config(overrides=[f"rollout.calculate_log_probs={value}"])
         trainer = SimpleNamespace(config=cfg, stack=SimpleNamespace(rollout=card))
         return [s for s in steps if Trainer.sampling(trainer, step=s).logprobs], Trainer.sampling(trainer, greedy=True, step=1).logprobs
@@ -67,7 +64,7 @@ def test_the_steps_that_ask_the_engine_for_log_probs():
     assert asked("null") == ([1, 1 + log_prob_decision.GAP_EVERY, 1 + 2 * log_prob_decision.GAP_EVERY], False)
     assert asked("true") == (list(range(1, 2 * log_prob_decision.GAP_EVERY + 2)), False)
     assert asked("false") == ([], False)
-    assert asked("true", attrs.evolve(VLLM_LIKE, logprobs=False)) == ([], False)
+    assert asked("true", attrs.evolve(HF_ROLLOUT, logprobs=False)) == ([], False)
 
 
 def test_log_probs_on_the_console_line():

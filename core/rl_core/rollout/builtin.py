@@ -35,7 +35,6 @@ HF_ROLLOUT = RolloutCard(
     max_tp=1,
     weight_formats={"hf"},
     logprobs=True,
-    logprobs_free=True,  # one logsumexp over the logits each token is sampled from (hf._sample)
     exact=True,  # rollout.exact: the sampled sequences' log-probs recomputed with the trainer's forward (LogProbForwardCard)
     lora_adapters=True,  # adapters merged in place into the targeted weights each sync (rl-lora's rl_lora.merge, the plan's rollout_adapters hook)
     routed_experts=True,  # each token's top-k experts recorded in the decode loop (rl-routing-replay's feature)

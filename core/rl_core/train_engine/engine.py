@@ -141,7 +141,7 @@ class RoleEngine:
             out = self._update(batch, b, rows, sizes, cfg, temperature, on_policy, kept)
         out["lr"] = lr
         if kept is not None:
-            out.update(log_probs=kept.values, log_probs_computed=kept.computed)
+            out.update(zip(("log_probs", "log_probs_computed"), kept.host or kept.to_host()))
         return out
 
     def _update(self, batch, b: TrainBackend, rows, sizes, cfg, temperature, on_policy, kept=None) -> dict[str, float]:

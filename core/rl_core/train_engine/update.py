@@ -149,13 +149,18 @@ class KeptLogProbs:
     step), kept instead of a separate pass; rows left out (zero advantage) stay not ``computed``."""
 
     def __init__(self, rows: int, width: int) -> None:
-        self.values = torch.zeros(rows, width, dtype=torch.float32)
-        self.computed = torch.zeros(rows, dtype=torch.bool)
+        self.parts: list[tuple[torch.Tensor, torch.Tensor]] = []  # on the device: a host copy per micro-batch would wait for its backward
+        self.shape, self.host = (rows, width), None
 
     def add(self, ids: torch.Tensor, log_probs: torch.Tensor) -> None:
-        ids = ids.cpu()
-        self.values[ids, : log_probs.shape[-1]] = log_probs.detach().float().cpu()
-        self.computed[ids] = True
+        self.parts.append((ids, log_probs.detach().float()))
+
+    def to_host(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(values [rows, width], computed [rows])`` on the host, once the update's gradients are reduced."""
+        values, computed = torch.zeros(self.shape, dtype=torch.float32), torch.zeros(self.shape[0], dtype=torch.bool)
+        for ids, log_probs in self.parts:
+            values[ids.cpu(), : log_probs.shape[-1]], computed[ids.cpu()] = log_probs.cpu(), True
+        return values, computed
 
 
 def update_correction(b: TrainBackend, on_policy_: bool):
@@ -226,7 +231,7 @@ def mini_batch_step(b: TrainBackend, mini: Batch, micro: int, cfg, temperature: 
     if kept is None:
         loss_total, metrics_out = b.from_heads_stage((loss_total, metrics_out))
     else:  # one object, so a pipelined backend broadcasts once
-        loss_total, metrics_out, (kept.values, kept.computed) = b.from_heads_stage((loss_total, metrics_out, (kept.values, kept.computed)))
+        loss_total, metrics_out, kept.host = b.from_heads_stage((loss_total, metrics_out, kept.to_host()))
     metrics_out.update(b.step_metrics())  # the backend's own (e.g. MoE router losses), the same on every rank
     if scaler is not None and not scaled_step_taken(b, scaler, loss_total, grad_norm, scale):
         return loss_total, float("nan"), metrics_out  # skipped: no gradient norm to report

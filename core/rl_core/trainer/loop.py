@@ -330,8 +330,9 @@ class Trainer(Saving, Validation):
                 with timed(t, "update_critic"):
                     metrics.update(_guard_update("critic", self._train_call(WorkerMethod.UPDATE_CRITIC, batch)))
             with timed(t, "update_actor"):
-                per_rank = self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob, self.keep_update_log_probs)
-                kept = _pop_kept_log_probs(per_rank) if self.keep_update_log_probs else None
+                keep = self.keep_update_log_probs and ("rollout_log_probs" in batch.tensors.keys() or bool(self.observers))  # their only readers
+                per_rank = self._train_call(WorkerMethod.UPDATE_ACTOR, batch, not self.recompute_old_log_prob, keep)
+                kept = _pop_kept_log_probs(per_rank) if keep else None
                 metrics.update(_guard_update("actor", per_rank))
             if self.correction is not None and kept is not None and "rollout_log_probs" in batch.tensors.keys():
                 metrics.update(self.correction.update_metrics(*kept, batch["rollout_log_probs"], batch["response_mask"], cfg))

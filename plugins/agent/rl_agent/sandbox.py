@@ -222,6 +222,8 @@ def _run_user():
 
 
 def _child_setup(limits: SandboxLimits, uid: int, nproc: int):
+    parent = os.getpid()
+
     def setup():
         mem = limits.memory_mb * 1024 * 1024
         # soft < hard: the kernel sends SIGXCPU at the soft limit (reported as a CPU-time error); with
@@ -231,6 +233,8 @@ def _child_setup(limits: SandboxLimits, uid: int, nproc: int):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _drop_privileges(uid)
         set_parent_death_signal()  # after the change of user, which clears it
+        if os.getppid() != parent:  # rl-core ended before the line above (a race under load): nothing would signal us
+            os._exit(137)
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         # bwrap itself maps memory before it execs the program: the address-space cap applies to the
         # program as well (it is inherited), sized so bwrap's own setup still fits

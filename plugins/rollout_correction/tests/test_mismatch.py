@@ -3,14 +3,12 @@ of this package that make the Plan ask the rollout for its log-probs every step 
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import torch
 from rl_core.config.load import load_config
 from rl_core.config.schema import RolloutConfig
 from rl_core.plan.resolver import resolve
 from rl_core.rollout import log_prob_decision
-from rl_core.rollout.builtin import HF_ROLLOUT
 from rl_core_testing.tiny_run import write_tiny_run
 from rl_rollout_correction import mismatch
 from rl_rollout_correction.feature import CORRECTION
@@ -40,24 +38,20 @@ def test_bound_defaults_to_zero_in_exact_mode_only():
     assert mismatch.bound_of(load_config(overrides=["rollout.mismatch.max_abs_diff=0"])) == 0.0
 
 
-VLLM_LIKE = attrs.evolve(HF_ROLLOUT, name="vllm-like", logprobs_free=False)
-
-
 def test_log_probs_default_to_auto_and_the_plan_decides(tmp_path):
     assert RolloutConfig().calculate_log_probs is None
     plan, _ = resolve(load_config(write_tiny_run(tmp_path)))
-    assert plan.config.rollout.calculate_log_probs is True  # the hf rollout (the Plan's config holds the decision)
+    assert plan.config.rollout.calculate_log_probs is None  # the hf rollout too: steps 1, 11, 21, ... (the Plan's config holds the decision)
     cfg = load_config()
-    assert log_prob_decision.decide(cfg, HF_ROLLOUT).rollout.calculate_log_probs is True  # hf's cost nothing: kept on every step
-    assert log_prob_decision.decide(cfg, VLLM_LIKE).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps
+    assert log_prob_decision.decide(cfg).rollout.calculate_log_probs is None  # nothing needs them: a sample of steps (hf's too)
     for needs in (["algorithm.rollout_correction.rollout_is=token"], ["rollout.exact=true"], ["rollout.mismatch.max_abs_diff=0.5"],
                   ["rollout.precision=fp8"]):
         c = load_config(overrides=needs)
         c = CORRECTION.defaults(c)
-        assert log_prob_decision.decide(c, VLLM_LIKE, users=CORRECTION.log_prob_users(c)).rollout.calculate_log_probs is True, needs
-    assert log_prob_decision.decide(cfg, VLLM_LIKE, estimator_reads=True).rollout.calculate_log_probs is True
+        assert log_prob_decision.decide(c, users=CORRECTION.log_prob_users(c)).rollout.calculate_log_probs is True, needs
+    assert log_prob_decision.decide(cfg, estimator_reads=True).rollout.calculate_log_probs is True
     off = load_config(overrides=["rollout.calculate_log_probs=false", "algorithm.rollout_correction.rollout_is=token"])
-    assert log_prob_decision.decide(off, VLLM_LIKE, users=CORRECTION.log_prob_users(off)).rollout.calculate_log_probs is False  # forced: the check refuses it below
+    assert log_prob_decision.decide(off, users=CORRECTION.log_prob_users(off)).rollout.calculate_log_probs is False  # forced: the check refuses it below
     forced = load_config(overrides=["rollout.calculate_log_probs=false", "rollout.mismatch.max_abs_diff=0.5"])
     (p,) = log_prob_decision.forced_off_problems(forced, CORRECTION.log_prob_users(forced))
     assert p.key == "rollout.calculate_log_probs" and "rollout.mismatch.max_abs_diff" in p.what
