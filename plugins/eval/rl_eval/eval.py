@@ -80,7 +80,7 @@ def run(args) -> int:
     if args.data:
         if not Path(args.data).is_file():
             raise EvalError(f"--data {args.data!r} does not exist; name a .jsonl or .parquet file of prompts in verl's row format")
-        overrides += [f"data.val_files=[{args.data}]", "data.val_generator.name=''"]
+        overrides += [f"data.val_files=[{args.data}]", *(["data.val_generator.name=''"] if "data.val_generator" in get_registry().cards["config_section"] else [])]  # rl-data's section
         out = str(Path(out).with_name(f"{Path(args.data).stem}.json")) if args.out is None and "/eval/" in out else out
     work = tempfile.mkdtemp(prefix="rlcore-eval-")
     try:
