@@ -1,9 +1,9 @@
 """Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
 
 :func:`file_problems`: the data files exist, parse and their first rows validate; a feature's ``sample_rows`` hook
-(rl-data's generators: their checks and a two-row sample) adds its problems and rows; the reward function accepts the scorer's arguments and ``reward.kwargs`` names its parameters
-(:func:`rl_core.rewards.scoring.kwargs_problems`). :func:`device_check`: the GPUs and
-cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
+(rl-data's generators: their checks and a two-row sample) adds its problems and rows; the reward function accepts the
+scorer's arguments and ``reward.kwargs`` names its parameters (:func:`rl_core.rewards.scoring.kwargs_problems`).
+:func:`device_check`: the GPUs and cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
 """
 
 from __future__ import annotations
