@@ -110,13 +110,6 @@ def test_generated_rows_score_with_the_reasoning_gym_reward():
 
 
 # ----------------------------------------------------------------- the plan
-@pytest.fixture
-def env(monkeypatch):
-    yield monkeypatch
-    monkeypatch.undo()
-    get_registry(reload=True)
-
-
 def test_the_plan_carries_the_generated_rows(tmp_path):
     from rl_core.config.load import load_config
     from rl_core.plan.resolver import resolve
