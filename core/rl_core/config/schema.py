@@ -50,8 +50,7 @@ LOGGERS = ("console", "jsonl")
 
 @attrs.frozen(kw_only=True)
 class DataConfig(Sectioned):
-    """The prompt data; packages add sections (rl-data's ``data.custom_cls``: the user's own dataset class;
-    ``data.train_generator`` / ``data.val_generator``: rows made at start-up)."""
+    """The prompt data; packages add sections (rl-data's ``data.custom_cls``, ``data.train_generator``, ``data.val_generator``)."""
 
     SECTION_KEY = "data"
     train_files: list[str] = field(factory=list)

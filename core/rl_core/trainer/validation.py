@@ -48,8 +48,7 @@ class Validation:
         self._val_kept = kept + len(texts)
 
     def validate(self, step: int = 0, per_source: Callable | None = None) -> dict[str, float]:
-        """Greedy validation over the held-out prompts; ``per_source(scores, data_sources) -> metrics`` adds its metrics
-        (rl-eval's ``val/source/<data_source>/*``)."""
+        """Greedy validation over the held-out prompts, plus the metrics ``per_source(scores, data_sources)`` gives (rlcore eval)."""
         if self.val_loader is None:
             return {}
         if self.kind is not None:
