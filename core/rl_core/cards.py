@@ -369,14 +369,6 @@ class TrackerCard(CardBase):
     A failed start raises a :class:`rl_core.problems.UserError` naming the fix."""
 
 
-@card("generator")
-class GeneratorCard(CardBase):
-    """Prompt rows made at start-up (``data.*_generator.name``): ``generate(gen, split) -> list[dict]`` in verl's row format.
-    ``checks``: ``check(gen, key) -> list[Problem]``, run by ``rlcore check`` before it generates a two-row sample."""
-
-    checks: tuple[Callable, ...] = _checks()
-
-
 
 @card("builtin_model")
 class BuiltinModelCard(CardBase):

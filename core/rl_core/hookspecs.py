@@ -138,10 +138,5 @@ def rl_core_register_trackers(register: Register) -> None:
 
 
 @hookspec
-def rl_core_register_generators(register: Register) -> None:
-    """Register :class:`~rl_core.cards.GeneratorCard` s (prompt rows generated at start-up: ``data.*_generator.name``)."""
-
-
-@hookspec
 def rl_core_register_builtin_models(register: Register) -> None:
     """Register :class:`~rl_core.cards.BuiltinModelCard` s (models made offline: ``model.path: builtin:<name>``)."""

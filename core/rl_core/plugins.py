@@ -55,7 +55,6 @@ HOOK_KINDS = {
     "rl_core_register_batch_samplers": "batch_sampler",
     "rl_core_register_log_prob_forwards": "log_prob_forward",
     "rl_core_register_trackers": "tracker",
-    "rl_core_register_generators": "generator",
     "rl_core_register_builtin_models": "builtin_model",
 }
 
@@ -82,7 +81,6 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
         "reasoning_gym": "rl-reward-rule",
     },
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
-    "generator": {"reasoning_gym": "rl-data"},
     "builtin_model": {"smollm2": "rl-model-smollm2"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
     "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking", "doctor": "rl-doctor",
@@ -91,7 +89,7 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
         "reward.overlong_penalty.enable": "rl-algorithms",
         "algorithm.filter_groups.enable": "rl-algorithms",
     },
-    "section": {"reward_model": "rl-reward-model", "actor.fsdp_config": "rl-train-fsdp", "critic.fsdp_config": "rl-train-fsdp", "data.custom_cls": "rl-data", "ray": "rl-placement-ray", "async": "rl-async",
+    "section": {"reward_model": "rl-reward-model", "actor.fsdp_config": "rl-train-fsdp", "critic.fsdp_config": "rl-train-fsdp", "data.custom_cls": "rl-data", "data.train_generator": "rl-data", "data.val_generator": "rl-data", "ray": "rl-placement-ray", "async": "rl-async",
                 "algorithm.filter_groups": "rl-algorithms", "reward.overlong_penalty": "rl-algorithms",
                 "rollout.multi_turn": "rl-agent", "profiler": "rl-profiling",
                 "algorithm.rollout_correction": "rl-rollout-correction", "rollout.mismatch": "rl-rollout-correction"},

@@ -35,7 +35,7 @@ class RunHandle(Protocol):
 
     config: Any  # the resolved RunConfig
     tokenizer: Any
-    generators: dict  # data.*_generator: generator name -> its card's factory, loaded by the plan (rl_core.data.dataset.generate_rows)
+    generated_rows: Any  # rows made at start-up (rl-data's data.*_generator): (data, split) -> (rows, origins, source); None without rl-data
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
         """One actor update on ``batch`` (``old_log_probs`` read, not recomputed): metrics averaged over ranks; a non-finite

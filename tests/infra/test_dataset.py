@@ -1,4 +1,4 @@
-"""Prompt data: reading jsonl/parquet, validation errors, filtering, generation, resumable loading."""
+"""Prompt data: reading jsonl/parquet, validation errors, filtering, resumable loading (generated rows: plugins/data/tests)."""
 
 import json
 
@@ -6,13 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from rl_core.config.schema import DataConfig, GeneratorConfig
-from rl_core.problems import UserError
+from rl_core.config.schema import DataConfig
 from rl_core.data.dataset import (
     DataError,
     PromptDataset,
     PromptLoader,
-    generate_rows,
     load_prompt_dataset,
     pad_token_id_of,
     read_rows,
@@ -127,30 +125,6 @@ def test_load_prompt_dataset_from_config(tmp_path, tiny_tokenizer):
     assert len(load_prompt_dataset(cfg, tiny_tokenizer, "val")) == 3
     with pytest.raises(DataError, match="no val data: set data.val_files or data.val_generator"):
         load_prompt_dataset(DataConfig(train_files=[j]), tiny_tokenizer, "val")
-
-
-def test_generator_rows_are_validated_and_named_by_their_key(tmp_path, tiny_tokenizer):
-    calls = []
-
-    def generate(gen, split):  # a generator card's factory, as the plan hands it over (Plan.generators)
-        calls.append((gen.dataset, gen.size, split))
-        return [_row(i) for i in range(gen.size)]
-
-    gen = GeneratorConfig(name="mine", dataset="arith", size=3)
-    rows = generate_rows(gen, "val", generate)
-    assert calls == [("arith", 3, "val")] and [r["ground_truth"] for r in rows] == [_row(i)["reward_model"]["ground_truth"] for i in range(3)]
-    ds = load_prompt_dataset(DataConfig(train_generator=gen, max_prompt_length=1000), tiny_tokenizer, "train", generators={"mine": generate})
-    assert len(ds) == 3 and ds.source == "mine/arith"
-    with pytest.raises(DataError, match=r"data.train_generator.name 'mine': no generator card was resolved for it"):
-        generate_rows(gen, "train", None)
-
-    def refuses(gen, split):
-        raise UserError("no dataset 'arith' here; pick another")
-
-    with pytest.raises(DataError, match=r"^data.val_generator: no dataset 'arith' here"):
-        generate_rows(gen, "val", refuses)
-    with pytest.raises(DataError, match=r"mine/arith, row 0: "):
-        generate_rows(gen, "train", lambda g, s: [{"prompt": "not messages"}])
 
 
 def _dataset(tok, n):

@@ -221,7 +221,9 @@ def structure(cls: type, data: Mapping[str, Any], prefix: str, problems: list[Pr
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key in added:
-            if not isinstance(value, Mapping):
+            if value is None:  # null: the section's defaults (data.train_generator=null: no generator)
+                given[key] = added[key]()
+            elif not isinstance(value, Mapping):
                 problems.append(Problem(key=dotted, what=f"expected a section, got {value!r} ({type(value).__name__})",
                                         fix=f"{dotted} is a section: give it sub-keys, e.g. {dotted}.<key>=<value>"))
             else:

@@ -199,15 +199,6 @@ def _greedy_sampling(cfg: Any) -> Problem | None:
     return None
 
 
-def _generators(cfg: Any) -> list[Problem]:
-    out = []
-    for split in ("train", "val"):
-        gen = getattr(cfg.data, f"{split}_generator")
-        if gen is not None and gen.name and not gen.dataset:
-            out.append(Problem(key=f"data.{split}_generator.dataset", what="is empty", fix="name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic"))
-    return out
-
-
 def _clip_low(cfg: Any) -> Problem | None:
     low, loss = cfg.actor.clip_ratio_low, cfg.actor.policy_loss
     if low is not None and low >= 1 and loss != "cispo":
@@ -294,7 +285,7 @@ def _router_replay(cfg: Any) -> Problem | None:
     return None
 
 
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents,
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents,
                                                                           _custom_dataset, _router_replay)
 
 

@@ -49,26 +49,12 @@ LOGGERS = ("console", "jsonl")
 
 
 @attrs.frozen(kw_only=True)
-class GeneratorConfig:
-    """A dataset generated offline at start-up (e.g. reasoning-gym), instead of files."""
-
-    name: str = ""  # '' for none, else a generator card's name (rl_core.cards.GeneratorCard, resolved in the plan), e.g. "reasoning_gym" (rl-data)
-    dataset: str = ""  # e.g. "basic_arithmetic"
-    size: int = pos(1000)
-    seed: int = 0
-    kwargs: dict[str, Any] = field(factory=dict)
-    system_prompt: str | None = None
-
-
-@attrs.frozen(kw_only=True)
 class DataConfig(Sectioned):
-    """The prompt data; packages add sections (rl-data's ``data.custom_cls``: the user's own dataset class)."""
+    """The prompt data; packages add sections (rl-data's ``data.custom_cls``, ``data.train_generator``, ``data.val_generator``)."""
 
     SECTION_KEY = "data"
     train_files: list[str] = field(factory=list)
     val_files: list[str] = field(factory=list)
-    train_generator: GeneratorConfig | None = None
-    val_generator: GeneratorConfig | None = None
     prompt_key: str = text("prompt", hint="the row key that holds the chat messages")
     # image inputs (rl-multimodal): the row key of a row's images, and verl's patch size (the processor's own)
     image_key: str = text("images", hint="the row key that holds the images")

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from rl_core.batch import Batch
-from rl_core.data.rows import ROLES, DataError, validate_row  # noqa: F401 - re-exported: where users look
-from rl_core.problems import UserError
+from rl_core.data.rows import ROLES, DataError, generator_name, validate_row  # noqa: F401 - re-exported: where users look
 
 logger = logging.getLogger(__name__)
 
@@ -62,27 +61,6 @@ def _read_raw(path: str) -> list[Any]:
             except ValueError as e:
                 raise DataError(f"{path}, line {i + 1}: not valid JSON ({e})") from None
     return raw
-
-
-def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] | None = None) -> list[dict[str, Any]]:
-    """Validated rows of a :class:`~rl_core.config.schema.GeneratorConfig`, made by ``generate(gen, split)`` (the loaded
-    factory of the generator card ``gen.name`` names: ``Plan.generators``); its UserError is a :class:`DataError`."""
-    key = f"data.{split}_generator"
-    if generate is None:
-        raise DataError(f"{key}.name {gen.name!r}: no generator card was resolved for it; rlcore check names the package that provides it")
-    if not gen.dataset:
-        raise DataError(f"{key}.dataset is empty; name the generator's dataset (e.g. basic_arithmetic for reasoning_gym)")
-    try:
-        raw = generate(gen, split)
-    except UserError as e:
-        raise DataError(f"{key}: {e}") from None
-    where = generated_source(gen)
-    return [validate_row(r, f"{where}, row {i}", "prompt") for i, r in enumerate(raw)]
-
-
-def generated_source(gen: Any) -> str:
-    """How rows of a generator are named in messages: ``<generator>/<dataset>``."""
-    return f"{gen.name}/{gen.dataset}"
 
 
 # ------------------------------------------------------------------ dataset
@@ -180,15 +158,18 @@ class PromptDataset:
 
 
 def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: list[dict] | None = None, processor: Any = None,
-                        generators: Mapping[str, Callable] | None = None, custom_rows: Callable | None = None) -> PromptDataset:
+                        extra_rows: Callable | None = None, custom_rows: Callable | None = None) -> PromptDataset:
     """The train or val :class:`PromptDataset` of a :class:`~rl_core.config.schema.DataConfig`: the files' rows, then
-    the generator's (``generators``: ``Plan.generators``); ``val_max_samples`` keeps the first N validation prompts.
+    ``extra_rows(data, split) -> (rows, origins, source or None)`` (rows made at start-up: rl-data's ``data.*_generator``,
+    its ``generated_data`` feature's object); ``val_max_samples`` keeps the first N validation prompts.
     ``custom_rows(data, tokenizer, split, files) -> (rows, origins)``: the rows of the user's dataset class
     (``data.custom_cls``; the ``custom_dataset`` feature's object, rl-data's)."""
     if split not in ("train", "val"):
         raise DataError(f"split must be 'train' or 'val', got {split!r}")
     files = list(data.train_files if split == "train" else data.val_files)
-    gen = data.train_generator if split == "train" else data.val_generator
+    if extra_rows is None and generator_name(data, split):
+        raise DataError(f"data.{split}_generator.name={generator_name(data, split)!r}: its rows are made by rl-data's generated_data feature, "
+                        "which was not passed (extra_rows=: the plan's features.get('generated_data'))")
     rows: list[dict[str, Any]] = []
     origins: list[str] = []
     custom = getattr(data, "custom_cls", None)  # rl-data's section: the user's dataset class reads the files (verl's data.custom_cls)
@@ -202,13 +183,11 @@ def load_prompt_dataset(data: Any, tokenizer: Any, split: str = "train", tools: 
             got = read_rows(path, data.prompt_key, data.image_key, data.video_key)
             rows.extend(got)
             origins.extend(f"{path}, row {i}" for i in range(len(got)))
-    if gen is not None and gen.name:
-        got = generate_rows(gen, split, (generators or {}).get(gen.name))
-        rows.extend(got)
-        origins.extend(f"{generated_source(gen)}, row {i}" for i in range(len(got)))
+    got, where, made = extra_rows(data, split) if extra_rows is not None else ([], [], None)
+    rows, origins = rows + got, origins + where
     if not rows:
         raise DataError(f"no {split} data: set data.{split}_files or data.{split}_generator")
-    source = ", ".join(files + ([generated_source(gen)] if gen is not None and gen.name else []))
+    source = ", ".join(files + ([made] if made else []))
     ds = PromptDataset(rows, tokenizer, max_prompt_length=data.max_prompt_length, filter_overlong=data.filter_overlong_prompts,
                        apply_chat_template=data.apply_chat_template, source=source, origins=origins, tools=tools,
                        truncation=data.truncation, template_kwargs=data.chat_template_kwargs, processor=processor,
@@ -329,21 +308,21 @@ class PromptLoader:
 
 
 def build_loaders(data: Any, tokenizer: Any, seed: int = 0, tools: list[dict] | None = None, processor: Any = None,
-                  generators: Mapping[str, Callable] | None = None, custom_rows: Callable | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
+                  extra_rows: Callable | None = None, custom_rows: Callable | None = None) -> tuple[PromptLoader, PromptLoader | None, dict[str, int]]:
     """Train and validation loaders of a ``DataConfig`` and the prompts kept / dropped (``train_prompts``, ...). The
     train loader shuffles with ``data.seed`` (else ``seed``) and drops a partial batch; the validation one (None without
     validation data) keeps file order and every prompt."""
     pad = pad_token_id_of(tokenizer)
     if processor is not None:
         processor.check_patch_size(data.image_patch_size)
-    train = load_prompt_dataset(data, tokenizer, "train", tools, processor, generators, custom_rows)
+    train = load_prompt_dataset(data, tokenizer, "train", tools, processor, extra_rows, custom_rows)
     # dynamic sampling (algorithm.filter_groups) draws rounds of data.gen_batch_size prompts
     train_loader = PromptLoader(train, data.gen_batch_size or data.train_batch_size, shuffle=data.shuffle,
                                 seed=data.seed if data.seed is not None else seed, drop_last=True, pad_token_id=pad)
     info = {"train_prompts": len(train), "train_dropped": train.num_dropped, "val_prompts": 0, "val_dropped": 0}
     val_loader = None
-    if data.val_files or (data.val_generator is not None and data.val_generator.name):
-        val = load_prompt_dataset(data, tokenizer, "val", tools, processor, generators, custom_rows)
+    if data.val_files or generator_name(data, "val"):
+        val = load_prompt_dataset(data, tokenizer, "val", tools, processor, extra_rows, custom_rows)
         val_loader = PromptLoader(val, data.val_batch_size or len(val), shuffle=False, drop_last=False, pad_token_id=pad)
         info.update(val_prompts=len(val), val_dropped=val.num_dropped)
     return train_loader, val_loader, info

@@ -69,6 +69,11 @@ def validate_row(row: Any, where: str, prompt_key: str, image_key: str = "images
     return out
 
 
+def generator_name(data: Any, split: str) -> str:
+    """The name of rl-data's ``data.<split>_generator`` (rows made at start-up); '' when none is set or rl-data is absent."""
+    return getattr(getattr(data, f"{split}_generator", None), "name", "") or ""
+
+
 def _present(value: Any) -> bool:
     """A media field that holds something (parquet gives None or an empty array for a row without)."""
     if value is None:

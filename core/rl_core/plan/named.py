@@ -1,6 +1,5 @@
-"""Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards), ``data.*_generator.name``
-(generator cards) and ``model.path: builtin:NAME`` (a built-in model's card), each looked up and its factory loaded
-once (``Plan.trackers`` / ``Plan.generators`` / ``Plan.builtin_model``). An unknown
+"""Names the plan resolves beyond the backends: ``trainer.loggers`` (tracker cards) and ``model.path: builtin:NAME``
+(a built-in model's card), each looked up and its factory loaded once (``Plan.trackers`` / ``Plan.builtin_model``). An unknown
 name is a problem naming the key and, for a first-party package's name, its install (``KNOWN_DISTRIBUTIONS``).
 """
 
@@ -36,21 +35,6 @@ def tracker_cards(config: Any, registry: Registry, problems: list[Problem]) -> N
         card = _card(registry, "tracker", name, f"trainer.loggers[{i}]", f"remove {name!r} from trainer.loggers, or name one of: {known}", problems)
         if card is not None:
             out.append((name, card, f"trainer.loggers[{i}]"))
-    return tuple(out)
-
-
-def generator_cards(config: Any, registry: Registry, problems: list[Problem]) -> Named:
-    """The generator card of ``data.train_generator.name`` / ``data.val_generator.name`` (when set)."""
-    out = []
-    for split in ("train", "val"):
-        gen = getattr(config.data, f"{split}_generator")
-        if gen is None or not gen.name or gen.name in [n for n, _, _ in out]:
-            continue
-        key = f"data.{split}_generator.name"
-        known = ", ".join(registry.names("generator")) or "(none installed)"
-        card = _card(registry, "generator", gen.name, key, f"set {key} to one of: {known}, or '' and data.{split}_files", problems)
-        if card is not None:
-            out.append((gen.name, card, key))
     return tuple(out)
 
 

@@ -1,9 +1,9 @@
 """Checks that read the world, without heavy work: what `rlcore check` / `train` look at before building.
 
-:func:`file_problems`: the data files exist, parse and their first rows validate; a generator's checks pass and a
-two-row sample generates; the reward function accepts the scorer's arguments and ``reward.kwargs`` names its parameters
-(:func:`rl_core.rewards.scoring.kwargs_problems`). :func:`device_check`: the GPUs and
-cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
+:func:`file_problems`: the data files exist, parse and their first rows validate; a feature's ``sample_rows`` hook
+(rl-data's generators: their checks and a two-row sample) adds its problems and rows; the reward function accepts the
+scorer's arguments and ``reward.kwargs`` names its parameters (:func:`rl_core.rewards.scoring.kwargs_problems`).
+:func:`device_check`: the GPUs and cores the run asks for, and ``output_dir``. Nothing here loads a model or a tokenizer, or starts a process.
 """
 
 from __future__ import annotations
@@ -77,35 +77,6 @@ def _file_problems(key: str, path: str, prompt_key: str, own_reader: bool = Fals
     return [], rows
 
 
-def _generator_problems(key: str, gen: Any, split: str, registry: Any) -> tuple[list[Problem], list[dict]]:
-    """The generator card's own checks (its package, its options), then a two-row sample through its factory."""
-    card = registry.cards["generator"].get(gen.name)
-    if card is None:
-        return [], []  # an unknown name: the resolver says which package provides it (rl_core.plan.named)
-    problems: list[Problem] = []
-    for check in card.checks:
-        try:
-            problems += check(gen, key) or []
-        except Exception as exc:  # noqa: BLE001 - a plugin's check must not crash the others
-            problems.append(Problem(key=f"{key}.name", what=f"the check {getattr(check, '__name__', check)} of generator {gen.name!r} from {card.provider} raised "
-                                    f"{type(exc).__name__}: {exc}", fix="report this to the plugin's authors"))
-    if any(p.severity == "error" for p in problems):
-        return problems, []
-    from rl_core.data.dataset import DataError, generate_rows
-
-    try:
-        generate = card.load()
-    except Exception:  # noqa: BLE001 - the resolver reports a factory that does not load
-        return problems, []
-    sample = type(gen)(**{**{a: getattr(gen, a) for a in ("name", "dataset", "seed", "kwargs", "system_prompt")}, "size": min(2, gen.size)})
-    try:
-        return problems, generate_rows(sample, split, generate)
-    except DataError as exc:
-        return [*problems, Problem(key=f"{key}.dataset", what=str(exc).replace(f"data.{split}_generator: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
-    except Exception as exc:  # noqa: BLE001 - the generator's own error about its options
-        return [*problems, Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []
-
-
 def data_problems(config: Any, registry: Any) -> tuple[list[Problem], list[dict]]:
     """Problems with the train / val data, and the first rows read (for the reward checks)."""
     d = config.data
@@ -118,12 +89,11 @@ def data_problems(config: Any, registry: Any) -> tuple[list[Problem], list[dict]
             found, got = _file_problems(key, str(path), d.prompt_key, own_reader=bool(getattr(getattr(d, "custom_cls", None), "path", None)), image_key=d.image_key, video_key=d.video_key)
             problems += found
             rows += got
-        gen = getattr(d, f"{split}_generator")
-        if gen is not None and gen.name and gen.dataset:
-            found, got = _generator_problems(f"data.{split}_generator", gen, split, registry)
-            problems += found
-            rows += got
-    if not d.train_files and (d.train_generator is None or not d.train_generator.name):
+    for card in registry.cards["feature"].values():  # rows made at start-up (rl-data's data.*_generator): their problems and a sample
+        if "sample_rows" in card.hooks:
+            found, got = load_object(card.hooks["sample_rows"])(config)
+            problems, rows = problems + found, rows + got
+    if not d.train_files and not getattr(getattr(d, "train_generator", None), "name", ""):  # rl-data's section
         problems.append(Problem(key="data.train_files", what="no training data: neither data.train_files nor data.train_generator is set", fix="set data.train_files=[train.parquet] (`rlcore data ...` makes one), or a data.train_generator"))
     return problems, rows
 

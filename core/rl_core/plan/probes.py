@@ -268,7 +268,7 @@ def _count_rows(path: str) -> int | None:
 def data_size_problems(config: Any, registry: Any = None) -> list[Problem]:
     """The training set holds at least one batch of ``data.train_batch_size`` prompts."""
     files = list(config.data.train_files or [])
-    if not files or getattr(config.data, "train_generator", None) or getattr(getattr(config.data, "custom_cls", None), "path", None):  # a dataset class (rl-data's data.custom_cls): its own item count
+    if not files or getattr(getattr(config.data, "train_generator", None), "name", "") or getattr(getattr(config.data, "custom_cls", None), "path", None):  # a dataset class (rl-data's data.custom_cls): its own item count
         return []
     counts = [_count_rows(f) for f in files]
     if any(c is None for c in counts):

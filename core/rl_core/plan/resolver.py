@@ -23,7 +23,7 @@ from rl_core.plan.factory_paths import factory_path_problem
 from rl_core.plan.features import Features, resolve_features
 from rl_core.plan.roles import ACTOR, resolve_log_prob_roles
 from rl_core.plan.step_hooks import step_hooks
-from rl_core.plan.named import builtin_card, generator_cards, loaded, tracker_cards
+from rl_core.plan.named import builtin_card, loaded, tracker_cards
 from rl_core.engine_versions import ALLOW_UNTESTED_ENV, engine_version_problem  # noqa: F401  (rl_core.plan.resolver's names before)
 from rl_core.plugins import Registry, UnknownCardError, get_registry
 from rl_core.observers import observer_plan
@@ -91,9 +91,8 @@ class Plan:
     # rollout.exact: the loaded forward of the LogProbForwardCard named "exact" (rl-exact), handed to the engines as
     # WorkerContext.log_prob_forward; None when rollout.exact is off
     log_prob_forward: Callable[..., Any] | None = None
-    # trainer.loggers beyond console / jsonl and data.*_generator.name: (name, the card's loaded factory) (rl_core.plan.named)
+    # trainer.loggers beyond console / jsonl: (name, the card's loaded factory) (rl_core.plan.named)
     trackers: tuple[tuple[str, Callable[..., Any]], ...] = ()
-    generators: tuple[tuple[str, Callable[..., Any]], ...] = ()
     # model.path builtin:NAME: its BuiltinModelCard's loaded factory (rl_core.plan.builtin_model.with_builtin_model makes the folder)
     builtin_model: Callable[..., Any] | None = None
 
@@ -477,7 +476,6 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     rollout_pool, rollout_pool_fn, rollout_pool_worker_fn = _rollout_pool(config, registry, problems)
     log_prob_forward = _log_prob_forward(config, registry, problems)
     trackers = loaded(tracker_cards(config, registry, problems), load_factory, problems)
-    generators = loaded(generator_cards(config, registry, problems), load_factory, problems)
     builtin_model = load_factory(builtin, "model.path", problems)
     from rl_core.rollout.multi_turn import agent_runtime
 
@@ -504,7 +502,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
         agent=agent, observers=observers, run_kind=run_kind, run_kind_fn=run_kind_fn, placement=placement, rollout_pool=rollout_pool,
         rollout_pool_fn=rollout_pool_fn, rollout_pool_worker_fn=rollout_pool_worker_fn, log_prob_roles=log_prob_roles,
         features=features, reward_shapers=reward_shapers, batch_sampler=batch_sampler, log_prob_forward=log_prob_forward,
-        trackers=trackers, generators=generators, builtin_model=builtin_model, reward_cards=tuple(registry.cards["reward"].values()),
+        trackers=trackers, builtin_model=builtin_model, reward_cards=tuple(registry.cards["reward"].values()),
         plugin_errors=tuple(sorted({e.distribution for e in registry.errors})),
     )
     return stack, problems

@@ -72,17 +72,17 @@ class Trainer(Saving, Validation):
         if multi_turn_on(cfg):  # the tools' schemas go into the prompts (templates that render them)
             tools = require_agent(getattr(stack, "agent", None), "the trainer").tool_schemas()
 
-        self.generators = dict(getattr(stack, "generators", ()))  # data.*_generator: the generator cards' factories (Plan.generators)
+        features = getattr(stack, "features", None)
+        self.generated_rows = features.get("generated_data") if features is not None else None  # rl-data's data.*_generator
         # trainer.kind other than rl (rl_core.run_kind): the run kind's data, steps and validation over this loop
         self.kind = stack.run_kind_fn(self) if getattr(stack, "run_kind_fn", None) is not None else None
         if self.kind is not None:
             self.train_loader, self.val_loader, data_info = self.kind.loaders()
         else:
-            features = getattr(stack, "features", None)
             vision = features.get("multimodal") if features is not None else None  # prompts with images (rl-multimodal; None: not installed)
             processor = vision.processor_for_model(cfg.model) if vision is not None else None  # None for a text-only model
             self.train_loader, self.val_loader, data_info = build_loaders(cfg.data, self.tokenizer, seed=cfg.data.seed, tools=tools, processor=processor,
-                                                                          generators=self.generators, custom_rows=features.get("custom_dataset") if features is not None else None)
+                                                                          extra_rows=self.generated_rows, custom_rows=features.get("custom_dataset") if features is not None else None)
             problems = vision.stack_problems(stack, [self.train_loader.dataset, self.val_loader.dataset if self.val_loader else None]) if vision else []
             if problems:  # prompts with images and a backend (or algorithm) that cannot carry them
                 raise ConfigError(problems)

@@ -72,15 +72,3 @@ def throughput(batch: Batch, step_seconds: float, world_size: int) -> dict[str, 
         "perf/throughput_tokens_per_s_per_device": tokens / max(step_seconds, 1e-9) / world_size,
     }
 
-
-def scores_per_source(scores: torch.Tensor, sources) -> dict[str, float]:
-    """``val/source/<data_source>/{reward_mean,accuracy,samples}`` of validation ``scores`` (one per row, ``sources`` alike)."""
-    out: dict[str, float] = {}
-    names = [str(s) for s in sources]
-    for name in sorted(set(names)):
-        rows = torch.tensor([n == name for n in names], dtype=torch.bool)
-        picked = scores[rows].float()
-        out[f"val/source/{name}/reward_mean"] = picked.mean().item()
-        out[f"val/source/{name}/accuracy"] = (picked >= 1.0 - 1e-6).float().mean().item()
-        out[f"val/source/{name}/samples"] = float(picked.numel())
-    return out

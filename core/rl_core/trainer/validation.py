@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Callable
 
 import attrs
 import torch
@@ -12,7 +13,7 @@ from rl_core.backends import SamplingParams
 from rl_core.batch import Batch
 from rl_core.observers import StepRollouts
 from rl_core.problems import UserError
-from rl_core.trainer.metrics import scores_per_source, timed
+from rl_core.trainer.metrics import timed
 
 
 class ValidationError(UserError):
@@ -46,8 +47,8 @@ class Validation:
                 f.write(json.dumps({"response": text, "score": float(scores[i])}) + "\n")
         self._val_kept = kept + len(texts)
 
-    def validate(self, step: int = 0, per_source: bool = False) -> dict[str, float]:
-        """Greedy validation over the held-out prompts; ``per_source`` adds ``val/source/<data_source>/*`` (rlcore eval)."""
+    def validate(self, step: int = 0, per_source: Callable | None = None) -> dict[str, float]:
+        """Greedy validation over the held-out prompts, plus the metrics ``per_source(scores, data_sources)`` gives (rlcore eval)."""
         if self.val_loader is None:
             return {}
         if self.kind is not None:
@@ -85,6 +86,6 @@ class Validation:
             "val/accuracy": (scores >= 1.0 - 1e-6).float().mean().item(),
             "val/response_length_mean": torch.cat(lengths).mean().item(),
             "val/samples": float(scores.numel()),
-            **(scores_per_source(scores, sources) if per_source else {}),
+            **(per_source(scores, sources) if per_source is not None else {}),
             **t,
         }

@@ -1,9 +1,13 @@
-"""rl-data's config section ``data.custom_cls`` (a ConfigSectionCard: rl_core.config.sections), read and checked with
-core's own sections; core's data sets read its ``path`` (getattr: absent when rl-data is not installed)."""
+"""rl-data's config sections (ConfigSectionCards: rl_core.config.sections), read and checked with core's own sections:
+``data.custom_cls`` (core's data sets read its ``path``) and ``data.train_generator`` / ``data.val_generator`` (core reads
+their ``name``); getattr in core: absent when rl-data is not installed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
+from rl_core.config.schema import pos
 
 
 @attrs.frozen(kw_only=True)
@@ -14,3 +18,16 @@ class CustomDatasetConfig:
 
     path: str | None = None
     name: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class GeneratorConfig:
+    """A dataset generated offline at start-up (e.g. reasoning-gym), instead of files (rl_data.generators); null or
+    ``name: ''``: none."""
+
+    name: str = ""  # '' for none, else a generator of rl_data.generators.GENERATORS, e.g. "reasoning_gym"
+    dataset: str = ""  # e.g. "basic_arithmetic"
+    size: int = pos(1000)
+    seed: int = 0
+    kwargs: dict[str, Any] = attrs.field(factory=dict)
+    system_prompt: str | None = None

@@ -1,9 +1,11 @@
-"""The ``reasoning_gym`` generator card: ``data.train_generator`` / ``data.val_generator`` rows made at start-up.
+"""``data.train_generator`` / ``data.val_generator``: prompt rows made at start-up (rl-data's ``generated_data`` feature).
 
-``generate(gen, split)`` is the card's factory (core validates the rows as it does rows read from a file,
-:func:`rl_core.data.dataset.generate_rows`); :func:`package_problem` and :func:`kwargs_problem` are its checks, run
-by `rlcore check` before a two-row sample is generated: reasoning-gym installed, and ``kwargs`` against the typed
-options class the dataset declares (a misspelt option or a value of the wrong type named with its key).
+:data:`GENERATORS` names them: ``reasoning_gym`` makes ``gen.size`` items of a reasoning-gym dataset (:func:`generate`).
+:func:`generate_rows` validates the rows as core validates rows read from a file; core's data sets call
+:func:`generated_rows` (the feature's object, ``Plan.features``); ``rlcore check`` calls :func:`sample_rows` (the
+feature's ``sample_rows`` hook, core's files check): the name, the dataset, the generator's own checks
+(:func:`package_problem`: reasoning-gym installed; :func:`kwargs_problem`: ``kwargs`` against the typed options class
+the dataset declares), then a two-row sample whose rows the reward checks read.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import dataclasses
 import importlib.util
 import types
 import typing
-from typing import Any
+from typing import Any, Callable
 
-from rl_core.problems import Problem, did_you_mean
+import attrs
+from rl_core.data.rows import DataError, validate_row
+from rl_core.problems import Problem, UserError, did_you_mean
 
 from rl_data.convert import generate_reasoning_gym_rows
 
@@ -90,3 +94,83 @@ def kwargs_problem(gen: Any, key: str) -> list[Problem]:
             return [Problem(key=f"{key}.kwargs.{name}", what=f"{value!r} ({type(value).__name__}) is not a valid {name} for {gen.dataset!r}",
                             fix=f"give {key}.kwargs.{name} a value of type {allowed}")]
     return []
+
+
+#: generator name -> (``generate(gen, split) -> [row]``, its checks ``check(gen, key) -> [Problem]``)
+GENERATORS: dict[str, tuple[Callable[..., list], tuple[Callable[..., list[Problem]], ...]]] = {
+    "reasoning_gym": (generate, (package_problem, kwargs_problem)),
+}
+
+
+def generated_source(gen: Any) -> str:
+    """How rows of a generator are named in messages: ``<generator>/<dataset>``."""
+    return f"{gen.name}/{gen.dataset}"
+
+
+def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] | None = None) -> list[dict[str, Any]]:
+    """Validated rows of a :class:`~rl_data.config.GeneratorConfig`, made by ``generate(gen, split)`` (default: the
+    generator ``gen.name`` names in :data:`GENERATORS`); its UserError is a :class:`DataError`."""
+    key = f"data.{split}_generator"
+    generate = generate or GENERATORS.get(gen.name, (None,))[0]
+    if generate is None:
+        raise DataError(f"{key}.name {gen.name!r}: no such generator; set it to one of: {', '.join(GENERATORS)}")
+    if not gen.dataset:
+        raise DataError(f"{key}.dataset is empty; name the generator's dataset (e.g. basic_arithmetic for reasoning_gym)")
+    try:
+        raw = generate(gen, split)
+    except UserError as e:
+        raise DataError(f"{key}: {e}") from None
+    where = generated_source(gen)
+    return [validate_row(r, f"{where}, row {i}", "prompt") for i, r in enumerate(raw)]
+
+
+def enabled(config: Any) -> bool:
+    """On when the config names a generator (``data.train_generator.name`` / ``data.val_generator.name``)."""
+    return any(getattr(config.data, f"{split}_generator").name for split in ("train", "val"))
+
+
+def generated_rows(data: Any, split: str) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    """The loader's seam: ``(rows, their origins, the source's name)`` of ``data.<split>_generator`` (``([], [], None)``: none)."""
+    gen = getattr(data, f"{split}_generator", None)
+    if gen is None or not gen.name:
+        return [], [], None
+    rows = generate_rows(gen, split)
+    return rows, [f"{generated_source(gen)}, row {i}" for i in range(len(rows))], generated_source(gen)
+
+
+def sample_rows(config: Any) -> tuple[list[Problem], list[dict[str, Any]]]:
+    """``rlcore check``: each named generator's problems (its name, its dataset, its own checks), then a two-row sample."""
+    problems: list[Problem] = []
+    rows: list[dict[str, Any]] = []
+    for split in ("train", "val"):
+        key = f"data.{split}_generator"
+        gen = getattr(config.data, f"{split}_generator", None)
+        if gen is None or not gen.name:
+            continue
+        if gen.name not in GENERATORS:
+            problems.append(Problem(key=f"{key}.name", what=f"no generator named {gen.name!r}{did_you_mean(gen.name, list(GENERATORS))}",
+                                    fix=f"set {key}.name to one of: {', '.join(GENERATORS)}, or '' and data.{split}_files"))
+            continue
+        if not gen.dataset:
+            problems.append(Problem(key=f"{key}.dataset", what="is empty", fix="name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic"))
+            continue
+        found, got = _sample(key, gen, split)
+        problems += found
+        rows += got
+    return problems, rows
+
+
+def _sample(key: str, gen: Any, split: str) -> tuple[list[Problem], list[dict]]:
+    """The generator's own checks (its package, its options), then a two-row sample."""
+    generate, checks = GENERATORS[gen.name]
+    problems: list[Problem] = []
+    for check in checks:
+        problems += check(gen, key) or []
+    if any(p.severity == "error" for p in problems):
+        return problems, []
+    try:
+        return problems, generate_rows(attrs.evolve(gen, size=min(2, gen.size)), split, generate)
+    except DataError as exc:
+        return [*problems, Problem(key=f"{key}.dataset", what=str(exc).replace(f"{key}: ", ""), fix=f"fix {key}.dataset / {key}.kwargs")], []
+    except Exception as exc:  # noqa: BLE001 - the generator's own error about its options
+        return [*problems, Problem(key=f"{key}.kwargs", what=f"generating a sample raised {type(exc).__name__}: {exc}", fix=f"fix {key}.kwargs (options of the {gen.dataset!r} dataset)")], []

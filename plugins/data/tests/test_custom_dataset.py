@@ -76,13 +76,6 @@ def test_the_data_section_without_omegaconf(monkeypatch):
     assert section.custom_cls.path is None and section.get("missing", 1) == 1
 
 
-@pytest.fixture
-def env(monkeypatch):
-    yield monkeypatch
-    monkeypatch.undo()
-    get_registry(reload=True)
-
-
 def test_a_caller_without_the_reader_is_told(setup, tiny_tokenizer):
     code, data = setup
     with pytest.raises(DataError, match=r"data.custom_cls.path=.*custom_dataset feature, which was not passed"):

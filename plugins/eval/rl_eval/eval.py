@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from rl_core.cli.check_cmd import print_problems
 from rl_core.config.load import load_report
@@ -69,6 +70,21 @@ def eval_target(target: str, config: str | None) -> tuple[str | None, list[str],
     return config or str(path / CONFIG_FILE), model, str(path / "eval" / "scores.json")
 
 
+def scores_per_source(scores: Any, sources) -> dict[str, float]:
+    """``val/source/<data_source>/{reward_mean,accuracy,samples}`` of validation ``scores`` (one per row, ``sources`` alike)."""
+    import torch
+
+    out: dict[str, float] = {}
+    names = [str(s) for s in sources]
+    for name in sorted(set(names)):
+        rows = torch.tensor([n == name for n in names], dtype=torch.bool)
+        picked = scores[rows].float()
+        out[f"val/source/{name}/reward_mean"] = picked.mean().item()
+        out[f"val/source/{name}/accuracy"] = (picked >= 1.0 - 1e-6).float().mean().item()
+        out[f"val/source/{name}/samples"] = float(picked.numel())
+    return out
+
+
 def run(args) -> int:
     from rl_core.trainer.loop import Trainer
 
@@ -80,7 +96,7 @@ def run(args) -> int:
     if args.data:
         if not Path(args.data).is_file():
             raise EvalError(f"--data {args.data!r} does not exist; name a .jsonl or .parquet file of prompts in verl's row format")
-        overrides += [f"data.val_files=[{args.data}]", "data.val_generator.name=''"]
+        overrides += [f"data.val_files=[{args.data}]", *(["data.val_generator.name=''"] if "data.val_generator" in get_registry().cards["config_section"] else [])]  # rl-data's section
         out = str(Path(out).with_name(f"{Path(args.data).stem}.json")) if args.out is None and "/eval/" in out else out
     work = tempfile.mkdtemp(prefix="rlcore-eval-")
     try:
@@ -95,7 +111,7 @@ def run(args) -> int:
         try:
             if trainer.val_loader is None:
                 raise EvalError("no validation data: set data.val_files (or data.val_generator), or pass --data FILE")
-            scores = trainer.validate(per_source=True)
+            scores = trainer.validate(per_source=scores_per_source)
         finally:
             trainer.close()
     finally:

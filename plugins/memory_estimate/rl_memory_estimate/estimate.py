@@ -262,11 +262,12 @@ def logprob_chunk(config: Any, device: str) -> int:
 
 
 def _val_batch(config: Any) -> int:
-    if not config.data.val_files and (config.data.val_generator is None or not config.data.val_generator.name):
+    gen = getattr(config.data, "val_generator", None)  # rl-data's section
+    if not config.data.val_files and (gen is None or not gen.name):
         return 0
     if config.data.val_batch_size:
         return config.data.val_batch_size * config.rollout.val_n
-    size = config.data.val_generator.size if config.data.val_generator is not None and config.data.val_generator.name else 0
+    size = gen.size if gen is not None and gen.name else 0
     return (config.data.val_max_samples or size or 0) * config.rollout.val_n
 
 

@@ -21,7 +21,7 @@ import re
 from typing import Any, Sequence
 
 import torch
-from rl_core.data.dataset import DataError
+from rl_core.data.rows import DataError
 from rl_core.modeling import load_hf_config
 
 PLACEHOLDER = "<image>"

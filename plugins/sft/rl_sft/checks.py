@@ -17,7 +17,7 @@ def sft_problems(config: Any, registry: Any = None) -> list[Problem]:
     if config.trainer.kind != "sft":
         return []
     out: list[Problem] = []
-    # no data at all, and the generators' settings: core's files check (rl_core.plan.preflight) reports them
+    # no data at all: core's files check (rl_core.plan.preflight); the generators' settings: rl-data's (its sample_rows hook there)
     if config.rollout.n != 1:
         out.append(Problem(key="rollout.n", what=f"is {config.rollout.n}, but an SFT row is one sequence (nothing is sampled)", fix="set rollout.n=1 (or leave it out of an SFT config)"))
     if config.actor.use_kl_loss:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import attrs
-from rl_core.data.dataset import generate_rows
 from rl_core.problems import Problem, UserError
 
 
@@ -65,18 +64,18 @@ def read_file(path: str) -> list[Any]:
     return rows
 
 
-def split_rows(config: Any, split: str, limit: int | None = None, *, generators: Mapping[str, Callable] | None = None) -> list[tuple[str, dict]]:
-    """``(where, row)`` of a split's files, then its generator's (its answers as the responses): ``generators`` are the
-    plan's generator factories by name (the run handle's); without them, the files only."""
+def split_rows(config: Any, split: str, limit: int | None = None, *, generated_rows: Callable | None = None) -> list[tuple[str, dict]]:
+    """``(where, row)`` of a split's files, then its generator's (its answers as the responses): ``generated_rows`` is
+    rl-data's ``generated_data`` feature object (the run handle's); without it, the files only."""
     d = config.data
     out: list[tuple[str, dict]] = []
     for path in getattr(d, f"{split}_files"):
         raw = read_file(str(path))
         out += [(f"{path}, row {i}", r) for i, r in enumerate(raw[:limit])]
-    gen = getattr(d, f"{split}_generator")
-    if generators and gen is not None and gen.name:
+    gen = getattr(d, f"{split}_generator", None)  # rl-data's section
+    if generated_rows is not None and gen is not None and gen.name:
         try:
-            rows = generate_rows(gen, split, generators.get(gen.name))
+            rows = generated_rows(d, split)[0]
         except UserError as exc:
             raise SFTDataError(str(exc)) from None
         for i, r in enumerate(rows[:limit]):

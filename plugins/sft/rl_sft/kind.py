@@ -39,13 +39,13 @@ class SFTRun:
     def loaders(self):
         cfg, tok = self.config, self.handle.tokenizer
         d, pad = cfg.data, pad_id_of(tok)
-        train = build_examples(split_rows(cfg, "train", generators=self.handle.generators), tok, cfg, self.options)
+        train = build_examples(split_rows(cfg, "train", generated_rows=self.handle.generated_rows), tok, cfg, self.options)
         seed = d.seed if d.seed is not None else cfg.trainer.seed
         train_loader = SFTLoader(train, d.train_batch_size, shuffle=d.shuffle, seed=seed, drop_last=True, pad_id=pad, source="the SFT training data")
         info = {"train_prompts": len(train), "train_dropped": 0, "val_prompts": 0, "val_dropped": 0}
         val_loader = None
-        if d.val_files or (d.val_generator is not None and d.val_generator.name):
-            val = build_examples(split_rows(cfg, "val", d.val_max_samples, generators=self.handle.generators), tok, cfg, self.options)
+        if d.val_files or getattr(getattr(d, "val_generator", None), "name", ""):  # rl-data's section
+            val = build_examples(split_rows(cfg, "val", d.val_max_samples, generated_rows=self.handle.generated_rows), tok, cfg, self.options)
             val_loader = SFTLoader(val, d.val_batch_size or len(val), shuffle=False, seed=0, drop_last=False, pad_id=pad, source="the SFT validation data")
             info["val_prompts"] = len(val)
         self.train_loader, self.val_loader = train_loader, val_loader

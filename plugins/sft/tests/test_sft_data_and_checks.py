@@ -125,11 +125,11 @@ def test_generated_rows_train_on_their_answers_and_need_no_reward(tmp_path):
            "data.train_generator.size=8", "data.train_generator.system_prompt=Answer with the final number only."]
     rep = report(write_sft_run(tmp_path), *gen)
     assert rep.plan is not None, [str(p) for p in rep.errors]  # no reward is asked for
-    from rl_core.data.dataset import generate_rows
+    from rl_data.generators import generate_rows
 
-    generators = dict(rep.plan.generators)  # the generator card's factory, loaded once by the plan
-    rows = split_rows(rep.plan.config, "train", generators=generators)
-    generated = generate_rows(rep.plan.config.data.train_generator, "train", generators["reasoning_gym"])
+    generated_rows = rep.plan.features.get("generated_data")  # rl-data's feature object, loaded once by the plan
+    rows = split_rows(rep.plan.config, "train", generated_rows=generated_rows)
+    generated = generate_rows(rep.plan.config.data.train_generator, "train")
     assert [r["response"] for _, r in rows] == [g["ground_truth"] for g in generated] and len(rows) == 8
     assert [r["prompt"] for _, r in rows] == [g["prompt"] for g in generated]
     for _, row in rows:  # the worked answer, checked independently: the expression in the question evaluates to it
