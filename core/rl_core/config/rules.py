@@ -267,21 +267,7 @@ def _gen_batch_size(cfg: Any) -> Problem | None:
     return None
 
 
-def _custom_dataset(cfg: Any) -> Problem | None:
-    c = getattr(cfg.data, "custom_cls", None)  # rl-data's section (absent without it: its key is then unknown)
-    if c is None:
-        return None
-    if c.path and not c.name:
-        return Problem(key="data.custom_cls.name", what=f"is not set while data.custom_cls.path={c.path!r} is",
-                       fix="name the dataset class defined in that file, e.g. data.custom_cls.name=MyDataset")
-    if c.name and not c.path:
-        return Problem(key="data.custom_cls.path", what=f"is not set while data.custom_cls.name={c.name!r} is",
-                       fix="give the .py file that defines the class, e.g. data.custom_cls.path=my_dataset.py")
-    return None
-
-
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents,
-                                                                          _custom_dataset)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _generators, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents)
 
 
 def check_config(cfg: Any, *, rule_keys: set[str] | None = None) -> list[Problem]:
