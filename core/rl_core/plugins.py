@@ -81,6 +81,7 @@ KNOWN_DISTRIBUTIONS: dict[str, dict[str, str]] = {
         "reasoning_gym": "rl-reward-rule",
     },
     "tracker": {"tensorboard": "rl-tracking", "wandb": "rl-tracking"},
+    "target_part": {"ram": "rl-memory-estimate"},  # `rlcore check --target gpu:1x80GB,ram=128GB`: a FeatureCard's target_part hook
     "builtin_model": {"smollm2": "rl-model-smollm2"},
     # `rlcore <command>` of a first-party package (rl_core.cli.main names the install when it is missing)
     "command": {"data": "rl-data", "traces": "rl-traces", "import-verl": "rl-verl", "plot": "rl-tracking", "doctor": "rl-doctor",

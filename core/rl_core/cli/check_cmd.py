@@ -115,12 +115,12 @@ def print_problems(problems, out=None) -> None:
 
 def run(args) -> int:
     path, overrides = split_config_args(args)
-    target = parse_target(args.target) if args.target else None
+    registry = get_registry()
+    target = parse_target(args.target, registry) if args.target else None
     if isinstance(target, Problem):
         raise ConfigError([target])
     elsewhere = args.skip_device_check or target is not None
     loaded = load_report(path, [*overrides, *(target_overrides(target) if target else [])], **config_kwargs(args))
-    registry = get_registry()
     report = build_plan(loaded, registry, devices=not elsewhere, extra=lambda config: target_problems(config, target, registry),
                         rewrite=as_elsewhere if elsewhere else None)
     stack = report.plan

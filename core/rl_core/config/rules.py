@@ -258,35 +258,7 @@ def _gen_batch_size(cfg: Any) -> Problem | None:
     return None
 
 
-def _custom_dataset(cfg: Any) -> Problem | None:
-    c = getattr(cfg.data, "custom_cls", None)  # rl-data's section (absent without it: its key is then unknown)
-    if c is None:
-        return None
-    if c.path and not c.name:
-        return Problem(key="data.custom_cls.name", what=f"is not set while data.custom_cls.path={c.path!r} is",
-                       fix="name the dataset class defined in that file, e.g. data.custom_cls.name=MyDataset")
-    if c.name and not c.path:
-        return Problem(key="data.custom_cls.path", what=f"is not set while data.custom_cls.name={c.name!r} is",
-                       fix="give the .py file that defines the class, e.g. data.custom_cls.path=my_dataset.py")
-    return None
-
-
-def _router_replay(cfg: Any) -> Problem | None:
-    mode, ret = cfg.actor.router_replay, cfg.rollout.return_routed_experts
-    if mode == "R3" and not ret:
-        return Problem(key="actor.router_replay", what="is R3 (replay the rollout's routing) but rollout.return_routed_experts=false: the rollout records none",
-                       fix="set rollout.return_routed_experts=true, or actor.router_replay=R2 (replay the old-log-prob pass's routing)")
-    if ret and mode != "R3":
-        return Problem(key="rollout.return_routed_experts", what=f"is true with actor.router_replay={mode}: only R3 replays the rollout's routing, nothing else reads it",
-                       fix="set actor.router_replay=R3, or rollout.return_routed_experts=false" + (" (R2 records its own in the old-log-prob pass)" if mode == "R2" else ""))
-    if ret and getattr(getattr(cfg.rollout, "multi_turn", None), "enable", False):  # rl-agent's section
-        return Problem(key="rollout.return_routed_experts", what="is true with rollout.multi_turn.enable=true: no rollout engine of rl-core records the routing of "
-                       "multi-turn trajectories (tool responses are not routed by the engine)", fix="use actor.router_replay=R2, or single-turn rollouts")
-    return None
-
-
-CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents,
-                                                                          _custom_dataset, _router_replay)
+CROSS_RULES: Sequence[Callable[[Any], Problem | list[Problem] | None]] = (_greedy_sampling, _clip_low, _gen_batch_size, _min_lr, _pad_to_length, _checkpoint_contents)
 
 
 def check_config(cfg: Any, *, rule_keys: set[str] | None = None) -> list[Problem]:

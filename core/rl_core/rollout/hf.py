@@ -110,11 +110,8 @@ class HFRolloutEngine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(int(params.seed))
         mm = batch.non_tensors.get("multi_modal_inputs")  # per row, the prompt's image tensors (rl-multimodal; {}: none)
-        vision = self.context.feature("multimodal", "prompts with images") if mm is not None and any(bool(d) for d in mm) else None
+        vision = self.context.feature("multimodal", "prompts with images").for_rollout(self.config) if mm is not None and any(bool(d) for d in mm) else None
         if multi_turn_on(self.config):
-            if vision is not None:
-                raise ValueError("the prompts carry images, which multi-turn rollouts do not carry yet: set rollout.multi_turn.enable=false "
-                                 "or use text-only data")
             return self._generate_agentic(batch, params, generator)
         per_chunk = len(batch) if not self.generation_batch_size else max(1, self.generation_batch_size // n)
         stop = tuple(s for s in params.stop if s)
@@ -125,10 +122,8 @@ class HFRolloutEngine:
             ids = input_ids[start : start + per_chunk].to(self.device)
             mask = attention_mask[start : start + per_chunk].to(self.device)
             images = vision.to_device(list(mm[start : start + per_chunk]), self.device) if vision is not None else None
-            with self.routing.recording() if self.routing is not None else contextlib.nullcontext() as fires:
+            with self.routing.recording(routed, len(ids), ids.shape[1], n, R) if self.routing is not None else contextlib.nullcontext():
                 r, length, lp = self._decode(ids, mask, n, R, greedy=greedy, params=params, generator=generator, stop=stop, images=images)
-            if fires is not None:
-                routed.append(self.routing.chunk(fires, len(ids), ids.shape[1], n, R))
             responses.append(r.cpu())
             lengths.append(length.cpu())
             if params.logprobs:
@@ -219,13 +214,10 @@ class HFRolloutEngine:
 
             return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
         model = self.model
-        if images is None:
-            pos = position_ids_from_mask(mask)
-            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        else:  # the model's keyword arguments for the images, and [b, 1]: each prompt's largest position
-            vision = self.context.feature("multimodal", "prompts with images")
-            kw, pos = vision.prefill(model, ids, mask, images)
-            out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **kw)
+        vision = self.context.feature("multimodal", "prompts with images") if images is not None else None
+        # with images rl-multimodal's keyword arguments for them and [b, 1]: each prompt's largest position
+        kw, pos = vision.prefill(model, ids, mask, images) if vision is not None else ({}, position_ids_from_mask(mask))
+        out = model(input_ids=ids, attention_mask=mask, position_ids=kw.pop("position_ids", pos), use_cache=True, logits_to_keep=1, **kw)
         cache = output_cache(out)
         cache_kw = cache_keyword(model) or "past_key_values"
         logits = out.logits[:, -1].float()
@@ -240,7 +232,7 @@ class HFRolloutEngine:
         lengths = torch.full((b,), R, dtype=torch.long, device=ids.device)
         done = torch.zeros(b, dtype=torch.bool, device=ids.device)
         ones = torch.ones((b, 1), dtype=mask.dtype, device=mask.device)
-        banned = torch.tensor(vision.vision_token_ids(model), dtype=torch.long, device=ids.device) if images is not None else None
+        banned = torch.tensor(vision.vision_token_ids(model), dtype=torch.long, device=ids.device) if vision is not None else None
         for t in range(R):
             token, lp = _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator,
                                 want_log_prob=log_probs is not None, banned=banned)

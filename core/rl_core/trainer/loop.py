@@ -584,12 +584,7 @@ def describe_plan(stack: Plan) -> str:
         if getattr(stack, "needs_rollout", True) else f"loss: actor.policy_loss={cfg.actor.policy_loss}",
         f"precision: {precision_line(cfg.model.dtype, cfg.trainer.device)}",
     ]
-    rr = cfg.actor.router_replay
-    if rr != "disabled":  # rl-routing-replay
-        lines.append("MoE routing replay: " + (
-            "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
-            "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
-            "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively"))
+    lines += [line for f in stack.features.on(cfg) if "plan_lines" in f.hooks for line in f.hooks["plan_lines"](stack)]  # rl-routing-replay's
     if "rollout" in stack.sizes.pools:  # a rollout pool of its own (rl-async; its config section "async")
         s = getattr(getattr(cfg, "async_", None), "max_staleness", 0)
         lines.append(

@@ -113,6 +113,18 @@ def enabled(config: Any) -> bool:
     return bool(config.data.custom_cls.path)
 
 
+def pair_problems(config: Any, registry: Any = None) -> list[Problem]:
+    """data.custom_cls.path and .name come together (a rule of core's config until session 21)."""
+    c = config.data.custom_cls
+    if c.path and not c.name:
+        return [Problem(key="data.custom_cls.name", what=f"is not set while data.custom_cls.path={c.path!r} is",
+                        fix="name the dataset class defined in that file, e.g. data.custom_cls.name=MyDataset")]
+    if c.name and not c.path:
+        return [Problem(key="data.custom_cls.path", what=f"is not set while data.custom_cls.name={c.name!r} is",
+                        fix="give the .py file that defines the class, e.g. data.custom_cls.path=my_dataset.py")]
+    return []
+
+
 def custom_class_problems(config: Any, registry: Any = None) -> list[Problem]:
     """The dataset class of data.custom_cls imports, is a map-style class and takes verl's constructor arguments
     (it is built, with the tokenizer, only when the run starts)."""

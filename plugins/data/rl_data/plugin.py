@@ -35,6 +35,8 @@ def rl_core_register_config_sections(register):
 
 @hookimpl
 def rl_core_register_checks(register):
+    register(CheckCard(name="custom_dataset_keys", stage="rules", factory="rl_data.custom:pair_problems",
+                       description="data.custom_cls.path and data.custom_cls.name set together"))
     # before core's files check (order 10), as when it was core's: the class is checked first, then the files it reads
     register(CheckCard(name="custom_dataset", stage="files", order=5, factory="rl_data.custom:custom_class_problems",
                        description="data.custom_cls: the dataset class imports, is map-style and takes verl's constructor arguments"))

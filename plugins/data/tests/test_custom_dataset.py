@@ -94,3 +94,13 @@ def test_without_rl_data_rlcore_check_names_the_install(tmp_path, setup, env, ca
     assert main(["check", str(config), "--skip-device-check"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "data.custom_cls" in err and "pip install rl-data" in err, err
+
+
+def test_path_and_name_come_together():
+    """rl-data's check (core's load-time rule until session 21): one of data.custom_cls.path / .name alone is refused by key."""
+    from rl_core.config.load import load_report
+    from rl_core.plan.checks import build_plan
+
+    for given, key in (("data.custom_cls.path=ds.py", "data.custom_cls.name"), ("data.custom_cls.name=Lines", "data.custom_cls.path")):
+        errs = build_plan(load_report(None, [given]), get_registry(), devices=False).errors
+        assert key in [p.key for p in errs] and "is not set while" in next(p.what for p in errs if p.key == key)

@@ -5,6 +5,7 @@ the features' alternatives that fit); :func:`host_memory_problems` a GPU run ove
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rl_core.cards import CheckCard
@@ -86,6 +87,27 @@ def host_memory_problems(config: Any, registry: Any = None, *, available: float 
                     what=f"the run needs about {est.peak / GB:.0f} GiB of host memory per node (largest: {biggest}, {est.terms[biggest] / GB:.0f} GiB) "
                          f"but the node has {available / GB:.0f} GiB of RAM",
                     why="the host's OOM killer would end the run partway (rl_memory_estimate.host)", fix="; or ".join(fixes))]
+
+
+class TargetRam:
+    """The ``ram=`` part of ``rlcore check --target gpu:1x80GB,ram=128GB`` (the feature's ``target_part`` hook,
+    rl_core.cli.check_target): the node's RAM in GiB, a GPU run's host-memory estimate checked against it."""
+
+    name = "ram"
+    _TEXT = re.compile(r"^(\d+(?:\.\d+)?)(?:gb|gib)?$", re.IGNORECASE)
+
+    def parse(self, text: str) -> float | None:
+        m = self._TEXT.match(text)
+        return float(m.group(1)) if m else None
+
+    def describe(self, gib: float) -> str:
+        return f"{gib:g} GiB RAM"
+
+    def problems(self, config: Any, gib: float, registry: Any) -> list[Problem]:
+        return host_memory_problems(config, registry, available=gib * 2**30) if gib and config.trainer.device == "cuda" else []
+
+
+TARGET_RAM = TargetRam()
 
 
 def memory_and_host_problems(config: Any, registry: Any = None) -> list[Problem]:

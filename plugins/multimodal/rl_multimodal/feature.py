@@ -23,6 +23,14 @@ class MultimodalFeature:
 
         return stack_problems(plan, datasets)
 
+    def for_rollout(self, config: Any) -> "MultimodalFeature":
+        """The hf rollout's side of a batch whose prompts carry images; multi-turn rollouts do not carry them yet (refused
+        here at run time, by rl_multimodal.checks before it)."""
+        if getattr(getattr(config.rollout, "multi_turn", None), "enable", False):  # rl-agent's section
+            raise ValueError("the prompts carry images, which multi-turn rollouts do not carry yet: set rollout.multi_turn.enable=false "
+                             "or use text-only data")
+        return self
+
     def to_device(self, mm: Sequence[dict], device: Any) -> list[dict]:
         from rl_multimodal.forward import to_device
 

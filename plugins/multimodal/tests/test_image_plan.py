@@ -44,3 +44,15 @@ def test_the_plan_hands_the_feature_to_the_engines(tmp_path):
     assert worker.rollout.context.features["multimodal"] is FEATURE and worker.actor.backend.context.features["multimodal"] is FEATURE
     with pytest.raises(LookupError, match="prompts with images needs the 'multimodal' feature"):
         WorkerContext().feature("multimodal", "prompts with images")
+
+
+def test_the_hf_rollout_refuses_images_in_multi_turn_rollouts():
+    """The hf rollout asks the feature for its side of a batch with images (``for_rollout``): multi-turn rollouts do not
+    carry images yet, refused at run time too (rlcore check refuses them first)."""
+    pytest.importorskip("rl_agent")
+    from rl_core.config.load import load_config
+    from rl_multimodal.feature import FEATURE
+
+    assert FEATURE.for_rollout(load_config(None, [])) is FEATURE
+    with pytest.raises(ValueError, match="multi-turn rollouts do not carry yet"):
+        FEATURE.for_rollout(load_config(None, ["rollout.multi_turn.enable=true"]))

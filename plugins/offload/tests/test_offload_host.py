@@ -61,10 +61,14 @@ def test_check_refuses_a_run_the_host_cannot_hold_and_names_what_to_change():
     assert p.key == "actor.fsdp_config.optimizer_offload" and "of host memory per node" in p.what and "64 GiB of RAM" in p.what
     assert "rollout.enable_sleep=false" in p.fix and "a node with at least" in p.fix
     assert host_memory_problems(seven_b, get_registry(), available=256 * GB) == []
-    assert parse_target("gpu:1x80GB,ram=64GB") == Target("cuda", 1, 80.0, 64.0)
-    assert [q.key for q in target_problems(seven_b, parse_target("gpu:1x80GB,ram=64GB"), get_registry())] == [p.key]
+    # --target's ram= part is rl-memory-estimate's (its target_part hook): the node's RAM against the same estimate
+    target = parse_target("gpu:1x80GB,ram=64GB", get_registry())
+    assert (target.device, target.per_node, target.memory_gib, target.parts[0][:2]) == ("cuda", 1, 80.0, ("ram", 64.0))
+    assert isinstance(target, Target) and target.describe() == "1 x cuda 80 GiB, 64 GiB RAM"
+    assert [q.key for q in target_problems(seven_b, target, get_registry())] == [p.key]
     assert target_problems(seven_b, parse_target("gpu:1x80GB")) == []  # the RAM not said: nothing compared
     assert parse_target("gpu:1x80GB,ram=lots").key == "--target"
+    assert parse_target("gpu:1x80GB,rma=64GB").key == "--target"  # a part no package reads
 
 
 def test_pinned_arena_packs_tensors_into_segments_without_rounding_each():

@@ -22,3 +22,16 @@ FEATURE = RoutingReplayFeature()
 def enabled(config) -> bool:
     """Routing replay is on for R2 / R3 (``actor.router_replay``) or when the rollout returns its routed experts."""
     return config.actor.router_replay != "disabled" or bool(config.rollout.return_routed_experts)
+
+
+def plan_lines(stack: Any) -> list[str]:
+    """The ``plan_lines`` hook: what `rlcore train --dry-run` says of the replay (``describe_plan``)."""
+    from rl_core.trainer.loop import needs_old_log_prob_pass  # the loop's decision; imported when a plan is described
+
+    rr = stack.config.actor.router_replay
+    if rr == "disabled":  # the rollout's routing returned without R3: rl_routing_replay.checks refuses it
+        return []
+    return ["MoE routing replay: " + (
+        "R3: the rollout's routing of each token, replayed in the old-log-prob pass and the update" if rr == "R3" else
+        "R2: the old-log-prob pass's routing, replayed in the update" if needs_old_log_prob_pass(stack) else
+        "R2 without an old-log-prob pass (on-policy): the update's own forward is the recorded one, routed natively")]

@@ -227,14 +227,18 @@ def stack_rollout(prefill: list[torch.Tensor], steps: list[list[torch.Tensor]], 
 
 class RolloutRecorder:
     """The hf rollout's side of R3 (``rollout.return_routed_experts``): a :class:`RouterReplay` on the engine's model whose
-    :meth:`recording` wraps each chunk's decode; :meth:`chunk` lays one recording out, :meth:`routed_experts` joins the
-    chunks into the batch's ``routed_experts`` (padding and the unrouted last token: :data:`NO_ROUTE`)."""
+    :meth:`recording` wraps each chunk's decode and lays its recording out (:meth:`chunk`), :meth:`routed_experts` joins
+    the chunks into the batch's ``routed_experts`` (padding and the unrouted last token: :data:`NO_ROUTE`)."""
 
     def __init__(self, model: torch.nn.Module, key: str = "rollout.return_routed_experts") -> None:
         self.replay = RouterReplay(model, key=key)
 
-    def recording(self):
-        return self.replay.recording()
+    @contextlib.contextmanager
+    def recording(self, into: list[torch.Tensor], rows: int, P: int, n: int, R: int):
+        """One chunk's decode (``rows`` prompts of ``P`` tokens, ``n`` samples of up to ``R``) recorded, appended to ``into``."""
+        with self.replay.recording() as fires:
+            yield
+        into.append(self.chunk(fires, rows, P, n, R))
 
     def chunk(self, fires: dict[int, list[torch.Tensor]], rows: int, P: int, n: int, R: int) -> torch.Tensor:
         """One chunk's recording (the prompt's forward, then one call per fed-back response token) as ``[rows * n, P + R, layers, k]``."""

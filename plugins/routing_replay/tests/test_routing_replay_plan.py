@@ -63,3 +63,39 @@ def test_the_hf_rollout_without_the_feature_names_it(tiny_model_dir):
     cfg = _config(tiny_model_dir("qwen3_moe"), rollout=RolloutConfig(return_routed_experts=True), actor=ActorConfig(router_replay="R3"))
     with pytest.raises(LookupError, match=r"rollout.return_routed_experts needs the 'routing_replay' feature"):
         HFRolloutEngine(cfg, WorkerContext())
+
+
+@pytest.mark.parametrize(("kw", "key", "words"), [
+    (dict(actor=ActorConfig(router_replay="R3")), "actor.router_replay", "the rollout records none"),
+    (dict(rollout=RolloutConfig(return_routed_experts=True)), "rollout.return_routed_experts", "only R3 replays"),
+    (dict(actor=ActorConfig(router_replay="R2"), rollout=RolloutConfig(return_routed_experts=True)), "rollout.return_routed_experts",
+     "R2 records its own"),
+])
+def test_the_two_keys_must_agree(tiny_model_dir, kw, key, words):
+    """The package's check (core's load-time rule until session 21): R3 needs the rollout's routing, nothing else reads it."""
+    plan, problems = plan_for(_config(tiny_model_dir("qwen3_moe"), **kw), devices=False)
+    errs = [p for p in problems if p.severity == "error"]
+    assert plan is None and [p.key for p in errs] == [key] and words in errs[0].render(), [p.render() for p in errs]
+
+
+def test_multi_turn_rollouts_record_no_routing():
+    pytest.importorskip("rl_agent")
+    from rl_core.config.load import load_report
+    from rl_routing_replay.checks import config_problems
+
+    loaded = load_report(None, ["actor.router_replay=R3", "rollout.return_routed_experts=true", "rollout.multi_turn.enable=true"])
+    (p,) = config_problems(loaded.config)
+    assert p.key == "rollout.return_routed_experts" and "multi-turn trajectories" in p.what
+    assert config_problems(attrs.evolve(loaded.config, rollout=RolloutConfig(return_routed_experts=True))) == []  # single-turn R3
+
+
+def test_the_dry_run_describes_the_replay(tiny_model_dir):
+    """`rlcore train --dry-run` (describe_plan) says what is replayed: the package's ``plan_lines`` hook."""
+    from rl_core.trainer.loop import describe_plan, needs_old_log_prob_pass
+
+    path = tiny_model_dir("qwen3_moe")
+    plan, problems = plan_for(_config(path, actor=ActorConfig(router_replay="R2")), devices=False)
+    assert plan is not None, [p.render() for p in problems]
+    assert ("MoE routing replay: R2: the old-log-prob pass's routing" if needs_old_log_prob_pass(plan) else "MoE routing replay: R2 without") in describe_plan(plan)
+    plan, _ = plan_for(_config(path), devices=False)
+    assert "MoE routing replay" not in describe_plan(plan)

@@ -12,7 +12,7 @@ import pytest
 
 from rl_core.config.load import load_config, load_report
 from rl_core.plugins import get_registry
-from rl_core.plan.checks import plan_for
+from rl_core.plan.checks import build_plan, plan_for
 from rl_core.plan.resolver import resolve
 
 A = "actor_rollout_ref"
@@ -40,8 +40,6 @@ def test_verls_modes_map(overrides, mode, returned):
 
 
 @pytest.mark.parametrize(("overrides", "key", "words"), [
-    ([f"{A}.actor.router_replay.mode=R2", ON], f"{A}.rollout.enable_rollout_routing_replay", "only R3 replays"),  # verl refuses it too
-    ([f"{A}.actor.megatron.router_replay.mode=R3"], f"{A}.actor.megatron.router_replay.mode", "rollout.return_routed_experts=false"),
     ([f"{A}.ref.veomni.router_replay.mode=R3", "model_engine=veomni"], f"{A}.ref.veomni.router_replay.mode", "routing replay in the reference"),
     ([f"{A}.actor.router_replay.record_file=/tmp/r.pt"], f"{A}.actor.router_replay.record_file", "to a file"),
     ([f"{A}.actor.router_replay.mode=R4"], f"{A}.actor.router_replay.mode", "R2"),
@@ -50,6 +48,19 @@ def test_refusals_name_the_key_as_written(overrides, key, words):
     _, errs = _errors(*overrides)
     assert [p.key for p in errs] == [key], [p.render() for p in errs]
     assert words in errs[0].render()
+
+
+@pytest.mark.parametrize(("overrides", "key", "words"), [
+    ([f"{A}.actor.router_replay.mode=R2", ON], f"{A}.rollout.enable_rollout_routing_replay", "only R3 replays"),  # verl refuses it too
+    ([f"{A}.actor.megatron.router_replay.mode=R3"], f"{A}.actor.megatron.router_replay.mode", "rollout.return_routed_experts=false"),
+])
+def test_routing_rules_name_the_key_as_written_at_check(overrides, key, words):
+    """The two keys together are rl-routing-replay's check (no longer a load-time rule of core's): `rlcore check`
+    (build_plan) names the key as the user wrote it."""
+    loaded, errs = _errors(*overrides)
+    assert not errs, [p.render() for p in errs]
+    found = {p.key: p.render() for p in build_plan(loaded, get_registry(), devices=False).errors}
+    assert key in found and words in found[key], found
 
 
 def _resolve_errors(model_dir, *overrides):
