@@ -12,7 +12,6 @@ from rl_core.plugins import get_registry
 from rl_core.problems import Problem, ConfigError
 from rl_core.cli.check_target import as_elsewhere, parse_target, target_overrides, target_problems
 from rl_core.plan.checks import build_plan
-from rl_core.plan.disk import GB, estimate_disk
 
 
 def add_config_args(p, config_help: str = "YAML config file (omit to check the built-in defaults plus key=value overrides)") -> None:
@@ -70,7 +69,8 @@ def print_plan(stack, out=None) -> None:
     for label, value in stack.sizes.table():
         print(f"  {label:<33} {value}", file=out)
     print_memory(stack, out)
-    print_disk(stack, out)
+    if stack.features is not None and (disk := stack.features.installed_hook("print_disk")) is not None:
+        disk(stack, out)  # rl-memory-estimate's disk estimate
 
 
 def print_memory(stack, out=None) -> None:
@@ -78,32 +78,9 @@ def print_memory(stack, out=None) -> None:
     out = out or sys.stdout
     hook = stack.features.installed_hook("print_memory") if stack.features is not None else None
     if hook is None:
-        print("memory estimate: not estimated (rl-memory-estimate is not installed: pip install rl-memory-estimate)", file=out)
+        print("memory estimate: not estimated, nor the disk a run writes (rl-memory-estimate is not installed: pip install rl-memory-estimate)", file=out)
         return
     hook(stack, out)
-
-
-def print_disk(stack, out=None) -> None:
-    """Disk per checkpoint, for the final model and for the run (rl_core.plan.disk); a warning when the folder's disk is smaller."""
-    import os
-    import shutil
-
-
-    out = out or sys.stdout
-    est = estimate_disk(stack.config, features=stack.features)
-    if est is None:
-        print(f"disk estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally)", file=out)
-        return
-    for line in est.lines():
-        print(line, file=out)
-    need = est.peak_on_disk
-    folder = os.path.abspath(os.path.expanduser(stack.config.trainer.output_dir))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
-    free = shutil.disk_usage(folder).free
-    if need is not None and need > free:
-        print(f"warning: disk: the run needs up to {need / GB:.2f} GB under trainer.output_dir but {folder} has {free / GB:.2f} GB free; "
-              "lower trainer.max_ckpt_to_keep, save less often (trainer.save_freq), or point trainer.output_dir elsewhere", file=sys.stderr)
 
 
 def print_problems(problems, out=None) -> None:

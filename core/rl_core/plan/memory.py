@@ -1,6 +1,6 @@
 """A model's shape before anything is built (its config.json, the Hugging Face cache or a known shape), a dtype's
 bytes and a device's memory: what the estimates read (the device-memory estimate itself: rl-memory-estimate,
-docs/memory.md; the disk estimate: :mod:`rl_core.plan.disk`).
+docs/memory.md; the disk estimate: :mod:`rl_memory_estimate.disk`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from rl_core.checkpoints.store import (
     save_tensors,
 )
 from rl_core.placement.contract import WorkerMethod
-from rl_core.plan.disk import estimate_disk
 from rl_core.trainer.outputs import changed_keys, check_previous_run, ensure_writable, free_bytes, plain_config, write_failure
 from rl_core.util.stopping import is_failure, signal_name
 
@@ -179,17 +178,20 @@ class Saving:
         return f"The run's state was saved instead as {saved}: after freeing space, a rerun resumes from it and writes hf_final"
 
     def _disk_estimate(self):
-        """rl_core.plan.disk's estimate of this run (None when the model's shape is unknown), computed once."""
+        """rl-memory-estimate's disk estimate of this run (its hook ``disk_estimate``; None without it or when the
+        model's shape is unknown), computed once."""
         if not hasattr(self, "_disk"):
+            features = self.stack.features
+            estimate = features.installed_hook("disk_estimate") if features is not None else None
             try:
-                self._disk = estimate_disk(self.config, features=self.stack.features)
+                self._disk = estimate(self.config, features=features) if estimate is not None else None
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # advisory only
                 self._disk = None
         return self._disk
 
     @property
     def final_size(self) -> int | None:
-        """Bytes hf_final will take (rl_core.plan.disk's estimate, else the model folder's weight files; None if unknown)."""
+        """Bytes hf_final will take (rl-memory-estimate's disk estimate, else the model folder's weight files; None if unknown)."""
         est = self._disk_estimate()
         return est.final_model if est is not None else model_weights_size(self.config.model.path)
 

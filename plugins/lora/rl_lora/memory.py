@@ -6,7 +6,7 @@ adapter parameters (:func:`adapter_params`): the frozen base in the compute dtyp
 no moments, no gradients), the adapters float32 ``4A`` + moments ``8A`` + gradients ``4A``; the reference policy is
 the same model with its adapters off (no second copy) and autocast has no weights to cast
 (``MemoryTerms.trainable``: the kernel's estimates read that the base is frozen). Host memory and the disk
-(:mod:`rl_memory_estimate.host`, :mod:`rl_core.plan.disk`) read ``A`` from the same terms.
+(:mod:`rl_memory_estimate.host`, :mod:`rl_memory_estimate.disk`) read ``A`` from the same terms.
 """
 
 from __future__ import annotations

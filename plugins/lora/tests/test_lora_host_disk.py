@@ -1,4 +1,4 @@
-"""LoRA's terms of the host-memory and disk estimates (rl_memory_estimate.host / rl_core.plan.disk), read through the
+"""LoRA's terms of the host-memory and disk estimates (rl_memory_estimate.host / rl_memory_estimate.disk), read through the
 plan's features (rl-lora's FeatureCard): a frozen base in the compute dtype and A adapter parameters. Numbers worked by
 hand, on the same hand-made shape as tests/core/test_memory_host.py."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rl_core.config.load import load_config
-from rl_core.plan.disk import estimate_disk
+from rl_memory_estimate.disk import estimate_disk
 from rl_core.plan.features import Features, load_features
 from rl_core.plan.memory import GB, ModelShape
 from rl_memory_estimate.host import EXPORT_SHARD_BYTES, HOST_RUNTIME_GB, export_bytes, host_estimate

@@ -34,7 +34,7 @@ def test_runtime_and_the_hf_rollout_asleep():
 def test_the_final_model_s_host_and_disk_bytes():
     """hf_final: the host holds one shard at a time (5 GB, the writer's limit) however big the model; on disk a full
     fine-tune writes 4P (LoRA's: plugins/lora/tests/test_lora_host_disk.py)."""
-    from rl_core.plan.disk import estimate_disk
+    from rl_memory_estimate.disk import estimate_disk
     from rl_memory_estimate.host import EXPORT_SHARD_BYTES, export_bytes
     from rl_core.train_engine.hf_export import MAX_SHARD_BYTES
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from rl_core.config.load import load_config
-from rl_core.plan.disk import estimate_disk
+from rl_memory_estimate.disk import estimate_disk
 from rl_core_testing.tiny_model import build_tokenizer
 from rl_core_testing.tiny_run import read_metrics, write_tiny_run
 from rl_traces.options import TracesOptions
@@ -90,7 +90,7 @@ def test_a_run_writes_resumes_and_pages_its_traces(tmp_path):
 
 def test_quickstart_shaped_traces_are_under_10_percent_of_its_output(tmp_path):
     """The quickstart's 50 steps (8 prompts x 4 samples, 16 tokens) and its 6 validations of 100 prompts, through
-    the writer, against the quickstart's output folder as its config makes it: hf_final (rl_core.plan.disk's
+    the writer, against the quickstart's output folder as its config makes it: hf_final (rl_memory_estimate.disk's
     estimate; it saves no checkpoint). A real 50-step quickstart run is tens of minutes on this CPU."""
     config = load_config(str(REPO / "examples" / "quickstart.yaml"))
     final = estimate_disk(config).final_model

@@ -15,7 +15,7 @@ def _bytes(folder: Path, pattern: str = "*") -> int:
 
 def test_checkpoint_and_final_model_sizes_match_the_estimate(tmp_path):
     from rl_core.config.load import load_config
-    from rl_core.plan.disk import estimate_disk
+    from rl_memory_estimate.disk import estimate_disk
     from rl_core.plan.resolver import resolve
     from tests.e2e.helpers import train_tiny, write_tiny_run
 

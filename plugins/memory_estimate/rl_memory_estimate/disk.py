@@ -1,10 +1,14 @@
-"""Disk a run writes, estimated before anything is built: what `rlcore check` and `rlcore train` print.
+"""Disk a run writes, estimated before anything is built: what `rlcore check` and `rlcore train` print (the feature's
+hook ``print_disk``) and what a run reads before it saves (``disk_estimate``: rl_core.trainer.saving).
 
 What a checkpoint and the final model hold, and how many stay on disk: docs/memory.md ("Disk").
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from typing import Any
 
 import attrs
@@ -90,3 +94,22 @@ def estimate_disk(config: Any, shape: Any = None, features: Any = None) -> DiskE
         model=f"{p / 1e6:.0f}M parameters" if p >= 1e6 else f"{p / 1e3:.0f}k parameters",
         final_what="" if not lora else ": a LoRA adapter folder" + (" + the merged weights" if config.trainer.save_merged_lora else ""),
     )
+
+
+def print_disk(stack, out=None) -> None:
+    """Disk per checkpoint, for the final model and for the run (the hook ``print_disk``); a warning when the folder's disk is smaller."""
+    out = out or sys.stdout
+    est = estimate_disk(stack.config, features=stack.features)
+    if est is None:
+        print(f"disk estimate: the shape of {stack.config.model.path!r} is unknown (no config.json found locally)", file=out)
+        return
+    for line in est.lines():
+        print(line, file=out)
+    need = est.peak_on_disk
+    folder = os.path.abspath(os.path.expanduser(stack.config.trainer.output_dir))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    if need is not None and need > free:
+        print(f"warning: disk: the run needs up to {need / GB:.2f} GB under trainer.output_dir but {folder} has {free / GB:.2f} GB free; "
+              "lower trainer.max_ckpt_to_keep, save less often (trainer.save_freq), or point trainer.output_dir elsewhere", file=sys.stderr)
