@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 import yaml
 
 from rl_core.problems import UserError
-from rl_core.config.load import config_to_dict
+from rl_core.config.load import config_to_dict, load_config
 from rl_core.trainer.schedule_resume import schedule_changes
 
 CONFIG_FILE = "config.yaml"
@@ -140,6 +140,12 @@ def plain_config(config: Any) -> dict[str, Any]:
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], ignore: frozenset[str] = RESUMABLE_KEYS) -> list[str]:
     """Lines ``key: old -> new`` for every key that differs (keys in ``ignore`` left out)."""
     a, b = flatten(old), flatten(new)
+    for key in [k for k, v in a.items() if v is None and k not in b and any(n.startswith(k + ".") for n in b)]:
+        # a section an earlier rl-core saved as null (unset) that a package now fills with its defaults: unchanged
+        defaults = flatten(plain_config(load_config()))
+        if all(defaults.get(n, "<unset>") == v for n, v in b.items() if n.startswith(key + ".")):
+            a.pop(key)
+            b = {n: v for n, v in b.items() if not n.startswith(key + ".")}
     lines = []
     for key in sorted(set(a) | set(b)):
         if key in ignore or key.startswith(RESUMABLE_PREFIXES) or any(key.startswith(i + ".") for i in ignore):

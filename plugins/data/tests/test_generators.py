@@ -132,3 +132,17 @@ def test_a_generator_without_its_package_names_the_install(tmp_path, env, capsys
     assert main(["check", str(config), "--skip-device-check"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "data.train_generator" in err and "pip install rl-data" in err, err
+
+
+def test_a_checkpoint_whose_config_saved_the_sections_as_null_resumes_unchanged():
+    """rl-core before the move saved ``data.*_generator: null`` for a file-data run; the sections are rl-data's now and
+    a config holds their defaults: a resume compares them as unchanged, and a generator set now is still a change."""
+    from rl_core.config.load import load_config
+    from rl_core.trainer.outputs import config_diff, plain_config
+
+    saved = plain_config(load_config())
+    saved["data"]["train_generator"] = saved["data"]["val_generator"] = None
+    assert config_diff(saved, plain_config(load_config())) == []
+    now = plain_config(load_config(overrides=["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic"]))
+    changed = config_diff(saved, now)
+    assert "data.train_generator.name: '<unset>' -> 'reasoning_gym'" in changed and not any("val_generator" in line for line in changed)
