@@ -102,6 +102,22 @@ GENERATORS: dict[str, tuple[Callable[..., list], tuple[Callable[..., list[Proble
 }
 
 
+def generators() -> dict[str, tuple[Callable[..., list], tuple[Callable[..., list[Problem]], ...]]]:
+    """:data:`GENERATORS` and those another package declares in the entry-point group ``rl_data.generators`` (name ->
+    ``module:object``, the object ``(generate, checks)`` or ``generate`` alone), loaded when a config names one."""
+    from importlib.metadata import entry_points
+
+    out = {ep.name: ep for ep in entry_points(group="rl_data.generators") if ep.name not in GENERATORS}
+    for name, ep in out.items():
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 - a broken package names itself instead of stopping every check
+            raise DataError(f"the data generator {name!r} ({ep.value}, entry point group rl_data.generators) cannot be loaded: {exc}; "
+                            "fix or uninstall the package that declares it") from None
+        out[name] = obj if isinstance(obj, tuple) else (obj, ())
+    return {**GENERATORS, **out}
+
+
 def generated_source(gen: Any) -> str:
     """How rows of a generator are named in messages: ``<generator>/<dataset>``."""
     return f"{gen.name}/{gen.dataset}"
@@ -111,9 +127,9 @@ def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] 
     """Validated rows of a :class:`~rl_data.config.GeneratorConfig`, made by ``generate(gen, split)`` (default: the
     generator ``gen.name`` names in :data:`GENERATORS`); its UserError is a :class:`DataError`."""
     key = f"data.{split}_generator"
-    generate = generate or GENERATORS.get(gen.name, (None,))[0]
+    generate = generate or generators().get(gen.name, (None,))[0]
     if generate is None:
-        raise DataError(f"{key}.name {gen.name!r}: no such generator; set it to one of: {', '.join(GENERATORS)}")
+        raise DataError(f"{key}.name {gen.name!r}: no such generator; set it to one of: {', '.join(generators())}")
     if not gen.dataset:
         raise DataError(f"{key}.dataset is empty; name the generator's dataset (e.g. basic_arithmetic for reasoning_gym)")
     try:
@@ -147,9 +163,14 @@ def sample_rows(config: Any) -> tuple[list[Problem], list[dict[str, Any]]]:
         gen = getattr(config.data, f"{split}_generator", None)
         if gen is None or not gen.name:
             continue
-        if gen.name not in GENERATORS:
-            problems.append(Problem(key=f"{key}.name", what=f"no generator named {gen.name!r}{did_you_mean(gen.name, list(GENERATORS))}",
-                                    fix=f"set {key}.name to one of: {', '.join(GENERATORS)}, or '' and data.{split}_files"))
+        try:
+            known = generators()
+        except DataError as exc:
+            problems.append(Problem(key=f"{key}.name", what=str(exc), fix="fix or uninstall the package named above"))
+            continue
+        if gen.name not in known:
+            problems.append(Problem(key=f"{key}.name", what=f"no generator named {gen.name!r}{did_you_mean(gen.name, list(known))}",
+                                    fix=f"set {key}.name to one of: {', '.join(known)}, or '' and data.{split}_files"))
             continue
         if not gen.dataset:
             problems.append(Problem(key=f"{key}.dataset", what="is empty", fix="name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic"))
@@ -162,7 +183,7 @@ def sample_rows(config: Any) -> tuple[list[Problem], list[dict[str, Any]]]:
 
 def _sample(key: str, gen: Any, split: str) -> tuple[list[Problem], list[dict]]:
     """The generator's own checks (its package, its options), then a two-row sample."""
-    generate, checks = GENERATORS[gen.name]
+    generate, checks = generators()[gen.name]
     problems: list[Problem] = []
     for check in checks:
         problems += check(gen, key) or []

@@ -146,3 +146,33 @@ def test_a_checkpoint_whose_config_saved_the_sections_as_null_resumes_unchanged(
     now = plain_config(load_config(overrides=["data.train_generator.name=reasoning_gym", "data.train_generator.dataset=basic_arithmetic"]))
     changed = config_diff(saved, now)
     assert "data.train_generator.name: '<unset>' -> 'reasoning_gym'" in changed and not any("val_generator" in line for line in changed)
+
+
+def test_another_package_declares_a_generator_by_entry_point(monkeypatch):
+    """A third party's generator: entry-point group ``rl_data.generators`` (``name = "module:object"``), loaded when a
+    config names it; a declared one that cannot be loaded is a check problem naming it, not a crash."""
+    import importlib.metadata
+
+    from rl_core.config.load import load_config
+
+    class Declared:  # what importlib.metadata.entry_points returns, without installing a package
+        def __init__(self, name, value, obj):
+            self.name, self.value, self.group, self._obj = name, value, "rl_data.generators", obj
+
+        def load(self):
+            if isinstance(self._obj, Exception):
+                raise self._obj
+            return self._obj
+
+    def generate(gen, split):
+        return [_row(i) for i in range(gen.size)]
+
+    eps = [Declared("theirs", "their_pkg:generate", generate)]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group])
+    cfg = load_config(overrides=["data.train_generator.name=theirs", "data.train_generator.dataset=any", "data.train_generator.size=3"])
+    rows, origins, source = generated_rows(cfg.data, "train")
+    assert [r["prompt"] for r in rows] == [_row(i)["prompt"] for i in range(3)] and source == "theirs/any"
+    eps.append(Declared("broken", "broken_pkg:gen", ImportError("No module named 'broken_pkg'")))
+    problems, _ = sample_rows(cfg)
+    (p,) = [p for p in problems if p.key == "data.train_generator.name"]
+    assert "'broken'" in p.what and "broken_pkg:gen" in p.what and "No module named" in p.what
