@@ -246,10 +246,9 @@ def default_asks(config, step: int) -> bool:
     the Plan's decision (``rl_core.rollout.log_prob_decision``): no correction here, so only steps 1, 1 + GAP_EVERY, ..."""
     from rl_core.rollout import log_prob_decision
     from rl_rollout_correction.feature import CORRECTION
-    from rl_rollout_vllm.plugin import VLLM_ROLLOUT
 
     auto = CORRECTION.defaults(attrs.evolve(config, rollout=attrs.evolve(config.rollout, calculate_log_probs=None)))  # fp8: TIS on, so every step
-    return log_prob_decision.wanted(log_prob_decision.decide(auto, VLLM_ROLLOUT, users=CORRECTION.log_prob_users(auto)), step)
+    return log_prob_decision.wanted(log_prob_decision.decide(auto, users=CORRECTION.log_prob_users(auto)), step)
 
 
 def part_vllm(args, precision: str) -> list[dict]:

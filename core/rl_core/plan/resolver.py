@@ -447,7 +447,7 @@ def resolve(config: RunConfig, registry: Registry | None = None, *, rules: bool 
     config = correction.defaults(config) if correction is not None else config
     users = correction.log_prob_users(config) if correction is not None else []
     # rollout.calculate_log_probs=null: on where the run needs them, else a sample of steps (rl_core.rollout.log_prob_decision)
-    config = log_prob_decision.decide(config, ACTOR in getattr(estimator, "log_probs", ()), users)
+    config = log_prob_decision.decide(config, estimator_reads=ACTOR in getattr(estimator, "log_probs", ()), users=users)
     cards = [(rollout, "rollout.name"), (train, "train.name")]
     _check_devices(config, rollout, train, problems)
     _check_parallel(config, rollout, train, problems, registry)

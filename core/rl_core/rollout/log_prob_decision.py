@@ -23,7 +23,7 @@ def log_prob_users(config: Any, estimator_reads: bool = False, users: tuple[str,
     return [*users, *(key for key, yes in on.items() if yes)]
 
 
-def decide(config: Any, estimator_reads: bool = False, users: tuple[str, ...] | list[str] = ()) -> Any:
+def decide(config: Any, *, estimator_reads: bool = False, users: tuple[str, ...] | list[str] = ()) -> Any:
     """``config`` with ``rollout.calculate_log_probs=null`` made true where something needs the log-probs; left null
     otherwise (every ``GAP_EVERY``-th step, on every backend: the hf rollout's cost 3% of the reference step on an H200,
     bench/results/kernel_gpu_h200_s20)."""
