@@ -159,7 +159,8 @@ class KeptLogProbs:
         """``(values [rows, width], computed [rows])`` on the host, once the update's gradients are reduced."""
         values, computed = torch.zeros(self.shape, dtype=torch.float32), torch.zeros(self.shape[0], dtype=torch.bool)
         for ids, log_probs in self.parts:
-            values[ids.cpu(), : log_probs.shape[-1]], computed[ids.cpu()] = log_probs.cpu(), True
+            rows = ids.cpu()
+            values[rows, : log_probs.shape[-1]], computed[rows] = log_probs.cpu(), True
         return values, computed
 
 

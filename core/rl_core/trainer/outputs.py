@@ -140,9 +140,9 @@ def plain_config(config: Any) -> dict[str, Any]:
 def config_diff(old: Mapping[str, Any], new: Mapping[str, Any], ignore: frozenset[str] = RESUMABLE_KEYS) -> list[str]:
     """Lines ``key: old -> new`` for every key that differs (keys in ``ignore`` left out)."""
     a, b = flatten(old), flatten(new)
-    for key in [k for k, v in a.items() if v is None and k not in b and any(n.startswith(k + ".") for n in b)]:
-        # a section an earlier rl-core saved as null (unset) that a package now fills with its defaults: unchanged
-        defaults = flatten(plain_config(load_config()))
+    nulls = [k for k, v in a.items() if v is None and k not in b and any(n.startswith(k + ".") for n in b)]
+    defaults = flatten(plain_config(load_config())) if nulls else {}
+    for key in nulls:  # a section an earlier rl-core saved as null (unset) that a package now fills with its defaults: unchanged
         if all(defaults.get(n, "<unset>") == v for n, v in b.items() if n.startswith(key + ".")):
             a.pop(key)
             b = {n: v for n, v in b.items() if not n.startswith(key + ".")}

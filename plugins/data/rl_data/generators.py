@@ -102,20 +102,32 @@ GENERATORS: dict[str, tuple[Callable[..., list], tuple[Callable[..., list[Proble
 }
 
 
-def generators() -> dict[str, tuple[Callable[..., list], tuple[Callable[..., list[Problem]], ...]]]:
-    """:data:`GENERATORS` and those another package declares in the entry-point group ``rl_data.generators`` (name ->
-    ``module:object``, the object ``(generate, checks)`` or ``generate`` alone), loaded when a config names one."""
+def _declared() -> dict[str, Any]:
+    """The entry points of the group ``rl_data.generators`` (name -> ``module:object``) another package declares."""
     from importlib.metadata import entry_points
 
-    out = {ep.name: ep for ep in entry_points(group="rl_data.generators") if ep.name not in GENERATORS}
-    for name, ep in out.items():
-        try:
-            obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken package names itself instead of stopping every check
-            raise DataError(f"the data generator {name!r} ({ep.value}, entry point group rl_data.generators) cannot be loaded: {exc}; "
-                            "fix or uninstall the package that declares it") from None
-        out[name] = obj if isinstance(obj, tuple) else (obj, ())
-    return {**GENERATORS, **out}
+    return {ep.name: ep for ep in entry_points(group="rl_data.generators") if ep.name not in GENERATORS}
+
+
+def generator_names() -> list[str]:
+    return [*GENERATORS, *_declared()]
+
+
+def generator(name: str) -> tuple[Callable[..., list], tuple[Callable[..., list[Problem]], ...]] | None:
+    """``(generate, checks)`` of ``name``: :data:`GENERATORS`' or the one another package declares in the entry-point
+    group ``rl_data.generators`` (the object ``(generate, checks)`` or ``generate`` alone), loaded only when named; None
+    for an unknown name. A declared one that cannot be loaded is a :class:`DataError` naming it."""
+    if name in GENERATORS:
+        return GENERATORS[name]
+    ep = _declared().get(name)
+    if ep is None:
+        return None
+    try:
+        obj = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a broken package names itself
+        raise DataError(f"the data generator {name!r} ({ep.value}, entry point group rl_data.generators) cannot be loaded: {exc}; "
+                        "fix or uninstall the package that declares it") from None
+    return obj if isinstance(obj, tuple) else (obj, ())
 
 
 def generated_source(gen: Any) -> str:
@@ -125,11 +137,11 @@ def generated_source(gen: Any) -> str:
 
 def generate_rows(gen: Any, split: str = "train", generate: Callable[..., list] | None = None) -> list[dict[str, Any]]:
     """Validated rows of a :class:`~rl_data.config.GeneratorConfig`, made by ``generate(gen, split)`` (default: the
-    generator ``gen.name`` names in :data:`GENERATORS`); its UserError is a :class:`DataError`."""
+    generator ``gen.name`` names: :func:`generator`); its UserError is a :class:`DataError`."""
     key = f"data.{split}_generator"
-    generate = generate or generators().get(gen.name, (None,))[0]
+    generate = generate or (generator(gen.name) or (None,))[0]
     if generate is None:
-        raise DataError(f"{key}.name {gen.name!r}: no such generator; set it to one of: {', '.join(generators())}")
+        raise DataError(f"{key}.name {gen.name!r}: no such generator; set it to one of: {', '.join(generator_names())}")
     if not gen.dataset:
         raise DataError(f"{key}.dataset is empty; name the generator's dataset (e.g. basic_arithmetic for reasoning_gym)")
     try:
@@ -164,29 +176,33 @@ def sample_rows(config: Any) -> tuple[list[Problem], list[dict[str, Any]]]:
         if gen is None or not gen.name:
             continue
         try:
-            known = generators()
+            found = generator(gen.name)
         except DataError as exc:
             problems.append(Problem(key=f"{key}.name", what=str(exc), fix="fix or uninstall the package named above"))
             continue
-        if gen.name not in known:
-            problems.append(Problem(key=f"{key}.name", what=f"no generator named {gen.name!r}{did_you_mean(gen.name, list(known))}",
+        if found is None:
+            known = generator_names()
+            problems.append(Problem(key=f"{key}.name", what=f"no generator named {gen.name!r}{did_you_mean(gen.name, known)}",
                                     fix=f"set {key}.name to one of: {', '.join(known)}, or '' and data.{split}_files"))
             continue
         if not gen.dataset:
             problems.append(Problem(key=f"{key}.dataset", what="is empty", fix="name a reasoning-gym dataset, e.g. basic_arithmetic or gsm_symbolic"))
             continue
-        found, got = _sample(key, gen, split)
+        found, got = _sample(key, gen, split, *found)
         problems += found
         rows += got
     return problems, rows
 
 
-def _sample(key: str, gen: Any, split: str) -> tuple[list[Problem], list[dict]]:
+def _sample(key: str, gen: Any, split: str, generate: Callable[..., list], checks: tuple[Callable, ...]) -> tuple[list[Problem], list[dict]]:
     """The generator's own checks (its package, its options), then a two-row sample."""
-    generate, checks = generators()[gen.name]
     problems: list[Problem] = []
     for check in checks:
-        problems += check(gen, key) or []
+        try:
+            problems += check(gen, key) or []
+        except Exception as exc:  # noqa: BLE001 - another package's check must not crash the others
+            problems.append(Problem(key=f"{key}.name", what=f"the check {getattr(check, '__name__', check)} of generator {gen.name!r} raised "
+                                    f"{type(exc).__name__}: {exc}", fix="report this to the generator's authors"))
     if any(p.severity == "error" for p in problems):
         return problems, []
     try:

@@ -173,6 +173,9 @@ def test_another_package_declares_a_generator_by_entry_point(monkeypatch):
     rows, origins, source = generated_rows(cfg.data, "train")
     assert [r["prompt"] for r in rows] == [_row(i)["prompt"] for i in range(3)] and source == "theirs/any"
     eps.append(Declared("broken", "broken_pkg:gen", ImportError("No module named 'broken_pkg'")))
-    problems, _ = sample_rows(cfg)
+    problems, sample = sample_rows(cfg)  # a broken one nobody names is not loaded: "theirs" still checks and samples
+    assert problems == [] and len(sample) == 2
+    broken = load_config(overrides=["data.train_generator.name=broken", "data.train_generator.dataset=any"])
+    problems, _ = sample_rows(broken)
     (p,) = [p for p in problems if p.key == "data.train_generator.name"]
     assert "'broken'" in p.what and "broken_pkg:gen" in p.what and "No module named" in p.what
