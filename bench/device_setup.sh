@@ -98,9 +98,13 @@ dev_loose_wheels() {  # the earlier recipe's loose wheel folders, where this cal
 }
 
 dev_editable() {  # rl-core and its plugins from this checkout (once per machine: the checkout's path stays the same)
-    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode, rl_memory_estimate, rl_model_smollm2' 2>/dev/null && return 0
+    # + what rl-train-fsdp / rl-rollout-vllm require since issue 46's regrouping (routing replay, LoRA, multimodal, the
+    # rollout correction, data, the reward pool, offload, exact): a PYTHONPATH is not enough, their sections are entry points
+    python3 -c 'import rl_core, rl_core_testing, rl_train_fsdp, rl_rollout_vllm, rl_rollout_sglang, rl_hf_decode, rl_memory_estimate, rl_model_smollm2, rl_exact, rl_data' 2>/dev/null && return 0
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . -e plugins/testing -e plugins/train_fsdp -e plugins/reward_rule -e plugins/hf_decode -e plugins/memory_estimate -e plugins/model_smollm2 \
-        -e plugins/rollout_vllm -e plugins/rollout_sglang -e plugins/train_megatron >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
+        -e plugins/rollout_vllm -e plugins/rollout_sglang -e plugins/train_megatron \
+        -e plugins/routing_replay -e plugins/lora -e plugins/multimodal -e plugins/rollout_correction -e plugins/data -e plugins/reward_pool -e plugins/offload -e plugins/exact \
+        >"$OUT/pip_editable.log" 2>&1 || { tail -20 "$OUT/pip_editable.log"; return 1; }
 }
 
 dev_versions() {

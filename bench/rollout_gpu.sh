@@ -9,7 +9,10 @@
 #   carry [".gpu/dv01"] .. [".gpu/dv06"], one per call, back to back: bash bench/device_setup.sh part
 #   carry [".gpu/dv07"]: bash bench/rollout_gpu.sh          (timeout_s 600; installs vLLM, then runs)
 # A machine that already has both segments installed (e.g. right after machine B's calls): carry [] and run the same.
-# Knobs: DEADLINE (seconds for the python part, default 420), PARTS (default hf,vllm,vllm_fp8).
+# Knobs: DEADLINE (seconds for the python part, default 420), PARTS (default hf,vllm,vllm_fp8; sglang: see
+# bench/rollout_sglang_part.py for its set-up), ROUNDS (timed calls per row, default 3).
+# STEP=1: the scale workload's GRPO step with the hf and the vLLM rollout (STEP_ROLLOUTS, STEP_STEPS, STEP_TIMEOUT).
+# PROFILE=1: CUPTI kernel times of the hf decode on the scale shape (bench/profile_gpu.py; PROFILE_NEW tokens).
 # GRPO=1 (a second call, carry []): instead of the bench, 20 GRPO steps of the reference workload with the vLLM rollout
 # in bf16 and in fp8 (~2 x 4 min), their metrics (rollout_corr/*: the rollout / trainer mismatch; reward) side by side.
 # SMOKE=1 on a CPU: tiny shapes, no bundle (the vLLM parts run where vllm imports, else say skipped).
@@ -38,6 +41,37 @@ if [ "${GRPO:-0}" = 1 ]; then
         python3 bench/timing_table.py /tmp/grpo_$prec/metrics.jsonl >"$OUT/grpo_$prec.md" 2>&1
     done
     python3 bench/compare_metrics.py "$OUT/grpo_auto.metrics.jsonl" "$OUT/grpo_fp8.metrics.jsonl" --names bf16 fp8 --out "$OUT/grpo_bf16_vs_fp8.md" 2>&1 | tail -3
+    dev_pack
+    exit 0
+fi
+if [ "${STEP:-0}" = 1 ]; then
+    # "its step no slower than the hf rollout's" (issue 48): the scale workload's GRPO step (bench/verl/run_verl_gpu.sh's
+    # SCALE_ARGS on bench/reference/grpo_reference.yaml), each rollout with its defaults (rollout.calculate_log_probs=null:
+    # log-probs on step 1 only here). STEP_ROLLOUTS="hf" and "vllm" may go in two calls of one machine: the runs stay in
+    # /tmp/step_<name>, and the comparison is written once both are there.
+    SCALE=(model.path=.gpu/qwen15b-gpt2 data.train_batch_size=32 data.max_response_length=1024 model.enable_gradient_checkpointing=true
+        actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size_per_gpu=16)
+    for r in ${STEP_ROLLOUTS:-hf vllm}; do
+        rm -rf "/tmp/step_$r"
+        timeout "${STEP_TIMEOUT:-280}" python3 -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="${STEP_STEPS:-5}" \
+            trainer.output_dir="/tmp/step_$r" rollout.name="$r" "${SCALE[@]}" >"$OUT/step_$r.log" 2>&1
+        echo "step $r: exit $?"
+        tail -3 "$OUT/step_$r.log"
+        cp "/tmp/step_$r/metrics.jsonl" "$OUT/step_$r.metrics.jsonl" 2>/dev/null
+        python3 bench/timing_table.py "/tmp/step_$r/metrics.jsonl" >"$OUT/step_$r.md" 2>&1
+    done
+    if [ -s /tmp/step_hf/metrics.jsonl ] && [ -s /tmp/step_vllm/metrics.jsonl ]; then
+        python3 bench/compare_metrics.py /tmp/step_hf/metrics.jsonl /tmp/step_vllm/metrics.jsonl --names hf vllm --out "$OUT/step_hf_vs_vllm.md" 2>&1 | tail -3
+    fi
+    dev_pack
+    exit 0
+fi
+if [ "${PROFILE:-0}" = 1 ]; then
+    # where the hf decode's time goes on the scale shape (1.5B, 32 prompts x 8, 128 + PROFILE_NEW tokens): CUPTI kernel times by group
+    timeout "${PROFILE_TIMEOUT:-300}" python3 bench/profile_gpu.py --decode-modes compile --update-variants "" --decode-shape 1.5b --batch 256 \
+        --prompt 128 --new "${PROFILE_NEW:-512}" >"$OUT/profile.log" 2>&1
+    echo "profile: exit $?"
+    head -30 "$OUT/profile_gpu.md" 2>/dev/null || tail -20 "$OUT/profile.log"
     dev_pack
     exit 0
 fi
