@@ -17,7 +17,7 @@ every row is timed ``--rounds`` times (default 3; ``ROUNDS``), the order reverse
 median, every round's seconds, and the seconds Python's garbage collector ran inside each call:
 
 - ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale``, and ``long`` with
-  prefix sharing on (default) and off (``share_prefill``);
+  prefix sharing on (default) and off (``share_prefill``); ``HF_CHUNKS=128,512``: ``scale`` with other ``decode_chunk`` values;
 - ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
@@ -249,6 +249,19 @@ def part_hf(args) -> list[dict]:
             fn()
         samples = run_rounds(runs, args.rounds, lambda: None, args.deadline_ok)
         rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
+        if wname == "scale" and eng.static is not None and os.environ.get("HF_CHUNKS"):
+            # other decode_chunk values (HF_CHUNKS=128,512): a step attends over the capacity its response reached, in
+            # steps of the chunk; each value's graphs are captured in its own warm-up, so its rounds run apart from the rest
+            default_chunk = eng.static.chunk
+            for chunk in [int(c) for c in os.environ["HF_CHUNKS"].split(",")]:
+                eng.static.chunk = chunk
+                eng.static.reset()
+                fn = hf(True)
+                fn()
+                samples = run_rounds([(f"hf, decode_chunk={chunk}", fn)], args.rounds, lambda: None, args.deadline_ok)
+                rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
+            eng.static.chunk = default_chunk
+            eng.static.reset()
     eng.shutdown()
     if device == "cuda":
         torch.cuda.empty_cache()
