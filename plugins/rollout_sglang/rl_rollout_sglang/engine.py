@@ -22,9 +22,12 @@ Engine
 
 Generation
     Prompts arrive left-padded; padding is stripped and token ids are sent as
-    ``input_ids``. Every sample is one request (a prompt's n samples share its
-    prefix through SGLang's radix cache), so sample ``j`` of prompt ``i`` can
-    get the seed ``seed + i * n + j``. ``SamplingParams`` maps to temperature,
+    ``input_ids``. Every sample is one request, so sample ``j`` of prompt ``i``
+    can get the seed ``seed + i * n + j``; a prompt's n samples share its prefix
+    through SGLang's radix cache because each distinct prompt is first sent once
+    with no new token (``rollout.engine_kwargs.share_prefill``, default true; as
+    SGLang's own ``n`` does: its scheduler would otherwise prefill the n requests
+    of one batch side by side, the prompt n times). ``SamplingParams`` maps to temperature,
     top_p, top_k (``<= 0``: off), max_new_tokens and ``sampling_seed``;
     greedy (or temperature 0) is temperature 0, one request per prompt, its
     answer repeated n times. Stop strings are applied by the adapter (the
@@ -153,6 +156,9 @@ class SGLangRollout:
         self._tokenizer = None
         self._owns_client = client is None
         self.server = bool(adapter.get("server_url"))
+        # one prefill per group: each prompt is sent once (no new token) before its n samples, so the radix cache holds
+        # it when they are scheduled; SGLang's scheduler (fcfs) otherwise prefills the n requests of a batch side by side
+        self.share_prefill = bool(adapter.get("share_prefill", True)) and not extra.get("disable_radix_cache", False)
         if client is not None:
             self.client = client
         elif not self.leader:
@@ -272,7 +278,7 @@ class SGLangRollout:
             self._note_once("gpu-seed", "SGLang honours per-request seeds on GPU only with rollout.engine_kwargs.enable_deterministic_inference=true")
         seeds = request_seeds(len(prompts), per_prompt, None if greedy else params.seed)
         requests = [(prompts[i], sampling_params(params, seeds[i * per_prompt + j])) for i in range(len(prompts)) for j in range(per_prompt)]
-        samples = self._answer(requests, bool(params.logprobs) or self.server)
+        samples = self._answer(requests, bool(params.logprobs) or self.server, shared_prompts=per_prompt > 1)
         if not params.logprobs:
             samples = [Sample(s.token_ids, None, s.finish_reason) for s in samples]
         if params.stop:
@@ -308,18 +314,30 @@ class SGLangRollout:
 
         return self._multi_turn.generate(batch, params, continue_ids, pad_id=self.pad_id)
 
-    def _answer(self, requests: list[tuple[list[int], dict[str, Any]]], want_lp: bool) -> list[Sample]:
-        """SGLang's samples for ``(prompt ids, sampling params)`` requests, at most ``rollout.generation_batch_size`` per call."""
+    def _answer(self, requests: list[tuple[list[int], dict[str, Any]]], want_lp: bool, shared_prompts: bool = False) -> list[Sample]:
+        """SGLang's samples for ``(prompt ids, sampling params)`` requests, at most ``rollout.generation_batch_size`` per call.
+        ``shared_prompts``: the requests repeat their prompts (n samples each): with ``share_prefill`` each distinct prompt
+        of a call is prefilled once first (SGLang's own ``n`` path does the same), then the samples read it from the cache."""
         per_call = len(requests) if not self.generation_batch_size else max(1, int(self.generation_batch_size))
         samples: list[Sample] = []
         for start in range(0, len(requests), per_call):
             chunk = requests[start : start + per_call]
             lora = None if self._lora_name is None else [self._lora_name] * len(chunk)  # every request names the adapter
+            if shared_prompts and self.share_prefill:
+                self._prefill_once([p for p, _ in chunk], lora)
             outs = self.client.generate([p for p, _ in chunk], [s for _, s in chunk], want_lp, **({} if lora is None else {"lora_path": lora}))
             if len(outs) != len(chunk):
                 raise RuntimeError(f"SGLang answered {len(outs)} of {len(chunk)} requests")
             samples.extend(parse_output(o, want_lp) for o in outs)
         return samples
+
+    def _prefill_once(self, prompts: list[list[int]], lora: list[str] | None) -> None:
+        """Each distinct prompt once with no new token: its KV cache enters the radix cache before its samples arrive."""
+        distinct = list({tuple(p): p for p in prompts}.values())
+        if len(distinct) == len(prompts):
+            return
+        lora_kw = {} if lora is None else {"lora_path": [lora[0]] * len(distinct)}
+        self.client.generate(distinct, [{"max_new_tokens": 0, "temperature": 0.0} for _ in distinct], False, **lora_kw)
 
     def _placeholder(self, batch: Batch, params: SamplingParams) -> Batch:
         """What a non-leading rank of a TP group returns: all padding, dropped by the loop."""

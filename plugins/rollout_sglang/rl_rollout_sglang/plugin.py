@@ -21,7 +21,7 @@ from rl_core.problems import Problem
 from rl_core.rollout.engine_kwargs import bucket_size_problems, engine_kwargs_problems
 
 #: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``sglang.Engine``).
-ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s")
+ADAPTER_KEYS = ("weight_sync_bucket_mb", "server_url", "server_timeout_s", "share_prefill")
 #: ``sglang.Engine`` arguments rl-core sets from its own config.
 FROM_CONFIG = {
     "model_path": "model.path",
@@ -72,6 +72,10 @@ def check_engine_kwargs(config) -> list[Problem]:
             )
         )
     problems += bucket_size_problems(kwargs)
+    if "share_prefill" in kwargs and not isinstance(kwargs["share_prefill"], bool):
+        problems.append(Problem(key="rollout.engine_kwargs.share_prefill", what=f"must be true or false, got {kwargs['share_prefill']!r}",
+                                why="true prefills each prompt once before its n samples are sent, so they share it through the radix cache",
+                                fix="rollout.engine_kwargs.share_prefill=true (the default)"))
     rest = {k: v for k, v in kwargs.items() if k not in ADAPTER_KEYS}
     if not url:  # a running server was started with its own arguments: nothing here goes to an engine
         unknown = [k for k in rest if k not in FROM_CONFIG]

@@ -12,6 +12,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import attrs
 import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
@@ -81,7 +82,12 @@ def test_requests_one_per_sample_with_its_seed(model_dir):
     eng = _adapter(model_dir, client, "rollout.generation_batch_size=3")
     batch = prompt_batch(model_dir, ("ab", "c"))
     out = eng.generate(batch, SamplingParams(n=2, max_new_tokens=4, temperature=0.8, top_k=5, seed=10, logprobs=True))
-    gens = [c for c in client.calls if c[0] == "generate"]
+    calls = [c for c in client.calls if c[0] == "generate"]
+    # each engine call whose requests repeat a prompt first prefills its distinct prompts once, with no new token
+    prefills = [c for c in calls if all(s["max_new_tokens"] == 0 for s in c[2])]
+    gens = [c for c in calls if c not in prefills]
+    assert calls.index(prefills[0]) == 0 and len(prefills) == 1  # before the first chunk [ab, ab, c]; the last ([c]) repeats nothing
+    assert prefills[0][1] == [[3 + ord("a"), 3 + ord("b")], [3 + ord("c")]] and prefills[0][3] is False
     assert [len(c[1]) for c in gens] == [3, 1]  # 4 sequences, at most 3 per engine call
     ids = [p for c in gens for p in c[1]]
     sampling = [s for c in gens for s in c[2]]
@@ -90,6 +96,22 @@ def test_requests_one_per_sample_with_its_seed(model_dir):
     assert all(s["temperature"] == 0.8 and s["top_k"] == 5 and s["max_new_tokens"] == 4 for s in sampling)
     assert out.tensors["responses"].tolist() == [[7, 8, 0, 0]] * 4
     assert out.tensors["rollout_log_probs"][0].tolist() == [-1.0, -2.0, 0.0, 0.0]
+
+
+def test_share_prefill_off_or_without_a_radix_cache_sends_only_the_samples(model_dir):
+    from rl_rollout_sglang.plugin import check_engine_kwargs
+
+    params = SamplingParams(n=3, max_new_tokens=2, temperature=1.0, seed=1)
+    for override in ("rollout.engine_kwargs.share_prefill=false", "rollout.engine_kwargs.disable_radix_cache=true"):
+        client = RecordingClient()
+        _adapter(model_dir, client, override).generate(prompt_batch(model_dir, ("ab", "c")), params)
+        (call,) = [c for c in client.calls if c[0] == "generate"]
+        assert len(call[1]) == 6 and all(s["max_new_tokens"] == 2 for s in call[2])
+    client = RecordingClient()
+    _adapter(model_dir, client).generate(prompt_batch(model_dir, ("ab", "c")), attrs.evolve(params, n=1))
+    assert len([c for c in client.calls if c[0] == "generate"]) == 1  # nothing repeats: no prefill call
+    cfg = load_config(overrides=[f"model.path={model_dir}", "rollout.name=sglang", "rollout.engine_kwargs.share_prefill=1"])
+    assert [p.key for p in check_engine_kwargs(cfg)] == ["rollout.engine_kwargs.share_prefill"]
 
 
 def test_greedy_sends_one_request_per_prompt(model_dir):
@@ -345,8 +367,10 @@ def test_server_client_maps_requests_and_answers(model_dir):
     finally:
         server.shutdown()
     posts = [(p, b) for m, p, b in _FakeServer.log if m == "POST"]
-    assert posts[0][0] == "/generate" and posts[0][1]["return_logprob"] is True  # ids ride in the log-probs
-    assert [s["sampling_seed"] for s in posts[0][1]["sampling_params"]] == [1, 2]
+    # the prompt prefilled once (no new token), then its two samples
+    assert posts[0][0] == "/generate" and [s["max_new_tokens"] for s in posts[0][1]["sampling_params"]] == [0]
+    assert posts[1][0] == "/generate" and posts[1][1]["return_logprob"] is True  # ids ride in the log-probs
+    assert [s["sampling_seed"] for s in posts[1][1]["sampling_params"]] == [1, 2]
     assert posts[-1][0] == "/flush_cache"
 
 
