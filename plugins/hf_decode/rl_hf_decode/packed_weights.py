@@ -104,3 +104,29 @@ def still_packed(layer, pack: LayerPack) -> bool:
     if pack.gu_b is not None and not _holds(pack.gu_b, [m.bias for m in mlp]):
         return False
     return True
+
+
+HEAD_ROWS = 64  # the lm_head's rows are padded to a multiple of this (an odd vocab makes cuBLAS pick an align1 kernel)
+
+
+def pad_rows(param: torch.nn.Parameter, multiple: int = HEAD_ROWS) -> torch.Tensor | None:
+    """Give ``param`` a zero-padded storage of a multiple of ``multiple`` rows and point it at its first rows.
+
+    Returns the padded tensor (None when the rows are already a multiple): a GEMM against it computes the same
+    rows plus zero rows, sliced off afterwards. As with :func:`_pack`, the parameter is a view of the padded
+    tensor, so a weight sync (``param.data.copy_``) and a tied embedding (the same Parameter) read and write
+    it; the only extra memory is the padding rows (the old storage is freed when nothing else holds it).
+    """
+    rows = int(param.shape[0])
+    padded_rows = -(-rows // multiple) * multiple
+    if padded_rows == rows:
+        return None
+    padded = param.data.new_zeros((padded_rows, *param.shape[1:]))
+    padded[:rows].copy_(param.data)
+    param.data = padded[:rows]
+    return padded
+
+
+def still_padded(param: torch.nn.Parameter, padded: torch.Tensor) -> bool:
+    """Whether ``param`` is still the first rows of ``padded`` (nothing gave it new storage)."""
+    return _holds(padded, [param])

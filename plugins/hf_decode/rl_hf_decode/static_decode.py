@@ -33,9 +33,22 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
   stream is the same; nothing syncs with the host except the
   all-finished check every ``check_every`` steps.
 
-Attention is ``scaled_dot_product_attention`` over the capacity view with a
-mask of the valid slots (grouped-query heads share their key / value head
-without copies). Results equal the plain loop's to float rounding, and a
+Prefill attention is ``scaled_dot_product_attention`` with a causal and
+padding mask. A decode step's attention (``decode_attention="matmul"``, the
+default) is two batched matmuls over the capacity view, ``q [b, kv, g, d] @
+K^T`` and ``probs @ V``, with the scale, the mask of the valid slots and the
+softmax in float32 between them (the eager transformers formula): cuBLAS reads
+the permuted slot-major views as strided batches, no copies (a test checks),
+where the flash kernel with an additive mask reached about half of the
+KV-read bandwidth on an H200 for a one-token query; ``"sdpa"`` keeps
+``scaled_dot_product_attention`` there too. Grouped-query heads share their
+key / value head through a reshape, without copies.
+
+With packing on, the lm_head's weight is padded to a multiple of 64 rows
+(:func:`rl_hf_decode.packed_weights.pad_rows`: the parameter becomes a view of
+the padded tensor, so the only extra memory is the padding rows, at most 63 x
+hidden size): an odd vocab (50257) otherwise gets a legacy ``align1`` GEMM
+kernel; the logits are the GEMM's first ``vocab`` columns. Results equal the plain loop's to float rounding, and a
 chunked decode equals an unchunked one: tests compare tokens and log-probs on
 CPU, where the same code runs without graph capture. Models it does not
 cover (another architecture, sliding-window attention, stop strings) use the
@@ -51,7 +64,7 @@ from typing import Callable
 
 import torch
 
-from rl_hf_decode.packed_weights import LayerPack, pack_layer, still_packed
+from rl_hf_decode.packed_weights import HEAD_ROWS, LayerPack, pack_layer, pad_rows, still_packed, still_padded
 from rl_core.rollout.output import position_ids_from_mask
 
 logger = logging.getLogger(__name__)
@@ -93,6 +106,18 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """One-token attention as two batched matmuls: ``q [b, kv, g, d]`` (the g query heads of each kv head),
+    ``k`` / ``v [b, kv, S, d]`` (any strides whose last or second-to-last dim is contiguous: the permuted
+    slot-major cache views are read in place), ``bias`` additive, broadcastable to ``[b, kv, g, S]``.
+
+    The scores are scaled, masked and soft-maxed in float32 and cast back for ``@ V`` (transformers' eager
+    attention), which equals ``scaled_dot_product_attention`` to the dtype's rounding; returns ``[b, kv, g, d]``.
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale + bias.float()
+    return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+
+
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The model's RMSNorm with its float32 statistics in one ``F.rms_norm`` call (fewer kernels per step).
 
@@ -115,7 +140,7 @@ class StaticDecoder:
 
     def __init__(
         self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
-        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False,
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False, decode_attention: str = "matmul",
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -145,12 +170,16 @@ class StaticDecoder:
         # the default (no decode_chunk given): at least length / AUTO_GRAPHS slots per step, rounded up to CACHE_ROUND
         self.auto_chunk = bool(auto_chunk) and self.chunk > 0
         self.fix = fix
+        if decode_attention not in ("matmul", "sdpa"):
+            raise ValueError(f"the static decoder's decode_attention must be 'matmul' or 'sdpa', got {decode_attention!r}")
+        self.decode_attention = decode_attention
         self._caches: dict[int, _Cache] = {}  # batch bucket -> its cache, buffers and per-capacity graphs
         self._pool = None
         # q / k / v and gate / up as one GEMM each (rl_hf_decode.packed_weights); off when the engine adopts
         # the trainer's tensors (packing would copy them and the sharing would silently stop)
         self.pack = bool(pack)
         self._packs: list[LayerPack | None] | None = None
+        self._head_pad: torch.Tensor | None = None  # the lm_head weight padded to HEAD_ROWS rows (packed_weights.pad_rows)
 
     def reset(self) -> None:
         """Drop captured graphs and caches (weights moved, memory wanted back)."""
@@ -162,16 +191,22 @@ class StaticDecoder:
         the parameters have moved: the q / k / v and gate / up weights would stay on the device)."""
         self.reset()
         self._packs = None
+        self._head_pad = None
 
     def _ensure_packed(self) -> None:
         """Pack the projections, again if something gave them new storage (then the graphs read stale memory)."""
         if not self.pack:
             return
         layers = self.body.layers
-        if self._packs is not None and all(pk is None or still_packed(layer, pk) for layer, pk in zip(layers, self._packs)):
+        head = self.head.weight
+        wants_pad = head.shape[0] % HEAD_ROWS != 0 and self.head.bias is None
+        head_ok = still_padded(head, self._head_pad) if wants_pad and self._head_pad is not None else not wants_pad
+        if head_ok and self._packs is not None and all(pk is None or still_packed(layer, pk) for layer, pk in zip(layers, self._packs)):
             return
         self.reset()
         self._packs = [pack_layer(layer) for layer in layers]
+        # no bias: a padded bias would be one more copy to keep in step; none of the covered models has one
+        self._head_pad = pad_rows(head) if self.head.bias is None else None
 
     def cache_bytes(self) -> int:
         """Device memory held by the static caches and buffers of every batch bucket."""
@@ -212,7 +247,10 @@ class StaticDecoder:
         b, h, s, d = q.shape
         g = h // self.n_kv
         qg = q.reshape(b, self.n_kv, g * s, d)
-        out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=self.scaling)
+        if s == 1 and self.decode_attention == "matmul":
+            out = decode_attention(qg, k_all, v_all, bias, self.scaling)
+        else:
+            out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=self.scaling)
         out = out.reshape(b, h, s, d).transpose(1, 2).reshape(b, s, h * d)
         return x + layer.self_attn.o_proj(out)
 
@@ -226,7 +264,10 @@ class StaticDecoder:
         return x + mlp.down_proj(mlp.act_fn(gate) * up)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(_rms_norm(self.body.norm, x)).float()
+        h = _rms_norm(self.body.norm, x)
+        if self._head_pad is None:
+            return self.head(h).float()
+        return torch.nn.functional.linear(h, self._head_pad)[..., : self.head.weight.shape[0]].float()
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, write: Callable[[int, torch.Tensor, torch.Tensor], None]) -> torch.Tensor:
