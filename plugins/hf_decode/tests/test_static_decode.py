@@ -235,3 +235,82 @@ def test_compiled_step_gives_the_plain_loop_tokens_at_two_cache_lengths(model_di
         assert (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max() < 1e-4
     # a cache per batch bucket (3 prompts x 2 -> 8 rows, 1 x 2 -> 2 rows), each as long as its prompts need
     assert [(c.bucket, c.length) for c in eng.static._caches.values()] == [(8, 128), (2, 256)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_decode_attention_equals_sdpa_over_the_slot_major_cache_without_copies(dtype):
+    """rl_hf_decode.static_decode.decode_attention (the decode step's default) against
+    scaled_dot_product_attention on the permuted views of a slot-major cache, with masked slots."""
+    from torch.profiler import profile
+
+    from rl_hf_decode.static_decode import decode_attention
+
+    gen = torch.Generator().manual_seed(0)
+    S, cap, b, kv, g, d = 40, 24, 5, 2, 3, 16
+    k_cache = torch.randn(S, b, kv, d, generator=gen).to(dtype)
+    v_cache = torch.randn(S, b, kv, d, generator=gen).to(dtype)
+    q = torch.randn(b, kv, g, d, generator=gen).to(dtype)
+    valid = torch.rand(cap, b, generator=gen) < 0.6
+    valid[cap - 1] = True  # the slot the step writes
+    bias = torch.zeros(b, cap, dtype=dtype).masked_fill_(~valid.t(), torch.finfo(dtype).min)[:, None, None, :]
+    k, v = k_cache[:cap].permute(1, 2, 0, 3), v_cache[:cap].permute(1, 2, 0, 3)  # [b, kv, cap, d], as _decode_step
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=d**-0.5)
+    with profile() as prof:
+        out = decode_attention(q, k, v, bias, d**-0.5)
+    assert out.dtype == dtype and out.shape == (b, kv, g, d)
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(out, ref, **tol)
+    def under_matmul(e):
+        while e is not None and e.name != "aten::matmul":
+            e = e.cpu_parent
+        return e is not None
+
+    ops = [e.name for e in prof.events() if under_matmul(e)]
+    assert ops.count("aten::matmul") == 2 and "aten::bmm" in ops
+    copies = set(ops) & {"aten::copy_", "aten::clone", "aten::contiguous", "aten::empty_strided", "aten::_to_copy"}
+    assert not copies, copies  # the matmuls read the cache views in place
+    # a masked slot has no weight: changing its keys / values changes nothing
+    k_cache[:cap][~valid] = 100
+    v_cache[:cap][~valid] = -100
+    torch.testing.assert_close(decode_attention(q, k, v, bias, d**-0.5), out, atol=0, rtol=0)
+
+
+def test_matmul_and_sdpa_decode_attention_give_the_same_tokens(model_dir):
+    eng = _engine(model_dir, True)
+    batch = prompt_batch(model_dir, PROMPTS)
+    params = SamplingParams(n=2, max_new_tokens=10, temperature=1.0, seed=3, logprobs=True)
+    assert eng.static.decode_attention == "matmul"
+    a = eng.generate(batch, params)
+    eng.static.decode_attention = "sdpa"
+    b = eng.generate(batch, params)
+    assert torch.equal(a.tensors["responses"], b.tensors["responses"])
+    mask = a.tensors["response_mask"].bool()
+    assert (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max() < 1e-5
+    with pytest.raises(ValueError, match="decode_attention must be 'matmul' or 'sdpa'"):
+        StaticDecoder(eng.model, decode_attention="flash")
+
+
+def test_lm_head_is_padded_to_64_rows_as_a_view_that_a_weight_sync_writes_through(model_dir):
+    """rl_hf_decode.packed_weights.pad_rows: the head weight becomes the first rows of a zero-padded tensor
+    (264 -> 320 rows); the logits are the same; a copy into the weight lands in it; new storage is padded again."""
+    eng = _engine(model_dir, True)
+    head = eng.model.get_output_embeddings()
+    x = torch.randn(4, 1, head.in_features)
+    before = eng.static._logits(x)  # not packed yet: the model's own head
+    eng.generate(prompt_batch(model_dir, PROMPTS), SamplingParams(n=1, max_new_tokens=2, greedy=True))
+    pad = eng.static._head_pad
+    vocab = head.weight.shape[0]
+    assert vocab % 64 and pad.shape == (-(-vocab // 64) * 64, head.in_features) and not pad[vocab:].any()
+    assert head.weight.data_ptr() == pad.data_ptr()
+    torch.testing.assert_close(eng.static._logits(x), before, atol=0, rtol=0)
+    if eng.model.config.tie_word_embeddings:  # the embedding is the same Parameter
+        assert eng.model.get_input_embeddings().weight.data_ptr() == pad.data_ptr()
+    new = torch.randn_like(head.weight)
+    head.weight.data.copy_(new)  # what a weight sync does
+    assert torch.equal(pad[:vocab], new)
+    head.weight.data = new.clone()  # new storage: noticed, padded again (and the caches dropped)
+    eng.static._caches[99] = "stale"
+    eng.generate(prompt_batch(model_dir, PROMPTS), SamplingParams(n=1, max_new_tokens=2, greedy=True))
+    assert eng.static._head_pad is not pad and head.weight.data_ptr() == eng.static._head_pad.data_ptr() and 99 not in eng.static._caches
+    eng.static.release()
+    assert eng.static._head_pad is None
