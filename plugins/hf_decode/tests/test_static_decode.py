@@ -260,15 +260,26 @@ def test_matmul_decode_attention_equals_sdpa_over_the_slot_major_cache_without_c
     assert out.dtype == dtype and out.shape == (b, kv, g, d)
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
     torch.testing.assert_close(out, ref, **tol)
-    def under_matmul(e):
-        while e is not None and e.name != "aten::matmul":
-            e = e.cpu_parent
-        return e is not None
+    def copies_in_matmul(prof):
+        def under_matmul(e):
+            while e is not None and e.name != "aten::matmul":
+                e = e.cpu_parent
+            return e is not None
 
-    ops = [e.name for e in prof.events() if under_matmul(e)]
-    assert ops.count("aten::matmul") == 2 and "aten::bmm" in ops
-    copies = set(ops) & {"aten::copy_", "aten::clone", "aten::contiguous", "aten::empty_strided", "aten::_to_copy"}
-    assert not copies, copies  # the matmuls read the cache views in place
+        ops = [e.name for e in prof.events() if under_matmul(e)]
+        assert ops.count("aten::matmul") == 2 and "aten::bmm" in ops
+        return set(ops) & {"aten::copy_", "aten::clone", "aten::contiguous", "aten::empty_strided", "aten::_to_copy"}
+
+    assert not copies_in_matmul(prof)  # the matmuls read the cache views in place
+    # and bmm gets each batch as a strided matrix with a unit-stride dim over the cache's own memory, which cuBLAS
+    # reads in place (torch's prepare_batch_matrix_for_cublas copies only when neither matrix dim has stride 1)
+    for m, cache in ((k.transpose(-1, -2).reshape(b * kv, d, cap), k_cache), (v.reshape(b * kv, cap, d), v_cache)):
+        assert m.data_ptr() == cache.data_ptr() and 1 in m.stride()[1:]
+    # the probe sees a copy when there is one: a [cap, kv, b, d] layout cannot merge its batch dims
+    other = k_cache[:cap].permute(0, 2, 1, 3).contiguous().permute(2, 1, 0, 3)
+    with profile() as prof:
+        decode_attention(q, other, other, bias, d**-0.5)
+    assert copies_in_matmul(prof)
     # a masked slot has no weight: changing its keys / values changes nothing
     k_cache[:cap][~valid] = 100
     v_cache[:cap][~valid] = -100
