@@ -287,18 +287,30 @@ def test_matmul_decode_attention_equals_sdpa_over_the_slot_major_cache_without_c
 
 
 def test_matmul_and_sdpa_decode_attention_give_the_same_tokens(model_dir):
-    eng = _engine(model_dir, True)
+    """engine_kwargs decode_attention: matmul (the default) and sdpa decode alike; other values are refused."""
+    from rl_core.rollout.builtin import check_hf_engine_kwargs
+
+    def engine(**kw):
+        cfg = RunConfig(model=ModelConfig(path=str(model_dir)), data=DataConfig(max_prompt_length=64),
+                        rollout=RolloutConfig(engine_kwargs={"static_decode": True, **kw}))
+        return factory(cfg, WorkerContext(features=FEATURES))
+
+    eng, sdpa = engine(), engine(decode_attention="sdpa")
     batch = prompt_batch(model_dir, PROMPTS)
     params = SamplingParams(n=2, max_new_tokens=10, temperature=1.0, seed=3, logprobs=True)
-    assert eng.static.decode_attention == "matmul"
-    a = eng.generate(batch, params)
-    eng.static.decode_attention = "sdpa"
-    b = eng.generate(batch, params)
+    assert eng.static.decode_attention == "matmul" and sdpa.static.decode_attention == "sdpa"
+    a, b = eng.generate(batch, params), sdpa.generate(batch, params)
     assert torch.equal(a.tensors["responses"], b.tensors["responses"])
     mask = a.tensors["response_mask"].bool()
     assert (a.tensors["rollout_log_probs"] - b.tensors["rollout_log_probs"])[mask].abs().max() < 1e-5
     with pytest.raises(ValueError, match="decode_attention must be 'matmul' or 'sdpa'"):
         StaticDecoder(eng.model, decode_attention="flash")
+
+    def problems(value):
+        return check_hf_engine_kwargs(RunConfig(rollout=RolloutConfig(engine_kwargs={"decode_attention": value})))
+
+    assert problems("matmul") == [] and problems("sdpa") == []
+    assert [p.key for p in problems("flash")] == ["rollout.engine_kwargs.decode_attention"]
 
 
 def test_lm_head_is_padded_to_64_rows_as_a_view_that_a_weight_sync_writes_through(model_dir):
