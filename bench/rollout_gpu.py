@@ -22,8 +22,7 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
   max_tokens=R))``: no seed, no log-probs, token ids in) and with ``logprobs=0``; rl-core's ``generate`` without
-  log-probs (a default run's steps 2-10, 12-20, ...) and with them (seeded, as steps 1, 11, ... or a correction ask);
-  both again with the garbage collector left on (``engine_kwargs.pause_gc=false``, the path before it); with
+  log-probs (a default run's steps 2-10, 12-20, ...) and with them (seeded, as steps 1, 11, ... or a correction ask); with
   ``PER_REQUEST=1`` rl-core's earlier per-request seeds; one sleep + wake-up (what a colocated step adds);
 - ``vllm_mp``: "vLLM alone" with vLLM's own default layout, the engine core in a process of its own
   (``VLLM_ENABLE_V1_MULTIPROCESSING=1``; rl-core's engine runs in-process), the same ``LLM`` arguments;
@@ -367,20 +366,17 @@ def part_vllm(args, precision: str) -> list[dict]:
                 return sum(len(c.token_ids) for o in outs for c in o.outputs)
             return counted(go)
 
-        def rlcore(logprobs=True, pause_gc=True, mode="batch"):
+        def rlcore(logprobs=True, mode="batch"):
             def go():
-                eng.batch_seeded, eng.pause_gc = mode == "batch", pause_gc
+                eng.batch_seeded = mode == "batch"
                 out = eng.generate(batch_of(prompts), attrs.evolve(params, logprobs=logprobs))
                 return int(out.tensors["response_mask"].sum())
             return counted(go)
 
         # the same work both ways: vLLM alone also returns the sampled token's log-prob (logprobs=0), rl-core also
-        # without (a default run's steps 2-10, 12-20, ...: rollout.calculate_log_probs=null); "GC on": rl-core before
-        # rollout.engine_kwargs.pause_gc (the collector's passes inside the generation)
+        # without (a default run's steps 2-10, 12-20, ...: rollout.calculate_log_probs=null)
         runs = [(f"vLLM alone{suffix}", alone()), (f"rl-core vLLM{suffix}, no log-probs", rlcore(logprobs=False)),
-                (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, log-probs", rlcore()),
-                (f"rl-core vLLM{suffix}, no log-probs, GC on (before)", rlcore(logprobs=False, pause_gc=False)),
-                (f"rl-core vLLM{suffix}, log-probs, GC on (before)", rlcore(pause_gc=False))]
+                (f"vLLM alone{suffix}, logprobs=0", alone(0)), (f"rl-core vLLM{suffix}, log-probs", rlcore())]
         if wname == "scale" and os.environ.get("PER_REQUEST") == "1":
             runs.append((f"rl-core vLLM{suffix}, per-request seeds (before)", rlcore(mode="request")))
         samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)  # every call prefills its prompts itself

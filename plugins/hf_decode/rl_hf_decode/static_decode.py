@@ -33,22 +33,19 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
   stream is the same; nothing syncs with the host except the
   all-finished check every ``check_every`` steps.
 
-Prefill attention is ``scaled_dot_product_attention`` with a causal and
-padding mask. A decode step's attention (``decode_attention="matmul"``, the
-default) is two batched matmuls over the capacity view, ``q [b, kv, g, d] @
-K^T`` and ``probs @ V``, with the scale, the mask of the valid slots and the
-softmax in float32 between them (the eager transformers formula): cuBLAS reads
-the permuted slot-major views as strided batches, no copies (a test checks),
-where the flash kernel with an additive mask reached about half of the
-KV-read bandwidth on an H200 for a one-token query; ``"sdpa"`` keeps
-``scaled_dot_product_attention`` there too. Grouped-query heads share their
-key / value head through a reshape, without copies.
+Attention is ``scaled_dot_product_attention`` over the capacity view with a
+mask of the valid slots (grouped-query heads share their key / value head
+without copies). On an H200 (1.5B shape, 256 rows) a decode step's attention
+took 1.5 ms, about half the KV-read bandwidth; two batched matmuls with a
+float32 softmax over the same views took as long (session 22,
+bench/results/rollout_speed_h200_s22), so the fused kernel stays.
 
 With packing on, the lm_head's weight is padded to a multiple of 64 rows
 (:func:`rl_hf_decode.packed_weights.pad_rows`: the parameter becomes a view of
 the padded tensor, so the only extra memory is the padding rows, at most 63 x
 hidden size): an odd vocab (50257) otherwise gets a legacy ``align1`` GEMM
-kernel; the logits are the GEMM's first ``vocab`` columns. Results equal the plain loop's to float rounding, and a
+kernel (0.38 ms of a 4.2 ms step on an H200, 0.07 ms padded); the logits are the
+GEMM's first ``vocab`` columns. Results equal the plain loop's to float rounding, and a
 chunked decode equals an unchunked one: tests compare tokens and log-probs on
 CPU, where the same code runs without graph capture. Models it does not
 cover (another architecture, sliding-window attention, stop strings) use the
@@ -106,18 +103,6 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
     return None
 
 
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
-    """One-token attention as two batched matmuls: ``q [b, kv, g, d]`` (the g query heads of each kv head),
-    ``k`` / ``v [b, kv, S, d]`` (any strides whose last or second-to-last dim is contiguous: the permuted
-    slot-major cache views are read in place), ``bias`` additive, broadcastable to ``[b, kv, g, S]``.
-
-    The scores are scaled, masked and soft-maxed in float32 and cast back for ``@ V`` (transformers' eager
-    attention), which equals ``scaled_dot_product_attention`` to the dtype's rounding; returns ``[b, kv, g, d]``.
-    """
-    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale + bias.float()
-    return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
-
-
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The model's RMSNorm with its float32 statistics in one ``F.rms_norm`` call (fewer kernels per step).
 
@@ -140,7 +125,7 @@ class StaticDecoder:
 
     def __init__(
         self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
-        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False, decode_attention: str = "matmul",
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False,
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -170,9 +155,6 @@ class StaticDecoder:
         # the default (no decode_chunk given): at least length / AUTO_GRAPHS slots per step, rounded up to CACHE_ROUND
         self.auto_chunk = bool(auto_chunk) and self.chunk > 0
         self.fix = fix
-        if decode_attention not in ("matmul", "sdpa"):
-            raise ValueError(f"the static decoder's decode_attention must be 'matmul' or 'sdpa', got {decode_attention!r}")
-        self.decode_attention = decode_attention
         self._caches: dict[int, _Cache] = {}  # batch bucket -> its cache, buffers and per-capacity graphs
         self._pool = None
         # q / k / v and gate / up as one GEMM each (rl_hf_decode.packed_weights); off when the engine adopts
@@ -247,10 +229,7 @@ class StaticDecoder:
         b, h, s, d = q.shape
         g = h // self.n_kv
         qg = q.reshape(b, self.n_kv, g * s, d)
-        if s == 1 and self.decode_attention == "matmul":
-            out = decode_attention(qg, k_all, v_all, bias, self.scaling)
-        else:
-            out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=self.scaling)
+        out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=self.scaling)
         out = out.reshape(b, h, s, d).transpose(1, 2).reshape(b, s, h * d)
         return x + layer.self_attn.o_proj(out)
 

@@ -226,7 +226,6 @@ class VLLMRollout:
         self.full_vocab_logprobs = "logprobs_mode" not in extra
         # one seed per generate call, not one generator per request (rl_rollout_vllm.fast_path)
         self.seed_mode = fast_path.seed_mode(extra)
-        self.pause_gc = fast_path.pause_gc(extra)  # no collector passes over the trainer's heap mid-generation
         self.precision = r.precision
         self.tp = int(r.tensor_model_parallel_size)
         self.sleep_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
@@ -422,7 +421,7 @@ class VLLMRollout:
             else:
                 sampling = [self._sampling_params(params, greedy, None if seed is None else seed + (start + i) * params.n) for i in range(len(chunk))]
                 seeded = contextlib.nullcontext()
-            with seeded, fast_path.gc_paused(self.pause_gc):
+            with seeded:
                 outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in chunk], sampling, use_tqdm=False, lora_request=self._lora_request)
             for out in outputs:
                 for comp in sorted(out.outputs, key=lambda c: c.index):
@@ -460,8 +459,7 @@ class VLLMRollout:
             for start in range(0, len(prompts), per_call):
                 chunk = range(start, min(len(prompts), start + per_call))
                 one = [self._sampling_params(_one_turn(params, budgets[i], stop), greedy, None if base is None else base + i) for i in chunk]
-                with fast_path.gc_paused(self.pause_gc):
-                    answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False, lora_request=self._lora_request)
+                answers = self.llm.generate([TokensPrompt(prompt_token_ids=prompts[i]) for i in chunk], one, use_tqdm=False, lora_request=self._lora_request)
                 for ans in answers:
                     comp = ans.outputs[0]
                     out.append(Sample(comp.token_ids, fast_path.sampled_log_probs(comp) if params.logprobs else None, comp.finish_reason))

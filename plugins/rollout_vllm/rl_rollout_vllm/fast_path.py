@@ -15,13 +15,9 @@ Found against a plain ``LLM.generate(prompts, SamplingParams(n=8, ...))``:
 - **Log-prob objects.** ``logprobs=0`` makes vLLM build one ``dict[int, Logprob]`` per token (262k objects a
   step on the scale workload, with the garbage collector's passes over them); ``flat_logprobs=True`` (vLLM's
   :class:`FlatLogprobs`) keeps them in flat lists, read here without a per-token lookup (:func:`sampled_log_probs`).
-- **The garbage collector.** In-process the engine shares the interpreter with the colocated trainer, whose
-  modules, tensors and optimizer state the collector's oldest generation walks on every full pass; a generation
-  allocates ~262k objects a step on the scale workload (outputs, log-probs), enough to trigger such passes, and
-  the same call measured 11.4 s and 16.2 s on one H200 (session 21). vLLM freezes its own start-up heap for the
-  same reason (``freeze_gc_heap``); rl-core pauses the cyclic collector for the length of one ``generate`` call
-  (:func:`gc_paused`; reference counting still frees everything acyclic; a collection runs when it ends if one
-  was due). ``rollout.engine_kwargs.pause_gc=false`` leaves the collector on.
+- Not the garbage collector: rl-core's flat log-probs leave it little to walk (0.01-0.08 s of collector time in a
+  6-11 s generation on an H200, session 22; vLLM alone's per-token ``Logprob`` dicts cost it 0.44-0.51 s), and pausing
+  it during a generation measured no faster (``bench/results/rollout_speed_h200_s22``).
 - Already as vLLM alone: ``n`` samples per request (one prefill per group: vLLM forks the request after its
   prompt), ``detokenize=False`` unless stop strings need the text, CUDA graphs on (``enforce_eager`` only on CPU).
 
@@ -31,7 +27,6 @@ Nothing here imports vLLM at module level.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from typing import Any, Iterator
 
@@ -54,28 +49,6 @@ def seed_mode(extra: dict[str, Any]) -> str:
         raise ValueError(f"rollout.engine_kwargs.seed_mode={mode!r}: use 'batch' (one seed per generate call, fast) or 'request' "
                          "(vLLM's per-request generators: samples independent of the batch, slower)")
     return mode
-
-
-def pause_gc(extra: dict[str, Any]) -> bool:
-    """``rollout.engine_kwargs.pause_gc`` (taken out of ``extra``): pause the cyclic collector during ``generate`` (default on)."""
-    value = extra.pop("pause_gc", True)
-    if not isinstance(value, bool):
-        raise ValueError(f"rollout.engine_kwargs.pause_gc={value!r}: use true (the default: no collector passes during a "
-                         "generation) or false")
-    return value
-
-
-@contextlib.contextmanager
-def gc_paused(enabled: bool = True) -> Iterator[None]:
-    """The cyclic garbage collector off for the block (when ``enabled`` and it was on); back on afterwards."""
-    if not enabled or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @contextlib.contextmanager

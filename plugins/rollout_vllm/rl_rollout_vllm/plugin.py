@@ -86,7 +86,7 @@ def check_cpu_head_dim(config) -> list[Problem]:
 
 
 #: ``rollout.engine_kwargs`` keys of this plugin (taken out before the rest goes to ``vllm.LLM``).
-OWN_KEYS = ("weight_sync_bucket_mb", "sleep_level", "seed_mode", "pause_gc")
+OWN_KEYS = ("weight_sync_bucket_mb", "sleep_level", "seed_mode")
 #: ``vllm.LLM`` arguments rl-core sets from its own config.
 FROM_CONFIG = {
     "model": "model.path",
@@ -138,11 +138,6 @@ def check_engine_kwargs(config) -> list[Problem]:
                                 why="batch: one seed per generate call (as fast as vLLM alone); request: vLLM's per-request "
                                     "generators, which its sampler serves one row at a time",
                                 fix="rollout.engine_kwargs.seed_mode=batch (the default)"))
-    if "pause_gc" in kwargs and not isinstance(kwargs["pause_gc"], bool):
-        problems.append(Problem(key="rollout.engine_kwargs.pause_gc", what=f"must be true or false, got {kwargs['pause_gc']!r}",
-                                why="true pauses Python's cyclic garbage collector for each generation (its full passes walk the "
-                                    "colocated trainer's objects too)",
-                                fix="rollout.engine_kwargs.pause_gc=true (the default)"))
     rest = {k: v for k, v in kwargs.items() if k not in OWN_KEYS}
     unknown = [k for k in rest if k not in FROM_CONFIG]
     accepted = vllm_argument_names() if unknown else None  # importing vLLM takes seconds: only when needed

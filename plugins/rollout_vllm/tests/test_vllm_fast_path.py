@@ -58,33 +58,3 @@ def test_seed_mode_is_checked():
     problems = check_engine_kwargs(RunConfig(rollout=RolloutConfig(name="vllm", engine_kwargs={"seed_mode": "sample"})))
     assert [p.key for p in problems] == ["rollout.engine_kwargs.seed_mode"]
     assert check_engine_kwargs(RunConfig(rollout=RolloutConfig(name="vllm", engine_kwargs={"seed_mode": "request"}))) == []
-
-
-def test_pause_gc_is_checked_and_restores_the_collector():
-    import gc
-
-    assert fast_path.pause_gc({}) is True
-    extra = {"pause_gc": False, "max_num_seqs": 8}
-    assert fast_path.pause_gc(extra) is False and extra == {"max_num_seqs": 8}  # taken out before vllm.LLM
-    with pytest.raises(ValueError, match="pause_gc"):
-        fast_path.pause_gc({"pause_gc": "yes"})
-    problems = check_engine_kwargs(RunConfig(rollout=RolloutConfig(name="vllm", engine_kwargs={"pause_gc": 1})))
-    assert [p.key for p in problems] == ["rollout.engine_kwargs.pause_gc"]
-    assert check_engine_kwargs(RunConfig(rollout=RolloutConfig(name="vllm", engine_kwargs={"pause_gc": False}))) == []
-    assert gc.isenabled()
-    with fast_path.gc_paused(True):
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    with pytest.raises(KeyError):  # back on when the generation raises
-        with fast_path.gc_paused(True):
-            raise KeyError("x")
-    assert gc.isenabled()
-    with fast_path.gc_paused(False):
-        assert gc.isenabled()
-    gc.disable()
-    try:  # a caller that turned it off itself keeps it off
-        with fast_path.gc_paused(True):
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
