@@ -188,7 +188,9 @@ def run_rounds(runs, rounds: int, reset, deadline_ok) -> dict[str, list[dict]]:
     """Each ``(label, fn)`` of ``runs`` timed ``rounds`` times, the order reversed every other round (ABBA: no row always
     runs first or right after the same neighbour); ``reset()`` before every call. ``fn()`` returns ``(tokens, extra)``.
     Returns every sample per label: ``tokens``, ``seconds``, ``gc_s`` / ``gc_passes`` (the collector inside the call)."""
-    device = "cpu" if SMOKE else "cuda"
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not SMOKE else "cpu"
     samples: dict[str, list[dict]] = {label: [] for label, _ in runs}
     for r in range(rounds):
         for label, fn in (runs if r % 2 == 0 else runs[::-1]):

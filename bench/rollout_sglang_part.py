@@ -28,7 +28,7 @@ engine, on ``scale`` and ``long``:
 ``SGLANG_ENGINE_KWARGS`` (JSON) adds ``sglang.Engine`` arguments to both engines (e.g. ``{"attention_backend": "triton"}``
 if sglang-kernel's fa3 fails to start, ``{"schedule_policy": "lpm"}`` to try in-batch prefix sharing).
 
-Timing: ``rg.run_rounds`` (``ROUNDS`` rounds, default 2; the order alternates so no row always goes first), the radix
+Timing: ``rg.run_rounds`` / ``rg.rows_from_rounds`` (``ROUNDS`` rounds, default 2; the order alternates so no row always goes first), the radix
 cache flushed before every timed call; a row's seconds are the median of its rounds, every sample kept.
 Prefilled prompt tokens: SGLang's own per-request counters, ``sum(meta_info.prompt_tokens - meta_info.cached_tokens)``
 over the requests a call returns; ``prompt_tokens`` = prompts x prompt length (what one prefill per group costs).
@@ -49,39 +49,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHIMS = REPO / "plugins" / "rollout_sglang" / "tests" / "cpu_shims"
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
-
-
-# ------------------------------------------------------------------------------ rounds (until rg has its own)
-def _run_rounds(runs, rounds, reset, deadline_ok) -> dict[str, list[dict]]:
-    """``rounds`` rounds over ``runs`` ((label, fn) with fn() -> (tokens, extra)), the order reversed every other
-    round (ABBA); ``reset()`` before every timed call. A run skipped for the deadline has fewer samples (or none)."""
-    samples: dict[str, list[dict]] = {label: [] for label, _ in runs}
-    for k in range(rounds):
-        for label, fn in (runs if k % 2 == 0 else runs[::-1]):
-            if not deadline_ok():
-                print(f"skipped {label} (round {k + 1}): deadline", flush=True)
-                continue
-            reset()
-            t0 = time.perf_counter()
-            tokens, extra = fn()
-            samples[label].append(dict(tokens=int(tokens), seconds=time.perf_counter() - t0, **extra))
-    return samples
-
-
-def _rows_from_rounds(rg, samples: dict[str, list[dict]], workload: str, floor: float, nominal_tokens: int, **common) -> list[dict]:
-    """One row per label with samples: the median seconds (the sample at the median gives tokens and extras), all samples."""
-    rows = []
-    for label, got in samples.items():
-        if not got:
-            continue
-        ordered = sorted(got, key=lambda s: s["seconds"])
-        mid = dict(ordered[(len(ordered) - 1) // 2])
-        seconds = statistics.median(s["seconds"] for s in got)
-        tokens = mid.pop("tokens")
-        mid.pop("seconds")
-        rows.append(rg.row(label, workload, seconds, tokens, floor, nominal_tokens=nominal_tokens, **mid, **common,
-                           samples=[dict(s) for s in got]))
-    return rows
 
 
 # ------------------------------------------------------------------------------------------------- helpers
@@ -149,8 +116,7 @@ def part_sglang(args, rg) -> list[dict]:
     device = "cpu" if rg.SMOKE else "cuda"
     if device == "cpu":
         _cpu_stand_ins()
-    run_rounds = getattr(rg, "run_rounds", _run_rounds)
-    rows_from_rounds = getattr(rg, "rows_from_rounds", None) or (lambda *a, **k: _rows_from_rounds(rg, *a, **k))
+    run_rounds, rows_from_rounds = rg.run_rounds, rg.rows_from_rounds
     shape = rg.shape_of(args.model)
     user = json.loads(os.environ.get("SGLANG_ENGINE_KWARGS") or "{}")
     eng, start_s, metas = _build(rg, args, device, **user)

@@ -1,4 +1,4 @@
-"""bench/rollout_sglang_part.py's rounds (until bench/rollout_gpu.py has its own) and bench/rollout_sglang.sh's part stage.
+"""bench/rollout_gpu.py's rounds (which the SGLang part uses), bench/rollout_sglang_part.py's counts and bench/rollout_sglang.sh's part stage.
 
 No engine: fake runs for the rounds; a data-only stream of ~1 KB parts for the shell stage (under a scratch DEV_TMP)."""
 
@@ -33,7 +33,7 @@ def rg():
     return _load("rollout_gpu")
 
 
-def test_rounds_alternate_the_order_reset_before_every_call_and_stop_at_the_deadline(part):
+def test_rounds_alternate_the_order_reset_before_every_call_and_stop_at_the_deadline(rg):
     calls, resets = [], []
 
     def run(label, tokens):
@@ -43,26 +43,26 @@ def test_rounds_alternate_the_order_reset_before_every_call_and_stop_at_the_dead
         return go
 
     runs = [("a", run("a", 3)), ("b", run("b", 5))]
-    samples = part._run_rounds(runs, 4, lambda: resets.append(len(calls)), lambda: True)
+    samples = rg.run_rounds(runs, 4, lambda: resets.append(len(calls)), lambda: True)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]  # ABBA: no run always first
     assert resets == list(range(8))  # before each call, none after
     assert [s["tokens"] for s in samples["a"]] == [3] * 4 and samples["b"][0]["prefilled"] == 50
     assert all(s["seconds"] >= 0 for s in samples["a"] + samples["b"])
 
     left = iter([True, True, True, False, False, False])
-    cut = part._run_rounds(runs, 3, lambda: None, lambda: next(left))
+    cut = rg.run_rounds(runs, 3, lambda: None, lambda: next(left))
     assert [len(cut["a"]), len(cut["b"])] == [1, 2]  # round 1: a, b; round 2: b, then the deadline
 
 
-def test_rows_take_the_median_seconds_and_keep_every_sample(part, rg):
-    samples = {"x": [dict(tokens=100, seconds=s, prefilled=p) for s, p in ((3.0, 30), (1.0, 10), (2.0, 20))], "never ran": []}
-    rows = part._rows_from_rounds(rg, samples, "long", floor=0.5, nominal_tokens=200, prompt_tokens=64)
+def test_rows_take_the_median_seconds_and_keep_every_sample(rg):
+    samples = {"x": [dict(tokens=100, seconds=s, gc_s=0.0, prefilled=p) for s, p in ((3.0, 30), (1.0, 10), (2.0, 20))], "never ran": []}
+    rows = rg.rows_from_rounds(samples, "long", floor=0.5, nominal_tokens=200, prompt_tokens=64)
     assert len(rows) == 1  # a run without samples has no row
     row = rows[0]
     assert row["name"] == "x" and row["workload"] == "long" and row["seconds"] == 2.0
     assert row["prefilled"] == 20 and row["prompt_tokens"] == 64  # the median sample's extras
     assert row["tokens_per_s"] == 50.0 and row["pct_floor"] == pytest.approx(100 * 0.5 / 2.0 * 100 / 200)
-    assert [s["seconds"] for s in row["samples"]] == [3.0, 1.0, 2.0]
+    assert row["samples_s"] == [3.0, 1.0, 2.0]
 
 
 def test_prefilled_counts_prompt_minus_cached_tokens(part):
