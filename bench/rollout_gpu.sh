@@ -11,7 +11,8 @@
 # A machine that already has both segments installed (e.g. right after machine B's calls): carry [] and run the same.
 # Knobs: DEADLINE (seconds for the python part, default 420), PARTS (default hf,vllm,vllm_fp8; sglang: see
 # bench/rollout_sglang_part.py for its set-up), ROUNDS (timed calls per row, default 3).
-# STEP=1: the scale workload's GRPO step with the hf and the vLLM rollout (STEP_ROLLOUTS, STEP_STEPS, STEP_TIMEOUT).
+# STEP=1: the scale workload's GRPO step with the hf and the vLLM rollout (STEP_ROLLOUTS, also sglang once bench/rollout_sglang.sh
+# installed it on this machine; STEP_STEPS, STEP_TIMEOUT).
 # PROFILE=1: CUPTI kernel times of the hf decode on the scale shape (bench/profile_gpu.py; PROFILE_NEW tokens).
 # GRPO=1 (a second call, carry []): instead of the bench, 20 GRPO steps of the reference workload with the vLLM rollout
 # in bf16 and in fp8 (~2 x 4 min), their metrics (rollout_corr/*: the rollout / trainer mismatch; reward) side by side.
@@ -53,16 +54,20 @@ if [ "${STEP:-0}" = 1 ]; then
         actor.ppo_mini_batch_size=32 actor.ppo_micro_batch_size_per_gpu=16)
     for r in ${STEP_ROLLOUTS:-hf vllm}; do
         rm -rf "/tmp/step_$r"
-        timeout "${STEP_TIMEOUT:-280}" python3 -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="${STEP_STEPS:-5}" \
-            trainer.output_dir="/tmp/step_$r" rollout.name="$r" "${SCALE[@]}" >"$OUT/step_$r.log" 2>&1
+        # sglang: its own site folder first (SGLang 0.5.17 pins transformers 5.12.1; bench/rollout_sglang.sh installs it)
+        (if [ "$r" = sglang ]; then dev_env_sglang; export RL_CORE_ALLOW_UNTESTED_ENGINE=1; fi
+         timeout "${STEP_TIMEOUT:-280}" python3 -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="${STEP_STEPS:-5}" \
+            trainer.output_dir="/tmp/step_$r" rollout.name="$r" "${SCALE[@]}" >"$OUT/step_$r.log" 2>&1)
         echo "step $r: exit $?"
         tail -3 "$OUT/step_$r.log"
         cp "/tmp/step_$r/metrics.jsonl" "$OUT/step_$r.metrics.jsonl" 2>/dev/null
         python3 bench/timing_table.py "/tmp/step_$r/metrics.jsonl" >"$OUT/step_$r.md" 2>&1
     done
-    if [ -s /tmp/step_hf/metrics.jsonl ] && [ -s /tmp/step_vllm/metrics.jsonl ]; then
-        python3 bench/compare_metrics.py /tmp/step_hf/metrics.jsonl /tmp/step_vllm/metrics.jsonl --names hf vllm --out "$OUT/step_hf_vs_vllm.md" 2>&1 | tail -3
-    fi
+    for other in vllm sglang; do
+        if [ -s /tmp/step_hf/metrics.jsonl ] && [ -s "/tmp/step_$other/metrics.jsonl" ]; then
+            python3 bench/compare_metrics.py /tmp/step_hf/metrics.jsonl "/tmp/step_$other/metrics.jsonl" --names hf "$other" --out "$OUT/step_hf_vs_$other.md" 2>&1 | tail -3
+        fi
+    done
     dev_pack
     exit 0
 fi
