@@ -325,11 +325,20 @@ def default_asks(config, step: int) -> bool:
     return log_prob_decision.wanted(log_prob_decision.decide(auto, users=CORRECTION.log_prob_users(auto)), step)
 
 
+def vllm_alone(llm, prompts: list[list[int]], w: dict, logprobs: int | None = None) -> int:
+    """``LLM.generate(prompts, SamplingParams(n, temperature 1, max_tokens))``, token ids in, no detokenizing: the
+    generated tokens' count (the "vLLM alone" rows of both vLLM parts)."""
+    from vllm import SamplingParams as VSamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+    return sum(len(c.token_ids) for o in outs for c in o.outputs)
+
+
 def part_vllm(args, precision: str) -> list[dict]:
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_rollout_vllm.engine import VLLMRollout
-    from vllm import SamplingParams as VSamplingParams
-    from vllm.inputs import TokensPrompt
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
@@ -362,11 +371,7 @@ def part_vllm(args, precision: str) -> list[dict]:
             return go
 
         def alone(logprobs=None):
-            def go():
-                sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
-                outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-                return sum(len(c.token_ids) for o in outs for c in o.outputs)
-            return counted(go)
+            return counted(lambda: vllm_alone(llm, prompts, w, logprobs))
 
         def rlcore(logprobs=True, mode="batch"):
             def go():
@@ -396,11 +401,10 @@ def part_vllm(args, precision: str) -> list[dict]:
 
 def part_vllm_mp(args) -> list[dict]:
     """vLLM alone with its engine core in a process of its own (vLLM's default; rl-core runs it in-process, which keeps
-    weight sync a local call): the same ``LLM`` arguments as rl-core's adapter builds, the "vLLM alone" rows only."""
-    from vllm import LLM, SamplingParams as VSamplingParams
-    from vllm.inputs import TokensPrompt
+    weight sync a local call): the ``LLM`` arguments rl-core's adapter sets for this model (random weights, dtype, seed,
+    raw log-probs, context length, memory fraction, sleep mode), the "vLLM alone" rows only."""
+    from vllm import LLM
 
-    device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
     ws = workloads()
     kwargs = dict(model=args.model, dtype="float32" if SMOKE else "bfloat16", load_format="dummy", seed=0, logprobs_mode="raw_logprobs",
@@ -415,11 +419,7 @@ def part_vllm_mp(args) -> list[dict]:
         prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
 
         def alone(logprobs=None):
-            def go():
-                sp = VSamplingParams(n=w["n"], temperature=1.0, max_tokens=w["new"], detokenize=False, logprobs=logprobs)
-                outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-                return sum(len(c.token_ids) for o in outs for c in o.outputs), {}
-            return go
+            return lambda: (vllm_alone(llm, prompts, w, logprobs), {})
 
         alone()()  # warm-up
         runs = [("vLLM alone, engine core in its own process", alone()), ("vLLM alone, engine core in its own process, logprobs=0", alone(0))]

@@ -103,9 +103,7 @@ def _build(rg, args, device: str, **engine_kwargs):
 
 
 def _memory(rg, device: str, eng) -> dict:
-    used = getattr(rg, "_device_used_gib", lambda d: None)(device)
-    fraction = getattr(rg, "_fraction_gib", lambda d, f: None)(device, eng.config.rollout.gpu_memory_utilization)
-    return dict(device_used_gib=used, fraction_gib=fraction)
+    return dict(device_used_gib=rg._device_used_gib(device), fraction_gib=rg._fraction_gib(device, eng.config.rollout.gpu_memory_utilization))
 
 
 # ---------------------------------------------------------------------------------------------------- part
