@@ -18,6 +18,7 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
 
 - ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale``, and ``long`` with
   prefix sharing on (default) and off (``share_prefill``); ``HF_CHUNKS=128,512``: ``scale`` with other ``decode_chunk`` values;
+  ``HF_ATTENTION=triton,sdpa``: one engine per ``decode_attention`` value, timed side by side;
 - ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
@@ -228,28 +229,42 @@ def part_hf(args) -> list[dict]:
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
-    # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
-    eng = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs={"static_decode": True} if SMOKE else None), WorkerContext(device=device, seed=0, features={"hf_decode": FEATURE}))
-    if eng.static is None and not SMOKE:
-        raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
+    # HF_ATTENTION=triton,sdpa: one engine per engine_kwargs.decode_attention value, their rows timed side by side
+    # (rounds interleaved); unset: the default engine alone, rows named "hf"
+    attentions = [a for a in os.environ.get("HF_ATTENTION", "").split(",") if a]
+    engines = {}
+    for attention in attentions or [None]:
+        # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
+        kw = ({"static_decode": True} if SMOKE else {}) | ({"decode_attention": attention} if attention else {})
+        e = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs=kw or None), WorkerContext(device=device, seed=0, features={"hf_decode": FEATURE}))
+        if e.static is None and not SMOKE:
+            raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
+        engines["hf" if attention is None else f"hf, decode_attention={attention}"] = e
+    eng = next(iter(engines.values()))
     rows = []
     for wname, w in workloads().items():
         batch = batch_of(prompts_for(w, shape["vocab"]))
         params = SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=1, logprobs=True)
         floor = floor_seconds(shape, w, args.bandwidth)
 
-        def hf(share: bool):
+        def hf(share: bool, e=eng):
             def go():
-                eng.share_prefill = share
-                out = eng.generate(batch, params)
+                e.share_prefill = share
+                out = e.generate(batch, params)
                 return int(out.tensors["response_mask"].sum()), {"prefilled": int(out.meta[PREFILL_TOKENS])}
             return go
 
-        runs = [("hf", hf(True))] + ([("hf, no prefix sharing", hf(False))] if wname == "long" else [])
+        runs = [(label, hf(True, e)) for label, e in engines.items()]
+        runs += [(f"{runs[0][0]}, no prefix sharing", hf(False))] if wname == "long" else []
         for _, fn in runs:  # warm-up at the timed length: compile, capture every capacity's graph
             fn()
         samples = run_rounds(runs, args.rounds, lambda: None, args.deadline_ok)
         rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
+        for label, e in engines.items():  # what each engine ended up running (a kernel failing its check falls back to sdpa)
+            if e.static is not None:
+                for r in rows:
+                    if r["name"].startswith(label) and r["workload"] == wname:
+                        r["decode_attention"] = e.static.attention
         if wname == "scale" and eng.static is not None and os.environ.get("HF_CHUNKS"):
             # other decode_chunk values (HF_CHUNKS=128,512): a step attends over the capacity its response reached, in
             # steps of the chunk; each value's graphs are captured in its own warm-up, so its rounds run apart from the rest
@@ -263,7 +278,8 @@ def part_hf(args) -> list[dict]:
                 rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
             eng.static.chunk = default_chunk
             eng.static.reset()
-    eng.shutdown()
+    for e in engines.values():
+        e.shutdown()
     if device == "cuda":
         torch.cuda.empty_cache()
     return rows

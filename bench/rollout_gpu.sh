@@ -13,6 +13,8 @@
 # bench/rollout_sglang_part.py for its set-up), ROUNDS (timed calls per row, default 3).
 # STEP=1: the scale workload's GRPO step with the hf and the vLLM rollout (STEP_ROLLOUTS, also sglang once bench/rollout_sglang.sh
 # installed it on this machine; STEP_STEPS, STEP_TIMEOUT).
+# ATTN_MICRO=1: first bench/decode_attention_gpu.py (the decode attention kernel alone vs sdpa; torch + triton only).
+# HF_ATTENTION=triton,sdpa: the hf part with one engine per engine_kwargs.decode_attention value, side by side.
 # PROFILE=1: CUPTI kernel times of the hf decode on the scale shape (bench/profile_gpu.py; PROFILE_NEW tokens).
 # GRPO=1 (a second call, carry []): instead of the bench, 20 GRPO steps of the reference workload with the vLLM rollout
 # in bf16 and in fp8 (~2 x 4 min), their metrics (rollout_corr/*: the rollout / trainer mismatch; reward) side by side.
@@ -81,6 +83,11 @@ if [ "${PROFILE:-0}" = 1 ]; then
     exit 0
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/versions.txt"
+if [ "${ATTN_MICRO:-0}" = 1 ]; then  # one decode step's attention alone: rl-hf-decode's Triton kernel vs sdpa (~30 s)
+    timeout 150 python3 bench/decode_attention_gpu.py >"$OUT/decode_attention.log" 2>&1
+    echo "decode attention: exit $?"
+    cat "$OUT/decode_attention.md" 2>/dev/null || tail -5 "$OUT/decode_attention.log"
+fi
 python3 -c 'import vllm, torch, transformers; print("vllm", vllm.__version__, "| torch", torch.__version__, "| transformers", transformers.__version__)' 2>&1 | tail -1 | tee -a "$OUT/versions.txt"
 timeout $(( ${DEADLINE:-420} + 60 )) python3 bench/rollout_gpu.py --parts "${PARTS:-hf,vllm,vllm_fp8}" --deadline "${DEADLINE:-420}"
 echo "exit $?"

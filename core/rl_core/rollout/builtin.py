@@ -9,7 +9,7 @@ from rl_core.rollout.engine_kwargs import engine_kwargs_problems
 
 #: Every ``rollout.engine_kwargs`` key the ``hf`` rollout reads (:mod:`rl_core.rollout.hf`).
 HF_ENGINE_KEYS = ("attn_implementation", "share_weights", "static_decode", "cuda_graph", "check_every", "compile", "pack_projections",
-                  "sleep_threshold", "decode_chunk", "share_prefill")
+                  "sleep_threshold", "decode_chunk", "share_prefill", "decode_attention")
 
 
 def check_hf_engine_kwargs(config) -> list[Problem]:
@@ -24,6 +24,10 @@ def check_hf_engine_kwargs(config) -> list[Problem]:
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0):
         problems.append(Problem(key="rollout.engine_kwargs.decode_chunk", what=f"must be a whole number of cache slots >= 0, got {chunk!r}",
                                 fix="e.g. rollout.engine_kwargs.decode_chunk=1024 (0: every decode step attends over the whole cache)"))
+    attention = given.get("decode_attention")
+    if attention is not None and attention not in ("auto", "triton", "sdpa"):
+        problems.append(Problem(key="rollout.engine_kwargs.decode_attention", what=f"must be auto, triton or sdpa, got {attention!r}",
+                                fix="e.g. rollout.engine_kwargs.decode_attention=auto (the Triton kernel on CUDA, sdpa elsewhere)"))
     return problems
 
 

@@ -33,12 +33,18 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
   stream is the same; nothing syncs with the host except the
   all-finished check every ``check_every`` steps.
 
-Attention is ``scaled_dot_product_attention`` over the capacity view with a
-mask of the valid slots (grouped-query heads share their key / value head
-without copies). On an H200 (1.5B shape, 256 rows) a decode step's attention
-took 1.5 ms, about half the KV-read bandwidth; two batched matmuls with a
-float32 softmax over the same views took as long (session 22,
-bench/results/rollout_speed_h200_s22), so the fused kernel stays.
+A decode step's attention (``engine_kwargs.decode_attention``): on CUDA with
+Triton (``auto``, the default) one kernel per layer,
+:func:`rl_hf_decode.decode_attention.decode_attention`, that reads the cache
+only up to the slot the step wrote, with the grouped query heads of a kv head
+in one tile; otherwise (``sdpa``, a CPU, no Triton, or a kernel that fails its
+check against ``sdpa`` on the first decode) ``scaled_dot_product_attention``
+over the capacity view with a mask of the valid slots (grouped-query heads
+share their key / value head without copies). On an H200 (1.5B shape, 256
+rows) the latter took 1.5 ms a step, about half the KV-read bandwidth; two
+batched matmuls with a float32 softmax over the same views took as long
+(session 22, bench/results/rollout_speed_h200_s22). Prefill always uses
+``sdpa``.
 
 With packing on, the lm_head's weight is padded to a multiple of 64 rows
 (:func:`rl_hf_decode.packed_weights.pad_rows`: the parameter becomes a view of
@@ -61,6 +67,7 @@ from typing import Callable
 
 import torch
 
+from rl_hf_decode.decode_attention import decode_attention, reason_unavailable, splits_for
 from rl_hf_decode.packed_weights import HEAD_ROWS, LayerPack, pack_layer, pad_rows, still_packed, still_padded
 from rl_core.rollout.output import position_ids_from_mask
 
@@ -75,6 +82,7 @@ AUTO_GRAPHS = 32  # the default chunk grows with the cache so that a cache keeps
 MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
 MAX_CACHES = 4  # batch buckets whose caches (and graphs) are kept at once
 MAX_VIEWS = 64  # capacities (and graphs) kept per cache: multi-turn calls of many lengths add a last capacity each
+ATTENTION = ("auto", "triton", "sdpa")  # engine_kwargs.decode_attention
 FIX = "lower rollout.generation_batch_size (sequences decoded at once), rollout.n, data.max_response_length or data.max_prompt_length"
 
 
@@ -125,7 +133,7 @@ class StaticDecoder:
 
     def __init__(
         self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
-        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False,
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False, attention: str = "auto",
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -162,6 +170,50 @@ class StaticDecoder:
         self.pack = bool(pack)
         self._packs: list[LayerPack | None] | None = None
         self._head_pad: torch.Tensor | None = None  # the lm_head weight padded to HEAD_ROWS rows (packed_weights.pad_rows)
+        self.attention = self._attention_of(attention)
+        self._attention_checked = self.attention == "sdpa"
+
+    def _attention_of(self, wanted: str) -> str:
+        """``triton`` or ``sdpa`` for ``engine_kwargs.decode_attention``: ``auto`` takes the kernel where it can run."""
+        if wanted not in ATTENTION:
+            raise ValueError(f"rollout.engine_kwargs.decode_attention must be one of {', '.join(ATTENTION)}, got {wanted!r}")
+        reason = reason_unavailable(self.device) if wanted != "sdpa" else None
+        if wanted == "triton" and reason:
+            raise ValueError(f"rollout.engine_kwargs.decode_attention=triton cannot run here: {reason}; "
+                             "use rollout.engine_kwargs.decode_attention=auto (the kernel where it runs, sdpa elsewhere)")
+        return "sdpa" if wanted == "sdpa" or reason else "triton"
+
+    def _check_attention(self, cache: "_Cache") -> None:
+        """Once, before the first step: the kernel against ``sdpa`` on this cache's shapes (random keys, a masked
+        prefix); a failure or a mismatch warns and keeps ``sdpa`` (slower, never wrong)."""
+        self._attention_checked = True
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        cap = min(cache.length, 2 * CACHE_ROUND)
+        rows = min(cache.bucket, 8)
+        shape = (cap, rows, self.n_kv, self.head_dim)
+        k = torch.randn(shape, generator=gen, device=self.device).to(self.dtype)
+        v = torch.randn(shape, generator=gen, device=self.device).to(self.dtype)
+        q = torch.randn((rows, self.n_heads, self.head_dim), generator=gen, device=self.device).to(self.dtype)
+        valid = torch.ones(cap, rows, dtype=torch.bool, device=self.device)
+        valid[: cap // 4, ::2] = False  # left padding on every other row
+        slot = torch.tensor([cap - 3], device=self.device)  # the kernel must not read the two slots after it
+        before = valid.clone()
+        before[cap - 2:] = False
+        want = _sdpa_decode(q, k, v, before, self.scaling, self.n_kv)
+        try:
+            worst = 0.0
+            for splits in (1, 3):
+                got = decode_attention(q, k, v, valid, slot, self.scaling, splits)
+                worst = max(worst, float((got.float() - want.float()).abs().max()))
+        except Exception as exc:  # noqa: BLE001 - a kernel that does not build or run here: sdpa instead, never stop
+            warnings.warn(f"hf rollout: the Triton decode attention failed ({type(exc).__name__}: {exc}); decoding with sdpa "
+                          "(set rollout.engine_kwargs.decode_attention=sdpa to skip this check)", stacklevel=3)
+            self.attention = "sdpa"
+            return
+        if not worst <= 2e-2:
+            warnings.warn(f"hf rollout: the Triton decode attention differs from sdpa by {worst:.3g} on random inputs; decoding "
+                          "with sdpa", stacklevel=3)
+            self.attention = "sdpa"
 
     def reset(self) -> None:
         """Drop captured graphs and caches (weights moved, memory wanted back)."""
@@ -271,14 +323,20 @@ class StaticDecoder:
         """
         st.valid.index_fill_(0, st.slot, True)
         cap, bucket = st.valid.shape
-        bias = torch.zeros((bucket, cap), dtype=self.dtype, device=st.valid.device).masked_fill_(~st.valid.t(), torch.finfo(self.dtype).min)[:, None, None, :]
+        kernel = st.splits > 0
+        if not kernel:
+            bias = torch.zeros((bucket, cap), dtype=self.dtype, device=st.valid.device).masked_fill_(~st.valid.t(), torch.finfo(self.dtype).min)[:, None, None, :]
         x = self.body.embed_tokens(st.token[:, None])
         cos, sin = self._rope(st.pos[:, None])
         for i, layer in enumerate(self.body.layers):
             q, k, v = self._qkv(i, layer, _rms_norm(layer.input_layernorm, x), cos, sin)
             st.k[i].index_copy_(0, st.slot, k.permute(2, 0, 1, 3))
             st.v[i].index_copy_(0, st.slot, v.permute(2, 0, 1, 3))
-            x = self._mlp(i, layer, self._attend(layer, x, q, st.k[i].permute(1, 2, 0, 3), st.v[i].permute(1, 2, 0, 3), bias))
+            if kernel:
+                out = decode_attention(q[:, :, 0], st.k[i], st.v[i], st.valid, st.slot, self.scaling, st.splits)
+                x = self._mlp(i, layer, x + layer.self_attn.o_proj(out.reshape(bucket, 1, -1)))
+            else:
+                x = self._mlp(i, layer, self._attend(layer, x, q, st.k[i].permute(1, 2, 0, 3), st.v[i].permute(1, 2, 0, 3), bias))
         st.logits.copy_(self._logits(x)[:, 0])
 
     def _capture(self, st: "_View") -> None:
@@ -366,6 +424,8 @@ class StaticDecoder:
         bucket = 1 << (B - 1).bit_length()
         length = -(-(P + R) // CACHE_ROUND) * CACHE_ROUND
         cache = self._cache_for(bucket, length, B, P, R)
+        if not self._attention_checked:
+            self._check_attention(cache)
         pos = position_ids_from_mask(mask)
         rows = torch.arange(bucket, device=ids.device).clamp_(max=B - 1) // n  # the prompt of each bucket row
 
@@ -438,6 +498,16 @@ class _Cache:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _sdpa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, scale: float, n_kv: int) -> torch.Tensor:
+    """The reference of the kernel's check: ``q [rows, heads, d]`` over ``k``, ``v [cap, rows, kv, d]`` where ``valid``."""
+    rows, heads, d = q.shape
+    kk, vv = k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [rows, kv, cap, d]
+    qg = q.reshape(rows, n_kv, heads // n_kv, d)
+    bias = torch.zeros(valid.t().shape, dtype=q.dtype, device=q.device).masked_fill_(~valid.t(), torch.finfo(q.dtype).min)[:, None, None, :]
+    out = torch.nn.functional.scaled_dot_product_attention(qg, kk, vv, attn_mask=bias, scale=scale)
+    return out.reshape(rows, heads, d)
+
+
 def _vocab(dec: StaticDecoder) -> int:
     return dec.head.weight.shape[0]
 
@@ -453,6 +523,9 @@ class _View:
         self.valid = cache.valid[:cap]
         self.token, self.pos, self.slot, self.logits = cache.token, cache.pos, cache.slot, cache.logits
         self.graph = None
+        # programs per (row, kv head) of the decode attention kernel; 0: sdpa
+        sms = torch.cuda.get_device_properties(self.dec.device).multi_processor_count if self.dec.device.type == "cuda" else 1
+        self.splits = splits_for(cache.bucket, self.dec.n_kv, cap, sms) if self.dec.attention == "triton" else 0
         if self.dec.compiled:  # batch buckets and capacities change: one compiled step serves them all
             import torch._dynamo as dynamo
 
