@@ -12,8 +12,10 @@
 # Knobs: DEADLINE (seconds for the python part, default 420), PARTS (default hf,vllm,vllm_fp8; sglang: see
 # bench/rollout_sglang_part.py for its set-up), ROUNDS (timed calls per row, default 3).
 # STEP=1: the scale workload's GRPO step with the hf and the vLLM rollout (STEP_ROLLOUTS, also sglang once bench/rollout_sglang.sh
-# installed it on this machine; STEP_STEPS, STEP_TIMEOUT).
-# ATTN_MICRO=1: first bench/decode_attention_gpu.py (the decode attention kernel alone vs sdpa; torch + triton only).
+# installed it on this machine; STEP_STEPS, STEP_TIMEOUT; STEP_EXTRA: more key=value overrides for every run, e.g.
+# STEP_EXTRA=rollout.enable_sleep=false).
+# ATTN_MICRO=1: first bench/decode_attention_gpu.py (the decode attention kernel alone vs sdpa; ATTN_CONFIGS=64:4:4,...
+# BLOCK_N:warps:stages variants; run it through this script, whose set-up puts tensordict & co. on the path).
 # HF_ATTENTION=triton,sdpa: the hf part with one engine per engine_kwargs.decode_attention value, side by side.
 # PROFILE=1: CUPTI kernel times of the hf decode on the scale shape (bench/profile_gpu.py; PROFILE_NEW tokens).
 # GRPO=1 (a second call, carry []): instead of the bench, 20 GRPO steps of the reference workload with the vLLM rollout
@@ -59,7 +61,7 @@ if [ "${STEP:-0}" = 1 ]; then
         # sglang: its own site folder first (SGLang 0.5.17 pins transformers 5.12.1; bench/rollout_sglang.sh installs it)
         (if [ "$r" = sglang ]; then dev_env_sglang; export RL_CORE_ALLOW_UNTESTED_ENGINE=1; fi
          timeout "${STEP_TIMEOUT:-280}" python3 -m rl_core train bench/reference/grpo_reference.yaml --no-progress trainer.total_training_steps="${STEP_STEPS:-5}" \
-            trainer.output_dir="/tmp/step_$r" rollout.name="$r" "${SCALE[@]}" >"$OUT/step_$r.log" 2>&1)
+            trainer.output_dir="/tmp/step_$r" rollout.name="$r" "${SCALE[@]}" ${STEP_EXTRA:-} >"$OUT/step_$r.log" 2>&1)
         echo "step $r: exit $?"
         tail -3 "$OUT/step_$r.log"
         cp "/tmp/step_$r/metrics.jsonl" "$OUT/step_$r.metrics.jsonl" 2>/dev/null
@@ -84,7 +86,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/versions.txt"
 if [ "${ATTN_MICRO:-0}" = 1 ]; then  # one decode step's attention alone: rl-hf-decode's Triton kernel vs sdpa (~30 s)
-    timeout 150 python3 bench/decode_attention_gpu.py >"$OUT/decode_attention.log" 2>&1
+    timeout 150 python3 bench/decode_attention_gpu.py ${ATTN_CONFIGS:+--configs "$ATTN_CONFIGS"} >"$OUT/decode_attention.log" 2>&1
     echo "decode attention: exit $?"
     cat "$OUT/decode_attention.md" 2>/dev/null || tail -5 "$OUT/decode_attention.log"
 fi
