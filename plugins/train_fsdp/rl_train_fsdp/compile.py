@@ -36,6 +36,12 @@ def compile_decoder_layers(model: torch.nn.Module, *, backend: Any = "inductor")
     layers = decoder_layers(model)
     # one entry per distinct guard set (grad mode, ...) and per block, well above the default of 8
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    # transformers' hub-kernel layers (the `kernels` package, which transformers 5.25 requires: its norms' forward)
+    # set a context variable; under gradient checkpointing dynamo refuses that side effect and the whole layer ran
+    # eagerly, uncompiled, without a word (0 compiles). The variable is set and reset inside the forward, so the
+    # recompute in the backward need not replay it.
+    if hasattr(torch._dynamo.config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
     for layer in layers:
         layer.compile(backend=backend)
         layer._compiled_call_impl = _marking_varying_dims(layer._compiled_call_impl, layer._call_impl)
