@@ -36,7 +36,7 @@ BLOCK_N = 64  # cache slots a program reads per iteration
 MIN_Q = 16  # tl.dot's smallest tile: the grouped query heads are padded to this
 PROGRAMS_PER_SM = 2  # with fewer (row, kv head) programs than this x the SM count, the slots are split
 MIN_SPLIT = 4 * BLOCK_N  # slots a split reads at the least (a merge costs more than a short split saves)
-NUM_WARPS, NUM_STAGES = 4, 3  # per program; 3 stages of 64-slot key / value tiles: ~96 KiB of shared memory (bf16, d 128)
+NUM_WARPS, NUM_STAGES = 4, 3  # per program; 3 stages: 2 key / value tiles of 64 slots in flight, 70 KiB of shared memory (bf16, d 128)
 
 
 def _interpreting() -> bool:
@@ -108,7 +108,7 @@ if triton is not None:
                 m_i, l_i, acc = _block(q, K, V, VALID, start + i * BLOCK + n, end, b, kvh, d, dm, s_ks, s_kb, s_kh, s_vs, s_vb, s_vh,
                                        s_ms, s_mb, scale, m_i, l_i, acc, PRECISION, INTERPRET, D, D_PAD)
         else:  # on the GPU the loop stops at the step's slot
-            for s0 in tl.range(start, end, BLOCK, num_stages=3):
+            for s0 in range(start, end, BLOCK):  # pipelined with the launch's num_stages (NUM_STAGES)
                 m_i, l_i, acc = _block(q, K, V, VALID, s0 + n, end, b, kvh, d, dm, s_ks, s_kb, s_kh, s_vs, s_vb, s_vh,
                                        s_ms, s_mb, scale, m_i, l_i, acc, PRECISION, INTERPRET, D, D_PAD)
         heads = kvh * G + g
@@ -157,13 +157,14 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: t
         ml = torch.empty((rows, heads, splits, 2), dtype=torch.float32, device=q.device)
         s_ab, s_ah, s_asp = acc.stride(0), acc.stride(1), acc.stride(2)
     flags = valid.view(torch.uint8)
+    interpreting = _interpreting()
     _decode_kernel[(rows * kv, splits)](
         q, k, v, flags, slot, acc, ml,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         flags.stride(0), flags.stride(1), s_ab, s_ah, s_asp,
         float(scale), split_len,
         KV=kv, G=group, G_PAD=max(MIN_Q, triton.next_power_of_2(group)), D=d, D_PAD=max(MIN_Q, triton.next_power_of_2(d)),
-        BLOCK=BLOCK_N, ONE_SPLIT=splits == 1, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", INTERPRET=_interpreting(), N_BLOCKS=-(-split_len // BLOCK_N) if _interpreting() else 0, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
+        BLOCK=BLOCK_N, ONE_SPLIT=splits == 1, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", INTERPRET=interpreting, N_BLOCKS=-(-split_len // BLOCK_N) if interpreting else 0, num_warps=NUM_WARPS, num_stages=NUM_STAGES,
     )
     if splits == 1:
         return out
