@@ -278,13 +278,8 @@ class StaticDecoder:
         return qk[:, :, :h].transpose(1, 2), qk[:, :, h:].transpose(1, 2), v
 
     def _attend(self, layer, x, q, k_all, v_all, bias):
-        """``bias [b, 1, s, S]`` additive; grouped heads attend to their kv head through a reshape (no copies)."""
-        b, h, s, d = q.shape
-        g = h // self.n_kv
-        qg = q.reshape(b, self.n_kv, g * s, d)
-        out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=self.scaling)
-        out = out.reshape(b, h, s, d).transpose(1, 2).reshape(b, s, h * d)
-        return x + layer.self_attn.o_proj(out)
+        """``x`` plus the layer's output projection of :func:`_grouped_sdpa`."""
+        return x + layer.self_attn.o_proj(_grouped_sdpa(q, k_all, v_all, bias, self.n_kv, self.scaling))
 
     def _mlp(self, i: int, layer, x):
         h = _rms_norm(layer.post_attention_layernorm, x)
@@ -326,7 +321,7 @@ class StaticDecoder:
         cap, bucket = st.valid.shape
         kernel = st.splits > 0
         if not kernel:
-            bias = torch.zeros((bucket, cap), dtype=self.dtype, device=st.valid.device).masked_fill_(~st.valid.t(), torch.finfo(self.dtype).min)[:, None, None, :]
+            bias = _valid_bias(st.valid, self.dtype)
         x = self.body.embed_tokens(st.token[:, None])
         cos, sin = self._rope(st.pos[:, None])
         for i, layer in enumerate(self.body.layers):
@@ -499,13 +494,26 @@ class _Cache:
         return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _grouped_sdpa(q: torch.Tensor, k_all: torch.Tensor, v_all: torch.Tensor, bias: torch.Tensor, n_kv: int, scale: float) -> torch.Tensor:
+    """``[b, s, h * d]``: ``q [b, h, s, d]`` over ``k_all``, ``v_all [b, kv, S, d]`` with the additive ``bias [b, 1, s, S]``;
+    grouped heads attend to their kv head through a reshape (no copies)."""
+    b, h, s, d = q.shape
+    g = h // n_kv
+    qg = q.reshape(b, n_kv, g * s, d)
+    out = torch.nn.functional.scaled_dot_product_attention(qg, k_all, v_all, attn_mask=bias.repeat(1, 1, g, 1) if g > 1 and s > 1 else bias, scale=scale)
+    return out.reshape(b, h, s, d).transpose(1, 2).reshape(b, s, h * d)
+
+
+def _valid_bias(valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive mask ``[rows, 1, 1, cap]`` of a slot-major ``valid [cap, rows]``: 0 where a slot holds a key, the
+    dtype's minimum elsewhere."""
+    return torch.zeros(valid.t().shape, dtype=dtype, device=valid.device).masked_fill_(~valid.t(), torch.finfo(dtype).min)[:, None, None, :]
+
+
 def _sdpa_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, scale: float, n_kv: int) -> torch.Tensor:
     """The reference of the kernel's check: ``q [rows, heads, d]`` over ``k``, ``v [cap, rows, kv, d]`` where ``valid``."""
     rows, heads, d = q.shape
-    kk, vv = k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3)  # [rows, kv, cap, d]
-    qg = q.reshape(rows, n_kv, heads // n_kv, d)
-    bias = torch.zeros(valid.t().shape, dtype=q.dtype, device=q.device).masked_fill_(~valid.t(), torch.finfo(q.dtype).min)[:, None, None, :]
-    out = torch.nn.functional.scaled_dot_product_attention(qg, kk, vv, attn_mask=bias, scale=scale)
+    out = _grouped_sdpa(q[:, :, None], k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3), _valid_bias(valid, q.dtype), n_kv, scale)
     return out.reshape(rows, heads, d)
 
 
