@@ -18,7 +18,8 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
 
 - ``hf``: the hf rollout (static decoder, CUDA graphs, compiled step: the GPU defaults): ``scale``, and ``long`` with
   prefix sharing on (default) and off (``share_prefill``); ``HF_CHUNKS=128,512``: ``scale`` with other ``decode_chunk`` values;
-  ``HF_ATTENTION=triton,sdpa``: one engine per ``decode_attention`` value, timed side by side;
+  ``HF_ATTENTION=triton,sdpa`` / ``HF_SAMPLER=triton,torch``: one engine per ``decode_attention`` x ``decode_sampler``
+  value, timed side by side;
 - ``vllm`` / ``vllm_fp8``: ONE vLLM engine built by rl-core's adapter (``rl_rollout_vllm.engine.VLLMRollout``, as a
   GRPO run builds it: in-process, sleep mode, full-vocabulary log-prob wrapper; ``rollout.precision=fp8`` for the
   second), then on that same engine: "vLLM alone" (``LLM.generate(prompts, SamplingParams(n=8, temperature=1,
@@ -44,6 +45,7 @@ Results: ``$OUT/rollout_gpu.md`` (the table), ``$OUT/rollout_gpu.results.json`` 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -229,17 +231,19 @@ def part_hf(args) -> list[dict]:
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
-    # HF_ATTENTION=triton,sdpa: one engine per engine_kwargs.decode_attention value, their rows timed side by side
-    # (rounds interleaved); unset: the default engine alone, rows named "hf"
-    attentions = [a for a in os.environ.get("HF_ATTENTION", "").split(",") if a]
+    # HF_ATTENTION=triton,sdpa / HF_SAMPLER=triton,torch: one engine per engine_kwargs.decode_attention x decode_sampler
+    # value, their rows timed side by side (rounds interleaved); unset: the default engine alone, rows named "hf"
+    choices = [[(key, v) for v in os.environ.get(env, "").split(",") if v] or [None]
+               for env, key in (("HF_ATTENTION", "decode_attention"), ("HF_SAMPLER", "decode_sampler"))]
     engines = {}
-    for attention in attentions or [None]:
+    for picked in itertools.product(*choices):
+        given = dict(p for p in picked if p)
         # the smoke runs the static decoder too (on a CPU without graphs): the GPU's code path, chunk switches included
-        kw = ({"static_decode": True} if SMOKE else {}) | ({"decode_attention": attention} if attention else {})
+        kw = ({"static_decode": True} if SMOKE else {}) | given
         e = HFRolloutEngine(run_config(args.model, "hf", engine_kwargs=kw or None), WorkerContext(device=device, seed=0, features={"hf_decode": FEATURE}))
         if e.static is None and not SMOKE:
             raise RuntimeError("the hf rollout did not take its static decoder on this GPU")
-        engines["hf" if attention is None else f"hf, decode_attention={attention}"] = e
+        engines[", ".join(["hf"] + [f"{k}={v}" for k, v in given.items()])] = e
     eng = next(iter(engines.values()))
     rows = []
     for wname, w in workloads().items():
@@ -260,11 +264,11 @@ def part_hf(args) -> list[dict]:
             fn()
         samples = run_rounds(runs, args.rounds, lambda: None, args.deadline_ok)
         rows += rows_from_rounds(samples, wname, floor, w["prompts"] * w["n"] * w["new"], prompt_tokens=w["prompts"] * w["prompt"])
-        for label, e in engines.items():  # what each engine ended up running (a kernel failing its check falls back to sdpa)
+        for label, e in engines.items():  # what each engine ended up running (a kernel failing its check falls back)
             if e.static is not None:
                 for r in rows:
                     if r["name"].startswith(label) and r["workload"] == wname:
-                        r["decode_attention"] = e.static.attention
+                        r["decode_attention"], r["decode_sampler"] = e.static.attention, e.static.sampler
         if wname == "scale" and eng.static is not None and os.environ.get("HF_CHUNKS"):
             # other decode_chunk values (HF_CHUNKS=128,512): a step attends over the capacity its response reached, in
             # steps of the chunk; each value's graphs are captured in its own warm-up, so its rounds run apart from the rest

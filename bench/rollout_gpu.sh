@@ -16,7 +16,8 @@
 # STEP_EXTRA=rollout.enable_sleep=false).
 # ATTN_MICRO=1: first bench/decode_attention_gpu.py (the decode attention kernel alone vs sdpa; ATTN_CONFIGS=64:4:4,...
 # BLOCK_N:warps:stages variants; run it through this script, whose set-up puts tensordict & co. on the path).
-# HF_ATTENTION=triton,sdpa: the hf part with one engine per engine_kwargs.decode_attention value, side by side.
+# HF_ATTENTION=triton,sdpa, HF_SAMPLER=triton,torch: the hf part with one engine per engine_kwargs.decode_attention x
+# decode_sampler value, side by side.
 # PROFILE=1: CUPTI kernel times of the hf decode on the scale shape (bench/profile_gpu.py; PROFILE_NEW tokens).
 # GRPO=1 (a second call, carry []): instead of the bench, 20 GRPO steps of the reference workload with the vLLM rollout
 # in bf16 and in fp8 (~2 x 4 min), their metrics (rollout_corr/*: the rollout / trainer mismatch; reward) side by side.

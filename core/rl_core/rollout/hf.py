@@ -212,7 +212,9 @@ class HFRolloutEngine:
             def sample(logits):
                 return _sample(logits, greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator, want_log_prob=params.logprobs)
 
-            return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs)
+            sampling = dict(greedy=greedy, temperature=temperature, top_k=params.top_k, top_p=params.top_p, generator=generator)
+            return self.static.decode(ids, mask, n, R, sample=sample, pad_id=self.pad_id, eos=eos, want_log_probs=params.logprobs,
+                                      sampling=sampling)
         model = self.model
         vision = self.context.feature("multimodal", "prompts with images") if images is not None else None
         # with images rl-multimodal's keyword arguments for them and [b, 1]: each prompt's largest position

@@ -35,7 +35,7 @@ class HFDecodeFeature:
             # packing copies the projections: an engine adopting the trainer's tensors (share_weights) would stop sharing
             pack=bool(kwargs.get("pack_projections", True)) and not share_weights,
             chunk=DEFAULT_CHUNK if chunk is None else chunk, auto_chunk=chunk is None,
-            attention=kwargs.get("decode_attention", "auto"),
+            attention=kwargs.get("decode_attention", "auto"), sampler=kwargs.get("decode_sampler", "auto"),
             fix=f"lower rollout.generation_batch_size (sequences decoded at once; now {generation_batch_size or 'unset: the whole batch'}), "
                 f"rollout.n, data.max_response_length or data.max_prompt_length",
         )

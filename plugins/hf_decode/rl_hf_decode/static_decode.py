@@ -30,8 +30,10 @@ layers are ``input_layernorm -> self_attn(q, k, v, o) -> post_attention_layernor
   bucket (extra rows are dropped);
 - sampling (temperature, top-k, top-p, the seeded generator) runs on the
   device from that buffer with the same code as the plain loop, so the random
-  stream is the same; nothing syncs with the host except the
-  all-finished check every ``check_every`` steps.
+  stream is the same; plain temperature sampling runs as one Triton kernel
+  (``engine_kwargs.decode_sampler``, :mod:`rl_hf_decode.sampler`: the same
+  draw, the logits read about 1.5 times instead of five passes); nothing syncs
+  with the host except the all-finished check every ``check_every`` steps.
 
 A decode step's attention (``engine_kwargs.decode_attention``): on CUDA with
 Triton (``auto``, the default) one kernel per layer,
@@ -69,6 +71,7 @@ from typing import Callable
 import torch
 
 from rl_hf_decode.decode_attention import decode_attention, reason_unavailable, splits_for
+from rl_hf_decode import sampler as fused
 from rl_hf_decode.packed_weights import HEAD_ROWS, LayerPack, pack_layer, pad_rows, still_packed, still_padded
 from rl_core.rollout.output import position_ids_from_mask
 
@@ -134,7 +137,7 @@ class StaticDecoder:
 
     def __init__(
         self, model: torch.nn.Module, *, cuda_graph: bool = True, check_every: int = 16, compile: bool = False, pack: bool = True,
-        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False, attention: str = "auto",
+        chunk: int | None = DEFAULT_CHUNK, fix: str = FIX, auto_chunk: bool = False, attention: str = "auto", sampler: str = "auto",
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
@@ -173,6 +176,8 @@ class StaticDecoder:
         self._head_pad: torch.Tensor | None = None  # the lm_head weight padded to HEAD_ROWS rows (packed_weights.pad_rows)
         self.attention = self._attention_of(attention)
         self._attention_checked = self.attention == "sdpa"
+        self.sampler = fused.choose(sampler, self.device)  # engine_kwargs.decode_sampler: triton | torch
+        self._sampler_checked = self.sampler == "torch"
 
     def _attention_of(self, wanted: str) -> str:
         """``triton`` or ``sdpa`` for ``engine_kwargs.decode_attention``: ``auto`` takes the kernel where it can run."""
@@ -215,6 +220,30 @@ class StaticDecoder:
             warnings.warn(f"hf rollout: the Triton decode attention differs from sdpa by {worst:.3g} on random inputs; decoding "
                           "with sdpa", stacklevel=3)
             self.attention = "sdpa"
+
+    def _sampler_for(self, sample, sampling: dict | None, vocab: int, want_log_probs: bool):
+        """The fused sampler (:mod:`rl_hf_decode.sampler`) where ``sampling`` is plain temperature sampling and the
+        kernel passed its check (once per decoder; a failure warns and keeps ``sample``), else ``sample``."""
+        if self.sampler != "triton" or not fused.eligible(sampling, vocab):
+            return sample
+        if not self._sampler_checked:
+            self._sampler_checked = True
+            try:
+                wrong = fused.check(vocab, self.device)
+            except Exception as exc:  # noqa: BLE001 - a kernel that does not build or run here: the torch sampler, never stop
+                wrong = f"{type(exc).__name__}: {exc}"
+            if wrong:
+                warnings.warn(f"hf rollout: the fused Triton sampler failed its check ({wrong}); sampling with torch "
+                              "(set rollout.engine_kwargs.decode_sampler=torch to skip this check)", stacklevel=3)
+                self.sampler = "torch"
+                return sample
+        generator, temperature = sampling.get("generator"), float(sampling.get("temperature", 1.0))
+
+        def fused_sample(logits):  # the plain loop's draw: one uniform per row from the same generator
+            u = torch.rand(logits.shape[0], 1, generator=generator, device=logits.device, dtype=torch.float32)
+            return fused.sample(logits, u, temperature, want_log_probs)
+
+        return fused_sample
 
     def reset(self) -> None:
         """Drop captured graphs and caches (weights moved, memory wanted back)."""
@@ -408,10 +437,12 @@ class StaticDecoder:
         return st
 
     @torch.no_grad()
-    def decode(self, ids, mask, n: int, R: int, *, sample, pad_id: int, eos: torch.Tensor, want_log_probs: bool):
+    def decode(self, ids, mask, n: int, R: int, *, sample, pad_id: int, eos: torch.Tensor, want_log_probs: bool,
+               sampling: dict | None = None):
         """``(responses [B, R], lengths [B], log_probs [B, R] or None)`` for ``B = rows * n``.
 
-        ``sample(logits) -> (token, log_prob)`` is the plain loop's sampler.
+        ``sample(logits) -> (token, log_prob)`` is the plain loop's sampler; ``sampling`` its settings (``greedy``,
+        ``temperature``, ``top_k``, ``top_p``, ``generator``): plain temperature sampling runs the fused sampler.
         """
 
         self._ensure_packed()
@@ -422,6 +453,7 @@ class StaticDecoder:
         cache = self._cache_for(bucket, length, B, P, R)
         if not self._attention_checked:
             self._check_attention(cache)
+        sample = self._sampler_for(sample, sampling, _vocab(self), want_log_probs)
         pos = position_ids_from_mask(mask)
         rows = torch.arange(bucket, device=ids.device).clamp_(max=B - 1) // n  # the prompt of each bucket row
 
