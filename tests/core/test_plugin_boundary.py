@@ -159,6 +159,25 @@ def test_core_code_names_no_backend():
     assert not bad, "core names a backend outside docs, tests and the allowed tables:\n" + "\n".join(bad)
 
 
+# --------------------------------------------------------------- a plugin's keys in core
+# rl-hf-decode's rollout.engine_kwargs keys (its rl_hf_decode/keys.py, read as text) are its package's: its feature card
+# lists them, its check checks their values. Core may name only these, each with its reason:
+HF_DECODE_KEYS_IN_CORE = {
+    "static_decode": "core's hf rollout asks for the decoder by it (false: its plain loop, with or without the package)",
+    "compile": "a word core uses for model.compile",
+}
+
+
+def test_core_names_no_key_of_rl_hf_decode():
+    source = (ROOT / "plugins" / "hf_decode" / "rl_hf_decode" / "keys.py").read_text()
+    (keys,) = [ast.literal_eval(n.value) for n in ast.parse(source).body if isinstance(n, ast.Assign) and n.targets[0].id == "KEYS"]
+    assert "decode_chunk" in keys and "decode_attention" in keys
+    bad = [f"core/rl_core/{path.relative_to(CORE).as_posix()}:{n}: {key}" for path in sorted(CORE.rglob("*.py"))
+           for n, line in enumerate(path.read_text().splitlines(), 1) for key in keys
+           if key not in HF_DECODE_KEYS_IN_CORE and re.search(rf"\b{key}\b", line)]
+    assert not bad, "core names rl-hf-decode's keys (its package lists and checks them):\n" + "\n".join(bad)
+
+
 # --------------------------------------------------------------- core's import graph
 # The layer table is docs/design.md's (between its <!-- layers --> markers), not the code's: lower layers first, a
 # module may import modules of its own layer and lower ones only. A module's layer is that of its longest listed

@@ -46,3 +46,27 @@ def test_bucket_size_must_be_a_positive_number():
     for bad in (0, -1, True, "64"):
         (p,) = bucket_size_problems({"weight_sync_bucket_mb": bad})
         assert p.key == "rollout.engine_kwargs.weight_sync_bucket_mb" and f"got {bad!r}" in p.what
+
+
+def test_hf_rollout_takes_the_engine_kwargs_an_installed_feature_card_lists():
+    """Core's hf rollout reads its own keys; a feature card's ``rollout.engine_kwargs.*`` keys are taken too (their
+    values are the package's to check). Without rl-hf-decode's card an unknown key's fix names that install."""
+    import attrs
+    from rl_core.cards import FeatureCard
+    from rl_core.config.schema import RolloutConfig, RunConfig
+    from rl_core.plugins import get_registry
+    from rl_core.rollout.builtin import check_hf_engine_kwargs
+
+    def registry(*cards):
+        return attrs.evolve(get_registry(), cards={**get_registry().cards, "feature": {c.name: c for c in cards}})
+
+    card = FeatureCard(name="windowed", factory=lambda config: True, keys=("rollout.engine_kwargs.window", "model.window"))
+    config = RunConfig(rollout=RolloutConfig(engine_kwargs={"window": 4, "share_prefill": False}))
+    assert check_hf_engine_kwargs(config, registry(card)) == []
+    (typo,) = check_hf_engine_kwargs(config, registry())
+    assert typo.key == "rollout.engine_kwargs.window" and typo.fix == (
+        "fix or remove rollout.engine_kwargs.window; if it is a key of the hf rollout's GPU decoder: pip install rl-hf-decode "
+        "(plugins/hf_decode in this repository)")
+    (typo,) = check_hf_engine_kwargs(config, registry(attrs.evolve(card, name="hf_decode", keys=())))  # the decoder is there
+    assert typo.fix == "fix or remove rollout.engine_kwargs.window"
+    assert check_hf_engine_kwargs(attrs.evolve(config, rollout=attrs.evolve(config.rollout, name="vllm")), registry()) == []

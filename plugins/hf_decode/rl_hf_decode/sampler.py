@@ -22,11 +22,11 @@ from __future__ import annotations
 import torch
 
 from rl_hf_decode.decode_attention import reason_unavailable, tl, triton
+from rl_hf_decode.keys import SAMPLER
 
 BLOCK = 4096  # logits a program reads per iteration (16 per thread with 8 warps)
 NUM_WARPS = 8
 LOG_PROB_TOL = 1e-4  # check(): log-probs against float64
-SAMPLER = ("auto", "triton", "torch")  # engine_kwargs.decode_sampler
 
 
 if triton is not None:

@@ -72,6 +72,7 @@ import torch
 
 from rl_hf_decode.decode_attention import decode_attention, reason_unavailable, splits_for
 from rl_hf_decode import sampler as fused
+from rl_hf_decode.keys import ATTENTION
 from rl_hf_decode.packed_weights import HEAD_ROWS, LayerPack, pack_layer, pad_rows, still_packed, still_padded
 from rl_core.rollout.output import position_ids_from_mask
 
@@ -86,7 +87,6 @@ AUTO_GRAPHS = 32  # the default chunk grows with the cache so that a cache keeps
 MARGIN = 1 << 30  # device bytes left free next to a new cache: prefill activations, logits, sampling
 MAX_CACHES = 4  # batch buckets whose caches (and graphs) are kept at once
 MAX_VIEWS = 64  # capacities (and graphs) kept per cache: multi-turn calls of many lengths add a last capacity each
-ATTENTION = ("auto", "triton", "sdpa")  # engine_kwargs.decode_attention
 FIX = "lower rollout.generation_batch_size (sequences decoded at once), rollout.n, data.max_response_length or data.max_prompt_length"
 
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 from rl_core.backends import SamplingParams, WorkerContext
 from rl_core.config.schema import DataConfig, ModelConfig, RolloutConfig, RunConfig
-from rl_core.rollout.builtin import check_hf_engine_kwargs
 from rl_core.rollout.hf import factory
 from rl_hf_decode.static_decode import CacheTooLarge
 from rl_hf_decode.feature import FEATURE
@@ -127,15 +126,6 @@ def test_a_cache_the_device_cannot_hold_is_refused_with_the_keys_to_lower(model_
     eng.generate(prompt_batch(model_dir, PROMPTS), SamplingParams(n=2, max_new_tokens=20, greedy=True))
     (cache,) = eng.static._caches.values()
     assert eng.static.cache_bytes() == cache.nbytes() == type(cache).bytes_for(eng.static, 8, 128)
-
-
-def test_decode_chunk_is_checked():
-    def problems(value):
-        return check_hf_engine_kwargs(RunConfig(rollout=RolloutConfig(engine_kwargs={"decode_chunk": value})))
-
-    assert problems(1024) == [] and problems(0) == []
-    assert [p.key for p in problems(-1)] == ["rollout.engine_kwargs.decode_chunk"]
-    assert [p.key for p in problems("big")] == ["rollout.engine_kwargs.decode_chunk"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: a CUDA graph per capacity")

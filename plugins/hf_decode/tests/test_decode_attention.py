@@ -133,18 +133,6 @@ def test_triton_asked_for_where_it_cannot_run_is_refused_and_auto_falls_back(tin
         engine("triton")
 
 
-def test_decode_attention_value_is_checked():
-    from rl_core.config.schema import RolloutConfig, RunConfig
-    from rl_core.rollout.builtin import check_hf_engine_kwargs
-
-    def problems(value):
-        return check_hf_engine_kwargs(RunConfig(rollout=RolloutConfig(engine_kwargs={"decode_attention": value})))
-
-    assert problems("triton") == [] and problems("sdpa") == [] and problems("auto") == []
-    bad = problems("flash")
-    assert [p.key for p in bad] == ["rollout.engine_kwargs.decode_attention"] and "auto" in bad[0].fix
-
-
 def test_splits_fill_the_gpu_only_when_rows_are_few():
     from rl_hf_decode.decode_attention import MIN_SPLIT, splits_for
 
