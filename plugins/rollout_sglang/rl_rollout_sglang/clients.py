@@ -2,7 +2,8 @@
 
 Both expose the same small surface the adapter uses: ``generate``,
 ``begin_weight_update`` / ``update_weights_from_tensor`` / ``end_weight_update``,
-``flush_cache``, ``release_memory_occupation`` / ``resume_memory_occupation``,
+``flush_cache``, ``release_memory_occupation`` / ``resume_memory_occupation`` (with SGLang's
+region ``tags``),
 ``context_length`` and ``shutdown``.
 """
 
@@ -75,11 +76,12 @@ class InProcessClient:
     def get_weights_by_name(self, name: str):
         return self.engine.get_weights_by_name(name, truncate_size=0)
 
-    def release_memory_occupation(self):
-        return self.engine.release_memory_occupation()
+    # tags: SGLang's memory regions ("kv_cache", "weights", "cuda_graph"); None: all of them (0.5.17 and 0.5.23 alike)
+    def release_memory_occupation(self, tags: list[str] | None = None):
+        return self.engine.release_memory_occupation(tags=tags)
 
-    def resume_memory_occupation(self):
-        return self.engine.resume_memory_occupation()
+    def resume_memory_occupation(self, tags: list[str] | None = None):
+        return self.engine.resume_memory_occupation(tags=tags)
 
     def shutdown(self) -> None:
         self.engine.shutdown()
@@ -191,11 +193,17 @@ class ServerClient:
         except RuntimeError:  # an older server, or one without rl-rollout-sglang's hook: not verified
             return None
 
-    def release_memory_occupation(self):
-        return self._request("/release_memory_occupation", {})
+    def release_memory_occupation(self, tags: list[str] | None = None):
+        return self._request("/release_memory_occupation", {} if tags is None else {"tags": list(tags)})
 
-    def resume_memory_occupation(self):
-        return self._request("/resume_memory_occupation", {})
+    def resume_memory_occupation(self, tags: list[str] | None = None):
+        return self._request("/resume_memory_occupation", {} if tags is None else {"tags": list(tags)})
+
+    @property
+    def weights_backup(self) -> bool | None:
+        """Whether the server keeps a host copy of released weights (its ``enable_weights_cpu_backup``; None: not said)."""
+        value = self.info.get("enable_weights_cpu_backup") if isinstance(self.info, dict) else None
+        return None if value is None else bool(value)
 
     def shutdown(self) -> None:
         """The server belongs to whoever started it: nothing to do."""

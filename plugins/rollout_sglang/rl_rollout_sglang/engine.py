@@ -72,14 +72,26 @@ Tensor parallelism
     only drains the iterator (the trainer's gathers stay collective).
 
 Memory
-    GPU with ``rollout.enable_sleep``: ``sleep`` = ``release_memory_occupation()``
-    (weights and KV cache leave the GPU), ``wake_up`` = ``resume_memory_occupation()``.
-    SGLang drops the weights' contents on release unless the engine was started with
-    ``enable_weights_cpu_backup``; rl-core wakes an engine without a sync in between
-    (a reward judge's engine, generation before the first sync), so the adapter starts
-    it with the backup on (the weights go to host memory and back, as vLLM's sleep
-    level 1). ``rollout.engine_kwargs.enable_weights_cpu_backup=false`` skips that copy
-    where every generation follows a full sync. CPU: both do nothing (logged once).
+    GPU with ``rollout.enable_sleep``: ``sleep`` = ``release_memory_occupation``
+    of SGLang's three regions (``kv_cache``, ``weights``, ``cuda_graph``);
+    ``wake_up`` resumes the weights (for the sync that usually follows); the KV
+    cache and the graphs' memory are resumed before the next generation, after
+    the sync (verl's and slime's order: a sync's peak does not hold them).
+    SGLang drops the weights' contents on release unless the engine was started
+    with ``enable_weights_cpu_backup``; rl-core wakes an engine without a sync in
+    between (a reward judge's engine), so the adapter starts it with the backup
+    on: the weights go to pinned host memory and back, as vLLM's sleep level 1,
+    and torch_memory_saver keeps that pinned buffer from one release to the next
+    (``TMS_RETAIN_CPU_BACKUP=1``, set where unset: pinning the model anew each
+    step is most of the 1.15-1.46 s a release took, :mod:`rl_rollout_sglang.sglang_quirks`).
+    ``rollout.engine_kwargs.enable_weights_cpu_backup=false`` skips the copies:
+    a sleep then releases the weights only in an engine that has received a
+    weight sync and takes full syncs (not LoRA adapters; otherwise they stay on
+    the GPU, noted once), and a generation (or adapter load) after such a
+    release with no sync since raises instead of running on garbage. Each
+    sleep's seconds and freed GiB, and the resumes' seconds (summed), are in the
+    next generation's ``rollout/sleep_s``, ``rollout/sleep_freed_gib`` and
+    ``rollout/wake_s``. CPU: both do nothing (logged once).
 """
 
 from __future__ import annotations
@@ -121,6 +133,9 @@ DEFAULT_BUCKET_MB = 256
 #: fraction failed 1 start in 5 here ("Loaded weights leave no GPU memory for the KV cache"). So the fraction is only
 #: slack for that reading, and the KV cache itself is capped in tokens (``rollout.engine_kwargs`` overrides both).
 CPU_MEM_FRACTION = 0.3
+#: SGLang's memory regions (``sglang.srt.constants.GPU_MEMORY_TYPE_*``, the same in 0.5.17 and 0.5.23): the tags of
+#: ``release_memory_occupation`` / ``resume_memory_occupation``.
+KV_CACHE, WEIGHTS, CUDA_GRAPH = "kv_cache", "weights", "cuda_graph"
 #: KV-cache tokens of the CPU engine, at least two of the longest requests (~0.75 GB for SmolLM2-135M in float32;
 #: requests beyond it wait their turn).
 CPU_KV_TOKENS = 16384
@@ -146,7 +161,12 @@ class SGLangRollout:
         self.release_enabled = bool(r.enable_sleep) and self.device_type == "cuda"
         self.generation_batch_size = r.generation_batch_size
         self.max_prompt_length = config.data.max_prompt_length
-        self._released = False
+        #: SGLang's memory regions released by the last sleep and not resumed yet
+        self._released: set[str] = set()
+        #: the weights were released without a host copy and no weight sync has loaded them since
+        self._weights_lost = False
+        #: a weight sync has completed on this engine (it is a policy engine, kept current by syncs)
+        self._synced = False
         #: timings of the last sleep / wake / sync, put in the next generation's batch.meta (as vLLM's adapter does)
         self._stats: dict[str, float] = {}
         # LoRA through SGLang's adapter API (rollout.lora_sync=adapter / auto; rl_rollout_sglang.lora)
@@ -174,7 +194,14 @@ class SGLangRollout:
             from rl_rollout_sglang.held import SAMPLE_WEIGHTS_ENV
 
             os.environ.setdefault(SAMPLE_WEIGHTS_ENV, "1")  # the weight-sync check's read-back in SGLang's processes
-            self.client = InProcessClient(self.engine_args(extra))
+            args = self.engine_args(extra)
+            if self.release_enabled and args.get("enable_weights_cpu_backup"):
+                sglang_quirks.retain_weights_backup()  # one pinned host copy for the engine's life, not one a step
+            self.client = InProcessClient(args)
+        #: whether SGLang keeps a host copy of released weights (the engine's enable_weights_cpu_backup; a server says so
+        #: in /server_info, and one that does not is taken to have none)
+        server_backup = getattr(self.client, "weights_backup", None) if self.server else None
+        self.weights_backup = bool(server_backup) if self.server else bool(extra.get("enable_weights_cpu_backup", True))
         context_len = extra.get("context_length")
         if context_len is None and self.client is not None:
             context_len = self.client.context_length
@@ -351,7 +378,7 @@ class SGLangRollout:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load HF-named tensors in buckets inside one weight-update session, then flush the cache."""
         start = time.perf_counter()
-        self._resume_if_released()
+        self._resume([WEIGHTS])  # the KV cache and the graphs' memory come back after the sync, before the next generation
         if self.client is None:  # a non-leading TP rank: the leader's engine gets the weights
             for _ in weights:
                 pass
@@ -374,6 +401,8 @@ class SGLangRollout:
                 calls += 1
                 del payload, bucket
         sglang_quirks.check_result(self.client.flush_cache(), "flush_cache")
+        if sent:
+            self._weights_lost, self._synced = False, True
         self._stats.update({"rollout/weight_sync_s": time.perf_counter() - start, "rollout/weight_sync_gib": nbytes / 2**30,
                             "rollout/weight_sync_calls": calls})
         log.info("weight sync: %d tensors in buckets of %.0f MiB", sent, self.bucket_bytes / 2**20)
@@ -390,7 +419,8 @@ class SGLangRollout:
         (rl_rollout_sglang.lora). The base weights came once through :meth:`load_weights`."""
         if not self.lora_rank:
             raise RuntimeError("load_adapter: this SGLang engine was started without LoRA (model.lora_rank=0 or rollout.lora_sync=merged)")
-        self._resume_if_released()
+        self._resume([WEIGHTS])
+        self._check_weights_held("load_adapter")
         if self.client is None:  # a non-leading TP rank: the leader's engine gets them
             return
         from rl_rollout_sglang.lora import adapter_name, peft_config_for_sglang
@@ -414,6 +444,7 @@ class SGLangRollout:
         dtype = getattr(torch, str(self.config.model.dtype), None)
         if self.client is None or not isinstance(dtype, torch.dtype):
             return None
+        self._resume([WEIGHTS])  # released weights are unmapped: reading them would fault in SGLang's scheduler
         from rl_rollout_sglang.held import answer, request
 
         asks_adapter = any(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in positions)
@@ -441,31 +472,65 @@ class SGLangRollout:
             why = "on CPU there is no accelerator memory to release" if self.device_type == "cpu" else "rollout.enable_sleep=false"
             self._note_once("no-release", "SGLang keeps its memory between generations (%s): sleep() / wake_up() do nothing", why)
             return
-        if self.client is not None and not self._released:
+        if self.client is None:  # a non-leading TP rank: the leader's engine releases
+            return
+        tags = [t for t in self._release_tags() if t not in self._released]  # after a wake-up alone: the weights again
+        if tags:  # never an empty list: SGLang reads it as every region
             free_before = self._free_gpu_bytes()
             start = time.perf_counter()
-            sglang_quirks.check_result(self.client.release_memory_occupation(), "release_memory_occupation")
+            sglang_quirks.check_result(self.client.release_memory_occupation(tags), "release_memory_occupation")
             self._stats["rollout/sleep_s"] = time.perf_counter() - start
             if free_before is not None:  # device-wide: SGLang's scheduler is another process
                 self._stats["rollout/sleep_freed_gib"] = (self._free_gpu_bytes() - free_before) / 2**30
-            self._released = True
+            self._released.update(tags)
+            self._weights_lost = self._weights_lost or (WEIGHTS in tags and not self.weights_backup)
+
+    def _release_tags(self) -> list[str]:
+        """What a sleep releases: everything, except the weights when they have no host copy and no full weight sync is
+        known to follow a wake-up (an engine that never received one, e.g. a reward judge's; LoRA adapter syncs, which
+        send the base weights once). Those stay on the GPU, said once."""
+        if self.weights_backup or (self._synced and not self.lora_rank):
+            return [KV_CACHE, WEIGHTS, CUDA_GRAPH]
+        why = "LoRA adapter syncs send the base weights once" if self._synced else "no weight sync has reached this engine"
+        self._note_once("weights-stay", "SGLang runs without a host copy of its weights (enable_weights_cpu_backup=false) and %s: "
+                        "sleep releases the KV cache and CUDA graph memory only, the weights stay on the GPU", why)
+        return [KV_CACHE, CUDA_GRAPH]
 
     def wake_up(self) -> None:
+        """The weights' memory back (for the sync that usually follows); the KV cache and the graphs' memory come back
+        before the next generation, so a sync's peak does not hold them (verl's and slime's order)."""
         if not self.release_enabled:
             self.sleep()  # the same one-time note
             return
-        self._resume_if_released()
+        self._resume([WEIGHTS])
 
     def _resume_if_released(self) -> None:
-        if self._released:
-            start = time.perf_counter()
-            if torch.cuda.is_available():
-                # the colocated trainer's freed blocks stay in this process's torch cache, out of SGLang's reach (its
-                # scheduler is another process): a resume after a large update could run out of memory otherwise
-                torch.cuda.empty_cache()
-            sglang_quirks.check_result(self.client.resume_memory_occupation(), "resume_memory_occupation")
-            self._stats["rollout/wake_s"] = time.perf_counter() - start
-            self._released = False
+        """Everything released back, before a generation; refused when the weights it would run on were dropped."""
+        self._check_weights_held("generate")
+        self._resume([KV_CACHE, WEIGHTS, CUDA_GRAPH])  # one call: SGLang resumes in its own order
+
+    def _check_weights_held(self, what: str) -> None:
+        if self._weights_lost:
+            raise RuntimeError(
+                f"{what}: SGLang released this engine's weights without a host copy (enable_weights_cpu_backup=false) and no "
+                "weight sync has loaded them since: it would run on garbage. Sync the weights first (load_weights), or keep "
+                "the host copy (remove rollout.engine_kwargs.enable_weights_cpu_backup=false) for an engine that generates "
+                "without a sync after each sleep"
+            )
+
+    def _resume(self, tags: list[str]) -> None:
+        """Resume those of ``tags`` that are released (one call); the seconds add to ``rollout/wake_s``."""
+        wanted = [t for t in tags if t in self._released]
+        if not wanted:  # never an empty list: SGLang reads it as every region (and refuses one not released)
+            return
+        start = time.perf_counter()
+        if torch.cuda.is_available():
+            # the colocated trainer's freed blocks stay in this process's torch cache, out of SGLang's reach (its
+            # scheduler is another process): a resume after a large update could run out of memory otherwise
+            torch.cuda.empty_cache()
+        sglang_quirks.check_result(self.client.resume_memory_occupation(wanted), "resume_memory_occupation")
+        self._released.difference_update(wanted)
+        self._stats["rollout/wake_s"] = self._stats.get("rollout/wake_s", 0.0) + time.perf_counter() - start
 
     def _free_gpu_bytes(self) -> int | None:
         """Free memory of this worker's GPU (None without CUDA here, e.g. tests with a recording client)."""

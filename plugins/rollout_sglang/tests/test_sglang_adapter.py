@@ -51,11 +51,11 @@ class RecordingClient:
     def flush_cache(self):
         self.calls.append(("flush",))
 
-    def release_memory_occupation(self):
-        self.calls.append(("release",))
+    def release_memory_occupation(self, tags=None):
+        self.calls.append(("release", tags))
 
-    def resume_memory_occupation(self):
-        self.calls.append(("resume",))
+    def resume_memory_occupation(self, tags=None):
+        self.calls.append(("resume", tags))
 
     def shutdown(self):
         self.calls.append(("shutdown",))
@@ -167,16 +167,31 @@ def test_non_leading_tp_rank_holds_no_engine(model_dir):
     assert not client.calls
 
 
+ALL = ["kv_cache", "weights", "cuda_graph"]
+
+
+def _kinds(client):
+    """The calls, a weight sync's bucket updates as one "sync"."""
+    out = []
+    for c in client.calls:
+        kind = "sync" if c[0] in ("begin", "update", "end", "flush") else c[0]
+        if kind != "sync" or not out or out[-1] != ("sync",):
+            out.append(c[:2] if kind in ("release", "resume") else (kind,))
+    return out
+
+
 def test_memory_release_on_gpu_only(model_dir, caplog):
     client = RecordingClient()
     gpu = _adapter(model_dir, client, context=WorkerContext(device="cuda"))
+    assert gpu.weights_backup  # the adapter's default: the engine starts with enable_weights_cpu_backup
     gpu.sleep()
     gpu.sleep()
     out = gpu.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2))  # resumes first
     assert out.meta["rollout/sleep_s"] >= 0 and out.meta["rollout/wake_s"] >= 0  # reported once, with the next batch
     gpu.sleep()
     gpu.wake_up()
-    assert [c[0] for c in client.calls] == ["release", "resume", "generate", "release", "resume"]
+    # every region released; a generation resumes them all in one call, a wake-up the weights only
+    assert _kinds(client) == [("release", ALL), ("resume", ALL), ("generate",), ("release", ALL), ("resume", ["weights"])]
     cpu_client = RecordingClient()
     cpu = _adapter(model_dir, cpu_client)
     cpu.sleep()
@@ -185,6 +200,102 @@ def test_memory_release_on_gpu_only(model_dir, caplog):
     off = RecordingClient()
     _adapter(model_dir, off, "rollout.enable_sleep=false", context=WorkerContext(device="cuda")).sleep()
     assert off.calls == []
+
+
+def test_a_sync_after_a_wake_up_comes_before_the_kv_cache(model_dir):
+    """The GRPO step: generate, sleep, (train), wake-up, sync, generate. The weights' memory comes back before the sync,
+    the KV cache and the graphs' after it (verl's order); the resumes' seconds add up in the next batch's wake_s."""
+    client = RecordingClient()
+    eng = _adapter(model_dir, client, context=WorkerContext(device="cuda"))
+    eng.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2))
+    eng.sleep()
+    eng.wake_up()
+    eng.wake_up()  # nothing more to resume
+    eng.load_weights(_weights(model_dir).items())
+    out = eng.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2))
+    assert _kinds(client) == [("generate",), ("release", ALL), ("resume", ["weights"]), ("sync",),
+                              ("resume", ["kv_cache", "cuda_graph"]), ("generate",)]
+    assert out.meta["rollout/wake_s"] > 0 and out.meta["rollout/weight_sync_s"] > 0
+    # a sync with nothing awake to resume first (sleep, then the sync directly) resumes the weights itself; a sleep
+    # after it, before any generation, releases them again (the KV cache and the graphs' memory still are)
+    client.calls.clear()
+    eng.sleep()
+    eng.load_weights(_weights(model_dir).items())
+    eng.sleep()
+    assert _kinds(client) == [("release", ALL), ("resume", ["weights"]), ("sync",), ("release", ["weights"])]
+
+
+def test_without_a_host_copy_the_weights_go_only_where_a_sync_follows(model_dir, caplog):
+    """enable_weights_cpu_backup=false: SGLang drops released weights. A sleep releases them only once the engine takes
+    full syncs, and a generation after such a release with no sync since is refused, never run on garbage."""
+    client = RecordingClient()
+    eng = _adapter(model_dir, client, "rollout.engine_kwargs.enable_weights_cpu_backup=false", context=WorkerContext(device="cuda"))
+    assert not eng.weights_backup
+    batch, params = prompt_batch(model_dir, ("ab",)), SamplingParams(n=1, max_new_tokens=2)
+    # no sync yet (a reward judge's engine, or generation before the first sync): the weights stay on the GPU
+    with caplog.at_level("INFO", logger="rl_rollout_sglang.engine"):
+        eng.sleep()
+    assert "the weights stay on the GPU" in caplog.text
+    eng.wake_up()  # nothing of the weights to resume
+    eng.generate(batch, params)
+    assert _kinds(client) == [("release", ["kv_cache", "cuda_graph"]), ("resume", ["kv_cache", "cuda_graph"]), ("generate",)]
+    # a policy engine: once synced, a sleep releases everything and the next sync reloads the weights
+    eng.load_weights(_weights(model_dir).items())
+    client.calls.clear()
+    eng.sleep()
+    eng.wake_up()
+    with pytest.raises(RuntimeError, match="released this engine's weights without a host copy .* no weight sync has loaded them since"):
+        eng.generate(batch, params)
+    assert _kinds(client) == [("release", ALL), ("resume", ["weights"])]  # nothing generated, the KV cache left released
+    with pytest.raises(RuntimeError, match="without a host copy"):  # the same without the wake-up
+        eng.generate(batch, params)
+    eng.load_weights(_weights(model_dir).items())
+    eng.generate(batch, params)
+    assert _kinds(client)[2:] == [("sync",), ("resume", ["kv_cache", "cuda_graph"]), ("generate",)]
+    # a failed sync leaves them unusable
+    client.fail_update = True
+    eng.sleep()
+    with pytest.raises(RuntimeError, match="update_weights_from_tensor failed"):
+        eng.load_weights(_weights(model_dir).items())
+    with pytest.raises(RuntimeError, match="without a host copy"):
+        eng.generate(batch, params)
+
+
+def test_without_a_host_copy_lora_adapter_syncs_keep_the_base_weights(model_dir):
+    """LoRA adapter syncs send the base weights once: without a host copy a sleep must not drop them."""
+    client = RecordingClient()
+    eng = _adapter(model_dir, client, "model.lora_rank=8", "rollout.engine_kwargs.enable_weights_cpu_backup=false",
+                   context=WorkerContext(device="cuda"))
+    assert eng.lora_rank
+    eng.load_weights(_weights(model_dir).items())  # the base, once
+    client.calls.clear()
+    eng.sleep()
+    eng.wake_up()
+    assert _kinds(client) == [("release", ["kv_cache", "cuda_graph"])]
+
+
+def test_the_in_process_engine_keeps_its_pinned_weight_copy(model_dir, monkeypatch):
+    """torch_memory_saver pins a new host buffer for the weights at every release and frees it at every resume unless
+    TMS_RETAIN_CPU_BACKUP=1 is in the environment SGLang's processes start with: set where the backup is on and unset."""
+    import os
+
+    from rl_rollout_sglang import clients
+
+    seen = []
+
+    class Engine:
+        context_length = 64
+
+        def __init__(self, args):
+            seen.append((args.get("enable_weights_cpu_backup"), os.environ.get(sglang_quirks.RETAIN_BACKUP_ENV)))
+
+    monkeypatch.setattr(clients, "InProcessClient", Engine)
+    for overrides, user in (((), None), (("rollout.engine_kwargs.enable_weights_cpu_backup=false",), None), ((), "0")):
+        monkeypatch.delenv(sglang_quirks.RETAIN_BACKUP_ENV, raising=False)
+        if user is not None:
+            monkeypatch.setenv(sglang_quirks.RETAIN_BACKUP_ENV, user)
+        _adapter(model_dir, None, *overrides, context=WorkerContext(device="cuda"))
+    assert seen == [(True, "1"), (False, None), (True, "0")]  # the user's setting wins
 
 
 def test_shutdown_leaves_a_borrowed_client_alone_and_refuses_more_work(model_dir):
@@ -363,6 +474,9 @@ def test_server_client_maps_requests_and_answers(model_dir):
         out = eng.generate(prompt_batch(model_dir, ("ab",)), SamplingParams(n=2, max_new_tokens=3, temperature=1.0, seed=1))
         assert out.tensors["responses"].tolist() == [[9, 2, 0]] * 2
         eng.client.flush_cache()
+        eng.client.release_memory_occupation(["kv_cache", "weights"])
+        eng.client.resume_memory_occupation()
+        assert not eng.weights_backup  # the server's /server_info does not say it keeps a host copy
         eng.shutdown()  # a server is not ours to stop
     finally:
         server.shutdown()
@@ -371,7 +485,9 @@ def test_server_client_maps_requests_and_answers(model_dir):
     assert posts[0][0] == "/generate" and [s["max_new_tokens"] for s in posts[0][1]["sampling_params"]] == [0]
     assert posts[1][0] == "/generate" and posts[1][1]["return_logprob"] is True  # ids ride in the log-probs
     assert [s["sampling_seed"] for s in posts[1][1]["sampling_params"]] == [1, 2]
-    assert posts[-1][0] == "/flush_cache"
+    assert posts[-3][0] == "/flush_cache"
+    # SGLang's region tags in the body (0.5.17 and 0.5.23 alike); none: every region
+    assert posts[-2:] == [("/release_memory_occupation", {"tags": ["kv_cache", "weights"]}), ("/resume_memory_occupation", {})]
 
 
 def test_unreachable_server_is_a_clear_error(model_dir):

@@ -12,6 +12,7 @@ of a nat on the tiny model; greedy tokens may flip where two logits are within b
 
 The memory class starts its own engine with ``rollout.enable_sleep`` (SGLang's memory saver, weights backed up on the
 host): what release frees is read with ``torch.cuda.mem_get_info`` (device-wide: SGLang's scheduler is another process).
+The no-host-copy class starts one more, with ``enable_weights_cpu_backup=false``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,22 @@ class TestSGLangMemoryGPU:
         after = eng.generate(prompts, params)
         assert torch.equal(after.tensors["responses"], before.tensors["responses"])  # the weights came back (host backup)
 
+    def test_later_releases_reuse_the_pinned_host_copy(self, setup):
+        """TMS_RETAIN_CPU_BACKUP=1 (set by the adapter): the pinned copy of the weights is kept between releases, so a
+        second cycle skips pinning (its time printed) and still brings the same weights back."""
+        model_dir, eng = setup
+        prompts = cpu_suite.prompt_batch(model_dir)
+        params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0, logprobs=True, seed=11)
+        before = eng.generate(prompts, params)
+        times = []
+        for _ in range(2):
+            eng.sleep()
+            eng.wake_up()
+            out = eng.generate(prompts, params)
+            times.append((out.meta["rollout/sleep_s"], out.meta["rollout/wake_s"]))
+            assert torch.equal(out.tensors["responses"], before.tensors["responses"])
+        print(f"\nsglang release / resume s, two cycles: {times}")
+
     def test_sync_while_released_then_generate_follows_new_weights(self, setup):
         """Colocated use: the trainer syncs while the engine is released; it resumes, loads and samples the new weights."""
         from safetensors.torch import load_file
@@ -134,3 +151,34 @@ class TestSGLangMemoryGPU:
         base = load_file(str(Path(model_dir) / "model.safetensors"))
         weights = {k: v.to(torch.bfloat16).cuda() for k, v in base.items()}
         assert load_verified(eng, iter(weights.items()), None, engine_name="sglang", version=1) == len(weights)
+
+
+class TestSGLangNoHostCopyGPU:
+    """``enable_weights_cpu_backup=false``: released weights are dropped; a synced engine releases them, a generation
+    without a sync in between is refused, and the next sync brings the engine back to exact weights."""
+
+    def test_release_without_a_host_copy_then_sync(self, shared):
+        from safetensors.torch import load_file
+
+        model_dir = shared[0]
+        eng = SGLangRollout(_gpu_config(model_dir, enable_sleep=True, engine_kwargs={"enable_weights_cpu_backup": False}),
+                            WorkerContext(device="cuda"))
+        try:
+            base = load_file(str(Path(model_dir) / "model.safetensors"))
+            eng.load_weights(iter({k: v.cuda() for k, v in base.items()}.items()))
+            eng.sleep()
+            eng.wake_up()
+            prompts = cpu_suite.prompt_batch(model_dir)
+            params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0, logprobs=True, seed=3)
+            with pytest.raises(RuntimeError, match="without a host copy"):
+                eng.generate(prompts, params)
+            gen = torch.Generator().manual_seed(7)
+            new = {k: v + 0.05 * torch.randn(v.shape, generator=gen) for k, v in base.items()}
+            eng.load_weights(iter({k: v.cuda() for k, v in new.items()}.items()))
+            out = eng.generate(prompts, params)
+            print(f"\nsglang without a host copy: release {out.meta['rollout/sleep_s']:.3f} s, resumes {out.meta['rollout/wake_s']:.3f} s")
+            ref = reference_log_probs(reference_model(model_dir, new), out, 1.0)
+            rm = out.tensors["response_mask"].bool()
+            torch.testing.assert_close(out.tensors["rollout_log_probs"][rm], ref[rm], atol=TestSGLangRolloutGPU.logprob_atol, rtol=0)
+        finally:
+            eng.shutdown()
