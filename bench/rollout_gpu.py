@@ -26,6 +26,9 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
   max_tokens=R))``: no seed, no log-probs, token ids in) and with ``logprobs=0``; rl-core's ``generate`` without
   log-probs (a default run's steps 2-10, 12-20, ...) and with them (seeded, as steps 1, 11, ... or a correction ask); with
   ``PER_REQUEST=1`` rl-core's earlier per-request seeds; one sleep + wake-up (what a colocated step adds);
+- ``WORKLOADS=long``: the vLLM parts time only the workloads named;
+- ``vllm_noprefix``: the ``vllm`` part's rows on the ``long`` workload with vLLM's prefix cache off
+  (``enable_prefix_caching=false``): the sharing-off baseline, each sample prefilling its prompt;
 - ``vllm_mp``: "vLLM alone" with vLLM's own default layout, the engine core in a process of its own
   (``VLLM_ENABLE_V1_MULTIPROCESSING=1``; rl-core's engine runs in-process), the same ``LLM`` arguments;
 - ``sglang``: the same rows through SGLang (``bench/rollout_sglang_part.py``; needs SGLang's device set-up).
@@ -356,17 +359,19 @@ def vllm_alone(llm, prompts: list[list[int]], w: dict, logprobs: int | None = No
     return sum(len(c.token_ids) for o in outs for c in o.outputs)
 
 
-def part_vllm(args, precision: str) -> list[dict]:
+def part_vllm(args, precision: str, prefix_caching: bool = True) -> list[dict]:
+    """``prefix_caching=False`` (part ``vllm_noprefix``): the long workload only, on an engine with vLLM's prefix cache
+    off, so every sample of a group prefills its prompt (the sharing-off rows next to the ``vllm`` part's)."""
     from rl_core.backends import SamplingParams, WorkerContext
     from rl_rollout_vllm.engine import VLLMRollout
 
     device = "cpu" if SMOKE else "cuda"
     shape = shape_of(args.model)
     fp8 = precision == "fp8"
-    suffix = " fp8" if fp8 else ""
+    suffix = (" fp8" if fp8 else "") + ("" if prefix_caching else ", prefix caching off")
     t0 = time.perf_counter()
-    eng = VLLMRollout(run_config(args.model, "vllm", precision=precision, engine_kwargs={"disable_log_stats": False}),
-                      WorkerContext(device=device, seed=0))
+    kwargs = {"disable_log_stats": False} | ({} if prefix_caching else {"enable_prefix_caching": False})
+    eng = VLLMRollout(run_config(args.model, "vllm", precision=precision, engine_kwargs=kwargs), WorkerContext(device=device, seed=0))
     start_s = time.perf_counter() - t0
     print(f"vLLM{suffix} engine ready in {start_s:.0f} s", flush=True)
     llm = eng.llm
@@ -376,6 +381,8 @@ def part_vllm(args, precision: str) -> list[dict]:
     if default_asks(eng.config, 2):
         print("note: a default run's step 2 asks for log-probs with this precision (fp8 turns TIS on): its rows are the log-prob ones", flush=True)
     for wname, w in workloads().items():
+        if (not prefix_caching and wname != "long") or wname not in os.environ.get("WORKLOADS", wname).split(","):
+            continue  # WORKLOADS=long: the vLLM parts time only those
         prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
         floor = floor_seconds(shape, w, args.bandwidth, fp8=fp8)
         nominal = w["prompts"] * w["n"] * w["new"]
@@ -409,7 +416,7 @@ def part_vllm(args, precision: str) -> list[dict]:
         samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)  # every call prefills its prompts itself
         rows += rows_from_rounds(samples, wname, floor, nominal, prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
                                  device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization))
-    if device == "cuda" and args.deadline_ok():
+    if device == "cuda" and prefix_caching and args.deadline_ok():
         eng.sleep()
         eng.wake_up()
         stats = dict(eng._memory_stats)
@@ -521,6 +528,8 @@ def main() -> None:
             rows = part_sglang(args, sys.modules[__name__])
         elif args.part == "vllm_mp":
             rows = part_vllm_mp(args)
+        elif args.part == "vllm_noprefix":
+            rows = part_vllm(args, "auto", prefix_caching=False)
         else:
             rows = part_vllm(args, "fp8" if args.part == "vllm_fp8" else "auto")
         (out / "parts" / f"{args.part}.json").write_text(json.dumps(rows, indent=1))
@@ -541,7 +550,7 @@ def main() -> None:
                 print(errors[part], flush=True)
                 continue
         left = args.deadline - (time.time() - start)
-        if left < (150 if engine else 30):  # an engine's start alone: 60-150 s
+        if left < (float(os.environ.get("MIN_PART_S", 150)) if engine else 30):  # an engine's start alone: 60-150 s (MIN_PART_S)
             errors[part] = f"skipped: deadline ({left:.0f} s left)"
             continue
         if part == "vllm_mp":
