@@ -8,23 +8,10 @@ interpreter is switched on by ``TRITON_INTERPRET=1`` before Triton is imported, 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch on this platform): the kernel cannot be interpreted")
-
-
-def _child(code: str, *args: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 KERNEL_VS_SOFTMAX = """
@@ -69,8 +56,8 @@ print(json.dumps(worst))
 """
 
 
-def test_kernel_matches_a_float64_softmax():
-    worst = _child(KERNEL_VS_SOFTMAX)
+def test_kernel_matches_a_float64_softmax(interpreted):
+    worst = interpreted(KERNEL_VS_SOFTMAX)
     assert worst["float32"] < 1e-5, worst
     assert worst["bfloat16"] < 2e-2, worst  # bf16 inputs and output: ~3 significant digits
 
@@ -105,8 +92,8 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("arch,sizes", [("llama", {}), ("qwen2", {"hidden": 96, "heads": 6, "kv_heads": 2})], ids=["llama", "qwen2-gqa3"])
-def test_static_decode_with_the_kernel_samples_what_sdpa_samples(tiny_model_dir, arch, sizes):
-    out = _child(STATIC_DECODE, str(tiny_model_dir(arch, **sizes)))
+def test_static_decode_with_the_kernel_samples_what_sdpa_samples(tiny_model_dir, arch, sizes, interpreted):
+    out = interpreted(STATIC_DECODE, str(tiny_model_dir(arch, **sizes)))
     sdpa, kernel = out["sdpa"], out["triton"]
     assert (sdpa["attention"], kernel["attention"]) == ("sdpa", "triton")  # the kernel passed its own check and ran
     assert kernel["tokens"] == sdpa["tokens"] and kernel["mask"] == sdpa["mask"]

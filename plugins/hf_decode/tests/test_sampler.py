@@ -9,23 +9,10 @@ with the kernel against one with the torch sampler (same seed: same tokens).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="Triton is not installed (CPU-only torch on this platform): the kernel cannot be interpreted")
-
-
-def _child(code: str, *args: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 KERNEL_VS_FLOAT64 = """
@@ -74,8 +61,8 @@ print(json.dumps(out))
 """
 
 
-def test_every_draw_lands_in_its_tokens_float64_interval():
-    out = _child(KERNEL_VS_FLOAT64)
+def test_every_draw_lands_in_its_tokens_float64_interval(interpreted):
+    out = interpreted(KERNEL_VS_FLOAT64)
     assert out["rows"] == 72
     assert out["outside"] == 0 and out["zero_prob"] == 0, out
     assert out["lp_err"] < 1e-5, out
@@ -106,8 +93,8 @@ print(json.dumps(out))
 """
 
 
-def test_static_decode_with_the_kernel_samples_what_the_torch_sampler_samples(tiny_model_dir):
-    out = _child(STATIC_DECODE, str(tiny_model_dir("llama")))
+def test_static_decode_with_the_kernel_samples_what_the_torch_sampler_samples(tiny_model_dir, interpreted):
+    out = interpreted(STATIC_DECODE, str(tiny_model_dir("llama")))
     plain, kernel = out["torch"], out["triton"]
     assert (plain["sampler"], kernel["sampler"]) == ("torch", "triton")  # the kernel passed its check and ran
     assert kernel["tokens"] == plain["tokens"] and kernel["mask"] == plain["mask"]
