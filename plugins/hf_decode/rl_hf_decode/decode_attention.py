@@ -52,6 +52,18 @@ def reason_unavailable(device: torch.device) -> str | None:
     return None
 
 
+def kernel_or(key: str, wanted: str, values: tuple[str, ...], other: str, device: torch.device) -> str:
+    """``triton`` or ``other`` for ``rollout.engine_kwargs.<key>`` = ``wanted`` (one of ``values``: ``auto``,
+    ``triton``, ``other``): ``auto`` takes the Triton kernel where it can run, ``triton`` where it cannot is refused."""
+    if wanted not in values:
+        raise ValueError(f"rollout.engine_kwargs.{key} must be one of {', '.join(values)}, got {wanted!r}")
+    reason = reason_unavailable(device) if wanted != other else None
+    if wanted == "triton" and reason:
+        raise ValueError(f"rollout.engine_kwargs.{key}=triton cannot run here: {reason}; "
+                         f"use rollout.engine_kwargs.{key}=auto (the kernel where it runs, {other} elsewhere)")
+    return other if wanted == other or reason else "triton"
+
+
 if triton is not None:
 
     @triton.jit

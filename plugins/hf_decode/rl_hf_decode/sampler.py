@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_hf_decode.decode_attention import reason_unavailable, tl, triton
+from rl_hf_decode.decode_attention import kernel_or, tl, triton
 from rl_hf_decode.keys import SAMPLER
 
 BLOCK = 4096  # logits a program reads per iteration (16 per thread with 8 warps)
@@ -94,13 +94,7 @@ def eligible(sampling: dict | None, vocab: int) -> bool:
 
 def choose(wanted: str, device: torch.device) -> str:
     """``triton`` or ``torch`` for ``engine_kwargs.decode_sampler``: ``auto`` takes the kernel where it can run."""
-    if wanted not in SAMPLER:
-        raise ValueError(f"rollout.engine_kwargs.decode_sampler must be one of {', '.join(SAMPLER)}, got {wanted!r}")
-    reason = reason_unavailable(device) if wanted != "torch" else None
-    if wanted == "triton" and reason:
-        raise ValueError(f"rollout.engine_kwargs.decode_sampler=triton cannot run here: {reason}; "
-                         "use rollout.engine_kwargs.decode_sampler=auto (the kernel where it runs, torch elsewhere)")
-    return "torch" if wanted == "torch" or reason else "triton"
+    return kernel_or("decode_sampler", wanted, SAMPLER, "torch", device)
 
 
 def check(vocab: int, device: torch.device) -> str | None:

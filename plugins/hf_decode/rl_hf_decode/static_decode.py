@@ -70,7 +70,7 @@ from typing import Callable
 
 import torch
 
-from rl_hf_decode.decode_attention import decode_attention, reason_unavailable, splits_for
+from rl_hf_decode.decode_attention import decode_attention, kernel_or, splits_for
 from rl_hf_decode import sampler as fused
 from rl_hf_decode.keys import ATTENTION
 from rl_hf_decode.packed_weights import HEAD_ROWS, LayerPack, pack_layer, pad_rows, still_packed, still_padded
@@ -174,20 +174,11 @@ class StaticDecoder:
         self.pack = bool(pack)
         self._packs: list[LayerPack | None] | None = None
         self._head_pad: torch.Tensor | None = None  # the lm_head weight padded to HEAD_ROWS rows (packed_weights.pad_rows)
-        self.attention = self._attention_of(attention)
+        # engine_kwargs.decode_attention: triton | sdpa
+        self.attention = kernel_or("decode_attention", attention, ATTENTION, "sdpa", self.device)
         self._attention_checked = self.attention == "sdpa"
         self.sampler = fused.choose(sampler, self.device)  # engine_kwargs.decode_sampler: triton | torch
         self._sampler_checked = self.sampler == "torch"
-
-    def _attention_of(self, wanted: str) -> str:
-        """``triton`` or ``sdpa`` for ``engine_kwargs.decode_attention``: ``auto`` takes the kernel where it can run."""
-        if wanted not in ATTENTION:
-            raise ValueError(f"rollout.engine_kwargs.decode_attention must be one of {', '.join(ATTENTION)}, got {wanted!r}")
-        reason = reason_unavailable(self.device) if wanted != "sdpa" else None
-        if wanted == "triton" and reason:
-            raise ValueError(f"rollout.engine_kwargs.decode_attention=triton cannot run here: {reason}; "
-                             "use rollout.engine_kwargs.decode_attention=auto (the kernel where it runs, sdpa elsewhere)")
-        return "sdpa" if wanted == "sdpa" or reason else "triton"
 
     def _check_attention(self, cache: "_Cache") -> None:
         """Once, before the first step: the kernel against ``sdpa`` on this cache's shapes (random keys, a masked
