@@ -26,7 +26,8 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
   max_tokens=R))``: no seed, no log-probs, token ids in) and with ``logprobs=0``; rl-core's ``generate`` without
   log-probs (a default run's steps 2-10, 12-20, ...) and with them (seeded, as steps 1, 11, ... or a correction ask); with
   ``PER_REQUEST=1`` rl-core's earlier per-request seeds; one sleep + wake-up (what a colocated step adds);
-- ``WORKLOADS=long``: the vLLM parts time only the workloads named;
+- ``WORKLOADS=long``: the vLLM parts time only the workloads named; ``VLLM_DIAG=1``: then, on the ``vllm`` part's
+  engine, where the in-process generation spends its time (device-busy share, the host's Python stack: ``vllm_diag``);
 - ``vllm_noprefix``: the ``vllm`` part's rows on the ``long`` workload with vLLM's prefix cache off
   (``enable_prefix_caching=false``): the sharing-off baseline, each sample prefilling its prompt;
 - ``vllm_mp``: "vLLM alone" with vLLM's own default layout, the engine core in a process of its own
@@ -416,6 +417,8 @@ def part_vllm(args, precision: str, prefix_caching: bool = True) -> list[dict]:
         samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)  # every call prefills its prompts itself
         rows += rows_from_rounds(samples, wname, floor, nominal, prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s,
                                  device_used_gib=_device_used_gib(device), fraction_gib=_fraction_gib(device, eng.config.rollout.gpu_memory_utilization))
+    if os.environ.get("VLLM_DIAG") == "1" and prefix_caching and args.deadline_ok():
+        vllm_diag(args, eng, shape)
     if device == "cuda" and prefix_caching and args.deadline_ok():
         eng.sleep()
         eng.wake_up()
@@ -424,6 +427,31 @@ def part_vllm(args, precision: str, prefix_caching: bool = True) -> list[dict]:
                          sleep_freed_gib=stats.get("rollout/sleep_freed_gib")))
     eng.shutdown()
     return rows
+
+
+def vllm_diag(args, eng, shape: dict) -> None:
+    """``VLLM_DIAG=1``: where rl-core's in-process vLLM generation spends its time on the scale prompts (no log-probs):
+    the device-busy share of the wall time over ``VLLM_DIAG_NEW`` (256) new tokens (torch.profiler, CUPTI; busy well
+    under 100% = the GPU waits for the host), then the Python stack of the whole call, sampled (bench/stack_sampler.py).
+    Writes ``$OUT/vllm_diag.md``."""
+    from profile_gpu import profile, table as profile_table
+    from rl_core.backends import SamplingParams
+    from stack_sampler import StackSampler
+
+    w = workloads()["scale"]
+    batch = batch_of(prompts_for(w, shape["vocab"], seed=1))
+    new = int(os.environ.get("VLLM_DIAG_NEW", 256 if not SMOKE else 8))
+    cuda = not SMOKE
+    short = profile(lambda: eng.generate(batch, SamplingParams(n=w["n"], max_new_tokens=new, temperature=1.0, seed=5, logprobs=False)), cuda)
+    short["per_step_ms"] = 1000 * short["wall_s"] / new
+    lines = [f"# rl-core vLLM, in-process, scale prompts ({w['prompts']} x {w['n']})", ""]
+    lines += profile_table(f"{new} new tokens under torch.profiler", short)
+    with StackSampler() as sampler:
+        eng.generate(batch, SamplingParams(n=w["n"], max_new_tokens=w["new"], temperature=1.0, seed=6, logprobs=False))
+    lines += [f"### The main thread's Python stack over {w['new']} new tokens (sampled every 1 ms)", "", sampler.table(30), ""]
+    text = "\n".join(lines)
+    Path(args.out, "vllm_diag.md").write_text(text)
+    print(text, flush=True)
 
 
 def part_vllm_mp(args) -> list[dict]:
@@ -436,7 +464,7 @@ def part_vllm_mp(args) -> list[dict]:
     ws = workloads()
     kwargs = dict(model=args.model, dtype="float32" if SMOKE else "bfloat16", load_format="dummy", seed=0, logprobs_mode="raw_logprobs",
                   max_model_len=max(w["prompt"] for w in ws.values()) + max(w["new"] for w in ws.values()), disable_log_stats=False)
-    kwargs.update(dict(enforce_eager=True) if SMOKE else dict(gpu_memory_utilization=0.5, enable_sleep_mode=True))
+    kwargs.update(dict(enforce_eager=True, gpu_memory_utilization=0.2) if SMOKE else dict(gpu_memory_utilization=0.5, enable_sleep_mode=True))
     t0 = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - t0
