@@ -31,7 +31,9 @@ median, every round's seconds, and the seconds Python's garbage collector ran in
 - ``vllm_noprefix``: the ``vllm`` part's rows on the ``long`` workload with vLLM's prefix cache off
   (``enable_prefix_caching=false``): the sharing-off baseline, each sample prefilling its prompt;
 - ``vllm_mp``: "vLLM alone" with vLLM's own default layout, the engine core in a process of its own
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=1``; rl-core's engine runs in-process), the same ``LLM`` arguments;
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=1``; rl-core's engine runs in-process) and vLLM's default model runner (0.26: V2
+  for a dense model), the same ``LLM`` arguments; ``vllm_v1`` / ``vllm_v2``: the same in-process, with the V1 model
+  runner (rl-core's adapter sets ``VLLM_USE_V2_MODEL_RUNNER=0``) / the V2 one, side by side;
 - ``sglang``: the same rows through SGLang (``bench/rollout_sglang_part.py``; needs SGLang's device set-up).
 
 Reported per row: seconds, generated tokens/s, and % of the bandwidth floor. The floor of a decode of ``B`` sequences
@@ -454,10 +456,18 @@ def vllm_diag(args, eng, shape: dict) -> None:
     print(text, flush=True)
 
 
-def part_vllm_mp(args) -> list[dict]:
-    """vLLM alone with its engine core in a process of its own (vLLM's default; rl-core runs it in-process, which keeps
-    weight sync a local call): the ``LLM`` arguments rl-core's adapter sets for this model (random weights, dtype, seed,
-    raw log-probs, context length, memory fraction, sleep mode), the "vLLM alone" rows only."""
+LAYOUTS = {  # part: (label, VLLM_ENABLE_V1_MULTIPROCESSING, VLLM_USE_V2_MODEL_RUNNER; None = vLLM's default)
+    "vllm_mp": ("engine core in its own process", "1", None),
+    "vllm_v1": ("in-process, V1 model runner", "0", "0"),
+    "vllm_v2": ("in-process, V2 model runner", "0", "1"),
+}
+
+
+def part_vllm_layout(args, part: str) -> list[dict]:
+    """vLLM alone in one of ``LAYOUTS``: ``vllm_mp`` with its engine core in a process of its own (vLLM's default;
+    rl-core runs it in-process, which keeps weight sync a local call), ``vllm_v1`` / ``vllm_v2`` in-process with either
+    model runner: the ``LLM`` arguments rl-core's adapter sets for this model (random weights, dtype, seed, raw
+    log-probs, context length, memory fraction, sleep mode), the "vLLM alone" rows only."""
     from vllm import LLM
 
     shape = shape_of(args.model)
@@ -468,16 +478,19 @@ def part_vllm_mp(args) -> list[dict]:
     t0 = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - t0
-    print(f"vLLM (engine core in its own process) ready in {start_s:.0f} s", flush=True)
+    label = LAYOUTS[part][0]
+    print(f"vLLM ({label}) ready in {start_s:.0f} s", flush=True)
     rows = []
     for wname, w in ws.items():
+        if wname not in os.environ.get("WORKLOADS", wname).split(","):
+            continue
         prompts = prompts_for(w, shape["vocab"], seed=1 if wname == "scale" else 2)
 
         def alone(logprobs=None):
             return lambda: (vllm_alone(llm, prompts, w, logprobs), {})
 
         alone()()  # warm-up
-        runs = [("vLLM alone, engine core in its own process", alone()), ("vLLM alone, engine core in its own process, logprobs=0", alone(0))]
+        runs = [(f"vLLM alone, {label}", alone()), (f"vLLM alone, {label}, logprobs=0", alone(0))]
         samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)
         rows += rows_from_rounds(samples, wname, floor_seconds(shape, w, args.bandwidth), w["prompts"] * w["n"] * w["new"],
                                  prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s)
@@ -554,8 +567,8 @@ def main() -> None:
             from rollout_sglang_part import part_sglang
 
             rows = part_sglang(args, sys.modules[__name__])
-        elif args.part == "vllm_mp":
-            rows = part_vllm_mp(args)
+        elif args.part in LAYOUTS:
+            rows = part_vllm_layout(args, args.part)
         elif args.part == "vllm_noprefix":
             rows = part_vllm(args, "auto", prefix_caching=False)
         else:
@@ -581,8 +594,11 @@ def main() -> None:
         if left < (float(os.environ.get("MIN_PART_S", 150)) if engine else 30):  # an engine's start alone: 60-150 s (MIN_PART_S)
             errors[part] = f"skipped: deadline ({left:.0f} s left)"
             continue
-        if part == "vllm_mp":
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        if part in LAYOUTS:
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = LAYOUTS[part][1]
+            if LAYOUTS[part][2] is not None:
+                env["VLLM_USE_V2_MODEL_RUNNER"] = LAYOUTS[part][2]
         log = out / "parts" / f"{part}.log"
         cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--bandwidth", str(args.bandwidth), "--deadline", str(args.deadline), "--out", str(out),
                "--rounds", str(args.rounds)]
