@@ -11,6 +11,7 @@ import pytest
 from rl_core.cli.main import main
 from rl_core.config.schema import RolloutConfig, RunConfig
 from rl_core.plugins import get_registry
+from rl_core_testing.blocked_plugins import blocked_plugins
 from rl_core_testing.tiny_run import write_tiny_run
 
 from rl_hf_decode.checks import RULES, value_problems
@@ -45,12 +46,9 @@ def check(run, capsys):
 
 
 @pytest.fixture
-def without_the_package(monkeypatch):
-    monkeypatch.setenv("RL_CORE_BLOCK_PLUGINS", "rl-hf-decode")
-    get_registry(reload=True)
-    yield
-    monkeypatch.undo()
-    get_registry(reload=True)
+def without_the_package():
+    with blocked_plugins("rl-hf-decode"):
+        yield
 
 
 def test_every_key_has_a_value_check():

@@ -7,18 +7,15 @@ import pytest
 from rl_core.cli.main import main
 from rl_core.config.load import load_config
 from rl_core.plan.resolver import resolve
-from rl_core.plugins import get_registry
 from rl_core.trainer.loop import rollout_correction_of
+from rl_core_testing.blocked_plugins import blocked_plugins
 from rl_core_testing.tiny_run import write_tiny_run
 
 
 @pytest.fixture
-def blocked(monkeypatch):
-    monkeypatch.setenv("RL_CORE_BLOCK_PLUGINS", "rl-rollout-correction")
-    get_registry(reload=True)
-    yield
-    monkeypatch.undo()
-    get_registry(reload=True)
+def blocked():
+    with blocked_plugins("rl-rollout-correction"):
+        yield
 
 
 @pytest.mark.parametrize("key", ["algorithm.rollout_correction.rollout_is=token", "rollout.mismatch.max_abs_diff=0.5",

@@ -1,8 +1,9 @@
 """The SGLang engine on a GPU in bf16: the rollout conformance suite, memory release / resume and colocated weight sync.
 
-Runs where CUDA and a GPU build of SGLang are installed (planned: SGLang 0.5.17 + sglang-kernel 0.4.5 on the image's
-torch 2.11 + CUDA 13, one H100: bench/DEVICE_RUNBOOK.md "Machine C"); skips elsewhere with the reason. NOT RUN YET on a
-GPU (session 10 wrote it on a CPU machine).
+Runs where CUDA and a GPU build of SGLang are installed (SGLang 0.5.17 + sglang-kernel 0.4.5 on the image's torch 2.11
++ CUDA 13: bench/DEVICE_RUNBOOK.md "Machine C"); skips elsewhere with the reason. Ran on one H100 on 2026-11-26: 24
+passed, 1 skipped (bench/results/sglang_gpu_h100/README.md). Not run on a GPU since: the tagged release / resume
+(session 24) and the no-host-copy class.
 
 One engine serves the conformance class (as on CPU: SGLang starts in tens of seconds), started with
 ``enable_deterministic_inference`` (SGLang honours per-request seeds on GPU only then; it also picks the pytorch
