@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from rl_core.problems import Problem
@@ -30,11 +31,21 @@ def program_probe(config: Any, registry: Any) -> list[Problem]:
 
 def fallback_problems(config: Any, registry: Any) -> list[Problem]:
     """``agent_reward``'s other ``reward.kwargs`` go to its fallback function: their names and simple types checked
-    against that function's parameters, as core checks a reward's own (:func:`rl_core.rewards.scoring.kwargs_problems`)."""
+    against that function's parameters, as core checks a reward's own (:func:`rl_core.rewards.scoring.kwargs_problems`).
+    Without a fallback they go nowhere: each is an error (``fallbakc`` is most likely ``fallback`` misspelt)."""
     kwargs = dict(config.reward.kwargs or {})
     spec = kwargs.pop("fallback", None)
-    if config.reward.name != "agent_reward" or not isinstance(spec, str) or not spec:
+    if config.reward.name != "agent_reward":
         return []
+    if spec is None or spec == "":
+        misspelt = [key for key in kwargs if difflib.get_close_matches(key, ["fallback"], n=1)]
+        return [Problem(key=f"reward.kwargs.{key}", what="agent_reward hands its reward.kwargs other than fallback to the fallback function, "
+                        "and reward.kwargs.fallback is not set: this one goes nowhere",
+                        fix="did you mean reward.kwargs.fallback?" if misspelt
+                        else "set reward.kwargs.fallback=path/to/reward.py:compute_score (a function that takes it), or remove it")
+                for key in misspelt or kwargs]  # the others of a misspelt fallback are its consequences
+    if not isinstance(spec, str):
+        return []  # core's check of agent_reward's own parameters reports it (fallback: str | None)
     try:
         fn = _load(spec)
     except Exception:  # noqa: BLE001 - the reward's trial call reports a fallback that does not load

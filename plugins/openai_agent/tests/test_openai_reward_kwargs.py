@@ -17,3 +17,13 @@ def test_the_fallback_s_parameters_name_the_misspelt_key(tmp_path):
     assert p.key == "reward.kwargs.call_bonus" and "float" in p.what
     assert fallback_problems(config(call_bonus=0.2), None) == []
     assert fallback_problems(RunConfig(reward=RewardConfig(name="gsm8k", kwargs={"call_bonsu": 1})), None) == []  # not agent_reward's
+
+
+def test_without_a_fallback_the_other_kwargs_are_errors_naming_the_key():
+    config = lambda **kw: RunConfig(reward=RewardConfig(name="agent_reward", kwargs=kw))  # noqa: E731
+    (p,) = fallback_problems(config(fallbcak="reward.py:compute_score", call_bonus=0.1), None)  # the mutation test's typo of examples/openai_agent.yaml
+    assert p.key == "reward.kwargs.fallbcak" and p.severity == "error" and "did you mean reward.kwargs.fallback?" in p.fix
+    (p,) = fallback_problems(config(call_bonus=0.1), None)
+    assert p.key == "reward.kwargs.call_bonus" and "goes nowhere" in p.what and "set reward.kwargs.fallback=" in p.fix
+    assert fallback_problems(config(), None) == []  # the program's returned reward alone: nothing to check
+    assert fallback_problems(config(fallback=["not", "a string"]), None) == []  # core reports fallback's type (str | None)
