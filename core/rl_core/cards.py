@@ -189,11 +189,14 @@ class PolicyLossCard(CardBase):
 @card("reward")
 class RewardCard(CardBase):
     """A reward function: ``score(*, data_source, solution_str, ground_truth, extra_info, **kw) -> float | dict``
-    (``batched=True``: lists in, a list out). ``data_sources``: what it scores when the config names no reward."""
+    (``batched=True``: lists in, a list out). ``data_sources``: what it scores when the config names no reward.
+    ``trial``: ``rlcore check`` calls it once on the data's first row with an empty response; False for a scorer of
+    what only the rollout makes (an agent program's reward), which a data row does not carry."""
 
     fields: frozenset[str] = _names({"ground_truth"})
     batched: bool = False
     data_sources: frozenset[str] = _names()
+    trial: bool = True
 
 
 @card("reward_model")

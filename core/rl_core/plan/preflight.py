@@ -152,7 +152,8 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
 
 def _card_problems(card: Any, kwargs: dict, row: dict | None = None, check_keys: bool = False) -> list[Problem]:
     """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response (registered
-    rewards only: a user's own function may call a service, so it is only checked by signature). ``check_keys``: the
+    rewards whose card allows it, ``RewardCard.trial``: a user's own function may call a service, so it is only checked
+    by signature). ``check_keys``: the
     scorer of every sample (reward.name), whose parameters ``reward.kwargs`` must name."""
     try:
         fn = load_object(card.factory)
@@ -161,7 +162,7 @@ def _card_problems(card: Any, kwargs: dict, row: dict | None = None, check_keys:
     names = ("data_sources", "solution_strs", "ground_truths", "extra_infos") if card.batched else SCORER_ARGS
     p = signature_problem(fn, kwargs, "reward.kwargs", f"reward {card.name!r}", names)
     found = [p] if p else kwargs_problems(fn, kwargs, f"reward {card.name!r}", names) if check_keys else []
-    if found or row is None or card.batched:
+    if found or row is None or card.batched or not card.trial:
         return found
     try:
         fn(data_source=row["data_source"], solution_str="", ground_truth=row["ground_truth"], extra_info=row.get("extra_info") or {}, **kwargs)

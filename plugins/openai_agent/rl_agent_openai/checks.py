@@ -32,7 +32,8 @@ def program_probe(config: Any, registry: Any) -> list[Problem]:
 def fallback_problems(config: Any, registry: Any) -> list[Problem]:
     """``agent_reward``'s other ``reward.kwargs`` go to its fallback function: their names and simple types checked
     against that function's parameters, as core checks a reward's own (:func:`rl_core.rewards.scoring.kwargs_problems`).
-    Without a fallback they go nowhere: each is an error (``fallbakc`` is most likely ``fallback`` misspelt)."""
+    Without a fallback they go nowhere: each is an error (``fallbakc`` is most likely ``fallback`` misspelt). A fallback
+    that does not load is an error here: ``agent_reward``'s card has no trial call (a data row carries no agent result)."""
     kwargs = dict(config.reward.kwargs or {})
     spec = kwargs.pop("fallback", None)
     if config.reward.name != "agent_reward":
@@ -48,6 +49,7 @@ def fallback_problems(config: Any, registry: Any) -> list[Problem]:
         return []  # core's check of agent_reward's own parameters reports it (fallback: str | None)
     try:
         fn = _load(spec)
-    except Exception:  # noqa: BLE001 - the reward's trial call reports a fallback that does not load
-        return []
+    except Exception as exc:  # noqa: BLE001 - the user's file or module: reported, not raised
+        return [Problem(key="reward.kwargs.fallback", what=f"{spec!r} cannot be loaded: {type(exc).__name__}: {exc}",
+                        fix="name a reward function as path/to/reward.py:compute_score or package.module:function")]
     return kwargs_problems(fn, kwargs, f"the fallback {spec}", ("data_source", "solution_str", "ground_truth", "extra_info"))

@@ -16,7 +16,7 @@ def rl_core_register_agent_loops(register):
 
 @hookimpl
 def rl_core_register_rewards(register):
-    register(RewardCard(name="agent_reward", factory="rl_agent_openai.reward:agent_reward", fields=frozenset(),
+    register(RewardCard(name="agent_reward", factory="rl_agent_openai.reward:agent_reward", fields=frozenset(), trial=False,
                         description="the agent program's returned reward (or the failure score), else reward.kwargs.fallback"))
 
 

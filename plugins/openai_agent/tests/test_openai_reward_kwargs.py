@@ -27,3 +27,21 @@ def test_without_a_fallback_the_other_kwargs_are_errors_naming_the_key():
     assert p.key == "reward.kwargs.call_bonus" and "goes nowhere" in p.what and "set reward.kwargs.fallback=" in p.fix
     assert fallback_problems(config(), None) == []  # the program's returned reward alone: nothing to check
     assert fallback_problems(config(fallback=["not", "a string"]), None) == []  # core reports fallback's type (str | None)
+
+
+def test_a_fallback_that_does_not_load_is_an_error_naming_it(tmp_path):
+    config = RunConfig(reward=RewardConfig(name="agent_reward", kwargs={"fallback": f"{tmp_path}/missing.py:compute_score"}))
+    (p,) = fallback_problems(config, None)
+    assert p.key == "reward.kwargs.fallback" and "missing.py" in p.what and "path/to/reward.py:compute_score" in p.fix
+
+
+def test_rlcore_check_does_not_try_agent_reward_on_a_data_row(tmp_path, capsys):
+    """A data row carries no agent result, so a trial call of agent_reward (no fallback: it raises there) would refuse
+    every run that scores by the program's returned reward; its card has ``trial=False``."""
+    from rl_core.cli.main import main
+    from rl_core_testing.tiny_run import write_tiny_run
+
+    run = write_tiny_run(tmp_path, **{"reward.name": "agent_reward", "reward.custom.path": None})
+    code = main(["check", str(run), "--skip-device-check"])
+    err = capsys.readouterr().err
+    assert code == 0 and "trial call" not in err, err
