@@ -19,6 +19,8 @@ from typing import Any
 from rl_core.problems import Problem, did_you_mean
 
 SENTINEL = "RLCORE-TOOL-RESULT-7f3a"
+#: rl-agent's runtime (the tool_agent loop's runner): the one that runs rollout.multi_turn.tools
+RUNNER = "rl_agent.runner:AgentRuntime"
 
 
 def _unknown(registry, kind: str, name: str, key: str, what: str) -> Problem | None:
@@ -66,7 +68,9 @@ def agent_problems(config: Any, registry: Any, rows: list[dict] | None = None) -
                                    fix="install bubblewrap (bwrap), or leave the python tool out of rollout.multi_turn.tools"))
     if mt.tool_config_path:
         out.extend(tool_config_problems(mt.tool_config_path))
-    if not mt.tools and not mt.tool_config_path:
+    loop = registry.cards.get("agent_loop", {}).get(mt.agent_loop)
+    runs_config_tools = loop is None or loop.runner in (None, RUNNER)  # another runtime (openai_agent's program) brings its own
+    if not mt.tools and not mt.tool_config_path and runs_config_tools:
         out.append(Problem(key="rollout.multi_turn.tools", what="multi-turn rollouts are on but no tool is configured", severity="warning",
                            fix="name tools (e.g. rollout.multi_turn.tools=[calculator]) or a verl tool config (rollout.multi_turn.tool_config_path)"))
     for kind, key, name, what in (("tool_parser", "rollout.multi_turn.format", mt.format, "tool-call format"),

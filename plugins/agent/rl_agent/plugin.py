@@ -8,6 +8,8 @@ from __future__ import annotations
 from rl_core import hookimpl
 from rl_core.cards import AgentLoopCard, CheckCard, ConfigSectionCard, ToolCard, ToolParserCard
 
+from rl_agent.checks import RUNNER
+
 CALCULATOR_SCHEMA = {
     "type": "function",
     "function": {
@@ -50,7 +52,7 @@ def rl_core_register_tool_parsers(register):
 
 @hookimpl
 def rl_core_register_agent_loops(register):
-    register(AgentLoopCard(name="tool_agent", factory="rl_agent.tool_agent:tool_agent", runner="rl_agent.runner:AgentRuntime",
+    register(AgentLoopCard(name="tool_agent", factory="rl_agent.tool_agent:tool_agent", runner=RUNNER,
                            description="generate, call tools, append results through the chat template, repeat"))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from rl_agent.checks import agent_problems
-from rl_core.cards import Provider, ToolCard
+from rl_core.cards import AgentLoopCard, Provider, ToolCard
 from rl_agent.config import MultiTurnConfig
 from rl_core.config.schema import ModelConfig, RolloutConfig, RunConfig
 from rl_core.config.sections import evolve_key
@@ -52,6 +52,28 @@ def test_names_schemas_and_tool_configs(tmp_path):
     reg2.cards["agent_loop"].update(reg.cards["agent_loop"])
     (p,) = agent_problems(_cfg(tools=["broken_schema"]), reg2)
     assert p.key == "rollout.multi_turn.tools[0]" and "function.name" in p.what
+
+
+def test_no_tools_warns_only_for_a_loop_that_runs_the_configured_tools():
+    """tool_agent (rl-agent's runtime) runs rollout.multi_turn.tools, so none configured is a warning; a loop with a
+    runtime of its own (rl-agent-openai's program brings its tools) is not warned, whose own check says to leave them empty."""
+
+    class OwnRuntime:
+        from rl_core import hookimpl
+
+        @staticmethod
+        @hookimpl
+        def rl_core_register_agent_loops(register):
+            register(AgentLoopCard(name="own_loop", factory="x:loop", runner="x:OwnRuntime"))
+
+    reg = get_registry()
+    pm = PluginManager()
+    pm.register_module(OwnRuntime, Provider(distribution="test", entry_point="own"))
+    reg2 = pm.build_registry()
+    reg2.cards["tool_parser"].update(reg.cards["tool_parser"])
+    reg2.cards["agent_loop"].update(reg.cards["agent_loop"])
+    assert _keys(agent_problems(_cfg(agent_loop="tool_agent"), reg2)) == {("rollout.multi_turn.tools", "warning")}
+    assert agent_problems(_cfg(agent_loop="own_loop"), reg2) == []
 
 
 def test_a_template_that_drops_tool_messages_cannot_carry_the_format(tmp_path):
