@@ -510,8 +510,12 @@ def versions() -> dict:
             out[d] = md.version(d)
         except md.PackageNotFoundError:
             pass
-    try:
-        out["commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    try:  # the device's copy of the tree may carry an older HEAD than the code it runs: say how many files differ
+        git = ["git", "-C", str(REPO)]
+        out["commit"] = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.splitlines()
+        if changed:
+            out["commit"] += f" (+{len(changed)} tracked files differ from it)"
     except OSError:
         pass
     return out
