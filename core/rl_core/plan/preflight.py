@@ -153,8 +153,8 @@ def reward_problems(config: Any, registry: Any, rows: list[dict]) -> list[Proble
 def _card_problems(card: Any, kwargs: dict, row: dict | None = None, check_keys: bool = False) -> list[Problem]:
     """The card's scorer loads and accepts the arguments; one trial call on ``row`` with an empty response (registered
     rewards whose card allows it, ``RewardCard.trial``: a user's own function may call a service, so it is only checked
-    by signature). ``check_keys``: the
-    scorer of every sample (reward.name), whose parameters ``reward.kwargs`` must name."""
+    by signature). ``check_keys``: the scorer of every sample (reward.name), whose parameters ``reward.kwargs`` must
+    name."""
     try:
         fn = load_object(card.factory)
     except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not raised
