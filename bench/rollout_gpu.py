@@ -456,10 +456,13 @@ def vllm_diag(args, eng, shape: dict) -> None:
     print(text, flush=True)
 
 
-LAYOUTS = {  # part: (label, VLLM_ENABLE_V1_MULTIPROCESSING, VLLM_USE_V2_MODEL_RUNNER; None = vLLM's default)
-    "vllm_mp": ("engine core in its own process", "1", None),
-    "vllm_v1": ("in-process, V1 model runner", "0", "0"),
-    "vllm_v2": ("in-process, V2 model runner", "0", "1"),
+LAYOUTS = {  # part: (label, VLLM_ENABLE_V1_MULTIPROCESSING, VLLM_USE_V2_MODEL_RUNNER (None = vLLM's default), more LLM kwargs)
+    "vllm_mp": ("engine core in its own process", "1", None, {}),
+    "vllm_v1": ("in-process, V1 model runner", "0", "0", {}),
+    "vllm_v2": ("in-process, V2 model runner", "0", "1", {}),
+    # vLLM's per-step host work on the scale workload (session 25): the block table it copies each step, the block hashes
+    "vllm_v1_b64": ("in-process, V1, block_size=64", "0", "0", {"block_size": 64}),
+    "vllm_v1_nopc": ("in-process, V1, prefix caching off", "0", "0", {"enable_prefix_caching": False}),
 }
 
 
@@ -475,6 +478,7 @@ def part_vllm_layout(args, part: str) -> list[dict]:
     kwargs = dict(model=args.model, dtype="float32" if SMOKE else "bfloat16", load_format="dummy", seed=0, logprobs_mode="raw_logprobs",
                   max_model_len=max(w["prompt"] for w in ws.values()) + max(w["new"] for w in ws.values()), disable_log_stats=False)
     kwargs.update(dict(enforce_eager=True, gpu_memory_utilization=0.2) if SMOKE else dict(gpu_memory_utilization=0.5, enable_sleep_mode=True))
+    kwargs.update(LAYOUTS[part][3])
     t0 = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - t0
@@ -490,7 +494,9 @@ def part_vllm_layout(args, part: str) -> list[dict]:
             return lambda: (vllm_alone(llm, prompts, w, logprobs), {})
 
         alone()()  # warm-up
-        runs = [(f"vLLM alone, {label}", alone()), (f"vLLM alone, {label}, logprobs=0", alone(0))]
+        runs = [(f"vLLM alone, {label}", alone())]
+        if os.environ.get("LAYOUT_LOGPROBS", "1") == "1":  # LAYOUT_LOGPROBS=0: the no-log-prob row only (half the time)
+            runs.append((f"vLLM alone, {label}, logprobs=0", alone(0)))
         samples = run_rounds(runs, args.rounds, llm.reset_prefix_cache, args.deadline_ok)
         rows += rows_from_rounds(samples, wname, floor_seconds(shape, w, args.bandwidth), w["prompts"] * w["n"] * w["new"],
                                  prompt_tokens=w["prompts"] * w["prompt"], engine_start_s=start_s)
